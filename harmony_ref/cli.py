@@ -1,0 +1,61 @@
+"""The `harmony-ref` command line.
+
+Each subcommand is a module in harmony_ref/commands/ that defines NAME, HELP,
+`add_arguments(parser)` and `run(args) -> int`; they are discovered, not listed here, so adding a
+command is adding a file. Command modules import heavy things (numba, pandas) inside `run`, so
+`harmony-ref --help` stays fast.
+
+Exit codes: 0 success, 1 a check failed (a regression, a refused artifact), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+import harmony_ref
+import harmony_ref.commands
+
+
+def _command_modules():
+    for info in sorted(pkgutil.iter_modules(harmony_ref.commands.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        yield importlib.import_module(f"harmony_ref.commands.{info.name}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harmony-ref",
+        description="Benchmark and regression harness for quantized on-device LLM inference.",
+    )
+    parser.add_argument("--version", action="version", version=f"harmony-ref {harmony_ref.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in _command_modules():
+        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except (ValueError, FileNotFoundError) as e:
+        # Bad input: say what and where, no traceback.
+        print(f"harmony-ref {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

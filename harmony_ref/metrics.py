@@ -1,0 +1,127 @@
+"""Metrics: the one currency every backend (simulated, host, command), the run records and the
+gate trade in.
+
+A metric's name carries its unit (`ttft_ms`, `decode_tokens_per_s`, `peak_memory_mb`), and it
+knows which way is better and how deterministic it is:
+- `exact`: predicted by the model or counted (bit-identical for identical inputs), so a gate on it
+  can be tight;
+- `measured`: timed on a machine; keeps its raw samples so the gate can run a rank test.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Iterator
+
+DIRECTIONS = ("lower", "higher", "none")  # "none": informational, never gated
+KINDS = ("exact", "measured")
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    value: float
+    unit: str
+    direction: str = "lower"
+    kind: str = "exact"
+    samples: tuple[float, ...] = ()
+    flags: tuple[str, ...] = ()  # e.g. ("implausible",) when a measurement breaks physics
+    description: str = ""
+
+    def __post_init__(self):
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"metric {self.name}: direction must be one of {DIRECTIONS}, got {self.direction!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"metric {self.name}: kind must be one of {KINDS}, got {self.kind!r}")
+        if not isinstance(self.value, (int, float)) or isinstance(self.value, bool):
+            raise ValueError(f"metric {self.name}: value must be a number, got {self.value!r}")
+
+    def flagged(self, flag: str) -> "Metric":
+        return self if flag in self.flags else replace(self, flags=self.flags + (flag,))
+
+    def to_dict(self) -> dict:
+        d = {
+            "value": float(self.value),
+            "unit": self.unit,
+            "direction": self.direction,
+            "kind": self.kind,
+        }
+        if self.samples:
+            d["samples"] = [float(s) for s in self.samples]
+        if self.flags:
+            d["flags"] = list(self.flags)
+        if self.description:
+            d["description"] = self.description
+        return d
+
+    @classmethod
+    def from_dict(cls, name: str, d: dict) -> "Metric":
+        return cls(
+            name=name,
+            value=float(d["value"]),
+            unit=str(d["unit"]),
+            direction=str(d.get("direction", "lower")),
+            kind=str(d.get("kind", "exact")),
+            samples=tuple(float(s) for s in d.get("samples", ())),
+            flags=tuple(d.get("flags", ())),
+            description=str(d.get("description", "")),
+        )
+
+
+@dataclass
+class Metrics:
+    """An ordered collection of metrics, keyed by name."""
+
+    items: dict[str, Metric] = field(default_factory=dict)
+
+    def add(self, name: str, value: float, unit: str, direction: str = "lower",
+            kind: str = "exact", samples: Iterable[float] = (), description: str = "") -> Metric:
+        value = float(value)
+        if math.isnan(value):
+            raise ValueError(f"metric {name} is NaN")
+        m = Metric(name, value, unit, direction, kind, tuple(float(s) for s in samples),
+                   description=description)
+        self.items[name] = m
+        return m
+
+    def put(self, metric: Metric) -> None:
+        self.items[metric.name] = metric
+
+    def update(self, other: "Metrics") -> None:
+        self.items.update(other.items)
+
+    def __getitem__(self, name: str) -> Metric:
+        return self.items[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.items
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self.items.values())
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def names(self) -> list[str]:
+        return list(self.items)
+
+    def value(self, name: str) -> float:
+        return self.items[name].value
+
+    def to_dict(self) -> dict:
+        return {name: m.to_dict() for name, m in self.items.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Metrics":
+        return cls({name: Metric.from_dict(name, md) for name, md in d.items()})
+
+    def to_frame(self):
+        import pandas as pd
+
+        rows = [
+            {"metric": m.name, "value": m.value, "unit": m.unit, "better": m.direction,
+             "kind": m.kind, "flags": ",".join(m.flags)}
+            for m in self
+        ]
+        return pd.DataFrame(rows, columns=["metric", "value", "unit", "better", "kind", "flags"])

@@ -1,0 +1,97 @@
+"""Per-output-channel symmetric INT8 weights.
+
+Format, for a float matrix W of shape (N, K):
+
+    values  (N, K)  int8     q = clamp(round(w / s), -127, 127)  (-128 unused: symmetric)
+    scale   (N,)    float32  s = max|row| / 127; an all-zero row stores s = 0 and q = 0
+
+Round trip: |w - q * s| <= s / 2 (plus float32 arithmetic). `quantize_int8_ref` is the NumPy
+reference; `quantize_int8` the Numba version, held bit-identical by tests/test_int8.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from harmony_ref.quant._checks import as_float32_matrix
+
+INT8_MAX_LEVEL = 127
+
+
+@dataclass(frozen=True, eq=False)
+class Int8Tensor:
+    values: np.ndarray  # (N, K) int8
+    scale: np.ndarray  # (N,) float32
+    shape: tuple[int, int]
+
+    def __post_init__(self):
+        n, k = self.shape
+        if self.values.dtype != np.int8 or self.values.shape != (n, k):
+            raise ValueError(
+                f"values must be int8 of shape {(n, k)}, got {self.values.dtype} {self.values.shape}"
+            )
+        if self.scale.dtype != np.float32 or self.scale.shape != (n,):
+            raise ValueError(
+                f"scale must be float32 of shape {(n,)}, got {self.scale.dtype} {self.scale.shape}"
+            )
+
+    @property
+    def nbytes(self) -> int:
+        return self.values.nbytes + self.scale.nbytes
+
+    @property
+    def bits_per_weight(self) -> float:
+        return 8.0 * self.nbytes / (self.shape[0] * self.shape[1])
+
+    @property
+    def format_name(self) -> str:
+        return "int8"
+
+
+# CPU code reference
+
+
+def quantize_int8_ref(w) -> Int8Tensor:
+    """Plain NumPy reference. w: (N, K) float -> Int8Tensor."""
+    w = as_float32_matrix(w)
+    amax = np.abs(w).max(axis=1)  # (N,)
+    scale = (amax / np.float32(INT8_MAX_LEVEL)).astype(np.float32)
+    safe = np.where(scale == 0, np.float32(1), scale)[:, None]  # (N, 1)
+    q = np.clip(np.rint(w / safe), -INT8_MAX_LEVEL, INT8_MAX_LEVEL).astype(np.int8)  # (N, K)
+    return Int8Tensor(q, scale, w.shape)
+
+
+def dequantize_int8(t: Int8Tensor) -> np.ndarray:
+    """Int8Tensor -> float32 (N, K)."""
+    return t.values.astype(np.float32) * t.scale[:, None]
+
+
+# Fast path
+
+
+@numba.njit(parallel=True, cache=True)
+def _quantize_int8_rows(w):
+    n, k = w.shape
+    q = np.empty((n, k), dtype=np.int8)
+    scale = np.empty(n, dtype=np.float32)
+    levels = np.float32(INT8_MAX_LEVEL)
+    for i in numba.prange(n):
+        amax = np.float32(0.0)
+        for j in range(k):
+            amax = max(amax, abs(w[i, j]))
+        s = amax / levels
+        scale[i] = s
+        safe = np.float32(1.0) if s == 0 else s
+        for j in range(k):
+            q[i, j] = np.int8(min(max(np.rint(w[i, j] / safe), -levels), levels))
+    return q, scale
+
+
+def quantize_int8(w) -> Int8Tensor:
+    """Fast (Numba, all cores) per-channel INT8 quantizer; bit-identical to the reference."""
+    w = as_float32_matrix(w)
+    q, scale = _quantize_int8_rows(w)
+    return Int8Tensor(q, scale, w.shape)

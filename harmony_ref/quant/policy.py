@@ -1,0 +1,210 @@
+"""Mixed-precision quantization policies: which weight format each layer gets.
+
+A policy is a TOML file (shipped ones live in harmony_ref/policies/):
+
+    name = "mixed"
+    description = "..."
+    default = "int4-g32"                          # format of every Linear not matched below
+    keep_fp16_layers = ["gate_proj", "lm_head"]   # patterns kept at FP16 (the reference recipe)
+    keep_int8_layers = ["q_proj", "v_proj"]       # patterns kept at INT8
+    [layers]                                      # per-layer formats (the planner writes these)
+    "encoder.layer.0.attention.self.query" = "int8"
+
+A pattern matches a dotted layer name if it is a substring of it, or, when it contains a glob
+character (* ? [), if the glob matches the whole name. Precedence: an exact [layers] name, then
+[layers] patterns in file order, then keep_fp16_layers, then keep_int8_layers, then `default`.
+
+Format strings: "fp32", "fp16", "int8", "int4-g<group>" (asym) or "int4-g<group>-sym".
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+FORMAT_KINDS = ("fp32", "fp16", "int8", "int4")
+_FORMAT_RE = re.compile(r"^(fp32|fp16|int8|int4-g(\d+)(-(asym|sym))?)$")
+POLICY_KEYS = {"name", "description", "default", "keep_fp16_layers", "keep_int8_layers", "layers"}
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How one weight matrix is stored. Storage per weight mirrors the real arrays of
+    `Int4Tensor` (float16 scale + int8 zero point per group) and `Int8Tensor` (float32 scale per
+    row); tests hold `bits_per_weight` equal to the arrays' true size."""
+
+    kind: str  # fp32 | fp16 | int8 | int4
+    group_size: int | None = None  # int4 only
+    scheme: str | None = None  # int4 only: asym | sym
+
+    @property
+    def name(self) -> str:
+        if self.kind != "int4":
+            return self.kind
+        return f"int4-g{self.group_size}" + ("" if self.scheme == "asym" else "-sym")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def nbytes(self, n: int, k: int) -> int:
+        """Stored bytes of an (N, K) matrix in this format, scales and zero points included."""
+        if self.kind == "fp32":
+            return 4 * n * k
+        if self.kind == "fp16":
+            return 2 * n * k
+        if self.kind == "int8":
+            return n * k + 4 * n  # int8 values + float32 scale per row
+        groups = n * (k // self.group_size)
+        return n * k // 2 + 2 * groups + (groups if self.scheme == "asym" else 0)
+
+    def bits_per_weight(self, k: int = 4096) -> float:
+        """Bits per weight for a row length K (INT8's per-row scale depends on K)."""
+        return 8.0 * self.nbytes(1, k) / k
+
+    @property
+    def compute_dtype(self) -> str:
+        """Dtype the NPU multiplies in: fp32 weights still run in fp16 on a phone NPU."""
+        return {"fp32": "fp16", "fp16": "fp16", "int8": "int8", "int4": "int4"}[self.kind]
+
+
+FP32 = WeightFormat("fp32")
+FP16 = WeightFormat("fp16")
+INT8 = WeightFormat("int8")
+
+
+def parse_format(text: str, where: str = "format") -> WeightFormat:
+    """'int4-g128' -> WeightFormat('int4', 128, 'asym'); errors name where the string came from."""
+    m = _FORMAT_RE.match(str(text).strip().lower())
+    if not m:
+        raise ValueError(
+            f"{where}: unknown weight format {text!r}; expected fp32, fp16, int8, "
+            "int4-g<group> or int4-g<group>-sym"
+        )
+    if m.group(2) is None:
+        return WeightFormat(m.group(1))
+    group = int(m.group(2))
+    if group <= 0 or group % 2:
+        raise ValueError(f"{where}: INT4 group size must be a positive even number, got {text!r}")
+    return WeightFormat("int4", group, m.group(4) or "asym")
+
+
+def _matches(pattern: str, name: str) -> bool:
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    return pattern in name
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    default: WeightFormat
+    keep_fp16_layers: tuple[str, ...] = ()
+    keep_int8_layers: tuple[str, ...] = ()
+    layers: tuple[tuple[str, WeightFormat], ...] = ()  # ordered (name or pattern, format)
+    description: str = ""
+    source: str = field(default="<memory>", compare=False)
+
+    def format_for(self, layer_name: str) -> WeightFormat:
+        """The format a Linear (or embedding) called `layer_name` is stored in."""
+        for pattern, fmt in self.layers:
+            if pattern == layer_name:
+                return fmt
+        for pattern, fmt in self.layers:
+            if _matches(pattern, layer_name):
+                return fmt
+        if any(_matches(p, layer_name) for p in self.keep_fp16_layers):
+            return FP16
+        if any(_matches(p, layer_name) for p in self.keep_int8_layers):
+            return INT8
+        return self.default
+
+    def to_toml(self) -> str:
+        """TOML text that `load_policy` reads back to an equal policy."""
+
+        def q(s: str) -> str:
+            return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+        lines = [f"name = {q(self.name)}"]
+        if self.description:
+            lines.append(f"description = {q(self.description)}")
+        lines.append(f"default = {q(self.default.name)}")
+        lines.append("keep_fp16_layers = [" + ", ".join(map(q, self.keep_fp16_layers)) + "]")
+        lines.append("keep_int8_layers = [" + ", ".join(map(q, self.keep_int8_layers)) + "]")
+        if self.layers:
+            lines.append("")
+            lines.append("[layers]")
+            lines.extend(f"{q(p)} = {q(f.name)}" for p, f in self.layers)
+        return "\n".join(lines) + "\n"
+
+
+def policy_from_dict(data: dict, source: str) -> Policy:
+    """Validate a parsed policy table; every error names the source file, the field and value."""
+    unknown = sorted(set(data) - POLICY_KEYS)
+    if unknown:
+        raise ValueError(f"{source}: unknown field(s) {unknown}; allowed: {sorted(POLICY_KEYS)}")
+    if "default" not in data:
+        raise ValueError(f"{source}: missing field 'default' (e.g. default = \"int4-g32\")")
+    default = parse_format(data["default"], f"{source}: field 'default'")
+    lists = {}
+    for key in ("keep_fp16_layers", "keep_int8_layers"):
+        value = data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ValueError(f"{source}: field '{key}' must be a list of non-empty strings, got {value!r}")
+        lists[key] = tuple(value)
+    layers_table = data.get("layers", {})
+    if not isinstance(layers_table, dict):
+        raise ValueError(f"{source}: field 'layers' must be a table, got {layers_table!r}")
+    layers = tuple(
+        (pattern, parse_format(fmt, f"{source}: field 'layers.{pattern}'"))
+        for pattern, fmt in layers_table.items()
+    )
+    name = data.get("name", Path(source).stem)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{source}: field 'name' must be a non-empty string, got {name!r}")
+    return Policy(
+        name=name,
+        default=default,
+        keep_fp16_layers=lists["keep_fp16_layers"],
+        keep_int8_layers=lists["keep_int8_layers"],
+        layers=layers,
+        description=str(data.get("description", "")),
+        source=source,
+    )
+
+
+def shipped_policies() -> list[str]:
+    """Names of the policies shipped in harmony_ref/policies/."""
+    root = resources.files("harmony_ref") / "policies"
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_policy(name_or_path: str | Path | Policy) -> Policy:
+    """A shipped policy by name ("int4-g128"), or a policy TOML by path."""
+    if isinstance(name_or_path, Policy):
+        return name_or_path
+    text = str(name_or_path)
+    path = Path(text)
+    if not (text.endswith(".toml") or path.exists()):
+        candidate = resources.files("harmony_ref") / "policies" / f"{text}.toml"
+        if not candidate.is_file():
+            raise ValueError(
+                f"unknown policy {text!r}: not a file, and not one of the shipped policies "
+                f"{shipped_policies()}"
+            )
+        return policy_from_dict(tomllib.loads(candidate.read_text()), f"policies/{text}.toml")
+    if not path.is_file():
+        raise ValueError(f"policy file {path} does not exist")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: not valid TOML: {e}") from e
+    return policy_from_dict(data, str(path))

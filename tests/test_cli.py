@@ -1,0 +1,24 @@
+import json
+import subprocess
+import sys
+
+from harmony_ref.cli import build_parser, main
+
+
+def test_every_command_has_help():
+    parser = build_parser()
+    assert parser.format_help()
+
+
+def test_quantize_report_json(capsys):
+    assert main(["quantize-report", "--rows", "8", "--cols", "256", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    by = {r["format"]: r for r in out["formats"]}
+    assert by["int4-g32-asym"]["bits_per_weight"] == 4.75
+    assert by["int4-g32-asym"]["rmse"] < by["int4-g128-asym"]["rmse"]
+    assert by["int8"]["rmse"] < by["int4-g32-asym"]["rmse"]
+
+
+def test_python_dash_m():
+    r = subprocess.run([sys.executable, "-m", "harmony_ref", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and "harmony-ref" in r.stdout
