@@ -1,0 +1,1 @@
+"""The simulated phone: profiles (TOML data), cost model, memory, thermal, cold start."""
