@@ -1,0 +1,283 @@
+"""Run records: the JSON result of measuring one config, with a versioned schema.
+
+A record holds
+- `config`: model, policy, profile, scenario (prompt/new/context tokens, batch) and backend;
+- `metrics`: `Metrics.to_dict()` (value, unit, direction, kind exact|measured, raw samples of
+  measured metrics, flags);
+- `parts`: which parts of the job ran, were skipped, or were not available (and why);
+- `provenance`: git commit and dirty flag, harmony-ref/Python/numpy/numba versions, CPU model,
+  cores, Numba threads, hostname, UTC time.
+
+Records are written atomically (a temporary file in the target directory, fsync, then a hard link
+or rename into place), so a killed writer never leaves a half file, and record names carry a UTC
+timestamp, the pid and a random suffix and are claimed exclusively, so two runs finishing in the
+same second never overwrite each other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from harmony_ref.metrics import DIRECTIONS, KINDS, Metrics
+
+SCHEMA_VERSION = 1
+CONFIG_FIELDS = ("model", "policy", "profile", "scenario", "backend")
+SCENARIO_FIELDS = ("prompt_tokens", "new_tokens", "context_tokens", "batch")
+PART_STATUSES = ("ok", "skipped", "unavailable", "failed")
+PROVENANCE_FIELDS = ("git_commit", "git_dirty", "harmony_ref_version", "python_version",
+                     "numpy_version", "numba_version", "cpu_model", "cpu_cores", "numba_threads",
+                     "hostname", "utc_time")
+
+
+@dataclass
+class Record:
+    config: dict
+    metrics: Metrics
+    provenance: dict
+    parts: dict = field(default_factory=dict)  # part name -> {"status": ..., "detail": ...}
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": self.schema_version,
+            "config": self.config,
+            "metrics": self.metrics.to_dict(),
+            "parts": self.parts,
+            "provenance": self.provenance,
+        }
+
+
+def make_config(model: str, policy: str, profile: str, backend: str = "simulated",
+                prompt_tokens: int = 512, new_tokens: int = 128, context_tokens: int = 2048,
+                batch: int = 1) -> dict:
+    return {
+        "model": model, "policy": policy, "profile": profile, "backend": backend,
+        "scenario": {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
+                     "context_tokens": context_tokens, "batch": batch},
+    }
+
+
+# --- provenance -------------------------------------------------------------------------------
+
+def _git(*args: str, cwd: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def collect_provenance() -> dict:
+    """Where and with what a record was made. Git fields are None outside a git checkout."""
+    import numpy
+
+    import harmony_ref
+
+    repo = Path(harmony_ref.__file__).resolve().parent.parent
+    commit = _git("rev-parse", "HEAD", cwd=repo)
+    status = _git("status", "--porcelain", "--untracked-files=no", cwd=repo)
+    try:
+        import numba
+
+        numba_version, numba_threads = numba.__version__, int(numba.config.NUMBA_NUM_THREADS)
+    except ImportError:  # pragma: no cover - numba is a dependency
+        numba_version, numba_threads = None, None
+    return {
+        "git_commit": commit,
+        "git_dirty": None if status is None else bool(status),
+        "harmony_ref_version": harmony_ref.__version__,
+        "python_version": platform.python_version(),
+        "numpy_version": numpy.__version__,
+        "numba_version": numba_version,
+        "cpu_model": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "numba_threads": numba_threads,
+        "hostname": socket.gethostname(),
+        "utc_time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "argv": list(sys.argv),
+    }
+
+
+# --- validation -------------------------------------------------------------------------------
+
+def _require(cond: bool, source: str, where: str, msg: str) -> None:
+    if not cond:
+        raise ValueError(f"{source}: field '{where}': {msg}")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def validate_record_dict(data, source: str) -> None:
+    """Raise ValueError naming the file and the field when `data` is not a valid record."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: a run record must be a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version")
+    _require("schema_version" in data, source, "schema_version", "missing")
+    _require(version == SCHEMA_VERSION, source, "schema_version",
+             f"is {version!r}, this harmony-ref reads version {SCHEMA_VERSION} "
+             "(re-create the record with `harmony-ref run`)")
+    for key in ("config", "metrics", "provenance"):
+        _require(isinstance(data.get(key), dict), source, key, f"missing or not an object: {data.get(key)!r}")
+    cfg = data["config"]
+    for key in CONFIG_FIELDS:
+        _require(key in cfg, source, f"config.{key}", "missing")
+    for key in ("model", "policy", "profile", "backend"):
+        _require(isinstance(cfg[key], str) and cfg[key], source, f"config.{key}",
+                 f"must be a non-empty string, got {cfg[key]!r}")
+    _require(isinstance(cfg["scenario"], dict), source, "config.scenario", "must be an object")
+    for key in SCENARIO_FIELDS:
+        v = cfg["scenario"].get(key)
+        _require(isinstance(v, int) and not isinstance(v, bool) and v > 0, source,
+                 f"config.scenario.{key}", f"must be a positive integer, got {v!r}")
+    for name, m in data["metrics"].items():
+        where = f"metrics.{name}"
+        _require(isinstance(m, dict), source, where, f"must be an object, got {m!r}")
+        _require(_is_number(m.get("value")), source, f"{where}.value", f"must be a number, got {m.get('value')!r}")
+        _require(isinstance(m.get("unit"), str), source, f"{where}.unit", f"must be a string, got {m.get('unit')!r}")
+        _require(m.get("direction") in DIRECTIONS, source, f"{where}.direction",
+                 f"must be one of {DIRECTIONS}, got {m.get('direction')!r}")
+        _require(m.get("kind") in KINDS, source, f"{where}.kind", f"must be one of {KINDS}, got {m.get('kind')!r}")
+        samples = m.get("samples", [])
+        _require(isinstance(samples, list) and all(_is_number(s) for s in samples), source,
+                 f"{where}.samples", "must be a list of numbers")
+        _require(m["kind"] != "measured" or len(samples) > 0, source, f"{where}.samples",
+                 "a measured metric must keep its raw samples")
+        flags = m.get("flags", [])
+        _require(isinstance(flags, list) and all(isinstance(f, str) for f in flags), source,
+                 f"{where}.flags", "must be a list of strings")
+    for key in PROVENANCE_FIELDS:
+        _require(key in data["provenance"], source, f"provenance.{key}", "missing")
+    parts = data.get("parts", {})
+    _require(isinstance(parts, dict), source, "parts", "must be an object")
+    for name, p in parts.items():
+        _require(isinstance(p, dict) and p.get("status") in PART_STATUSES, source, f"parts.{name}.status",
+                 f"must be one of {PART_STATUSES}, got {p!r}")
+
+
+def record_from_dict(data: dict, source: str = "<record>") -> Record:
+    validate_record_dict(data, source)
+    return Record(config=data["config"], metrics=Metrics.from_dict(data["metrics"]),
+                  provenance=data["provenance"], parts=data.get("parts", {}),
+                  schema_version=data["schema_version"])
+
+
+def load_record(path: str | Path) -> Record:
+    """Read and validate a record; every problem is a ValueError naming the file and field."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: run record does not exist")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e}); the file is corrupt or truncated") from e
+    return record_from_dict(data, str(path))
+
+
+# --- atomic writing ---------------------------------------------------------------------------
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_temp(directory: Path, text: str) -> Path:
+    """A fully written, fsynced temporary file in `directory` (same filesystem as the target)."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def _link_exclusive(tmp: Path, path: Path) -> None:
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:
+        # No hard links on this filesystem: claim the name with O_EXCL, then rename over it.
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        os.replace(tmp, path)
+        return
+    tmp.unlink()
+
+
+def write_json_atomic(path: str | Path, data, overwrite: bool = True) -> Path:
+    """Write `data` as JSON to `path` so readers see the old file or the new one, never a part.
+
+    overwrite=False refuses to replace an existing file (FileExistsError): the temporary file
+    is hard-linked to the final name, which fails atomically when the name is taken."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _write_temp(path.parent, json.dumps(data, indent=2, default=float) + "\n")
+    try:
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            _link_exclusive(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def record_filename(config: dict) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    safe = "-".join(str(config.get(k, "x")) for k in ("model", "policy", "profile"))
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in safe)
+    return f"run-{stamp}-{safe}-p{os.getpid()}-{secrets.token_hex(4)}.json"
+
+
+def write_record(record: Record, out_dir: str | Path) -> Path:
+    """Write a new record file under out_dir and return its path; never overwrites one."""
+    data = record.to_dict()
+    validate_record_dict(data, "<record being written>")
+    out_dir = Path(out_dir)
+    for _attempt in range(100):
+        try:
+            return write_json_atomic(out_dir / record_filename(record.config), data, overwrite=False)
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"could not find a free record name in {out_dir}")  # pragma: no cover
+
+
+def latest_record(out_dir: str | Path) -> Path | None:
+    files = sorted(Path(out_dir).glob("run-*.json"))
+    return files[-1] if files else None
