@@ -239,13 +239,18 @@ def _link_exclusive(tmp: Path, path: Path) -> None:
 
 
 def write_json_atomic(path: str | Path, data, overwrite: bool = True) -> Path:
-    """Write `data` as JSON to `path` so readers see the old file or the new one, never a part.
+    """Write `data` as JSON to `path` atomically (see write_text_atomic)."""
+    return write_text_atomic(path, json.dumps(data, indent=2, default=float) + "\n", overwrite)
+
+
+def write_text_atomic(path: str | Path, text: str, overwrite: bool = True) -> Path:
+    """Write `text` to `path` so readers see the old file or the new one, never a part.
 
     overwrite=False refuses to replace an existing file (FileExistsError): the temporary file
     is hard-linked to the final name, which fails atomically when the name is taken."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _write_temp(path.parent, json.dumps(data, indent=2, default=float) + "\n")
+    tmp = _write_temp(path.parent, text)
     try:
         if overwrite:
             os.replace(tmp, path)

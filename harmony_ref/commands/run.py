@@ -1,0 +1,88 @@
+"""`harmony-ref run`: the main job. Measures one config (predicted metrics, host kernel timings,
+accuracy on real weights, cold start, 10-minute thermal summary), prints one table and writes a
+run record under results/runs/."""
+
+from __future__ import annotations
+
+NAME = "run"
+HELP = "measure one config (predicted, host kernels, accuracy, cold start, thermal) and write a run record"
+
+DEFAULTS = {"model": "llama-3.2-3b", "policy": "int4-g128", "profile": "harmony-flagship", "backend": "simulated"}
+
+
+def add_config_arguments(p) -> None:
+    p.add_argument("--model", default=DEFAULTS["model"], help=f"model spec (default {DEFAULTS['model']})")
+    p.add_argument("--policy", default=DEFAULTS["policy"], help=f"quantization policy (default {DEFAULTS['policy']})")
+    p.add_argument("--profile", default=DEFAULTS["profile"], help=f"device profile (default {DEFAULTS['profile']})")
+    p.add_argument("--backend", default=DEFAULTS["backend"], help="backend for the device metrics (default simulated)")
+    p.add_argument("--prompt-tokens", type=int, default=512)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--context-tokens", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=1)
+
+
+def config_from_args(args) -> dict:
+    from harmony_ref.track.record import make_config
+
+    for key in ("prompt_tokens", "new_tokens", "context_tokens", "batch"):
+        if getattr(args, key) <= 0:
+            raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {getattr(args, key)}")
+    return make_config(args.model, args.policy, args.profile, args.backend, args.prompt_tokens,
+                       args.new_tokens, args.context_tokens, args.batch)
+
+
+def add_arguments(p) -> None:
+    from harmony_ref.commands._output import add_json_flag
+
+    add_config_arguments(p)
+    p.add_argument("--skip", default="", metavar="PARTS",
+                   help="comma-separated parts to skip: predicted,host,accuracy,coldstart,thermal")
+    p.add_argument("--out-dir", default="results/runs", help="where the record goes (default results/runs)")
+    p.add_argument("--no-record", action="store_true", help="do not write a record")
+    add_json_flag(p)
+
+
+def record_frame(record):
+    """One row per metric: value, unit, better, kind, the part that made it, flags."""
+    owner = {m: name for name, p in record.parts.items() for m in p.get("metrics", [])}
+    df = record.metrics.to_frame()
+    df.insert(1, "part", [owner.get(n, "") for n in df["metric"]])
+    return df
+
+
+def print_record(record, path=None, file=None) -> None:
+    import sys
+
+    from harmony_ref.commands._output import print_table
+
+    out = file or sys.stdout
+    c = record.config
+    sc = c["scenario"]
+    title = (f"{c['model']} / {c['policy']} / {c['profile']} ({c['backend']}), "
+             f"{sc['prompt_tokens']} prompt + {sc['new_tokens']} new tokens, context {sc['context_tokens']}, "
+             f"batch {sc['batch']}")
+    if len(record.metrics):
+        print_table(record_frame(record), title=title, file=out)
+    else:
+        print(f"{title}: no metrics", file=out)
+    for name, p in record.parts.items():
+        print(f"  {name:<10} {p['status']:<12} {p.get('detail', '')}", file=out)
+    if path is not None:
+        print(f"record: {path}", file=out)
+
+
+def run(args) -> int:
+    from harmony_ref.commands._output import print_json
+    from harmony_ref.track.job import parse_skip, run_job
+    from harmony_ref.track.record import write_record
+
+    config = config_from_args(args)
+    skip = parse_skip(args.skip)
+    record = run_job(config, skip=skip, show_progress=not args.json)
+    path = None if args.no_record else write_record(record, args.out_dir)
+    if args.json:
+        print_json({"record": str(path) if path else None, **record.to_dict()})
+    else:
+        print_record(record, path)
+    failed = [n for n, p in record.parts.items() if p["status"] == "failed"]
+    return 1 if failed else 0

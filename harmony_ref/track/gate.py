@@ -1,0 +1,293 @@
+"""The CI gate: compare a run record with a baseline record, metric by metric.
+
+Rules (limits come from a tolerance TOML, see harmony_ref/track/tolerances.toml):
+- `exact` metrics (predicted or counted) fail when they get worse by more than a tight limit
+  (default 0.1%);
+- `measured` metrics (timed) fail only when they get worse by more than their limit (default
+  10%) AND a one-sided Mann-Whitney U test on the raw samples says the shift is real (p < alpha)
+  AND the metric, re-measured once, still fails both (confirm-on-rerun), so one noisy run cannot
+  fail a build. When the gate has no way to re-measure, the verdict says so;
+- direction-aware: an improvement never fails; `direction = "none"` metrics are informational;
+- metrics flagged `implausible` on either side are called out in the verdict.
+
+Bad input (a config or metric set that does not match, a missing or corrupt file) is a
+ValueError: the command turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Callable
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from harmony_ref.metrics import Metric
+from harmony_ref.track.record import Record
+
+DEFAULT_EXACT_PCT = 0.1
+DEFAULT_MEASURED_PCT = 10.0
+DEFAULT_ALPHA = 0.05
+# Below 3 samples a side the smallest one-sided U-test p is 0.1: the test could never say "real".
+MIN_SAMPLES_FOR_U_TEST = 3
+
+# Verdict statuses; only REGRESSION fails the gate.
+PASS, IMPROVED, INFO, NOISE, REGRESSION = "pass", "improved", "info", "noise", "regression"
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    exact_pct: float = DEFAULT_EXACT_PCT
+    measured_pct: float = DEFAULT_MEASURED_PCT
+    alpha: float = DEFAULT_ALPHA
+    overrides: tuple[tuple[str, float], ...] = ()  # (name or glob, pct) in file order
+    source: str = "<defaults>"
+
+    def limit_pct(self, metric: Metric) -> float:
+        for pattern, pct in self.overrides:
+            if pattern == metric.name:
+                return pct
+        for pattern, pct in self.overrides:
+            if fnmatch.fnmatchcase(metric.name, pattern):
+                return pct
+        return self.exact_pct if metric.kind == "exact" else self.measured_pct
+
+
+def _pct(value, source: str, where: str, upper: float | None = None) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0 \
+            or (upper is not None and value > upper):
+        bound = f" and <= {upper}" if upper is not None else ""
+        raise ValueError(f"{source}: field '{where}' = {value!r}: must be a number >= 0{bound}")
+    return float(value)
+
+
+def load_tolerances(path: str | Path | None = None) -> Tolerances:
+    """The shipped tolerances, or a TOML file of the same shape; errors name file and field."""
+    if path is None:
+        text = (resources.files("harmony_ref") / "track" / "tolerances.toml").read_text()
+        source = "track/tolerances.toml"
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise ValueError(f"tolerance file {p} does not exist")
+        text, source = p.read_text(), str(p)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{source}: not valid TOML: {e}") from e
+    unknown = sorted(set(data) - {"defaults", "metrics"})
+    if unknown:
+        raise ValueError(f"{source}: unknown section '{unknown[0]}'; allowed: defaults, metrics")
+    defaults = data.get("defaults", {})
+    bad = sorted(set(defaults) - {"exact_pct", "measured_pct", "alpha"})
+    if bad:
+        raise ValueError(f"{source}: unknown field 'defaults.{bad[0]}'; allowed: exact_pct, measured_pct, alpha")
+    overrides = []
+    for name, table in data.get("metrics", {}).items():
+        if not isinstance(table, dict) or "tolerance_pct" not in table:
+            raise ValueError(f"{source}: field 'metrics.{name}' must be a table with tolerance_pct "
+                             f"(and a reason), got {table!r}")
+        extra = sorted(set(table) - {"tolerance_pct", "reason"})
+        if extra:
+            raise ValueError(f"{source}: unknown field 'metrics.{name}.{extra[0]}'; allowed: tolerance_pct, reason")
+        overrides.append((name, _pct(table["tolerance_pct"], source, f"metrics.{name}.tolerance_pct")))
+    return Tolerances(
+        exact_pct=_pct(defaults.get("exact_pct", DEFAULT_EXACT_PCT), source, "defaults.exact_pct"),
+        measured_pct=_pct(defaults.get("measured_pct", DEFAULT_MEASURED_PCT), source, "defaults.measured_pct"),
+        alpha=_pct(defaults.get("alpha", DEFAULT_ALPHA), source, "defaults.alpha", upper=1.0),
+        overrides=tuple(overrides),
+        source=source,
+    )
+
+
+@dataclass
+class Row:
+    metric: str
+    unit: str
+    kind: str
+    direction: str
+    baseline: float
+    current: float
+    change_pct: float  # signed relative change, current vs baseline
+    limit: str
+    status: str
+    verdict: str
+
+
+@dataclass
+class GateReport:
+    baseline: Record
+    current: Record
+    rows: list[Row] = field(default_factory=list)
+    tolerances: Tolerances = field(default_factory=Tolerances)
+
+    @property
+    def regressions(self) -> list[Row]:
+        return [r for r in self.rows if r.status == REGRESSION]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regressions else 0
+
+
+def change_pct(baseline: float, current: float) -> float:
+    if current == baseline:
+        return 0.0
+    if baseline == 0:
+        return math.copysign(math.inf, current)
+    return 100.0 * (current - baseline) / abs(baseline)
+
+
+def worse_pct(metric: Metric, change: float) -> float:
+    """How much worse (positive) or better (negative) a change is, in the metric's direction."""
+    return change if metric.direction == "lower" else -change
+
+
+def u_test_p(baseline: Metric, current: Metric) -> float | None:
+    """One-sided Mann-Whitney U p-value for "current is worse than baseline"; None when there
+    are too few raw samples for the test to mean anything."""
+    if min(len(baseline.samples), len(current.samples)) < MIN_SAMPLES_FOR_U_TEST:
+        return None
+    from scipy.stats import mannwhitneyu
+
+    alternative = "greater" if current.direction == "lower" else "less"
+    return float(mannwhitneyu(current.samples, baseline.samples, alternative=alternative).pvalue)
+
+
+def check_comparable(baseline: Record, current: Record, baseline_name: str, current_name: str) -> None:
+    """Raise ValueError (bad input) when the two records are not the same config and metric set."""
+    diffs = [f"{k}: {baseline.config[k]!r} vs {current.config[k]!r}"
+             for k in ("model", "policy", "profile", "backend", "scenario") if baseline.config[k] != current.config[k]]
+    if diffs:
+        raise ValueError(f"{current_name} measures a different config than {baseline_name} ("
+                         + "; ".join(diffs) + ")")
+    only_base = [n for n in baseline.metrics.names() if n not in current.metrics]
+    only_cur = [n for n in current.metrics.names() if n not in baseline.metrics]
+    if only_base or only_cur:
+        parts = []
+        if only_base:
+            parts.append(f"missing from {current_name}: {', '.join(only_base)}")
+        if only_cur:
+            parts.append(f"missing from {baseline_name}: {', '.join(only_cur)}")
+        raise ValueError("metric sets differ (" + "; ".join(parts) + "); if the change is intended, "
+                         "promote a new record with `harmony-ref gate --update-baseline`")
+    for name in baseline.metrics.names():
+        b, c = baseline.metrics[name], current.metrics[name]
+        for attr in ("unit", "direction", "kind"):
+            if getattr(b, attr) != getattr(c, attr):
+                raise ValueError(f"metric {name}: {attr} is {getattr(b, attr)!r} in {baseline_name} "
+                                 f"but {getattr(c, attr)!r} in {current_name}")
+
+
+def _fmt_pct(x: float) -> str:
+    return f"{x:+.2f}%" if math.isfinite(x) else ("+inf%" if x > 0 else "-inf%")
+
+
+def _judge_measured(b: Metric, c: Metric, limit: float, alpha: float) -> tuple[str, str]:
+    worse = worse_pct(c, change_pct(b.value, c.value))
+    if worse <= limit:
+        return (IMPROVED, "improved") if worse < -limit else (PASS, "ok")
+    p = u_test_p(b, c)
+    if p is None:
+        return REGRESSION, f"worse by {worse:.1f}% (too few samples for a U test)"
+    if p >= alpha:
+        return NOISE, f"worse by {worse:.1f}% but U test p={p:.3f} >= {alpha}: noise"
+    return REGRESSION, f"worse by {worse:.1f}%, U test p={p:.3g}"
+
+
+def compare(baseline: Record, current: Record, tolerances: Tolerances | None = None,
+            remeasure: Callable[[str], Metric] | None = None, no_remeasure_reason: str = "",
+            baseline_name: str = "baseline", current_name: str = "current") -> GateReport:
+    """Judge every metric of `current` against `baseline`. `remeasure(name)` re-measures one
+    measured metric on this machine (confirm-on-rerun); without it the verdict of a failing
+    measured metric says it could not be confirmed, and why (`no_remeasure_reason`)."""
+    tol = tolerances or Tolerances()
+    check_comparable(baseline, current, baseline_name, current_name)
+    report = GateReport(baseline, current, tolerances=tol)
+    for name in baseline.metrics.names():
+        b, c = baseline.metrics[name], current.metrics[name]
+        change = change_pct(b.value, c.value)
+        limit = tol.limit_pct(c)
+        if c.direction == "none":
+            status, verdict, limit_text = INFO, "info (not gated)", "-"
+        elif c.kind == "exact":
+            limit_text = f"{limit:g}%"
+            worse = worse_pct(c, change)
+            if worse > limit:
+                status, verdict = REGRESSION, f"REGRESSION: worse by {_fmt_pct(worse).lstrip('+')}"
+            elif worse < -limit:
+                status, verdict = IMPROVED, "improved (update the baseline)"
+            else:
+                status, verdict = PASS, "ok"
+        else:
+            limit_text = f"{limit:g}% & p<{tol.alpha:g}"
+            status, verdict = _judge_measured(b, c, limit, tol.alpha)
+            if status == REGRESSION:
+                if remeasure is None:
+                    verdict = (f"REGRESSION: {verdict}; not confirmed on rerun: "
+                               f"{no_remeasure_reason or 'the gate has no way to re-measure it'}")
+                else:
+                    again = remeasure(name)
+                    status2, verdict2 = _judge_measured(b, again, limit, tol.alpha)
+                    if status2 == REGRESSION:
+                        verdict = f"REGRESSION: {verdict}; confirmed on rerun ({verdict2})"
+                        c = again
+                        change = change_pct(b.value, again.value)
+                    else:
+                        status = NOISE
+                        verdict = f"first run {verdict}; rerun {verdict2}: not confirmed"
+        flagged = [f"{side} {flag}" for side, m in (("baseline", b), ("current", c)) for flag in m.flags]
+        if flagged:
+            verdict += " [" + ", ".join(flagged) + "]"
+        report.rows.append(Row(name, c.unit, c.kind, c.direction, b.value, c.value, change,
+                               limit_text, status, verdict))
+    return report
+
+
+def _num(v: float) -> str:
+    if v != 0 and (abs(v) >= 1e6 or abs(v) < 1e-3):
+        return f"{v:.4g}"
+    return f"{v:,.4g}"
+
+
+def to_markdown(report: GateReport, baseline_name: str = "baseline", current_name: str = "current") -> str:
+    """A Markdown summary suitable for a CI job summary."""
+    cfg = report.current.config
+    sc = cfg["scenario"]
+    n_reg = len(report.regressions)
+    head = "FAIL" if n_reg else "PASS"
+    lines = [
+        f"## harmony-ref gate: {head}",
+        "",
+        f"Config: model `{cfg['model']}`, policy `{cfg['policy']}`, profile `{cfg['profile']}`, "
+        f"backend `{cfg['backend']}`, scenario {sc['prompt_tokens']} prompt / {sc['new_tokens']} new / "
+        f"{sc['context_tokens']} context tokens, batch {sc['batch']}.",
+        f"Baseline: `{baseline_name}` (commit {_short(report.baseline.provenance)}); "
+        f"current: `{current_name}` (commit {_short(report.current.provenance)}). "
+        f"Tolerances: {report.tolerances.source}.",
+        "",
+        "| metric | baseline | current | change | limit | verdict |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for r in report.rows:
+        verdict = f"**{r.verdict}**" if r.status == REGRESSION else r.verdict
+        lines.append(f"| `{r.metric}` ({r.kind}) | {_num(r.baseline)} {r.unit} | {_num(r.current)} {r.unit} | "
+                     f"{_fmt_pct(r.change_pct)} | {r.limit} | {verdict} |")
+    lines.append("")
+    counts = {s: sum(r.status == s for r in report.rows) for s in (PASS, IMPROVED, NOISE, INFO, REGRESSION)}
+    lines.append(", ".join(f"{v} {k}" for k, v in counts.items()) + f" of {len(report.rows)} metrics.")
+    return "\n".join(lines) + "\n"
+
+
+def _short(prov: dict) -> str:
+    commit = prov.get("git_commit")
+    if not commit:
+        return "unknown"
+    return commit[:10] + ("+dirty" if prov.get("git_dirty") else "")

@@ -1,0 +1,149 @@
+"""The main job behind `harmony-ref run`: measure one config in parts and make a run record.
+
+Parts, in order (each can be skipped with --skip):
+- `predicted`: the backend's metrics (SimulatedDevice(profile).predict(config): TTFT, decode
+  tokens/s, memory, kernel launches; exact);
+- `host`: short timed kernel calls on this machine (decode GEMV in the policy's format against
+  NumPy FP32 `W @ x`, the fused norm against its unfused NumPy twin), raw samples kept (measured);
+- `accuracy`: MiniLM-L6 on real weights under the policy (exact);
+- `coldstart`: cold / preload / preload+warm-up start times (exact);
+- `thermal`: the 10-minute sustained-performance summary (exact).
+
+A part whose code is not in this checkout is recorded as `unavailable` with the reason, never
+faked; a part that raises is recorded as `failed` (the run exits 1).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Callable
+
+from harmony_ref.metrics import Metric, Metrics
+from harmony_ref.track.record import Record, collect_provenance
+
+
+class PartUnavailable(Exception):
+    """The code a part needs is not in this checkout (or this backend cannot provide it)."""
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    title: str
+    needs: tuple[str, ...]  # modules that must exist for the part to run
+    func: Callable[[dict], Metrics]
+
+
+def _find(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # parent package missing
+        return False
+
+
+def make_device_config(config: dict):
+    """The device model's Config for a record config."""
+    from harmony_ref.config import Config
+
+    sc = config["scenario"]
+    return Config.from_names(model=config["model"], policy=config["policy"],
+                             prompt_tokens=sc["prompt_tokens"], new_tokens=sc["new_tokens"],
+                             context_tokens=sc["context_tokens"], batch=sc["batch"])
+
+
+def _predicted(config: dict) -> Metrics:
+    if config["backend"] != "simulated":
+        raise PartUnavailable(f"backend {config['backend']!r} is not wired into `run` yet")
+    from harmony_ref.device.profile import load_profile
+    from harmony_ref.hil.simulated import SimulatedDevice
+
+    return SimulatedDevice(load_profile(config["profile"])).predict(make_device_config(config))
+
+
+PARTS: list[Part] = [
+    Part("predicted", "predicted metrics (device model)",
+         ("harmony_ref.config", "harmony_ref.device.profile", "harmony_ref.hil.simulated"), _predicted),
+]
+
+
+def part_names() -> list[str]:
+    return [p.name for p in PARTS]
+
+
+def parse_skip(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    unknown = [n for n in names if n not in part_names()]
+    if unknown:
+        raise ValueError(f"--skip: unknown part {unknown[0]!r}; parts are {', '.join(part_names())}")
+    return names
+
+
+def run_part(part: Part, config: dict) -> Metrics:
+    missing = [m for m in part.needs if not _find(m)]
+    if missing:
+        raise PartUnavailable(f"{', '.join(missing)} not in this checkout")
+    return part.func(config)
+
+
+def run_job(config: dict, skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None,
+            console=None, show_progress: bool = True) -> Record:
+    """Run every part not skipped and return the record (not yet written)."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = console or Console(stderr=True)
+    metrics = Metrics()
+    parts: dict[str, dict] = {}
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console, disable=not show_progress, transient=False) as progress:
+        for part in PARTS:
+            if part.name in skip or (only is not None and part.name not in only):
+                parts[part.name] = {"status": "skipped", "detail": "skipped on request", "metrics": []}
+                continue
+            task = progress.add_task(part.title, total=1)
+            t0 = time.perf_counter()
+            try:
+                got = run_part(part, config)
+            except PartUnavailable as e:
+                parts[part.name] = {"status": "unavailable", "detail": str(e), "metrics": []}
+                progress.update(task, completed=1, description=f"{part.title}: [yellow]not available[/] ({e})")
+                continue
+            except Exception as e:  # noqa: BLE001 - one broken part must not hide the others
+                detail = f"{type(e).__name__}: {e}"
+                parts[part.name] = {"status": "failed", "detail": detail,
+                                    "traceback": traceback.format_exc(limit=5), "metrics": []}
+                progress.update(task, completed=1, description=f"{part.title}: [red]failed[/] ({detail})")
+                continue
+            elapsed = time.perf_counter() - t0
+            clash = [n for n in got.names() if n in metrics]
+            if clash:
+                raise RuntimeError(f"part {part.name} produced metric(s) already set: {clash}")
+            metrics.update(got)
+            parts[part.name] = {"status": "ok", "detail": f"{len(got)} metrics in {elapsed:.1f} s",
+                                "seconds": round(elapsed, 3), "metrics": got.names()}
+            progress.update(task, completed=1, description=f"{part.title}: {len(got)} metrics")
+    return Record(config=config, metrics=metrics, provenance=collect_provenance(), parts=parts)
+
+
+def ran_parts(record: Record) -> tuple[str, ...]:
+    return tuple(name for name, p in record.parts.items() if p.get("status") == "ok")
+
+
+def remeasure_fn(record: Record) -> Callable[[str], Metric]:
+    """A callable that re-measures one metric of `record` on this machine (by re-running the
+    part that produced it), for the gate's confirm-on-rerun."""
+    owner = {m: name for name, p in record.parts.items() for m in p.get("metrics", [])}
+    by_name = {p.name: p for p in PARTS}
+
+    def remeasure(metric: str) -> Metric:
+        part = owner.get(metric)
+        if part is None or part not in by_name:
+            raise ValueError(f"cannot re-measure {metric}: the record does not say which part made it")
+        return run_part(by_name[part], record.config)[metric]
+
+    return remeasure

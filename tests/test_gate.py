@@ -1,0 +1,197 @@
+"""The gate's rules on records built here (exact/measured, U test, confirm-on-rerun, direction,
+tolerance TOML) and the command's exit codes on bad input. The end-to-end regression made by a
+real profile change lives in tests/test_run.py."""
+
+import json
+
+import numpy as np
+import pytest
+
+from harmony_ref.cli import main
+from harmony_ref.metrics import Metric, Metrics
+from harmony_ref.track import gate
+from harmony_ref.track.record import Record, collect_provenance, load_record, make_config, write_record
+
+PROV = collect_provenance()
+
+
+def _rec(ttft=100.0, tps=20.0, host=None, host_samples=None, extra=None) -> Record:
+    m = Metrics()
+    m.add("ttft_ms", ttft, "ms", "lower", "exact")
+    m.add("decode_tokens_per_s", tps, "tokens/s", "higher", "exact")
+    m.add("weights_mb", 1800.0, "MB", "none", "exact")
+    if host is not None:
+        m.add("host_gemv_speedup_x", host, "x", "higher", "measured", samples=host_samples)
+    if extra:
+        m.add(extra, 1.0, "ms")
+    return Record(make_config("llama-3.2-3b", "int4-g128", "harmony-flagship"), m, PROV,
+                  {"predicted": {"status": "ok", "detail": "", "metrics": m.names()}})
+
+
+def _samples(center, n=7, spread=0.01, seed=0):
+    return list(center * (1 + spread * np.random.default_rng(seed).standard_normal(n)))
+
+
+def _status(report, name):
+    return next(r for r in report.rows if r.metric == name)
+
+
+def test_unchanged_passes():
+    r = gate.compare(_rec(host=1.4, host_samples=_samples(1.4)), _rec(host=1.4, host_samples=_samples(1.4, seed=1)))
+    assert report_ok(r)
+    assert _status(r, "weights_mb").status == gate.INFO
+
+
+def report_ok(r):
+    return r.exit_code == 0 and not r.regressions
+
+
+@pytest.mark.parametrize("ttft, tps, status", [
+    (100.05, 20.0, gate.PASS),        # +0.05%: inside the 0.1% exact limit
+    (100.2, 20.0, gate.REGRESSION),   # +0.2% slower first token
+    (99.0, 20.0, gate.IMPROVED),      # better never fails
+    (100.0, 19.9, gate.REGRESSION),   # higher-is-better metric dropped 0.5%
+])
+def test_exact_rules(ttft, tps, status):
+    r = gate.compare(_rec(), _rec(ttft=ttft, tps=tps))
+    got = {row.metric: row.status for row in r.rows}
+    assert status in (got["ttft_ms"], got["decode_tokens_per_s"])
+    assert r.exit_code == (1 if status == gate.REGRESSION else 0)
+
+
+def test_measured_noise_is_not_a_regression():
+    # 15% worse on the median, but the sample clouds overlap: U test cannot call it real.
+    base = [1.0, 1.6, 1.1, 1.5, 1.2]
+    cur = [0.9, 1.5, 1.0, 1.4, 1.1]
+    r = gate.compare(_rec(host=1.3, host_samples=base), _rec(host=1.1, host_samples=cur))
+    row = _status(r, "host_gemv_speedup_x")
+    assert row.status == gate.NOISE and "U test p=" in row.verdict
+    assert r.exit_code == 0
+
+
+def test_measured_regression_without_rerun_says_so():
+    r = gate.compare(_rec(host=1.4, host_samples=_samples(1.4)), _rec(host=1.0, host_samples=_samples(1.0)),
+                     no_remeasure_reason="no backend here")
+    row = _status(r, "host_gemv_speedup_x")
+    assert row.status == gate.REGRESSION and "not confirmed on rerun: no backend here" in row.verdict
+    assert r.exit_code == 1
+
+
+def test_confirm_on_rerun():
+    base = _rec(host=1.4, host_samples=_samples(1.4))
+    cur = _rec(host=1.0, host_samples=_samples(1.0))
+    calls = []
+
+    def good_rerun(name):
+        calls.append(name)
+        return Metric(name, 1.4, "x", "higher", "measured", tuple(_samples(1.4, seed=3)))
+
+    r = gate.compare(base, cur, remeasure=good_rerun)
+    assert calls == ["host_gemv_speedup_x"]
+    assert _status(r, "host_gemv_speedup_x").status == gate.NOISE and r.exit_code == 0
+
+    def bad_rerun(name):
+        return Metric(name, 0.95, "x", "higher", "measured", tuple(_samples(0.95, seed=4)))
+
+    r = gate.compare(base, cur, remeasure=bad_rerun)
+    row = _status(r, "host_gemv_speedup_x")
+    assert row.status == gate.REGRESSION and "confirmed on rerun" in row.verdict and row.current == 0.95
+
+
+def test_measured_improvement_never_reruns():
+    def boom(name):
+        raise AssertionError("an improvement must not be re-measured")
+
+    r = gate.compare(_rec(host=1.0, host_samples=_samples(1.0)), _rec(host=2.0, host_samples=_samples(2.0)),
+                     remeasure=boom)
+    assert _status(r, "host_gemv_speedup_x").status == gate.IMPROVED
+
+
+def test_implausible_flag_is_called_out():
+    cur = _rec()
+    cur.metrics.put(cur.metrics["ttft_ms"].flagged("implausible"))
+    r = gate.compare(_rec(), cur)
+    assert "current implausible" in _status(r, "ttft_ms").verdict
+
+
+def test_missing_metric_and_config_mismatch_are_bad_input():
+    with pytest.raises(ValueError, match="missing from current: host_gemv_speedup_x"):
+        gate.compare(_rec(host=1.0, host_samples=[1.0] * 3), _rec())
+    with pytest.raises(ValueError, match="missing from baseline: extra_ms"):
+        gate.compare(_rec(), _rec(extra="extra_ms"))
+    other = _rec()
+    other.config = make_config("llama-3.2-3b", "int8", "harmony-flagship")
+    with pytest.raises(ValueError, match="different config.*policy"):
+        gate.compare(_rec(), other)
+
+
+def test_tolerance_file(tmp_path):
+    t = gate.load_tolerances()
+    assert t.limit_pct(Metric("ttft_ms", 1.0, "ms")) == gate.DEFAULT_EXACT_PCT
+    assert t.limit_pct(Metric("host_gemv_int4_ms", 1.0, "ms", kind="measured")) == 50.0
+    f = tmp_path / "tol.toml"
+    f.write_text('[defaults]\nexact_pct = 1.0\n[metrics.ttft_ms]\ntolerance_pct = 5\nreason = "x"\n')
+    t = gate.load_tolerances(f)
+    assert t.limit_pct(Metric("ttft_ms", 1.0, "ms")) == 5.0
+    assert t.limit_pct(Metric("decode_tokens_per_s", 1.0, "x")) == 1.0
+    r = gate.compare(_rec(), _rec(ttft=104.0), t)
+    assert r.exit_code == 0
+    for bad, field in [('[defaults]\nexact_pct = -1\n', "defaults.exact_pct"),
+                       ('[metrics.ttft_ms]\ntolerance = 5\n', "metrics.ttft_ms"),
+                       ('[defaults]\nalpha = 2\n', "defaults.alpha"),
+                       ('[limits]\n', "limits")]:
+        f.write_text(bad)
+        with pytest.raises(ValueError, match=field):
+            gate.load_tolerances(f)
+
+
+def test_markdown_table():
+    r = gate.compare(_rec(), _rec(ttft=120.0))
+    md = gate.to_markdown(r)
+    assert md.startswith("## harmony-ref gate: FAIL")
+    assert "| metric | baseline | current | change | limit | verdict |" in md
+    assert "| `ttft_ms` (exact) | 100 ms | 120 ms | +20.00% | 0.1% | **REGRESSION: worse by 20.00%** |" in md
+
+
+# --- the command --------------------------------------------------------------------------
+
+def test_cli_pass_fail_and_summary(tmp_path, capsys):
+    base = write_record(_rec(), tmp_path)
+    worse = write_record(_rec(ttft=130.0), tmp_path)
+    summary = tmp_path / "summary.md"
+    assert main(["gate", "--baseline", str(base), "--current", str(base)]) == 0
+    assert main(["gate", "--baseline", str(base), "--current", str(worse), "--summary", str(summary)]) == 1
+    assert "REGRESSION" in capsys.readouterr().out
+    assert "REGRESSION" in summary.read_text()
+
+
+def test_cli_bad_input_exits_2(tmp_path, capsys):
+    good = write_record(_rec(), tmp_path)
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text(good.read_text()[:-40])
+    old = tmp_path / "old.json"
+    d = json.loads(good.read_text())
+    d["schema_version"] = 0
+    old.write_text(json.dumps(d))
+    missing_metric = write_record(_rec(extra="extra_ms"), tmp_path)
+    cases = [(tmp_path / "none.json", "does not exist"), (corrupt, "not valid JSON"),
+             (old, "schema_version"), (missing_metric, "missing from")]
+    for baseline, message in cases:
+        assert main(["gate", "--baseline", str(baseline), "--current", str(good)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "error:" in err
+
+
+def test_update_baseline_keeps_previous(tmp_path, capsys):
+    baseline = tmp_path / "baseline.json"
+    first = write_record(_rec(), tmp_path / "runs")
+    second = write_record(_rec(ttft=90.0), tmp_path / "runs")
+    assert main(["gate", "--baseline", str(baseline), "--current", str(first), "--update-baseline"]) == 0
+    assert load_record(baseline).metrics.value("ttft_ms") == 100.0
+    assert main(["gate", "--baseline", str(baseline), "--current", str(second), "--update-baseline"]) == 0
+    assert load_record(baseline).metrics.value("ttft_ms") == 90.0
+    assert load_record(tmp_path / "baseline.prev.json").metrics.value("ttft_ms") == 100.0
+    # the gate itself never writes the baseline
+    before = baseline.read_text()
+    assert main(["gate", "--baseline", str(baseline), "--current", str(first)]) == 1
+    assert baseline.read_text() == before
