@@ -150,8 +150,9 @@ def validate_record_dict(data, source: str) -> None:
     _require(isinstance(cfg["scenario"], dict), source, "config.scenario", "must be an object")
     for key in SCENARIO_FIELDS:
         v = cfg["scenario"].get(key)
-        _require(isinstance(v, int) and not isinstance(v, bool) and v > 0, source,
-                 f"config.scenario.{key}", f"must be a positive integer, got {v!r}")
+        lo = 0 if key == "new_tokens" else 1
+        _require(isinstance(v, int) and not isinstance(v, bool) and v >= lo, source,
+                 f"config.scenario.{key}", f"must be an integer >= {lo}, got {v!r}")
     for name, m in data["metrics"].items():
         where = f"metrics.{name}"
         _require(isinstance(m, dict), source, where, f"must be an object, got {m!r}")
