@@ -1,0 +1,61 @@
+"""`harmony-ref run` and the gate end to end: records written, parts reported honestly, and a
+real regression (a worse device profile in a temp copy) failing the gate with exit 1."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harmony_ref.cli import main
+from harmony_ref.track import job
+from harmony_ref.track.record import load_record
+
+ALL_PARTS = ",".join(job.part_names())
+
+
+def test_run_all_skipped_writes_a_record(tmp_path, capsys):
+    assert main(["run", "--skip", ALL_PARTS, "--out-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (path,) = tmp_path.glob("run-*.json")
+    assert f"record: {path}" in out
+    rec = load_record(path)
+    assert {p["status"] for p in rec.parts.values()} == {"skipped"}
+    assert rec.config["model"] == "llama-3.2-3b" and rec.config["backend"] == "simulated"
+
+
+def test_run_json(tmp_path, capsys):
+    assert main(["run", "--skip", ALL_PARTS, "--out-dir", str(tmp_path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert Path(data["record"]).exists() and data["schema_version"] == 1
+
+
+def test_run_bad_arguments_exit_2(tmp_path, capsys):
+    assert main(["run", "--skip", "predicted,bogus", "--out-dir", str(tmp_path)]) == 2
+    assert "unknown part 'bogus'" in capsys.readouterr().err
+    assert main(["run", "--batch", "0", "--out-dir", str(tmp_path)]) == 2
+
+
+def test_unavailable_part_is_reported_not_faked(tmp_path, monkeypatch):
+    fake = job.Part("predicted", "predicted", ("harmony_ref.no_such_module",), lambda c: None)
+    monkeypatch.setattr(job, "PARTS", [fake])
+    rec = job.run_job(job_config(), show_progress=False)
+    assert rec.parts["predicted"]["status"] == "unavailable"
+    assert "harmony_ref.no_such_module not in this checkout" in rec.parts["predicted"]["detail"]
+    assert len(rec.metrics) == 0
+
+
+def test_failed_part_exits_1(tmp_path, monkeypatch):
+    def broken(config):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(job, "PARTS", [job.Part("predicted", "predicted", (), broken)])
+    assert main(["run", "--out-dir", str(tmp_path)]) == 1
+    rec = load_record(next(tmp_path.glob("run-*.json")))
+    assert rec.parts["predicted"]["status"] == "failed"
+    assert "kernel exploded" in rec.parts["predicted"]["detail"]
+
+
+def job_config():
+    from harmony_ref.track.record import make_config
+
+    return make_config("llama-3.2-3b", "int4-g128", "harmony-flagship")
