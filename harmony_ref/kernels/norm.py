@@ -23,8 +23,10 @@ from harmony_ref.kernels._checks import check_last_dim, float32_array
 
 GELU_TANH_SCALE = np.float32(0.7978845608028654)  # sqrt(2 / pi), the 0.797884
 GELU_CUBIC = np.float32(0.044715)
-# tanh(x) rounds to +-1 in float32 beyond this, so clamping there loses nothing.
+# The rational form is fitted on [-7.905, 7.905]; past TANH_SATURATE tanh is +-1 in float32
+# (1 - tanh(9) = 3e-8 < half an ulp of 1), returned exactly so that gelu(-big) is exactly 0.
 TANH_CLAMP = np.float32(7.90531110763549805)
+TANH_SATURATE = np.float32(9.0)
 _TANH_NUM = (  # odd numerator coefficients a1, a3, ..., a13
     4.89352455891786e-03,
     6.37261928875436e-04,
@@ -80,12 +82,15 @@ def _check(x, **vectors):
 
 
 @numba.njit(inline="always", fastmath=True)
-def _tanh(v):
-    v = min(max(v, -TANH_CLAMP), TANH_CLAMP)
+def _tanh(v0):
+    v = min(max(v0, -TANH_CLAMP), TANH_CLAMP)
     v2 = v * v
     num = v * (A1 + v2 * (A3 + v2 * (A5 + v2 * (A7 + v2 * (A9 + v2 * (A11 + v2 * A13))))))
     den = B0 + v2 * (B2 + v2 * (B4 + v2 * B6))
-    return num / den
+    r = num / den
+    one = np.float32(1.0)
+    r = one if v0 > TANH_SATURATE else r
+    return -one if v0 < -TANH_SATURATE else r
 
 
 @numba.njit(inline="always", fastmath=True)
