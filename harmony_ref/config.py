@@ -49,9 +49,10 @@ class Config:
     def __post_init__(self):
         if self.kv_dtype not in KV_DTYPES:
             raise ValueError(f"config: field 'kv_dtype' = {self.kv_dtype!r}: must be one of {list(KV_DTYPES)}")
-        if not self.spec.is_decoder and self.scenario.context_tokens > self.spec.max_positions:
+        # An encoder runs one forward pass over the prompt; new/context tokens do not apply.
+        if not self.spec.is_decoder and self.scenario.prompt_tokens > self.spec.max_positions:
             raise ValueError(
-                f"config: context_tokens = {self.scenario.context_tokens} exceeds {self.spec.name}'s "
+                f"config: prompt_tokens = {self.scenario.prompt_tokens} exceeds {self.spec.name}'s "
                 f"max_positions = {self.spec.max_positions}"
             )
 
