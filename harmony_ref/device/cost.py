@@ -4,10 +4,12 @@ Per op:  time = max(compute, memory) + launch_overhead, where
     compute = flops / (peak[dtype] x compute_efficiency x f_c) + vector_flops / (vector peak x ...)
     memory  = dram_bytes / (dram_bandwidth x memory_efficiency x f_m)
 `peak[dtype]` is the NPU Cube's peak for the op's compute dtype, or the CPU's when the profile has
-no Cube path for it (`ComputeSpec.matmul_ops_per_s`). A matmul whose activation tile does not fit
-half the on-chip buffer streams its weights (or K/V) once per tile: the streamed bytes are
-multiplied by ceil(tile_bytes / (onchip_buffer / 2)). Launch overhead is CPU-side and does not
-scale with the NPU/DDR frequency.
+no Cube path for it (`ComputeSpec.matmul_ops_per_s`). To read its weights (or K/V) from DRAM
+once, a matmul keeps its whole activation block resident on chip while the weights stream past in
+small tiles; a block larger than the on-chip buffer is split, and the weights are streamed once
+per piece: streamed bytes x ceil(tile_bytes / onchip_buffer). Decode (one row) always fits;
+long prefills do not, which is why they can be memory-bound. Launch overhead is CPU-side and does
+not scale with the NPU/DDR frequency.
 
 Decode cost depends on the context length (attention reads the whole KV cache). A scenario's
 decode is *integrated exactly*: step j (j = 0..new_tokens-1) attends to prompt + j + 1 positions,
@@ -111,8 +113,7 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
     rates = np.array([c.matmul_ops_per_s(d) for d in DTYPES]) * c.compute_efficiency * fc
     vrate = c.vector_fp16_gflops * GIGA * c.compute_efficiency * fc
     bw = profile.memory.dram_bandwidth_gbps * GB * profile.memory.memory_efficiency * fm
-    half_buffer = profile.memory.onchip_buffer_bytes / 2
-    passes = np.maximum(1.0, np.ceil(q["tile"] / half_buffer))
+    passes = np.maximum(1.0, np.ceil(q["tile"] / profile.memory.onchip_buffer_bytes))
     dram = q["streamed"] * passes + q["other"]
     compute = q["flops"] / rates[a0["dtype"]][:, None] + q["vflops"] / vrate
     memory = dram / bw
