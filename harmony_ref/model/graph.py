@@ -327,7 +327,7 @@ def merge(a: Op, b: Op) -> Op:
         act_out_bytes=a.act_out_bytes + b.act_out_bytes - saved,
         kv_read_bytes=a.kv_read_bytes + b.kv_read_bytes,
         kv_write_bytes=a.kv_write_bytes + b.kv_write_bytes,
-        tile_bytes=max(a.tile_bytes, b.tile_bytes),
+        tile_bytes=a.tile_bytes + b.tile_bytes,  # a fused kernel holds all its blocks on chip
         fused=a.fused + (b.name,) + b.fused,
     )
 
