@@ -88,3 +88,20 @@ def test_cli_predict_bad_input_is_a_clean_error(capsys):
     assert "exceeds context_tokens" in capsys.readouterr().err
     assert main(["predict", "--policy", "mixed", "--profile", "harmony-lowend"]) == 0
     assert "exceeds the app budget" in capsys.readouterr().out
+
+
+def test_device_benchmarks_declare_matching_params():
+    import inspect
+
+    import bench.bench_device as b
+
+    for _, cls in inspect.getmembers(b, inspect.isclass):
+        if cls.__module__ == b.__name__ and hasattr(cls, "params"):
+            assert len(cls.params) == len(cls.param_names), cls.__name__
+            obj = cls()
+            args = [p[0] for p in cls.params]
+            obj.setup(*args)
+            for name in dir(cls):
+                if name.startswith("track_"):
+                    assert getattr(obj, name)(*args) > 0, name
+                    assert getattr(cls, name).unit, name

@@ -107,7 +107,7 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
         if not np.array_equal(a0["count"], a1["count"]) or not np.array_equal(a0["dtype"], a1["dtype"]):
             raise AssertionError("decode graphs at neighbouring contexts differ in structure")
         slope = {k: a1[k] - a0[k] for k in a0 if k not in ("count", "dtype")}
-    s = steps[None, :].astype(np.float64)  # (1, S)
+    s = np.asarray(steps, dtype=np.float64)[None, :]  # (1, S)
     q = {k: a0[k][:, None] + slope[k][:, None] * s for k in slope}  # (ops, S)
     c = profile.compute
     rates = np.array([c.matmul_ops_per_s(d) for d in DTYPES]) * c.compute_efficiency * fc
@@ -149,11 +149,13 @@ def decode_contexts(config: Config) -> np.ndarray:
     return s.prompt_tokens + 1 + np.arange(n)
 
 
-def _decode_graphs(config: Config, c0: int):
+def _decode_graphs(config: Config):
+    """Decode graphs at contexts 1 and 2: every other context follows from them (op quantities
+    are affine in the context, tests/test_graph.py holds that), so all scenarios share them."""
     s = config.scenario
     kw = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
-    return (build_graph(config.spec, config.policy, "decode", context=c0, **kw),
-            build_graph(config.spec, config.policy, "decode", context=c0 + 1, **kw))
+    return (build_graph(config.spec, config.policy, "decode", context=1, **kw),
+            build_graph(config.spec, config.policy, "decode", context=2, **kw))
 
 
 def decode_step_times(profile: DeviceProfile, config: Config, compute_freq_scale: float = 1.0,
@@ -161,9 +163,8 @@ def decode_step_times(profile: DeviceProfile, config: Config, compute_freq_scale
     """Per-step arrays (time_s, dram_bytes, ...) for every generated token of the scenario."""
     if not config.spec.is_decoder:
         raise ValueError(f"model {config.spec.name!r} is an encoder: it has no decode phase")
-    ctx = decode_contexts(config)
-    g0, g1 = _decode_graphs(config, int(ctx[0]))
-    return _evaluate(profile, g0, g1, ctx - ctx[0], compute_freq_scale, memory_freq_scale)
+    g1, g2 = _decode_graphs(config)
+    return _evaluate(profile, g1, g2, decode_contexts(config) - 1, compute_freq_scale, memory_freq_scale)
 
 
 def graph_cost(profile: DeviceProfile, graph: Graph, compute_freq_scale: float = 1.0,
@@ -191,8 +192,7 @@ def phase_cost(profile: DeviceProfile, config: Config, phase: str, compute_freq_
                         kv_dtype=config.kv_dtype, batch=s.batch)
         return graph_cost(profile, g, fc, fm)
     per = decode_step_times(profile, config, fc, fm)
-    g0, _ = _decode_graphs(config, int(decode_contexts(config)[0]))
-    return _phase("decode", per, g0.kernel_launches, s.batch)
+    return _phase("decode", per, _decode_graphs(config)[0].kernel_launches, s.batch)
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,6 @@ def scenario_timing(profile: DeviceProfile, config: Config, compute_freq_scale: 
     if not config.spec.is_decoder:
         return Timing(prefill, None, 0.0, 0.0)
     per = decode_step_times(profile, config, compute_freq_scale, memory_freq_scale)
-    g0, _ = _decode_graphs(config, int(decode_contexts(config)[0]))
-    decode = _phase("decode", per, g0.kernel_launches, config.scenario.batch)
+    decode = _phase("decode", per, _decode_graphs(config)[0].kernel_launches, config.scenario.batch)
     total = float(per["time_s"].sum()) if config.scenario.new_tokens else 0.0
     return Timing(prefill, decode, float(per["time_s"][0]), total)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from harmony_ref.config import Config
 from harmony_ref.device.profile import DeviceProfile
-from harmony_ref.model.graph import ACT_BYTES, build_graph, kv_bytes_per_token_per_layer, weight_nbytes
+from harmony_ref.model.graph import (ACT_BYTES, build_graph, kv_bytes_per_token_per_layer, layer_groups,
+                                     weight_nbytes)
 from harmony_ref.model.spec import ModelSpec
 from harmony_ref.quant.policy import Policy, WeightFormat
 
@@ -35,10 +36,10 @@ def weights_bytes(spec: ModelSpec, policy: Policy, include_scales: bool = True) 
     """Stored bytes of every parameter under `policy`. include_scales=False counts the packed
     values only (4 bits per INT4 weight), the "before scales" figure."""
     total = 0.0
-    for i in range(spec.n_layers):
-        for lin in spec.layer_linears(i):
-            total += _tensor_bytes(policy.format_for(lin.name), lin.n_out, lin.k_in, lin.name, include_scales)
-            total += ACT_BYTES * lin.n_out if lin.bias else 0
+    for formats, layers in layer_groups(spec, policy):  # blocks with the same formats weigh the same
+        for fmt, lin in zip(formats, spec.layer_linears(layers[0])):
+            block = _tensor_bytes(fmt, lin.n_out, lin.k_in, lin.name, include_scales)
+            total += len(layers) * (block + (ACT_BYTES * lin.n_out if lin.bias else 0))
     total += ACT_BYTES * spec.n_layers * spec.norm_params_per_layer()
     head = spec.head_linear()
     total += _tensor_bytes(policy.format_for(head.name), head.n_out, head.k_in, head.name, include_scales)

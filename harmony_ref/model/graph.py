@@ -304,13 +304,14 @@ class _Builder:
 
 
 @functools.lru_cache(maxsize=64)
-def layer_groups(spec: ModelSpec, policy: Policy) -> tuple[tuple[int, ...], ...]:
-    """Blocks grouped by the weight formats the policy gives their projections."""
+def layer_groups(spec: ModelSpec, policy: Policy) -> tuple[tuple[tuple[WeightFormat, ...], tuple[int, ...]], ...]:
+    """Blocks grouped by the weight formats the policy gives their projections:
+    ((formats of layer_linears in order, block indices), ...)."""
     groups: dict[tuple, list[int]] = {}
     for i in range(spec.n_layers):
         key = tuple(policy.format_for(lin.name) for lin in spec.layer_linears(i))
         groups.setdefault(key, []).append(i)
-    return tuple(tuple(v) for v in groups.values())
+    return tuple((k, tuple(v)) for k, v in groups.items())
 
 
 def merge(a: Op, b: Op) -> Op:
@@ -318,8 +319,8 @@ def merge(a: Op, b: Op) -> Op:
     if b.flops and a.flops and a.dtype != b.dtype:
         raise ValueError(f"cannot fuse {b.name} ({b.dtype}) into {a.name} ({a.dtype})")
     saved = b.reads_prev_bytes
-    return dataclasses.replace(
-        a,
+    return Op(
+        name=a.name, kind=a.kind, layer=a.layer, dtype=a.dtype if a.flops or not b.flops else b.dtype,
         flops=a.flops + b.flops,
         vector_flops=a.vector_flops + b.vector_flops,
         weight_bytes=a.weight_bytes + b.weight_bytes,
@@ -328,6 +329,7 @@ def merge(a: Op, b: Op) -> Op:
         kv_read_bytes=a.kv_read_bytes + b.kv_read_bytes,
         kv_write_bytes=a.kv_write_bytes + b.kv_write_bytes,
         tile_bytes=a.tile_bytes + b.tile_bytes,  # a fused kernel holds all its blocks on chip
+        reads_prev_bytes=a.reads_prev_bytes,
         fused=a.fused + (b.name,) + b.fused,
     )
 
@@ -366,7 +368,7 @@ def build_graph(spec: ModelSpec, policy: Policy, phase: str, tokens: int = 1, co
     b.embedding()
     segments = [Segment(finish(b.take()))]
     prefix = "model.layers." if spec.is_decoder else "encoder.layer."
-    for layers in layer_groups(spec, policy):
+    for _, layers in layer_groups(spec, policy):
         (b.decoder_layer if spec.is_decoder else b.encoder_layer)(layers[0])
         segments.append(Segment(finish(b.take()), layers, prefix))
     b.head()
