@@ -11,8 +11,8 @@ Each `Op` carries what the cost model needs and nothing device-specific:
 - bytes it moves through DRAM: `weight_bytes` (the weight's real stored size, scales and zero
   points included, from `WeightFormat.nbytes`), `act_in_bytes`/`act_out_bytes` (fp16
   activations), `kv_read_bytes`/`kv_write_bytes` (the KV cache, fp16 or int8 + fp16 scales).
-- `tile_bytes`: activation bytes a matmul keeps on chip to stream its weights once (the cost model
-  re-streams weights when they do not fit the profile's on-chip buffer).
+- `tile_bytes`: the activation block a matmul keeps on chip to stream its weights (or K/V) once
+  (the cost model re-streams them when the block does not fit the profile's on-chip buffer).
 - `reads_prev_bytes`: how much of its input is the previous op's output. Fusing the op into its
   predecessor keeps exactly that tensor on chip: its write and its read leave DRAM traffic.
 
@@ -187,13 +187,13 @@ class _Builder:
             self.elementwise(f"{layer}.bias", "bias", layer, rows * n, 1, extra_weight=n * a)
 
     def elementwise(self, name: str, kind: str, layer: str, elements: int, flops_per: float,
-                    n_inputs: int = 1, extra_weight: float = 0.0):
+                    n_inputs: int = 1, extra_weight: float = 0.0, reads_prev: bool = True):
         """An op reading `n_inputs` tensors of `elements` fp16 values (the first being the
-        previous op's output) and writing one."""
+        previous op's output, unless `reads_prev` is False) and writing one."""
         a = ACT_BYTES
         self.add(name=name, kind=kind, layer=layer, vector_flops=float(elements * flops_per),
                  weight_bytes=extra_weight, act_in_bytes=n_inputs * elements * a,
-                 act_out_bytes=elements * a, reads_prev_bytes=elements * a)
+                 act_out_bytes=elements * a, reads_prev_bytes=elements * a if reads_prev else 0.0)
 
     def norm(self, name: str, rows: int, with_bias: bool):
         h, a = self.spec.hidden, ACT_BYTES
@@ -233,8 +233,7 @@ class _Builder:
             self.matmul(lin.name, lin.n_out, lin.k_in, m, lin.bias)
         # rope rotates q and k; the KV write stores k (from rope) and v (from v_proj) in the cache.
         self.elementwise(f"{p}.self_attn.rope", "rope", f"{p}.self_attn", m * (s.q_dim + s.kv_dim),
-                         ROPE_FLOPS_PER_ELEMENT)
-        self.ops[-1] = dataclasses.replace(self.ops[-1], reads_prev_bytes=0.0)
+                         ROPE_FLOPS_PER_ELEMENT, reads_prev=False)  # q and k, not v_proj's output
         kv_w = m * kv_bytes_per_token_per_layer(s, self.kv_dtype)
         quant = 0.0 if self.kv_dtype == "fp16" else m * 2 * s.kv_dim * 3.0  # absmax, scale, round
         self.add(name=f"{p}.self_attn.kv_write", kind="kv_write", layer=f"{p}.self_attn",
@@ -284,7 +283,6 @@ class _Builder:
                  weight_bytes=weight_nbytes(fmt, m, s.hidden, s.embed_name) + 2 * m * s.hidden * a,
                  act_out_bytes=m * s.hidden * a)
         self.norm("embeddings.LayerNorm", m, with_bias=True)
-        self.ops[-1] = dataclasses.replace(self.ops[-1], reads_prev_bytes=m * s.hidden * a)
 
     def head(self):
         s, b, a = self.spec, self.batch, ACT_BYTES
@@ -328,7 +326,9 @@ def merge(a: Op, b: Op) -> Op:
         act_out_bytes=a.act_out_bytes + b.act_out_bytes - saved,
         kv_read_bytes=a.kv_read_bytes + b.kv_read_bytes,
         kv_write_bytes=a.kv_write_bytes + b.kv_write_bytes,
-        tile_bytes=a.tile_bytes + b.tile_bytes,  # a fused kernel holds all its blocks on chip
+        # The fused kernel blocks like its first op: epilogues have no block of their own, and
+        # flash attention streams K/V past the Q block without ever holding the score matrix.
+        tile_bytes=a.tile_bytes,
         reads_prev_bytes=a.reads_prev_bytes,
         fused=a.fused + (b.name,) + b.fused,
     )
