@@ -5,6 +5,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harmony_ref.config import Config
 from harmony_ref.device.cost import decode_step_times, graph_cost, phase_cost, scenario_timing
@@ -151,3 +153,27 @@ def test_graph_is_a_graph():
     # guard for the hand-worked tests: the replaced graph really holds one op
     _, g = _single_op_graph("decode", context=5)
     assert isinstance(g, Graph) and g.kernel_launches == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    model=st.sampled_from(DECODERS),
+    policy=st.sampled_from(shipped_policies()),
+    profile=st.sampled_from(shipped_profiles()),
+    prompt=st.integers(1, 3000),
+    new=st.integers(0, 300),
+    batch=st.integers(1, 4),
+    kv_dtype=st.sampled_from(["fp16", "int8"]),
+)
+def test_physics_holds_for_random_scenarios(model, policy, profile, prompt, new, batch, kv_dtype):
+    p = load_profile(profile)
+    config = Config.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
+                               context_tokens=prompt + new + 1, batch=batch, kv_dtype=kv_dtype)
+    t = scenario_timing(p, config)
+    bw = p.memory.dram_bandwidth_gbps * 1e9
+    assert t.decode_tokens_per_s <= bw * t.decode.tokens / t.decode.dram_bytes
+    assert t.e2e_s >= t.prefill.time_s > 0 and t.ttft_s > t.prefill.time_s
+    raw = scenario_timing(p, dataclasses.replace(config, fused=False))
+    assert raw.e2e_s >= t.e2e_s and raw.ttft_s >= t.ttft_s
+    slower = scenario_timing(p, config, compute_freq_scale=0.5, memory_freq_scale=0.5)
+    assert slower.e2e_s >= t.e2e_s
