@@ -81,6 +81,16 @@ def test_cli_predict(capsys):
     assert fused["metrics"]["ttft_ms"]["value"] == direct.value("ttft_ms")
 
 
+def test_cli_predict_breakdown(capsys):
+    assert main(["predict", "--breakdown", "--json", "--new", "16"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    prefill, decode = out["breakdown"].values()
+    assert prefill[0]["kind"] == "matmul"  # the projections dominate
+    assert sum(r["time_pct"] for r in decode) == pytest.approx(100.0)
+    assert sum(r["launches"] for r in decode) == out["metrics"]["kernel_launches_per_token"]["value"]
+    assert "attention" in {r["kind"] for r in decode}
+
+
 def test_cli_predict_bad_input_is_a_clean_error(capsys):
     assert main(["predict", "--profile", "harmony-pro"]) == 2
     assert "unknown profile 'harmony-pro'" in capsys.readouterr().err

@@ -38,8 +38,8 @@ import numpy as np
 
 from harmony_ref.config import Config
 from harmony_ref.device.profile import DTYPES, DeviceProfile
-from harmony_ref.model.graph import Graph, build_graph
-from harmony_ref.units import GB, GIGA, US_PER_S
+from harmony_ref.model.graph import Graph, Segment, build_graph
+from harmony_ref.units import GB, GIGA, MB, MS_PER_S, US_PER_S
 
 # Energy weight of one op relative to one INT8 Cube op (assumption: energy tracks the MAC-array
 # area-time an op occupies, so half the throughput costs twice the energy).
@@ -237,3 +237,25 @@ def scenario_timing(profile: DeviceProfile, config: Config, compute_freq_scale: 
     decode = _phase("decode", per, _decode_graphs(config)[0].kernel_launches, config.scenario.batch)
     total = float(per["time_s"].sum()) if config.scenario.new_tokens else 0.0
     return Timing(prefill, decode, float(per["time_s"][0]), total)
+
+
+def op_breakdown(profile: DeviceProfile, graph: Graph) -> list[dict]:
+    """Where one graph's time goes, by op kind: time, launches, DRAM bytes and how many of its
+    kernels are memory-bound. Rows sorted by time, largest first."""
+    rows: dict[str, dict] = {}
+    for op, count in graph.unique_ops():
+        one = Graph(graph.spec, graph.policy, graph.phase, graph.tokens, graph.context, graph.batch,
+                    graph.fused, graph.kv_dtype, (Segment((op,)),))
+        c = graph_cost(profile, one)
+        r = rows.setdefault(op.kind, {"kind": op.kind, "time_ms": 0.0, "launch_ms": 0.0, "launches": 0,
+                                      "dram_mb": 0.0, "gflop": 0.0, "memory_bound": 0})
+        r["time_ms"] += count * c.time_s * MS_PER_S
+        r["launch_ms"] += count * c.launch_s * MS_PER_S
+        r["launches"] += count
+        r["dram_mb"] += count * c.dram_bytes / MB
+        r["gflop"] += count * c.flops / GIGA
+        r["memory_bound"] += count if c.memory_s >= c.compute_s else 0
+    total = sum(r["time_ms"] for r in rows.values())
+    for r in rows.values():
+        r["time_pct"] = 100.0 * r["time_ms"] / total
+    return sorted(rows.values(), key=lambda r: -r["time_ms"])

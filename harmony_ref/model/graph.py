@@ -55,7 +55,9 @@ EPILOGUE_KINDS = frozenset(
 @dataclass(frozen=True)
 class Op:
     name: str
-    kind: str  # matmul | embedding | norm | rope | attn_qk | attn_pv | softmax | bias | activation | gate_mul | residual_add | kv_write | pool
+    # matmul | embedding | norm | rope | attn_qk | softmax | attn_pv | bias | activation | gate_mul |
+    # residual_add | kv_write | pool; "attention" once fused (QK^T + softmax + P.V in one kernel)
+    kind: str
     layer: str  # module path; for projections the name a policy pattern matches
     dtype: str = "fp16"  # compute dtype of `flops`: fp16 | int8 | int4
     flops: float = 0.0
@@ -318,7 +320,7 @@ def merge(a: Op, b: Op) -> Op:
         raise ValueError(f"cannot fuse {b.name} ({b.dtype}) into {a.name} ({a.dtype})")
     saved = b.reads_prev_bytes
     return Op(
-        name=a.name, kind=a.kind, layer=a.layer, dtype=a.dtype if a.flops or not b.flops else b.dtype,
+        name=a.name, kind="attention" if a.kind == "attn_qk" else a.kind, layer=a.layer, dtype=a.dtype if a.flops or not b.flops else b.dtype,
         flops=a.flops + b.flops,
         vector_flops=a.vector_flops + b.vector_flops,
         weight_bytes=a.weight_bytes + b.weight_bytes,
