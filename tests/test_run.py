@@ -59,3 +59,56 @@ def job_config():
     from harmony_ref.track.record import make_config
 
     return make_config("llama-3.2-3b", "int4-g128", "harmony-flagship")
+
+
+# --- the gate against fresh runs, with real changes to a profile or a policy -----------------
+
+SHIPPED = Path(__file__).resolve().parents[1] / "harmony_ref"
+
+
+def _baseline_with(tmp_path, profile: str, policy: str = "int4-g128") -> Path:
+    runs = tmp_path / "runs"
+    skip = ",".join(n for n in job.part_names() if n != "predicted")
+    args = ["run", "--profile", profile, "--policy", policy, "--out-dir", str(runs)]
+    if skip:
+        args += ["--skip", skip]
+    assert main(args) == 0
+    (record,) = runs.glob("run-*.json")
+    baseline = tmp_path / "baseline.json"
+    assert main(["gate", "--baseline", str(baseline), "--current", str(record), "--update-baseline"]) == 0
+    return baseline
+
+
+def test_gate_fresh_run_unchanged_passes_and_worse_profile_fails(tmp_path, capsys):
+    profile = tmp_path / "phone.toml"
+    text = (SHIPPED / "device" / "profiles" / "harmony-flagship.toml").read_text()
+    profile.write_text(text)
+    baseline = _baseline_with(tmp_path, str(profile))
+    capsys.readouterr()
+    assert main(["gate", "--baseline", str(baseline), "--out-dir", str(tmp_path / "runs")]) == 0
+    assert "## harmony-ref gate: PASS" in capsys.readouterr().out
+
+    # A real regression: the phone's DRAM gets slower, so decode gets slower.
+    assert "dram_bandwidth_gbps = 68.3" in text
+    profile.write_text(text.replace("dram_bandwidth_gbps = 68.3", "dram_bandwidth_gbps = 51.2"))
+    summary = tmp_path / "summary.md"
+    assert main(["gate", "--baseline", str(baseline), "--out-dir", str(tmp_path / "runs"),
+                 "--summary", str(summary)]) == 1
+    out = capsys.readouterr().out
+    assert "## harmony-ref gate: FAIL" in out and summary.read_text() == out
+    row = next(line for line in out.splitlines() if line.startswith("| `decode_tokens_per_s`"))
+    assert "REGRESSION" in row
+
+
+def test_gate_worse_policy_fails(tmp_path, capsys):
+    policy = tmp_path / "mine.toml"
+    policy.write_text('name = "mine"\ndefault = "int4-g128"\n')
+    baseline = _baseline_with(tmp_path, "harmony-flagship", str(policy))
+    policy.write_text('name = "mine"\ndefault = "int4-g128"\nkeep_fp16_layers = ["down_proj"]\n')
+    capsys.readouterr()
+    assert main(["gate", "--baseline", str(baseline), "--out-dir", str(tmp_path / "runs")]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION" in next(line for line in out.splitlines() if line.startswith("| `weights_mb`"))
+    # ... and an improvement (fewer bits) never fails.
+    policy.write_text('name = "mine"\ndefault = "int4-g128"\n')
+    assert main(["gate", "--baseline", str(baseline), "--out-dir", str(tmp_path / "runs")]) == 0

@@ -36,7 +36,7 @@ def run(args) -> int:
     title = f"{args.model} / {args.policy}: {args.prompt_tokens} prompt + {args.new_tokens} new tokens"
     if fmt == "table":
         print_table(marked_frame(frame), title=title)
-        print("* best value of the row (direction-aware; rows with better=none are not ranked)")
+        print("* best value of the row (direction-aware; rows with better=none or a tie across all profiles are not marked)")
     elif fmt == "md":
         print(to_markdown(frame), end="")
     elif fmt == "csv":

@@ -3,7 +3,8 @@
 `compare_profiles` runs the device-dependent, exact parts of the main job (predicted metrics,
 cold start, 10-minute thermal summary) once per profile and returns a pandas frame with metrics
 as rows and profiles as columns, plus a `best` column naming the profile(s) with the best value
-of each row (direction-aware; `direction = "none"` rows are not ranked).
+of each row (direction-aware; `direction = "none"` rows and rows where every profile ties
+are not marked).
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ def best_profiles(values, direction: str) -> str:
     vals = values.dropna()
     if direction == "none" or vals.empty or len(values) < 2:
         return ""
+    if vals.nunique() == 1:
+        return ""  # all profiles equal: nothing to mark
     target = vals.min() if direction == "lower" else vals.max()
     return ",".join(str(p) for p, v in vals.items() if v == target)
 

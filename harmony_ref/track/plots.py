@@ -49,7 +49,7 @@ def profile_bars(frame, path: str | Path, title: str) -> Path:
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_title(f"{title}\nnormalised per metric: each bar is divided by the largest value of its "
                  "metric across profiles", fontsize=10)
-    ax.legend(title="profile")
+    ax.legend(title="profile", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
     try:
         return _save_atomic(fig, Path(path))
