@@ -112,3 +112,63 @@ def test_gate_worse_policy_fails(tmp_path, capsys):
     # ... and an improvement (fewer bits) never fails.
     policy.write_text('name = "mine"\ndefault = "int4-g128"\n')
     assert main(["gate", "--baseline", str(baseline), "--out-dir", str(tmp_path / "runs")]) == 0
+
+
+# --- the host part, and the gate's confirm-on-rerun through the real re-measure ----------------
+
+def _host_record(policy="int4-g32"):
+    from harmony_ref.track.record import make_config
+
+    config = make_config("all-minilm-l6", policy, "harmony-flagship", prompt_tokens=128,
+                         new_tokens=0, context_tokens=128)
+    return job.run_job(config, only=("host",), show_progress=False)
+
+
+def test_host_part_measures_with_samples():
+    from harmony_ref.track.host import ROUNDS
+
+    rec = _host_record()
+    assert rec.parts["host"]["status"] == "ok", rec.parts["host"]
+    for name in ("host_gemv_ms", "host_gemv_speedup_x", "host_norm_fused_ms", "host_norm_fusion_speedup_x"):
+        m = rec.metrics[name]
+        assert m.kind == "measured" and len(m.samples) == ROUNDS and m.value > 0
+    assert "int4-g32" in rec.metrics["host_gemv_ms"].description
+    assert "1536x384" in rec.metrics["host_gemv_ms"].description  # MiniLM intermediate.dense
+
+
+def test_confirm_on_rerun_uses_the_real_remeasure():
+    """A baseline claiming a 100x faster kernel: the current run is worse beyond doubt, the gate
+    re-measures host_gemv_speedup_x by re-running the host part, and the regression stands."""
+    from harmony_ref.metrics import Metric
+    from harmony_ref.track import gate
+
+    current = _host_record()
+    baseline = _host_record()
+    for name in baseline.metrics.names():
+        m = baseline.metrics[name]
+        if m.direction != "none":
+            f = 100.0 if m.direction == "higher" else 0.01
+            baseline.metrics.put(Metric(m.name, m.value * f, m.unit, m.direction, m.kind,
+                                        tuple(s * f for s in m.samples)))
+    calls, rerun_parts = [], []
+    real_run_part = job.run_part
+
+    def counting_run_part(part, config):
+        rerun_parts.append(part.name)
+        return real_run_part(part, config)
+
+    job.run_part = counting_run_part
+    real = job.remeasure_fn(current)
+
+    def remeasure(name):
+        calls.append(name)
+        return real(name)
+
+    try:
+        report = gate.compare(baseline, current, remeasure=remeasure)
+    finally:
+        job.run_part = real_run_part
+    regressed = {r.metric for r in report.regressions}
+    assert "host_gemv_speedup_x" in regressed and regressed <= set(calls)
+    assert all("confirmed on rerun" in r.verdict for r in report.regressions)
+    assert len(rerun_parts) == 1  # one re-run of the host part serves every metric it made
