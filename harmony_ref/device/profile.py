@@ -129,9 +129,6 @@ class DeviceProfile:
         }
 
 
-_SECTIONS = {"compute": ComputeSpec, "memory": MemorySpec, "runtime": RuntimeSpec, "thermal": ThermalConfig}
-
-
 def profile_from_dict(data: dict, source: str) -> DeviceProfile:
     """Validate a parsed profile table; errors name `source`, the field and its value."""
     try:
