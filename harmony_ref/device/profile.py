@@ -160,7 +160,7 @@ def load_profile(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
             )
         return _parse(candidate.read_text(), f"device/profiles/{text}.toml")
     if not path.is_file():
-        raise ValueError(f"profile file {path} does not exist")
+        raise ValueError(f"profile file {path} does not exist or is not a file")
     try:
         raw = path.read_text()
     except OSError as e:
