@@ -69,10 +69,48 @@ def _host(config: dict) -> Metrics:
     return host_metrics(config)
 
 
+def _accuracy(config: dict) -> Metrics:
+    """MiniLM-L6 on its real weights under the run's policy. The policy applies as written:
+    patterns that name LLM layers (q_proj, gate_proj, lm_head) match no MiniLM layer, so MiniLM's
+    Linears take the policy's default format (int4-g128 -> every MiniLM Linear in int4-g128)."""
+    from harmony_ref.accuracy import evaluate
+    from harmony_ref.model.assets import AssetUnavailable
+
+    try:
+        got = evaluate(config["policy"])
+    except AssetUnavailable as e:
+        raise PartUnavailable(f"MiniLM weights not available: {e}") from e
+    out = Metrics()
+    for m in got:
+        # MiniLM's own sizes must not be read as the LLM's (`weights_mb` of the predicted part).
+        name = f"minilm_{m.name}" if m.name.endswith("_mb") else \
+            ("accuracy_sentences" if m.name == "sentences" else m.name)
+        out.put(Metric(name, m.value, m.unit, m.direction, m.kind, m.samples, m.flags, m.description))
+    return out
+
+
+def _coldstart(config: dict) -> Metrics:
+    from harmony_ref.device.coldstart import coldstart_metrics
+    from harmony_ref.device.profile import load_profile
+
+    return coldstart_metrics(load_profile(config["profile"]), make_device_config(config))
+
+
+def _thermal(config: dict) -> Metrics:
+    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.thermal import thermal_summary
+
+    return thermal_summary(load_profile(config["profile"]), make_device_config(config), minutes=10)
+
+
 PARTS: list[Part] = [
     Part("predicted", "predicted metrics (device model)",
          ("harmony_ref.config", "harmony_ref.device.profile", "harmony_ref.hil.simulated"), _predicted),
     Part("host", "host kernels vs NumPy (timed)", ("harmony_ref.kernels",), _host),
+    Part("accuracy", "accuracy: MiniLM-L6, real weights", ("harmony_ref.accuracy", "harmony_ref.model.minilm"),
+         _accuracy),
+    Part("coldstart", "cold start (device model)", ("harmony_ref.device.coldstart",), _coldstart),
+    Part("thermal", "10-minute thermal summary", ("harmony_ref.device.thermal",), _thermal),
 ]
 
 
