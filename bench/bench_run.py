@@ -1,0 +1,100 @@
+"""asv track_ benchmarks for the run-level metrics `harmony-ref run` records beyond
+bench_device.py: cold start and the 10-minute thermal summary over policy x profile (exact),
+the host decode-GEMV speedup over NumPy FP32 (measured, interleaved within one call), and the
+accuracy drop of each policy on the real MiniLM weights (exact).
+
+Each class computes its metrics through the same job parts as `harmony-ref run`, so a curve here
+and a gate row there are the same number. A part whose code is not in the commit under test
+raises NotImplementedError in setup, which asv reports as skipped.
+"""
+
+from harmony_ref.track.job import PARTS, PartUnavailable, run_part
+from harmony_ref.track.record import make_config
+
+from .common import MODEL, POLICIES, PROFILES
+
+
+def _part(name: str, policy: str, profile: str = "harmony-flagship", model: str = MODEL, **scenario):
+    part = next(p for p in PARTS if p.name == name)
+    try:
+        return run_part(part, make_config(model, policy, profile, **scenario))
+    except PartUnavailable as e:
+        raise NotImplementedError(str(e)) from e
+
+
+class ColdStart:
+    params = (POLICIES, PROFILES)
+    param_names = ["policy", "profile"]
+
+    def setup(self, policy, profile):
+        self.m = _part("coldstart", policy, profile)
+
+    def track_coldstart_cold_ms(self, policy, profile):
+        return self.m.value("coldstart_cold_ms")
+
+    track_coldstart_cold_ms.unit = "ms"
+
+    def track_coldstart_preload_warmup_ms(self, policy, profile):
+        return self.m.value("coldstart_preload_warmup_ms")
+
+    track_coldstart_preload_warmup_ms.unit = "ms"
+
+
+class Thermal10Min:
+    params = (POLICIES, PROFILES)
+    param_names = ["policy", "profile"]
+
+    def setup(self, policy, profile):
+        self.m = _part("thermal", policy, profile)
+
+    def track_sustained_peak_ratio_10min(self, policy, profile):
+        return self.m.value("sustained_peak_ratio_10min")
+
+    track_sustained_peak_ratio_10min.unit = "ratio"
+
+    def track_time_to_first_throttle_s(self, policy, profile):
+        return self.m.value("time_to_first_throttle_s")
+
+    track_time_to_first_throttle_s.unit = "s"
+
+    def track_energy_per_token_mj(self, policy, profile):
+        return self.m.value("energy_per_token_mj")
+
+    track_energy_per_token_mj.unit = "mJ"
+
+
+class HostGemvSpeedup:
+    """Median over interleaved rounds of NumPy FP32 time / kernel time, decode GEMV of
+    Llama-3.2-3B's up_proj (8192 x 3072) in the policy's format: a ratio measured within one
+    call, so it survives a slower or busier machine better than a time."""
+
+    params = (["int8", "int4-g32", "int4-g128"],)
+    param_names = ["policy"]
+    timeout = 300
+
+    def setup(self, policy):
+        _part("host", policy)  # compile (or load the Numba cache) outside the tracked call
+
+    def track_gemv_speedup_vs_numpy(self, policy):
+        return _part("host", policy).value("host_gemv_speedup_x")
+
+    track_gemv_speedup_vs_numpy.unit = "x"
+
+
+class Accuracy:
+    params = (["fp16", "int8", "int4-g32", "int4-g128"],)
+    param_names = ["policy"]
+    timeout = 600
+
+    def setup(self, policy):
+        self.m = _part("accuracy", policy)
+
+    def track_accuracy_drop_pct(self, policy):
+        return self.m.value("accuracy_drop_pct")
+
+    track_accuracy_drop_pct.unit = "pct_points"
+
+    def track_cosine_mean(self, policy):
+        return self.m.value("cosine_mean")
+
+    track_cosine_mean.unit = "cosine"
