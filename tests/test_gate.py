@@ -210,3 +210,16 @@ def test_perf_wrapper_gates_only_once_a_previous_run_exists(tmp_path):
     later = perf.pytest_args(["-q"], storage=tmp_path)
     assert "--benchmark-compare" in later and "--benchmark-compare-fail=median:15%" in later
     assert later[-1] == "-q"
+
+
+def test_measured_metrics_not_gated_across_machines():
+    other = _rec(host=1.0, host_samples=_samples(1.0))
+    other.provenance = {**PROV, "cpu_model": "Some Other CPU"}
+    r = gate.compare(_rec(host=1.4, host_samples=_samples(1.4)), other)
+    row = _status(r, "host_gemv_speedup_x")
+    assert row.status == gate.INFO and "different machine" in row.verdict and "Some Other CPU" in row.verdict
+    assert r.exit_code == 0
+    # exact metrics are still gated across machines
+    other = _rec(ttft=150.0)
+    other.provenance = {**PROV, "cpu_model": "Some Other CPU"}
+    assert gate.compare(_rec(), other).exit_code == 1

@@ -8,7 +8,9 @@ Rules (limits come from a tolerance TOML, see harmony_ref/track/tolerances.toml)
   AND the metric, re-measured once, still fails both (confirm-on-rerun), so one noisy run cannot
   fail a build. When the gate has no way to re-measure, the verdict says so;
 - direction-aware: an improvement never fails; `direction = "none"` metrics are informational;
-- metrics flagged `implausible` on either side are called out in the verdict.
+- metrics flagged `implausible` on either side are called out in the verdict;
+- timings are only comparable on the same kind of machine: when the two records differ in CPU
+  model, core count or Numba threads, measured metrics are shown but not gated (and say why).
 
 Bad input (a config or metric set that does not match, a missing or corrupt file) is a
 ValueError: the command turns it into exit code 2.
@@ -186,6 +188,15 @@ def check_comparable(baseline: Record, current: Record, baseline_name: str, curr
                                  f"but {getattr(c, attr)!r} in {current_name}")
 
 
+def different_machine(baseline: Record, current: Record) -> str:
+    """Why timings of the two records are not comparable ('' when they are): measured metrics
+    are gated only against a baseline measured on the same kind of machine."""
+    keys = ("cpu_model", "cpu_cores", "numba_threads")
+    diffs = [f"{k} {baseline.provenance.get(k)!r} vs {current.provenance.get(k)!r}"
+             for k in keys if baseline.provenance.get(k) != current.provenance.get(k)]
+    return ("baseline measured on a different machine (" + "; ".join(diffs) + ")") if diffs else ""
+
+
 def _fmt_pct(x: float) -> str:
     return f"{x:+.2f}%" if math.isfinite(x) else ("+inf%" if x > 0 else "-inf%")
 
@@ -211,12 +222,15 @@ def compare(baseline: Record, current: Record, tolerances: Tolerances | None = N
     tol = tolerances or Tolerances()
     check_comparable(baseline, current, baseline_name, current_name)
     report = GateReport(baseline, current, tolerances=tol)
+    machine_note = different_machine(baseline, current)
     for name in baseline.metrics.names():
         b, c = baseline.metrics[name], current.metrics[name]
         change = change_pct(b.value, c.value)
         limit = tol.limit_pct(c)
         if c.direction == "none":
             status, verdict, limit_text = INFO, "info (not gated)", "-"
+        elif c.kind == "measured" and machine_note:
+            status, verdict, limit_text = INFO, f"not gated: {machine_note}", "-"
         elif c.kind == "exact":
             limit_text = f"{limit:g}%"
             worse = worse_pct(c, change)
