@@ -181,3 +181,17 @@ def test_zero_steps_and_single_state():
     assert np.all(tr.state == 0)
     die, skin, state = simulate_ref(np.array([4.0]), 0, 0.01, GOV_STEP_WISE, pack_params(cfg))
     assert len(die) == len(skin) == len(state) == 0
+
+
+@pytest.mark.parametrize("t_die,expected_budget_w", [(66.0, 7.0), (70.0, 5.0), (75.0, 2.5), (80.0, 1.25)])
+def test_power_allocator_gains_follow_the_kernel_docs(t_die, expected_budget_w):
+    # Die held at t_die (huge heat capacity), integral off: budget = sustainable + k_p * (75 - t_die)
+    # with k_pu = 2 * sustainable / (75 - 65) below 75 (the P term is 2x sustainable at switch-on)
+    # and k_po = sustainable / (75 - 65) above it. Sustainable = 2.5 W.
+    cfg = make_cfg(governor="power_allocator", die_heat_capacity_j_per_k=1e9, k_i=0.0,
+                   skin_heat_capacity_j_per_k=1e9, freq_steps=tuple(np.linspace(1.0, 0.1, 37)))
+    power = np.linspace(10.0, 0.1, 37)
+    tr = simulate(cfg, power, np.ones(37), duration_s=0.1, t0_die_c=t_die, t0_skin_c=25.0)
+    s = tr.state[-1]
+    assert power[s] <= expected_budget_w + 1e-6, "the chosen step fits the budget"
+    assert s == 0 or power[s - 1] > expected_budget_w + 1e-6, "and is the fastest that does"

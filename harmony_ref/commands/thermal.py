@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 NAME = "thermal"
+PLOT_BUCKET_S = 5.0  # the governor dithers between adjacent steps; a short mean reads better
 HELP = ("sustained generation: decode tokens/s over time, time to first throttle, sustained/peak at "
         "10 min, peak die and skin temperature, energy per token")
 
@@ -33,10 +34,10 @@ def plot(result, cfg, title: str, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    s = result.series(bucket_s=max(result.trace.dt_s, 1.0))
+    s = result.series(bucket_s=max(result.trace.dt_s, PLOT_BUCKET_S))
     minutes = s["time_s"] / 60.0
     fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
-    ax1.plot(minutes, s["tokens_per_s"], label="decode tokens/s (1 s mean)")
+    ax1.plot(minutes, s["tokens_per_s"], label=f"decode tokens/s ({PLOT_BUCKET_S:g} s mean)")
     ax1.axhline(result.peak_tokens_per_s, ls="--", c="grey", label="peak")
     ax1.set_ylabel("tokens/s")
     ax1.set_ylim(bottom=0)

@@ -42,7 +42,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from harmony_ref.units import MB, MS_PER_S
+from harmony_ref.units import GB, MB, MS_PER_S
 
 EVICTED_RESIDENT_PCT_MAX = 5.0  # "evicted" if fewer than this % of the file's pages are cached
 DEFAULT_LAYERS = 12
@@ -343,7 +343,7 @@ def measure_host_coldstart(layers: int = DEFAULT_LAYERS, rows: int = DEFAULT_ROW
                       "quantizer_compile_ms": cold["quantizer_first_call_ms"],
                       "quantizer_cached_ms": cached["quantizer_first_call_ms"]}
         cold_read = out["strategies"]["read"]["load_ms"]
-        out["storage_read_gbps"] = info["bytes"] / (cold_read / MS_PER_S) / 1e9 if cold_read > 0 else None
+        out["storage_read_gbps"] = info["bytes"] / (cold_read / MS_PER_S) / GB if cold_read > 0 else None
         return out
     finally:
         for p in (path,):

@@ -28,8 +28,8 @@ Governors (re-evaluated every `polling_ms`, the kernel's passive polling delay):
       P_max = sustainable_power + k_p * e + k_i * sum(e) + k_d * diff(e)
   with k_pu = 2 * sustainable_power / (control - switch_on) while below the control temperature
   and k_po = sustainable_power / (control - switch_on) above it (the docs' derivation: at the
-  switch-on temperature the controller grants 2x sustainable power, at the control temperature
-  exactly sustainable power). The integral only accumulates while e < 0 (the kernel's default
+  switch-on temperature the proportional term is 2x sustainable power, at the control
+  temperature zero, so the budget there is exactly the sustainable power). The integral only accumulates while e < 0 (the kernel's default
   integral_cutoff of 0) and is bounded by the maximum power; below switch-on the governor resets
   and grants maximum power. The budget is turned into the fastest state whose power fits (the
   devfreq cooling device's power2state). Die zone: switch_on = `passive_trip_c`, control =
@@ -249,7 +249,7 @@ class ThermalTrace:
     def time_to_first_throttle_s(self) -> float:
         """Seconds until the governor first leaves state 0; inf if it never does."""
         idx = np.nonzero(self.state > 0)[0]
-        return float(idx[0] * self.dt_s) if len(idx) else float("inf")
+        return float((idx[0] + 1) * self.dt_s) if len(idx) else float("inf")
 
 
 def simulate(cfg: ThermalConfig, power_w, rate, duration_s: float, dt_s: float = DEFAULT_DT_S,
