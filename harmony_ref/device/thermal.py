@@ -380,8 +380,11 @@ class SustainedResult:
 def sustained_generation(profile, config, minutes: float = 30.0, dt_s: float = DEFAULT_DT_S,
                          governor: str | None = None) -> SustainedResult:
     """Back-to-back decode for `minutes` from ambient, throttled by the profile's governor."""
+    from harmony_ref.device.profile import load_profile
+
     if not minutes > 0:
         raise ValueError(f"minutes = {minutes}: must be > 0")
+    profile = load_profile(profile)  # a DeviceProfile, a shipped name or a .toml path
     pts = decode_operating_points(profile, config)
     trace = simulate(profile.thermal, pts.power_w, pts.tokens_per_s, minutes * 60.0, dt_s, governor)
     return SustainedResult(pts, trace, governor or profile.thermal.governor)
