@@ -1,5 +1,5 @@
-"""Host cold-start measurement: the INT4 GEMV against its reference, the safetensors file and
-its memmap views, page-cache eviction, and one small end-to-end run."""
+"""Host cold-start measurement: the safetensors file and its memmap views, page-cache eviction,
+and one small end-to-end run."""
 
 import numpy as np
 import pytest
@@ -7,39 +7,12 @@ from safetensors.numpy import load_file
 
 from harmony_ref.device.coldstart_host import (
     evict,
-    gemv_w4,
-    gemv_w4_ref,
     host_metrics,
     measure_host_coldstart,
     mmap_tensors,
     resident_fraction,
     write_model_file,
 )
-from harmony_ref.quant.int4 import quantize_int4
-
-GEMV_REL_TOL = 1e-5  # float32 sums in a different order (zero point folded into sum(x))
-
-
-@pytest.mark.parametrize("shape,group", [((1, 32), 32), ((7, 256), 128), ((33, 96), 32), ((5, 128), 128)])
-@pytest.mark.parametrize("scheme", ["asym", "sym"])
-def test_gemv_w4_matches_reference(shape, group, scheme):
-    rng = np.random.default_rng(shape[0] * 1000 + shape[1])
-    w = rng.standard_normal(shape).astype(np.float32) * 0.02
-    w[0, :group] = 0.0  # a constant (zero) group
-    t = quantize_int4(w, group, scheme)
-    x = rng.standard_normal(shape[1]).astype(np.float32)
-    ref, got = gemv_w4_ref(t, x), gemv_w4(t, x)
-    tol = GEMV_REL_TOL * (np.abs(gemv_w4_ref(t, np.abs(x))).max() + 1e-30) * np.sqrt(shape[1])
-    bad = np.nonzero(~(np.abs(ref - got) <= tol))[0]
-    assert not len(bad), f"first bad index {bad[0]}: ref {ref[bad[0]]}, got {got[bad[0]]}"
-
-
-def test_gemv_w4_propagates_nan_input():
-    t = quantize_int4(np.ones((3, 64), np.float32), 32, "asym")
-    x = np.ones(64, np.float32)
-    x[5] = np.nan
-    assert np.isnan(gemv_w4(t, x)).all() and np.isnan(gemv_w4_ref(t, x)).all()
-
 
 def test_file_round_trips_through_read_and_mmap(tmp_path):
     info = write_model_file(tmp_path / "m.safetensors", layers=2, rows=16, cols=256, group_size=128)
@@ -69,12 +42,34 @@ def test_evict_reports_residency(tmp_path):
         assert info["bytes"] > 0
 
 
-def test_measure_end_to_end_small(tmp_path):
-    r = measure_host_coldstart(layers=2, rows=64, cols=256, steady_repeats=2, workdir=tmp_path)
+@pytest.fixture(scope="module")
+def small_measurement(tmp_path_factory):
+    # One real (small) run shared by the tests below: each run spawns five interpreters and
+    # compiles the GEMV kernels once from an empty Numba cache.
+    workdir = tmp_path_factory.mktemp("coldstart")
+    return workdir, measure_host_coldstart(layers=2, rows=64, cols=256, steady_repeats=2, workdir=workdir)
+
+
+def test_measure_end_to_end_small(small_measurement):
+    workdir, r = small_measurement
     for mode in ("read", "mmap", "read_warm"):
         s = r["strategies"][mode]
-        assert s["layers"] == 2 and s["load_ms"] > 0 and s["first_gemv_ms"] > 0 and s["peak_rss_mb"] > 0
+        assert s["layers"] == 2 and s["load_ms"] > 0 and s["first_gemv_ms"] >= s["repack_ms"] > 0
+        assert s["peak_rss_mb"] > 0
+    assert r["strategies"]["read"]["eviction"].startswith(("confirmed", "failed", "unconfirmed"))
     assert r["jit"]["compile_ms"] > r["jit"]["cached_ms"] > 0
     m = host_metrics(r)
     assert m["host_numba_compile_ms"].kind == "measured"
-    assert not (tmp_path / "model-int4.safetensors").exists(), "the weights file is cleaned up"
+    assert not (workdir / "model-int4.safetensors").exists(), "the weights file is cleaned up"
+
+
+def test_coldstart_command_prints_measured_side_by_side(small_measurement, monkeypatch, capsys):
+    import harmony_ref.device.coldstart_host as host
+    from harmony_ref.cli import main
+
+    monkeypatch.setattr(host, "measure_host_coldstart", lambda *a, **k: small_measurement[1])
+    assert main(["coldstart", "--profile", "harmony-flagship", "--measure"]) == 0
+    out = capsys.readouterr().out
+    assert "load by read" in out and "measured on this host" in out
+    assert main(["coldstart", "--profile", "harmony-flagship", "--measure", "--json"]) == 0
+    assert "measured_host" in capsys.readouterr().out

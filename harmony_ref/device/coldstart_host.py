@@ -20,8 +20,9 @@ What it does, in order (`measure_host_coldstart`):
    and again with the same directory (load from the on-disk cache).
 5. A warm read (page cache hot) for contrast: the difference is what storage costs.
 
-The GEMV kernel is `_gemv_w4` below (Numba, `cache=True`), with `gemv_w4_ref` (dequantize, then
-float32 matvec) as its twin.
+The GEMV is the project's kernel, `harmony_ref.kernels.matmul.matmul_w4` (Numba, `cache=True`).
+Its one-time weight repack (`prepare_w4`, row interleaving, what llama.cpp also does at load) is
+timed separately and is part of the first inference.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from harmony_ref.units import GB, MB, MS_PER_S
@@ -50,48 +50,6 @@ DEFAULT_ROWS = 4096
 DEFAULT_COLS = 4096  # 12 x 4096 x 4096 at INT4 g128 ~ 105 MB
 SAFETENSORS_HEADER_LEN_BYTES = 8  # little-endian u64, then a JSON header (safetensors format)
 _ST_DTYPES = {"U8": np.uint8, "I8": np.int8, "F16": np.float16, "F32": np.float32}
-
-
-# ----------------------------------------------------------------------------------------------
-# The GEMV over packed INT4 weights: y = W x with W group-wise INT4 (high nibble first).
-
-
-@numba.njit(cache=True)
-def _gemv_w4(packed, scale, zero_point, x, group_size):
-    n = packed.shape[0]
-    groups = scale.shape[1]
-    y = np.zeros(n, dtype=np.float32)
-    for r in range(n):
-        acc_row = np.float32(0.0)
-        for g in range(groups):
-            acc = np.float32(0.0)
-            xsum = np.float32(0.0)
-            base = g * group_size
-            for j in range(group_size // 2):
-                b = packed[r, base // 2 + j]
-                hi = np.float32(((b >> 4) ^ 8) - 8)
-                lo = np.float32(((b & 15) ^ 8) - 8)
-                acc += hi * x[base + 2 * j] + lo * x[base + 2 * j + 1]
-                xsum += x[base + 2 * j] + x[base + 2 * j + 1]
-            # sum((q - zp) * x) * s = (sum(q x) - zp * sum(x)) * s
-            acc_row += (acc - np.float32(zero_point[r, g]) * xsum) * np.float32(scale[r, g])
-        y[r] = acc_row
-    return y
-
-
-def gemv_w4(t, x: np.ndarray) -> np.ndarray:
-    """y = dequant(t) @ x for an Int4Tensor-like object (packed, scale, zero_point, group_size)."""
-    zp = t.zero_point if t.zero_point is not None else np.zeros(t.scale.shape, np.int8)
-    # Numba has no float16: widen the (small) scale array; the packed nibbles are used in place.
-    return _gemv_w4(np.asarray(t.packed), np.asarray(t.scale, np.float32), np.asarray(zp),
-                    np.ascontiguousarray(x, np.float32), t.group_size)
-
-
-def gemv_w4_ref(t, x: np.ndarray) -> np.ndarray:
-    """Reference twin of `gemv_w4`: dequantize to float32, then a NumPy matvec."""
-    from harmony_ref.quant.int4 import dequantize_int4
-
-    return dequantize_int4(t) @ np.asarray(x, np.float32)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,15 +201,12 @@ def _rss_mb() -> float:
 
 
 def _probe_load(mode: str, path: str, group_size: int, steady_repeats: int) -> dict:
-    x0 = np.random.default_rng(1).standard_normal(DEFAULT_COLS).astype(np.float32)
-    # Compile the GEMV (or load it from the Numba cache) on a tiny input outside the timings.
+    from harmony_ref.kernels.matmul import matmul_w4, prepare_w4
     from harmony_ref.quant.int4 import quantize_int4
 
-    tiny = quantize_int4(np.ones((2, group_size), np.float32), group_size, "asym")
-    gemv_w4(tiny, x0[:group_size])
-    for a in (tiny.packed, tiny.scale, tiny.zero_point):
-        a.setflags(write=False)  # memmap views are read-only: a distinct Numba signature
-    gemv_w4(tiny, x0[:group_size])
+    x0 = np.random.default_rng(1).standard_normal(DEFAULT_COLS).astype(np.float32)
+    # Compile the kernels (or load them from the Numba cache) on a tiny input outside the timings.
+    matmul_w4(x0[:group_size], quantize_int4(np.ones((2, group_size), np.float32), group_size, "asym"))
     rss = [_rss_mb()]
     t0 = time.perf_counter()
     if mode == "read":
@@ -266,18 +221,23 @@ def _probe_load(mode: str, path: str, group_size: int, steady_repeats: int) -> d
     load_s = time.perf_counter() - t0
     rss.append(_rss_mb())
     x = np.resize(x0, layers[0].shape[1])
+    t1 = time.perf_counter()
+    for layer in layers:
+        prepare_w4(layer)  # touches every weight page (mmap: the page faults land here)
+    repack_s = time.perf_counter() - t1
 
     def one_pass():
         t = time.perf_counter()
         for layer in layers:
-            gemv_w4(layer, x)
+            matmul_w4(x, layer)
         return time.perf_counter() - t
 
-    first_s = one_pass()
+    first_s = repack_s + one_pass()
     rss.append(_rss_mb())
     steady = [one_pass() for _ in range(steady_repeats)]
     rss.append(_rss_mb())
-    return {"mode": mode, "load_ms": load_s * MS_PER_S, "first_gemv_ms": first_s * MS_PER_S,
+    return {"mode": mode, "load_ms": load_s * MS_PER_S, "repack_ms": repack_s * MS_PER_S,
+            "first_gemv_ms": first_s * MS_PER_S,
             "steady_gemv_ms": statistics.median(steady) * MS_PER_S,
             "steady_gemv_samples_ms": [s * MS_PER_S for s in steady],
             "peak_rss_mb": max(rss), "rss_samples_mb": rss, "layers": len(layers)}
@@ -285,13 +245,15 @@ def _probe_load(mode: str, path: str, group_size: int, steady_repeats: int) -> d
 
 def _probe_jit(group_size: int) -> dict:
     t0 = time.perf_counter()
+    from harmony_ref.kernels.matmul import matmul_w4
     from harmony_ref.quant.int4 import quantize_int4
 
     t = quantize_int4(np.ones((2, group_size), np.float32), group_size, "asym")
+    x = np.ones(group_size, np.float32)
     t1 = time.perf_counter()
-    gemv_w4(t, np.ones(group_size, np.float32))
+    matmul_w4(x, t)
     t2 = time.perf_counter()
-    gemv_w4(t, np.ones(group_size, np.float32))
+    matmul_w4(x, t)
     t3 = time.perf_counter()
     return {"quantizer_first_call_ms": (t1 - t0) * MS_PER_S,
             "gemv_first_call_ms": (t2 - t1) * MS_PER_S, "gemv_second_call_ms": (t3 - t2) * MS_PER_S}
