@@ -21,17 +21,17 @@ runs at the deepest state any zone asks for.
 Governors (re-evaluated every `polling_ms`, the kernel's passive polling delay):
 - step_wise (drivers/thermal/gov_step_wise.c): at or above a trip and rising -> one state deeper;
   at or above and falling -> hold; below the trip and falling -> one state shallower, down to
-  state 0. Die trip = `passive_trip_c`, skin trip = `skin_limit_c`; at
-  `critical_trip_c` the deepest state is forced.
+  state 0. Die trip = `passive_trip_c`, skin trip = `skin_limit_c`; at `critical_trip_c`
+  the deepest state is forced. (No trip hysteresis: shipped trees set it to 0 or a few mC.)
 - power_allocator (Documentation/driver-api/thermal/power_allocator.rst): a PID on
   e = control_temp - temp produces a power budget
       P_max = sustainable_power + k_p * e + k_i * sum(e) + k_d * diff(e)
   with k_pu = 2 * sustainable_power / (control - switch_on) while below the control temperature
   and k_po = sustainable_power / (control - switch_on) above it (the docs' derivation: at the
   switch-on temperature the proportional term is 2x sustainable power, at the control
-  temperature zero, so the budget there is exactly the sustainable power). The integral only accumulates while e < 0 (the kernel's default
-  integral_cutoff of 0) and is bounded by the maximum power; below switch-on the governor resets
-  and grants maximum power. The budget is turned into the fastest state whose power fits (the
+  temperature zero, so the budget there is exactly the sustainable power). The integral only
+  accumulates while e < 0 (the kernel's default integral_cutoff of 0) and is bounded by the
+  maximum power; below switch-on the governor resets and grants maximum power. The budget is turned into the fastest state whose power fits (the
   devfreq cooling device's power2state). Die zone: switch_on = `passive_trip_c`, control =
   `critical_trip_c` (a HiSilicon tree uses 65 and 75 C). Skin zone: control = `skin_limit_c`,
   switch-on the same window below it (assumption). One PID runs on the tighter of the two
