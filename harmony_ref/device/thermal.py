@@ -22,7 +22,7 @@ Governors (re-evaluated every `polling_ms`, the kernel's passive polling delay):
 - step_wise (drivers/thermal/gov_step_wise.c): at or above a trip and rising -> one state deeper;
   at or above and falling -> hold; below the trip and falling -> one state shallower, down to
   state 0. Die trip = `passive_trip_c`, skin trip = `skin_limit_c`; at `critical_trip_c`
-  the deepest state is forced. (No trip hysteresis: shipped trees set it to 0 or a few mC.)
+  the deepest state is forced. Trip hysteresis is not modelled.
 - power_allocator (Documentation/driver-api/thermal/power_allocator.rst): a PID on
   e = control_temp - temp produces a power budget
       P_max = sustainable_power + k_p * e + k_i * sum(e) + k_d * diff(e)
