@@ -4,6 +4,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harmony_ref.device.thermal import (
     GOV_OFF,
@@ -195,3 +197,21 @@ def test_power_allocator_gains_follow_the_kernel_docs(t_die, expected_budget_w):
     s = tr.state[-1]
     assert power[s] <= expected_budget_w + 1e-6, "the chosen step fits the budget"
     assert s == 0 or power[s - 1] > expected_budget_w + 1e-6, "and is the fastest that does"
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), governor=st.sampled_from(["step_wise", "power_allocator"]))
+def test_throttling_never_raises_throughput_for_random_phones(seed, governor):
+    rng = np.random.default_rng(seed)
+    cfg = make_cfg(
+        governor=governor, die_to_skin_k_per_w=rng.uniform(0.5, 12), skin_to_ambient_k_per_w=rng.uniform(2, 15),
+        die_heat_capacity_j_per_k=rng.uniform(0.5, 10), skin_heat_capacity_j_per_k=rng.uniform(10, 200),
+        ambient_c=rng.uniform(0, 40), passive_trip_c=rng.uniform(45, 70), critical_trip_c=rng.uniform(72, 95),
+        skin_limit_c=rng.uniform(40, 48), sustainable_power_w=rng.uniform(0.5, 6))
+    f = np.asarray(cfg.freq_steps)
+    power = rng.uniform(0, 1.5) + rng.uniform(0.5, 12) * f ** rng.uniform(1, 3)
+    rate = rng.uniform(1, 40) * f
+    free = simulate(cfg, power, rate, duration_s=600, governor="off")
+    gov = simulate(cfg, power, rate, duration_s=600)
+    assert np.all(gov.rate <= free.rate) and gov.rate.sum() <= free.rate.sum()
+    assert gov.die_c.max() <= free.die_c.max() + 1e-9

@@ -105,4 +105,16 @@ def run(args) -> int:
         sbs = side_by_side(by[("cold", "read")], by[("cold", "mmap")], file_mb, host,
                            p0.runtime.storage_read_gbps)
         print_table(pd.DataFrame(sbs), title=f"modelled ({p0.name}) vs measured on this host")
+        raw = pd.DataFrame([
+            {"loader": mode, "eviction": s.get("eviction", ""), "load_ms": s["load_ms"],
+             "repack_ms": s["repack_ms"], "first_gemv_ms": s["first_gemv_ms"],
+             "steady_gemv_ms": s["steady_gemv_ms"], "peak_rss_mb": s["peak_rss_mb"]}
+            for mode, s in host["strategies"].items()])
+        f = host["file"]
+        print_table(raw, title=f"measured on this host: {f['bytes'] / MB:,.1f} MB INT4 file "
+                               f"({f['layers']} x {f['rows']}x{f['cols']}, g{f['group_size']})")
+        j = host["jit"]
+        print(f"Numba matmul_w4 first call: {j['compile_ms']:,.0f} ms with an empty cache, "
+              f"{j['cached_ms']:,.1f} ms from the on-disk cache. Eviction: fsync + "
+              "posix_fadvise(DONTNEED), checked with mincore(2).")
     return 0
