@@ -50,3 +50,8 @@ def test_summary_is_deterministic_and_consistent():
     assert s["energy_per_token_mj"] == pytest.approx(s["mean_power_w"] * s["duration_s"] / s["tokens_generated"] * 1e3)
     series = a.series(60.0)
     assert len(series["time_s"]) == 12 and series["tokens_per_s"][0] <= a.peak_tokens_per_s + 1e-9
+
+
+def test_thermal_summary_needs_ten_minutes():
+    with pytest.raises(ValueError, match="10 minutes"):
+        thermal_summary("harmony-flagship", CONFIG, minutes=5)

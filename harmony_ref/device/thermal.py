@@ -395,6 +395,8 @@ def thermal_summary(profile, config, minutes: float = 10.0) -> "Metrics":
     time_to_first_throttle_s, peak_die_c, peak_skin_c, energy_per_token_mj."""
     from harmony_ref.metrics import Metrics
 
+    if minutes * 60.0 < SUSTAINED_AT_S:
+        raise ValueError(f"minutes = {minutes}: the 10-minute ratio needs a run of >= 10 minutes")
     s = sustained_generation(profile, config, minutes).summary()
     m = Metrics()
     m.add("sustained_peak_ratio_10min", s["sustained_peak_ratio_10min"], "ratio", "higher",
