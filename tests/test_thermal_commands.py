@@ -46,3 +46,9 @@ def test_serve_json_and_trace(capsys, tmp_path):
     trace.write_text("0,128,16\nzero,1,1\n")
     assert main(["serve", "--trace", str(trace)]) == 2
     assert "line 2" in capsys.readouterr().err
+
+
+def test_thermal_short_run_has_no_ten_minute_ratio(capsys):
+    assert main(["thermal", "--minutes", "3", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)["summary"]
+    assert s["sustained_peak_ratio_10min"] is None and s["final_tokens_per_s"] > 0

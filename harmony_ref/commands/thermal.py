@@ -96,7 +96,8 @@ def run(args) -> int:
                         "energy_per_token_mj": result.points.power_w / result.points.tokens_per_s * MJ_PER_J})
     print_table(pts, title=f"{profile.name}: decode operating points (one per frequency step)")
     print_table(rows, title=title)
-    summ = pd.DataFrame([{"metric": k, "value": v} for k, v in summary.items() if k != "governor"])
+    summ = pd.DataFrame([{"metric": k, "value": float(v)} for k, v in summary.items()
+                         if k != "governor" and v is not None])
     print_table(summ, title="summary")
     if args.plot:
         print(f"plot written to {args.plot}")

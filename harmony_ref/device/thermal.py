@@ -345,12 +345,13 @@ class SustainedResult:
         tokens = float(tr.rate.sum() * tr.dt_s)
         energy_j = float(tr.power_w.sum() * tr.dt_s)
         duration = tr.time_s[-1]
-        at = min(SUSTAINED_AT_S, duration)
+        # None when the run is shorter than 10 minutes (nothing to read there).
+        at_10 = self.tokens_per_s_at(SUSTAINED_AT_S) if duration >= SUSTAINED_AT_S - 1e-9 else None
         return {
             "governor": self.governor,
             "peak_tokens_per_s": self.peak_tokens_per_s,
-            "sustained_tokens_per_s_10min": self.tokens_per_s_at(at),
-            "sustained_peak_ratio_10min": self.tokens_per_s_at(at) / self.peak_tokens_per_s,
+            "sustained_tokens_per_s_10min": at_10,
+            "sustained_peak_ratio_10min": None if at_10 is None else at_10 / self.peak_tokens_per_s,
             "final_tokens_per_s": self.tokens_per_s_at(duration),
             "time_to_first_throttle_s": tr.time_to_first_throttle_s(),
             "peak_die_c": float(tr.die_c.max()),
