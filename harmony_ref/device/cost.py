@@ -81,6 +81,16 @@ def _check_scale(name: str, v: float) -> float:
 
 
 def _op_arrays(graph: Graph) -> dict[str, np.ndarray]:
+    """Per-op columns of a graph, computed once per graph object (graphs are immutable and
+    build_graph hands out the same object for the same arguments)."""
+    cached = graph.__dict__.get("_op_arrays")
+    if cached is None:
+        cached = _make_op_arrays(graph)
+        object.__setattr__(graph, "_op_arrays", cached)  # a memo, not a field: eq/hash unaffected
+    return cached
+
+
+def _make_op_arrays(graph: Graph) -> dict[str, np.ndarray]:
     rows = graph.unique_ops()
     cols = {
         "count": [c for _, c in rows],

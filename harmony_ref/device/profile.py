@@ -129,9 +129,6 @@ class DeviceProfile:
         }
 
 
-_SECTIONS = {"compute": ComputeSpec, "memory": MemorySpec, "runtime": RuntimeSpec, "thermal": ThermalConfig}
-
-
 def profile_from_dict(data: dict, source: str) -> DeviceProfile:
     """Validate a parsed profile table; errors name `source`, the field and its value."""
     try:
@@ -163,7 +160,7 @@ def load_profile(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
             )
         return _parse(candidate.read_text(), f"device/profiles/{text}.toml")
     if not path.is_file():
-        raise ValueError(f"profile file {path} does not exist")
+        raise ValueError(f"profile file {path} does not exist or is not a file")
     try:
         raw = path.read_text()
     except OSError as e:

@@ -11,7 +11,8 @@ decode_step_ms, decode_tokens_per_s, e2e_ms, peak_memory_mb, weights_mb, kv_cach
 kernel_launches_per_token, launch_overhead_pct. Extras explain the prediction: prefill
 tokens/s, DRAM bytes per generated token and the bandwidth that implies, the compute / memory
 share of decode, activations, workspace, the app budget and whether the model fits it.
-Encoders (all-minilm-l6) have no decode: their metrics are the forward pass and memory.
+decode_tokens_per_s counts the tokens of every request in the batch. Encoders (all-minilm-l6)
+have no decode: their metrics are the forward pass and memory.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ import functools
 from dataclasses import dataclass
 
 from harmony_ref.model.spec import ModelSpec
-from harmony_ref.quant.policy import FP16, Policy, WeightFormat
+from harmony_ref.quant.policy import Policy, WeightFormat
 
 PHASES = ("prefill", "decode")
 ACT_BYTES = 2  # activations in fp16
