@@ -260,6 +260,9 @@ def _probe_jit(group_size: int) -> dict:
 
 def _run_probe(args: list[str], env_extra: dict | None = None) -> dict:
     env = dict(os.environ, **(env_extra or {}))
+    # As tests/perf/conftest.py: sleeping OpenMP workers take a scheduler tick to wake on a VM,
+    # which would swamp a per-layer GEMV; spin instead unless the caller chose otherwise.
+    env.setdefault("OMP_WAIT_POLICY", "active")
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     r = subprocess.run([sys.executable, "-m", "harmony_ref.device.coldstart_host", *args],
@@ -271,7 +274,7 @@ def _run_probe(args: list[str], env_extra: dict | None = None) -> dict:
 
 def measure_host_coldstart(layers: int = DEFAULT_LAYERS, rows: int = DEFAULT_ROWS,
                            cols: int = DEFAULT_COLS, group_size: int = 128,
-                           steady_repeats: int = 3, workdir: str | Path | None = None,
+                           steady_repeats: int = 5, workdir: str | Path | None = None,
                            progress=None) -> dict:
     """Run the whole measurement; returns plain numbers (ms, MB) plus how eviction went."""
     say = progress or (lambda msg: None)
