@@ -68,5 +68,7 @@ def run(args) -> int:
     print(f"service time of a {args.prompt}+{args.new} request on the device model: "
           f"TTFT {typical.ttft_s * MS_PER_S:,.0f} ms, end to end {typical.total_s * MS_PER_S:,.0f} ms")
     rows = [{"metric": k, "value": (float("nan") if v is None else float(v))} for k, v in summary.items()]
-    print_table(pd.DataFrame(rows), title="serving summary (latency/TTFT over answered requests)")
+    print_table(pd.DataFrame(rows), title="serving summary")
+    print("latency: completed requests; TTFT: every request that got a first token (including "
+          "ones cut off later); busy/timeout rates: fraction of arrivals")
     return 0

@@ -99,7 +99,9 @@ class ServeResult:
         return len(self.outcomes)
 
     def summary(self) -> dict:
-        """Plain numbers, units in the names; percentiles are None when nothing to rank."""
+        """Plain numbers, units in the names. Latency percentiles are over completed requests;
+        TTFT percentiles over every request that got a first token (some were cut off later);
+        None when there is nothing to rank."""
         done = [o for o in self.outcomes if o.status == "completed"]
         first = [o for o in self.outcomes if not math.isnan(o.first_token_s)]
         arrived = self.arrived
