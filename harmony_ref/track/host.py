@@ -7,9 +7,12 @@ interleaved with its NumPy baseline so the ratio is measured under the same load
   "kernel" is NumPy FP32 itself, and the ratio is reported as measured (about 1).
 - fused LayerNorm + bias + GELU over (NORM_ROWS, hidden) against the same chain as three kernels.
 
-Every metric is `measured` and keeps its raw samples (one per interleaved round); ratios are
-per-round ratios. Kernels are called once before timing so Numba compilation (or loading its
-cache) stays out of the samples.
+Every metric is `measured` and keeps its raw samples (one per interleaved round; ratios keep
+per-round ratios). The reported value is the best round (times) or best over best (ratios), as
+the kernels' perf suite does: on a shared 2-core machine a descheduled round says nothing about
+the kernel, and with two Numba threads one preempted thread stalls the whole call. The gate's
+U test still sees every raw sample. Kernels are called once before timing so Numba compilation
+(or loading its cache) stays out of the samples.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB, MS_PER_S
 
-ROUNDS = 9  # interleaved rounds: 9 vs 9 samples let the gate's U test reach p ~ 2e-5
+ROUNDS = 15  # interleaved rounds; 15 vs 15 samples let the gate's U test reach p ~ 1e-8
 NORM_ROWS = 128  # a prefill chunk of 128 tokens
 SEED = 7
 
@@ -79,14 +82,14 @@ def host_metrics(config: dict, rounds: int = ROUNDS) -> Metrics:
     kernel, weight_bytes = _quantized_gemv(fmt, w)
     t_kernel, t_numpy = interleaved_times_s([lambda: kernel(x), lambda: w @ x], rounds)
     shape = f"{lin.n_out}x{lin.k_in} ({lin.name.split('.')[-1]}, {fmt.name})"
-    m.add("host_gemv_ms", MS_PER_S * float(np.median(t_kernel)), "ms", "lower", "measured",
-          [MS_PER_S * t for t in t_kernel], description=f"decode GEMV {shape}, median")
-    m.add("host_gemv_numpy_fp32_ms", MS_PER_S * float(np.median(t_numpy)), "ms", "none", "measured",
-          [MS_PER_S * t for t in t_numpy], description=f"NumPy FP32 W @ x, {lin.n_out}x{lin.k_in}")
+    m.add("host_gemv_ms", MS_PER_S * min(t_kernel), "ms", "lower", "measured",
+          [MS_PER_S * t for t in t_kernel], description=f"decode GEMV {shape}, best round")
+    m.add("host_gemv_numpy_fp32_ms", MS_PER_S * min(t_numpy), "ms", "none", "measured",
+          [MS_PER_S * t for t in t_numpy], description=f"NumPy FP32 W @ x, {lin.n_out}x{lin.k_in}, best round")
     ratios = [n / k for n, k in zip(t_numpy, t_kernel)]
-    m.add("host_gemv_speedup_x", float(np.median(ratios)), "x", "higher", "measured", ratios,
-          description=f"NumPy FP32 time / {fmt.name} kernel time, per interleaved round")
-    m.add("host_gemv_weight_gbps", weight_bytes / float(np.median(t_kernel)) / GB, "GB/s", "none",
+    m.add("host_gemv_speedup_x", min(t_numpy) / min(t_kernel), "x", "higher", "measured", ratios,
+          description=f"best NumPy FP32 time / best {fmt.name} kernel time (samples: per round)")
+    m.add("host_gemv_weight_gbps", weight_bytes / min(t_kernel) / GB, "GB/s", "none",
           "measured", [weight_bytes / t / GB for t in t_kernel],
           description="stored weight bytes / kernel time")
 
@@ -96,9 +99,9 @@ def host_metrics(config: dict, rounds: int = ROUNDS) -> Metrics:
     t_fused, t_chain = interleaved_times_s(
         [lambda: norm_bias_gelu(xn, gamma, beta, bias),
          lambda: gelu(bias_add(layer_norm(xn, gamma, beta), bias))], rounds)
-    m.add("host_norm_fused_ms", MS_PER_S * float(np.median(t_fused)), "ms", "lower", "measured",
-          [MS_PER_S * t for t in t_fused], description=f"LayerNorm+bias+GELU fused, ({NORM_ROWS}, {d})")
+    m.add("host_norm_fused_ms", MS_PER_S * min(t_fused), "ms", "lower", "measured",
+          [MS_PER_S * t for t in t_fused], description=f"LayerNorm+bias+GELU fused, ({NORM_ROWS}, {d}), best round")
     fusion = [c / f for c, f in zip(t_chain, t_fused)]
-    m.add("host_norm_fusion_speedup_x", float(np.median(fusion)), "x", "higher", "measured", fusion,
-          description="three-kernel chain time / fused kernel time, per interleaved round")
+    m.add("host_norm_fusion_speedup_x", min(t_chain) / min(t_fused), "x", "higher", "measured", fusion,
+          description="best three-kernel chain time / best fused time (samples: per round)")
     return m
