@@ -46,8 +46,26 @@ def rss_mb() -> float:
     return psutil.Process().memory_info().rss / MB
 
 
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (Linux: write 5 to /proc/self/clear_refs), so the next
+    `peak_rss_mb` covers only what ran since. False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process so far (ru_maxrss; Linux reports KiB)."""
+    """Peak resident set size of this process: VmHWM on Linux (resettable), else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024 / MB
+    except OSError:
+        pass
     import resource
     import sys
 
