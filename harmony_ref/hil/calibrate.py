@@ -1,9 +1,10 @@
 """Calibration: fit a roofline + launch-overhead model to measured op times, and say how far the
 model is from measurements it was not fitted on.
 
-The model, per op:  t = launches * L + max(ops / R[class], bytes / BW)
-with L the launch overhead, R[class] the achieved rate of the op's compute class (int4, int8,
-fp16 matmuls, vector ops) and BW the achieved memory bandwidth.
+The model, per op (the device cost model's, harmony_ref/device/cost.py):
+    t = launches * L + max(sum over classes of ops[class] / R[class], bytes / BW)
+with L the launch overhead, R[class] the achieved rate of a compute class (int4, int8, fp16
+matmuls, vector ops) and BW the achieved memory bandwidth.
 
 How it is fitted (non-negative least squares, linearised per regime):
 1. every op is put in the regime (compute or memory) that the seed numbers say dominates
@@ -37,19 +38,26 @@ class OpSample:
     """One measured op (or microbenchmark): what it does and how long it took."""
 
     name: str
-    rate_class: str  # int4 | int8 | fp16 | vector: which compute rate it runs at
+    rate_class: str  # int4 | int8 | fp16 | vector: the compute rate of `ops`
     ops: float  # arithmetic ops (2*M*N*K for a matmul)
     nbytes: float  # bytes read + written
     launches: int  # kernel launches (1 fused, 3 for an unfused norm chain, ...)
     time_s: float  # median measured time
     samples: tuple[float, ...] = ()
     holdout: bool = False
+    vector_ops: float = 0.0  # elementwise work riding on a matmul (a fused epilogue)
 
     def __post_init__(self):
         if self.rate_class not in RATE_CLASSES:
             raise ValueError(f"op {self.name}: rate_class {self.rate_class!r} not in {RATE_CLASSES}")
         if not self.time_s > 0:
             raise ValueError(f"op {self.name}: time_s must be > 0, got {self.time_s!r}")
+
+    def class_ops(self) -> dict[str, float]:
+        out = dict.fromkeys(RATE_CLASSES, 0.0)
+        out[self.rate_class] += self.ops
+        out["vector"] += self.vector_ops
+        return out
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ class HostFit:
     regimes: dict[str, str] = field(default_factory=dict)
 
     def compute_s(self, op: OpSample) -> float:
-        return op.ops / self.rates[op.rate_class]
+        return sum(v / self.rates[c] for c, v in op.class_ops().items() if v)
 
     def memory_s(self, op: OpSample) -> float:
         return op.nbytes / self.bandwidth_bytes_per_s
@@ -82,7 +90,8 @@ def _solve(ops: list[OpSample], regimes: list[str]):
     for i, (op, reg) in enumerate(zip(ops, regimes)):
         a[i, 0] = op.launches
         if reg == COMPUTE:
-            a[i, 1 + RATE_CLASSES.index(op.rate_class)] = op.ops
+            for c, v in op.class_ops().items():
+                a[i, 1 + RATE_CLASSES.index(c)] = v
         else:
             a[i, -1] = op.nbytes
         a[i] /= op.time_s
@@ -126,3 +135,248 @@ def mape_pct(pairs) -> float:
     if not pairs:
         raise ValueError("MAPE of an empty set")
     return float(np.mean([ape_pct(p, m) for p, m in pairs]))
+
+
+# --- host profile ------------------------------------------------------------------------------
+
+THERMAL_TEMPLATE = "harmony-midrange"  # the host's thermal behaviour is not calibrated: borrowed
+
+
+def nominal_host_peaks(freq_mhz: float, cores: int, flags: set[str]) -> dict[str, float]:
+    """Nominal SIMD peaks of this CPU (ops/s). Assumption: 2 FMA pipes per core; fp32 lanes from
+    the widest vector ISA (AVX-512: 16, AVX2: 8, else 4); int8 dot products (VNNI) do 4 MACs per
+    32-bit lane (else 2, via pmaddubsw); int4 runs at the int8 rate (nibbles unpacked to int8)."""
+    lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
+    hz = freq_mhz * 1e6 * cores
+    fp32 = 2 * 2 * lanes * hz  # 2 pipes x FMA (2 ops) x lanes
+    int8 = 2 * 2 * lanes * (4 if ("avx512_vnni" in flags or "avx_vnni" in flags) else 2) * hz
+    return {"fp16": fp32, "int8": int8, "int4": int8, "vector": fp32}
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(float(v)) if isinstance(v, float) else str(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _toml_table(name: str, rows: list[tuple[str, object, str]]) -> str:
+    lines = [f"[{name}]"] if name else []
+    for key, value, comment in rows:
+        lines.append(f"{key} = {_toml_value(value)}" + (f"  # {comment}" if comment else ""))
+    return "\n".join(lines)
+
+
+def host_profile_toml(f: HostFit, stream_gbps: float, nominal: dict[str, float], onchip_bytes: int,
+                      ram_bytes: float, description: str, name: str = "host") -> str:
+    """A device profile (harmony_ref.device.profile schema) for this host from a fit.
+
+    The cost model multiplies a class's peak by `compute_efficiency`; the fit gives the products
+    (achieved rates). compute_efficiency is the INT4 matmul's achieved / nominal peak, and each
+    class's peak field is its achieved rate / compute_efficiency, so peak x efficiency = fitted."""
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    from importlib import resources
+
+    from harmony_ref.units import GB, GIGA, KIB, US_PER_S
+
+    ce = min(1.0, f.rates["int4"] / nominal["int4"])
+    eff = {c: f.rates[c] / nominal[c] for c in RATE_CLASSES}
+    bw = f.bandwidth_bytes_per_s
+    dram = max(stream_gbps * GB, bw)
+    thermal_src = resources.files("harmony_ref") / "device" / "profiles" / f"{THERMAL_TEMPLATE}.toml"
+    thermal = tomllib.loads(thermal_src.read_text())["thermal"]
+    fitted = lambda c: "fitted" if c in f.fitted else "NOT fitted (seed)"  # noqa: E731
+    head = "\n".join([
+        f"# Host profile written by `harmony-ref calibrate`: {description}",
+        "# Fitted by NNLS per regime on relative error (harmony_ref/hil/calibrate.py); every number",
+        "# says whether it was measured, fitted or is an assumption.",
+        f'name = "{name}"',
+        f"description = {_toml_value(description)}",
+        'soc = "this host CPU (no NPU: every matmul runs at the CPU rate of its dtype)"',
+    ])
+    compute = _toml_table("compute", [
+        ("cube_fp16_tops", 0.0, "no NPU on the host"),
+        ("cube_int8_tops", 0.0, "no NPU on the host"),
+        ("cube_int4_tops", 0.0, "no NPU on the host"),
+        ("vector_fp16_gflops", f.rates["vector"] / ce / GIGA,
+         f"{fitted('vector')}: achieved {f.rates['vector'] / GIGA:.3g} GFLOP/s / compute_efficiency"),
+        ("cpu_fp16_gflops", f.rates["fp16"] / ce / GIGA,
+         f"{fitted('fp16')}: achieved {f.rates['fp16'] / GIGA:.3g} (float32 NumPy) / compute_efficiency; "
+         f"efficiency vs nominal {eff['fp16']:.2f}"),
+        ("cpu_int8_gops", f.rates["int8"] / ce / GIGA,
+         f"{fitted('int8')}: achieved {f.rates['int8'] / GIGA:.3g} / compute_efficiency; efficiency vs nominal {eff['int8']:.2f}"),
+        ("cpu_int4_gops", nominal["int4"] / GIGA, "assumption: nominal SIMD peak (nominal_host_peaks)"),
+        ("compute_efficiency", ce, f"{fitted('int4')}: achieved INT4 {f.rates['int4'] / GIGA:.3g} GOP/s / nominal"),
+    ])
+    memory = _toml_table("memory", [
+        ("dram_type", "host DRAM", ""),
+        ("dram_bandwidth_gbps", dram / GB, "measured: single-thread streaming read of 64 MiB"
+         + ("" if dram == stream_gbps * GB else " (raised to the fitted bandwidth, which exceeded it)")),
+        ("memory_efficiency", min(1.0, bw / dram), f"{fitted('bandwidth')}: achieved {bw / GB:.3g} GB/s / dram_bandwidth"),
+        ("onchip_buffer_kib", onchip_bytes / KIB, "measured: L2 size of cpu0 (sysfs)"),
+        ("ram_gb", ram_bytes / GB, "measured: psutil total memory"),
+        ("app_memory_share", 0.5, "assumption"),
+        ("runtime_workspace_mb", 0.0, "assumption: NumPy/Numba scratch is counted in the measured RSS"),
+    ])
+    runtime = _toml_table("runtime", [
+        ("launch_overhead_us", f.launch_s * US_PER_S, f"{fitted('launch')}: per kernel call"),
+        ("storage_read_gbps", 1.0, "assumption: not calibrated"),
+        ("npu_init_ms", 0.0, "no NPU"),
+        ("graph_parse_ms_per_mb", 0.0, "assumption: no graph compile on the host"),
+    ])
+    thermal_t = _toml_table("thermal", [(k, v, "") for k, v in thermal.items()])
+    return "\n\n".join([head, compute, memory, runtime,
+                        f"# not calibrated: copied from {THERMAL_TEMPLATE}\n" + thermal_t]) + "\n"
+
+
+def write_atomic(path, text: str) -> None:
+    import os
+    import tempfile
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+# --- op times from a file (`--backend command`) ---------------------------------------------------
+
+OP_FILE_COLUMNS = ("name", "rate_class", "ops", "bytes", "launches", "time_us")
+
+
+def load_op_times(path) -> list[OpSample]:
+    """Measured op times from a CSV with columns name, rate_class (int4|int8|fp16|vector), ops,
+    bytes, launches, time_us [, holdout (0/1), vector_ops] (e.g. exported from a device profiler:
+    MindSpore Lite `--timeProfiling`, the ExecuTorch ETDump inspector) . Errors name the row."""
+    import csv
+    from pathlib import Path
+
+    from harmony_ref.units import US_PER_S
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"op times file {path} does not exist")
+    out = []
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in OP_FILE_COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {missing}; need {list(OP_FILE_COLUMNS)}")
+        for i, row in enumerate(reader, start=2):
+            try:
+                out.append(OpSample(
+                    row["name"], row["rate_class"], float(row["ops"]), float(row["bytes"]),
+                    int(row["launches"]), float(row["time_us"]) / US_PER_S,
+                    holdout=row.get("holdout", "0").strip() in ("1", "true", "yes"),
+                    vector_ops=float(row.get("vector_ops") or 0.0)))
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{path}: line {i}: {e}") from e
+    return out
+
+
+def seed_rates(ops: list[OpSample]) -> dict[str, float]:
+    """First guess per class: the best achieved ops/s among that class's samples."""
+    out = {}
+    for c in RATE_CLASSES:
+        r = [op.ops / op.time_s for op in ops if op.rate_class == c and op.ops > 0]
+        out[c] = max(r) if r else 1e9
+    return out
+
+
+# --- the whole calibration -------------------------------------------------------------------------
+
+# Whole-model runs the fit never sees: (model, width divisor, policy, prompt, new tokens, context)
+HELDOUT_WORKLOADS = [
+    ("qwen2.5-0.5b", 2, "int4-g128", 64, 16, 128),
+    ("llama-3.2-1b", 4, "int8", 32, 16, 64),
+    ("all-minilm-l6", 1, "int8", 128, 0, 128),
+]
+QUICK_WORKLOADS = [("qwen2.5-0.5b", 4, "int4-g32", 16, 8, 32)]
+E2E_METRICS = ("prefill_ms", "decode_step_ms", "e2e_ms")
+
+
+@dataclass
+class Calibration:
+    fit: HostFit
+    ops: list[OpSample]
+    profile_toml: str
+    per_op_mape_pct: float
+    fit_mape_pct: float
+    e2e: list[dict] = field(default_factory=list)  # one row per held-out workload and metric
+    launch_floor_s: float | None = None
+    notes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def e2e_mape_pct(self) -> float | None:
+        rows = [r for r in self.e2e if r["metric"] == "e2e_ms"]
+        return float(np.mean([r["ape_pct"] for r in rows])) if rows else None
+
+    def op_table(self):
+        import pandas as pd
+
+        return pd.DataFrame([{
+            "op": op.name, "set": "held-out" if op.holdout else "fit", "regime": self.fit.regimes[op.name],
+            "measured_us": op.time_s * 1e6, "model_us": self.fit.predict_s(op) * 1e6,
+            "ape_pct": ape_pct(self.fit.predict_s(op), op.time_s)} for op in self.ops])
+
+
+def calibrate_ops(ops: list[OpSample], stream_gbps: float, nominal: dict[str, float], onchip_bytes: int,
+                  ram_bytes: float, description: str, name: str = "host") -> Calibration:
+    """Fit on the non-held-out ops, score on the held-out ones, write the profile text."""
+    f = fit(ops, seed_bandwidth=stream_gbps * 1e9, seed_rates=seed_rates(ops))
+    held = [(f.predict_s(op), op.time_s) for op in ops if op.holdout]
+    train = [(f.predict_s(op), op.time_s) for op in ops if not op.holdout]
+    if not held:
+        raise ValueError("calibration: no held-out ops to score the model on (mark some holdout=1)")
+    text = host_profile_toml(f, stream_gbps, nominal, onchip_bytes, ram_bytes, description, name)
+    return Calibration(f, ops, text, mape_pct(held), mape_pct(train))
+
+
+def heldout_e2e(profile, workloads, host_device) -> list[dict]:
+    """Measure each held-out workload on the host and predict it with SimulatedDevice(profile)."""
+    import dataclasses
+
+    from harmony_ref.config import Config
+    from harmony_ref.hil.host import scaled_spec
+    from harmony_ref.hil.simulated import SimulatedDevice
+
+    sim = SimulatedDevice(profile)
+    rows = []
+    for model, div, policy, prompt, new, ctx in workloads:
+        cfg = Config.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
+                                context_tokens=ctx)
+        cfg = dataclasses.replace(cfg, spec=scaled_spec(cfg.spec, div))
+        measured = host_device.measure(cfg).metrics
+        predicted = sim.predict(cfg)
+        for metric in E2E_METRICS:
+            if metric in measured and metric in predicted:
+                mv, pv = measured.value(metric), predicted.value(metric)
+                rows.append({"workload": cfg.label, "metric": metric, "measured": mv, "model": pv,
+                             "ape_pct": ape_pct(pv, mv)})
+    return rows
