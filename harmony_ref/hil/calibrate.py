@@ -18,8 +18,15 @@ How it is fitted (non-negative least squares, linearised per regime):
    changes regime (or MAX_ITERATIONS). An unknown no row constrains (no op of that class, or no
    memory-bound op) keeps its seed value and is reported as not fitted.
 
-Held-out error: the fit uses the ops marked `holdout=False`; MAPE is reported per op on the
-`holdout=True` ones, and end to end (whole-model TTFT / decode step) on runs never fitted on.
+On the host the fitted set is the microbenchmarks (minus every third size) plus the ops of a few
+whole-model "fit workloads" (their NumPy elementwise ops, KV writes and attention at real layer
+shapes, merged across layers); the launch overhead is then refitted on those workloads' phase
+totals (`fit_launch_on_phases`), because per-call overhead differs by implementation and the
+model has one number for it.
+
+Held-out error: MAPE per op on the held-out microbenchmark sizes, and end to end (prefill,
+decode step, e2e) on whole-model workloads never fitted on (HELDOUT_WORKLOADS), measured by
+HostDevice and predicted by SimulatedDevice with the written profile.
 """
 
 from __future__ import annotations
@@ -104,26 +111,36 @@ def _solve(ops: list[OpSample], regimes: list[str]):
     return x, used
 
 
+def _rel_sse(f: HostFit, ops: list[OpSample]) -> float:
+    return float(sum(((f.predict_s(op) - op.time_s) / op.time_s) ** 2 for op in ops))
+
+
 def fit(ops: list[OpSample], seed_bandwidth: float, seed_rates: dict[str, float]) -> HostFit:
-    """Fit on the ops with holdout=False (see the module docstring for the method)."""
+    """Fit on the ops with holdout=False (see the module docstring for the method). Two starting
+    regime assignments are tried (from the seeds, and everything compute-bound); the iterate with
+    the lowest relative squared error wins, so an oscillating assignment cannot end on a bad one."""
     train = [op for op in ops if not op.holdout]
     if len(train) < 3:
         raise ValueError(f"calibration: need at least 3 fitted ops, got {len(train)}")
-    current = HostFit(0.0, dict(seed_rates), seed_bandwidth, (), 0)
-    regimes = [current.regime(op) for op in train]
     names = ("launch",) + RATE_CLASSES + ("bandwidth",)
-    for it in range(1, MAX_ITERATIONS + 1):
-        x, used = _solve(train, regimes)
-        fitted = tuple(n for n, u, v in zip(names, used, x) if u and v > 0)
-        rates = {c: (1.0 / x[1 + i] if x[1 + i] > 0 else seed_rates[c]) for i, c in enumerate(RATE_CLASSES)}
-        bw = 1.0 / x[-1] if x[-1] > 0 else seed_bandwidth
-        current = HostFit(float(x[0]), rates, bw, fitted, it)
-        new = [current.regime(op) for op in train]
-        if new == regimes:
-            break
-        regimes = new
-    return HostFit(current.launch_s, current.rates, current.bandwidth_bytes_per_s, current.fitted,
-                   current.iterations, {op.name: current.regime(op) for op in ops})
+    seed = HostFit(0.0, dict(seed_rates), seed_bandwidth, (), 0)
+    best, best_err = None, float("inf")
+    for regimes in ([seed.regime(op) for op in train], [COMPUTE] * len(train)):
+        for it in range(1, MAX_ITERATIONS + 1):
+            x, used = _solve(train, regimes)
+            fitted = tuple(n for n, u, v in zip(names, used, x) if u and v > 0)
+            rates = {c: (1.0 / x[1 + i] if x[1 + i] > 0 else seed_rates[c]) for i, c in enumerate(RATE_CLASSES)}
+            bw = 1.0 / x[-1] if x[-1] > 0 else seed_bandwidth
+            current = HostFit(float(x[0]), rates, bw, fitted, it)
+            err = _rel_sse(current, train)
+            if err < best_err:
+                best, best_err = current, err
+            new = [current.regime(op) for op in train]
+            if new == regimes:
+                break
+            regimes = new
+    return HostFit(best.launch_s, best.rates, best.bandwidth_bytes_per_s, best.fitted, best.iterations,
+                   {op.name: best.regime(op) for op in ops})
 
 
 def ape_pct(predicted: float, measured: float) -> float:
@@ -311,13 +328,27 @@ def seed_rates(ops: list[OpSample]) -> dict[str, float]:
 
 # --- the whole calibration -------------------------------------------------------------------------
 
-# Whole-model runs the fit never sees: (model, width divisor, policy, prompt, new tokens, context)
+# Whole-model runs the fit never sees: (model, width divisor, policy, prompt, new tokens, context,
+# fused). The end-to-end MAPE is taken on unfused graphs: there the host makes exactly one kernel
+# call per graph op, as the model charges. On a fused graph the model assumes epilogue fusion
+# (matmul + bias, rope + KV write, ...) that the host has no kernels for: those rows are shown,
+# and scored apart, as the cost of the missing fusion, not as model error.
 HELDOUT_WORKLOADS = [
-    ("qwen2.5-0.5b", 2, "int4-g128", 64, 16, 128),
-    ("llama-3.2-1b", 4, "int8", 32, 16, 64),
-    ("all-minilm-l6", 1, "int8", 128, 0, 128),
+    ("qwen2.5-0.5b", 2, "int4-g128", 64, 16, 128, False),
+    ("llama-3.2-1b", 4, "int8", 32, 16, 64, False),
+    ("all-minilm-l6", 1, "int8", 128, 0, 128, False),
+    ("qwen2.5-0.5b", 2, "int4-g128", 64, 16, 128, True),
 ]
-QUICK_WORKLOADS = [("qwen2.5-0.5b", 4, "int4-g32", 16, 8, 32)]
+# Whole-model runs whose per-op times join the fit (the host's own op implementations: numpy
+# elementwise ops, KV-cache writes, attention, at the shapes real layers have).
+FIT_WORKLOADS = [
+    ("qwen2.5-0.5b", 4, "int4-g32", 32, 8, 64, False),
+    ("llama-3.2-1b", 8, "int8", 16, 8, 32, False),
+    ("all-minilm-l6", 2, "int4-g32", 64, 0, 64, False),
+]
+QUICK_FIT_WORKLOADS = [("qwen2.5-0.5b", 8, "int4-g32", 32, 8, 64, False), ("llama-3.2-1b", 8, "int8", 16, 8, 32, False)]
+QUICK_WORKLOADS = [("qwen2.5-0.5b", 4, "int4-g128", 16, 8, 32, False),
+                   ("qwen2.5-0.5b", 4, "int4-g128", 16, 8, 32, True)]
 E2E_METRICS = ("prefill_ms", "decode_step_ms", "e2e_ms")
 
 
@@ -332,10 +363,18 @@ class Calibration:
     launch_floor_s: float | None = None
     notes: dict[str, str] = field(default_factory=dict)
 
+    def _e2e_mape(self, fused: bool) -> float | None:
+        rows = [r for r in self.e2e if r["metric"] == "e2e_ms" and r["fused"] == fused]
+        return float(np.mean([r["ape_pct"] for r in rows])) if rows else None
+
     @property
     def e2e_mape_pct(self) -> float | None:
-        rows = [r for r in self.e2e if r["metric"] == "e2e_ms"]
-        return float(np.mean([r["ape_pct"] for r in rows])) if rows else None
+        """Held-out whole-model e2e MAPE on unfused graphs (see HELDOUT_WORKLOADS)."""
+        return self._e2e_mape(False)
+
+    @property
+    def e2e_fused_mape_pct(self) -> float | None:
+        return self._e2e_mape(True)
 
     def op_table(self):
         import pandas as pd
@@ -346,10 +385,93 @@ class Calibration:
             "ape_pct": ape_pct(self.fit.predict_s(op), op.time_s)} for op in self.ops])
 
 
+def op_time(t, stat: str = "min") -> float:
+    return min(t.samples_s) if stat == "min" else t.median_s
+
+
+def phase_times_ms(run, new_tokens: int, stat: str = "min") -> dict[str, float]:
+    """prefill_ms, decode_step_ms, e2e_ms of a HostRun from its per-op times (min or median),
+    summed the way HostDevice sums them."""
+    out = {}
+    pre = sum(op_time(t, stat) for t in run.ops if t.phase == "prefill")
+    out["prefill_ms"] = pre * 1e3
+    dec = [t for t in run.ops if t.phase == "decode"]
+    e2e = pre
+    if dec:
+        step = sum(op_time(t, stat) for t in dec)
+        out["decode_step_ms"] = step * 1e3
+        e2e += new_tokens * step
+    out["e2e_ms"] = e2e * 1e3
+    return out
+
+
+def samples_from_run(run, onchip_bytes: int, holdout: bool = False, tag: str = "",
+                     dedupe: bool = True, stat: str = "min") -> list[OpSample]:
+    """OpSamples from a HostRun: the graph ops the host executed, counted as the cost model counts
+    them (matrix flops at the op's dtype, vector flops, streamed bytes x on-chip passes + other
+    bytes). Ops repeated across layers are merged into one sample at their median time."""
+    import re
+    import statistics
+    from collections import defaultdict
+
+    groups: dict[tuple, list] = defaultdict(list)
+    for i, t in enumerate(run.ops):
+        key = (t.phase, re.sub(r"\.\d+\.", ".N.", t.name) if dedupe else f"{i}:{t.name}")
+        groups[key].append(t)
+    out = []
+    for (phase, name), ts in groups.items():
+        op = ts[0].op
+        passes = max(1, -(-int(op.tile_bytes) // onchip_bytes)) if op.tile_bytes else 1
+        nbytes = (op.weight_bytes + op.kv_read_bytes) * passes + op.act_in_bytes + op.act_out_bytes + op.kv_write_bytes
+        cls = op.dtype if op.flops else "vector"
+        times = tuple(op_time(t, stat) for t in ts)
+        if op.flops:
+            out.append(OpSample(f"{tag}{phase}:{name}", cls, float(op.flops), float(nbytes), 1,
+                                statistics.median(times), times, holdout, float(op.vector_flops)))
+        else:
+            out.append(OpSample(f"{tag}{phase}:{name}", "vector", float(op.vector_flops), float(nbytes), 1,
+                                statistics.median(times), times, holdout))
+    return out
+
+
+def fit_launch_on_phases(f: HostFit, runs, onchip_bytes: int, stat: str = "min") -> HostFit:
+    """Refit the launch overhead on whole-model phase totals (least squares through the origin):
+    L = sum_p n_p (T_p - B_p) / sum_p n_p^2, with T_p a phase's measured time, B_p its modelled
+    time without launches and n_p its kernel calls. Per-call overhead on the host differs by
+    implementation (a Numba kernel's Python wrapper ~6 us, a small NumPy op ~1-2 us); the model
+    has one number, and this makes it the one the real op mix pays."""
+    num = den = 0.0
+    for run in runs:
+        for phase in ("prefill", "decode"):
+            ts = [t for t in run.ops if t.phase == phase]
+            if not ts:
+                continue
+            n = sum(t.launches for t in ts)
+            measured = sum(op_time(t, stat) for t in ts)
+            bound = sum(max(f.compute_s(s), f.memory_s(s)) for s in _per_op_samples(ts, onchip_bytes))
+            num += n * (measured - bound)
+            den += n * n
+    if den == 0:
+        return f
+    launch = max(0.0, num / den)
+    fitted = tuple(x for x in f.fitted if x != "launch") + ("launch",)
+    return HostFit(launch, f.rates, f.bandwidth_bytes_per_s, fitted, f.iterations, f.regimes)
+
+
+def _per_op_samples(times, onchip_bytes: int) -> list[OpSample]:
+    class _Run:
+        ops = times
+    return samples_from_run(_Run, onchip_bytes, dedupe=False)
+
+
 def calibrate_ops(ops: list[OpSample], stream_gbps: float, nominal: dict[str, float], onchip_bytes: int,
-                  ram_bytes: float, description: str, name: str = "host") -> Calibration:
-    """Fit on the non-held-out ops, score on the held-out ones, write the profile text."""
+                  ram_bytes: float, description: str, name: str = "host", phase_runs=(),
+                  stat: str = "min") -> Calibration:
+    """Fit on the non-held-out ops, score on the held-out ones, write the profile text. With
+    `phase_runs` (HostRuns of fit workloads) the launch overhead is refitted on their phases."""
     f = fit(ops, seed_bandwidth=stream_gbps * 1e9, seed_rates=seed_rates(ops))
+    if phase_runs:
+        f = fit_launch_on_phases(f, phase_runs, onchip_bytes, stat)
     held = [(f.predict_s(op), op.time_s) for op in ops if op.holdout]
     train = [(f.predict_s(op), op.time_s) for op in ops if not op.holdout]
     if not held:
@@ -358,25 +480,33 @@ def calibrate_ops(ops: list[OpSample], stream_gbps: float, nominal: dict[str, fl
     return Calibration(f, ops, text, mape_pct(held), mape_pct(train))
 
 
-def heldout_e2e(profile, workloads, host_device) -> list[dict]:
-    """Measure each held-out workload on the host and predict it with SimulatedDevice(profile)."""
+def workload_config(model, div, policy, prompt, new, ctx, fused):
     import dataclasses
 
     from harmony_ref.config import Config
     from harmony_ref.hil.host import scaled_spec
+
+    cfg = Config.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
+                            context_tokens=ctx, fused=fused)
+    return dataclasses.replace(cfg, spec=scaled_spec(cfg.spec, div))
+
+
+def heldout_e2e(profile, workloads, host_device, stat: str = "min") -> list[dict]:
+    """Measure each held-out workload on the host and predict it with SimulatedDevice(profile).
+    `measured` sums each op's `stat` time (as the fit used); `measured_median` the medians."""
     from harmony_ref.hil.simulated import SimulatedDevice
 
     sim = SimulatedDevice(profile)
     rows = []
-    for model, div, policy, prompt, new, ctx in workloads:
-        cfg = Config.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
-                                context_tokens=ctx)
-        cfg = dataclasses.replace(cfg, spec=scaled_spec(cfg.spec, div))
-        measured = host_device.measure(cfg).metrics
+    for w in workloads:
+        cfg, fused = workload_config(*w), w[-1]
+        run = host_device.measure(cfg)
+        measured = phase_times_ms(run, cfg.scenario.new_tokens, stat)
         predicted = sim.predict(cfg)
         for metric in E2E_METRICS:
             if metric in measured and metric in predicted:
-                mv, pv = measured.value(metric), predicted.value(metric)
-                rows.append({"workload": cfg.label, "metric": metric, "measured": mv, "model": pv,
+                mv, pv = measured[metric], predicted.value(metric)
+                rows.append({"workload": cfg.label, "fused": fused, "metric": metric, "measured": mv,
+                             "measured_median": run.metrics.value(metric), "model": pv,
                              "ape_pct": ape_pct(pv, mv)})
     return rows

@@ -49,6 +49,7 @@ class OpTime:
     launches: int  # host calls this graph op took
     median_s: float
     samples_s: tuple[float, ...]
+    op: object = None  # the graph Op (harmony_ref.model.graph.Op) that ran
 
 
 @dataclass
@@ -165,7 +166,7 @@ class HostDevice:
                 fn = build_op(op, chain, ctx, graph)
                 t = time_call(fn, self.warmup, self.repeats)
                 times.append(OpTime(phase, op.name, op.kind, op.dtype, op.flops, op.vector_flops,
-                                    op.dram_bytes, len(chain), t.median_s, t.samples_s))
+                                    op.dram_bytes, len(chain), t.median_s, t.samples_s, op))
         freq_after, temps_after = cpu_freq_mhz(), cpu_temps_c()
         m = self._metrics(config, times, ctx)
         if freq_before is not None:
