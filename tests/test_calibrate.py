@@ -74,3 +74,84 @@ def test_bad_sample():
         OpSample("x", "int4", 1.0, 1.0, 1, 0.0)
     with pytest.raises(ValueError, match="rate_class"):
         OpSample("x", "fp8", 1.0, 1.0, 1, 1.0)
+
+
+# --- profile written from a fit, and the CLI (needs the device branch) ---------------------------
+
+import csv  # noqa: E402
+import json  # noqa: E402
+
+DEVICE = pytest.importorskip("harmony_ref.device.profile", reason="TEMPORARY until main has the device branch")
+
+from harmony_ref.cli import main  # noqa: E402
+from harmony_ref.hil.calibrate import HostFit, host_profile_toml, load_op_times  # noqa: E402
+
+
+def test_profile_reproduces_the_fit(tmp_path):
+    f = HostFit(20e-6, dict(TRUE["rates"]), TRUE["bw"], ("launch", "int4", "int8", "fp16", "vector", "bandwidth"), 1)
+    nominal = {"int4": 400e9, "int8": 400e9, "fp16": 100e9, "vector": 100e9}
+    path = tmp_path / "h.toml"
+    path.write_text(host_profile_toml(f, 25.0, nominal, 1 << 20, 8e9, "test"))
+    p = DEVICE.load_profile(str(path))
+    c = p.compute
+    for dtype in ("int4", "int8", "fp16"):
+        assert c.matmul_ops_per_s(dtype) * c.compute_efficiency == pytest.approx(TRUE["rates"][dtype], rel=1e-12)
+    assert c.vector_fp16_gflops * 1e9 * c.compute_efficiency == pytest.approx(TRUE["rates"]["vector"], rel=1e-12)
+    assert c.compute_efficiency == pytest.approx(40e9 / 400e9)
+    m = p.memory
+    assert m.dram_bandwidth_gbps * 1e9 * m.memory_efficiency == pytest.approx(TRUE["bw"], rel=1e-12)
+    assert m.dram_bandwidth_gbps == 25.0 and m.memory_efficiency == pytest.approx(0.8)  # 20 of 25 GB/s
+    assert p.runtime.launch_overhead_us == pytest.approx(20.0)
+
+
+def write_ops_csv(path, ops):
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["name", "rate_class", "ops", "bytes", "launches", "time_us", "holdout"])
+        for op in ops:
+            w.writerow([op.name, op.rate_class, op.ops, op.nbytes, op.launches, op.time_s * 1e6, int(op.holdout)])
+
+
+def test_cli_command_backend_from_op_times(tmp_path, capsys):
+    src = tmp_path / "ops.csv"
+    write_ops_csv(src, synthetic(noise=0.02, seed=3))
+    assert len(load_op_times(src)) == len(synthetic())
+    out = tmp_path / "phone.toml"
+    assert main(["calibrate", "--backend", "command", "--ops", str(src), "--out", str(out),
+                 "--name", "phone", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["launch_overhead_us"] == pytest.approx(20.0, rel=NOISY_REL)
+    assert r["rates_gops"]["int4"] == pytest.approx(40.0, rel=NOISY_REL)
+    assert r["per_op_mape_pct"] < 8.0
+    assert r["e2e_mape_pct"] is None
+    p = DEVICE.load_profile(str(out))
+    assert p.name == "phone"
+    from harmony_ref.hil.simulated import SimulatedDevice
+    from harmony_ref.config import Config
+
+    assert SimulatedDevice(p).predict(Config.from_names(model="llama-3.2-1b")).value("decode_tokens_per_s") > 0
+
+
+def test_cli_command_backend_bad_file(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,ops\nx,1\n")
+    assert main(["calibrate", "--backend", "command", "--ops", str(bad), "--out", str(tmp_path / "x.toml")]) == 2
+    assert "missing column(s)" in capsys.readouterr().err
+    assert not (tmp_path / "x.toml").exists()
+
+
+def test_cli_host_quick(tmp_path, capsys):
+    pytest.importorskip("harmony_ref.kernels.attention", reason="TEMPORARY until main has the kernels branch")
+    out = tmp_path / "host.toml"
+    assert main(["calibrate", "--backend", "host", "--quick", "--repeats", "2", "--out", str(out), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert DEVICE.load_profile(str(out)).runtime.launch_overhead_us == pytest.approx(r["launch_overhead_us"])
+    assert r["ops_held_out"] > 0 and r["ops_fitted"] > r["ops_held_out"]
+    held = [o for o in r["ops"] if o["set"] == "held-out"]
+    assert r["per_op_mape_pct"] == pytest.approx(sum(o["ape_pct"] for o in held) / len(held))
+    e2e = [row for row in r["e2e"] if row["metric"] == "e2e_ms" and not row["fused"]]
+    assert e2e and r["e2e_mape_pct"] == pytest.approx(sum(x["ape_pct"] for x in e2e) / len(e2e))
+    assert r["host_model_mape_pct"] == r["e2e_mape_pct"]
+    # held-out workloads are not among the fitted ones
+    fitted_names = {o["op"].split(":")[0] for o in r["ops"] if o["set"] == "fit"}
+    assert not fitted_names & {row["workload"] for row in r["e2e"]}

@@ -47,3 +47,95 @@ def test_thermal_gate_without_sensors_says_so():
 def test_host_probes_do_not_fail():
     assert peak_rss_mb() > 1
     assert isinstance(cpu_temps_c(), dict)
+
+
+# --- HostDevice on a scaled-down model (needs the device and kernels branches) -----------------
+
+pytest.importorskip("harmony_ref.model.graph", reason="TEMPORARY until main has the device branch")
+pytest.importorskip("harmony_ref.kernels.attention", reason="TEMPORARY until main has the kernels branch")
+
+import dataclasses  # noqa: E402
+
+from harmony_ref.config import Config  # noqa: E402
+from harmony_ref.hil.host import HostDevice, scaled_spec, weight_mb  # noqa: E402
+
+STANDARD = {"ttft_ms", "prefill_ms", "decode_step_ms", "decode_tokens_per_s", "e2e_ms", "peak_memory_mb",
+            "weights_mb", "kernel_launches_per_token"}
+
+
+def tiny(fused=True, policy="int4-g32", model="qwen2.5-0.5b", div=8, prompt=8, new=4):
+    c = Config.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
+                          context_tokens=32, fused=fused)
+    return dataclasses.replace(c, spec=scaled_spec(c.spec, div))
+
+
+@pytest.fixture(scope="module")
+def run():
+    return HostDevice(repeats=3).measure(tiny())
+
+
+def test_same_metric_names_as_simulated(run):
+    from harmony_ref.hil.simulated import SimulatedDevice
+
+    sim = SimulatedDevice("harmony-flagship").predict(run.config)
+    assert STANDARD <= set(run.metrics.names())
+    assert STANDARD <= set(sim.names())
+
+
+def test_every_op_timed_with_samples(run):
+    from harmony_ref.model.graph import build_graph
+
+    c = run.config
+    n_prefill = len(build_graph(c.spec, c.policy, "prefill", tokens=8).ops)
+    assert sum(t.phase == "prefill" for t in run.ops) == n_prefill
+    assert all(len(t.samples_s) == 3 and t.median_s > 0 for t in run.ops)
+    m = run.metrics
+    assert m["prefill_ms"].kind == "measured" and len(m["prefill_ms"].samples) == 3
+    # the phase is the sum of its ops' medians
+    assert m.value("prefill_ms") == pytest.approx(1e3 * sum(t.median_s for t in run.ops if t.phase == "prefill"))
+    assert m.value("decode_tokens_per_s") == pytest.approx(1e3 / m.value("decode_step_ms"))
+    assert m.value("e2e_ms") == pytest.approx(m.value("prefill_ms") + 4 * m.value("decode_step_ms"))
+
+
+def test_kernels_and_environment_reported(run):
+    p = run.provenance
+    assert "numba matmul_w4" in p["kernels"]
+    assert "decode_attention" in p["kernels"]
+    assert p["host_model"] == "qwen2.5-0.5b/w8"
+    assert "host_cpu_temp_max_c" in run.metrics or "not exposed" in p["cpu_temperature"]
+    assert "host_cpu_freq_mhz" in run.metrics or "not exposed" in p["cpu_freq"]
+    assert run.metrics.value("peak_memory_mb") > run.metrics.value("weights_mb")
+
+
+def test_too_large_model_refused_or_scaled():
+    big = Config.from_names(model="llama-3.2-3b", policy="int4-g128", prompt_tokens=8, new_tokens=2,
+                            context_tokens=16)
+    assert weight_mb(big) > 1000
+    with pytest.raises(ValueError, match="max_weight_mb"):
+        HostDevice(repeats=1).measure(big)
+    scaled = HostDevice(repeats=1, max_weight_mb=20, auto_scale=True, warmup=0)
+    r = scaled.measure(big)
+    assert r.provenance["host_model"].startswith("llama-3.2-3b/w")
+    assert weight_mb(r.config) <= 20
+
+
+def test_scaled_spec_keeps_group_alignment():
+    from harmony_ref.model.spec import get_spec
+
+    for name in ("qwen2.5-0.5b", "llama-3.2-3b", "all-minilm-l6"):
+        for d in (2, 4, 8):
+            s = scaled_spec(get_spec(name), d)
+            for lin in s.linears():
+                assert lin.k_in % 128 == 0, (name, d, lin)
+            assert s.n_heads % s.n_kv_heads == 0
+
+
+def test_model_error_metric(tmp_path):
+    from harmony_ref.cli import main
+
+    prof = tmp_path / "host.toml"
+    assert main(["calibrate", "--quick", "--no-e2e", "--repeats", "2", "--out", str(prof)]) == 0
+    r = HostDevice(repeats=2, model_profile=str(prof)).measure(tiny(new=2))
+    m = r.metrics["host_model_mape_pct"]
+    assert m.unit == "%" and m.value >= 0
+    assert r.provenance["model_profile"] == str(prof)

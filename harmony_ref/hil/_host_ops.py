@@ -57,7 +57,7 @@ class HostContext:
         self.context_tokens = context_tokens
         self.rng = np.random.default_rng(seed)
         self.linears = {lin.name: lin for lin in spec.linears()}
-        self.kernel_use: dict[str, str] = {}
+        self.kernel_use: dict[str, set[str]] = {}
         self.k = _kernels()
         self._weights: dict[str, object] = {}
 
@@ -65,7 +65,7 @@ class HostContext:
         return self.rng.standard_normal(shape, dtype=np.float32)
 
     def used(self, kind: str, impl: str) -> None:
-        self.kernel_use.setdefault(kind, impl)
+        self.kernel_use.setdefault(kind, set()).add(impl)
 
     def weight(self, layer: str, n: int, k: int):
         """The layer's weight in its policy format (built once per layer name)."""

@@ -15,6 +15,12 @@ What it does, per config:
    `e2e_ms = prefill + new_tokens * decode_step`. Phase samples: the sum of each op's i-th sample.
 5. records peak RSS (`peak_memory_mb`), CPU frequency and temperatures where psutil exposes them
    (and says so, in the provenance, when it does not).
+6. with `model_profile` (a calibrated host profile), adds `host_model_mape_pct`: the mean error
+   of SimulatedDevice(model_profile) against this measurement over prefill, decode step and e2e.
+
+Threads default to 1 (Numba and OpenBLAS): on a machine shared with other jobs, a parallel kernel
+whose worker thread is preempted waits a whole scheduler slice (measured here: a 4096 x 4096 INT4
+GEMV went from 0.2 ms to 16 ms); pass threads=N to measure N-thread scaling on a quiet machine.
 
 A model too large for this machine (weights above `max_weight_mb`) is refused, or with
 `auto_scale=True` replaced by a copy with hidden, FFN, heads and vocab divided by a power of two
@@ -105,17 +111,23 @@ def fit_to_host(config, max_weight_mb: float):
 class HostDevice:
     name = "host"
 
-    def __init__(self, warmup: int = 1, repeats: int = 5, threads: int | None = None,
+    def __init__(self, warmup: int = 1, repeats: int = 5, threads: int | None = 1,
                  thermal_gate_c: float | None = None, thermal_timeout_s: float = 60.0,
-                 max_weight_mb: float = DEFAULT_MAX_WEIGHT_MB, auto_scale: bool = False, seed: int = 0):
+                 max_weight_mb: float = DEFAULT_MAX_WEIGHT_MB, auto_scale: bool = False, seed: int = 0,
+                 model_profile=None):
         if repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {repeats}")
         self.warmup, self.repeats, self.threads = warmup, repeats, threads
         self.thermal_gate_c, self.thermal_timeout_s = thermal_gate_c, thermal_timeout_s
         self.max_weight_mb, self.auto_scale, self.seed = max_weight_mb, auto_scale, seed
+        # A calibrated host profile: each run then also reports how far the model is from it.
+        self.model_profile = model_profile
 
     def run(self, config) -> Metrics:
         return self.measure(config).metrics
+
+    def __repr__(self) -> str:
+        return f"HostDevice(repeats={self.repeats}, threads={self.threads})"
 
     def _graphs(self, config):
         from harmony_ref.model.graph import build_graph
@@ -148,11 +160,13 @@ class HostDevice:
         if self.thermal_gate_c is not None:
             gate = ThermalGate(self.thermal_gate_c, self.thermal_timeout_s)
             prov["thermal_gate"] = gate.wait()
-        if self.threads:
-            import numba
-
-            numba.set_num_threads(self.threads)
         import numba
+
+        if self.threads:
+            from harmony_ref.hil._timing import set_blas_threads
+
+            numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+            prov["blas"] = set_blas_threads(self.threads)
 
         prov["threads"] = str(numba.get_num_threads())
         freq_before, temps_before = cpu_freq_mhz(), cpu_temps_c()
@@ -179,8 +193,22 @@ class HostDevice:
             m.add("host_cpu_temp_max_c", max(temps), "C", "none", "measured", temps)
         else:
             prov["cpu_temperature"] = "not exposed by psutil on this host (no sensors)"
-        prov["kernels"] = "; ".join(f"{k}: {v}" for k, v in sorted(ctx.kernel_use.items()))
+        prov["kernels"] = "; ".join(f"{k}: {' + '.join(sorted(v))}" for k, v in sorted(ctx.kernel_use.items()))
+        if self.model_profile is not None:
+            self._add_model_error(m, config, prov)
         return HostRun(m, times, prov, config)
+
+    def _add_model_error(self, m: Metrics, config, prov: dict) -> None:
+        from harmony_ref.hil.calibrate import E2E_METRICS, ape_pct
+        from harmony_ref.hil.simulated import SimulatedDevice
+
+        sim = SimulatedDevice(self.model_profile)
+        pred = sim.predict(config)
+        apes = [ape_pct(pred.value(k), m.value(k)) for k in E2E_METRICS if k in m and k in pred]
+        m.add("host_model_mape_pct", float(np.mean(apes)), "%", "lower", "measured",
+              description=f"mean |model - measured| / measured over {', '.join(k for k in E2E_METRICS if k in m)}, "
+                          f"model = SimulatedDevice({sim.profile.name})")
+        prov["model_profile"] = str(getattr(sim.profile, "source", sim.profile.name))
 
     def _metrics(self, config, times: list[OpTime], ctx) -> Metrics:
         from harmony_ref.hil.physics import weight_bytes
