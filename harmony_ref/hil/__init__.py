@@ -1,2 +1,2 @@
-"""Backends that turn a config into metrics: simulated (the device model), host (the Numba
-kernels timed on this CPU) and command (an external benchmark on a real device, parsed)."""
+"""Backends that turn a Config into Metrics: SimulatedDevice (the analytical model, simulated.py),
+HostDevice and CommandDevice (measured). Every backend has `name` and `run(config) -> Metrics`."""
