@@ -76,21 +76,18 @@ def test_bad_sample():
         OpSample("x", "fp8", 1.0, 1.0, 1, 1.0)
 
 
-# --- profile written from a fit, and the CLI (needs the device branch) ---------------------------
+# --- profile written from a fit, and the CLI -----------------------------------------------------
 
 import csv  # noqa: E402
 import json  # noqa: E402
+
+import harmony_ref.device.profile as DEVICE  # noqa: E402
 
 from harmony_ref.cli import main  # noqa: E402
 from harmony_ref.hil.calibrate import HostFit, host_profile_toml, load_op_times  # noqa: E402
 
 
-@pytest.fixture
-def DEVICE():
-    return pytest.importorskip("harmony_ref.device.profile", reason="TEMPORARY until main has the device branch")
-
-
-def test_profile_reproduces_the_fit(tmp_path, DEVICE):
+def test_profile_reproduces_the_fit(tmp_path):
     f = HostFit(20e-6, dict(TRUE["rates"]), TRUE["bw"], ("launch", "int4", "int8", "fp16", "vector", "bandwidth"), 1)
     nominal = {"int4": 400e9, "int8": 400e9, "fp16": 100e9, "vector": 100e9}
     path = tmp_path / "h.toml"
@@ -115,7 +112,7 @@ def write_ops_csv(path, ops):
             w.writerow([op.name, op.rate_class, op.ops, op.nbytes, op.launches, op.time_s * 1e6, int(op.holdout)])
 
 
-def test_cli_command_backend_from_op_times(tmp_path, capsys, DEVICE):
+def test_cli_command_backend_from_op_times(tmp_path, capsys):
     src = tmp_path / "ops.csv"
     write_ops_csv(src, synthetic(noise=0.02, seed=3))
     assert len(load_op_times(src)) == len(synthetic())
@@ -135,7 +132,7 @@ def test_cli_command_backend_from_op_times(tmp_path, capsys, DEVICE):
     assert SimulatedDevice(p).predict(Config.from_names(model="llama-3.2-1b")).value("decode_tokens_per_s") > 0
 
 
-def test_cli_command_backend_bad_file(tmp_path, capsys, DEVICE):
+def test_cli_command_backend_bad_file(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("name,ops\nx,1\n")
     assert main(["calibrate", "--backend", "command", "--ops", str(bad), "--out", str(tmp_path / "x.toml")]) == 2
@@ -143,8 +140,7 @@ def test_cli_command_backend_bad_file(tmp_path, capsys, DEVICE):
     assert not (tmp_path / "x.toml").exists()
 
 
-def test_cli_host_quick(tmp_path, capsys, DEVICE):
-    pytest.importorskip("harmony_ref.kernels.attention", reason="TEMPORARY until main has the kernels branch")
+def test_cli_host_quick(tmp_path, capsys):
     out = tmp_path / "host.toml"
     assert main(["calibrate", "--backend", "host", "--quick", "--repeats", "2", "--out", str(out), "--json"]) == 0
     r = json.loads(capsys.readouterr().out)

@@ -49,18 +49,12 @@ def test_host_probes_do_not_fail():
     assert isinstance(cpu_temps_c(), dict)
 
 
-# --- HostDevice on a scaled-down model (needs the device and kernels branches) -----------------
+# --- HostDevice on a scaled-down model ---------------------------------------------------------
 
 import dataclasses  # noqa: E402
 
-try:  # TEMPORARY until main has the device and kernels branches
-    from harmony_ref.config import Config
-    from harmony_ref.hil.host import HostDevice, scaled_spec, weight_mb
-    import harmony_ref.kernels.attention  # noqa: F401
-    HAVE = True
-except ImportError:
-    HAVE = False
-needs = pytest.mark.skipif(not HAVE, reason="TEMPORARY until main has the device and kernels branches")
+from harmony_ref.config import Config  # noqa: E402
+from harmony_ref.hil.host import HostDevice, scaled_spec, weight_mb  # noqa: E402
 
 STANDARD = {"ttft_ms", "prefill_ms", "decode_step_ms", "decode_tokens_per_s", "e2e_ms", "peak_memory_mb",
             "weights_mb", "kernel_launches_per_token"}
@@ -74,8 +68,6 @@ def tiny(fused=True, policy="int4-g32", model="qwen2.5-0.5b", div=8, prompt=8, n
 
 @pytest.fixture(scope="module")
 def run():
-    if not HAVE:
-        pytest.skip("TEMPORARY until main has the device and kernels branches")
     return HostDevice(repeats=3).measure(tiny())
 
 
@@ -112,7 +104,6 @@ def test_kernels_and_environment_reported(run):
     assert run.metrics.value("peak_memory_mb") > run.metrics.value("weights_mb")
 
 
-@needs
 def test_too_large_model_refused_or_scaled():
     big = Config.from_names(model="llama-3.2-3b", policy="int4-g128", prompt_tokens=8, new_tokens=2,
                             context_tokens=16)
@@ -125,7 +116,6 @@ def test_too_large_model_refused_or_scaled():
     assert weight_mb(r.config) <= 20
 
 
-@needs
 def test_scaled_spec_keeps_group_alignment():
     from harmony_ref.model.spec import get_spec
 
@@ -137,7 +127,6 @@ def test_scaled_spec_keeps_group_alignment():
             assert s.n_heads % s.n_kv_heads == 0
 
 
-@needs
 def test_model_error_metric(tmp_path):
     from harmony_ref.cli import main
 

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("harmony_ref.device.profile", reason="TEMPORARY until main has the device branch")
-
-from harmony_ref.config import Config  # noqa: E402
+from harmony_ref.config import Config
 from harmony_ref.device.profile import load_profile
 from harmony_ref.hil import physics
 from harmony_ref.hil.command import CommandDevice
