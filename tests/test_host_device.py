@@ -136,3 +136,31 @@ def test_model_error_metric(tmp_path):
     m = r.metrics["host_model_mape_pct"]
     assert m.unit == "%" and m.value >= 0
     assert r.provenance["model_profile"] == str(prof)
+
+
+def test_backends_by_name_same_names_and_physics(tmp_path):
+    import shlex
+    import sys
+    from pathlib import Path
+
+    from harmony_ref.hil.backends import make_backend, measure
+
+    cfg = tiny(new=2)
+    sim, _, _ = measure(make_backend("simulated", "harmony-flagship"), cfg)
+    host, prov, findings = measure(make_backend("host", repeats=2), cfg)
+    assert STANDARD <= set(sim.names()) and STANDARD <= set(host.names())
+    assert prov["physics"].startswith("not checked") and findings == []
+    fake = Path(__file__).parent / "fake_device" / "benchmark.py"
+    cmd = " ".join(shlex.quote(s) for s in (sys.executable, str(fake), "--format", "llama-bench", "--scale", "0.1"))
+    phone = Config.from_names(model="llama-3.2-1b", policy="int4-g32")
+    m, prov, findings = measure(make_backend("command", command=cmd, fmt="llama-bench"), phone, "harmony-flagship")
+    assert "implausible" in m["decode_tokens_per_s"].flags and findings
+    with pytest.raises(ValueError, match="unknown backend"):
+        make_backend("fpga")
+
+
+def test_asv_bench_module_imports():
+    import importlib
+
+    mod = importlib.import_module("bench.bench_hil")
+    assert hasattr(mod.HostModelError, "track_host_model_mape_pct")
