@@ -28,6 +28,9 @@ def add_arguments(p) -> None:
     p.add_argument("--stat", choices=("min", "median"), default="min",
                    help="time per op used to fit and score: min (default: the least disturbed repeat on a "
                         "shared machine) or median")
+    p.add_argument("--launch-from-workloads", action="store_true",
+                   help="refit the launch overhead on the phase totals of a few whole-model fit workloads "
+                        "(the real op mix) instead of taking it from the microbenchmarks")
     p.add_argument("--no-e2e", action="store_true", help="skip the held-out whole-model runs")
     add_json_flag(p)
 
@@ -70,11 +73,10 @@ def run(args) -> int:
             task = prog.add_task("microbenchmarks", total=mb.count_host_ops(args.quick))
             ops, launch = mb.measure_host_ops(args.quick, args.repeats, progress=lambda: prog.advance(task),
                                               stat=args.stat)
-        fit_runs = [host.measure(cal.workload_config(*w))
-                    for w in (cal.QUICK_FIT_WORKLOADS if args.quick else cal.FIT_WORKLOADS)]
-        # the host's own ops (NumPy elementwise, KV writes, attention) at real layer shapes join the fit
-        for i, run in enumerate(fit_runs):
-            ops += cal.samples_from_run(run, mb.onchip_buffer_bytes(), tag=f"{run.config.label}:", stat=args.stat)
+        fit_runs = []
+        if args.launch_from_workloads:
+            fit_runs = [host.measure(cal.workload_config(*w))
+                        for w in (cal.QUICK_FIT_WORKLOADS if args.quick else cal.FIT_WORKLOADS)]
         freq = cpu_freq_mhz() or 2000.0
         if not cpu_freq_mhz():
             notes["cpu_freq"] = "psutil exposes no CPU frequency: nominal peaks assume 2000 MHz"
