@@ -164,3 +164,19 @@ def test_asv_bench_module_imports():
 
     mod = importlib.import_module("bench.bench_hil")
     assert hasattr(mod.HostModelError, "track_host_model_mape_pct")
+
+
+def test_launch_refit_on_phase_totals(run):
+    from harmony_ref.hil.calibrate import HostFit, fit_launch_on_phases, samples_from_op_times
+
+    f = HostFit(0.0, {"int4": 50e9, "int8": 40e9, "fp16": 60e9, "vector": 20e9}, 30e9, (), 1)
+    g = fit_launch_on_phases(f, [run], 1 << 20, stat="median")
+    num = den = 0.0
+    for phase in ("prefill", "decode"):
+        ts = [t for t in run.ops if t.phase == phase]
+        bound = sum(max(f.compute_s(s), f.memory_s(s)) for s in samples_from_op_times(ts, 1 << 20, dedupe=False))
+        n = sum(t.launches for t in ts)
+        num += n * (sum(t.median_s for t in ts) - bound)
+        den += n * n
+    assert g.launch_s == pytest.approx(max(0.0, num / den), rel=1e-12)
+    assert g.rates == f.rates and "launch" in g.fitted
