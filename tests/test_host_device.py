@@ -92,6 +92,8 @@ def test_every_op_timed_with_samples(run):
     assert m.value("prefill_ms") == pytest.approx(1e3 * sum(t.median_s for t in run.ops if t.phase == "prefill"))
     assert m.value("decode_tokens_per_s") == pytest.approx(1e3 / m.value("decode_step_ms"))
     assert m.value("e2e_ms") == pytest.approx(m.value("prefill_ms") + 4 * m.value("decode_step_ms"))
+    # TTFT as SimulatedDevice defines it: prefill + the step that emits the first token
+    assert m.value("ttft_ms") == pytest.approx(m.value("prefill_ms") + m.value("decode_step_ms"))
 
 
 def test_kernels_and_environment_reported(run):
