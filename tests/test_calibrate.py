@@ -154,3 +154,50 @@ def test_cli_host_quick(tmp_path, capsys):
     # held-out workloads are not among the fitted ones
     fitted_names = {o["op"].split(":")[0] for o in r["ops"] if o["set"] == "fit"}
     assert not fitted_names & {row["workload"] for row in r["e2e"]}
+
+
+PHONE_WORKLOADS = ("llama-3.2-1b:int4-g32:512:128;qwen2.5-0.5b:int8:256:64;llama-3.2-3b:int4-g128:1024:32;"
+                   "qwen2.5-1.5b:mixed:128:128")
+
+
+def phone_command(*extra):
+    import shlex
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent / "fake_device" / "phone.py"
+    return " ".join([shlex.quote(sys.executable), shlex.quote(str(script)), "--model {model} --policy {policy}",
+                     "--prompt {prompt_tokens} --new {new_tokens}", *extra])
+
+
+def test_cli_command_backend_recovers_hidden_efficiencies(tmp_path, capsys):
+    """A fake phone times phases with hidden efficiencies and launch overhead; the phase-level
+    fit through llama-bench output recovers them, and predicts the held-out workload."""
+    out = tmp_path / "phone.toml"
+    assert main(["calibrate", "--backend", "command", "--command", phone_command(), "--format", "llama-bench",
+                 "--workloads", PHONE_WORKLOADS, "--out", str(out), "--name", "phone", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["compute_efficiency"] == pytest.approx(0.31, rel=1e-3)
+    assert r["memory_efficiency"] == pytest.approx(0.62, rel=1e-3)
+    assert r["launch_overhead_us"] == pytest.approx(45.0, rel=1e-3)
+    assert r["held_out_phase_mape_pct"] < 0.1  # decode: mid-step vs the simulator's mean over steps
+    assert [p["set"] for p in r["phases"]].count("held-out") == 2
+    assert r["provenance"]["device_model"] == "FAKE-PHONE"
+    p = DEVICE.load_profile(str(out))
+    assert p.compute.compute_efficiency == pytest.approx(0.31, rel=1e-3)
+    assert p.compute.cube_int4_tops == DEVICE.load_profile("harmony-flagship").compute.cube_int4_tops
+
+
+def test_cli_command_backend_faster_than_peak_is_implausible(tmp_path, capsys):
+    out = tmp_path / "phone.toml"
+    assert main(["calibrate", "--backend", "command", "--command", phone_command("--compute-eff", "2.5"),
+                 "--format", "llama-bench", "--workloads", PHONE_WORKLOADS, "--out", str(out), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert any("implausible: fitted compute_efficiency" in n for n in r["notes"])
+    assert DEVICE.load_profile(str(out)).compute.compute_efficiency == 1.0
+
+
+def test_cli_command_backend_needs_four_workloads(tmp_path, capsys):
+    assert main(["calibrate", "--backend", "command", "--command", phone_command(), "--format", "llama-bench",
+                 "--workloads", "llama-3.2-1b:int8:64:16", "--out", str(tmp_path / "x.toml")]) == 2
+    assert "at least 4" in capsys.readouterr().err

@@ -16,6 +16,16 @@ def add_arguments(p) -> None:
                    help="host: run the microbenchmarks here; command: read measured op times (--ops)")
     p.add_argument("--ops", metavar="CSV", help="--backend command: op times measured on the device "
                    "(columns name, rate_class, ops, bytes, launches, time_us[, holdout, vector_ops])")
+    p.add_argument("--command", help="--backend command: a benchmark command template run once per workload; "
+                   "{model} {policy} {prompt_tokens} {new_tokens} {context_tokens} are filled in")
+    p.add_argument("--format", choices=("mslite", "tflite", "llama-bench", "executorch"),
+                   help="output format of --command (it must report prefill_ms and decode_step_ms)")
+    p.add_argument("--workloads", metavar="M:P:PROMPT:NEW;...",
+                   help="--command: workloads as model:policy:prompt_tokens:new_tokens separated by ';' "
+                        "(at least 4: every third is held out)")
+    p.add_argument("--profile", default="harmony-flagship",
+                   help="--command: base profile whose efficiencies and launch overhead are fitted")
+    p.add_argument("--timeout", type=float, default=600.0, help="--command: seconds per run")
     p.add_argument("--stream-gbps", type=float, help="--backend command: the device's measured read "
                    "bandwidth (GB/s); default: the fit's")
     p.add_argument("--out", default="host.toml", help="profile TOML to write (default host.toml)")
@@ -43,9 +53,12 @@ def run(args) -> int:
     from harmony_ref.hil import calibrate as cal
 
     notes = {}
+    if args.backend == "command" and args.command:
+        return _run_phase_calibration(args)
     if args.backend == "command":
         if not args.ops:
-            raise ValueError("--backend command needs --ops CSV (op times measured on the device)")
+            raise ValueError("--backend command needs --ops CSV (op times measured on the device) or "
+                             "--command/--format/--workloads (phase times from repeated runs)")
         ops = cal.load_op_times(args.ops)
         first = cal.fit([o for o in ops], seed_bandwidth=(args.stream_gbps or 10.0) * 1e9, seed_rates=cal.seed_rates(ops))
         stream = args.stream_gbps or first.bandwidth_bytes_per_s / 1e9
@@ -125,4 +138,83 @@ def run(args) -> int:
             print(f"{k}: {v}")
     for k, v in notes.items():
         print(f"note {k}: {v}")
+    return 0
+
+
+def _parse_workloads(text: str) -> list[tuple[str, str, int, int]]:
+    out = []
+    for item in (text or "").split(";"):
+        if not item.strip():
+            continue
+        parts = item.strip().split(":")
+        if len(parts) != 4:
+            raise ValueError(f"--workloads item {item!r}: expected model:policy:prompt_tokens:new_tokens")
+        try:
+            out.append((parts[0], parts[1], int(parts[2]), int(parts[3])))
+        except ValueError as e:
+            raise ValueError(f"--workloads item {item!r}: {e}") from e
+    if len(out) < 4:
+        raise ValueError(f"--workloads: need at least 4 (3 to fit, every third held out), got {len(out)}")
+    return out
+
+
+def _run_phase_calibration(args) -> int:
+    """Run the command per workload, fit the base profile's efficiencies + launch overhead to the
+    measured prefill and decode-step times, score on held-out workloads, write the profile."""
+    import numpy as np
+
+    from harmony_ref.config import Config
+    from harmony_ref.device.profile import load_profile
+    from harmony_ref.hil import calibrate as cal
+    from harmony_ref.hil.base import BackendError
+    from harmony_ref.hil.command import CommandDevice
+    from harmony_ref.hil.simulated import SimulatedDevice
+
+    if not args.format:
+        raise ValueError("--command needs --format")
+    base = load_profile(args.profile)
+    dev = CommandDevice(args.command, args.format, args.timeout)
+    rows, provenance = [], {}
+    for i, (model, policy, prompt, new) in enumerate(_parse_workloads(args.workloads)):
+        cfg = Config.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
+                                context_tokens=max(2048, prompt + new))
+        try:
+            m = dev.measure(cfg)
+        except BackendError as e:
+            print(f"harmony-ref calibrate: error: {e}", file=sys.stderr)
+            return 1
+        provenance.update({k: v for k, v in m.provenance.items() if k in ("device_model", "os_build", "cpu_info")})
+        for phase, metric in cal.PHASE_METRICS.items():
+            if metric not in m.metrics:
+                raise ValueError(f"--format {args.format} output has no {metric}: phase calibration needs "
+                                 f"{list(cal.PHASE_METRICS.values())}")
+            rows.append({"workload": cfg.label, "cfg": cfg, "phase": phase, "holdout": i % 3 == 2,
+                         "terms": cal.phase_terms(base, cfg, phase), "measured_s": m.metrics.value(metric) / 1e3})
+    start = cal.PhaseFit(base.compute.compute_efficiency, base.memory.memory_efficiency,
+                         base.runtime.launch_overhead_us * 1e-6, 0)
+    f = cal.fit_phase_efficiencies([(r["terms"], r["measured_s"]) for r in rows if not r["holdout"]], start)
+    text, notes = cal.profile_with_efficiencies(base, f, args.name, f"{args.profile} calibrated to {args.command!r}")
+    cal.write_atomic(args.out, text)
+    sim = SimulatedDevice(load_profile(args.out))
+    table = []
+    for r in rows:
+        pred = sim.predict(r["cfg"]).value(cal.PHASE_METRICS[r["phase"]]) / 1e3
+        table.append({"workload": r["workload"], "phase": r["phase"], "set": "held-out" if r["holdout"] else "fit",
+                      "measured_ms": r["measured_s"] * 1e3, "model_ms": pred * 1e3,
+                      "ape_pct": cal.ape_pct(pred, r["measured_s"])})
+    held = [t["ape_pct"] for t in table if t["set"] == "held-out"]
+    summary = {"profile": str(args.out), "backend": "command", "base_profile": base.name,
+               "compute_efficiency": f.compute_efficiency, "memory_efficiency": f.memory_efficiency,
+               "launch_overhead_us": f.launch_s * 1e6, "iterations": f.iterations,
+               "held_out_phase_mape_pct": float(np.mean(held)),
+               "fit_phase_mape_pct": float(np.mean([t["ape_pct"] for t in table if t["set"] == "fit"])),
+               "provenance": provenance, "notes": notes}
+    if args.json:
+        print_json({**summary, "phases": table})
+        return 0
+    import pandas as pd
+
+    print_table(pd.DataFrame(table), title="phase times: measured vs calibrated model")
+    for k, v in summary.items():
+        print(f"{k}: {v}")
     return 0

@@ -513,3 +513,115 @@ def heldout_e2e(profile, workloads, host_device, stat: str = "min") -> list[dict
                              "measured_median": run.metrics.value(metric), "model": pv,
                              "ape_pct": ape_pct(pv, mv)})
     return rows
+
+
+# --- phase-level calibration of a device profile from command runs --------------------------------
+#
+# A phone rarely reports per-op times; a benchmark command reports phases (prefill, decode step).
+# `fit_phase_efficiencies` keeps a profile's peaks and fits its compute_efficiency,
+# memory_efficiency and launch_overhead_us to measured phase times, by the same NNLS per regime:
+#   T_phase = n_launches * L + sum_ops count * max(c_op / ce, m_op / me)
+# with c_op, m_op the op's compute and memory time at efficiency 1 (the cost model's formulas).
+
+PHASE_METRICS = {"prefill": "prefill_ms", "decode": "decode_step_ms"}
+
+
+def phase_terms(profile, config, phase: str) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """(launches, per-op compute s, memory s at efficiency 1, per-op counts) of one phase. Decode
+    uses the step at context prompt + new_tokens // 2 + 1 (costs are affine in the context)."""
+    from harmony_ref.model.graph import build_graph
+    from harmony_ref.units import GB, GIGA
+
+    s = config.scenario
+    kw = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
+    if phase == "prefill":
+        g = build_graph(config.spec, config.policy, "prefill", tokens=s.prompt_tokens, **kw)
+    else:
+        g = build_graph(config.spec, config.policy, "decode", context=s.prompt_tokens + s.new_tokens // 2 + 1, **kw)
+    c, mem = profile.compute, profile.memory
+    comp, memt, count = [], [], []
+    for op, n in g.unique_ops():
+        comp.append(op.flops / c.matmul_ops_per_s(op.dtype) + op.vector_flops / (c.vector_fp16_gflops * GIGA))
+        passes = max(1.0, np.ceil(op.tile_bytes / mem.onchip_buffer_bytes))
+        dram = (op.weight_bytes + op.kv_read_bytes) * passes + op.act_in_bytes + op.act_out_bytes + op.kv_write_bytes
+        memt.append(dram / (mem.dram_bandwidth_gbps * GB))
+        count.append(n)
+    return g.kernel_launches, np.array(comp), np.array(memt), np.array(count, dtype=float)
+
+
+@dataclass(frozen=True)
+class PhaseFit:
+    compute_efficiency: float
+    memory_efficiency: float
+    launch_s: float
+    iterations: int
+
+    def predict_s(self, terms) -> float:
+        n, comp, memt, count = terms
+        return n * self.launch_s + float((np.maximum(comp / self.compute_efficiency,
+                                                     memt / self.memory_efficiency) * count).sum())
+
+
+def fit_phase_efficiencies(rows, start: PhaseFit) -> PhaseFit:
+    """rows: (terms, measured_s). NNLS on x = [L, 1/ce, 1/me], relative error, regimes iterated."""
+    from scipy.optimize import nnls
+
+    if len(rows) < 3:
+        raise ValueError(f"calibration: need at least 3 measured phases to fit 3 numbers, got {len(rows)}")
+    cur, best, best_err = start, None, float("inf")
+    for it in range(1, MAX_ITERATIONS + 1):
+        a = np.zeros((len(rows), 3))
+        for i, ((n, comp, memt, count), t) in enumerate(rows):
+            compute_bound = comp / cur.compute_efficiency >= memt / cur.memory_efficiency
+            a[i] = [n, (comp * count)[compute_bound].sum(), (memt * count)[~compute_bound].sum()]
+            a[i] /= t
+        norms = np.linalg.norm(a, axis=0)
+        used = norms > 0
+        x = np.zeros(3)
+        xs, _ = nnls(a[:, used] / norms[used], np.ones(len(rows)))
+        x[used] = xs / norms[used]
+        new = PhaseFit(1.0 / x[1] if x[1] > 0 else cur.compute_efficiency,
+                       1.0 / x[2] if x[2] > 0 else cur.memory_efficiency, float(x[0]), it)
+        err = sum(((new.predict_s(terms) - t) / t) ** 2 for terms, t in rows)
+        if err < best_err:
+            best, best_err = new, err
+        if np.isclose(new.compute_efficiency, cur.compute_efficiency, rtol=1e-9) and \
+                np.isclose(new.memory_efficiency, cur.memory_efficiency, rtol=1e-9):
+            break
+        cur = new
+    return best
+
+
+def profile_with_efficiencies(profile, f: PhaseFit, name: str, description: str) -> tuple[str, list[str]]:
+    """The base profile's TOML with the three fitted numbers replaced, and notes on any fitted
+    efficiency above 1 (measurements faster than the profile's peak: implausible, capped at 1)."""
+    import sys
+    from importlib import resources
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    from pathlib import Path
+
+    src = Path(profile.source)
+    if not src.is_file():
+        src = resources.files("harmony_ref") / "device" / "profiles" / f"{profile.name}.toml"
+    data = tomllib.loads(src.read_text())
+    notes = []
+    ce, me = f.compute_efficiency, f.memory_efficiency
+    for label, v in (("compute_efficiency", ce), ("memory_efficiency", me)):
+        if v > 1.0:
+            notes.append(f"implausible: fitted {label} = {v:.3f} > 1 (faster than {profile.name}'s peak); capped at 1")
+    fitted = {("compute", "compute_efficiency"): min(ce, 1.0), ("memory", "memory_efficiency"): min(me, 1.0),
+              ("runtime", "launch_overhead_us"): f.launch_s * 1e6}
+    data["name"], data["description"] = name, description
+    head = [f"# Profile written by `harmony-ref calibrate --backend command` from {profile.name}: the three",
+            "# numbers marked `fitted` come from measured phase times; the rest is the base profile's."]
+    head += [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    tables = []
+    for sec, table in data.items():
+        if isinstance(table, dict):
+            tables.append(_toml_table(sec, [(k, fitted.get((sec, k), v), "fitted" if (sec, k) in fitted else "")
+                                            for k, v in table.items()]))
+    return "\n".join(head) + "\n\n" + "\n\n".join(tables) + "\n", notes
