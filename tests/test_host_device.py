@@ -182,3 +182,16 @@ def test_launch_refit_on_phase_totals(run):
         den += n * n
     assert g.launch_s == pytest.approx(max(0.0, num / den), rel=1e-12)
     assert g.rates == f.rates and "launch" in g.fitted
+
+
+def test_load_canary_wait_is_bounded():
+    import time
+
+    from harmony_ref.hil._host_ops import _Kernels
+    from harmony_ref.hil.microbench import LoadCanary
+
+    c = LoadCanary(_Kernels())
+    assert c.ratio() >= 1.0  # against the fastest seen so far, itself included
+    t0 = time.monotonic()
+    r = c.wait_quiet(max_ratio=0.0, timeout_s=0.3, poll_s=0.05)  # never quiet enough: times out
+    assert r >= 1.0 and time.monotonic() - t0 < 5

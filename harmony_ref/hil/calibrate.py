@@ -366,9 +366,15 @@ class Calibration:
     launch_floor_s: float | None = None
     notes: dict[str, str] = field(default_factory=dict)
 
-    def _e2e_mape(self, fused: bool) -> float | None:
-        rows = [r for r in self.e2e if r["metric"] == "e2e_ms" and r["fused"] == fused]
+    def _e2e_mape(self, fused: bool, quiet_only: bool = False) -> float | None:
+        rows = [r for r in self.e2e if r["metric"] == "e2e_ms" and r["fused"] == fused
+                and not (quiet_only and r.get("contended"))]
         return float(np.mean([r["ape_pct"] for r in rows])) if rows else None
+
+    @property
+    def e2e_quiet_mape_pct(self) -> float | None:
+        """As e2e_mape_pct, over the workloads measured while the load canary was quiet."""
+        return self._e2e_mape(False, quiet_only=True)
 
     @property
     def e2e_mape_pct(self) -> float | None:
@@ -494,16 +500,23 @@ def workload_config(model, div, policy, prompt, new, ctx, fused):
     return dataclasses.replace(cfg, spec=scaled_spec(cfg.spec, div))
 
 
-def heldout_e2e(profile, workloads, host_device, stat: str = "min") -> list[dict]:
+CONTENDED_RATIO = 1.2  # load canary this much slower than at calibration: the row is "contended"
+
+
+def heldout_e2e(profile, workloads, host_device, stat: str = "min", canary=None) -> list[dict]:
     """Measure each held-out workload on the host and predict it with SimulatedDevice(profile).
-    `measured` sums each op's `stat` time (as the fit used); `measured_median` the medians."""
+    `measured` sums each op's `stat` time (as the fit used); `measured_median` the medians.
+    With a LoadCanary: wait (bounded) for a quiet moment first, and record the canary's slowdown
+    before and after (`load_ratio`, the larger): rows above CONTENDED_RATIO are marked."""
     from harmony_ref.hil.simulated import SimulatedDevice
 
     sim = SimulatedDevice(profile)
     rows = []
     for w in workloads:
         cfg, fused = workload_config(*w), w[-1]
+        before = canary.wait_quiet(CONTENDED_RATIO) if canary else None
         run = host_device.measure(cfg)
+        load = max(before, canary.ratio()) if canary else None
         measured = phase_times_ms(run, cfg.scenario.new_tokens, stat)
         predicted = sim.predict(cfg)
         for metric in E2E_METRICS:
@@ -511,7 +524,8 @@ def heldout_e2e(profile, workloads, host_device, stat: str = "min") -> list[dict
                 mv, pv = measured[metric], predicted.value(metric)
                 rows.append({"workload": cfg.label, "fused": fused, "metric": metric, "measured": mv,
                              "measured_median": run.metrics.value(metric), "model": pv,
-                             "ape_pct": ape_pct(pv, mv)})
+                             "ape_pct": ape_pct(pv, mv), "load_ratio": load,
+                             "contended": bool(load is not None and load > CONTENDED_RATIO)})
     return rows
 
 

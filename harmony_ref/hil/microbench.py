@@ -169,3 +169,41 @@ def count_host_ops(quick: bool = False) -> int:
     shapes, norms = (QUICK_SHAPES, QUICK_NORM) if quick else (SHAPES, NORM_SHAPES)
     rows = (1, 8) if quick else ROWS
     return len(FORMATS) * len(shapes) * len(rows) + 4 * len(norms)
+
+
+class LoadCanary:
+    """A fixed INT4 GEMV (2048 x 2048) timed now and then: its slowdown against the first
+    measurement says how much other processes are taking from this one. Used to wait (bounded)
+    for a quiet moment before a measurement and to label measurements taken under load."""
+
+    def __init__(self, kernels, seed: int = 0):
+        from harmony_ref.quant.int4 import quantize_int4
+
+        rng = np.random.default_rng(seed)
+        self.w = quantize_int4(rng.standard_normal((2048, 2048), dtype=np.float32), 32, "asym")
+        self.x = rng.standard_normal((1, 2048), dtype=np.float32)
+        self.fn = kernels.matmul_w4
+        self.fn(self.x, self.w)
+        self.base_s = self.time_s()
+
+    def time_s(self) -> float:
+        return min(time_call(lambda: self.fn(self.x, self.w), 1, 7).samples_s)
+
+    def ratio(self) -> float:
+        """Slowdown against the fastest canary seen so far (the baseline itself may have been
+        taken under load: it only ever moves down)."""
+        t = self.time_s()
+        self.base_s = min(self.base_s, t)
+        return t / self.base_s
+
+    def wait_quiet(self, max_ratio: float = 1.2, timeout_s: float = 20.0, poll_s: float = 1.0) -> float:
+        """Poll until the canary is within `max_ratio` of its baseline or `timeout_s` passes;
+        returns the last ratio seen."""
+        import time
+
+        t0 = time.monotonic()
+        r = self.ratio()
+        while r > max_ratio and time.monotonic() - t0 < timeout_s:
+            time.sleep(poll_s)
+            r = self.ratio()
+        return r
