@@ -15,7 +15,7 @@ Storage (preallocated to max_context, token-major so append writes one contiguou
 `nbytes` counts every preallocated array (what the cache costs in memory, used or not).
 
 Numba has no float16 type, so the kernel reads fp16 rows as uint16 bits and widens them itself
-(`_fp16_row_to_f32`: normal numbers by moving bits, zero and subnormals by arithmetic), exactly
+(`_fp16_row_to_f32`: bit moves plus one exact subtraction for subnormals, no branches), exactly
 as NumPy's astype(float32) does. The kernel walks kv heads in parallel and reads each cached row
 once for all the query heads that share it.
 """
@@ -150,24 +150,28 @@ def decode_attention_ref(q, cache: KVCache) -> np.ndarray:
 
 _F16_EXP_MASK = 0x7C00
 _F16_TO_F32_EXP_BIAS = (127 - 15) << 23
-_F16_SUBNORMAL_UNIT = np.float32(2.0**-24)
+_F16_INF_NAN_BIAS = 2 * _F16_TO_F32_EXP_BIAS  # exponent 31 must land on 255
+_F16_SUBNORMAL_BIAS = (127 - 14) << 23  # exponent 0: build 2^-14 * (1 + m / 1024) ...
+_F16_SUBNORMAL_MAGIC = np.float32(2.0**-14)  # ... and subtract 2^-14, leaving m * 2^-24 exactly
 
 
 @numba.njit(inline="always")
 def _fp16_row_to_f32(src, bits, out):
-    """float16 bit patterns `src` (D,) uint16 -> `out` (D,) float32 (`bits` is `out` as uint32)."""
+    """float16 bit patterns `src` (D,) uint16 -> `out` (D,) float32 (`bits` is `out` as uint32).
+    Branch-free (selects only) so both loops vectorise; exact for every bit pattern."""
     d = src.shape[0]
     for j in range(d):
         h = np.uint32(src[j])
-        body = ((h & np.uint32(0x7FFF)) << np.uint32(13)) + np.uint32(_F16_TO_F32_EXP_BIAS)
-        if (h & np.uint32(_F16_EXP_MASK)) == np.uint32(_F16_EXP_MASK):  # Inf / NaN
-            body += np.uint32(_F16_TO_F32_EXP_BIAS)
-        bits[j] = body | ((h & np.uint32(0x8000)) << np.uint32(16))
+        e = h & np.uint32(_F16_EXP_MASK)
+        bias = np.uint32(_F16_TO_F32_EXP_BIAS)
+        bias = np.uint32(_F16_INF_NAN_BIAS) if e == np.uint32(_F16_EXP_MASK) else bias
+        bias = np.uint32(_F16_SUBNORMAL_BIAS) if e == 0 else bias
+        bits[j] = ((h & np.uint32(0x7FFF)) << np.uint32(13)) + bias
     for j in range(d):
         h = np.uint32(src[j])
-        if (h & np.uint32(_F16_EXP_MASK)) == 0:  # zero or subnormal: mantissa * 2^-24
-            mag = np.float32(h & np.uint32(0x3FF)) * _F16_SUBNORMAL_UNIT
-            out[j] = -mag if h & np.uint32(0x8000) else mag
+        f = out[j]
+        f = f - _F16_SUBNORMAL_MAGIC if (h & np.uint32(_F16_EXP_MASK)) == 0 else f
+        out[j] = -f if h & np.uint32(0x8000) else f
     return out
 
 

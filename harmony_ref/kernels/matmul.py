@@ -25,7 +25,8 @@ x feeds ROW_TILE outputs and no horizontal sum is needed per block. Scales becom
 zero points int32 (zp + 8). No dequantized float matrix is ever built.
 
 Prefill (M > 1): each thread takes a tile of ROW_TILE weight rows (K / 2 * ROW_TILE bytes, which
-stays in L2) and runs every activation row over it, so weights leave DRAM once per call.
+stays in L2) and runs every activation row over it, so weights leave DRAM once per call; rows go
+M_BLOCK at a time so each nibble extracted feeds M_BLOCK rows (the rest one by one).
 
 Threads: `numba.prange` over weight tiles; `numba.set_num_threads` is honoured.
 """
@@ -46,6 +47,7 @@ ACT_BLOCK = 32  # int8 activation block along K (llama.cpp's QK8_0)
 ACT_MAX_LEVEL = 127
 NIBBLE_OFFSET = 8  # stored nibble u = q + 8 is unsigned 0..15
 ROW_TILE = 64  # output rows interleaved per tile (measured: 16 -> 1.6 ms, 32 -> 0.76, 64 -> 0.54)
+M_BLOCK = 4  # activation rows sharing one nibble extraction in prefill (2: ~same, 8: no better)
 
 
 def act_block_for(group_size: int) -> int:
@@ -301,6 +303,61 @@ def _matmul_w4_tiles(xq, xs, xsum, packed, scale, zp_offset, group_size, block):
 
 
 @numba.njit(parallel=True, cache=True)
+def _matmul_w4_tiles_mblock(xq, xs, xsum, packed, scale, zp_offset, group_size, block):
+    """Prefill variant of `_matmul_w4_tiles` for M a multiple of M_BLOCK: the nibbles of each
+    weight vector are extracted once and feed M_BLOCK activation rows (measured at M=128,
+    N=K=4096: ~25% faster than running rows one by one). Needs block % 8 == 0."""
+    m, k = xq.shape
+    tiles = packed.shape[0]
+    n_groups = k // group_size
+    blocks_per_group = group_size // block
+    half = block // 2
+    y = np.empty((m, tiles * ROW_TILE), dtype=np.float32)
+    for t in numba.prange(tiles):
+        facc = np.empty((M_BLOCK, ROW_TILE), dtype=np.float32)
+        iacc = np.empty((M_BLOCK, ROW_TILE), dtype=np.int32)
+        xv = np.empty((M_BLOCK, 8), dtype=np.int32)
+        for i0 in range(0, m, M_BLOCK):
+            facc[:] = 0
+            for g in range(n_groups):
+                sc = scale[t, g]
+                zo = zp_offset[t, g]
+                for bb in range(blocks_per_group):
+                    b = g * blocks_per_group + bb
+                    j0 = b * half
+                    iacc[:] = 0
+                    for j in range(j0, j0 + half, 4):
+                        for i in range(M_BLOCK):
+                            for c in range(8):
+                                xv[i, c] = xq[i0 + i, 2 * j + c]
+                        p0 = packed[t, j]
+                        p1 = packed[t, j + 1]
+                        p2 = packed[t, j + 2]
+                        p3 = packed[t, j + 3]
+                        for r in range(ROW_TILE):
+                            u0 = np.int32(p0[r])
+                            u1 = np.int32(p1[r])
+                            u2 = np.int32(p2[r])
+                            u3 = np.int32(p3[r])
+                            h0, l0, h1, l1 = u0 >> 4, u0 & 15, u1 >> 4, u1 & 15
+                            h2, l2, h3, l3 = u2 >> 4, u2 & 15, u3 >> 4, u3 & 15
+                            for i in range(M_BLOCK):
+                                iacc[i, r] += (
+                                    h0 * xv[i, 0] + l0 * xv[i, 1] + h1 * xv[i, 2] + l1 * xv[i, 3]
+                                    + h2 * xv[i, 4] + l2 * xv[i, 5] + h3 * xv[i, 6] + l3 * xv[i, 7]
+                                )
+                    for i in range(M_BLOCK):
+                        xsb = xs[i0 + i, b]
+                        xsm = xsum[i0 + i, b]
+                        for r in range(ROW_TILE):
+                            facc[i, r] += (sc[r] * xsb) * np.float32(iacc[i, r] - zo[r] * xsm)
+            for i in range(M_BLOCK):
+                for r in range(ROW_TILE):
+                    y[i0 + i, t * ROW_TILE + r] = facc[i, r]
+    return y
+
+
+@numba.njit(parallel=True, cache=True)
 def _matmul_w8_tiles(xq, xs, values, scale, block):
     """Same structure as `_matmul_w4_tiles` over int8 weights (no nibbles, no zero point)."""
     m, k = xq.shape
@@ -350,8 +407,15 @@ def matmul_w4(x, w) -> np.ndarray:
     n, k = p.shape
     x, vector = _as_activations(x, k)
     xq, xs, xsum = _quantize_activations(x, p.act_block)
-    y = _matmul_w4_tiles(xq, xs, xsum, p.packed, p.scale, p.zp_offset, p.group_size, p.act_block)
-    y = np.ascontiguousarray(y[:, :n])
+    weights = (p.packed, p.scale, p.zp_offset, p.group_size, p.act_block)
+    blocked = xq.shape[0] - xq.shape[0] % M_BLOCK if p.act_block % 8 == 0 else 0
+    parts = []
+    if blocked:
+        parts.append(_matmul_w4_tiles_mblock(xq[:blocked], xs[:blocked], xsum[:blocked], *weights))
+    if blocked < xq.shape[0]:
+        parts.append(_matmul_w4_tiles(xq[blocked:], xs[blocked:], xsum[blocked:], *weights))
+    y = parts[0][:, :n] if len(parts) == 1 else np.concatenate(parts)[:, :n]
+    y = np.ascontiguousarray(y)
     return y[0] if vector else y
 
 

@@ -5,25 +5,16 @@
   divide their achieved GB/s by it to say how far they are from the memory limit.
 - `perf_summary` (session): benchmarks append one row each (a dict of printable columns); when
   benchmarks are enabled, the rows are printed as a table at the end of the run.
-
-Numba's OpenMP threads sleep between parallel regions by default; on a VM, waking a halted vCPU
-can take a scheduler tick (we measured 4-8 ms for an empty 2-thread `prange`), which swamps a
-sub-millisecond kernel. OpenBLAS (NumPy's baseline) spins between calls by default, so for a fair
-comparison the benchmarks make OpenMP spin too (only if the caller did not choose otherwise).
-This must happen before the first parallel Numba call in the process.
 """
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 import pytest
 
-os.environ.setdefault("OMP_WAIT_POLICY", "active")
-
-from harmony_ref.units import GB, MB  # noqa: E402
+from harmony_ref.units import GB, MB
 
 COPY_BUFFER_BYTES = 256 * MB  # well past any L3 on the machines we run on
 COPY_REPEATS = 5
