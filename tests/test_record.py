@@ -58,7 +58,8 @@ def test_provenance_fields():
     (lambda d: d["config"]["scenario"].update(batch=0), "config.scenario.batch"),
     (lambda d: d["metrics"]["ttft_ms"].update(value="fast"), "metrics.ttft_ms.value"),
     (lambda d: d["metrics"]["ttft_ms"].update(direction="up"), "metrics.ttft_ms.direction"),
-    (lambda d: d["metrics"]["gemv_speedup_vs_numpy_x"].pop("samples"), "metrics.gemv_speedup_vs_numpy_x.samples"),
+    (lambda d: d["metrics"]["gemv_speedup_vs_numpy_x"].update(samples=[1.0, "x"]), "metrics.gemv_speedup_vs_numpy_x.samples"),
+    (lambda d: d["config"].update(backend_options={"command": 3}), "config.backend_options"),
     (lambda d: d["provenance"].pop("git_commit"), "provenance.git_commit"),
     (lambda d: d["parts"].update(host={"status": "maybe"}), "parts.host.status"),
 ])

@@ -177,3 +177,27 @@ def test_confirm_on_rerun_uses_the_real_remeasure():
     assert regressed <= set(calls)
     assert all("confirmed on rerun" in r.verdict for r in report.regressions)
     assert len(rerun_parts) == 1  # one re-run of the host part serves every metric it made
+
+
+def test_command_backend_run_and_gate(tmp_path, capsys):
+    """--backend command with the fake phone (tests/fake_device/phone.py): the record keeps the
+    command, so a fresh gate run re-runs the same benchmark."""
+    import sys
+
+    fake = Path(__file__).parent / "fake_device" / "phone.py"
+    cmd = f"{sys.executable} {fake} --model llama-3.2-3b --policy int4-g128 --prompt 512 --new 128"
+    skip = ",".join(n for n in job.part_names() if n != "predicted")
+    runs = tmp_path / "runs"
+    assert main(["run", "--backend", "command", "--command", cmd, "--command-format", "llama-bench",
+                 "--skip", skip, "--out-dir", str(runs)]) == 0
+    (path,) = runs.glob("run-*.json")
+    rec = load_record(path)
+    assert rec.config["backend_options"] == {"command": cmd, "format": "llama-bench"}
+    assert rec.metrics["decode_tokens_per_s"].kind == "measured"
+    assert "backend_provenance" in rec.parts["predicted"]
+    baseline = tmp_path / "baseline.json"
+    assert main(["gate", "--baseline", str(baseline), "--current", str(path), "--update-baseline"]) == 0
+    capsys.readouterr()
+    assert main(["gate", "--baseline", str(baseline), "--out-dir", str(runs)]) == 0
+    assert "## harmony-ref gate: PASS" in capsys.readouterr().out
+    assert main(["run", "--backend", "command", "--out-dir", str(runs)]) == 2

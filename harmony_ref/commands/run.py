@@ -14,7 +14,11 @@ def add_config_arguments(p) -> None:
     p.add_argument("--model", default=DEFAULTS["model"], help=f"model spec (default {DEFAULTS['model']})")
     p.add_argument("--policy", default=DEFAULTS["policy"], help=f"quantization policy (default {DEFAULTS['policy']})")
     p.add_argument("--profile", default=DEFAULTS["profile"], help=f"device profile (default {DEFAULTS['profile']})")
-    p.add_argument("--backend", default=DEFAULTS["backend"], help="backend for the device metrics (default simulated)")
+    p.add_argument("--backend", default=DEFAULTS["backend"], choices=("simulated", "host", "command"),
+                   help="backend for the device metrics (default simulated)")
+    p.add_argument("--command", help="with --backend command: the benchmark command to run (e.g. over hdc shell)")
+    p.add_argument("--command-format", help="with --backend command: its output format "
+                                            "(mslite, tflite, llama-bench, executorch)")
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--context-tokens", type=int, default=2048)
@@ -25,10 +29,18 @@ def config_from_args(args) -> dict:
     from harmony_ref.track.record import make_config
 
     for key in ("prompt_tokens", "new_tokens", "context_tokens", "batch"):
-        if getattr(args, key) <= 0:
-            raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {getattr(args, key)}")
+        lo = 0 if key == "new_tokens" else 1
+        if getattr(args, key) < lo:
+            raise ValueError(f"--{key.replace('_', '-')} must be an integer >= {lo}, got {getattr(args, key)}")
+    opts = None
+    if args.backend == "command":
+        if not (args.command and args.command_format):
+            raise ValueError("--backend command needs --command and --command-format")
+        opts = {"command": args.command, "format": args.command_format}
+    elif args.command or args.command_format:
+        raise ValueError("--command/--command-format only apply to --backend command")
     return make_config(args.model, args.policy, args.profile, args.backend, args.prompt_tokens,
-                       args.new_tokens, args.context_tokens, args.batch)
+                       args.new_tokens, args.context_tokens, args.batch, opts)
 
 
 def add_arguments(p) -> None:

@@ -1,8 +1,9 @@
 """The main job behind `harmony-ref run`: measure one config in parts and make a run record.
 
 Parts, in order (each can be skipped with --skip):
-- `predicted`: the backend's metrics (SimulatedDevice(profile).predict(config): TTFT, decode
-  tokens/s, memory, kernel launches; exact);
+- `predicted`: the backend's metrics: SimulatedDevice(profile).predict(config) (TTFT, decode
+  tokens/s, memory, kernel launches; exact), or with --backend host|command the same names
+  measured by HostDevice / CommandDevice and physics-checked against the profile;
 - `host`: short timed kernel calls on this machine (decode GEMV in the policy's format against
   NumPy FP32 `W @ x`, the fused norm against its unfused NumPy twin), raw samples kept (measured);
 - `accuracy`: MiniLM-L6 on real weights under the policy (exact);
@@ -54,13 +55,22 @@ def make_device_config(config: dict):
                              context_tokens=sc["context_tokens"], batch=sc["batch"])
 
 
-def _predicted(config: dict) -> Metrics:
-    if config["backend"] != "simulated":
-        raise PartUnavailable(f"backend {config['backend']!r} is not wired into `run` yet")
+def _predicted(config: dict):
+    """The backend's metrics: predicted (simulated), or measured by HostDevice / CommandDevice
+    and physics-checked (hil/backends.py); a measured backend's provenance goes into the part."""
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.hil.simulated import SimulatedDevice
 
-    return SimulatedDevice(load_profile(config["profile"])).predict(make_device_config(config))
+    if config["backend"] == "simulated":
+        from harmony_ref.hil.simulated import SimulatedDevice
+
+        return SimulatedDevice(load_profile(config["profile"])).predict(make_device_config(config))
+    from harmony_ref.hil.backends import make_backend, measure
+
+    opts = config.get("backend_options", {})
+    dev = make_backend(config["backend"], profile=config["profile"], command=opts.get("command"),
+                       fmt=opts.get("format"))
+    metrics, prov, findings = measure(dev, make_device_config(config), load_profile(config["profile"]))
+    return metrics, {"backend_provenance": prov, "implausible": [str(f) for f in findings]}
 
 
 def _host(config: dict) -> Metrics:
@@ -104,7 +114,7 @@ def _thermal(config: dict) -> Metrics:
 
 
 PARTS: list[Part] = [
-    Part("predicted", "predicted metrics (device model)",
+    Part("predicted", "device metrics (backend)",
          ("harmony_ref.config", "harmony_ref.device.profile", "harmony_ref.hil.simulated"), _predicted),
     Part("host", "host kernels vs NumPy (timed)", ("harmony_ref.kernels",), _host),
     Part("accuracy", "accuracy: MiniLM-L6, real weights", ("harmony_ref.accuracy", "harmony_ref.model.minilm"),
@@ -128,11 +138,17 @@ def parse_skip(text: str | None) -> tuple[str, ...]:
     return names
 
 
-def run_part(part: Part, config: dict) -> Metrics:
+def run_part_info(part: Part, config: dict) -> tuple[Metrics, dict]:
+    """(metrics, extra information for the record's part entry)."""
     missing = [m for m in part.needs if not _find(m)]
     if missing:
         raise PartUnavailable(f"{', '.join(missing)} not in this checkout")
-    return part.func(config)
+    got = part.func(config)
+    return got if isinstance(got, tuple) else (got, {})
+
+
+def run_part(part: Part, config: dict) -> Metrics:
+    return run_part_info(part, config)[0]
 
 
 def run_job(config: dict, skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None,
@@ -153,7 +169,7 @@ def run_job(config: dict, skip: tuple[str, ...] = (), only: tuple[str, ...] | No
             task = progress.add_task(part.title, total=1)
             t0 = time.perf_counter()
             try:
-                got = run_part(part, config)
+                got, info = run_part_info(part, config)
             except PartUnavailable as e:
                 parts[part.name] = {"status": "unavailable", "detail": str(e), "metrics": []}
                 progress.update(task, completed=1, description=f"{part.title}: [yellow]not available[/] ({e})")
@@ -170,7 +186,7 @@ def run_job(config: dict, skip: tuple[str, ...] = (), only: tuple[str, ...] | No
                 raise RuntimeError(f"part {part.name} produced metric(s) already set: {clash}")
             metrics.update(got)
             parts[part.name] = {"status": "ok", "detail": f"{len(got)} metrics in {elapsed:.1f} s",
-                                "seconds": round(elapsed, 3), "metrics": got.names()}
+                                "seconds": round(elapsed, 3), "metrics": got.names(), **info}
             progress.update(task, completed=1, description=f"{part.title}: {len(got)} metrics")
     return Record(config=config, metrics=metrics, provenance=collect_provenance(), parts=parts)
 

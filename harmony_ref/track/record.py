@@ -1,9 +1,10 @@
 """Run records: the JSON result of measuring one config, with a versioned schema.
 
 A record holds
-- `config`: model, policy, profile, scenario (prompt/new/context tokens, batch) and backend;
+- `config`: model, policy, profile, scenario (prompt/new/context tokens, batch) and backend
+  (plus `backend_options`, e.g. a command backend's command and output format);
 - `metrics`: `Metrics.to_dict()` (value, unit, direction, kind exact|measured, raw samples of
-  measured metrics, flags);
+  measured metrics where the backend has them, flags);
 - `parts`: which parts of the job ran, were skipped, or were not available (and why);
 - `provenance`: git commit and dirty flag, harmony-ref/Python/numpy/numba versions, CPU model,
   cores, Numba threads, hostname, UTC time.
@@ -59,12 +60,17 @@ class Record:
 
 def make_config(model: str, policy: str, profile: str, backend: str = "simulated",
                 prompt_tokens: int = 512, new_tokens: int = 128, context_tokens: int = 2048,
-                batch: int = 1) -> dict:
-    return {
+                batch: int = 1, backend_options: dict | None = None) -> dict:
+    """A record's config. `backend_options` (strings, e.g. a command backend's command and
+    output format) are kept so the gate can re-run the same backend."""
+    config = {
         "model": model, "policy": policy, "profile": profile, "backend": backend,
         "scenario": {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
                      "context_tokens": context_tokens, "batch": batch},
     }
+    if backend_options:
+        config["backend_options"] = dict(backend_options)
+    return config
 
 
 # --- provenance -------------------------------------------------------------------------------
@@ -153,6 +159,9 @@ def validate_record_dict(data, source: str) -> None:
         lo = 0 if key == "new_tokens" else 1
         _require(isinstance(v, int) and not isinstance(v, bool) and v >= lo, source,
                  f"config.scenario.{key}", f"must be an integer >= {lo}, got {v!r}")
+    opts = cfg.get("backend_options", {})
+    _require(isinstance(opts, dict) and all(isinstance(v, str) for v in opts.values()), source,
+             "config.backend_options", f"must be an object of strings, got {opts!r}")
     for name, m in data["metrics"].items():
         where = f"metrics.{name}"
         _require(isinstance(m, dict), source, where, f"must be an object, got {m!r}")
@@ -164,8 +173,6 @@ def validate_record_dict(data, source: str) -> None:
         samples = m.get("samples", [])
         _require(isinstance(samples, list) and all(_is_number(s) for s in samples), source,
                  f"{where}.samples", "must be a list of numbers")
-        _require(m["kind"] != "measured" or len(samples) > 0, source, f"{where}.samples",
-                 "a measured metric must keep its raw samples")
         flags = m.get("flags", [])
         _require(isinstance(flags, list) and all(isinstance(f, str) for f in flags), source,
                  f"{where}.flags", "must be a list of strings")
