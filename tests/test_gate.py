@@ -223,3 +223,16 @@ def test_measured_metrics_not_gated_across_machines():
     other = _rec(ttft=150.0)
     other.provenance = {**PROV, "cpu_model": "Some Other CPU"}
     assert gate.compare(_rec(), other).exit_code == 1
+
+
+def test_update_baseline_from_latest_record(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    baseline = tmp_path / "baseline.json"
+    assert main(["gate", "--baseline", str(baseline), "--current", "latest", "--out-dir", str(runs),
+                 "--update-baseline"]) == 2
+    assert "no run record" in capsys.readouterr().err
+    write_record(_rec(ttft=100.0), runs)
+    newest = write_record(_rec(ttft=95.0), runs)
+    assert main(["gate", "--baseline", str(baseline), "--current", "latest", "--out-dir", str(runs),
+                 "--update-baseline"]) == 0
+    assert load_record(baseline).metrics.value("ttft_ms") == 95.0 and newest.exists()

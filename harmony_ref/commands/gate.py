@@ -13,7 +13,8 @@ HELP = "compare a run with the baseline (exit 0 pass, 1 regression, 2 bad input)
 
 def add_arguments(p) -> None:
     p.add_argument("--baseline", required=True, help="baseline run record (e.g. results/baseline.json)")
-    p.add_argument("--current", help="run record to judge; without it a fresh `run` of the baseline's config is made")
+    p.add_argument("--current", help="run record to judge ('latest': the newest record in --out-dir); "
+                                     "without it a fresh `run` of the baseline's config is made")
     p.add_argument("--tolerances", help="tolerance TOML (default: harmony_ref/track/tolerances.toml)")
     p.add_argument("--summary", help="also write the Markdown summary to this file")
     p.add_argument("--out-dir", default="results/runs", help="where a fresh run's record goes (default results/runs)")
@@ -62,6 +63,12 @@ def run(args) -> int:
             print(f"note: the existing baseline {baseline_path} is not a valid record; it is kept "
                   f"as {_prev_path(baseline_path)}", file=sys.stderr)
 
+    if args.current == "latest":
+        from harmony_ref.track.record import latest_record
+
+        args.current = latest_record(args.out_dir)
+        if args.current is None:
+            raise ValueError(f"--current latest: no run record in {args.out_dir}; run `harmony-ref run` first")
     if args.current:
         current_path = Path(args.current)
         current = load_record(current_path)
