@@ -15,7 +15,7 @@ def add_arguments(p) -> None:
     p.add_argument("--baseline", required=True, help="baseline run record (e.g. results/baseline.json)")
     p.add_argument("--current", help="run record to judge ('latest': the newest record in --out-dir); "
                                      "without it a fresh `run` of the baseline's config is made")
-    p.add_argument("--tolerances", help="tolerance TOML (default: harmony_ref/track/tolerances.toml)")
+    p.add_argument("--tolerances", help="tolerance TOML (default: harmony_ref/data/gate_tolerances.toml)")
     p.add_argument("--summary", help="also write the Markdown summary to this file")
     p.add_argument("--out-dir", default="results/runs", help="where a fresh run's record goes (default results/runs)")
     p.add_argument("--no-rerun", action="store_true", help="never re-measure a failing measured metric")

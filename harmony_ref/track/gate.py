@@ -1,6 +1,6 @@
 """The CI gate: compare a run record with a baseline record, metric by metric.
 
-Rules (limits come from a tolerance TOML, see harmony_ref/track/tolerances.toml):
+Rules (limits come from a tolerance TOML, see harmony_ref/data/gate_tolerances.toml):
 - `exact` metrics (predicted or counted) fail when they get worse by more than a tight limit
   (default 0.1%);
 - `measured` metrics (timed) fail only when they get worse by more than their limit (default
@@ -73,8 +73,8 @@ def _pct(value, source: str, where: str, upper: float | None = None) -> float:
 def load_tolerances(path: str | Path | None = None) -> Tolerances:
     """The shipped tolerances, or a TOML file of the same shape; errors name file and field."""
     if path is None:
-        text = (resources.files("harmony_ref") / "track" / "tolerances.toml").read_text()
-        source = "track/tolerances.toml"
+        text = (resources.files("harmony_ref") / "data" / "gate_tolerances.toml").read_text()
+        source = "data/gate_tolerances.toml"
     else:
         p = Path(path)
         if not p.is_file():

@@ -100,6 +100,8 @@ def collect_provenance() -> dict:
     import harmony_ref
 
     repo = Path(harmony_ref.__file__).resolve().parent.parent
+    if "site-packages" in repo.parts:  # an installed copy (tox, asv): the checkout is where we run
+        repo = Path.cwd()
     commit = _git("rev-parse", "HEAD", cwd=repo)
     status = _git("status", "--porcelain", "--untracked-files=no", cwd=repo)
     try:
