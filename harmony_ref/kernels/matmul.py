@@ -40,8 +40,8 @@ import numba
 import numpy as np
 
 from harmony_ref.kernels._checks import float32_array
-from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4
-from harmony_ref.quant.int8 import Int8Tensor, dequantize_int8
+from harmony_ref.quant.int4 import Int4Tensor, unpack_int4
+from harmony_ref.quant.int8 import Int8Tensor
 
 ACT_BLOCK = 32  # int8 activation block along K (llama.cpp's QK8_0)
 ACT_MAX_LEVEL = 127
@@ -161,6 +161,8 @@ def quantize_activations_ref(x: np.ndarray, block: int):
 
 def matmul_w4_ref(x, w: Int4Tensor) -> np.ndarray:
     """NumPy twin of `matmul_w4`: int8 activations, integer block sums, then scales."""
+    if not isinstance(w, Int4Tensor):
+        raise ValueError(f"w must be an Int4Tensor, got {type(w).__name__}")
     x, vector = _as_activations(x, w.shape[1])
     n, k = w.shape
     ab = act_block_for(w.group_size)
@@ -177,8 +179,6 @@ def matmul_w4_ref(x, w: Int4Tensor) -> np.ndarray:
 
 def dequantize_int4_levels(w: Int4Tensor) -> np.ndarray:
     """(N, K) int64 integer levels q - zp (or q for "sym"): W_hat = levels * scale."""
-    from harmony_ref.quant.int4 import unpack_int4
-
     n, k = w.shape
     q = unpack_int4(w.packed).astype(np.int64).reshape(n, w.n_groups, w.group_size)
     if w.zero_point is not None:
@@ -188,6 +188,8 @@ def dequantize_int4_levels(w: Int4Tensor) -> np.ndarray:
 
 def matmul_w8_ref(x, w: Int8Tensor) -> np.ndarray:
     """NumPy twin of `matmul_w8`: int8 activations per block, int8 weights per row."""
+    if not isinstance(w, Int8Tensor):
+        raise ValueError(f"w must be an Int8Tensor, got {type(w).__name__}")
     n, k = w.shape
     x, vector = _as_activations(x, k)
     ab = ACT_BLOCK if k % ACT_BLOCK == 0 else k
@@ -201,12 +203,6 @@ def matmul_w8_ref(x, w: Int8Tensor) -> np.ndarray:
     y = np.einsum("mnb,mb,n->mn", isum.astype(np.float64), xs.astype(np.float64), w.scale.astype(np.float64))
     y = y.astype(np.float32)
     return y[0] if vector else y
-
-
-def matmul_float_ref(x, w) -> np.ndarray:
-    """x @ W_hat.T in float64 for the dequantized weights and unquantized x (error baseline)."""
-    w_hat = dequantize_int4(w) if isinstance(w, Int4Tensor) else dequantize_int8(w)
-    return (np.asarray(x, np.float64) @ w_hat.T.astype(np.float64)).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------------------------
