@@ -21,10 +21,18 @@ def test_thermal_table(capsys):
     assert "time_to_first_throttle_s" in out and "step_wise" in out
 
 
-def test_thermal_bad_input(capsys):
+def test_thermal_bad_input(capsys, tmp_path):
     assert main(["thermal", "--minutes", "0"]) == 2
     assert main(["thermal", "--profile", "no-such-phone"]) == 2
     assert "error" in capsys.readouterr().err
+    # An absurd run is refused up front (it used to die in a MemoryError traceback).
+    assert main(["thermal", "--minutes", "1e9"]) == 2
+    assert "steps: must be 1..8640000" in capsys.readouterr().err
+    # An unwritable plot names the path the user gave, not the temporary file, and leaves nothing.
+    png = tmp_path / "missing-dir" / "t.png"
+    assert main(["thermal", "--minutes", "1", "--plot", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert f"--plot {png}: cannot write" in err and ".tmp" not in err
 
 
 def test_coldstart_json_every_profile(capsys):

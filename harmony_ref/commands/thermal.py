@@ -53,9 +53,15 @@ def plot(result, cfg, title: str, path: str) -> None:
     fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
     tmp = f"{path}.tmp{os.getpid()}.png"
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        fig.savefig(tmp, dpi=100)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise ValueError(f"--plot {path}: cannot write: {e.strerror}") from None
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def run(args) -> int:
@@ -65,8 +71,7 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import Config
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.device.thermal import sustained_generation
-    from harmony_ref.units import KILO as MJ_PER_J
+    from harmony_ref.device.thermal import MJ_PER_J, sustained_generation
 
     if not args.minutes > 0 or not args.dt_ms > 0 or not args.every_s > 0:
         raise ValueError(f"--minutes {args.minutes}, --dt-ms {args.dt_ms} and --every-s {args.every_s} must be > 0")
