@@ -51,6 +51,8 @@ def test_serve_json_and_trace(capsys, tmp_path):
     assert main(["serve", "--trace", str(trace), "--json"]) == 0
     b = json.loads(capsys.readouterr().out)["summary"]
     assert b["arrived"] == 2
+    # The horizon is the trace's own span (not a default 10 minutes of idle phone).
+    assert b["horizon_s"] < 60 and b["utilisation"] > 0.5
     trace.write_text("0,128,16\nzero,1,1\n")
     assert main(["serve", "--trace", str(trace)]) == 2
     assert "line 2" in capsys.readouterr().err
