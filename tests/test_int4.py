@@ -259,3 +259,23 @@ def test_subnormal_groups_keep_a_nonzero_step(scheme, scale_dtype):
     assert (t.scale > 0).all()
     assert_within_half_step(w, t)
     assert_same(quantize_int4_ref(w, 4, scheme, scale_dtype=scale_dtype), t)
+
+
+def test_quant_benchmarks_are_well_formed():
+    import inspect
+
+    import bench.bench_quant as bq
+
+    classes = [c for _, c in inspect.getmembers(bq, inspect.isclass) if c.__module__ == bq.__name__]
+    assert {"QuantizeInt4", "QuantizeInt8", "QuantizeLlama7BMlp"} <= {c.__name__ for c in classes}
+    for cls in classes:
+        params = getattr(cls, "params", ())
+        assert len(params) == len(getattr(cls, "param_names", ())), cls.__name__
+        assert any(n.startswith(("time_", "track_")) for n in dir(cls)), cls.__name__
+    bench = bq.QuantizeInt4()
+    bench.setup(128, "asym")
+    assert bench.track_bits_per_weight(128, "asym") == pytest.approx(4 + 24 / 128)
+    fast, ref = bq._quantizers("int4-g32-sym")
+    w = np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)
+    assert_same(fast(w), ref(w))
+    assert fast(w).format_name == "int4-g32-sym"
