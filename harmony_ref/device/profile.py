@@ -17,19 +17,13 @@ the file, the field and the value.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
+from harmony_ref._datafiles import read_toml, shipped_names
 from harmony_ref.device._schema import from_table
 from harmony_ref.device.thermal_config import ThermalConfig
 from harmony_ref.units import GB, GIGA, KIB, MB, TERA
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 DTYPES = ("fp16", "int8", "int4")
 
@@ -140,37 +134,16 @@ def profile_from_dict(data: dict, source: str) -> DeviceProfile:
     return profile
 
 
+PROFILES_FOLDER = "device/profiles"
+
+
 def shipped_profiles() -> list[str]:
-    root = resources.files("harmony_ref") / "device" / "profiles"
-    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+    return shipped_names(PROFILES_FOLDER)
 
 
 def load_profile(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
     """A shipped profile by name ("harmony-flagship") or a profile TOML by path."""
     if isinstance(name_or_path, DeviceProfile):
         return name_or_path
-    text = str(name_or_path)
-    path = Path(text)
-    if not (text.endswith(".toml") or path.exists()):
-        candidate = resources.files("harmony_ref") / "device" / "profiles" / f"{text}.toml"
-        if not candidate.is_file():
-            raise ValueError(
-                f"unknown profile {text!r}: not a file, and not one of the shipped profiles "
-                f"{shipped_profiles()}"
-            )
-        return _parse(candidate.read_text(), f"device/profiles/{text}.toml")
-    if not path.is_file():
-        raise ValueError(f"profile file {path} does not exist or is not a file")
-    try:
-        raw = path.read_text()
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read: {e}") from e
-    return _parse(raw, str(path))
-
-
-def _parse(text: str, source: str) -> DeviceProfile:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{source}: not valid TOML: {e}") from e
+    data, source = read_toml("profile", PROFILES_FOLDER, name_or_path)
     return profile_from_dict(data, source)
