@@ -3,6 +3,8 @@ loader (read, mmap), modelled per profile; `--measure` adds the same steps measu
 
 from __future__ import annotations
 
+from harmony_ref.units import MB
+
 NAME = "coldstart"
 HELP = ("cold start model: where the time from tap to first token goes (cold / preload / "
         "preload + warm-up, read vs mmap); --measure times the host side by side")
@@ -23,9 +25,6 @@ def add_arguments(p) -> None:
     p.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"host file: rows each (default {DEFAULT_ROWS})")
     p.add_argument("--cols", type=int, default=DEFAULT_COLS, help=f"host file: cols each (default {DEFAULT_COLS})")
     add_json_flag(p)
-
-
-from harmony_ref.units import MB
 
 
 def side_by_side(model_row_read: dict, model_row_mmap: dict, file_mb: float, host: dict,
@@ -66,7 +65,6 @@ def run(args) -> int:
     from harmony_ref.config import Config
     from harmony_ref.device.coldstart import breakdown, coldstart_inputs
     from harmony_ref.device.profile import load_profile, shipped_profiles
-    from harmony_ref.units import MB
 
     config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                context_tokens=max(2048, args.prompt + 128))
