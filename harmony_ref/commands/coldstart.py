@@ -52,7 +52,8 @@ def side_by_side(model_row_read: dict, model_row_mmap: dict, file_mb: float, hos
          "host": host["jit"]["compile_ms"] - host["jit"]["cached_ms"],
          "host_measured_as": "Numba GEMV first call: empty cache - warm cache"},
         {"step": "warm inference (ms)", "modelled": model_row_read["first_token_ms"], "host": r["steady_gemv_ms"],
-         "host_measured_as": "steady GEMV pass over every layer (one token's weights)"},
+         "host_measured_as": "steady GEMV pass over every layer (one token's weights), best of "
+                             f"{len(r['steady_gemv_samples_ms'])}"},
         {"step": "peak RSS, read / mmap (MB)", "modelled": float("nan"),
          "host": r["peak_rss_mb"], "host_measured_as": f"psutil RSS; mmap: {m['peak_rss_mb']:.0f} MB"},
     ]
