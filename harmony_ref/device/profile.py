@@ -21,15 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony_ref._datafiles import read_toml, shipped_names
-from harmony_ref.device._schema import from_table
+from harmony_ref.device._schema import from_table, nonneg
 from harmony_ref.device.thermal_config import ThermalConfig
 from harmony_ref.units import GB, GIGA, KIB, MB, TERA
 
 DTYPES = ("fp16", "int8", "int4")
-
-
-def _nonneg():
-    return field(metadata={"min": 0.0})
 
 
 def _fraction():
@@ -42,9 +38,9 @@ def _positive():
 
 @dataclass(frozen=True)
 class ComputeSpec:
-    cube_fp16_tops: float = _nonneg()  # NPU matrix unit peaks; 0 = no NPU path for the dtype
-    cube_int8_tops: float = _nonneg()
-    cube_int4_tops: float = _nonneg()
+    cube_fp16_tops: float = nonneg()  # NPU matrix unit peaks; 0 = no NPU path for the dtype
+    cube_int8_tops: float = nonneg()
+    cube_int4_tops: float = nonneg()
     vector_fp16_gflops: float = _positive()  # norms, softmax, activations, rope
     cpu_fp16_gflops: float = _positive()  # CPU fallback matmul rates (NEON)
     cpu_int8_gops: float = _positive()
@@ -70,7 +66,7 @@ class MemorySpec:
     onchip_buffer_kib: float = _positive()  # NPU local buffer a matmul tiles its activations into
     ram_gb: float = _positive()
     app_memory_share: float = _fraction()  # fraction of RAM one foreground app may hold
-    runtime_workspace_mb: float = _nonneg()  # runtime + graph + scratch, outside weights and KV
+    runtime_workspace_mb: float = nonneg()  # runtime + graph + scratch, outside weights and KV
 
     @property
     def app_budget_bytes(self) -> float:
@@ -87,10 +83,10 @@ class MemorySpec:
 
 @dataclass(frozen=True)
 class RuntimeSpec:
-    launch_overhead_us: float = _nonneg()  # per kernel launch, on top of its compute/memory time
+    launch_overhead_us: float = nonneg()  # per kernel launch, on top of its compute/memory time
     storage_read_gbps: float = _positive()  # sequential read of the model file
-    npu_init_ms: float = _nonneg()  # opening the NPU device and runtime context
-    graph_parse_ms_per_mb: float = _nonneg()  # model graph parse/compile per MB of model file
+    npu_init_ms: float = nonneg()  # opening the NPU device and runtime context
+    graph_parse_ms_per_mb: float = nonneg()  # model graph parse/compile per MB of model file
 
 
 @dataclass(frozen=True)
