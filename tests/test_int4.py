@@ -279,3 +279,18 @@ def test_quant_benchmarks_are_well_formed():
     w = np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)
     assert_same(fast(w), ref(w))
     assert fast(w).format_name == "int4-g32-sym"
+
+
+def test_quantize_report_rows_come_from_real_arrays(capsys):
+    from harmony_ref.cli import main
+    from harmony_ref.commands.quantize_report import quantize_report
+
+    df = quantize_report(rows=4, cols=256, seed=1).set_index("format")
+    assert df.loc["fp16", "bits_per_weight"] == 16.0 and df.loc["int8", "bits_per_weight"] == 8 + 32 / 256
+    for group in (32, 64, 128):
+        assert df.loc[f"int4-g{group}-asym", "bits_per_weight"] == pytest.approx(4 + 24 / group)
+        assert df.loc[f"int4-g{group}-sym", "bits_per_weight"] == pytest.approx(4 + 16 / group)
+    assert (df["quantize_ms"] > 0).all(), "every quantize time is measured, fp16's cast included"
+    assert np.allclose(df["weights_mb"] * 1e6 * 8 / (4 * 256), df["bits_per_weight"], rtol=1e-12)
+    assert main(["quantize-report", "--cols", "100"]) == 2
+    assert "--cols 100" in capsys.readouterr().err
