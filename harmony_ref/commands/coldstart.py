@@ -69,7 +69,8 @@ def run(args) -> int:
 
     config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                context_tokens=max(2048, args.prompt + 128))
-    profiles = [load_profile(p) for p in (args.profile or shipped_profiles())]
+    profiles = [load_profile(p) for p in args.profile] if args.profile else sorted(
+        (load_profile(n) for n in shipped_profiles()), key=lambda p: -p.memory.dram_bandwidth_gbps)
     rows = []
     for prof in profiles:
         for r in breakdown(prof, config):
