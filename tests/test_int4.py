@@ -111,9 +111,10 @@ def test_unpack_sign_extension_all_nibbles():
 @pytest.mark.parametrize("scheme", ["asym", "sym"])
 @pytest.mark.parametrize("group", [32, 64, 128, 48, 2])
 @pytest.mark.parametrize("n", AWKWARD_N)
-def test_roundtrip_random(scheme, group, n):
-    rng = np.random.default_rng(n * 1000 + group)
-    w = (rng.standard_normal((n, group * 3)) * rng.uniform(0.001, 5)).astype(np.float32)
+@pytest.mark.parametrize("groups", [1, 3])  # K = group, and K = 3 groups
+def test_roundtrip_random(scheme, group, n, groups):
+    rng = np.random.default_rng(n * 1000 + group + groups)
+    w = (rng.standard_normal((n, group * groups)) * rng.uniform(0.001, 5)).astype(np.float32)
     t = quantize_int4(w, group, scheme)
     assert_within_half_step(w, t)
     assert_same(quantize_int4_ref(w, group, scheme), t)
