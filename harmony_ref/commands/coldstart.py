@@ -108,7 +108,8 @@ def run(args) -> int:
         raw = pd.DataFrame([
             {"loader": mode, "eviction": s.get("eviction", ""), "load_ms": s["load_ms"],
              "repack_ms": s["repack_ms"], "first_gemv_ms": s["first_gemv_ms"],
-             "steady_gemv_ms": s["steady_gemv_ms"], "peak_rss_mb": s["peak_rss_mb"]}
+             "steady_gemv_ms": s["steady_gemv_ms"], "peak_rss_mb": s["peak_rss_mb"],
+             "rss_high_water_mb": s.get("rss_high_water_mb") or float("nan")}
             for mode, s in host["strategies"].items()])
         f = host["file"]
         print_table(raw, title=f"measured on this host: {f['bytes'] / MB:,.1f} MB INT4 file "
