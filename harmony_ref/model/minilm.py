@@ -227,6 +227,7 @@ class MiniLM:
         from harmony_ref.model.weights import load_artifact
 
         art = load_artifact(path)
+        kw.setdefault("n_heads", int(art.verified.metadata.get("n_heads", MINILM_HEADS)))
         return cls(art.params, Tokenizer.from_file(str(tokenizer)), source=str(path),
                    fixed_linears=art.linears, **kw)
 
@@ -337,8 +338,8 @@ class MiniLM:
 
     def other_nbytes(self) -> int:
         """Bytes of everything the policy does not touch (embeddings, LayerNorms, biases)."""
-        return sum(v.nbytes for k, v in self.params.items()
-                   if not (k.endswith(".weight") and k[:-7] in set(self.linear_names())))
+        linear_weights = {n + ".weight" for n in self.linear_names()}
+        return sum(v.nbytes for k, v in self.params.items() if k not in linear_weights)
 
 
 @lru_cache(maxsize=1)
