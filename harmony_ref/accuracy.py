@@ -207,6 +207,9 @@ def layer_losses(fmt: str | WeightFormat = "int4-g32", model=None,
         inputs.append(per)
 
     names = model.linear_names()
+    # Quantize everything first: Numba's parallel quantizers leave threads spinning for a while,
+    # which slows the BLAS calls right after them.
+    quantized = {name: model.make_linear(name, fmt) for name in names}
     rows = []
     task = None
     if progress:
@@ -219,7 +222,7 @@ def layer_losses(fmt: str | WeightFormat = "int4-g32", model=None,
         for name in names:
             i = int(name.split(".")[2])
             lin = dict(fp32)
-            lin[name] = model.make_linear(name, fmt)
+            lin[name] = quantized[name]
             emb = np.empty_like(ref)
             for b, per in zip(batches, inputs):
                 emb[b.index] = model.pool(model.run_layers(per[i], b.mask, lin, start=i), b.mask)
@@ -262,6 +265,35 @@ def sensitivity(fmt: str = "int4-g32", model=None, evalset: EvalSet | None = Non
 # Planner
 
 
+def choose_formats(cost: np.ndarray, loss: np.ndarray, cap: int) -> list[int]:
+    """Multiple-choice knapsack: one option per row minimising the summed loss with the summed
+    integer cost <= cap. cost, loss: (layers, options). Dynamic programming, O(layers x options
+    x cap); raises ValueError if even the cheapest options exceed cap."""
+    n_layers, n_opts = cost.shape
+    if cost.min(axis=1).sum() > cap:
+        raise ValueError(f"no choice fits: the cheapest costs {cost.min(axis=1).sum()} > {cap}")
+    best = np.zeros(cap + 1)  # best[c]: min loss of the rows so far within c
+    pick = np.zeros((n_layers, cap + 1), dtype=np.int16)
+    for li in range(n_layers):
+        new = np.full(cap + 1, np.inf)
+        for fi in range(n_opts):
+            c = int(cost[li, fi])
+            if c > cap:
+                continue
+            cand = np.full(cap + 1, np.inf)
+            cand[c:] = best[: cap + 1 - c] + loss[li, fi]
+            better = cand < new
+            new[better] = cand[better]
+            pick[li, better] = fi
+        best = new
+    c = cap  # best is non-increasing in c, so the full budget holds an optimum
+    out = [0] * n_layers
+    for li in range(n_layers - 1, -1, -1):
+        out[li] = int(pick[li, c])
+        c -= int(cost[li, out[li]])
+    return out
+
+
 @dataclass(frozen=True)
 class Plan:
     policy: Policy
@@ -291,27 +323,8 @@ def plan_policy(budget_mb: float, model=None, evalset: EvalSet | None = None,
     if cost.min(axis=1).sum() > cap:
         raise ValueError(f"budget {budget_mb} MB is below the smallest possible Linear weights "
                          f"({smallest / MB:.3f} MB with every layer in its smallest format)")
-    inf = np.inf
-    best = np.zeros(cap + 1)  # best[c]: min loss of the layers so far within c steps
-    pick = np.zeros((len(names), cap + 1), dtype=np.int8)
-    for li in range(len(names)):
-        new = np.full(cap + 1, inf)
-        for fi in range(len(formats)):
-            c = cost[li, fi]
-            if c > cap:
-                continue
-            cand = np.full(cap + 1, inf)
-            cand[c:] = best[: cap + 1 - c] + loss[li, fi]
-            better = cand < new
-            new[better] = cand[better]
-            pick[li, better] = fi
-        best = new
-    c = int(np.argmin(best))
-    choices = {}
-    for li in range(len(names) - 1, -1, -1):
-        fi = int(pick[li, c])
-        choices[names[li]] = formats[fi]
-        c -= int(cost[li, fi])
+    picks = choose_formats(cost, loss, cap)
+    choices = {n: formats[fi] for n, fi in zip(names, picks)}
     choices = {n: choices[n] for n in names}
     total = sum(tables[choices[n]][n]["bytes"] for n in names)
     predicted = sum(max(tables[choices[n]][n]["cosine_loss"], 0.0) for n in names)

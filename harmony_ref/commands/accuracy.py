@@ -32,10 +32,9 @@ def run(args) -> int:
     model = real_model()
     results = {}
     if args.artifact:
-        from harmony_ref.model.assets import minilm_assets
         from harmony_ref.model.minilm import MiniLM
 
-        art = MiniLM.from_artifact(args.artifact, minilm_assets().tokenizer)
+        art = MiniLM.from_artifact(args.artifact)
         results[args.artifact] = evaluate(model=model, evalset=evalset, artifact_model=art)
     for policy in args.policy or ([] if args.artifact else ["int4-g32"]):
         results[policy] = evaluate(policy, model=model, evalset=evalset)

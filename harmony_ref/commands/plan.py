@@ -13,6 +13,7 @@ def add_arguments(p) -> None:
     p.add_argument("--budget-mb", type=float, required=True,
                    help="budget for the Linear weights in MB (1e6 bytes), scales included")
     p.add_argument("--out", metavar="TOML", help="also write the policy to this file (atomically)")
+    p.add_argument("--pairs", metavar="TSV", help="evaluation pairs (default: the shipped set)")
     add_json_flag(p)
 
 
@@ -20,12 +21,13 @@ def run(args) -> int:
     import os
     from pathlib import Path
 
-    from harmony_ref.accuracy import PLANNER_FORMATS, evaluate, plan_policy
+    from harmony_ref.accuracy import PLANNER_FORMATS, evaluate, load_pairs, plan_policy
     from harmony_ref.commands._output import print_json
     from harmony_ref.units import MB
 
-    plan = plan_policy(args.budget_mb, progress=not args.json)
-    m = evaluate(plan.policy)
+    evalset = load_pairs(args.pairs)
+    plan = plan_policy(args.budget_mb, evalset=evalset, progress=not args.json)
+    m = evaluate(plan.policy, evalset=evalset)
     toml = plan.policy.to_toml()
     if args.out:
         out = Path(args.out)

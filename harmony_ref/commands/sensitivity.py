@@ -13,11 +13,12 @@ def add_arguments(p) -> None:
     p.add_argument("--format", default="int4-g32",
                    help="format to put one layer at a time in (default int4-g32)")
     p.add_argument("--top", type=int, default=0, help="show only the N most sensitive layers")
+    p.add_argument("--pairs", metavar="TSV", help="evaluation pairs (default: the shipped set)")
     add_json_flag(p)
 
 
 def run(args) -> int:
-    from harmony_ref.accuracy import sensitivity
+    from harmony_ref.accuracy import load_pairs, sensitivity
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.quant.policy import parse_format
     from harmony_ref.units import MB
@@ -25,7 +26,8 @@ def run(args) -> int:
     fmt = parse_format(args.format, "--format")
     if args.top < 0:
         raise ValueError(f"--top must be >= 0, got {args.top}")
-    df = sensitivity(fmt.name, progress=not args.json)
+    evalset = load_pairs(args.pairs)
+    df = sensitivity(fmt.name, evalset=evalset, progress=not args.json)
     if args.top:
         df = df.head(args.top)
     if args.json:
@@ -38,5 +40,5 @@ def run(args) -> int:
     print_table(df[cols], title=f"one Linear at a time in {fmt.name}, all others FP32")
     print("rank: by cosine_loss = 1 - mean cosine to FP32 embeddings (continuous); drop_rank: by "
           "accuracy_drop_pct (recall@1 points, coarse: one sentence = "
-          f"{100 / 352:.2f} points on the shipped set).")
+          f"{100 / len(evalset.sentences):.2f} points here).")
     return 0

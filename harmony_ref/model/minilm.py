@@ -67,12 +67,14 @@ _AS_A4, _AS_A5 = np.float32(-1.453152027), np.float32(1.061405429)
 GELU_ERF_ABS_ERROR = 1.5e-7  # of erf; GELU's error is |x| / 2 times this
 
 
-@numba.njit(parallel=True, cache=True)
+# Serial on purpose: Numba's parallel threads linger after a call and fight OpenBLAS's threads in
+# the matmul that follows (measured 3x slower end to end on 2 cores); BLAS is where the time goes.
+@numba.njit(cache=True)
 def _gelu_erf_rows(x):
     out = np.empty_like(x)
     c = np.float32(1.0 / math.sqrt(2.0))
     a1, a2, a3, a4, a5, p = _AS_A1, _AS_A2, _AS_A3, _AS_A4, _AS_A5, _AS_P
-    for i in numba.prange(x.shape[0]):
+    for i in range(x.shape[0]):
         for j in range(x.shape[1]):
             v = x[i, j]
             z = abs(v) * c
@@ -220,15 +222,18 @@ class MiniLM:
         return cls(params, Tokenizer.from_file(str(tokenizer)), source=str(weights), **kw)
 
     @classmethod
-    def from_artifact(cls, path: Path, tokenizer: Path, **kw) -> "MiniLM":
-        """A model whose Linears come from an exported artifact (verified while loading)."""
+    def from_artifact(cls, path: Path, **kw) -> "MiniLM":
+        """A model whose Linears come from an exported artifact (verified while loading); the
+        artifact carries its tokenizer."""
         from tokenizers import Tokenizer
 
         from harmony_ref.model.weights import load_artifact
 
         art = load_artifact(path)
-        kw.setdefault("n_heads", int(art.verified.metadata.get("n_heads", MINILM_HEADS)))
-        return cls(art.params, Tokenizer.from_file(str(tokenizer)), source=str(path),
+        meta = art.verified.metadata
+        kw.setdefault("n_heads", int(meta["n_heads"]))
+        kw.setdefault("max_seq_len", int(meta["max_seq_len"]))
+        return cls(art.params, Tokenizer.from_str(meta["tokenizer_json"]), source=str(path),
                    fixed_linears=art.linears, **kw)
 
     # -- layers ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ Manifest, in the safetensors header's `__metadata__` (strings only, by the forma
     tensor_sha256     JSON {tensor: SHA-256 of its raw little-endian bytes}
     payload_sha256    SHA-256 of the whole data section (all tensor bytes as laid out in the file)
     model_sha256      SHA-256 fingerprint of the FP32 Linear weights it was quantized from
+    n_heads, max_seq_len, tokenizer_json   what the forward needs besides tensors
 
 A file cannot hold the hash of itself, so "whole file" here is the whole payload after the header;
 `verify` also prints the file's own SHA-256 for pinning elsewhere. Verification parses the header
@@ -101,6 +102,8 @@ def export_artifact(model, policy, path: str | Path) -> dict:
         "tensor_sha256": json.dumps({k: _sha(v.tobytes()) for k, v in sorted(tensors.items())}),
         "model_sha256": _model_fingerprint(model),
         "n_heads": str(model.n_heads),
+        "max_seq_len": str(model.max_seq_len),
+        "tokenizer_json": model.tokenizer.to_str(),
     }
     blob = save(tensors, metadata=meta)
     meta["payload_sha256"] = _sha(_split(blob, "<memory>")[2])
@@ -162,7 +165,8 @@ def verify_artifact(path: str | Path) -> Verified:
     if meta.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(f"{source}: format_version {meta.get('format_version')!r} is not "
                             f"supported (this harmony-ref reads {FORMAT_VERSION!r})")
-    for key in ("policy", "layers", "tensor_sha256", "payload_sha256"):
+    for key in ("policy", "layers", "tensor_sha256", "payload_sha256", "n_heads", "max_seq_len",
+                "tokenizer_json"):
         if key not in meta:
             raise ArtifactError(f"{source}: manifest field {key!r} is missing")
     try:
