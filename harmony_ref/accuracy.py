@@ -51,7 +51,7 @@ from harmony_ref.units import MB
 PAIRS_COLUMNS = ("category", "group", "sentence_a", "sentence_b")
 PLANNER_FORMATS = ("fp16", "int8", "int4-g128", "int4-g32")
 PLANNER_STEP_BYTES = 1000
-LOSS_CACHE_VERSION = 1  # bump when the forward or the loss definition changes
+LOSS_CACHE_VERSION = 2  # bump when the forward or the loss definition changes
 
 
 @dataclass(frozen=True)

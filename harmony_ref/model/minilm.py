@@ -41,6 +41,7 @@ MAX_SEQ_LEN = 256
 MINILM_HEADS = 12
 LAYER_NORM_EPS = 1e-12
 BATCH_SIZE = 128
+TOKENS_PER_BATCH = 2048  # padded tokens per batch: bounds the (B, heads, T, T) scores too
 # Linear layers of one encoder layer, in the order they run.
 LINEAR_SUFFIXES = (
     "attention.self.query",
@@ -207,7 +208,8 @@ class MiniLM:
         self.tokenizer = tokenizer
         self.tokenizer.enable_truncation(max_seq_len)
         pad_id = tokenizer.token_to_id("[PAD]")
-        self.tokenizer.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token="[PAD]")
+        self._pad_id = 0 if pad_id is None else pad_id
+        self.tokenizer.enable_padding(pad_id=self._pad_id, pad_token="[PAD]")
         self.gelu = {"erf": gelu_erf, "tanh": gelu_tanh}[gelu]
         self._fixed = fixed_linears  # an artifact's linears: the policy is already applied
         self._cache: dict[str, dict[str, QuantLinear]] = {}
@@ -262,20 +264,30 @@ class MiniLM:
     # -- forward -----------------------------------------------------------------------------
 
     def batches(self, sentences: list[str], batch_size: int = BATCH_SIZE) -> list[Batch]:
-        """Tokenize, sorted by length so a batch wastes little on padding."""
+        """Tokenize and group by length (at most `batch_size` sentences and TOKENS_PER_BATCH
+        padded tokens a batch), so one long sentence does not pad a whole batch to 256."""
         if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
             raise ValueError("sentences must be a list of strings")
-        lengths = [len(e.ids) for e in self.tokenizer.encode_batch(list(sentences), add_special_tokens=True)]
+        self.tokenizer.no_padding()
+        lengths = [len(e.ids) for e in self.tokenizer.encode_batch(list(sentences))]
+        self.tokenizer.enable_padding(pad_id=self._pad_id, pad_token="[PAD]")
         order = np.argsort(lengths, kind="stable")
+        groups, cur = [], []
+        for i in order:  # lengths ascending: the newest sentence is the longest of its batch
+            if cur and (len(cur) >= batch_size or (len(cur) + 1) * lengths[i] > TOKENS_PER_BATCH):
+                groups.append(cur)
+                cur = []
+            cur.append(int(i))
+        if cur:
+            groups.append(cur)
         out = []
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
+        for idx in groups:
             encs = self.tokenizer.encode_batch([sentences[i] for i in idx])
             out.append(Batch(
                 ids=np.array([e.ids for e in encs], dtype=np.int64),
                 type_ids=np.array([e.type_ids for e in encs], dtype=np.int64),
                 mask=np.array([e.attention_mask for e in encs], dtype=np.float32),
-                index=idx,
+                index=np.array(idx),
             ))
         return out
 
