@@ -178,7 +178,7 @@ def _loss_cache_path(model, evalset: EvalSet, fmt: WeightFormat) -> Path | None:
     from harmony_ref.model.assets import cache_dir
 
     key = hashlib.sha256(f"{LOSS_CACHE_VERSION}|{_model_fingerprint(model)}|"
-                         f"{evalset.fingerprint}|{fmt.name}".encode()).hexdigest()[:32]
+                         f"{evalset.fingerprint}|{fmt.name}|{model.resolved_backend()}".encode()).hexdigest()[:32]
     return cache_dir() / "layer-losses" / f"{fmt.name}-{key}.json"
 
 

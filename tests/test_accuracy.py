@@ -145,7 +145,7 @@ def test_plan_fits_budget_and_is_a_loadable_policy(tiny, small_set, tmp_path):
 @pytest.fixture
 def cli_tiny(tiny, monkeypatch):
     """Commands that load the real model get the tiny one."""
-    monkeypatch.setattr(minilm, "real_model", lambda: tiny)
+    monkeypatch.setattr(minilm, "real_model", lambda *a, **k: tiny)
     return tiny
 
 

