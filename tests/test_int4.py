@@ -20,6 +20,12 @@ from harmony_ref.quant.int4 import (
 ROUNDTRIP_REL_SLACK = 2.0**-16  # of the step, for the rounding decision made in float32
 ROUNDTRIP_ABS_SLACK = 2.0**-22  # of max(|w|, s), for the float32 product
 
+
+# Compile (or load from cache) the Numba kernels once, before hypothesis times examples
+# against its default 200 ms deadline.
+quantize_int4(np.ones((2, 4), np.float32), 2)
+quantize_int4(np.ones((2, 4), np.float32), 2, "sym")
+
 AWKWARD_N = [1, 3, 17, 33]
 
 
@@ -243,3 +249,13 @@ def test_bad_scheme_group_and_overflow():
     with pytest.raises(ValueError, match=r"group \(0, 0\).*overflows float16"):
         quantize_int4(w)
     assert_within_half_step(w, quantize_int4(w, scale_dtype=np.float32))
+
+
+@pytest.mark.parametrize("scheme", ["asym", "sym"])
+@pytest.mark.parametrize("scale_dtype", [np.float16, np.float32])
+def test_subnormal_groups_keep_a_nonzero_step(scheme, scale_dtype):
+    w = np.array([[1e-45, 3e-45, 0.0, -1e-45]], dtype=np.float32)
+    t = quantize_int4(w, 4, scheme, scale_dtype=scale_dtype)
+    assert (t.scale > 0).all()
+    assert_within_half_step(w, t)
+    assert_same(quantize_int4_ref(w, 4, scheme, scale_dtype=scale_dtype), t)

@@ -12,6 +12,11 @@ ROUNDTRIP_REL_SLACK = 2.0**-16
 ROUNDTRIP_ABS_SLACK = 2.0**-22
 
 
+# Compile (or load from cache) the Numba kernels once, before hypothesis times examples
+# against its default 200 ms deadline.
+quantize_int8(np.ones((2, 2), np.float32))
+
+
 def assert_within_half_step(w, t):
     w_hat = dequantize_int8(t).astype(np.float64)
     s = t.scale.astype(np.float64)[:, None]
@@ -62,3 +67,12 @@ def test_bad_input(bad):
         quantize_int8(np.ones((2, 2, 2), np.float32))
     with pytest.raises(ValueError, match="unsupported dtype"):
         quantize_int8(np.ones((2, 2), np.int8))
+
+
+def test_subnormal_row_keeps_a_nonzero_step():
+    # found by hypothesis: 1e-45 / 127 underflows to a zero scale
+    w = np.array([[1e-45, -1e-45, 0.0]], dtype=np.float32)
+    t = quantize_int8(w)
+    assert t.scale[0] > 0
+    assert_within_half_step(w, t)
+    assert_same(quantize_int8_ref(w), t)

@@ -1,2 +1,1 @@
-"""Model descriptions and real-weights models: spec/graph (device model), minilm/weights/assets
-(accuracy on real all-MiniLM-L6-v2 weights)."""
+"""Model shapes (spec.py) and the op graph a runtime executes for them (graph.py)."""

@@ -151,6 +151,9 @@ def _group_params(mn, mx, scheme: str, scale_dtype, group_size: int):
     else:
         step = np.maximum(np.abs(mn), np.abs(mx)) / np.float32(SYM_MAX_LEVEL)
     step = step.astype(np.float32)
+    # A span of a few subnormals divided by 15 underflows to 0: keep the step above zero.
+    step = np.where((step == 0) & ~constant, np.finfo(np.float32).smallest_subnormal, step)
+    step = step.astype(np.float32)
     scale = _store_scale_rounding_up(step, scale_dtype)
     # A constant group stores |c| itself (nearest, not up) so that w' = c exactly when it fits.
     with np.errstate(over="ignore"):

@@ -19,6 +19,8 @@ import numpy as np
 from harmony_ref.quant._checks import as_float32_matrix
 
 INT8_MAX_LEVEL = 127
+# max|row| / 127 underflows to 0 for a row of subnormals; the step must then stay above zero.
+MIN_STEP = np.float32(np.finfo(np.float32).smallest_subnormal)
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,6 +61,7 @@ def quantize_int8_ref(w) -> Int8Tensor:
     w = as_float32_matrix(w)
     amax = np.abs(w).max(axis=1)  # (N,)
     scale = (amax / np.float32(INT8_MAX_LEVEL)).astype(np.float32)
+    scale = np.where((scale == 0) & (amax > 0), MIN_STEP, scale)
     safe = np.where(scale == 0, np.float32(1), scale)[:, None]  # (N, 1)
     q = np.clip(np.rint(w / safe), -INT8_MAX_LEVEL, INT8_MAX_LEVEL).astype(np.int8)  # (N, K)
     return Int8Tensor(q, scale, w.shape)
@@ -83,6 +86,8 @@ def _quantize_int8_rows(w):
         for j in range(k):
             amax = max(amax, abs(w[i, j]))
         s = amax / levels
+        if s == 0 and amax > 0:
+            s = MIN_STEP
         scale[i] = s
         safe = np.float32(1.0) if s == 0 else s
         for j in range(k):

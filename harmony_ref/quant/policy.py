@@ -20,6 +20,7 @@ Format strings: "fp32", "fp16", "int8", "int4-g<group>" (asym) or "int4-g<group>
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 import sys
 from dataclasses import dataclass, field
@@ -115,6 +116,10 @@ class Policy:
 
     def format_for(self, layer_name: str) -> WeightFormat:
         """The format a Linear (or embedding) called `layer_name` is stored in."""
+        # Graph building asks this for every layer of every prediction; policies are frozen.
+        return _format_for_cached(self, layer_name)
+
+    def _resolve(self, layer_name: str) -> WeightFormat:
         for pattern, fmt in self.layers:
             if pattern == layer_name:
                 return fmt
@@ -144,6 +149,11 @@ class Policy:
             lines.append("[layers]")
             lines.extend(f"{q(p)} = {q(f.name)}" for p, f in self.layers)
         return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=65536)
+def _format_for_cached(policy: Policy, layer_name: str) -> WeightFormat:
+    return policy._resolve(layer_name)
 
 
 def policy_from_dict(data: dict, source: str) -> Policy:

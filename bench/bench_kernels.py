@@ -1,0 +1,118 @@
+"""asv benchmarks for the Numba kernels (harmony_ref/kernels), grouped by subject.
+
+Inputs are seeded and built in `setup`, which also calls each kernel once so Numba's compile
+(or cache load) stays out of the timings. Each time_ method is one call. The ratios against NumPy
+and the GB/s figures live in tests/perf (pytest-benchmark); asv tracks the kernels over commits.
+"""
+
+import numpy as np
+
+from harmony_ref.kernels import matmul
+from harmony_ref.kernels import (
+    KVCache,
+    bias_add,
+    decode_attention,
+    gelu,
+    layer_norm,
+    matmul_w4,
+    matmul_w8,
+    norm_bias_gelu,
+    prepare_w4,
+    prepare_w8,
+)
+from harmony_ref.quant.int4 import quantize_int4
+from harmony_ref.quant.int8 import quantize_int8
+from harmony_ref.units import MB
+
+K = 4096
+
+
+def _weights(n, seed=0):
+    return np.random.default_rng(seed).standard_normal((n, K), dtype=np.float32) * np.float32(0.02)
+
+
+def _activations(m, seed=1):
+    return np.random.default_rng(seed).standard_normal((m, K), dtype=np.float32)
+
+
+class MatmulW4:
+    params = ([1, 128], [4096, 11008], [32, 128])
+    param_names = ["m", "n", "group_size"]
+
+    def setup(self, m, n, group_size):
+        self.w = quantize_int4(_weights(n), group_size, "asym")
+        self.p = prepare_w4(self.w)
+        self.x = _activations(m)
+        matmul_w4(self.x, self.p)
+
+    def time_matmul_w4(self, m, n, group_size):
+        matmul_w4(self.x, self.p)
+
+    def time_prepare_w4(self, m, n, group_size):
+        _fresh_prepare_w4(self.w)
+
+    def peakmem_matmul_w4(self, m, n, group_size):
+        # no dequantized (N, K) float matrix: peak stays near the packed weights + output
+        matmul_w4(self.x, self.w)
+
+
+def _fresh_prepare_w4(t):
+    """The preparation itself, bypassing the per-tensor cache."""
+    matmul._prepared.pop(t, None)
+    return prepare_w4(t)
+
+
+class MatmulW8:
+    params = ([1, 128], [4096, 11008])
+    param_names = ["m", "n"]
+
+    def setup(self, m, n):
+        self.w = quantize_int8(_weights(n))
+        self.p = prepare_w8(self.w)
+        self.x = _activations(m)
+        matmul_w8(self.x, self.p)
+
+    def time_matmul_w8(self, m, n):
+        matmul_w8(self.x, self.p)
+
+    def peakmem_matmul_w8(self, m, n):
+        matmul_w8(self.x, self.w)
+
+
+class NormBiasGelu:
+    params = ([1, 128], [4096])
+    param_names = ["rows", "width"]
+
+    def setup(self, rows, width):
+        rng = np.random.default_rng(2)
+        self.x = rng.standard_normal((rows, width), dtype=np.float32)
+        self.gamma, self.beta, self.bias = (rng.standard_normal(width, dtype=np.float32) for _ in range(3))
+        norm_bias_gelu(self.x, self.gamma, self.beta, self.bias)
+        gelu(bias_add(layer_norm(self.x, self.gamma, self.beta), self.bias))
+
+    def time_fused(self, rows, width):
+        norm_bias_gelu(self.x, self.gamma, self.beta, self.bias)
+
+    def time_separate(self, rows, width):
+        gelu(bias_add(layer_norm(self.x, self.gamma, self.beta), self.bias))
+
+
+class DecodeAttention:
+    params = (["fp16", "int8"], [512, 2048, 4096])
+    param_names = ["kv_dtype", "context"]
+
+    def setup(self, kv_dtype, context):
+        rng = np.random.default_rng(3)
+        self.cache = KVCache(4096, 8, 128, kv_dtype)
+        shape = (context, 8, 128)
+        self.cache.append(rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32))
+        self.q = rng.standard_normal((32, 128), dtype=np.float32)
+        decode_attention(self.q, self.cache)
+
+    def time_decode_attention(self, kv_dtype, context):
+        decode_attention(self.q, self.cache)
+
+    def track_kv_cache_mb(self, kv_dtype, context):
+        return self.cache.nbytes / MB
+
+    track_kv_cache_mb.unit = "MB"

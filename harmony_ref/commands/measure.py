@@ -1,0 +1,77 @@
+"""`harmony-ref measure`: run a benchmark command once and print the metrics parsed from it."""
+
+from __future__ import annotations
+
+import sys
+
+from harmony_ref.commands._output import add_json_flag, print_json, print_table
+
+NAME = "measure"
+HELP = "run an external benchmark command once (e.g. over hdc/adb shell) and print its parsed metrics"
+
+
+def add_arguments(p) -> None:
+    from harmony_ref.hil.parsers import FORMATS
+
+    p.add_argument("--command", required=True,
+                   help="command to run; placeholders {name} filled from --set name=value")
+    p.add_argument("--format", required=True, choices=FORMATS, help="output format of the command")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                   help="kill the command (and its children) after S seconds (default 600)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="value for a {NAME} placeholder in the command (repeatable)")
+    g = p.add_argument_group("physics sanity (flag measurements faster than the profile's roofline)")
+    g.add_argument("--profile", help="device profile to check against (name or .toml path)")
+    g.add_argument("--model", help="model the command runs (required with --profile)")
+    g.add_argument("--policy", default="int4-g128", help="quantization policy it runs (default int4-g128)")
+    g.add_argument("--prompt-tokens", type=int, default=512)
+    g.add_argument("--new-tokens", type=int, default=128)
+    g.add_argument("--context-tokens", type=int, default=2048)
+    add_json_flag(p)
+
+
+def _values(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--set {pair!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def run(args) -> int:
+    from harmony_ref.hil.base import BackendError
+    from harmony_ref.hil.command import CommandDevice
+
+    config = profile = None
+    if args.profile:
+        from harmony_ref.config import Config
+        from harmony_ref.device.profile import load_profile
+
+        if not args.model:
+            raise ValueError("--profile needs --model (the model the command runs) for the roofline bound")
+        profile = load_profile(args.profile)
+        config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt_tokens,
+                                   new_tokens=args.new_tokens, context_tokens=args.context_tokens)
+    dev = CommandDevice(args.command, args.format, args.timeout, values=_values(args.set))
+    try:
+        m = dev.measure(config)
+    except BackendError as e:
+        print(f"harmony-ref measure: error: {e}", file=sys.stderr)
+        return 1
+    metrics, findings = m.metrics, []
+    if profile is not None:
+        from harmony_ref.hil.physics import check
+
+        metrics, findings = check(metrics, profile, config)
+    if args.json:
+        print_json({"backend": "command", "metrics": metrics.to_dict(), "provenance": m.provenance,
+                    "implausible": findings})
+        return 0
+    print_table(metrics.to_frame(), title=f"measured ({args.format})")
+    for k, v in m.provenance.items():
+        print(f"  {k}: {v}")
+    for f in findings:
+        print(f"IMPLAUSIBLE: {f}")
+    return 0

@@ -1,0 +1,74 @@
+"""`harmony-ref serve`: requests arriving at one on-device session (bounded queue, timeouts)."""
+
+from __future__ import annotations
+
+NAME = "serve"
+HELP = ("simulate requests (Poisson or a trace) at one on-device session: latency and TTFT "
+        "percentiles, busy and timeout rates, utilisation")
+
+
+def add_arguments(p) -> None:
+    from harmony_ref.commands._output import add_json_flag
+    from harmony_ref.scenario.serve import DEFAULT_QUEUE_LIMIT, DEFAULT_TIMEOUT_S
+
+    p.add_argument("--rate", type=float, default=0.2, help="Poisson arrivals per second (default 0.2)")
+    p.add_argument("--minutes", type=float, default=10.0, help="arrival window in minutes (default 10)")
+    p.add_argument("--trace", metavar="CSV", help="arrival_s,prompt_tokens,new_tokens per line (replaces --rate)")
+    p.add_argument("--seed", type=int, default=0, help="RNG seed of the Poisson arrivals (default 0)")
+    p.add_argument("--queue", type=int, default=DEFAULT_QUEUE_LIMIT,
+                   help=f"requests allowed to wait (default {DEFAULT_QUEUE_LIMIT})")
+    p.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
+                   help=f"per-request timeout from arrival (default {DEFAULT_TIMEOUT_S:g})")
+    p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
+    p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
+    p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
+    p.add_argument("--prompt", type=int, default=512, help="prompt tokens per Poisson request (default 512)")
+    p.add_argument("--new", type=int, default=128, help="generated tokens per Poisson request (default 128)")
+    add_json_flag(p)
+
+
+def run(args) -> int:
+    import pandas as pd
+
+    from harmony_ref.commands._output import print_json, print_table
+    from harmony_ref.config import Config
+    from harmony_ref.device.profile import load_profile
+    from harmony_ref.scenario.serve import (
+        device_service_model,
+        load_trace,
+        poisson_arrivals,
+        simulate_serving,
+    )
+    from harmony_ref.units import MS_PER_S
+
+    if not args.minutes > 0:
+        raise ValueError(f"--minutes {args.minutes}: must be > 0")
+    profile = load_profile(args.profile)
+    config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
+                               new_tokens=args.new, context_tokens=max(2048, args.prompt + args.new))
+    duration_s = args.minutes * 60.0
+    if args.trace:
+        requests = load_trace(args.trace)
+        source = f"trace {args.trace}"
+    else:
+        requests = poisson_arrivals(args.rate, duration_s, args.seed, args.prompt, args.new)
+        source = f"Poisson {args.rate:g}/s, seed {args.seed}, {args.prompt}+{args.new} tokens"
+    service = device_service_model(profile, config)
+    result = simulate_serving(requests, service, args.queue, args.timeout_s, duration_s)
+    summary = result.summary()
+    typical = service(args.prompt, args.new)
+    info = {"profile": profile.name, "model": config.spec.name, "policy": config.policy.name,
+            "arrivals": source, "service_ttft_ms": typical.ttft_s * MS_PER_S,
+            "service_e2e_ms": typical.total_s * MS_PER_S}
+    if args.json:
+        print_json({**info, "summary": summary, "metrics": result.metrics().to_dict()})
+        return 0
+    print(f"{profile.name}, {config.spec.name} {config.policy.name}; arrivals: {source}; one "
+          f"session, queue {args.queue}, timeout {args.timeout_s:g} s")
+    print(f"service time of a {args.prompt}+{args.new} request on the device model: "
+          f"TTFT {typical.ttft_s * MS_PER_S:,.0f} ms, end to end {typical.total_s * MS_PER_S:,.0f} ms")
+    rows = [{"metric": k, "value": (float("nan") if v is None else float(v))} for k, v in summary.items()]
+    print_table(pd.DataFrame(rows), title="serving summary")
+    print("latency: completed requests; TTFT: every request that got a first token (including "
+          "ones cut off later); busy/timeout rates: fraction of arrivals")
+    return 0

@@ -1,0 +1,104 @@
+"""`harmony-ref thermal`: back-to-back generation on a simulated phone until it throttles."""
+
+from __future__ import annotations
+
+NAME = "thermal"
+PLOT_BUCKET_S = 5.0  # the governor dithers between adjacent steps; a short mean reads better
+HELP = ("sustained generation: decode tokens/s over time, time to first throttle, sustained/peak at "
+        "10 min, peak die and skin temperature, energy per token")
+
+
+def add_arguments(p) -> None:
+    from harmony_ref.commands._output import add_json_flag
+
+    p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
+    p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
+    p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
+    p.add_argument("--minutes", type=float, default=30.0, help="simulated minutes (default 30)")
+    p.add_argument("--governor", choices=["step_wise", "power_allocator", "off"],
+                   help="override the profile's governor ('off': no throttling)")
+    p.add_argument("--dt-ms", type=float, default=10.0, help="time step in ms (default 10)")
+    p.add_argument("--prompt", type=int, default=512, help="prompt tokens before decoding (default 512)")
+    p.add_argument("--new", type=int, default=128, help="tokens per reply: decode cost is averaged over them")
+    p.add_argument("--every-s", type=float, default=60.0, help="table/JSON row spacing in s (default 60)")
+    p.add_argument("--plot", metavar="PNG", help="write tokens/s and temperatures against time")
+    add_json_flag(p)
+
+
+def plot(result, cfg, title: str, path: str) -> None:
+    """Two panels sharing time: decode tokens/s (with peak), die and skin temperature (with trips)."""
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = result.series(bucket_s=max(result.trace.dt_s, PLOT_BUCKET_S))
+    minutes = s["time_s"] / 60.0
+    fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
+    ax1.plot(minutes, s["tokens_per_s"], label=f"decode tokens/s ({PLOT_BUCKET_S:g} s mean)")
+    ax1.axhline(result.peak_tokens_per_s, ls="--", c="grey", label="peak")
+    ax1.set_ylabel("tokens/s")
+    ax1.set_ylim(bottom=0)
+    ax1.legend(loc="lower left")
+    ax2.plot(minutes, s["die_c"], label="die", c="tab:red")
+    ax2.plot(minutes, s["skin_c"], label="skin", c="tab:orange")
+    ax2.axhline(cfg.passive_trip_c, ls=":", c="tab:red", label=f"passive trip {cfg.passive_trip_c:g} C")
+    ax2.axhline(cfg.critical_trip_c, ls="--", c="tab:red", label=f"critical/control {cfg.critical_trip_c:g} C")
+    ax2.axhline(cfg.skin_limit_c, ls="--", c="tab:orange", label=f"skin limit {cfg.skin_limit_c:g} C")
+    ax2.set_ylabel("temperature (C)")
+    ax2.set_xlabel("time (min)")
+    ax2.legend(loc="lower right", fontsize="small")
+    fig.suptitle(title, fontsize="medium")
+    fig.tight_layout()
+    tmp = f"{path}.tmp{os.getpid()}.png"
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def run(args) -> int:
+    import numpy as np
+    import pandas as pd
+
+    from harmony_ref.commands._output import print_json, print_table
+    from harmony_ref.config import Config
+    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.thermal import sustained_generation
+    from harmony_ref.units import KILO as MJ_PER_J
+
+    if not args.minutes > 0 or not args.dt_ms > 0 or not args.every_s > 0:
+        raise ValueError(f"--minutes {args.minutes}, --dt-ms {args.dt_ms} and --every-s {args.every_s} must be > 0")
+    profile = load_profile(args.profile)
+    config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
+                               new_tokens=args.new, context_tokens=max(2048, args.prompt + args.new))
+    result = sustained_generation(profile, config, args.minutes, args.dt_ms / 1000.0, args.governor)
+    summary = result.summary()
+    series = result.series(bucket_s=args.every_s)
+    rows = pd.DataFrame({"time_min": series["time_s"] / 60.0, "tokens_per_s": series["tokens_per_s"],
+                         "freq_fraction": series["freq_fraction"], "die_c": series["die_c"],
+                         "skin_c": series["skin_c"]})
+    title = f"{profile.name}: {config.label}, {summary['governor']}, {args.minutes:g} min"
+    if args.plot:
+        plot(result, profile.thermal, title, args.plot)
+    if args.json:
+        ttf = summary["time_to_first_throttle_s"]
+        summary["time_to_first_throttle_s"] = ttf if np.isfinite(ttf) else None
+        print_json({"profile": profile.name, "config": config.label, "summary": summary,
+                    "operating_points": {"freq_fraction": result.points.freq_steps.tolist(),
+                                         "power_w": result.points.power_w.tolist(),
+                                         "tokens_per_s": result.points.tokens_per_s.tolist()},
+                    "series": rows.to_dict(orient="records"), "plot": args.plot})
+        return 0
+    pts = pd.DataFrame({"freq_fraction": result.points.freq_steps, "power_w": result.points.power_w,
+                        "decode_tokens_per_s": result.points.tokens_per_s,
+                        "energy_per_token_mj": result.points.power_w / result.points.tokens_per_s * MJ_PER_J})
+    print_table(pts, title=f"{profile.name}: decode operating points (one per frequency step)")
+    print_table(rows, title=title)
+    summ = pd.DataFrame([{"metric": k, "value": float(v)} for k, v in summary.items()
+                         if k != "governor" and v is not None])
+    print_table(summ, title="summary")
+    if args.plot:
+        print(f"plot written to {args.plot}")
+    return 0

@@ -1,0 +1,342 @@
+"""Cold start measured on this host: the hardware-in-the-loop half of the cold-start model.
+
+What it does, in order (`measure_host_coldstart`):
+1. Writes a real quantized weights file: `layers` matrices of (rows, cols) quantized group-wise
+   INT4 with `harmony_ref.quant.int4.quantize_int4`, stored as safetensors (packed uint8 nibbles,
+   float16 scales, int8 zero points per layer), atomically (temp file + fsync + rename).
+2. Before each cold measurement: fsync, then `os.posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)`,
+   and checks the result with mincore(2) on a fresh read-only mapping (a mapping without touching
+   it faults nothing in, so mincore reports page-cache residency). "Eviction confirmed" means
+   under `EVICTED_RESIDENT_PCT_MAX` of the file's pages are still cached. Where mincore is not
+   available (non-Linux), the report says "unconfirmed".
+3. In a fresh Python subprocess per strategy (so peak RSS and JIT state are its own):
+   - read: `safetensors.numpy.load_file` (the whole file copied into process memory);
+   - mmap: the safetensors header parsed and every tensor an `np.memmap` view (nothing read until
+     used; page faults move the I/O into the first inference).
+   Each then times the first GEMV over every layer (cold: page faults for mmap, cold CPU caches)
+   and the steady-state GEMV (median of `steady_repeats`). RSS is sampled with psutil after each
+   phase; the report gives the largest sample.
+4. Numba JIT: import + first call of the GEMV kernel in a subprocess with an empty
+   NUMBA_CACHE_DIR (compile) and again with the same directory (load from the on-disk cache).
+5. A warm read (page cache hot) for contrast: the difference is what storage costs.
+
+The GEMV is the project's kernel, `harmony_ref.kernels.matmul.matmul_w4` (Numba, `cache=True`).
+Its one-time weight repack (`prepare_w4`, row interleaving, what llama.cpp also does at load) is
+timed separately and is part of the first inference.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import mmap
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from harmony_ref.units import GB, MB, MS_PER_S
+
+EVICTED_RESIDENT_PCT_MAX = 5.0  # "evicted" if fewer than this % of the file's pages are cached
+DEFAULT_LAYERS = 12
+DEFAULT_ROWS = 4096
+DEFAULT_COLS = 4096  # 12 x 4096 x 4096 at INT4 g128 ~ 105 MB
+SAFETENSORS_HEADER_LEN_BYTES = 8  # little-endian u64, then a JSON header (safetensors format)
+_ST_DTYPES = {"U8": np.uint8, "I8": np.int8, "F16": np.float16, "F32": np.float32}
+
+
+# ----------------------------------------------------------------------------------------------
+# The weights file.
+
+
+def write_model_file(path: Path, layers: int = DEFAULT_LAYERS, rows: int = DEFAULT_ROWS,
+                     cols: int = DEFAULT_COLS, group_size: int = 128, seed: int = 0) -> dict:
+    """Quantize `layers` seeded random (rows, cols) matrices to INT4 and save them as safetensors,
+    atomically. Returns {"path", "bytes", "layers", "rows", "cols", "group_size"}."""
+    from safetensors.numpy import save_file
+
+    from harmony_ref.quant.int4 import quantize_int4
+
+    if layers < 1 or rows < 1 or cols < group_size or cols % group_size:
+        raise ValueError(f"layers={layers}, rows={rows}, cols={cols}: need >= 1 layer and cols a "
+                         f"multiple of group_size={group_size}")
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for i in range(layers):
+        w = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02)
+        t = quantize_int4(w, group_size, "asym")
+        tensors[f"layers.{i}.weight.packed"] = t.packed
+        tensors[f"layers.{i}.weight.scale"] = t.scale
+        tensors[f"layers.{i}.weight.zero_point"] = t.zero_point
+    path = Path(path)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    save_file(tensors, str(tmp), metadata={"format": "int4-asym", "group_size": str(group_size)})
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return {"path": str(path), "bytes": path.stat().st_size, "layers": layers, "rows": rows,
+            "cols": cols, "group_size": group_size}
+
+
+def read_safetensors_header(path: Path) -> tuple[dict, int]:
+    """(header dict, byte offset where tensor data starts); errors name the file."""
+    with open(path, "rb") as f:
+        raw = f.read(SAFETENSORS_HEADER_LEN_BYTES)
+        if len(raw) != SAFETENSORS_HEADER_LEN_BYTES:
+            raise ValueError(f"{path}: too short for a safetensors header")
+        (n,) = struct.unpack("<Q", raw)
+        try:
+            header = json.loads(f.read(n))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: safetensors header is not JSON: {e}") from None
+    return header, SAFETENSORS_HEADER_LEN_BYTES + n
+
+
+def mmap_tensors(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a safetensors file as a read-only np.memmap view (zero copy)."""
+    header, start = read_safetensors_header(path)
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _ST_DTYPES.get(info["dtype"])
+        if dtype is None:
+            raise ValueError(f"{path}: tensor {name!r} has dtype {info['dtype']!r}, "
+                             f"expected one of {sorted(_ST_DTYPES)}")
+        begin, end = info["data_offsets"]
+        shape = tuple(info["shape"])
+        out[name] = np.memmap(path, dtype=dtype, mode="r", offset=start + begin, shape=shape)
+        if out[name].nbytes != end - begin:
+            raise ValueError(f"{path}: tensor {name!r}: shape {shape} does not match its byte range")
+    return out
+
+
+def _layers_from(tensors: dict, group_size: int):
+    from harmony_ref.quant.int4 import Int4Tensor
+
+    i, out = 0, []
+    while f"layers.{i}.weight.packed" in tensors:
+        p = tensors[f"layers.{i}.weight.packed"]
+        out.append(Int4Tensor(p, tensors[f"layers.{i}.weight.scale"],
+                              tensors[f"layers.{i}.weight.zero_point"],
+                              (p.shape[0], p.shape[1] * 2), group_size, "asym"))
+        i += 1
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Page cache: evict and check.
+
+
+def _libc():
+    name = ctypes.util.find_library("c")
+    return ctypes.CDLL(name, use_errno=True) if name else None
+
+
+def resident_fraction(path: Path) -> float | None:
+    """Fraction of the file's pages in the page cache, via mincore(2) on an untouched mapping;
+    None where mincore is unavailable."""
+    libc = _libc()
+    size = Path(path).stat().st_size
+    if libc is None or not hasattr(libc, "mincore") or size == 0:
+        return None
+    page = mmap.PAGESIZE
+    pages = (size + page - 1) // page
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    with open(path, "rb") as f:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, f.fileno(), 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            return None
+        try:
+            vec = ctypes.create_string_buffer(pages)
+            if libc.mincore(addr, size, vec) != 0:
+                return None
+            resident = np.frombuffer(vec.raw, dtype=np.uint8) & 1
+        finally:
+            libc.munmap(addr, size)
+    return float(resident.sum()) / pages
+
+
+def evict(path: Path) -> dict:
+    """fsync + POSIX_FADV_DONTNEED; returns residency before/after and whether eviction held."""
+    before = resident_fraction(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    after = resident_fraction(path)
+    if after is None:
+        status = "unconfirmed (mincore unavailable)"
+    elif after * 100 <= EVICTED_RESIDENT_PCT_MAX:
+        status = "confirmed"
+    else:
+        status = f"failed ({after:.0%} of pages still cached)"
+    return {"resident_before_pct": None if before is None else 100 * before,
+            "resident_after_pct": None if after is None else 100 * after,
+            "eviction": status, "method": "fsync + posix_fadvise(DONTNEED), checked with mincore(2)"}
+
+
+# ----------------------------------------------------------------------------------------------
+# Probes: run in a fresh interpreter, print one JSON object.
+
+
+def _rss_mb() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / MB
+
+
+def _probe_load(mode: str, path: str, group_size: int, steady_repeats: int) -> dict:
+    from harmony_ref.kernels.matmul import matmul_w4, prepare_w4
+    from harmony_ref.quant.int4 import quantize_int4_ref
+
+    x0 = np.random.default_rng(1).standard_normal(DEFAULT_COLS).astype(np.float32)
+    # Compile the kernels (or load them from the Numba cache) on a tiny input outside the timings.
+    matmul_w4(x0[:group_size], quantize_int4_ref(np.ones((2, group_size), np.float32), group_size, "asym"))
+    rss = [_rss_mb()]
+    t0 = time.perf_counter()
+    if mode == "read":
+        from safetensors.numpy import load_file
+
+        tensors = load_file(path)
+    elif mode == "mmap":
+        tensors = mmap_tensors(Path(path))
+    else:
+        raise ValueError(f"mode = {mode!r}: must be 'read' or 'mmap'")
+    layers = _layers_from(tensors, group_size)
+    load_s = time.perf_counter() - t0
+    rss.append(_rss_mb())
+    x = np.resize(x0, layers[0].shape[1])
+    t1 = time.perf_counter()
+    for layer in layers:
+        prepare_w4(layer)  # touches every weight page (mmap: the page faults land here)
+    repack_s = time.perf_counter() - t1
+
+    def one_pass():
+        t = time.perf_counter()
+        for layer in layers:
+            matmul_w4(x, layer)
+        return time.perf_counter() - t
+
+    first_s = repack_s + one_pass()
+    rss.append(_rss_mb())
+    steady = [one_pass() for _ in range(steady_repeats)]
+    rss.append(_rss_mb())
+    return {"mode": mode, "load_ms": load_s * MS_PER_S, "repack_ms": repack_s * MS_PER_S,
+            "first_gemv_ms": first_s * MS_PER_S,
+            "steady_gemv_ms": statistics.median(steady) * MS_PER_S,
+            "steady_gemv_samples_ms": [s * MS_PER_S for s in steady],
+            "peak_rss_mb": max(rss), "rss_samples_mb": rss, "layers": len(layers)}
+
+
+def _probe_jit(group_size: int) -> dict:
+    from harmony_ref.quant.int4 import quantize_int4_ref  # NumPy: nothing to compile
+
+    t = quantize_int4_ref(np.ones((2, group_size), np.float32), group_size, "asym")
+    x = np.ones(group_size, np.float32)
+    t0 = time.perf_counter()
+    from harmony_ref.kernels.matmul import matmul_w4
+
+    matmul_w4(x, t)
+    t1 = time.perf_counter()
+    matmul_w4(x, t)
+    t2 = time.perf_counter()
+    return {"gemv_first_call_ms": (t1 - t0) * MS_PER_S, "gemv_second_call_ms": (t2 - t1) * MS_PER_S}
+
+
+def _run_probe(args: list[str], env_extra: dict | None = None) -> dict:
+    env = dict(os.environ, **(env_extra or {}))
+    # As tests/perf/conftest.py: sleeping OpenMP workers take a scheduler tick to wake on a VM,
+    # which would swamp a per-layer GEMV; spin instead unless the caller chose otherwise.
+    env.setdefault("OMP_WAIT_POLICY", "active")
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    r = subprocess.run([sys.executable, "-m", "harmony_ref.device.coldstart_host", *args],
+                       capture_output=True, text=True, env=env, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"cold-start probe {args} failed (exit {r.returncode}): {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def measure_host_coldstart(layers: int = DEFAULT_LAYERS, rows: int = DEFAULT_ROWS,
+                           cols: int = DEFAULT_COLS, group_size: int = 128,
+                           steady_repeats: int = 5, workdir: str | Path | None = None,
+                           progress=None) -> dict:
+    """Run the whole measurement; returns plain numbers (ms, MB) plus how eviction went."""
+    say = progress or (lambda msg: None)
+    own_dir = workdir is None
+    base = Path(tempfile.mkdtemp(prefix="harmony-coldstart-")) if own_dir else Path(workdir)
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / "model-int4.safetensors"
+    try:
+        say("writing the quantized weights file")
+        t0 = time.perf_counter()
+        info = write_model_file(path, layers, rows, cols, group_size)
+        info["write_ms"] = (time.perf_counter() - t0) * MS_PER_S
+        out = {"file": info, "strategies": {}}
+        for mode in ("read", "mmap"):
+            say(f"evicting, then loading by {mode}")
+            ev = evict(path)
+            res = _run_probe(["--probe", mode, str(path), str(group_size), str(steady_repeats)])
+            res.update(ev)
+            out["strategies"][mode] = res
+        say("warm read (page cache hot) for contrast")
+        _ = path.read_bytes()
+        warm = _run_probe(["--probe", "read", str(path), str(group_size), str(steady_repeats)])
+        warm.update({"resident_before_pct": resident_fraction(path), "eviction": "not evicted (warm)"})
+        out["strategies"]["read_warm"] = warm
+        say("Numba JIT: empty cache vs warm cache")
+        with tempfile.TemporaryDirectory(prefix="harmony-numba-cache-") as cache:
+            cold = _run_probe(["--probe-jit", str(group_size)], {"NUMBA_CACHE_DIR": cache})
+            cached = _run_probe(["--probe-jit", str(group_size)], {"NUMBA_CACHE_DIR": cache})
+        out["jit"] = {"compile_ms": cold["gemv_first_call_ms"], "cached_ms": cached["gemv_first_call_ms"],
+                      "second_call_ms": cached["gemv_second_call_ms"]}
+        cold_read = out["strategies"]["read"]["load_ms"]
+        out["storage_read_gbps"] = info["bytes"] / (cold_read / MS_PER_S) / GB if cold_read > 0 else None
+        return out
+    finally:
+        for p in (path,):
+            p.unlink(missing_ok=True)
+        if own_dir:
+            base.rmdir()
+
+
+def host_metrics(result: dict):
+    """The measurement as `measured` Metrics (names carry units)."""
+    from harmony_ref.metrics import Metrics
+
+    m = Metrics()
+    for mode in ("read", "mmap"):
+        s = result["strategies"][mode]
+        m.add(f"host_coldstart_{mode}_load_ms", s["load_ms"], "ms", kind="measured")
+        m.add(f"host_coldstart_{mode}_first_gemv_ms", s["first_gemv_ms"], "ms", kind="measured")
+        m.add(f"host_coldstart_{mode}_steady_gemv_ms", s["steady_gemv_ms"], "ms", kind="measured",
+              samples=s["steady_gemv_samples_ms"])
+        m.add(f"host_coldstart_{mode}_peak_rss_mb", s["peak_rss_mb"], "MB", kind="measured")
+    m.add("host_numba_compile_ms", result["jit"]["compile_ms"], "ms", kind="measured")
+    m.add("host_numba_cached_ms", result["jit"]["cached_ms"], "ms", kind="measured")
+    return m
+
+
+if __name__ == "__main__":  # probe entry point, used by _run_probe
+    if sys.argv[1] == "--probe":
+        _mode, _path, _g, _rep = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        print(json.dumps(_probe_load(_mode, _path, _g, _rep)))
+    elif sys.argv[1] == "--probe-jit":
+        print(json.dumps(_probe_jit(int(sys.argv[2]))))
+    else:
+        raise SystemExit(f"unknown probe {sys.argv[1:]}")

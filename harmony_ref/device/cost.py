@@ -1,0 +1,271 @@
+"""Roofline + launch-overhead cost of the op graph on a device profile.
+
+Per op:  time = max(compute, memory) + launch_overhead, where
+    compute = flops / (peak[dtype] x compute_efficiency x f_c) + vector_flops / (vector peak x ...)
+    memory  = dram_bytes / (dram_bandwidth x memory_efficiency x f_m)
+`peak[dtype]` is the NPU Cube's peak for the op's compute dtype, or the CPU's when the profile has
+no Cube path for it (`ComputeSpec.matmul_ops_per_s`). To read its weights (or K/V) from DRAM
+once, a matmul keeps its whole activation block resident on chip while the weights stream past in
+small tiles; a block larger than the on-chip buffer is split, and the weights are streamed once
+per piece: streamed bytes x ceil(tile_bytes / onchip_buffer). Decode (one row) always fits;
+long prefills do not, which is why they can be memory-bound. Launch overhead is CPU-side and does
+not scale with the NPU/DDR frequency.
+
+Decode cost depends on the context length (attention reads the whole KV cache). A scenario's
+decode is *integrated exactly*: step j (j = 0..new_tokens-1) attends to prompt + j + 1 positions,
+every step is costed (op quantities are affine in the context, so two graphs give them all), and
+the decode `PhaseCost` reports the per-step mean; e2e = prefill + the sum of all steps.
+TTFT = prefill(prompt) + the first decode step, as issue 4 defines it.
+
+For the thermal model:
+
+    phase_cost(profile, config, phase, compute_freq_scale=1.0, memory_freq_scale=1.0, context=None)
+        -> PhaseCost(time_s, compute_s, memory_s, launch_s, flops, fp16_ops, int8_ops, int4_ops,
+                     vector_ops, int8_equiv_ops, dram_bytes, kernel_launches, tokens, steps)
+
+`phase` is "prefill" (the whole prompt) or "decode" (per-step mean over the scenario's generated
+tokens, or the single step at `context` when given). `compute_freq_scale` / `memory_freq_scale`
+(0 < f <= 1) scale the compute peaks and the DRAM bandwidth, as a DVFS step would.
+`int8_equiv_ops` weighs ops by the Cube's cost per op relative to INT8 (fp16 x2, int4 x0.5,
+vector fp16 x2, an assumption): multiply by `thermal.energy_per_int8_op_pj` for dynamic energy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from harmony_ref.config import Config
+from harmony_ref.device.profile import DTYPES, DeviceProfile
+from harmony_ref.model.graph import Graph, Segment, build_graph
+from harmony_ref.units import GB, GIGA, MB, MS_PER_S, US_PER_S
+
+# Energy weight of one op relative to one INT8 Cube op (assumption: energy tracks the MAC-array
+# area-time an op occupies, so half the throughput costs twice the energy).
+INT8_EQUIV = {"fp16": 2.0, "int8": 1.0, "int4": 0.5}
+VECTOR_INT8_EQUIV = 2.0
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    phase: str
+    time_s: float  # sum over ops of max(compute, memory) + launch
+    compute_s: float  # sum of per-op compute times
+    memory_s: float  # sum of per-op memory times
+    launch_s: float  # sum of launch overheads
+    flops: float  # matrix + vector ops
+    fp16_ops: float
+    int8_ops: float
+    int4_ops: float
+    vector_ops: float
+    int8_equiv_ops: float
+    dram_bytes: float
+    kernel_launches: int
+    tokens: int  # tokens processed (prefill: prompt x batch) or produced per step (batch)
+    steps: int = 1  # decode: how many steps the means are taken over
+
+    @property
+    def launch_pct(self) -> float:
+        return 100.0 * self.launch_s / self.time_s if self.time_s else 0.0
+
+    @property
+    def bound_s(self) -> float:
+        return self.time_s - self.launch_s
+
+
+def _check_scale(name: str, v: float) -> float:
+    if not (0.0 < v <= 1.0):
+        raise ValueError(f"{name} = {v!r}: must be in (0, 1]")
+    return float(v)
+
+
+def _op_arrays(graph: Graph) -> dict[str, np.ndarray]:
+    """Per-op columns of a graph, computed once per graph object (graphs are immutable and
+    build_graph hands out the same object for the same arguments)."""
+    cached = graph.__dict__.get("_op_arrays")
+    if cached is None:
+        cached = _make_op_arrays(graph)
+        object.__setattr__(graph, "_op_arrays", cached)  # a memo, not a field: eq/hash unaffected
+    return cached
+
+
+def _make_op_arrays(graph: Graph) -> dict[str, np.ndarray]:
+    rows = graph.unique_ops()
+    cols = {
+        "count": [c for _, c in rows],
+        "flops": [op.flops for op, _ in rows],
+        "vflops": [op.vector_flops for op, _ in rows],
+        "streamed": [op.weight_bytes + op.kv_read_bytes for op, _ in rows],
+        "other": [op.act_in_bytes + op.act_out_bytes + op.kv_write_bytes for op, _ in rows],
+        "tile": [op.tile_bytes for op, _ in rows],
+    }
+    out = {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
+    out["dtype"] = np.asarray([DTYPES.index(op.dtype) for op, _ in rows])
+    return out
+
+
+def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.ndarray,
+              fc: float, fm: float) -> dict[str, np.ndarray]:
+    """Per-step totals for graphs whose op quantities are affine in the step index: the value at
+    step s is g0's + s x (g1's - g0's). With g1 None, one step: g0 itself."""
+    a0 = _op_arrays(g0)
+    if g1 is None:
+        slope = {k: np.zeros_like(v) for k, v in a0.items() if k not in ("count", "dtype")}
+    else:
+        a1 = _op_arrays(g1)
+        if not np.array_equal(a0["count"], a1["count"]) or not np.array_equal(a0["dtype"], a1["dtype"]):
+            raise AssertionError("decode graphs at neighbouring contexts differ in structure")
+        slope = {k: a1[k] - a0[k] for k in a0 if k not in ("count", "dtype")}
+    s = np.asarray(steps, dtype=np.float64)[None, :]  # (1, S)
+    q = {k: a0[k][:, None] + slope[k][:, None] * s for k in slope}  # (ops, S)
+    c = profile.compute
+    rates = np.array([c.matmul_ops_per_s(d) for d in DTYPES]) * c.compute_efficiency * fc
+    vrate = c.vector_fp16_gflops * GIGA * c.compute_efficiency * fc
+    bw = profile.memory.dram_bandwidth_gbps * GB * profile.memory.memory_efficiency * fm
+    passes = np.maximum(1.0, np.ceil(q["tile"] / profile.memory.onchip_buffer_bytes))
+    dram = q["streamed"] * passes + q["other"]
+    compute = q["flops"] / rates[a0["dtype"]][:, None] + q["vflops"] / vrate
+    memory = dram / bw
+    launch = profile.runtime.launch_overhead_us / US_PER_S
+    n = a0["count"][:, None]
+    per_dtype = {d: ((a0["dtype"] == i)[:, None] * q["flops"] * n).sum(axis=0) for i, d in enumerate(DTYPES)}
+    vector = (q["vflops"] * n).sum(axis=0)
+    return {
+        "time_s": ((np.maximum(compute, memory) + launch) * n).sum(axis=0),
+        "compute_s": (compute * n).sum(axis=0),
+        "memory_s": (memory * n).sum(axis=0),
+        "launch_s": np.full(steps.shape, launch * a0["count"].sum()),
+        "flops": sum(per_dtype.values()) + vector,
+        "fp16_ops": per_dtype["fp16"],
+        "int8_ops": per_dtype["int8"],
+        "int4_ops": per_dtype["int4"],
+        "vector_ops": vector,
+        "int8_equiv_ops": sum(INT8_EQUIV[d] * v for d, v in per_dtype.items()) + VECTOR_INT8_EQUIV * vector,
+        "dram_bytes": (dram * n).sum(axis=0),
+    }
+
+
+def _phase(name: str, per_step: dict[str, np.ndarray], launches: int, tokens: int) -> PhaseCost:
+    steps = len(per_step["time_s"])
+    return PhaseCost(phase=name, kernel_launches=launches, tokens=tokens, steps=steps,
+                     **{k: float(v.mean()) for k, v in per_step.items()})
+
+
+def decode_contexts(config: Config) -> np.ndarray:
+    """Positions attended to by each generated token: prompt + 1 ... prompt + new_tokens."""
+    s = config.scenario
+    n = max(s.new_tokens, 1)
+    return s.prompt_tokens + 1 + np.arange(n)
+
+
+def _decode_graphs(config: Config):
+    """Decode graphs at contexts 1 and 2: every other context follows from them (op quantities
+    are affine in the context, tests/test_graph.py holds that), so all scenarios share them."""
+    s = config.scenario
+    kw = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
+    return (build_graph(config.spec, config.policy, "decode", context=1, **kw),
+            build_graph(config.spec, config.policy, "decode", context=2, **kw))
+
+
+def decode_step_times(profile: DeviceProfile, config: Config, compute_freq_scale: float = 1.0,
+                      memory_freq_scale: float = 1.0) -> dict[str, np.ndarray]:
+    """Per-step arrays (time_s, dram_bytes, ...) for every generated token of the scenario."""
+    if not config.spec.is_decoder:
+        raise ValueError(f"model {config.spec.name!r} is an encoder: it has no decode phase")
+    g1, g2 = _decode_graphs(config)
+    return _evaluate(profile, g1, g2, decode_contexts(config) - 1, compute_freq_scale, memory_freq_scale)
+
+
+def graph_cost(profile: DeviceProfile, graph: Graph, compute_freq_scale: float = 1.0,
+               memory_freq_scale: float = 1.0) -> PhaseCost:
+    """Cost of one graph as it stands."""
+    per = _evaluate(profile, graph, None, np.zeros(1), _check_scale("compute_freq_scale", compute_freq_scale),
+                    _check_scale("memory_freq_scale", memory_freq_scale))
+    return _phase(graph.phase, per, graph.kernel_launches, graph.tokens * graph.batch)
+
+
+def phase_cost(profile: DeviceProfile, config: Config, phase: str, compute_freq_scale: float = 1.0,
+               memory_freq_scale: float = 1.0, context: int | None = None) -> PhaseCost:
+    """The cost of one phase of `config` on `profile` (see the module docstring)."""
+    fc = _check_scale("compute_freq_scale", compute_freq_scale)
+    fm = _check_scale("memory_freq_scale", memory_freq_scale)
+    s = config.scenario
+    if phase == "prefill":
+        g = build_graph(config.spec, config.policy, "prefill", tokens=s.prompt_tokens,
+                        fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
+        return graph_cost(profile, g, fc, fm)
+    if phase != "decode":
+        raise ValueError(f"phase {phase!r}: must be 'prefill' or 'decode'")
+    if context is not None:
+        g = build_graph(config.spec, config.policy, "decode", context=context, fused=config.fused,
+                        kv_dtype=config.kv_dtype, batch=s.batch)
+        return graph_cost(profile, g, fc, fm)
+    per = decode_step_times(profile, config, fc, fm)
+    return _phase("decode", per, _decode_graphs(config)[0].kernel_launches, s.batch)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A scenario's predicted timeline."""
+
+    prefill: PhaseCost
+    decode: PhaseCost | None  # per-step means; None for an encoder
+    first_step_s: float  # the decode step that emits the first token
+    decode_total_s: float  # all generated tokens
+
+    @property
+    def ttft_s(self) -> float:
+        return self.prefill.time_s + self.first_step_s
+
+    @property
+    def e2e_s(self) -> float:
+        return self.prefill.time_s + self.decode_total_s
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        if self.decode is None:
+            return 0.0
+        return self.decode.tokens / self.decode.time_s
+
+    @property
+    def launch_s(self) -> float:
+        d = self.decode.launch_s * self.decode.steps if self.decode and self.decode_total_s else 0.0
+        return self.prefill.launch_s + d
+
+    @property
+    def launch_overhead_pct(self) -> float:
+        return 100.0 * self.launch_s / self.e2e_s
+
+
+def scenario_timing(profile: DeviceProfile, config: Config, compute_freq_scale: float = 1.0,
+                    memory_freq_scale: float = 1.0) -> Timing:
+    prefill = phase_cost(profile, config, "prefill", compute_freq_scale, memory_freq_scale)
+    if not config.spec.is_decoder:
+        return Timing(prefill, None, 0.0, 0.0)
+    per = decode_step_times(profile, config, compute_freq_scale, memory_freq_scale)
+    decode = _phase("decode", per, _decode_graphs(config)[0].kernel_launches, config.scenario.batch)
+    total = float(per["time_s"].sum()) if config.scenario.new_tokens else 0.0
+    return Timing(prefill, decode, float(per["time_s"][0]), total)
+
+
+def op_breakdown(profile: DeviceProfile, graph: Graph) -> list[dict]:
+    """Where one graph's time goes, by op kind: time, launches, DRAM bytes and how many of its
+    kernels are memory-bound. Rows sorted by time, largest first."""
+    rows: dict[str, dict] = {}
+    for op, count in graph.unique_ops():
+        one = Graph(graph.spec, graph.policy, graph.phase, graph.tokens, graph.context, graph.batch,
+                    graph.fused, graph.kv_dtype, (Segment((op,)),))
+        c = graph_cost(profile, one)
+        r = rows.setdefault(op.kind, {"kind": op.kind, "time_ms": 0.0, "launch_ms": 0.0, "launches": 0,
+                                      "dram_mb": 0.0, "gflop": 0.0, "memory_bound": 0})
+        r["time_ms"] += count * c.time_s * MS_PER_S
+        r["launch_ms"] += count * c.launch_s * MS_PER_S
+        r["launches"] += count
+        r["dram_mb"] += count * c.dram_bytes / MB
+        r["gflop"] += count * c.flops / GIGA
+        r["memory_bound"] += count if c.memory_s >= c.compute_s else 0
+    total = sum(r["time_ms"] for r in rows.values())
+    for r in rows.values():
+        r["time_pct"] = 100.0 * r["time_ms"] / total
+    return sorted(rows.values(), key=lambda r: -r["time_ms"])

@@ -1,0 +1,176 @@
+"""Device profiles: a phone described as data (harmony_ref/device/profiles/*.toml), loaded into
+frozen dataclasses with unit-suffixed fields. A new phone is a new TOML file, never a code change.
+
+    profile = load_profile("harmony-flagship")        # a shipped profile, or a path to a .toml
+    profile.compute.cube_int4_tops, profile.memory.dram_bandwidth_gbps, profile.thermal.freq_steps
+
+Sections: [compute] (NPU Cube peaks per dtype, its vector unit, CPU fallback rates, efficiency),
+[memory] (DRAM, on-chip buffer, RAM and the app's share, runtime workspace), [runtime] (kernel
+launch overhead, storage read, NPU init, graph parse: the cold-start inputs) and [thermal]
+(harmony_ref/device/thermal_config.py). Every number in a shipped file names its source or says
+`assumption`. A Cube peak of 0 means "no NPU path for this dtype": the op falls back to the CPU
+rate of the same dtype.
+
+Any defect (missing, unknown, negative or mistyped field, unreadable TOML) raises ValueError naming
+the file, the field and the value.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from harmony_ref.device._schema import from_table
+from harmony_ref.device.thermal_config import ThermalConfig
+from harmony_ref.units import GB, GIGA, KIB, MB, TERA
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DTYPES = ("fp16", "int8", "int4")
+
+
+def _nonneg():
+    return field(metadata={"min": 0.0})
+
+
+def _fraction():
+    return field(metadata={"min": 1e-6, "max": 1.0})
+
+
+def _positive():
+    return field(metadata={"min": 1e-9})
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    cube_fp16_tops: float = _nonneg()  # NPU matrix unit peaks; 0 = no NPU path for the dtype
+    cube_int8_tops: float = _nonneg()
+    cube_int4_tops: float = _nonneg()
+    vector_fp16_gflops: float = _positive()  # norms, softmax, activations, rope
+    cpu_fp16_gflops: float = _positive()  # CPU fallback matmul rates (NEON)
+    cpu_int8_gops: float = _positive()
+    cpu_int4_gops: float = _positive()
+    compute_efficiency: float = _fraction()  # achieved / peak on large matmuls
+
+    def matmul_ops_per_s(self, dtype: str) -> float:
+        """Peak matmul ops/s for a compute dtype: the Cube's when it has one, else the CPU's."""
+        cube = {"fp16": self.cube_fp16_tops, "int8": self.cube_int8_tops, "int4": self.cube_int4_tops}[dtype]
+        if cube > 0:
+            return cube * TERA
+        return {"fp16": self.cpu_fp16_gflops, "int8": self.cpu_int8_gops, "int4": self.cpu_int4_gops}[dtype] * GIGA
+
+    def on_npu(self, dtype: str) -> bool:
+        return {"fp16": self.cube_fp16_tops, "int8": self.cube_int8_tops, "int4": self.cube_int4_tops}[dtype] > 0
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    dram_type: str
+    dram_bandwidth_gbps: float = _positive()  # peak, GB/s (decimal)
+    memory_efficiency: float = _fraction()  # achieved / peak on streaming reads
+    onchip_buffer_kib: float = _positive()  # NPU local buffer a matmul tiles its activations into
+    ram_gb: float = _positive()
+    app_memory_share: float = _fraction()  # fraction of RAM one foreground app may hold
+    runtime_workspace_mb: float = _nonneg()  # runtime + graph + scratch, outside weights and KV
+
+    @property
+    def app_budget_bytes(self) -> float:
+        return self.ram_gb * GB * self.app_memory_share
+
+    @property
+    def onchip_buffer_bytes(self) -> float:
+        return self.onchip_buffer_kib * KIB
+
+    @property
+    def workspace_bytes(self) -> float:
+        return self.runtime_workspace_mb * MB
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    launch_overhead_us: float = _nonneg()  # per kernel launch, on top of its compute/memory time
+    storage_read_gbps: float = _positive()  # sequential read of the model file
+    npu_init_ms: float = _nonneg()  # opening the NPU device and runtime context
+    graph_parse_ms_per_mb: float = _nonneg()  # model graph parse/compile per MB of model file
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    description: str
+    compute: ComputeSpec
+    memory: MemorySpec
+    runtime: RuntimeSpec
+    thermal: ThermalConfig
+    soc: str = ""
+    source: str = field(default="<memory>", compare=False, init=False)  # file it was read from
+
+    def summary(self) -> dict:
+        """Key numbers, one flat row (the `profiles` command prints these)."""
+        c, m, r = self.compute, self.memory, self.runtime
+        return {
+            "profile": self.name,
+            "int4_tops": c.matmul_ops_per_s("int4") / TERA,
+            "int8_tops": c.matmul_ops_per_s("int8") / TERA,
+            "fp16_tops": c.matmul_ops_per_s("fp16") / TERA,
+            "npu": c.on_npu("int8"),
+            "dram": m.dram_type,
+            "dram_gbps": m.dram_bandwidth_gbps,
+            "launch_us": r.launch_overhead_us,
+            "ram_gb": m.ram_gb,
+            "app_budget_gb": m.app_budget_bytes / GB,
+            "storage_gbps": r.storage_read_gbps,
+            "sustain_w": self.thermal.sustainable_power_w,
+        }
+
+
+def profile_from_dict(data: dict, source: str) -> DeviceProfile:
+    """Validate a parsed profile table; errors name `source`, the field and its value."""
+    try:
+        profile = from_table(DeviceProfile, data, source)
+    except ValueError as e:
+        # Cross-field checks (ThermalConfig.__post_init__) do not know the file; add it.
+        raise e if str(e).startswith(source) else ValueError(f"{source}: {e}") from e
+    object.__setattr__(profile, "source", source)
+    return profile
+
+
+def shipped_profiles() -> list[str]:
+    root = resources.files("harmony_ref") / "device" / "profiles"
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_profile(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
+    """A shipped profile by name ("harmony-flagship") or a profile TOML by path."""
+    if isinstance(name_or_path, DeviceProfile):
+        return name_or_path
+    text = str(name_or_path)
+    path = Path(text)
+    if not (text.endswith(".toml") or path.exists()):
+        candidate = resources.files("harmony_ref") / "device" / "profiles" / f"{text}.toml"
+        if not candidate.is_file():
+            raise ValueError(
+                f"unknown profile {text!r}: not a file, and not one of the shipped profiles "
+                f"{shipped_profiles()}"
+            )
+        return _parse(candidate.read_text(), f"device/profiles/{text}.toml")
+    if not path.is_file():
+        raise ValueError(f"profile file {path} does not exist or is not a file")
+    try:
+        raw = path.read_text()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read: {e}") from e
+    return _parse(raw, str(path))
+
+
+def _parse(text: str, source: str) -> DeviceProfile:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{source}: not valid TOML: {e}") from e
+    return profile_from_dict(data, source)

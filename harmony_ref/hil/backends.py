@@ -1,0 +1,62 @@
+"""Pick a backend by name and measure a config with it, physics-checked: what `harmony-ref run
+--backend simulated|host|command` needs.
+
+    dev = make_backend("host", auto_scale=True)                   # or "simulated", profile=...
+    metrics, provenance, findings = measure(dev, config, profile) # findings: implausible metrics
+
+Measured metrics (host, command) are checked against a roofline (harmony_ref/hil/physics.py):
+a command backend's against the device profile it claims to run on; the host's against a
+calibrated host profile when one is given (`host_profile`), and not at all otherwise (a phone
+profile's roofline says nothing about this CPU): the provenance says which.
+"""
+
+from __future__ import annotations
+
+BACKENDS = ("simulated", "host", "command")
+
+
+def make_backend(name: str, profile="harmony-flagship", command: str | None = None, fmt: str | None = None,
+                 timeout_s: float = 600.0, host_profile=None, auto_scale: bool = True, repeats: int = 5):
+    if name == "simulated":
+        from harmony_ref.hil.simulated import SimulatedDevice
+
+        return SimulatedDevice(profile)
+    if name == "host":
+        from harmony_ref.hil.host import HostDevice
+
+        return HostDevice(repeats=repeats, auto_scale=auto_scale, model_profile=host_profile)
+    if name == "command":
+        from harmony_ref.hil.command import CommandDevice
+
+        if not command or not fmt:
+            raise ValueError("backend 'command' needs a command template and an output format")
+        return CommandDevice(command, fmt, timeout_s)
+    raise ValueError(f"unknown backend {name!r}; known: {list(BACKENDS)}")
+
+
+def measure(backend, config, profile=None):
+    """(metrics, provenance, implausible findings) of one config on `backend`."""
+    from harmony_ref.device.profile import load_profile
+    from harmony_ref.hil.physics import check
+
+    prov: dict[str, str] = {"backend": backend.name}
+    if backend.name == "simulated":
+        return backend.predict(config), prov, []
+    if backend.name == "host":
+        run = backend.measure(config)
+        prov.update(run.provenance)
+        ref = backend.model_profile
+        config = run.config  # the scaled-down config when the host scaled the model
+        metrics = run.metrics
+    else:
+        m = backend.measure(config)
+        prov.update(m.provenance)
+        ref = profile
+        metrics = m.metrics
+    if ref is None:
+        prov["physics"] = "not checked: no profile for this backend's hardware"
+        return metrics, prov, []
+    ref = load_profile(ref)
+    metrics, findings = check(metrics, ref, config)
+    prov["physics"] = f"checked against {ref.name}: {len(findings)} implausible"
+    return metrics, prov, findings

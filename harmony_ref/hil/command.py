@@ -1,0 +1,155 @@
+"""CommandDevice: run an external benchmark command (an `hdc shell` / `adb shell` invocation of a
+benchmark binary on a phone, or anything printing one of the parsed formats), parse its output.
+
+How the command runs:
+- The template is filled first: placeholders `{model}`, `{policy}`, `{prompt_tokens}`,
+  `{new_tokens}`, `{context_tokens}`, `{batch}` come from the config, any others from `values`
+  (e.g. `{threads}`); every substituted value is shell-quoted. A placeholder with no value is a
+  ValueError naming it. Literal braces in a template are doubled (`{{` `}}`), as in str.format.
+- Plain templates are split with `shlex.split` and run without a shell. A template that needs
+  one (pipes, `&&`, `;`, redirections, `$(...)`, backquotes) runs under `/bin/sh -c`. Either way
+  the command is the leader of a new process group (`start_new_session`), so on timeout the whole
+  group, children included, is killed with SIGKILL. (A child that calls setsid itself escapes the
+  group: that is the one case this cannot reach.)
+- stdout and stderr are both parsed (benchmark_model logs to stderr, MindSpore Lite to stdout).
+
+A timeout, a non-zero exit (reported with the tail of stderr) or unparseable output raises
+`BackendError`; no metrics are returned in those cases, so nothing can be recorded.
+
+Provenance: lines `device_model=...`, `os_build=...`, `soc=...`, `kernel=...`,
+`build_fingerprint=...` anywhere in the output (a template can emit them, e.g.
+`hdc shell "echo device_model=$(param get const.product.model); ..."`) plus what the format
+itself reports (llama-bench's cpu_info/model_type, MindSpore's model file and threads).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import string
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from harmony_ref.hil.base import BackendError
+from harmony_ref.hil.parsers import FORMATS, ParseError, parse
+from harmony_ref.metrics import Metrics
+
+PROVENANCE_KEYS = ("device_model", "os_build", "soc", "kernel", "build_fingerprint")
+_PROVENANCE_LINE = re.compile(r"^\s*(" + "|".join(PROVENANCE_KEYS) + r")=(.*?)\s*$", re.M)
+_NEEDS_SHELL = re.compile(r"[|;<>&`]|\$\(")
+STDERR_TAIL_LINES = 15
+
+
+@dataclass
+class Measurement:
+    metrics: Metrics
+    provenance: dict[str, str] = field(default_factory=dict)
+    stdout: str = ""
+    stderr: str = ""
+
+
+def _config_values(config) -> dict[str, object]:
+    if config is None:
+        return {}
+    out: dict[str, object] = {}
+    spec = getattr(config, "spec", None)
+    if spec is not None:
+        out["model"] = getattr(spec, "name", spec)
+    policy = getattr(config, "policy", None)
+    if policy is not None:
+        out["policy"] = getattr(policy, "name", policy)
+    scenario = getattr(config, "scenario", None)
+    for k in ("prompt_tokens", "new_tokens", "context_tokens", "batch"):
+        if scenario is not None and hasattr(scenario, k):
+            out[k] = getattr(scenario, k)
+    return out
+
+
+def fill_template(template: str, values: dict[str, object]) -> str:
+    names = [f for _, f, _, _ in string.Formatter().parse(template) if f]
+    missing = sorted({n for n in names if n not in values})
+    if missing:
+        raise ValueError(f"command template: no value for placeholder(s) {['{' + n + '}' for n in missing]}; "
+                         f"have {sorted(values)}")
+    return template.format(**{k: shlex.quote(str(v)) for k, v in values.items()})
+
+
+def needs_shell(command: str) -> bool:
+    return bool(_NEEDS_SHELL.search(command))
+
+
+def _tail(text: str, n: int = STDERR_TAIL_LINES) -> str:
+    lines = text.rstrip().splitlines()
+    return "\n".join(lines[-n:])
+
+
+class CommandDevice:
+    """Backend that measures by running `command_template` and parsing its output as `format`."""
+
+    def __init__(self, command_template: str, format: str, timeout_s: float = 600.0,
+                 values: dict[str, object] | None = None, name: str = "command"):
+        if format not in FORMATS:
+            raise ValueError(f"command format {format!r} unknown; known: {list(FORMATS)}")
+        if not command_template.strip():
+            raise ValueError("command template is empty")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        self.command_template = command_template
+        self.format = format
+        self.timeout_s = float(timeout_s)
+        self.values = dict(values or {})
+        self.name = name
+
+    def command_for(self, config=None) -> str:
+        return fill_template(self.command_template, {**_config_values(config), **self.values})
+
+    def measure(self, config=None) -> Measurement:
+        cmd = self.command_for(config)
+        shell = needs_shell(cmd)
+        argv = ["/bin/sh", "-c", cmd] if shell else shlex.split(cmd)
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    errors="replace", start_new_session=True)
+        except OSError as e:
+            raise BackendError(f"command {cmd!r} could not start: {e}") from e
+        try:
+            out, err = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            try:
+                out, err = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:  # an escaped grandchild still holds the pipes
+                out, err = "", 
+            raise BackendError(
+                f"command {cmd!r} timed out after {self.timeout_s:g} s; its process group was killed; "
+                f"no result recorded. Last stderr:\n{_tail(err) or '(empty)'}") from None
+        wall_s = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise BackendError(
+                f"command {cmd!r} exited with code {proc.returncode}; no result recorded. "
+                f"Last stderr:\n{_tail(err) or '(empty)'}")
+        try:
+            parsed = parse(self.format, out + "\n" + err)
+        except ParseError as e:
+            raise BackendError(f"command {cmd!r}: {e}") from e
+        prov = {"command": cmd, "format": self.format, "shell": str(shell).lower(),
+                "command_wall_s": f"{wall_s:.3f}"}
+        prov.update(parsed.provenance)
+        prov.update(dict(_PROVENANCE_LINE.findall(out + "\n" + err)))
+        return Measurement(parsed.metrics, prov, out, err)
+
+    def run(self, config=None) -> Metrics:
+        m = self.measure(config)
+        self.last_provenance = m.provenance
+        return m.metrics
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

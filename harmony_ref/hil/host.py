@@ -1,0 +1,248 @@
+"""HostDevice: run a model's op graph on this CPU with the Numba kernels, and measure it.
+
+    HostDevice().run(Config.from_names(model="qwen2.5-0.5b", ...))        # -> Metrics
+    HostDevice(auto_scale=True).measure(Config.from_names("llama-3.2-3b")) # a scaled-down copy
+
+What it does, per config:
+1. optional thermal gate: wait (bounded) until the hottest CPU sensor is under a threshold;
+2. builds the graphs the cost model uses (harmony_ref.model.graph): prefill over the prompt, and
+   one decode step at the middle of the generation (context = prompt + new_tokens // 2 + 1):
+   decode cost is linear in context, so the middle step times new_tokens is the total;
+3. runs every op of both graphs with real inputs (random weights quantized to the layer's
+   format), each timed with warm-up and repeats: the median is kept, and the raw samples;
+4. sums the op medians into `prefill_ms` and `decode_step_ms`; `ttft_ms = prefill + one decode
+   step` (SimulatedDevice's definition), `decode_tokens_per_s = batch / decode_step`,
+   `e2e_ms = prefill + new_tokens * decode_step`. Phase samples: the sum of each op's i-th sample.
+5. records peak RSS (`peak_memory_mb`), CPU frequency and temperatures where psutil exposes them
+   (and says so, in the provenance, when it does not).
+6. with `model_profile` (a calibrated host profile), adds `host_model_mape_pct`: the mean error
+   of SimulatedDevice(model_profile) against this measurement over prefill, decode step and e2e.
+
+Threads default to 1 (Numba and OpenBLAS): on a machine shared with other jobs, a parallel kernel
+whose worker thread is preempted waits a whole scheduler slice (measured here: a 4096 x 4096 INT4
+GEMV went from 0.2 ms to 16 ms); pass threads=N to measure N-thread scaling on a quiet machine.
+
+A model too large for this machine (weights above `max_weight_mb`) is refused, or with
+`auto_scale=True` replaced by a copy with hidden, FFN, heads and vocab divided by a power of two
+(same depth, head_dim and structure) until it fits; the provenance names the model measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harmony_ref.hil._timing import (ThermalGate, cpu_freq_mhz, cpu_temps_c, peak_rss_mb, reset_peak_rss,
+                                     time_call)
+from harmony_ref.metrics import Metrics
+from harmony_ref.units import MB, MS_PER_S
+
+DEFAULT_MAX_WEIGHT_MB = 400.0
+
+
+@dataclass(frozen=True)
+class OpTime:
+    phase: str
+    name: str
+    kind: str
+    dtype: str
+    flops: float
+    vector_flops: float
+    dram_bytes: float
+    launches: int  # host calls this graph op took
+    median_s: float
+    samples_s: tuple[float, ...]
+    op: object = None  # the graph Op (harmony_ref.model.graph.Op) that ran
+
+
+@dataclass
+class HostRun:
+    metrics: Metrics
+    ops: list[OpTime] = field(default_factory=list)
+    provenance: dict[str, str] = field(default_factory=dict)
+    config: object = None  # the config measured (the scaled one when auto-scaled)
+
+
+ALIGN = 128  # scaled widths stay multiples of the largest INT4 group the policies use
+
+
+def _align(v: float) -> int:
+    return max(ALIGN, int(v) // ALIGN * ALIGN)
+
+
+def scaled_spec(spec, divisor: int):
+    """`spec` with hidden, FFN, heads, KV heads and vocab divided by `divisor`, widths kept
+    multiples of ALIGN (so every INT4 group size still divides K), head_dim and depth kept."""
+    if divisor == 1:
+        return spec
+    kv = max(1, spec.n_kv_heads // divisor)
+    heads = max(kv, spec.n_heads // divisor)
+    while heads % kv or (heads * spec.head_dim) % ALIGN:
+        heads += 1
+    return dataclasses.replace(
+        spec, name=f"{spec.name}/w{divisor}", hidden=_align(spec.hidden / divisor),
+        n_heads=heads, n_kv_heads=kv, intermediate=_align(spec.intermediate / divisor),
+        vocab=_align(spec.vocab / divisor), published_params=0,
+        source=f"{spec.name} scaled down by {divisor} in width for the host",
+    )
+
+
+def weight_mb(config) -> float:
+    from harmony_ref.hil.physics import weight_bytes
+
+    return weight_bytes(config) / MB
+
+
+def fit_to_host(config, max_weight_mb: float):
+    """The config itself if it fits, else the same config on a power-of-two narrower model."""
+    divisor = 1
+    scaled = config
+    while weight_mb(scaled) > max_weight_mb:
+        divisor *= 2
+        if divisor > 1024:
+            raise ValueError(f"host: {config.spec.name} does not fit {max_weight_mb} MB even scaled")
+        scaled = dataclasses.replace(config, spec=scaled_spec(config.spec, divisor))
+    return scaled
+
+
+class HostDevice:
+    name = "host"
+
+    def __init__(self, warmup: int = 1, repeats: int = 5, threads: int | None = 1,
+                 thermal_gate_c: float | None = None, thermal_timeout_s: float = 60.0,
+                 max_weight_mb: float = DEFAULT_MAX_WEIGHT_MB, auto_scale: bool = False, seed: int = 0,
+                 model_profile=None):
+        if repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {repeats}")
+        self.warmup, self.repeats, self.threads = warmup, repeats, threads
+        self.thermal_gate_c, self.thermal_timeout_s = thermal_gate_c, thermal_timeout_s
+        self.max_weight_mb, self.auto_scale, self.seed = max_weight_mb, auto_scale, seed
+        # A calibrated host profile: each run then also reports how far the model is from it.
+        self.model_profile = model_profile
+
+    def run(self, config) -> Metrics:
+        return self.measure(config).metrics
+
+    def __repr__(self) -> str:
+        return f"HostDevice(repeats={self.repeats}, threads={self.threads})"
+
+    def _graphs(self, config):
+        from harmony_ref.model.graph import build_graph
+
+        s = config.scenario
+        common = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
+        phases = [("prefill", dict(tokens=s.prompt_tokens))]
+        if config.spec.is_decoder and s.new_tokens > 0:
+            phases.append(("decode", dict(context=s.prompt_tokens + s.new_tokens // 2 + 1)))
+        out = []
+        for phase, kw in phases:
+            g = build_graph(config.spec, config.policy, phase, **kw, **common)
+            unfused = build_graph(config.spec, config.policy, phase, **kw, **{**common, "fused": False})
+            out.append((phase, g, {op.name: op for op in unfused.ops}))
+        return out
+
+    def measure(self, config) -> HostRun:
+        from harmony_ref.hil._host_ops import HostContext, build_op
+
+        if weight_mb(config) > self.max_weight_mb:
+            if not self.auto_scale:
+                raise ValueError(
+                    f"host: {config.spec.name} under {config.policy.name} holds {weight_mb(config):.0f} MB of "
+                    f"weights, above max_weight_mb={self.max_weight_mb:g}; use a smaller model or auto_scale=True")
+            config = fit_to_host(config, self.max_weight_mb)
+        prov = {"host_model": config.spec.name, "machine": platform.machine(),
+                "processor": platform.processor() or platform.machine(),
+                "decode_context": "prompt_tokens + new_tokens // 2 + 1 (middle step, times new_tokens)"}
+        gate = None
+        if self.thermal_gate_c is not None:
+            gate = ThermalGate(self.thermal_gate_c, self.thermal_timeout_s)
+            prov["thermal_gate"] = gate.wait()
+        import numba
+
+        if self.threads:
+            from harmony_ref.hil._timing import set_blas_threads
+
+            numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+            prov["blas"] = set_blas_threads(self.threads)
+
+        prov["threads"] = str(numba.get_num_threads())
+        freq_before, temps_before = cpu_freq_mhz(), cpu_temps_c()
+        if not reset_peak_rss():
+            prov["peak_memory"] = "peak RSS could not be reset: covers the whole process lifetime"
+        ctx = HostContext(config.spec, config.policy, config.scenario.context_tokens, self.seed, config.kv_dtype)
+        times: list[OpTime] = []
+        for phase, graph, prims in self._graphs(config):
+            for op in graph.ops:
+                chain = [prims[op.name]] + [prims[n] for n in op.fused]
+                fn = build_op(op, chain, ctx, graph)
+                t = time_call(fn, self.warmup, self.repeats)
+                times.append(OpTime(phase, op.name, op.kind, op.dtype, op.flops, op.vector_flops,
+                                    op.dram_bytes, len(chain), t.median_s, t.samples_s, op))
+        freq_after, temps_after = cpu_freq_mhz(), cpu_temps_c()
+        m = self._metrics(config, times, ctx)
+        if freq_before is not None:
+            m.add("host_cpu_freq_mhz", float(np.mean([f for f in (freq_before, freq_after) if f])), "MHz",
+                  "none", "measured", [f for f in (freq_before, freq_after) if f])
+        else:
+            prov["cpu_freq"] = "not exposed by psutil on this host"
+        temps = list(temps_before.values()) + list(temps_after.values()) + (gate.seen_c if gate else [])
+        if temps:
+            m.add("host_cpu_temp_max_c", max(temps), "C", "none", "measured", temps)
+        else:
+            prov["cpu_temperature"] = "not exposed by psutil on this host (no sensors)"
+        prov["kernels"] = "; ".join(f"{k}: {' + '.join(sorted(v))}" for k, v in sorted(ctx.kernel_use.items()))
+        if self.model_profile is not None:
+            self._add_model_error(m, config, prov)
+        return HostRun(m, times, prov, config)
+
+    def _add_model_error(self, m: Metrics, config, prov: dict) -> None:
+        from harmony_ref.hil.calibrate import E2E_METRICS, ape_pct
+        from harmony_ref.hil.simulated import SimulatedDevice
+
+        sim = SimulatedDevice(self.model_profile)
+        pred = sim.predict(config)
+        apes = [ape_pct(pred.value(k), m.value(k)) for k in E2E_METRICS if k in m and k in pred]
+        m.add("host_model_mape_pct", float(np.mean(apes)), "%", "lower", "measured",
+              description=f"mean |model - measured| / measured over {', '.join(k for k in E2E_METRICS if k in m)}, "
+                          f"model = SimulatedDevice({sim.profile.name})")
+        prov["model_profile"] = str(getattr(sim.profile, "source", sim.profile.name))
+
+    def _metrics(self, config, times: list[OpTime], ctx) -> Metrics:
+        from harmony_ref.hil.physics import weight_bytes
+
+        s = config.scenario
+        m = Metrics()
+
+        def phase_total(phase):
+            ops = [t for t in times if t.phase == phase]
+            med = sum(t.median_s for t in ops)
+            samples = [sum(t.samples_s[i] for t in ops) for i in range(self.repeats)]
+            return med, samples, ops
+
+        pre, pre_samples, _ = phase_total("prefill")
+        m.add("prefill_ms", pre * MS_PER_S, "ms", "lower", "measured", [x * MS_PER_S for x in pre_samples])
+        e2e_s = pre
+        if any(t.phase == "decode" for t in times):
+            step, step_samples, dec_ops = phase_total("decode")
+            # as SimulatedDevice defines it: the prompt's prefill, then the step that emits a token
+            m.add("ttft_ms", (pre + step) * MS_PER_S, "ms", "lower", "measured",
+                  [(p + d) * MS_PER_S for p, d in zip(pre_samples, step_samples)],
+                  description="prefill + one decode step (the middle one)")
+            m.add("decode_step_ms", step * MS_PER_S, "ms", "lower", "measured",
+                  [x * MS_PER_S for x in step_samples])
+            m.add("decode_tokens_per_s", s.batch / step, "tokens/s", "higher", "measured",
+                  [s.batch / x for x in step_samples])
+            m.add("kernel_launches_per_token", len(dec_ops) / s.batch, "launches", "lower", "exact",
+                  description="graph ops per decode step / batch (the host may split a fused op into calls)")
+            e2e_s = pre + s.new_tokens * step
+        else:
+            m.add("ttft_ms", pre * MS_PER_S, "ms", "lower", "measured", [x * MS_PER_S for x in pre_samples],
+                  description="the forward pass (no decode)")
+        m.add("e2e_ms", e2e_s * MS_PER_S, "ms", "lower", "measured")
+        m.add("weights_mb", weight_bytes(config) / MB, "MB", "lower", "exact")
+        m.add("peak_memory_mb", peak_rss_mb(), "MB", "lower", "measured",
+              description="peak RSS of this process (psutil/getrusage), weights, KV caches and all")
+        return m

@@ -1,0 +1,209 @@
+"""Host microbenchmarks for calibration: GEMV and GEMM at several sizes and weight formats, the
+norm + bias + GELU chain fused and unfused, an empty-kernel launch, and a streaming read.
+
+Each benchmark is one `OpSample` whose ops and bytes are counted the way the op graph counts them
+(harmony_ref/model/graph.py: fp16 activations, weights at their real stored size), so the fitted
+numbers mean the same thing in the cost model. Sizes alternate between the fitted set and the
+held-out set (`holdout=True` on every third size of each family), so held-out sizes lie inside the
+fitted range and test interpolation, not extrapolation.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from harmony_ref.hil._timing import Timing, time_call
+from harmony_ref.hil.calibrate import OpSample
+from harmony_ref.quant.policy import WeightFormat
+from harmony_ref.units import KIB
+
+ACT_BYTES = 2  # the graph's fp16 activation convention
+NORM_FLOPS, BIAS_FLOPS, GELU_FLOPS = 5, 1, 8  # per element, as graph.py counts them
+STREAM_BYTES = 64 * 1024 * 1024
+
+FORMATS = {"int4": WeightFormat("int4", 32, "asym"), "int4-g128": WeightFormat("int4", 128, "asym"),
+           "int8": WeightFormat("int8"), "fp16": WeightFormat("fp16")}
+# (N, K) weight shapes: square and the rectangular shapes of attention and FFN projections
+SHAPES = [(512, 512), (1024, 1024), (2048, 512), (1536, 1536), (512, 2048), (2048, 2048),
+          (4096, 1024), (3072, 3072), (1024, 4096), (4096, 4096)]
+ROWS = (1, 8, 64)  # GEMV (decode) and small / medium GEMM (prefill)
+NORM_SHAPES = [(1, 512), (1, 1024), (16, 1024), (64, 2048), (128, 384), (256, 1024), (512, 768),
+               (512, 2048), (32, 4096)]
+QUICK_SHAPES = SHAPES[:6]
+QUICK_NORM = NORM_SHAPES[:6]
+
+
+@numba.njit(cache=True)
+def _empty_kernel(x):
+    return x[0]
+
+
+@numba.njit(cache=True)
+def _stream_read(a):
+    s = 0
+    for i in range(a.size):
+        s += a[i]
+    return s
+
+
+STATS = ("min", "median")
+
+
+def pick(t: Timing, stat: str) -> float:
+    """The time a calibration uses: the median, or the fastest sample ("min": on a shared
+    machine other processes only ever add time, so the fastest repeat is the least disturbed)."""
+    if stat not in STATS:
+        raise ValueError(f"stat must be one of {STATS}, got {stat!r}")
+    return min(t.samples_s) if stat == "min" else t.median_s
+
+
+def onchip_buffer_bytes() -> int:
+    """L2 size of cpu0 from sysfs (the host's "on-chip buffer"); 1 MiB when not readable."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index2/size") as f:
+            text = f.read().strip()
+        return int(text[:-1]) * (KIB if text.endswith("K") else KIB * KIB) if text[-1] in "KM" else int(text)
+    except (OSError, ValueError, IndexError):
+        return KIB * KIB
+
+
+def stream_read_gbps(warmup: int = 1, repeats: int = 5) -> float:
+    """Single-thread streaming read of a 64 MiB array, bytes / fastest repeat (GB/s): a peak, so
+    the least disturbed repeat is the one that counts."""
+    a = np.ones(STREAM_BYTES // 8, dtype=np.int64)
+    _stream_read(a[:8])
+    t = time_call(lambda: _stream_read(a), warmup, repeats)
+    return a.nbytes / min(t.samples_s) / 1e9
+
+
+def _weights(fmt: WeightFormat, n: int, k: int, rng):
+    from harmony_ref.quant.int4 import quantize_int4
+    from harmony_ref.quant.int8 import quantize_int8
+
+    w = rng.standard_normal((n, k), dtype=np.float32) * np.float32(0.02)
+    if fmt.kind == "int4":
+        return quantize_int4(w, fmt.group_size, fmt.scheme)
+    if fmt.kind == "int8":
+        return quantize_int8(w)
+    return np.ascontiguousarray(w.T)  # the float path: x @ W.T with W.T contiguous
+
+
+def matmul_samples(kernels, formats=("int4", "int4-g128", "int8", "fp16"), shapes=SHAPES, rows=ROWS,
+                   warmup: int = 1, repeats: int = 5, seed: int = 0, onchip: int | None = None,
+                   progress=None, stat: str = "min") -> list[OpSample]:
+    rng = np.random.default_rng(seed)
+    onchip = onchip or onchip_buffer_bytes()
+    out = []
+    for fname in formats:
+        fmt = FORMATS[fname]
+        cls = "fp16" if fmt.kind == "fp16" else fmt.kind
+        for i, (n, k) in enumerate(shapes):
+            w = _weights(fmt, n, k, rng)
+            fn = kernels.matmul_w4 if fmt.kind == "int4" else kernels.matmul_w8 if fmt.kind == "int8" else None
+            for m in rows:
+                x = rng.standard_normal((m, k), dtype=np.float32)
+                call = (lambda x=x, w=w, fn=fn: fn(x, w)) if fn else (lambda x=x, w=w: x @ w)
+                t = time_call(call, warmup, repeats, min_sample_s=2e-3)
+                passes = max(1, -(-(m * k * ACT_BYTES) // onchip))
+                nbytes = fmt.nbytes(n, k) * passes + (m * k + m * n) * ACT_BYTES
+                out.append(OpSample(f"matmul_{fname}_m{m}_n{n}_k{k}", cls, 2.0 * m * n * k, nbytes, 1,
+                                    pick(t, stat), t.samples_s, holdout=i % 3 == 2))
+                if progress:
+                    progress()
+    return out
+
+
+def norm_samples(kernels, shapes=NORM_SHAPES, warmup: int = 1, repeats: int = 5, seed: int = 0,
+                 progress=None, stat: str = "min") -> list[OpSample]:
+    """The LayerNorm + bias + GELU chain: one fused kernel, and the three unfused kernels."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, (r, h) in enumerate(shapes):
+        x = rng.standard_normal((r, h), dtype=np.float32)
+        g, b, bias = (rng.standard_normal(h, dtype=np.float32) for _ in range(3))
+        e = r * h
+        hold = i % 3 == 2
+        cases = [
+            ("norm_bias_gelu", lambda: kernels.norm_bias_gelu(x, g, b, bias),
+             (NORM_FLOPS + BIAS_FLOPS + GELU_FLOPS) * e, (2 * e + 3 * h) * ACT_BYTES),
+            ("layer_norm", lambda: kernels.layer_norm(x, g, b), NORM_FLOPS * e, (2 * e + 2 * h) * ACT_BYTES),
+            ("bias_add", lambda: kernels.bias_add(x, bias), BIAS_FLOPS * e, (2 * e + h) * ACT_BYTES),
+            ("gelu", lambda: kernels.gelu(x), GELU_FLOPS * e, 2 * e * ACT_BYTES),
+        ]
+        for name, fn, ops, nbytes in cases:
+            t = time_call(fn, warmup, repeats, min_sample_s=2e-3)
+            out.append(OpSample(f"{name}_{r}x{h}", "vector", float(ops), float(nbytes), 1, pick(t, stat),
+                                t.samples_s, holdout=hold))
+            if progress:
+                progress()
+    return out
+
+
+def launch_sample(warmup: int = 3, repeats: int = 7) -> OpSample:
+    x = np.zeros(1, np.float32)
+    _empty_kernel(x)
+    t = time_call(lambda: _empty_kernel(x), warmup, repeats, min_sample_s=2e-3)
+    return OpSample("empty_kernel", "vector", 0.0, 0.0, 1, t.median_s, t.samples_s)
+
+
+def measure_host_ops(quick: bool = False, repeats: int = 5, progress=None,
+                     stat: str = "min") -> tuple[list[OpSample], OpSample]:
+    """All calibration microbenchmarks (quick: fewer sizes, for tests). Returns (samples to fit
+    and score, the empty-kernel launch). The empty kernel is kept out of the fit: it measures the
+    bare Numba dispatch (~0.1 us), while every real kernel call also pays its Python wrapper
+    (argument checks, output allocation): the launch overhead the model needs is the latter."""
+    from harmony_ref.hil._host_ops import _Kernels
+
+    k = _Kernels()
+    if k.matmul_w4 is None or k.norm_bias_gelu is None:
+        raise ValueError("calibration needs harmony_ref.kernels (matmul_w4, matmul_w8, norm_bias_gelu, ...)")
+    shapes, norms = (QUICK_SHAPES, QUICK_NORM) if quick else (SHAPES, NORM_SHAPES)
+    rows = (1, 8) if quick else ROWS
+    ops = matmul_samples(k, shapes=shapes, rows=rows, repeats=repeats, progress=progress, stat=stat)
+    ops += norm_samples(k, shapes=norms, repeats=repeats, progress=progress, stat=stat)
+    return ops, launch_sample()
+
+
+def count_host_ops(quick: bool = False) -> int:
+    shapes, norms = (QUICK_SHAPES, QUICK_NORM) if quick else (SHAPES, NORM_SHAPES)
+    rows = (1, 8) if quick else ROWS
+    return len(FORMATS) * len(shapes) * len(rows) + 4 * len(norms)
+
+
+class LoadCanary:
+    """A fixed INT4 GEMV (2048 x 2048) timed now and then: its slowdown against the first
+    measurement says how much other processes are taking from this one. Used to wait (bounded)
+    for a quiet moment before a measurement and to label measurements taken under load."""
+
+    def __init__(self, kernels, seed: int = 0):
+        from harmony_ref.quant.int4 import quantize_int4
+
+        rng = np.random.default_rng(seed)
+        self.w = quantize_int4(rng.standard_normal((2048, 2048), dtype=np.float32), 32, "asym")
+        self.x = rng.standard_normal((1, 2048), dtype=np.float32)
+        self.fn = kernels.matmul_w4
+        self.fn(self.x, self.w)
+        self.base_s = self.time_s()
+
+    def time_s(self) -> float:
+        return min(time_call(lambda: self.fn(self.x, self.w), 1, 7).samples_s)
+
+    def ratio(self) -> float:
+        """Slowdown against the fastest canary seen so far (the baseline itself may have been
+        taken under load: it only ever moves down)."""
+        t = self.time_s()
+        self.base_s = min(self.base_s, t)
+        return t / self.base_s
+
+    def wait_quiet(self, max_ratio: float = 1.2, timeout_s: float = 20.0, poll_s: float = 1.0) -> float:
+        """Poll until the canary is within `max_ratio` of its baseline or `timeout_s` passes;
+        returns the last ratio seen."""
+        import time
+
+        t0 = time.monotonic()
+        r = self.ratio()
+        while r > max_ratio and time.monotonic() - t0 < timeout_s:
+            time.sleep(poll_s)
+            r = self.ratio()
+        return r

@@ -1,0 +1,73 @@
+"""`SimulatedDevice(profile)`: the analytical phone. `predict(config)` (alias `run`) returns
+Metrics from the op graph, the roofline + launch cost model and the memory model; every metric is
+`kind="exact"`: a pure, deterministic function of (profile, config), bit-identical across calls.
+
+    dev = SimulatedDevice("harmony-flagship")
+    m = dev.predict(Config.from_names(model="llama-3.2-3b", policy="int4-g128"))
+    m.value("decode_tokens_per_s")
+
+Standard names (shared with HostDevice/CommandDevice where they overlap): ttft_ms, prefill_ms,
+decode_step_ms, decode_tokens_per_s, e2e_ms, peak_memory_mb, weights_mb, kv_cache_mb,
+kernel_launches_per_token, launch_overhead_pct. Extras explain the prediction: prefill
+tokens/s, DRAM bytes per generated token and the bandwidth that implies, the compute / memory
+share of decode, activations, workspace, the app budget and whether the model fits it.
+decode_tokens_per_s counts the tokens of every request in the batch. Encoders (all-minilm-l6)
+have no decode: their metrics are the forward pass and memory.
+"""
+
+from __future__ import annotations
+
+from harmony_ref.config import Config
+from harmony_ref.device.cost import scenario_timing
+from harmony_ref.device.memory import memory_estimate
+from harmony_ref.device.profile import DeviceProfile, load_profile
+from harmony_ref.metrics import Metrics
+from harmony_ref.units import GB, MB, MS_PER_S
+
+
+class SimulatedDevice:
+    name = "simulated"
+
+    def __init__(self, profile: DeviceProfile | str = "harmony-flagship"):
+        self.profile = load_profile(profile)
+
+    def __repr__(self) -> str:
+        return f"SimulatedDevice({self.profile.name!r})"
+
+    def predict(self, config: Config) -> Metrics:
+        t = scenario_timing(self.profile, config)
+        mem = memory_estimate(self.profile, config)
+        m = Metrics()
+        ms = MS_PER_S
+        s = config.scenario
+        m.add("ttft_ms", t.ttft_s * ms, "ms", "lower",
+              description="prefill of the prompt + the first decode step")
+        m.add("prefill_ms", t.prefill.time_s * ms, "ms", "lower")
+        m.add("prefill_tokens_per_s", t.prefill.tokens / t.prefill.time_s, "tokens/s", "higher")
+        if t.decode is not None:
+            d = t.decode
+            m.add("decode_step_ms", d.time_s * ms, "ms", "lower",
+                  description=f"mean over {d.steps} steps at contexts {s.prompt_tokens + 1}..{s.prompt_tokens + d.steps}")
+            m.add("decode_tokens_per_s", t.decode_tokens_per_s, "tokens/s", "higher")
+            m.add("decode_dram_mb_per_token", d.dram_bytes / d.tokens / MB, "MB", "lower")
+            m.add("decode_bandwidth_gbps", d.dram_bytes / d.time_s / GB, "GB/s", "none",
+                  description=f"of {self.profile.memory.dram_bandwidth_gbps} GB/s peak")
+            m.add("decode_memory_bound_pct", 100.0 * d.memory_s / (d.memory_s + d.compute_s), "%", "none",
+                  description="memory time / (memory + compute time), summed over ops")
+            m.add("kernel_launches_per_token", d.kernel_launches / d.tokens, "launches", "lower")
+        m.add("e2e_ms", t.e2e_s * ms, "ms", "lower", description="prefill + every decode step")
+        m.add("launch_overhead_pct", t.launch_overhead_pct, "%", "lower",
+              description="kernel-launch time as a share of e2e")
+        m.add("prefill_kernel_launches", t.prefill.kernel_launches, "launches", "lower")
+        m.add("peak_memory_mb", mem.peak_bytes / MB, "MB", "lower")
+        m.add("weights_mb", mem.weights_bytes / MB, "MB", "lower")
+        m.add("kv_cache_mb", mem.kv_cache_bytes / MB, "MB", "lower")
+        m.add("activations_mb", mem.activations_bytes / MB, "MB", "lower")
+        m.add("workspace_mb", mem.workspace_bytes / MB, "MB", "none")
+        m.add("app_budget_mb", mem.budget_bytes / MB, "MB", "none")
+        m.add("memory_headroom_mb", mem.headroom_bytes / MB, "MB", "higher")
+        m.add("fits_memory", 1.0 if mem.fits else 0.0, "bool", "higher",
+              description="1 when peak memory fits RAM x app_memory_share")
+        return m
+
+    run = predict

@@ -1,0 +1,235 @@
+"""Decode attention: one new query token against a KV cache, grouped-query heads.
+
+    cache = KVCache(max_context, n_kv_heads, head_dim, dtype="fp16" | "int8")
+    cache.append(k, v)                 k, v: (n_kv_heads, head_dim) or (T, n_kv_heads, head_dim)
+    out = decode_attention(q, cache)   q: (n_heads, head_dim) -> (n_heads, head_dim) float32
+
+Query head h reads kv head h // (n_heads // n_kv_heads). softmax(q . k / sqrt(head_dim)) is made
+stable by subtracting the row maximum before exp.
+
+Storage (preallocated to max_context, token-major so append writes one contiguous slab):
+    fp16:  k, v  (max_context, n_kv_heads, head_dim) float16
+    int8:  k, v  (max_context, n_kv_heads, head_dim) int8, quantized on append with one symmetric
+           scale per (token, kv head): s = max|row| / 127, q = rint(row / s)
+           k_scale, v_scale  (max_context, n_kv_heads) float32
+`nbytes` counts every preallocated array (what the cache costs in memory, used or not).
+
+Numba has no float16 type, so the kernel reads fp16 rows as uint16 bits and widens them itself
+(`_fp16_row_to_f32`: bit moves plus one exact subtraction for subnormals, no branches), exactly
+as NumPy's astype(float32) does. The kernel walks kv heads in parallel and reads each cached row
+once for all the query heads that share it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from harmony_ref.kernels._checks import float32_array
+
+KV_DTYPES = ("fp16", "int8")
+KV_INT8_MAX_LEVEL = 127
+
+
+class KVCache:
+    """One layer's K and V cache, preallocated to `max_context` tokens."""
+
+    def __init__(self, max_context: int, n_kv_heads: int, head_dim: int, dtype: str = "fp16"):
+        for name, value in (("max_context", max_context), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim)):
+            if not isinstance(value, (int, np.integer)) or value <= 0:
+                raise ValueError(f"KVCache {name} must be a positive integer, got {value!r}")
+        if dtype not in KV_DTYPES:
+            raise ValueError(f"KVCache dtype must be one of {KV_DTYPES}, got {dtype!r}")
+        self.max_context = int(max_context)
+        self.n_kv_heads = int(n_kv_heads)
+        self.head_dim = int(head_dim)
+        self.dtype = dtype
+        shape = (self.max_context, self.n_kv_heads, self.head_dim)
+        store = np.float16 if dtype == "fp16" else np.int8
+        self.k = np.zeros(shape, dtype=store)
+        self.v = np.zeros(shape, dtype=store)
+        if dtype == "int8":
+            self.k_scale = np.zeros(shape[:2], dtype=np.float32)
+            self.v_scale = np.zeros(shape[:2], dtype=np.float32)
+        else:
+            self.k_scale = self.v_scale = None
+        self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        scales = 0 if self.k_scale is None else self.k_scale.nbytes + self.v_scale.nbytes
+        return self.k.nbytes + self.v.nbytes + scales
+
+    def bytes_read(self) -> int:
+        """Bytes one decode step reads from the cache at the current length."""
+        return self.nbytes * self.length // self.max_context
+
+    def append(self, k, v) -> None:
+        """Add one token (n_kv_heads, head_dim) or T tokens (T, n_kv_heads, head_dim)."""
+        per_token = (self.n_kv_heads, self.head_dim)
+        k = float32_array(k, "k", (2, 3))
+        v = float32_array(v, "v", (2, 3))
+        k = k[None] if k.ndim == 2 else k
+        v = v[None] if v.ndim == 2 else v
+        if k.shape[1:] != per_token or v.shape != k.shape:
+            raise ValueError(
+                f"append expects k and v of shape (T, {self.n_kv_heads}, {self.head_dim}) or "
+                f"({self.n_kv_heads}, {self.head_dim}), got k {k.shape}, v {v.shape}"
+            )
+        t0, t1 = self.length, self.length + k.shape[0]
+        if t1 > self.max_context:
+            raise ValueError(
+                f"KVCache full: {self.length} + {k.shape[0]} tokens > max_context {self.max_context}"
+            )
+        if self.dtype == "fp16":
+            if np.abs(k).max() > np.finfo(np.float16).max or np.abs(v).max() > np.finfo(np.float16).max:
+                raise ValueError("k/v values overflow float16 (|x| > 65504); use dtype='int8'")
+            self.k[t0:t1] = k
+            self.v[t0:t1] = v
+        else:
+            self.k[t0:t1], self.k_scale[t0:t1] = quantize_kv_rows(k)
+            self.v[t0:t1], self.v_scale[t0:t1] = quantize_kv_rows(v)
+        self.length = t1
+
+
+def quantize_kv_rows(x: np.ndarray):
+    """(T, H, D) float32 -> int8 (T, H, D) and float32 scale (T, H), symmetric per row."""
+    scale = (np.abs(x).max(axis=2) / np.float32(KV_INT8_MAX_LEVEL)).astype(np.float32)
+    safe = np.where(scale == 0, np.float32(1), scale)[:, :, None]
+    q = np.clip(np.rint(x / safe), -KV_INT8_MAX_LEVEL, KV_INT8_MAX_LEVEL).astype(np.int8)
+    return q, scale
+
+
+def _check_query(q, cache: KVCache) -> np.ndarray:
+    if not isinstance(cache, KVCache):
+        raise ValueError(f"cache must be a KVCache, got {type(cache).__name__}")
+    q = float32_array(q, "q", (2,))
+    n_heads, head_dim = q.shape
+    if head_dim != cache.head_dim:
+        raise ValueError(f"q has shape {q.shape} but the cache has head_dim {cache.head_dim}")
+    if n_heads % cache.n_kv_heads != 0:
+        raise ValueError(
+            f"q has {n_heads} heads, not a multiple of the cache's n_kv_heads {cache.n_kv_heads}"
+        )
+    if cache.length == 0:
+        raise ValueError("decode_attention on an empty KVCache (append at least one token)")
+    return q
+
+
+# ----------------------------------------------------------------------------------------------
+# CPU code reference
+
+
+def cached_kv_ref(cache: KVCache):
+    """The cache's first `length` tokens as float32 (L, n_kv_heads, head_dim) K and V."""
+    n = cache.length
+    if cache.dtype == "fp16":
+        return cache.k[:n].astype(np.float32), cache.v[:n].astype(np.float32)
+    k = cache.k[:n].astype(np.float32) * cache.k_scale[:n, :, None]
+    v = cache.v[:n].astype(np.float32) * cache.v_scale[:n, :, None]
+    return k, v
+
+
+def decode_attention_ref(q, cache: KVCache) -> np.ndarray:
+    q = _check_query(q, cache)
+    n_heads, head_dim = q.shape
+    k, v = cached_kv_ref(cache)  # (L, Hkv, D)
+    group = n_heads // cache.n_kv_heads
+    k = np.repeat(k, group, axis=1)  # (L, H, D): query head h reads kv head h // group
+    v = np.repeat(v, group, axis=1)
+    scores = np.einsum("hd,lhd->hl", q, k) / np.float32(math.sqrt(head_dim))  # (H, L)
+    p = np.exp(scores - scores.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    return np.einsum("hl,lhd->hd", p, v).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Fast path
+
+_F16_EXP_MASK = 0x7C00
+_F16_TO_F32_EXP_BIAS = (127 - 15) << 23
+_F16_INF_NAN_BIAS = 2 * _F16_TO_F32_EXP_BIAS  # exponent 31 must land on 255
+_F16_SUBNORMAL_BIAS = (127 - 14) << 23  # exponent 0: build 2^-14 * (1 + m / 1024) ...
+_F16_SUBNORMAL_MAGIC = np.float32(2.0**-14)  # ... and subtract 2^-14, leaving m * 2^-24 exactly
+
+
+@numba.njit(inline="always")
+def _fp16_row_to_f32(src, bits, out):
+    """float16 bit patterns `src` (D,) uint16 -> `out` (D,) float32 (`bits` is `out` as uint32).
+    Branch-free (selects only) so both loops vectorise; exact for every bit pattern."""
+    d = src.shape[0]
+    for j in range(d):
+        h = np.uint32(src[j])
+        e = h & np.uint32(_F16_EXP_MASK)
+        bias = np.uint32(_F16_TO_F32_EXP_BIAS)
+        bias = np.uint32(_F16_INF_NAN_BIAS) if e == np.uint32(_F16_EXP_MASK) else bias
+        bias = np.uint32(_F16_SUBNORMAL_BIAS) if e == 0 else bias
+        bits[j] = ((h & np.uint32(0x7FFF)) << np.uint32(13)) + bias
+    for j in range(d):
+        h = np.uint32(src[j])
+        f = out[j]
+        f = f - _F16_SUBNORMAL_MAGIC if (h & np.uint32(_F16_EXP_MASK)) == 0 else f
+        out[j] = -f if h & np.uint32(0x8000) else f
+    return out
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _decode_attention(q, k, v, k_scale, v_scale, length, is_int8):
+    """q (H, D); k, v (max_context, Hkv, D) as uint16 fp16 bits or int8; scales (max_context, Hkv)."""
+    n_heads, d = q.shape
+    n_kv = k.shape[1]
+    group = n_heads // n_kv
+    inv_sqrt_d = np.float32(1.0 / math.sqrt(d))
+    out = np.zeros((n_heads, d), dtype=np.float32)
+    for kh in numba.prange(n_kv):
+        scores = np.empty((group, length), dtype=np.float32)
+        bits = np.empty(d, dtype=np.uint32)
+        row = bits.view(np.float32)
+        for t in range(length):
+            if is_int8:
+                s = k_scale[t, kh]
+                for j in range(d):
+                    row[j] = np.float32(k[t, kh, j]) * s
+            else:
+                _fp16_row_to_f32(k[t, kh], bits, row)
+            for g in range(group):
+                acc = np.float32(0.0)
+                for j in range(d):
+                    acc += q[kh * group + g, j] * row[j]
+                scores[g, t] = acc * inv_sqrt_d
+        for g in range(group):
+            top = scores[g, 0]
+            for t in range(1, length):
+                top = max(top, scores[g, t])
+            total = np.float32(0.0)
+            for t in range(length):
+                e = np.float32(math.exp(scores[g, t] - top))
+                scores[g, t] = e
+                total += e
+            for t in range(length):
+                scores[g, t] /= total
+        for t in range(length):
+            if is_int8:
+                s = v_scale[t, kh]
+                for j in range(d):
+                    row[j] = np.float32(v[t, kh, j]) * s
+            else:
+                _fp16_row_to_f32(v[t, kh], bits, row)
+            for g in range(group):
+                p = scores[g, t]
+                h = kh * group + g
+                for j in range(d):
+                    out[h, j] += p * row[j]
+    return out
+
+
+def decode_attention(q, cache: KVCache) -> np.ndarray:
+    """Attention of one query token q (n_heads, head_dim) over the cache -> (n_heads, head_dim)."""
+    q = _check_query(q, cache)
+    if cache.dtype == "int8":
+        return _decode_attention(q, cache.k, cache.v, cache.k_scale, cache.v_scale, cache.length, True)
+    dummy = np.zeros((1, 1), dtype=np.float32)
+    k_bits, v_bits = cache.k.view(np.uint16), cache.v.view(np.uint16)
+    return _decode_attention(q, k_bits, v_bits, dummy, dummy, cache.length, False)

@@ -1,0 +1,194 @@
+"""LayerNorm + bias + GELU: one fused kernel (`norm_bias_gelu`) and the same chain as three
+separate kernels (`layer_norm`, `bias_add`, `gelu`), with NumPy twins (`*_ref`).
+
+    y = gelu(layer_norm(x, gamma, beta, eps) + bias)      over the last axis of x (..., D)
+    gelu(v) = 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3)))     (the tanh form)
+
+The pair exists to measure what fusion saves: the fused kernel reads x once and writes y once
+(the row stays in L1 between the statistics pass and the output pass); the chain writes and
+re-reads two intermediate arrays and pays three launches.
+
+Numba has no vectorised tanh on this platform (no SVML), so `_tanh` is a rational approximation
+(odd degree-13 / even degree-6 polynomials on a clamped argument, the form Eigen uses for float
+tanh); tests/test_kernels_norm.py bounds it against np.tanh (`TANH_APPROX_ABS_TOL`). Statistics use
+float32 with fastmath reassociation (partial sums per SIMD lane), like any vectorised reduction.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from harmony_ref.kernels._checks import check_last_dim, float32_array
+
+GELU_TANH_SCALE = np.float32(0.7978845608028654)  # sqrt(2 / pi), the issue's 0.797884
+GELU_CUBIC = np.float32(0.044715)
+# The rational form is fitted on [-7.905, 7.905]; past TANH_SATURATE tanh is +-1 in float32
+# (1 - tanh(9) = 3e-8 < half an ulp of 1), returned exactly so that gelu(-big) is exactly 0.
+TANH_CLAMP = np.float32(7.90531110763549805)
+TANH_SATURATE = np.float32(9.0)
+_TANH_NUM = (  # odd numerator coefficients a1, a3, ..., a13
+    4.89352455891786e-03,
+    6.37261928875436e-04,
+    1.48572235717979e-05,
+    5.12229709037114e-08,
+    -8.60467152213735e-11,
+    2.00018790482477e-13,
+    -2.76076847742355e-16,
+)
+_TANH_DEN = (4.89352518554385e-03, 2.26843463243900e-03, 1.18534705686654e-04, 1.19825839466702e-06)
+A1, A3, A5, A7, A9, A11, A13 = (np.float32(c) for c in _TANH_NUM)
+B0, B2, B4, B6 = (np.float32(c) for c in _TANH_DEN)
+
+
+# ----------------------------------------------------------------------------------------------
+# CPU code reference
+
+
+def layer_norm_ref(x, gamma, beta, eps: float = 1e-5) -> np.ndarray:
+    x, gamma, beta = _check(x, gamma=gamma, beta=beta)
+    mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + np.float32(eps)) * gamma + beta
+
+
+def bias_add_ref(x, bias) -> np.ndarray:
+    x, bias = _check(x, bias=bias)
+    return x + bias
+
+
+def gelu_ref(x) -> np.ndarray:
+    (x,) = _check(x)
+    return np.float32(0.5) * x * (1 + np.tanh(GELU_TANH_SCALE * (x + GELU_CUBIC * x**3)))
+
+
+def norm_bias_gelu_ref(x, gamma, beta, bias, eps: float = 1e-5) -> np.ndarray:
+    return gelu_ref(bias_add_ref(layer_norm_ref(x, gamma, beta, eps), bias))
+
+
+def _check(x, **vectors):
+    """x (..., D) and named D-length parameter vectors, all finite float -> float32 arrays."""
+    x = float32_array(x, "x", (1, 2, 3, 4))
+    out = [x]
+    for name, v in vectors.items():
+        v = float32_array(v, name, (1,))
+        check_last_dim(x, "x", v.shape[0], f"len({name})")
+        out.append(v)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Fast path. Kernels work on (R, D) rows; the wrappers reshape (..., D) to that.
+
+
+@numba.njit(inline="always", fastmath=True)
+def _tanh(v0):
+    v = min(max(v0, -TANH_CLAMP), TANH_CLAMP)
+    v2 = v * v
+    num = v * (A1 + v2 * (A3 + v2 * (A5 + v2 * (A7 + v2 * (A9 + v2 * (A11 + v2 * A13))))))
+    den = B0 + v2 * (B2 + v2 * (B4 + v2 * B6))
+    r = num / den
+    one = np.float32(1.0)
+    r = one if v0 > TANH_SATURATE else r
+    return -one if v0 < -TANH_SATURATE else r
+
+
+@numba.njit(inline="always", fastmath=True)
+def _gelu1(v):
+    return np.float32(0.5) * v * (np.float32(1.0) + _tanh(GELU_TANH_SCALE * (v + GELU_CUBIC * v * v * v)))
+
+
+@numba.njit(inline="always", fastmath=True)
+def _row_stats(x, i, eps):
+    d = x.shape[1]
+    total = np.float32(0.0)
+    for j in range(d):
+        total += x[i, j]
+    mean = total / np.float32(d)
+    sq = np.float32(0.0)
+    for j in range(d):
+        c = x[i, j] - mean
+        sq += c * c
+    return mean, np.float32(1.0) / np.sqrt(sq / np.float32(d) + eps)
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _norm_bias_gelu_rows(x, gamma, shift, eps):
+    rows, d = x.shape
+    y = np.empty_like(x)
+    for i in numba.prange(rows):
+        mean, rstd = _row_stats(x, i, eps)
+        for j in range(d):
+            y[i, j] = _gelu1((x[i, j] - mean) * rstd * gamma[j] + shift[j])
+    return y
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _layer_norm_rows(x, gamma, beta, eps):
+    rows, d = x.shape
+    y = np.empty_like(x)
+    for i in numba.prange(rows):
+        mean, rstd = _row_stats(x, i, eps)
+        for j in range(d):
+            y[i, j] = (x[i, j] - mean) * rstd * gamma[j] + beta[j]
+    return y
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _bias_add_rows(x, bias):
+    rows, d = x.shape
+    y = np.empty_like(x)
+    for i in numba.prange(rows):
+        for j in range(d):
+            y[i, j] = x[i, j] + bias[j]
+    return y
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _gelu_rows(x):
+    rows, d = x.shape
+    y = np.empty_like(x)
+    for i in numba.prange(rows):
+        for j in range(d):
+            y[i, j] = _gelu1(x[i, j])
+    return y
+
+
+def _rows(x: np.ndarray) -> np.ndarray:
+    return x.reshape(-1, x.shape[-1])
+
+
+def norm_bias_gelu(x, gamma, beta, bias, eps: float = 1e-5) -> np.ndarray:
+    """Fused gelu(layer_norm(x) + bias) over the last axis: x (..., D) -> float32 (..., D)."""
+    x, gamma, beta, bias = _check(x, gamma=gamma, beta=beta, bias=bias)
+    shift = beta + bias  # (D,): one vector stream instead of two in the inner loop
+    return _norm_bias_gelu_rows(_rows(x), gamma, shift, np.float32(eps)).reshape(x.shape)
+
+
+def layer_norm(x, gamma, beta, eps: float = 1e-5) -> np.ndarray:
+    x, gamma, beta = _check(x, gamma=gamma, beta=beta)
+    return _layer_norm_rows(_rows(x), gamma, beta, np.float32(eps)).reshape(x.shape)
+
+
+def bias_add(x, bias) -> np.ndarray:
+    x, bias = _check(x, bias=bias)
+    return _bias_add_rows(_rows(x), bias).reshape(x.shape)
+
+
+def gelu(x) -> np.ndarray:
+    (x,) = _check(x)
+    return _gelu_rows(_rows(x)).reshape(x.shape)
+
+
+def tanh_approx(v) -> np.ndarray:
+    """The kernels' tanh on a float32 array (exposed so tests can bound it against np.tanh)."""
+    v = float32_array(v, "v", (1,))
+    return _tanh_vec(v)
+
+
+@numba.njit(cache=True, fastmath=True)
+def _tanh_vec(v):
+    out = np.empty_like(v)
+    for i in range(v.shape[0]):
+        out[i] = _tanh(v[i])
+    return out

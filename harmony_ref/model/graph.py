@@ -1,0 +1,378 @@
+"""The op graph a phone runtime executes for one phase of a model, and the fusion pass.
+
+    g = build_graph(spec, policy, "prefill", tokens=512)           # the prompt, n tokens at once
+    g = build_graph(spec, policy, "decode", context=1024)          # one new token, 1024 in context
+    g.kernel_launches, g.flops, g.dram_bytes; g.ops[i].name, .kind, .dtype, .weight_bytes, ...
+
+Each `Op` carries what the cost model needs and nothing device-specific:
+- `flops`: matrix-unit work, run at the peak of `dtype` (the weight format's compute dtype for
+  projections, fp16 for attention); `vector_flops`: elementwise/reduction work (norms, softmax,
+  activations, rope, bias, residual adds) run on the vector unit in fp16.
+- bytes it moves through DRAM: `weight_bytes` (the weight's real stored size, scales and zero
+  points included, from `WeightFormat.nbytes`), `act_in_bytes`/`act_out_bytes` (fp16
+  activations), `kv_read_bytes`/`kv_write_bytes` (the KV cache, fp16 or int8 + fp16 scales).
+- `tile_bytes`: the activation block a matmul keeps on chip to stream its weights (or K/V) once
+  (the cost model re-streams them when the block does not fit the profile's on-chip buffer).
+- `reads_prev_bytes`: how much of its input is the previous op's output. Fusing the op into its
+  predecessor keeps exactly that tensor on chip: its write and its read leave DRAM traffic.
+
+Fusion (`fuse`, on by default): every op whose kind is in `EPILOGUE_KINDS` (bias, activation,
+gate multiply, residual add, KV-cache write, softmax, attention's P.V) merges into the op before
+it. That covers what phone runtimes fuse: norm + bias + activation and matmul + bias + GELU become
+one kernel, residual adds ride on the projection before them, rope writes the KV cache, and
+scores -> softmax -> P.V is one flash-attention kernel (the score matrix never reaches DRAM).
+Merging only ever removes launches and bytes; it never changes FLOPs.
+
+Conventions: attention FLOPs count the whole masked score matrix (2 x rows x context x q_dim for
+QK^T and again for P.V), as a runtime without causal block skipping computes it; grouped-query
+attention reads each KV head once for its whole group. Prefill runs the final norm and lm_head
+on the last position only (that is all the first token needs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+from harmony_ref.model.spec import ModelSpec
+from harmony_ref.quant.policy import Policy, WeightFormat
+
+PHASES = ("prefill", "decode")
+ACT_BYTES = 2  # activations in fp16
+NORM_FLOPS_PER_ELEMENT = 5  # square, sum, rsqrt-scale, weight (and bias) multiply
+SOFTMAX_FLOPS_PER_ELEMENT = 5  # max, subtract, exp, sum, divide
+SILU_FLOPS_PER_ELEMENT = 4  # exp, add, divide, multiply
+GELU_FLOPS_PER_ELEMENT = 8  # tanh approximation
+ROPE_FLOPS_PER_ELEMENT = 3  # two multiplies and an add per rotated element
+KV_INT8_SCALE_BYTES = 2  # one fp16 scale per token per KV head, for K and for V
+
+EPILOGUE_KINDS = frozenset(
+    {"bias", "activation", "gate_mul", "residual_add", "kv_write", "softmax", "attn_pv"}
+)
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    # matmul | embedding | norm | rope | attn_qk | softmax | attn_pv | bias | activation | gate_mul |
+    # residual_add | kv_write | pool; "attention" once fused (QK^T + softmax + P.V in one kernel)
+    kind: str
+    layer: str  # module path; for projections the name a policy pattern matches
+    dtype: str = "fp16"  # compute dtype of `flops`: fp16 | int8 | int4
+    flops: float = 0.0
+    vector_flops: float = 0.0
+    weight_bytes: float = 0.0
+    act_in_bytes: float = 0.0
+    act_out_bytes: float = 0.0
+    kv_read_bytes: float = 0.0
+    kv_write_bytes: float = 0.0
+    tile_bytes: float = 0.0
+    reads_prev_bytes: float = 0.0
+    fused: tuple[str, ...] = ()  # names of the ops merged into this one
+
+    @property
+    def dram_bytes(self) -> float:
+        return (self.weight_bytes + self.act_in_bytes + self.act_out_bytes
+                + self.kv_read_bytes + self.kv_write_bytes)
+
+    @property
+    def total_flops(self) -> float:
+        return self.flops + self.vector_flops
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Ops run once (`layers` empty) or once per block in `layers`. Identical blocks (same weight
+    formats) share one template, built for block `layers[0]`, so a 28-layer graph is built from
+    one block's ops: the cost model never needs more than the template and its count."""
+
+    ops: tuple[Op, ...]
+    layers: tuple[int, ...] = ()
+    prefix: str = ""  # "model.layers." or "encoder.layer."
+
+    @property
+    def count(self) -> int:
+        return len(self.layers) or 1
+
+    def expand(self) -> list[Op]:
+        if not self.layers:
+            return list(self.ops)
+        t = f"{self.prefix}{self.layers[0]}."
+        out = []
+        for i in self.layers:
+            r = f"{self.prefix}{i}."
+            out.extend(
+                op if i == self.layers[0] else dataclasses.replace(
+                    op, name=op.name.replace(t, r), layer=op.layer.replace(t, r),
+                    fused=tuple(f.replace(t, r) for f in op.fused))
+                for op in self.ops
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class Graph:
+    spec: str
+    policy: str
+    phase: str
+    tokens: int  # rows per request: the prompt length in prefill, 1 in decode
+    context: int  # positions attended to (prefill: tokens; decode: cached + the new one)
+    batch: int
+    fused: bool
+    kv_dtype: str
+    segments: tuple[Segment, ...]
+
+    @property
+    def ops(self) -> list[Op]:
+        """Every op in execution order, one per kernel launch."""
+        return [op for seg in self.segments for op in seg.expand()]
+
+    def _sum(self, f) -> float:
+        return sum(seg.count * sum(f(op) for op in seg.ops) for seg in self.segments)
+
+    @property
+    def kernel_launches(self) -> int:
+        return int(self._sum(lambda op: 1))
+
+    @property
+    def flops(self) -> float:
+        return self._sum(lambda op: op.total_flops)
+
+    @property
+    def dram_bytes(self) -> float:
+        return self._sum(lambda op: op.dram_bytes)
+
+    @property
+    def weight_bytes(self) -> float:
+        return self._sum(lambda op: op.weight_bytes)
+
+    def unique_ops(self) -> list[tuple[Op, int]]:
+        """(op, how many times it runs): the compact form the cost model evaluates."""
+        return [(op, seg.count) for seg in self.segments for op in seg.ops]
+
+
+def weight_nbytes(fmt: WeightFormat, n: int, k: int, layer: str) -> int:
+    """Stored bytes of an (n, k) weight; an INT4 row must hold whole groups."""
+    if fmt.kind == "int4" and k % fmt.group_size:
+        raise ValueError(
+            f"layer '{layer}': K = {k} is not a multiple of the INT4 group size {fmt.group_size} "
+            f"(format {fmt.name})"
+        )
+    return fmt.nbytes(n, k)
+
+
+def kv_bytes_per_token_per_layer(spec: ModelSpec, kv_dtype: str) -> int:
+    """K and V of one token in one layer: 2 x kv_heads x head_dim x bytes (+ int8 scales)."""
+    if kv_dtype == "fp16":
+        return 2 * spec.kv_dim * 2
+    return 2 * (spec.kv_dim + spec.n_kv_heads * KV_INT8_SCALE_BYTES)
+
+
+class _Builder:
+    def __init__(self, spec: ModelSpec, policy: Policy, rows: int, context: int, batch: int,
+                 kv_dtype: str, phase: str):
+        self.spec, self.policy, self.rows, self.ctx, self.batch = spec, policy, rows, context, batch
+        self.kv_dtype, self.phase = kv_dtype, phase
+        self.ops: list[Op] = []
+
+    def add(self, **kw) -> None:
+        self.ops.append(Op(**kw))
+
+    def matmul(self, layer: str, n: int, k: int, rows: int, bias: bool, fmt: WeightFormat | None = None):
+        fmt = fmt or self.policy.format_for(layer)
+        a = ACT_BYTES
+        self.add(name=layer, kind="matmul", layer=layer, dtype=fmt.compute_dtype,
+                 flops=2.0 * rows * n * k, weight_bytes=weight_nbytes(fmt, n, k, layer),
+                 act_in_bytes=rows * k * a, act_out_bytes=rows * n * a, tile_bytes=rows * k * a)
+        if bias:
+            self.elementwise(f"{layer}.bias", "bias", layer, rows * n, 1, extra_weight=n * a)
+
+    def elementwise(self, name: str, kind: str, layer: str, elements: int, flops_per: float,
+                    n_inputs: int = 1, extra_weight: float = 0.0, reads_prev: bool = True):
+        """An op reading `n_inputs` tensors of `elements` fp16 values (the first being the
+        previous op's output, unless `reads_prev` is False) and writing one."""
+        a = ACT_BYTES
+        self.add(name=name, kind=kind, layer=layer, vector_flops=float(elements * flops_per),
+                 weight_bytes=extra_weight, act_in_bytes=n_inputs * elements * a,
+                 act_out_bytes=elements * a, reads_prev_bytes=elements * a if reads_prev else 0.0)
+
+    def norm(self, name: str, rows: int, with_bias: bool):
+        h, a = self.spec.hidden, ACT_BYTES
+        self.add(name=name, kind="norm", layer=name,
+                 vector_flops=float(rows * h * NORM_FLOPS_PER_ELEMENT),
+                 weight_bytes=h * a * (2 if with_bias else 1),
+                 act_in_bytes=rows * h * a, act_out_bytes=rows * h * a)
+
+    def attention(self, p: str, rows: int, kv_from_cache: bool):
+        """QK^T, softmax, P.V for `rows` queries over `ctx` positions, per request."""
+        s, a, b = self.spec, ACT_BYTES, self.batch
+        ctx = self.ctx
+        q_elems = b * rows * s.q_dim
+        scores = b * s.n_heads * rows * ctx
+        if kv_from_cache:
+            per_pos = kv_bytes_per_token_per_layer(s, self.kv_dtype) // 2  # K or V alone
+            k_bytes, k_act = b * ctx * per_pos, 0.0
+            dequant = 0.0 if self.kv_dtype == "fp16" else b * ctx * s.kv_dim * 1.0
+        else:  # an encoder reads K and V as activations
+            k_bytes, k_act = 0.0, b * ctx * s.kv_dim * a
+            dequant = 0.0
+        self.add(name=f"{p}.attn_qk", kind="attn_qk", layer=p, flops=2.0 * b * rows * ctx * s.q_dim,
+                 vector_flops=dequant, kv_read_bytes=k_bytes, act_in_bytes=q_elems * a + k_act,
+                 act_out_bytes=scores * a, tile_bytes=q_elems * a)
+        self.add(name=f"{p}.softmax", kind="softmax", layer=p,
+                 vector_flops=float(scores * SOFTMAX_FLOPS_PER_ELEMENT),
+                 act_in_bytes=scores * a, act_out_bytes=scores * a, reads_prev_bytes=scores * a)
+        self.add(name=f"{p}.attn_pv", kind="attn_pv", layer=p, flops=2.0 * b * rows * ctx * s.q_dim,
+                 vector_flops=dequant, kv_read_bytes=k_bytes, act_in_bytes=scores * a + k_act,
+                 act_out_bytes=q_elems * a, reads_prev_bytes=scores * a, tile_bytes=scores * a)
+
+    def decoder_layer(self, i: int):
+        s, a, m = self.spec, ACT_BYTES, self.rows * self.batch
+        p = f"model.layers.{i}"
+        self.norm(f"{p}.input_layernorm", m, with_bias=False)
+        for lin in s.layer_linears(i)[:3]:
+            self.matmul(lin.name, lin.n_out, lin.k_in, m, lin.bias)
+        # rope rotates q and k; the KV write stores k (from rope) and v (from v_proj) in the cache.
+        self.elementwise(f"{p}.self_attn.rope", "rope", f"{p}.self_attn", m * (s.q_dim + s.kv_dim),
+                         ROPE_FLOPS_PER_ELEMENT, reads_prev=False)  # q and k, not v_proj's output
+        kv_w = m * kv_bytes_per_token_per_layer(s, self.kv_dtype)
+        quant = 0.0 if self.kv_dtype == "fp16" else m * 2 * s.kv_dim * 3.0  # absmax, scale, round
+        self.add(name=f"{p}.self_attn.kv_write", kind="kv_write", layer=f"{p}.self_attn",
+                 vector_flops=quant, act_in_bytes=m * 2 * s.kv_dim * a, kv_write_bytes=kv_w,
+                 reads_prev_bytes=m * s.kv_dim * a)
+        self.attention(f"{p}.self_attn", self.rows, kv_from_cache=True)
+        o = s.layer_linears(i)[3]
+        self.matmul(o.name, o.n_out, o.k_in, m, o.bias)
+        self.elementwise(f"{p}.residual_attn", "residual_add", p, m * s.hidden, 1, n_inputs=2)
+        self.norm(f"{p}.post_attention_layernorm", m, with_bias=False)
+        gate, up, down = s.layer_linears(i)[4:]
+        self.matmul(gate.name, gate.n_out, gate.k_in, m, gate.bias)
+        self.elementwise(f"{p}.mlp.act_fn", "activation", f"{p}.mlp", m * s.intermediate, SILU_FLOPS_PER_ELEMENT)
+        self.matmul(up.name, up.n_out, up.k_in, m, up.bias)
+        self.elementwise(f"{p}.mlp.gate_mul", "gate_mul", f"{p}.mlp", m * s.intermediate, 1, n_inputs=2)
+        self.matmul(down.name, down.n_out, down.k_in, m, down.bias)
+        self.elementwise(f"{p}.residual_mlp", "residual_add", p, m * s.hidden, 1, n_inputs=2)
+
+    def encoder_layer(self, i: int):
+        s, m = self.spec, self.rows * self.batch
+        p = f"encoder.layer.{i}"
+        q, k, v, o, inter, out = s.layer_linears(i)
+        for lin in (q, k, v):
+            self.matmul(lin.name, lin.n_out, lin.k_in, m, lin.bias)
+        self.attention(f"{p}.attention.self", self.rows, kv_from_cache=False)
+        self.matmul(o.name, o.n_out, o.k_in, m, o.bias)
+        self.elementwise(f"{p}.attention.output.residual", "residual_add", p, m * s.hidden, 1, n_inputs=2)
+        self.norm(f"{p}.attention.output.LayerNorm", m, with_bias=True)
+        self.matmul(inter.name, inter.n_out, inter.k_in, m, inter.bias)
+        self.elementwise(f"{p}.intermediate.gelu", "activation", p, m * s.intermediate, GELU_FLOPS_PER_ELEMENT)
+        self.matmul(out.name, out.n_out, out.k_in, m, out.bias)
+        self.elementwise(f"{p}.output.residual", "residual_add", p, m * s.hidden, 1, n_inputs=2)
+        self.norm(f"{p}.output.LayerNorm", m, with_bias=True)
+
+    def embedding(self):
+        s, m, a = self.spec, self.rows * self.batch, ACT_BYTES
+        if s.is_decoder:
+            # A tied table is stored once, in lm_head's format; a gather reads one row per token.
+            table = "lm_head" if s.tie_embeddings else s.embed_name
+            fmt = self.policy.format_for(table)
+            self.add(name=s.embed_name, kind="embedding", layer=s.embed_name,
+                     weight_bytes=weight_nbytes(fmt, m, s.hidden, table), act_out_bytes=m * s.hidden * a)
+            return
+        fmt = self.policy.format_for(s.embed_name)
+        self.add(name=s.embed_name, kind="embedding", layer=s.embed_name,
+                 vector_flops=float(2 * m * s.hidden),  # word + position + token type
+                 weight_bytes=weight_nbytes(fmt, m, s.hidden, s.embed_name) + 2 * m * s.hidden * a,
+                 act_out_bytes=m * s.hidden * a)
+        self.norm("embeddings.LayerNorm", m, with_bias=True)
+
+    def head(self):
+        s, b, a = self.spec, self.batch, ACT_BYTES
+        if s.is_decoder:
+            self.norm("model.norm", b, with_bias=False)  # last position of each request only
+            lm = s.head_linear()
+            self.matmul(lm.name, lm.n_out, lm.k_in, b, lm.bias)
+            return
+        # sentence-transformers mean pooling over the tokens (the BERT pooler is unused).
+        m = self.rows * b
+        self.add(name="pooling.mean", kind="pool", layer="pooling", vector_flops=float(m * s.hidden),
+                 act_in_bytes=m * s.hidden * a, act_out_bytes=b * s.hidden * a)
+
+    def take(self) -> tuple[Op, ...]:
+        ops, self.ops = tuple(self.ops), []
+        return ops
+
+
+@functools.lru_cache(maxsize=64)
+def layer_groups(spec: ModelSpec, policy: Policy) -> tuple[tuple[tuple[WeightFormat, ...], tuple[int, ...]], ...]:
+    """Blocks grouped by the weight formats the policy gives their projections:
+    ((formats of layer_linears in order, block indices), ...)."""
+    groups: dict[tuple, list[int]] = {}
+    for i in range(spec.n_layers):
+        key = tuple(policy.format_for(lin.name) for lin in spec.layer_linears(i))
+        groups.setdefault(key, []).append(i)
+    return tuple((k, tuple(v)) for k, v in groups.items())
+
+
+def merge(a: Op, b: Op) -> Op:
+    """Op `b` run as the epilogue of `a`: b's input from a stays on chip (no write, no read)."""
+    if b.flops and a.flops and a.dtype != b.dtype:
+        raise ValueError(f"cannot fuse {b.name} ({b.dtype}) into {a.name} ({a.dtype})")
+    saved = b.reads_prev_bytes
+    return Op(
+        name=a.name, kind="attention" if a.kind == "attn_qk" else a.kind, layer=a.layer, dtype=a.dtype if a.flops or not b.flops else b.dtype,
+        flops=a.flops + b.flops,
+        vector_flops=a.vector_flops + b.vector_flops,
+        weight_bytes=a.weight_bytes + b.weight_bytes,
+        act_in_bytes=a.act_in_bytes + b.act_in_bytes - saved,
+        act_out_bytes=a.act_out_bytes + b.act_out_bytes - saved,
+        kv_read_bytes=a.kv_read_bytes + b.kv_read_bytes,
+        kv_write_bytes=a.kv_write_bytes + b.kv_write_bytes,
+        # The fused kernel blocks like its first op: epilogues have no block of their own, and
+        # flash attention streams K/V past the Q block without ever holding the score matrix.
+        tile_bytes=a.tile_bytes,
+        reads_prev_bytes=a.reads_prev_bytes,
+        fused=a.fused + (b.name,) + b.fused,
+    )
+
+
+def fuse(ops: list[Op] | tuple[Op, ...]) -> tuple[Op, ...]:
+    """The fusion pass: fold each epilogue op into the op before it."""
+    out: list[Op] = []
+    for op in ops:
+        if (out and op.kind in EPILOGUE_KINDS and op.reads_prev_bytes > 0
+                and not (op.flops and out[-1].flops and op.dtype != out[-1].dtype)):
+            out[-1] = merge(out[-1], op)
+        else:
+            out.append(op)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=512)
+def build_graph(spec: ModelSpec, policy: Policy, phase: str, tokens: int = 1, context: int | None = None,
+                fused: bool = True, kv_dtype: str = "fp16", batch: int = 1) -> Graph:
+    """Ops of one phase. prefill: `tokens` prompt tokens (context = tokens). decode: one token
+    per request attending to `context` positions (the cached ones plus itself). Cached: graphs
+    are immutable and the cost model asks for the same few again and again."""
+    if phase not in PHASES:
+        raise ValueError(f"phase {phase!r}: must be one of {list(PHASES)}")
+    if phase == "decode":
+        if not spec.is_decoder:
+            raise ValueError(f"model {spec.name!r} is an encoder: it has no decode phase")
+        rows, ctx = 1, (context if context is not None else tokens)
+    else:
+        rows, ctx = tokens, tokens
+    for name, v in (("tokens", rows), ("context", ctx), ("batch", batch)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"graph: {name} = {v!r}: must be an int >= 1")
+    b = _Builder(spec, policy, rows, ctx, batch, kv_dtype, phase)
+    finish = fuse if fused else tuple
+    b.embedding()
+    segments = [Segment(finish(b.take()))]
+    prefix = "model.layers." if spec.is_decoder else "encoder.layer."
+    for _, layers in layer_groups(spec, policy):
+        (b.decoder_layer if spec.is_decoder else b.encoder_layer)(layers[0])
+        segments.append(Segment(finish(b.take()), layers, prefix))
+    b.head()
+    segments.append(Segment(finish(b.take())))
+    return Graph(spec.name, policy.name, phase, rows, ctx, batch, fused, kv_dtype, tuple(segments))

@@ -1,0 +1,197 @@
+"""Host measurement helpers (timing, thermal gate) and HostDevice on a scaled-down model."""
+
+import itertools
+
+import pytest
+
+from harmony_ref.hil._timing import ThermalGate, cpu_temps_c, peak_rss_mb, time_call
+
+
+def test_time_call_keeps_median_and_samples():
+    calls = []
+    t = time_call(lambda: calls.append(1), warmup=2, repeats=5)
+    assert len(t.samples_s) == 5
+    assert len(calls) == 7
+    assert min(t.samples_s) <= t.median_s <= max(t.samples_s)
+
+
+def test_time_call_loops_short_calls():
+    calls = []
+    t = time_call(lambda: calls.append(1), warmup=0, repeats=3, min_sample_s=1e-3)
+    assert len(calls) > 3 + 1  # each sample looped the call more than once
+    assert t.median_s < 1e-3
+
+
+def test_thermal_gate_waits_until_cool():
+    temps = iter([80.0, 75.0, 69.0])
+    clock = itertools.count(0.0, 1.0)
+    g = ThermalGate(threshold_c=70.0, timeout_s=60)
+    out = g.wait(sleep=lambda s: None, read=lambda: next(temps), clock=lambda: next(clock))
+    assert out.startswith("cool: 69.0 C")
+    assert g.seen_c == [80.0, 75.0, 69.0]
+
+
+def test_thermal_gate_is_bounded():
+    clock = itertools.count(0.0, 10.0)
+    g = ThermalGate(threshold_c=50.0, timeout_s=30)
+    out = g.wait(sleep=lambda s: None, read=lambda: 90.0, clock=lambda: next(clock))
+    assert out.startswith("timeout: still 90.0 C")
+    assert len(g.seen_c) <= 5
+
+
+def test_thermal_gate_without_sensors_says_so():
+    g = ThermalGate(threshold_c=50.0)
+    assert "no temperature sensor" in g.wait(read=lambda: None)
+
+
+def test_host_probes_do_not_fail():
+    assert peak_rss_mb() > 1
+    assert isinstance(cpu_temps_c(), dict)
+
+
+# --- HostDevice on a scaled-down model ---------------------------------------------------------
+
+import dataclasses  # noqa: E402
+
+from harmony_ref.config import Config  # noqa: E402
+from harmony_ref.hil.host import HostDevice, scaled_spec, weight_mb  # noqa: E402
+
+STANDARD = {"ttft_ms", "prefill_ms", "decode_step_ms", "decode_tokens_per_s", "e2e_ms", "peak_memory_mb",
+            "weights_mb", "kernel_launches_per_token"}
+
+
+def tiny(fused=True, policy="int4-g32", model="qwen2.5-0.5b", div=8, prompt=8, new=4):
+    c = Config.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
+                          context_tokens=32, fused=fused)
+    return dataclasses.replace(c, spec=scaled_spec(c.spec, div))
+
+
+@pytest.fixture(scope="module")
+def run():
+    return HostDevice(repeats=3).measure(tiny())
+
+
+def test_same_metric_names_as_simulated(run):
+    from harmony_ref.hil.simulated import SimulatedDevice
+
+    sim = SimulatedDevice("harmony-flagship").predict(run.config)
+    assert STANDARD <= set(run.metrics.names())
+    assert STANDARD <= set(sim.names())
+
+
+def test_every_op_timed_with_samples(run):
+    from harmony_ref.model.graph import build_graph
+
+    c = run.config
+    n_prefill = len(build_graph(c.spec, c.policy, "prefill", tokens=8).ops)
+    assert sum(t.phase == "prefill" for t in run.ops) == n_prefill
+    assert all(len(t.samples_s) == 3 and t.median_s > 0 for t in run.ops)
+    m = run.metrics
+    assert m["prefill_ms"].kind == "measured" and len(m["prefill_ms"].samples) == 3
+    # the phase is the sum of its ops' medians
+    assert m.value("prefill_ms") == pytest.approx(1e3 * sum(t.median_s for t in run.ops if t.phase == "prefill"))
+    assert m.value("decode_tokens_per_s") == pytest.approx(1e3 / m.value("decode_step_ms"))
+    assert m.value("e2e_ms") == pytest.approx(m.value("prefill_ms") + 4 * m.value("decode_step_ms"))
+    # TTFT as SimulatedDevice defines it: prefill + the step that emits the first token
+    assert m.value("ttft_ms") == pytest.approx(m.value("prefill_ms") + m.value("decode_step_ms"))
+
+
+def test_kernels_and_environment_reported(run):
+    p = run.provenance
+    assert "numba matmul_w4" in p["kernels"]
+    assert "decode_attention" in p["kernels"]
+    assert p["host_model"] == "qwen2.5-0.5b/w8"
+    assert "host_cpu_temp_max_c" in run.metrics or "not exposed" in p["cpu_temperature"]
+    assert "host_cpu_freq_mhz" in run.metrics or "not exposed" in p["cpu_freq"]
+    assert run.metrics.value("peak_memory_mb") > run.metrics.value("weights_mb")
+
+
+def test_too_large_model_refused_or_scaled():
+    big = Config.from_names(model="llama-3.2-3b", policy="int4-g128", prompt_tokens=8, new_tokens=2,
+                            context_tokens=16)
+    assert weight_mb(big) > 1000
+    with pytest.raises(ValueError, match="max_weight_mb"):
+        HostDevice(repeats=1).measure(big)
+    scaled = HostDevice(repeats=1, max_weight_mb=20, auto_scale=True, warmup=0)
+    r = scaled.measure(big)
+    assert r.provenance["host_model"].startswith("llama-3.2-3b/w")
+    assert weight_mb(r.config) <= 20
+
+
+def test_scaled_spec_keeps_group_alignment():
+    from harmony_ref.model.spec import get_spec
+
+    for name in ("qwen2.5-0.5b", "llama-3.2-3b", "all-minilm-l6"):
+        for d in (2, 4, 8):
+            s = scaled_spec(get_spec(name), d)
+            for lin in s.linears():
+                assert lin.k_in % 128 == 0, (name, d, lin)
+            assert s.n_heads % s.n_kv_heads == 0
+
+
+def test_model_error_metric(tmp_path):
+    from harmony_ref.cli import main
+
+    prof = tmp_path / "host.toml"
+    assert main(["calibrate", "--quick", "--no-e2e", "--repeats", "2", "--out", str(prof)]) == 0
+    r = HostDevice(repeats=2, model_profile=str(prof)).measure(tiny(new=2))
+    m = r.metrics["host_model_mape_pct"]
+    assert m.unit == "%" and m.value >= 0
+    assert r.provenance["model_profile"] == str(prof)
+
+
+def test_backends_by_name_same_names_and_physics(tmp_path):
+    import shlex
+    import sys
+    from pathlib import Path
+
+    from harmony_ref.hil.backends import make_backend, measure
+
+    cfg = tiny(new=2)
+    sim, _, _ = measure(make_backend("simulated", "harmony-flagship"), cfg)
+    host, prov, findings = measure(make_backend("host", repeats=2), cfg)
+    assert STANDARD <= set(sim.names()) and STANDARD <= set(host.names())
+    assert prov["physics"].startswith("not checked") and findings == []
+    fake = Path(__file__).parent / "fake_device" / "benchmark.py"
+    cmd = " ".join(shlex.quote(s) for s in (sys.executable, str(fake), "--format", "llama-bench", "--scale", "0.1"))
+    phone = Config.from_names(model="llama-3.2-1b", policy="int4-g32")
+    m, prov, findings = measure(make_backend("command", command=cmd, fmt="llama-bench"), phone, "harmony-flagship")
+    assert "implausible" in m["decode_tokens_per_s"].flags and findings
+    with pytest.raises(ValueError, match="unknown backend"):
+        make_backend("fpga")
+
+
+def test_asv_bench_module_imports():
+    import importlib
+
+    mod = importlib.import_module("bench.bench_hil")
+    assert hasattr(mod.HostModelError, "track_host_model_mape_pct")
+
+
+def test_launch_refit_on_phase_totals(run):
+    from harmony_ref.hil.calibrate import HostFit, fit_launch_on_phases, samples_from_op_times
+
+    f = HostFit(0.0, {"int4": 50e9, "int8": 40e9, "fp16": 60e9, "vector": 20e9}, 30e9, (), 1)
+    g = fit_launch_on_phases(f, [run], 1 << 20, stat="median")
+    num = den = 0.0
+    for phase in ("prefill", "decode"):
+        ts = [t for t in run.ops if t.phase == phase]
+        bound = sum(max(f.compute_s(s), f.memory_s(s)) for s in samples_from_op_times(ts, 1 << 20, dedupe=False))
+        n = sum(t.launches for t in ts)
+        num += n * (sum(t.median_s for t in ts) - bound)
+        den += n * n
+    assert g.launch_s == pytest.approx(max(0.0, num / den), rel=1e-12)
+    assert g.rates == f.rates and "launch" in g.fitted
+
+
+def test_load_canary_wait_is_bounded():
+    import time
+
+    from harmony_ref.hil._host_ops import _Kernels
+    from harmony_ref.hil.microbench import LoadCanary
+
+    c = LoadCanary(_Kernels())
+    assert c.ratio() >= 1.0  # against the fastest seen so far, itself included
+    t0 = time.monotonic()
+    r = c.wait_quiet(max_ratio=0.0, timeout_s=0.3, poll_s=0.05)  # never quiet enough: times out
+    assert r >= 1.0 and time.monotonic() - t0 < 5

@@ -1,0 +1,104 @@
+"""Decode attention over an FP16 / INT8 KV cache: fast vs NumPy twin, error of the cache formats
+against float32 attention, grouped-query heads, stability, the cache's bookkeeping, bad input."""
+
+import math
+
+import numpy as np
+import pytest
+
+from harmony_ref.kernels import attention as at
+from harmony_ref.kernels._testing import assert_within
+
+# Fast and ref read the same cached values; they differ in float32 summation order and exp.
+FAST_VS_REF_ABS_TOL = 2e-5
+# Against float32 attention on the unquantized k, v (values ~N(0, 1)): fp16 storage is off by
+# <= 2^-11 relative per value, INT8 by half a step of max|row| / 127 (~1.3% of max|row|).
+FP16_VS_FLOAT_ABS_TOL = 5e-3
+INT8_VS_FLOAT_ABS_TOL = 6e-2
+
+
+def _filled(dtype, length, n_kv=2, d=16, max_context=160, seed=0):
+    rng = np.random.default_rng(seed)
+    k = rng.standard_normal((length, n_kv, d)).astype(np.float32)
+    v = rng.standard_normal((length, n_kv, d)).astype(np.float32)
+    cache = at.KVCache(max_context, n_kv, d, dtype)
+    half = max(length // 2, 1)
+    cache.append(k[:half], v[:half])  # several tokens at once ...
+    for t in range(half, length):  # ... then one at a time, as decode does
+        cache.append(k[t], v[t])
+    return cache, k, v
+
+
+def _float_attention(q, k, v):
+    group = q.shape[0] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1).astype(np.float64), np.repeat(v, group, axis=1)
+    s = np.einsum("hd,lhd->hl", q, k) / math.sqrt(q.shape[1])
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return np.einsum("hl,lhd->hd", p / p.sum(axis=1, keepdims=True), v)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "int8"])
+@pytest.mark.parametrize("length", [1, 3, 17, 130])
+@pytest.mark.parametrize("n_heads", [2, 8])
+def test_decode_attention_matches_ref_and_float(dtype, length, n_heads):
+    cache, k, v = _filled(dtype, length, seed=length)
+    q = np.random.default_rng(length + n_heads).standard_normal((n_heads, 16)).astype(np.float32)
+    got = at.decode_attention(q, cache)
+    assert got.shape == (n_heads, 16) and got.dtype == np.float32
+    assert_within(got, at.decode_attention_ref(q, cache), FAST_VS_REF_ABS_TOL, "fast vs ref")
+    tol = FP16_VS_FLOAT_ABS_TOL if dtype == "fp16" else INT8_VS_FLOAT_ABS_TOL
+    assert_within(got, _float_attention(q, k, v), tol, f"{dtype} cache vs float32 attention")
+
+
+def test_single_token_returns_its_value():
+    cache, k, v = _filled("fp16", 1, seed=3)
+    q = np.ones((4, 16), np.float32)
+    expected = np.repeat(v[0].astype(np.float16).astype(np.float32), 2, axis=0)
+    np.testing.assert_array_equal(at.decode_attention(q, cache), expected)
+
+
+def test_softmax_is_stable_for_large_scores():
+    cache, _, _ = _filled("int8", 40, seed=4)
+    q = np.random.default_rng(5).standard_normal((2, 16)).astype(np.float32) * 1e4
+    got = at.decode_attention(q, cache)
+    assert np.isfinite(got).all()
+    assert_within(got, at.decode_attention_ref(q, cache), 1e-4, "large-score attention")
+
+
+def test_fp16_widening_is_exact_for_every_bit_pattern():
+    bits = np.arange(2**16, dtype=np.uint16)
+    out_bits = np.empty(bits.size, np.uint32)
+    out = at._fp16_row_to_f32(bits, out_bits, out_bits.view(np.float32))
+    np.testing.assert_array_equal(out, bits.view(np.float16).astype(np.float32))  # NaN == NaN here
+
+
+def test_cache_bookkeeping_and_nbytes():
+    fp16 = at.KVCache(2048, 8, 128, "fp16")
+    assert fp16.nbytes == 2 * 8 * 128 * 2048 * 2  # K and V, 2 bytes each
+    int8 = at.KVCache(2048, 8, 128, "int8")
+    assert int8.nbytes == 2 * 8 * 128 * 2048 + 2 * 2048 * 8 * 4  # + one float32 scale per row
+    cache, _, _ = _filled("int8", 17, max_context=20)
+    assert cache.length == 17
+    assert cache.bytes_read() == cache.nbytes * 17 // 20
+
+
+def test_bad_inputs_raise_value_errors():
+    cache, _, _ = _filled("fp16", 5, max_context=6)
+    with pytest.raises(ValueError, match=r"5 \+ 2 tokens > max_context 6"):
+        cache.append(np.ones((2, 2, 16)), np.ones((2, 2, 16)))
+    with pytest.raises(ValueError, match=r"got k \(1, 3, 16\)"):
+        cache.append(np.ones((3, 16)), np.ones((3, 16)))
+    with pytest.raises(ValueError, match="overflow float16"):
+        cache.append(np.full((2, 16), 1e5), np.ones((2, 16)))
+    with pytest.raises(ValueError, match="not a multiple of the cache's n_kv_heads 2"):
+        at.decode_attention(np.ones((3, 16), np.float32), cache)
+    with pytest.raises(ValueError, match="head_dim 16"):
+        at.decode_attention(np.ones((2, 8), np.float32), cache)
+    with pytest.raises(ValueError, match=r"q\[0, 1\] = nan"):
+        at.decode_attention(np.array([[1.0, np.nan] * 8] * 2), cache)
+    with pytest.raises(ValueError, match="empty KVCache"):
+        at.decode_attention(np.ones((2, 16), np.float32), at.KVCache(4, 2, 16))
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        at.KVCache(4, 2, 16, "bf16")
+    with pytest.raises(ValueError, match="max_context must be a positive integer"):
+        at.KVCache(0, 2, 16)

@@ -1,0 +1,27 @@
+"""The asv kernel benchmarks are well formed (params match param_names) and run at all."""
+
+import inspect
+
+import pytest
+
+import bench.bench_kernels as bk
+
+CLASSES = [c for _, c in inspect.getmembers(bk, inspect.isclass) if c.__module__ == bk.__name__]
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_params_match_param_names(cls):
+    assert len(cls.params) == len(cls.param_names)
+    assert any(name.startswith(("time_", "peakmem_", "track_")) for name in dir(cls))
+
+
+def test_one_benchmark_of_each_class_runs():
+    smallest = {"MatmulW4": (1, 4096, 128), "MatmulW8": (1, 4096), "NormBiasGelu": (1, 4096),
+                "DecodeAttention": ("int8", 512)}
+    for cls in CLASSES:
+        args = smallest[cls.__name__]
+        bench = cls()
+        bench.setup(*args)
+        for name in dir(bench):
+            if name.startswith(("time_", "track_")):
+                getattr(bench, name)(*args)

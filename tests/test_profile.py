@@ -1,0 +1,125 @@
+"""Device profiles: the shipped TOMLs load, state sources, and bad files fail precisely."""
+
+import dataclasses
+import re
+from importlib import resources
+
+import pytest
+
+from harmony_ref.device.profile import DeviceProfile, load_profile, shipped_profiles
+from harmony_ref.device.thermal_config import ThermalConfig
+
+SHIPPED = ["harmony-flagship", "harmony-midrange", "harmony-lowend"]
+
+
+def _text(name):
+    return (resources.files("harmony_ref") / "device" / "profiles" / f"{name}.toml").read_text()
+
+
+def test_shipped_profiles_load():
+    assert set(SHIPPED) <= set(shipped_profiles())
+    for name in SHIPPED:
+        p = load_profile(name)
+        assert isinstance(p, DeviceProfile) and p.name == name
+        assert isinstance(p.thermal, ThermalConfig)
+        assert p.source.endswith(f"{name}.toml")
+        assert load_profile(p) is p
+
+
+def test_every_number_names_a_source_or_says_assumption():
+    for name in SHIPPED:
+        for line in _text(name).splitlines():
+            if re.match(r"^\w+ = [\d\[-]", line):  # a numeric (or list) value
+                comment = line.partition("#")[2].lower()
+                assert comment.strip(), f"{name}: no source comment on: {line}"
+
+
+def test_npu_int4_runs_at_twice_int8_and_lowend_falls_back_to_cpu():
+    for name in ("harmony-flagship", "harmony-midrange"):
+        c = load_profile(name).compute
+        assert c.on_npu("int4") and c.cube_int4_tops == pytest.approx(2 * c.cube_int8_tops)
+    low = load_profile("harmony-lowend").compute
+    assert not any(low.on_npu(d) for d in ("fp16", "int8", "int4"))
+    assert low.matmul_ops_per_s("int8") == pytest.approx(low.cpu_int8_gops * 1e9)
+
+
+def test_issue_facts_in_the_profiles():
+    flag = load_profile("harmony-flagship")
+    assert flag.memory.dram_bandwidth_gbps == pytest.approx(8533e6 * 8 / 1e9, rel=1e-3)  # 68.3 GB/s
+    assert flag.thermal.sustainable_power_w == 4.5  # HiSilicon device tree
+    assert load_profile("harmony-lowend").thermal.sustainable_power_w == 2.0  # small phone (IPA docs)
+    for name in SHIPPED:
+        budget_gb = load_profile(name).memory.app_budget_bytes / 1e9
+        assert 1.9 <= budget_gb <= 4.0  # "a phone leaves 2-4 GB to an app"
+
+
+@pytest.fixture
+def flagship_text():
+    return _text("harmony-flagship")
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "phone.toml"
+    path.write_text(text)
+    return path
+
+
+def _expect(tmp_path, text, *fragments):
+    path = _write(tmp_path, text)
+    with pytest.raises(ValueError) as e:
+        load_profile(path)
+    msg = str(e.value)
+    assert str(path) in msg, msg
+    for frag in fragments:
+        assert frag in msg, msg
+
+
+def test_missing_field(tmp_path, flagship_text):
+    text = re.sub(r"^dram_bandwidth_gbps = .*\n", "", flagship_text, flags=re.M)
+    _expect(tmp_path, text, "missing field 'memory.dram_bandwidth_gbps'")
+
+
+def test_negative_field(tmp_path, flagship_text):
+    text = re.sub(r"^launch_overhead_us = .*$", "launch_overhead_us = -5.0", flagship_text, flags=re.M)
+    _expect(tmp_path, text, "'runtime.launch_overhead_us'", "-5.0", ">= 0")
+
+
+def test_unknown_field(tmp_path, flagship_text):
+    text = flagship_text.replace("[memory]\n", "[memory]\ndram_bandwith_gbps = 12.0\n")
+    _expect(tmp_path, text, "unknown field 'memory.dram_bandwith_gbps'", "12.0")
+
+
+def test_wrong_type(tmp_path, flagship_text):
+    text = re.sub(r"^ram_gb = .*$", 'ram_gb = "twelve"', flagship_text, flags=re.M)
+    _expect(tmp_path, text, "'memory.ram_gb'", "'twelve'", "expected float")
+
+
+def test_efficiency_above_one(tmp_path, flagship_text):
+    text = re.sub(r"^memory_efficiency = .*$", "memory_efficiency = 1.5", flagship_text, flags=re.M)
+    _expect(tmp_path, text, "'memory.memory_efficiency'", "1.5", "<= 1.0")
+
+
+def test_unreadable_toml(tmp_path, flagship_text):
+    _expect(tmp_path, flagship_text + "\nthis is = = not toml\n", "not valid TOML")
+
+
+def test_thermal_cross_field_error_names_the_file(tmp_path, flagship_text):
+    text = re.sub(r"^freq_steps = .*$", "freq_steps = [0.9, 0.5]", flagship_text, flags=re.M)
+    _expect(tmp_path, text, "thermal.freq_steps", "0.9")
+
+
+def test_missing_file_and_unknown_name():
+    with pytest.raises(ValueError, match="does not exist"):
+        load_profile("/nonexistent/phone.toml")
+    with pytest.raises(ValueError, match="unknown profile 'harmony-pro'.*harmony-flagship"):
+        load_profile("harmony-pro")
+
+
+def test_a_new_phone_is_a_data_file(tmp_path, flagship_text):
+    text = re.sub(r'^name = .*$', 'name = "my-phone"', flagship_text, count=1, flags=re.M)
+    text = re.sub(r"^dram_bandwidth_gbps = .*$", "dram_bandwidth_gbps = 100.0", text, flags=re.M)
+    p = load_profile(_write(tmp_path, text))
+    assert p.name == "my-phone" and p.memory.dram_bandwidth_gbps == 100.0
+    flagship = load_profile("harmony-flagship")
+    assert p != flagship
+    assert dataclasses.replace(p, name=flagship.name, memory=flagship.memory) == flagship  # `source` not compared
