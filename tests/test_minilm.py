@@ -168,8 +168,15 @@ def test_policy_formats_reach_the_real_layer_names(tiny, tmp_path):
     assert tiny.linears(str(path)) is lin  # quantized once, then cached
 
 
+DEQUANT_MATMUL_TOL = 1e-4  # "dequant" backend vs x @ W_hat.T: same float32 product, other order
+KERNEL_VS_REF_TOL = 1e-4  # "kernels" backend vs harmony_ref.kernels' NumPy twins
+# Kernels also quantize x to int8 per 32-block: |error| <= sum_k |W_hat| * xs / 2 per output,
+# about 0.5 % of |y| here; 3 % relative to the largest output catches a broken dispatch.
+KERNEL_VS_FLOAT_REL = 0.03
+
+
 @pytest.mark.parametrize("fmt", ["fp16", "int8", "int4-g32", "int4-g128", "int4-g64-sym"])
-def test_linear_dispatch_equals_dequantized_matmul(fmt):
+def test_linear_dispatch(fmt):
     rng = np.random.default_rng(3)
     w = (rng.standard_normal((33, 256)) * 0.05).astype(np.float32)
     b = rng.standard_normal(33).astype(np.float32)
@@ -182,8 +189,31 @@ def test_linear_dispatch_equals_dequantized_matmul(fmt):
         dense = dequantize_int8(stored)
     else:
         dense = stored.astype(np.float32)
-    got = QuantLinear("l", f, stored, b)(x)
-    np.testing.assert_allclose(got, x @ dense.T + b, rtol=1e-4, atol=1e-4)
+    want = x @ dense.T + b
+    got = QuantLinear("l", f, stored, b, backend="dequant")(x)
+    np.testing.assert_allclose(got, want, rtol=DEQUANT_MATMUL_TOL, atol=DEQUANT_MATMUL_TOL)
+    kernels = pytest.importorskip("harmony_ref.kernels")
+    got = QuantLinear("l", f, stored, b, backend="kernels")(x)
+    if isinstance(stored, Int4Tensor):
+        np.testing.assert_allclose(got, kernels.matmul_w4_ref(x, stored) + b,
+                                   rtol=KERNEL_VS_REF_TOL, atol=KERNEL_VS_REF_TOL)
+    elif isinstance(stored, Int8Tensor):
+        np.testing.assert_allclose(got, kernels.matmul_w8_ref(x, stored) + b,
+                                   rtol=KERNEL_VS_REF_TOL, atol=KERNEL_VS_REF_TOL)
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err <= KERNEL_VS_FLOAT_REL, f"{fmt}: kernels differ from the float product by {err:.3%}"
+
+
+def test_backends_differ_only_by_activation_quantization(tiny):
+    pytest.importorskip("harmony_ref.kernels")
+    from harmony_ref.model.minilm import MiniLM
+
+    deq = MiniLM(tiny.params, tiny.tokenizer, n_heads=HEADS, linear_backend="dequant")
+    ker = MiniLM(tiny.params, tiny.tokenizer, n_heads=HEADS, linear_backend="kernels")
+    assert deq.resolved_backend() == "dequant" and ker.resolved_backend() == "kernels"
+    np.testing.assert_array_equal(deq.encode(SENTENCES, "fp16"), ker.encode(SENTENCES, "fp16"))
+    a, b = deq.encode(SENTENCES, "int8"), ker.encode(SENTENCES, "int8")
+    assert not np.array_equal(a, b) and (a * b).sum(1).min() > 0.999
 
 
 def test_bad_input(tiny):
