@@ -181,3 +181,16 @@ def test_cli_accuracy_sensitivity_plan_export(cli_tiny, small_set, tmp_path, cap
     assert res[str(art)]["cosine_mean"] == res[str(toml)]["cosine_mean"]  # bit-identical path
     assert main(["plan", "--budget-mb", "0.001", "--pairs", str(pairs)]) == 2
     assert main(["sensitivity", "--format", "int3"]) == 2
+
+
+def test_accuracy_benchmarks_are_well_formed():
+    import inspect
+
+    import bench.bench_accuracy as ba
+
+    for cls in (ba.AccuracyTrack, ba.EncodeTime):
+        assert len(cls.params) == len(cls.param_names), cls.__name__
+    for name, fn in inspect.getmembers(ba.AccuracyTrack, inspect.isfunction):
+        if name.startswith("track_"):
+            assert getattr(fn, "unit", None), f"{name} has no unit"
+    assert "minilm-mixed" in ba.POLICIES
