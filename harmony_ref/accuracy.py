@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from harmony_ref.metrics import Metrics
-from harmony_ref.quant.policy import Policy, WeightFormat, load_policy, parse_format
+from harmony_ref.quant.policy import Policy, WeightFormat, parse_format
 from harmony_ref.units import MB
 
 PAIRS_COLUMNS = ("category", "group", "sentence_a", "sentence_b")
