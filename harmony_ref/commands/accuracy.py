@@ -39,8 +39,16 @@ def run(args) -> int:
 
         art = MiniLM.from_artifact(args.artifact, linear_backend=args.backend)
         results[args.artifact] = evaluate(model=model, evalset=evalset, artifact_model=art)
-    for policy in args.policy or ([] if args.artifact else ["int4-g32"]):
-        results[policy] = evaluate(policy, model=model, evalset=evalset)
+    policies = args.policy or ([] if args.artifact else ["int4-g32"])
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True, disable=args.json) as bar:
+        task = bar.add_task(f"encoding {len(evalset.sentences)} sentences per policy",
+                            total=len(policies))
+        for policy in policies:
+            results[policy] = evaluate(policy, model=model, evalset=evalset)
+            bar.advance(task)
     fp32_recall = next(iter(results.values())).value("recall_at_1_fp32")
     if args.json:
         print_json({"model": "all-MiniLM-L6-v2", "pairs": evalset.source,
