@@ -17,7 +17,8 @@ Storage (preallocated to max_context, token-major so append writes one contiguou
 Numba has no float16 type, so the kernel reads fp16 rows as uint16 bits and widens them itself
 (`_fp16_row_to_f32`: bit moves plus one exact subtraction for subnormals, no branches), exactly
 as NumPy's astype(float32) does. The kernel walks kv heads in parallel and reads each cached row
-once for all the query heads that share it.
+once for all the query heads that share it. INT8 rows are widened inside the dot / axpy loops
+and scaled once per row (measured 1.5x faster at 4096 tokens than widening into a buffer first).
 """
 
 from __future__ import annotations
@@ -189,16 +190,19 @@ def _decode_attention(q, k, v, k_scale, v_scale, length, is_int8):
         row = bits.view(np.float32)
         for t in range(length):
             if is_int8:
-                s = k_scale[t, kh]
-                for j in range(d):
-                    row[j] = np.float32(k[t, kh, j]) * s
+                s = k_scale[t, kh] * inv_sqrt_d
+                for g in range(group):
+                    acc = np.float32(0.0)
+                    for j in range(d):
+                        acc += q[kh * group + g, j] * np.float32(k[t, kh, j])
+                    scores[g, t] = acc * s
             else:
                 _fp16_row_to_f32(k[t, kh], bits, row)
-            for g in range(group):
-                acc = np.float32(0.0)
-                for j in range(d):
-                    acc += q[kh * group + g, j] * row[j]
-                scores[g, t] = acc * inv_sqrt_d
+                for g in range(group):
+                    acc = np.float32(0.0)
+                    for j in range(d):
+                        acc += q[kh * group + g, j] * row[j]
+                    scores[g, t] = acc * inv_sqrt_d
         for g in range(group):
             top = scores[g, 0]
             for t in range(1, length):
@@ -213,15 +217,18 @@ def _decode_attention(q, k, v, k_scale, v_scale, length, is_int8):
         for t in range(length):
             if is_int8:
                 s = v_scale[t, kh]
-                for j in range(d):
-                    row[j] = np.float32(v[t, kh, j]) * s
+                for g in range(group):
+                    p = scores[g, t] * s
+                    h = kh * group + g
+                    for j in range(d):
+                        out[h, j] += p * np.float32(v[t, kh, j])
             else:
                 _fp16_row_to_f32(v[t, kh], bits, row)
-            for g in range(group):
-                p = scores[g, t]
-                h = kh * group + g
-                for j in range(d):
-                    out[h, j] += p * row[j]
+                for g in range(group):
+                    p = scores[g, t]
+                    h = kh * group + g
+                    for j in range(d):
+                        out[h, j] += p * row[j]
     return out
 
 

@@ -57,7 +57,10 @@ ATTN_HEADS, ATTN_KV_HEADS, ATTN_HEAD_DIM, ATTN_MAX_CONTEXT = 32, 8, 128, 4096
 COLD_WORKING_SET_BYTES = 128 * MB
 BLOCK_CALLS = 10  # back-to-back calls per block when timed
 TIME_BUDGET_S = 2.5  # per function: keep alternating blocks until each has run this long ...
-MIN_ROUNDS, MAX_ROUNDS = 5, 40  # ... within these bounds (a shared VM needs many tries)
+MIN_ROUNDS, MAX_ROUNDS = 5, 25  # ... within these bounds (a shared VM needs many tries)
+# Pause between blocks so the previous library's worker threads stop spinning (OpenBLAS spins
+# ~2^28 cycles after a call) instead of holding a core the next block's threads need.
+SETTLE_S = 0.15
 
 
 def best_times_s(fns, timed: bool) -> list[float]:
@@ -68,6 +71,8 @@ def best_times_s(fns, timed: bool) -> list[float]:
     rounds = 0
     while rounds < (MAX_ROUNDS if timed else 1):
         for i, fn in enumerate(fns):
+            if timed:
+                time.sleep(SETTLE_S)
             for _ in range(block):
                 start = time.perf_counter()
                 fn()
