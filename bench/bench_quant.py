@@ -33,3 +33,33 @@ class QuantizeInt8:
 
     def time_quantize_int8(self):
         quantize_int8(self.w)
+
+
+class QuantizeLlama7BMlp:
+    """The shape issue 2 asks about: one 4096 x 11008 matrix (a Llama-7B MLP projection), fast
+    Numba quantizers against their NumPy `_ref` twins."""
+
+    params = (["int4-g128-asym", "int4-g32-sym", "int8"],)
+    param_names = ["format"]
+    timeout = 300  # the NumPy twins take seconds on this shape
+
+    def setup(self, fmt):
+        self.w = (np.random.default_rng(0).standard_normal((4096, 11008)) * 0.02).astype(np.float32)
+        self.fast, self.ref = _quantizers(fmt)
+        self.fast(self.w[:2])  # JIT compile outside the timing
+
+    def time_fast(self, fmt):
+        self.fast(self.w)
+
+    def time_ref(self, fmt):
+        self.ref(self.w)
+
+
+def _quantizers(fmt):
+    from harmony_ref.quant.int8 import quantize_int8_ref
+
+    if fmt == "int8":
+        return quantize_int8, quantize_int8_ref
+    _, g, scheme = fmt.split("-")
+    group = int(g.removeprefix("g"))
+    return (lambda w: quantize_int4(w, group, scheme)), (lambda w: quantize_int4_ref(w, group, scheme))

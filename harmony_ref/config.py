@@ -49,6 +49,11 @@ class Config:
     def __post_init__(self):
         if self.kv_dtype not in KV_DTYPES:
             raise ValueError(f"config: field 'kv_dtype' = {self.kv_dtype!r}: must be one of {list(KV_DTYPES)}")
+        # TTFT is the first generated token: a decoder scenario with nothing to generate has none
+        # (and would report a TTFT longer than its end-to-end time).
+        if self.spec.is_decoder and self.scenario.new_tokens < 1:
+            raise ValueError(f"config: new_tokens = {self.scenario.new_tokens}: {self.spec.name} is a "
+                             f"decoder, it must generate at least 1 token")
         # An encoder runs one forward pass over the prompt; new/context tokens do not apply.
         if not self.spec.is_decoder and self.scenario.prompt_tokens > self.spec.max_positions:
             raise ValueError(

@@ -22,3 +22,14 @@ def test_quantize_report_json(capsys):
 def test_python_dash_m():
     r = subprocess.run([sys.executable, "-m", "harmony_ref", "--version"], capture_output=True, text=True)
     assert r.returncode == 0 and "harmony-ref" in r.stdout
+
+
+def test_closed_pipe_is_not_a_traceback():
+    # `harmony-ref profiles --json | head -1`: the reader goes away early.
+    # Closing our end before the child has even imported makes its first write fail with EPIPE.
+    p = subprocess.Popen([sys.executable, "-m", "harmony_ref", "profiles", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    p.wait(timeout=60)
+    assert "Traceback" not in err

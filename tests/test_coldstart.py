@@ -16,13 +16,15 @@ from harmony_ref.device.coldstart import (
 )
 from harmony_ref.device.memory import weights_bytes
 from harmony_ref.device.profile import load_profile, shipped_profiles
+from harmony_ref.model.spec import list_specs
 from harmony_ref.units import GB, MS_PER_S
 
 CONFIG = Config.from_names(model="llama-3.2-3b", policy="int4-g128")
 
 
 @pytest.mark.parametrize("profile", shipped_profiles())
-@pytest.mark.parametrize("model,policy", [("llama-3.2-3b", "int4-g128"), ("llama-3.2-3b", "int8")])
+@pytest.mark.parametrize("model", list_specs())
+@pytest.mark.parametrize("policy", ["int4-g128", "int8", "mixed"])
 def test_cold_ge_preload_ge_warmup_for_every_profile(profile, model, policy):
     prof = load_profile(profile)
     config = Config.from_names(model=model, policy=policy)

@@ -56,6 +56,9 @@ def test_measure_end_to_end_small(small_measurement):
         s = r["strategies"][mode]
         assert s["layers"] == 2 and s["load_ms"] > 0 and s["first_gemv_ms"] >= s["repack_ms"] > 0
         assert s["peak_rss_mb"] > 0
+        if s["rss_high_water_mb"] is not None:  # the kernel's peak is never below a sample
+            assert s["rss_high_water_mb"] >= s["peak_rss_mb"] * 0.99
+        assert s["steady_gemv_ms"] == min(s["steady_gemv_samples_ms"]) <= s["steady_gemv_median_ms"]
     assert r["strategies"]["read"]["eviction"].startswith(("confirmed", "failed", "unconfirmed"))
     assert r["jit"]["compile_ms"] > r["jit"]["cached_ms"] > 0
     m = host_metrics(r)

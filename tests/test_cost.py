@@ -161,7 +161,7 @@ def test_graph_is_a_graph():
     policy=st.sampled_from(shipped_policies()),
     profile=st.sampled_from(shipped_profiles()),
     prompt=st.integers(1, 3000),
-    new=st.integers(0, 300),
+    new=st.integers(1, 300),
     batch=st.integers(1, 4),
     kv_dtype=st.sampled_from(["fp16", "int8"]),
 )

@@ -111,9 +111,10 @@ def test_unpack_sign_extension_all_nibbles():
 @pytest.mark.parametrize("scheme", ["asym", "sym"])
 @pytest.mark.parametrize("group", [32, 64, 128, 48, 2])
 @pytest.mark.parametrize("n", AWKWARD_N)
-def test_roundtrip_random(scheme, group, n):
-    rng = np.random.default_rng(n * 1000 + group)
-    w = (rng.standard_normal((n, group * 3)) * rng.uniform(0.001, 5)).astype(np.float32)
+@pytest.mark.parametrize("groups", [1, 3])  # K = group, and K = 3 groups
+def test_roundtrip_random(scheme, group, n, groups):
+    rng = np.random.default_rng(n * 1000 + group + groups)
+    w = (rng.standard_normal((n, group * groups)) * rng.uniform(0.001, 5)).astype(np.float32)
     t = quantize_int4(w, group, scheme)
     assert_within_half_step(w, t)
     assert_same(quantize_int4_ref(w, group, scheme), t)
@@ -259,3 +260,38 @@ def test_subnormal_groups_keep_a_nonzero_step(scheme, scale_dtype):
     assert (t.scale > 0).all()
     assert_within_half_step(w, t)
     assert_same(quantize_int4_ref(w, 4, scheme, scale_dtype=scale_dtype), t)
+
+
+def test_quant_benchmarks_are_well_formed():
+    import inspect
+
+    import bench.bench_quant as bq
+
+    classes = [c for _, c in inspect.getmembers(bq, inspect.isclass) if c.__module__ == bq.__name__]
+    assert {"QuantizeInt4", "QuantizeInt8", "QuantizeLlama7BMlp"} <= {c.__name__ for c in classes}
+    for cls in classes:
+        params = getattr(cls, "params", ())
+        assert len(params) == len(getattr(cls, "param_names", ())), cls.__name__
+        assert any(n.startswith(("time_", "track_")) for n in dir(cls)), cls.__name__
+    bench = bq.QuantizeInt4()
+    bench.setup(128, "asym")
+    assert bench.track_bits_per_weight(128, "asym") == pytest.approx(4 + 24 / 128)
+    fast, ref = bq._quantizers("int4-g32-sym")
+    w = np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)
+    assert_same(fast(w), ref(w))
+    assert fast(w).format_name == "int4-g32-sym"
+
+
+def test_quantize_report_rows_come_from_real_arrays(capsys):
+    from harmony_ref.cli import main
+    from harmony_ref.commands.quantize_report import quantize_report
+
+    df = quantize_report(rows=4, cols=256, seed=1).set_index("format")
+    assert df.loc["fp16", "bits_per_weight"] == 16.0 and df.loc["int8", "bits_per_weight"] == 8 + 32 / 256
+    for group in (32, 64, 128):
+        assert df.loc[f"int4-g{group}-asym", "bits_per_weight"] == pytest.approx(4 + 24 / group)
+        assert df.loc[f"int4-g{group}-sym", "bits_per_weight"] == pytest.approx(4 + 16 / group)
+    assert (df["quantize_ms"] > 0).all(), "every quantize time is measured, fp16's cast included"
+    assert np.allclose(df["weights_mb"] * 1e6 * 8 / (4 * 256), df["bits_per_weight"], rtol=1e-12)
+    assert main(["quantize-report", "--cols", "100"]) == 2
+    assert "--cols 100" in capsys.readouterr().err

@@ -76,3 +76,12 @@ def test_subnormal_row_keeps_a_nonzero_step():
     assert t.scale[0] > 0
     assert_within_half_step(w, t)
     assert_same(quantize_int8_ref(w), t)
+
+
+@pytest.mark.parametrize("row", [np.full(33, 0.1), np.full(33, -7.5), np.full(33, 0.0),
+                                 100 + np.linspace(0, 0.1, 33), -100 - np.linspace(0, 0.1, 33)])
+def test_constant_and_one_signed_rows(row):
+    w = np.stack([row, -row, row * 3]).astype(np.float32)
+    t = quantize_int8(w)
+    assert_within_half_step(w, t)
+    assert_same(quantize_int8_ref(w), t)

@@ -26,12 +26,44 @@ def test_shipped_profiles_load():
         assert load_profile(p) is p
 
 
+# What counts as naming a source: a document kind or a publisher the reader can look up.
+SOURCE_WORDS = ("assumption", "issue", "source material", "jedec", "device tree", "docs", "hot chips",
+                "trm", "optimization guide", "spec sheet", "datasheet")
+NUMERIC_FIELD = re.compile(r"^\w+ = [\d\[-]")
+
+
+def _cited_comments(lines, i):
+    """The inline comment of line i plus the nearest block of comment-only lines above it in the
+    same paragraph: a derivation like `cpu_int8_gops = 688.0  # 64 x 10.75` cites the block
+    comment that opens its group of fields."""
+    out = [lines[i].partition("#")[2]]
+    block = False
+    for line in reversed(lines[:i]):
+        if not line.strip() or line.startswith("["):
+            break
+        if line.lstrip().startswith("#"):
+            out.append(line.partition("#")[2])
+            block = True
+        elif block:  # a field above the block: the block is over
+            break
+    return " ".join(out).lower()
+
+
 def test_every_number_names_a_source_or_says_assumption():
     for name in SHIPPED:
-        for line in _text(name).splitlines():
-            if re.match(r"^\w+ = [\d\[-]", line):  # a numeric (or list) value
-                comment = line.partition("#")[2].lower()
-                assert comment.strip(), f"{name}: no source comment on: {line}"
+        lines = _text(name).splitlines()
+        for i, line in enumerate(lines):
+            if NUMERIC_FIELD.match(line):  # a numeric (or list) value
+                assert line.partition("#")[2].strip(), f"{name}: no comment on: {line}"
+                context = _cited_comments(lines, i)
+                assert any(w in context for w in SOURCE_WORDS), f"{name}: no source or 'assumption' for: {line}"
+
+
+def test_source_check_catches_an_unsourced_number():
+    lines = ["[memory]", "dram_type = \"x\"", "ram_gb = 12.0  # a nice round number",
+             "# Arm A77 TRM: 32 flops/cycle", "cpu_fp16_gflops = 344.0  # 32 x 10.75"]
+    assert not any(w in _cited_comments(lines, 2) for w in SOURCE_WORDS)
+    assert "trm" in _cited_comments(lines, 4)
 
 
 def test_npu_int4_runs_at_twice_int8_and_lowend_falls_back_to_cpu():

@@ -91,7 +91,7 @@ def test_seeded_and_deterministic():
     assert a == b and a != c
 
 
-def test_more_load_never_lowers_busy_plus_timeout_rate_much():
+def test_heavier_load_is_busier_and_slower():
     light = simulate_serving(poisson_arrivals(0.02, 3600.0, 1), FIXED, duration_s=3600).summary()
     heavy = simulate_serving(poisson_arrivals(0.5, 3600.0, 1), FIXED, duration_s=3600).summary()
     assert heavy["busy_rate"] > light["busy_rate"]
@@ -127,6 +127,8 @@ def test_rejects_bad_arguments(tmp_path):
         simulate_serving([], FIXED, queue_limit=-1)
     with pytest.raises(ValueError):
         poisson_arrivals(0.0, 10.0)
+    with pytest.raises(ValueError, match="seed = -1"):
+        poisson_arrivals(0.2, 10.0, seed=-1)
     (tmp_path / "empty.csv").write_text("# nothing\n")
     with pytest.raises(ValueError, match="no requests"):
         load_trace(tmp_path / "empty.csv")

@@ -51,6 +51,8 @@ def test_bad_scenarios_raise():
         Config.from_names(model="all-minilm-l6", prompt_tokens=1024, new_tokens=0)
     with pytest.raises(ValueError, match="kv_dtype"):
         Config.from_names(kv_dtype="int4")
+    with pytest.raises(ValueError, match="new_tokens = 0: llama-3.2-3b is a decoder"):
+        Config.from_names(new_tokens=0)  # no first token: TTFT would exceed e2e
 
 
 def test_cli_profiles(capsys):

@@ -215,3 +215,14 @@ def test_throttling_never_raises_throughput_for_random_phones(seed, governor):
     gov = simulate(cfg, power, rate, duration_s=600)
     assert np.all(gov.rate <= free.rate) and gov.rate.sum() <= free.rate.sum()
     assert gov.die_c.max() <= free.die_c.max() + 1e-9
+
+
+def test_thermal_benchmarks_are_well_formed():
+    import bench.bench_thermal as bt
+
+    cls = bt.ThermalStepper
+    assert len(cls.params) == len(cls.param_names)
+    bench = cls()
+    bench.setup("power_allocator")
+    assert bench.track_steps_per_s("power_allocator") > 0
+    assert np.isfinite(bench.out[0]).all()

@@ -21,10 +21,18 @@ def test_thermal_table(capsys):
     assert "time_to_first_throttle_s" in out and "step_wise" in out
 
 
-def test_thermal_bad_input(capsys):
+def test_thermal_bad_input(capsys, tmp_path):
     assert main(["thermal", "--minutes", "0"]) == 2
     assert main(["thermal", "--profile", "no-such-phone"]) == 2
     assert "error" in capsys.readouterr().err
+    # An absurd run is refused up front (it used to die in a MemoryError traceback).
+    assert main(["thermal", "--minutes", "1e9"]) == 2
+    assert "steps: must be 1..8640000" in capsys.readouterr().err
+    # An unwritable plot names the path the user gave, not the temporary file, and leaves nothing.
+    png = tmp_path / "missing-dir" / "t.png"
+    assert main(["thermal", "--minutes", "1", "--plot", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert f"--plot {png}: cannot write" in err and ".tmp" not in err
 
 
 def test_coldstart_json_every_profile(capsys):
@@ -43,6 +51,8 @@ def test_serve_json_and_trace(capsys, tmp_path):
     assert main(["serve", "--trace", str(trace), "--json"]) == 0
     b = json.loads(capsys.readouterr().out)["summary"]
     assert b["arrived"] == 2
+    # The horizon is the trace's own span (not a default 10 minutes of idle phone).
+    assert b["horizon_s"] < 60 and b["utilisation"] > 0.5
     trace.write_text("0,128,16\nzero,1,1\n")
     assert main(["serve", "--trace", str(trace)]) == 2
     assert "line 2" in capsys.readouterr().err
@@ -52,3 +62,37 @@ def test_thermal_short_run_has_no_ten_minute_ratio(capsys):
     assert main(["thermal", "--minutes", "3", "--json"]) == 0
     s = json.loads(capsys.readouterr().out)["summary"]
     assert s["sustained_peak_ratio_10min"] is None and s["final_tokens_per_s"] > 0
+
+
+def _table_cells(text: str) -> dict[str, str]:
+    """First two cells of every body row of the rich tables in `text`: {name: printed value}."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("│"):
+            cells = [c.strip() for c in line.strip("│").split("│")]
+            out[cells[0]] = cells[1]
+    return out
+
+
+def _assert_table_matches_json(table: dict[str, str], numbers: dict) -> None:
+    from harmony_ref.commands._output import _fmt
+
+    compared = 0
+    for name, value in numbers.items():
+        if name in table and isinstance(value, (int, float)):
+            assert table[name] == _fmt(float(value)), (name, table[name], value)
+            compared += 1
+    assert compared >= 5, compared
+
+
+def test_table_and_json_give_the_same_numbers(capsys):
+    """--json prints the numbers the table shows (the table rounds them to 4 digits)."""
+    predict = ["predict", "--prompt", "256", "--new", "32", "--context", "1024"]
+    serve = ["serve", "--rate", "0.3", "--minutes", "5"]
+    thermal = ["thermal", "--minutes", "11"]
+    for args, numbers_of in ((predict, lambda j: {k: m["value"] for k, m in j["metrics"].items()}),
+                             (serve, lambda j: j["summary"]), (thermal, lambda j: j["summary"])):
+        assert main(args) == 0
+        table = _table_cells(capsys.readouterr().out)
+        assert main(args + ["--json"]) == 0
+        _assert_table_matches_json(table, numbers_of(json.loads(capsys.readouterr().out)))

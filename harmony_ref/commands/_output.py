@@ -13,6 +13,9 @@ def _fmt(v) -> str:
             return "-"
         if v != 0 and (abs(v) >= 1e6 or abs(v) < 1e-3):
             return f"{v:.4g}"
+        # .4g would switch to 1.265e+04 from 10,000 up: print whole numbers there instead.
+        if abs(v) >= 10_000:
+            return f"{v:,.0f}"
         return f"{v:,.4g}" if abs(v) >= 1000 else f"{v:.4g}"
     return str(v)
 

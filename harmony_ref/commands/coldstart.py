@@ -3,6 +3,8 @@ loader (read, mmap), modelled per profile; `--measure` adds the same steps measu
 
 from __future__ import annotations
 
+from harmony_ref.units import MB
+
 NAME = "coldstart"
 HELP = ("cold start model: where the time from tap to first token goes (cold / preload / "
         "preload + warm-up, read vs mmap); --measure times the host side by side")
@@ -23,9 +25,6 @@ def add_arguments(p) -> None:
     p.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"host file: rows each (default {DEFAULT_ROWS})")
     p.add_argument("--cols", type=int, default=DEFAULT_COLS, help=f"host file: cols each (default {DEFAULT_COLS})")
     add_json_flag(p)
-
-
-from harmony_ref.units import MB
 
 
 def side_by_side(model_row_read: dict, model_row_mmap: dict, file_mb: float, host: dict,
@@ -53,7 +52,8 @@ def side_by_side(model_row_read: dict, model_row_mmap: dict, file_mb: float, hos
          "host": host["jit"]["compile_ms"] - host["jit"]["cached_ms"],
          "host_measured_as": "Numba GEMV first call: empty cache - warm cache"},
         {"step": "warm inference (ms)", "modelled": model_row_read["first_token_ms"], "host": r["steady_gemv_ms"],
-         "host_measured_as": "steady GEMV pass over every layer (one token's weights)"},
+         "host_measured_as": "steady GEMV pass over every layer (one token's weights), best of "
+                             f"{len(r['steady_gemv_samples_ms'])}"},
         {"step": "peak RSS, read / mmap (MB)", "modelled": float("nan"),
          "host": r["peak_rss_mb"], "host_measured_as": f"psutil RSS; mmap: {m['peak_rss_mb']:.0f} MB"},
     ]
@@ -66,11 +66,11 @@ def run(args) -> int:
     from harmony_ref.config import Config
     from harmony_ref.device.coldstart import breakdown, coldstart_inputs
     from harmony_ref.device.profile import load_profile, shipped_profiles
-    from harmony_ref.units import MB
 
     config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                context_tokens=max(2048, args.prompt + 128))
-    profiles = [load_profile(p) for p in (args.profile or shipped_profiles())]
+    profiles = [load_profile(p) for p in args.profile] if args.profile else sorted(
+        (load_profile(n) for n in shipped_profiles()), key=lambda p: -p.memory.dram_bandwidth_gbps)
     rows = []
     for prof in profiles:
         for r in breakdown(prof, config):
@@ -108,7 +108,8 @@ def run(args) -> int:
         raw = pd.DataFrame([
             {"loader": mode, "eviction": s.get("eviction", ""), "load_ms": s["load_ms"],
              "repack_ms": s["repack_ms"], "first_gemv_ms": s["first_gemv_ms"],
-             "steady_gemv_ms": s["steady_gemv_ms"], "peak_rss_mb": s["peak_rss_mb"]}
+             "steady_gemv_ms": s["steady_gemv_ms"], "peak_rss_mb": s["peak_rss_mb"],
+             "rss_high_water_mb": s.get("rss_high_water_mb") or float("nan")}
             for mode, s in host["strategies"].items()])
         f = host["file"]
         print_table(raw, title=f"measured on this host: {f['bytes'] / MB:,.1f} MB INT4 file "

@@ -41,7 +41,9 @@ def run(args) -> int:
                     "metrics": metrics.to_dict(), **({"breakdown": breakdown} if breakdown else {})})
         return 0
     df = metrics.to_frame().drop(columns=["kind", "flags"])
-    print_table(df, title=f"{device.profile.name}: {config.label} (simulated, exact)")
+    # The label is wider than the table: on its own line it does not wrap mid-word.
+    print(f"{device.profile.name}: {config.label}")
+    print_table(df, title="predicted (simulated device, exact)")
     for title, rows in breakdown.items():
         print_table(pd.DataFrame(rows), title=title)
     if not metrics.value("fits_memory"):

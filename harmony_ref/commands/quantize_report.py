@@ -16,8 +16,12 @@ def add_arguments(p) -> None:
     add_json_flag(p)
 
 
+GROUP_SIZES = (32, 64, 128)
+
+
 def quantize_report(rows: int = 1024, cols: int = 4096, seed: int = 0):
-    """One row per format: storage computed from the real arrays, error from the round trip."""
+    """One row per format: storage computed from the real arrays, error from the round trip,
+    quantize time measured (after a warm-up call, so Numba compilation is not in it)."""
     import time
 
     import numpy as np
@@ -25,7 +29,11 @@ def quantize_report(rows: int = 1024, cols: int = 4096, seed: int = 0):
 
     from harmony_ref.quant.int4 import dequantize_int4, quantize_int4
     from harmony_ref.quant.int8 import dequantize_int8, quantize_int8
+    from harmony_ref.units import MB, MS_PER_S
 
+    if rows < 1 or cols < 1 or cols % max(GROUP_SIZES):
+        raise ValueError(f"--rows {rows} --cols {cols}: need rows >= 1 and cols a positive multiple "
+                         f"of {max(GROUP_SIZES)} (every group size {list(GROUP_SIZES)} must divide it)")
     rng = np.random.default_rng(seed)
     # LLM projection weights are roughly Gaussian with std ~0.02 plus a few outliers.
     w = (rng.standard_normal((rows, cols)) * 0.02).astype(np.float32)
@@ -33,35 +41,35 @@ def quantize_report(rows: int = 1024, cols: int = 4096, seed: int = 0):
     w[outliers] *= 8.0
     signal = float(np.mean(w.astype(np.float64) ** 2))
 
-    def row(fmt, t, w_hat, nominal_bits, elapsed_s):
+    def timed(quantize, *args):
+        quantize(w[:2], *args)  # compile (or load from the Numba cache) outside the timing
+        t0 = time.perf_counter()
+        stored = quantize(w, *args)
+        return stored, time.perf_counter() - t0
+
+    def row(fmt: str, stored_bytes: int, nominal_bits: int, w_hat, elapsed_s: float) -> dict:
+        bits = 8.0 * stored_bytes / w.size
         err = (w_hat - w).astype(np.float64)
         return {
             "format": fmt,
-            "bits_per_weight": t.bits_per_weight if t is not None else nominal_bits,
-            "overhead_pct": 100.0 * ((t.bits_per_weight if t is not None else nominal_bits) / nominal_bits - 1),
-            "weights_mb": (t.nbytes if t is not None else w_hat.nbytes) / 1e6,
+            "bits_per_weight": bits,
+            "overhead_pct": 100.0 * (bits / nominal_bits - 1),
+            "weights_mb": stored_bytes / MB,
             "rmse": float(np.sqrt(np.mean(err**2))),
             "max_abs_err": float(np.abs(err).max()),
             "sqnr_db": 10 * np.log10(signal / max(np.mean(err**2), 1e-300)),
-            "quantize_ms": elapsed_s * 1e3,
+            "quantize_ms": elapsed_s * MS_PER_S,
         }
 
-    rows_out = []
-    w16 = w.astype(np.float16).astype(np.float32)
-    rows_out.append(row("fp16", None, w16, 16, 0.0))
-    rows_out[-1]["weights_mb"] = w.size * 2 / 1e6
-    quantize_int8(w[:2])  # compile outside the timing
-    t0 = time.perf_counter()
-    t8 = quantize_int8(w)
-    rows_out.append(row("int8", t8, dequantize_int8(t8), 8, time.perf_counter() - t0))
-    quantize_int4(w[:2, :128])
+    w16, s = timed(lambda a: a.astype(np.float16))
+    out = [row("fp16", w16.nbytes, 16, w16.astype(np.float32), s)]
+    t8, s = timed(quantize_int8)
+    out.append(row("int8", t8.nbytes, 8, dequantize_int8(t8), s))
     for scheme in ("asym", "sym"):
-        for group in (32, 64, 128):
-            t0 = time.perf_counter()
-            t4 = quantize_int4(w, group, scheme)
-            elapsed = time.perf_counter() - t0
-            rows_out.append(row(t4.format_name, t4, dequantize_int4(t4), 4, elapsed))
-    return pd.DataFrame(rows_out)
+        for group in GROUP_SIZES:
+            t4, s = timed(lambda a: quantize_int4(a, group, scheme))
+            out.append(row(t4.format_name, t4.nbytes, 4, dequantize_int4(t4), s))
+    return pd.DataFrame(out)
 
 
 def run(args) -> int:

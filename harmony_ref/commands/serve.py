@@ -12,7 +12,8 @@ def add_arguments(p) -> None:
     from harmony_ref.scenario.serve import DEFAULT_QUEUE_LIMIT, DEFAULT_TIMEOUT_S
 
     p.add_argument("--rate", type=float, default=0.2, help="Poisson arrivals per second (default 0.2)")
-    p.add_argument("--minutes", type=float, default=10.0, help="arrival window in minutes (default 10)")
+    p.add_argument("--minutes", type=float,
+                   help="arrival window in minutes (default 10; with --trace: the trace's own span)")
     p.add_argument("--trace", metavar="CSV", help="arrival_s,prompt_tokens,new_tokens per line (replaces --rate)")
     p.add_argument("--seed", type=int, default=0, help="RNG seed of the Poisson arrivals (default 0)")
     p.add_argument("--queue", type=int, default=DEFAULT_QUEUE_LIMIT,
@@ -41,12 +42,15 @@ def run(args) -> int:
     )
     from harmony_ref.units import MS_PER_S
 
-    if not args.minutes > 0:
+    if args.minutes is not None and not args.minutes > 0:
         raise ValueError(f"--minutes {args.minutes}: must be > 0")
     profile = load_profile(args.profile)
     config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                new_tokens=args.new, context_tokens=max(2048, args.prompt + args.new))
-    duration_s = args.minutes * 60.0
+    # A trace's utilisation is over its own span unless a window is asked for: a default
+    # 10 minutes around a 2-second trace would report an idle phone.
+    minutes = args.minutes if args.minutes is not None else (0.0 if args.trace else 10.0)
+    duration_s = minutes * 60.0
     if args.trace:
         requests = load_trace(args.trace)
         source = f"trace {args.trace}"

@@ -53,9 +53,15 @@ def plot(result, cfg, title: str, path: str) -> None:
     fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
     tmp = f"{path}.tmp{os.getpid()}.png"
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        fig.savefig(tmp, dpi=100)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise ValueError(f"--plot {path}: cannot write: {e.strerror}") from None
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def run(args) -> int:
@@ -65,15 +71,15 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import Config
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.device.thermal import sustained_generation
-    from harmony_ref.units import KILO as MJ_PER_J
+    from harmony_ref.device.thermal import MJ_PER_J, sustained_generation
+    from harmony_ref.units import MS_PER_S
 
     if not args.minutes > 0 or not args.dt_ms > 0 or not args.every_s > 0:
         raise ValueError(f"--minutes {args.minutes}, --dt-ms {args.dt_ms} and --every-s {args.every_s} must be > 0")
     profile = load_profile(args.profile)
     config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                new_tokens=args.new, context_tokens=max(2048, args.prompt + args.new))
-    result = sustained_generation(profile, config, args.minutes, args.dt_ms / 1000.0, args.governor)
+    result = sustained_generation(profile, config, args.minutes, args.dt_ms / MS_PER_S, args.governor)
     summary = result.summary()
     series = result.series(bucket_s=args.every_s)
     rows = pd.DataFrame({"time_min": series["time_s"] / 60.0, "tokens_per_s": series["tokens_per_s"],

@@ -82,7 +82,3 @@ def from_table(cls, table, source: str, section: str = ""):
 def nonneg(**extra):
     """Field metadata: a number that must be >= 0."""
     return dataclasses.field(metadata={"min": 0, **extra})
-
-
-def positive_field(default=dataclasses.MISSING):
-    return dataclasses.field(default=default, metadata={"min": 1e-12})

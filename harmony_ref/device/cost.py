@@ -66,10 +66,6 @@ class PhaseCost:
     steps: int = 1  # decode: how many steps the means are taken over
 
     @property
-    def launch_pct(self) -> float:
-        return 100.0 * self.launch_s / self.time_s if self.time_s else 0.0
-
-    @property
     def bound_s(self) -> float:
         return self.time_s - self.launch_s
 

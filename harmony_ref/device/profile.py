@@ -17,25 +17,15 @@ the file, the field and the value.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
-from harmony_ref.device._schema import from_table
+from harmony_ref._datafiles import read_toml, shipped_names
+from harmony_ref.device._schema import from_table, nonneg
 from harmony_ref.device.thermal_config import ThermalConfig
 from harmony_ref.units import GB, GIGA, KIB, MB, TERA
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 DTYPES = ("fp16", "int8", "int4")
-
-
-def _nonneg():
-    return field(metadata={"min": 0.0})
 
 
 def _fraction():
@@ -48,9 +38,9 @@ def _positive():
 
 @dataclass(frozen=True)
 class ComputeSpec:
-    cube_fp16_tops: float = _nonneg()  # NPU matrix unit peaks; 0 = no NPU path for the dtype
-    cube_int8_tops: float = _nonneg()
-    cube_int4_tops: float = _nonneg()
+    cube_fp16_tops: float = nonneg()  # NPU matrix unit peaks; 0 = no NPU path for the dtype
+    cube_int8_tops: float = nonneg()
+    cube_int4_tops: float = nonneg()
     vector_fp16_gflops: float = _positive()  # norms, softmax, activations, rope
     cpu_fp16_gflops: float = _positive()  # CPU fallback matmul rates (NEON)
     cpu_int8_gops: float = _positive()
@@ -76,7 +66,7 @@ class MemorySpec:
     onchip_buffer_kib: float = _positive()  # NPU local buffer a matmul tiles its activations into
     ram_gb: float = _positive()
     app_memory_share: float = _fraction()  # fraction of RAM one foreground app may hold
-    runtime_workspace_mb: float = _nonneg()  # runtime + graph + scratch, outside weights and KV
+    runtime_workspace_mb: float = nonneg()  # runtime + graph + scratch, outside weights and KV
 
     @property
     def app_budget_bytes(self) -> float:
@@ -93,10 +83,10 @@ class MemorySpec:
 
 @dataclass(frozen=True)
 class RuntimeSpec:
-    launch_overhead_us: float = _nonneg()  # per kernel launch, on top of its compute/memory time
+    launch_overhead_us: float = nonneg()  # per kernel launch, on top of its compute/memory time
     storage_read_gbps: float = _positive()  # sequential read of the model file
-    npu_init_ms: float = _nonneg()  # opening the NPU device and runtime context
-    graph_parse_ms_per_mb: float = _nonneg()  # model graph parse/compile per MB of model file
+    npu_init_ms: float = nonneg()  # opening the NPU device and runtime context
+    graph_parse_ms_per_mb: float = nonneg()  # model graph parse/compile per MB of model file
 
 
 @dataclass(frozen=True)
@@ -140,37 +130,16 @@ def profile_from_dict(data: dict, source: str) -> DeviceProfile:
     return profile
 
 
+PROFILES_FOLDER = "device/profiles"
+
+
 def shipped_profiles() -> list[str]:
-    root = resources.files("harmony_ref") / "device" / "profiles"
-    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+    return shipped_names(PROFILES_FOLDER)
 
 
 def load_profile(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
     """A shipped profile by name ("harmony-flagship") or a profile TOML by path."""
     if isinstance(name_or_path, DeviceProfile):
         return name_or_path
-    text = str(name_or_path)
-    path = Path(text)
-    if not (text.endswith(".toml") or path.exists()):
-        candidate = resources.files("harmony_ref") / "device" / "profiles" / f"{text}.toml"
-        if not candidate.is_file():
-            raise ValueError(
-                f"unknown profile {text!r}: not a file, and not one of the shipped profiles "
-                f"{shipped_profiles()}"
-            )
-        return _parse(candidate.read_text(), f"device/profiles/{text}.toml")
-    if not path.is_file():
-        raise ValueError(f"profile file {path} does not exist or is not a file")
-    try:
-        raw = path.read_text()
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read: {e}") from e
-    return _parse(raw, str(path))
-
-
-def _parse(text: str, source: str) -> DeviceProfile:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{source}: not valid TOML: {e}") from e
+    data, source = read_toml("profile", PROFILES_FOLDER, name_or_path)
     return profile_from_dict(data, source)

@@ -56,6 +56,9 @@ GOV_POWER_ALLOCATOR = 2
 GOVERNOR_CODES = {"off": GOV_OFF, "step_wise": GOV_STEP_WISE, "power_allocator": GOV_POWER_ALLOCATOR}
 KERNEL_FRAC_SCALE = 1024.0  # FRAC_BITS = 10 in gov_power_allocator.c
 DEFAULT_DT_S = 0.010
+# Bound on one run (a day at the default 10 ms step): the trace keeps ~6 float64 arrays of n,
+# so an absurd --minutes fails with a message instead of a MemoryError.
+MAX_STEPS = 8_640_000
 
 # Packed parameter vector shared by the Numba core and the reference (indices named once).
 P_R_DS, P_R_SA, P_C_DIE, P_C_SKIN, P_AMBIENT = 0, 1, 2, 3, 4
@@ -270,6 +273,8 @@ def simulate(cfg: ThermalConfig, power_w, rate, duration_s: float, dt_s: float =
     if name not in GOVERNOR_CODES:
         raise ValueError(f"governor = {name!r}: must be one of {list(GOVERNOR_CODES)}")
     n = int(round(duration_s / dt_s))
+    if not 1 <= n <= MAX_STEPS:
+        raise ValueError(f"duration_s = {duration_s} at dt_s = {dt_s} is {n} steps: must be 1..{MAX_STEPS}")
     die = np.empty(n)
     skin = np.empty(n)
     state = np.empty(n, dtype=np.int32)
@@ -288,7 +293,8 @@ def steady_state_die_c(cfg: ThermalConfig, power_w: float) -> float:
 # ----------------------------------------------------------------------------------------------
 # Sustained generation: back-to-back decode on a device profile.
 
-PICO = 1e-12
+J_PER_PJ = 1e-12
+MJ_PER_J = 1e3
 SUSTAINED_AT_S = 600.0  # "sustained" is read at 10 minutes
 SUSTAINED_WINDOW_S = 30.0  # averaged over the 30 s before it (the governor dithers between steps)
 SERIES_BUCKET_S = 10.0
@@ -315,7 +321,7 @@ def decode_operating_points(profile, config) -> DecodeOperatingPoints:
     for f in steps:
         c = phase_cost(profile, config, "decode", float(f), float(f))
         dyn_j = (c.int8_equiv_ops * th.energy_per_int8_op_pj * f**2
-                 + c.dram_bytes * th.energy_per_dram_byte_pj) * PICO
+                 + c.dram_bytes * th.energy_per_dram_byte_pj) * J_PER_PJ
         step_s.append(c.time_s)
         power.append(th.static_power_w + dyn_j / c.time_s)
         rate.append(c.tokens / c.time_s)
@@ -358,7 +364,7 @@ class SustainedResult:
             "peak_skin_c": float(tr.skin_c.max()),
             "peak_power_w": float(self.points.power_w[0]),
             "mean_power_w": energy_j / duration,
-            "energy_per_token_mj": energy_j / tokens * MS_PER_S,
+            "energy_per_token_mj": energy_j / tokens * MJ_PER_J,
             "tokens_generated": tokens,
             "duration_s": float(duration),
         }
@@ -403,9 +409,10 @@ def thermal_summary(profile, config, minutes: float = 10.0) -> "Metrics":
     m.add("sustained_peak_ratio_10min", s["sustained_peak_ratio_10min"], "ratio", "higher",
           description=f"decode tokens/s over the {SUSTAINED_WINDOW_S:.0f} s before 10 min / peak")
     # Never throttling is reported as the simulated span (a finite number for the gate).
-    ttft = s["time_to_first_throttle_s"]
-    m.add("time_to_first_throttle_s", ttft if np.isfinite(ttft) else s["duration_s"], "s", "higher",
-          description="never throttled within the run" if not np.isfinite(ttft) else "")
+    throttle_s = s["time_to_first_throttle_s"]
+    never = not np.isfinite(throttle_s)
+    m.add("time_to_first_throttle_s", s["duration_s"] if never else throttle_s, "s", "higher",
+          description="never throttled within the run" if never else "")
     m.add("peak_die_c", s["peak_die_c"], "C", "lower")
     m.add("peak_skin_c", s["peak_skin_c"], "C", "lower")
     m.add("energy_per_token_mj", s["energy_per_token_mj"], "mJ", "lower")

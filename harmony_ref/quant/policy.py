@@ -22,15 +22,10 @@ from __future__ import annotations
 import fnmatch
 import functools
 import re
-import sys
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from harmony_ref._datafiles import read_toml, shipped_names
 
 FORMAT_KINDS = ("fp32", "fp16", "int8", "int4")
 _FORMAT_RE = re.compile(r"^(fp32|fp16|int8|int4-g(\d+)(-(asym|sym))?)$")
@@ -191,30 +186,17 @@ def policy_from_dict(data: dict, source: str) -> Policy:
     )
 
 
+POLICIES_FOLDER = "policies"
+
+
 def shipped_policies() -> list[str]:
     """Names of the policies shipped in harmony_ref/policies/."""
-    root = resources.files("harmony_ref") / "policies"
-    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+    return shipped_names(POLICIES_FOLDER)
 
 
 def load_policy(name_or_path: str | Path | Policy) -> Policy:
     """A shipped policy by name ("int4-g128"), or a policy TOML by path."""
     if isinstance(name_or_path, Policy):
         return name_or_path
-    text = str(name_or_path)
-    path = Path(text)
-    if not (text.endswith(".toml") or path.exists()):
-        candidate = resources.files("harmony_ref") / "policies" / f"{text}.toml"
-        if not candidate.is_file():
-            raise ValueError(
-                f"unknown policy {text!r}: not a file, and not one of the shipped policies "
-                f"{shipped_policies()}"
-            )
-        return policy_from_dict(tomllib.loads(candidate.read_text()), f"policies/{text}.toml")
-    if not path.is_file():
-        raise ValueError(f"policy file {path} does not exist")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{path}: not valid TOML: {e}") from e
-    return policy_from_dict(data, str(path))
+    data, source = read_toml("policy", POLICIES_FOLDER, name_or_path)
+    return policy_from_dict(data, source)

@@ -208,9 +208,11 @@ def simulate_serving(requests: Sequence[Request], service: ServiceModel,
             serve_next(t)
         max_q = max(max_q, len(queue))
         q_samples.append(len(queue))
+    missing = [i for i, o in enumerate(outcomes) if o is None]
+    if missing:  # every arrival ends completed, busy or timed out: anything else is a bug here
+        raise AssertionError(f"requests {missing[:5]} have no outcome")
     horizon = max(duration_s, last_t)
-    return ServeResult([o for o in outcomes if o is not None], queue_limit, timeout_s, horizon,
-                       busy_time, max_q, q_samples)
+    return ServeResult(outcomes, queue_limit, timeout_s, horizon, busy_time, max_q, q_samples)
 
 
 def poisson_arrivals(rate_per_s: float, duration_s: float, seed: int = 0,
@@ -218,6 +220,8 @@ def poisson_arrivals(rate_per_s: float, duration_s: float, seed: int = 0,
     """Arrivals of a Poisson process over [0, duration_s): exponential gaps from a seeded RNG."""
     if not rate_per_s > 0 or not duration_s > 0:
         raise ValueError(f"rate_per_s = {rate_per_s} and duration_s = {duration_s} must be > 0")
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed = {seed!r}: must be an int >= 0")
     rng = np.random.default_rng(seed)
     out, t = [], 0.0
     while True:
