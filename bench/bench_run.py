@@ -1,7 +1,7 @@
 """asv track_ benchmarks for the run-level metrics `harmony-ref run` records beyond
-bench_device.py: cold start and the 10-minute thermal summary over policy x profile (exact),
-the host decode-GEMV speedup over NumPy FP32 (measured, interleaved within one call), and the
-accuracy drop of each policy on the real MiniLM weights (exact).
+bench_device.py: cold start and the 10-minute thermal summary over policy x profile (exact), and
+the host decode-GEMV speedup over NumPy FP32 (measured, interleaved within one call). The
+accuracy drop per policy is tracked by bench_accuracy.py, the host model's error by bench_hil.py.
 
 Each class computes its metrics through the same job parts as `harmony-ref run`, so a curve here
 and a gate row there are the same number. A part whose code is not in the commit under test
@@ -79,32 +79,3 @@ class HostGemvSpeedup:
         return _part("host", policy).value("host_gemv_speedup_x")
 
     track_gemv_speedup_vs_numpy.unit = "x"
-
-
-class Accuracy:
-    """One MiniLM forward per policy, all in setup_cache (asv runs each track_ method in its own
-    process; the FP32 reference embeddings are then computed once, not once per method)."""
-
-    params = (["fp16", "int8", "int4-g32", "int4-g128"],)
-    param_names = ["policy"]
-    timeout = 900
-
-    def setup_cache(self):
-        try:
-            return {p: _part("accuracy", p).to_dict() for p in self.params[0]}
-        except NotImplementedError as e:
-            return {"unavailable": str(e)}
-
-    def setup(self, cache, policy):
-        if "unavailable" in cache:
-            raise NotImplementedError(cache["unavailable"])
-
-    def track_accuracy_drop_pct(self, cache, policy):
-        return cache[policy]["accuracy_drop_pct"]["value"]
-
-    track_accuracy_drop_pct.unit = "pct_points"
-
-    def track_cosine_mean(self, cache, policy):
-        return cache[policy]["cosine_mean"]["value"]
-
-    track_cosine_mean.unit = "cosine"

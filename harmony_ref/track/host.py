@@ -7,6 +7,11 @@ interleaved with its NumPy baseline so the ratio is measured under the same load
   "kernel" is NumPy FP32 itself, and the ratio is reported as measured (about 1).
 - fused LayerNorm + bias + GELU over (NORM_ROWS, hidden) against the same chain as three kernels.
 
+Both sides run on HOST_THREADS = 1 thread (Numba and OpenBLAS): on a shared 2-core machine a
+two-thread parallel region stalls for a scheduler slice whenever one of its threads is
+preempted (measured here under load: INT4 GEMV 0.65 ms on one thread, 17-22 ms on two), which
+would make the ratio a measure of the neighbours, not of the kernel.
+
 Every metric is `measured` and keeps its raw samples (one per interleaved round; ratios keep
 per-round ratios). The reported value is the best round (times) or best over best (ratios), as
 the kernels' perf suite does: on a shared 2-core machine a descheduled round says nothing about
@@ -17,6 +22,8 @@ U test still sees every raw sample. Kernels are called once before timing so Num
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 
 import numpy as np
@@ -24,6 +31,7 @@ import numpy as np
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB, MS_PER_S
 
+HOST_THREADS = 1
 ROUNDS = 15  # interleaved rounds; 15 vs 15 samples let the gate's U test reach p ~ 1e-8
 NORM_ROWS = 128  # a prefill chunk of 128 tokens
 SEED = 7
@@ -65,7 +73,29 @@ def _quantized_gemv(fmt, w: np.ndarray):
     return (lambda x: w @ x), w.nbytes
 
 
+@contextlib.contextmanager
+def pinned_threads(n: int):
+    """Numba and OpenBLAS on `n` threads for the block, restored afterwards."""
+    import numba
+
+    from harmony_ref.hil._timing import set_blas_threads
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    set_blas_threads(n)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
+        set_blas_threads(int(os.environ.get("OPENBLAS_NUM_THREADS", os.cpu_count() or 1)))
+
+
 def host_metrics(config: dict, rounds: int = ROUNDS) -> Metrics:
+    with pinned_threads(HOST_THREADS):
+        return _host_metrics(config, rounds)
+
+
+def _host_metrics(config: dict, rounds: int) -> Metrics:
     from harmony_ref.kernels import bias_add, gelu, layer_norm, norm_bias_gelu
     from harmony_ref.model.spec import get_spec
     from harmony_ref.quant.policy import load_policy
@@ -83,7 +113,7 @@ def host_metrics(config: dict, rounds: int = ROUNDS) -> Metrics:
     t_kernel, t_numpy = interleaved_times_s([lambda: kernel(x), lambda: w @ x], rounds)
     shape = f"{lin.n_out}x{lin.k_in} ({lin.name.split('.')[-1]}, {fmt.name})"
     m.add("host_gemv_ms", MS_PER_S * min(t_kernel), "ms", "lower", "measured",
-          [MS_PER_S * t for t in t_kernel], description=f"decode GEMV {shape}, best round")
+          [MS_PER_S * t for t in t_kernel], description=f"decode GEMV {shape}, {HOST_THREADS} thread, best round")
     m.add("host_gemv_numpy_fp32_ms", MS_PER_S * min(t_numpy), "ms", "none", "measured",
           [MS_PER_S * t for t in t_numpy], description=f"NumPy FP32 W @ x, {lin.n_out}x{lin.k_in}, best round")
     ratios = [n / k for n, k in zip(t_numpy, t_kernel)]

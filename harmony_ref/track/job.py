@@ -73,10 +73,10 @@ def _predicted(config: dict):
     return metrics, {"backend_provenance": prov, "implausible": [str(f) for f in findings]}
 
 
-def _host(config: dict) -> Metrics:
-    from harmony_ref.track.host import host_metrics
+def _host(config: dict):
+    from harmony_ref.track.host import HOST_THREADS, host_metrics
 
-    return host_metrics(config)
+    return host_metrics(config), {"threads": HOST_THREADS}
 
 
 def _accuracy(config: dict) -> Metrics:
