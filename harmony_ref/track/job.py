@@ -4,8 +4,9 @@ Parts, in order (each can be skipped with --skip):
 - `predicted`: the backend's metrics: SimulatedDevice(profile).predict(config) (TTFT, decode
   tokens/s, memory, kernel launches; exact), or with --backend host|command the same names
   measured by HostDevice / CommandDevice and physics-checked against the profile;
-- `host`: short timed kernel calls on this machine (decode GEMV in the policy's format against
-  NumPy FP32 `W @ x`, the fused norm against its unfused NumPy twin), raw samples kept (measured);
+- `host`: short timed kernel calls on this machine, one thread (decode GEMV in the policy's format
+  against NumPy FP32 `W @ x`, fused LayerNorm+bias+GELU against the same chain as three kernels),
+  raw samples kept (measured; see track/host.py);
 - `accuracy`: MiniLM-L6 on real weights under the policy (exact);
 - `coldstart`: cold / preload / preload+warm-up start times (exact);
 - `thermal`: the 10-minute sustained-performance summary (exact).
@@ -35,7 +36,7 @@ class Part:
     name: str
     title: str
     needs: tuple[str, ...]  # modules that must exist for the part to run
-    func: Callable[[dict], Metrics]
+    func: Callable[[dict], "Metrics | tuple[Metrics, dict]"]  # dict: extra facts for the record
 
 
 def _find(module: str) -> bool:
