@@ -112,4 +112,4 @@ def to_markdown(frame) -> str:
     lines = ["| " + " | ".join(m.columns) + " |",
              "|" + "|".join(["---"] * 3 + ["---:"] * len(profiles)) + "|"]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in m.itertuples(index=False)]
-    return "\n".join(lines) + "\n\nBest value per row in bold (direction-aware; `none` rows are not ranked).\n"
+    return "\n".join(lines) + "\n\nBest value per row in bold (direction-aware; `none` rows and all-equal rows are not marked).\n"
