@@ -53,7 +53,7 @@ def test_mixed_round_trip_and_manifest(tiny, artifact):
     loaded = MiniLM.from_artifact(path)
     np.testing.assert_array_equal(loaded.encode(SENTENCES, None), tiny.encode(SENTENCES, policy))
     v = verify_artifact(path)
-    assert v.metadata["format_version"] == "1"
+    assert v.metadata["format_version"] == "2"
     layers = v.layers
     assert layers["encoder.layer.0.output.dense"]["format"] == "fp16"
     assert layers["encoder.layer.1.intermediate.dense"] == {"format": "int4-g128", "shape": [256, 128],
@@ -129,3 +129,22 @@ def test_trailing_bytes_and_foreign_files_are_refused(artifact, tmp_path):
 
 def test_verify_cli_missing_file_is_bad_input(tmp_path):
     assert main(["verify", str(tmp_path / "nope.safetensors")]) == 2
+
+
+@pytest.mark.parametrize("old,new", [(b'\\"group_size\\": 32', b'\\"group_size\\": 64'),
+                                     (b'default = \\"int4-g32\\"', b'default = \\"int4-g64\\"'),
+                                     (b'"dtype":"F16"', b'"dtype":"I16"')])
+def test_tampered_header_is_refused(artifact, tmp_path, old, new, capsys):
+    """A changed manifest or tensor entry (same length, so every offset still fits) is refused by
+    the header hash, not misread as another format."""
+    path, _ = artifact
+    blob = path.read_bytes()
+    assert old in blob
+    bad = tmp_path / "hdr.safetensors"
+    bad.write_bytes(blob.replace(old, new, 1))
+    with pytest.raises(ArtifactError, match="header .* failed its SHA-256"):
+        verify_artifact(bad)
+    with pytest.raises(ArtifactError, match="header"):
+        load_artifact(bad)
+    assert main(["verify", str(bad)]) == 1
+    assert "header" in capsys.readouterr().err

@@ -3,7 +3,7 @@
     harmony-ref export --policy int4-g32 minilm-int4.safetensors
     harmony-ref verify minilm-int4.safetensors        # exit 0 ok, 1 refused (names the tensor)
 
-Layout (format version 1). Every tensor the forward needs, under its checkpoint name, with each
+Layout (format version 2). Every tensor the forward needs, under its checkpoint name, with each
 Linear's weight stored in its policy format:
 
     <linear>.weight                  float32 or float16      fp32 / fp16
@@ -20,14 +20,19 @@ Manifest, in the safetensors header's `__metadata__` (strings only, by the forma
     layers            JSON {linear: {"format", "shape", "group_size", "scheme"}}
     tensor_sha256     JSON {tensor: SHA-256 of its raw little-endian bytes}
     payload_sha256    SHA-256 of the whole data section (all tensor bytes as laid out in the file)
+    header_sha256     SHA-256 of the header itself (tensor dtypes, shapes, offsets and every
+                      manifest field but this one), as canonical JSON (sorted keys, no spaces)
     model_sha256      SHA-256 fingerprint of the FP32 Linear weights it was quantized from
     n_heads, max_seq_len, tokenizer_json   what the forward needs besides tensors
 
-A file cannot hold the hash of itself, so "whole file" here is the whole payload after the header;
-`verify` also prints the file's own SHA-256 for pinning elsewhere. Verification parses the header
-itself (the safetensors library would only say "invalid header" for a truncated file), checks
-every tensor's byte range against the file length, every tensor's hash, the payload hash and that
-no bytes trail the data: each failure raises ArtifactError naming the tensor. Files are written
+A file cannot hold the hash of itself, so the whole file is covered in two parts: header_sha256
+(the header's content; a changed policy, layer format or group size is refused, not misread) and
+payload_sha256 (every byte after the header); `verify` also prints the file's own SHA-256 for
+pinning elsewhere. Verification parses the header itself (the safetensors library would only say
+"invalid header" for a truncated file), checks the header hash, every tensor's byte range against
+the file length, every tensor's hash, the payload hash and that no bytes trail the data: each
+failure raises ArtifactError naming the tensor or manifest part. Loading verifies and decodes the
+same bytes read once, so the file cannot change in between. Files are written
 atomically (temporary file in the same directory, fsync, rename).
 """
 
@@ -47,7 +52,7 @@ from harmony_ref.quant.int8 import Int8Tensor
 from harmony_ref.quant.policy import load_policy, parse_format
 
 FORMAT = "harmony-ref-quantized-encoder"
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"  # 2: header_sha256 added
 _DTYPES = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "U8": np.uint8, "I64": np.int64}
 
 
@@ -57,6 +62,13 @@ class ArtifactError(ValueError):
 
 def _sha(b) -> str:
     return hashlib.sha256(b).hexdigest()
+
+
+def _header_sha(header: dict) -> str:
+    """SHA-256 of a parsed safetensors header, without its own header_sha256 field."""
+    meta = {k: v for k, v in header.get("__metadata__", {}).items() if k != "header_sha256"}
+    canonical = {**header, "__metadata__": meta}
+    return _sha(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode())
 
 
 def _linear_tensors(name: str, stored) -> dict[str, np.ndarray]:
@@ -105,10 +117,13 @@ def export_artifact(model, policy, path: str | Path) -> dict:
         "max_seq_len": str(model.max_seq_len),
         "tokenizer_json": model.tokenizer.to_str(),
     }
-    blob = save(tensors, metadata=meta)
-    meta["payload_sha256"] = _sha(_split(blob, "<memory>")[2])
+    # The hashes go into the header, so save twice: once to learn the layout they cover.
+    meta["payload_sha256"] = _sha(_split(save(tensors, metadata=meta), "<memory>")[2])
+    header, _, payload = _split(save(tensors, metadata=meta), "<memory>")
+    meta["header_sha256"] = _header_sha(header)
     blob2 = save(tensors, metadata=meta)
-    if _split(blob2, "<memory>")[2] != _split(blob, "<memory>")[2]:  # pragma: no cover
+    header2, _, payload2 = _split(blob2, "<memory>")
+    if payload2 != payload or _header_sha(header2) != meta["header_sha256"]:  # pragma: no cover
         raise RuntimeError("safetensors laid the same tensors out differently twice")
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
@@ -156,19 +171,27 @@ class Verified:
 
 def verify_artifact(path: str | Path) -> Verified:
     """Check an artifact completely; raise ArtifactError saying which tensor (or part) failed."""
-    source = str(path)
-    blob = Path(path).read_bytes()
+    return _verify_blob(Path(path).read_bytes(), str(path))
+
+
+def _verify_blob(blob: bytes, source: str) -> Verified:
     header, _, data = _split(blob, source)
-    meta = header.pop("__metadata__", None) or {}
+    meta = header.get("__metadata__", None) or {}
+    if not isinstance(meta, dict):
+        raise ArtifactError(f"{source}: __metadata__ is not a JSON object: corrupted")
     if meta.get("format") != FORMAT:
         raise ArtifactError(f"{source}: not a harmony-ref artifact (format = {meta.get('format')!r})")
     if meta.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(f"{source}: format_version {meta.get('format_version')!r} is not "
                             f"supported (this harmony-ref reads {FORMAT_VERSION!r})")
-    for key in ("policy", "layers", "tensor_sha256", "payload_sha256", "n_heads", "max_seq_len",
-                "tokenizer_json"):
+    for key in ("policy", "layers", "tensor_sha256", "payload_sha256", "header_sha256", "n_heads",
+                "max_seq_len", "tokenizer_json"):
         if key not in meta:
             raise ArtifactError(f"{source}: manifest field {key!r} is missing")
+    if _header_sha(header) != meta["header_sha256"]:
+        raise ArtifactError(f"{source}: the header (manifest, tensor dtypes/shapes/offsets) failed "
+                            "its SHA-256 check: tampered or corrupted")
+    header = {k: v for k, v in header.items() if k != "__metadata__"}
     try:
         manifest = json.loads(meta["tensor_sha256"])
     except json.JSONDecodeError as e:
@@ -231,8 +254,9 @@ def load_artifact(path: str | Path) -> Artifact:
 
     from harmony_ref.model.minilm import QuantLinear
 
-    v = verify_artifact(path)
-    tensors = load(Path(path).read_bytes())
+    blob = Path(path).read_bytes()
+    v = _verify_blob(blob, str(path))
+    tensors = load(blob)
     linears, used = {}, set()
     for name, info in v.layers.items():
         fmt = parse_format(info["format"], f"{path}: layers.{name}")
