@@ -1,5 +1,6 @@
-"""`harmony-ref verify FILE`: check an exported artifact (every tensor's SHA-256, the payload's,
-lengths, manifest); exit 0 when it is intact, 1 when it is refused, naming the tensor."""
+"""`harmony-ref verify FILE`: check an exported artifact (SHA-256 of the header, of every tensor
+and of the payload; lengths, manifest); exit 0 when it is intact, 1 when it is refused, naming
+the tensor or the part that failed."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def run(args) -> int:
                     "file_sha256": v.file_sha256, "payload_sha256": v.metadata["payload_sha256"],
                     "layers_per_format": formats})
     else:
-        print(f"OK {args.path}: {v.n_tensors} tensors verified (SHA-256 each + payload), "
+        print(f"OK {args.path}: {v.n_tensors} tensors verified (SHA-256 of the header, each tensor and the payload), "
               f"layers: " + ", ".join(f"{n} {f}" for f, n in formats.items()))
         print(f"file sha256 {v.file_sha256}")
     return 0
