@@ -314,18 +314,20 @@ def plan_policy(budget_mb: float, model=None, evalset: EvalSet | None = None,
         raise ValueError(f"budget_mb must be positive, got {budget_mb!r}")
     budget = int(budget_mb * MB)
     names = model.linear_names()
+    # Sizes are known before anything is measured: refuse an impossible budget up front, not
+    # after minutes of sensitivity runs.
+    shapes = [model.params[n + ".weight"].shape for n in names]
+    smallest = sum(min(parse_format(f).nbytes(*shape) for f in formats) for shape in shapes)
+    if smallest > budget:
+        raise ValueError(f"budget {budget_mb} MB is below the smallest possible Linear weights "
+                         f"({smallest / MB:.3f} MB with every layer in its smallest format)")
     tables = {f: {r["layer"]: r for r in layer_losses(f, model, evalset, progress)} for f in formats}
     # (layers, formats) cost in steps (rounded up) and loss
     cost = np.array([[-(-tables[f][n]["bytes"] // PLANNER_STEP_BYTES) for f in formats] for n in names])
     loss = np.array([[max(tables[f][n]["cosine_loss"], 0.0) for f in formats] for n in names])
     cap = budget // PLANNER_STEP_BYTES
-    smallest = int(sum(min(tables[f][n]["bytes"] for f in formats) for n in names))
-    if cost.min(axis=1).sum() > cap:
-        raise ValueError(f"budget {budget_mb} MB is below the smallest possible Linear weights "
-                         f"({smallest / MB:.3f} MB with every layer in its smallest format)")
-    picks = choose_formats(cost, loss, cap)
+    picks = choose_formats(cost, loss, cap)  # ValueError if rounding up to steps no longer fits
     choices = {n: formats[fi] for n, fi in zip(names, picks)}
-    choices = {n: choices[n] for n in names}
     total = sum(tables[choices[n]][n]["bytes"] for n in names)
     predicted = sum(max(tables[choices[n]][n]["cosine_loss"], 0.0) for n in names)
     policy = Policy(

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+import harmony_ref.accuracy as accuracy
 import harmony_ref.model.minilm as minilm
 from harmony_ref.accuracy import (
     EvalSet,
@@ -140,6 +141,16 @@ def test_plan_fits_budget_and_is_a_loadable_policy(tiny, small_set, tmp_path):
     assert set(plan.choices.values()) == {"fp16"}  # the largest budget buys FP16 everywhere
     with pytest.raises(ValueError, match="below the smallest possible"):
         plan_policy(int4 * 0.9, model=tiny, evalset=small_set)
+
+
+def test_impossible_budget_is_refused_before_measuring(tiny, small_set, monkeypatch):
+    """On the real model the sensitivity runs take minutes: an impossible budget must not wait."""
+    def no_measuring(*a, **k):
+        raise AssertionError("measured layer losses for a budget that cannot fit")
+    monkeypatch.setattr(accuracy, "layer_losses", no_measuring)
+    int4 = tiny.linear_nbytes("int4-g128") / 1e6
+    with pytest.raises(ValueError, match=r"below the smallest possible Linear weights \(0\.\d+ MB"):
+        plan_policy(int4 * 0.99, model=tiny, evalset=small_set)
 
 
 @pytest.fixture
