@@ -192,6 +192,12 @@ def test_cli_accuracy_sensitivity_plan_export(cli_tiny, small_set, tmp_path, cap
     assert res[str(art)]["cosine_mean"] == res[str(toml)]["cosine_mean"]  # bit-identical path
     assert main(["plan", "--budget-mb", "0.001", "--pairs", str(pairs)]) == 2
     assert main(["sensitivity", "--format", "int3"]) == 2
+    assert main(["plan", "--budget-mb", "-1"]) == 2
+    missing_dir = tmp_path / "no-such-dir"
+    assert main(["export", "--policy", "int8", str(missing_dir / "a.safetensors")]) == 2
+    assert main(["plan", "--budget-mb", "8", "--out", str(missing_dir / "p.toml")]) == 2
+    assert main(["accuracy", "--policy", "no-such-policy"]) == 2
+    assert "does not exist" in capsys.readouterr().err
 
 
 def test_accuracy_benchmarks_are_well_formed():

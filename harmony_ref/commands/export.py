@@ -23,6 +23,8 @@ def run(args) -> int:
     from harmony_ref.model.weights import export_artifact, verify_artifact
     from harmony_ref.units import MB
 
+    if not Path(args.out).resolve().parent.is_dir():
+        raise ValueError(f"{args.out}: directory {Path(args.out).parent} does not exist")
     export_artifact(real_model(), args.policy, args.out)
     v = verify_artifact(args.out)  # what we wrote must pass what every load checks
     info = {"path": args.out, "policy": args.policy, "tensors": v.n_tensors,

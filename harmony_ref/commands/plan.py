@@ -25,6 +25,8 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json
     from harmony_ref.units import MB
 
+    if args.out and not Path(args.out).resolve().parent.is_dir():  # before minutes of measuring
+        raise ValueError(f"--out {args.out}: directory {Path(args.out).parent} does not exist")
     evalset = load_pairs(args.pairs)
     plan = plan_policy(args.budget_mb, evalset=evalset, progress=not args.json)
     m = evaluate(plan.policy, evalset=evalset)
