@@ -192,7 +192,12 @@ def layer_losses(fmt: str | WeightFormat = "int4-g32", model=None,
     fmt = parse_format(fmt) if isinstance(fmt, str) else fmt
     path = _loss_cache_path(model, evalset, fmt)
     if path is not None and path.is_file():
-        return json.loads(path.read_text())["rows"]
+        try:
+            rows = json.loads(path.read_text())["rows"]
+            if [r["layer"] for r in rows] == model.linear_names():
+                return rows
+        except (ValueError, KeyError, TypeError):
+            pass  # a damaged cache file is measured again and overwritten
 
     ref = fp32_embeddings(model, evalset)
     fp32 = model.linears("fp32")

@@ -3,6 +3,8 @@ embeddings and a tiny random checkpoint (no downloads); the CLI commands on the 
 
 import itertools
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -108,6 +110,10 @@ def test_layer_losses_start_at_the_layer_and_equal_a_full_forward(tiny, small_se
     assert list(df["cosine_loss"]) == sorted(df["cosine_loss"], reverse=True)
     # cached on disk: a second call returns the same rows without recomputing
     assert layer_losses("int4-g32", model=tiny, evalset=small_set) == rows
+    (cached,) = (Path(os.environ["HARMONY_REF_CACHE"]) / "layer-losses").glob("int4-g32-*.json")
+    cached.write_text('{"rows": [')  # damaged: measured again, not a crash
+    assert layer_losses("int4-g32", model=tiny, evalset=small_set) == rows
+    assert json.loads(cached.read_text())["rows"] == rows
 
 
 def test_choose_formats_is_optimal_against_brute_force():
