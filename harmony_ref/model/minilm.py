@@ -35,7 +35,7 @@ from scipy.special import erf
 
 from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4, quantize_int4
 from harmony_ref.quant.int8 import Int8Tensor, dequantize_int8, quantize_int8
-from harmony_ref.quant.policy import Policy, WeightFormat, load_policy
+from harmony_ref.quant.policy import Policy, WeightFormat, load_policy, parse_format
 
 MAX_SEQ_LEN = 256
 MINILM_HEADS = 12
@@ -183,9 +183,7 @@ def quantize_weight(w: np.ndarray, fmt: WeightFormat):
 
 
 def stored_format(stored) -> WeightFormat:
-    """The WeightFormat a stored weight is in (used when loading an artifact)."""
-    from harmony_ref.quant.policy import parse_format
-
+    """The WeightFormat a stored weight is in (used when writing an artifact's manifest)."""
     if isinstance(stored, Int4Tensor):
         return parse_format(f"int4-g{stored.group_size}" + ("-sym" if stored.scheme == "sym" else ""))
     if isinstance(stored, Int8Tensor):
