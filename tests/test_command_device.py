@@ -133,3 +133,10 @@ def test_cli_measure_table(capsys):
     assert main(["measure", "--command", fake("benchmark.py", "--format", "mslite"), "--format", "mslite"]) == 0
     out = capsys.readouterr().out
     assert "mslite_avg_run_ms" in out and "model_file: qwen2_0_5b_int4.ms" in out
+
+
+def test_cli_measure_bad_template_names_the_subcommand(capsys):
+    # --command once shared its dest with the CLI's subcommand name: errors read "harmony-ref echo {x}:"
+    assert main(["measure", "--command", "echo {x}", "--format", "mslite"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("harmony-ref measure: error:") and "{x}" in err

@@ -13,7 +13,8 @@ HELP = "run an external benchmark command once (e.g. over hdc/adb shell) and pri
 def add_arguments(p) -> None:
     from harmony_ref.hil.parsers import FORMATS
 
-    p.add_argument("--command", required=True,
+    # dest is not "command": cli.py's subparsers keep the subcommand's name there (error prefix)
+    p.add_argument("--command", dest="command_template", metavar="CMD", required=True,
                    help="command to run; placeholders {name} filled from --set name=value")
     p.add_argument("--format", required=True, choices=FORMATS, help="output format of the command")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
@@ -54,7 +55,7 @@ def run(args) -> int:
         profile = load_profile(args.profile)
         config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt_tokens,
                                    new_tokens=args.new_tokens, context_tokens=args.context_tokens)
-    dev = CommandDevice(args.command, args.format, args.timeout, values=_values(args.set))
+    dev = CommandDevice(args.command_template, args.format, args.timeout, values=_values(args.set))
     try:
         m = dev.measure(config)
     except BackendError as e:
