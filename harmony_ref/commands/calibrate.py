@@ -16,7 +16,8 @@ def add_arguments(p) -> None:
                    help="host: run the microbenchmarks here; command: read measured op times (--ops)")
     p.add_argument("--ops", metavar="CSV", help="--backend command: op times measured on the device "
                    "(columns name, rate_class, ops, bytes, launches, time_us[, holdout, vector_ops])")
-    p.add_argument("--command", help="--backend command: a benchmark command template run once per workload; "
+    # dest is not "command": cli.py's subparsers keep the subcommand's name there (error prefix)
+    p.add_argument("--command", dest="command_template", metavar="CMD", help="--backend command: a benchmark command template run once per workload; "
                    "{model} {policy} {prompt_tokens} {new_tokens} {context_tokens} are filled in")
     p.add_argument("--format", choices=("mslite", "tflite", "llama-bench", "executorch"),
                    help="output format of --command (it must report prefill_ms and decode_step_ms)")
@@ -53,7 +54,7 @@ def run(args) -> int:
     from harmony_ref.hil import calibrate as cal
 
     notes = {}
-    if args.backend == "command" and args.command:
+    if args.backend == "command" and args.command_template:
         return _run_phase_calibration(args)
     if args.backend == "command":
         if not args.ops:
@@ -177,7 +178,7 @@ def _run_phase_calibration(args) -> int:
     if not args.format:
         raise ValueError("--command needs --format")
     base = load_profile(args.profile)
-    dev = CommandDevice(args.command, args.format, args.timeout)
+    dev = CommandDevice(args.command_template, args.format, args.timeout)
     rows, provenance = [], {}
     for i, (model, policy, prompt, new) in enumerate(_parse_workloads(args.workloads)):
         cfg = Config.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
@@ -197,7 +198,7 @@ def _run_phase_calibration(args) -> int:
     start = cal.PhaseFit(base.compute.compute_efficiency, base.memory.memory_efficiency,
                          base.runtime.launch_overhead_us * 1e-6, 0)
     f = cal.fit_phase_efficiencies([(r["terms"], r["measured_s"]) for r in rows if not r["holdout"]], start)
-    text, notes = cal.profile_with_efficiencies(base, f, args.name, f"{args.profile} calibrated to {args.command!r}")
+    text, notes = cal.profile_with_efficiencies(args.profile, f, args.name, f"{args.profile} calibrated to {args.command_template!r}")
     cal.write_atomic(args.out, text)
     sim = SimulatedDevice(load_profile(args.out))
     table = []

@@ -208,22 +208,15 @@ def host_profile_toml(f: HostFit, stream_gbps: float, nominal: dict[str, float],
     The cost model multiplies a class's peak by `compute_efficiency`; the fit gives the products
     (achieved rates). compute_efficiency is the INT4 matmul's achieved / nominal peak, and each
     class's peak field is its achieved rate / compute_efficiency, so peak x efficiency = fitted."""
-    import sys
-
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    from importlib import resources
-
+    from harmony_ref._datafiles import read_toml
+    from harmony_ref.device.profile import PROFILES_FOLDER
     from harmony_ref.units import GB, GIGA, KIB, US_PER_S
 
     ce = min(1.0, f.rates["int4"] / nominal["int4"])
     eff = {c: f.rates[c] / nominal[c] for c in RATE_CLASSES}
     bw = f.bandwidth_bytes_per_s
     dram = max(stream_gbps * GB, bw)
-    thermal_src = resources.files("harmony_ref") / "device" / "profiles" / f"{THERMAL_TEMPLATE}.toml"
-    thermal = tomllib.loads(thermal_src.read_text())["thermal"]
+    thermal = read_toml("profile", PROFILES_FOLDER, THERMAL_TEMPLATE)[0]["thermal"]
     fitted = lambda c: "fitted" if c in f.fitted else "NOT fitted (seed)"  # noqa: E731
     head = "\n".join([
         f"# Host profile written by `harmony-ref calibrate`: {description}",
@@ -606,22 +599,15 @@ def fit_phase_efficiencies(rows, start: PhaseFit) -> PhaseFit:
     return best
 
 
-def profile_with_efficiencies(profile, f: PhaseFit, name: str, description: str) -> tuple[str, list[str]]:
-    """The base profile's TOML with the three fitted numbers replaced, and notes on any fitted
-    efficiency above 1 (measurements faster than the profile's peak: implausible, capped at 1)."""
-    import sys
-    from importlib import resources
+def profile_with_efficiencies(base: str, f: PhaseFit, name: str, description: str) -> tuple[str, list[str]]:
+    """The TOML of the base profile (a shipped name or a path, as `load_profile` takes it) with the
+    three fitted numbers replaced, and notes on any fitted efficiency above 1 (measurements faster
+    than the profile's peak: implausible, capped at 1)."""
+    from harmony_ref._datafiles import read_toml
+    from harmony_ref.device.profile import PROFILES_FOLDER, profile_from_dict
 
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    from pathlib import Path
-
-    src = Path(profile.source)
-    if not src.is_file():
-        src = resources.files("harmony_ref") / "device" / "profiles" / f"{profile.name}.toml"
-    data = tomllib.loads(src.read_text())
+    data, source = read_toml("profile", PROFILES_FOLDER, base)
+    profile = profile_from_dict(data, source)  # the same checks load_profile makes
     notes = []
     ce, me = f.compute_efficiency, f.memory_efficiency
     for label, v in (("compute_efficiency", ce), ("memory_efficiency", me)):
