@@ -195,3 +195,14 @@ def test_load_canary_wait_is_bounded():
     t0 = time.monotonic()
     r = c.wait_quiet(max_ratio=0.0, timeout_s=0.3, poll_s=0.05)  # never quiet enough: times out
     assert r >= 1.0 and time.monotonic() - t0 < 5
+
+
+def test_make_backend_command_fills_config_and_values():
+    from harmony_ref.hil.backends import make_backend
+
+    dev = make_backend("command", command="hdc -t {serial} shell bench --model {model} -p {prompt_tokens}",
+                       fmt="llama-bench", values={"serial": "ABC123"})
+    cfg = Config.from_names(model="llama-3.2-1b", policy="int4-g32", prompt_tokens=64)
+    assert dev.command_for(cfg) == "hdc -t ABC123 shell bench --model llama-3.2-1b -p 64"
+    with pytest.raises(ValueError, match="needs a command template"):
+        make_backend("command", fmt="llama-bench")
