@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from harmony_ref.commands._output import add_json_flag, print_json, print_table
+from harmony_ref.units import GB, GIGA, MS_PER_S, US_PER_S
 
 NAME = "calibrate"
 HELP = "fit efficiency factors + launch overhead to measured ops, write a profile, report held-out MAPE"
@@ -61,8 +62,8 @@ def run(args) -> int:
             raise ValueError("--backend command needs --ops CSV (op times measured on the device) or "
                              "--command/--format/--workloads (phase times from repeated runs)")
         ops = cal.load_op_times(args.ops)
-        first = cal.fit([o for o in ops], seed_bandwidth=(args.stream_gbps or 10.0) * 1e9, seed_rates=cal.seed_rates(ops))
-        stream = args.stream_gbps or first.bandwidth_bytes_per_s / 1e9
+        first = cal.fit([o for o in ops], seed_bandwidth=(args.stream_gbps or 10.0) * GB, seed_rates=cal.seed_rates(ops))
+        stream = args.stream_gbps or first.bandwidth_bytes_per_s / GB
         nominal = {c: r for c, r in first.rates.items()}  # no nominal peaks known: efficiency 1
         from harmony_ref.hil.microbench import onchip_buffer_bytes
 
@@ -112,10 +113,10 @@ def run(args) -> int:
         "profile": str(args.out),
         "backend": args.backend,
         "stat": args.stat,
-        "launch_overhead_us": f.launch_s * 1e6,
-        "launch_floor_us": None if launch_floor is None else launch_floor * 1e6,
-        "rates_gops": {c: r / 1e9 for c, r in f.rates.items()},
-        "bandwidth_gbps": f.bandwidth_bytes_per_s / 1e9,
+        "launch_overhead_us": f.launch_s * US_PER_S,
+        "launch_floor_us": None if launch_floor is None else launch_floor * US_PER_S,
+        "rates_gops": {c: r / GIGA for c, r in f.rates.items()},
+        "bandwidth_gbps": f.bandwidth_bytes_per_s / GB,
         "stream_read_gbps": stream,
         "fitted": list(f.fitted),
         "iterations": f.iterations,
@@ -194,23 +195,23 @@ def _run_phase_calibration(args) -> int:
                 raise ValueError(f"--format {args.format} output has no {metric}: phase calibration needs "
                                  f"{list(cal.PHASE_METRICS.values())}")
             rows.append({"workload": cfg.label, "cfg": cfg, "phase": phase, "holdout": i % 3 == 2,
-                         "terms": cal.phase_terms(base, cfg, phase), "measured_s": m.metrics.value(metric) / 1e3})
+                         "terms": cal.phase_terms(base, cfg, phase), "measured_s": m.metrics.value(metric) / MS_PER_S})
     start = cal.PhaseFit(base.compute.compute_efficiency, base.memory.memory_efficiency,
-                         base.runtime.launch_overhead_us * 1e-6, 0)
+                         base.runtime.launch_overhead_us / US_PER_S, 0)
     f = cal.fit_phase_efficiencies([(r["terms"], r["measured_s"]) for r in rows if not r["holdout"]], start)
     text, notes = cal.profile_with_efficiencies(args.profile, f, args.name, f"{args.profile} calibrated to {args.command_template!r}")
     cal.write_atomic(args.out, text)
     sim = SimulatedDevice(load_profile(args.out))
     table = []
     for r in rows:
-        pred = sim.predict(r["cfg"]).value(cal.PHASE_METRICS[r["phase"]]) / 1e3
+        pred = sim.predict(r["cfg"]).value(cal.PHASE_METRICS[r["phase"]]) / MS_PER_S
         table.append({"workload": r["workload"], "phase": r["phase"], "set": "held-out" if r["holdout"] else "fit",
-                      "measured_ms": r["measured_s"] * 1e3, "model_ms": pred * 1e3,
+                      "measured_ms": r["measured_s"] * MS_PER_S, "model_ms": pred * MS_PER_S,
                       "ape_pct": cal.ape_pct(pred, r["measured_s"])})
     held = [t["ape_pct"] for t in table if t["set"] == "held-out"]
     summary = {"profile": str(args.out), "backend": "command", "base_profile": base.name,
                "compute_efficiency": f.compute_efficiency, "memory_efficiency": f.memory_efficiency,
-               "launch_overhead_us": f.launch_s * 1e6, "iterations": f.iterations,
+               "launch_overhead_us": f.launch_s * US_PER_S, "iterations": f.iterations,
                "held_out_phase_mape_pct": float(np.mean(held)),
                "fit_phase_mape_pct": float(np.mean([t["ape_pct"] for t in table if t["set"] == "fit"])),
                "provenance": provenance, "notes": notes}

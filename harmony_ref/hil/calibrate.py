@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harmony_ref.units import GB, GIGA, KIB, MEGA, MS_PER_S, US_PER_S
+
 RATE_CLASSES = ("int4", "int8", "fp16", "vector")
 MAX_ITERATIONS = 20
 COMPUTE, MEMORY = "compute", "memory"
@@ -167,7 +169,7 @@ def nominal_host_peaks(freq_mhz: float, cores: int, flags: set[str]) -> dict[str
     the widest vector ISA (AVX-512: 16, AVX2: 8, else 4); int8 dot products (VNNI) do 4 MACs per
     32-bit lane (else 2, via pmaddubsw); int4 runs at the int8 rate (nibbles unpacked to int8)."""
     lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
-    hz = freq_mhz * 1e6 * cores
+    hz = freq_mhz * MEGA * cores
     fp32 = 2 * 2 * lanes * hz  # 2 pipes x FMA (2 ops) x lanes
     int8 = 2 * 2 * lanes * (4 if ("avx512_vnni" in flags or "avx_vnni" in flags) else 2) * hz
     return {"fp16": fp32, "int8": int8, "int4": int8, "vector": fp32}
@@ -210,7 +212,6 @@ def host_profile_toml(f: HostFit, stream_gbps: float, nominal: dict[str, float],
     class's peak field is its achieved rate / compute_efficiency, so peak x efficiency = fitted."""
     from harmony_ref._datafiles import read_toml
     from harmony_ref.device.profile import PROFILES_FOLDER
-    from harmony_ref.units import GB, GIGA, KIB, US_PER_S
 
     ce = min(1.0, f.rates["int4"] / nominal["int4"])
     eff = {c: f.rates[c] / nominal[c] for c in RATE_CLASSES}
@@ -290,7 +291,6 @@ def load_op_times(path) -> list[OpSample]:
     import csv
     from pathlib import Path
 
-    from harmony_ref.units import US_PER_S
 
     path = Path(path)
     if not path.is_file():
@@ -318,7 +318,7 @@ def seed_rates(ops: list[OpSample]) -> dict[str, float]:
     out = {}
     for c in RATE_CLASSES:
         r = [op.ops / op.time_s for op in ops if op.rate_class == c and op.ops > 0]
-        out[c] = max(r) if r else 1e9
+        out[c] = max(r) if r else GIGA  # no sample of the class: 1 Gop/s, only a seed
     return out
 
 
@@ -383,7 +383,7 @@ class Calibration:
 
         return pd.DataFrame([{
             "op": op.name, "set": "held-out" if op.holdout else "fit", "regime": self.fit.regimes[op.name],
-            "measured_us": op.time_s * 1e6, "model_us": self.fit.predict_s(op) * 1e6,
+            "measured_us": op.time_s * US_PER_S, "model_us": self.fit.predict_s(op) * US_PER_S,
             "ape_pct": ape_pct(self.fit.predict_s(op), op.time_s)} for op in self.ops])
 
 
@@ -396,14 +396,14 @@ def phase_times_ms(run, new_tokens: int, stat: str = "min") -> dict[str, float]:
     summed the way HostDevice sums them."""
     out = {}
     pre = sum(op_time(t, stat) for t in run.ops if t.phase == "prefill")
-    out["prefill_ms"] = pre * 1e3
+    out["prefill_ms"] = pre * MS_PER_S
     dec = [t for t in run.ops if t.phase == "decode"]
     e2e = pre
     if dec:
         step = sum(op_time(t, stat) for t in dec)
-        out["decode_step_ms"] = step * 1e3
+        out["decode_step_ms"] = step * MS_PER_S
         e2e += new_tokens * step
-    out["e2e_ms"] = e2e * 1e3
+    out["e2e_ms"] = e2e * MS_PER_S
     return out
 
 
@@ -471,7 +471,7 @@ def calibrate_ops(ops: list[OpSample], stream_gbps: float, nominal: dict[str, fl
                   stat: str = "min") -> Calibration:
     """Fit on the non-held-out ops, score on the held-out ones, write the profile text. With
     `phase_runs` (HostRuns of fit workloads) the launch overhead is refitted on their phases."""
-    f = fit(ops, seed_bandwidth=stream_gbps * 1e9, seed_rates=seed_rates(ops))
+    f = fit(ops, seed_bandwidth=stream_gbps * GB, seed_rates=seed_rates(ops))
     if phase_runs:
         f = fit_launch_on_phases(f, phase_runs, onchip_bytes, stat)
     held = [(f.predict_s(op), op.time_s) for op in ops if op.holdout]
@@ -537,7 +537,6 @@ def phase_terms(profile, config, phase: str) -> tuple[int, np.ndarray, np.ndarra
     """(launches, per-op compute s, memory s at efficiency 1, per-op counts) of one phase. Decode
     uses the step at context prompt + new_tokens // 2 + 1 (costs are affine in the context)."""
     from harmony_ref.model.graph import build_graph
-    from harmony_ref.units import GB, GIGA
 
     s = config.scenario
     kw = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
@@ -614,7 +613,7 @@ def profile_with_efficiencies(base: str, f: PhaseFit, name: str, description: st
         if v > 1.0:
             notes.append(f"implausible: fitted {label} = {v:.3f} > 1 (faster than {profile.name}'s peak); capped at 1")
     fitted = {("compute", "compute_efficiency"): min(ce, 1.0), ("memory", "memory_efficiency"): min(me, 1.0),
-              ("runtime", "launch_overhead_us"): f.launch_s * 1e6}
+              ("runtime", "launch_overhead_us"): f.launch_s * US_PER_S}
     data["name"], data["description"] = name, description
     head = [f"# Profile written by `harmony-ref calibrate --backend command` from {profile.name}: the three",
             "# numbers marked `fitted` come from measured phase times; the rest is the base profile's."]
