@@ -7,7 +7,8 @@ import sys
 from harmony_ref.commands._output import add_json_flag, print_json, print_table
 
 NAME = "measure"
-HELP = "run an external benchmark command once (e.g. over hdc/adb shell) and print its parsed metrics"
+HELP = ("run an external benchmark command once (e.g. over hdc/adb shell) and print its parsed "
+        "metrics")
 
 
 def add_arguments(p) -> None:
@@ -21,10 +22,12 @@ def add_arguments(p) -> None:
                    help="kill the command (and its children) after S seconds (default 600)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="value for a {NAME} placeholder in the command (repeatable)")
-    g = p.add_argument_group("physics sanity (flag measurements faster than the profile's roofline)")
+    g = p.add_argument_group(
+        "physics sanity (flag measurements faster than the profile's roofline)")
     g.add_argument("--profile", help="device profile to check against (name or .toml path)")
     g.add_argument("--model", help="model the command runs (required with --profile)")
-    g.add_argument("--policy", default="int4-g128", help="quantization policy it runs (default int4-g128)")
+    g.add_argument("--policy", default="int4-g128",
+                   help="quantization policy it runs (default int4-g128)")
     g.add_argument("--prompt-tokens", type=int, default=512)
     g.add_argument("--new-tokens", type=int, default=128)
     g.add_argument("--context-tokens", type=int, default=2048)
@@ -51,10 +54,12 @@ def run(args) -> int:
         from harmony_ref.device.profile import load_profile
 
         if not args.model:
-            raise ValueError("--profile needs --model (the model the command runs) for the roofline bound")
+            raise ValueError("--profile needs --model (the model the command runs) "
+                             "for the roofline bound")
         profile = load_profile(args.profile)
-        config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt_tokens,
-                                   new_tokens=args.new_tokens, context_tokens=args.context_tokens)
+        config = Config.from_names(model=args.model, policy=args.policy,
+                                   prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens,
+                                   context_tokens=args.context_tokens)
     dev = CommandDevice(args.command_template, args.format, args.timeout, values=_values(args.set))
     try:
         m = dev.measure(config)
