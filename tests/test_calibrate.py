@@ -130,6 +130,10 @@ def test_cli_command_backend_from_op_times(tmp_path, capsys):
     from harmony_ref.config import Config
 
     assert SimulatedDevice(p).predict(Config.from_names(model="llama-3.2-1b")).value("decode_tokens_per_s") > 0
+    # the text report prints plain numbers (numpy 2 scalars inside a dict print as np.float64(...))
+    assert main(["calibrate", "--backend", "command", "--ops", str(src), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "rates_gops: {'int4': " in text and "np.float64" not in text
 
 
 def test_cli_command_backend_bad_file(tmp_path, capsys):

@@ -140,7 +140,7 @@ def run(args) -> int:
         "stat": args.stat,
         "launch_overhead_us": f.launch_s * US_PER_S,
         "launch_floor_us": None if launch_floor is None else launch_floor * US_PER_S,
-        "rates_gops": {c: r / GIGA for c, r in f.rates.items()},
+        "rates_gops": {c: float(r) / GIGA for c, r in f.rates.items()},
         "bandwidth_gbps": f.bandwidth_bytes_per_s / GB,
         "stream_read_gbps": stream,
         "fitted": list(f.fitted),
