@@ -1,0 +1,255 @@
+"""Quantized weight artifacts: safetensors files with a SHA-256 manifest, verified on every load.
+
+    harmony-ref export --policy int4-g32 minilm-int4.safetensors
+    harmony-ref verify minilm-int4.safetensors        # exit 0 ok, 1 refused (names the tensor)
+
+Layout (format version 1). Every tensor the forward needs, under its checkpoint name, with each
+Linear's weight stored in its policy format:
+
+    <linear>.weight                  float32 or float16      fp32 / fp16
+    <linear>.weight.values, .scale   int8 (N, K), float32 (N,)                           int8
+    <linear>.weight.packed, .scale, .zero_point
+                                     uint8 (N, K/2), float16 (N, K/g), int8 (N, K/g)     int4 asym
+    everything else (embeddings, LayerNorms, biases)   float32
+
+Manifest, in the safetensors header's `__metadata__` (strings only, by the format):
+
+    format            "harmony-ref-quantized-encoder"
+    format_version    "1"
+    policy            the policy as TOML (it reloads with harmony_ref.quant.policy)
+    layers            JSON {linear: {"format", "shape", "group_size", "scheme"}}
+    tensor_sha256     JSON {tensor: SHA-256 of its raw little-endian bytes}
+    payload_sha256    SHA-256 of the whole data section (all tensor bytes as laid out in the file)
+    model_sha256      SHA-256 fingerprint of the FP32 Linear weights it was quantized from
+    n_heads, max_seq_len, tokenizer_json   what the forward needs besides tensors
+
+A file cannot hold the hash of itself, so "whole file" here is the whole payload after the header;
+`verify` also prints the file's own SHA-256 for pinning elsewhere. Verification parses the header
+itself (the safetensors library would only say "invalid header" for a truncated file), checks
+every tensor's byte range against the file length, every tensor's hash, the payload hash and that
+no bytes trail the data: each failure raises ArtifactError naming the tensor. Files are written
+atomically (temporary file in the same directory, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from harmony_ref.quant.int4 import Int4Tensor
+from harmony_ref.quant.int8 import Int8Tensor
+from harmony_ref.quant.policy import load_policy, parse_format
+
+FORMAT = "harmony-ref-quantized-encoder"
+FORMAT_VERSION = "1"
+_DTYPES = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "U8": np.uint8, "I64": np.int64}
+
+
+class ArtifactError(ValueError):
+    """An artifact that must not be used: truncated, tampered with, or not ours."""
+
+
+def _sha(b) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def _linear_tensors(name: str, stored) -> dict[str, np.ndarray]:
+    w = name + ".weight"
+    if isinstance(stored, Int4Tensor):
+        out = {w + ".packed": stored.packed, w + ".scale": stored.scale}
+        if stored.zero_point is not None:
+            out[w + ".zero_point"] = stored.zero_point
+        return out
+    if isinstance(stored, Int8Tensor):
+        return {w + ".values": stored.values, w + ".scale": stored.scale}
+    return {w: stored}
+
+
+def _layer_info(stored) -> dict:
+    from harmony_ref.model.minilm import stored_format
+
+    info = {"format": stored_format(stored).name, "shape": list(stored.shape)}
+    if isinstance(stored, Int4Tensor):
+        info.update(group_size=stored.group_size, scheme=stored.scheme)
+    return info
+
+
+def export_artifact(model, policy, path: str | Path) -> dict:
+    """Write `model` with its Linears in `policy`'s formats to `path`; returns the manifest."""
+    from safetensors.numpy import save
+
+    from harmony_ref.accuracy import _model_fingerprint
+
+    pol = load_policy(policy)
+    linears = model.linears(pol)
+    weight_names = {n + ".weight" for n in linears}
+    tensors = {k: np.ascontiguousarray(v) for k, v in model.params.items() if k not in weight_names}
+    layers = {}
+    for name, q in linears.items():
+        tensors.update({k: np.ascontiguousarray(v) for k, v in _linear_tensors(name, q.stored).items()})
+        layers[name] = _layer_info(q.stored)
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "policy": pol.to_toml(),
+        "layers": json.dumps(layers, sort_keys=True),
+        "tensor_sha256": json.dumps({k: _sha(v.tobytes()) for k, v in sorted(tensors.items())}),
+        "model_sha256": _model_fingerprint(model),
+        "n_heads": str(model.n_heads),
+        "max_seq_len": str(model.max_seq_len),
+        "tokenizer_json": model.tokenizer.to_str(),
+    }
+    blob = save(tensors, metadata=meta)
+    meta["payload_sha256"] = _sha(_split(blob, "<memory>")[2])
+    blob2 = save(tensors, metadata=meta)
+    if _split(blob2, "<memory>")[2] != _split(blob, "<memory>")[2]:  # pragma: no cover
+        raise RuntimeError("safetensors laid the same tensors out differently twice")
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(blob2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return meta
+
+
+def _split(blob: bytes, source: str) -> tuple[dict, int, bytes]:
+    """(header dict, header length, data section) of a safetensors file, or ArtifactError."""
+    if len(blob) < 8:
+        raise ArtifactError(f"{source}: truncated: {len(blob)} bytes, not even a header length")
+    (n,) = struct.unpack("<Q", blob[:8])
+    if 8 + n > len(blob):
+        raise ArtifactError(f"{source}: truncated inside the header: it declares {n} bytes, "
+                            f"the file has {len(blob) - 8} after the length field")
+    try:
+        header = json.loads(blob[8:8 + n])
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"{source}: header is not valid JSON ({e}): corrupted") from e
+    if not isinstance(header, dict):
+        raise ArtifactError(f"{source}: header is not a JSON object: corrupted")
+    return header, n, blob[8 + n:]
+
+
+@dataclass(frozen=True)
+class Verified:
+    path: str
+    file_sha256: str
+    metadata: dict
+    header: dict  # tensor name -> {"dtype", "shape", "data_offsets"}
+    data: bytes
+
+    @property
+    def n_tensors(self) -> int:
+        return len(self.header)
+
+    @property
+    def layers(self) -> dict:
+        return json.loads(self.metadata["layers"])
+
+
+def verify_artifact(path: str | Path) -> Verified:
+    """Check an artifact completely; raise ArtifactError saying which tensor (or part) failed."""
+    source = str(path)
+    blob = Path(path).read_bytes()
+    header, _, data = _split(blob, source)
+    meta = header.pop("__metadata__", None) or {}
+    if meta.get("format") != FORMAT:
+        raise ArtifactError(f"{source}: not a harmony-ref artifact (format = {meta.get('format')!r})")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ArtifactError(f"{source}: format_version {meta.get('format_version')!r} is not "
+                            f"supported (this harmony-ref reads {FORMAT_VERSION!r})")
+    for key in ("policy", "layers", "tensor_sha256", "payload_sha256", "n_heads", "max_seq_len",
+                "tokenizer_json"):
+        if key not in meta:
+            raise ArtifactError(f"{source}: manifest field {key!r} is missing")
+    try:
+        manifest = json.loads(meta["tensor_sha256"])
+    except json.JSONDecodeError as e:
+        raise ArtifactError(f"{source}: manifest field 'tensor_sha256' is not JSON: {e}") from e
+    missing = sorted(set(manifest) - set(header))
+    extra = sorted(set(header) - set(manifest))
+    if missing or extra:
+        raise ArtifactError(f"{source}: tensors do not match the manifest: missing {missing}, "
+                            f"not in the manifest {extra}")
+    end_of_data = 0
+    # Check in file order, so a truncation names the first tensor it cut.
+    for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        begin, end = info["data_offsets"]
+        end_of_data = max(end_of_data, end)
+        if end > len(data):
+            raise ArtifactError(f"{source}: tensor {name!r} is truncated: its bytes run to offset "
+                                f"{end} of the data section, which has only {len(data)}")
+        dtype = _DTYPES.get(info["dtype"])
+        if dtype is None:
+            raise ArtifactError(f"{source}: tensor {name!r} has unsupported dtype {info['dtype']}")
+        if end - begin != int(np.prod(info["shape"])) * np.dtype(dtype).itemsize:
+            raise ArtifactError(f"{source}: tensor {name!r}: {end - begin} bytes do not hold "
+                                f"{info['dtype']} {info['shape']}")
+        got = _sha(data[begin:end])
+        if got != manifest[name]:
+            raise ArtifactError(f"{source}: tensor {name!r} failed its SHA-256 check (got "
+                                f"{got[:16]}..., manifest says {manifest[name][:16]}...): tampered "
+                                "or corrupted")
+    if len(data) != end_of_data:
+        raise ArtifactError(f"{source}: {len(data) - end_of_data} unexpected bytes after the last "
+                            "tensor")
+    if _sha(data) != meta["payload_sha256"]:
+        raise ArtifactError(f"{source}: payload SHA-256 does not match the manifest")
+    try:
+        load_policy_text(meta["policy"], source)
+    except ValueError as e:
+        raise ArtifactError(str(e)) from e
+    return Verified(source, _sha(blob), meta, header, data)
+
+
+def load_policy_text(text: str, source: str):
+    import tomllib
+
+    from harmony_ref.quant.policy import policy_from_dict
+
+    return policy_from_dict(tomllib.loads(text), f"{source}: manifest 'policy'")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    params: dict[str, np.ndarray]  # everything but the Linear weights, float32
+    linears: dict  # name -> QuantLinear
+    policy: object
+    verified: Verified
+
+
+def load_artifact(path: str | Path) -> Artifact:
+    """Verify, then rebuild the model's parameters and its quantized Linears."""
+    from safetensors.numpy import load
+
+    from harmony_ref.model.minilm import QuantLinear
+
+    v = verify_artifact(path)
+    tensors = load(Path(path).read_bytes())
+    linears, used = {}, set()
+    for name, info in v.layers.items():
+        fmt = parse_format(info["format"], f"{path}: layers.{name}")
+        w = name + ".weight"
+        shape = tuple(info["shape"])
+        if fmt.kind == "int4":
+            zp = tensors.get(w + ".zero_point")
+            stored = Int4Tensor(tensors[w + ".packed"], tensors[w + ".scale"], zp, shape,
+                                int(info["group_size"]), info["scheme"])
+            used.update(k for k in (w + ".packed", w + ".scale", w + ".zero_point") if k in tensors)
+        elif fmt.kind == "int8":
+            stored = Int8Tensor(tensors[w + ".values"], tensors[w + ".scale"], shape)
+            used.update((w + ".values", w + ".scale"))
+        else:
+            stored = tensors[w]
+            used.add(w)
+        linears[name] = QuantLinear(name, fmt, stored, tensors[name + ".bias"])
+    params = {k: t for k, t in tensors.items() if k not in used}
+    policy = load_policy_text(v.metadata["policy"], str(path))
+    return Artifact(params, linears, policy, v)
