@@ -407,14 +407,9 @@ def phase_times_ms(run, new_tokens: int, stat: str = "min") -> dict[str, float]:
     return out
 
 
-def samples_from_run(run, onchip_bytes: int, holdout: bool = False, tag: str = "",
-                     dedupe: bool = True, stat: str = "min") -> list[OpSample]:
-    return samples_from_op_times(run.ops, onchip_bytes, holdout, tag, dedupe, stat)
-
-
 def samples_from_op_times(op_times, onchip_bytes: int, holdout: bool = False, tag: str = "",
                           dedupe: bool = True, stat: str = "min") -> list[OpSample]:
-    """OpSamples from a HostRun: the graph ops the host executed, counted as the cost model counts
+    """OpSamples from a HostRun's `ops`: the graph ops the host executed, counted as the cost model counts
     them (matrix flops at the op's dtype, vector flops, streamed bytes x on-chip passes + other
     bytes). Ops repeated across layers are merged into one sample at their median time."""
     import re
