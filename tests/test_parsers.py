@@ -65,6 +65,7 @@ def test_tflite_timings_stats_memory():
     assert m.value("init_ms") == pytest.approx(1873.41, rel=REL)
     assert m.value("first_inference_ms") == pytest.approx(61.234, rel=REL)
     assert m.value("warmup_avg_ms") == pytest.approx(43.5619, rel=REL)
+    assert p.provenance["model_file_size_mb"] == "554.312"  # printed as bytes / 1e6: MB, not MiB
     # the timed-run stat line (count=50), not the warm-up one (count=12)
     assert m.value("inference_runs") == 50
     assert m.value("inference_min_ms") == pytest.approx(40.891, rel=REL)
