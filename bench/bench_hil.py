@@ -22,7 +22,10 @@ class HostModelError:
         out = os.path.join(tempfile.mkdtemp(prefix="asv-host-"), "host.toml")
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            main(["calibrate", "--backend", "host", "--quick", "--repeats", "3", "--out", out, "--json"])
+            rc = main(["calibrate", "--backend", "host", "--quick", "--repeats", "3", "--out", out,
+                       "--json"])
+        if rc != 0:  # its error went to stderr; without this asv reports a JSON decode error
+            raise RuntimeError(f"harmony-ref calibrate exited {rc}")
         return json.loads(buf.getvalue())
 
     def track_host_model_mape_pct(self, r):

@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark and regression harness for quantized on-device LLM inference.",
     )
     parser.add_argument("--version", action="version", version=f"harmony-ref {harmony_ref.__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # A private dest: subcommands may have their own --command option (measure, run, calibrate).
+    sub = parser.add_subparsers(dest="_command_name", metavar="COMMAND")
     for module in _command_modules():
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except (ValueError, FileNotFoundError) as e:
         # Bad input: say what and where, no traceback.
-        print(f"harmony-ref {args.command}: error: {e}", file=sys.stderr)
+        print(f"harmony-ref {args._command_name}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

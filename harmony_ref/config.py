@@ -44,7 +44,7 @@ class Config:
     policy: Policy
     scenario: Scenario = field(default_factory=Scenario)
     fused: bool = True
-    kv_dtype: str = "fp16"  # KV cache storage: fp16, or int8 with one fp16 scale per head per token
+    kv_dtype: str = "fp16"  # KV cache storage: fp16, or int8 with one float32 scale per head per token
 
     def __post_init__(self):
         if self.kv_dtype not in KV_DTYPES:

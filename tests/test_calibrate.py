@@ -130,6 +130,10 @@ def test_cli_command_backend_from_op_times(tmp_path, capsys):
     from harmony_ref.config import Config
 
     assert SimulatedDevice(p).predict(Config.from_names(model="llama-3.2-1b")).value("decode_tokens_per_s") > 0
+    # the text report prints plain numbers (numpy 2 scalars inside a dict print as np.float64(...))
+    assert main(["calibrate", "--backend", "command", "--ops", str(src), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "rates_gops: {'int4': " in text and "np.float64" not in text
 
 
 def test_cli_command_backend_bad_file(tmp_path, capsys):
@@ -181,7 +185,11 @@ def test_cli_command_backend_recovers_hidden_efficiencies(tmp_path, capsys):
     assert r["memory_efficiency"] == pytest.approx(0.62, rel=1e-3)
     assert r["launch_overhead_us"] == pytest.approx(45.0, rel=1e-3)
     assert r["held_out_phase_mape_pct"] < 0.1  # decode: mid-step vs the simulator's mean over steps
-    assert [p["set"] for p in r["phases"]].count("held-out") == 2
+    held = [p for p in r["phases"] if p["set"] == "held-out"]
+    assert sorted(p["phase"] for p in held) == ["decode", "e2e", "prefill"]
+    e2e_row = next(p for p in held if p["phase"] == "e2e")
+    assert r["held_out_e2e_mape_pct"] == pytest.approx(e2e_row["ape_pct"])
+    assert r["held_out_e2e_mape_pct"] < 0.1
     assert r["provenance"]["device_model"] == "FAKE-PHONE"
     p = DEVICE.load_profile(str(out))
     assert p.compute.compute_efficiency == pytest.approx(0.31, rel=1e-3)

@@ -33,3 +33,9 @@ def test_closed_pipe_is_not_a_traceback():
     err = p.stderr.read().decode()
     p.wait(timeout=60)
     assert "Traceback" not in err
+
+
+def test_error_names_the_subcommand_even_with_a_command_option(capsys):
+    # `run --command` must not overwrite the subcommand name shown in errors.
+    assert main(["run", "--backend", "command", "--command", "echo hi"]) == 2
+    assert "harmony-ref run: error:" in capsys.readouterr().err

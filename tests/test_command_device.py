@@ -122,14 +122,29 @@ def test_cli_measure_json(capsys):
     assert out["provenance"]["device_model"] == "P60"
 
 
-def test_cli_measure_failure_is_clean(capsys):
-    rc = main(["measure", "--command", fake("crash.py"), "--format", "mslite"])
-    err = capsys.readouterr().err
+@pytest.mark.parametrize("script, timeout, says", [
+    ("crash.py", "30", "exited with code 3"),
+    ("garbage.py", "30", "expected a line 'Model = <name>"),
+    ("hang.py", "1", "timed out after 1 s"),
+])
+def test_cli_measure_failure_is_clean(capsys, tmp_path, script, timeout, says):
+    args = [shlex.quote(str(tmp_path / "child.pid"))] if script == "hang.py" else []
+    rc = main(["measure", "--command", fake(script, *args), "--format", "mslite", "--timeout", timeout])
+    captured = capsys.readouterr()
     assert rc == 1
-    assert "error: command" in err and "exited with code 3" in err and "Traceback" not in err
+    assert captured.err.startswith("harmony-ref measure: error: command") and says in captured.err
+    assert "Traceback" not in captured.err
+    assert captured.out == ""  # nothing printed as a result
 
 
 def test_cli_measure_table(capsys):
     assert main(["measure", "--command", fake("benchmark.py", "--format", "mslite"), "--format", "mslite"]) == 0
     out = capsys.readouterr().out
     assert "mslite_avg_run_ms" in out and "model_file: qwen2_0_5b_int4.ms" in out
+
+
+def test_cli_measure_bad_template_names_the_subcommand(capsys):
+    # --command once shared its dest with the CLI's subcommand name: errors read "harmony-ref echo {x}:"
+    assert main(["measure", "--command", "echo {x}", "--format", "mslite"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("harmony-ref measure: error:") and "{x}" in err

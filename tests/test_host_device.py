@@ -56,8 +56,8 @@ import dataclasses  # noqa: E402
 from harmony_ref.config import Config  # noqa: E402
 from harmony_ref.hil.host import HostDevice, scaled_spec, weight_mb  # noqa: E402
 
-STANDARD = {"ttft_ms", "prefill_ms", "decode_step_ms", "decode_tokens_per_s", "e2e_ms", "peak_memory_mb",
-            "weights_mb", "kernel_launches_per_token"}
+STANDARD = {"ttft_ms", "prefill_ms", "prefill_tokens_per_s", "decode_step_ms", "decode_tokens_per_s",
+            "e2e_ms", "peak_memory_mb", "weights_mb", "kv_cache_mb", "kernel_launches_per_token"}
 
 
 def tiny(fused=True, policy="int4-g32", model="qwen2.5-0.5b", div=8, prompt=8, new=4):
@@ -77,6 +77,11 @@ def test_same_metric_names_as_simulated(run):
     sim = SimulatedDevice("harmony-flagship").predict(run.config)
     assert STANDARD <= set(run.metrics.names())
     assert STANDARD <= set(sim.names())
+    # the exact ones agree: same weights, and an fp16 cache is 2 x layers x kv_dim x context x 2 B
+    for name in ("weights_mb", "kv_cache_mb"):
+        assert run.metrics.value(name) == pytest.approx(sim.value(name), rel=1e-9), name
+    m = run.metrics
+    assert m.value("prefill_tokens_per_s") == pytest.approx(8 / (m.value("prefill_ms") / 1e3))  # 8-token prompt
 
 
 def test_every_op_timed_with_samples(run):
@@ -195,3 +200,14 @@ def test_load_canary_wait_is_bounded():
     t0 = time.monotonic()
     r = c.wait_quiet(max_ratio=0.0, timeout_s=0.3, poll_s=0.05)  # never quiet enough: times out
     assert r >= 1.0 and time.monotonic() - t0 < 5
+
+
+def test_make_backend_command_fills_config_and_values():
+    from harmony_ref.hil.backends import make_backend
+
+    dev = make_backend("command", command="hdc -t {serial} shell bench --model {model} -p {prompt_tokens}",
+                       fmt="llama-bench", values={"serial": "ABC123"})
+    cfg = Config.from_names(model="llama-3.2-1b", policy="int4-g32", prompt_tokens=64)
+    assert dev.command_for(cfg) == "hdc -t ABC123 shell bench --model llama-3.2-1b -p 64"
+    with pytest.raises(ValueError, match="needs a command template"):
+        make_backend("command", fmt="llama-bench")

@@ -54,7 +54,9 @@ def test_matmul_w4_matches_ref(m, n, k, group, scheme):
     assert_within(got, ref, FAST_VS_REF_REL * _abs_sum(x_hat, dequantize_int4(t)), "matmul_w4 vs ref")
 
 
-@pytest.mark.parametrize("m, n, k", [(1, 127, 256), (3, 17, 96), (17, 33, 64), (127, 3, 32), (4, 5, 30)])
+@pytest.mark.parametrize(
+    "m, n, k", [(1, 127, 256), (3, 17, 96), (17, 33, 64), (33, 1, 32), (127, 3, 32), (4, 5, 30)]
+)
 def test_matmul_w8_matches_ref(m, n, k):
     x, w = _data(m, n, k, seed=7 + m + n)
     t = quantize_int8(w)

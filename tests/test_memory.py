@@ -24,7 +24,7 @@ def test_kv_cache_is_gqa_aware_and_int8_adds_scales():
     fp16 = kv_cache_bytes(spec, 2048)
     assert fp16 == 2 * 28 * 8 * 128 * 2048 * 2
     int8 = kv_cache_bytes(spec, 2048, "int8")
-    assert int8 == 2 * 28 * 8 * (128 + 2) * 2048  # one fp16 scale per token per head, K and V
+    assert int8 == 2 * 28 * 8 * (128 + 4) * 2048  # one float32 scale per token per head, K and V
     assert kv_cache_bytes(spec, 2048, batch=3) == 3 * fp16
     assert kv_cache_bytes(get_spec("all-minilm-l6"), 512) == 0
 
@@ -59,3 +59,14 @@ def test_budget_check():
     assert not too_big.fits and too_big.headroom_bytes < 0
     # A 7B at fp16 fits no phone's app budget.
     assert not memory_estimate(flagship, Config.from_names(model="qwen2.5-7b", policy="fp16")).fits
+
+
+def test_kv_cache_bytes_match_the_kernel_cache_byte_for_byte():
+    # The model's KV cache size is the real storage of harmony_ref.kernels.KVCache.
+    from harmony_ref.kernels import KVCache
+    from harmony_ref.model.spec import get_spec
+
+    spec = get_spec("qwen2.5-0.5b")
+    for kv_dtype in ("fp16", "int8"):
+        per_layer = KVCache(256, spec.n_kv_heads, spec.head_dim, dtype=kv_dtype).nbytes
+        assert kv_cache_bytes(spec, 256, kv_dtype) == spec.n_layers * per_layer

@@ -37,6 +37,21 @@ def test_mslite_cosine():
     assert m.value("e2e_ms") == pytest.approx(3.687, rel=REL)
 
 
+def test_mslite_line_variants_across_versions():
+    # Checked in mindspore/lite/tools/benchmark: PrepareTime is streamed with `std::cout <<`, an
+    # integer in versions dividing uint64 microseconds by 1000, a float (default 6 significant
+    # digits, so possibly 1.23457e+06) in others; newer versions append " threshold is:<f>" to the
+    # mean-bias line, and net_train prints "Exported model PrepareTime = ...".
+    run = ("Model = m.ms, NumThreads = 2, MinRunTime = 1.000000 ms, MaxRuntime = 3.000000 ms, "
+           "AvgRunTime = 2.000000 ms")
+    for prepare, want in (("PrepareTime = 412 ms", 412.0), ("PrepareTime = 1.23457e+06 ms", 1.23457e6),
+                          ("Exported model PrepareTime = 96 ms", 96.0)):
+        m = parse("mslite", f"{prepare}\nMean bias of all nodes/tensors: 0.5% threshold is:0.5\n{run}\n").metrics
+        assert m.value("mslite_prepare_ms") == pytest.approx(want, rel=REL), prepare
+        assert m.value("mslite_mean_bias_pct") == pytest.approx(0.5, rel=REL)
+        assert m.value("e2e_ms") == pytest.approx(2.0, rel=REL)
+
+
 def test_mslite_failure_quotes_the_tool():
     with pytest.raises(ParseError, match="Failed : -1"):
         parse("mslite", read("mslite_failed.txt"))
@@ -50,6 +65,7 @@ def test_tflite_timings_stats_memory():
     assert m.value("init_ms") == pytest.approx(1873.41, rel=REL)
     assert m.value("first_inference_ms") == pytest.approx(61.234, rel=REL)
     assert m.value("warmup_avg_ms") == pytest.approx(43.5619, rel=REL)
+    assert p.provenance["model_file_size_mb"] == "554.312"  # printed as bytes / 1e6: MB, not MiB
     # the timed-run stat line (count=50), not the warm-up one (count=12)
     assert m.value("inference_runs") == 50
     assert m.value("inference_min_ms") == pytest.approx(40.891, rel=REL)

@@ -7,23 +7,27 @@ import sys
 from harmony_ref.commands._output import add_json_flag, print_json, print_table
 
 NAME = "measure"
-HELP = "run an external benchmark command once (e.g. over hdc/adb shell) and print its parsed metrics"
+HELP = ("run an external benchmark command once (e.g. over hdc/adb shell) and print its parsed "
+        "metrics")
 
 
 def add_arguments(p) -> None:
     from harmony_ref.hil.parsers import FORMATS
 
-    p.add_argument("--command", required=True,
+    # dest is not "command": cli.py's subparsers keep the subcommand's name there (error prefix)
+    p.add_argument("--command", dest="command_template", metavar="CMD", required=True,
                    help="command to run; placeholders {name} filled from --set name=value")
     p.add_argument("--format", required=True, choices=FORMATS, help="output format of the command")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
                    help="kill the command (and its children) after S seconds (default 600)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="value for a {NAME} placeholder in the command (repeatable)")
-    g = p.add_argument_group("physics sanity (flag measurements faster than the profile's roofline)")
+    g = p.add_argument_group(
+        "physics sanity (flag measurements faster than the profile's roofline)")
     g.add_argument("--profile", help="device profile to check against (name or .toml path)")
     g.add_argument("--model", help="model the command runs (required with --profile)")
-    g.add_argument("--policy", default="int4-g128", help="quantization policy it runs (default int4-g128)")
+    g.add_argument("--policy", default="int4-g128",
+                   help="quantization policy it runs (default int4-g128)")
     g.add_argument("--prompt-tokens", type=int, default=512)
     g.add_argument("--new-tokens", type=int, default=128)
     g.add_argument("--context-tokens", type=int, default=2048)
@@ -50,11 +54,13 @@ def run(args) -> int:
         from harmony_ref.device.profile import load_profile
 
         if not args.model:
-            raise ValueError("--profile needs --model (the model the command runs) for the roofline bound")
+            raise ValueError("--profile needs --model (the model the command runs) "
+                             "for the roofline bound")
         profile = load_profile(args.profile)
-        config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt_tokens,
-                                   new_tokens=args.new_tokens, context_tokens=args.context_tokens)
-    dev = CommandDevice(args.command, args.format, args.timeout, values=_values(args.set))
+        config = Config.from_names(model=args.model, policy=args.policy,
+                                   prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens,
+                                   context_tokens=args.context_tokens)
+    dev = CommandDevice(args.command_template, args.format, args.timeout, values=_values(args.set))
     try:
         m = dev.measure(config)
     except BackendError as e:

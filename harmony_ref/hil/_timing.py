@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from harmony_ref.units import MB
+from harmony_ref.units import KIB, MB
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,6 @@ def time_call(fn, warmup: int = 2, repeats: int = 5, min_sample_s: float = 0.0) 
     return Timing(statistics.median(samples), tuple(samples))
 
 
-def rss_mb() -> float:
-    return psutil.Process().memory_info().rss / MB
-
-
 def reset_peak_rss() -> bool:
     """Reset the kernel's peak-RSS mark (Linux: write 5 to /proc/self/clear_refs), so the next
     `peak_rss_mb` covers only what ran since. False where that is not possible."""
@@ -63,14 +59,14 @@ def peak_rss_mb() -> float:
         with open("/proc/self/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024 / MB
+                    return int(line.split()[1]) * KIB / MB
     except OSError:
         pass
     import resource
     import sys
 
     ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return ru / MB if sys.platform == "darwin" else ru * 1024 / MB
+    return ru / MB if sys.platform == "darwin" else ru * KIB / MB
 
 
 def cpu_freq_mhz() -> float | None:

@@ -15,8 +15,19 @@ from __future__ import annotations
 BACKENDS = ("simulated", "host", "command")
 
 
-def make_backend(name: str, profile="harmony-flagship", command: str | None = None, fmt: str | None = None,
-                 timeout_s: float = 600.0, host_profile=None, auto_scale: bool = True, repeats: int = 5):
+def make_backend(name: str, profile="harmony-flagship", command: str | None = None,
+                 fmt: str | None = None, timeout_s: float = 600.0, host_profile=None,
+                 auto_scale: bool = True, repeats: int = 5, values: dict | None = None):
+    """The backend called `name` (one of BACKENDS); a bad name or missing argument is a ValueError.
+
+    simulated: `profile` (shipped name, .toml path or DeviceProfile) is the device it predicts.
+    host: Numba kernels on this CPU, `repeats` timed repeats per op; `auto_scale` shrinks a model
+        too large for this host (the record's config says so); `host_profile` (a calibrated host
+        profile, from `harmony-ref calibrate`) adds `host_model_mape_pct` and enables physics.
+    command: runs `command` (a template: {model} {policy} {prompt_tokens} {new_tokens}
+        {context_tokens} come from the config, other {name}s from `values`) and parses its output
+        as `fmt` (mslite, tflite, llama-bench, executorch), killing it after `timeout_s`.
+    """
     if name == "simulated":
         from harmony_ref.hil.simulated import SimulatedDevice
 
@@ -30,12 +41,19 @@ def make_backend(name: str, profile="harmony-flagship", command: str | None = No
 
         if not command or not fmt:
             raise ValueError("backend 'command' needs a command template and an output format")
-        return CommandDevice(command, fmt, timeout_s)
+        return CommandDevice(command, fmt, timeout_s, values=values)
     raise ValueError(f"unknown backend {name!r}; known: {list(BACKENDS)}")
 
 
 def measure(backend, config, profile=None):
-    """(metrics, provenance, implausible findings) of one config on `backend`."""
+    """(metrics, provenance, implausible findings) of one config on `backend`.
+
+    `profile` is the device a command backend runs on (its roofline checks the measurement);
+    simulated and host backends ignore it (the host checks against its own `host_profile`).
+    Implausible metrics come back flagged `implausible` and listed in the findings. A measurement
+    that did not happen (timeout, non-zero exit, unparseable output) raises
+    harmony_ref.hil.base.BackendError (a RuntimeError, not a ValueError): callers should print
+    it, exit non-zero and record nothing."""
     from harmony_ref.device.profile import load_profile
     from harmony_ref.hil.physics import check
 

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harmony_ref.units import GB, GIGA, KIB, MEGA, MS_PER_S, US_PER_S
+
 RATE_CLASSES = ("int4", "int8", "fp16", "vector")
 MAX_ITERATIONS = 20
 COMPUTE, MEMORY = "compute", "memory"
@@ -167,7 +169,7 @@ def nominal_host_peaks(freq_mhz: float, cores: int, flags: set[str]) -> dict[str
     the widest vector ISA (AVX-512: 16, AVX2: 8, else 4); int8 dot products (VNNI) do 4 MACs per
     32-bit lane (else 2, via pmaddubsw); int4 runs at the int8 rate (nibbles unpacked to int8)."""
     lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
-    hz = freq_mhz * 1e6 * cores
+    hz = freq_mhz * MEGA * cores
     fp32 = 2 * 2 * lanes * hz  # 2 pipes x FMA (2 ops) x lanes
     int8 = 2 * 2 * lanes * (4 if ("avx512_vnni" in flags or "avx_vnni" in flags) else 2) * hz
     return {"fp16": fp32, "int8": int8, "int4": int8, "vector": fp32}
@@ -208,22 +210,14 @@ def host_profile_toml(f: HostFit, stream_gbps: float, nominal: dict[str, float],
     The cost model multiplies a class's peak by `compute_efficiency`; the fit gives the products
     (achieved rates). compute_efficiency is the INT4 matmul's achieved / nominal peak, and each
     class's peak field is its achieved rate / compute_efficiency, so peak x efficiency = fitted."""
-    import sys
-
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    from importlib import resources
-
-    from harmony_ref.units import GB, GIGA, KIB, US_PER_S
+    from harmony_ref._datafiles import read_toml
+    from harmony_ref.device.profile import PROFILES_FOLDER
 
     ce = min(1.0, f.rates["int4"] / nominal["int4"])
     eff = {c: f.rates[c] / nominal[c] for c in RATE_CLASSES}
     bw = f.bandwidth_bytes_per_s
     dram = max(stream_gbps * GB, bw)
-    thermal_src = resources.files("harmony_ref") / "device" / "profiles" / f"{THERMAL_TEMPLATE}.toml"
-    thermal = tomllib.loads(thermal_src.read_text())["thermal"]
+    thermal = read_toml("profile", PROFILES_FOLDER, THERMAL_TEMPLATE)[0]["thermal"]
     fitted = lambda c: "fitted" if c in f.fitted else "NOT fitted (seed)"  # noqa: E731
     head = "\n".join([
         f"# Host profile written by `harmony-ref calibrate`: {description}",
@@ -297,7 +291,6 @@ def load_op_times(path) -> list[OpSample]:
     import csv
     from pathlib import Path
 
-    from harmony_ref.units import US_PER_S
 
     path = Path(path)
     if not path.is_file():
@@ -325,7 +318,7 @@ def seed_rates(ops: list[OpSample]) -> dict[str, float]:
     out = {}
     for c in RATE_CLASSES:
         r = [op.ops / op.time_s for op in ops if op.rate_class == c and op.ops > 0]
-        out[c] = max(r) if r else 1e9
+        out[c] = max(r) if r else GIGA  # no sample of the class: 1 Gop/s, only a seed
     return out
 
 
@@ -390,7 +383,7 @@ class Calibration:
 
         return pd.DataFrame([{
             "op": op.name, "set": "held-out" if op.holdout else "fit", "regime": self.fit.regimes[op.name],
-            "measured_us": op.time_s * 1e6, "model_us": self.fit.predict_s(op) * 1e6,
+            "measured_us": op.time_s * US_PER_S, "model_us": self.fit.predict_s(op) * US_PER_S,
             "ape_pct": ape_pct(self.fit.predict_s(op), op.time_s)} for op in self.ops])
 
 
@@ -403,25 +396,20 @@ def phase_times_ms(run, new_tokens: int, stat: str = "min") -> dict[str, float]:
     summed the way HostDevice sums them."""
     out = {}
     pre = sum(op_time(t, stat) for t in run.ops if t.phase == "prefill")
-    out["prefill_ms"] = pre * 1e3
+    out["prefill_ms"] = pre * MS_PER_S
     dec = [t for t in run.ops if t.phase == "decode"]
     e2e = pre
     if dec:
         step = sum(op_time(t, stat) for t in dec)
-        out["decode_step_ms"] = step * 1e3
+        out["decode_step_ms"] = step * MS_PER_S
         e2e += new_tokens * step
-    out["e2e_ms"] = e2e * 1e3
+    out["e2e_ms"] = e2e * MS_PER_S
     return out
-
-
-def samples_from_run(run, onchip_bytes: int, holdout: bool = False, tag: str = "",
-                     dedupe: bool = True, stat: str = "min") -> list[OpSample]:
-    return samples_from_op_times(run.ops, onchip_bytes, holdout, tag, dedupe, stat)
 
 
 def samples_from_op_times(op_times, onchip_bytes: int, holdout: bool = False, tag: str = "",
                           dedupe: bool = True, stat: str = "min") -> list[OpSample]:
-    """OpSamples from a HostRun: the graph ops the host executed, counted as the cost model counts
+    """OpSamples from a HostRun's `ops`: the graph ops the host executed, counted as the cost model counts
     them (matrix flops at the op's dtype, vector flops, streamed bytes x on-chip passes + other
     bytes). Ops repeated across layers are merged into one sample at their median time."""
     import re
@@ -478,7 +466,7 @@ def calibrate_ops(ops: list[OpSample], stream_gbps: float, nominal: dict[str, fl
                   stat: str = "min") -> Calibration:
     """Fit on the non-held-out ops, score on the held-out ones, write the profile text. With
     `phase_runs` (HostRuns of fit workloads) the launch overhead is refitted on their phases."""
-    f = fit(ops, seed_bandwidth=stream_gbps * 1e9, seed_rates=seed_rates(ops))
+    f = fit(ops, seed_bandwidth=stream_gbps * GB, seed_rates=seed_rates(ops))
     if phase_runs:
         f = fit_launch_on_phases(f, phase_runs, onchip_bytes, stat)
     held = [(f.predict_s(op), op.time_s) for op in ops if op.holdout]
@@ -544,7 +532,6 @@ def phase_terms(profile, config, phase: str) -> tuple[int, np.ndarray, np.ndarra
     """(launches, per-op compute s, memory s at efficiency 1, per-op counts) of one phase. Decode
     uses the step at context prompt + new_tokens // 2 + 1 (costs are affine in the context)."""
     from harmony_ref.model.graph import build_graph
-    from harmony_ref.units import GB, GIGA
 
     s = config.scenario
     kw = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
@@ -606,29 +593,22 @@ def fit_phase_efficiencies(rows, start: PhaseFit) -> PhaseFit:
     return best
 
 
-def profile_with_efficiencies(profile, f: PhaseFit, name: str, description: str) -> tuple[str, list[str]]:
-    """The base profile's TOML with the three fitted numbers replaced, and notes on any fitted
-    efficiency above 1 (measurements faster than the profile's peak: implausible, capped at 1)."""
-    import sys
-    from importlib import resources
+def profile_with_efficiencies(base: str, f: PhaseFit, name: str, description: str) -> tuple[str, list[str]]:
+    """The TOML of the base profile (a shipped name or a path, as `load_profile` takes it) with the
+    three fitted numbers replaced, and notes on any fitted efficiency above 1 (measurements faster
+    than the profile's peak: implausible, capped at 1)."""
+    from harmony_ref._datafiles import read_toml
+    from harmony_ref.device.profile import PROFILES_FOLDER, profile_from_dict
 
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    from pathlib import Path
-
-    src = Path(profile.source)
-    if not src.is_file():
-        src = resources.files("harmony_ref") / "device" / "profiles" / f"{profile.name}.toml"
-    data = tomllib.loads(src.read_text())
+    data, source = read_toml("profile", PROFILES_FOLDER, base)
+    profile = profile_from_dict(data, source)  # the same checks load_profile makes
     notes = []
     ce, me = f.compute_efficiency, f.memory_efficiency
     for label, v in (("compute_efficiency", ce), ("memory_efficiency", me)):
         if v > 1.0:
             notes.append(f"implausible: fitted {label} = {v:.3f} > 1 (faster than {profile.name}'s peak); capped at 1")
     fitted = {("compute", "compute_efficiency"): min(ce, 1.0), ("memory", "memory_efficiency"): min(me, 1.0),
-              ("runtime", "launch_overhead_us"): f.launch_s * 1e6}
+              ("runtime", "launch_overhead_us"): f.launch_s * US_PER_S}
     data["name"], data["description"] = name, description
     head = [f"# Profile written by `harmony-ref calibrate --backend command` from {profile.name}: the three",
             "# numbers marked `fitted` come from measured phase times; the rest is the base profile's."]

@@ -211,7 +211,7 @@ class HostDevice:
         prov["model_profile"] = str(getattr(sim.profile, "source", sim.profile.name))
 
     def _metrics(self, config, times: list[OpTime], ctx) -> Metrics:
-        from harmony_ref.hil.physics import weight_bytes
+        from harmony_ref.device.memory import weights_bytes
 
         s = config.scenario
         m = Metrics()
@@ -224,6 +224,9 @@ class HostDevice:
 
         pre, pre_samples, _ = phase_total("prefill")
         m.add("prefill_ms", pre * MS_PER_S, "ms", "lower", "measured", [x * MS_PER_S for x in pre_samples])
+        prompt = s.prompt_tokens * s.batch  # as SimulatedDevice counts them
+        m.add("prefill_tokens_per_s", prompt / pre, "tokens/s", "higher", "measured",
+              [prompt / x for x in pre_samples])
         e2e_s = pre
         if any(t.phase == "decode" for t in times):
             step, step_samples, dec_ops = phase_total("decode")
@@ -242,7 +245,15 @@ class HostDevice:
             m.add("ttft_ms", pre * MS_PER_S, "ms", "lower", "measured", [x * MS_PER_S for x in pre_samples],
                   description="the forward pass (no decode)")
         m.add("e2e_ms", e2e_s * MS_PER_S, "ms", "lower", "measured")
-        m.add("weights_mb", weight_bytes(config) / MB, "MB", "lower", "exact")
+        # every stored parameter (matmuls, biases, norms, head), as SimulatedDevice counts them
+        m.add("weights_mb", weights_bytes(config.spec, config.policy) / MB, "MB", "lower", "exact")
+        if config.spec.is_decoder and ctx.k.KVCache is not None:
+            # what the kernel's KVCache holds for every layer at the full context (np.zeros: not
+            # touched, so not resident)
+            one = ctx.k.KVCache(s.context_tokens, config.spec.n_kv_heads, config.spec.head_dim,
+                                config.kv_dtype)
+            m.add("kv_cache_mb", one.nbytes * config.spec.n_layers * s.batch / MB, "MB", "lower",
+                  "exact", description="KVCache.nbytes x layers x batch at context_tokens")
         m.add("peak_memory_mb", peak_rss_mb(), "MB", "lower", "measured",
               description="peak RSS of this process (psutil/getrusage), weights, KV caches and all")
         return m

@@ -16,7 +16,7 @@ import numpy as np
 from harmony_ref.hil._timing import Timing, time_call
 from harmony_ref.hil.calibrate import OpSample
 from harmony_ref.quant.policy import WeightFormat
-from harmony_ref.units import KIB
+from harmony_ref.units import GB, KIB
 
 ACT_BYTES = 2  # the graph's fp16 activation convention
 NORM_FLOPS, BIAS_FLOPS, GELU_FLOPS = 5, 1, 8  # per element, as graph.py counts them
@@ -74,7 +74,7 @@ def stream_read_gbps(warmup: int = 1, repeats: int = 5) -> float:
     a = np.ones(STREAM_BYTES // 8, dtype=np.int64)
     _stream_read(a[:8])
     t = time_call(lambda: _stream_read(a), warmup, repeats)
-    return a.nbytes / min(t.samples_s) / 1e9
+    return a.nbytes / min(t.samples_s) / GB
 
 
 def _weights(fmt: WeightFormat, n: int, k: int, rng):

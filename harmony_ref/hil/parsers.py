@@ -166,7 +166,8 @@ def parse_tflite(text: str) -> Parsed:
     prov = {}
     size = _TFLITE_MODEL_SIZE.search(text)
     if size:
-        prov["model_file_size_mib"] = size.group(1)
+        # unlike the memory lines, this "MB" is decimal: MayGetModelFileSize() / 1e6
+        prov["model_file_size_mb"] = size.group(1)
     graph = _TFLITE_GRAPH.search(text)
     if graph:
         prov["model_file"] = graph.group(1)

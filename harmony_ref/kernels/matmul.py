@@ -96,15 +96,21 @@ def _interleave_rows(a: np.ndarray, fill=0) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(padded, 1, -1))
 
 
+def _already_prepared(t, tensor_type, prepared_type):
+    """`t` if it is already a `prepared_type`, its cached preparation, or None (build it)."""
+    if isinstance(t, prepared_type):
+        return t
+    if not isinstance(t, tensor_type):
+        raise ValueError(f"w must be an {tensor_type.__name__} or {prepared_type.__name__}, "
+                         f"got {type(t).__name__}")
+    return _prepared.get(t)
+
+
 def prepare_w4(t: Int4Tensor) -> PreparedW4:
     """Kernel layout of `t`, built once per tensor object and cached (weakly) on it."""
-    if isinstance(t, PreparedW4):
-        return t
-    if not isinstance(t, Int4Tensor):
-        raise ValueError(f"w must be an Int4Tensor or PreparedW4, got {type(t).__name__}")
-    cached = _prepared.get(t)
-    if cached is not None:
-        return cached
+    done = _already_prepared(t, Int4Tensor, PreparedW4)
+    if done is not None:
+        return done
     if t.group_size % 2 != 0:
         raise ValueError(
             f"matmul_w4 needs an even group_size (a group must not split a byte), got {t.group_size}"
@@ -125,13 +131,10 @@ def prepare_w4(t: Int4Tensor) -> PreparedW4:
 
 
 def prepare_w8(t: Int8Tensor) -> PreparedW8:
-    if isinstance(t, PreparedW8):
-        return t
-    if not isinstance(t, Int8Tensor):
-        raise ValueError(f"w must be an Int8Tensor or PreparedW8, got {type(t).__name__}")
-    cached = _prepared.get(t)
-    if cached is not None:
-        return cached
+    """Kernel layout of `t`, built once per tensor object and cached (weakly) on it."""
+    done = _already_prepared(t, Int8Tensor, PreparedW8)
+    if done is not None:
+        return done
     prepared = PreparedW8(
         values=_interleave_rows(t.values),
         scale=_interleave_rows(t.scale.astype(np.float32)),

@@ -10,7 +10,7 @@ Each `Op` carries what the cost model needs and nothing device-specific:
   activations, rope, bias, residual adds) run on the vector unit in fp16.
 - bytes it moves through DRAM: `weight_bytes` (the weight's real stored size, scales and zero
   points included, from `WeightFormat.nbytes`), `act_in_bytes`/`act_out_bytes` (fp16
-  activations), `kv_read_bytes`/`kv_write_bytes` (the KV cache, fp16 or int8 + fp16 scales).
+  activations), `kv_read_bytes`/`kv_write_bytes` (the KV cache, fp16 or int8 + float32 scales).
 - `tile_bytes`: the activation block a matmul keeps on chip to stream its weights (or K/V) once
   (the cost model re-streams them when the block does not fit the profile's on-chip buffer).
 - `reads_prev_bytes`: how much of its input is the previous op's output. Fusing the op into its
@@ -45,7 +45,7 @@ SOFTMAX_FLOPS_PER_ELEMENT = 5  # max, subtract, exp, sum, divide
 SILU_FLOPS_PER_ELEMENT = 4  # exp, add, divide, multiply
 GELU_FLOPS_PER_ELEMENT = 8  # tanh approximation
 ROPE_FLOPS_PER_ELEMENT = 3  # two multiplies and an add per rotated element
-KV_INT8_SCALE_BYTES = 2  # one fp16 scale per token per KV head, for K and for V
+KV_INT8_SCALE_BYTES = 4  # one float32 scale per token per KV head, for K and for V, as kernels.KVCache stores it
 
 EPILOGUE_KINDS = frozenset(
     {"bias", "activation", "gate_mul", "residual_add", "kv_write", "softmax", "attn_pv"}

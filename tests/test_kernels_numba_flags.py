@@ -1,0 +1,35 @@
+"""Every compiled kernel in harmony_ref/kernels is cached (compile once per machine, not per
+process) and, when it is a top-level kernel rather than an inlined helper, parallel: `prange`
+loops are what make `numba.set_num_threads` apply (tests/test_kernels_matmul.py checks that the
+thread count does not change results)."""
+
+import pytest
+from numba.core.registry import CPUDispatcher
+
+from harmony_ref.kernels import attention, matmul, norm
+
+# Compiled functions that are not model kernels, and why they may be serial.
+SERIAL_OK = {"_tanh_vec": "norm.tanh_approx: exposes the kernels' tanh to its accuracy test"}
+
+DISPATCHERS = [
+    (mod.__name__.rsplit(".", 1)[-1], name, obj)
+    for mod in (attention, matmul, norm)
+    for name, obj in vars(mod).items()
+    if isinstance(obj, CPUDispatcher)
+]
+
+
+def test_kernels_found():
+    assert {name for _, name, _ in DISPATCHERS} >= {
+        "_matmul_w4_tiles", "_matmul_w8_tiles", "_norm_bias_gelu_rows", "_decode_attention"}
+
+
+@pytest.mark.parametrize("module, name, kernel", DISPATCHERS,
+                         ids=[f"{m}.{n}" for m, n, _ in DISPATCHERS])
+def test_kernel_is_cached_and_parallel(module, name, kernel):
+    opts = kernel.targetoptions
+    if opts.get("inline") == "always":
+        return  # inlined into its callers: compiled (and cached) as part of them
+    assert type(kernel._cache).__name__ != "NullCache", f"{module}.{name} lacks cache=True"
+    if name not in SERIAL_OK:
+        assert opts.get("parallel"), f"{module}.{name}: not parallel, set_num_threads has no effect"
