@@ -121,6 +121,10 @@ def test_trailing_bytes_and_foreign_files_are_refused(artifact, tmp_path):
     bad.write_bytes(path.read_bytes() + b"\0" * 16)
     with pytest.raises(ArtifactError, match="unexpected bytes"):
         verify_artifact(bad)
+    toml = tmp_path / "policy.toml"
+    toml.write_text('name = "x"\ndefault = "int8"\n')
+    with pytest.raises(ArtifactError, match="not a safetensors file"):
+        verify_artifact(toml)
     plain = tmp_path / "plain.safetensors"
     save_file({"w": np.zeros((2, 2), np.float32)}, str(plain))
     with pytest.raises(ArtifactError, match="not a harmony-ref artifact"):

@@ -140,6 +140,9 @@ def _split(blob: bytes, source: str) -> tuple[dict, int, bytes]:
     if len(blob) < 8:
         raise ArtifactError(f"{source}: truncated: {len(blob)} bytes, not even a header length")
     (n,) = struct.unpack("<Q", blob[:8])
+    if len(blob) > 8 and blob[8:9] != b"{":  # safetensors' JSON header follows the length
+        raise ArtifactError(f"{source}: not a safetensors file (no JSON header after the 8-byte "
+                            "length)")
     if 8 + n > len(blob):
         raise ArtifactError(f"{source}: truncated inside the header: it declares {n} bytes, "
                             f"the file has {len(blob) - 8} after the length field")
