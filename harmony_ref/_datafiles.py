@@ -34,7 +34,7 @@ def read_toml(kind: str, folder: str, name_or_path: str | Path) -> tuple[dict, s
         shipped = resources.files("harmony_ref").joinpath(*folder.split("/"), f"{text}.toml")
         if not shipped.is_file():
             raise ValueError(f"unknown {kind} {text!r}: not a file, and not one of the shipped "
-                             f"{kind}s {shipped_names(folder)}")
+                             f"{folder.split('/')[-1]} {shipped_names(folder)}")
         source, raw = f"{folder}/{text}.toml", shipped.read_text()
     else:
         if not path.is_file():
