@@ -153,6 +153,11 @@ def test_markdown_table():
     assert "| `ttft_ms` (exact) | 100 ms | 120 ms | +20.00% | 0.1% | **REGRESSION: worse by 20.00%** |" in md
 
 
+def test_markdown_large_values_are_whole_numbers():
+    md = gate.to_markdown(gate.compare(_rec(ttft=26522.4), _rec(ttft=26522.4)))
+    assert "| `ttft_ms` (exact) | 26,522 ms | 26,522 ms | +0.00% |" in md
+
+
 # --- the command --------------------------------------------------------------------------
 
 def test_cli_pass_fail_and_summary(tmp_path, capsys):
