@@ -201,3 +201,16 @@ def test_command_backend_run_and_gate(tmp_path, capsys):
     assert main(["gate", "--baseline", str(baseline), "--out-dir", str(runs)]) == 0
     assert "## harmony-ref gate: PASS" in capsys.readouterr().out
     assert main(["run", "--backend", "command", "--out-dir", str(runs)]) == 2
+
+
+def test_committed_baseline_is_a_full_default_run():
+    """results/baseline.json (what `tox -e nightly` gates against) is a valid record of
+    `harmony-ref run`'s default config with every part run."""
+    from harmony_ref.commands.run import DEFAULTS
+
+    base = load_record(Path(__file__).resolve().parents[1] / "results" / "baseline.json")
+    assert {k: base.config[k] for k in DEFAULTS} == DEFAULTS
+    assert {n: p["status"] for n, p in base.parts.items()} == {n: "ok" for n in job.part_names()}
+    for name in ("ttft_ms", "decode_tokens_per_s", "peak_memory_mb", "host_gemv_speedup_x",
+                 "accuracy_drop_pct", "coldstart_cold_ms", "sustained_peak_ratio_10min"):
+        assert name in base.metrics
