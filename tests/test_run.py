@@ -232,8 +232,13 @@ def test_host_and_simulated_host_profile_records_share_the_backend_names(tmp_pat
         assert main(["run", "--backend", backend, "--profile", str(host_profile), *scenario,
                      "--out-dir", str(out)]) == 0
         (path,) = out.glob("run-*.json")
-        records[backend] = load_record(path).metrics
-    host, sim = records["host"], records["simulated"]
+        records[backend] = load_record(path)
+    # the calibrated host profile is the host run's model: physics-checked, model error recorded
+    device_part = records["host"].parts["predicted"]["backend_provenance"]
+    assert device_part["physics"].startswith("checked against host")
+    assert device_part["model_profile"] == str(host_profile)
+    host, sim = records["host"].metrics, records["simulated"].metrics
+    assert host["host_model_mape_pct"].unit == "%" and host.value("host_model_mape_pct") >= 0
     shared = {"ttft_ms", "prefill_ms", "decode_step_ms", "decode_tokens_per_s", "e2e_ms",
               "peak_memory_mb", "weights_mb", "kernel_launches_per_token"}
     assert shared <= set(host.names()) and shared <= set(sim.names())
