@@ -64,9 +64,10 @@ class Thermal10Min:
 
 
 class HostGemvSpeedup:
-    """Median over interleaved rounds of NumPy FP32 time / kernel time, decode GEMV of
-    Llama-3.2-3B's up_proj (8192 x 3072) in the policy's format: a ratio measured within one
-    call, so it survives a slower or busier machine better than a time."""
+    """Best NumPy FP32 time / best kernel time over interleaved rounds (`host_gemv_speedup_x`
+    of the run's host part), decode GEMV of Llama-3.2-3B's up_proj (8192 x 3072) in the
+    policy's format, one thread: a ratio measured within one call, so it survives a slower or
+    busier machine better than a time."""
 
     params = (["int8", "int4-g32", "int4-g128"],)
     param_names = ["policy"]

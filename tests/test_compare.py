@@ -63,3 +63,12 @@ def test_cli_formats_and_plot(tmp_path, capsys):
 def test_cli_bad_profile_exit_2(capsys):
     assert main(["compare", "--profiles", "harmony-flagship,no-such-phone"]) == 2
     assert "no-such-phone" in capsys.readouterr().err
+
+
+def test_large_values_print_whole_not_in_e_notation(frame):
+    """The low-end phone's TTFT is tens of seconds: the tables show 26,522, not 2.652e+04."""
+    ttft_lowend = float(frame.loc["ttft_ms", "harmony-lowend"])
+    assert 1e4 <= ttft_lowend < 1e6
+    md = to_markdown(frame)
+    row = next(line for line in md.splitlines() if line.startswith("| ttft_ms"))
+    assert f"{ttft_lowend:,.0f}" in row and "e+0" not in row

@@ -153,6 +153,11 @@ def test_markdown_table():
     assert "| `ttft_ms` (exact) | 100 ms | 120 ms | +20.00% | 0.1% | **REGRESSION: worse by 20.00%** |" in md
 
 
+def test_markdown_large_values_are_whole_numbers():
+    md = gate.to_markdown(gate.compare(_rec(ttft=26522.4), _rec(ttft=26522.4)))
+    assert "| `ttft_ms` (exact) | 26,522 ms | 26,522 ms | +0.00% |" in md
+
+
 # --- the command --------------------------------------------------------------------------
 
 def test_cli_pass_fail_and_summary(tmp_path, capsys):
@@ -236,3 +241,18 @@ def test_update_baseline_from_latest_record(tmp_path, capsys):
     assert main(["gate", "--baseline", str(baseline), "--current", "latest", "--out-dir", str(runs),
                  "--update-baseline"]) == 0
     assert load_record(baseline).metrics.value("ttft_ms") == 95.0 and newest.exists()
+
+
+def test_tox_envs_run_the_gates():
+    """`tox -e perf` goes through the pytest-benchmark wrapper; `tox -e nightly` gates a fresh run
+    against the committed baseline and writes the Markdown summary to a file."""
+    import configparser
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(root / "tox.ini")
+    assert "python -m harmony_ref.track.perf" in tox["testenv:perf"]["commands"]
+    nightly = tox["testenv:nightly"]["commands"]
+    assert "harmony-ref gate --baseline results/baseline.json" in nightly and "--summary " in nightly
+    assert (root / "results" / "baseline.json").is_file()

@@ -109,7 +109,7 @@ def test_gate_worse_policy_fails(tmp_path, capsys):
     assert main(["gate", "--baseline", str(baseline), "--out-dir", str(tmp_path / "runs")]) == 1
     out = capsys.readouterr().out
     assert "REGRESSION" in next(line for line in out.splitlines() if line.startswith("| `weights_mb`"))
-    # ... and an improvement (fewer bits) never fails.
+    # ... and putting the policy back passes again (the failing run did not move the baseline).
     policy.write_text('name = "mine"\ndefault = "int4-g128"\n')
     assert main(["gate", "--baseline", str(baseline), "--out-dir", str(tmp_path / "runs")]) == 0
 
@@ -201,3 +201,49 @@ def test_command_backend_run_and_gate(tmp_path, capsys):
     assert main(["gate", "--baseline", str(baseline), "--out-dir", str(runs)]) == 0
     assert "## harmony-ref gate: PASS" in capsys.readouterr().out
     assert main(["run", "--backend", "command", "--out-dir", str(runs)]) == 2
+
+
+def test_committed_baseline_is_a_full_default_run():
+    """results/baseline.json (what `tox -e nightly` gates against) is a valid record of
+    `harmony-ref run`'s default config with every part run."""
+    from harmony_ref.commands.run import DEFAULTS
+
+    base = load_record(Path(__file__).resolve().parents[1] / "results" / "baseline.json")
+    assert {k: base.config[k] for k in DEFAULTS} == DEFAULTS
+    assert {n: p["status"] for n, p in base.parts.items()} == {n: "ok" for n in job.part_names()}
+    for name in ("ttft_ms", "decode_tokens_per_s", "peak_memory_mb", "host_gemv_speedup_x",
+                 "accuracy_drop_pct", "coldstart_cold_ms", "sustained_peak_ratio_10min"):
+        assert name in base.metrics
+
+
+def test_host_and_simulated_host_profile_records_share_the_backend_names(tmp_path):
+    """Issue 8: `run --backend host` and `run --backend simulated --profile <calibrated host
+    profile>` record the backend's metrics under the same names, units and directions, so the
+    gate and a reader can put measurement and model side by side. The simulated record also
+    carries the model's breakdown (memory split, bandwidth, launch overhead), which a host run
+    cannot measure; the host record adds only `host_*` readings of this machine."""
+    host_profile = tmp_path / "host.toml"
+    assert main(["calibrate", "--quick", "--no-e2e", "--repeats", "2", "--out", str(host_profile)]) == 0
+    scenario = ["--model", "qwen2.5-0.5b", "--prompt-tokens", "8", "--new-tokens", "4",
+                "--context-tokens", "32", "--skip", ",".join(n for n in job.part_names() if n != "predicted")]
+    records = {}
+    for backend in ("host", "simulated"):
+        out = tmp_path / backend
+        assert main(["run", "--backend", backend, "--profile", str(host_profile), *scenario,
+                     "--out-dir", str(out)]) == 0
+        (path,) = out.glob("run-*.json")
+        records[backend] = load_record(path)
+    # the calibrated host profile is the host run's model: physics-checked, model error recorded
+    device_part = records["host"].parts["predicted"]["backend_provenance"]
+    assert device_part["physics"].startswith("checked against host")
+    assert device_part["model_profile"] == str(host_profile)
+    host, sim = records["host"].metrics, records["simulated"].metrics
+    assert host["host_model_mape_pct"].unit == "%" and host.value("host_model_mape_pct") >= 0
+    shared = {"ttft_ms", "prefill_ms", "decode_step_ms", "decode_tokens_per_s", "e2e_ms",
+              "peak_memory_mb", "weights_mb", "kernel_launches_per_token"}
+    assert shared <= set(host.names()) and shared <= set(sim.names())
+    for name in host.names():
+        if name.startswith("host_"):
+            continue
+        assert name in sim, f"{name}: measured by --backend host but not a simulated metric"
+        assert (host[name].unit, host[name].direction) == (sim[name].unit, sim[name].direction), name

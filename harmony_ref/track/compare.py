@@ -80,17 +80,11 @@ def profile_columns(frame) -> list[str]:
     return [c for c in frame.columns if c not in ("unit", "better", "best")]
 
 
-def _num(v: float) -> str:
-    if isinstance(v, float) and math.isnan(v):
-        return "-"
-    if v != 0 and (abs(v) >= 1e6 or abs(v) < 1e-3):
-        return f"{v:.4g}"
-    return f"{v:,.4g}"
-
-
 def marked_frame(frame, mark: str = "*"):
     """String frame for people: best value of each row suffixed with `mark`."""
     import pandas as pd
+
+    from harmony_ref.commands._output import _fmt  # the tables' number style (26,522, not 2.652e+04)
 
     profiles = profile_columns(frame)
     out = pd.DataFrame(index=frame.index)
@@ -98,7 +92,7 @@ def marked_frame(frame, mark: str = "*"):
     out["better"] = frame["better"]
     for p in profiles:
         out[p] = [
-            _num(v) + (mark if p in str(best).split(",") else "")
+            _fmt(float(v)) + (mark if p in str(best).split(",") else "")
             for v, best in zip(frame[p], frame["best"])
         ]
     return out.reset_index()

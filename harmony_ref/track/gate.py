@@ -267,9 +267,10 @@ def compare(baseline: Record, current: Record, tolerances: Tolerances | None = N
 
 
 def _num(v: float) -> str:
-    if v != 0 and (abs(v) >= 1e6 or abs(v) < 1e-3):
-        return f"{v:.4g}"
-    return f"{v:,.4g}"
+    """The tables' number style (26,522 ms, not 2.652e+04 ms)."""
+    from harmony_ref.commands._output import _fmt
+
+    return _fmt(float(v))
 
 
 def to_markdown(report: GateReport, baseline_name: str = "baseline", current_name: str = "current") -> str:

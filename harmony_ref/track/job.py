@@ -2,8 +2,11 @@
 
 Parts, in order (each can be skipped with --skip):
 - `predicted`: the backend's metrics: SimulatedDevice(profile).predict(config) (TTFT, decode
-  tokens/s, memory, kernel launches; exact), or with --backend host|command the same names
-  measured by HostDevice / CommandDevice and physics-checked against the profile;
+  tokens/s, memory, kernel launches; exact), or with --backend host|command the shared names
+  (TTFT, prefill, decode step and tokens/s, e2e, peak memory, weights, launches) measured by
+  HostDevice / CommandDevice and physics-checked: a command backend against the phone profile,
+  the host against a calibrated host profile given as --profile (which also adds the model's
+  error, `host_model_mape_pct`), not at all against a shipped phone profile;
 - `host`: short timed kernel calls on this machine, one thread (decode GEMV in the policy's format
   against NumPy FP32 `W @ x`, fused LayerNorm+bias+GELU against the same chain as three kernels),
   raw samples kept (measured; see track/host.py);
@@ -69,9 +72,21 @@ def _predicted(config: dict):
 
     opts = config.get("backend_options", {})
     dev = make_backend(config["backend"], profile=config["profile"], command=opts.get("command"),
-                       fmt=opts.get("format"))
+                       fmt=opts.get("format"), host_profile=_host_model_profile(config))
     metrics, prov, findings = measure(dev, make_device_config(config), load_profile(config["profile"]))
     return metrics, {"backend_provenance": prov, "implausible": [str(f) for f in findings]}
+
+
+def _host_model_profile(config: dict) -> str | None:
+    """With --backend host, a --profile that is not a shipped phone (the host.toml written by
+    `harmony-ref calibrate --backend host`) is this machine's calibrated model: the measurement is
+    physics-checked against it and the record gets the model's error, `host_model_mape_pct`.
+    A phone profile says nothing about this CPU and is used for neither."""
+    from harmony_ref.device.profile import shipped_profiles
+
+    if config["backend"] != "host" or config["profile"] in shipped_profiles():
+        return None
+    return config["profile"]
 
 
 def _host(config: dict):
