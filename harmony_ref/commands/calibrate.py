@@ -133,6 +133,9 @@ def run(args) -> int:
     if args.backend == "host" and not args.no_e2e:
         workloads = cal.QUICK_WORKLOADS if args.quick else cal.HELDOUT_WORKLOADS
         result.e2e = cal.heldout_e2e(profile, workloads, host, args.stat, canary)
+    # the profile carries its own held-out error ([calibration]), read back through the schema
+    cal.write_atomic(args.out, result.profile_toml.rstrip("\n") + "\n\n" + cal.calibration_toml(result) + "\n")
+    load_profile(args.out)
     f = result.fit
     summary = {
         "profile": str(args.out),

@@ -7,7 +7,9 @@ frozen dataclasses with unit-suffixed fields. A new phone is a new TOML file, ne
 Sections: [compute] (NPU Cube peaks per dtype, its vector unit, CPU fallback rates, efficiency),
 [memory] (DRAM, on-chip buffer, RAM and the app's share, runtime workspace), [runtime] (kernel
 launch overhead, storage read, NPU init, graph parse: the cold-start inputs) and [thermal]
-(harmony_ref/device/thermal_config.py). Every number in a shipped file names its source or says
+(harmony_ref/device/thermal_config.py), and an optional [calibration] section that only
+`harmony-ref calibrate` writes (the fitted model's held-out error; shipped profiles have none).
+Every number in a shipped file names its source or says
 `assumption`. A Cube peak of 0 means "no NPU path for this dtype": the op falls back to the CPU
 rate of the same dtype.
 
@@ -17,6 +19,8 @@ the file, the field and the value.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +94,30 @@ class RuntimeSpec:
 
 
 @dataclass(frozen=True)
+class CalibrationInfo:
+    """How well this (calibrated) profile's model predicted measurements it was not fitted on."""
+    held_out_per_op_mape_pct: float = nonneg()  # held-out microbenchmark ops
+    n_fit: int = nonneg()  # ops the fit used
+    n_held_out: int = nonneg()  # ops held out and scored
+    fitted_at: str = ""  # ISO 8601 UTC
+    # held-out whole-model runs (prefill, decode step, e2e); NaN (or absent) when not run
+    held_out_e2e_mape_pct: float = field(default=math.nan, metadata={"min": 0.0})
+    n_held_out_e2e: int = field(default=0, metadata={"min": 0})
+
+    @property
+    def e2e_mape_pct(self) -> float | None:
+        return None if math.isnan(self.held_out_e2e_mape_pct) else self.held_out_e2e_mape_pct
+
+    @property
+    def model_mape_pct(self) -> tuple[float, str]:
+        """(the model's held-out error, what it was measured on): end to end when whole-model runs
+        were held out, else per op."""
+        if self.e2e_mape_pct is not None:
+            return self.e2e_mape_pct, f"held-out end-to-end MAPE over {self.n_held_out_e2e} whole-model runs"
+        return self.held_out_per_op_mape_pct, f"held-out per-op MAPE over {self.n_held_out} ops (no e2e runs)"
+
+
+@dataclass(frozen=True)
 class DeviceProfile:
     name: str
     description: str
@@ -98,6 +126,7 @@ class DeviceProfile:
     runtime: RuntimeSpec
     thermal: ThermalConfig
     soc: str = ""
+    calibration: CalibrationInfo | None = field(default=None, compare=False)  # [calibration], optional
     source: str = field(default="<memory>", compare=False, init=False)  # file it was read from
 
     def summary(self) -> dict:
@@ -121,8 +150,13 @@ class DeviceProfile:
 
 def profile_from_dict(data: dict, source: str) -> DeviceProfile:
     """Validate a parsed profile table; errors name `source`, the field and its value."""
+    data = dict(data)
+    calibration = data.pop("calibration", None)  # optional section: from_table needs a dataclass type
     try:
         profile = from_table(DeviceProfile, data, source)
+        if calibration is not None:
+            profile = dataclasses.replace(
+                profile, calibration=from_table(CalibrationInfo, calibration, source, "calibration"))
     except ValueError as e:
         # Cross-field checks (ThermalConfig.__post_init__) do not know the file; add it.
         raise e if str(e).startswith(source) else ValueError(f"{source}: {e}") from e

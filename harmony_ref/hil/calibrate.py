@@ -262,6 +262,25 @@ def host_profile_toml(f: HostFit, stream_gbps: float, nominal: dict[str, float],
                         f"# not calibrated: copied from {THERMAL_TEMPLATE}\n" + thermal_t]) + "\n"
 
 
+def calibration_toml(result: "Calibration") -> str:
+    """The profile's [calibration] section (harmony_ref.device.profile.CalibrationInfo): the
+    held-out error of the model this profile is, so a SimulatedDevice on it can report it."""
+    import datetime
+
+    rows = [
+        ("held_out_per_op_mape_pct", float(result.per_op_mape_pct), "measured: held-out microbenchmark ops"),
+        ("n_fit", sum(not o.holdout for o in result.ops), "ops fitted on"),
+        ("n_held_out", sum(o.holdout for o in result.ops), "ops held out"),
+        ("fitted_at", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), ""),
+    ]
+    e2e = result.e2e_mape_pct
+    if e2e is not None:
+        n = len({r["workload"] for r in result.e2e if r["metric"] == "e2e_ms" and not r["fused"]})
+        rows += [("held_out_e2e_mape_pct", float(e2e), "measured: held-out whole-model runs, unfused"),
+                 ("n_held_out_e2e", n, "whole-model runs scored")]
+    return "# the model's error on host measurements it was not fitted on\n" + _toml_table("calibration", rows)
+
+
 def write_atomic(path, text: str) -> None:
     import os
     import tempfile

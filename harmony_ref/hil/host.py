@@ -13,9 +13,25 @@ What it does, per config:
 4. sums the op medians into `prefill_ms` and `decode_step_ms`; `ttft_ms = prefill + one decode
    step` (SimulatedDevice's definition), `decode_tokens_per_s = batch / decode_step`,
    `e2e_ms = prefill + new_tokens * decode_step`. Phase samples: the sum of each op's i-th sample.
-5. records peak RSS (`peak_memory_mb`), CPU frequency and temperatures where psutil exposes them
-   (and says so, in the provenance, when it does not).
-6. with `model_profile` (a calibrated host profile), adds `host_model_mape_pct`: the mean error
+5. records peak RSS (`peak_memory_mb`); CPU frequency and temperatures where psutil exposes them
+   go to the provenance (environment, not performance; it says so when they are not exposed).
+6. the breakdown SimulatedDevice reports, for the model measured here, by the same code:
+   - exact, from the graph and memory model (model/graph.py, device/memory.py via
+     hil/breakdown.py): weights_mb, kv_cache_mb, activations_mb, workspace_mb, app_budget_mb,
+     memory_headroom_mb, fits_memory (budget: the host profile's RAM x app share when one is given,
+     else this machine's total RAM from psutil, workspace 0; the provenance says which),
+     prefill_kernel_launches (prefill graph ops), decode_dram_mb_per_token (DRAM bytes of the
+     measured decode-step graph / batch);
+   - measured: prefill_tokens_per_s; decode_bandwidth_gbps = counted decode-step DRAM bytes /
+     measured decode step; launch_overhead_pct = host calls (prefill + new_tokens x decode step)
+     x launch overhead / measured e2e, the overhead being the host profile's launch_overhead_us
+     or, without one, a timed empty Numba kernel call; decode_memory_bound_pct = share of the
+     measured decode time spent in ops the host profile's roofline (the cost model's per-op
+     compute vs memory time) classifies memory-bound; without a profile the roofline is built from
+     this run: a measured streaming-read bandwidth and, per dtype, the best op rate achieved (a
+     lower bound of the peak, so it leans towards compute-bound). SimulatedDevice's
+     decode_memory_bound_pct is memory time / (memory + compute time): the same split, predicted.
+7. with `model_profile` (a calibrated host profile), adds `host_model_mape_pct`: the mean error
    of SimulatedDevice(model_profile) against this measurement over prefill, decode step and e2e.
 
 Threads default to 1 (Numba and OpenBLAS): on a machine shared with other jobs, a parallel kernel
@@ -174,7 +190,8 @@ class HostDevice:
             prov["peak_memory"] = "peak RSS could not be reset: covers the whole process lifetime"
         ctx = HostContext(config.spec, config.policy, config.scenario.context_tokens, self.seed, config.kv_dtype)
         times: list[OpTime] = []
-        for phase, graph, prims in self._graphs(config):
+        graphs = self._graphs(config)
+        for phase, graph, prims in graphs:
             for op in graph.ops:
                 chain = [prims[op.name]] + [prims[n] for n in op.fused]
                 fn = build_op(op, chain, ctx, graph)
@@ -182,21 +199,111 @@ class HostDevice:
                 times.append(OpTime(phase, op.name, op.kind, op.dtype, op.flops, op.vector_flops,
                                     op.dram_bytes, len(chain), t.median_s, t.samples_s, op))
         freq_after, temps_after = cpu_freq_mhz(), cpu_temps_c()
-        m = self._metrics(config, times, ctx)
-        if freq_before is not None:
-            m.add("host_cpu_freq_mhz", float(np.mean([f for f in (freq_before, freq_after) if f])), "MHz",
-                  "none", "measured", [f for f in (freq_before, freq_after) if f])
+        m = self._metrics(config, times)
+        # environment, not performance: the provenance keeps what psutil saw
+        freqs = [f for f in (freq_before, freq_after) if f]
+        if freqs:
+            prov["cpu_freq_mhz"] = f"{np.mean(freqs):.0f} (psutil, before/after: {', '.join(f'{f:.0f}' for f in freqs)})"
         else:
             prov["cpu_freq"] = "not exposed by psutil on this host"
         temps = list(temps_before.values()) + list(temps_after.values()) + (gate.seen_c if gate else [])
         if temps:
-            m.add("host_cpu_temp_max_c", max(temps), "C", "none", "measured", temps)
+            prov["cpu_temp_max_c"] = f"{max(temps):.1f} (psutil sensors, {len(temps)} readings)"
         else:
             prov["cpu_temperature"] = "not exposed by psutil on this host (no sensors)"
+        self._add_breakdown(m, config, times, {phase: g for phase, g, _ in graphs}, prov)
         prov["kernels"] = "; ".join(f"{k}: {' + '.join(sorted(v))}" for k, v in sorted(ctx.kernel_use.items()))
         if self.model_profile is not None:
             self._add_model_error(m, config, prov)
         return HostRun(m, times, prov, config)
+
+    def _profile(self):
+        from harmony_ref.device.profile import load_profile
+
+        return None if self.model_profile is None else load_profile(self.model_profile)
+
+    def _add_breakdown(self, m: Metrics, config, times: list[OpTime], graphs: dict, prov: dict) -> None:
+        """The metrics SimulatedDevice adds beyond the standard names, for the model measured here
+        (see the module docstring for each definition)."""
+        import types
+
+        import psutil
+
+        from harmony_ref.device.memory import memory_estimate
+        from harmony_ref.hil.breakdown import add_memory_metrics, roofline_op_s
+        from harmony_ref.units import GB, US_PER_S
+
+        s = config.scenario
+        prof = self._profile()
+        if prof is not None:
+            mem_spec, budget = prof, f"{prof.name}: RAM x app_memory_share"
+            workspace = f"{prof.name}'s runtime_workspace_mb"
+        else:
+            ram = psutil.virtual_memory().total
+            mem_spec = types.SimpleNamespace(name="this host", memory=types.SimpleNamespace(
+                workspace_bytes=0.0, app_budget_bytes=float(ram)))
+            budget = f"this host's total RAM (psutil, {ram / GB:.1f} GB): no host profile given"
+            workspace = "0: NumPy/Numba scratch is in the measured peak RSS"
+        prov["memory_budget"] = budget
+        add_memory_metrics(m, memory_estimate(mem_spec, config), budget_source=budget,
+                           workspace_source=workspace)
+
+        pre = [t for t in times if t.phase == "prefill"]
+        dec = [t for t in times if t.phase == "decode"]
+        m.add("prefill_kernel_launches", graphs["prefill"].kernel_launches, "launches", "lower", "exact",
+              description="ops of the prefill graph (model/graph.py)")
+        # launch overhead: every host call (a graph op the host has no fused kernel for takes more)
+        if prof is not None:
+            launch_s = prof.runtime.launch_overhead_us / US_PER_S
+            src = f"launch_overhead_us of {prof.name} ({launch_s * US_PER_S:.2f} us)"
+        else:
+            from harmony_ref.hil.microbench import launch_sample
+
+            launch_s = launch_sample().time_s
+            src = f"measured: an empty Numba kernel call ({launch_s * US_PER_S:.2f} us)"
+        calls = sum(t.launches for t in pre) + s.new_tokens * sum(t.launches for t in dec)
+        m.add("launch_overhead_pct", 100.0 * calls * launch_s / (m.value("e2e_ms") / MS_PER_S), "%", "lower",
+              "measured", description=f"host calls x launch overhead / measured e2e; overhead: {src}")
+        if not dec:
+            return
+        step_s = m.value("decode_step_ms") / MS_PER_S
+        dram = graphs["decode"].dram_bytes
+        m.add("decode_dram_mb_per_token", dram / s.batch / MB, "MB", "lower", "exact",
+              description="DRAM bytes of the measured decode-step graph (model/graph.py) / batch")
+        m.add("decode_bandwidth_gbps", dram / step_s / GB, "GB/s", "none", "measured",
+              description="counted DRAM bytes of the decode step / measured decode step")
+        if prof is not None:
+            bounds = [roofline_op_s(prof, t.op) for t in dec]
+            how = f"the roofline of {prof.name}"
+        else:
+            bounds, how = self._measured_roofline(times, dec)
+        mem_s = sum(t.median_s for t, (c, mm) in zip(dec, bounds) if mm > c)
+        m.add("decode_memory_bound_pct", 100.0 * mem_s / sum(t.median_s for t in dec), "%", "none", "measured",
+              description=f"share of measured decode time in ops {how} classifies memory-bound")
+
+    @staticmethod
+    def _measured_roofline(times: list[OpTime], dec: list[OpTime]):
+        """Without a host profile: a roofline from this run. Bandwidth: a measured single-thread
+        streaming read; compute: per dtype (and for vector work) the best rate any op of this run
+        achieved, a lower bound of the peak, which leans the split towards compute-bound."""
+        from harmony_ref.hil.microbench import stream_read_gbps
+        from harmony_ref.units import GB
+
+        bw = stream_read_gbps() * GB
+        rate: dict[str, float] = {}
+        vrate = 0.0
+        for t in times:
+            if t.flops > 0:
+                rate[t.dtype] = max(rate.get(t.dtype, 0.0), t.flops / t.median_s)
+            elif t.vector_flops > 0:
+                vrate = max(vrate, t.vector_flops / t.median_s)
+        out = []
+        for t in dec:
+            c = (t.flops / rate[t.dtype] if t.flops else 0.0) + (t.vector_flops / vrate if vrate else 0.0)
+            out.append((c, t.dram_bytes / bw))
+        how = (f"a roofline from this run (no host profile given: streaming read {bw / GB:.1f} GB/s, "
+               "best achieved op rates)")
+        return out, how
 
     def _add_model_error(self, m: Metrics, config, prov: dict) -> None:
         from harmony_ref.hil.calibrate import E2E_METRICS, ape_pct
@@ -210,9 +317,7 @@ class HostDevice:
                           f"model = SimulatedDevice({sim.profile.name})")
         prov["model_profile"] = str(getattr(sim.profile, "source", sim.profile.name))
 
-    def _metrics(self, config, times: list[OpTime], ctx) -> Metrics:
-        from harmony_ref.device.memory import weights_bytes
-
+    def _metrics(self, config, times: list[OpTime]) -> Metrics:
         s = config.scenario
         m = Metrics()
 
@@ -245,15 +350,6 @@ class HostDevice:
             m.add("ttft_ms", pre * MS_PER_S, "ms", "lower", "measured", [x * MS_PER_S for x in pre_samples],
                   description="the forward pass (no decode)")
         m.add("e2e_ms", e2e_s * MS_PER_S, "ms", "lower", "measured")
-        # every stored parameter (matmuls, biases, norms, head), as SimulatedDevice counts them
-        m.add("weights_mb", weights_bytes(config.spec, config.policy) / MB, "MB", "lower", "exact")
-        if config.spec.is_decoder and ctx.k.KVCache is not None:
-            # what the kernel's KVCache holds for every layer at the full context (np.zeros: not
-            # touched, so not resident)
-            one = ctx.k.KVCache(s.context_tokens, config.spec.n_kv_heads, config.spec.head_dim,
-                                config.kv_dtype)
-            m.add("kv_cache_mb", one.nbytes * config.spec.n_layers * s.batch / MB, "MB", "lower",
-                  "exact", description="KVCache.nbytes x layers x batch at context_tokens")
         m.add("peak_memory_mb", peak_rss_mb(), "MB", "lower", "measured",
               description="peak RSS of this process (psutil/getrusage), weights, KV caches and all")
         return m

@@ -10,7 +10,10 @@ Standard names (shared with HostDevice/CommandDevice where they overlap): ttft_m
 decode_step_ms, decode_tokens_per_s, e2e_ms, peak_memory_mb, weights_mb, kv_cache_mb,
 kernel_launches_per_token, launch_overhead_pct. Extras explain the prediction: prefill
 tokens/s, DRAM bytes per generated token and the bandwidth that implies, the compute / memory
-share of decode, activations, workspace, the app budget and whether the model fits it.
+share of decode, activations, workspace, the app budget and whether the model fits it
+(hil/breakdown.py, shared with HostDevice). A calibrated profile (one with a [calibration]
+section, written by `harmony-ref calibrate`) adds `host_model_mape_pct`: the held-out error of the
+model it is, as the calibration measured it (end to end when whole-model runs were held out).
 decode_tokens_per_s counts the tokens of every request in the batch. Encoders (all-minilm-l6)
 have no decode: their metrics are the forward pass and memory.
 """
@@ -21,6 +24,7 @@ from harmony_ref.config import Config
 from harmony_ref.device.cost import scenario_timing
 from harmony_ref.device.memory import memory_estimate
 from harmony_ref.device.profile import DeviceProfile, load_profile
+from harmony_ref.hil.breakdown import add_memory_metrics
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB, MB, MS_PER_S
 
@@ -60,14 +64,13 @@ class SimulatedDevice:
               description="kernel-launch time as a share of e2e")
         m.add("prefill_kernel_launches", t.prefill.kernel_launches, "launches", "lower")
         m.add("peak_memory_mb", mem.peak_bytes / MB, "MB", "lower")
-        m.add("weights_mb", mem.weights_bytes / MB, "MB", "lower")
-        m.add("kv_cache_mb", mem.kv_cache_bytes / MB, "MB", "lower")
-        m.add("activations_mb", mem.activations_bytes / MB, "MB", "lower")
-        m.add("workspace_mb", mem.workspace_bytes / MB, "MB", "none")
-        m.add("app_budget_mb", mem.budget_bytes / MB, "MB", "none")
-        m.add("memory_headroom_mb", mem.headroom_bytes / MB, "MB", "higher")
-        m.add("fits_memory", 1.0 if mem.fits else 0.0, "bool", "higher",
-              description="1 when peak memory fits RAM x app_memory_share")
+        add_memory_metrics(m, mem, workspace_source="the profile's runtime_workspace_mb")
+        cal = self.profile.calibration
+        if cal is not None:
+            mape, basis = cal.model_mape_pct
+            m.add("host_model_mape_pct", mape, "%", "lower",
+                  description=f"error of this profile's model on held-out host measurements: {basis}, "
+                              f"calibrated {cal.fitted_at or 'at an unrecorded time'}")
         return m
 
     run = predict
