@@ -262,8 +262,9 @@ class HostDevice:
             launch_s = launch_sample().time_s
             src = f"measured: an empty Numba kernel call ({launch_s * US_PER_S:.2f} us)"
         calls = sum(t.launches for t in pre) + s.new_tokens * sum(t.launches for t in dec)
-        m.add("launch_overhead_pct", 100.0 * calls * launch_s / (m.value("e2e_ms") / MS_PER_S), "%", "lower",
-              "measured", description=f"host calls x launch overhead / measured e2e; overhead: {src}")
+        pct = lambda e2e_ms: 100.0 * calls * launch_s / (e2e_ms / MS_PER_S)  # noqa: E731
+        m.add("launch_overhead_pct", pct(m.value("e2e_ms")), "%", "lower", "measured",
+              [pct(x) for x in m["e2e_ms"].samples], description=f"host calls x launch overhead / measured e2e; overhead: {src}")
         if not dec:
             return
         step_s = m.value("decode_step_ms") / MS_PER_S
@@ -271,6 +272,7 @@ class HostDevice:
         m.add("decode_dram_mb_per_token", dram / s.batch / MB, "MB", "lower", "exact",
               description="DRAM bytes of the measured decode-step graph (model/graph.py) / batch")
         m.add("decode_bandwidth_gbps", dram / step_s / GB, "GB/s", "none", "measured",
+              [dram / (x / MS_PER_S) / GB for x in m["decode_step_ms"].samples],
               description="counted DRAM bytes of the decode step / measured decode step")
         if prof is not None:
             bounds = [roofline_op_s(prof, t.op) for t in dec]
@@ -332,7 +334,7 @@ class HostDevice:
         prompt = s.prompt_tokens * s.batch  # as SimulatedDevice counts them
         m.add("prefill_tokens_per_s", prompt / pre, "tokens/s", "higher", "measured",
               [prompt / x for x in pre_samples])
-        e2e_s = pre
+        e2e_s, e2e_samples = pre, list(pre_samples)
         if any(t.phase == "decode" for t in times):
             step, step_samples, dec_ops = phase_total("decode")
             # as SimulatedDevice defines it: the prompt's prefill, then the step that emits a token
@@ -346,10 +348,11 @@ class HostDevice:
             m.add("kernel_launches_per_token", len(dec_ops) / s.batch, "launches", "lower", "exact",
                   description="graph ops per decode step / batch (the host may split a fused op into calls)")
             e2e_s = pre + s.new_tokens * step
+            e2e_samples = [p + s.new_tokens * d for p, d in zip(pre_samples, step_samples)]
         else:
             m.add("ttft_ms", pre * MS_PER_S, "ms", "lower", "measured", [x * MS_PER_S for x in pre_samples],
                   description="the forward pass (no decode)")
-        m.add("e2e_ms", e2e_s * MS_PER_S, "ms", "lower", "measured")
+        m.add("e2e_ms", e2e_s * MS_PER_S, "ms", "lower", "measured", [x * MS_PER_S for x in e2e_samples])
         m.add("peak_memory_mb", peak_rss_mb(), "MB", "lower", "measured",
               description="peak RSS of this process (psutil/getrusage), weights, KV caches and all")
         return m

@@ -2,9 +2,10 @@
 
 Parts, in order (each can be skipped with --skip):
 - `predicted`: the backend's metrics: SimulatedDevice(profile).predict(config) (TTFT, decode
-  tokens/s, memory, kernel launches; exact), or with --backend host|command the shared names
-  (TTFT, prefill, decode step and tokens/s, e2e, peak memory, weights, launches) measured by
-  HostDevice / CommandDevice and physics-checked: a command backend against the phone profile,
+  tokens/s, memory, kernel launches; exact; on a host profile the part's provenance names the
+  model predicted and the one `--backend host` would measure), or with --backend host|command
+  the same names measured by HostDevice / CommandDevice (host CPU frequency and temperatures go
+  to the part's backend provenance) and physics-checked: a command backend against the phone profile,
   the host against a calibrated host profile given as --profile (which also adds the model's
   error, `host_model_mape_pct`), not at all against a shipped phone profile;
 - `host`: short timed kernel calls on this machine, one thread (decode GEMV in the policy's format
@@ -67,7 +68,11 @@ def _predicted(config: dict):
     if config["backend"] == "simulated":
         from harmony_ref.hil.simulated import SimulatedDevice
 
-        return SimulatedDevice(load_profile(config["profile"])).predict(make_device_config(config))
+        cfg = make_device_config(config)
+        metrics = SimulatedDevice(load_profile(config["profile"])).predict(cfg)
+        if _is_shipped(config["profile"]):
+            return metrics
+        return metrics, {"backend_provenance": _simulated_host_provenance(cfg)}
     from harmony_ref.hil.backends import make_backend, measure
 
     opts = config.get("backend_options", {})
@@ -77,14 +82,30 @@ def _predicted(config: dict):
     return metrics, {"backend_provenance": prov, "implausible": [str(f) for f in findings]}
 
 
+def _is_shipped(profile: str) -> bool:
+    from harmony_ref.device.profile import shipped_profiles
+
+    return profile in shipped_profiles()
+
+
+def _simulated_host_provenance(cfg) -> dict:
+    """A simulated run on a host profile predicts the full model; `run --backend host` measures a
+    width-scaled copy when the model is above the host's weight limit. Say which is which, so the
+    two records are not compared as if they were the same model."""
+    from harmony_ref.hil.host import DEFAULT_MAX_WEIGHT_MB, fit_to_host
+
+    measured = fit_to_host(cfg, DEFAULT_MAX_WEIGHT_MB).spec.name
+    return {"backend": "simulated", "model_predicted": cfg.spec.name,
+            "host_backend_measures": measured if measured != cfg.spec.name
+            else f"{measured} (same model: fits max_weight_mb={DEFAULT_MAX_WEIGHT_MB:g})"}
+
+
 def _host_model_profile(config: dict) -> str | None:
     """With --backend host, a --profile that is not a shipped phone (the host.toml written by
     `harmony-ref calibrate --backend host`) is this machine's calibrated model: the measurement is
     physics-checked against it and the record gets the model's error, `host_model_mape_pct`.
     A phone profile says nothing about this CPU and is used for neither."""
-    from harmony_ref.device.profile import shipped_profiles
-
-    if config["backend"] != "host" or config["profile"] in shipped_profiles():
+    if config["backend"] != "host" or _is_shipped(config["profile"]):
         return None
     return config["profile"]
 
