@@ -155,6 +155,16 @@ def test_cli_host_quick(tmp_path, capsys):
     e2e = [row for row in r["e2e"] if row["metric"] == "e2e_ms" and not row["fused"]]
     assert e2e and r["e2e_mape_pct"] == pytest.approx(sum(x["ape_pct"] for x in e2e) / len(e2e))
     assert r["host_model_mape_pct"] == r["e2e_mape_pct"]
+    # the written profile carries its held-out error ([calibration]); a SimulatedDevice reports it
+    cal = DEVICE.load_profile(str(out)).calibration
+    assert cal.e2e_mape_pct == pytest.approx(r["e2e_mape_pct"])
+    assert cal.held_out_per_op_mape_pct == pytest.approx(r["per_op_mape_pct"])
+    assert (cal.n_fit, cal.n_held_out) == (r["ops_fitted"], r["ops_held_out"]) and cal.n_held_out_e2e == len(e2e)
+    from harmony_ref.config import Config
+    from harmony_ref.hil.simulated import SimulatedDevice
+
+    sim = SimulatedDevice(str(out)).predict(Config.from_names(model="qwen2.5-0.5b", policy="int4-g128"))
+    assert sim.value("host_model_mape_pct") == pytest.approx(r["e2e_mape_pct"])
     # held-out workloads are not among the fitted ones
     fitted_names = {o["op"].split(":")[0] for o in r["ops"] if o["set"] == "fit"}
     assert not fitted_names & {row["workload"] for row in r["e2e"]}

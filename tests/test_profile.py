@@ -116,6 +116,28 @@ def test_negative_field(tmp_path, flagship_text):
     _expect(tmp_path, text, "'runtime.launch_overhead_us'", "-5.0", ">= 0")
 
 
+CALIBRATION = """
+[calibration]
+held_out_per_op_mape_pct = 7.5
+n_fit = 20
+n_held_out = 10
+fitted_at = "2026-11-30T15:00:00+00:00"
+"""
+
+
+def test_calibration_section_optional_and_validated(tmp_path, flagship_text):
+    assert all(load_profile(n).calibration is None for n in shipped_profiles())
+    cal = load_profile(_write(tmp_path, flagship_text + CALIBRATION)).calibration
+    assert cal.model_mape_pct[0] == 7.5 and cal.e2e_mape_pct is None and "per-op" in cal.model_mape_pct[1]
+    with_e2e = CALIBRATION + "held_out_e2e_mape_pct = 11.0\nn_held_out_e2e = 2\n"
+    cal = load_profile(_write(tmp_path, flagship_text + with_e2e)).calibration
+    assert cal.model_mape_pct[0] == 11.0 and "end-to-end" in cal.model_mape_pct[1]
+    _expect(tmp_path, flagship_text + CALIBRATION.replace("7.5", "-1.0"),
+            "'calibration.held_out_per_op_mape_pct'", ">= 0")
+    _expect(tmp_path, flagship_text + CALIBRATION + "mape = 3.0\n", "unknown field 'calibration.mape'")
+    _expect(tmp_path, flagship_text + CALIBRATION.replace("n_fit = 20\n", ""), "missing field 'calibration.n_fit'")
+
+
 def test_unknown_field(tmp_path, flagship_text):
     text = flagship_text.replace("[memory]\n", "[memory]\ndram_bandwith_gbps = 12.0\n")
     _expect(tmp_path, text, "unknown field 'memory.dram_bandwith_gbps'", "12.0")
