@@ -177,3 +177,18 @@ def test_physics_holds_for_random_scenarios(model, policy, profile, prompt, new,
     assert raw.e2e_s >= t.e2e_s and raw.ttft_s >= t.ttft_s
     slower = scenario_timing(p, config, compute_freq_scale=0.5, memory_freq_scale=0.5)
     assert slower.e2e_s >= t.e2e_s
+
+
+def test_memory_bound_time_is_the_time_of_memory_bound_ops():
+    # decode of a 3B at INT4 on the flagship streams weights: nearly every op is memory-bound,
+    # and memory-bound time can never exceed the step time.
+    from harmony_ref.config import Config
+    from harmony_ref.device.cost import phase_cost
+    from harmony_ref.device.profile import load_profile
+
+    cfg = Config.from_names(model="llama-3.2-3b", policy="int4-g128")
+    for name in ("harmony-flagship", "harmony-lowend"):
+        d = phase_cost(load_profile(name), cfg, "decode")
+        assert 0.0 <= d.memory_bound_s <= d.time_s
+    d = phase_cost(load_profile("harmony-flagship"), cfg, "decode")
+    assert d.memory_bound_s > 0.8 * d.time_s

@@ -20,7 +20,7 @@ TTFT = prefill(prompt) + the first decode step, as issue 4 defines it.
 For the thermal model:
 
     phase_cost(profile, config, phase, compute_freq_scale=1.0, memory_freq_scale=1.0, context=None)
-        -> PhaseCost(time_s, compute_s, memory_s, launch_s, flops, fp16_ops, int8_ops, int4_ops,
+        -> PhaseCost(time_s, compute_s, memory_s, launch_s, memory_bound_s, flops, fp16_ops, int8_ops, int4_ops,
                      vector_ops, int8_equiv_ops, dram_bytes, kernel_launches, tokens, steps)
 
 `phase` is "prefill" (the whole prompt) or "decode" (per-step mean over the scenario's generated
@@ -54,6 +54,7 @@ class PhaseCost:
     compute_s: float  # sum of per-op compute times
     memory_s: float  # sum of per-op memory times
     launch_s: float  # sum of launch overheads
+    memory_bound_s: float  # time (launch included) of the ops whose memory time >= compute time
     flops: float  # matrix + vector ops
     fp16_ops: float
     int8_ops: float
@@ -132,6 +133,7 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
         "compute_s": (compute * n).sum(axis=0),
         "memory_s": (memory * n).sum(axis=0),
         "launch_s": np.full(steps.shape, launch * a0["count"].sum()),
+        "memory_bound_s": (((memory >= compute) * (np.maximum(compute, memory) + launch)) * n).sum(axis=0),
         "flops": sum(per_dtype.values()) + vector,
         "fp16_ops": per_dtype["fp16"],
         "int8_ops": per_dtype["int8"],

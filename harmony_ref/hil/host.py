@@ -29,8 +29,8 @@ What it does, per config:
      measured decode time spent in ops the host profile's roofline (the cost model's per-op
      compute vs memory time) classifies memory-bound; without a profile the roofline is built from
      this run: a measured streaming-read bandwidth and, per dtype, the best op rate achieved (a
-     lower bound of the peak, so it leans towards compute-bound). SimulatedDevice's
-     decode_memory_bound_pct is memory time / (memory + compute time): the same split, predicted.
+     lower bound of the peak, so it leans towards compute-bound). SimulatedDevice predicts the
+     same quantity: the share of decode step time (launches included) in memory-bound ops.
 7. with `model_profile` (a calibrated host profile), adds `host_model_mape_pct`: the mean error
    of SimulatedDevice(model_profile) against this measurement over prefill, decode step and e2e.
 
