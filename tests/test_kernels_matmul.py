@@ -97,6 +97,15 @@ def test_matmul_w8_error_vs_float_weights_is_bounded():
     assert np.linalg.norm(got - exact) / np.linalg.norm(exact) < W8_REL_FROB_ERR
 
 
+@pytest.mark.parametrize("m", [2, 3, 4, 5, 17, 128])
+def test_prefill_rows_equal_decode_rows_bit_for_bit(m):
+    # The M-blocked prefill kernels must do each row's arithmetic in the M = 1 order exactly.
+    x, w = _data(m, 70, 96, seed=11 + m)
+    for fast, t in ((matmul_w4, quantize_int4(w, 32)), (matmul_w8, quantize_int8(w))):
+        got = fast(x, t)
+        for i in range(m):
+            np.testing.assert_array_equal(got[i], fast(x[i], t), err_msg=f"{fast.__name__} row {i}")
+
 def test_vector_input_and_zero_blocks():
     x, w = _data(1, 33, 128, seed=5)
     x[0, 32:64] = 0.0  # one all-zero activation block: scale 0, must not divide by zero

@@ -30,7 +30,9 @@ zero points int32 (zp + 8). No dequantized float matrix is ever built.
 
 Prefill (M > 1): each thread takes a tile of ROW_TILE weight rows (K / 2 * ROW_TILE bytes, which
 stays in L2) and runs every activation row over it, so weights leave DRAM once per call; rows go
-M_BLOCK at a time so each nibble extracted feeds M_BLOCK rows (the rest one by one).
+M_BLOCK at a time so each nibble extracted (W4) or int8 weight widened (W8) feeds M_BLOCK
+rows (the rest one by one). Measured at M=128, N=K=4096, 2 threads, vs NumPy FP32 x @ W.T in
+the same run: W8 0.62x row by row -> 1.03x M-blocked.
 
 Threads: `numba.prange` over weight tiles; `numba.set_num_threads` is honoured.
 """
@@ -405,6 +407,51 @@ def _matmul_w8_tiles(xq, xs, values, scale, block):
     return y
 
 
+@numba.njit(parallel=True, cache=True)
+def _matmul_w8_tiles_mblock(xq, xs, values, scale, block):
+    """Prefill variant of `_matmul_w8_tiles` for M a multiple of M_BLOCK: each weight vector is
+    loaded and widened once and feeds M_BLOCK activation rows. Each row's integer block sums and
+    float scaling run in the same order as in `_matmul_w8_tiles` (bit-identical results).
+    Needs block % 4 == 0."""
+    m, k = xq.shape
+    tiles = values.shape[0]
+    n_blocks = k // block
+    y = np.empty((m, tiles * ROW_TILE), dtype=np.float32)
+    for t in numba.prange(tiles):
+        facc = np.empty((M_BLOCK, ROW_TILE), dtype=np.float32)
+        iacc = np.empty((M_BLOCK, ROW_TILE), dtype=np.int32)
+        xv = np.empty((M_BLOCK, 4), dtype=np.int32)
+        sc = scale[t]
+        for i0 in range(0, m, M_BLOCK):
+            facc[:] = 0
+            for b in range(n_blocks):
+                j0 = b * block
+                iacc[:] = 0
+                for j in range(j0, j0 + block, 4):
+                    for i in range(M_BLOCK):
+                        for c in range(4):
+                            xv[i, c] = xq[i0 + i, j + c]
+                    w0 = values[t, j]
+                    w1 = values[t, j + 1]
+                    w2 = values[t, j + 2]
+                    w3 = values[t, j + 3]
+                    for r in range(ROW_TILE):
+                        a0 = np.int32(w0[r])
+                        a1 = np.int32(w1[r])
+                        a2 = np.int32(w2[r])
+                        a3 = np.int32(w3[r])
+                        for i in range(M_BLOCK):
+                            iacc[i, r] += a0 * xv[i, 0] + a1 * xv[i, 1] + a2 * xv[i, 2] + a3 * xv[i, 3]
+                for i in range(M_BLOCK):
+                    xsb = xs[i0 + i, b]
+                    for r in range(ROW_TILE):
+                        facc[i, r] += xsb * np.float32(iacc[i, r])
+            for i in range(M_BLOCK):
+                for r in range(ROW_TILE):
+                    y[i0 + i, t * ROW_TILE + r] = facc[i, r] * sc[r]
+    return y
+
+
 def matmul_w4(x, w) -> np.ndarray:
     """x (M, K) or (K,) float @ W.T for an Int4Tensor (or PreparedW4) W of shape (N, K)."""
     p = prepare_w4(w)
@@ -429,5 +476,13 @@ def matmul_w8(x, w) -> np.ndarray:
     n, k = p.shape
     x, vector = _as_activations(x, k)
     xq, xs, _ = _quantize_activations(x, p.act_block)
-    y = np.ascontiguousarray(_matmul_w8_tiles(xq, xs, p.values, p.scale, p.act_block)[:, :n])
+    weights = (p.values, p.scale, p.act_block)
+    blocked = xq.shape[0] - xq.shape[0] % M_BLOCK if p.act_block % 4 == 0 else 0
+    parts = []
+    if blocked:
+        parts.append(_matmul_w8_tiles_mblock(xq[:blocked], xs[:blocked], *weights))
+    if blocked < xq.shape[0]:
+        parts.append(_matmul_w8_tiles(xq[blocked:], xs[blocked:], *weights))
+    y = parts[0][:, :n] if len(parts) == 1 else np.concatenate(parts)[:, :n]
+    y = np.ascontiguousarray(y)
     return y[0] if vector else y
