@@ -106,6 +106,23 @@ def test_prefill_rows_equal_decode_rows_bit_for_bit(m):
         for i in range(m):
             np.testing.assert_array_equal(got[i], fast(x[i], t), err_msg=f"{fast.__name__} row {i}")
 
+
+@pytest.mark.parametrize("k", [32, 1028])
+def test_w8_prefill_block_sums_stay_exact_at_full_scale(k):
+    # The W8 prefill kernel sums integer products in float32, exact only below 2**24; one block
+    # of 1028 full-scale products (1028 * 127 * 127) is just under it and must still take that path.
+    assert k * mm.INT8_MAX_ABS * mm.ACT_MAX_LEVEL < mm.FLOAT_EXACT_INT
+    w = np.ones((5, k), np.float32)
+    w[1] = -1.0
+    w[2, ::3] = -1.0
+    x = np.full((4, k), 3.0, np.float32)
+    x[3, ::2] = -3.0
+    p = mm.prepare_w8(quantize_int8(w))
+    xq, xs, _ = mm._quantize_activations(x, p.act_block)
+    assert p.act_block == (mm.ACT_BLOCK if k == 32 else k) and np.abs(xq).max() == mm.ACT_MAX_LEVEL
+    blocked = mm._matmul_w8_tiles_mblock(xq, xs, p.values, p.scale, p.act_block)
+    np.testing.assert_array_equal(blocked, mm._matmul_w8_tiles(xq, xs, p.values, p.scale, p.act_block))
+
 def test_vector_input_and_zero_blocks():
     x, w = _data(1, 33, 128, seed=5)
     x[0, 32:64] = 0.0  # one all-zero activation block: scale 0, must not divide by zero

@@ -32,7 +32,8 @@ Prefill (M > 1): each thread takes a tile of ROW_TILE weight rows (K / 2 * ROW_T
 stays in L2) and runs every activation row over it, so weights leave DRAM once per call; rows go
 M_BLOCK at a time so each nibble extracted (W4) or int8 weight widened (W8) feeds M_BLOCK
 rows (the rest one by one). Measured at M=128, N=K=4096, 2 threads, vs NumPy FP32 x @ W.T in
-the same run: W8 0.62x row by row -> 1.03x M-blocked.
+the same run: W8 0.62x row by row -> 1.03x M-blocked -> ~1.1x with the block sums as exact
+float32 FMAs (integers below 2**24; W8 only).
 
 Threads: `numba.prange` over weight tiles; `numba.set_num_threads` is honoured.
 """
@@ -44,6 +45,8 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+from numba import types
+from numba.extending import intrinsic
 
 from harmony_ref.kernels._checks import float32_array
 from harmony_ref.quant.int4 import Int4Tensor, unpack_int4
@@ -54,6 +57,10 @@ ACT_MAX_LEVEL = 127
 NIBBLE_OFFSET = 8  # stored nibble u = q + 8 is unsigned 0..15
 ROW_TILE = 64  # output rows interleaved per tile (see the module doc for the measured sweep)
 M_BLOCK = 4  # activation rows sharing one nibble extraction in prefill (2: ~same, 8: no better)
+# float32 holds every integer below 2**24 exactly, so integer block sums may be accumulated in
+# float32 FMAs without rounding while |sum| <= block * max|w| * max|x| stays below this.
+FLOAT_EXACT_INT = 2**24
+INT8_MAX_ABS = 128
 
 
 def act_block_for(group_size: int) -> int:
@@ -217,6 +224,18 @@ def matmul_w8_ref(x, w: Int8Tensor) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------------------
 # Fast path
+
+
+@intrinsic
+def _fma_f32(typingctx, a, b, c):
+    """a * b + c with one rounding (llvm.fma; vectorises to vfmadd). Numba exposes no fma, and
+    fastmath "contract" would also fuse the float scaling steps and change their rounding."""
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.fma(*args)
+
+    return sig, codegen
 
 
 @numba.njit(parallel=True, cache=True)
@@ -410,23 +429,24 @@ def _matmul_w8_tiles(xq, xs, values, scale, block):
 @numba.njit(parallel=True, cache=True)
 def _matmul_w8_tiles_mblock(xq, xs, values, scale, block):
     """Prefill variant of `_matmul_w8_tiles` for M a multiple of M_BLOCK: each weight vector is
-    loaded and widened once and feeds M_BLOCK activation rows. Each row's integer block sums and
-    float scaling run in the same order as in `_matmul_w8_tiles` (bit-identical results).
-    Needs block % 4 == 0."""
+    loaded and converted once and feeds M_BLOCK activation rows. The integer block sums run as
+    float32 FMAs (exact: see FLOAT_EXACT_INT; ~10% faster than int32 multiply-add here), then
+    each row's float scaling runs in the same order as in `_matmul_w8_tiles`, so results are
+    bit-identical. Needs block % 4 == 0 and block * INT8_MAX_ABS * ACT_MAX_LEVEL < 2**24."""
     m, k = xq.shape
     tiles = values.shape[0]
     n_blocks = k // block
     y = np.empty((m, tiles * ROW_TILE), dtype=np.float32)
     for t in numba.prange(tiles):
         facc = np.empty((M_BLOCK, ROW_TILE), dtype=np.float32)
-        iacc = np.empty((M_BLOCK, ROW_TILE), dtype=np.int32)
-        xv = np.empty((M_BLOCK, 4), dtype=np.int32)
+        bsum = np.empty((M_BLOCK, ROW_TILE), dtype=np.float32)  # exact integer block sums
+        xv = np.empty((M_BLOCK, 4), dtype=np.float32)
         sc = scale[t]
         for i0 in range(0, m, M_BLOCK):
             facc[:] = 0
             for b in range(n_blocks):
                 j0 = b * block
-                iacc[:] = 0
+                bsum[:] = 0
                 for j in range(j0, j0 + block, 4):
                     for i in range(M_BLOCK):
                         for c in range(4):
@@ -436,21 +456,23 @@ def _matmul_w8_tiles_mblock(xq, xs, values, scale, block):
                     w2 = values[t, j + 2]
                     w3 = values[t, j + 3]
                     for r in range(ROW_TILE):
-                        a0 = np.int32(w0[r])
-                        a1 = np.int32(w1[r])
-                        a2 = np.int32(w2[r])
-                        a3 = np.int32(w3[r])
+                        a0 = np.float32(w0[r])
+                        a1 = np.float32(w1[r])
+                        a2 = np.float32(w2[r])
+                        a3 = np.float32(w3[r])
                         for i in range(M_BLOCK):
-                            iacc[i, r] += a0 * xv[i, 0] + a1 * xv[i, 1] + a2 * xv[i, 2] + a3 * xv[i, 3]
+                            acc = _fma_f32(a0, xv[i, 0], bsum[i, r])
+                            acc = _fma_f32(a1, xv[i, 1], acc)
+                            acc = _fma_f32(a2, xv[i, 2], acc)
+                            bsum[i, r] = _fma_f32(a3, xv[i, 3], acc)
                 for i in range(M_BLOCK):
                     xsb = xs[i0 + i, b]
                     for r in range(ROW_TILE):
-                        facc[i, r] += xsb * np.float32(iacc[i, r])
+                        facc[i, r] += xsb * bsum[i, r]
             for i in range(M_BLOCK):
                 for r in range(ROW_TILE):
                     y[i0 + i, t * ROW_TILE + r] = facc[i, r] * sc[r]
     return y
-
 
 def matmul_w4(x, w) -> np.ndarray:
     """x (M, K) or (K,) float @ W.T for an Int4Tensor (or PreparedW4) W of shape (N, K)."""
@@ -477,7 +499,8 @@ def matmul_w8(x, w) -> np.ndarray:
     x, vector = _as_activations(x, k)
     xq, xs, _ = _quantize_activations(x, p.act_block)
     weights = (p.values, p.scale, p.act_block)
-    blocked = xq.shape[0] - xq.shape[0] % M_BLOCK if p.act_block % 4 == 0 else 0
+    exact = p.act_block * INT8_MAX_ABS * ACT_MAX_LEVEL < FLOAT_EXACT_INT
+    blocked = xq.shape[0] - xq.shape[0] % M_BLOCK if p.act_block % 4 == 0 and exact else 0
     parts = []
     if blocked:
         parts.append(_matmul_w8_tiles_mblock(xq[:blocked], xs[:blocked], *weights))
