@@ -22,7 +22,6 @@ def add_arguments(p) -> None:
     p.add_argument("--ops", metavar="CSV",
                    help="--backend command: op times measured on the device (columns name, "
                         "rate_class, ops, bytes, launches, time_us[, holdout, vector_ops])")
-    # dest is not "command": cli.py's subparsers keep the subcommand's name there (error prefix)
     p.add_argument("--command", dest="command_template", metavar="CMD",
                    help="--backend command: a benchmark command template run once per workload; "
                         "{model} {policy} {prompt_tokens} {new_tokens} {context_tokens} are filled in")

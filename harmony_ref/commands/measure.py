@@ -14,7 +14,6 @@ HELP = ("run an external benchmark command once (e.g. over hdc/adb shell) and pr
 def add_arguments(p) -> None:
     from harmony_ref.hil.parsers import FORMATS
 
-    # dest is not "command": cli.py's subparsers keep the subcommand's name there (error prefix)
     p.add_argument("--command", dest="command_template", metavar="CMD", required=True,
                    help="command to run; placeholders {name} filled from --set name=value")
     p.add_argument("--format", required=True, choices=FORMATS, help="output format of the command")
