@@ -32,8 +32,9 @@ Prefill (M > 1): each thread takes a tile of ROW_TILE weight rows (K / 2 * ROW_T
 stays in L2) and runs every activation row over it, so weights leave DRAM once per call; rows go
 M_BLOCK at a time so each nibble extracted (W4) or int8 weight widened (W8) feeds M_BLOCK
 rows (the rest one by one). Measured at M=128, N=K=4096, 2 threads, vs NumPy FP32 x @ W.T in
-the same run: W8 0.62x row by row -> 1.03x M-blocked -> ~1.1x with the block sums as exact
-float32 FMAs (integers below 2**24; W8 only).
+the same run: W8 0.62x row by row -> 1.03x M-blocked -> 1.24-1.29x with the block sums as
+exact float32 FMAs (integers below 2**24; W8 only: for W4 the 8 nibble -> float conversions per
+4 bytes cost more than they save, and int16 nibble sums were not reliably faster).
 
 Threads: `numba.prange` over weight tiles; `numba.set_num_threads` is honoured.
 """
