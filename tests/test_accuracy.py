@@ -23,15 +23,8 @@ from harmony_ref.accuracy import (
 )
 from harmony_ref.cli import main
 from harmony_ref.quant.policy import Policy, load_policy, parse_format
-from tests.fixtures.minilm.tiny import make_tiny_model
 
 SMALL_PAIRS = 24  # pairs of the shipped set used on the tiny model (keeps the tests fast)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    model, _, _ = make_tiny_model(tmp_path_factory.mktemp("tiny"))
-    return model
 
 
 @pytest.fixture(scope="module")

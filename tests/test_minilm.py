@@ -16,7 +16,7 @@ from harmony_ref.model.minilm import (
 from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4
 from harmony_ref.quant.int8 import Int8Tensor, dequantize_int8
 from harmony_ref.quant.policy import Policy, load_policy, parse_format, shipped_policies
-from tests.fixtures.minilm.tiny import HEADS, make_tiny_model
+from tests.fixtures.minilm.tiny import HEADS
 
 # Named tolerances.
 GELU_ABS_TOL = 4 * GELU_ERF_ABS_ERROR  # |gelu - ref| <= this * max(1, |x|): erf error + rounding
@@ -31,12 +31,6 @@ SENTENCES = [
     "zzqx unknownword",  # all [UNK]
     "a",
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    model, _, _ = make_tiny_model(tmp_path_factory.mktemp("tiny"))
-    return model
 
 
 def _first_bad(ref, got, tol):

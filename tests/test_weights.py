@@ -15,18 +15,11 @@ from harmony_ref.model.weights import (
     load_artifact,
     verify_artifact,
 )
-from tests.fixtures.minilm.tiny import make_tiny_model
 
 SENTENCES = ["The train to Leeds leaves at five.", "I did not lock the door.", "a", "zzqx"]
 MIXED = ('name = "m"\ndefault = "int4-g32"\nkeep_int8_layers = ["attention.self.query"]\n'
          '[layers]\n"encoder.layer.0.output.dense" = "fp16"\n"*.1.intermediate*" = "int4-g128"\n'
          '"encoder.layer.1.attention.self.key" = "fp32"\n"encoder.layer.1.attention.self.value" = "int4-g64-sym"\n')
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    model, _, _ = make_tiny_model(tmp_path_factory.mktemp("tiny"))
-    return model
 
 
 @pytest.fixture(scope="module")
