@@ -46,6 +46,7 @@ import numpy as np
 
 from harmony_ref.metrics import Metrics
 from harmony_ref.quant.policy import Policy, WeightFormat, parse_format
+from harmony_ref.track.record import write_text_atomic
 from harmony_ref.units import MB
 
 PAIRS_COLUMNS = ("category", "group", "sentence_a", "sentence_b")
@@ -247,10 +248,7 @@ def layer_losses(fmt: str | WeightFormat = "int4-g32", model=None,
         if task is not None:
             bar.stop()
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"format": fmt.name, "rows": rows}))
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps({"format": fmt.name, "rows": rows}))
     return rows
 
 

@@ -74,6 +74,7 @@ def run(args) -> int:
 
     from harmony_ref.device.profile import load_profile
     from harmony_ref.hil import calibrate as cal
+    from harmony_ref.track.record import write_text_atomic
 
     notes = {}
     if args.backend == "command" and args.command_template:
@@ -127,13 +128,13 @@ def run(args) -> int:
                                    f"this host, {numba.get_num_threads()} thread(s), {freq:.0f} MHz",
                                    args.name, phase_runs=fit_runs, stat=args.stat)
         launch_floor = launch.time_s
-    cal.write_atomic(args.out, result.profile_toml)
+    write_text_atomic(args.out, result.profile_toml)
     profile = load_profile(args.out)  # the file must load back through the real schema
     if args.backend == "host" and not args.no_e2e:
         workloads = cal.QUICK_WORKLOADS if args.quick else cal.HELDOUT_WORKLOADS
         result.e2e = cal.heldout_e2e(profile, workloads, host, args.stat, canary)
     # the profile carries its own held-out error ([calibration]), read back through the schema
-    cal.write_atomic(args.out, result.profile_toml.rstrip("\n") + "\n\n" + cal.calibration_toml(result) + "\n")
+    write_text_atomic(args.out, result.profile_toml.rstrip("\n") + "\n\n" + cal.calibration_toml(result) + "\n")
     load_profile(args.out)
     f = result.fit
     summary = {
@@ -209,6 +210,7 @@ def _run_phase_calibration(args) -> int:
     from harmony_ref.hil.base import BackendError
     from harmony_ref.hil.command import CommandDevice
     from harmony_ref.hil.simulated import SimulatedDevice
+    from harmony_ref.track.record import write_text_atomic
 
     if not args.format:
         raise ValueError("--command needs --format")
@@ -240,7 +242,7 @@ def _run_phase_calibration(args) -> int:
                                    start)
     text, notes = cal.profile_with_efficiencies(
         args.profile, f, args.name, f"{args.profile} calibrated to {args.command_template!r}")
-    cal.write_atomic(args.out, text)
+    write_text_atomic(args.out, text)
     sim = SimulatedDevice(load_profile(args.out))
     table = []
     for r in rows:

@@ -18,11 +18,11 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import os
     from pathlib import Path
 
     from harmony_ref.accuracy import PLANNER_FORMATS, evaluate, load_pairs, plan_policy
     from harmony_ref.commands._output import print_json
+    from harmony_ref.track.record import write_text_atomic
     from harmony_ref.units import MB
 
     if args.out and not Path(args.out).resolve().parent.is_dir():  # before minutes of measuring
@@ -32,10 +32,7 @@ def run(args) -> int:
     m = evaluate(plan.policy, evalset=evalset)
     toml = plan.policy.to_toml()
     if args.out:
-        out = Path(args.out)
-        tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-        tmp.write_text(toml)
-        os.replace(tmp, out)
+        write_text_atomic(args.out, toml)
     counts = {f: sum(1 for c in plan.choices.values() if c == f) for f in PLANNER_FORMATS}
     summary = {
         "budget_mb": args.budget_mb,

@@ -281,23 +281,6 @@ def calibration_toml(result: "Calibration") -> str:
     return "# the model's error on host measurements it was not fitted on\n" + _toml_table("calibration", rows)
 
 
-def write_atomic(path, text: str) -> None:
-    import os
-    import tempfile
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 # --- op times from a file (`--backend command`) ---------------------------------------------------
 
 OP_FILE_COLUMNS = ("name", "rate_class", "ops", "bytes", "launches", "time_us")
