@@ -2,8 +2,9 @@
 
 Each subcommand is a module in harmony_ref/commands/ that defines NAME, HELP,
 `add_arguments(parser)` and `run(args) -> int`; they are discovered, not listed here, so adding a
-command is adding a file. Command modules import heavy things (numba, pandas) inside `run`, so
-`harmony-ref --help` stays fast.
+command is adding a file. Command modules import heavy things (numba, pandas) inside `run`, and
+`main` adds the arguments of the named command only, so `harmony-ref --help` (and any command)
+does not pay for another command's `add_arguments` imports.
 
 Exit codes: 0 success, 1 a check failed (a regression, a refused artifact), 2 bad input.
 """
@@ -15,6 +16,7 @@ import importlib
 import os
 import pkgutil
 import sys
+from collections.abc import Container
 
 import harmony_ref
 import harmony_ref.commands
@@ -27,7 +29,8 @@ def _command_modules():
         yield importlib.import_module(f"harmony_ref.commands.{info.name}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Container[str] | None = None) -> argparse.ArgumentParser:
+    """Every command is listed; `commands` limits whose arguments are added (None: all)."""
     parser = argparse.ArgumentParser(
         prog="harmony-ref",
         description="Benchmark and regression harness for quantized on-device LLM inference.",
@@ -37,13 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="_command_name", metavar="COMMAND")
     for module in _command_modules():
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
-        module.add_arguments(p)
+        if commands is None or module.NAME in commands:
+            module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    # The command comes first (the top-level options only print and exit).
+    parser = build_parser(commands=argv[:1])
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

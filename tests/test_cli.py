@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from harmony_ref.cli import build_parser, main
 
 
@@ -39,3 +41,22 @@ def test_error_names_the_subcommand_even_with_a_command_option(capsys):
     # `run --command` must not overwrite the subcommand name shown in errors.
     assert main(["run", "--backend", "command", "--command", "echo hi"]) == 2
     assert "harmony-ref run: error:" in capsys.readouterr().err
+
+
+def test_top_level_help_runs_no_command_add_arguments():
+    # `harmony-ref --help` must stay fast: no command's add_arguments (some import numpy-backed
+    # modules for their defaults) runs unless that command was named.
+    code = ("import sys\nfrom harmony_ref.cli import main\ntry:\n    main(['--help'])\n"
+            "except SystemExit:\n    pass\nprint('numpy' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "False", "numpy was imported by --help"
+
+
+def test_each_command_gets_its_own_arguments(capsys):
+    # Only the named command's arguments are added: they still parse, and its help lists them.
+    parser = build_parser(commands=["serve"])
+    assert parser.parse_args(["serve", "--queue", "5"]).queue == 5
+    with pytest.raises(SystemExit):
+        main(["coldstart", "--help"])
+    assert "--layers" in capsys.readouterr().out
