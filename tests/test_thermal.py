@@ -18,6 +18,7 @@ from harmony_ref.device.thermal import (
     steady_state_die_c,
 )
 from harmony_ref.device.thermal_config import ThermalConfig
+from harmony_ref.kernels._testing import assert_within
 
 STEADY_STATE_ABS_TOL_C = 1e-6  # backward Euler has the exact fixed point; only rounding remains
 CORE_VS_REF_TEMP_TOL_C = 1e-9  # same algorithm, different float evaluation order (2x2 solve)
@@ -40,11 +41,6 @@ def workload(power_at_full=6.0, static=0.3):
     power = static + (power_at_full - static) * f**2
     rate = 20.0 * f
     return power, rate
-
-
-def _first_bad(ref, got, tol):
-    bad = np.nonzero(~(np.abs(np.asarray(ref, float) - np.asarray(got, float)) <= tol))[0]
-    return None if not len(bad) else (int(bad[0]), ref[bad[0]], got[bad[0]])
 
 
 @pytest.mark.parametrize("power", [0.0, 0.7, 2.5, 8.0])
@@ -172,9 +168,9 @@ def test_numba_core_matches_reference(seed, governor):
     die, skin, state = np.empty(n), np.empty(n), np.empty(n, dtype=np.int32)
     _simulate_core(power, n, dt, governor, prm, die, skin, state)
     rdie, rskin, rstate = simulate_ref(power, n, dt, governor, prm)
-    assert _first_bad(rstate, state, 0) is None, f"state: first bad (index, ref, got) {_first_bad(rstate, state, 0)}"
-    assert _first_bad(rdie, die, CORE_VS_REF_TEMP_TOL_C) is None, _first_bad(rdie, die, CORE_VS_REF_TEMP_TOL_C)
-    assert _first_bad(rskin, skin, CORE_VS_REF_TEMP_TOL_C) is None, _first_bad(rskin, skin, CORE_VS_REF_TEMP_TOL_C)
+    assert_within(state, rstate, 0, "governor state")
+    assert_within(die, rdie, CORE_VS_REF_TEMP_TOL_C, "die_c")
+    assert_within(skin, rskin, CORE_VS_REF_TEMP_TOL_C, "skin_c")
 
 
 def test_zero_steps_and_single_state():
