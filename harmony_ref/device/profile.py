@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harmony_ref._datafiles import read_toml, shipped_names
+from harmony_ref._toml import read_toml, shipped_names
 from harmony_ref.device._schema import from_table, nonneg
 from harmony_ref.device.thermal_config import ThermalConfig
 from harmony_ref.units import GB, GIGA, KIB, MB, TERA

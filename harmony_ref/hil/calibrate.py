@@ -210,7 +210,7 @@ def host_profile_toml(f: HostFit, stream_gbps: float, nominal: dict[str, float],
     The cost model multiplies a class's peak by `compute_efficiency`; the fit gives the products
     (achieved rates). compute_efficiency is the INT4 matmul's achieved / nominal peak, and each
     class's peak field is its achieved rate / compute_efficiency, so peak x efficiency = fitted."""
-    from harmony_ref._datafiles import read_toml
+    from harmony_ref._toml import read_toml
     from harmony_ref.device.profile import PROFILES_FOLDER
 
     ce = min(1.0, f.rates["int4"] / nominal["int4"])
@@ -599,7 +599,7 @@ def profile_with_efficiencies(base: str, f: PhaseFit, name: str, description: st
     """The TOML of the base profile (a shipped name or a path, as `load_profile` takes it) with the
     three fitted numbers replaced, and notes on any fitted efficiency above 1 (measurements faster
     than the profile's peak: implausible, capped at 1)."""
-    from harmony_ref._datafiles import read_toml
+    from harmony_ref._toml import read_toml
     from harmony_ref.device.profile import PROFILES_FOLDER, profile_from_dict
 
     data, source = read_toml("profile", PROFILES_FOLDER, base)

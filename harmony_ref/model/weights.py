@@ -230,11 +230,11 @@ def _verify_blob(blob: bytes, source: str) -> Verified:
 
 
 def load_policy_text(text: str, source: str):
-    import tomllib
-
+    from harmony_ref._toml import loads
     from harmony_ref.quant.policy import policy_from_dict
 
-    return policy_from_dict(tomllib.loads(text), f"{source}: manifest 'policy'")
+    where = f"{source}: manifest 'policy'"
+    return policy_from_dict(loads(text, where), where)
 
 
 @dataclass(frozen=True)

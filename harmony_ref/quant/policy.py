@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harmony_ref._datafiles import read_toml, shipped_names
+from harmony_ref._toml import read_toml, shipped_names
 
 FORMAT_KINDS = ("fp32", "fp16", "int8", "int4")
 _FORMAT_RE = re.compile(r"^(fp32|fp16|int8|int4-g(\d+)(-(asym|sym))?)$")

@@ -20,17 +20,12 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
+from harmony_ref._toml import loads
 from harmony_ref.metrics import Metric
 from harmony_ref.track.record import Record
 
@@ -80,10 +75,7 @@ def load_tolerances(path: str | Path | None = None) -> Tolerances:
         if not p.is_file():
             raise ValueError(f"tolerance file {p} does not exist")
         text, source = p.read_text(), str(p)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{source}: not valid TOML: {e}") from e
+    data = loads(text, source)
     unknown = sorted(set(data) - {"defaults", "metrics"})
     if unknown:
         raise ValueError(f"{source}: unknown section '{unknown[0]}'; allowed: defaults, metrics")

@@ -1,7 +1,10 @@
-"""Shipped-or-user TOML data files (device profiles, quantization policies), read one way.
+"""The one TOML loader: every TOML the package reads (device profiles, model specs, policies, gate
+tolerances, a policy inside an artifact's manifest) is parsed here, with `tomllib` on Python 3.11+
+and `tomli` (the same parser, a declared dependency) on 3.10.
 
-    data, source = read_toml("profile", "device/profiles", "harmony-flagship")  # shipped name
-    data, source = read_toml("policy", "policies", "my-policy.toml")            # user path
+    data = loads(text, "results/plan.toml")                                 # errors name the source
+    data, source = read_toml("profile", "device/profiles", "harmony-flagship")  # a shipped file by name
+    data, source = read_toml("policy", "policies", "my-policy.toml")            # or a user's path
 
 A name that is not an existing path and does not end in .toml is looked up among the files
 shipped in `harmony_ref/<folder>/`. `source` is what errors should name: the shipped file's path
@@ -18,6 +21,14 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
+
+
+def loads(text: str, source: str) -> dict:
+    """Parsed TOML, or a ValueError naming `source`."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{source}: not valid TOML: {e}") from e
 
 
 def shipped_names(folder: str) -> list[str]:
@@ -43,7 +54,14 @@ def read_toml(kind: str, folder: str, name_or_path: str | Path) -> tuple[dict, s
             source, raw = str(path), path.read_text()
         except OSError as e:
             raise ValueError(f"{path}: cannot read: {e}") from e
-    try:
-        return tomllib.loads(raw), source
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{source}: not valid TOML: {e}") from e
+    return loads(raw, source), source
+
+
+def reference(source: str, folder: str, name: str) -> str:
+    """What `read_toml` takes to read a file again: the stem of a shipped file
+    (`policies/int4-g128.toml` -> `int4-g128`), a user's path as given, or `name` for an object
+    built in memory (source "<memory>")."""
+    stem = Path(source).stem
+    if source == f"{folder}/{stem}.toml":
+        return stem
+    return name if source == "<memory>" else source
