@@ -19,13 +19,12 @@ the file, the field and the value.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony_ref._toml import read_toml, shipped_names
-from harmony_ref.device._schema import from_table, nonneg
+from harmony_ref._schema import from_table, nonneg
 from harmony_ref.device.thermal_config import ThermalConfig
 from harmony_ref.units import GB, GIGA, KIB, MB, TERA
 
@@ -150,13 +149,8 @@ class DeviceProfile:
 
 def profile_from_dict(data: dict, source: str) -> DeviceProfile:
     """Validate a parsed profile table; errors name `source`, the field and its value."""
-    data = dict(data)
-    calibration = data.pop("calibration", None)  # optional section: from_table needs a dataclass type
     try:
         profile = from_table(DeviceProfile, data, source)
-        if calibration is not None:
-            profile = dataclasses.replace(
-                profile, calibration=from_table(CalibrationInfo, calibration, source, "calibration"))
     except ValueError as e:
         # Cross-field checks (ThermalConfig.__post_init__) do not know the file; add it.
         raise e if str(e).startswith(source) else ValueError(f"{source}: {e}") from e

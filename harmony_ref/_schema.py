@@ -1,12 +1,17 @@
 """Turn a TOML table into a frozen dataclass, with errors that name file, field and value.
 
-Device profiles are data written by people; a typo must fail loudly and precisely
+Device profiles and model specs are data written by people; a typo must fail loudly and precisely
 ("profiles/x.toml: field 'compute.cube_int8_tops' = -3.0: must be >= 0"), never be ignored.
+
+Field types understood: float, int, bool, str, tuple[T, ...] (a TOML list), a nested dataclass (a
+TOML table) and `Dataclass | None` (an optional table). Field metadata {"min": x} / {"max": x}
+bound numbers (inclusive), {"choices": (...)} restricts values; fields with defaults are optional.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 
 
@@ -26,6 +31,16 @@ def _type_ok(value, tp) -> bool:
     return True
 
 
+def _optional_dataclass(tp):
+    """The dataclass of an `X | None` annotation, else None."""
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return None
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if len(args) == 1 and dataclasses.is_dataclass(args[0]) and len(typing.get_args(tp)) == 2:
+        return args[0]
+    return None
+
+
 def _type_name(tp) -> str:
     if typing.get_origin(tp) is tuple:
         return f"list of {typing.get_args(tp)[0].__name__}"
@@ -33,8 +48,7 @@ def _type_name(tp) -> str:
 
 
 def from_table(cls, table, source: str, section: str = ""):
-    """Build dataclass `cls` from dict `table`. Fields with metadata {"min": x} are range-checked
-    (min inclusive), {"choices": (...)} restrict strings; fields with defaults are optional."""
+    """Build dataclass `cls` from dict `table` (see the module docstring for what is checked)."""
     prefix = f"{section}." if section else ""
     if not isinstance(table, dict):
         raise ValueError(f"{source}: section '{section}' must be a table, got {table!r}")
@@ -54,8 +68,9 @@ def from_table(cls, table, source: str, section: str = ""):
                 raise ValueError(f"{source}: missing field '{prefix}{name}' ({_type_name(tp)})")
             continue
         value = table[name]
-        if dataclasses.is_dataclass(tp):
-            kwargs[name] = from_table(tp, value, source, f"{prefix}{name}")
+        nested = tp if dataclasses.is_dataclass(tp) else _optional_dataclass(tp)
+        if nested is not None:
+            kwargs[name] = from_table(nested, value, source, f"{prefix}{name}")
             continue
         if not _type_ok(value, tp):
             raise ValueError(
