@@ -98,11 +98,11 @@ def run(args) -> int:
     else:
         import numba
 
+        from harmony_ref._threads import set_threads
         from harmony_ref.hil import microbench as mb
-        from harmony_ref.hil._timing import cpu_freq_mhz, set_blas_threads
+        from harmony_ref.hil._timing import cpu_freq_mhz
 
-        numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
-        notes["blas"] = set_blas_threads(args.threads)
+        notes["blas"] = set_threads(args.threads)
         notes["threads"] = str(numba.get_num_threads())
         from harmony_ref.hil._host_ops import _Kernels
 

@@ -128,31 +128,3 @@ class ThermalGate:
             sleep(self.poll_s)
         self.waited_s = clock() - t0
         return self.outcome
-
-
-_BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads_64_",
-                 "openblas_set_num_threads64_", "openblas_set_num_threads")
-
-
-def set_blas_threads(n: int) -> str:
-    """Set the thread count of the OpenBLAS NumPy loaded (what threadpoolctl does, by ctypes).
-
-    On a shared machine a multi-threaded BLAS call stalls for a scheduler slice (~4-16 ms) when
-    one of its threads is preempted; one thread avoids that. Returns what was done."""
-    import ctypes
-
-    import numpy  # noqa: F401  (loads the BLAS)
-
-    try:
-        with open("/proc/self/maps") as f:
-            paths = sorted({line.split()[-1] for line in f if "openblas" in line and ".so" in line})
-    except OSError:
-        return "BLAS threads unchanged (no /proc/self/maps)"
-    for path in paths:
-        lib = ctypes.CDLL(path)
-        for sym in _BLAS_SETTERS:
-            fn = getattr(lib, sym, None)
-            if fn is not None:
-                fn(ctypes.c_int(n))
-                return f"OpenBLAS threads = {n} ({sym})"
-    return "BLAS threads unchanged (no OpenBLAS found)"

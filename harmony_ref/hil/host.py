@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harmony_ref._threads import set_threads
 from harmony_ref.hil._timing import (ThermalGate, cpu_freq_mhz, cpu_temps_c, peak_rss_mb, reset_peak_rss,
                                      time_call)
 from harmony_ref.metrics import Metrics
@@ -179,10 +180,7 @@ class HostDevice:
         import numba
 
         if self.threads:
-            from harmony_ref.hil._timing import set_blas_threads
-
-            numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
-            prov["blas"] = set_blas_threads(self.threads)
+            prov["blas"] = set_threads(self.threads)
 
         prov["threads"] = str(numba.get_num_threads())
         freq_before, temps_before = cpu_freq_mhz(), cpu_temps_c()

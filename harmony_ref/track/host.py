@@ -22,12 +22,11 @@ U test still sees every raw sample. Kernels are called once before timing so Num
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 
 import numpy as np
 
+from harmony_ref._threads import pinned_threads
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB, MS_PER_S
 
@@ -71,23 +70,6 @@ def _quantized_gemv(fmt, w: np.ndarray):
         prepared = prepare_w8(quantize_int8(w))
         return (lambda x: matmul_w8(x, prepared)), fmt.nbytes(*w.shape)
     return (lambda x: w @ x), w.nbytes
-
-
-@contextlib.contextmanager
-def pinned_threads(n: int):
-    """Numba and OpenBLAS on `n` threads for the block, restored afterwards."""
-    import numba
-
-    from harmony_ref.hil._timing import set_blas_threads
-
-    before = numba.get_num_threads()
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    set_blas_threads(n)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(before)
-        set_blas_threads(int(os.environ.get("OPENBLAS_NUM_THREADS", os.cpu_count() or 1)))
 
 
 def host_metrics(config: dict, rounds: int = ROUNDS) -> Metrics:
