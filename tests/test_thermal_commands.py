@@ -75,12 +75,12 @@ def _table_cells(text: str) -> dict[str, str]:
 
 
 def _assert_table_matches_json(table: dict[str, str], numbers: dict) -> None:
-    from harmony_ref.commands._output import _fmt
+    from harmony_ref._format import fmt_number
 
     compared = 0
     for name, value in numbers.items():
         if name in table and isinstance(value, (int, float)):
-            assert table[name] == _fmt(float(value)), (name, table[name], value)
+            assert table[name] == fmt_number(float(value)), (name, table[name], value)
             compared += 1
     assert compared >= 5, compared
 

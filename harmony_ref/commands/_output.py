@@ -3,21 +3,9 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "-"
-        if v != 0 and (abs(v) >= 1e6 or abs(v) < 1e-3):
-            return f"{v:.4g}"
-        # .4g would switch to 1.265e+04 from 10,000 up: print whole numbers there instead.
-        if abs(v) >= 10_000:
-            return f"{v:,.0f}"
-        return f"{v:,.4g}" if abs(v) >= 1000 else f"{v:.4g}"
-    return str(v)
+from harmony_ref._format import fmt_number
 
 
 def print_table(df, title: str | None = None, file=None) -> None:
@@ -30,7 +18,7 @@ def print_table(df, title: str | None = None, file=None) -> None:
     for col in df.columns:
         table.add_column(str(col), justify="right" if df[col].dtype.kind in "if" else "left")
     for row in df.itertuples(index=False):
-        table.add_row(*(_fmt(v) for v in row))
+        table.add_row(*(fmt_number(v) for v in row))
     console.print(table)
 
 

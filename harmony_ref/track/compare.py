@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from harmony_ref._format import fmt_number
 from harmony_ref.track.record import make_config
 
 COMPARE_PARTS = ("predicted", "coldstart", "thermal")
@@ -84,15 +85,13 @@ def marked_frame(frame, mark: str = "*"):
     """String frame for people: best value of each row suffixed with `mark`."""
     import pandas as pd
 
-    from harmony_ref.commands._output import _fmt  # the tables' number style (26,522, not 2.652e+04)
-
     profiles = profile_columns(frame)
     out = pd.DataFrame(index=frame.index)
     out["unit"] = frame["unit"]
     out["better"] = frame["better"]
     for p in profiles:
         out[p] = [
-            _fmt(float(v)) + (mark if p in str(best).split(",") else "")
+            fmt_number(float(v)) + (mark if p in str(best).split(",") else "")
             for v, best in zip(frame[p], frame["best"])
         ]
     return out.reset_index()

@@ -25,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
+from harmony_ref._format import fmt_number
 from harmony_ref._toml import loads
 from harmony_ref.metrics import Metric
 from harmony_ref.track.record import Record
@@ -259,10 +260,7 @@ def compare(baseline: Record, current: Record, tolerances: Tolerances | None = N
 
 
 def _num(v: float) -> str:
-    """The tables' number style (26,522 ms, not 2.652e+04 ms)."""
-    from harmony_ref.commands._output import _fmt
-
-    return _fmt(float(v))
+    return fmt_number(float(v))
 
 
 def to_markdown(report: GateReport, baseline_name: str = "baseline", current_name: str = "current") -> str:
