@@ -6,6 +6,10 @@ knows which way is better and how deterministic it is:
 - `exact`: predicted by the model or counted (bit-identical for identical inputs), so a gate on it
   can be tight;
 - `measured`: timed on a machine; keeps its raw samples so the gate can run a rank test.
+
+How far a model is from measurements is one helper, used by calibration and by HostDevice alike:
+`ape_pct(predicted, measured)` and `mape_pct(pairs)`, their mean. The MAPE of nothing is an error
+(ValueError), not 0 and not NaN: a caller with possibly nothing to score says so itself (None).
 """
 
 from __future__ import annotations
@@ -125,3 +129,20 @@ class Metrics:
             for m in self
         ]
         return pd.DataFrame(rows, columns=["metric", "value", "unit", "better", "kind", "flags"])
+
+
+def ape_pct(predicted: float, measured: float) -> float:
+    """Absolute percentage error of `predicted` against `measured` (which must be finite, > 0)."""
+    if not (math.isfinite(measured) and measured > 0):
+        raise ValueError(f"APE against a measurement of {measured!r}: must be finite and > 0")
+    return abs(predicted - measured) / measured * 100.0
+
+
+def mape_pct(pairs: Iterable[tuple[float, float]]) -> float:
+    """Mean of ape_pct over (predicted, measured) pairs; ValueError when there are none."""
+    import numpy as np
+
+    apes = [ape_pct(p, m) for p, m in pairs]
+    if not apes:
+        raise ValueError("MAPE of an empty set: nothing was scored")
+    return float(np.mean(apes))

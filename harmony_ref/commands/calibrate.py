@@ -202,14 +202,13 @@ def _parse_workloads(text: str) -> list[tuple[str, str, int, int]]:
 def _run_phase_calibration(args) -> int:
     """Run the command per workload, fit the base profile's efficiencies + launch overhead to the
     measured prefill and decode-step times, score on held-out workloads, write the profile."""
-    import numpy as np
-
     from harmony_ref.config import Config
     from harmony_ref.device.profile import load_profile
     from harmony_ref.hil import calibrate as cal
     from harmony_ref.hil.base import BackendError
     from harmony_ref.hil.command import CommandDevice
     from harmony_ref.hil.simulated import SimulatedDevice
+    from harmony_ref.metrics import ape_pct, mape_pct
     from harmony_ref.track.record import write_text_atomic
 
     if not args.format:
@@ -244,23 +243,25 @@ def _run_phase_calibration(args) -> int:
         args.profile, f, args.name, f"{args.profile} calibrated to {args.command_template!r}")
     write_text_atomic(args.out, text)
     sim = SimulatedDevice(load_profile(args.out))
-    table = []
+    table, scored = [], []  # scored[i]: table[i]'s (model, measured) pair, in the units scored
     for r in rows:
         predicted = sim.predict(r["cfg"])
         pred_s = predicted.value(cal.PHASE_METRICS[r["phase"]]) / MS_PER_S
         table.append({"workload": r["workload"], "phase": r["phase"],
                       "set": "held-out" if r["holdout"] else "fit",
                       "measured_ms": r["measured_s"] * MS_PER_S, "model_ms": pred_s * MS_PER_S,
-                      "ape_pct": cal.ape_pct(pred_s, r["measured_s"])})
+                      "ape_pct": ape_pct(pred_s, r["measured_s"])})
+        scored.append((pred_s, r["measured_s"]))
         if r["phase"] == "decode" and r["workload"] in e2e_measured_ms:
             # end to end: prefill + every decode step, as the tool reported it; never fitted on
             pred_ms, meas_ms = predicted.value("e2e_ms"), e2e_measured_ms[r["workload"]]
             table.append({**table[-1], "phase": "e2e", "measured_ms": meas_ms, "model_ms": pred_ms,
-                          "ape_pct": cal.ape_pct(pred_ms, meas_ms)})
+                          "ape_pct": ape_pct(pred_ms, meas_ms)})
+            scored.append((pred_ms, meas_ms))
 
     def mape(set_name, phases):
-        apes = [t["ape_pct"] for t in table if t["set"] == set_name and t["phase"] in phases]
-        return float(np.mean(apes)) if apes else None
+        pairs = [p for t, p in zip(table, scored) if t["set"] == set_name and t["phase"] in phases]
+        return mape_pct(pairs) if pairs else None
 
     phases = tuple(cal.PHASE_METRICS)
     summary = {"profile": str(args.out), "backend": "command", "base_profile": base.name,

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harmony_ref.metrics import ape_pct, mape_pct
 from harmony_ref.units import GB, GIGA, KIB, MEGA, MS_PER_S, US_PER_S
 
 RATE_CLASSES = ("int4", "int8", "fp16", "vector")
@@ -146,17 +147,6 @@ def fit(ops: list[OpSample], seed_bandwidth: float, seed_rates: dict[str, float]
             regimes = new
     return HostFit(best.launch_s, best.rates, best.bandwidth_bytes_per_s, best.fitted, best.iterations,
                    {op.name: best.regime(op) for op in ops})
-
-
-def ape_pct(predicted: float, measured: float) -> float:
-    return abs(predicted - measured) / measured * 100.0
-
-
-def mape_pct(pairs) -> float:
-    pairs = list(pairs)
-    if not pairs:
-        raise ValueError("MAPE of an empty set")
-    return float(np.mean([ape_pct(p, m) for p, m in pairs]))
 
 
 # --- host profile ------------------------------------------------------------------------------
@@ -364,7 +354,7 @@ class Calibration:
     def _e2e_mape(self, fused: bool, quiet_only: bool = False) -> float | None:
         rows = [r for r in self.e2e if r["metric"] == "e2e_ms" and r["fused"] == fused
                 and not (quiet_only and r.get("contended"))]
-        return float(np.mean([r["ape_pct"] for r in rows])) if rows else None
+        return mape_pct((r["model"], r["measured"]) for r in rows) if rows else None
 
     @property
     def e2e_quiet_mape_pct(self) -> float | None:

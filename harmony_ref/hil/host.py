@@ -306,13 +306,14 @@ class HostDevice:
         return out, how
 
     def _add_model_error(self, m: Metrics, config, prov: dict) -> None:
-        from harmony_ref.hil.calibrate import E2E_METRICS, ape_pct
+        from harmony_ref.hil.calibrate import E2E_METRICS
         from harmony_ref.hil.simulated import SimulatedDevice
+        from harmony_ref.metrics import mape_pct
 
         sim = SimulatedDevice(self.model_profile)
         pred = sim.predict(config)
-        apes = [ape_pct(pred.value(k), m.value(k)) for k in E2E_METRICS if k in m and k in pred]
-        m.add("host_model_mape_pct", float(np.mean(apes)), "%", "lower", "measured",
+        pairs = [(pred.value(k), m.value(k)) for k in E2E_METRICS if k in m and k in pred]
+        m.add("host_model_mape_pct", mape_pct(pairs), "%", "lower", "measured",
               description=f"mean |model - measured| / measured over {', '.join(k for k in E2E_METRICS if k in m)}, "
                           f"model = SimulatedDevice({sim.profile.name})")
         prov["model_profile"] = str(getattr(sim.profile, "source", sim.profile.name))
