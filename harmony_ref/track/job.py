@@ -121,7 +121,7 @@ def _accuracy(config: dict) -> Metrics:
     patterns that name LLM layers (q_proj, gate_proj, lm_head) match no MiniLM layer, so MiniLM's
     Linears take the policy's default format (int4-g128 -> every MiniLM Linear in int4-g128)."""
     from harmony_ref.accuracy import evaluate
-    from harmony_ref.model.assets import AssetUnavailable
+    from harmony_ref.checkpoint.assets import AssetUnavailable
 
     try:
         got = evaluate(config["policy"])
