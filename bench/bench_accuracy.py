@@ -8,7 +8,7 @@ POLICIES = ["fp32", "int8", "int4-g128", "int4-g32", "minilm-mixed"]
 
 def _model():
     from harmony_ref.checkpoint.assets import AssetUnavailable
-    from harmony_ref.model.minilm import real_model
+    from harmony_ref.runtime.minilm import real_model
 
     try:
         return real_model()

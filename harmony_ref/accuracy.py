@@ -128,7 +128,7 @@ def compare(ref: np.ndarray, emb: np.ndarray, partner: np.ndarray) -> Metrics:
 def _model(model=None):
     if model is not None:
         return model
-    from harmony_ref.model.minilm import real_model
+    from harmony_ref.runtime.minilm import real_model
 
     return real_model()
 

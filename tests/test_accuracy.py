@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import harmony_ref.accuracy as accuracy
-import harmony_ref.model.minilm as minilm
+import harmony_ref.runtime.minilm as minilm
 from harmony_ref.accuracy import (
     EvalSet,
     choose_formats,

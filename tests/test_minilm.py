@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from harmony_ref.kernels._testing import assert_within
-from harmony_ref.model.minilm import (
+from harmony_ref.runtime.minilm import (
     GELU_ERF_ABS_ERROR,
     QuantLinear,
     gelu_erf,
@@ -202,7 +202,7 @@ def test_linear_dispatch(fmt):
 
 def test_backends_differ_only_by_activation_quantization(tiny):
     pytest.importorskip("harmony_ref.kernels")
-    from harmony_ref.model.minilm import MiniLM
+    from harmony_ref.runtime.minilm import MiniLM
 
     deq = MiniLM(tiny.params, tiny.tokenizer, n_heads=HEADS, linear_backend="dequant")
     ker = MiniLM(tiny.params, tiny.tokenizer, n_heads=HEADS, linear_backend="kernels")

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.network
 @pytest.fixture(scope="module")
 def real():
     from harmony_ref.checkpoint.assets import AssetUnavailable, minilm_assets
-    from harmony_ref.model.minilm import real_model
+    from harmony_ref.runtime.minilm import real_model
 
     try:
         minilm_assets()
@@ -48,7 +48,7 @@ def test_fp32_matches_upstream_sentence_transformers(real, reference):
 
 
 def test_module_level_encode(real, reference):
-    from harmony_ref.model.minilm import encode
+    from harmony_ref.runtime.minilm import encode
 
     meta, ref = reference
     e = encode(meta["sentences"][:2], policy="int8")
@@ -66,7 +66,7 @@ def test_quantized_policies_stay_close(real, reference):
 
 
 def test_real_artifact_round_trip_is_bit_identical(real, reference, tmp_path):
-    from harmony_ref.model.minilm import MiniLM
+    from harmony_ref.runtime.minilm import MiniLM
     from harmony_ref.checkpoint.artifact import export_artifact
 
     meta, _ = reference

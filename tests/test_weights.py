@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harmony_ref.cli import main
-from harmony_ref.model.minilm import MiniLM
+from harmony_ref.runtime.minilm import MiniLM
 from harmony_ref.checkpoint.artifact import (
     ArtifactError,
     export_artifact,

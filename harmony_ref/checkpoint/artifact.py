@@ -84,7 +84,7 @@ def _linear_tensors(name: str, stored) -> dict[str, np.ndarray]:
 
 
 def _layer_info(stored) -> dict:
-    from harmony_ref.model.minilm import stored_format
+    from harmony_ref.runtime.minilm import stored_format
 
     info = {"format": stored_format(stored).name, "shape": list(stored.shape)}
     if isinstance(stored, Int4Tensor):
@@ -249,7 +249,7 @@ def load_artifact(path: str | Path) -> Artifact:
     """Verify, then rebuild the model's parameters and its quantized Linears."""
     from safetensors.numpy import load
 
-    from harmony_ref.model.minilm import QuantLinear
+    from harmony_ref.runtime.minilm import QuantLinear
 
     blob = Path(path).read_bytes()
     v = _verify_blob(blob, str(path))

@@ -29,13 +29,13 @@ def run(args) -> int:
 
     from harmony_ref.accuracy import evaluate, load_pairs
     from harmony_ref.commands._output import print_json, print_table
-    from harmony_ref.model.minilm import real_model
+    from harmony_ref.runtime.minilm import real_model
 
     evalset = load_pairs(args.pairs)
     model = real_model(args.backend)
     results = {}
     if args.artifact:
-        from harmony_ref.model.minilm import MiniLM
+        from harmony_ref.runtime.minilm import MiniLM
 
         art = MiniLM.from_artifact(args.artifact, linear_backend=args.backend)
         results[args.artifact] = evaluate(model=model, evalset=evalset, artifact_model=art)

@@ -19,7 +19,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from harmony_ref.commands._output import print_json
-    from harmony_ref.model.minilm import real_model
+    from harmony_ref.runtime.minilm import real_model
     from harmony_ref.checkpoint.artifact import export_artifact, verify_artifact
     from harmony_ref.units import MB
 

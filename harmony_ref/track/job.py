@@ -154,7 +154,7 @@ PARTS: list[Part] = [
     Part("predicted", "device metrics (backend)",
          ("harmony_ref.config", "harmony_ref.device.profile", "harmony_ref.hil.simulated"), _predicted),
     Part("host", "host kernels vs NumPy (timed)", ("harmony_ref.kernels",), _host),
-    Part("accuracy", "accuracy: MiniLM-L6, real weights", ("harmony_ref.accuracy", "harmony_ref.model.minilm"),
+    Part("accuracy", "accuracy: MiniLM-L6, real weights", ("harmony_ref.accuracy", "harmony_ref.runtime.minilm"),
          _accuracy),
     Part("coldstart", "cold start (device model)", ("harmony_ref.device.coldstart",), _coldstart),
     Part("thermal", "10-minute thermal summary", ("harmony_ref.device.thermal",), _thermal),

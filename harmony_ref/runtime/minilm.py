@@ -1,6 +1,6 @@
 """all-MiniLM-L6-v2 (a 6-layer BERT sentence encoder) in NumPy, every Linear in the policy's format.
 
-    from harmony_ref.model.minilm import encode
+    from harmony_ref.runtime.minilm import encode
     emb = encode(["A cat sat on the mat."], policy="int4-g32")   # (1, 384) float32, L2-normalised
 
 The forward is BERT's: word + position + token-type embeddings and a LayerNorm, then per layer
