@@ -24,7 +24,7 @@ class AccuracyTrack:
     timeout = 1800
 
     def setup_cache(self):
-        from harmony_ref.accuracy import evaluate, load_pairs
+        from harmony_ref.eval.embedding import evaluate, load_pairs
 
         model, evalset = _model(), load_pairs()
         return {p: {m.name: m.value for m in evaluate(p, model=model, evalset=evalset)}
@@ -64,7 +64,7 @@ class EncodeTime:
     timeout = 600
 
     def setup(self, policy):
-        from harmony_ref.accuracy import load_pairs
+        from harmony_ref.eval.embedding import load_pairs
 
         self.model = _model()
         self.sentences = load_pairs().sentences[:64]

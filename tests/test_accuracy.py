@@ -9,18 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import harmony_ref.accuracy as accuracy
+import harmony_ref.eval.plan as planner
 import harmony_ref.runtime.minilm as minilm
-from harmony_ref.accuracy import (
-    EvalSet,
-    choose_formats,
-    compare,
-    evaluate,
-    layer_losses,
-    load_pairs,
-    plan_policy,
-    sensitivity,
-)
+from harmony_ref.eval.embedding import EvalSet, compare, evaluate, load_pairs
+from harmony_ref.eval.plan import choose_formats, plan_policy
+from harmony_ref.eval.sensitivity import layer_losses, sensitivity
 from harmony_ref.cli import main
 from harmony_ref.quant.policy import Policy, load_policy, parse_format
 
@@ -146,7 +139,7 @@ def test_impossible_budget_is_refused_before_measuring(tiny, small_set, monkeypa
     """On the real model the sensitivity runs take minutes: an impossible budget must not wait."""
     def no_measuring(*a, **k):
         raise AssertionError("measured layer losses for a budget that cannot fit")
-    monkeypatch.setattr(accuracy, "layer_losses", no_measuring)
+    monkeypatch.setattr(planner, "layer_losses", no_measuring)
     int4 = tiny.linear_nbytes("int4-g128") / 1e6
     with pytest.raises(ValueError, match=r"below the smallest possible Linear weights \(0\.\d+ MB"):
         plan_policy(int4 * 0.99, model=tiny, evalset=small_set)

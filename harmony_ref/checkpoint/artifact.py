@@ -96,8 +96,6 @@ def export_artifact(model, policy, path: str | Path) -> dict:
     """Write `model` with its Linears in `policy`'s formats to `path`; returns the manifest."""
     from safetensors.numpy import save
 
-    from harmony_ref.accuracy import _model_fingerprint
-
     pol = load_policy(policy)
     linears = model.linears(pol)
     weight_names = {n + ".weight" for n in linears}
@@ -112,7 +110,7 @@ def export_artifact(model, policy, path: str | Path) -> dict:
         "policy": pol.to_toml(),
         "layers": json.dumps(layers, sort_keys=True),
         "tensor_sha256": json.dumps({k: _sha(v.tobytes()) for k, v in sorted(tensors.items())}),
-        "model_sha256": _model_fingerprint(model),
+        "model_sha256": model.weights_fingerprint(),
         "n_heads": str(model.n_heads),
         "max_seq_len": str(model.max_seq_len),
         "tokenizer_json": model.tokenizer.to_str(),

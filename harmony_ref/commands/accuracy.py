@@ -1,5 +1,5 @@
 """`harmony-ref accuracy`: accuracy drop of quantization policies on the real all-MiniLM-L6-v2
-weights (cosine to FP32, paraphrase recall@1, drop in points); see harmony_ref/accuracy.py."""
+weights (cosine to FP32, paraphrase recall@1, drop in points); see harmony_ref/eval/embedding.py."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import pandas as pd
 
-    from harmony_ref.accuracy import evaluate, load_pairs
+    from harmony_ref.eval.embedding import evaluate, load_pairs
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.runtime.minilm import real_model
 

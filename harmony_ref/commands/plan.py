@@ -1,5 +1,5 @@
 """`harmony-ref plan --budget-mb X`: per-layer formats for all-MiniLM-L6-v2 that minimise the
-measured loss within a weight budget, printed as a policy TOML (method: harmony_ref/accuracy.py)."""
+measured loss within a weight budget, printed as a policy TOML (method: harmony_ref/eval/plan.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from harmony_ref.accuracy import PLANNER_FORMATS, evaluate, load_pairs, plan_policy
+    from harmony_ref.eval.embedding import evaluate, load_pairs
+    from harmony_ref.eval.plan import PLANNER_FORMATS, plan_policy
     from harmony_ref.commands._output import print_json
     from harmony_ref.track.record import write_text_atomic
     from harmony_ref.units import MB

@@ -18,7 +18,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from harmony_ref.accuracy import load_pairs, sensitivity
+    from harmony_ref.eval.embedding import load_pairs
+    from harmony_ref.eval.sensitivity import sensitivity
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.quant.policy import parse_format
     from harmony_ref.units import MB

@@ -24,6 +24,7 @@ are quantized once per (policy, checkpoint) and cached on the model.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -375,6 +376,15 @@ class MiniLM:
         for b in self.batches(sentences, batch_size):
             out[b.index] = self.pool(self.run_layers(self.embed(b), b.mask, lin), b.mask)
         return out
+
+    def weights_fingerprint(self) -> str:
+        """SHA-256 over the names and FP32 bytes of the Linear weights: what an artifact was
+        quantized from, and the key of cached per-layer losses."""
+        h = hashlib.sha256()
+        for name in self.linear_names():
+            h.update(name.encode())
+            h.update(np.ascontiguousarray(self.params[name + ".weight"]).tobytes())
+        return h.hexdigest()
 
     def linear_nbytes(self, policy) -> int:
         return sum(q.nbytes for q in self.linears(policy).values())

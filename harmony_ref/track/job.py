@@ -120,7 +120,7 @@ def _accuracy(config: dict) -> Metrics:
     """MiniLM-L6 on its real weights under the run's policy. The policy applies as written:
     patterns that name LLM layers (q_proj, gate_proj, lm_head) match no MiniLM layer, so MiniLM's
     Linears take the policy's default format (int4-g128 -> every MiniLM Linear in int4-g128)."""
-    from harmony_ref.accuracy import evaluate
+    from harmony_ref.eval.embedding import evaluate
     from harmony_ref.checkpoint.assets import AssetUnavailable
 
     try:
@@ -154,7 +154,7 @@ PARTS: list[Part] = [
     Part("predicted", "device metrics (backend)",
          ("harmony_ref.config", "harmony_ref.device.profile", "harmony_ref.hil.simulated"), _predicted),
     Part("host", "host kernels vs NumPy (timed)", ("harmony_ref.kernels",), _host),
-    Part("accuracy", "accuracy: MiniLM-L6, real weights", ("harmony_ref.accuracy", "harmony_ref.runtime.minilm"),
+    Part("accuracy", "accuracy: MiniLM-L6, real weights", ("harmony_ref.eval.embedding", "harmony_ref.runtime.minilm"),
          _accuracy),
     Part("coldstart", "cold start (device model)", ("harmony_ref.device.coldstart",), _coldstart),
     Part("thermal", "10-minute thermal summary", ("harmony_ref.device.thermal",), _thermal),

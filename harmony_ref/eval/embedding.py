@@ -1,0 +1,139 @@
+"""Accuracy of a quantization policy on real MiniLM weights: the evaluation set and its metrics.
+
+Evaluation set: harmony_ref/data/paraphrase_pairs.tsv, sentence pairs written for this project
+(everyday, technical, questions, negations, numbers, odd and long ones). Pairs come in groups of
+near misses (the 5 pm train and the 7 am train; "I locked the door" and "I did not lock it"), so
+a sentence's nearest neighbour is often a distractor: retrieval is not trivially 100%.
+
+Metrics (`evaluate`), all exact (deterministic functions of weights, policy and sentences):
+- cosine of each sentence's policy embedding to its FP32 embedding: mean, min, 5th percentile;
+- recall@1: a sentence's nearest neighbour (cosine, itself excluded) among all 2n sentences is its
+  pair, for FP32 and for the policy; `accuracy_drop_pct` = FP32 recall@1 - policy recall@1 in
+  percentage points (negative when quantization happens to help);
+- top-1 neighbour agreement: the policy's nearest neighbour is FP32's, in %.
+
+Per-layer sensitivity is eval/sensitivity.py, the weight-budget planner eval/plan.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from harmony_ref.metrics import Metrics
+from harmony_ref.quant.policy import Policy
+from harmony_ref.units import MB
+
+PAIRS_COLUMNS = ("category", "group", "sentence_a", "sentence_b")
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    sentences: list[str]  # a's then b's: 2n sentences
+    partner: np.ndarray  # (2n,) index of each sentence's paraphrase
+    categories: list[str]
+    source: str
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256("\n".join(self.sentences).encode()).hexdigest()
+
+
+def load_pairs(path: str | Path | None = None) -> EvalSet:
+    """Read a TSV of paraphrase pairs (header: category, group, sentence_a, sentence_b)."""
+    if path is None:
+        text = (resources.files("harmony_ref") / "data" / "paraphrase_pairs.tsv").read_text("utf-8")
+        source = "harmony_ref/data/paraphrase_pairs.tsv"
+    else:
+        text, source = Path(path).read_text("utf-8"), str(path)
+    reader = csv.DictReader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE)
+    if tuple(reader.fieldnames or ()) != PAIRS_COLUMNS:
+        raise ValueError(f"{source}: header must be {PAIRS_COLUMNS}, got {reader.fieldnames}")
+    a, b, cats = [], [], []
+    for line, row in enumerate(reader, start=2):
+        for col in PAIRS_COLUMNS:
+            if not (row.get(col) or "").strip():
+                raise ValueError(f"{source}: line {line}: field '{col}' is empty")
+        a.append(row["sentence_a"].strip())
+        b.append(row["sentence_b"].strip())
+        cats.append(row["category"])
+    n = len(a)
+    if n < 2:
+        raise ValueError(f"{source}: needs at least 2 pairs, got {n}")
+    sentences = a + b
+    seen = {}
+    for i, s in enumerate(sentences):
+        if s in seen:
+            raise ValueError(f"{source}: sentence {s!r} appears twice (rows {seen[s] % n + 2} "
+                             f"and {i % n + 2})")
+        seen[s] = i
+    partner = np.concatenate([np.arange(n, 2 * n), np.arange(n)])
+    return EvalSet(sentences, partner, cats + cats, source)
+
+
+def nearest_neighbours(emb: np.ndarray) -> np.ndarray:
+    """Index of each row's most cosine-similar other row (rows are L2-normalised)."""
+    sim = emb.astype(np.float64) @ emb.astype(np.float64).T
+    np.fill_diagonal(sim, -np.inf)
+    return sim.argmax(axis=1)
+
+
+def compare(ref: np.ndarray, emb: np.ndarray, partner: np.ndarray) -> Metrics:
+    """Metrics of `emb` (a policy's embeddings) against `ref` (FP32) on one evaluation set."""
+    cos = np.sum(ref.astype(np.float64) * emb.astype(np.float64), axis=1)
+    nn_ref, nn = nearest_neighbours(ref), nearest_neighbours(emb)
+    recall_ref = 100.0 * np.mean(nn_ref == partner)
+    recall = 100.0 * np.mean(nn == partner)
+    m = Metrics()
+    m.add("accuracy_drop_pct", recall_ref - recall, "pct_points", "lower",
+          description="FP32 recall@1 minus the policy's")
+    m.add("recall_at_1", recall, "%", "higher", description="paraphrase is the nearest neighbour")
+    m.add("recall_at_1_fp32", recall_ref, "%", "none")
+    m.add("top1_agreement_pct", 100.0 * np.mean(nn == nn_ref), "%", "higher",
+          description="nearest neighbour same as FP32's")
+    m.add("cosine_mean", float(cos.mean()), "cosine", "higher")
+    m.add("cosine_min", float(cos.min()), "cosine", "higher")
+    m.add("cosine_p5", float(np.percentile(cos, 5)), "cosine", "higher")
+    return m
+
+
+def model_or_default(model=None):
+    """`model`, or the real all-MiniLM-L6-v2 (downloaded and verified on first use)."""
+    if model is not None:
+        return model
+    from harmony_ref.runtime.minilm import real_model
+
+    return real_model()
+
+
+def fp32_embeddings(model, evalset: EvalSet) -> np.ndarray:
+    key = ("fp32-emb", evalset.fingerprint)
+    cache = model.__dict__.setdefault("_emb_cache", {})
+    if key not in cache:
+        cache[key] = model.encode(evalset.sentences, "fp32")
+    return cache[key]
+
+
+def evaluate(policy: str | Path | Policy = "fp32", model=None, evalset: EvalSet | None = None,
+             artifact_model=None) -> Metrics:
+    """Accuracy metrics of `policy` (or of an exported artifact's model) against FP32."""
+    model = model_or_default(model)
+    evalset = evalset or load_pairs()
+    ref = fp32_embeddings(model, evalset)
+    if artifact_model is not None:
+        emb, linear_bytes = artifact_model.encode(evalset.sentences, None), \
+            artifact_model.linear_nbytes(None)
+    else:
+        emb, linear_bytes = model.encode(evalset.sentences, policy), model.linear_nbytes(policy)
+    m = compare(ref, emb, evalset.partner)
+    m.add("linear_weights_mb", linear_bytes / MB, "MB", "lower",
+          description="the Linear weights in the policy's formats, scales and zero points included")
+    m.add("weights_mb", (linear_bytes + model.other_nbytes()) / MB, "MB", "lower",
+          description="all weights: Linears as above, embeddings/LayerNorm/bias in FP32")
+    m.add("sentences", len(evalset.sentences), "count", "none")
+    return m
