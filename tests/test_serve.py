@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harmony_ref.scenario.serve import (
+from harmony_ref.device.serve import (
     Request,
     ServiceTime,
     constant_rate_service,

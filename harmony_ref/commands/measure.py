@@ -67,7 +67,7 @@ def run(args) -> int:
         return 1
     metrics, findings = m.metrics, []
     if profile is not None:
-        from harmony_ref.hil.physics import check
+        from harmony_ref.device.physics import check
 
         metrics, findings = check(metrics, profile, config)
     if args.json:

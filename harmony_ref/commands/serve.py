@@ -9,7 +9,7 @@ HELP = ("simulate requests (Poisson or a trace) at one on-device session: latenc
 
 def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
-    from harmony_ref.scenario.serve import DEFAULT_QUEUE_LIMIT, DEFAULT_TIMEOUT_S
+    from harmony_ref.device.serve import DEFAULT_QUEUE_LIMIT, DEFAULT_TIMEOUT_S
 
     p.add_argument("--rate", type=float, default=0.2, help="Poisson arrivals per second (default 0.2)")
     p.add_argument("--minutes", type=float,
@@ -34,7 +34,7 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import Config
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.scenario.serve import (
+    from harmony_ref.device.serve import (
         device_service_model,
         load_trace,
         poisson_arrivals,

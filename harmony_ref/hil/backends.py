@@ -4,7 +4,7 @@
     dev = make_backend("host", auto_scale=True)                   # or "simulated", profile=...
     metrics, provenance, findings = measure(dev, config, profile) # findings: implausible metrics
 
-Measured metrics (host, command) are checked against a roofline (harmony_ref/hil/physics.py):
+Measured metrics (host, command) are checked against a roofline (harmony_ref/device/physics.py):
 a command backend's against the device profile it claims to run on; the host's against a
 calibrated host profile when one is given (`host_profile`), and not at all otherwise (a phone
 profile's roofline says nothing about this CPU): the provenance says which.
@@ -55,7 +55,7 @@ def measure(backend, config, profile=None):
     harmony_ref.hil.base.BackendError (a RuntimeError, not a ValueError): callers should print
     it, exit non-zero and record nothing."""
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.hil.physics import check
+    from harmony_ref.device.physics import check
 
     prov: dict[str, str] = {"backend": backend.name}
     if backend.name == "simulated":

@@ -108,7 +108,7 @@ def scaled_spec(spec, divisor: int):
 
 
 def weight_mb(config) -> float:
-    from harmony_ref.hil.physics import weight_bytes
+    from harmony_ref.device.physics import weight_bytes
 
     return weight_bytes(config) / MB
 
