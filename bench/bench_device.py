@@ -5,7 +5,7 @@ Predicted metrics are exact functions of the code and data, so a change in a tra
 change in the model or a profile, never noise."""
 
 from harmony_ref.config import Config
-from harmony_ref.hil.simulated import SimulatedDevice
+from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.model import graph
 
 POLICIES = ["fp16", "int8", "int4-g32", "int4-g128", "mixed"]

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from harmony_ref.hil.calibrate import OpSample, fit, mape_pct
+from harmony_ref.calibrate.fit import OpSample, fit, mape_pct
 
 TRUE = dict(launch_s=20e-6, rates={"int4": 40e9, "int8": 30e9, "fp16": 80e9, "vector": 5e9}, bw=20e9)
 SEED_RATES = {"int4": 10e9, "int8": 10e9, "fp16": 10e9, "vector": 1e9}
@@ -84,7 +84,7 @@ import json  # noqa: E402
 import harmony_ref.device.profile as DEVICE  # noqa: E402
 
 from harmony_ref.cli import main  # noqa: E402
-from harmony_ref.hil.calibrate import HostFit, host_profile_toml, load_op_times  # noqa: E402
+from harmony_ref.calibrate.fit import HostFit, host_profile_toml, load_op_times  # noqa: E402
 
 
 def test_profile_reproduces_the_fit(tmp_path):
@@ -126,7 +126,7 @@ def test_cli_command_backend_from_op_times(tmp_path, capsys):
     assert r["e2e_mape_pct"] is None
     p = DEVICE.load_profile(str(out))
     assert p.name == "phone"
-    from harmony_ref.hil.simulated import SimulatedDevice
+    from harmony_ref.backends.simulated import SimulatedDevice
     from harmony_ref.config import Config
 
     assert SimulatedDevice(p).predict(Config.from_names(model="llama-3.2-1b")).value("decode_tokens_per_s") > 0
@@ -161,7 +161,7 @@ def test_cli_host_quick(tmp_path, capsys):
     assert cal.held_out_per_op_mape_pct == pytest.approx(r["per_op_mape_pct"])
     assert (cal.n_fit, cal.n_held_out) == (r["ops_fitted"], r["ops_held_out"]) and cal.n_held_out_e2e == len(e2e)
     from harmony_ref.config import Config
-    from harmony_ref.hil.simulated import SimulatedDevice
+    from harmony_ref.backends.simulated import SimulatedDevice
 
     sim = SimulatedDevice(str(out)).predict(Config.from_names(model="qwen2.5-0.5b", policy="int4-g128"))
     assert sim.value("host_model_mape_pct") == pytest.approx(r["e2e_mape_pct"])

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harmony_ref.cli import main
-from harmony_ref.hil.base import Backend, BackendError
-from harmony_ref.hil.command import CommandDevice, fill_template, needs_shell
+from harmony_ref.backends.base import Backend, BackendError
+from harmony_ref.backends.command import CommandDevice, fill_template, needs_shell
 
 FAKE = Path(__file__).parent / "fake_device"
 PY = shlex.quote(sys.executable)

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from harmony_ref.hil._timing import ThermalGate, cpu_temps_c, peak_rss_mb, time_call
+from harmony_ref.backends.host_timing import ThermalGate, cpu_temps_c, peak_rss_mb, time_call
 
 
 def test_time_call_keeps_median_and_samples():
@@ -54,7 +54,7 @@ def test_host_probes_do_not_fail():
 import dataclasses  # noqa: E402
 
 from harmony_ref.config import Config  # noqa: E402
-from harmony_ref.hil.host import HostDevice, scaled_spec, weight_mb  # noqa: E402
+from harmony_ref.backends.host import HostDevice, scaled_spec, weight_mb  # noqa: E402
 
 STANDARD = {"ttft_ms", "prefill_ms", "prefill_tokens_per_s", "decode_step_ms", "decode_tokens_per_s",
             "e2e_ms", "peak_memory_mb", "weights_mb", "kv_cache_mb", "kernel_launches_per_token"}
@@ -72,7 +72,7 @@ def run():
 
 
 def test_same_metric_names_as_simulated(run):
-    from harmony_ref.hil.simulated import SimulatedDevice
+    from harmony_ref.backends.simulated import SimulatedDevice
 
     sim = SimulatedDevice("harmony-flagship").predict(run.config)
     assert STANDARD <= set(run.metrics.names())
@@ -90,7 +90,7 @@ def test_breakdown_metrics_match_simulated_definitions(run):
     import psutil
 
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.hil.simulated import SimulatedDevice
+    from harmony_ref.backends.simulated import SimulatedDevice
 
     m, c = run.metrics, run.config
     sim = SimulatedDevice("harmony-flagship").predict(c)
@@ -187,7 +187,7 @@ def test_backends_by_name_same_names_and_physics(tmp_path):
     import sys
     from pathlib import Path
 
-    from harmony_ref.hil.backends import make_backend, measure
+    from harmony_ref.backends.make import make_backend, measure
 
     cfg = tiny(new=2)
     sim, _, _ = measure(make_backend("simulated", "harmony-flagship"), cfg)
@@ -211,7 +211,7 @@ def test_asv_bench_module_imports():
 
 
 def test_launch_refit_on_phase_totals(run):
-    from harmony_ref.hil.calibrate import HostFit, fit_launch_on_phases, samples_from_op_times
+    from harmony_ref.calibrate.fit import HostFit, fit_launch_on_phases, samples_from_op_times
 
     f = HostFit(0.0, {"int4": 50e9, "int8": 40e9, "fp16": 60e9, "vector": 20e9}, 30e9, (), 1)
     g = fit_launch_on_phases(f, [run], 1 << 20, stat="median")
@@ -229,8 +229,8 @@ def test_launch_refit_on_phase_totals(run):
 def test_load_canary_wait_is_bounded():
     import time
 
-    from harmony_ref.hil._host_ops import _Kernels
-    from harmony_ref.hil.microbench import LoadCanary
+    from harmony_ref.backends.host_graph import _Kernels
+    from harmony_ref.calibrate.microbench import LoadCanary
 
     c = LoadCanary(_Kernels())
     assert c.ratio() >= 1.0  # against the fastest seen so far, itself included
@@ -240,7 +240,7 @@ def test_load_canary_wait_is_bounded():
 
 
 def test_make_backend_command_fills_config_and_values():
-    from harmony_ref.hil.backends import make_backend
+    from harmony_ref.backends.make import make_backend
 
     dev = make_backend("command", command="hdc -t {serial} shell bench --model {model} -p {prompt_tokens}",
                        fmt="llama-bench", values={"serial": "ABC123"})

@@ -6,7 +6,7 @@ import pytest
 
 from harmony_ref.cli import main
 from harmony_ref.config import Config, Scenario
-from harmony_ref.hil.simulated import SimulatedDevice
+from harmony_ref.backends.simulated import SimulatedDevice
 
 STANDARD = {
     "ttft_ms": "lower", "prefill_ms": "lower", "decode_step_ms": "lower",

@@ -14,7 +14,7 @@ HELP = ("fit efficiency factors + launch overhead to measured ops, write a profi
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.hil.parsers import FORMATS
+    from harmony_ref.backends.parsers import FORMATS
 
     p.add_argument("--backend", choices=("host", "command"), default="host",
                    help="host: run the microbenchmarks here; command: measured op times (--ops) "
@@ -73,7 +73,7 @@ def run(args) -> int:
     from rich.progress import Progress
 
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.hil import calibrate as cal
+    from harmony_ref.calibrate import fit as cal
     from harmony_ref.track.record import write_text_atomic
 
     notes = {}
@@ -88,7 +88,7 @@ def run(args) -> int:
                         seed_rates=cal.seed_rates(ops))
         stream = args.stream_gbps or first.bandwidth_bytes_per_s / GB
         nominal = dict(first.rates)  # no nominal peaks known: efficiency 1
-        from harmony_ref.hil.microbench import onchip_buffer_bytes
+        from harmony_ref.calibrate.microbench import onchip_buffer_bytes
 
         result = cal.calibrate_ops(ops, stream, nominal, onchip_buffer_bytes(),
                                    psutil.virtual_memory().total,
@@ -99,16 +99,16 @@ def run(args) -> int:
         import numba
 
         from harmony_ref._threads import set_threads
-        from harmony_ref.hil import microbench as mb
-        from harmony_ref.hil._timing import cpu_freq_mhz
+        from harmony_ref.calibrate import microbench as mb
+        from harmony_ref.backends.host_timing import cpu_freq_mhz
 
         notes["blas"] = set_threads(args.threads)
         notes["threads"] = str(numba.get_num_threads())
-        from harmony_ref.hil._host_ops import _Kernels
+        from harmony_ref.backends.host_graph import _Kernels
 
         canary = mb.LoadCanary(_Kernels())  # baseline taken now, before the microbenchmarks
         stream = mb.stream_read_gbps()
-        from harmony_ref.hil.host import HostDevice
+        from harmony_ref.backends.host import HostDevice
 
         host = HostDevice(repeats=max(3, args.repeats // 2), threads=args.threads)
         with Progress(transient=True, disable=args.json or not sys.stderr.isatty()) as prog:
@@ -204,10 +204,10 @@ def _run_phase_calibration(args) -> int:
     measured prefill and decode-step times, score on held-out workloads, write the profile."""
     from harmony_ref.config import Config
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.hil import calibrate as cal
-    from harmony_ref.hil.base import BackendError
-    from harmony_ref.hil.command import CommandDevice
-    from harmony_ref.hil.simulated import SimulatedDevice
+    from harmony_ref.calibrate import fit as cal
+    from harmony_ref.backends.base import BackendError
+    from harmony_ref.backends.command import CommandDevice
+    from harmony_ref.backends.simulated import SimulatedDevice
     from harmony_ref.metrics import ape_pct, mape_pct
     from harmony_ref.track.record import write_text_atomic
 

@@ -12,7 +12,7 @@ HELP = ("cold start model: where the time from tap to first token goes (cold / p
 
 def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
-    from harmony_ref.device.coldstart_host import DEFAULT_COLS, DEFAULT_LAYERS, DEFAULT_ROWS
+    from harmony_ref.backends.host_coldstart import DEFAULT_COLS, DEFAULT_LAYERS, DEFAULT_ROWS
 
     p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
     p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
@@ -81,7 +81,7 @@ def run(args) -> int:
     if args.measure:
         from rich.console import Console
 
-        from harmony_ref.device.coldstart_host import measure_host_coldstart
+        from harmony_ref.backends.host_coldstart import measure_host_coldstart
 
         console = Console(stderr=True)
         with console.status("measuring cold start on this host") as status:

@@ -12,7 +12,7 @@ HELP = ("run an external benchmark command once (e.g. over hdc/adb shell) and pr
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.hil.parsers import FORMATS
+    from harmony_ref.backends.parsers import FORMATS
 
     p.add_argument("--command", dest="command_template", metavar="CMD", required=True,
                    help="command to run; placeholders {name} filled from --set name=value")
@@ -44,8 +44,8 @@ def _values(pairs: list[str]) -> dict[str, str]:
 
 
 def run(args) -> int:
-    from harmony_ref.hil.base import BackendError
-    from harmony_ref.hil.command import CommandDevice
+    from harmony_ref.backends.base import BackendError
+    from harmony_ref.backends.command import CommandDevice
 
     config = profile = None
     if args.profile:

@@ -28,7 +28,7 @@ def run(args) -> int:
 
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import Config
-    from harmony_ref.hil.simulated import SimulatedDevice
+    from harmony_ref.backends.simulated import SimulatedDevice
 
     config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                new_tokens=args.new, context_tokens=args.context, batch=args.batch,

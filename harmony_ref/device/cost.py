@@ -267,3 +267,20 @@ def op_breakdown(profile: DeviceProfile, graph: Graph) -> list[dict]:
     for r in rows.values():
         r["time_pct"] = 100.0 * r["time_ms"] / total
     return sorted(rows.values(), key=lambda r: -r["time_ms"])
+
+
+def op_roofline_s(profile: DeviceProfile, op) -> tuple[float, float]:
+    """(compute_s, memory_s) of one run of graph op `op` on `profile`, as the cost model charges it
+    (efficiencies, per-dtype peaks, on-chip tiling passes; launch overhead not included)."""
+    r = _evaluate(profile, _OneOp(op), None, np.zeros(1), 1.0, 1.0)
+    return float(r["compute_s"][0]), float(r["memory_s"][0])
+
+
+class _OneOp:
+    """A one-op stand-in for a Graph (what _evaluate reads: `unique_ops()`)."""
+
+    def __init__(self, op):
+        self._op = op
+
+    def unique_ops(self):
+        return [(self._op, 1)]

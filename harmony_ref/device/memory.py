@@ -11,6 +11,12 @@
   residual stream it must keep.
 - workspace: the profile's `runtime_workspace_mb` (runtime, compiled graph, scratch).
 peak = their sum; it fits when peak <= RAM x app_memory_share.
+
+`add_memory_metrics(m, estimate)` writes that split as metrics (weights_mb, kv_cache_mb,
+activations_mb, workspace_mb, app_budget_mb, memory_headroom_mb, fits_memory), one implementation
+for SimulatedDevice (the profile's budget) and HostDevice (the model it measured, against the host
+profile's budget or this machine's RAM). `peak_memory_mb` is not among them: predicted by one,
+measured (RSS) by the other.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ from dataclasses import dataclass
 
 from harmony_ref.config import Config
 from harmony_ref.device.profile import DeviceProfile
+from harmony_ref.metrics import Metrics
 from harmony_ref.model.graph import (ACT_BYTES, build_graph, kv_bytes_per_token_per_layer, layer_groups,
                                      weight_nbytes)
 from harmony_ref.model.spec import ModelSpec
 from harmony_ref.quant.policy import Policy, WeightFormat
+from harmony_ref.units import MB
 
 _NOMINAL_BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5}
 
@@ -104,3 +112,20 @@ def memory_estimate(profile: DeviceProfile, config: Config) -> MemoryEstimate:
         workspace_bytes=profile.memory.workspace_bytes,
         budget_bytes=profile.memory.app_budget_bytes,
     )
+
+
+def add_memory_metrics(m: Metrics, mem: MemoryEstimate, kind: str = "exact",
+                       budget_source: str = "RAM x app_memory_share", workspace_source: str = "") -> None:
+    """The memory split of `mem` into `m`. `budget_source` says where the budget came from (a
+    profile's RAM x app share, or this host's RAM)."""
+    m.add("weights_mb", mem.weights_bytes / MB, "MB", "lower", kind)
+    m.add("kv_cache_mb", mem.kv_cache_bytes / MB, "MB", "lower", kind,
+          description="K and V of every layer at context_tokens, for every request of the batch")
+    m.add("activations_mb", mem.activations_bytes / MB, "MB", "lower", kind,
+          description="largest live op set of the prefill graph + the residual stream")
+    m.add("workspace_mb", mem.workspace_bytes / MB, "MB", "none", kind, description=workspace_source)
+    m.add("app_budget_mb", mem.budget_bytes / MB, "MB", "none", kind, description=budget_source)
+    m.add("memory_headroom_mb", mem.headroom_bytes / MB, "MB", "higher", kind,
+          description="app budget - (weights + KV cache + activations + workspace)")
+    m.add("fits_memory", 1.0 if mem.fits else 0.0, "bool", "higher", kind,
+          description=f"1 when weights + KV cache + activations + workspace fit {budget_source}")

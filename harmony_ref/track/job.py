@@ -66,14 +66,14 @@ def _predicted(config: dict):
     from harmony_ref.device.profile import load_profile
 
     if config["backend"] == "simulated":
-        from harmony_ref.hil.simulated import SimulatedDevice
+        from harmony_ref.backends.simulated import SimulatedDevice
 
         cfg = make_device_config(config)
         metrics = SimulatedDevice(load_profile(config["profile"])).predict(cfg)
         if _is_shipped(config["profile"]):
             return metrics
         return metrics, {"backend_provenance": _simulated_host_provenance(cfg)}
-    from harmony_ref.hil.backends import make_backend, measure
+    from harmony_ref.backends.make import make_backend, measure
 
     opts = config.get("backend_options", {})
     dev = make_backend(config["backend"], profile=config["profile"], command=opts.get("command"),
@@ -92,7 +92,7 @@ def _simulated_host_provenance(cfg) -> dict:
     """A simulated run on a host profile predicts the full model; `run --backend host` measures a
     width-scaled copy when the model is above the host's weight limit. Say which is which, so the
     two records are not compared as if they were the same model."""
-    from harmony_ref.hil.host import DEFAULT_MAX_WEIGHT_MB, fit_to_host
+    from harmony_ref.backends.host import DEFAULT_MAX_WEIGHT_MB, fit_to_host
 
     measured = fit_to_host(cfg, DEFAULT_MAX_WEIGHT_MB).spec.name
     return {"backend": "simulated", "model_predicted": cfg.spec.name,
@@ -111,7 +111,7 @@ def _host_model_profile(config: dict) -> str | None:
 
 
 def _host(config: dict):
-    from harmony_ref.track.host import HOST_THREADS, host_metrics
+    from harmony_ref.backends.host_kernels import HOST_THREADS, host_metrics
 
     return host_metrics(config), {"threads": HOST_THREADS}
 
@@ -152,7 +152,7 @@ def _thermal(config: dict) -> Metrics:
 
 PARTS: list[Part] = [
     Part("predicted", "device metrics (backend)",
-         ("harmony_ref.config", "harmony_ref.device.profile", "harmony_ref.hil.simulated"), _predicted),
+         ("harmony_ref.config", "harmony_ref.device.profile", "harmony_ref.backends.simulated"), _predicted),
     Part("host", "host kernels vs NumPy (timed)", ("harmony_ref.kernels",), _host),
     Part("accuracy", "accuracy: MiniLM-L6, real weights", ("harmony_ref.eval.embedding", "harmony_ref.runtime.minilm"),
          _accuracy),

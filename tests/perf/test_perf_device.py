@@ -3,7 +3,7 @@ least 1,000). Run with `python -m pytest tests/perf/test_perf_device.py --benchm
 predictions/s = 1 / mean (x 64 for the sweep). Not an assert: speed lives in benchmarks."""
 
 from harmony_ref.config import Config
-from harmony_ref.hil.simulated import SimulatedDevice
+from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.model import graph
 
 SWEEP = 64

@@ -29,15 +29,15 @@ def make_backend(name: str, profile="harmony-flagship", command: str | None = No
         as `fmt` (mslite, tflite, llama-bench, executorch), killing it after `timeout_s`.
     """
     if name == "simulated":
-        from harmony_ref.hil.simulated import SimulatedDevice
+        from harmony_ref.backends.simulated import SimulatedDevice
 
         return SimulatedDevice(profile)
     if name == "host":
-        from harmony_ref.hil.host import HostDevice
+        from harmony_ref.backends.host import HostDevice
 
         return HostDevice(repeats=repeats, auto_scale=auto_scale, model_profile=host_profile)
     if name == "command":
-        from harmony_ref.hil.command import CommandDevice
+        from harmony_ref.backends.command import CommandDevice
 
         if not command or not fmt:
             raise ValueError("backend 'command' needs a command template and an output format")
@@ -52,7 +52,7 @@ def measure(backend, config, profile=None):
     simulated and host backends ignore it (the host checks against its own `host_profile`).
     Implausible metrics come back flagged `implausible` and listed in the findings. A measurement
     that did not happen (timeout, non-zero exit, unparseable output) raises
-    harmony_ref.hil.base.BackendError (a RuntimeError, not a ValueError): callers should print
+    harmony_ref.backends.base.BackendError (a RuntimeError, not a ValueError): callers should print
     it, exit non-zero and record nothing."""
     from harmony_ref.device.profile import load_profile
     from harmony_ref.device.physics import check

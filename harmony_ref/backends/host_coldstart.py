@@ -281,7 +281,7 @@ def _run_probe(args: list[str], env_extra: dict | None = None) -> dict:
     env.setdefault("OMP_WAIT_POLICY", "active")
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    r = subprocess.run([sys.executable, "-m", "harmony_ref.device.coldstart_host", *args],
+    r = subprocess.run([sys.executable, "-m", "harmony_ref.backends.host_coldstart", *args],
                        capture_output=True, text=True, env=env, timeout=600)
     if r.returncode != 0:
         raise RuntimeError(f"cold-start probe {args} failed (exit {r.returncode}): {r.stderr[-2000:]}")

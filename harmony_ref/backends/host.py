@@ -17,7 +17,7 @@ What it does, per config:
    go to the provenance (environment, not performance; it says so when they are not exposed).
 6. the breakdown SimulatedDevice reports, for the model measured here, by the same code:
    - exact, from the graph and memory model (model/graph.py, device/memory.py via
-     hil/breakdown.py): weights_mb, kv_cache_mb, activations_mb, workspace_mb, app_budget_mb,
+     device/memory.py): weights_mb, kv_cache_mb, activations_mb, workspace_mb, app_budget_mb,
      memory_headroom_mb, fits_memory (budget: the host profile's RAM x app share when one is given,
      else this machine's total RAM from psutil, workspace 0; the provenance says which),
      prefill_kernel_launches (prefill graph ops), decode_dram_mb_per_token (DRAM bytes of the
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harmony_ref._threads import set_threads
-from harmony_ref.hil._timing import (ThermalGate, cpu_freq_mhz, cpu_temps_c, peak_rss_mb, reset_peak_rss,
+from harmony_ref.backends.host_timing import (ThermalGate, cpu_freq_mhz, cpu_temps_c, peak_rss_mb, reset_peak_rss,
                                      time_call)
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import MB, MS_PER_S
@@ -162,7 +162,7 @@ class HostDevice:
         return out
 
     def measure(self, config) -> HostRun:
-        from harmony_ref.hil._host_ops import HostContext, build_op
+        from harmony_ref.backends.host_graph import HostContext, build_op
 
         if weight_mb(config) > self.max_weight_mb:
             if not self.auto_scale:
@@ -227,8 +227,8 @@ class HostDevice:
 
         import psutil
 
-        from harmony_ref.device.memory import memory_estimate
-        from harmony_ref.hil.breakdown import add_memory_metrics, roofline_op_s
+        from harmony_ref.device.cost import op_roofline_s
+        from harmony_ref.device.memory import add_memory_metrics, memory_estimate
         from harmony_ref.units import GB, US_PER_S
 
         s = config.scenario
@@ -255,7 +255,7 @@ class HostDevice:
             launch_s = prof.runtime.launch_overhead_us / US_PER_S
             src = f"launch_overhead_us of {prof.name} ({launch_s * US_PER_S:.2f} us)"
         else:
-            from harmony_ref.hil.microbench import launch_sample
+            from harmony_ref.calibrate.microbench import launch_sample
 
             launch_s = launch_sample().time_s
             src = f"measured: an empty Numba kernel call ({launch_s * US_PER_S:.2f} us)"
@@ -273,7 +273,7 @@ class HostDevice:
               [dram / (x / MS_PER_S) / GB for x in m["decode_step_ms"].samples],
               description="counted DRAM bytes of the decode step / measured decode step")
         if prof is not None:
-            bounds = [roofline_op_s(prof, t.op) for t in dec]
+            bounds = [op_roofline_s(prof, t.op) for t in dec]
             how = f"the roofline of {prof.name}"
         else:
             bounds, how = self._measured_roofline(times, dec)
@@ -286,7 +286,7 @@ class HostDevice:
         """Without a host profile: a roofline from this run. Bandwidth: a measured single-thread
         streaming read; compute: per dtype (and for vector work) the best rate any op of this run
         achieved, a lower bound of the peak, which leans the split towards compute-bound."""
-        from harmony_ref.hil.microbench import stream_read_gbps
+        from harmony_ref.calibrate.microbench import stream_read_gbps
         from harmony_ref.units import GB
 
         bw = stream_read_gbps() * GB
@@ -306,8 +306,8 @@ class HostDevice:
         return out, how
 
     def _add_model_error(self, m: Metrics, config, prov: dict) -> None:
-        from harmony_ref.hil.calibrate import E2E_METRICS
-        from harmony_ref.hil.simulated import SimulatedDevice
+        from harmony_ref.calibrate.fit import E2E_METRICS
+        from harmony_ref.backends.simulated import SimulatedDevice
         from harmony_ref.metrics import mape_pct
 
         sim = SimulatedDevice(self.model_profile)

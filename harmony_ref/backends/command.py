@@ -33,8 +33,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from harmony_ref.hil.base import BackendError
-from harmony_ref.hil.parsers import FORMATS, ParseError, parse
+from harmony_ref.backends.base import BackendError
+from harmony_ref.backends.parsers import FORMATS, ParseError, parse
 from harmony_ref.metrics import Metrics
 
 PROVENANCE_KEYS = ("device_model", "os_build", "soc", "kernel", "build_fingerprint")

@@ -11,7 +11,7 @@ decode_step_ms, decode_tokens_per_s, e2e_ms, peak_memory_mb, weights_mb, kv_cach
 kernel_launches_per_token, launch_overhead_pct. Extras explain the prediction: prefill
 tokens/s, DRAM bytes per generated token and the bandwidth that implies, the compute / memory
 share of decode, activations, workspace, the app budget and whether the model fits it
-(hil/breakdown.py, shared with HostDevice). A calibrated profile (one with a [calibration]
+(device/memory.py, shared with HostDevice). A calibrated profile (one with a [calibration]
 section, written by `harmony-ref calibrate`) adds `host_model_mape_pct`: the held-out error of the
 model it is, as the calibration measured it (end to end when whole-model runs were held out).
 decode_tokens_per_s counts the tokens of every request in the batch. Encoders (all-minilm-l6)
@@ -22,9 +22,8 @@ from __future__ import annotations
 
 from harmony_ref.config import Config
 from harmony_ref.device.cost import scenario_timing
-from harmony_ref.device.memory import memory_estimate
+from harmony_ref.device.memory import add_memory_metrics, memory_estimate
 from harmony_ref.device.profile import DeviceProfile, load_profile
-from harmony_ref.hil.breakdown import add_memory_metrics
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB, MB, MS_PER_S
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from harmony_ref.hil._timing import Timing, time_call
-from harmony_ref.hil.calibrate import OpSample
+from harmony_ref.backends.host_timing import Timing, time_call
+from harmony_ref.calibrate.fit import OpSample
 from harmony_ref.quant.policy import WeightFormat
 from harmony_ref.units import GB, KIB
 
@@ -153,7 +153,7 @@ def measure_host_ops(quick: bool = False, repeats: int = 5, progress=None,
     and score, the empty-kernel launch). The empty kernel is kept out of the fit: it measures the
     bare Numba dispatch (~0.1 us), while every real kernel call also pays its Python wrapper
     (argument checks, output allocation): the launch overhead the model needs is the latter."""
-    from harmony_ref.hil._host_ops import _Kernels
+    from harmony_ref.backends.host_graph import _Kernels
 
     k = _Kernels()
     if k.matmul_w4 is None or k.norm_bias_gelu is None:

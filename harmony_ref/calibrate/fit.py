@@ -211,7 +211,7 @@ def host_profile_toml(f: HostFit, stream_gbps: float, nominal: dict[str, float],
     fitted = lambda c: "fitted" if c in f.fitted else "NOT fitted (seed)"  # noqa: E731
     head = "\n".join([
         f"# Host profile written by `harmony-ref calibrate`: {description}",
-        "# Fitted by NNLS per regime on relative error (harmony_ref/hil/calibrate.py); every number",
+        "# Fitted by NNLS per regime on relative error (harmony_ref/calibrate/fit.py); every number",
         "# says whether it was measured, fitted or is an assumption.",
         f'name = "{name}"',
         f"description = {_toml_value(description)}",
@@ -473,7 +473,7 @@ def workload_config(model, div, policy, prompt, new, ctx, fused):
     import dataclasses
 
     from harmony_ref.config import Config
-    from harmony_ref.hil.host import scaled_spec
+    from harmony_ref.backends.host import scaled_spec
 
     cfg = Config.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
                             context_tokens=ctx, fused=fused)
@@ -488,7 +488,7 @@ def heldout_e2e(profile, workloads, host_device, stat: str = "min", canary=None)
     `measured` sums each op's `stat` time (as the fit used); `measured_median` the medians.
     With a LoadCanary: wait (bounded) for a quiet moment first, and record the canary's slowdown
     before and after (`load_ratio`, the larger): rows above CONTENDED_RATIO are marked."""
-    from harmony_ref.hil.simulated import SimulatedDevice
+    from harmony_ref.backends.simulated import SimulatedDevice
 
     sim = SimulatedDevice(profile)
     rows = []
