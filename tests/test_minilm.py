@@ -7,13 +7,10 @@ import numpy as np
 import pytest
 
 from harmony_ref.kernels._testing import assert_within
-from harmony_ref.runtime.minilm import (
-    GELU_ERF_ABS_ERROR,
-    QuantLinear,
-    gelu_erf,
-    gelu_erf_ref,
-    quantize_weight,
-)
+from harmony_ref.kernels.formats import quantize
+from harmony_ref.kernels.matmul import matmul_w4_ref, matmul_w8_ref
+from harmony_ref.runtime.linear import QuantLinear
+from harmony_ref.runtime.minilm import GELU_ERF_ABS_ERROR, gelu_erf, gelu_erf_ref
 from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4
 from harmony_ref.quant.int8 import Int8Tensor, dequantize_int8
 from harmony_ref.quant.policy import Policy, load_policy, parse_format, shipped_policies
@@ -178,7 +175,7 @@ def test_linear_dispatch(fmt):
     b = rng.standard_normal(33).astype(np.float32)
     x = rng.standard_normal((17, 256)).astype(np.float32)
     f = parse_format(fmt)
-    stored = quantize_weight(w, f)
+    stored = quantize(w, f)
     if isinstance(stored, Int4Tensor):
         dense = dequantize_int4(stored)
     elif isinstance(stored, Int8Tensor):
@@ -188,20 +185,18 @@ def test_linear_dispatch(fmt):
     want = x @ dense.T + b
     got = QuantLinear("l", f, stored, b, backend="dequant")(x)
     np.testing.assert_allclose(got, want, rtol=DEQUANT_MATMUL_TOL, atol=DEQUANT_MATMUL_TOL)
-    kernels = pytest.importorskip("harmony_ref.kernels")
     got = QuantLinear("l", f, stored, b, backend="kernels")(x)
     if isinstance(stored, Int4Tensor):
-        np.testing.assert_allclose(got, kernels.matmul_w4_ref(x, stored) + b,
+        np.testing.assert_allclose(got, matmul_w4_ref(x, stored) + b,
                                    rtol=KERNEL_VS_REF_TOL, atol=KERNEL_VS_REF_TOL)
     elif isinstance(stored, Int8Tensor):
-        np.testing.assert_allclose(got, kernels.matmul_w8_ref(x, stored) + b,
+        np.testing.assert_allclose(got, matmul_w8_ref(x, stored) + b,
                                    rtol=KERNEL_VS_REF_TOL, atol=KERNEL_VS_REF_TOL)
     err = np.abs(got - want).max() / np.abs(want).max()
     assert err <= KERNEL_VS_FLOAT_REL, f"{fmt}: kernels differ from the float product by {err:.3%}"
 
 
 def test_backends_differ_only_by_activation_quantization(tiny):
-    pytest.importorskip("harmony_ref.kernels")
     from harmony_ref.runtime.minilm import MiniLM
 
     deq = MiniLM(tiny.params, tiny.tokenizer, n_heads=HEADS, linear_backend="dequant")

@@ -47,9 +47,8 @@ from pathlib import Path
 import numpy as np
 
 from harmony_ref._io import write_bytes_atomic
-from harmony_ref.quant.int4 import Int4Tensor
-from harmony_ref.quant.int8 import Int8Tensor
-from harmony_ref.quant.policy import load_policy, parse_format
+from harmony_ref.kernels.formats import format_of, stored_format
+from harmony_ref.quant.policy import WeightFormat, load_policy, parse_format
 
 FORMAT = "harmony-ref-quantized-encoder"
 FORMAT_VERSION = "2"  # 2: header_sha256 added
@@ -72,23 +71,15 @@ def _header_sha(header: dict) -> str:
 
 
 def _linear_tensors(name: str, stored) -> dict[str, np.ndarray]:
-    w = name + ".weight"
-    if isinstance(stored, Int4Tensor):
-        out = {w + ".packed": stored.packed, w + ".scale": stored.scale}
-        if stored.zero_point is not None:
-            out[w + ".zero_point"] = stored.zero_point
-        return out
-    if isinstance(stored, Int8Tensor):
-        return {w + ".values": stored.values, w + ".scale": stored.scale}
-    return {w: stored}
+    arrays = format_of(stored_format(stored)).arrays(stored)
+    return {f"{name}.weight{suffix}": a for suffix, a in arrays.items()}
 
 
 def _layer_info(stored) -> dict:
-    from harmony_ref.runtime.minilm import stored_format
-
-    info = {"format": stored_format(stored).name, "shape": list(stored.shape)}
-    if isinstance(stored, Int4Tensor):
-        info.update(group_size=stored.group_size, scheme=stored.scheme)
+    fmt = stored_format(stored)
+    info = {"format": fmt.name, "shape": list(stored.shape)}
+    if fmt.kind == "int4":
+        info.update(group_size=fmt.group_size, scheme=fmt.scheme)
     return info
 
 
@@ -236,18 +227,25 @@ def load_policy_text(text: str, source: str):
 
 
 @dataclass(frozen=True)
+class StoredLinear:
+    """One Linear as the artifact stores it: its format, the stored weight, the float32 bias."""
+
+    fmt: WeightFormat
+    stored: object  # Int4Tensor, Int8Tensor or an (N, K) float16/float32 array
+    bias: np.ndarray
+
+
+@dataclass(frozen=True)
 class Artifact:
     params: dict[str, np.ndarray]  # everything but the Linear weights, float32
-    linears: dict  # name -> QuantLinear
+    linears: dict[str, StoredLinear]
     policy: object
     verified: Verified
 
 
 def load_artifact(path: str | Path) -> Artifact:
-    """Verify, then rebuild the model's parameters and its quantized Linears."""
+    """Verify, then rebuild the model's parameters and its stored Linears."""
     from safetensors.numpy import load
-
-    from harmony_ref.runtime.minilm import QuantLinear
 
     blob = Path(path).read_bytes()
     v = _verify_blob(blob, str(path))
@@ -256,19 +254,11 @@ def load_artifact(path: str | Path) -> Artifact:
     for name, info in v.layers.items():
         fmt = parse_format(info["format"], f"{path}: layers.{name}")
         w = name + ".weight"
-        shape = tuple(info["shape"])
-        if fmt.kind == "int4":
-            zp = tensors.get(w + ".zero_point")
-            stored = Int4Tensor(tensors[w + ".packed"], tensors[w + ".scale"], zp, shape,
-                                int(info["group_size"]), info["scheme"])
-            used.update(k for k in (w + ".packed", w + ".scale", w + ".zero_point") if k in tensors)
-        elif fmt.kind == "int8":
-            stored = Int8Tensor(tensors[w + ".values"], tensors[w + ".scale"], shape)
-            used.update((w + ".values", w + ".scale"))
-        else:
-            stored = tensors[w]
-            used.add(w)
-        linears[name] = QuantLinear(name, fmt, stored, tensors[name + ".bias"])
+        mine = {k: t for k, t in tensors.items() if k == w or k.startswith(w + ".")}
+        stored = format_of(fmt).from_arrays({k[len(w):]: t for k, t in mine.items()},
+                                            tuple(info["shape"]), info.get("group_size"))
+        used.update(mine)
+        linears[name] = StoredLinear(fmt, stored, tensors[name + ".bias"])
     params = {k: t for k, t in tensors.items() if k not in used}
     policy = load_policy_text(v.metadata["policy"], str(path))
     return Artifact(params, linears, policy, v)

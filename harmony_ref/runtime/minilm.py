@@ -34,9 +34,9 @@ import numba
 import numpy as np
 from scipy.special import erf
 
-from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4, quantize_int4
-from harmony_ref.quant.int8 import Int8Tensor, dequantize_int8, quantize_int8
-from harmony_ref.quant.policy import Policy, WeightFormat, load_policy, parse_format
+from harmony_ref.kernels.formats import quantize
+from harmony_ref.quant.policy import Policy, WeightFormat, load_policy
+from harmony_ref.runtime.linear import LINEAR_BACKENDS, QuantLinear
 
 MAX_SEQ_LEN = 256
 MINILM_HEADS = 12
@@ -108,93 +108,6 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 
     return d / np.sqrt(var + np.float32(eps)) * gamma + beta
 
 
-# ----------------------------------------------------------------------------------------------
-# Linear layers in a weight format. The dispatch below is the one place that knows how each
-# stored format multiplies. Backends for int8/int4:
-#   "kernels"  harmony_ref.kernels' matmul_w8 / matmul_w4, as a runtime would run them: they also
-#              quantize the activations to int8 per 32-block (llama.cpp's Q8 recipe), so the
-#              measured drop is weights + activations;
-#   "dequant"  dequantize once and multiply in float32 (weight-only quantization error);
-#   "auto"     kernels when harmony_ref.kernels is importable, else dequant.
-
-LINEAR_BACKENDS = ("auto", "kernels", "dequant")
-
-
-@lru_cache(maxsize=1)
-def _kernels():
-    try:
-        from harmony_ref.kernels import matmul_w4, matmul_w8
-    except ImportError:
-        return None
-    return matmul_w4, matmul_w8
-
-
-@dataclass(eq=False)
-class QuantLinear:
-    """y = x @ W.T + b with W stored in `fmt`. `stored` is the real storage: an (N, K) float32 or
-    float16 array, an Int8Tensor or an Int4Tensor."""
-
-    name: str
-    fmt: WeightFormat
-    stored: object
-    bias: np.ndarray  # (N,) float32
-    backend: str = "auto"
-    _dense: np.ndarray | None = None  # float32 (N, K) view, when no kernel applies
-
-    def __post_init__(self):
-        if self.backend not in LINEAR_BACKENDS:
-            raise ValueError(f"{self.name}: backend must be one of {LINEAR_BACKENDS}, "
-                             f"got {self.backend!r}")
-        if self.backend == "kernels" and _kernels() is None:
-            raise ValueError("backend 'kernels' needs harmony_ref.kernels, which is not available")
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return tuple(self.stored.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.stored.nbytes)
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:  # x: (M, K) float32 -> (M, N)
-        s = self.stored
-        if isinstance(s, np.ndarray):
-            if self._dense is None:
-                self._dense = np.ascontiguousarray(s, dtype=np.float32)
-            return x @ self._dense.T + self.bias
-        kernels = _kernels() if self.backend != "dequant" else None
-        if kernels is not None:
-            matmul_w4, matmul_w8 = kernels
-            y = matmul_w4(x, s) if isinstance(s, Int4Tensor) else matmul_w8(x, s)
-            return y + self.bias
-        if self._dense is None:
-            self._dense = dequantize_int4(s) if isinstance(s, Int4Tensor) else dequantize_int8(s)
-        return x @ self._dense.T + self.bias
-
-
-def quantize_weight(w: np.ndarray, fmt: WeightFormat):
-    """(N, K) float32 -> the stored form of `fmt`."""
-    if fmt.kind == "fp32":
-        return np.ascontiguousarray(w, dtype=np.float32)
-    if fmt.kind == "fp16":
-        return w.astype(np.float16)
-    if fmt.kind == "int8":
-        return quantize_int8(w)
-    return quantize_int4(w, group_size=fmt.group_size, scheme=fmt.scheme)
-
-
-def stored_format(stored) -> WeightFormat:
-    """The WeightFormat a stored weight is in (used when writing an artifact's manifest)."""
-    if isinstance(stored, Int4Tensor):
-        return parse_format(f"int4-g{stored.group_size}" + ("-sym" if stored.scheme == "sym" else ""))
-    if isinstance(stored, Int8Tensor):
-        return parse_format("int8")
-    return parse_format("fp16" if stored.dtype == np.float16 else "fp32")
-
-
-# ----------------------------------------------------------------------------------------------
-
-
 @dataclass
 class Batch:
     ids: np.ndarray  # (B, T) int64
@@ -255,16 +168,15 @@ class MiniLM:
         meta = art.verified.metadata
         kw.setdefault("n_heads", int(meta["n_heads"]))
         kw.setdefault("max_seq_len", int(meta["max_seq_len"]))
+        linears = {n: QuantLinear(n, s.fmt, s.stored, s.bias) for n, s in art.linears.items()}
         return cls(art.params, Tokenizer.from_str(meta["tokenizer_json"]), source=str(path),
-                   fixed_linears=art.linears, **kw)
+                   fixed_linears=linears, **kw)
 
     # -- layers ------------------------------------------------------------------------------
 
     def resolved_backend(self) -> str:
         """"kernels" or "dequant": what int8/int4 Linears of this model actually run."""
-        if self.linear_backend == "auto":
-            return "kernels" if _kernels() is not None else "dequant"
-        return self.linear_backend
+        return "kernels" if self.linear_backend == "auto" else self.linear_backend
 
     def linear_names(self) -> list[str]:
         return [f"encoder.layer.{i}.{s}" for i in range(self.n_layers) for s in LINEAR_SUFFIXES]
@@ -285,7 +197,7 @@ class MiniLM:
 
     def make_linear(self, name: str, fmt: WeightFormat) -> QuantLinear:
         w = self.params[f"{name}.weight"]
-        return QuantLinear(name, fmt, quantize_weight(w, fmt), self.params[f"{name}.bias"],
+        return QuantLinear(name, fmt, quantize(w, fmt), self.params[f"{name}.bias"],
                            backend=self.linear_backend)
 
     # -- forward -----------------------------------------------------------------------------
