@@ -5,6 +5,7 @@ import dataclasses
 
 import pytest
 
+from harmony_ref.model import graph
 from harmony_ref.model.graph import Op, build_graph, fuse
 from harmony_ref.model.spec import get_spec, list_specs
 from harmony_ref.quant.policy import load_policy, parse_format, shipped_policies
@@ -115,3 +116,32 @@ def test_graph_lists_every_op_with_layer_names():
     names = [op.name for op in g.ops]
     assert len(names) == g.kernel_launches == len(set(names))
     assert "encoder.layer.5.intermediate.gelu" in names and names[-1] == "pooling.mean"
+
+
+@pytest.mark.parametrize("name", list_specs())
+@pytest.mark.parametrize("batch", [1, 3])
+def test_ops_carry_the_shapes_their_counts_come_from(name, batch):
+    """Every op knows its m, n, k (the host runs ops from them), and they agree with its FLOP and
+    byte counts, fused or not."""
+    spec = get_spec(name)
+    a = graph.ACT_BYTES
+    phases = [("prefill", dict(tokens=7))] + ([("decode", dict(context=9))] if spec.is_decoder else [])
+    for phase, kw in phases:
+        unfused = build_graph(spec, load_policy("int4-g128"), phase, fused=False, batch=batch, **kw)
+        for op in unfused.ops:
+            assert op.m > 0 and op.n > 0, op.name
+            if op.kind == "matmul":
+                assert op.flops == 2.0 * op.m * op.n * op.k, op.name
+                assert (op.act_in_bytes, op.act_out_bytes) == (op.m * op.k * a, op.m * op.n * a), op.name
+            elif op.kind in ("bias", "activation", "gate_mul", "residual_add", "rope", "norm", "embedding"):
+                assert op.act_out_bytes == op.m * op.n * a, op.name
+            elif op.kind in ("kv_write", "pool"):
+                assert op.act_in_bytes == op.m * op.n * a, op.name
+            elif op.kind == "softmax":
+                assert op.m * op.n == batch * spec.n_heads * unfused.tokens * unfused.context, op.name
+            else:  # attn_qk, attn_pv
+                assert (op.m, op.n, op.k) == (batch * unfused.tokens, unfused.context, spec.head_dim)
+        fused = build_graph(spec, load_policy("int4-g128"), phase, batch=batch, **kw)
+        first = {op.name: op for op in unfused.ops}
+        for op in fused.ops:  # a fused op keeps the shape of its first op
+            assert (op.m, op.n, op.k) == (first[op.name].m, first[op.name].n, first[op.name].k)

@@ -65,7 +65,7 @@ def write_model_file(path: Path, layers: int = DEFAULT_LAYERS, rows: int = DEFAU
     atomically. Returns {"path", "bytes", "layers", "rows", "cols", "group_size"}."""
     from safetensors.numpy import save_file
 
-    from harmony_ref.quant.int4 import quantize_int4
+    from harmony_ref.kernels.formats import FORMATS
 
     if layers < 1 or rows < 1 or cols < group_size or cols % group_size:
         raise ValueError(f"layers={layers}, rows={rows}, cols={cols}: need >= 1 layer and cols a "
@@ -74,10 +74,8 @@ def write_model_file(path: Path, layers: int = DEFAULT_LAYERS, rows: int = DEFAU
     tensors = {}
     for i in range(layers):
         w = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02)
-        t = quantize_int4(w, group_size, "asym")
-        tensors[f"layers.{i}.weight.packed"] = t.packed
-        tensors[f"layers.{i}.weight.scale"] = t.scale
-        tensors[f"layers.{i}.weight.zero_point"] = t.zero_point
+        t = FORMATS["int4"].quantize(w, group_size)
+        tensors.update({f"layers.{i}.weight{s}": a for s, a in FORMATS["int4"].arrays(t).items()})
     path = Path(path)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     save_file(tensors, str(tmp), metadata={"format": "int4-asym", "group_size": str(group_size)})
@@ -122,14 +120,14 @@ def mmap_tensors(path: Path) -> dict[str, np.ndarray]:
 
 
 def _layers_from(tensors: dict, group_size: int):
-    from harmony_ref.quant.int4 import Int4Tensor
+    from harmony_ref.kernels.formats import FORMATS
 
     i, out = 0, []
     while f"layers.{i}.weight.packed" in tensors:
-        p = tensors[f"layers.{i}.weight.packed"]
-        out.append(Int4Tensor(p, tensors[f"layers.{i}.weight.scale"],
-                              tensors[f"layers.{i}.weight.zero_point"],
-                              (p.shape[0], p.shape[1] * 2), group_size, "asym"))
+        w = f"layers.{i}.weight"
+        arrays = {s: tensors[w + s] for s in (".packed", ".scale", ".zero_point")}
+        rows, half = arrays[".packed"].shape
+        out.append(FORMATS["int4"].from_arrays(arrays, (rows, half * 2), group_size))
         i += 1
     return out
 
@@ -215,12 +213,13 @@ def _rss_high_water_mb() -> float | None:
 
 
 def _probe_load(mode: str, path: str, group_size: int, steady_repeats: int) -> dict:
-    from harmony_ref.kernels.matmul import matmul_w4, prepare_w4
-    from harmony_ref.quant.int4 import quantize_int4_ref
+    from harmony_ref.kernels.formats import FORMATS
 
+    int4 = FORMATS["int4"]
+    matmul_w4, prepare_w4 = int4.matmul, int4.prepare
     x0 = np.random.default_rng(1).standard_normal(DEFAULT_COLS).astype(np.float32)
     # Compile the kernels (or load them from the Numba cache) on a tiny input outside the timings.
-    matmul_w4(x0[:group_size], quantize_int4_ref(np.ones((2, group_size), np.float32), group_size, "asym"))
+    matmul_w4(x0[:group_size], int4.quantize_ref(np.ones((2, group_size), np.float32), group_size))
     rss = [_rss_mb()]
     t0 = time.perf_counter()
     if mode == "read":
@@ -260,12 +259,14 @@ def _probe_load(mode: str, path: str, group_size: int, steady_repeats: int) -> d
 
 
 def _probe_jit(group_size: int) -> dict:
+    """First and second call of the INT4 GEMV in a fresh interpreter: importing the kernels
+    (Numba compiles or loads from its cache on the first call) is inside the first."""
     from harmony_ref.quant.int4 import quantize_int4_ref  # NumPy: nothing to compile
 
     t = quantize_int4_ref(np.ones((2, group_size), np.float32), group_size, "asym")
     x = np.ones(group_size, np.float32)
     t0 = time.perf_counter()
-    from harmony_ref.kernels.matmul import matmul_w4
+    from harmony_ref.kernels.matmul import matmul_w4  # imported inside the timing, as a runtime would
 
     matmul_w4(x, t)
     t1 = time.perf_counter()

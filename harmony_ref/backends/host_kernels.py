@@ -27,6 +27,8 @@ import time
 import numpy as np
 
 from harmony_ref._threads import pinned_threads
+from harmony_ref.kernels.formats import format_of
+from harmony_ref.kernels.norm import bias_add, gelu, layer_norm, norm_bias_gelu
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB, MS_PER_S
 
@@ -55,21 +57,13 @@ def interleaved_times_s(fns, rounds: int) -> list[list[float]]:
 
 
 def _quantized_gemv(fmt, w: np.ndarray):
-    """(kernel callable taking x, bytes of the stored weights) for a weight format."""
-    if fmt.kind == "int4":
-        from harmony_ref.kernels import matmul_w4, prepare_w4
-        from harmony_ref.quant.int4 import quantize_int4
-
-        t = quantize_int4(w, fmt.group_size, fmt.scheme)
-        prepared = prepare_w4(t)
-        return (lambda x: matmul_w4(x, prepared)), fmt.nbytes(*w.shape)
-    if fmt.kind == "int8":
-        from harmony_ref.kernels import matmul_w8, prepare_w8
-        from harmony_ref.quant.int8 import quantize_int8
-
-        prepared = prepare_w8(quantize_int8(w))
-        return (lambda x: matmul_w8(x, prepared)), fmt.nbytes(*w.shape)
-    return (lambda x: w @ x), w.nbytes
+    """(kernel callable taking x, bytes of the stored weights) for a weight format. FP16/FP32
+    have no quantized kernel: theirs is NumPy FP32 `W @ x` itself, on the float32 weights."""
+    f = format_of(fmt)
+    if not f.quantized:
+        return (lambda x: w @ x), w.nbytes
+    prepared = f.prepare(f.quantize(w, fmt.group_size))
+    return (lambda x: f.matmul(x, prepared)), fmt.nbytes(*w.shape)
 
 
 def host_metrics(config: dict, rounds: int = ROUNDS) -> Metrics:
@@ -78,7 +72,6 @@ def host_metrics(config: dict, rounds: int = ROUNDS) -> Metrics:
 
 
 def _host_metrics(config: dict, rounds: int) -> Metrics:
-    from harmony_ref.kernels import bias_add, gelu, layer_norm, norm_bias_gelu
     from harmony_ref.model.spec import get_spec
     from harmony_ref.quant.policy import load_policy
 

@@ -15,15 +15,20 @@ import numpy as np
 
 from harmony_ref.backends.host_timing import Timing, time_call
 from harmony_ref.calibrate.fit import OpSample
+from harmony_ref.kernels.formats import format_of
+from harmony_ref.kernels.matmul import matmul_w4
+from harmony_ref.kernels.norm import bias_add, gelu, layer_norm, norm_bias_gelu
+from harmony_ref.model.graph import ACT_BYTES, GELU_FLOPS_PER_ELEMENT, NORM_FLOPS_PER_ELEMENT
+from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.policy import WeightFormat
 from harmony_ref.units import GB, KIB
 
-ACT_BYTES = 2  # the graph's fp16 activation convention
-NORM_FLOPS, BIAS_FLOPS, GELU_FLOPS = 5, 1, 8  # per element, as graph.py counts them
+# per element, as model/graph.py counts them (a bias add is one add)
+NORM_FLOPS, BIAS_FLOPS, GELU_FLOPS = NORM_FLOPS_PER_ELEMENT, 1, GELU_FLOPS_PER_ELEMENT
 STREAM_BYTES = 64 * 1024 * 1024
 
-FORMATS = {"int4": WeightFormat("int4", 32, "asym"), "int4-g128": WeightFormat("int4", 128, "asym"),
-           "int8": WeightFormat("int8"), "fp16": WeightFormat("fp16")}
+BENCH_FORMATS = {"int4": WeightFormat("int4", 32, "asym"), "int4-g128": WeightFormat("int4", 128, "asym"),
+                 "int8": WeightFormat("int8"), "fp16": WeightFormat("fp16")}
 # (N, K) weight shapes: square and the rectangular shapes of attention and FFN projections
 SHAPES = [(512, 512), (1024, 1024), (2048, 512), (1536, 1536), (512, 2048), (2048, 2048),
           (4096, 1024), (3072, 3072), (1024, 4096), (4096, 4096)]
@@ -77,33 +82,22 @@ def stream_read_gbps(warmup: int = 1, repeats: int = 5) -> float:
     return a.nbytes / min(t.samples_s) / GB
 
 
-def _weights(fmt: WeightFormat, n: int, k: int, rng):
-    from harmony_ref.quant.int4 import quantize_int4
-    from harmony_ref.quant.int8 import quantize_int8
-
-    w = rng.standard_normal((n, k), dtype=np.float32) * np.float32(0.02)
-    if fmt.kind == "int4":
-        return quantize_int4(w, fmt.group_size, fmt.scheme)
-    if fmt.kind == "int8":
-        return quantize_int8(w)
-    return np.ascontiguousarray(w.T)  # the float path: x @ W.T with W.T contiguous
-
-
-def matmul_samples(kernels, formats=("int4", "int4-g128", "int8", "fp16"), shapes=SHAPES, rows=ROWS,
+def matmul_samples(formats=("int4", "int4-g128", "int8", "fp16"), shapes=SHAPES, rows=ROWS,
                    warmup: int = 1, repeats: int = 5, seed: int = 0, onchip: int | None = None,
                    progress=None, stat: str = "min") -> list[OpSample]:
     rng = np.random.default_rng(seed)
     onchip = onchip or onchip_buffer_bytes()
     out = []
     for fname in formats:
-        fmt = FORMATS[fname]
+        fmt = BENCH_FORMATS[fname]
+        f = format_of(fmt)
         cls = "fp16" if fmt.kind == "fp16" else fmt.kind
         for i, (n, k) in enumerate(shapes):
-            w = _weights(fmt, n, k, rng)
-            fn = kernels.matmul_w4 if fmt.kind == "int4" else kernels.matmul_w8 if fmt.kind == "int8" else None
+            w = rng.standard_normal((n, k), dtype=np.float32) * np.float32(0.02)
+            w = f.prepare(f.quantize(w, fmt.group_size))  # the kernel's operand, built once
             for m in rows:
                 x = rng.standard_normal((m, k), dtype=np.float32)
-                call = (lambda x=x, w=w, fn=fn: fn(x, w)) if fn else (lambda x=x, w=w: x @ w)
+                call = lambda x=x, w=w, fn=f.matmul: fn(x, w)  # noqa: E731
                 t = time_call(call, warmup, repeats, min_sample_s=2e-3)
                 passes = max(1, -(-(m * k * ACT_BYTES) // onchip))
                 nbytes = fmt.nbytes(n, k) * passes + (m * k + m * n) * ACT_BYTES
@@ -114,7 +108,7 @@ def matmul_samples(kernels, formats=("int4", "int4-g128", "int8", "fp16"), shape
     return out
 
 
-def norm_samples(kernels, shapes=NORM_SHAPES, warmup: int = 1, repeats: int = 5, seed: int = 0,
+def norm_samples(shapes=NORM_SHAPES, warmup: int = 1, repeats: int = 5, seed: int = 0,
                  progress=None, stat: str = "min") -> list[OpSample]:
     """The LayerNorm + bias + GELU chain: one fused kernel, and the three unfused kernels."""
     rng = np.random.default_rng(seed)
@@ -125,11 +119,11 @@ def norm_samples(kernels, shapes=NORM_SHAPES, warmup: int = 1, repeats: int = 5,
         e = r * h
         hold = i % 3 == 2
         cases = [
-            ("norm_bias_gelu", lambda: kernels.norm_bias_gelu(x, g, b, bias),
+            ("norm_bias_gelu", lambda: norm_bias_gelu(x, g, b, bias),
              (NORM_FLOPS + BIAS_FLOPS + GELU_FLOPS) * e, (2 * e + 3 * h) * ACT_BYTES),
-            ("layer_norm", lambda: kernels.layer_norm(x, g, b), NORM_FLOPS * e, (2 * e + 2 * h) * ACT_BYTES),
-            ("bias_add", lambda: kernels.bias_add(x, bias), BIAS_FLOPS * e, (2 * e + h) * ACT_BYTES),
-            ("gelu", lambda: kernels.gelu(x), GELU_FLOPS * e, 2 * e * ACT_BYTES),
+            ("layer_norm", lambda: layer_norm(x, g, b), NORM_FLOPS * e, (2 * e + 2 * h) * ACT_BYTES),
+            ("bias_add", lambda: bias_add(x, bias), BIAS_FLOPS * e, (2 * e + h) * ACT_BYTES),
+            ("gelu", lambda: gelu(x), GELU_FLOPS * e, 2 * e * ACT_BYTES),
         ]
         for name, fn, ops, nbytes in cases:
             t = time_call(fn, warmup, repeats, min_sample_s=2e-3)
@@ -153,22 +147,17 @@ def measure_host_ops(quick: bool = False, repeats: int = 5, progress=None,
     and score, the empty-kernel launch). The empty kernel is kept out of the fit: it measures the
     bare Numba dispatch (~0.1 us), while every real kernel call also pays its Python wrapper
     (argument checks, output allocation): the launch overhead the model needs is the latter."""
-    from harmony_ref.backends.host_graph import _Kernels
-
-    k = _Kernels()
-    if k.matmul_w4 is None or k.norm_bias_gelu is None:
-        raise ValueError("calibration needs harmony_ref.kernels (matmul_w4, matmul_w8, norm_bias_gelu, ...)")
     shapes, norms = (QUICK_SHAPES, QUICK_NORM) if quick else (SHAPES, NORM_SHAPES)
     rows = (1, 8) if quick else ROWS
-    ops = matmul_samples(k, shapes=shapes, rows=rows, repeats=repeats, progress=progress, stat=stat)
-    ops += norm_samples(k, shapes=norms, repeats=repeats, progress=progress, stat=stat)
+    ops = matmul_samples(shapes=shapes, rows=rows, repeats=repeats, progress=progress, stat=stat)
+    ops += norm_samples(shapes=norms, repeats=repeats, progress=progress, stat=stat)
     return ops, launch_sample()
 
 
 def count_host_ops(quick: bool = False) -> int:
     shapes, norms = (QUICK_SHAPES, QUICK_NORM) if quick else (SHAPES, NORM_SHAPES)
     rows = (1, 8) if quick else ROWS
-    return len(FORMATS) * len(shapes) * len(rows) + 4 * len(norms)
+    return len(BENCH_FORMATS) * len(shapes) * len(rows) + 4 * len(norms)
 
 
 class LoadCanary:
@@ -176,13 +165,11 @@ class LoadCanary:
     measurement says how much other processes are taking from this one. Used to wait (bounded)
     for a quiet moment before a measurement and to label measurements taken under load."""
 
-    def __init__(self, kernels, seed: int = 0):
-        from harmony_ref.quant.int4 import quantize_int4
-
+    def __init__(self, seed: int = 0):
         rng = np.random.default_rng(seed)
         self.w = quantize_int4(rng.standard_normal((2048, 2048), dtype=np.float32), 32, "asym")
         self.x = rng.standard_normal((1, 2048), dtype=np.float32)
-        self.fn = kernels.matmul_w4
+        self.fn = matmul_w4
         self.fn(self.x, self.w)
         self.base_s = self.time_s()
 

@@ -104,9 +104,7 @@ def run(args) -> int:
 
         notes["blas"] = set_threads(args.threads)
         notes["threads"] = str(numba.get_num_threads())
-        from harmony_ref.backends.host_graph import _Kernels
-
-        canary = mb.LoadCanary(_Kernels())  # baseline taken now, before the microbenchmarks
+        canary = mb.LoadCanary()  # baseline taken now, before the microbenchmarks
         stream = mb.stream_read_gbps()
         from harmony_ref.backends.host import HostDevice
 

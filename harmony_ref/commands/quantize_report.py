@@ -27,8 +27,7 @@ def quantize_report(rows: int = 1024, cols: int = 4096, seed: int = 0):
     import numpy as np
     import pandas as pd
 
-    from harmony_ref.quant.int4 import dequantize_int4, quantize_int4
-    from harmony_ref.quant.int8 import dequantize_int8, quantize_int8
+    from harmony_ref.kernels.formats import FORMATS
     from harmony_ref.units import MB, MS_PER_S
 
     if rows < 1 or cols < 1 or cols % max(GROUP_SIZES):
@@ -61,14 +60,16 @@ def quantize_report(rows: int = 1024, cols: int = 4096, seed: int = 0):
             "quantize_ms": elapsed_s * MS_PER_S,
         }
 
-    w16, s = timed(lambda a: a.astype(np.float16))
-    out = [row("fp16", w16.nbytes, 16, w16.astype(np.float32), s)]
-    t8, s = timed(quantize_int8)
-    out.append(row("int8", t8.nbytes, 8, dequantize_int8(t8), s))
-    for scheme in ("asym", "sym"):
+    out = []
+    for name, nominal_bits in (("fp16", 16), ("int8", 8)):
+        f = FORMATS[name]
+        stored, s = timed(f.quantize)
+        out.append(row(name, stored.nbytes, nominal_bits, f.dequantize(stored), s))
+    for name in ("int4", "int4-sym"):
+        f = FORMATS[name]
         for group in GROUP_SIZES:
-            t4, s = timed(lambda a: quantize_int4(a, group, scheme))
-            out.append(row(t4.format_name, t4.nbytes, 4, dequantize_int4(t4), s))
+            t4, s = timed(f.quantize, group)
+            out.append(row(t4.format_name, t4.nbytes, 4, f.dequantize(t4), s))
     return pd.DataFrame(out)
 
 

@@ -15,6 +15,13 @@ Each `Op` carries what the cost model needs and nothing device-specific:
   (the cost model re-streams them when the block does not fit the profile's on-chip buffer).
 - `reads_prev_bytes`: how much of its input is the previous op's output. Fusing the op into its
   predecessor keeps exactly that tensor on chip: its write and its read leave DRAM traffic.
+- its shape `m, n, k`, as the builder knew it, so whoever runs the op (the host backend) never
+  recovers it from the counts: a matmul is x (m, k) @ W.T with W (n, k); a norm, bias,
+  activation, gate multiply, residual add, rope, KV write, embedding gather or pool works on
+  (m, n) (rope: n = q_dim + kv_dim rotated values per row; KV write: n = 2 x kv_dim); attention
+  (QK^T, P.V) has m = batch x query rows, n = positions attended to, k = head_dim, and softmax
+  m = batch x heads x query rows, n = positions. m counts every request of the batch. A fused op
+  keeps the shape of its first op.
 
 Fusion (`fuse`, on by default): every op whose kind is in `EPILOGUE_KINDS` (bias, activation,
 gate multiply, residual add, KV-cache write, softmax, attention's P.V) merges into the op before
@@ -70,6 +77,9 @@ class Op:
     tile_bytes: float = 0.0
     reads_prev_bytes: float = 0.0
     fused: tuple[str, ...] = ()  # names of the ops merged into this one
+    m: int = 0  # shape, see the module docstring
+    n: int = 0
+    k: int = 0
 
     @property
     def dram_bytes(self) -> float:
@@ -184,25 +194,27 @@ class _Builder:
         a = ACT_BYTES
         self.add(name=layer, kind="matmul", layer=layer, dtype=fmt.compute_dtype,
                  flops=2.0 * rows * n * k, weight_bytes=weight_nbytes(fmt, n, k, layer),
-                 act_in_bytes=rows * k * a, act_out_bytes=rows * n * a, tile_bytes=rows * k * a)
+                 act_in_bytes=rows * k * a, act_out_bytes=rows * n * a, tile_bytes=rows * k * a,
+                 m=rows, n=n, k=k)
         if bias:
-            self.elementwise(f"{layer}.bias", "bias", layer, rows * n, 1, extra_weight=n * a)
+            self.elementwise(f"{layer}.bias", "bias", layer, rows, n, 1, extra_weight=n * a)
 
-    def elementwise(self, name: str, kind: str, layer: str, elements: int, flops_per: float,
+    def elementwise(self, name: str, kind: str, layer: str, m: int, n: int, flops_per: float,
                     n_inputs: int = 1, extra_weight: float = 0.0, reads_prev: bool = True):
-        """An op reading `n_inputs` tensors of `elements` fp16 values (the first being the
-        previous op's output, unless `reads_prev` is False) and writing one."""
-        a = ACT_BYTES
+        """An op reading `n_inputs` (m, n) tensors of fp16 values (the first being the previous
+        op's output, unless `reads_prev` is False) and writing one."""
+        a, elements = ACT_BYTES, m * n
         self.add(name=name, kind=kind, layer=layer, vector_flops=float(elements * flops_per),
                  weight_bytes=extra_weight, act_in_bytes=n_inputs * elements * a,
-                 act_out_bytes=elements * a, reads_prev_bytes=elements * a if reads_prev else 0.0)
+                 act_out_bytes=elements * a, reads_prev_bytes=elements * a if reads_prev else 0.0,
+                 m=m, n=n)
 
     def norm(self, name: str, rows: int, with_bias: bool):
         h, a = self.spec.hidden, ACT_BYTES
         self.add(name=name, kind="norm", layer=name,
                  vector_flops=float(rows * h * NORM_FLOPS_PER_ELEMENT),
                  weight_bytes=h * a * (2 if with_bias else 1),
-                 act_in_bytes=rows * h * a, act_out_bytes=rows * h * a)
+                 act_in_bytes=rows * h * a, act_out_bytes=rows * h * a, m=rows, n=h)
 
     def attention(self, p: str, rows: int, kv_from_cache: bool):
         """QK^T, softmax, P.V for `rows` queries over `ctx` positions, per request."""
@@ -219,13 +231,15 @@ class _Builder:
             dequant = 0.0
         self.add(name=f"{p}.attn_qk", kind="attn_qk", layer=p, flops=2.0 * b * rows * ctx * s.q_dim,
                  vector_flops=dequant, kv_read_bytes=k_bytes, act_in_bytes=q_elems * a + k_act,
-                 act_out_bytes=scores * a, tile_bytes=q_elems * a)
+                 act_out_bytes=scores * a, tile_bytes=q_elems * a, m=b * rows, n=ctx, k=s.head_dim)
         self.add(name=f"{p}.softmax", kind="softmax", layer=p,
                  vector_flops=float(scores * SOFTMAX_FLOPS_PER_ELEMENT),
-                 act_in_bytes=scores * a, act_out_bytes=scores * a, reads_prev_bytes=scores * a)
+                 act_in_bytes=scores * a, act_out_bytes=scores * a, reads_prev_bytes=scores * a,
+                 m=b * s.n_heads * rows, n=ctx)
         self.add(name=f"{p}.attn_pv", kind="attn_pv", layer=p, flops=2.0 * b * rows * ctx * s.q_dim,
                  vector_flops=dequant, kv_read_bytes=k_bytes, act_in_bytes=scores * a + k_act,
-                 act_out_bytes=q_elems * a, reads_prev_bytes=scores * a, tile_bytes=scores * a)
+                 act_out_bytes=q_elems * a, reads_prev_bytes=scores * a, tile_bytes=scores * a,
+                 m=b * rows, n=ctx, k=s.head_dim)
 
     def decoder_layer(self, i: int):
         s, a, m = self.spec, ACT_BYTES, self.rows * self.batch
@@ -234,25 +248,26 @@ class _Builder:
         for lin in s.layer_linears(i)[:3]:
             self.matmul(lin.name, lin.n_out, lin.k_in, m, lin.bias)
         # rope rotates q and k; the KV write stores k (from rope) and v (from v_proj) in the cache.
-        self.elementwise(f"{p}.self_attn.rope", "rope", f"{p}.self_attn", m * (s.q_dim + s.kv_dim),
+        self.elementwise(f"{p}.self_attn.rope", "rope", f"{p}.self_attn", m, s.q_dim + s.kv_dim,
                          ROPE_FLOPS_PER_ELEMENT, reads_prev=False)  # q and k, not v_proj's output
         kv_w = m * kv_bytes_per_token_per_layer(s, self.kv_dtype)
         quant = 0.0 if self.kv_dtype == "fp16" else m * 2 * s.kv_dim * 3.0  # absmax, scale, round
         self.add(name=f"{p}.self_attn.kv_write", kind="kv_write", layer=f"{p}.self_attn",
                  vector_flops=quant, act_in_bytes=m * 2 * s.kv_dim * a, kv_write_bytes=kv_w,
-                 reads_prev_bytes=m * s.kv_dim * a)
+                 reads_prev_bytes=m * s.kv_dim * a, m=m, n=2 * s.kv_dim)
         self.attention(f"{p}.self_attn", self.rows, kv_from_cache=True)
         o = s.layer_linears(i)[3]
         self.matmul(o.name, o.n_out, o.k_in, m, o.bias)
-        self.elementwise(f"{p}.residual_attn", "residual_add", p, m * s.hidden, 1, n_inputs=2)
+        self.elementwise(f"{p}.residual_attn", "residual_add", p, m, s.hidden, 1, n_inputs=2)
         self.norm(f"{p}.post_attention_layernorm", m, with_bias=False)
         gate, up, down = s.layer_linears(i)[4:]
         self.matmul(gate.name, gate.n_out, gate.k_in, m, gate.bias)
-        self.elementwise(f"{p}.mlp.act_fn", "activation", f"{p}.mlp", m * s.intermediate, SILU_FLOPS_PER_ELEMENT)
+        self.elementwise(f"{p}.mlp.act_fn", "activation", f"{p}.mlp", m, s.intermediate,
+                         SILU_FLOPS_PER_ELEMENT)
         self.matmul(up.name, up.n_out, up.k_in, m, up.bias)
-        self.elementwise(f"{p}.mlp.gate_mul", "gate_mul", f"{p}.mlp", m * s.intermediate, 1, n_inputs=2)
+        self.elementwise(f"{p}.mlp.gate_mul", "gate_mul", f"{p}.mlp", m, s.intermediate, 1, n_inputs=2)
         self.matmul(down.name, down.n_out, down.k_in, m, down.bias)
-        self.elementwise(f"{p}.residual_mlp", "residual_add", p, m * s.hidden, 1, n_inputs=2)
+        self.elementwise(f"{p}.residual_mlp", "residual_add", p, m, s.hidden, 1, n_inputs=2)
 
     def encoder_layer(self, i: int):
         s, m = self.spec, self.rows * self.batch
@@ -262,12 +277,13 @@ class _Builder:
             self.matmul(lin.name, lin.n_out, lin.k_in, m, lin.bias)
         self.attention(f"{p}.attention.self", self.rows, kv_from_cache=False)
         self.matmul(o.name, o.n_out, o.k_in, m, o.bias)
-        self.elementwise(f"{p}.attention.output.residual", "residual_add", p, m * s.hidden, 1, n_inputs=2)
+        self.elementwise(f"{p}.attention.output.residual", "residual_add", p, m, s.hidden, 1, n_inputs=2)
         self.norm(f"{p}.attention.output.LayerNorm", m, with_bias=True)
         self.matmul(inter.name, inter.n_out, inter.k_in, m, inter.bias)
-        self.elementwise(f"{p}.intermediate.gelu", "activation", p, m * s.intermediate, GELU_FLOPS_PER_ELEMENT)
+        self.elementwise(f"{p}.intermediate.gelu", "activation", p, m, s.intermediate,
+                         GELU_FLOPS_PER_ELEMENT)
         self.matmul(out.name, out.n_out, out.k_in, m, out.bias)
-        self.elementwise(f"{p}.output.residual", "residual_add", p, m * s.hidden, 1, n_inputs=2)
+        self.elementwise(f"{p}.output.residual", "residual_add", p, m, s.hidden, 1, n_inputs=2)
         self.norm(f"{p}.output.LayerNorm", m, with_bias=True)
 
     def embedding(self):
@@ -277,13 +293,14 @@ class _Builder:
             table = "lm_head" if s.tie_embeddings else s.embed_name
             fmt = self.policy.format_for(table)
             self.add(name=s.embed_name, kind="embedding", layer=s.embed_name,
-                     weight_bytes=weight_nbytes(fmt, m, s.hidden, table), act_out_bytes=m * s.hidden * a)
+                     weight_bytes=weight_nbytes(fmt, m, s.hidden, table), act_out_bytes=m * s.hidden * a,
+                     m=m, n=s.hidden)
             return
         fmt = self.policy.format_for(s.embed_name)
         self.add(name=s.embed_name, kind="embedding", layer=s.embed_name,
                  vector_flops=float(2 * m * s.hidden),  # word + position + token type
                  weight_bytes=weight_nbytes(fmt, m, s.hidden, s.embed_name) + 2 * m * s.hidden * a,
-                 act_out_bytes=m * s.hidden * a)
+                 act_out_bytes=m * s.hidden * a, m=m, n=s.hidden)
         self.norm("embeddings.LayerNorm", m, with_bias=True)
 
     def head(self):
@@ -296,7 +313,7 @@ class _Builder:
         # sentence-transformers mean pooling over the tokens (the BERT pooler is unused).
         m = self.rows * b
         self.add(name="pooling.mean", kind="pool", layer="pooling", vector_flops=float(m * s.hidden),
-                 act_in_bytes=m * s.hidden * a, act_out_bytes=b * s.hidden * a)
+                 act_in_bytes=m * s.hidden * a, act_out_bytes=b * s.hidden * a, m=m, n=s.hidden)
 
     def take(self) -> tuple[Op, ...]:
         ops, self.ops = tuple(self.ops), []
@@ -333,6 +350,7 @@ def merge(a: Op, b: Op) -> Op:
         tile_bytes=a.tile_bytes,
         reads_prev_bytes=a.reads_prev_bytes,
         fused=a.fused + (b.name,) + b.fused,
+        m=a.m, n=a.n, k=a.k,
     )
 
 
