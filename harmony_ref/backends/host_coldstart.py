@@ -3,7 +3,7 @@
 What it does, in order (`measure_host_coldstart`):
 1. Writes a real quantized weights file: `layers` matrices of (rows, cols) quantized group-wise
    INT4 with `harmony_ref.quant.int4.quantize_int4`, stored as safetensors (packed uint8 nibbles,
-   float16 scales, int8 zero points per layer), atomically (temp file + fsync + rename).
+   float16 scales, int8 zero points per layer), atomically (harmony_ref/_io.py).
 2. Before each cold measurement: fsync, then `os.posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)`,
    and checks the result with mincore(2) on a fresh read-only mapping (a mapping without touching
    it faults nothing in, so mincore reports page-cache residency). "Eviction confirmed" means
@@ -36,7 +36,6 @@ import json
 import mmap
 import os
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -45,14 +44,14 @@ from pathlib import Path
 
 import numpy as np
 
+from harmony_ref._io import write_bytes_atomic
+from harmony_ref.checkpoint.safetensors import mmap_tensors
 from harmony_ref.units import GB, KIB, MB, MS_PER_S
 
 EVICTED_RESIDENT_PCT_MAX = 5.0  # "evicted" if fewer than this % of the file's pages are cached
 DEFAULT_LAYERS = 12
 DEFAULT_ROWS = 4096
 DEFAULT_COLS = 4096  # 12 x 4096 x 4096 at INT4 g128 ~ 105 MB
-SAFETENSORS_HEADER_LEN_BYTES = 8  # little-endian u64, then a JSON header (safetensors format)
-_ST_DTYPES = {"U8": np.uint8, "I8": np.int8, "F16": np.float16, "F32": np.float32}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -63,7 +62,7 @@ def write_model_file(path: Path, layers: int = DEFAULT_LAYERS, rows: int = DEFAU
                      cols: int = DEFAULT_COLS, group_size: int = 128, seed: int = 0) -> dict:
     """Quantize `layers` seeded random (rows, cols) matrices to INT4 and save them as safetensors,
     atomically. Returns {"path", "bytes", "layers", "rows", "cols", "group_size"}."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     from harmony_ref.kernels.formats import FORMATS
 
@@ -76,47 +75,10 @@ def write_model_file(path: Path, layers: int = DEFAULT_LAYERS, rows: int = DEFAU
         w = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02)
         t = FORMATS["int4"].quantize(w, group_size)
         tensors.update({f"layers.{i}.weight{s}": a for s, a in FORMATS["int4"].arrays(t).items()})
-    path = Path(path)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    save_file(tensors, str(tmp), metadata={"format": "int4-asym", "group_size": str(group_size)})
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    path = write_bytes_atomic(path, save(tensors, metadata={"format": "int4-asym",
+                                                             "group_size": str(group_size)}))
     return {"path": str(path), "bytes": path.stat().st_size, "layers": layers, "rows": rows,
             "cols": cols, "group_size": group_size}
-
-
-def read_safetensors_header(path: Path) -> tuple[dict, int]:
-    """(header dict, byte offset where tensor data starts); errors name the file."""
-    with open(path, "rb") as f:
-        raw = f.read(SAFETENSORS_HEADER_LEN_BYTES)
-        if len(raw) != SAFETENSORS_HEADER_LEN_BYTES:
-            raise ValueError(f"{path}: too short for a safetensors header")
-        (n,) = struct.unpack("<Q", raw)
-        try:
-            header = json.loads(f.read(n))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: safetensors header is not JSON: {e}") from None
-    return header, SAFETENSORS_HEADER_LEN_BYTES + n
-
-
-def mmap_tensors(path: Path) -> dict[str, np.ndarray]:
-    """Every tensor of a safetensors file as a read-only np.memmap view (zero copy)."""
-    header, start = read_safetensors_header(path)
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = _ST_DTYPES.get(info["dtype"])
-        if dtype is None:
-            raise ValueError(f"{path}: tensor {name!r} has dtype {info['dtype']!r}, "
-                             f"expected one of {sorted(_ST_DTYPES)}")
-        begin, end = info["data_offsets"]
-        shape = tuple(info["shape"])
-        out[name] = np.memmap(path, dtype=dtype, mode="r", offset=start + begin, shape=shape)
-        if out[name].nbytes != end - begin:
-            raise ValueError(f"{path}: tensor {name!r}: shape {shape} does not match its byte range")
-    return out
 
 
 def _layers_from(tensors: dict, group_size: int):

@@ -40,19 +40,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from harmony_ref._io import write_bytes_atomic
+from harmony_ref.checkpoint.safetensors import DTYPES, SafetensorsError, split
 from harmony_ref.kernels.formats import format_of, stored_format
 from harmony_ref.quant.policy import WeightFormat, load_policy, parse_format
 
 FORMAT = "harmony-ref-quantized-encoder"
 FORMAT_VERSION = "2"  # 2: header_sha256 added
-_DTYPES = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "U8": np.uint8, "I64": np.int64}
 
 
 class ArtifactError(ValueError):
@@ -119,23 +118,11 @@ def export_artifact(model, policy, path: str | Path) -> dict:
 
 
 def _split(blob: bytes, source: str) -> tuple[dict, int, bytes]:
-    """(header dict, header length, data section) of a safetensors file, or ArtifactError."""
-    if len(blob) < 8:
-        raise ArtifactError(f"{source}: truncated: {len(blob)} bytes, not even a header length")
-    (n,) = struct.unpack("<Q", blob[:8])
-    if len(blob) > 8 and blob[8:9] != b"{":  # safetensors' JSON header follows the length
-        raise ArtifactError(f"{source}: not a safetensors file (no JSON header after the 8-byte "
-                            "length)")
-    if 8 + n > len(blob):
-        raise ArtifactError(f"{source}: truncated inside the header: it declares {n} bytes, "
-                            f"the file has {len(blob) - 8} after the length field")
+    """(header dict, data offset, data section) of a safetensors file, or ArtifactError."""
     try:
-        header = json.loads(blob[8:8 + n])
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ArtifactError(f"{source}: header is not valid JSON ({e}): corrupted") from e
-    if not isinstance(header, dict):
-        raise ArtifactError(f"{source}: header is not a JSON object: corrupted")
-    return header, n, blob[8 + n:]
+        return split(blob, source)
+    except SafetensorsError as e:
+        raise ArtifactError(str(e)) from e
 
 
 @dataclass(frozen=True)
@@ -195,7 +182,7 @@ def _verify_blob(blob: bytes, source: str) -> Verified:
         if end > len(data):
             raise ArtifactError(f"{source}: tensor {name!r} is truncated: its bytes run to offset "
                                 f"{end} of the data section, which has only {len(data)}")
-        dtype = _DTYPES.get(info["dtype"])
+        dtype = DTYPES.get(info["dtype"])
         if dtype is None:
             raise ArtifactError(f"{source}: tensor {name!r} has unsupported dtype {info['dtype']}")
         if end - begin != int(np.prod(info["shape"])) * np.dtype(dtype).itemsize:
