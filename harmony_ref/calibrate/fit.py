@@ -1,7 +1,7 @@
 """Calibration: fit a roofline + launch-overhead model to measured op times, and say how far the
 model is from measurements it was not fitted on.
 
-The model, per op (the device cost model's, harmony_ref/device/cost.py):
+The model, per op (the device cost model's own function, device/cost.py `op_time_s`):
     t = launches * L + max(sum over classes of ops[class] / R[class], bytes / BW)
 with L the launch overhead, R[class] the achieved rate of a compute class (int4, int8, fp16
 matmuls, vector ops) and BW the achieved memory bandwidth.
@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harmony_ref.device.cost import Roofline, dram_bytes, op_time_s
 from harmony_ref.metrics import ape_pct, mape_pct
 from harmony_ref.units import GB, GIGA, KIB, MEGA, MS_PER_S, US_PER_S
 
@@ -82,14 +83,22 @@ class HostFit:
     iterations: int
     regimes: dict[str, str] = field(default_factory=dict)
 
+    def times_s(self, op: OpSample) -> tuple[float, float, float]:
+        """(time, compute, memory) of `op` at the fitted rates, by the cost model's formula."""
+        matmul, vector = (0.0, op.ops + op.vector_ops) if op.rate_class == "vector" else (op.ops, op.vector_ops)
+        rate = self.rates[op.rate_class]
+        t, c, m = op_time_s(matmul, vector, op.nbytes, rate, self.rates["vector"],
+                            self.bandwidth_bytes_per_s, self.launch_s, op.launches)
+        return float(t), float(c), float(m)
+
     def compute_s(self, op: OpSample) -> float:
-        return sum(v / self.rates[c] for c, v in op.class_ops().items() if v)
+        return self.times_s(op)[1]
 
     def memory_s(self, op: OpSample) -> float:
-        return op.nbytes / self.bandwidth_bytes_per_s
+        return self.times_s(op)[2]
 
     def predict_s(self, op: OpSample) -> float:
-        return op.launches * self.launch_s + max(self.compute_s(op), self.memory_s(op))
+        return self.times_s(op)[0]
 
     def regime(self, op: OpSample) -> str:
         return COMPUTE if self.compute_s(op) >= self.memory_s(op) else MEMORY
@@ -415,8 +424,7 @@ def samples_from_op_times(op_times, onchip_bytes: int, holdout: bool = False, ta
     out = []
     for (phase, name), ts in groups.items():
         op = ts[0].op
-        passes = max(1, -(-int(op.tile_bytes) // onchip_bytes)) if op.tile_bytes else 1
-        nbytes = (op.weight_bytes + op.kv_read_bytes) * passes + op.act_in_bytes + op.act_out_bytes + op.kv_write_bytes
+        nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, onchip_bytes)
         cls = op.dtype if op.flops else "vector"
         times = tuple(op_time(t, stat) for t in ts)
         if op.flops:
@@ -531,13 +539,14 @@ def phase_terms(profile, config, phase: str) -> tuple[int, np.ndarray, np.ndarra
         g = build_graph(config.spec, config.policy, "prefill", tokens=s.prompt_tokens, **kw)
     else:
         g = build_graph(config.spec, config.policy, "decode", context=s.prompt_tokens + s.new_tokens // 2 + 1, **kw)
-    c, mem = profile.compute, profile.memory
+    r = Roofline.of(profile, efficiencies=False)
     comp, memt, count = [], [], []
     for op, n in g.unique_ops():
-        comp.append(op.flops / c.matmul_ops_per_s(op.dtype) + op.vector_flops / (c.vector_fp16_gflops * GIGA))
-        passes = max(1.0, np.ceil(op.tile_bytes / mem.onchip_buffer_bytes))
-        dram = (op.weight_bytes + op.kv_read_bytes) * passes + op.act_in_bytes + op.act_out_bytes + op.kv_write_bytes
-        memt.append(dram / (mem.dram_bandwidth_gbps * GB))
+        nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, r.onchip_bytes)
+        _, c, m = op_time_s(op.flops, op.vector_flops, nbytes, r.matmul_ops_per_s[op.dtype],
+                            r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
+        comp.append(c)
+        memt.append(m)
         count.append(n)
     return g.kernel_launches, np.array(comp), np.array(memt), np.array(count, dtype=float)
 

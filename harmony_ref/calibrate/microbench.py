@@ -15,6 +15,7 @@ import numpy as np
 
 from harmony_ref.backends.host_timing import Timing, time_call
 from harmony_ref.calibrate.fit import OpSample
+from harmony_ref.device.cost import dram_bytes
 from harmony_ref.kernels.formats import format_of
 from harmony_ref.kernels.matmul import matmul_w4
 from harmony_ref.kernels.norm import bias_add, gelu, layer_norm, norm_bias_gelu
@@ -99,8 +100,8 @@ def matmul_samples(formats=("int4", "int4-g128", "int8", "fp16"), shapes=SHAPES,
                 x = rng.standard_normal((m, k), dtype=np.float32)
                 call = lambda x=x, w=w, fn=f.matmul: fn(x, w)  # noqa: E731
                 t = time_call(call, warmup, repeats, min_sample_s=2e-3)
-                passes = max(1, -(-(m * k * ACT_BYTES) // onchip))
-                nbytes = fmt.nbytes(n, k) * passes + (m * k + m * n) * ACT_BYTES
+                tile = m * k * ACT_BYTES  # the activation block the weights stream past
+                nbytes = float(dram_bytes(fmt.nbytes(n, k), (m * k + m * n) * ACT_BYTES, tile, onchip))
                 out.append(OpSample(f"matmul_{fname}_m{m}_n{n}_k{k}", cls, 2.0 * m * n * k, nbytes, 1,
                                     pick(t, stat), t.samples_s, holdout=i % 3 == 2))
                 if progress:

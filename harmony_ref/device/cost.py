@@ -1,6 +1,6 @@
 """Roofline + launch-overhead cost of the op graph on a device profile.
 
-Per op:  time = max(compute, memory) + launch_overhead, where
+Per op:  time = max(compute, memory) + launches x launch_overhead, where
     compute = flops / (peak[dtype] x compute_efficiency x f_c) + vector_flops / (vector peak x ...)
     memory  = dram_bytes / (dram_bandwidth x memory_efficiency x f_m)
 `peak[dtype]` is the NPU Cube's peak for the op's compute dtype, or the CPU's when the profile has
@@ -10,6 +10,12 @@ small tiles; a block larger than the on-chip buffer is split, and the weights ar
 per piece: streamed bytes x ceil(tile_bytes / onchip_buffer). Decode (one row) always fits;
 long prefills do not, which is why they can be memory-bound. Launch overhead is CPU-side and does
 not scale with the NPU/DDR frequency.
+
+That formula is written once, as `dram_bytes` and `op_time_s` over the rates of a `Roofline`
+(a profile's peaks x efficiencies x frequency scales). The graph costing below, the per-op
+roofline HostDevice classifies ops by (`op_roofline_s`), the calibration fit (`HostFit`, which
+fits the rates themselves) and the phase calibration (`phase_terms`) all call it; they work on
+NumPy arrays and on plain numbers alike.
 
 Decode cost depends on the context length (attention reads the whole KV cache). A scenario's
 decode is *integrated exactly*: step j (j = 0..new_tokens-1) attends to prompt + j + 1 positions,
@@ -71,6 +77,43 @@ class PhaseCost:
         return self.time_s - self.launch_s
 
 
+@dataclass(frozen=True)
+class Roofline:
+    """The achieved rates an op's work is divided by (peaks x efficiencies x frequency scales)."""
+
+    matmul_ops_per_s: dict[str, float]  # per compute dtype (DTYPES)
+    vector_ops_per_s: float
+    bandwidth_bytes_per_s: float
+    onchip_bytes: float  # the buffer a matmul keeps its activation block in
+    launch_s: float
+
+    @classmethod
+    def of(cls, profile: DeviceProfile, compute_freq_scale: float = 1.0, memory_freq_scale: float = 1.0,
+           efficiencies: bool = True) -> "Roofline":
+        """`profile`'s rates at the given DVFS scales; `efficiencies=False` uses the bare peaks."""
+        c, m = profile.compute, profile.memory
+        ce, me = (c.compute_efficiency, m.memory_efficiency) if efficiencies else (1.0, 1.0)
+        fc, fm = compute_freq_scale, memory_freq_scale
+        return cls({d: c.matmul_ops_per_s(d) * ce * fc for d in DTYPES},
+                   c.vector_fp16_gflops * GIGA * ce * fc, m.dram_bandwidth_gbps * GB * me * fm,
+                   m.onchip_buffer_bytes, profile.runtime.launch_overhead_us / US_PER_S)
+
+
+def dram_bytes(streamed, other, tile, onchip_bytes):
+    """Bytes an op moves through DRAM: its streamed bytes (weights, K/V) once per on-chip piece of
+    its activation block of `tile` bytes, plus everything else once."""
+    passes = np.maximum(1.0, np.ceil(tile / onchip_bytes))
+    return streamed * passes + other
+
+
+def op_time_s(flops, vector_flops, nbytes, matmul_ops_per_s, vector_ops_per_s, bandwidth_bytes_per_s,
+              launch_s, launches=1):
+    """(time_s, compute_s, memory_s) of an op: time = max(compute, memory) + launches x launch_s."""
+    compute = flops / matmul_ops_per_s + vector_flops / vector_ops_per_s
+    memory = nbytes / bandwidth_bytes_per_s
+    return np.maximum(compute, memory) + launches * launch_s, compute, memory
+
+
 def _check_scale(name: str, v: float) -> float:
     if not (0.0 < v <= 1.0):
         raise ValueError(f"{name} = {v!r}: must be in (0, 1]")
@@ -93,8 +136,8 @@ def _make_op_arrays(graph: Graph) -> dict[str, np.ndarray]:
         "count": [c for _, c in rows],
         "flops": [op.flops for op, _ in rows],
         "vflops": [op.vector_flops for op, _ in rows],
-        "streamed": [op.weight_bytes + op.kv_read_bytes for op, _ in rows],
-        "other": [op.act_in_bytes + op.act_out_bytes + op.kv_write_bytes for op, _ in rows],
+        "streamed": [op.streamed_bytes for op, _ in rows],
+        "other": [op.other_bytes for op, _ in rows],
         "tile": [op.tile_bytes for op, _ in rows],
     }
     out = {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
@@ -116,24 +159,20 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
         slope = {k: a1[k] - a0[k] for k in a0 if k not in ("count", "dtype")}
     s = np.asarray(steps, dtype=np.float64)[None, :]  # (1, S)
     q = {k: a0[k][:, None] + slope[k][:, None] * s for k in slope}  # (ops, S)
-    c = profile.compute
-    rates = np.array([c.matmul_ops_per_s(d) for d in DTYPES]) * c.compute_efficiency * fc
-    vrate = c.vector_fp16_gflops * GIGA * c.compute_efficiency * fc
-    bw = profile.memory.dram_bandwidth_gbps * GB * profile.memory.memory_efficiency * fm
-    passes = np.maximum(1.0, np.ceil(q["tile"] / profile.memory.onchip_buffer_bytes))
-    dram = q["streamed"] * passes + q["other"]
-    compute = q["flops"] / rates[a0["dtype"]][:, None] + q["vflops"] / vrate
-    memory = dram / bw
-    launch = profile.runtime.launch_overhead_us / US_PER_S
+    r = Roofline.of(profile, fc, fm)
+    rates = np.array([r.matmul_ops_per_s[d] for d in DTYPES])
+    dram = dram_bytes(q["streamed"], q["other"], q["tile"], r.onchip_bytes)
+    time, compute, memory = op_time_s(q["flops"], q["vflops"], dram, rates[a0["dtype"]][:, None],
+                                      r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
     n = a0["count"][:, None]
     per_dtype = {d: ((a0["dtype"] == i)[:, None] * q["flops"] * n).sum(axis=0) for i, d in enumerate(DTYPES)}
     vector = (q["vflops"] * n).sum(axis=0)
     return {
-        "time_s": ((np.maximum(compute, memory) + launch) * n).sum(axis=0),
+        "time_s": (time * n).sum(axis=0),
         "compute_s": (compute * n).sum(axis=0),
         "memory_s": (memory * n).sum(axis=0),
-        "launch_s": np.full(steps.shape, launch * a0["count"].sum()),
-        "memory_bound_s": (((memory >= compute) * (np.maximum(compute, memory) + launch)) * n).sum(axis=0),
+        "launch_s": np.full(steps.shape, r.launch_s * a0["count"].sum()),
+        "memory_bound_s": (((memory >= compute) * time) * n).sum(axis=0),
         "flops": sum(per_dtype.values()) + vector,
         "fp16_ops": per_dtype["fp16"],
         "int8_ops": per_dtype["int8"],
@@ -272,15 +311,8 @@ def op_breakdown(profile: DeviceProfile, graph: Graph) -> list[dict]:
 def op_roofline_s(profile: DeviceProfile, op) -> tuple[float, float]:
     """(compute_s, memory_s) of one run of graph op `op` on `profile`, as the cost model charges it
     (efficiencies, per-dtype peaks, on-chip tiling passes; launch overhead not included)."""
-    r = _evaluate(profile, _OneOp(op), None, np.zeros(1), 1.0, 1.0)
-    return float(r["compute_s"][0]), float(r["memory_s"][0])
-
-
-class _OneOp:
-    """A one-op stand-in for a Graph (what _evaluate reads: `unique_ops()`)."""
-
-    def __init__(self, op):
-        self._op = op
-
-    def unique_ops(self):
-        return [(self._op, 1)]
+    r = Roofline.of(profile)
+    nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, r.onchip_bytes)
+    _, compute, memory = op_time_s(op.flops, op.vector_flops, nbytes, r.matmul_ops_per_s[op.dtype],
+                                   r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
+    return float(compute), float(memory)

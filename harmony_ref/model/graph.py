@@ -87,6 +87,17 @@ class Op:
                 + self.kv_read_bytes + self.kv_write_bytes)
 
     @property
+    def streamed_bytes(self) -> float:
+        """Weights and K/V streamed past the on-chip activation block (re-read per piece of a
+        block that does not fit the on-chip buffer; see device/cost.py)."""
+        return self.weight_bytes + self.kv_read_bytes
+
+    @property
+    def other_bytes(self) -> float:
+        """Activations in and out and the KV-cache write: moved once."""
+        return self.act_in_bytes + self.act_out_bytes + self.kv_write_bytes
+
+    @property
     def total_flops(self) -> float:
         return self.flops + self.vector_flops
 
