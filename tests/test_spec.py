@@ -1,5 +1,8 @@
 """Model specs: shapes from the published config.json files, parameter counts within 1% of the
-totals the model cards publish, layer names that policy patterns match."""
+totals the model cards publish, layer names that policy patterns match, and the spec files
+validated like profiles (file, field and value named)."""
+
+import dataclasses
 
 import pytest
 
@@ -51,7 +54,7 @@ def test_shapes_follow_the_published_configs():
 
 def test_tied_lm_head_counted_once():
     spec = get_spec("llama-3.2-3b")
-    untied = ModelSpec(**{**spec.__dict__, "tie_embeddings": False})
+    untied = dataclasses.replace(spec, tie_embeddings=False)
     assert untied.param_count() - spec.param_count() == spec.vocab * spec.hidden
 
 
@@ -76,3 +79,61 @@ def test_bad_names_and_shapes_raise():
         ModelSpec("bad", "decoder", 2, 896, 14, 4, 64, 4864, 100, 512, True)
     with pytest.raises(ValueError, match="field 'hidden' = 0"):
         ModelSpec("bad", "decoder", 2, 0, 14, 2, 64, 4864, 100, 512, True)
+
+
+def test_decoder_forward_fields_follow_the_published_configs():
+    l3 = get_spec("llama-3.2-3b")
+    assert (l3.norm_eps, l3.activation, l3.rope_theta) == (1e-5, "silu", 500000.0)
+    rs = l3.rope_scaling
+    assert (rs.kind, rs.factor, rs.low_freq_factor, rs.high_freq_factor, rs.original_max_positions) == (
+        "llama3", 32.0, 1.0, 4.0, 8192)
+    q = get_spec("qwen2.5-0.5b")
+    assert (q.norm_eps, q.rope_theta, q.rope_scaling) == (1e-6, 1e6, None)
+    assert get_spec("llama-2-7b").rope_theta == 10000.0
+    mini = get_spec("all-minilm-l6")
+    assert (mini.norm_eps, mini.activation, mini.rope_theta, mini.rope_scaling) == (1e-12, "gelu", 0.0, None)
+    for name in list_specs():
+        assert get_spec(name).file == f"model/specs/{name}.toml"
+
+
+SPEC_TOML = """name = "mine"
+kind = "decoder"
+n_layers = 2
+hidden = 64
+n_heads = 4
+n_kv_heads = 2
+head_dim = 16
+intermediate = 128
+vocab = 1000
+max_positions = 256
+tie_embeddings = true
+norm_eps = 1e-5
+activation = "silu"
+rope_theta = 10000.0
+"""
+
+
+def test_a_spec_file_by_path(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text(SPEC_TOML)
+    spec = get_spec(str(path))
+    assert (spec.name, spec.hidden, spec.kv_dim, spec.file) == ("mine", 64, 32, str(path))
+    assert spec == dataclasses.replace(spec)  # `file` is not part of the spec's identity
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("n_layers = 2", "n_layers = -2"), "field 'n_layers' = -2"),
+    (("hidden = 64", "hidden = 64.5"), "field 'hidden' = 64.5: expected int"),
+    (("activation = \"silu\"", "activation = \"relu\""), "field 'activation' = 'relu'"),
+    (("rope_theta = 10000.0\n", ""), "missing field 'rope_theta'"),
+    (("norm_eps = 1e-5\n", ""), "missing field 'norm_eps'"),
+    (("n_kv_heads = 2", "n_kv_heads = 3"), "n_heads = 4 is not a multiple of n_kv_heads = 3"),
+    (("vocab = 1000", "vocab = 1000\nvocab_size = 1"), "unknown field 'vocab_size' = 1"),
+    (("rope_theta = 10000.0\n", "rope_theta = 10000.0\n[rope_scaling]\nkind = \"yarn\"\n"),
+     "field 'rope_scaling.kind' = 'yarn'"),
+])
+def test_bad_spec_files_name_file_field_value(tmp_path, edit, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(SPEC_TOML.replace(*edit))
+    with pytest.raises(ValueError, match=f"bad.toml: .*{message}"):
+        get_spec(str(path))

@@ -1,23 +1,35 @@
-"""Model specs: the shapes of real open models, taken from their published `config.json` files.
+"""Model specs: the shapes (and what a forward needs besides weights) of real open models, as
+data: one TOML file per preset in harmony_ref/model/specs/, each field beside the config.json key
+it comes from, validated like a device profile (errors name the file, the field and the value).
 
-A `ModelSpec` is pure shape data (layers, hidden size, heads, KV heads, head dim, FFN size, vocab,
-tied embeddings, biases). `spec.linears()` lists every weight matrix under the layer names the
-Hugging Face checkpoints use (`model.layers.{i}.self_attn.q_proj`, `model.layers.{i}.mlp.gate_proj`,
-`lm_head`; BERT's `encoder.layer.{i}.attention.self.query`, ...), so a quantization policy's layer
-patterns apply to them unchanged.
+    get_spec("llama-3.2-3b"); get_spec("my-model.toml"); list_specs()
 
-`param_count()` is computed from the shapes alone; tests/test_spec.py holds it within 1% of the
-total each model card publishes (`published_params`, with its source in `source`).
+A `ModelSpec` holds layers, hidden size, heads, KV heads, head dim, FFN size, vocab, positions,
+tied embeddings and biases, and for a forward the norm epsilon, the activation, rope theta and
+rope scaling (Llama 3's "llama3" stretch of long wavelengths). `spec.linears()` lists every weight
+matrix under the layer names the Hugging Face checkpoints use (`model.layers.{i}.self_attn.q_proj`,
+`model.layers.{i}.mlp.gate_proj`, `lm_head`; BERT's `encoder.layer.{i}.attention.self.query`,
+...), so a quantization policy's layer patterns apply to them unchanged.
 
-    get_spec("llama-3.2-3b"); list_specs()
+`param_count()` is computed from the shapes alone; tests/model/test_spec.py holds it within 1% of
+the total each model card publishes (`published_params`, with its source in `source`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harmony_ref._schema import from_table
+from harmony_ref._toml import read_toml, shipped_names
 
 DECODER = "decoder"
 ENCODER = "encoder"
+ACTIVATIONS = ("silu", "gelu")  # SwiGLU's SiLU (Llama, Qwen); BERT's exact-erf GELU
+ROPE_SCALINGS = ("llama3",)
+SPECS_FOLDER = "model/specs"
 
 
 @dataclass(frozen=True)
@@ -32,6 +44,18 @@ class Linear:
     @property
     def params(self) -> int:
         return self.n_out * self.k_in + (self.n_out if self.bias else 0)
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3's rope scaling: wavelengths longer than original_max_positions / low_freq_factor
+    are stretched by `factor`, shorter than ... / high_freq_factor kept, and blended between."""
+
+    kind: str = field(metadata={"choices": ROPE_SCALINGS})  # rope_type
+    factor: float = field(metadata={"min": 1.0})
+    low_freq_factor: float = field(metadata={"min": 1e-9})
+    high_freq_factor: float = field(metadata={"min": 1e-9})
+    original_max_positions: int = field(metadata={"min": 1})  # original_max_position_embeddings
 
 
 @dataclass(frozen=True)
@@ -50,7 +74,12 @@ class ModelSpec:
     qkv_bias: bool = False
     type_vocab: int = 0  # BERT token-type embeddings
     published_params: int = 0
-    source: str = ""
+    source: str = ""  # where the numbers come from
+    norm_eps: float = 1e-5  # RMSNorm (decoder) or LayerNorm (encoder) epsilon
+    activation: str = "silu"  # of the feed-forward: "silu" (SwiGLU) or "gelu"
+    rope_theta: float = 0.0  # rope base frequency; 0 for models without rope (BERT)
+    rope_scaling: RopeScaling | None = None
+    file: str = field(default="<memory>", compare=False, init=False)  # the TOML it was read from
 
     def __post_init__(self):
         for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "intermediate", "vocab"):
@@ -64,6 +93,17 @@ class ModelSpec:
                 f"model spec {self.name!r}: n_heads = {self.n_heads} is not a multiple of "
                 f"n_kv_heads = {self.n_kv_heads}"
             )
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"model spec {self.name!r}: field 'activation' = {self.activation!r}: "
+                             f"must be one of {list(ACTIVATIONS)}")
+        if not self.norm_eps > 0:
+            raise ValueError(f"model spec {self.name!r}: field 'norm_eps' = {self.norm_eps!r}: must be > 0")
+        if self.kind == DECODER and not self.rope_theta > 0:
+            raise ValueError(f"model spec {self.name!r}: field 'rope_theta' = {self.rope_theta!r}: "
+                             "a decoder needs rope_theta > 0")
+        if self.kind == ENCODER and (self.rope_theta or self.rope_scaling is not None):
+            raise ValueError(f"model spec {self.name!r}: an encoder has learned positions: "
+                             "no rope_theta or rope_scaling")
 
     @property
     def q_dim(self) -> int:
@@ -143,65 +183,47 @@ class ModelSpec:
         return n
 
 
-# Shapes from each model's config.json on its model card; published totals from the same card.
-_SPECS = {
-    s.name: s
-    for s in [
-        ModelSpec(
-            "qwen2.5-0.5b", DECODER, n_layers=24, hidden=896, n_heads=14, n_kv_heads=2, head_dim=64,
-            intermediate=4864, vocab=151936, max_positions=32768, tie_embeddings=True, qkv_bias=True,
-            published_params=490_000_000,
-            source="huggingface.co/Qwen/Qwen2.5-0.5B config.json; card: 'Number of Parameters: 0.49B'",
-        ),
-        ModelSpec(
-            "qwen2.5-1.5b", DECODER, n_layers=28, hidden=1536, n_heads=12, n_kv_heads=2, head_dim=128,
-            intermediate=8960, vocab=151936, max_positions=131072, tie_embeddings=True, qkv_bias=True,
-            published_params=1_540_000_000,
-            source="huggingface.co/Qwen/Qwen2.5-1.5B config.json; card: 'Number of Parameters: 1.54B'",
-        ),
-        ModelSpec(
-            "qwen2.5-7b", DECODER, n_layers=28, hidden=3584, n_heads=28, n_kv_heads=4, head_dim=128,
-            intermediate=18944, vocab=152064, max_positions=131072, tie_embeddings=False, qkv_bias=True,
-            published_params=7_610_000_000,
-            source="huggingface.co/Qwen/Qwen2.5-7B config.json; card: 'Number of Parameters: 7.61B'",
-        ),
-        ModelSpec(
-            "llama-3.2-1b", DECODER, n_layers=16, hidden=2048, n_heads=32, n_kv_heads=8, head_dim=64,
-            intermediate=8192, vocab=128256, max_positions=131072, tie_embeddings=True,
-            published_params=1_235_814_400,
-            source="huggingface.co/meta-llama/Llama-3.2-1B config.json; safetensors total 1,235,814,400 (card: 1.23B)",
-        ),
-        ModelSpec(
-            "llama-3.2-3b", DECODER, n_layers=28, hidden=3072, n_heads=24, n_kv_heads=8, head_dim=128,
-            intermediate=8192, vocab=128256, max_positions=131072, tie_embeddings=True,
-            published_params=3_212_749_824,
-            source="huggingface.co/meta-llama/Llama-3.2-3B config.json; safetensors total 3,212,749,824 (card: 3.21B)",
-        ),
-        ModelSpec(
-            "llama-2-7b", DECODER, n_layers=32, hidden=4096, n_heads=32, n_kv_heads=32, head_dim=128,
-            intermediate=11008, vocab=32000, max_positions=4096, tie_embeddings=False,
-            published_params=6_738_415_616,
-            source="huggingface.co/meta-llama/Llama-2-7b-hf config.json; safetensors total 6,738,415,616 (card: 7B)",
-        ),
-        ModelSpec(
-            "all-minilm-l6", ENCODER, n_layers=6, hidden=384, n_heads=12, n_kv_heads=12, head_dim=32,
-            intermediate=1536, vocab=30522, max_positions=512, tie_embeddings=False, type_vocab=2,
-            published_params=22_700_000,
-            source="huggingface.co/sentence-transformers/all-MiniLM-L6-v2 config.json; card: 22.7M params",
-        ),
-    ]
-}
+# What a spec file must state even where the dataclass has a default (a forward reads them).
+REQUIRED_IN_FILES = {DECODER: ("norm_eps", "activation", "rope_theta"), ENCODER: ("norm_eps", "activation")}
+
+
+def spec_from_dict(data: dict, source: str) -> ModelSpec:
+    """Validate a parsed spec table; every error names `source`, the field and its value."""
+    kind = data.get("kind")
+    missing = [k for k in REQUIRED_IN_FILES.get(kind, ()) if k not in data]
+    if missing:
+        raise ValueError(f"{source}: missing field '{missing[0]}' (a {kind} spec states it)")
+    try:
+        spec = from_table(ModelSpec, data, source)
+    except ValueError as e:
+        # Cross-field checks (ModelSpec.__post_init__) do not know the file; add it.
+        raise e if str(e).startswith(source) else ValueError(f"{source}: {e}") from e
+    object.__setattr__(spec, "file", source)
+    return spec
 
 
 def list_specs() -> list[str]:
-    return sorted(_SPECS)
+    """Names of the presets shipped in harmony_ref/model/specs/."""
+    return shipped_names(SPECS_FOLDER)
 
 
-def get_spec(name: str | ModelSpec) -> ModelSpec:
-    """A preset by name (case-insensitive); a ModelSpec passes through."""
+@functools.lru_cache(maxsize=None)
+def _shipped(name: str) -> ModelSpec:
+    data, source = read_toml("model spec", SPECS_FOLDER, name)
+    spec = spec_from_dict(data, source)
+    if spec.name != name:
+        raise ValueError(f"{source}: field 'name' = {spec.name!r}: must be the file's name {name!r}")
+    return spec
+
+
+def get_spec(name: str | Path | ModelSpec) -> ModelSpec:
+    """A preset by name (case-insensitive) or a spec TOML by path; a ModelSpec passes through."""
     if isinstance(name, ModelSpec):
         return name
-    spec = _SPECS.get(str(name).strip().lower())
-    if spec is None:
+    text = str(name)
+    if text.endswith(".toml") or Path(text).exists():
+        return spec_from_dict(*read_toml("model spec", SPECS_FOLDER, text))
+    key = text.strip().lower()
+    if key not in list_specs():
         raise ValueError(f"unknown model {name!r}; known models: {list_specs()}")
-    return spec
+    return _shipped(key)
