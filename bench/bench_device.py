@@ -4,7 +4,7 @@ shipped policy on every shipped profile (track_*), and the prediction speed (tim
 Predicted metrics are exact functions of the code and data, so a change in a track_* curve is a
 change in the model or a profile, never noise."""
 
-from harmony_ref.config import Config
+from harmony_ref.config import RunConfig
 from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.model import graph
 
@@ -18,7 +18,7 @@ class PredictedLlama32_3B:
     param_names = ["policy", "profile"]
 
     def setup(self, policy, profile):
-        self.m = SimulatedDevice(profile).predict(Config.from_names(model=MODEL, policy=policy))
+        self.m = SimulatedDevice(profile).predict(RunConfig.from_names(model=MODEL, policy=policy))
 
     def track_ttft_ms(self, policy, profile):
         return self.m.value("ttft_ms")
@@ -57,7 +57,7 @@ class PredictSpeed:
 
     def setup(self, graphs):
         self.dev = SimulatedDevice("harmony-flagship")
-        self.config = Config.from_names(model=MODEL, policy="int4-g128")
+        self.config = RunConfig.from_names(model=MODEL, policy="int4-g128")
         self.dev.predict(self.config)
 
     def time_predict(self, graphs):

@@ -4,22 +4,18 @@ the host decode-GEMV speedup over NumPy FP32 (measured, interleaved within one c
 accuracy drop per policy is tracked by bench_accuracy.py, the host model's error by bench_hil.py.
 
 Each class computes its metrics through the same job parts as `harmony-ref run`, so a curve here
-and a gate row there are the same number. A part whose code is not in the commit under test
-raises NotImplementedError in setup, which asv reports as skipped.
+and a gate row there are the same number.
 """
 
-from harmony_ref.track.job import PARTS, PartUnavailable, run_part
-from harmony_ref.track.record import make_config
+from harmony_ref.config import RunConfig
+from harmony_ref.track.job import PARTS, run_part
 
 from .common import MODEL, POLICIES, PROFILES
 
 
 def _part(name: str, policy: str, profile: str = "harmony-flagship", model: str = MODEL, **scenario):
     part = next(p for p in PARTS if p.name == name)
-    try:
-        return run_part(part, make_config(model, policy, profile, **scenario))
-    except PartUnavailable as e:
-        raise NotImplementedError(str(e)) from e
+    return run_part(part, RunConfig.from_names(model, policy, profile=profile, **scenario))
 
 
 class ColdStart:

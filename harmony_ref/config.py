@@ -1,22 +1,42 @@
-"""One point to measure: a model spec, a quantization policy and a scenario.
+"""The run config: one point to measure, and the one type every layer above model/ passes around.
 
-    Config.from_names(model="llama-3.2-3b", policy="int4-g128", prompt_tokens=512, new_tokens=128)
+    cfg = RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128", profile="harmony-flagship",
+                               prompt_tokens=512, new_tokens=128)
+    record_config = cfg.to_dict()         # what a run record stores
+    RunConfig.from_dict(record_config)    # == cfg
+
+A RunConfig is a model spec and a quantization policy (resolved: `spec`, `policy`), a `Scenario`,
+whether the op graph is fused, the KV cache dtype, the device profile it runs on (a shipped name
+or a profile TOML path, as given: a backend loads it) and the backend that measures it
+(simulated, host or command, with `backend_options` such as a command backend's command line).
 
 `Scenario` says what the app does: process a prompt of `prompt_tokens`, then generate
 `new_tokens`, with a KV cache allocated for `context_tokens` positions (what a phone runtime
 reserves up front; prompt + generated tokens must fit in it), for `batch` requests at once.
-The device profile is not part of a Config: a backend (SimulatedDevice(profile), HostDevice, ...)
-is the device.
+
+The dict form (`to_dict` / `from_dict`) is the serialisation run records hold: the model and
+policy by the name or path they load from, the scenario as a table, `fused` and `kv_dtype` only
+when they differ from their defaults (as in records written before they existed). Every problem
+with one is a ValueError naming the source and the field.
+
+This module sits above model/ and quant/ (it resolves specs and policies), below everything that
+runs a config.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from harmony_ref.model.spec import ModelSpec, get_spec
-from harmony_ref.quant.policy import Policy, load_policy
+from harmony_ref._toml import reference
+from harmony_ref.model.spec import SPECS_FOLDER, ModelSpec, get_spec
+from harmony_ref.quant.policy import POLICIES_FOLDER, Policy, load_policy
 
-KV_DTYPES = ("fp16", "int8")
+BACKENDS = ("simulated", "host", "command")
+KV_DTYPES = ("fp16", "int8")  # as kernels.attention.KVCache stores them (not imported: no Numba here)
+CONFIG_FIELDS = ("model", "policy", "profile", "scenario", "backend")
+SCENARIO_FIELDS = ("prompt_tokens", "new_tokens", "context_tokens", "batch")
+DEFAULT_PROFILE = "harmony-flagship"
 
 
 @dataclass(frozen=True)
@@ -39,16 +59,26 @@ class Scenario:
 
 
 @dataclass(frozen=True)
-class Config:
+class RunConfig:
     spec: ModelSpec
     policy: Policy
     scenario: Scenario = field(default_factory=Scenario)
     fused: bool = True
     kv_dtype: str = "fp16"  # KV cache storage: fp16, or int8 with one float32 scale per head per token
+    profile: str = DEFAULT_PROFILE  # the device: a shipped profile name or a profile TOML path
+    backend: str = "simulated"
+    backend_options: tuple[tuple[str, str], ...] = ()  # e.g. (("command", ...), ("format", ...))
 
     def __post_init__(self):
         if self.kv_dtype not in KV_DTYPES:
             raise ValueError(f"config: field 'kv_dtype' = {self.kv_dtype!r}: must be one of {list(KV_DTYPES)}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"config: field 'backend' = {self.backend!r}: must be one of {list(BACKENDS)}")
+        if not (isinstance(self.profile, str) and self.profile):
+            raise ValueError(f"config: field 'profile' = {self.profile!r}: must be a non-empty string")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.backend_options):
+            raise ValueError(f"config: field 'backend_options' = {self.backend_options!r}: "
+                             "must be (name, value) strings")
         # TTFT is the first generated token: a decoder scenario with nothing to generate has none
         # (and would report a TTFT longer than its end-to-end time).
         if self.spec.is_decoder and self.scenario.new_tokens < 1:
@@ -64,9 +94,17 @@ class Config:
     @classmethod
     def from_names(cls, model: str = "llama-3.2-3b", policy: str = "int4-g128",
                    prompt_tokens: int = 512, new_tokens: int = 128, context_tokens: int = 2048,
-                   batch: int = 1, fused: bool = True, kv_dtype: str = "fp16") -> "Config":
+                   batch: int = 1, fused: bool = True, kv_dtype: str = "fp16",
+                   profile: str = DEFAULT_PROFILE, backend: str = "simulated",
+                   backend_options: dict[str, str] | None = None) -> "RunConfig":
+        """A config from names (or TOML paths) of the model spec and policy."""
         return cls(get_spec(model), load_policy(policy),
-                   Scenario(prompt_tokens, new_tokens, context_tokens, batch), fused, kv_dtype)
+                   Scenario(prompt_tokens, new_tokens, context_tokens, batch), fused, kv_dtype,
+                   profile, backend, tuple((backend_options or {}).items()))
+
+    @property
+    def options(self) -> dict[str, str]:
+        return dict(self.backend_options)
 
     @property
     def label(self) -> str:
@@ -74,3 +112,66 @@ class Config:
         return (f"{self.spec.name}/{self.policy.name}/p{s.prompt_tokens}-n{s.new_tokens}"
                 f"-c{s.context_tokens}-b{s.batch}" + ("" if self.fused else "/unfused")
                 + ("" if self.kv_dtype == "fp16" else f"/kv-{self.kv_dtype}"))
+
+    def with_spec(self, spec: ModelSpec) -> "RunConfig":
+        """The same point on another model (the host measures a width-scaled copy)."""
+        return dataclasses.replace(self, spec=spec)
+
+    def to_dict(self) -> dict:
+        """The serialisation run records hold (see the module docstring)."""
+        s = self.scenario
+        out = {
+            "model": reference(self.spec.file, SPECS_FOLDER, self.spec.name),
+            "policy": reference(self.policy.source, POLICIES_FOLDER, self.policy.name),
+            "profile": self.profile,
+            "backend": self.backend,
+            "scenario": {k: getattr(s, k) for k in SCENARIO_FIELDS},
+        }
+        if self.backend_options:
+            out["backend_options"] = dict(self.backend_options)
+        if not self.fused:
+            out["fused"] = False
+        if self.kv_dtype != "fp16":
+            out["kv_dtype"] = self.kv_dtype
+        return out
+
+    @classmethod
+    def from_dict(cls, data, source: str = "<config>") -> "RunConfig":
+        """The RunConfig a record's config stands for; errors name `source` and the field."""
+        check_config_dict(data, source)
+        try:
+            return cls(get_spec(data["model"]), load_policy(data["policy"]),
+                       Scenario(**{k: data["scenario"][k] for k in SCENARIO_FIELDS}),
+                       data.get("fused", True), data.get("kv_dtype", "fp16"), data["profile"],
+                       data["backend"], tuple(data.get("backend_options", {}).items()))
+        except ValueError as e:
+            raise ValueError(f"{source}: config: {e}") from e
+
+
+def _require(cond: bool, source: str, where: str, msg: str) -> None:
+    if not cond:
+        raise ValueError(f"{source}: field '{where}': {msg}")
+
+
+def check_config_dict(cfg, source: str, prefix: str = "config.") -> None:
+    """Raise ValueError naming `source` and the field when `cfg` is not a config's dict form
+    (its shape and types; what the names resolve to is from_dict's business)."""
+    _require(isinstance(cfg, dict), source, prefix.rstrip("."), f"must be an object, got {cfg!r}")
+    for key in CONFIG_FIELDS:
+        _require(key in cfg, source, f"{prefix}{key}", "missing")
+    for key in ("model", "policy", "profile", "backend"):
+        _require(isinstance(cfg[key], str) and cfg[key], source, f"{prefix}{key}",
+                 f"must be a non-empty string, got {cfg[key]!r}")
+    _require(isinstance(cfg["scenario"], dict), source, f"{prefix}scenario", "must be an object")
+    for key in SCENARIO_FIELDS:
+        v = cfg["scenario"].get(key)
+        lo = 0 if key == "new_tokens" else 1
+        _require(isinstance(v, int) and not isinstance(v, bool) and v >= lo, source,
+                 f"{prefix}scenario.{key}", f"must be an integer >= {lo}, got {v!r}")
+    opts = cfg.get("backend_options", {})
+    _require(isinstance(opts, dict) and all(isinstance(v, str) for v in opts.values()), source,
+             f"{prefix}backend_options", f"must be an object of strings, got {opts!r}")
+    _require(isinstance(cfg.get("fused", True), bool), source, f"{prefix}fused",
+             f"must be true or false, got {cfg.get('fused')!r}")
+    _require(cfg.get("kv_dtype", "fp16") in KV_DTYPES, source, f"{prefix}kv_dtype",
+             f"must be one of {list(KV_DTYPES)}, got {cfg.get('kv_dtype')!r}")

@@ -127,9 +127,9 @@ def test_cli_command_backend_from_op_times(tmp_path, capsys):
     p = DEVICE.load_profile(str(out))
     assert p.name == "phone"
     from harmony_ref.backends.simulated import SimulatedDevice
-    from harmony_ref.config import Config
+    from harmony_ref.config import RunConfig
 
-    assert SimulatedDevice(p).predict(Config.from_names(model="llama-3.2-1b")).value("decode_tokens_per_s") > 0
+    assert SimulatedDevice(p).predict(RunConfig.from_names(model="llama-3.2-1b")).value("decode_tokens_per_s") > 0
     # the text report prints plain numbers (numpy 2 scalars inside a dict print as np.float64(...))
     assert main(["calibrate", "--backend", "command", "--ops", str(src), "--out", str(out)]) == 0
     text = capsys.readouterr().out
@@ -160,10 +160,10 @@ def test_cli_host_quick(tmp_path, capsys):
     assert cal.e2e_mape_pct == pytest.approx(r["e2e_mape_pct"])
     assert cal.held_out_per_op_mape_pct == pytest.approx(r["per_op_mape_pct"])
     assert (cal.n_fit, cal.n_held_out) == (r["ops_fitted"], r["ops_held_out"]) and cal.n_held_out_e2e == len(e2e)
-    from harmony_ref.config import Config
+    from harmony_ref.config import RunConfig
     from harmony_ref.backends.simulated import SimulatedDevice
 
-    sim = SimulatedDevice(str(out)).predict(Config.from_names(model="qwen2.5-0.5b", policy="int4-g128"))
+    sim = SimulatedDevice(str(out)).predict(RunConfig.from_names(model="qwen2.5-0.5b", policy="int4-g128"))
     assert sim.value("host_model_mape_pct") == pytest.approx(r["e2e_mape_pct"])
     # held-out workloads are not among the fitted ones
     fitted_names = {o["op"].split(":")[0] for o in r["ops"] if o["set"] == "fit"}

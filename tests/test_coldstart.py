@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from harmony_ref.config import Config
+from harmony_ref.config import RunConfig
 from harmony_ref.device.coldstart import (
     LOADERS,
     STEPS,
@@ -19,7 +19,7 @@ from harmony_ref.device.profile import load_profile, shipped_profiles
 from harmony_ref.model.spec import list_specs
 from harmony_ref.units import GB, MS_PER_S
 
-CONFIG = Config.from_names(model="llama-3.2-3b", policy="int4-g128")
+CONFIG = RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128")
 
 
 @pytest.mark.parametrize("profile", shipped_profiles())
@@ -27,7 +27,7 @@ CONFIG = Config.from_names(model="llama-3.2-3b", policy="int4-g128")
 @pytest.mark.parametrize("policy", ["int4-g128", "int8", "mixed"])
 def test_cold_ge_preload_ge_warmup_for_every_profile(profile, model, policy):
     prof = load_profile(profile)
-    config = Config.from_names(model=model, policy=policy)
+    config = RunConfig.from_names(model=model, policy=policy)
     rows = breakdown(prof, config)
     for loader in LOADERS:
         t = {r["strategy"]: r["total_ms"] for r in rows if r["loader"] == loader}

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harmony_ref.config import Config
+from harmony_ref.config import RunConfig
 from harmony_ref.device.cost import decode_step_times, graph_cost, phase_cost, scenario_timing
 from harmony_ref.device.profile import load_profile, shipped_profiles
 from harmony_ref.model.graph import Graph, Segment, build_graph
@@ -64,7 +64,7 @@ def test_hand_worked_prefill_points():
 def _all_configs():
     for model in DECODERS:
         for policy in shipped_policies():
-            yield Config.from_names(model=model, policy=policy, prompt_tokens=128, new_tokens=32,
+            yield RunConfig.from_names(model=model, policy=policy, prompt_tokens=128, new_tokens=32,
                                     context_tokens=1024)
 
 
@@ -85,9 +85,9 @@ def test_decode_never_beats_dram_bandwidth(profile):
 def test_int4_never_decodes_slower_than_int8(profile):
     p = load_profile(profile)
     for model in DECODERS:
-        int8 = scenario_timing(p, Config.from_names(model=model, policy="int8")).decode_tokens_per_s
+        int8 = scenario_timing(p, RunConfig.from_names(model=model, policy="int8")).decode_tokens_per_s
         for int4 in ("int4-g32", "int4-g128"):
-            got = scenario_timing(p, Config.from_names(model=model, policy=int4)).decode_tokens_per_s
+            got = scenario_timing(p, RunConfig.from_names(model=model, policy=int4)).decode_tokens_per_s
             assert got >= int8, (profile, model, int4, got, int8)
 
 
@@ -96,8 +96,8 @@ def test_fusion_never_slows_a_scenario(profile):
     p = load_profile(profile)
     for model in list_specs():
         kw = dict(model=model, prompt_tokens=128, new_tokens=16, context_tokens=512)
-        fused = scenario_timing(p, Config.from_names(**kw))
-        raw = scenario_timing(p, Config.from_names(fused=False, **kw))
+        fused = scenario_timing(p, RunConfig.from_names(**kw))
+        raw = scenario_timing(p, RunConfig.from_names(fused=False, **kw))
         assert fused.e2e_s <= raw.e2e_s and fused.prefill.kernel_launches < raw.prefill.kernel_launches
 
 
@@ -112,7 +112,7 @@ def test_phase_time_lies_between_roofline_bounds():
 
 def test_decode_is_integrated_over_every_generated_token():
     p = load_profile("harmony-flagship")
-    config = Config.from_names(model="qwen2.5-1.5b", prompt_tokens=300, new_tokens=6, context_tokens=400)
+    config = RunConfig.from_names(model="qwen2.5-1.5b", prompt_tokens=300, new_tokens=6, context_tokens=400)
     steps = [phase_cost(p, config, "decode", context=300 + 1 + j).time_s for j in range(6)]
     assert np.allclose(decode_step_times(p, config)["time_s"], steps, rtol=1e-12)
     assert phase_cost(p, config, "decode").time_s == pytest.approx(np.mean(steps), rel=1e-12)
@@ -124,7 +124,7 @@ def test_decode_is_integrated_over_every_generated_token():
 
 def test_frequency_scales_and_energy_ops():
     p = load_profile("harmony-flagship")
-    config = Config.from_names()
+    config = RunConfig.from_names()
     full = phase_cost(p, config, "decode")
     slow_mem = phase_cost(p, config, "decode", memory_freq_scale=0.5)
     slow_cpu = phase_cost(p, config, "prefill", compute_freq_scale=0.5)
@@ -142,7 +142,7 @@ def test_frequency_scales_and_energy_ops():
 
 def test_encoder_has_prefill_only():
     p = load_profile("harmony-lowend")
-    config = Config.from_names(model="all-minilm-l6", prompt_tokens=128, new_tokens=0, context_tokens=128)
+    config = RunConfig.from_names(model="all-minilm-l6", prompt_tokens=128, new_tokens=0, context_tokens=128)
     t = scenario_timing(p, config)
     assert t.decode is None and t.e2e_s == t.ttft_s == t.prefill.time_s > 0
     with pytest.raises(ValueError, match="encoder"):
@@ -167,7 +167,7 @@ def test_graph_is_a_graph():
 )
 def test_physics_holds_for_random_scenarios(model, policy, profile, prompt, new, batch, kv_dtype):
     p = load_profile(profile)
-    config = Config.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
+    config = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
                                context_tokens=prompt + new + 1, batch=batch, kv_dtype=kv_dtype)
     t = scenario_timing(p, config)
     bw = p.memory.dram_bandwidth_gbps * 1e9
@@ -182,11 +182,11 @@ def test_physics_holds_for_random_scenarios(model, policy, profile, prompt, new,
 def test_memory_bound_time_is_the_time_of_memory_bound_ops():
     # decode of a 3B at INT4 on the flagship streams weights: nearly every op is memory-bound,
     # and memory-bound time can never exceed the step time.
-    from harmony_ref.config import Config
+    from harmony_ref.config import RunConfig
     from harmony_ref.device.cost import phase_cost
     from harmony_ref.device.profile import load_profile
 
-    cfg = Config.from_names(model="llama-3.2-3b", policy="int4-g128")
+    cfg = RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128")
     for name in ("harmony-flagship", "harmony-lowend"):
         d = phase_cost(load_profile(name), cfg, "decode")
         assert 0.0 <= d.memory_bound_s <= d.time_s

@@ -10,7 +10,8 @@ import pytest
 from harmony_ref.cli import main
 from harmony_ref.metrics import Metric, Metrics
 from harmony_ref.track import gate
-from harmony_ref.track.record import Record, collect_provenance, load_record, make_config, write_record
+from harmony_ref.config import RunConfig
+from harmony_ref.track.record import Record, collect_provenance, load_record, write_record
 
 PROV = collect_provenance()
 
@@ -24,7 +25,8 @@ def _rec(ttft=100.0, tps=20.0, host=None, host_samples=None, extra=None) -> Reco
         m.add("host_gemv_speedup_x", host, "x", "higher", "measured", samples=host_samples)
     if extra:
         m.add(extra, 1.0, "ms")
-    return Record(make_config("llama-3.2-3b", "int4-g128", "harmony-flagship"), m, PROV,
+    config = RunConfig.from_names("llama-3.2-3b", "int4-g128", profile="harmony-flagship").to_dict()
+    return Record(config, m, PROV,
                   {"predicted": {"status": "ok", "detail": "", "metrics": m.names()}})
 
 
@@ -120,7 +122,7 @@ def test_missing_metric_and_config_mismatch_are_bad_input():
     with pytest.raises(ValueError, match="missing from baseline: extra_ms"):
         gate.compare(_rec(), _rec(extra="extra_ms"))
     other = _rec()
-    other.config = make_config("llama-3.2-3b", "int8", "harmony-flagship")
+    other.config = RunConfig.from_names("llama-3.2-3b", "int8", profile="harmony-flagship").to_dict()
     with pytest.raises(ValueError, match="different config.*policy"):
         gate.compare(_rec(), other)
 

@@ -53,7 +53,7 @@ def test_host_probes_do_not_fail():
 
 import dataclasses  # noqa: E402
 
-from harmony_ref.config import Config  # noqa: E402
+from harmony_ref.config import RunConfig  # noqa: E402
 from harmony_ref.backends.host import HostDevice, scaled_spec, weight_mb  # noqa: E402
 
 STANDARD = {"ttft_ms", "prefill_ms", "prefill_tokens_per_s", "decode_step_ms", "decode_tokens_per_s",
@@ -61,7 +61,7 @@ STANDARD = {"ttft_ms", "prefill_ms", "prefill_tokens_per_s", "decode_step_ms", "
 
 
 def tiny(fused=True, policy="int4-g32", model="qwen2.5-0.5b", div=8, prompt=8, new=4):
-    c = Config.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
+    c = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
                           context_tokens=32, fused=fused)
     return dataclasses.replace(c, spec=scaled_spec(c.spec, div))
 
@@ -149,7 +149,7 @@ def test_kernels_and_environment_reported(run):
 
 
 def test_too_large_model_refused_or_scaled():
-    big = Config.from_names(model="llama-3.2-3b", policy="int4-g128", prompt_tokens=8, new_tokens=2,
+    big = RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128", prompt_tokens=8, new_tokens=2,
                             context_tokens=16)
     assert weight_mb(big) > 1000
     with pytest.raises(ValueError, match="max_weight_mb"):
@@ -196,7 +196,7 @@ def test_backends_by_name_same_names_and_physics(tmp_path):
     assert prov["physics"].startswith("not checked") and findings == []
     fake = Path(__file__).parent / "fake_device" / "benchmark.py"
     cmd = " ".join(shlex.quote(s) for s in (sys.executable, str(fake), "--format", "llama-bench", "--scale", "0.1"))
-    phone = Config.from_names(model="llama-3.2-1b", policy="int4-g32")
+    phone = RunConfig.from_names(model="llama-3.2-1b", policy="int4-g32")
     m, prov, findings = measure(make_backend("command", command=cmd, fmt="llama-bench"), phone, "harmony-flagship")
     assert "implausible" in m["decode_tokens_per_s"].flags and findings
     with pytest.raises(ValueError, match="unknown backend"):
@@ -243,7 +243,7 @@ def test_make_backend_command_fills_config_and_values():
 
     dev = make_backend("command", command="hdc -t {serial} shell bench --model {model} -p {prompt_tokens}",
                        fmt="llama-bench", values={"serial": "ABC123"})
-    cfg = Config.from_names(model="llama-3.2-1b", policy="int4-g32", prompt_tokens=64)
+    cfg = RunConfig.from_names(model="llama-3.2-1b", policy="int4-g32", prompt_tokens=64)
     assert dev.command_for(cfg) == "hdc -t ABC123 shell bench --model llama-3.2-1b -p 64"
     with pytest.raises(ValueError, match="needs a command template"):
         make_backend("command", fmt="llama-bench")

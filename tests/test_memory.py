@@ -2,7 +2,7 @@
 
 import pytest
 
-from harmony_ref.config import Config
+from harmony_ref.config import RunConfig
 from harmony_ref.device.memory import kv_cache_bytes, memory_estimate, weights_bytes
 from harmony_ref.device.profile import load_profile
 from harmony_ref.model.spec import get_spec
@@ -51,14 +51,14 @@ def test_fp16_weights_are_two_bytes_per_parameter():
 
 def test_budget_check():
     flagship, lowend = load_profile("harmony-flagship"), load_profile("harmony-lowend")
-    fits = memory_estimate(flagship, Config.from_names(policy="int4-g128"))
+    fits = memory_estimate(flagship, RunConfig.from_names(policy="int4-g128"))
     assert fits.fits and fits.peak_bytes == pytest.approx(
         fits.weights_bytes + fits.kv_cache_bytes + fits.activations_bytes + fits.workspace_bytes)
     assert fits.budget_bytes == pytest.approx(12e9 * 0.33)
-    too_big = memory_estimate(lowend, Config.from_names(policy="mixed"))
+    too_big = memory_estimate(lowend, RunConfig.from_names(policy="mixed"))
     assert not too_big.fits and too_big.headroom_bytes < 0
     # A 7B at fp16 fits no phone's app budget.
-    assert not memory_estimate(flagship, Config.from_names(model="qwen2.5-7b", policy="fp16")).fits
+    assert not memory_estimate(flagship, RunConfig.from_names(model="qwen2.5-7b", policy="fp16")).fits
 
 
 def test_kv_cache_bytes_match_the_kernel_cache_byte_for_byte():

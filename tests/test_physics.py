@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harmony_ref.config import Config
+from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import load_profile
 from harmony_ref.device import physics
 from harmony_ref.backends.command import CommandDevice
@@ -25,7 +25,7 @@ def flagship():
 
 @pytest.fixture(scope="module")
 def cfg():
-    return Config.from_names(model="llama-3.2-1b", policy="int4-g32", prompt_tokens=512, new_tokens=128)
+    return RunConfig.from_names(model="llama-3.2-1b", policy="int4-g32", prompt_tokens=512, new_tokens=128)
 
 
 def test_decode_bound_by_hand(flagship, cfg):

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from harmony_ref.config import RunConfig
 from harmony_ref.metrics import Metrics
 from harmony_ref.track import record as rec
 from harmony_ref.track.record import (SCHEMA_VERSION, Record, collect_provenance, load_record,
-                                      make_config, write_json_atomic, write_record)
+                                      write_json_atomic, write_record)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +28,8 @@ def _record(n_metrics: int = 3) -> Record:
     m.add("gemv_speedup_vs_numpy_x", 1.4, "x", "higher", "measured", samples=[1.3, 1.4, 1.5])
     for i in range(n_metrics - 2):
         m.add(f"extra_{i}_ms", float(i), "ms")
-    return Record(config=make_config("llama-3.2-3b", "int4-g128", "harmony-flagship"),
+    config = RunConfig.from_names("llama-3.2-3b", "int4-g128", profile="harmony-flagship")
+    return Record(config=config.to_dict(),
                   metrics=m, provenance=collect_provenance(),
                   parts={"predicted": {"status": "ok", "detail": ""}})
 

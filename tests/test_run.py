@@ -36,19 +36,34 @@ def test_run_bad_arguments_exit_2(tmp_path, capsys):
 
 
 def test_unavailable_part_is_reported_not_faked(tmp_path, monkeypatch):
-    fake = job.Part("predicted", "predicted", ("harmony_ref.no_such_module",), lambda c: None)
-    monkeypatch.setattr(job, "PARTS", [fake])
+    from harmony_ref.checkpoint.assets import AssetUnavailable
+
+    def offline(config):
+        raise AssetUnavailable("could not reach the package registry to download the-weights")
+
+    monkeypatch.setattr(job, "PARTS", [job.Part("accuracy", "accuracy", offline)])
     rec = job.run_job(job_config(), show_progress=False)
-    assert rec.parts["predicted"]["status"] == "unavailable"
-    assert "harmony_ref.no_such_module not in this checkout" in rec.parts["predicted"]["detail"]
+    assert rec.parts["accuracy"]["status"] == "unavailable"
+    assert "could not reach the package registry" in rec.parts["accuracy"]["detail"]
     assert len(rec.metrics) == 0
+
+
+def test_a_part_with_a_broken_import_fails_loudly(tmp_path, monkeypatch):
+    """Parts are never skipped as 'not in this checkout': a missing module is a failure."""
+    def broken_import(config):
+        import harmony_ref.no_such_module  # noqa: F401
+
+    monkeypatch.setattr(job, "PARTS", [job.Part("predicted", "predicted", broken_import)])
+    rec = job.run_job(job_config(), show_progress=False)
+    assert rec.parts["predicted"]["status"] == "failed"
+    assert "No module named 'harmony_ref.no_such_module'" in rec.parts["predicted"]["detail"]
 
 
 def test_failed_part_exits_1(tmp_path, monkeypatch):
     def broken(config):
         raise RuntimeError("kernel exploded")
 
-    monkeypatch.setattr(job, "PARTS", [job.Part("predicted", "predicted", (), broken)])
+    monkeypatch.setattr(job, "PARTS", [job.Part("predicted", "predicted", broken)])
     assert main(["run", "--out-dir", str(tmp_path)]) == 1
     rec = load_record(next(tmp_path.glob("run-*.json")))
     assert rec.parts["predicted"]["status"] == "failed"
@@ -56,9 +71,9 @@ def test_failed_part_exits_1(tmp_path, monkeypatch):
 
 
 def job_config():
-    from harmony_ref.track.record import make_config
+    from harmony_ref.config import RunConfig
 
-    return make_config("llama-3.2-3b", "int4-g128", "harmony-flagship")
+    return RunConfig.from_names("llama-3.2-3b", "int4-g128", profile="harmony-flagship")
 
 
 # --- the gate against fresh runs, with real changes to a profile or a policy -----------------
@@ -117,10 +132,10 @@ def test_gate_worse_policy_fails(tmp_path, capsys):
 # --- the host part, and the gate's confirm-on-rerun through the real re-measure ----------------
 
 def _host_record(policy="int4-g32"):
-    from harmony_ref.track.record import make_config
+    from harmony_ref.config import RunConfig
 
-    config = make_config("all-minilm-l6", policy, "harmony-flagship", prompt_tokens=128,
-                         new_tokens=0, context_tokens=128)
+    config = RunConfig.from_names("all-minilm-l6", policy, prompt_tokens=128, new_tokens=0,
+                                  context_tokens=128, profile="harmony-flagship")
     return job.run_job(config, only=("host",), show_progress=False)
 
 

@@ -2,13 +2,13 @@
 
 import pytest
 
-from harmony_ref.config import Config
+from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import load_profile
 from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.device.serve import device_service_model, poisson_arrivals, simulate_serving
 from harmony_ref.units import MS_PER_S
 
-CONFIG = Config.from_names(model="llama-3.2-3b", policy="int4-g128")
+CONFIG = RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128")
 
 
 def test_service_time_matches_the_simulated_device():

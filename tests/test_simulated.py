@@ -5,7 +5,7 @@ import json
 import pytest
 
 from harmony_ref.cli import main
-from harmony_ref.config import Config, Scenario
+from harmony_ref.config import RunConfig, Scenario
 from harmony_ref.backends.simulated import SimulatedDevice
 
 STANDARD = {
@@ -19,7 +19,7 @@ STANDARD = {
 def test_standard_metrics_exact_with_directions():
     dev = SimulatedDevice("harmony-midrange")
     assert dev.name == "simulated" and SimulatedDevice.run is SimulatedDevice.predict
-    m = dev.predict(Config.from_names())
+    m = dev.predict(RunConfig.from_names())
     for name, direction in STANDARD.items():
         assert m[name].direction == direction, name
     assert all(metric.kind == "exact" for metric in m)
@@ -29,14 +29,14 @@ def test_standard_metrics_exact_with_directions():
 
 
 def test_prediction_is_pure_and_deterministic():
-    config = Config.from_names(model="qwen2.5-1.5b", policy="mixed", prompt_tokens=200, new_tokens=50)
+    config = RunConfig.from_names(model="qwen2.5-1.5b", policy="mixed", prompt_tokens=200, new_tokens=50)
     a = SimulatedDevice("harmony-flagship").predict(config).to_dict()
     b = SimulatedDevice("harmony-flagship").run(config).to_dict()
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def test_encoder_predicts_a_forward_pass():
-    config = Config.from_names(model="all-minilm-l6", policy="int8", prompt_tokens=128, new_tokens=0,
+    config = RunConfig.from_names(model="all-minilm-l6", policy="int8", prompt_tokens=128, new_tokens=0,
                                context_tokens=128)
     m = SimulatedDevice("harmony-lowend").predict(config)
     assert "decode_tokens_per_s" not in m and m.value("e2e_ms") == m.value("ttft_ms") > 0
@@ -48,11 +48,11 @@ def test_bad_scenarios_raise():
     with pytest.raises(ValueError, match="'batch' = 0"):
         Scenario(batch=0)
     with pytest.raises(ValueError, match="max_positions = 512"):
-        Config.from_names(model="all-minilm-l6", prompt_tokens=1024, new_tokens=0)
+        RunConfig.from_names(model="all-minilm-l6", prompt_tokens=1024, new_tokens=0)
     with pytest.raises(ValueError, match="kv_dtype"):
-        Config.from_names(kv_dtype="int4")
+        RunConfig.from_names(kv_dtype="int4")
     with pytest.raises(ValueError, match="new_tokens = 0: llama-3.2-3b is a decoder"):
-        Config.from_names(new_tokens=0)  # no first token: TTFT would exceed e2e
+        RunConfig.from_names(new_tokens=0)  # no first token: TTFT would exceed e2e
 
 
 def test_cli_profiles(capsys):
@@ -79,7 +79,7 @@ def test_cli_predict(capsys):
     launches = lambda d: d["metrics"]["kernel_launches_per_token"]["value"]  # noqa: E731
     assert launches(fused) < launches(raw)
     direct = SimulatedDevice("harmony-flagship").predict(
-        Config.from_names(prompt_tokens=256, new_tokens=64, context_tokens=1024))
+        RunConfig.from_names(prompt_tokens=256, new_tokens=64, context_tokens=1024))
     assert fused["metrics"]["ttft_ms"]["value"] == direct.value("ttft_ms")
 
 

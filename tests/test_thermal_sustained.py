@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from harmony_ref.config import Config
+from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import load_profile, shipped_profiles
 from harmony_ref.device.thermal import decode_operating_points, sustained_generation, thermal_summary
 
-CONFIG = Config.from_names(model="llama-3.2-3b", policy="int4-g128")
+CONFIG = RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128")
 # Published phones keep roughly half to two thirds of peak LLM decode throughput after 10 min.
 FLAGSHIP_RATIO_RANGE = (0.5, 0.67)
 

@@ -1,7 +1,7 @@
 """HostDevice: run a model's op graph on this CPU with the Numba kernels, and measure it.
 
-    HostDevice().run(Config.from_names(model="qwen2.5-0.5b", ...))        # -> Metrics
-    HostDevice(auto_scale=True).measure(Config.from_names("llama-3.2-3b")) # a scaled-down copy
+    HostDevice().run(RunConfig.from_names(model="qwen2.5-0.5b", ...))        # -> Metrics
+    HostDevice(auto_scale=True).measure(RunConfig.from_names("llama-3.2-3b")) # a scaled-down copy
 
 What it does, per config:
 1. optional thermal gate: wait (bounded) until the hottest CPU sensor is under a threshold;

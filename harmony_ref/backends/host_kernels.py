@@ -66,17 +66,14 @@ def _quantized_gemv(fmt, w: np.ndarray):
     return (lambda x: f.matmul(x, prepared)), fmt.nbytes(*w.shape)
 
 
-def host_metrics(config: dict, rounds: int = ROUNDS) -> Metrics:
+def host_metrics(config, rounds: int = ROUNDS) -> Metrics:
+    """The host part's metrics for a RunConfig (its model and policy; the device plays no part)."""
     with pinned_threads(HOST_THREADS):
         return _host_metrics(config, rounds)
 
 
-def _host_metrics(config: dict, rounds: int) -> Metrics:
-    from harmony_ref.model.spec import get_spec
-    from harmony_ref.quant.policy import load_policy
-
-    spec = get_spec(config["model"])
-    policy = load_policy(config["policy"])
+def _host_metrics(config, rounds: int) -> Metrics:
+    spec, policy = config.spec, config.policy
     rng = np.random.default_rng(SEED)
     m = Metrics()
 

@@ -3,7 +3,7 @@ Metrics from the op graph, the roofline + launch cost model and the memory model
 `kind="exact"`: a pure, deterministic function of (profile, config), bit-identical across calls.
 
     dev = SimulatedDevice("harmony-flagship")
-    m = dev.predict(Config.from_names(model="llama-3.2-3b", policy="int4-g128"))
+    m = dev.predict(RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128"))
     m.value("decode_tokens_per_s")
 
 Standard names (shared with HostDevice/CommandDevice where they overlap): ttft_ms, prefill_ms,
@@ -20,7 +20,7 @@ have no decode: their metrics are the forward pass and memory.
 
 from __future__ import annotations
 
-from harmony_ref.config import Config
+from harmony_ref.config import RunConfig
 from harmony_ref.device.cost import scenario_timing
 from harmony_ref.device.memory import add_memory_metrics, memory_estimate
 from harmony_ref.device.profile import DeviceProfile, load_profile
@@ -37,7 +37,7 @@ class SimulatedDevice:
     def __repr__(self) -> str:
         return f"SimulatedDevice({self.profile.name!r})"
 
-    def predict(self, config: Config) -> Metrics:
+    def predict(self, config: RunConfig) -> Metrics:
         t = scenario_timing(self.profile, config)
         mem = memory_estimate(self.profile, config)
         m = Metrics()

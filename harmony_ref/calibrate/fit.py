@@ -480,10 +480,10 @@ def calibrate_ops(ops: list[OpSample], stream_gbps: float, nominal: dict[str, fl
 def workload_config(model, div, policy, prompt, new, ctx, fused):
     import dataclasses
 
-    from harmony_ref.config import Config
+    from harmony_ref.config import RunConfig
     from harmony_ref.backends.host import scaled_spec
 
-    cfg = Config.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
+    cfg = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
                             context_tokens=ctx, fused=fused)
     return dataclasses.replace(cfg, spec=scaled_spec(cfg.spec, div))
 

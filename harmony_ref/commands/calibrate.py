@@ -74,7 +74,7 @@ def run(args) -> int:
 
     from harmony_ref.device.profile import load_profile
     from harmony_ref.calibrate import fit as cal
-    from harmony_ref.track.record import write_text_atomic
+    from harmony_ref._io import write_text_atomic
 
     notes = {}
     if args.backend == "command" and args.command_template:
@@ -200,14 +200,14 @@ def _parse_workloads(text: str) -> list[tuple[str, str, int, int]]:
 def _run_phase_calibration(args) -> int:
     """Run the command per workload, fit the base profile's efficiencies + launch overhead to the
     measured prefill and decode-step times, score on held-out workloads, write the profile."""
-    from harmony_ref.config import Config
+    from harmony_ref.config import RunConfig
     from harmony_ref.device.profile import load_profile
     from harmony_ref.calibrate import fit as cal
     from harmony_ref.backends.base import BackendError
     from harmony_ref.backends.command import CommandDevice
     from harmony_ref.backends.simulated import SimulatedDevice
     from harmony_ref.metrics import ape_pct, mape_pct
-    from harmony_ref.track.record import write_text_atomic
+    from harmony_ref._io import write_text_atomic
 
     if not args.format:
         raise ValueError("--command needs --format")
@@ -215,7 +215,7 @@ def _run_phase_calibration(args) -> int:
     dev = CommandDevice(args.command_template, args.format, args.timeout)
     rows, e2e_measured_ms, provenance = [], {}, {}
     for i, (model, policy, prompt, new) in enumerate(_parse_workloads(args.workloads)):
-        cfg = Config.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
+        cfg = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
                                 context_tokens=max(2048, prompt + new))
         try:
             m = dev.measure(cfg)

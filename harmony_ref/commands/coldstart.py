@@ -63,11 +63,11 @@ def run(args) -> int:
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
-    from harmony_ref.config import Config
+    from harmony_ref.config import RunConfig
     from harmony_ref.device.coldstart import breakdown, coldstart_inputs
     from harmony_ref.device.profile import load_profile, shipped_profiles
 
-    config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
+    config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                context_tokens=max(2048, args.prompt + 128))
     profiles = [load_profile(p) for p in args.profile] if args.profile else sorted(
         (load_profile(n) for n in shipped_profiles()), key=lambda p: -p.memory.dram_bandwidth_gbps)

@@ -27,7 +27,7 @@ def _prev_path(baseline):
     return baseline.with_name(baseline.stem + ".prev.json")
 
 
-def _fresh_run(config: dict, only, out_dir: str):
+def _fresh_run(config, only, out_dir: str):
     from harmony_ref.track.job import run_job
     from harmony_ref.track.record import write_record
 
@@ -41,10 +41,12 @@ def run(args) -> int:
     import sys
     from pathlib import Path
 
+    from harmony_ref._io import write_text_atomic
     from harmony_ref.commands.run import DEFAULTS
+    from harmony_ref.config import RunConfig
     from harmony_ref.track.gate import compare, load_tolerances, to_markdown
     from harmony_ref.track.job import ran_parts, remeasure_fn
-    from harmony_ref.track.record import load_record, make_config, write_json_atomic, write_text_atomic
+    from harmony_ref.track.record import load_record, write_json_atomic
 
     tolerances = load_tolerances(args.tolerances)
     baseline_path = Path(args.baseline)
@@ -74,7 +76,8 @@ def run(args) -> int:
         current = load_record(current_path)
         fresh = False
     else:
-        config = baseline.config if baseline else make_config(**DEFAULTS)
+        config = (RunConfig.from_dict(baseline.config, str(baseline_path)) if baseline
+                  else RunConfig.from_names(**DEFAULTS))
         only = ran_parts(baseline) if baseline else None
         current, current_path = _fresh_run(config, only, args.out_dir)
         fresh = True

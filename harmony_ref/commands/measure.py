@@ -49,14 +49,14 @@ def run(args) -> int:
 
     config = profile = None
     if args.profile:
-        from harmony_ref.config import Config
+        from harmony_ref.config import RunConfig
         from harmony_ref.device.profile import load_profile
 
         if not args.model:
             raise ValueError("--profile needs --model (the model the command runs) "
                              "for the roofline bound")
         profile = load_profile(args.profile)
-        config = Config.from_names(model=args.model, policy=args.policy,
+        config = RunConfig.from_names(model=args.model, policy=args.policy,
                                    prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens,
                                    context_tokens=args.context_tokens)
     dev = CommandDevice(args.command_template, args.format, args.timeout, values=_values(args.set))

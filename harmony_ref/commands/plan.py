@@ -23,7 +23,7 @@ def run(args) -> int:
     from harmony_ref.eval.embedding import evaluate, load_pairs
     from harmony_ref.eval.plan import PLANNER_FORMATS, plan_policy
     from harmony_ref.commands._output import print_json
-    from harmony_ref.track.record import write_text_atomic
+    from harmony_ref._io import write_text_atomic
     from harmony_ref.units import MB
 
     if args.out and not Path(args.out).resolve().parent.is_dir():  # before minutes of measuring

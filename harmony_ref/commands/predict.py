@@ -27,10 +27,10 @@ def run(args) -> int:
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
-    from harmony_ref.config import Config
+    from harmony_ref.config import RunConfig
     from harmony_ref.backends.simulated import SimulatedDevice
 
-    config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
+    config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                new_tokens=args.new, context_tokens=args.context, batch=args.batch,
                                fused=not args.no_fusion, kv_dtype=args.kv_dtype)
     device = SimulatedDevice(args.profile)

@@ -25,8 +25,9 @@ def add_config_arguments(p) -> None:
     p.add_argument("--batch", type=int, default=1)
 
 
-def config_from_args(args) -> dict:
-    from harmony_ref.track.record import make_config
+def config_from_args(args):
+    """The RunConfig the arguments describe (names resolved now: a bad one is exit 2)."""
+    from harmony_ref.config import RunConfig
 
     for key in ("prompt_tokens", "new_tokens", "context_tokens", "batch"):
         lo = 0 if key == "new_tokens" else 1
@@ -39,8 +40,9 @@ def config_from_args(args) -> dict:
         opts = {"command": args.command, "format": args.command_format}
     elif args.command or args.command_format:
         raise ValueError("--command/--command-format only apply to --backend command")
-    return make_config(args.model, args.policy, args.profile, args.backend, args.prompt_tokens,
-                       args.new_tokens, args.context_tokens, args.batch, opts)
+    return RunConfig.from_names(args.model, args.policy, args.prompt_tokens, args.new_tokens,
+                                args.context_tokens, args.batch, profile=args.profile,
+                                backend=args.backend, backend_options=opts)
 
 
 def add_arguments(p) -> None:

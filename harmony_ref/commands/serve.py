@@ -32,7 +32,7 @@ def run(args) -> int:
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
-    from harmony_ref.config import Config
+    from harmony_ref.config import RunConfig
     from harmony_ref.device.profile import load_profile
     from harmony_ref.device.serve import (
         device_service_model,
@@ -45,7 +45,7 @@ def run(args) -> int:
     if args.minutes is not None and not args.minutes > 0:
         raise ValueError(f"--minutes {args.minutes}: must be > 0")
     profile = load_profile(args.profile)
-    config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
+    config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                new_tokens=args.new, context_tokens=max(2048, args.prompt + args.new))
     # A trace's utilisation is over its own span unless a window is asked for: a default
     # 10 minutes around a 2-second trace would report an idle phone.

@@ -69,7 +69,7 @@ def run(args) -> int:
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
-    from harmony_ref.config import Config
+    from harmony_ref.config import RunConfig
     from harmony_ref.device.profile import load_profile
     from harmony_ref.device.thermal import MJ_PER_J, sustained_generation
     from harmony_ref.units import MS_PER_S
@@ -77,7 +77,7 @@ def run(args) -> int:
     if not args.minutes > 0 or not args.dt_ms > 0 or not args.every_s > 0:
         raise ValueError(f"--minutes {args.minutes}, --dt-ms {args.dt_ms} and --every-s {args.every_s} must be > 0")
     profile = load_profile(args.profile)
-    config = Config.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
+    config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                new_tokens=args.new, context_tokens=max(2048, args.prompt + args.new))
     result = sustained_generation(profile, config, args.minutes, args.dt_ms / MS_PER_S, args.governor)
     summary = result.summary()

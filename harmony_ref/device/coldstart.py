@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harmony_ref.config import Config
+from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import DeviceProfile
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB, KIB, MB, MS_PER_S, US_PER_S
@@ -64,7 +64,7 @@ class ColdStartInputs:
     first_token_s: float  # warm TTFT
 
 
-def coldstart_inputs(profile: DeviceProfile, config: Config) -> ColdStartInputs:
+def coldstart_inputs(profile: DeviceProfile, config: RunConfig) -> ColdStartInputs:
     from harmony_ref.device.cost import scenario_timing
     from harmony_ref.device.memory import memory_estimate
     from harmony_ref.model.graph import build_graph
@@ -106,7 +106,7 @@ def _applicable(step: str, loader: str) -> bool:
     return not ((step == "heap_copy" and loader == "mmap") or (step == "page_fault" and loader == "read"))
 
 
-def breakdown(profile: DeviceProfile, config: Config) -> list[dict]:
+def breakdown(profile: DeviceProfile, config: RunConfig) -> list[dict]:
     """One row per (strategy, loader): every step's ms on the user's clock and the total.
     `profile`: a DeviceProfile, a shipped profile name or a .toml path."""
     from harmony_ref.device.profile import load_profile
@@ -125,7 +125,7 @@ def breakdown(profile: DeviceProfile, config: Config) -> list[dict]:
     return rows
 
 
-def coldstart_metrics(profile: DeviceProfile, config: Config, loader: str = "read") -> Metrics:
+def coldstart_metrics(profile: DeviceProfile, config: RunConfig, loader: str = "read") -> Metrics:
     """coldstart_cold_ms, coldstart_preload_ms, coldstart_preload_warmup_ms (exact)."""
     if loader not in LOADERS:
         raise ValueError(f"loader = {loader!r}: must be one of {list(LOADERS)}")

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harmony_ref.config import Config
+from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import DTYPES, DeviceProfile
 from harmony_ref.model.graph import Graph, Segment, build_graph
 from harmony_ref.units import GB, GIGA, MB, MS_PER_S, US_PER_S
@@ -189,14 +189,14 @@ def _phase(name: str, per_step: dict[str, np.ndarray], launches: int, tokens: in
                      **{k: float(v.mean()) for k, v in per_step.items()})
 
 
-def decode_contexts(config: Config) -> np.ndarray:
+def decode_contexts(config: RunConfig) -> np.ndarray:
     """Positions attended to by each generated token: prompt + 1 ... prompt + new_tokens."""
     s = config.scenario
     n = max(s.new_tokens, 1)
     return s.prompt_tokens + 1 + np.arange(n)
 
 
-def _decode_graphs(config: Config):
+def _decode_graphs(config: RunConfig):
     """Decode graphs at contexts 1 and 2: every other context follows from them (op quantities
     are affine in the context, tests/test_graph.py holds that), so all scenarios share them."""
     s = config.scenario
@@ -205,7 +205,7 @@ def _decode_graphs(config: Config):
             build_graph(config.spec, config.policy, "decode", context=2, **kw))
 
 
-def decode_step_times(profile: DeviceProfile, config: Config, compute_freq_scale: float = 1.0,
+def decode_step_times(profile: DeviceProfile, config: RunConfig, compute_freq_scale: float = 1.0,
                       memory_freq_scale: float = 1.0) -> dict[str, np.ndarray]:
     """Per-step arrays (time_s, dram_bytes, ...) for every generated token of the scenario."""
     if not config.spec.is_decoder:
@@ -222,7 +222,7 @@ def graph_cost(profile: DeviceProfile, graph: Graph, compute_freq_scale: float =
     return _phase(graph.phase, per, graph.kernel_launches, graph.tokens * graph.batch)
 
 
-def phase_cost(profile: DeviceProfile, config: Config, phase: str, compute_freq_scale: float = 1.0,
+def phase_cost(profile: DeviceProfile, config: RunConfig, phase: str, compute_freq_scale: float = 1.0,
                memory_freq_scale: float = 1.0, context: int | None = None) -> PhaseCost:
     """The cost of one phase of `config` on `profile` (see the module docstring)."""
     fc = _check_scale("compute_freq_scale", compute_freq_scale)
@@ -275,7 +275,7 @@ class Timing:
         return 100.0 * self.launch_s / self.e2e_s
 
 
-def scenario_timing(profile: DeviceProfile, config: Config, compute_freq_scale: float = 1.0,
+def scenario_timing(profile: DeviceProfile, config: RunConfig, compute_freq_scale: float = 1.0,
                     memory_freq_scale: float = 1.0) -> Timing:
     prefill = phase_cost(profile, config, "prefill", compute_freq_scale, memory_freq_scale)
     if not config.spec.is_decoder:

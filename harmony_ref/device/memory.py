@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harmony_ref.config import Config
+from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import DeviceProfile
 from harmony_ref.metrics import Metrics
 from harmony_ref.model.graph import (ACT_BYTES, build_graph, kv_bytes_per_token_per_layer, layer_groups,
@@ -93,7 +93,7 @@ class MemoryEstimate:
         return self.budget_bytes - self.peak_bytes
 
 
-def activations_bytes(config: Config) -> float:
+def activations_bytes(config: RunConfig) -> float:
     s = config.scenario
     g = build_graph(config.spec, config.policy, "prefill", tokens=s.prompt_tokens, fused=config.fused,
                     kv_dtype=config.kv_dtype, batch=s.batch)
@@ -102,7 +102,7 @@ def activations_bytes(config: Config) -> float:
     return live + residual
 
 
-def memory_estimate(profile: DeviceProfile, config: Config) -> MemoryEstimate:
+def memory_estimate(profile: DeviceProfile, config: RunConfig) -> MemoryEstimate:
     s = config.scenario
     ctx = s.context_tokens if config.spec.is_decoder else s.prompt_tokens
     return MemoryEstimate(

@@ -282,12 +282,13 @@ def constant_rate_service(prefill_tokens_per_s: float, decode_tokens_per_s: floa
 
 
 def device_service_model(profile, config) -> ServiceModel:
-    """Service times from the device cost model: for each (prompt, new) a Config like `config`
+    """Service times from the device cost model: for each (prompt, new) a RunConfig like `config`
     with that scenario (context grown to fit), TTFT and end-to-end from `scenario_timing`.
     Memoised per length pair: the cost model is exact, so repeats cost nothing."""
+    import dataclasses
     from functools import lru_cache
 
-    from harmony_ref.config import Config, Scenario
+    from harmony_ref.config import Scenario
     from harmony_ref.device.cost import scenario_timing
 
     base = config.scenario
@@ -296,7 +297,7 @@ def device_service_model(profile, config) -> ServiceModel:
     def service(prompt_tokens: int, new_tokens: int) -> ServiceTime:
         sc = Scenario(prompt_tokens, new_tokens, max(base.context_tokens, prompt_tokens + new_tokens),
                       base.batch)
-        t = scenario_timing(profile, Config(config.spec, config.policy, sc, config.fused, config.kv_dtype))
+        t = scenario_timing(profile, dataclasses.replace(config, scenario=sc))
         return ServiceTime(t.ttft_s, t.e2e_s)
 
     return service

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from harmony_ref._format import fmt_number
-from harmony_ref.track.record import make_config
+from harmony_ref.config import RunConfig
 
 COMPARE_PARTS = ("predicted", "coldstart", "thermal")
 
@@ -21,10 +21,11 @@ def compare_profiles(profiles: list[str], model: str, policy: str, prompt_tokens
                      new_tokens: int = 128, context_tokens: int = 2048, batch: int = 1,
                      parts: tuple[str, ...] = COMPARE_PARTS):
     """(frame, notes): the frame is indexed by metric with columns unit, better, <profiles...>,
-    best; notes say which parts were not available."""
+    best; notes say which parts could not run here (an input out of reach)."""
     import pandas as pd
 
-    from harmony_ref.track.job import PARTS, PartUnavailable, run_part
+    from harmony_ref.checkpoint.assets import AssetUnavailable
+    from harmony_ref.track.job import PARTS, run_part
 
     if len(profiles) < 1:
         raise ValueError("--profiles: give at least one profile")
@@ -35,18 +36,13 @@ def compare_profiles(profiles: list[str], model: str, policy: str, prompt_tokens
     notes: list[str] = []
     by_name = {p.name: p for p in PARTS}
     for profile in profiles:
-        config = make_config(model, policy, profile, "simulated", prompt_tokens, new_tokens,
-                             context_tokens, batch)
+        config = RunConfig.from_names(model, policy, prompt_tokens, new_tokens, context_tokens, batch,
+                                      profile=profile)
         values: dict[str, float] = {}
         for name in parts:
-            if name not in by_name:
-                note = f"{name}: not available (not wired into the job in this checkout)"
-                if note not in notes:
-                    notes.append(note)
-                continue
             try:
                 got = run_part(by_name[name], config)
-            except PartUnavailable as e:
+            except AssetUnavailable as e:
                 note = f"{name}: not available ({e})"
                 if note not in notes:
                     notes.append(note)

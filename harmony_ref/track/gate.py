@@ -158,8 +158,9 @@ def u_test_p(baseline: Metric, current: Metric) -> float | None:
 
 def check_comparable(baseline: Record, current: Record, baseline_name: str, current_name: str) -> None:
     """Raise ValueError (bad input) when the two records are not the same config and metric set."""
-    diffs = [f"{k}: {baseline.config[k]!r} vs {current.config[k]!r}"
-             for k in ("model", "policy", "profile", "backend", "scenario", "backend_options")
+    diffs = [f"{k}: {baseline.config.get(k)!r} vs {current.config.get(k)!r}"
+             for k in ("model", "policy", "profile", "backend", "scenario", "backend_options", "fused",
+                       "kv_dtype")
              if baseline.config.get(k) != current.config.get(k)]
     if diffs:
         raise ValueError(f"{current_name} measures a different config than {baseline_name} ("

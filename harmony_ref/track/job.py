@@ -1,84 +1,65 @@
-"""The main job behind `harmony-ref run`: measure one config in parts and make a run record.
+"""The main job behind `harmony-ref run`: measure one run config in parts and make a run record.
+
+    record = run_job(RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128"))
 
 Parts, in order (each can be skipped with --skip):
 - `predicted`: the backend's metrics: SimulatedDevice(profile).predict(config) (TTFT, decode
   tokens/s, memory, kernel launches; exact; on a host profile the part's provenance names the
   model predicted and the one `--backend host` would measure), or with --backend host|command
   the same names measured by HostDevice / CommandDevice (host CPU frequency and temperatures go
-  to the part's backend provenance) and physics-checked: a command backend against the phone profile,
-  the host against a calibrated host profile given as --profile (which also adds the model's
-  error, `host_model_mape_pct`), not at all against a shipped phone profile;
+  to the part's backend provenance) and physics-checked: a command backend against the phone
+  profile, the host against a calibrated host profile given as --profile (which also adds the
+  model's error, `host_model_mape_pct`), not at all against a shipped phone profile;
 - `host`: short timed kernel calls on this machine, one thread (decode GEMV in the policy's format
   against NumPy FP32 `W @ x`, fused LayerNorm+bias+GELU against the same chain as three kernels),
-  raw samples kept (measured; see track/host.py);
+  raw samples kept (measured; see backends/host_kernels.py);
 - `accuracy`: MiniLM-L6 on real weights under the policy (exact);
 - `coldstart`: cold / preload / preload+warm-up start times (exact);
 - `thermal`: the 10-minute sustained-performance summary (exact).
 
-A part whose code is not in this checkout is recorded as `unavailable` with the reason, never
-faked; a part that raises is recorded as `failed` (the run exits 1).
+A part whose input cannot be had here (the MiniLM weights when the package registry cannot be
+reached) is recorded as `unavailable` with the reason, never faked; a part that raises anything
+else is recorded as `failed` (the run exits 1).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Callable
 
+from harmony_ref.checkpoint.assets import AssetUnavailable
+from harmony_ref.config import RunConfig
 from harmony_ref.metrics import Metric, Metrics
 from harmony_ref.track.record import Record, collect_provenance
-
-
-class PartUnavailable(Exception):
-    """The code a part needs is not in this checkout (or this backend cannot provide it)."""
 
 
 @dataclass(frozen=True)
 class Part:
     name: str
     title: str
-    needs: tuple[str, ...]  # modules that must exist for the part to run
-    func: Callable[[dict], "Metrics | tuple[Metrics, dict]"]  # dict: extra facts for the record
+    func: Callable[[RunConfig], "Metrics | tuple[Metrics, dict]"]  # dict: extra facts for the record
 
 
-def _find(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # parent package missing
-        return False
-
-
-def make_device_config(config: dict):
-    """The device model's Config for a record config."""
-    from harmony_ref.config import Config
-
-    sc = config["scenario"]
-    return Config.from_names(model=config["model"], policy=config["policy"],
-                             prompt_tokens=sc["prompt_tokens"], new_tokens=sc["new_tokens"],
-                             context_tokens=sc["context_tokens"], batch=sc["batch"])
-
-
-def _predicted(config: dict):
+def _predicted(config: RunConfig):
     """The backend's metrics: predicted (simulated), or measured by HostDevice / CommandDevice
-    and physics-checked (hil/backends.py); a measured backend's provenance goes into the part."""
+    and physics-checked (backends/make.py); a measured backend's provenance goes into the part."""
     from harmony_ref.device.profile import load_profile
 
-    if config["backend"] == "simulated":
+    if config.backend == "simulated":
         from harmony_ref.backends.simulated import SimulatedDevice
 
-        cfg = make_device_config(config)
-        metrics = SimulatedDevice(load_profile(config["profile"])).predict(cfg)
-        if _is_shipped(config["profile"]):
+        metrics = SimulatedDevice(load_profile(config.profile)).predict(config)
+        if _is_shipped(config.profile):
             return metrics
-        return metrics, {"backend_provenance": _simulated_host_provenance(cfg)}
+        return metrics, {"backend_provenance": _simulated_host_provenance(config)}
     from harmony_ref.backends.make import make_backend, measure
 
-    opts = config.get("backend_options", {})
-    dev = make_backend(config["backend"], profile=config["profile"], command=opts.get("command"),
+    opts = config.options
+    dev = make_backend(config.backend, profile=config.profile, command=opts.get("command"),
                        fmt=opts.get("format"), host_profile=_host_model_profile(config))
-    metrics, prov, findings = measure(dev, make_device_config(config), load_profile(config["profile"]))
+    metrics, prov, findings = measure(dev, config, load_profile(config.profile))
     return metrics, {"backend_provenance": prov, "implausible": [str(f) for f in findings]}
 
 
@@ -88,7 +69,7 @@ def _is_shipped(profile: str) -> bool:
     return profile in shipped_profiles()
 
 
-def _simulated_host_provenance(cfg) -> dict:
+def _simulated_host_provenance(cfg: RunConfig) -> dict:
     """A simulated run on a host profile predicts the full model; `run --backend host` measures a
     width-scaled copy when the model is above the host's weight limit. Say which is which, so the
     two records are not compared as if they were the same model."""
@@ -100,33 +81,29 @@ def _simulated_host_provenance(cfg) -> dict:
             else f"{measured} (same model: fits max_weight_mb={DEFAULT_MAX_WEIGHT_MB:g})"}
 
 
-def _host_model_profile(config: dict) -> str | None:
+def _host_model_profile(config: RunConfig) -> str | None:
     """With --backend host, a --profile that is not a shipped phone (the host.toml written by
     `harmony-ref calibrate --backend host`) is this machine's calibrated model: the measurement is
     physics-checked against it and the record gets the model's error, `host_model_mape_pct`.
     A phone profile says nothing about this CPU and is used for neither."""
-    if config["backend"] != "host" or _is_shipped(config["profile"]):
+    if config.backend != "host" or _is_shipped(config.profile):
         return None
-    return config["profile"]
+    return config.profile
 
 
-def _host(config: dict):
+def _host(config: RunConfig):
     from harmony_ref.backends.host_kernels import HOST_THREADS, host_metrics
 
     return host_metrics(config), {"threads": HOST_THREADS}
 
 
-def _accuracy(config: dict) -> Metrics:
+def _accuracy(config: RunConfig) -> Metrics:
     """MiniLM-L6 on its real weights under the run's policy. The policy applies as written:
     patterns that name LLM layers (q_proj, gate_proj, lm_head) match no MiniLM layer, so MiniLM's
     Linears take the policy's default format (int4-g128 -> every MiniLM Linear in int4-g128)."""
     from harmony_ref.eval.embedding import evaluate
-    from harmony_ref.checkpoint.assets import AssetUnavailable
 
-    try:
-        got = evaluate(config["policy"])
-    except AssetUnavailable as e:
-        raise PartUnavailable(f"MiniLM weights not available: {e}") from e
+    got = evaluate(config.policy)
     out = Metrics()
     for m in got:
         # MiniLM's own sizes must not be read as the LLM's (`weights_mb` of the predicted part).
@@ -136,28 +113,26 @@ def _accuracy(config: dict) -> Metrics:
     return out
 
 
-def _coldstart(config: dict) -> Metrics:
+def _coldstart(config: RunConfig) -> Metrics:
     from harmony_ref.device.coldstart import coldstart_metrics
     from harmony_ref.device.profile import load_profile
 
-    return coldstart_metrics(load_profile(config["profile"]), make_device_config(config))
+    return coldstart_metrics(load_profile(config.profile), config)
 
 
-def _thermal(config: dict) -> Metrics:
+def _thermal(config: RunConfig) -> Metrics:
     from harmony_ref.device.profile import load_profile
     from harmony_ref.device.thermal import thermal_summary
 
-    return thermal_summary(load_profile(config["profile"]), make_device_config(config), minutes=10)
+    return thermal_summary(load_profile(config.profile), config, minutes=10)
 
 
 PARTS: list[Part] = [
-    Part("predicted", "device metrics (backend)",
-         ("harmony_ref.config", "harmony_ref.device.profile", "harmony_ref.backends.simulated"), _predicted),
-    Part("host", "host kernels vs NumPy (timed)", ("harmony_ref.kernels",), _host),
-    Part("accuracy", "accuracy: MiniLM-L6, real weights", ("harmony_ref.eval.embedding", "harmony_ref.runtime.minilm"),
-         _accuracy),
-    Part("coldstart", "cold start (device model)", ("harmony_ref.device.coldstart",), _coldstart),
-    Part("thermal", "10-minute thermal summary", ("harmony_ref.device.thermal",), _thermal),
+    Part("predicted", "device metrics (backend)", _predicted),
+    Part("host", "host kernels vs NumPy (timed)", _host),
+    Part("accuracy", "accuracy: MiniLM-L6, real weights", _accuracy),
+    Part("coldstart", "cold start (device model)", _coldstart),
+    Part("thermal", "10-minute thermal summary", _thermal),
 ]
 
 
@@ -175,20 +150,17 @@ def parse_skip(text: str | None) -> tuple[str, ...]:
     return names
 
 
-def run_part_info(part: Part, config: dict) -> tuple[Metrics, dict]:
+def run_part_info(part: Part, config: RunConfig) -> tuple[Metrics, dict]:
     """(metrics, extra information for the record's part entry)."""
-    missing = [m for m in part.needs if not _find(m)]
-    if missing:
-        raise PartUnavailable(f"{', '.join(missing)} not in this checkout")
     got = part.func(config)
     return got if isinstance(got, tuple) else (got, {})
 
 
-def run_part(part: Part, config: dict) -> Metrics:
+def run_part(part: Part, config: RunConfig) -> Metrics:
     return run_part_info(part, config)[0]
 
 
-def run_job(config: dict, skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None,
+def run_job(config: RunConfig, skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None,
             console=None, show_progress: bool = True) -> Record:
     """Run every part not skipped and return the record (not yet written)."""
     from rich.console import Console
@@ -207,8 +179,9 @@ def run_job(config: dict, skip: tuple[str, ...] = (), only: tuple[str, ...] | No
             t0 = time.perf_counter()
             try:
                 got, info = run_part_info(part, config)
-            except PartUnavailable as e:
-                parts[part.name] = {"status": "unavailable", "detail": str(e), "metrics": []}
+            except AssetUnavailable as e:  # the registry is out of reach: not this code's failure
+                detail = f"input not available: {e}"
+                parts[part.name] = {"status": "unavailable", "detail": detail, "metrics": []}
                 progress.update(task, completed=1, description=f"{part.title}: [yellow]not available[/] ({e})")
                 continue
             except Exception as e:  # noqa: BLE001 - one broken part must not hide the others
@@ -225,7 +198,8 @@ def run_job(config: dict, skip: tuple[str, ...] = (), only: tuple[str, ...] | No
             parts[part.name] = {"status": "ok", "detail": f"{len(got)} metrics in {elapsed:.1f} s",
                                 "seconds": round(elapsed, 3), "metrics": got.names(), **info}
             progress.update(task, completed=1, description=f"{part.title}: {len(got)} metrics")
-    return Record(config=config, metrics=metrics, provenance=collect_provenance(), parts=parts)
+    return Record(config=config.to_dict(), metrics=metrics, provenance=collect_provenance(),
+                  parts=parts)
 
 
 def ran_parts(record: Record) -> tuple[str, ...]:
@@ -237,6 +211,7 @@ def remeasure_fn(record: Record) -> Callable[[str], Metric]:
     part that produced it), for the gate's confirm-on-rerun."""
     owner = {m: name for name, p in record.parts.items() for m in p.get("metrics", [])}
     by_name = {p.name: p for p in PARTS}
+    config = RunConfig.from_dict(record.config, "the record being re-measured")
     reruns: dict[str, Metrics] = {}  # one re-run of a part serves every metric it makes
 
     def remeasure(metric: str) -> Metric:
@@ -244,7 +219,7 @@ def remeasure_fn(record: Record) -> Callable[[str], Metric]:
         if part is None or part not in by_name:
             raise ValueError(f"cannot re-measure {metric}: the record does not say which part made it")
         if part not in reruns:
-            reruns[part] = run_part(by_name[part], record.config)
+            reruns[part] = run_part(by_name[part], config)
         return reruns[part][metric]
 
     return remeasure

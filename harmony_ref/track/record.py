@@ -1,8 +1,9 @@
 """Run records: the JSON result of measuring one config, with a versioned schema.
 
 A record holds
-- `config`: model, policy, profile, scenario (prompt/new/context tokens, batch) and backend
-  (plus `backend_options`, e.g. a command backend's command and output format);
+- `config`: the run config's dict form (`RunConfig.to_dict`, harmony_ref/config.py): model,
+  policy, profile, scenario (prompt/new/context tokens, batch) and backend (plus
+  `backend_options`, e.g. a command backend's command and output format);
 - `metrics`: `Metrics.to_dict()` (value, unit, direction, kind exact|measured, raw samples of
   measured metrics where the backend has them, flags);
 - `parts`: which parts of the job ran, were skipped, or were not available (and why);
@@ -28,12 +29,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harmony_ref._io import write_text_atomic  # noqa: F401  (re-exported: callers import it here)
+from harmony_ref._io import write_text_atomic
+from harmony_ref.config import check_config_dict
 from harmony_ref.metrics import DIRECTIONS, KINDS, Metrics
 
 SCHEMA_VERSION = 1
-CONFIG_FIELDS = ("model", "policy", "profile", "scenario", "backend")
-SCENARIO_FIELDS = ("prompt_tokens", "new_tokens", "context_tokens", "batch")
 PART_STATUSES = ("ok", "skipped", "unavailable", "failed")
 PROVENANCE_FIELDS = ("git_commit", "git_dirty", "harmony_ref_version", "python_version",
                      "numpy_version", "numba_version", "cpu_model", "cpu_cores", "numba_threads",
@@ -42,7 +42,7 @@ PROVENANCE_FIELDS = ("git_commit", "git_dirty", "harmony_ref_version", "python_v
 
 @dataclass
 class Record:
-    config: dict
+    config: dict  # RunConfig.to_dict(): the record is data; RunConfig.from_dict reads it back
     metrics: Metrics
     provenance: dict
     parts: dict = field(default_factory=dict)  # part name -> {"status": ..., "detail": ...}
@@ -56,21 +56,6 @@ class Record:
             "parts": self.parts,
             "provenance": self.provenance,
         }
-
-
-def make_config(model: str, policy: str, profile: str, backend: str = "simulated",
-                prompt_tokens: int = 512, new_tokens: int = 128, context_tokens: int = 2048,
-                batch: int = 1, backend_options: dict | None = None) -> dict:
-    """A record's config. `backend_options` (strings, e.g. a command backend's command and
-    output format) are kept so the gate can re-run the same backend."""
-    config = {
-        "model": model, "policy": policy, "profile": profile, "backend": backend,
-        "scenario": {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
-                     "context_tokens": context_tokens, "batch": batch},
-    }
-    if backend_options:
-        config["backend_options"] = dict(backend_options)
-    return config
 
 
 # --- provenance -------------------------------------------------------------------------------
@@ -149,21 +134,7 @@ def validate_record_dict(data, source: str) -> None:
              "(re-create the record with `harmony-ref run`)")
     for key in ("config", "metrics", "provenance"):
         _require(isinstance(data.get(key), dict), source, key, f"missing or not an object: {data.get(key)!r}")
-    cfg = data["config"]
-    for key in CONFIG_FIELDS:
-        _require(key in cfg, source, f"config.{key}", "missing")
-    for key in ("model", "policy", "profile", "backend"):
-        _require(isinstance(cfg[key], str) and cfg[key], source, f"config.{key}",
-                 f"must be a non-empty string, got {cfg[key]!r}")
-    _require(isinstance(cfg["scenario"], dict), source, "config.scenario", "must be an object")
-    for key in SCENARIO_FIELDS:
-        v = cfg["scenario"].get(key)
-        lo = 0 if key == "new_tokens" else 1
-        _require(isinstance(v, int) and not isinstance(v, bool) and v >= lo, source,
-                 f"config.scenario.{key}", f"must be an integer >= {lo}, got {v!r}")
-    opts = cfg.get("backend_options", {})
-    _require(isinstance(opts, dict) and all(isinstance(v, str) for v in opts.values()), source,
-             "config.backend_options", f"must be an object of strings, got {opts!r}")
+    check_config_dict(data["config"], source)
     for name, m in data["metrics"].items():
         where = f"metrics.{name}"
         _require(isinstance(m, dict), source, where, f"must be an object, got {m!r}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
-from harmony_ref.config import Config  # noqa: E402
+from harmony_ref.config import RunConfig  # noqa: E402
 from harmony_ref.device.cost import phase_cost  # noqa: E402
 from harmony_ref.device.profile import load_profile  # noqa: E402
 
@@ -29,7 +29,7 @@ p = load_profile(a.base)
 p = dataclasses.replace(p, compute=dataclasses.replace(p.compute, compute_efficiency=a.compute_eff),
                         memory=dataclasses.replace(p.memory, memory_efficiency=a.memory_eff),
                         runtime=dataclasses.replace(p.runtime, launch_overhead_us=a.launch_us))
-cfg = Config.from_names(model=a.model, policy=a.policy, prompt_tokens=a.prompt, new_tokens=a.new,
+cfg = RunConfig.from_names(model=a.model, policy=a.policy, prompt_tokens=a.prompt, new_tokens=a.new,
                         context_tokens=max(2048, a.prompt + a.new))
 pre_ns = phase_cost(p, cfg, "prefill").time_s * 1e9
 step_ns = phase_cost(p, cfg, "decode").time_s * 1e9

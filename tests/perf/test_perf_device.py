@@ -2,7 +2,7 @@
 least 1,000). Run with `python -m pytest tests/perf/test_perf_device.py --benchmark-enable`;
 predictions/s = 1 / mean (x 64 for the sweep). Not an assert: speed lives in benchmarks."""
 
-from harmony_ref.config import Config
+from harmony_ref.config import RunConfig
 from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.model import graph
 
@@ -28,7 +28,7 @@ def _clear_caches():
 def test_predict_repeated_config(benchmark, perf_summary):
     """The same config again and again (graphs cached): a gate or asv run."""
     dev = SimulatedDevice("harmony-flagship")
-    config = Config.from_names(model="llama-3.2-3b", policy="int4-g128")
+    config = RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128")
     m = benchmark(dev.predict, config)
     _record(benchmark, perf_summary, "predict, same config (graphs cached)", 1)
     assert m.value("decode_tokens_per_s") > 0
@@ -37,7 +37,7 @@ def test_predict_repeated_config(benchmark, perf_summary):
 def test_predict_cold(benchmark, perf_summary):
     """Every prediction builds its graphs from scratch."""
     dev = SimulatedDevice("harmony-flagship")
-    config = Config.from_names(model="llama-3.2-3b", policy="mixed")
+    config = RunConfig.from_names(model="llama-3.2-3b", policy="mixed")
     m = benchmark.pedantic(dev.predict, args=(config,), setup=_clear_caches, rounds=200, iterations=1)
     _record(benchmark, perf_summary, "predict, cold (graphs and layer formats rebuilt)", 1)
     assert m.value("decode_tokens_per_s") > 0
@@ -46,7 +46,7 @@ def test_predict_cold(benchmark, perf_summary):
 def test_predict_sweep_of_distinct_scenarios(benchmark, perf_summary):
     """64 different prompt lengths per call (a planner's sweep): no two share a prefill graph."""
     dev = SimulatedDevice("harmony-midrange")
-    configs = [Config.from_names(model="qwen2.5-1.5b", policy="int4-g32", prompt_tokens=64 + 16 * i,
+    configs = [RunConfig.from_names(model="qwen2.5-1.5b", policy="int4-g32", prompt_tokens=64 + 16 * i,
                                  new_tokens=64, context_tokens=4096) for i in range(SWEEP)]
 
     def sweep():
