@@ -29,16 +29,17 @@ def test_real_format_end_to_end(fmt, metric):
     dev = CommandDevice(fake("benchmark.py", "--format", fmt, "--device-model", "'ALN-AL00'",
                              "--os-build", "HarmonyOS-5.0.1.120"), fmt, timeout_s=30)
     assert isinstance(dev, Backend)
-    m = dev.measure()
+    m = dev.run()
     assert m.metrics.value(metric) > 0
     assert m.provenance["device_model"] == "ALN-AL00"
     assert m.provenance["os_build"] == "HarmonyOS-5.0.1.120"
     assert m.provenance["format"] == fmt
-    assert dev.run(None).names() == m.metrics.names()
+    assert dev.run(None).metrics.names() == m.metrics.names()
+    assert m.physics.startswith("not checked") and m.findings == ()  # no phone profile given
 
 
 def test_llama_bench_provenance_from_json():
-    m = CommandDevice(fake("benchmark.py", "--format", "llama-bench"), "llama-bench", 30).measure()
+    m = CommandDevice(fake("benchmark.py", "--format", "llama-bench"), "llama-bench", 30).run()
     assert m.provenance["cpu_info"] == "Qualcomm Kryo (ARMv9) 8 cores"
     assert m.provenance["model_type"] == "llama 1B Q4_0"
 
@@ -92,7 +93,7 @@ def test_shell_template_and_placeholders():
     tpl = fake("benchmark.py", "--format", "{fmt}") + " | cat && echo os_build={build}"
     assert needs_shell(tpl)
     dev = CommandDevice(tpl, "executorch", 30, values={"fmt": "executorch", "build": "5.0 (beta)"})
-    m = dev.measure()
+    m = dev.run()
     assert m.provenance["shell"] == "true"
     assert m.provenance["os_build"] == "5.0 (beta)"  # quoted, so the parentheses reached echo intact
     assert m.metrics.value("generated_tokens") == 96

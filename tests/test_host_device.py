@@ -68,7 +68,7 @@ def tiny(fused=True, policy="int4-g32", model="qwen2.5-0.5b", div=8, prompt=8, n
 
 @pytest.fixture(scope="module")
 def run():
-    return HostDevice(repeats=3).measure(tiny())
+    return HostDevice(repeats=3).run(tiny())
 
 
 def test_same_metric_names_as_simulated(run):
@@ -153,9 +153,9 @@ def test_too_large_model_refused_or_scaled():
                             context_tokens=16)
     assert weight_mb(big) > 1000
     with pytest.raises(ValueError, match="max_weight_mb"):
-        HostDevice(repeats=1).measure(big)
+        HostDevice(repeats=1).run(big)
     scaled = HostDevice(repeats=1, max_weight_mb=20, auto_scale=True, warmup=0)
-    r = scaled.measure(big)
+    r = scaled.run(big)
     assert r.provenance["host_model"].startswith("llama-3.2-3b/w")
     assert weight_mb(r.config) <= 20
 
@@ -176,7 +176,7 @@ def test_model_error_metric(tmp_path):
 
     prof = tmp_path / "host.toml"
     assert main(["calibrate", "--quick", "--no-e2e", "--repeats", "2", "--out", str(prof)]) == 0
-    r = HostDevice(repeats=2, model_profile=str(prof)).measure(tiny(new=2))
+    r = HostDevice(repeats=2, model_profile=str(prof)).run(tiny(new=2))
     m = r.metrics["host_model_mape_pct"]
     assert m.unit == "%" and m.value >= 0
     assert r.provenance["model_profile"] == str(prof)
@@ -187,18 +187,22 @@ def test_backends_by_name_same_names_and_physics(tmp_path):
     import sys
     from pathlib import Path
 
-    from harmony_ref.backends.make import make_backend, measure
+    from harmony_ref.backends.make import make_backend
 
     cfg = tiny(new=2)
-    sim, _, _ = measure(make_backend("simulated", "harmony-flagship"), cfg)
-    host, prov, findings = measure(make_backend("host", repeats=2), cfg)
+    sim = make_backend("simulated", "harmony-flagship").run(cfg).metrics
+    m = make_backend("host", repeats=2).run(cfg)
+    host, physics, findings = m.metrics, m.physics, list(m.findings)
     assert STANDARD <= set(sim.names()) and STANDARD <= set(host.names())
-    assert prov["physics"].startswith("not checked") and findings == []
+    assert physics.startswith("not checked") and findings == []
     fake = Path(__file__).parent / "fake_device" / "benchmark.py"
     cmd = " ".join(shlex.quote(s) for s in (sys.executable, str(fake), "--format", "llama-bench", "--scale", "0.1"))
     phone = RunConfig.from_names(model="llama-3.2-1b", policy="int4-g32")
-    m, prov, findings = measure(make_backend("command", command=cmd, fmt="llama-bench"), phone, "harmony-flagship")
+    dev = make_backend("command", "harmony-flagship", command=cmd, fmt="llama-bench")
+    measured = dev.run(phone)
+    m, findings = measured.metrics, measured.findings
     assert "implausible" in m["decode_tokens_per_s"].flags and findings
+    assert measured.physics == f"checked against harmony-flagship: {len(findings)} implausible"
     with pytest.raises(ValueError, match="unknown backend"):
         make_backend("fpga")
 

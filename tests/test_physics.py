@@ -88,11 +88,15 @@ def test_command_device_measurement_caught(flagship, cfg):
     """llama-bench output 10x too fast for a 1B INT4 model on the flagship's LPDDR5X."""
     cmd = " ".join(shlex.quote(s) for s in (sys.executable, str(FAKE / "benchmark.py"),
                                             "--format", "llama-bench", "--scale", "0.1"))
-    m = CommandDevice(cmd, "llama-bench", 30).run(cfg)
+    m = CommandDevice(cmd, "llama-bench", 30).run(cfg).metrics
     checked, findings = physics.check(m, flagship, cfg)
     assert m.value("decode_tokens_per_s") > 150
     assert "implausible" in checked["decode_tokens_per_s"].flags
     assert any("decode_tokens_per_s" in f for f in findings)
+    # the backend does the same check itself when it knows the phone it runs on
+    on_phone = CommandDevice(cmd, "llama-bench", 30, profile=flagship).run(cfg)
+    assert on_phone.findings == tuple(findings)
+    assert "implausible" in on_phone.metrics["decode_tokens_per_s"].flags
 
 
 def test_cli_measure_flags_implausible(capsys):

@@ -6,6 +6,7 @@ import pytest
 
 from harmony_ref.cli import main
 from harmony_ref.config import RunConfig, Scenario
+from harmony_ref.backends.base import Backend
 from harmony_ref.backends.simulated import SimulatedDevice
 
 STANDARD = {
@@ -18,8 +19,10 @@ STANDARD = {
 
 def test_standard_metrics_exact_with_directions():
     dev = SimulatedDevice("harmony-midrange")
-    assert dev.name == "simulated" and SimulatedDevice.run is SimulatedDevice.predict
+    assert dev.name == "simulated" and isinstance(dev, Backend)
     m = dev.predict(RunConfig.from_names())
+    run = dev.run(RunConfig.from_names())  # the backend interface: the prediction, as a Measurement
+    assert run.metrics.to_dict() == m.to_dict() and run.findings == () and run.config == RunConfig.from_names()
     for name, direction in STANDARD.items():
         assert m[name].direction == direction, name
     assert all(metric.kind == "exact" for metric in m)
@@ -31,7 +34,7 @@ def test_standard_metrics_exact_with_directions():
 def test_prediction_is_pure_and_deterministic():
     config = RunConfig.from_names(model="qwen2.5-1.5b", policy="mixed", prompt_tokens=200, new_tokens=50)
     a = SimulatedDevice("harmony-flagship").predict(config).to_dict()
-    b = SimulatedDevice("harmony-flagship").run(config).to_dict()
+    b = SimulatedDevice("harmony-flagship").run(config).metrics.to_dict()
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 

@@ -14,7 +14,8 @@ How the command runs:
 - stdout and stderr are both parsed (benchmark_model logs to stderr, MindSpore Lite to stdout).
 
 A timeout, a non-zero exit (reported with the tail of stderr) or unparseable output raises
-`BackendError`; no metrics are returned in those cases, so nothing can be recorded.
+`BackendError`; no metrics are returned in those cases, so nothing can be recorded. Given the
+phone's `profile`, the parsed metrics are physics-checked against its roofline.
 
 Provenance: lines `device_model=...`, `os_build=...`, `soc=...`, `kernel=...`,
 `build_fingerprint=...` anywhere in the output (a template can emit them, e.g.
@@ -31,24 +32,14 @@ import signal
 import string
 import subprocess
 import time
-from dataclasses import dataclass, field
 
-from harmony_ref.backends.base import BackendError
+from harmony_ref.backends.base import BackendError, Measurement, physics_checked
 from harmony_ref.backends.parsers import FORMATS, ParseError, parse
-from harmony_ref.metrics import Metrics
 
 PROVENANCE_KEYS = ("device_model", "os_build", "soc", "kernel", "build_fingerprint")
 _PROVENANCE_LINE = re.compile(r"^\s*(" + "|".join(PROVENANCE_KEYS) + r")=(.*?)\s*$", re.M)
 _NEEDS_SHELL = re.compile(r"[|;<>&`]|\$\(")
 STDERR_TAIL_LINES = 15
-
-
-@dataclass
-class Measurement:
-    metrics: Metrics
-    provenance: dict[str, str] = field(default_factory=dict)
-    stdout: str = ""
-    stderr: str = ""
 
 
 def _config_values(config) -> dict[str, object]:
@@ -90,7 +81,7 @@ class CommandDevice:
     """Backend that measures by running `command_template` and parsing its output as `format`."""
 
     def __init__(self, command_template: str, format: str, timeout_s: float = 600.0,
-                 values: dict[str, object] | None = None, name: str = "command"):
+                 values: dict[str, object] | None = None, name: str = "command", profile=None):
         if format not in FORMATS:
             raise ValueError(f"command format {format!r} unknown; known: {list(FORMATS)}")
         if not command_template.strip():
@@ -102,11 +93,13 @@ class CommandDevice:
         self.timeout_s = float(timeout_s)
         self.values = dict(values or {})
         self.name = name
+        self.profile = profile  # the phone it runs on (name, path or DeviceProfile): physics
 
     def command_for(self, config=None) -> str:
         return fill_template(self.command_template, {**_config_values(config), **self.values})
 
-    def measure(self, config=None) -> Measurement:
+    def run(self, config=None) -> Measurement:
+        """Run the command for `config` (a RunConfig; None: the template's own values only)."""
         cmd = self.command_for(config)
         shell = needs_shell(cmd)
         argv = ["/bin/sh", "-c", cmd] if shell else shlex.split(cmd)
@@ -140,12 +133,8 @@ class CommandDevice:
                 "command_wall_s": f"{wall_s:.3f}"}
         prov.update(parsed.provenance)
         prov.update(dict(_PROVENANCE_LINE.findall(out + "\n" + err)))
-        return Measurement(parsed.metrics, prov, out, err)
-
-    def run(self, config=None) -> Metrics:
-        m = self.measure(config)
-        self.last_provenance = m.provenance
-        return m.metrics
+        metrics, findings, physics = physics_checked(parsed.metrics, self.profile, config)
+        return Measurement(metrics, prov, findings, physics, config)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

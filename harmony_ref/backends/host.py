@@ -1,7 +1,8 @@
 """HostDevice: run a model's op graph on this CPU with the Numba kernels, and measure it.
 
-    HostDevice().run(RunConfig.from_names(model="qwen2.5-0.5b", ...))        # -> Metrics
-    HostDevice(auto_scale=True).measure(RunConfig.from_names("llama-3.2-3b")) # a scaled-down copy
+    m = HostDevice().run(RunConfig.from_names(model="qwen2.5-0.5b", ...))   # -> Measurement
+    HostDevice(auto_scale=True).run(RunConfig.from_names("llama-3.2-3b"))   # a scaled-down copy
+    m.metrics, m.ops (an OpTime per graph op), m.config (the config measured), m.findings
 
 What it does, per config:
 1. optional thermal gate: wait (bounded) until the hottest CPU sensor is under a threshold;
@@ -32,7 +33,8 @@ What it does, per config:
      lower bound of the peak, so it leans towards compute-bound). SimulatedDevice predicts the
      same quantity: the share of decode step time (launches included) in memory-bound ops.
 7. with `model_profile` (a calibrated host profile), adds `host_model_mape_pct`: the mean error
-   of SimulatedDevice(model_profile) against this measurement over prefill, decode step and e2e.
+   of SimulatedDevice(model_profile) against this measurement over prefill, decode step and e2e,
+   and checks the measurement against that profile's roofline (physics: `findings`).
 
 Threads default to 1 (Numba and OpenBLAS): on a machine shared with other jobs, a parallel kernel
 whose worker thread is preempted waits a whole scheduler slice (measured here: a 4096 x 4096 INT4
@@ -47,11 +49,12 @@ from __future__ import annotations
 
 import dataclasses
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from harmony_ref._threads import set_threads
+from harmony_ref.backends.base import E2E_METRICS, Measurement, physics_checked
 from harmony_ref.backends.host_timing import (ThermalGate, cpu_freq_mhz, cpu_temps_c, peak_rss_mb, reset_peak_rss,
                                      time_call)
 from harmony_ref.metrics import Metrics
@@ -73,14 +76,6 @@ class OpTime:
     median_s: float
     samples_s: tuple[float, ...]
     op: object = None  # the graph Op (harmony_ref.model.graph.Op) that ran
-
-
-@dataclass
-class HostRun:
-    metrics: Metrics
-    ops: list[OpTime] = field(default_factory=list)
-    provenance: dict[str, str] = field(default_factory=dict)
-    config: object = None  # the config measured (the scaled one when auto-scaled)
 
 
 ALIGN = 128  # scaled widths stay multiples of the largest INT4 group the policies use
@@ -140,9 +135,6 @@ class HostDevice:
         # A calibrated host profile: each run then also reports how far the model is from it.
         self.model_profile = model_profile
 
-    def run(self, config) -> Metrics:
-        return self.measure(config).metrics
-
     def __repr__(self) -> str:
         return f"HostDevice(repeats={self.repeats}, threads={self.threads})"
 
@@ -161,7 +153,7 @@ class HostDevice:
             out.append((phase, g, {op.name: op for op in unfused.ops}))
         return out
 
-    def measure(self, config) -> HostRun:
+    def run(self, config) -> Measurement:
         from harmony_ref.backends.host_graph import HostContext, build_op
 
         if weight_mb(config) > self.max_weight_mb:
@@ -169,7 +161,7 @@ class HostDevice:
                 raise ValueError(
                     f"host: {config.spec.name} under {config.policy.name} holds {weight_mb(config):.0f} MB of "
                     f"weights, above max_weight_mb={self.max_weight_mb:g}; use a smaller model or auto_scale=True")
-            config = fit_to_host(config, self.max_weight_mb)
+            config = fit_to_host(config, self.max_weight_mb)  # the Measurement's config says so
         prov = {"host_model": config.spec.name, "machine": platform.machine(),
                 "processor": platform.processor() or platform.machine(),
                 "decode_context": "prompt_tokens + new_tokens // 2 + 1 (middle step, times new_tokens)"}
@@ -213,7 +205,8 @@ class HostDevice:
         prov["kernels"] = "; ".join(f"{k}: {' + '.join(sorted(v))}" for k, v in sorted(ctx.kernel_use.items()))
         if self.model_profile is not None:
             self._add_model_error(m, config, prov)
-        return HostRun(m, times, prov, config)
+        m, findings, physics = physics_checked(m, self.model_profile, config)
+        return Measurement(m, prov, findings, physics, config, tuple(times))
 
     def _profile(self):
         from harmony_ref.device.profile import load_profile
@@ -306,7 +299,6 @@ class HostDevice:
         return out, how
 
     def _add_model_error(self, m: Metrics, config, prov: dict) -> None:
-        from harmony_ref.calibrate.fit import E2E_METRICS
         from harmony_ref.backends.simulated import SimulatedDevice
         from harmony_ref.metrics import mape_pct
 

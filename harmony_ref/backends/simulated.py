@@ -1,6 +1,7 @@
-"""`SimulatedDevice(profile)`: the analytical phone. `predict(config)` (alias `run`) returns
-Metrics from the op graph, the roofline + launch cost model and the memory model; every metric is
-`kind="exact"`: a pure, deterministic function of (profile, config), bit-identical across calls.
+"""`SimulatedDevice(profile)`: the analytical phone. `predict(config)` returns Metrics from the op
+graph, the roofline + launch cost model and the memory model (`run(config)` the same as a
+Measurement, the backend interface); every metric is `kind="exact"`: a pure, deterministic
+function of (profile, config), bit-identical across calls.
 
     dev = SimulatedDevice("harmony-flagship")
     m = dev.predict(RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128"))
@@ -20,6 +21,7 @@ have no decode: their metrics are the forward pass and memory.
 
 from __future__ import annotations
 
+from harmony_ref.backends.base import Measurement
 from harmony_ref.config import RunConfig
 from harmony_ref.device.cost import scenario_timing
 from harmony_ref.device.memory import add_memory_metrics, memory_estimate
@@ -73,4 +75,6 @@ class SimulatedDevice:
                               f"calibrated {cal.fitted_at or 'at an unrecorded time'}")
         return m
 
-    run = predict
+    def run(self, config: RunConfig) -> Measurement:
+        """The prediction as a Measurement: nothing to physics-check in the model itself."""
+        return Measurement(self.predict(config), {"profile": self.profile.name}, config=config)

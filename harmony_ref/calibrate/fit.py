@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harmony_ref.backends.base import E2E_METRICS
 from harmony_ref.device.cost import Roofline, dram_bytes, op_time_s
 from harmony_ref.metrics import ape_pct, mape_pct
 from harmony_ref.units import GB, GIGA, KIB, MEGA, MS_PER_S, US_PER_S
@@ -346,7 +347,6 @@ FIT_WORKLOADS = [
 QUICK_FIT_WORKLOADS = [("qwen2.5-0.5b", 8, "int4-g32", 32, 8, 64, False), ("llama-3.2-1b", 8, "int8", 16, 8, 32, False)]
 QUICK_WORKLOADS = [("qwen2.5-0.5b", 4, "int4-g128", 16, 8, 32, False),
                    ("qwen2.5-0.5b", 4, "int4-g128", 16, 8, 32, True)]
-E2E_METRICS = ("prefill_ms", "decode_step_ms", "e2e_ms")
 
 
 @dataclass
@@ -393,7 +393,7 @@ def op_time(t, stat: str = "min") -> float:
 
 
 def phase_times_ms(run, new_tokens: int, stat: str = "min") -> dict[str, float]:
-    """prefill_ms, decode_step_ms, e2e_ms of a HostRun from its per-op times (min or median),
+    """prefill_ms, decode_step_ms, e2e_ms of a host Measurement from its per-op times (min or median),
     summed the way HostDevice sums them."""
     out = {}
     pre = sum(op_time(t, stat) for t in run.ops if t.phase == "prefill")
@@ -410,7 +410,7 @@ def phase_times_ms(run, new_tokens: int, stat: str = "min") -> dict[str, float]:
 
 def samples_from_op_times(op_times, onchip_bytes: int, holdout: bool = False, tag: str = "",
                           dedupe: bool = True, stat: str = "min") -> list[OpSample]:
-    """OpSamples from a HostRun's `ops`: the graph ops the host executed, counted as the cost model counts
+    """OpSamples from a host Measurement's `ops`: the graph ops the host executed, counted as the cost model counts
     them (matrix flops at the op's dtype, vector flops, streamed bytes x on-chip passes + other
     bytes). Ops repeated across layers are merged into one sample at their median time."""
     import re
@@ -465,7 +465,7 @@ def calibrate_ops(ops: list[OpSample], stream_gbps: float, nominal: dict[str, fl
                   ram_bytes: float, description: str, name: str = "host", phase_runs=(),
                   stat: str = "min") -> Calibration:
     """Fit on the non-held-out ops, score on the held-out ones, write the profile text. With
-    `phase_runs` (HostRuns of fit workloads) the launch overhead is refitted on their phases."""
+    `phase_runs` (host Measurements of fit workloads) the launch overhead is refitted on their phases."""
     f = fit(ops, seed_bandwidth=stream_gbps * GB, seed_rates=seed_rates(ops))
     if phase_runs:
         f = fit_launch_on_phases(f, phase_runs, onchip_bytes, stat)
@@ -503,7 +503,7 @@ def heldout_e2e(profile, workloads, host_device, stat: str = "min", canary=None)
     for w in workloads:
         cfg, fused = workload_config(*w), w[-1]
         before = canary.wait_quiet(CONTENDED_RATIO) if canary else None
-        run = host_device.measure(cfg)
+        run = host_device.run(cfg)
         load = max(before, canary.ratio()) if canary else None
         measured = phase_times_ms(run, cfg.scenario.new_tokens, stat)
         predicted = sim.predict(cfg)

@@ -115,7 +115,7 @@ def run(args) -> int:
                                               progress=lambda: prog.advance(task), stat=args.stat)
         fit_runs = []
         if args.launch_from_workloads:
-            fit_runs = [host.measure(cal.workload_config(*w))
+            fit_runs = [host.run(cal.workload_config(*w))
                         for w in (cal.QUICK_FIT_WORKLOADS if args.quick else cal.FIT_WORKLOADS)]
         freq = cpu_freq_mhz() or 2000.0
         if not cpu_freq_mhz():
@@ -218,7 +218,7 @@ def _run_phase_calibration(args) -> int:
         cfg = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
                                 context_tokens=max(2048, prompt + new))
         try:
-            m = dev.measure(cfg)
+            m = dev.run(cfg)
         except BackendError as e:
             print(f"harmony-ref calibrate: error: {e}", file=sys.stderr)
             return 1

@@ -57,19 +57,16 @@ def run(args) -> int:
                              "for the roofline bound")
         profile = load_profile(args.profile)
         config = RunConfig.from_names(model=args.model, policy=args.policy,
-                                   prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens,
-                                   context_tokens=args.context_tokens)
-    dev = CommandDevice(args.command_template, args.format, args.timeout, values=_values(args.set))
+                                      prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens,
+                                      context_tokens=args.context_tokens)
+    dev = CommandDevice(args.command_template, args.format, args.timeout, values=_values(args.set),
+                        profile=profile)
     try:
-        m = dev.measure(config)
+        m = dev.run(config)
     except BackendError as e:
         print(f"harmony-ref measure: error: {e}", file=sys.stderr)
         return 1
-    metrics, findings = m.metrics, []
-    if profile is not None:
-        from harmony_ref.device.physics import check
-
-        metrics, findings = check(metrics, profile, config)
+    metrics, findings = m.metrics, list(m.findings)
     if args.json:
         print_json({"backend": "command", "metrics": metrics.to_dict(), "provenance": m.provenance,
                     "implausible": findings})

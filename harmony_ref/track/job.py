@@ -44,23 +44,19 @@ class Part:
 
 def _predicted(config: RunConfig):
     """The backend's metrics: predicted (simulated), or measured by HostDevice / CommandDevice
-    and physics-checked (backends/make.py); a measured backend's provenance goes into the part."""
-    from harmony_ref.device.profile import load_profile
-
-    if config.backend == "simulated":
-        from harmony_ref.backends.simulated import SimulatedDevice
-
-        metrics = SimulatedDevice(load_profile(config.profile)).predict(config)
-        if _is_shipped(config.profile):
-            return metrics
-        return metrics, {"backend_provenance": _simulated_host_provenance(config)}
-    from harmony_ref.backends.make import make_backend, measure
+    and physics-checked; a measured backend's provenance goes into the part."""
+    from harmony_ref.backends.make import make_backend
 
     opts = config.options
     dev = make_backend(config.backend, profile=config.profile, command=opts.get("command"),
                        fmt=opts.get("format"), host_profile=_host_model_profile(config))
-    metrics, prov, findings = measure(dev, config, load_profile(config.profile))
-    return metrics, {"backend_provenance": prov, "implausible": [str(f) for f in findings]}
+    m = dev.run(config)
+    if config.backend == "simulated":
+        if _is_shipped(config.profile):
+            return m.metrics
+        return m.metrics, {"backend_provenance": _simulated_host_provenance(config)}
+    prov = {"backend": dev.name, **m.provenance, "physics": m.physics}
+    return m.metrics, {"backend_provenance": prov, "implausible": list(m.findings)}
 
 
 def _is_shipped(profile: str) -> bool:
