@@ -4,7 +4,8 @@
 import numpy as np
 import pytest
 
-from harmony_ref.calibrate.fit import OpSample, fit, mape_pct
+from harmony_ref.calibrate.fit import OpSample, fit
+from harmony_ref.metrics import mape_pct
 
 TRUE = dict(launch_s=20e-6, rates={"int4": 40e9, "int8": 30e9, "fp16": 80e9, "vector": 5e9}, bw=20e9)
 SEED_RATES = {"int4": 10e9, "int8": 10e9, "fp16": 10e9, "vector": 1e9}
@@ -84,7 +85,8 @@ import json  # noqa: E402
 import harmony_ref.device.profile as DEVICE  # noqa: E402
 
 from harmony_ref.cli import main  # noqa: E402
-from harmony_ref.calibrate.fit import HostFit, host_profile_toml, load_op_times  # noqa: E402
+from harmony_ref.calibrate.fit import HostFit, load_op_times  # noqa: E402
+from harmony_ref.calibrate.write import host_profile_toml  # noqa: E402
 
 
 def test_profile_reproduces_the_fit(tmp_path):

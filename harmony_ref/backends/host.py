@@ -248,9 +248,9 @@ class HostDevice:
             launch_s = prof.runtime.launch_overhead_us / US_PER_S
             src = f"launch_overhead_us of {prof.name} ({launch_s * US_PER_S:.2f} us)"
         else:
-            from harmony_ref.calibrate.microbench import launch_sample
+            from harmony_ref.backends.host_timing import launch_timing
 
-            launch_s = launch_sample().time_s
+            launch_s = launch_timing().median_s
             src = f"measured: an empty Numba kernel call ({launch_s * US_PER_S:.2f} us)"
         calls = sum(t.launches for t in pre) + s.new_tokens * sum(t.launches for t in dec)
         pct = lambda e2e_ms: 100.0 * calls * launch_s / (e2e_ms / MS_PER_S)  # noqa: E731
@@ -279,7 +279,7 @@ class HostDevice:
         """Without a host profile: a roofline from this run. Bandwidth: a measured single-thread
         streaming read; compute: per dtype (and for vector work) the best rate any op of this run
         achieved, a lower bound of the peak, which leans the split towards compute-bound."""
-        from harmony_ref.calibrate.microbench import stream_read_gbps
+        from harmony_ref.backends.host_timing import stream_read_gbps
         from harmony_ref.units import GB
 
         bw = stream_read_gbps() * GB

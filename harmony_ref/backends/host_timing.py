@@ -1,5 +1,7 @@
 """Timing and host-environment helpers shared by HostDevice and the calibration microbenchmarks:
-warm-up + repeats with the median kept beside the raw samples, peak RSS, CPU frequency and
+warm-up + repeats with the median kept beside the raw samples (`time_call`, and `pick` of the
+statistic a fit uses), an empty kernel's launch time and a streaming-read bandwidth (the host's
+launch overhead and memory roofline), the L2 size and CPU flags, peak RSS, CPU frequency and
 temperatures where psutil exposes them, and a bounded wait for the CPU to cool down."""
 
 from __future__ import annotations
@@ -8,9 +10,14 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+import numba
+import numpy as np
 import psutil
 
-from harmony_ref.units import KIB, MB
+from harmony_ref.units import GB, KIB, MB
+
+STATS = ("min", "median")
+STREAM_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,65 @@ def time_call(fn, warmup: int = 2, repeats: int = 5, min_sample_s: float = 0.0) 
             fn()
         samples.append((time.perf_counter() - t0) / inner)
     return Timing(statistics.median(samples), tuple(samples))
+
+
+def pick(t, stat: str) -> float:
+    """The time a calibration uses of a Timing (or anything with samples_s and median_s, such as
+    HostDevice's OpTime): the median, or the fastest sample ("min": on a shared machine other
+    processes only ever add time, so the fastest repeat is the least disturbed)."""
+    if stat not in STATS:
+        raise ValueError(f"stat must be one of {STATS}, got {stat!r}")
+    return min(t.samples_s) if stat == "min" else t.median_s
+
+
+@numba.njit(cache=True)
+def _empty_kernel(x):
+    return x[0]
+
+
+@numba.njit(cache=True)
+def _stream_read(a):
+    s = 0
+    for i in range(a.size):
+        s += a[i]
+    return s
+
+
+def launch_timing(warmup: int = 3, repeats: int = 7) -> Timing:
+    """One call of an empty Numba kernel: the bare dispatch cost of a kernel launch."""
+    x = np.zeros(1, np.float32)
+    _empty_kernel(x)
+    return time_call(lambda: _empty_kernel(x), warmup, repeats, min_sample_s=2e-3)
+
+
+def stream_read_gbps(warmup: int = 1, repeats: int = 5) -> float:
+    """Single-thread streaming read of a 64 MiB array, bytes / fastest repeat (GB/s): a peak, so
+    the least disturbed repeat is the one that counts."""
+    a = np.ones(STREAM_BYTES // 8, dtype=np.int64)
+    _stream_read(a[:8])
+    t = time_call(lambda: _stream_read(a), warmup, repeats)
+    return a.nbytes / min(t.samples_s) / GB
+
+
+def onchip_buffer_bytes() -> int:
+    """L2 size of cpu0 from sysfs (the host's "on-chip buffer"); 1 MiB when not readable."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index2/size") as f:
+            text = f.read().strip()
+        return int(text[:-1]) * (KIB if text.endswith("K") else KIB * KIB) if text[-1] in "KM" else int(text)
+    except (OSError, ValueError, IndexError):
+        return KIB * KIB
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
 
 
 def reset_peak_rss() -> bool:

@@ -1,5 +1,7 @@
-"""Host microbenchmarks for calibration: GEMV and GEMM at several sizes and weight formats, the
-norm + bias + GELU chain fused and unfused, an empty-kernel launch, and a streaming read.
+"""Host microbenchmarks for calibration: GEMV and GEMM at several sizes and weight formats (through
+kernels/formats.py), the norm + bias + GELU chain fused and unfused, the empty-kernel launch
+(timed by backends/host_timing.py, which also measures the streaming-read bandwidth), and a load
+canary that says when the machine is busy.
 
 Each benchmark is one `OpSample` whose ops and bytes are counted the way the op graph counts them
 (harmony_ref/model/graph.py: fp16 activations, weights at their real stored size), so the fitted
@@ -10,10 +12,9 @@ fitted range and test interpolation, not extrapolation.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from harmony_ref.backends.host_timing import Timing, time_call
+from harmony_ref.backends.host_timing import launch_timing, onchip_buffer_bytes, pick, time_call
 from harmony_ref.calibrate.fit import OpSample
 from harmony_ref.device.cost import dram_bytes
 from harmony_ref.kernels.formats import format_of
@@ -22,12 +23,9 @@ from harmony_ref.kernels.norm import bias_add, gelu, layer_norm, norm_bias_gelu
 from harmony_ref.model.graph import ACT_BYTES, GELU_FLOPS_PER_ELEMENT, NORM_FLOPS_PER_ELEMENT
 from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.policy import WeightFormat
-from harmony_ref.units import GB, KIB
 
 # per element, as model/graph.py counts them (a bias add is one add)
 NORM_FLOPS, BIAS_FLOPS, GELU_FLOPS = NORM_FLOPS_PER_ELEMENT, 1, GELU_FLOPS_PER_ELEMENT
-STREAM_BYTES = 64 * 1024 * 1024
-
 BENCH_FORMATS = {"int4": WeightFormat("int4", 32, "asym"), "int4-g128": WeightFormat("int4", 128, "asym"),
                  "int8": WeightFormat("int8"), "fp16": WeightFormat("fp16")}
 # (N, K) weight shapes: square and the rectangular shapes of attention and FFN projections
@@ -38,49 +36,6 @@ NORM_SHAPES = [(1, 512), (1, 1024), (16, 1024), (64, 2048), (128, 384), (256, 10
                (512, 2048), (32, 4096)]
 QUICK_SHAPES = SHAPES[:6]
 QUICK_NORM = NORM_SHAPES[:6]
-
-
-@numba.njit(cache=True)
-def _empty_kernel(x):
-    return x[0]
-
-
-@numba.njit(cache=True)
-def _stream_read(a):
-    s = 0
-    for i in range(a.size):
-        s += a[i]
-    return s
-
-
-STATS = ("min", "median")
-
-
-def pick(t: Timing, stat: str) -> float:
-    """The time a calibration uses: the median, or the fastest sample ("min": on a shared
-    machine other processes only ever add time, so the fastest repeat is the least disturbed)."""
-    if stat not in STATS:
-        raise ValueError(f"stat must be one of {STATS}, got {stat!r}")
-    return min(t.samples_s) if stat == "min" else t.median_s
-
-
-def onchip_buffer_bytes() -> int:
-    """L2 size of cpu0 from sysfs (the host's "on-chip buffer"); 1 MiB when not readable."""
-    try:
-        with open("/sys/devices/system/cpu/cpu0/cache/index2/size") as f:
-            text = f.read().strip()
-        return int(text[:-1]) * (KIB if text.endswith("K") else KIB * KIB) if text[-1] in "KM" else int(text)
-    except (OSError, ValueError, IndexError):
-        return KIB * KIB
-
-
-def stream_read_gbps(warmup: int = 1, repeats: int = 5) -> float:
-    """Single-thread streaming read of a 64 MiB array, bytes / fastest repeat (GB/s): a peak, so
-    the least disturbed repeat is the one that counts."""
-    a = np.ones(STREAM_BYTES // 8, dtype=np.int64)
-    _stream_read(a[:8])
-    t = time_call(lambda: _stream_read(a), warmup, repeats)
-    return a.nbytes / min(t.samples_s) / GB
 
 
 def matmul_samples(formats=("int4", "int4-g128", "int8", "fp16"), shapes=SHAPES, rows=ROWS,
@@ -136,9 +91,8 @@ def norm_samples(shapes=NORM_SHAPES, warmup: int = 1, repeats: int = 5, seed: in
 
 
 def launch_sample(warmup: int = 3, repeats: int = 7) -> OpSample:
-    x = np.zeros(1, np.float32)
-    _empty_kernel(x)
-    t = time_call(lambda: _empty_kernel(x), warmup, repeats, min_sample_s=2e-3)
+    """The empty-kernel launch (backends/host_timing.py) as an OpSample."""
+    t = launch_timing(warmup, repeats)
     return OpSample("empty_kernel", "vector", 0.0, 0.0, 1, t.median_s, t.samples_s)
 
 

@@ -17,7 +17,6 @@ the total each model card publishes (`published_params`, with its source in `sou
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path

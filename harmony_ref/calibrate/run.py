@@ -1,0 +1,187 @@
+"""The whole calibration, step by step: what `harmony-ref calibrate` runs.
+
+    result, summary = calibrate_host("host.toml", quick=True)                 # this CPU
+    result, summary = calibrate_op_file("ops.csv", "phone.toml", name="phone")  # a device's op times
+    table, summary = calibrate_phases(command, "llama-bench", workloads, "harmony-flagship",
+                                      600.0, "phone.toml", "phone")         # a phone's phase times
+
+Host: Numba and OpenBLAS threads pinned, a load canary's baseline taken, the streaming-read
+bandwidth measured, the microbenchmarks run (calibrate/microbench.py), the roofline fitted on the
+fitted set and scored on the held-out one (calibrate/fit.py, error.py), the profile written and
+read back through the schema, the held-out whole-model runs measured by HostDevice and predicted
+by SimulatedDevice on it, and the profile written again with its [calibration] section.
+Op file: the same fit on op times a device profiler exported (no whole-model runs).
+Phases: a benchmark command run once per workload, a base profile's efficiencies and launch
+overhead fitted to the prefill and decode-step times, scored on every third workload.
+Every profile is written atomically and must load back through device/profile.py.
+`summary` is the plain-number report the command prints (and prints as JSON).
+"""
+
+from __future__ import annotations
+
+from harmony_ref._io import write_text_atomic
+from harmony_ref.calibrate.error import (FIT_WORKLOADS, HELDOUT_WORKLOADS, QUICK_FIT_WORKLOADS,
+                                         QUICK_WORKLOADS, Calibration, calibrate_ops, heldout_e2e,
+                                         workload_config)
+from harmony_ref.calibrate.fit import (PHASE_METRICS, PhaseFit, fit, fit_phase_efficiencies,
+                                       load_op_times, phase_terms, seed_rates)
+from harmony_ref.calibrate.write import calibration_toml, nominal_host_peaks, profile_with_efficiencies
+from harmony_ref.device.profile import load_profile
+from harmony_ref.metrics import ape_pct, mape_pct
+from harmony_ref.units import GB, GIGA, MS_PER_S, US_PER_S
+
+
+def _write_profile(result: Calibration, out, heldout=None) -> None:
+    """Write the fitted profile, read it back through the schema, score the held-out whole-model
+    runs on it (`heldout(profile)`, when given) and write it again with its [calibration]."""
+    write_text_atomic(out, result.profile_toml)
+    profile = load_profile(out)  # the file must load back through the real schema
+    if heldout is not None:
+        result.e2e = heldout(profile)
+    # the profile carries its own held-out error ([calibration]), read back through the schema
+    write_text_atomic(out, result.profile_toml.rstrip("\n") + "\n\n" + calibration_toml(result) + "\n")
+    load_profile(out)
+
+
+def _summary(result: Calibration, out, backend: str, stat: str, launch_floor_s: float | None,
+             stream_gbps: float, notes: dict) -> dict:
+    f = result.fit
+    return {
+        "profile": str(out),
+        "backend": backend,
+        "stat": stat,
+        "launch_overhead_us": f.launch_s * US_PER_S,
+        "launch_floor_us": None if launch_floor_s is None else launch_floor_s * US_PER_S,
+        "rates_gops": {c: float(r) / GIGA for c, r in f.rates.items()},
+        "bandwidth_gbps": f.bandwidth_bytes_per_s / GB,
+        "stream_read_gbps": stream_gbps,
+        "fitted": list(f.fitted),
+        "iterations": f.iterations,
+        "ops_fitted": sum(not o.holdout for o in result.ops),
+        "ops_held_out": sum(o.holdout for o in result.ops),
+        "fit_mape_pct": result.fit_mape_pct,
+        "per_op_mape_pct": result.per_op_mape_pct,
+        "e2e_mape_pct": result.e2e_mape_pct,
+        "e2e_fused_mape_pct": result.e2e_fused_mape_pct,
+        "e2e_quiet_mape_pct": result.e2e_quiet_mape_pct,
+        # the model's error on this host: end to end when the whole-model runs ran, else per op
+        "host_model_mape_pct": (result.e2e_mape_pct if result.e2e_mape_pct is not None
+                                else result.per_op_mape_pct),
+        "notes": notes,
+    }
+
+
+def calibrate_op_file(path, out, name: str = "host", stream_gbps: float | None = None,
+                      stat: str = "min") -> tuple[Calibration, dict]:
+    """Fit op times measured on a device (a CSV, see fit.load_op_times) and write the profile."""
+    import psutil
+
+    from harmony_ref.backends.host_timing import onchip_buffer_bytes
+
+    ops = load_op_times(path)
+    first = fit(ops, seed_bandwidth=(stream_gbps or 10.0) * GB, seed_rates=seed_rates(ops))
+    stream = stream_gbps or first.bandwidth_bytes_per_s / GB
+    nominal = dict(first.rates)  # no nominal peaks known: efficiency 1
+    result = calibrate_ops(ops, stream, nominal, onchip_buffer_bytes(), psutil.virtual_memory().total,
+                           f"fitted to {path}", name)
+    _write_profile(result, out)
+    notes = {"e2e": "not run: --backend command fits op times from a file"}
+    return result, _summary(result, out, "command", stat, None, stream, notes)
+
+
+def calibrate_host(out, name: str = "host", quick: bool = False, repeats: int = 5, threads: int = 1,
+                   stat: str = "min", launch_from_workloads: bool = False, e2e: bool = True,
+                   progress=None) -> tuple[Calibration, dict]:
+    """Calibrate this CPU (see the module docstring); `progress()` is called per microbenchmark."""
+    import numba
+    import psutil
+
+    from harmony_ref._threads import set_threads
+    from harmony_ref.backends.host import HostDevice
+    from harmony_ref.backends.host_timing import cpu_flags, cpu_freq_mhz, onchip_buffer_bytes, stream_read_gbps
+    from harmony_ref.calibrate.microbench import LoadCanary, measure_host_ops
+
+    notes = {"blas": set_threads(threads), "threads": str(numba.get_num_threads())}
+    canary = LoadCanary()  # baseline taken now, before the microbenchmarks
+    stream = stream_read_gbps()
+    host = HostDevice(repeats=max(3, repeats // 2), threads=threads)
+    ops, launch = measure_host_ops(quick, repeats, progress=progress, stat=stat)
+    fit_runs = []
+    if launch_from_workloads:
+        fit_runs = [host.run(workload_config(*w)) for w in (QUICK_FIT_WORKLOADS if quick else FIT_WORKLOADS)]
+    freq = cpu_freq_mhz() or 2000.0
+    if not cpu_freq_mhz():
+        notes["cpu_freq"] = "psutil exposes no CPU frequency: nominal peaks assume 2000 MHz"
+    nominal = nominal_host_peaks(freq, numba.get_num_threads(), cpu_flags())
+    result = calibrate_ops(ops, stream, nominal, onchip_buffer_bytes(), psutil.virtual_memory().total,
+                           f"this host, {numba.get_num_threads()} thread(s), {freq:.0f} MHz",
+                           name, phase_runs=fit_runs, stat=stat)
+    workloads = QUICK_WORKLOADS if quick else HELDOUT_WORKLOADS
+    heldout = (lambda profile: heldout_e2e(profile, workloads, host, stat, canary)) if e2e else None
+    _write_profile(result, out, heldout)
+    return result, _summary(result, out, "host", stat, launch.time_s, stream, notes)
+
+
+def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: str, timeout_s: float,
+                     out, name: str) -> tuple[list[dict], dict]:
+    """Run the command per workload ((model, policy, prompt, new) tuples), fit the base profile's
+    efficiencies + launch overhead to the measured prefill and decode-step times, score on the
+    held-out workloads (every third), write the profile. A run that fails raises BackendError."""
+    from harmony_ref.backends.command import CommandDevice
+    from harmony_ref.backends.simulated import SimulatedDevice
+    from harmony_ref.config import RunConfig
+
+    base = load_profile(base_profile)
+    dev = CommandDevice(command_template, fmt, timeout_s)
+    rows, e2e_measured_ms, provenance = [], {}, {}
+    for i, (model, policy, prompt, new) in enumerate(workloads):
+        cfg = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
+                                   context_tokens=max(2048, prompt + new))
+        m = dev.run(cfg)
+        provenance.update({k: v for k, v in m.provenance.items()
+                           if k in ("device_model", "os_build", "cpu_info")})
+        for phase, metric in PHASE_METRICS.items():
+            if metric not in m.metrics:
+                raise ValueError(f"--format {fmt} output has no {metric}: phase calibration "
+                                 f"needs {list(PHASE_METRICS.values())}")
+            rows.append({"workload": cfg.label, "cfg": cfg, "phase": phase, "holdout": i % 3 == 2,
+                         "terms": phase_terms(base, cfg, phase),
+                         "measured_s": m.metrics.value(metric) / MS_PER_S})
+        if "e2e_ms" in m.metrics:
+            e2e_measured_ms[cfg.label] = m.metrics.value("e2e_ms")
+    start = PhaseFit(base.compute.compute_efficiency, base.memory.memory_efficiency,
+                     base.runtime.launch_overhead_us / US_PER_S, 0)
+    f = fit_phase_efficiencies([(r["terms"], r["measured_s"]) for r in rows if not r["holdout"]], start)
+    text, notes = profile_with_efficiencies(base_profile, f, name,
+                                            f"{base_profile} calibrated to {command_template!r}")
+    write_text_atomic(out, text)
+    sim = SimulatedDevice(load_profile(out))
+    table, scored = [], []  # scored[i]: table[i]'s (model, measured) pair, in the units scored
+    for r in rows:
+        predicted = sim.predict(r["cfg"])
+        pred_s = predicted.value(PHASE_METRICS[r["phase"]]) / MS_PER_S
+        table.append({"workload": r["workload"], "phase": r["phase"],
+                      "set": "held-out" if r["holdout"] else "fit",
+                      "measured_ms": r["measured_s"] * MS_PER_S, "model_ms": pred_s * MS_PER_S,
+                      "ape_pct": ape_pct(pred_s, r["measured_s"])})
+        scored.append((pred_s, r["measured_s"]))
+        if r["phase"] == "decode" and r["workload"] in e2e_measured_ms:
+            # end to end: prefill + every decode step, as the tool reported it; never fitted on
+            pred_ms, meas_ms = predicted.value("e2e_ms"), e2e_measured_ms[r["workload"]]
+            table.append({**table[-1], "phase": "e2e", "measured_ms": meas_ms, "model_ms": pred_ms,
+                          "ape_pct": ape_pct(pred_ms, meas_ms)})
+            scored.append((pred_ms, meas_ms))
+
+    def mape(set_name, phases):
+        pairs = [p for t, p in zip(table, scored) if t["set"] == set_name and t["phase"] in phases]
+        return mape_pct(pairs) if pairs else None
+
+    phases = tuple(PHASE_METRICS)
+    summary = {"profile": str(out), "backend": "command", "base_profile": base.name,
+               "compute_efficiency": f.compute_efficiency, "memory_efficiency": f.memory_efficiency,
+               "launch_overhead_us": f.launch_s * US_PER_S, "iterations": f.iterations,
+               "held_out_phase_mape_pct": mape("held-out", phases),
+               "held_out_e2e_mape_pct": mape("held-out", ("e2e",)),
+               "fit_phase_mape_pct": mape("fit", phases),
+               "provenance": provenance, "notes": notes}
+    return table, summary
