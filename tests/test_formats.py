@@ -1,0 +1,125 @@
+"""Every weight format in kernels/formats.FORMATS, walked through one table (ggml's
+test-quantize-fns): round trip against the input, fast against `_ref` (quantizer and matmul), the
+quantized dot against the float dot, and the stored size and array layout against the real
+arrays. Sizes are awkward on purpose; tolerances are named per format, and a format added to the
+table without them fails here."""
+
+import numpy as np
+import pytest
+
+from harmony_ref.kernels._testing import assert_within
+from harmony_ref.kernels.formats import FORMATS, format_of, quantize, stored_format
+from harmony_ref.quant.policy import parse_format
+
+GROUP = 32  # the int4 formats' group size under test (K below are multiples of it)
+AWKWARD_N = [1, 2, 3, 5, 7, 17, 33]
+AWKWARD_K = [32, 64, 96, 160]
+AWKWARD_M = [1, 2, 3, 5]
+
+# Round trip |w - dequantize(quantize(w))|, elementwise, as a function of w and the stored form.
+ROUNDTRIP_REL_SLACK = 2.0**-16  # of a step: the rounding decision is made in float32
+ROUNDTRIP_ABS_SLACK = 2.0**-22  # of max(|w|, step): float32 arithmetic in (q - zp) * s
+
+
+def _steps(name, stored, shape):
+    if name in ("int4", "int4-sym"):
+        return np.repeat(stored.scale.astype(np.float64), stored.group_size, axis=1)
+    return np.broadcast_to(stored.scale.astype(np.float64)[:, None], shape)  # int8: per row
+
+
+def _half_step_bound(name, w, stored):
+    s = _steps(name, stored, w.shape)
+    return s / 2 * (1 + ROUNDTRIP_REL_SLACK) + ROUNDTRIP_ABS_SLACK * np.maximum(np.abs(w), s)
+
+
+ROUNDTRIP_BOUND = {
+    "fp32": lambda w, stored: np.zeros(w.shape),  # stored as is
+    "fp16": lambda w, stored: np.abs(w) * 2.0**-11 + 2.0**-25,  # half a float16 ulp (subnormals too)
+    "int8": lambda w, stored: _half_step_bound("int8", w, stored),
+    "int4": lambda w, stored: _half_step_bound("int4", w, stored),
+    "int4-sym": lambda w, stored: _half_step_bound("int4-sym", w, stored),
+}
+# Kernel vs its `_ref`: the same integer (or float) arithmetic, differing only in float32 rounding
+# of the sums: this fraction of sum_k |x_k| |w_hat_k| (x_hat is within 1/254 of x per block).
+MAX_KERNEL_VS_REF_REL = {"fp32": 2.0**-16, "fp16": 2.0**-16, "int8": 2.0**-16, "int4": 2.0**-16,
+                         "int4-sym": 2.0**-16}
+# Quantized dot vs the float32 dot of the original weights (relative Frobenius error on Gaussian
+# weights with 1% 8x outliers): weight quantization, plus int8 activations for the integer kernels.
+# Measured on three seeds: fp32 1.4e-7, fp16 2.4e-4, int8 0.025, int4 0.10, int4-sym 0.154 (sym
+# spends a level on symmetry and cannot follow a row's offset).
+MAX_DOT_PRODUCT_ERROR = {"fp32": 1e-6, "fp16": 1e-3, "int8": 0.035, "int4": 0.14, "int4-sym": 0.20}
+
+
+def _weights(n, k, seed):
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((n, k)) * 0.05 + rng.uniform(-0.02, 0.02, (n, 1))).astype(np.float32)
+    w[rng.random(w.shape) < 0.01] *= 8.0  # a few outliers, as real projections have
+    return w
+
+
+def _x(m, k, seed):
+    rng = np.random.default_rng(seed + 1)
+    return (rng.standard_normal((m, k)) * rng.uniform(0.5, 3.0, (m, 1))).astype(np.float32)
+
+
+def test_the_table_names_match_and_every_format_has_tolerances():
+    assert set(FORMATS) == {"fp32", "fp16", "int8", "int4", "int4-sym"}
+    for table in (ROUNDTRIP_BOUND, MAX_KERNEL_VS_REF_REL, MAX_DOT_PRODUCT_ERROR):
+        assert set(table) == set(FORMATS)
+    for text in ("fp32", "fp16", "int8", "int4-g32", "int4-g128-sym"):
+        fmt = parse_format(text)
+        assert format_of(fmt).kind == fmt.kind
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+@pytest.mark.parametrize("n", AWKWARD_N)
+@pytest.mark.parametrize("k", AWKWARD_K)
+def test_round_trip_fast_vs_ref_size_and_layout(name, n, k):
+    f = FORMATS[name]
+    w = _weights(n, k, seed=n * 1000 + k)
+    stored = f.quantize(w, GROUP)
+    ref = f.quantize_ref(w, GROUP)
+    for a, b in zip(f.arrays(stored).values(), f.arrays(ref).values()):  # fast == _ref, bit for bit
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    assert_within(f.dequantize(stored), w, ROUNDTRIP_BOUND[name](w.astype(np.float64), stored),
+                  f"{name} round trip ({n}x{k})")
+    assert f.nbytes(n, k, GROUP) == stored.nbytes == sum(a.nbytes for a in f.arrays(stored).values())
+    back = f.from_arrays(f.arrays(stored), (n, k), GROUP)  # the layout artifacts store
+    assert np.array_equal(f.dequantize(back), f.dequantize(stored))
+    assert format_of(stored_format(stored)) is f
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+@pytest.mark.parametrize("m", AWKWARD_M)
+@pytest.mark.parametrize("n, k", [(1, 32), (3, 96), (17, 160), (33, 64)])
+def test_kernel_matches_its_ref(name, m, n, k):
+    f = FORMATS[name]
+    w, x = _weights(n, k, seed=7 * n + k), _x(m, k, seed=m)
+    stored = f.quantize(w, GROUP)
+    got, ref = f.matmul(x, f.prepare(stored)), f.matmul_ref(x, stored)
+    assert got.shape == ref.shape == (m, n) and got.dtype == np.float32
+    abs_sum = np.abs(x).astype(np.float64) @ np.abs(f.dequantize(stored)).T.astype(np.float64)
+    assert_within(got, ref, MAX_KERNEL_VS_REF_REL[name] * 1.01 * abs_sum, f"{name} kernel vs _ref")
+    vec = f.matmul(x[0], f.prepare(stored))  # a vector in, a vector out (BLAS: a GEMV, not a GEMM)
+    assert vec.shape == (n,)
+    assert_within(vec, got[0], MAX_KERNEL_VS_REF_REL[name] * 2.02 * abs_sum[0], f"{name} vector vs row")
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_quantized_dot_vs_float_dot(name):
+    f = FORMATS[name]
+    w, x = _weights(65, 512, seed=11), _x(3, 512, seed=12)
+    exact = x.astype(np.float64) @ w.T.astype(np.float64)
+    got = f.matmul(x, f.prepare(f.quantize(w, GROUP)))
+    rel = np.linalg.norm(got - exact) / np.linalg.norm(exact)
+    assert rel < MAX_DOT_PRODUCT_ERROR[name], f"{name}: relative error {rel:.3g}"
+
+
+def test_quantize_goes_through_the_table():
+    w = _weights(5, 64, seed=3)
+    for text in ("fp16", "int8", "int4-g32", "int4-g64-sym"):
+        fmt = parse_format(text)
+        stored = quantize(w, fmt)
+        assert stored_format(stored) == fmt
+    with pytest.raises(ValueError, match="not a stored weight matrix"):
+        stored_format(np.zeros((2, 2), np.int32))
