@@ -198,7 +198,7 @@ def decode_contexts(config: RunConfig) -> np.ndarray:
 
 def _decode_graphs(config: RunConfig):
     """Decode graphs at contexts 1 and 2: every other context follows from them (op quantities
-    are affine in the context, tests/test_graph.py holds that), so all scenarios share them."""
+    are affine in the context, tests/model/test_graph.py holds that), so all scenarios share them."""
     s = config.scenario
     kw = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
     return (build_graph(config.spec, config.policy, "decode", context=1, **kw),

@@ -4,7 +4,7 @@ draws, and the two Linux thermal governors that throttle the NPU through discret
 Layers, top to bottom:
 - `simulate(cfg, power_w, rate, duration_s)`: the entry point; returns a `ThermalTrace`.
 - `_simulate_core` (Numba, `cache=True`) and `simulate_ref` (plain NumPy/Python loops) step the
-  same model and are held equal by tests/test_thermal.py.
+  same model and are held equal by tests/device/test_thermal.py.
 - `sustained_generation` / `thermal_summary` (further down) drive the model with back-to-back
   decode, using the device cost model for time, ops and bytes per token at each frequency step.
 

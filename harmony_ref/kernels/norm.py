@@ -10,7 +10,7 @@ re-reads two intermediate arrays and pays three launches.
 
 Numba has no vectorised tanh on this platform (no SVML), so `_tanh` is a rational approximation
 (odd degree-13 / even degree-6 polynomials on a clamped argument, the form Eigen uses for float
-tanh); tests/test_kernels_norm.py bounds it against np.tanh (`TANH_APPROX_ABS_TOL`). Statistics use
+tanh); tests/kernels/test_norm.py bounds it against np.tanh (`TANH_APPROX_ABS_TOL`). Statistics use
 float32 with fastmath reassociation (partial sums per SIMD lane), like any vectorised reduction.
 """
 

@@ -17,7 +17,7 @@ Two decisions the recipe leaves open, and why:
 - The stored float16 scale is rounded *up* from the exact step. Rounded to nearest it could come
   out smaller than (max - min) / 15, the group would then span more than 15 steps and its extreme
   would clamp. Rounded up, every element is within half a stored step: |w - w'| <= s / 2 (plus
-  float32 arithmetic, bounded in tests/test_int4.py by `ROUNDTRIP_ABS_SLACK`).
+  float32 arithmetic, bounded in tests/quant/test_int4.py by `ROUNDTRIP_ABS_SLACK`).
 - The zero point is stored as int8, so it must stay in [-128, 127]. For a group far from zero
   relative to its spread (all positive, say [100.0, 100.1]) the recipe's zp = round(-min / s) - 8
   would be about -15000. We widen the step just enough to keep zp in range (s >= min / 119 for
@@ -30,7 +30,7 @@ Two decisions the recipe leaves open, and why:
   arbitrary float32. No division by zero happens for c == 0.
 
 `quantize_int4_ref` is the plain NumPy reference; `quantize_int4` is the Numba version and is
-held bit-identical to the reference by tests/test_int4.py.
+held bit-identical to the reference by tests/quant/test_int4.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Format, for a float matrix W of shape (N, K):
     scale   (N,)    float32  s = max|row| / 127; an all-zero row stores s = 0 and q = 0
 
 Round trip: |w - q * s| <= s / 2 (plus float32 arithmetic). `quantize_int8_ref` is the NumPy
-reference; `quantize_int8` the Numba version, held bit-identical by tests/test_int8.py.
+reference; `quantize_int8` the Numba version, held bit-identical by tests/quant/test_int8.py.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ tokens (the model's `max_seq_length` in sentence_bert_config.json; the tokenizer
 
 GELU: the checkpoint's config says `hidden_act = "gelu"`, which in BERT (HF transformers) is the
 exact form 0.5 x (1 + erf(x / sqrt 2)). We use the same erf form (scipy.special.erf) so the FP32
-path reproduces the upstream embeddings (tests/test_minilm_reference.py: cosine >= 0.9999). The
+path reproduces the upstream embeddings (tests/runtime/test_minilm_reference.py: cosine >= 0.9999). The
 fused kernel's tanh approximation can be selected with `gelu="tanh"` to measure what it changes.
 
 Linears are named as in the checkpoint (`encoder.layer.3.attention.self.query`,
@@ -90,7 +90,7 @@ def _gelu_erf_rows(x):
 
 def gelu_erf(x: np.ndarray) -> np.ndarray:
     """Exact-form GELU in Numba, erf to within 1.5e-7 (SciPy's float32 erf costs ~40 ns per
-    element, a third of the forward); held to `gelu_erf_ref` by tests/test_minilm.py."""
+    element, a third of the forward); held to `gelu_erf_ref` by tests/runtime/test_minilm.py."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     return _gelu_erf_rows(x.reshape(-1, x.shape[-1])).reshape(x.shape)
 

@@ -13,7 +13,7 @@ import pytest
 
 from harmony_ref.device.thermal import GOVERNOR_CODES, _simulate_core, pack_params, simulate_ref
 from harmony_ref.units import MS_PER_S
-from tests.test_thermal import make_cfg, workload
+from tests.device.test_thermal import make_cfg, workload
 
 HOUR_STEPS = 360_000
 REF_STEPS = 2_000  # the reference is ~500x slower; a short run is enough for its rate

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-FIXTURE = Path(__file__).parent / "fixtures" / "minilm"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "minilm"
 UPSTREAM_MIN_COSINE = 0.9999  # per sentence, FP32 NumPy vs sentence-transformers
 
 pytestmark = pytest.mark.network

@@ -78,7 +78,7 @@ def job_config():
 
 # --- the gate against fresh runs, with real changes to a profile or a policy -----------------
 
-SHIPPED = Path(__file__).resolve().parents[1] / "harmony_ref"
+SHIPPED = Path(__file__).resolve().parents[2] / "harmony_ref"
 
 
 def _baseline_with(tmp_path, profile: str, policy: str = "int4-g128") -> Path:
@@ -199,7 +199,7 @@ def test_command_backend_run_and_gate(tmp_path, capsys):
     command, so a fresh gate run re-runs the same benchmark."""
     import sys
 
-    fake = Path(__file__).parent / "fake_device" / "phone.py"
+    fake = Path(__file__).parents[1] / "fake_device" / "phone.py"
     cmd = f"{sys.executable} {fake} --model llama-3.2-3b --policy int4-g128 --prompt 512 --new 128"
     skip = ",".join(n for n in job.part_names() if n != "predicted")
     runs = tmp_path / "runs"
@@ -223,7 +223,7 @@ def test_committed_baseline_is_a_full_default_run():
     `harmony-ref run`'s default config with every part run."""
     from harmony_ref.commands.run import DEFAULTS
 
-    base = load_record(Path(__file__).resolve().parents[1] / "results" / "baseline.json")
+    base = load_record(Path(__file__).resolve().parents[2] / "results" / "baseline.json")
     assert {k: base.config[k] for k in DEFAULTS} == DEFAULTS
     assert {n: p["status"] for n, p in base.parts.items()} == {n: "ok" for n in job.part_names()}
     for name in ("ttft_ms", "decode_tokens_per_s", "peak_memory_mb", "host_gemv_speedup_x",

@@ -15,7 +15,7 @@ from harmony_ref.cli import main
 from harmony_ref.backends.base import Backend, BackendError
 from harmony_ref.backends.command import CommandDevice, fill_template, needs_shell
 
-FAKE = Path(__file__).parent / "fake_device"
+FAKE = Path(__file__).parents[1] / "fake_device"
 PY = shlex.quote(sys.executable)
 
 

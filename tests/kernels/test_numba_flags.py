@@ -1,6 +1,6 @@
 """Every compiled kernel in harmony_ref/kernels is cached (compile once per machine, not per
 process) and, when it is a top-level kernel rather than an inlined helper, parallel: `prange`
-loops are what make `numba.set_num_threads` apply (tests/test_kernels_matmul.py checks that the
+loops are what make `numba.set_num_threads` apply (tests/kernels/test_matmul.py checks that the
 thread count does not change results)."""
 
 import pytest

@@ -19,7 +19,7 @@ from harmony_ref.track import record as rec
 from harmony_ref.track.record import (SCHEMA_VERSION, Record, collect_provenance, load_record,
                                       write_json_atomic, write_record)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _record(n_metrics: int = 3) -> Record:
@@ -123,7 +123,7 @@ def test_killed_writer_leaves_no_half_file(tmp_path):
     child = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from tests.test_record import _record
+        from tests.track.test_record import _record
         from harmony_ref.track.record import write_record
         mode = sys.argv[1]
         if mode == "stuck":

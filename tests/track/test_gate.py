@@ -1,6 +1,6 @@
 """The gate's rules on records built here (exact/measured, U test, confirm-on-rerun, direction,
 tolerance TOML) and the command's exit codes on bad input. The end-to-end regression made by a
-real profile change lives in tests/test_run.py."""
+real profile change lives in tests/track/test_job.py."""
 
 import json
 
@@ -251,7 +251,7 @@ def test_tox_envs_run_the_gates():
     import configparser
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     tox = configparser.ConfigParser(interpolation=None)
     tox.read(root / "tox.ini")
     assert "python -m harmony_ref.track.perf" in tox["testenv:perf"]["commands"]

@@ -181,7 +181,7 @@ def phone_command(*extra):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).parent / "fake_device" / "phone.py"
+    script = Path(__file__).parents[1] / "fake_device" / "phone.py"
     return " ".join([shlex.quote(sys.executable), shlex.quote(str(script)), "--model {model} --policy {policy}",
                      "--prompt {prompt_tokens} --new {new_tokens}", *extra])
 

@@ -195,7 +195,7 @@ def test_backends_by_name_same_names_and_physics(tmp_path):
     host, physics, findings = m.metrics, m.physics, list(m.findings)
     assert STANDARD <= set(sim.names()) and STANDARD <= set(host.names())
     assert physics.startswith("not checked") and findings == []
-    fake = Path(__file__).parent / "fake_device" / "benchmark.py"
+    fake = Path(__file__).parents[1] / "fake_device" / "benchmark.py"
     cmd = " ".join(shlex.quote(s) for s in (sys.executable, str(fake), "--format", "llama-bench", "--scale", "0.1"))
     phone = RunConfig.from_names(model="llama-3.2-1b", policy="int4-g32")
     dev = make_backend("command", "harmony-flagship", command=cmd, fmt="llama-bench")

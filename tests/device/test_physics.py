@@ -15,7 +15,7 @@ from harmony_ref.backends.command import CommandDevice
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB
 
-FAKE = Path(__file__).parent / "fake_device"
+FAKE = Path(__file__).parents[1] / "fake_device"
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from harmony_ref.backends.parsers import ParseError, parse
 from harmony_ref.units import MB, MIB
 
-FIX = Path(__file__).parent / "fixtures" / "device_outputs"
+FIX = Path(__file__).parents[1] / "fixtures" / "device_outputs"
 REL = 1e-9
 
 
