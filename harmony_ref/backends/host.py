@@ -17,8 +17,8 @@ What it does, per config:
 5. records peak RSS (`peak_memory_mb`); CPU frequency and temperatures where psutil exposes them
    go to the provenance (environment, not performance; it says so when they are not exposed).
 6. the breakdown SimulatedDevice reports, for the model measured here, by the same code:
-   - exact, from the graph and memory model (model/graph.py, device/memory.py via
-     device/memory.py): weights_mb, kv_cache_mb, activations_mb, workspace_mb, app_budget_mb,
+   - exact, from the graph and memory model (model/graph.py, device/memory.py's
+     add_memory_metrics): weights_mb, kv_cache_mb, activations_mb, workspace_mb, app_budget_mb,
      memory_headroom_mb, fits_memory (budget: the host profile's RAM x app share when one is given,
      else this machine's total RAM from psutil, workspace 0; the provenance says which),
      prefill_kernel_launches (prefill graph ops), decode_dram_mb_per_token (DRAM bytes of the

@@ -2,7 +2,7 @@
 
 What it does, in order (`measure_host_coldstart`):
 1. Writes a real quantized weights file: `layers` matrices of (rows, cols) quantized group-wise
-   INT4 with `harmony_ref.quant.int4.quantize_int4`, stored as safetensors (packed uint8 nibbles,
+   INT4 (the "int4" entry of kernels/formats.py), stored as safetensors (packed uint8 nibbles,
    float16 scales, int8 zero points per layer), atomically (harmony_ref/_io.py).
 2. Before each cold measurement: fsync, then `os.posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)`,
    and checks the result with mincore(2) on a fresh read-only mapping (a mapping without touching
@@ -11,8 +11,8 @@ What it does, in order (`measure_host_coldstart`):
    available (non-Linux), the report says "unconfirmed".
 3. In a fresh Python subprocess per strategy (so peak RSS and JIT state are its own):
    - read: `safetensors.numpy.load_file` (the whole file copied into process memory);
-   - mmap: the safetensors header parsed and every tensor an `np.memmap` view (nothing read until
-     used; page faults move the I/O into the first inference).
+   - mmap: the safetensors header parsed (checkpoint/safetensors.py) and every tensor an
+     `np.memmap` view (nothing read until used; page faults move the I/O into the first inference).
    Each then times the first GEMV over every layer (cold: page faults for mmap, cold CPU caches)
    and the steady-state GEMV (best of `steady_repeats`: on a shared machine other processes only
    ever add time, so the fastest pass is the one closest to what the hardware does; the median is

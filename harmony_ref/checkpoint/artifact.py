@@ -15,7 +15,7 @@ Linear's weight stored in its policy format:
 Manifest, in the safetensors header's `__metadata__` (strings only, by the format):
 
     format            "harmony-ref-quantized-encoder"
-    format_version    "1"
+    format_version    "2"
     policy            the policy as TOML (it reloads with harmony_ref.quant.policy)
     layers            JSON {linear: {"format", "shape", "group_size", "scheme"}}
     tensor_sha256     JSON {tensor: SHA-256 of its raw little-endian bytes}
@@ -28,12 +28,12 @@ Manifest, in the safetensors header's `__metadata__` (strings only, by the forma
 A file cannot hold the hash of itself, so the whole file is covered in two parts: header_sha256
 (the header's content; a changed policy, layer format or group size is refused, not misread) and
 payload_sha256 (every byte after the header); `verify` also prints the file's own SHA-256 for
-pinning elsewhere. Verification parses the header itself (the safetensors library would only say
-"invalid header" for a truncated file), checks the header hash, every tensor's byte range against
+pinning elsewhere. Verification parses the header itself (checkpoint/safetensors.py: the library
+would only say "invalid header" for a truncated file), checks the header hash, every tensor's byte range against
 the file length, every tensor's hash, the payload hash and that no bytes trail the data: each
 failure raises ArtifactError naming the tensor or manifest part. Loading verifies and decodes the
-same bytes read once, so the file cannot change in between. Files are written
-atomically (temporary file in the same directory, fsync, rename).
+same bytes read once, so the file cannot change in between. Each Linear's arrays are named and
+rebuilt by its format's entry in kernels/formats.py. Files are written atomically (_io.py).
 """
 
 from __future__ import annotations

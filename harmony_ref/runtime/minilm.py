@@ -12,14 +12,16 @@ tokens (the model's `max_seq_length` in sentence_bert_config.json; the tokenizer
 
 GELU: the checkpoint's config says `hidden_act = "gelu"`, which in BERT (HF transformers) is the
 exact form 0.5 x (1 + erf(x / sqrt 2)). We use the same erf form (scipy.special.erf) so the FP32
-path reproduces the upstream embeddings (tests/runtime/test_minilm_reference.py: cosine >= 0.9999). The
-fused kernel's tanh approximation can be selected with `gelu="tanh"` to measure what it changes.
+path reproduces the upstream embeddings (tests/runtime/test_minilm_reference.py: cosine >=
+0.9999). The fused kernel's tanh approximation can be selected with `gelu="tanh"` to measure what
+it changes.
 
 Linears are named as in the checkpoint (`encoder.layer.3.attention.self.query`,
 `...attention.output.dense`, `...intermediate.dense`, `...output.dense`), and the policy's
 `format_for(name)` decides the format: fp32 (NumPy matmul), fp16 (weights rounded to float16),
-int8 (`matmul_w8`) or int4 (`matmul_w4`). Embeddings, LayerNorms and biases stay FP32. Weights
-are quantized once per (policy, checkpoint) and cached on the model.
+int8 (`matmul_w8`) or int4 (`matmul_w4`), each a QuantLinear (runtime/linear.py) dispatching
+through kernels/formats.py. Embeddings, LayerNorms and biases stay FP32. Weights are quantized
+once per (policy, checkpoint) and cached on the model.
 """
 
 from __future__ import annotations
