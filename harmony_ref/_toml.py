@@ -3,7 +3,7 @@ tolerances, a policy inside an artifact's manifest) is parsed here, with `tomlli
 and `tomli` (the same parser, a declared dependency) on 3.10.
 
     data = loads(text, "results/plan.toml")                                 # errors name the source
-    data, source = read_toml("profile", "device/profiles", "harmony-flagship")  # a shipped file by name
+    data, source = read_toml("profile", "device/profiles", "harmony-flagship")  # shipped, by name
     data, source = read_toml("policy", "policies", "my-policy.toml")            # or a user's path
 
 A name that is not an existing path and does not end in .toml is looked up among the files

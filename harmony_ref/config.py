@@ -33,7 +33,7 @@ from harmony_ref.model.spec import SPECS_FOLDER, ModelSpec, get_spec
 from harmony_ref.quant.policy import POLICIES_FOLDER, Policy, load_policy
 
 BACKENDS = ("simulated", "host", "command")
-KV_DTYPES = ("fp16", "int8")  # as kernels.attention.KVCache stores them (not imported: no Numba here)
+KV_DTYPES = ("fp16", "int8")  # as kernels.attention.KVCache stores them (not imported: no Numba)
 CONFIG_FIELDS = ("model", "policy", "profile", "scenario", "backend")
 SCENARIO_FIELDS = ("prompt_tokens", "new_tokens", "context_tokens", "batch")
 DEFAULT_PROFILE = "harmony-flagship"
@@ -47,7 +47,8 @@ class Scenario:
     batch: int = 1
 
     def __post_init__(self):
-        for name, lo in (("prompt_tokens", 1), ("new_tokens", 0), ("context_tokens", 1), ("batch", 1)):
+        for name, lo in (("prompt_tokens", 1), ("new_tokens", 0), ("context_tokens", 1),
+                         ("batch", 1)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"scenario: field '{name}' = {v!r}: must be an int >= {lo}")
@@ -64,26 +65,29 @@ class RunConfig:
     policy: Policy
     scenario: Scenario = field(default_factory=Scenario)
     fused: bool = True
-    kv_dtype: str = "fp16"  # KV cache storage: fp16, or int8 with one float32 scale per head per token
+    kv_dtype: str = "fp16"  # KV cache: fp16, or int8 with one float32 scale per head per token
     profile: str = DEFAULT_PROFILE  # the device: a shipped profile name or a profile TOML path
     backend: str = "simulated"
     backend_options: tuple[tuple[str, str], ...] = ()  # e.g. (("command", ...), ("format", ...))
 
     def __post_init__(self):
         if self.kv_dtype not in KV_DTYPES:
-            raise ValueError(f"config: field 'kv_dtype' = {self.kv_dtype!r}: must be one of {list(KV_DTYPES)}")
+            raise ValueError(f"config: field 'kv_dtype' = {self.kv_dtype!r}: must be one of "
+                             f"{list(KV_DTYPES)}")
         if self.backend not in BACKENDS:
-            raise ValueError(f"config: field 'backend' = {self.backend!r}: must be one of {list(BACKENDS)}")
+            raise ValueError(f"config: field 'backend' = {self.backend!r}: must be one of "
+                             f"{list(BACKENDS)}")
         if not (isinstance(self.profile, str) and self.profile):
-            raise ValueError(f"config: field 'profile' = {self.profile!r}: must be a non-empty string")
+            raise ValueError(f"config: field 'profile' = {self.profile!r}: must be a non-empty "
+                             "string")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.backend_options):
             raise ValueError(f"config: field 'backend_options' = {self.backend_options!r}: "
                              "must be (name, value) strings")
         # TTFT is the first generated token: a decoder scenario with nothing to generate has none
         # (and would report a TTFT longer than its end-to-end time).
         if self.spec.is_decoder and self.scenario.new_tokens < 1:
-            raise ValueError(f"config: new_tokens = {self.scenario.new_tokens}: {self.spec.name} is a "
-                             f"decoder, it must generate at least 1 token")
+            raise ValueError(f"config: new_tokens = {self.scenario.new_tokens}: {self.spec.name} is "
+                             "a decoder, it must generate at least 1 token")
         # An encoder runs one forward pass over the prompt; new/context tokens do not apply.
         if not self.spec.is_decoder and self.scenario.prompt_tokens > self.spec.max_positions:
             raise ValueError(

@@ -35,7 +35,7 @@ LAYERS = [
     ("commands", ("commands",)),
     ("cli", ("cli", "__main__")),
 ]
-__doc__ += "\n".join(f"    {i:2d}. {name}: {', '.join(tops)}" for i, (name, tops) in enumerate(LAYERS)) + "\n"
+__doc__ += "".join(f"    {i:2d}. {name}: {', '.join(tops)}\n" for i, (name, tops) in enumerate(LAYERS))
 
 # Loading the package's own modules by name is allowed only where discovering them is the point.
 DYNAMIC_IMPORT_ALLOWED = {"harmony_ref.cli"}  # commands are discovered, not listed
@@ -141,8 +141,8 @@ def layer_problems(root: Path, package: str, layers) -> list[str]:
         for target, line in sorted(graph[module]):
             theirs = layer_index(target, package, layers)
             if theirs is not None and theirs > mine:
-                problems.append(f"{module}:{line} imports {target}: layer {layers[mine][0]} must not "
-                                f"import from {layers[theirs][0]} (above it)")
+                problems.append(f"{module}:{line} imports {target}: layer {layers[mine][0]} "
+                                f"must not import from {layers[theirs][0]} (above it)")
     for comp in cycles({m: {t for t, _ in es} for m, es in graph.items()}):
         problems.append("import cycle: " + " -> ".join(comp))
     return problems
@@ -186,7 +186,8 @@ def test_no_module_loads_its_own_package_by_name():
 
 
 def test_only_the_toml_loader_imports_a_toml_parser():
-    offenders = [f"{m}:{line}" for m, path in modules(ROOT, "harmony_ref").items() if m != TOML_LOADER
+    offenders = [f"{m}:{line}" for m, path in modules(ROOT, "harmony_ref").items()
+                 if m != TOML_LOADER
                  for name, line in imports(path, m, path.name == "__init__.py")
                  if name.split(".")[0] in ("tomllib", "tomli")]
     assert offenders == []
@@ -236,7 +237,8 @@ def test_checker_catches_an_upward_import_inside_a_function(tmp_path):
         "high/b.py": "def g():\n    return 1\n",
     })
     problems = layer_problems(root, "pkg", FAKE_LAYERS)
-    assert problems == ["pkg.low.a:2 imports pkg.high.b: layer low must not import from high (above it)"]
+    assert problems == [
+        "pkg.low.a:2 imports pkg.high.b: layer low must not import from high (above it)"]
 
 
 def test_checker_catches_a_cycle_through_a_relative_import(tmp_path):
@@ -247,7 +249,8 @@ def test_checker_catches_a_cycle_through_a_relative_import(tmp_path):
         "low/b.py": "x = 1\ndef later():\n    from pkg.low.c import z\n",
         "low/c.py": "from pkg.low import a\nz = 2\n",
     })
-    assert layer_problems(root, "pkg", FAKE_LAYERS) == ["import cycle: pkg.low.a -> pkg.low.b -> pkg.low.c"]
+    assert layer_problems(root, "pkg", FAKE_LAYERS) == [
+        "import cycle: pkg.low.a -> pkg.low.b -> pkg.low.c"]
 
 
 def test_checker_catches_undeclared_modules_and_dynamic_self_loading(tmp_path):
@@ -267,4 +270,5 @@ def test_checker_catches_undeclared_modules_and_dynamic_self_loading(tmp_path):
 def test_toml_imports_are_seen_anywhere(tmp_path, text):
     root = _package(tmp_path, {"__init__.py": "", "low/__init__.py": "", "low/a.py": text})
     path = root / "pkg" / "low" / "a.py"
-    assert any(n.split(".")[0] in ("tomllib", "tomli") for n, _ in imports(path, "pkg.low.a", False))
+    names = [n for n, _ in imports(path, "pkg.low.a", False)]
+    assert any(n.split(".")[0] in ("tomllib", "tomli") for n in names)

@@ -105,7 +105,8 @@ def _kv_cache(ctx: HostContext, length: int) -> KVCache:
     s = ctx.spec
     cache = KVCache(ctx.context_tokens, s.n_kv_heads, s.head_dim, ctx.kv_dtype)
     if length:
-        cache.append(ctx.rand(length, s.n_kv_heads, s.head_dim), ctx.rand(length, s.n_kv_heads, s.head_dim))
+        cache.append(ctx.rand(length, s.n_kv_heads, s.head_dim),
+                     ctx.rand(length, s.n_kv_heads, s.head_dim))
     return cache
 
 
@@ -204,7 +205,8 @@ def build_op(op, prims: list, ctx: HostContext, graph):
     while i < len(prims):
         p = prims[i]
         if p.kind == "attn_qk":
-            fused = i + 2 < len(prims) and prims[i + 1].kind == "softmax" and prims[i + 2].kind == "attn_pv"
+            fused = (i + 2 < len(prims) and prims[i + 1].kind == "softmax"
+                     and prims[i + 2].kind == "attn_pv")
             calls.append(_attention(p, ctx, graph, fused))
             i += 3 if fused else 1
             continue

@@ -1,7 +1,7 @@
 """The whole calibration, step by step: what `harmony-ref calibrate` runs.
 
     result, summary = calibrate_host("host.toml", quick=True)                 # this CPU
-    result, summary = calibrate_op_file("ops.csv", "phone.toml", name="phone")  # a device's op times
+    result, summary = calibrate_op_file("ops.csv", "phone.toml", name="phone")  # device op times
     table, summary = calibrate_phases(command, "llama-bench", workloads, "harmony-flagship",
                                       600.0, "phone.toml", "phone")         # a phone's phase times
 
@@ -25,7 +25,8 @@ from harmony_ref.calibrate.error import (FIT_WORKLOADS, HELDOUT_WORKLOADS, QUICK
                                          workload_config)
 from harmony_ref.calibrate.fit import (PHASE_METRICS, PhaseFit, fit, fit_phase_efficiencies,
                                        load_op_times, phase_terms, seed_rates)
-from harmony_ref.calibrate.write import calibration_toml, nominal_host_peaks, profile_with_efficiencies
+from harmony_ref.calibrate.write import (calibration_toml, nominal_host_peaks,
+                                         profile_with_efficiencies)
 from harmony_ref.device.profile import load_profile
 from harmony_ref.metrics import ape_pct, mape_pct
 from harmony_ref.units import GB, GIGA, MS_PER_S, US_PER_S
@@ -39,7 +40,8 @@ def _write_profile(result: Calibration, out, heldout=None) -> None:
     if heldout is not None:
         result.e2e = heldout(profile)
     # the profile carries its own held-out error ([calibration]), read back through the schema
-    write_text_atomic(out, result.profile_toml.rstrip("\n") + "\n\n" + calibration_toml(result) + "\n")
+    text = result.profile_toml.rstrip("\n") + "\n\n" + calibration_toml(result) + "\n"
+    write_text_atomic(out, text)
     load_profile(out)
 
 
@@ -82,8 +84,8 @@ def calibrate_op_file(path, out, name: str = "host", stream_gbps: float | None =
     first = fit(ops, seed_bandwidth=(stream_gbps or 10.0) * GB, seed_rates=seed_rates(ops))
     stream = stream_gbps or first.bandwidth_bytes_per_s / GB
     nominal = dict(first.rates)  # no nominal peaks known: efficiency 1
-    result = calibrate_ops(ops, stream, nominal, onchip_buffer_bytes(), psutil.virtual_memory().total,
-                           f"fitted to {path}", name)
+    result = calibrate_ops(ops, stream, nominal, onchip_buffer_bytes(),
+                           psutil.virtual_memory().total, f"fitted to {path}", name)
     _write_profile(result, out)
     notes = {"e2e": "not run: --backend command fits op times from a file"}
     return result, _summary(result, out, "command", stat, None, stream, notes)
@@ -98,7 +100,8 @@ def calibrate_host(out, name: str = "host", quick: bool = False, repeats: int = 
 
     from harmony_ref._threads import set_threads
     from harmony_ref.backends.host import HostDevice
-    from harmony_ref.backends.host_timing import cpu_flags, cpu_freq_mhz, onchip_buffer_bytes, stream_read_gbps
+    from harmony_ref.backends.host_timing import (cpu_flags, cpu_freq_mhz, onchip_buffer_bytes,
+                                                  stream_read_gbps)
     from harmony_ref.calibrate.microbench import LoadCanary, measure_host_ops
 
     notes = {"blas": set_threads(threads), "threads": str(numba.get_num_threads())}
@@ -108,12 +111,14 @@ def calibrate_host(out, name: str = "host", quick: bool = False, repeats: int = 
     ops, launch = measure_host_ops(quick, repeats, progress=progress, stat=stat)
     fit_runs = []
     if launch_from_workloads:
-        fit_runs = [host.run(workload_config(*w)) for w in (QUICK_FIT_WORKLOADS if quick else FIT_WORKLOADS)]
+        fit_runs = [host.run(workload_config(*w))
+                    for w in (QUICK_FIT_WORKLOADS if quick else FIT_WORKLOADS)]
     freq = cpu_freq_mhz() or 2000.0
     if not cpu_freq_mhz():
         notes["cpu_freq"] = "psutil exposes no CPU frequency: nominal peaks assume 2000 MHz"
     nominal = nominal_host_peaks(freq, numba.get_num_threads(), cpu_flags())
-    result = calibrate_ops(ops, stream, nominal, onchip_buffer_bytes(), psutil.virtual_memory().total,
+    result = calibrate_ops(ops, stream, nominal, onchip_buffer_bytes(),
+                           psutil.virtual_memory().total,
                            f"this host, {numba.get_num_threads()} thread(s), {freq:.0f} MHz",
                            name, phase_runs=fit_runs, stat=stat)
     workloads = QUICK_WORKLOADS if quick else HELDOUT_WORKLOADS
@@ -122,8 +127,8 @@ def calibrate_host(out, name: str = "host", quick: bool = False, repeats: int = 
     return result, _summary(result, out, "host", stat, launch.time_s, stream, notes)
 
 
-def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: str, timeout_s: float,
-                     out, name: str) -> tuple[list[dict], dict]:
+def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: str,
+                     timeout_s: float, out, name: str) -> tuple[list[dict], dict]:
     """Run the command per workload ((model, policy, prompt, new) tuples), fit the base profile's
     efficiencies + launch overhead to the measured prefill and decode-step times, score on the
     held-out workloads (every third), write the profile. A run that fails raises BackendError."""
@@ -151,7 +156,8 @@ def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: s
             e2e_measured_ms[cfg.label] = m.metrics.value("e2e_ms")
     start = PhaseFit(base.compute.compute_efficiency, base.memory.memory_efficiency,
                      base.runtime.launch_overhead_us / US_PER_S, 0)
-    f = fit_phase_efficiencies([(r["terms"], r["measured_s"]) for r in rows if not r["holdout"]], start)
+    f = fit_phase_efficiencies([(r["terms"], r["measured_s"]) for r in rows if not r["holdout"]],
+                               start)
     text, notes = profile_with_efficiencies(base_profile, f, name,
                                             f"{base_profile} calibrated to {command_template!r}")
     write_text_atomic(out, text)

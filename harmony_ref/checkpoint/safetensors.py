@@ -59,7 +59,8 @@ def read_header(path: str | Path) -> tuple[dict, int]:
     with open(path, "rb") as f:
         prefix = f.read(HEADER_LEN_BYTES)
         n = struct.unpack("<Q", prefix)[0] if len(prefix) == HEADER_LEN_BYTES else 0
-        header, n = _header(prefix, f.read(min(n, max(size - HEADER_LEN_BYTES, 0))), size, str(path))
+        rest = f.read(min(n, max(size - HEADER_LEN_BYTES, 0)))  # never more than the file has
+        header, n = _header(prefix, rest, size, str(path))
     return header, HEADER_LEN_BYTES + n
 
 

@@ -78,8 +78,8 @@ def run(args) -> int:
         if not args.ops:
             raise ValueError("--backend command needs --ops CSV (op times measured on the device) "
                              "or --command/--format/--workloads (phase times from repeated runs)")
-        result, summary = calibrate.calibrate_op_file(args.ops, args.out, args.name, args.stream_gbps,
-                                                      args.stat)
+        result, summary = calibrate.calibrate_op_file(args.ops, args.out, args.name,
+                                                      args.stream_gbps, args.stat)
     else:
         from harmony_ref.calibrate.microbench import count_host_ops
 
@@ -87,7 +87,8 @@ def run(args) -> int:
             task = prog.add_task("microbenchmarks", total=count_host_ops(args.quick))
             result, summary = calibrate.calibrate_host(
                 args.out, args.name, args.quick, args.repeats, args.threads, args.stat,
-                args.launch_from_workloads, e2e=not args.no_e2e, progress=lambda: prog.advance(task))
+                args.launch_from_workloads, e2e=not args.no_e2e,
+                progress=lambda: prog.advance(task))
     if args.json:
         print_json({**summary, "ops": result.op_table().to_dict(orient="records"),
                     "e2e": result.e2e})
@@ -136,8 +137,8 @@ def _run_phase_calibration(args) -> int:
         raise ValueError("--command needs --format")
     workloads = _parse_workloads(args.workloads)
     try:
-        table, summary = calibrate_phases(args.command_template, args.format, workloads, args.profile,
-                                          args.timeout, args.out, args.name)
+        table, summary = calibrate_phases(args.command_template, args.format, workloads,
+                                          args.profile, args.timeout, args.out, args.name)
     except BackendError as e:
         print(f"harmony-ref calibrate: error: {e}", file=sys.stderr)
         return 1

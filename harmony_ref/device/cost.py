@@ -88,8 +88,8 @@ class Roofline:
     launch_s: float
 
     @classmethod
-    def of(cls, profile: DeviceProfile, compute_freq_scale: float = 1.0, memory_freq_scale: float = 1.0,
-           efficiencies: bool = True) -> "Roofline":
+    def of(cls, profile: DeviceProfile, compute_freq_scale: float = 1.0,
+           memory_freq_scale: float = 1.0, efficiencies: bool = True) -> "Roofline":
         """`profile`'s rates at the given DVFS scales; `efficiencies=False` uses the bare peaks."""
         c, m = profile.compute, profile.memory
         ce, me = (c.compute_efficiency, m.memory_efficiency) if efficiencies else (1.0, 1.0)
@@ -106,8 +106,8 @@ def dram_bytes(streamed, other, tile, onchip_bytes):
     return streamed * passes + other
 
 
-def op_time_s(flops, vector_flops, nbytes, matmul_ops_per_s, vector_ops_per_s, bandwidth_bytes_per_s,
-              launch_s, launches=1):
+def op_time_s(flops, vector_flops, nbytes, matmul_ops_per_s, vector_ops_per_s,
+              bandwidth_bytes_per_s, launch_s, launches=1):
     """(time_s, compute_s, memory_s) of an op: time = max(compute, memory) + launches x launch_s."""
     compute = flops / matmul_ops_per_s + vector_flops / vector_ops_per_s
     memory = nbytes / bandwidth_bytes_per_s
@@ -198,7 +198,8 @@ def decode_contexts(config: RunConfig) -> np.ndarray:
 
 def _decode_graphs(config: RunConfig):
     """Decode graphs at contexts 1 and 2: every other context follows from them (op quantities
-    are affine in the context, tests/model/test_graph.py holds that), so all scenarios share them."""
+    are affine in the context, tests/model/test_graph.py holds that), so all scenarios share
+    them."""
     s = config.scenario
     kw = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
     return (build_graph(config.spec, config.policy, "decode", context=1, **kw),

@@ -1,4 +1,4 @@
-"""Per-layer sensitivity of MiniLM to quantization: one Linear at a time in a format, all others FP32.
+"""Per-layer sensitivity of MiniLM to quantization: one Linear at a time in a format, the rest FP32.
 
     rows = layer_losses("int4-g32", model, evalset)     # one dict per Linear
     df = sensitivity("int4-g32")                         # the same, ranked, as a DataFrame
@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from harmony_ref._io import write_text_atomic
-from harmony_ref.eval.embedding import EvalSet, model_or_default, compare, fp32_embeddings, load_pairs
+from harmony_ref.eval.embedding import (EvalSet, compare, fp32_embeddings, load_pairs,
+                                        model_or_default)
 from harmony_ref.quant.policy import WeightFormat, parse_format
 
 LOSS_CACHE_VERSION = 2  # bump when the forward or the loss definition changes

@@ -31,7 +31,8 @@ from typing import Callable
 
 import numpy as np
 
-from harmony_ref.kernels.matmul import matmul_w4, matmul_w4_ref, matmul_w8, matmul_w8_ref, prepare_w4, prepare_w8
+from harmony_ref.kernels.matmul import (matmul_w4, matmul_w4_ref, matmul_w8, matmul_w8_ref, prepare_w4,
+                                        prepare_w8)
 from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4, quantize_int4, quantize_int4_ref
 from harmony_ref.quant.int8 import Int8Tensor, dequantize_int8, quantize_int8, quantize_int8_ref
 from harmony_ref.quant.policy import WeightFormat, parse_format
@@ -115,7 +116,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in [
         kernel="numba matmul_w8",
         nbytes=lambda n, k, group_size=None: WeightFormat("int8").nbytes(n, k),
         arrays=lambda t: {".values": t.values, ".scale": t.scale},
-        from_arrays=lambda a, shape, group_size=None: Int8Tensor(a[".values"], a[".scale"], tuple(shape)),
+        from_arrays=lambda a, shape, group_size=None: Int8Tensor(a[".values"], a[".scale"],
+                                                                 tuple(shape)),
     ),
     _int4_format("asym"),
     _int4_format("sym"),
@@ -137,7 +139,8 @@ def quantize(w, fmt: WeightFormat):
 def stored_format(stored) -> WeightFormat:
     """The WeightFormat a stored matrix is in."""
     if isinstance(stored, Int4Tensor):
-        return parse_format(f"int4-g{stored.group_size}" + ("-sym" if stored.scheme == "sym" else ""))
+        sym = "-sym" if stored.scheme == "sym" else ""
+        return parse_format(f"int4-g{stored.group_size}{sym}")
     if isinstance(stored, Int8Tensor):
         return parse_format("int8")
     if isinstance(stored, np.ndarray) and stored.dtype in (np.float16, np.float32):

@@ -96,7 +96,8 @@ class ModelSpec:
             raise ValueError(f"model spec {self.name!r}: field 'activation' = {self.activation!r}: "
                              f"must be one of {list(ACTIVATIONS)}")
         if not self.norm_eps > 0:
-            raise ValueError(f"model spec {self.name!r}: field 'norm_eps' = {self.norm_eps!r}: must be > 0")
+            raise ValueError(f"model spec {self.name!r}: field 'norm_eps' = {self.norm_eps!r}: "
+                             "must be > 0")
         if self.kind == DECODER and not self.rope_theta > 0:
             raise ValueError(f"model spec {self.name!r}: field 'rope_theta' = {self.rope_theta!r}: "
                              "a decoder needs rope_theta > 0")
@@ -183,7 +184,8 @@ class ModelSpec:
 
 
 # What a spec file must state even where the dataclass has a default (a forward reads them).
-REQUIRED_IN_FILES = {DECODER: ("norm_eps", "activation", "rope_theta"), ENCODER: ("norm_eps", "activation")}
+REQUIRED_IN_FILES = {DECODER: ("norm_eps", "activation", "rope_theta"),
+                     ENCODER: ("norm_eps", "activation")}
 
 
 def spec_from_dict(data: dict, source: str) -> ModelSpec:
@@ -211,7 +213,8 @@ def _shipped(name: str) -> ModelSpec:
     data, source = read_toml("model spec", SPECS_FOLDER, name)
     spec = spec_from_dict(data, source)
     if spec.name != name:
-        raise ValueError(f"{source}: field 'name' = {spec.name!r}: must be the file's name {name!r}")
+        raise ValueError(f"{source}: field 'name' = {spec.name!r}: must be the file's name "
+                         f"{name!r}")
     return spec
 
 

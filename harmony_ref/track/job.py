@@ -39,7 +39,7 @@ from harmony_ref.track.record import Record, collect_provenance
 class Part:
     name: str
     title: str
-    func: Callable[[RunConfig], "Metrics | tuple[Metrics, dict]"]  # dict: extra facts for the record
+    func: Callable[[RunConfig], "Metrics | tuple[Metrics, dict]"]  # dict: extra record facts
 
 
 def _predicted(config: RunConfig):

@@ -34,7 +34,7 @@ def _half_step_bound(name, w, stored):
 
 ROUNDTRIP_BOUND = {
     "fp32": lambda w, stored: np.zeros(w.shape),  # stored as is
-    "fp16": lambda w, stored: np.abs(w) * 2.0**-11 + 2.0**-25,  # half a float16 ulp (subnormals too)
+    "fp16": lambda w, stored: np.abs(w) * 2.0**-11 + 2.0**-25,  # half a float16 ulp, subnormals too
     "int8": lambda w, stored: _half_step_bound("int8", w, stored),
     "int4": lambda w, stored: _half_step_bound("int4", w, stored),
     "int4-sym": lambda w, stored: _half_step_bound("int4-sym", w, stored),
@@ -83,7 +83,8 @@ def test_round_trip_fast_vs_ref_size_and_layout(name, n, k):
         assert a.dtype == b.dtype and np.array_equal(a, b), name
     assert_within(f.dequantize(stored), w, ROUNDTRIP_BOUND[name](w.astype(np.float64), stored),
                   f"{name} round trip ({n}x{k})")
-    assert f.nbytes(n, k, GROUP) == stored.nbytes == sum(a.nbytes for a in f.arrays(stored).values())
+    arrays = f.arrays(stored)
+    assert f.nbytes(n, k, GROUP) == stored.nbytes == sum(a.nbytes for a in arrays.values())
     back = f.from_arrays(f.arrays(stored), (n, k), GROUP)  # the layout artifacts store
     assert np.array_equal(f.dequantize(back), f.dequantize(stored))
     assert format_of(stored_format(stored)) is f
@@ -102,7 +103,8 @@ def test_kernel_matches_its_ref(name, m, n, k):
     assert_within(got, ref, MAX_KERNEL_VS_REF_REL[name] * 1.01 * abs_sum, f"{name} kernel vs _ref")
     vec = f.matmul(x[0], f.prepare(stored))  # a vector in, a vector out (BLAS: a GEMV, not a GEMM)
     assert vec.shape == (n,)
-    assert_within(vec, got[0], MAX_KERNEL_VS_REF_REL[name] * 2.02 * abs_sum[0], f"{name} vector vs row")
+    bound = MAX_KERNEL_VS_REF_REL[name] * 2.02 * abs_sum[0]
+    assert_within(vec, got[0], bound, f"{name} vector vs row")
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))

@@ -125,22 +125,28 @@ def test_ops_carry_the_shapes_their_counts_come_from(name, batch):
     byte counts, fused or not."""
     spec = get_spec(name)
     a = graph.ACT_BYTES
-    phases = [("prefill", dict(tokens=7))] + ([("decode", dict(context=9))] if spec.is_decoder else [])
+    phases = [("prefill", dict(tokens=7))]
+    if spec.is_decoder:
+        phases.append(("decode", dict(context=9)))
     for phase, kw in phases:
         unfused = build_graph(spec, load_policy("int4-g128"), phase, fused=False, batch=batch, **kw)
         for op in unfused.ops:
             assert op.m > 0 and op.n > 0, op.name
             if op.kind == "matmul":
                 assert op.flops == 2.0 * op.m * op.n * op.k, op.name
-                assert (op.act_in_bytes, op.act_out_bytes) == (op.m * op.k * a, op.m * op.n * a), op.name
-            elif op.kind in ("bias", "activation", "gate_mul", "residual_add", "rope", "norm", "embedding"):
+                assert op.act_in_bytes == op.m * op.k * a, op.name
+                assert op.act_out_bytes == op.m * op.n * a, op.name
+            elif op.kind in ("bias", "activation", "gate_mul", "residual_add", "rope", "norm",
+                             "embedding"):
                 assert op.act_out_bytes == op.m * op.n * a, op.name
             elif op.kind in ("kv_write", "pool"):
                 assert op.act_in_bytes == op.m * op.n * a, op.name
             elif op.kind == "softmax":
-                assert op.m * op.n == batch * spec.n_heads * unfused.tokens * unfused.context, op.name
+                scores = batch * spec.n_heads * unfused.tokens * unfused.context
+                assert op.m * op.n == scores, op.name
             else:  # attn_qk, attn_pv
-                assert (op.m, op.n, op.k) == (batch * unfused.tokens, unfused.context, spec.head_dim)
+                want = (batch * unfused.tokens, unfused.context, spec.head_dim)
+                assert (op.m, op.n, op.k) == want, op.name
         fused = build_graph(spec, load_policy("int4-g128"), phase, batch=batch, **kw)
         first = {op.name: op for op in unfused.ops}
         for op in fused.ops:  # a fused op keeps the shape of its first op

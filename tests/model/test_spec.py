@@ -85,13 +85,14 @@ def test_decoder_forward_fields_follow_the_published_configs():
     l3 = get_spec("llama-3.2-3b")
     assert (l3.norm_eps, l3.activation, l3.rope_theta) == (1e-5, "silu", 500000.0)
     rs = l3.rope_scaling
-    assert (rs.kind, rs.factor, rs.low_freq_factor, rs.high_freq_factor, rs.original_max_positions) == (
-        "llama3", 32.0, 1.0, 4.0, 8192)
+    got = (rs.kind, rs.factor, rs.low_freq_factor, rs.high_freq_factor, rs.original_max_positions)
+    assert got == ("llama3", 32.0, 1.0, 4.0, 8192)
     q = get_spec("qwen2.5-0.5b")
     assert (q.norm_eps, q.rope_theta, q.rope_scaling) == (1e-6, 1e6, None)
     assert get_spec("llama-2-7b").rope_theta == 10000.0
     mini = get_spec("all-minilm-l6")
-    assert (mini.norm_eps, mini.activation, mini.rope_theta, mini.rope_scaling) == (1e-12, "gelu", 0.0, None)
+    got = (mini.norm_eps, mini.activation, mini.rope_theta, mini.rope_scaling)
+    assert got == (1e-12, "gelu", 0.0, None)
     for name in list_specs():
         assert get_spec(name).file == f"model/specs/{name}.toml"
 
