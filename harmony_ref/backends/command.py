@@ -43,20 +43,13 @@ STDERR_TAIL_LINES = 15
 
 
 def _config_values(config) -> dict[str, object]:
+    """The template values a RunConfig gives (none without one)."""
     if config is None:
         return {}
-    out: dict[str, object] = {}
-    spec = getattr(config, "spec", None)
-    if spec is not None:
-        out["model"] = getattr(spec, "name", spec)
-    policy = getattr(config, "policy", None)
-    if policy is not None:
-        out["policy"] = getattr(policy, "name", policy)
-    scenario = getattr(config, "scenario", None)
-    for k in ("prompt_tokens", "new_tokens", "context_tokens", "batch"):
-        if scenario is not None and hasattr(scenario, k):
-            out[k] = getattr(scenario, k)
-    return out
+    s = config.scenario
+    return {"model": config.spec.name, "policy": config.policy.name,
+            "prompt_tokens": s.prompt_tokens, "new_tokens": s.new_tokens,
+            "context_tokens": s.context_tokens, "batch": s.batch}
 
 
 def fill_template(template: str, values: dict[str, object]) -> str:

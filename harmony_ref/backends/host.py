@@ -308,7 +308,7 @@ class HostDevice:
         m.add("host_model_mape_pct", mape_pct(pairs), "%", "lower", "measured",
               description=f"mean |model - measured| / measured over {', '.join(k for k in E2E_METRICS if k in m)}, "
                           f"model = SimulatedDevice({sim.profile.name})")
-        prov["model_profile"] = str(getattr(sim.profile, "source", sim.profile.name))
+        prov["model_profile"] = sim.profile.source
 
     def _metrics(self, config, times: list[OpTime]) -> Metrics:
         s = config.scenario

@@ -93,7 +93,7 @@ def op_is_implausible(measured_s: float, ops: float, nbytes: float, dtype: str, 
 def check(metrics: Metrics, profile, config, tolerance: float = ROOFLINE_TOLERANCE) -> tuple[Metrics, list[str]]:
     """Return (metrics with implausible ones flagged, one finding per flag)."""
     b = bounds(profile, config)
-    profile_name = getattr(profile, "name", "profile")
+    profile_name = profile.name
     # (metric, bound, True when the metric must stay <= bound, what the bound is)
     rules = [
         ("decode_tokens_per_s", b.decode_tokens_per_s_max, True,
@@ -114,7 +114,7 @@ def check(metrics: Metrics, profile, config, tolerance: float = ROOFLINE_TOLERAN
             continue
         rel = "above the maximum" if is_max else "below the minimum"
         msg = (f"{name} = {m.value:.4g} {m.unit} is {rel} {bound:.4g} {m.unit} possible on "
-               f"{profile_name} for {getattr(config, 'label', 'this config')} ({why})")
+               f"{profile_name} for {config.label} ({why})")
         flagged = m.flagged(IMPLAUSIBLE)
         out.put(replace(flagged, description=(m.description + "; " if m.description else "") + msg))
         findings.append(msg)
