@@ -27,38 +27,6 @@ def add_arguments(p) -> None:
     add_json_flag(p)
 
 
-def side_by_side(model_row_read: dict, model_row_mmap: dict, file_mb: float, host: dict,
-                 storage_gbps: float) -> list[dict]:
-    """Pair each modelled step with its host measurement (different file sizes: both shown)."""
-    r, m = host["strategies"]["read"], host["strategies"]["mmap"]
-    return [
-        {"step": "model file (MB)", "modelled": file_mb, "host": host["file"]["bytes"] / MB,
-         "host_measured_as": "safetensors: packed INT4 + fp16 scales + int8 zero points"},
-        {"step": "load by read (ms)", "modelled": model_row_read["storage_read_ms"] + model_row_read["heap_copy_ms"],
-         "host": r["load_ms"], "host_measured_as": f"safetensors.numpy.load_file after eviction ({r['eviction']})"},
-        {"step": "load by mmap (ms)", "modelled": 0.0, "host": m["load_ms"],
-         "host_measured_as": f"header parse + np.memmap views after eviction ({m['eviction']})"},
-        {"step": "storage read (GB/s)", "modelled": storage_gbps, "host": host["storage_read_gbps"],
-         "host_measured_as": "file bytes / cold read load time"},
-        {"step": "first inference extra, mmap (ms)",
-         "modelled": model_row_mmap["storage_read_ms"] + model_row_mmap["page_fault_ms"],
-         "host": m["first_gemv_ms"] - m["steady_gemv_ms"],
-         "host_measured_as": "first pass (repack + GEMV, page faults) - steady pass"},
-        {"step": "first inference extra, read (ms)",
-         "modelled": model_row_read["first_touch_ms"] + model_row_read["kernel_load_ms"],
-         "host": r["first_gemv_ms"] - r["steady_gemv_ms"],
-         "host_measured_as": "first pass (repack + GEMV) - steady pass"},
-        {"step": "kernel compile / load (ms)", "modelled": model_row_read["kernel_load_ms"],
-         "host": host["jit"]["compile_ms"] - host["jit"]["cached_ms"],
-         "host_measured_as": "Numba GEMV first call: empty cache - warm cache"},
-        {"step": "warm inference (ms)", "modelled": model_row_read["first_token_ms"], "host": r["steady_gemv_ms"],
-         "host_measured_as": "steady GEMV pass over every layer (one token's weights), best of "
-                             f"{len(r['steady_gemv_samples_ms'])}"},
-        {"step": "peak RSS, read / mmap (MB)", "modelled": float("nan"),
-         "host": r["peak_rss_mb"], "host_measured_as": f"psutil RSS; mmap: {m['peak_rss_mb']:.0f} MB"},
-    ]
-
-
 def run(args) -> int:
     import pandas as pd
 
@@ -102,6 +70,8 @@ def run(args) -> int:
     if host is not None:
         p0 = profiles[0]
         by = {(r["strategy"], r["loader"]): r for r in breakdown(p0, config)}
+        from harmony_ref.backends.host_coldstart import side_by_side
+
         sbs = side_by_side(by[("cold", "read")], by[("cold", "mmap")], file_mb, host,
                            p0.runtime.storage_read_gbps)
         print_table(pd.DataFrame(sbs), title=f"modelled ({p0.name}) vs measured on this host")

@@ -29,13 +29,14 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import RunConfig
     from harmony_ref.backends.simulated import SimulatedDevice
+    from harmony_ref.device.cost import scenario_breakdown
 
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                new_tokens=args.new, context_tokens=args.context, batch=args.batch,
                                fused=not args.no_fusion, kv_dtype=args.kv_dtype)
     device = SimulatedDevice(args.profile)
     metrics = device.predict(config)
-    breakdown = _breakdown(device.profile, config) if args.breakdown else {}
+    breakdown = scenario_breakdown(device.profile, config) if args.breakdown else {}
     if args.json:
         print_json({"backend": device.name, "profile": device.profile.name, "config": config.label,
                     "metrics": metrics.to_dict(), **({"breakdown": breakdown} if breakdown else {})})
@@ -50,19 +51,3 @@ def run(args) -> int:
         print(f"warning: peak memory {metrics.value('peak_memory_mb'):,.0f} MB exceeds the app budget "
               f"{metrics.value('app_budget_mb'):,.0f} MB on {device.profile.name}")
     return 0
-
-
-def _breakdown(profile, config) -> dict:
-    """Per-kind tables for the prefill graph and the decode step at the middle generated token."""
-    from harmony_ref.device.cost import op_breakdown
-    from harmony_ref.model.graph import build_graph
-
-    s = config.scenario
-    kw = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
-    out = {f"prefill of {s.prompt_tokens} tokens, by op kind":
-           op_breakdown(profile, build_graph(config.spec, config.policy, "prefill", tokens=s.prompt_tokens, **kw))}
-    if config.spec.is_decoder:
-        ctx = s.prompt_tokens + max(s.new_tokens, 1) // 2 + 1
-        out[f"one decode step at context {ctx}, by op kind"] = op_breakdown(
-            profile, build_graph(config.spec, config.policy, "decode", context=ctx, **kw))
-    return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 NAME = "thermal"
-PLOT_BUCKET_S = 5.0  # the governor dithers between adjacent steps; a short mean reads better
 HELP = ("sustained generation: decode tokens/s over time, time to first throttle, sustained/peak at "
         "10 min, peak die and skin temperature, energy per token")
 
@@ -23,45 +22,6 @@ def add_arguments(p) -> None:
     p.add_argument("--every-s", type=float, default=60.0, help="table/JSON row spacing in s (default 60)")
     p.add_argument("--plot", metavar="PNG", help="write tokens/s and temperatures against time")
     add_json_flag(p)
-
-
-def plot(result, cfg, title: str, path: str) -> None:
-    """Two panels sharing time: decode tokens/s (with peak), die and skin temperature (with trips)."""
-    import os
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    s = result.series(bucket_s=max(result.trace.dt_s, PLOT_BUCKET_S))
-    minutes = s["time_s"] / 60.0
-    fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
-    ax1.plot(minutes, s["tokens_per_s"], label=f"decode tokens/s ({PLOT_BUCKET_S:g} s mean)")
-    ax1.axhline(result.peak_tokens_per_s, ls="--", c="grey", label="peak")
-    ax1.set_ylabel("tokens/s")
-    ax1.set_ylim(bottom=0)
-    ax1.legend(loc="lower left")
-    ax2.plot(minutes, s["die_c"], label="die", c="tab:red")
-    ax2.plot(minutes, s["skin_c"], label="skin", c="tab:orange")
-    ax2.axhline(cfg.passive_trip_c, ls=":", c="tab:red", label=f"passive trip {cfg.passive_trip_c:g} C")
-    ax2.axhline(cfg.critical_trip_c, ls="--", c="tab:red", label=f"critical/control {cfg.critical_trip_c:g} C")
-    ax2.axhline(cfg.skin_limit_c, ls="--", c="tab:orange", label=f"skin limit {cfg.skin_limit_c:g} C")
-    ax2.set_ylabel("temperature (C)")
-    ax2.set_xlabel("time (min)")
-    ax2.legend(loc="lower right", fontsize="small")
-    fig.suptitle(title, fontsize="medium")
-    fig.tight_layout()
-    tmp = f"{path}.tmp{os.getpid()}.png"
-    try:
-        fig.savefig(tmp, dpi=100)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise ValueError(f"--plot {path}: cannot write: {e.strerror}") from None
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def run(args) -> int:
@@ -87,7 +47,9 @@ def run(args) -> int:
                          "skin_c": series["skin_c"]})
     title = f"{profile.name}: {config.label}, {summary['governor']}, {args.minutes:g} min"
     if args.plot:
-        plot(result, profile.thermal, title, args.plot)
+        from harmony_ref.track.plots import thermal_plot
+
+        thermal_plot(result, profile.thermal, title, args.plot)
     if args.json:
         ttf = summary["time_to_first_throttle_s"]
         summary["time_to_first_throttle_s"] = ttf if np.isfinite(ttf) else None

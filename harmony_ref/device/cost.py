@@ -317,3 +317,17 @@ def op_roofline_s(profile: DeviceProfile, op) -> tuple[float, float]:
     _, compute, memory = op_time_s(op.flops, op.vector_flops, nbytes, r.matmul_ops_per_s[op.dtype],
                                    r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
     return float(compute), float(memory)
+
+
+def scenario_breakdown(profile: DeviceProfile, config: RunConfig) -> dict[str, list[dict]]:
+    """Per-kind tables (op_breakdown) for the prefill graph and the decode step at the middle
+    generated token, keyed by their titles (`harmony-ref predict --breakdown`)."""
+    s = config.scenario
+    kw = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
+    prefill = build_graph(config.spec, config.policy, "prefill", tokens=s.prompt_tokens, **kw)
+    out = {f"prefill of {s.prompt_tokens} tokens, by op kind": op_breakdown(profile, prefill)}
+    if config.spec.is_decoder:
+        ctx = s.prompt_tokens + max(s.new_tokens, 1) // 2 + 1
+        out[f"one decode step at context {ctx}, by op kind"] = op_breakdown(
+            profile, build_graph(config.spec, config.policy, "decode", context=ctx, **kw))
+    return out

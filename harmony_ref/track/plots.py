@@ -1,10 +1,15 @@
-"""Plots for the tracking commands (matplotlib, Agg backend, written atomically)."""
+"""Plots the commands write (matplotlib, Agg backend, written atomically): profiles side by side
+(`profile_bars`) and sustained generation over time (`thermal_plot`)."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
+
+
+PLOT_BUCKET_S = 5.0  # thermal: the governor dithers between adjacent steps; a short mean reads
+# better than the raw trace
 
 
 def _save_atomic(fig, path: Path) -> Path:
@@ -55,3 +60,44 @@ def profile_bars(frame, path: str | Path, title: str) -> Path:
         return _save_atomic(fig, Path(path))
     finally:
         plt.close(fig)
+
+
+def thermal_plot(result, cfg, title: str, path: str) -> None:
+    """`harmony-ref thermal --plot`: two panels sharing time, decode tokens/s (with the peak) and
+    die and skin temperature (with the trips), of a device.thermal SustainedResult. An unwritable
+    path is a ValueError naming it (not the temporary file)."""
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = result.series(bucket_s=max(result.trace.dt_s, PLOT_BUCKET_S))
+    minutes = s["time_s"] / 60.0
+    fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
+    ax1.plot(minutes, s["tokens_per_s"], label=f"decode tokens/s ({PLOT_BUCKET_S:g} s mean)")
+    ax1.axhline(result.peak_tokens_per_s, ls="--", c="grey", label="peak")
+    ax1.set_ylabel("tokens/s")
+    ax1.set_ylim(bottom=0)
+    ax1.legend(loc="lower left")
+    ax2.plot(minutes, s["die_c"], label="die", c="tab:red")
+    ax2.plot(minutes, s["skin_c"], label="skin", c="tab:orange")
+    ax2.axhline(cfg.passive_trip_c, ls=":", c="tab:red", label=f"passive trip {cfg.passive_trip_c:g} C")
+    ax2.axhline(cfg.critical_trip_c, ls="--", c="tab:red", label=f"critical/control {cfg.critical_trip_c:g} C")
+    ax2.axhline(cfg.skin_limit_c, ls="--", c="tab:orange", label=f"skin limit {cfg.skin_limit_c:g} C")
+    ax2.set_ylabel("temperature (C)")
+    ax2.set_xlabel("time (min)")
+    ax2.legend(loc="lower right", fontsize="small")
+    fig.suptitle(title, fontsize="medium")
+    fig.tight_layout()
+    tmp = f"{path}.tmp{os.getpid()}.png"
+    try:
+        fig.savefig(tmp, dpi=100)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise ValueError(f"--plot {path}: cannot write: {e.strerror}") from None
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)

@@ -284,9 +284,9 @@ def test_quant_benchmarks_are_well_formed():
 
 def test_quantize_report_rows_come_from_real_arrays(capsys):
     from harmony_ref.cli import main
-    from harmony_ref.commands.quantize_report import quantize_report
+    from harmony_ref.eval.formats import format_report
 
-    df = quantize_report(rows=4, cols=256, seed=1).set_index("format")
+    df = format_report(rows=4, cols=256, seed=1).set_index("format")
     assert df.loc["fp16", "bits_per_weight"] == 16.0 and df.loc["int8", "bits_per_weight"] == 8 + 32 / 256
     for group in (32, 64, 128):
         assert df.loc[f"int4-g{group}-asym", "bits_per_weight"] == pytest.approx(4 + 24 / group)
