@@ -116,7 +116,7 @@ def fit_to_host(config, max_weight_mb: float):
         divisor *= 2
         if divisor > 1024:
             raise ValueError(f"host: {config.spec.name} does not fit {max_weight_mb} MB even scaled")
-        scaled = dataclasses.replace(config, spec=scaled_spec(config.spec, divisor))
+        scaled = config.with_spec(scaled_spec(config.spec, divisor))
     return scaled
 
 

@@ -121,14 +121,13 @@ def phase_times_ms(run, new_tokens: int, stat: str = "min") -> dict[str, float]:
 
 
 def workload_config(model, div, policy, prompt, new, ctx, fused):
-    import dataclasses
-
-    from harmony_ref.config import RunConfig
+    """The RunConfig of a workload tuple, on the model narrowed `div` times (backends/host.py)."""
     from harmony_ref.backends.host import scaled_spec
+    from harmony_ref.config import RunConfig
 
     cfg = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
-                            context_tokens=ctx, fused=fused)
-    return dataclasses.replace(cfg, spec=scaled_spec(cfg.spec, div))
+                               context_tokens=ctx, fused=fused)
+    return cfg.with_spec(scaled_spec(cfg.spec, div))
 
 
 CONTENDED_RATIO = 1.2  # load canary this much slower than at calibration: the row is "contended"

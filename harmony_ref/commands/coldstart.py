@@ -36,7 +36,7 @@ def run(args) -> int:
     from harmony_ref.device.profile import load_profile, shipped_profiles
 
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
-                               context_tokens=max(2048, args.prompt + 128))
+                                  context_tokens=max(2048, args.prompt + 128))
     profiles = [load_profile(p) for p in args.profile] if args.profile else sorted(
         (load_profile(n) for n in shipped_profiles()), key=lambda p: -p.memory.dram_bandwidth_gbps)
     rows = []

@@ -32,8 +32,9 @@ def run(args) -> int:
     from harmony_ref.device.cost import scenario_breakdown
 
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
-                               new_tokens=args.new, context_tokens=args.context, batch=args.batch,
-                               fused=not args.no_fusion, kv_dtype=args.kv_dtype)
+                                  new_tokens=args.new, context_tokens=args.context,
+                                  batch=args.batch, fused=not args.no_fusion,
+                                  kv_dtype=args.kv_dtype)
     device = SimulatedDevice(args.profile)
     metrics = device.predict(config)
     breakdown = scenario_breakdown(device.profile, config) if args.breakdown else {}

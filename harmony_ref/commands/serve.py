@@ -46,7 +46,8 @@ def run(args) -> int:
         raise ValueError(f"--minutes {args.minutes}: must be > 0")
     profile = load_profile(args.profile)
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
-                               new_tokens=args.new, context_tokens=max(2048, args.prompt + args.new))
+                                  new_tokens=args.new,
+                                  context_tokens=max(2048, args.prompt + args.new))
     # A trace's utilisation is over its own span unless a window is asked for: a default
     # 10 minutes around a 2-second trace would report an idle phone.
     minutes = args.minutes if args.minutes is not None else (0.0 if args.trace else 10.0)

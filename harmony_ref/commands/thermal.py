@@ -38,7 +38,8 @@ def run(args) -> int:
         raise ValueError(f"--minutes {args.minutes}, --dt-ms {args.dt_ms} and --every-s {args.every_s} must be > 0")
     profile = load_profile(args.profile)
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
-                               new_tokens=args.new, context_tokens=max(2048, args.prompt + args.new))
+                                  new_tokens=args.new,
+                                  context_tokens=max(2048, args.prompt + args.new))
     result = sustained_generation(profile, config, args.minutes, args.dt_ms / MS_PER_S, args.governor)
     summary = result.summary()
     series = result.series(bucket_s=args.every_s)

@@ -62,7 +62,7 @@ STANDARD = {"ttft_ms", "prefill_ms", "prefill_tokens_per_s", "decode_step_ms", "
 
 def tiny(fused=True, policy="int4-g32", model="qwen2.5-0.5b", div=8, prompt=8, new=4):
     c = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
-                          context_tokens=32, fused=fused)
+                             context_tokens=32, fused=fused)
     return dataclasses.replace(c, spec=scaled_spec(c.spec, div))
 
 
@@ -150,7 +150,7 @@ def test_kernels_and_environment_reported(run):
 
 def test_too_large_model_refused_or_scaled():
     big = RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128", prompt_tokens=8, new_tokens=2,
-                            context_tokens=16)
+                               context_tokens=16)
     assert weight_mb(big) > 1000
     with pytest.raises(ValueError, match="max_weight_mb"):
         HostDevice(repeats=1).run(big)

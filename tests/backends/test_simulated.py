@@ -40,7 +40,7 @@ def test_prediction_is_pure_and_deterministic():
 
 def test_encoder_predicts_a_forward_pass():
     config = RunConfig.from_names(model="all-minilm-l6", policy="int8", prompt_tokens=128, new_tokens=0,
-                               context_tokens=128)
+                                  context_tokens=128)
     m = SimulatedDevice("harmony-lowend").predict(config)
     assert "decode_tokens_per_s" not in m and m.value("e2e_ms") == m.value("ttft_ms") > 0
 

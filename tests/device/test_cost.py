@@ -65,7 +65,7 @@ def _all_configs():
     for model in DECODERS:
         for policy in shipped_policies():
             yield RunConfig.from_names(model=model, policy=policy, prompt_tokens=128, new_tokens=32,
-                                    context_tokens=1024)
+                                       context_tokens=1024)
 
 
 @pytest.mark.parametrize("profile", shipped_profiles())
@@ -168,7 +168,7 @@ def test_graph_is_a_graph():
 def test_physics_holds_for_random_scenarios(model, policy, profile, prompt, new, batch, kv_dtype):
     p = load_profile(profile)
     config = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
-                               context_tokens=prompt + new + 1, batch=batch, kv_dtype=kv_dtype)
+                                  context_tokens=prompt + new + 1, batch=batch, kv_dtype=kv_dtype)
     t = scenario_timing(p, config)
     bw = p.memory.dram_bandwidth_gbps * 1e9
     assert t.decode_tokens_per_s <= bw * t.decode.tokens / t.decode.dram_bytes

@@ -30,7 +30,7 @@ p = dataclasses.replace(p, compute=dataclasses.replace(p.compute, compute_effici
                         memory=dataclasses.replace(p.memory, memory_efficiency=a.memory_eff),
                         runtime=dataclasses.replace(p.runtime, launch_overhead_us=a.launch_us))
 cfg = RunConfig.from_names(model=a.model, policy=a.policy, prompt_tokens=a.prompt, new_tokens=a.new,
-                        context_tokens=max(2048, a.prompt + a.new))
+                           context_tokens=max(2048, a.prompt + a.new))
 pre_ns = phase_cost(p, cfg, "prefill").time_s * 1e9
 step_ns = phase_cost(p, cfg, "decode").time_s * 1e9
 common = {"build_commit": "fake", "cpu_info": "fake phone", "model_type": f"{a.model} {a.policy}", "n_threads": 4}

@@ -47,7 +47,7 @@ def test_predict_sweep_of_distinct_scenarios(benchmark, perf_summary):
     """64 different prompt lengths per call (a planner's sweep): no two share a prefill graph."""
     dev = SimulatedDevice("harmony-midrange")
     configs = [RunConfig.from_names(model="qwen2.5-1.5b", policy="int4-g32", prompt_tokens=64 + 16 * i,
-                                 new_tokens=64, context_tokens=4096) for i in range(SWEEP)]
+                                    new_tokens=64, context_tokens=4096) for i in range(SWEEP)]
 
     def sweep():
         _clear_caches()
