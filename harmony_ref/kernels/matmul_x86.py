@@ -50,9 +50,21 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic, models, register_model
+from numba.extending import intrinsic, models, register_model, typeof_impl
 
-ISA_PORTABLE, ISA_AVX2, ISA_AVX_VNNI, ISA_AVX512_VNNI = 0, 1, 2, 3
+
+class Isa(int):
+    """A path id that numba types as a literal, so each path is its own specialisation (and
+    cache entry) and calls dispatch on it without retyping (`numba.literally` on a plain int
+    would re-run type inference on every call)."""
+
+
+@typeof_impl.register(Isa)
+def _typeof_isa(val, c):
+    return types.IntegerLiteral(int(val))
+
+
+ISA_PORTABLE, ISA_AVX2, ISA_AVX_VNNI, ISA_AVX512_VNNI = (Isa(i) for i in range(4))
 ISA_NAMES = {ISA_PORTABLE: "portable", ISA_AVX2: "avx2", ISA_AVX_VNNI: "avxvnni",
              ISA_AVX512_VNNI: "avx512vnni"}
 # LLVM target features each path's instructions need (beyond x86-64).
@@ -231,14 +243,19 @@ def _dot_codegen(isa: int, signed_weights: bool):
 
 
 def _isa_literal(isa):
-    if not isinstance(isa, types.IntegerLiteral) or isa.literal_value not in ISA_FEATURES:
-        raise numba.core.errors.TypingError(f"isa must be a literal x86 path, got {isa}")
+    """The path an intrinsic is typed for, or None while numba tries non-literal types."""
+    if not isinstance(isa, types.IntegerLiteral):
+        return None
+    if isa.literal_value not in ISA_FEATURES:
+        raise numba.core.errors.TypingError(f"isa must be an x86 path, got {isa}")
     return isa.literal_value
 
 
 @intrinsic
 def dot_nibbles(typingctx, isa, acc, u, s):
     """acc[r] += sum_c u[r, c] * s[r, c]: u unsigned 0..15, s signed int8 (|s| <= 127)."""
+    if _isa_literal(isa) is None:
+        return None
     return INTS(isa, INTS, BYTES, BYTES), _dot_codegen(_isa_literal(isa), signed_weights=False)
 
 
@@ -246,12 +263,16 @@ def dot_nibbles(typingctx, isa, acc, u, s):
 def dot_offset_bytes(typingctx, isa, acc, u, s):
     """acc[r] += sum_c (u[r, c] - bias) * s[r, c] + bias * sum_c s[r, c] where bias is
     `w8_bias(isa)`: u = w + 128 (0..255), s signed int8 (|s| <= 127)."""
+    if _isa_literal(isa) is None:
+        return None
     return INTS(isa, INTS, BYTES, BYTES), _dot_codegen(_isa_literal(isa), signed_weights=True)
 
 
 @intrinsic
 def w8_bias(typingctx, isa):
     """What `dot_offset_bytes` leaves in per weight: 128 (vpdpbusd on w + 128) or 0 (AVX2)."""
+    if _isa_literal(isa) is None:
+        return None
     bias = 0 if _isa_literal(isa) == ISA_AVX2 else W8_OFFSET
 
     def codegen(context, builder, sig, args):
