@@ -17,24 +17,75 @@ x_hat = xq * xs and W_hat = dequantize_int4(w). The `_ref` twins compute that sa
 in NumPy (tests hold fast vs ref to float32 rounding); a separate test bounds the error against
 the float32 product of the original weights (activation + weight quantization error).
 
-Layout: `prepare_w4` / `prepare_w8` build, once per tensor (cached on the tensor object), a
-"row-interleaved" copy of the weights: tiles of ROW_TILE output rows stored so that byte j of all
-ROW_TILE rows is contiguous. The innermost loop then runs across the ROW_TILE outputs of a tile
-(ROW_TILE int32 accumulators: four AVX-512 registers) while activation values are broadcast:
-one pass over x feeds ROW_TILE outputs and no horizontal sum is needed per block. Four packed
-bytes per step (eight weights) keep accumulator loads/stores low. Measured on this machine,
-N=11008 K=4096 g32 GEMV: ROW_TILE 16 -> 1.6 ms, 32 -> 0.76 ms, 64 -> 0.54 ms; a float32 variant
-of the same loop (nibble -> float, FMA with unquantized x) -> 1.0 ms; the first per-row version
-with the r loop unvectorised (aliasing, 16 lanes fully unrolled) -> 9 ms. Scales become float32,
-zero points int32 (zp + 8). No dequantized float matrix is ever built.
+Paths (chosen once at import, `ISA`; HARMONY_REF_MATMUL_ISA=portable|avx2|avxvnni|avx512vnni
+forces one the CPU runs; `SUPPORTED_ISAS` lists them, from the features numba compiles for):
+- x86 int8 dot products (matmul_x86.py): vpdpbusd (AVX512-VNNI zmm, AVX-VNNI ymm) or AVX2
+  vpmaddubsw + vpmaddwd, on tile vectors of ROW_TILE = 64 output rows, in a layout built for
+  them ("x86": 4-byte steps of 64 rows, float16 group scales, int8 zero points). The GEMV
+  prefetches its weight stream; the prefill GEMM unpacks W4 nibbles once per tile and K chunk
+  into L1 and runs 4 activation rows at a time over them (16 zmm accumulators).
+- portable (matmul_portable.py): plain Numba loops LLVM vectorises across the 64 rows of a tile
+  ("rows" layout: byte j of 64 rows contiguous, float32 scales), for any CPU and for group sizes
+  the x86 layout does not take (act_block % 8 != 0 for W4, % 4 for W8). It is the twin the x86
+  paths are held to: the integer block sums are exact and every path does the per-block float
+  scaling in the same order, so all paths agree bit for bit (tests/test_kernels_matmul_paths.py).
+No dequantized float matrix is ever built.
 
-Prefill (M > 1): each thread takes a tile of ROW_TILE weight rows (K / 2 * ROW_TILE bytes, which
-stays in L2) and runs every activation row over it, so weights leave DRAM once per call; rows go
-M_BLOCK at a time so each nibble extracted (W4) or int8 weight widened (W8) feeds M_BLOCK
-rows (the rest one by one). Measured at M=128, N=K=4096, 2 threads, vs NumPy FP32 x @ W.T in
-the same run: W8 0.62x row by row -> 1.03x M-blocked -> 1.24-1.29x with the block sums as
-exact float32 FMAs (integers below 2**24; W8 only: for W4 the 8 nibble -> float conversions per
-4 bytes cost more than they save, and int16 nibble sums were not reliably faster).
+Measured (tests/perf/test_perf_matmul.py, one `quiet` run; Intel Xeon family 6 model 207,
+Emerald Rapids under KVM, 2 cores, 2 threads; medians of interleaved blocks; GEMV weights cycled
+through copies beyond the 300 MiB L3; NumPy 2.4 OpenBLAS; llama.cpp built from source for this
+CPU, driven through ggml's mul_mat by matmul_peer.py; avx2 / portable rows are those paths
+forced on this same CPU):
+
+| GEMV 11008 x 4096, one token | ms | vs NumPy FP32 `W @ x` | GB/s |
+|---|---|---|---|
+| NumPy FP32 (OpenBLAS) | 9.50 | 1.00x | 19 GB/s |
+| ours `matmul_w4`, int4 g32, AVX512-VNNI | 1.72 | 5.51x | 16 GB/s |
+| ours `matmul_w8`, AVX512-VNNI | 2.66 | 3.57x | 17 GB/s |
+| ours W4 g32, AVX-VNNI (forced) | 1.83 | 5.19x | 15 GB/s |
+| ours W8, AVX-VNNI (forced) | 2.87 | 3.31x | 16 GB/s |
+| ours W4 g32, AVX2 (forced) | 1.97 | 4.83x | 14 GB/s |
+| ours W8, AVX2 (forced) | 3.07 | 3.09x | 15 GB/s |
+| ours W4 g32, portable (forced; the old code) | 4.22 | 2.25x | 8 GB/s |
+| ours W8, portable (forced; the old code) | 5.86 | 1.62x | 8 GB/s |
+| llama.cpp Q4_0, plain layout | 3.42 | 2.78x | 7 GB/s |
+| llama.cpp Q4_0, repacked (CPU_REPACK, q4_0_8x8) | 3.08 | 3.09x | 8 GB/s |
+| llama.cpp Q4_0, AMX buffer | 1.81 | 5.25x | 14 GB/s |
+| llama.cpp Q4_1, plain | 3.67 | 2.59x | 8 GB/s |
+| llama.cpp Q4_1, AMX buffer | 1.71 | 5.56x | 16 GB/s |
+| llama.cpp Q8_0, plain | 4.70 | 2.02x | 10 GB/s |
+| llama.cpp Q8_0, AMX buffer | 2.65 | 3.59x | 18 GB/s |
+
+Limit: 2-thread read bandwidth 18.6 GB/s (a separate quiet run,
+numba sum over 472 MB).
+
+| prefill M = 128, K = N = 4096 | ms | vs NumPy FP32 `x @ W.T` | GOP/s (% of int8 peak) |
+|---|---|---|---|
+| NumPy FP32 (OpenBLAS) | 34.10 | 1.00x | 126 GOP/s (11%) |
+| ours `matmul_w4`, int4 g32, AVX512-VNNI | 17.20 | 1.98x | 250 GOP/s (22%) |
+| ours `matmul_w8`, AVX512-VNNI | 12.90 | 2.63x | 332 GOP/s (29%) |
+| ours W4 g32, AVX-VNNI (forced) | 24.30 | 1.40x | 177 GOP/s (15%) |
+| ours W8, AVX-VNNI (forced) | 24.90 | 1.37x | 172 GOP/s (15%) |
+| ours W4 g32, AVX2 (forced) | 20.50 | 1.66x | 210 GOP/s (18%) |
+| ours W8, AVX2 (forced) | 40.00 | 0.85x | 107 GOP/s (9%) |
+| ours W4 g32, portable (forced; the old code) | 142.00 | 0.24x | 30 GOP/s (3%) |
+| ours W8, portable (forced; the old code) | 74.30 | 0.46x | 58 GOP/s (5%) |
+| llama.cpp Q4_0, plain layout | 54.50 | 0.62x | 79 GOP/s (7%) |
+| llama.cpp Q4_0, repacked (CPU_REPACK, q4_0_8x8) | 25.90 | 1.32x | 166 GOP/s (14%) |
+| llama.cpp Q4_0, AMX buffer | - | - | crashed (signal 4) |
+| llama.cpp Q4_1, plain | 93.10 | 0.37x | 46 GOP/s (4%) |
+| llama.cpp Q4_1, AMX buffer | - | - | crashed (signal 4) |
+| llama.cpp Q8_0, plain | 49.20 | 0.69x | 87 GOP/s (8%) |
+| llama.cpp Q8_0, AMX buffer | - | - | crashed (signal 4) |
+
+Limit: int8 peak 1153 GOP/s (avx512vnni)
+
+Tried and measured on the way (11008 x 4096 GEMV unless said): ROW_TILE 16 / 32 / 64 rows in
+the portable loop 1.6 / 0.76 / 0.54 ms (hot); weight prefetch distance none / 256 B / 1 KB /
+2 KB / 4 KB / 8 KB: 2.04 / 1.95 / 1.69 / 1.50 / 1.57 / 1.60 ms cold (W4; W8 and L2 prefetches
+(prefetcht1) within noise);
+portable prefill: M-blocking 4 rows 0.62x -> 1.03x NumPy (W8), exact float32 FMA block sums
++~20% (W8 only).
 
 Threads: `numba.prange` over weight tiles; `numba.set_num_threads` is honoured.
 """
@@ -211,8 +262,8 @@ def _prepare_w8(t: Int8Tensor, isa: int) -> PreparedW8:
     if isa != ISA_PORTABLE and ab % 4 == 0 and avx2_ok:
         values, scale = x86.layout_w8(t.values, t.scale)
         return PreparedW8("x86", values, scale, t.shape, ab)
-    return PreparedW8("rows", _interleave_rows(t.values), _interleave_rows(t.scale.astype(np.float32)),
-                      t.shape, ab)
+    scale = _interleave_rows(t.scale.astype(np.float32))
+    return PreparedW8("rows", _interleave_rows(t.values), scale, t.shape, ab)
 
 
 def _as_activations(x, k: int) -> tuple[np.ndarray, bool]:

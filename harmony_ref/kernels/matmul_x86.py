@@ -75,7 +75,8 @@ LANES = 64  # output rows per tile: matmul.ROW_TILE
 STEP = 4 * LANES  # bytes of one 4-value step of a tile
 KCHUNK = 256  # GEMM: K values per unpacked chunk (64 rows x 256 bytes = 16 KB, L1)
 # GEMV: how far ahead of its loads each thread prefetches the weight stream (measured, cold
-# 11008 x 4096 W4 g32: none 2.04 ms, 256 B 1.95, 1 KB 1.69, 2 KB 1.50, 4 KB 1.57, 8 KB 1.60)
+# 11008 x 4096 W4 g32: none 2.04 ms, 256 B 1.95, 1 KB 1.69, 2 KB 1.50, 4 KB 1.57, 8 KB 1.60;
+# W8 and prefetcht1 instead of t0: within noise, 2.4-2.55 ms / 1.56-1.77 ms interleaved)
 PREFETCH_BYTES = 2048
 GEMM_ROWS = 4  # activation rows per GEMM micro-kernel call (16 zmm accumulators)
 NIBBLE_OFFSET = 8
