@@ -80,7 +80,8 @@ def _int4_constant(n, k, group, nibble, zp):
     rng = np.random.default_rng(n + k)
     scale = rng.uniform(0.5, 2.0, (n, g)).astype(np.float16)
     zero = None if zp is None else np.full((n, g), zp, np.int8)
-    return Int4Tensor(np.full((n, k // 2), byte), scale, zero, (n, k), group, "asym" if zero is not None else "sym")
+    scheme = "sym" if zero is None else "asym"
+    return Int4Tensor(np.full((n, k // 2), byte), scale, zero, (n, k), group, scheme)
 
 
 @PATHS
@@ -135,7 +136,8 @@ def test_kernels_on_int8_extremes_fed_directly(isa, m, xval):
     p4x, p4 = mm._prepare_w4(t4, isa), mm._prepare_w4(t4, mm.ISA_PORTABLE)
     kern = x86._w4_gemm if m % x86.GEMM_ROWS == 0 else x86._w4_gemv
     got = kern(isa, xq.view(np.int32), xs, xsum, p4x.packed, p4x.scale, p4x.zero, 32, 32)
-    want = mm._matmul_w4_tiles(_portable_from_bytes(xq), xs, xsum, p4.packed, p4.scale, p4.zero, 32, 32)
+    want = mm._matmul_w4_tiles(_portable_from_bytes(xq), xs, xsum, p4.packed, p4.scale, p4.zero,
+                               32, 32)
     _same(got, want, f"w4 kernel {mm.ISA_NAMES[isa]} x {xval}")
     values = np.full((n, k), 127, np.int8)
     values[::2] = -127
@@ -162,7 +164,8 @@ def test_isa_choice_and_forcing():
     assert mm._choose_isa(None, supported) == mm.ISA_AVX2
     assert mm._choose_isa("", supported) == mm.ISA_AVX2
     assert mm._choose_isa("Portable", supported) == mm.ISA_PORTABLE
-    with pytest.raises(RuntimeError, match=r"HARMONY_REF_MATMUL_ISA='avx512vnni': this CPU runs portable, avx2"):
+    forced = r"HARMONY_REF_MATMUL_ISA='avx512vnni': this CPU runs portable, avx2"
+    with pytest.raises(RuntimeError, match=forced):
         mm._choose_isa("avx512vnni", supported)
     with pytest.raises(RuntimeError, match="HARMONY_REF_MATMUL_ISA='sse9'"):
         mm._choose_isa("sse9", supported)

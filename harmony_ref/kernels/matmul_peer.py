@@ -37,7 +37,8 @@ _OBJECT_SLACK_BYTES = 1 << 20
 
 
 class _InitParams(ctypes.Structure):
-    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p),
+                ("no_alloc", ctypes.c_bool)]
 
 
 _P = ctypes.c_void_p
@@ -81,7 +82,8 @@ def find_library_dir() -> str | None:
     except Exception:  # noqa: BLE001 - absent or broken: no peer
         pass
     for d in candidates:
-        if glob.glob(os.path.join(d, "libggml-cpu*.so*")) and glob.glob(os.path.join(d, "libggml.so*")):
+        found = [glob.glob(os.path.join(d, p)) for p in ("libggml-cpu*.so*", "libggml.so*")]
+        if all(found):
             return d
     return None
 
@@ -151,9 +153,11 @@ class PeerMatmul:
         self.shape, self.fmt, self.buffer_type = (m, n, k), fmt, buffer_type
         gtype = GGML_TYPES[fmt]
         overhead = lib.ggml_tensor_overhead()
-        self._w = _Ctx(lib.ggml_init(_InitParams(overhead * copies + _OBJECT_SLACK_BYTES, None, True)))
+        size = overhead * copies + _OBJECT_SLACK_BYTES
+        self._w = _Ctx(lib.ggml_init(_InitParams(size, None, True)))
         weights = [lib.ggml_new_tensor_2d(self._w.ctx, gtype, k, n) for _ in range(copies)]
-        self._w.buffer = lib.ggml_backend_alloc_ctx_tensors_from_buft(self._w.ctx, peer.buffer_types[buffer_type])
+        buft = peer.buffer_types[buffer_type]
+        self._w.buffer = lib.ggml_backend_alloc_ctx_tensors_from_buft(self._w.ctx, buft)
         qbytes = lib.ggml_row_size(gtype, k) * n
         q = np.empty(qbytes, np.uint8)
         w = np.ascontiguousarray(w)
@@ -162,7 +166,8 @@ class PeerMatmul:
         self.weight_bytes = qbytes
         for t in weights:
             lib.ggml_backend_tensor_set(t, q.ctypes.data, 0, qbytes)
-        size = overhead * (2 * copies + 1) + lib.ggml_graph_overhead() * copies + _OBJECT_SLACK_BYTES
+        size = (overhead * (2 * copies + 1) + lib.ggml_graph_overhead() * copies
+                + _OBJECT_SLACK_BYTES)
         self._a = _Ctx(lib.ggml_init(_InitParams(size, None, True)))
         self._x = lib.ggml_new_tensor_2d(self._a.ctx, GGML_TYPES["f32"], k, m)
         self._ys, self._graphs = [], []
@@ -172,7 +177,8 @@ class PeerMatmul:
             lib.ggml_build_forward_expand(g, y)
             self._ys.append(y)
             self._graphs.append(g)
-        self._a.buffer = lib.ggml_backend_alloc_ctx_tensors_from_buft(self._a.ctx, lib.ggml_backend_cpu_buffer_type())
+        cpu = lib.ggml_backend_cpu_buffer_type()
+        self._a.buffer = lib.ggml_backend_alloc_ctx_tensors_from_buft(self._a.ctx, cpu)
         lib.ggml_backend_tensor_set(self._x, x.ctypes.data, 0, x.nbytes)
         lib.ggml_backend_cpu_set_n_threads(peer.backend, threads)
         self._next = 0

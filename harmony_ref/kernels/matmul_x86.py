@@ -106,7 +106,8 @@ class Vec(types.Type):
         super().__init__(name=f"Vec({kind} x {count})")
 
 
-_IR_ELEM = {"i8": ir.IntType(8), "i16": ir.IntType(16), "i32": ir.IntType(32), "f32": ir.FloatType()}
+_IR_ELEM = {"i8": ir.IntType(8), "i16": ir.IntType(16), "i32": ir.IntType(32),
+            "f32": ir.FloatType()}
 
 
 @register_model(Vec)
@@ -158,7 +159,8 @@ def _concat(builder, parts):
 
 
 def _call(builder, name, ret, args):
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
+    fnty = ir.FunctionType(ret, [a.type for a in args])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, name)
     return builder.call(fn, args)
 
 
@@ -188,7 +190,8 @@ def prefetch(typingctx, arr, idx):
     """Hint the cache line of arr.ravel()[idx] into L1 (prefetcht0): the GEMV's weight stream
     runs ahead of the hardware prefetchers' reach otherwise."""
     def codegen(context, builder, sig, args):
-        ptr = builder.bitcast(_ptr(context, builder, sig.args[0], *args), ir.IntType(8).as_pointer())
+        ptr = _ptr(context, builder, sig.args[0], *args)
+        ptr = builder.bitcast(ptr, ir.IntType(8).as_pointer())
         _call(builder, "llvm.prefetch.p0", ir.VoidType(),
               [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
         return context.get_dummy_value()

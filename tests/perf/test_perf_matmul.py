@@ -129,7 +129,8 @@ def _contenders(shape, w, x, peer, enabled):
     ws = [w] + [w.copy() for _ in range(copies - 1)]
     it = itertools.cycle(ws)
     xv = x[0] if m == 1 else x
-    out = {"numpy fp32": ((lambda: next(it) @ xv) if m == 1 else (lambda: x @ next(it).T), w.nbytes, "")}
+    numpy_fp32 = (lambda: next(it) @ xv) if m == 1 else (lambda: x @ next(it).T)
+    out = {"numpy fp32": (numpy_fp32, w.nbytes, "")}
     t4, t8 = quantize_int4(w, 32, "asym"), quantize_int8(w)
     for isa in reversed(mm.SUPPORTED_ISAS):
         name = mm.ISA_NAMES[isa]
@@ -194,14 +195,19 @@ def test_perf_matmul_table(benchmark, perf_summary, machine_limits, peer, shape)
                 row.update({"gbps": gbps, "pct_read_bw": 100 * gbps / machine_limits["read_gbps"]})
             else:
                 gops = ops / t / 1e9
-                row.update({"gops": gops, "pct_int8_peak": 100 * gops / machine_limits["int8_peak_gops"]})
+                peak = machine_limits["int8_peak_gops"]
+                row.update({"gops": gops, "pct_int8_peak": 100 * gops / peak})
             row["note"] = note
         rows.append(row)
         perf_summary.append(row)
     benchmark.extra_info.update({"rows": rows, **machine_limits, "threads": THREADS,
                                  "cold_bytes": cold_bytes() if shape == "gemv" else 0})
     perf_summary.append({"table": f"{shape} M={m} N={n} K={K}", "contender": "machine limits",
-                         "note": (f"read {machine_limits['read_gbps']:.1f} GB/s ({THREADS} threads, "
-                                  f"{cold_bytes() / MB:.0f} MB); " if shape == "gemv" else "")
-                         + f"int8 peak {machine_limits['int8_peak_gops']:.0f} GOP/s "
-                           f"({machine_limits['int8_peak_path']}, {THREADS} threads)"})
+                         "note": _limits_note(shape, machine_limits)})
+
+
+def _limits_note(shape, limits) -> str:
+    read = (f"read {limits['read_gbps']:.1f} GB/s ({THREADS} threads, {cold_bytes() / MB:.0f} MB); "
+            if shape == "gemv" else "")
+    return read + (f"int8 peak {limits['int8_peak_gops']:.0f} GOP/s "
+                   f"({limits['int8_peak_path']}, {THREADS} threads)")
