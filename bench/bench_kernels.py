@@ -3,6 +3,9 @@
 Inputs are seeded and built in `setup`, which also calls each kernel once so Numba's compile
 (or cache load) stays out of the timings. Each time_ method is one call. The ratios against NumPy
 and the GB/s figures live in tests/perf (pytest-benchmark); asv tracks the kernels over commits.
+`MatmulPaths` times every matmul path this CPU runs (x86 int8 dot products and the portable
+loops) beside NumPy FP32, and `MatmulPeer` llama.cpp's matmul of the same shapes (skipped unless
+the optional `peer` extra or HARMONY_REF_GGML_LIB provides ggml's libraries).
 """
 
 import numpy as np
@@ -77,6 +80,53 @@ class MatmulW8:
 
     def peakmem_matmul_w8(self, m, n):
         matmul_w8(self.x, self.w)
+
+
+class MatmulPaths:
+    params = ([1, 128], ["numpy-fp32"] + [matmul.ISA_NAMES[i] for i in reversed(matmul.SUPPORTED_ISAS)],
+              ["w4-g32", "w8"])
+    param_names = ["m", "path", "format"]
+
+    def setup(self, m, path, fmt):
+        w = _weights(4096)
+        self.x = _activations(m)
+        if path == "numpy-fp32":
+            self.w = w
+            self.x @ self.w.T
+            return
+        self.isa = {matmul.ISA_NAMES[i]: i for i in matmul.SUPPORTED_ISAS}[path]
+        if fmt == "w4-g32":
+            self.fn, self.p = matmul._matmul_w4, matmul._prepare_w4(quantize_int4(w, 32, "asym"), self.isa)
+        else:
+            self.fn, self.p = matmul._matmul_w8, matmul._prepare_w8(quantize_int8(w), self.isa)
+        self.fn(self.x, self.p, self.isa)
+
+    def time_matmul(self, m, path, fmt):
+        if path == "numpy-fp32":
+            self.x @ self.w.T
+        else:
+            self.fn(self.x, self.p, self.isa)
+
+
+class MatmulPeer:
+    params = ([1, 128], ["q4_0 CPU", "q4_0 CPU_REPACK", "q4_0 AMX", "q4_1 CPU", "q8_0 CPU"])
+    param_names = ["m", "peer"]
+
+    def setup(self, m, peer):
+        from harmony_ref.kernels import matmul_peer
+
+        ggml = matmul_peer.GgmlPeer.load()
+        if ggml is None:
+            raise NotImplementedError("no ggml libraries (install the `peer` extra)")
+        fmt, buft = peer.split()
+        verdict = matmul_peer.probe(ggml, fmt, buft, m, 4096, K)
+        if not verdict.ok:
+            raise NotImplementedError(f"llama.cpp {peer}: {verdict.detail}")
+        self.mm = ggml.matmul(_weights(4096), _activations(m), fmt, buft)
+        self.mm.run()
+
+    def time_matmul(self, m, peer):
+        self.mm.run()
 
 
 class NormBiasGelu:

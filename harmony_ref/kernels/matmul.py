@@ -17,56 +17,143 @@ x_hat = xq * xs and W_hat = dequantize_int4(w). The `_ref` twins compute that sa
 in NumPy (tests hold fast vs ref to float32 rounding); a separate test bounds the error against
 the float32 product of the original weights (activation + weight quantization error).
 
-Layout: `prepare_w4` / `prepare_w8` build, once per tensor (cached on the tensor object), a
-"row-interleaved" copy of the weights: tiles of ROW_TILE output rows stored so that byte j of all
-ROW_TILE rows is contiguous. The innermost loop then runs across the ROW_TILE outputs of a tile
-(ROW_TILE int32 accumulators: four AVX-512 registers) while activation values are broadcast:
-one pass over x feeds ROW_TILE outputs and no horizontal sum is needed per block. Four packed
-bytes per step (eight weights) keep accumulator loads/stores low. Measured on this machine,
-N=11008 K=4096 g32 GEMV: ROW_TILE 16 -> 1.6 ms, 32 -> 0.76 ms, 64 -> 0.54 ms; a float32 variant
-of the same loop (nibble -> float, FMA with unquantized x) -> 1.0 ms; the first per-row version
-with the r loop unvectorised (aliasing, 16 lanes fully unrolled) -> 9 ms. Scales become float32,
-zero points int32 (zp + 8). No dequantized float matrix is ever built.
+Paths (chosen once at import, `ISA`; HARMONY_REF_MATMUL_ISA=portable|avx2|avxvnni|avx512vnni
+forces one the CPU runs; `SUPPORTED_ISAS` lists them, from the features numba compiles for):
+- x86 int8 dot products (matmul_x86.py): vpdpbusd (AVX512-VNNI zmm, AVX-VNNI ymm) or AVX2
+  vpmaddubsw + vpmaddwd, on tile vectors of ROW_TILE = 64 output rows, in a layout built for
+  them ("x86": 4-byte steps of 64 rows, float16 group scales, int8 zero points). The GEMV
+  prefetches its weight stream; the prefill GEMM unpacks W4 nibbles once per tile and K chunk
+  into L1 and runs 4 activation rows at a time over them (16 zmm accumulators).
+- portable (matmul_portable.py): plain Numba loops LLVM vectorises across the 64 rows of a tile
+  ("rows" layout: byte j of 64 rows contiguous, float32 scales), for any CPU and for group sizes
+  the x86 layout does not take (act_block % 8 != 0 for W4, % 4 for W8). It is the twin the x86
+  paths are held to: the integer block sums are exact and every path does the per-block float
+  scaling in the same order, so all paths agree bit for bit (tests/test_kernels_matmul_paths.py).
+No dequantized float matrix is ever built.
 
-Prefill (M > 1): each thread takes a tile of ROW_TILE weight rows (K / 2 * ROW_TILE bytes, which
-stays in L2) and runs every activation row over it, so weights leave DRAM once per call; rows go
-M_BLOCK at a time so each nibble extracted (W4) or int8 weight widened (W8) feeds M_BLOCK
-rows (the rest one by one). Measured at M=128, N=K=4096, 2 threads, vs NumPy FP32 x @ W.T in
-the same run: W8 0.62x row by row -> 1.03x M-blocked -> 1.24-1.29x with the block sums as
-exact float32 FMAs (integers below 2**24; W8 only: for W4 the 8 nibble -> float conversions per
-4 bytes cost more than they save, and int16 nibble sums were not reliably faster).
+Measured (tests/perf/test_perf_matmul.py, one `quiet` run; Intel Xeon family 6 model 207,
+Emerald Rapids under KVM, 2 cores, 2 threads; medians of interleaved blocks; GEMV weights cycled
+through copies beyond the 300 MiB L3; NumPy 2.4 OpenBLAS; llama.cpp built from source for this
+CPU, driven through ggml's mul_mat by matmul_peer.py; avx2 / portable rows are those paths
+forced on this same CPU):
+
+| GEMV 11008 x 4096, one token | ms | vs NumPy FP32 `W @ x` | GB/s |
+|---|---|---|---|
+| NumPy FP32 (OpenBLAS) | 9.50 | 1.00x | 19 GB/s |
+| ours `matmul_w4`, int4 g32, AVX512-VNNI | 1.72 | 5.51x | 16 GB/s |
+| ours `matmul_w8`, AVX512-VNNI | 2.66 | 3.57x | 17 GB/s |
+| ours W4 g32, AVX-VNNI (forced) | 1.83 | 5.19x | 15 GB/s |
+| ours W8, AVX-VNNI (forced) | 2.87 | 3.31x | 16 GB/s |
+| ours W4 g32, AVX2 (forced) | 1.97 | 4.83x | 14 GB/s |
+| ours W8, AVX2 (forced) | 3.07 | 3.09x | 15 GB/s |
+| ours W4 g32, portable (forced; the old code) | 4.22 | 2.25x | 8 GB/s |
+| ours W8, portable (forced; the old code) | 5.86 | 1.62x | 8 GB/s |
+| llama.cpp Q4_0, plain layout | 3.42 | 2.78x | 7 GB/s |
+| llama.cpp Q4_0, repacked (CPU_REPACK, q4_0_8x8) | 3.08 | 3.09x | 8 GB/s |
+| llama.cpp Q4_0, AMX buffer | 1.81 | 5.25x | 14 GB/s |
+| llama.cpp Q4_1, plain | 3.67 | 2.59x | 8 GB/s |
+| llama.cpp Q4_1, AMX buffer | 1.71 | 5.56x | 16 GB/s |
+| llama.cpp Q8_0, plain | 4.70 | 2.02x | 10 GB/s |
+| llama.cpp Q8_0, AMX buffer | 2.65 | 3.59x | 18 GB/s |
+
+Limit: 2-thread read bandwidth 18.6 GB/s (a separate quiet run,
+numba sum over 472 MB).
+
+| prefill M = 128, K = N = 4096 | ms | vs NumPy FP32 `x @ W.T` | GOP/s (% of int8 peak) |
+|---|---|---|---|
+| NumPy FP32 (OpenBLAS) | 34.10 | 1.00x | 126 GOP/s (11%) |
+| ours `matmul_w4`, int4 g32, AVX512-VNNI | 17.20 | 1.98x | 250 GOP/s (22%) |
+| ours `matmul_w8`, AVX512-VNNI | 12.90 | 2.63x | 332 GOP/s (29%) |
+| ours W4 g32, AVX-VNNI (forced) | 24.30 | 1.40x | 177 GOP/s (15%) |
+| ours W8, AVX-VNNI (forced) | 24.90 | 1.37x | 172 GOP/s (15%) |
+| ours W4 g32, AVX2 (forced) | 20.50 | 1.66x | 210 GOP/s (18%) |
+| ours W8, AVX2 (forced) | 40.00 | 0.85x | 107 GOP/s (9%) |
+| ours W4 g32, portable (forced; the old code) | 142.00 | 0.24x | 30 GOP/s (3%) |
+| ours W8, portable (forced; the old code) | 74.30 | 0.46x | 58 GOP/s (5%) |
+| llama.cpp Q4_0, plain layout | 54.50 | 0.62x | 79 GOP/s (7%) |
+| llama.cpp Q4_0, repacked (CPU_REPACK, q4_0_8x8) | 25.90 | 1.32x | 166 GOP/s (14%) |
+| llama.cpp Q4_0, AMX buffer | - | - | crashed (signal 4) |
+| llama.cpp Q4_1, plain | 93.10 | 0.37x | 46 GOP/s (4%) |
+| llama.cpp Q4_1, AMX buffer | - | - | crashed (signal 4) |
+| llama.cpp Q8_0, plain | 49.20 | 0.69x | 87 GOP/s (8%) |
+| llama.cpp Q8_0, AMX buffer | - | - | crashed (signal 4) |
+
+Limit: int8 peak 1153 GOP/s (avx512vnni)
+
+Tried and measured on the way (11008 x 4096 GEMV unless said): ROW_TILE 16 / 32 / 64 rows in
+the portable loop 1.6 / 0.76 / 0.54 ms (hot); weight prefetch distance none / 256 B / 1 KB /
+2 KB / 4 KB / 8 KB: 2.04 / 1.95 / 1.69 / 1.50 / 1.57 / 1.60 ms cold (W4; W8 and L2 prefetches
+(prefetcht1) within noise);
+portable prefill: M-blocking 4 rows 0.62x -> 1.03x NumPy (W8), exact float32 FMA block sums
++~20% (W8 only).
 
 Threads: `numba.prange` over weight tiles; `numba.set_num_threads` is honoured.
 """
 
 from __future__ import annotations
 
+import os
 import weakref
 from dataclasses import dataclass
 
-import numba
 import numpy as np
-from numba import types
-from numba.extending import intrinsic
 
+from harmony_ref.kernels import matmul_x86 as x86
 from harmony_ref.kernels._checks import float32_array
+from harmony_ref.kernels.matmul_portable import (  # noqa: F401  (compiled kernels, for tests)
+    M_BLOCK,
+    ROW_TILE,
+    _matmul_w4_tiles,
+    _matmul_w4_tiles_mblock,
+    _matmul_w8_tiles,
+    _matmul_w8_tiles_mblock,
+    _quantize_activations,
+)
+from harmony_ref.kernels.matmul_x86 import (  # noqa: F401
+    ISA_AVX2,
+    ISA_AVX512_VNNI,
+    ISA_AVX_VNNI,
+    ISA_NAMES,
+    ISA_PORTABLE,
+    _quantize_activations_bytes,
+    _w4_gemm,
+    _w4_gemv,
+    _w8_gemm,
+    _w8_gemv,
+)
 from harmony_ref.quant.int4 import Int4Tensor, unpack_int4
 from harmony_ref.quant.int8 import Int8Tensor
 
 ACT_BLOCK = 32  # int8 activation block along K (llama.cpp's QK8_0)
 ACT_MAX_LEVEL = 127
 NIBBLE_OFFSET = 8  # stored nibble u = q + 8 is unsigned 0..15
-ROW_TILE = 64  # output rows interleaved per tile (see the module doc for the measured sweep)
-M_BLOCK = 4  # activation rows sharing one nibble extraction in prefill (2: ~same, 8: no better)
 # float32 holds every integer below 2**24 exactly, so integer block sums may be accumulated in
 # float32 FMAs without rounding while |sum| <= block * max|w| * max|x| stays below this.
 FLOAT_EXACT_INT = 2**24
 INT8_MAX_ABS = 128
+ISA_ENV = "HARMONY_REF_MATMUL_ISA"  # force a path: portable, avx2, avxvnni or avx512vnni
 
 
 def act_block_for(group_size: int) -> int:
     """Activation block: 32 when it divides the weight group, else the group itself."""
     return ACT_BLOCK if group_size % ACT_BLOCK == 0 else group_size
+
+
+def _choose_isa(forced: str | None, supported: list[int]) -> int:
+    """The best path numba's target CPU supports, or the one `forced` names (it must be one)."""
+    if not forced:
+        return supported[-1]
+    by_name = {ISA_NAMES[i]: i for i in ISA_NAMES}
+    isa = by_name.get(forced.strip().lower())
+    if isa not in supported:
+        raise RuntimeError(
+            f"{ISA_ENV}={forced!r}: this CPU runs {', '.join(ISA_NAMES[i] for i in supported)}"
+        )
+    return isa
+
+
+SUPPORTED_ISAS = x86.supported_isas()  # what numba compiles for on this CPU
+ISA = _choose_isa(os.environ.get(ISA_ENV), SUPPORTED_ISAS)  # the path matmul_w4/w8 take
 
 
 # ----------------------------------------------------------------------------------------------
@@ -75,11 +162,18 @@ def act_block_for(group_size: int) -> int:
 
 @dataclass(frozen=True, eq=False)
 class PreparedW4:
-    """Row-interleaved INT4 weights. T = ceil(N / ROW_TILE) tiles; padded rows have scale 0."""
+    """INT4 weights in a kernel layout, T = ceil(N / ROW_TILE) tiles, padded rows scale 0.
 
-    packed: np.ndarray  # (T, K // 2, ROW_TILE) uint8: Int4Tensor.packed ^ 0x88, nibbles q + 8
-    scale: np.ndarray  # (T, G, ROW_TILE) float32
-    zp_offset: np.ndarray  # (T, G, ROW_TILE) int32: zp + 8 ("sym": 8)
+    layout "x86" (matmul_x86.layout_w4): packed (T, K // 2 * ROW_TILE) uint8 in 4-byte steps,
+    scale (T, G * ROW_TILE) float16 bits (uint16) or float32, zero (T, G * ROW_TILE) int8 zp.
+    layout "rows" (portable loops): packed (T, K // 2, ROW_TILE) uint8 nibbles q + 8,
+    scale (T, G, ROW_TILE) float32, zero (T, G, ROW_TILE) int32 zp + 8.
+    """
+
+    layout: str
+    packed: np.ndarray
+    scale: np.ndarray
+    zero: np.ndarray
     shape: tuple[int, int]
     group_size: int
     act_block: int
@@ -87,8 +181,12 @@ class PreparedW4:
 
 @dataclass(frozen=True, eq=False)
 class PreparedW8:
-    values: np.ndarray  # (T, K, ROW_TILE) int8
-    scale: np.ndarray  # (T, ROW_TILE) float32
+    """INT8 weights in a kernel layout. "x86": values (T, K * ROW_TILE) uint8 w + 128 in 4-byte
+    steps; "rows": values (T, K, ROW_TILE) int8. scale (T, ROW_TILE) float32 either way."""
+
+    layout: str
+    values: np.ndarray
+    scale: np.ndarray
     shape: tuple[int, int]
     act_block: int
 
@@ -117,42 +215,55 @@ def _already_prepared(t, tensor_type, prepared_type):
 
 
 def prepare_w4(t: Int4Tensor) -> PreparedW4:
-    """Kernel layout of `t`, built once per tensor object and cached (weakly) on it."""
+    """Kernel layout of `t` for this CPU's path, built once per tensor object and cached
+    (weakly) on it."""
     done = _already_prepared(t, Int4Tensor, PreparedW4)
-    if done is not None:
-        return done
+    if done is None:
+        done = _prepared[t] = _prepare_w4(t, ISA)
+    return done
+
+
+def _prepare_w4(t: Int4Tensor, isa: int) -> PreparedW4:
     if t.group_size % 2 != 0:
         raise ValueError(
             f"matmul_w4 needs an even group_size (a group must not split a byte), got {t.group_size}"
         )
-    zp = np.zeros(t.scale.shape, np.int32) if t.zero_point is None else t.zero_point.astype(np.int32)
+    ab = act_block_for(t.group_size)
     # A second copy of the packed bytes (same size); a loader may drop `t.packed` afterwards.
-    prepared = PreparedW4(
+    if isa != ISA_PORTABLE and ab % 8 == 0:
+        packed, scale, zero = x86.layout_w4(t.packed, t.scale, t.zero_point)
+        return PreparedW4("x86", packed, scale, zero, t.shape, t.group_size, ab)
+    zp = np.zeros(t.scale.shape, np.int32) if t.zero_point is None else t.zero_point.astype(np.int32)
+    return PreparedW4(
+        "rows",
         # Stored nibbles are two's complement (q & 0xF); flipping bit 3 gives u = q + 8 (0..15).
         packed=_interleave_rows(t.packed ^ np.uint8(0x88)),
         scale=_interleave_rows(t.scale.astype(np.float32)),
-        zp_offset=_interleave_rows(zp + NIBBLE_OFFSET),
+        zero=_interleave_rows(zp + NIBBLE_OFFSET),
         shape=t.shape,
         group_size=t.group_size,
-        act_block=act_block_for(t.group_size),
+        act_block=ab,
     )
-    _prepared[t] = prepared
-    return prepared
 
 
 def prepare_w8(t: Int8Tensor) -> PreparedW8:
-    """Kernel layout of `t`, built once per tensor object and cached (weakly) on it."""
+    """Kernel layout of `t` for this CPU's path, built once per tensor object and cached
+    (weakly) on it."""
     done = _already_prepared(t, Int8Tensor, PreparedW8)
-    if done is not None:
-        return done
-    prepared = PreparedW8(
-        values=_interleave_rows(t.values),
-        scale=_interleave_rows(t.scale.astype(np.float32)),
-        shape=t.shape,
-        act_block=ACT_BLOCK if t.shape[1] % ACT_BLOCK == 0 else t.shape[1],
-    )
-    _prepared[t] = prepared
-    return prepared
+    if done is None:
+        done = _prepared[t] = _prepare_w8(t, ISA)
+    return done
+
+
+def _prepare_w8(t: Int8Tensor, isa: int) -> PreparedW8:
+    ab = ACT_BLOCK if t.shape[1] % ACT_BLOCK == 0 else t.shape[1]
+    # AVX2's sign trick is exact only for w != -128 (a value the quantizer never writes).
+    avx2_ok = isa != ISA_AVX2 or t.values.min(initial=0) > -INT8_MAX_ABS
+    if isa != ISA_PORTABLE and ab % 4 == 0 and avx2_ok:
+        values, scale = x86.layout_w8(t.values, t.scale)
+        return PreparedW8("x86", values, scale, t.shape, ab)
+    scale = _interleave_rows(t.scale.astype(np.float32))
+    return PreparedW8("rows", _interleave_rows(t.values), scale, t.shape, ab)
 
 
 def _as_activations(x, k: int) -> tuple[np.ndarray, bool]:
@@ -227,286 +338,73 @@ def matmul_w8_ref(x, w: Int8Tensor) -> np.ndarray:
 # Fast path
 
 
-@intrinsic
-def _fma_f32(typingctx, a, b, c):
-    """a * b + c with one rounding (llvm.fma; vectorises to vfmadd). Numba exposes no fma, and
-    fastmath "contract" would also fuse the float scaling steps and change their rounding."""
-    sig = types.float32(types.float32, types.float32, types.float32)
-
-    def codegen(context, builder, signature, args):
-        return builder.fma(*args)
-
-    return sig, codegen
-
-
-@numba.njit(parallel=True, cache=True)
-def _quantize_activations(x, block):
-    """Same arithmetic as `quantize_activations_ref`; also returns exact block sums of xq and
-    xq split into even / odd positions (the high / low nibble partners) as int32."""
-    m, k = x.shape
-    nb = k // block
-    xs = np.empty((m, nb), dtype=np.float32)
-    xsum = np.empty((m, nb), dtype=np.int32)
-    xq = np.empty((m, k), dtype=np.int32)
-    levels = np.float32(ACT_MAX_LEVEL)
-    for i in numba.prange(m):
-        for b in range(nb):
-            amax = np.float32(0.0)
-            for j in range(b * block, (b + 1) * block):
-                amax = max(amax, abs(x[i, j]))
-            s = amax / levels
-            xs[i, b] = s
-            safe = np.float32(1.0) if s == 0 else s
-            total = 0
-            for j in range(b * block, (b + 1) * block):
-                v = np.int32(min(max(np.rint(x[i, j] / safe), -levels), levels))
-                xq[i, j] = v
-                total += v
-            xsum[i, b] = total
-    return xq, xs, xsum
-
-
-@numba.njit(parallel=True, cache=True)
-def _matmul_w4_tiles(xq, xs, xsum, packed, scale, zp_offset, group_size, block):
-    """y (M, T * ROW_TILE). The r loop (ROW_TILE lanes) is the SIMD dimension; four packed
-    bytes (eight weights) per r step keep the int32 accumulator traffic low. For M > 1 the
-    tile's bytes (K / 2 * ROW_TILE, L2-resident) are reused for every activation row."""
-    m, k = xq.shape
-    tiles = packed.shape[0]
-    n_groups = k // group_size
-    blocks_per_group = group_size // block
-    half = block // 2
-    unrolled = half - half % 4
-    y = np.empty((m, tiles * ROW_TILE), dtype=np.float32)
-    for t in numba.prange(tiles):
-        facc = np.empty(ROW_TILE, dtype=np.float32)
-        iacc = np.empty(ROW_TILE, dtype=np.int32)
-        for i in range(m):
-            facc[:] = 0
-            for g in range(n_groups):
-                sc = scale[t, g]
-                zo = zp_offset[t, g]
-                for bb in range(blocks_per_group):
-                    b = g * blocks_per_group + bb
-                    j0 = b * half
-                    iacc[:] = 0
-                    for j in range(j0, j0 + unrolled, 4):
-                        x0 = xq[i, 2 * j]
-                        x1 = xq[i, 2 * j + 1]
-                        x2 = xq[i, 2 * j + 2]
-                        x3 = xq[i, 2 * j + 3]
-                        x4 = xq[i, 2 * j + 4]
-                        x5 = xq[i, 2 * j + 5]
-                        x6 = xq[i, 2 * j + 6]
-                        x7 = xq[i, 2 * j + 7]
-                        p0 = packed[t, j]
-                        p1 = packed[t, j + 1]
-                        p2 = packed[t, j + 2]
-                        p3 = packed[t, j + 3]
-                        for r in range(ROW_TILE):
-                            u0 = np.int32(p0[r])
-                            u1 = np.int32(p1[r])
-                            u2 = np.int32(p2[r])
-                            u3 = np.int32(p3[r])
-                            iacc[r] += (
-                                (u0 >> 4) * x0 + (u0 & 15) * x1 + (u1 >> 4) * x2 + (u1 & 15) * x3
-                                + (u2 >> 4) * x4 + (u2 & 15) * x5 + (u3 >> 4) * x6 + (u3 & 15) * x7
-                            )
-                    for j in range(j0 + unrolled, j0 + half):
-                        xe = xq[i, 2 * j]
-                        xo = xq[i, 2 * j + 1]
-                        p0 = packed[t, j]
-                        for r in range(ROW_TILE):
-                            u0 = np.int32(p0[r])
-                            iacc[r] += (u0 >> 4) * xe + (u0 & 15) * xo
-                    xsb = xs[i, b]
-                    xsm = xsum[i, b]
-                    for r in range(ROW_TILE):
-                        facc[r] += (sc[r] * xsb) * np.float32(iacc[r] - zo[r] * xsm)
-            for r in range(ROW_TILE):
-                y[i, t * ROW_TILE + r] = facc[r]
-    return y
-
-
-@numba.njit(parallel=True, cache=True)
-def _matmul_w4_tiles_mblock(xq, xs, xsum, packed, scale, zp_offset, group_size, block):
-    """Prefill variant of `_matmul_w4_tiles` for M a multiple of M_BLOCK: the nibbles of each
-    weight vector are extracted once and feed M_BLOCK activation rows (measured at M=128,
-    N=K=4096: ~25% faster than running rows one by one). Needs block % 8 == 0."""
-    m, k = xq.shape
-    tiles = packed.shape[0]
-    n_groups = k // group_size
-    blocks_per_group = group_size // block
-    half = block // 2
-    y = np.empty((m, tiles * ROW_TILE), dtype=np.float32)
-    for t in numba.prange(tiles):
-        facc = np.empty((M_BLOCK, ROW_TILE), dtype=np.float32)
-        iacc = np.empty((M_BLOCK, ROW_TILE), dtype=np.int32)
-        xv = np.empty((M_BLOCK, 8), dtype=np.int32)
-        for i0 in range(0, m, M_BLOCK):
-            facc[:] = 0
-            for g in range(n_groups):
-                sc = scale[t, g]
-                zo = zp_offset[t, g]
-                for bb in range(blocks_per_group):
-                    b = g * blocks_per_group + bb
-                    j0 = b * half
-                    iacc[:] = 0
-                    for j in range(j0, j0 + half, 4):
-                        for i in range(M_BLOCK):
-                            for c in range(8):
-                                xv[i, c] = xq[i0 + i, 2 * j + c]
-                        p0 = packed[t, j]
-                        p1 = packed[t, j + 1]
-                        p2 = packed[t, j + 2]
-                        p3 = packed[t, j + 3]
-                        for r in range(ROW_TILE):
-                            u0 = np.int32(p0[r])
-                            u1 = np.int32(p1[r])
-                            u2 = np.int32(p2[r])
-                            u3 = np.int32(p3[r])
-                            h0, l0, h1, l1 = u0 >> 4, u0 & 15, u1 >> 4, u1 & 15
-                            h2, l2, h3, l3 = u2 >> 4, u2 & 15, u3 >> 4, u3 & 15
-                            for i in range(M_BLOCK):
-                                iacc[i, r] += (
-                                    h0 * xv[i, 0] + l0 * xv[i, 1] + h1 * xv[i, 2] + l1 * xv[i, 3]
-                                    + h2 * xv[i, 4] + l2 * xv[i, 5] + h3 * xv[i, 6] + l3 * xv[i, 7]
-                                )
-                    for i in range(M_BLOCK):
-                        xsb = xs[i0 + i, b]
-                        xsm = xsum[i0 + i, b]
-                        for r in range(ROW_TILE):
-                            facc[i, r] += (sc[r] * xsb) * np.float32(iacc[i, r] - zo[r] * xsm)
-            for i in range(M_BLOCK):
-                for r in range(ROW_TILE):
-                    y[i0 + i, t * ROW_TILE + r] = facc[i, r]
-    return y
-
-
-@numba.njit(parallel=True, cache=True)
-def _matmul_w8_tiles(xq, xs, values, scale, block):
-    """Same structure as `_matmul_w4_tiles` over int8 weights (no nibbles, no zero point)."""
-    m, k = xq.shape
-    tiles = values.shape[0]
-    n_blocks = k // block
-    unrolled = block - block % 4
-    y = np.empty((m, tiles * ROW_TILE), dtype=np.float32)
-    for t in numba.prange(tiles):
-        facc = np.empty(ROW_TILE, dtype=np.float32)
-        iacc = np.empty(ROW_TILE, dtype=np.int32)
-        sc = scale[t]
-        for i in range(m):
-            facc[:] = 0
-            for b in range(n_blocks):
-                j0 = b * block
-                iacc[:] = 0
-                for j in range(j0, j0 + unrolled, 4):
-                    x0 = xq[i, j]
-                    x1 = xq[i, j + 1]
-                    x2 = xq[i, j + 2]
-                    x3 = xq[i, j + 3]
-                    w0 = values[t, j]
-                    w1 = values[t, j + 1]
-                    w2 = values[t, j + 2]
-                    w3 = values[t, j + 3]
-                    for r in range(ROW_TILE):
-                        iacc[r] += (
-                            np.int32(w0[r]) * x0 + np.int32(w1[r]) * x1
-                            + np.int32(w2[r]) * x2 + np.int32(w3[r]) * x3
-                        )
-                for j in range(j0 + unrolled, j0 + block):
-                    x0 = xq[i, j]
-                    w0 = values[t, j]
-                    for r in range(ROW_TILE):
-                        iacc[r] += np.int32(w0[r]) * x0
-                xsb = xs[i, b]
-                for r in range(ROW_TILE):
-                    facc[r] += xsb * np.float32(iacc[r])
-            for r in range(ROW_TILE):
-                y[i, t * ROW_TILE + r] = facc[r] * sc[r]
-    return y
-
-
-@numba.njit(parallel=True, cache=True)
-def _matmul_w8_tiles_mblock(xq, xs, values, scale, block):
-    """Prefill variant of `_matmul_w8_tiles` for M a multiple of M_BLOCK: each weight vector is
-    loaded and converted once and feeds M_BLOCK activation rows. The integer block sums run as
-    float32 FMAs (exact: see FLOAT_EXACT_INT; ~10% faster than int32 multiply-add here), then
-    each row's float scaling runs in the same order as in `_matmul_w8_tiles`, so results are
-    bit-identical. Needs block % 4 == 0 and block * INT8_MAX_ABS * ACT_MAX_LEVEL < 2**24."""
-    m, k = xq.shape
-    tiles = values.shape[0]
-    n_blocks = k // block
-    y = np.empty((m, tiles * ROW_TILE), dtype=np.float32)
-    for t in numba.prange(tiles):
-        facc = np.empty((M_BLOCK, ROW_TILE), dtype=np.float32)
-        bsum = np.empty((M_BLOCK, ROW_TILE), dtype=np.float32)  # exact integer block sums
-        xv = np.empty((M_BLOCK, 4), dtype=np.float32)
-        sc = scale[t]
-        for i0 in range(0, m, M_BLOCK):
-            facc[:] = 0
-            for b in range(n_blocks):
-                j0 = b * block
-                bsum[:] = 0
-                for j in range(j0, j0 + block, 4):
-                    for i in range(M_BLOCK):
-                        for c in range(4):
-                            xv[i, c] = xq[i0 + i, j + c]
-                    w0 = values[t, j]
-                    w1 = values[t, j + 1]
-                    w2 = values[t, j + 2]
-                    w3 = values[t, j + 3]
-                    for r in range(ROW_TILE):
-                        a0 = np.float32(w0[r])
-                        a1 = np.float32(w1[r])
-                        a2 = np.float32(w2[r])
-                        a3 = np.float32(w3[r])
-                        for i in range(M_BLOCK):
-                            acc = _fma_f32(a0, xv[i, 0], bsum[i, r])
-                            acc = _fma_f32(a1, xv[i, 1], acc)
-                            acc = _fma_f32(a2, xv[i, 2], acc)
-                            bsum[i, r] = _fma_f32(a3, xv[i, 3], acc)
-                for i in range(M_BLOCK):
-                    xsb = xs[i0 + i, b]
-                    for r in range(ROW_TILE):
-                        facc[i, r] += xsb * bsum[i, r]
-            for i in range(M_BLOCK):
-                for r in range(ROW_TILE):
-                    y[i0 + i, t * ROW_TILE + r] = facc[i, r] * sc[r]
-    return y
-
 def matmul_w4(x, w) -> np.ndarray:
     """x (M, K) or (K,) float @ W.T for an Int4Tensor (or PreparedW4) W of shape (N, K)."""
-    p = prepare_w4(w)
-    n, k = p.shape
-    x, vector = _as_activations(x, k)
-    xq, xs, xsum = _quantize_activations(x, p.act_block)
-    weights = (p.packed, p.scale, p.zp_offset, p.group_size, p.act_block)
-    blocked = xq.shape[0] - xq.shape[0] % M_BLOCK if p.act_block % 8 == 0 else 0
-    parts = []
-    if blocked:
-        parts.append(_matmul_w4_tiles_mblock(xq[:blocked], xs[:blocked], xsum[:blocked], *weights))
-    if blocked < xq.shape[0]:
-        parts.append(_matmul_w4_tiles(xq[blocked:], xs[blocked:], xsum[blocked:], *weights))
-    y = parts[0][:, :n] if len(parts) == 1 else np.concatenate(parts)[:, :n]
-    y = np.ascontiguousarray(y)
-    return y[0] if vector else y
+    return _matmul_w4(x, prepare_w4(w), ISA)
 
 
 def matmul_w8(x, w) -> np.ndarray:
     """x (M, K) or (K,) float @ W.T for an Int8Tensor (or PreparedW8) W of shape (N, K)."""
-    p = prepare_w8(w)
-    n, k = p.shape
-    x, vector = _as_activations(x, k)
-    xq, xs, _ = _quantize_activations(x, p.act_block)
-    weights = (p.values, p.scale, p.act_block)
-    exact = p.act_block * INT8_MAX_ABS * ACT_MAX_LEVEL < FLOAT_EXACT_INT
-    blocked = xq.shape[0] - xq.shape[0] % M_BLOCK if p.act_block % 4 == 0 and exact else 0
-    parts = []
-    if blocked:
-        parts.append(_matmul_w8_tiles_mblock(xq[:blocked], xs[:blocked], *weights))
-    if blocked < xq.shape[0]:
-        parts.append(_matmul_w8_tiles(xq[blocked:], xs[blocked:], *weights))
+    return _matmul_w8(x, prepare_w8(w), ISA)
+
+
+def _rows_split(m: int, rows: int, ok: bool) -> int:
+    """How many leading rows go to the row-blocked (prefill) kernel."""
+    return m - m % rows if ok else 0
+
+
+def _finish(parts, n: int, vector: bool) -> np.ndarray:
     y = parts[0][:, :n] if len(parts) == 1 else np.concatenate(parts)[:, :n]
     y = np.ascontiguousarray(y)
     return y[0] if vector else y
+
+
+def _matmul_w4(x, p: PreparedW4, isa: int) -> np.ndarray:
+    n, k = p.shape
+    x, vector = _as_activations(x, k)
+    m = x.shape[0]
+    parts = []
+    if p.layout == "x86":
+        xq, xs, xsum = _quantize_activations_bytes(x, p.act_block)
+        xw = xq.view(np.int32)
+        weights = (p.packed, p.scale, p.zero, p.group_size, p.act_block)
+        blocked = _rows_split(m, x86.GEMM_ROWS, True)
+        if blocked:
+            parts.append(_w4_gemm(isa, xw[:blocked], xs[:blocked], xsum[:blocked], *weights))
+        if blocked < m:
+            parts.append(_w4_gemv(isa, xw[blocked:], xs[blocked:], xsum[blocked:], *weights))
+        return _finish(parts, n, vector)
+    xq, xs, xsum = _quantize_activations(x, p.act_block)
+    weights = (p.packed, p.scale, p.zero, p.group_size, p.act_block)
+    blocked = _rows_split(m, M_BLOCK, p.act_block % 8 == 0)
+    if blocked:
+        parts.append(_matmul_w4_tiles_mblock(xq[:blocked], xs[:blocked], xsum[:blocked], *weights))
+    if blocked < m:
+        parts.append(_matmul_w4_tiles(xq[blocked:], xs[blocked:], xsum[blocked:], *weights))
+    return _finish(parts, n, vector)
+
+
+def _matmul_w8(x, p: PreparedW8, isa: int) -> np.ndarray:
+    n, k = p.shape
+    x, vector = _as_activations(x, k)
+    m = x.shape[0]
+    parts = []
+    if p.layout == "x86":
+        xq, xs, xsum = _quantize_activations_bytes(x, p.act_block)
+        xw = xq.view(np.int32)
+        weights = (p.values, p.scale, p.act_block)
+        blocked = _rows_split(m, x86.GEMM_ROWS, True)
+        if blocked:
+            parts.append(_w8_gemm(isa, xw[:blocked], xs[:blocked], xsum[:blocked], *weights))
+        if blocked < m:
+            parts.append(_w8_gemv(isa, xw[blocked:], xs[blocked:], xsum[blocked:], *weights))
+        return _finish(parts, n, vector)
+    xq, xs, _ = _quantize_activations(x, p.act_block)
+    weights = (p.values, p.scale, p.act_block)
+    exact = p.act_block * INT8_MAX_ABS * ACT_MAX_LEVEL < FLOAT_EXACT_INT
+    blocked = _rows_split(m, M_BLOCK, p.act_block % 4 == 0 and exact)
+    if blocked:
+        parts.append(_matmul_w8_tiles_mblock(xq[:blocked], xs[:blocked], *weights))
+    if blocked < m:
+        parts.append(_matmul_w8_tiles(xq[blocked:], xs[blocked:], *weights))
+    return _finish(parts, n, vector)

@@ -1,5 +1,7 @@
 """W4/W8 matmul: fast == NumPy twin (same integer arithmetic), error against the float32 product
-of the original weights, awkward shapes, prepared-weight caching, threads, bad input."""
+of the original weights, awkward shapes, prepared-weight caching, threads, bad input; each on
+every path this CPU runs (mm.SUPPORTED_ISAS), and each x86 path bit for bit against the
+portable loops (tests/test_kernels_matmul_paths.py)."""
 
 import numba
 import numpy as np
@@ -22,6 +24,16 @@ W4_G32_REL_FROB_ERR = 0.12
 W8_REL_FROB_ERR = 0.03
 
 AWKWARD_MN = [1, 3, 17, 33, 127]
+PATHS = pytest.mark.parametrize("isa", mm.SUPPORTED_ISAS, ids=lambda i: mm.ISA_NAMES[i])
+
+
+def w4_on(isa):
+    """matmul_w4 on path `isa` (weights prepared for it, uncached)."""
+    return lambda x, t: mm._matmul_w4(x, mm._prepare_w4(t, isa), isa)
+
+
+def w8_on(isa):
+    return lambda x, t: mm._matmul_w8(x, mm._prepare_w8(t, isa), isa)
 
 
 def _data(m, n, k, seed):
@@ -46,10 +58,11 @@ def _abs_sum(x_hat, w_hat):
     [(1, 127, 256, 32), (3, 17, 128, 128), (17, 33, 64, 64), (33, 3, 96, 32), (127, 1, 32, 32),
      (2, 65, 40, 8), (5, 130, 48, 48)],
 )
-def test_matmul_w4_matches_ref(m, n, k, group, scheme):
+@PATHS
+def test_matmul_w4_matches_ref(m, n, k, group, scheme, isa):
     x, w = _data(m, n, k, seed=m * 1000 + n)
     t = quantize_int4(w, group, scheme)
-    got, ref = matmul_w4(x, t), matmul_w4_ref(x, t)
+    got, ref = w4_on(isa)(x, t), matmul_w4_ref(x, t)
     x_hat, _ = _x_hat(x, mm.act_block_for(group))
     assert_within(got, ref, FAST_VS_REF_REL * _abs_sum(x_hat, dequantize_int4(t)), "matmul_w4 vs ref")
 
@@ -57,10 +70,11 @@ def test_matmul_w4_matches_ref(m, n, k, group, scheme):
 @pytest.mark.parametrize(
     "m, n, k", [(1, 127, 256), (3, 17, 96), (17, 33, 64), (33, 1, 32), (127, 3, 32), (4, 5, 30)]
 )
-def test_matmul_w8_matches_ref(m, n, k):
+@PATHS
+def test_matmul_w8_matches_ref(m, n, k, isa):
     x, w = _data(m, n, k, seed=7 + m + n)
     t = quantize_int8(w)
-    got, ref = matmul_w8(x, t), matmul_w8_ref(x, t)
+    got, ref = w8_on(isa)(x, t), matmul_w8_ref(x, t)
     block = mm.ACT_BLOCK if k % mm.ACT_BLOCK == 0 else k
     x_hat, _ = _x_hat(x, block)
     assert_within(got, ref, FAST_VS_REF_REL * _abs_sum(x_hat, dequantize_int8(t)), "matmul_w8 vs ref")
@@ -97,14 +111,15 @@ def test_matmul_w8_error_vs_float_weights_is_bounded():
     assert np.linalg.norm(got - exact) / np.linalg.norm(exact) < W8_REL_FROB_ERR
 
 
+@PATHS
 @pytest.mark.parametrize("m", [2, 3, 4, 5, 17, 128])
-def test_prefill_rows_equal_decode_rows_bit_for_bit(m):
+def test_prefill_rows_equal_decode_rows_bit_for_bit(m, isa):
     # The M-blocked prefill kernels must do each row's arithmetic in the M = 1 order exactly.
     x, w = _data(m, 70, 96, seed=11 + m)
-    for fast, t in ((matmul_w4, quantize_int4(w, 32)), (matmul_w8, quantize_int8(w))):
+    for fast, t in ((w4_on(isa), quantize_int4(w, 32)), (w8_on(isa), quantize_int8(w))):
         got = fast(x, t)
         for i in range(m):
-            np.testing.assert_array_equal(got[i], fast(x[i], t), err_msg=f"{fast.__name__} row {i}")
+            np.testing.assert_array_equal(got[i], fast(x[i], t), err_msg=f"{mm.ISA_NAMES[isa]} row {i}")
 
 
 @pytest.mark.parametrize("k", [32, 1028])
@@ -117,7 +132,7 @@ def test_w8_prefill_block_sums_stay_exact_at_full_scale(k):
     w[2, ::3] = -1.0
     x = np.full((4, k), 3.0, np.float32)
     x[3, ::2] = -3.0
-    p = mm.prepare_w8(quantize_int8(w))
+    p = mm._prepare_w8(quantize_int8(w), mm.ISA_PORTABLE)
     xq, xs, _ = mm._quantize_activations(x, p.act_block)
     assert p.act_block == (mm.ACT_BLOCK if k == 32 else k) and np.abs(xq).max() == mm.ACT_MAX_LEVEL
     blocked = mm._matmul_w8_tiles_mblock(xq, xs, p.values, p.scale, p.act_block)
@@ -140,20 +155,25 @@ def test_prepared_weights_are_cached_and_accepted():
     t = quantize_int4(w, 32)
     p = prepare_w4(t)
     assert prepare_w4(t) is p
-    assert p.packed.shape == (1, 32, mm.ROW_TILE)
+    assert p.layout == ("rows" if mm.ISA == mm.ISA_PORTABLE else "x86")
+    assert p.packed.size == mm.ROW_TILE * 32
     np.testing.assert_array_equal(matmul_w4(x, p), matmul_w4(x, t))
 
 
-def test_thread_count_does_not_change_results():
-    x, w = _data(3, 200, 256, seed=8)
-    t = quantize_int4(w, 32)
+@PATHS
+@pytest.mark.parametrize("m", [3, 8])  # row by row and the row-blocked prefill kernels
+def test_thread_count_does_not_change_results(isa, m):
+    x, w = _data(m, 200, 256, seed=8)
+    t4, t8 = quantize_int4(w, 32), quantize_int8(w)
     before = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
-        one = matmul_w4(x, t)
+        one = w4_on(isa)(x, t4), w8_on(isa)(x, t8)
     finally:
         numba.set_num_threads(before)
-    np.testing.assert_array_equal(one, matmul_w4(x, t))  # each output is owned by one thread
+    # each output is owned by one thread
+    np.testing.assert_array_equal(one[0], w4_on(isa)(x, t4))
+    np.testing.assert_array_equal(one[1], w8_on(isa)(x, t8))
 
 
 def test_bad_inputs_raise_value_errors():

@@ -4,7 +4,8 @@
   of a buffer far larger than the last-level cache, counting bytes read plus written. Benchmarks
   divide their achieved GB/s by it to say how far they are from the memory limit.
 - `perf_summary` (session): benchmarks append one row each (a dict of printable columns); when
-  benchmarks are enabled, the rows are printed as a table at the end of the run.
+  benchmarks are enabled, the rows are printed as a table at the end of the run. Rows with a
+  "table" key are printed as tables of their own, one per value (test_perf_matmul.py).
 """
 
 from __future__ import annotations
@@ -51,10 +52,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     session = getattr(config, "_benchmarksession", None)  # pytest-benchmark's; honours --benchmark-enable
     if not _summary_rows or session is None or session.disabled:
         return
-    columns = list(dict.fromkeys(key for row in _summary_rows for key in row))
-    cells = [[_fmt(row.get(c, "")) for c in columns] for row in _summary_rows]
+    plain = [row for row in _summary_rows if "table" not in row]
+    if plain:
+        _write_table(terminalreporter, "perf summary (ratios and GB/s measured in this run)", plain)
+    tables = dict.fromkeys(row["table"] for row in _summary_rows if "table" in row)
+    for name in tables:
+        rows = [{k: v for k, v in row.items() if k != "table"}
+                for row in _summary_rows if row.get("table") == name]
+        _write_table(terminalreporter, f"{name} (measured in this run)", rows)
+
+
+def _write_table(terminalreporter, title: str, rows: list[dict]) -> None:
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    cells = [[_fmt(row.get(c, "")) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    terminalreporter.write_sep("-", "perf summary (ratios and GB/s measured in this run)")
+    terminalreporter.write_sep("-", title)
     terminalreporter.write_line("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
     for r in cells:
         terminalreporter.write_line("  ".join(v.ljust(w) for v, w in zip(r, widths)))
