@@ -98,7 +98,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harmony_ref.kernels import matmul_x86 as x86
+import harmony_ref.kernels.matmul_x86 as x86
 from harmony_ref.kernels._checks import float32_array
 from harmony_ref.kernels.matmul_portable import (  # noqa: F401  (compiled kernels, for tests)
     M_BLOCK,
