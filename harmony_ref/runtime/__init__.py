@@ -1,0 +1,1 @@
+"""Models that run: the Llama-family decoder (llama.py), its tokenizer and generation."""
