@@ -44,7 +44,7 @@ def load_corpus(part: str = "heldout") -> str:
     """A shipped corpus part, its SHA-256 checked (ValueError on mismatch)."""
     if part not in CORPUS_SHA256:
         raise ValueError(f"corpus part must be one of {sorted(CORPUS_SHA256)}, got {part!r}")
-    data = resources.files("harmony_ref.data").joinpath(CORPUS_DIR, f"{part}.txt").read_bytes()
+    data = (resources.files("harmony_ref") / "data" / CORPUS_DIR / f"{part}.txt").read_bytes()
     got = hashlib.sha256(data).hexdigest()
     if got != CORPUS_SHA256[part]:
         raise ValueError(f"harmony_ref/data/{CORPUS_DIR}/{part}.txt has SHA-256 {got}, expected "
