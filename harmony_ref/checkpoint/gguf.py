@@ -195,7 +195,7 @@ def read_gguf(path) -> DecoderWeights:
         source=str(path),
         stored_formats=stored,
     )
-    _validate_named(weights, path)
+    validate_weights(weights, _gguf_name)
     return weights
 
 
@@ -206,24 +206,13 @@ def _unpermute_checked(a, n_heads, path, name):
     return unpermute_rope_rows(a, n_heads)
 
 
-# in-memory name -> GGUF tensor name, so validation errors name the tensor in the file
-def _gguf_name(where: str) -> str:
-    parts = where.split()
+def _gguf_name(key: str) -> str:
+    """In-memory key ("layer 3 wq", "embed") -> the GGUF tensor name, for error messages."""
+    parts = key.split()
     if parts[0] == "layer":
         return f"blk.{parts[1]}.{LAYER_TENSORS[parts[2]]}"
     return {"embed": "token_embd.weight", "final_norm": "output_norm.weight",
-            "lm_head": "output.weight"}.get(parts[0], where)
-
-
-def _validate_named(weights: DecoderWeights, path: Path) -> None:
-    weights.source = ""
-    try:
-        validate_weights(weights)
-    except CheckpointError as e:
-        where, _, rest = str(e).partition(": ")
-        raise CheckpointError(f"{path}: tensor {_gguf_name(where)}: {rest}") from e
-    finally:
-        weights.source = str(path)
+            "lm_head": "output.weight"}[parts[0]]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -167,23 +167,19 @@ def read_hf_dir(directory) -> DecoderWeights:
         layers.append(LayerWeights(**fields))
     lm_head = None if config.tied_embeddings else tensors.get("lm_head.weight")
     weights = DecoderWeights(config, tensors.get("model.embed_tokens.weight"), layers,
-                             tensors.get("model.norm.weight"), lm_head, source="",
+                             tensors.get("model.norm.weight"), lm_head, source=str(d),
                              stored_formats=tensors.stored)
-    try:
-        validate_weights(weights)
-    except CheckpointError as e:
-        where, _, rest = str(e).partition(": ")
-        raise CheckpointError(f"{d}: tensor {_hf_name(where)}: {rest}") from e
-    weights.source = str(d)
+    validate_weights(weights, _hf_name)
     return weights
 
 
-def _hf_name(where: str) -> str:
-    parts = where.split()
+def _hf_name(key: str) -> str:
+    """In-memory key ("layer 3 wq", "embed") -> the HF tensor name, for error messages."""
+    parts = key.split()
     if parts[0] == "layer":
         return f"model.layers.{parts[1]}.{LAYER_TENSORS[parts[2]]}"
     return {"embed": "model.embed_tokens.weight", "final_norm": "model.norm.weight",
-            "lm_head": "lm_head.weight"}.get(parts[0], where)
+            "lm_head": "lm_head.weight"}[parts[0]]
 
 
 def hf_config_dict(c: DecoderConfig) -> dict:

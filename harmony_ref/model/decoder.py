@@ -161,14 +161,21 @@ def check_tensor(a: np.ndarray, shape: tuple[int, ...], where: str) -> np.ndarra
     return a
 
 
-def validate_weights(w: DecoderWeights) -> None:
-    """Every shape against the config, every value finite (CheckpointError naming the tensor)."""
+def validate_weights(w: DecoderWeights, tensor_name=None) -> None:
+    """Every shape against the config, every value finite. Errors (CheckpointError) name
+    `w.source` and the tensor: `tensor_name(key)` maps an in-memory key ("embed", "lm_head",
+    "final_norm", "layer 3 wq") to the file's own tensor name (default: the key)."""
     c = w.config
     src = w.source or "<memory>"
-    w.embed = check_tensor(w.embed, (c.vocab_size, c.dim), f"{src}: embed")
-    w.final_norm = check_tensor(w.final_norm, (c.dim,), f"{src}: final_norm")
+    name = tensor_name or (lambda key: key)
+
+    def check(a, shape, key):
+        return check_tensor(a, shape, f"{src}: tensor {name(key)}")
+
+    w.embed = check(w.embed, (c.vocab_size, c.dim), "embed")
+    w.final_norm = check(w.final_norm, (c.dim,), "final_norm")
     if w.lm_head is not None:
-        w.lm_head = check_tensor(w.lm_head, (c.vocab_size, c.dim), f"{src}: lm_head")
+        w.lm_head = check(w.lm_head, (c.vocab_size, c.dim), "lm_head")
     elif not c.tied_embeddings:
         raise CheckpointError(f"{src}: no output head and the config does not tie embeddings")
     if len(w.layers) != c.n_layers:
@@ -178,5 +185,5 @@ def validate_weights(w: DecoderWeights) -> None:
         for key, shape in shapes.items():
             a = getattr(layer, key)
             if a is None:
-                raise CheckpointError(f"{src}: layer {i} has no {key}")
-            setattr(layer, key, check_tensor(a, shape, f"{src}: layer {i} {key}"))
+                raise CheckpointError(f"{src}: tensor {name(f'layer {i} {key}')} is missing")
+            setattr(layer, key, check(a, shape, f"layer {i} {key}"))
