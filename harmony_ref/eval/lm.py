@@ -134,3 +134,20 @@ def evaluate_lm(weights, tokens, context: int = DEFAULT_CONTEXT, variants=(("fp3
             out[name] = s.summary(ref_summary["ppl"])
     return {"context": context, "chunks": int(len(chunks)), "tokens": int(len(tokens)),
             "scored_tokens_per_chunk": context - 1 - first, "results": out}
+
+
+LAYER_TYPES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+               "lm_head")
+
+
+def one_type_policies(fmt: str = "int4-g32"):
+    """One policy per Linear type: that type alone in `fmt`, everything else FP32 (the
+    per-layer-type sensitivity of issue 12 item 5)."""
+    from harmony_ref.quant.policy import policy_from_dict
+
+    out = []
+    for t in LAYER_TYPES:
+        pattern = "lm_head" if t == "lm_head" else f"*.{t}"
+        out.append((policy_from_dict({"name": f"{t}@{fmt}", "default": "fp32",
+                                      "layers": {pattern: fmt}}, f"<{t} alone in {fmt}>"), "fp16"))
+    return out
