@@ -28,6 +28,9 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--json")
+    ap.add_argument("--corpus", choices=["heldout", "calibration"], default=None,
+                    help="corpus part (default: heldout; --sensitivity: calibration, since "
+                         "sensitivity feeds planning and held-out text must not)")
     ap.add_argument("--variants", nargs="*", help="policy[:kv] (default: the table's seven)")
     ap.add_argument("--sensitivity", metavar="FMT",
                     help="instead: each Linear type alone in FMT (e.g. int4-g32), the rest FP32")
@@ -40,14 +43,15 @@ def main() -> None:
     elif args.variants:
         variants = [tuple((v + ":fp16").split(":")[:2]) for v in args.variants]
     w, tok = load_decoder(args.model)
-    ids = tok.encode(load_corpus("heldout"))
+    part = args.corpus or ("calibration" if args.sensitivity else "heldout")
+    ids = tok.encode(load_corpus(part))
     t0 = time.perf_counter()
     r = evaluate_lm(w, ids, args.context, variants,
                     progress=lambda a, b: print(f"chunk {a}/{b} {time.perf_counter() - t0:.0f} s",
                                                 flush=True))
     r["seconds"] = time.perf_counter() - t0
     r["model"] = args.model
-    print(f"\n{args.model}, held-out corpus {r['tokens']} tokens, {r['chunks']} chunks of "
+    print(f"\n{args.model}, {part} corpus {r['tokens']} tokens, {r['chunks']} chunks of "
           f"context {r['context']}, {r['chunks'] * r['scored_tokens_per_chunk']} scored tokens "
           f"({r['seconds']:.0f} s for {len(variants)} variants + reference)\n")
     print("| policy | KV | PPL | PPL / FP32 | KLD mean | KLD p99 | top-1 % |")
