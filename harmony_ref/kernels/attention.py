@@ -1,8 +1,11 @@
-"""Decode attention: one new query token against a KV cache, grouped-query heads.
+"""Decode attention (one new query token) and causal prefill attention (T new query tokens)
+against a KV cache, grouped-query heads.
 
     cache = KVCache(max_context, n_kv_heads, head_dim, dtype="fp16" | "int8")
     cache.append(k, v)                 k, v: (n_kv_heads, head_dim) or (T, n_kv_heads, head_dim)
     out = decode_attention(q, cache)   q: (n_heads, head_dim) -> (n_heads, head_dim) float32
+    out = prefill_attention(q, cache)  q: (T, n_heads, head_dim), the cache's last T tokens
+                                       -> (T, n_heads, head_dim); query t sees tokens <= L - T + t
 
 Query head h reads kv head h // (n_heads // n_kv_heads). softmax(q . k / sqrt(head_dim)) is made
 stable by subtracting the row maximum before exp.
@@ -87,6 +90,18 @@ class KVCache:
         if self.dtype == "fp16":
             if np.abs(k).max() > np.finfo(np.float16).max or np.abs(v).max() > np.finfo(np.float16).max:
                 raise ValueError("k/v values overflow float16 (|x| > 65504); use dtype='int8'")
+            self.k[t0:t1] = k
+            self.v[t0:t1] = v
+        else:
+            self.k[t0:t1], self.k_scale[t0:t1] = quantize_kv_rows(k)
+            self.v[t0:t1], self.v_scale[t0:t1] = quantize_kv_rows(v)
+        self.length = t1
+
+    def store(self, k, v) -> None:
+        """append() without its checks, for a runtime that validated shapes once at load:
+        k, v (T, n_kv_heads, head_dim) float32, values finite (fp16 overflow is not checked)."""
+        t0, t1 = self.length, self.length + k.shape[0]
+        if self.dtype == "fp16":
             self.k[t0:t1] = k
             self.v[t0:t1] = v
         else:
@@ -240,3 +255,102 @@ def decode_attention(q, cache: KVCache) -> np.ndarray:
     dummy = np.zeros((1, 1), dtype=np.float32)
     k_bits, v_bits = cache.k.view(np.uint16), cache.v.view(np.uint16)
     return _decode_attention(q, k_bits, v_bits, dummy, dummy, cache.length, False)
+
+
+# ----------------------------------------------------------------------------------------------
+# Causal prefill attention: the last T tokens of the cache attend to everything up to themselves.
+# The cache is widened to float32 once per call ((L, Hkv, D): small next to the T x L scores),
+# then each (kv head, query token) pair runs in parallel over contiguous float32 rows.
+
+
+def _check_prefill(q, cache: KVCache) -> np.ndarray:
+    if not isinstance(cache, KVCache):
+        raise ValueError(f"cache must be a KVCache, got {type(cache).__name__}")
+    q = float32_array(q, "q", (3,))
+    t, n_heads, head_dim = q.shape
+    if head_dim != cache.head_dim or n_heads % cache.n_kv_heads:
+        raise ValueError(f"q has shape {q.shape}; the cache has {cache.n_kv_heads} kv heads of "
+                         f"head_dim {cache.head_dim}")
+    if t > cache.length:
+        raise ValueError(f"q has {t} tokens but the cache holds only {cache.length}: append the "
+                         "new tokens' k and v first")
+    return q
+
+
+def prefill_attention_ref(q, cache: KVCache) -> np.ndarray:
+    """NumPy twin of `prefill_attention`: masked softmax over the widened cache."""
+    q = _check_prefill(q, cache)
+    t, n_heads, head_dim = q.shape
+    k, v = cached_kv_ref(cache)  # (L, Hkv, D)
+    length = k.shape[0]
+    group = n_heads // cache.n_kv_heads
+    k = np.repeat(k, group, axis=1)  # (L, H, D)
+    v = np.repeat(v, group, axis=1)
+    scores = np.einsum("thd,lhd->htl", q, k) / np.float32(math.sqrt(head_dim))  # (H, T, L)
+    pos = np.arange(length - t, length)[:, None]  # absolute position of each query
+    scores = np.where(np.arange(length)[None, :] <= pos, scores, -np.inf)
+    p = np.exp(scores - scores.max(axis=2, keepdims=True))
+    p /= p.sum(axis=2, keepdims=True)
+    return np.einsum("htl,lhd->thd", p, v).astype(np.float32)
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _prefill_attention(q, k, v):
+    """q (T, H, D); k, v (L, Hkv, D) float32; query t sits at position L - T + t."""
+    t_rows, n_heads, d = q.shape
+    length, n_kv, _ = k.shape
+    group = n_heads // n_kv
+    start = length - t_rows
+    inv_sqrt_d = np.float32(1.0 / math.sqrt(d))
+    out = np.zeros((t_rows, n_heads, d), dtype=np.float32)
+    for idx in numba.prange(n_kv * t_rows):
+        kh = idx // t_rows
+        t = idx % t_rows
+        n = start + t + 1  # keys 0 .. start + t
+        scores = np.empty((group, n), dtype=np.float32)
+        for s in range(n):
+            for g in range(group):
+                acc = np.float32(0.0)
+                for j in range(d):
+                    acc += q[t, kh * group + g, j] * k[s, kh, j]
+                scores[g, s] = acc * inv_sqrt_d
+        for g in range(group):
+            top = scores[g, 0]
+            for s in range(1, n):
+                top = max(top, scores[g, s])
+            total = np.float32(0.0)
+            for s in range(n):
+                e = np.float32(math.exp(scores[g, s] - top))
+                scores[g, s] = e
+                total += e
+            inv = np.float32(1.0) / total
+            h = kh * group + g
+            for s in range(n):
+                p = scores[g, s] * inv
+                for j in range(d):
+                    out[t, h, j] += p * v[s, kh, j]
+    return out
+
+
+def prefill_attention_unchecked(q, cache: KVCache) -> np.ndarray:
+    """`prefill_attention` without input checks (the runtime validates once at load)."""
+    k, v = cached_kv_ref(cache)
+    return _prefill_attention(q, k, v)
+
+
+def prefill_attention(q, cache: KVCache) -> np.ndarray:
+    """Causal attention of the cache's last T tokens' queries q (T, H, D) -> (T, H, D)."""
+    q = _check_prefill(q, cache)
+    return prefill_attention_unchecked(q, cache)
+
+
+def decode_attention_unchecked(q, cache: KVCache) -> np.ndarray:
+    """`decode_attention` without input checks: q (H, D) float32 C-contiguous, cache non-empty."""
+    if cache.dtype == "int8":
+        return _decode_attention(q, cache.k, cache.v, cache.k_scale, cache.v_scale, cache.length,
+                                 True)
+    return _decode_attention(q, cache.k.view(np.uint16), cache.v.view(np.uint16), _NO_SCALE,
+                             _NO_SCALE, cache.length, False)
+
+
+_NO_SCALE = np.zeros((1, 1), dtype=np.float32)

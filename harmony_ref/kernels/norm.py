@@ -192,3 +192,75 @@ def _tanh_vec(v):
     for i in range(v.shape[0]):
         out[i] = _tanh(v[i])
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# RMSNorm (Llama): y = x / sqrt(mean(x^2) + eps) * weight over the last axis, optionally after
+# a residual add (x += delta first: the decoder's "add the sublayer output, normalise for the
+# next one" in one pass). Statistics in float32 like Hugging Face's LlamaRMSNorm.
+
+
+def rms_norm_ref(x, weight, eps: float = 1e-5) -> np.ndarray:
+    x, weight = _check(x, weight=weight)
+    ms = (x * x).mean(axis=-1, keepdims=True)  # (..., 1)
+    return x / np.sqrt(ms + np.float32(eps)) * weight
+
+
+def add_rms_norm_ref(x, delta, weight, eps: float = 1e-5):
+    """(x + delta, rms_norm(x + delta)): the new residual stream and its normalised copy."""
+    x, delta, weight = _check_add(x, delta, weight)
+    s = x + delta
+    return s, rms_norm_ref(s, weight, eps)
+
+
+@numba.njit(fastmath=True, cache=True)
+def rms_norm_rows(x, weight, eps, out):
+    """out (R, D) = rms_norm(x (R, D)). No checks: callers validate shapes once (runtime)."""
+    rows, d = x.shape
+    for i in range(rows):
+        sq = np.float32(0.0)
+        for j in range(d):
+            sq += x[i, j] * x[i, j]
+        r = np.float32(1.0) / np.sqrt(sq / np.float32(d) + eps)
+        for j in range(d):
+            out[i, j] = x[i, j] * r * weight[j]
+    return out
+
+
+@numba.njit(fastmath=True, cache=True)
+def add_rms_norm_rows(x, delta, weight, eps, out):
+    """x (R, D) += delta in place, then out = rms_norm(x). No checks (see rms_norm_rows)."""
+    rows, d = x.shape
+    for i in range(rows):
+        sq = np.float32(0.0)
+        for j in range(d):
+            v = x[i, j] + delta[i, j]
+            x[i, j] = v
+            sq += v * v
+        r = np.float32(1.0) / np.sqrt(sq / np.float32(d) + eps)
+        for j in range(d):
+            out[i, j] = x[i, j] * r * weight[j]
+    return out
+
+
+def _check_add(x, delta, weight):
+    x, weight = _check(x, weight=weight)
+    delta = float32_array(delta, "delta", (1, 2, 3, 4))
+    if delta.shape != x.shape:
+        raise ValueError(f"delta has shape {delta.shape}, x has {x.shape}")
+    return x, delta, weight
+
+
+def rms_norm(x, weight, eps: float = 1e-5) -> np.ndarray:
+    """RMSNorm over the last axis: x (..., D) -> float32 (..., D)."""
+    x, weight = _check(x, weight=weight)
+    rows = _rows(x)
+    return rms_norm_rows(rows, weight, np.float32(eps), np.empty_like(rows)).reshape(x.shape)
+
+
+def add_rms_norm(x, delta, weight, eps: float = 1e-5):
+    """(x + delta, rms_norm(x + delta)) in one pass; the inputs are not modified."""
+    x, delta, weight = _check_add(x, delta, weight)
+    s = _rows(x).copy()
+    out = add_rms_norm_rows(s, _rows(delta), weight, np.float32(eps), np.empty_like(s))
+    return s.reshape(x.shape), out.reshape(x.shape)

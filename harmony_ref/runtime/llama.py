@@ -1,0 +1,345 @@
+"""A Llama-family decoder (Llama, SmolLM2, Qwen2) that runs on this CPU, in two paths:
+
+    ref = LlamaRef(weights)                       # plain NumPy FP32: the oracle
+    llm = Llama(weights, policy="int4-g32", kv_dtype="fp16", max_context=2048)   # our kernels
+    logits = llm.prefill(token_ids)               # (V,) for the last token (all_logits: (T, V))
+    logits = llm.decode(next_id)                  # (V,): one token, reading the KV cache
+
+Both follow the same math, in this order (llama2.c's run.c, shapes in the comments; D = dim,
+H / Hkv = query / kv heads, hd = head dim, F = ffn dim, V = vocab, T = tokens in this call):
+
+    x = embed[tokens]                                          (T, D)
+    for each layer:
+        h = rms_norm(x) * attn_norm                            (T, D)
+        q, k, v = h @ Wq.T (+bq), h @ Wk.T (+bk), h @ Wv.T (+bv)  (T, H hd), (T, Hkv hd) x 2
+        q, k = rope(q), rope(k)          rotate-half, angle pos * theta^(-2j / hd)
+        cache.append(k, v)                                     (L, Hkv, hd), L = pos + T
+        a = softmax(q k^T / sqrt(hd), causal) v   query head h reads kv head h // (H / Hkv)
+        x = x + a @ Wo.T                                       (T, D)
+        h = rms_norm(x) * ffn_norm
+        x = x + (silu(h @ Wgate.T) * (h @ Wup.T)) @ Wdown.T    (T, F) -> (T, D)
+    logits = rms_norm(x) * final_norm @ head.T                 (T, V); head = embed when tied
+
+The kernel path (`Llama`) runs each Linear in its policy's format (quant/policy.py: fp32 BLAS,
+fp16 weights as stored, int8 via `matmul_w8`, int4-gNN via `matmul_w4`, both with int8
+activations) and fuses where the math allows: q|k|v and gate|up become one matmul each when the
+policy gives them one format (per-row quantization makes the concatenation exact), RoPE rotates
+q and k in place in the fused row, the residual add is fused into the next RMSNorm, SiLU-gate
+reads the fused gate|up. Shapes are validated once at load (model/decoder.py); the per-token
+path has no checks and allocates only the kernels' outputs. The KV cache is kernels.KVCache,
+fp16 or int8. The embedding table stays FP32 for the lookup; the output head (tied or not) is
+the Linear `lm_head` and takes the policy's format for that name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from harmony_ref.kernels.activation import silu_gate_rows
+from harmony_ref.kernels.attention import (
+    KVCache,
+    decode_attention_unchecked,
+    prefill_attention_unchecked,
+)
+from harmony_ref.kernels.matmul import matmul_w4, matmul_w8, prepare_w4, prepare_w8
+from harmony_ref.kernels.norm import add_rms_norm_rows, rms_norm_rows
+from harmony_ref.kernels.rope import rope_rows, rope_table
+from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, layer_name
+from harmony_ref.quant.int4 import quantize_int4
+from harmony_ref.quant.int8 import quantize_int8
+from harmony_ref.quant.policy import Policy, WeightFormat, load_policy
+
+DEFAULT_MAX_CONTEXT = 2048
+F16_CHUNK_ROWS = 4096  # fp16 Linears widen this many weight rows at a time (bounded scratch)
+
+
+# ----------------------------------------------------------------------------------------------
+# The FP32 reference (oracle): NumPy only, float32 KV cache, no kernels.
+
+
+class LlamaRef:
+    """Plain NumPy FP32 forward over the checkpoint's weights as read (dequantized exactly)."""
+
+    def __init__(self, weights: DecoderWeights, max_context: int = DEFAULT_MAX_CONTEXT):
+        self.w = weights
+        self.config = c = weights.config
+        self.max_context = min(max_context, c.max_positions)
+        self.cos, self.sin = rope_table(self.max_context, c.head_dim, c.rope_theta)
+        shape = (c.n_layers, self.max_context, c.n_kv_heads, c.head_dim)
+        self.k_cache = np.zeros(shape, np.float32)  # (layers, L, Hkv, hd)
+        self.v_cache = np.zeros(shape, np.float32)
+        self.pos = 0
+        self.name = "fp32-reference"
+
+    def reset(self) -> None:
+        self.pos = 0
+
+    def _rms_norm(self, x, weight):
+        return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(self.config.norm_eps)) * weight
+
+    def _rope(self, x, p0):  # x (T, heads, hd)
+        t, _, hd = x.shape
+        c, s = self.cos[p0:p0 + t, None, :], self.sin[p0:p0 + t, None, :]  # (T, 1, hd/2)
+        x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+        return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+    def forward(self, tokens, all_logits: bool = True) -> np.ndarray:
+        c, w = self.config, self.w
+        tokens = np.asarray(tokens, dtype=np.int64)
+        t, p0 = tokens.shape[0], self.pos
+        if p0 + t > self.max_context:
+            raise ValueError(f"context full: {p0} + {t} tokens > max_context {self.max_context}")
+        group = c.n_heads // c.n_kv_heads
+        length = p0 + t
+        # causal mask: query i (absolute p0 + i) sees keys 0 .. p0 + i
+        mask = np.arange(length)[None, :] <= (p0 + np.arange(t))[:, None]  # (T, L)
+        x = w.embed[tokens]  # (T, D)
+        for i, lw in enumerate(w.layers):
+            h = self._rms_norm(x, lw.attn_norm)
+            q, k, v = h @ lw.wq.T, h @ lw.wk.T, h @ lw.wv.T
+            if c.attention_bias:
+                q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
+            q = self._rope(q.reshape(t, c.n_heads, c.head_dim), p0)  # (T, H, hd)
+            k = self._rope(k.reshape(t, c.n_kv_heads, c.head_dim), p0)  # (T, Hkv, hd)
+            self.k_cache[i, p0:length] = k
+            self.v_cache[i, p0:length] = v.reshape(t, c.n_kv_heads, c.head_dim)
+            keys = np.repeat(self.k_cache[i, :length], group, axis=1)  # (L, H, hd)
+            vals = np.repeat(self.v_cache[i, :length], group, axis=1)
+            scores = q.transpose(1, 0, 2) @ keys.transpose(1, 2, 0)  # (H, T, L)
+            scores = np.where(mask, scores / np.float32(math.sqrt(c.head_dim)), -np.inf)
+            p = np.exp(scores - scores.max(axis=2, keepdims=True))
+            p /= p.sum(axis=2, keepdims=True)
+            a = (p @ vals.transpose(1, 0, 2)).transpose(1, 0, 2).reshape(t, c.q_dim)  # (T, H hd)
+            x = x + a @ lw.wo.T
+            h = self._rms_norm(x, lw.ffn_norm)
+            g, u = h @ lw.w_gate.T, h @ lw.w_up.T  # (T, F)
+            x = x + (g / (1 + np.exp(-g)) * u) @ lw.w_down.T
+        self.pos = length
+        x = x if all_logits else x[-1:]
+        logits = self._rms_norm(x, w.final_norm) @ w.head.T  # (T, V)
+        return logits.astype(np.float32)
+
+    def prefill(self, tokens, all_logits: bool = False) -> np.ndarray:
+        logits = self.forward(tokens, all_logits)
+        return logits if all_logits else logits[-1]
+
+    def decode(self, token: int) -> np.ndarray:
+        return self.forward([token], all_logits=False)[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# The kernel path
+
+
+def _matmul_f32(x, wt):
+    return x @ wt  # wt: (K, N) view of W.T (BLAS reads it transposed, no copy)
+
+
+def _matmul_f16(x, w16):
+    """x (M, K) float32 @ W.T for float16 W (N, K), widened F16_CHUNK_ROWS rows at a time."""
+    n = w16.shape[0]
+    out = np.empty((x.shape[0], n), dtype=np.float32)
+    for n0 in range(0, n, F16_CHUNK_ROWS):
+        out[:, n0:n0 + F16_CHUNK_ROWS] = x @ w16[n0:n0 + F16_CHUNK_ROWS].astype(np.float32).T
+    return out
+
+
+@dataclass
+class Linear:
+    """One weight matrix in its stored format; y = fn(x, weight), x (T, K) -> (T, N)."""
+
+    name: str
+    fmt: WeightFormat
+    fn: object
+    weight: object
+    shape: tuple[int, int]
+    nbytes: int
+
+    def __call__(self, x):
+        return self.fn(x, self.weight)
+
+
+def make_linear(name: str, w: np.ndarray, fmt: WeightFormat) -> Linear:
+    """Quantize (or cast) an FP32 (N, K) weight into `fmt` and prepare its kernel layout."""
+    n, k = w.shape
+    if fmt.kind == "fp32":
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        return Linear(name, fmt, _matmul_f32, w.T, (n, k), w.nbytes)
+    if fmt.kind == "fp16":
+        w16 = w.astype(np.float16)
+        return Linear(name, fmt, _matmul_f16, w16, (n, k), w16.nbytes)
+    if fmt.kind == "int8":
+        t = quantize_int8(w)
+        return Linear(name, fmt, matmul_w8, prepare_w8(t), (n, k), t.nbytes)
+    fmt = int4_format_for_rows(fmt, k)
+    t = quantize_int4(w, group_size=fmt.group_size, scheme=fmt.scheme)
+    return Linear(name, fmt, matmul_w4, prepare_w4(t), (n, k), t.nbytes)
+
+
+def int4_format_for_rows(fmt: WeightFormat, k: int) -> WeightFormat:
+    """`fmt`, or when its group does not divide the row length K, the largest group that
+    divides both (gcd): SmolLM2's K = 576 rows take int4-g128 as g64 (576 = 4.5 x 128). The
+    format actually used is what `Llama.formats()` reports."""
+    g = math.gcd(fmt.group_size, k)
+    if g == fmt.group_size:
+        return fmt
+    if g < 2:
+        raise ValueError(f"K = {k} has no even group size dividing {fmt.name}'s {fmt.group_size}")
+    return WeightFormat("int4", g, fmt.scheme)
+
+
+class Fused:
+    """Several Linears over one input, outputs concatenated along N: one matmul when they share
+    a format (weights concatenated row-wise before quantizing), else one call each."""
+
+    def __init__(self, name: str, parts: list[tuple[str, np.ndarray]], policy: Policy):
+        fmts = [policy.format_for(n) for n, _ in parts]
+        if all(f == fmts[0] for f in fmts):
+            w = np.concatenate([a for _, a in parts], axis=0)
+            self.linears = [make_linear(name, w, fmts[0])]
+        else:
+            self.linears = [make_linear(n, a, f) for (n, a), f in zip(parts, fmts)]
+        self.formats = {n: f.name for (n, _), f in zip(parts, fmts)}
+        self.single = self.linears[0] if len(self.linears) == 1 else None
+
+    def __call__(self, x):
+        if self.single is not None:
+            return self.single.fn(x, self.single.weight)
+        return np.concatenate([lin(x) for lin in self.linears], axis=1)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(lin.nbytes for lin in self.linears)
+
+
+@dataclass
+class Block:
+    attn_norm: np.ndarray  # (D,)
+    qkv: Fused  # (T, D) -> (T, H hd + 2 Hkv hd)
+    qkv_bias: np.ndarray | None  # (H hd + 2 Hkv hd,)
+    o: Linear  # (T, H hd) -> (T, D)
+    ffn_norm: np.ndarray
+    gate_up: Fused  # (T, D) -> (T, 2F)
+    down: Linear  # (T, F) -> (T, D)
+    cache: KVCache
+
+
+class Llama:
+    """The decoder on our kernels under a quantization policy (see the module docstring)."""
+
+    def __init__(self, weights: DecoderWeights, policy: str | Policy = "fp32",
+                 kv_dtype: str = "fp16", max_context: int = DEFAULT_MAX_CONTEXT):
+        self.config = c = weights.config
+        self.policy = load_policy(policy)
+        self.kv_dtype = kv_dtype
+        self.max_context = min(max_context, c.max_positions)
+        self.eps = np.float32(c.norm_eps)
+        self.cos, self.sin = rope_table(self.max_context, c.head_dim, c.rope_theta)
+        self.embed = weights.embed  # (V, D) FP32 lookup table
+        self.blocks: list[Block] = []
+        for i, lw in enumerate(weights.layers):
+            n = lambda short, i=i: layer_name(i, short)  # noqa: E731
+            bias = np.concatenate([lw.bq, lw.bk, lw.bv]) if c.attention_bias else None
+            self.blocks.append(Block(
+                attn_norm=lw.attn_norm,
+                qkv=Fused(f"model.layers.{i}.self_attn.qkv_proj",
+                          [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
+                          self.policy),
+                qkv_bias=None if bias is None else bias.astype(np.float32),
+                o=make_linear(n("o_proj"), lw.wo, self.policy.format_for(n("o_proj"))),
+                ffn_norm=lw.ffn_norm,
+                gate_up=Fused(f"model.layers.{i}.mlp.gate_up_proj",
+                              [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)], self.policy),
+                down=make_linear(n("down_proj"), lw.w_down, self.policy.format_for(n("down_proj"))),
+                cache=KVCache(self.max_context, c.n_kv_heads, c.head_dim, kv_dtype),
+            ))
+        self.final_norm = weights.final_norm
+        self.lm_head = make_linear("lm_head", weights.head, self.policy.format_for("lm_head"))
+        self.pos = 0
+        self.name = f"{self.policy.name}" + ("" if kv_dtype == "fp16" else f"+kv-{kv_dtype}")
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        self.pos = 0
+        for b in self.blocks:
+            b.cache.length = 0
+
+    def formats(self) -> dict[str, str]:
+        """Layer name -> stored format, for every Linear."""
+        out = {}
+        for b in self.blocks:
+            out.update(b.qkv.formats)
+            out[b.o.name] = b.o.fmt.name
+            out.update(b.gate_up.formats)
+            out[b.down.name] = b.down.fmt.name
+        out["lm_head"] = self.lm_head.fmt.name
+        return out
+
+    def weight_bytes(self) -> dict[str, int]:
+        linear = sum(b.qkv.nbytes + b.o.nbytes + b.gate_up.nbytes + b.down.nbytes
+                     for b in self.blocks) + self.lm_head.nbytes
+        norms = sum(b.attn_norm.nbytes + b.ffn_norm.nbytes for b in self.blocks)
+        return {"linear": linear, "embedding": self.embed.nbytes,
+                "norms": norms + self.final_norm.nbytes}
+
+    def kv_cache_bytes(self) -> int:
+        return sum(b.cache.nbytes for b in self.blocks)
+
+    # -- forward ---------------------------------------------------------------------------------
+
+    def forward(self, tokens, all_logits: bool = False) -> np.ndarray:
+        """Logits (T, V) for tokens (T,) ids at positions pos .. pos + T - 1, or (1, V) for the
+        last one. T = 1 is the decode step; T > 1 is a causal prefill."""
+        c = self.config
+        t, p0 = len(tokens), self.pos
+        if p0 + t > self.max_context:
+            raise ValueError(f"context full: {p0} + {t} tokens > max_context {self.max_context}")
+        qd, kvd, hd = c.q_dim, c.kv_dim, c.head_dim
+        cos, sin = self.cos[p0:p0 + t], self.sin[p0:p0 + t]  # (T, hd/2)
+        x = self.embed[tokens]  # (T, D) fresh copy: the residual stream
+        h = rms_norm_rows(x, self.blocks[0].attn_norm, self.eps, np.empty_like(x))
+        n_blocks = len(self.blocks)
+        for i, b in enumerate(self.blocks):
+            qkv = b.qkv(h)  # (T, H hd + 2 Hkv hd)
+            if b.qkv_bias is not None:
+                qkv += b.qkv_bias
+            rope_rows(qkv, c.n_heads + c.n_kv_heads, hd, cos, sin)  # q and k heads, in place
+            b.cache.store(qkv[:, qd:qd + kvd].reshape(t, c.n_kv_heads, hd),
+                          qkv[:, qd + kvd:].reshape(t, c.n_kv_heads, hd))
+            if t == 1:
+                a = decode_attention_unchecked(qkv[0, :qd].reshape(c.n_heads, hd), b.cache)
+            else:
+                q = np.ascontiguousarray(qkv[:, :qd]).reshape(t, c.n_heads, hd)
+                a = prefill_attention_unchecked(q, b.cache)  # (T, H, hd)
+            o = b.o(a.reshape(t, qd))  # (T, D)
+            add_rms_norm_rows(x, o, b.ffn_norm, self.eps, h)  # x += o; h = rms_norm(x)
+            gu = b.gate_up(h)  # (T, 2F)
+            act = silu_gate_rows(gu, np.empty((t, c.ffn_dim), np.float32))  # (T, F)
+            d = b.down(act)  # (T, D)
+            nxt = self.blocks[i + 1].attn_norm if i + 1 < n_blocks else self.final_norm
+            add_rms_norm_rows(x, d, nxt, self.eps, h)  # x += d; h = next norm of x
+        self.pos = p0 + t
+        return self.lm_head(h if all_logits else h[-1:])  # (T, V) or (1, V)
+
+    def prefill(self, tokens, all_logits: bool = False) -> np.ndarray:
+        tokens = np.asarray(tokens, dtype=np.int64)
+        logits = self.forward(tokens, all_logits)
+        return logits if all_logits else logits[-1]
+
+    def decode(self, token: int) -> np.ndarray:
+        return self.forward(np.array([token], dtype=np.int64))[0]
+
+
+def build_model(weights: DecoderWeights, policy: str = "fp32", kv_dtype: str = "fp16",
+                max_context: int = DEFAULT_MAX_CONTEXT, reference: bool = False):
+    """The oracle (`reference=True`, or policy "reference") or the kernel path."""
+    if reference or policy == "reference":
+        return LlamaRef(weights, max_context)
+    return Llama(weights, policy, kv_dtype, max_context)
+
+
+__all__ = ["DecoderConfig", "DecoderWeights", "Llama", "LlamaRef", "build_model", "make_linear"]

@@ -1,0 +1,183 @@
+"""The decoder's tokenizer: a `tokenizers` byte-level BPE built from a GGUF file's vocabulary,
+merges, token types and pre-tokenizer name, or an HF directory's tokenizer.json used as is; and
+the chat template applied with jinja2.
+
+    tok = Tokenizer.from_gguf(path)        # or Tokenizer.from_hf_dir(directory)
+    ids = tok.encode("text")               # llama.cpp's ids for the same GGUF
+    tok.decode(ids) == "text"
+    prompt = tok.apply_chat_template([{"role": "user", "content": "hi"}])
+
+GGUF (`tokenizer.ggml.model = gpt2`) pre-tokenizers, as llama.cpp's llama-vocab.cpp defines them:
+    smollm (also codeshell, exaone, minerva): every digit on its own (`\\p{N}`), then GPT-2's
+        regex; in `tokenizers` terms Sequence([Digits(individual), ByteLevel(regex)])
+    default / gpt2: GPT-2's regex alone.
+Any other name is refused (its ids would silently differ from llama.cpp's). Token type 3
+(control) and 4 (user-defined) tokens are added whole: control ones as special tokens, matched in
+the text like llama.cpp's tokenizer does with special-token parsing on (llama-tokenize's default)
+and dropped by decode(skip_special=True). No BOS is added unless the file's
+tokenizer.ggml.add_bos_token says so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harmony_ref.model.decoder import CheckpointError
+
+TOKEN_TYPE_NORMAL = 1
+TOKEN_TYPE_CONTROL = 3
+TOKEN_TYPE_USER_DEFINED = 4
+DIGIT_SPLIT_PRE = ("smollm", "codeshell", "exaone", "minerva")
+GPT2_PRE = ("default", "gpt2")
+# llama.cpp treats these as end of generation besides the EOS id (llama-vocab.cpp's EOG list).
+EOG_TOKEN_TEXTS = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
+
+
+@dataclass
+class Tokenizer:
+    tk: object  # tokenizers.Tokenizer
+    bos_id: int | None = None
+    eos_id: int | None = None
+    add_bos: bool = False
+    chat_template: str | None = None
+    bos_token: str = ""
+    eos_token: str = ""
+    source: str = ""
+    eog_ids: frozenset = field(default_factory=frozenset)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tk.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
+        ids = self.tk.encode(text, add_special_tokens=False).ids
+        if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
+            ids = [self.bos_id] + ids
+        return ids
+
+    def decode(self, ids, skip_special: bool = False) -> str:
+        return self.tk.decode(list(map(int, ids)), skip_special_tokens=skip_special)
+
+    def token_text(self, i: int) -> str:
+        return self.tk.id_to_token(int(i))
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """The checkpoint's own chat template (jinja2, sandboxed like transformers')."""
+        if not self.chat_template:
+            raise ValueError(f"{self.source}: the checkpoint has no chat template (drop --chat)")
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(message):
+            raise ValueError(f"{self.source}: chat template: {message}")
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = raise_exception
+        return env.from_string(self.chat_template).render(
+            messages=messages, add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token, eos_token=self.eos_token)
+
+    # -- construction ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_gguf(cls, path) -> "Tokenizer":
+        import gguf
+
+        path = Path(path)
+        try:
+            reader = gguf.GGUFReader(str(path))
+        except Exception as e:
+            raise CheckpointError(f"{path}: not a readable GGUF file: {type(e).__name__}: {e}") from e
+
+        def get(key, default=None):
+            f = reader.fields.get(key)
+            return default if f is None else f.contents()
+
+        model = get("tokenizer.ggml.model")
+        if model != "gpt2":
+            raise CheckpointError(f"{path}: tokenizer.ggml.model = {model!r}: only byte-level BPE "
+                                  "('gpt2') is supported")
+        tokens = get("tokenizer.ggml.tokens")
+        merges = get("tokenizer.ggml.merges")
+        if tokens is None or merges is None:
+            raise CheckpointError(f"{path}: tokenizer.ggml.tokens / merges missing")
+        types = get("tokenizer.ggml.token_type", [TOKEN_TYPE_NORMAL] * len(tokens))
+        pre = get("tokenizer.ggml.pre", "default")
+        tk = build_bpe(tokens, merges, types, pre, where=f"{path}: tokenizer.ggml.pre")
+        bos, eos = get("tokenizer.ggml.bos_token_id"), get("tokenizer.ggml.eos_token_id")
+        eog = {i for i, t in enumerate(tokens)
+               if types[i] == TOKEN_TYPE_CONTROL and t in EOG_TOKEN_TEXTS}
+        if eos is not None:
+            eog.add(int(eos))
+        return cls(tk, bos_id=None if bos is None else int(bos),
+                   eos_id=None if eos is None else int(eos),
+                   add_bos=bool(get("tokenizer.ggml.add_bos_token", False)),
+                   chat_template=get("tokenizer.chat_template"),
+                   bos_token="" if bos is None else tokens[int(bos)],
+                   eos_token="" if eos is None else tokens[int(eos)],
+                   source=str(path), eog_ids=frozenset(eog))
+
+    @classmethod
+    def from_hf_dir(cls, directory) -> "Tokenizer":
+        """tokenizer.json as it is; BOS/EOS and the chat template from tokenizer_config.json."""
+        from tokenizers import Tokenizer as TK
+
+        d = Path(directory)
+        if not (d / "tokenizer.json").is_file():
+            raise CheckpointError(f"{d}: no tokenizer.json")
+        tk = TK.from_file(str(d / "tokenizer.json"))
+        cfg = {}
+        if (d / "tokenizer_config.json").is_file():
+            cfg = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
+
+        def tok_text(v):
+            return v.get("content") if isinstance(v, dict) else v
+
+        bos_t, eos_t = tok_text(cfg.get("bos_token")), tok_text(cfg.get("eos_token"))
+        bos = tk.token_to_id(bos_t) if bos_t else None
+        eos = tk.token_to_id(eos_t) if eos_t else None
+        eog = {tk.token_to_id(t) for t in EOG_TOKEN_TEXTS if tk.token_to_id(t) is not None}
+        if eos is not None:
+            eog.add(eos)
+        template = cfg.get("chat_template")
+        if template is None and (d / "chat_template.jinja").is_file():
+            template = (d / "chat_template.jinja").read_text(encoding="utf-8")
+        return cls(tk, bos_id=bos, eos_id=eos, add_bos=bool(cfg.get("add_bos_token", False)),
+                   chat_template=template, bos_token=bos_t or "", eos_token=eos_t or "",
+                   source=str(d), eog_ids=frozenset(eog))
+
+
+def build_bpe(tokens, merges, types, pre: str, where: str = "tokenizer"):
+    """A byte-level BPE `tokenizers.Tokenizer` from GGUF-style vocabulary lists."""
+    from tokenizers import AddedToken, Tokenizer as TK, decoders, models, pre_tokenizers
+
+    if pre in DIGIT_SPLIT_PRE:
+        pre_tok = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ])
+    elif pre in GPT2_PRE:
+        pre_tok = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        raise CheckpointError(f"{where} = {pre!r} is not supported (supported: "
+                              f"{', '.join(DIGIT_SPLIT_PRE + GPT2_PRE)})")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    pairs = []
+    for m in merges:
+        a, sep, b = m.partition(" ")
+        if not sep:
+            raise CheckpointError(f"{where}: merge {m!r} is not 'left right'")
+        pairs.append((a, b))
+    tk = TK(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
+    tk.pre_tokenizer = pre_tok
+    tk.decoder = decoders.ByteLevel()
+    special = [AddedToken(t, special=True, normalized=False)
+               for t, ty in zip(tokens, types) if ty == TOKEN_TYPE_CONTROL]
+    user = [AddedToken(t, special=False, normalized=False)
+            for t, ty in zip(tokens, types) if ty == TOKEN_TYPE_USER_DEFINED]
+    if special:
+        tk.add_special_tokens(special)
+    if user:
+        tk.add_tokens(user)
+    return tk

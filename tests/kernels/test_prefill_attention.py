@@ -1,0 +1,88 @@
+"""Causal prefill attention over the KV cache: kernel vs NumPy twin (fp16 and int8 caches,
+grouped-query heads, prefill from empty and after earlier tokens), each row equal to decode
+attention at its position, against float32 attention, stability and bad input."""
+
+import math
+
+import numpy as np
+import pytest
+
+from harmony_ref.kernels import attention as at
+from harmony_ref.kernels._testing import assert_within
+
+FAST_VS_REF_ABS_TOL = 2e-5  # same widened cache; float32 summation order and exp differ
+FP16_VS_FLOAT_ABS_TOL = 5e-3  # fp16 storage, values ~N(0, 1) (as in the decode tests)
+INT8_VS_FLOAT_ABS_TOL = 6e-2
+
+
+def _cache(dtype, past, new, n_kv=2, d=16, seed=0):
+    rng = np.random.default_rng(seed)
+    k = rng.standard_normal((past + new, n_kv, d)).astype(np.float32)
+    v = rng.standard_normal((past + new, n_kv, d)).astype(np.float32)
+    cache = at.KVCache(past + new + 3, n_kv, d, dtype)
+    if past:
+        cache.append(k[:past], v[:past])
+    cache.append(k[past:], v[past:])
+    return cache, k, v
+
+
+def _float_causal(q, k, v):
+    t, h, d = q.shape
+    length = k.shape[0]
+    group = h // k.shape[1]
+    k, v = np.repeat(k, group, axis=1).astype(np.float64), np.repeat(v, group, axis=1)
+    out = np.empty((t, h, d))
+    for i in range(t):
+        n = length - t + i + 1
+        s = np.einsum("hd,lhd->hl", q[i], k[:n]) / math.sqrt(d)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        out[i] = np.einsum("hl,lhd->hd", p / p.sum(axis=1, keepdims=True), v[:n])
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "int8"])
+@pytest.mark.parametrize("past,new", [(0, 1), (0, 7), (5, 4), (30, 33)])
+@pytest.mark.parametrize("n_heads", [2, 6])
+def test_prefill_matches_ref_and_float(dtype, past, new, n_heads):
+    cache, k, v = _cache(dtype, past, new, seed=past + new)
+    q = np.random.default_rng(n_heads).standard_normal((new, n_heads, 16)).astype(np.float32)
+    got = at.prefill_attention(q, cache)
+    assert got.shape == q.shape and got.dtype == np.float32
+    assert_within(got, at.prefill_attention_ref(q, cache), FAST_VS_REF_ABS_TOL, "fast vs ref")
+    tol = FP16_VS_FLOAT_ABS_TOL if dtype == "fp16" else INT8_VS_FLOAT_ABS_TOL
+    assert_within(got, _float_causal(q, k, v), tol, f"{dtype} cache vs float32 attention")
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "int8"])
+def test_each_row_equals_decode_attention_at_its_position(dtype):
+    cache, k, v = _cache(dtype, 3, 6, seed=9)
+    q = np.random.default_rng(1).standard_normal((6, 4, 16)).astype(np.float32)
+    full = at.prefill_attention(q, cache)
+    for i in range(6):
+        step = at.KVCache(cache.max_context, 2, 16, dtype)
+        step.append(k[: 3 + i + 1], v[: 3 + i + 1])
+        assert_within(full[i], at.decode_attention(q[i], step), FAST_VS_REF_ABS_TOL,
+                      f"row {i} vs decode")
+
+
+def test_first_token_attends_only_to_itself_and_large_scores_are_stable():
+    cache, k, v = _cache("fp16", 0, 3, seed=4)
+    q = np.full((3, 2, 16), 1e3, np.float32)  # scores ~1e4: exp would overflow without the max
+    got = at.prefill_attention(q, cache)
+    assert np.isfinite(got).all()
+    expected0 = np.repeat(v[0].astype(np.float16).astype(np.float32), 1, axis=0)
+    assert_within(got[0], expected0, 1e-6, "token 0 sees only itself")
+
+
+def test_bad_input():
+    cache, _, _ = _cache("fp16", 0, 2)
+    with pytest.raises(ValueError, match="only 2"):
+        at.prefill_attention(np.ones((3, 2, 16), np.float32), cache)
+    with pytest.raises(ValueError, match="kv heads"):
+        at.prefill_attention(np.ones((2, 3, 16), np.float32), cache)
+    q = np.ones((2, 2, 16), np.float32)
+    q[1, 0, 5] = np.nan
+    with pytest.raises(ValueError, match=r"q\[1, 0, 5\]"):
+        at.prefill_attention(q, cache)
+    with pytest.raises(ValueError, match="KVCache"):
+        at.prefill_attention_ref(np.ones((1, 2, 16)), object())

@@ -1,0 +1,83 @@
+"""RMSNorm and the fused residual-add + RMSNorm: kernel vs NumPy twin on random rows, zeros,
+odd shapes, large values, and bad input (NaN/Inf named, shape mismatch)."""
+
+import numpy as np
+import pytest
+
+from harmony_ref.kernels import norm
+from harmony_ref.kernels._testing import assert_within
+
+# float32 sum of squares in a different order (kernel: sequential; numpy: pairwise), |y| ~ 1-4.
+RMS_ABS_TOL = 2e-5
+RMS_REL_TOL = 2e-6
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (5, 576), (3, 7), (2, 3, 33), (1,)])
+def test_rms_norm_matches_ref(shape):
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32) * 3
+    w = rng.standard_normal(shape[-1]).astype(np.float32)
+    ref = norm.rms_norm_ref(x, w, 1e-5)
+    got = norm.rms_norm(x, w, 1e-5)
+    assert got.shape == x.shape and got.dtype == np.float32
+    assert_within(got, ref, RMS_ABS_TOL + RMS_REL_TOL * np.abs(ref), "rms_norm vs ref")
+    # the definition, in float64
+    x64 = x.astype(np.float64)
+    exact = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-5) * w
+    assert_within(ref, exact, 1e-5 * (1 + np.abs(exact)), "ref vs float64 definition")
+
+
+def test_add_rms_norm_matches_ref_and_leaves_inputs():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 96)).astype(np.float32)
+    d = rng.standard_normal((4, 96)).astype(np.float32)
+    w = rng.standard_normal(96).astype(np.float32)
+    x0, d0 = x.copy(), d.copy()
+    s, y = norm.add_rms_norm(x, d, w, 1e-6)
+    s_ref, y_ref = norm.add_rms_norm_ref(x, d, w, 1e-6)
+    np.testing.assert_array_equal(s, s_ref)  # one float32 add each: bit-identical
+    assert_within(y, y_ref, RMS_ABS_TOL + RMS_REL_TOL * np.abs(y_ref), "add_rms_norm vs ref")
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(d, d0)
+
+
+def test_in_place_row_kernel_updates_the_residual():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 32)).astype(np.float32)
+    d = rng.standard_normal((2, 32)).astype(np.float32)
+    w = np.ones(32, np.float32)
+    expected = x + d
+    out = np.empty_like(x)
+    norm.add_rms_norm_rows(x, d, w, np.float32(1e-5), out)
+    np.testing.assert_array_equal(x, expected)
+    assert_within(out, norm.rms_norm_ref(expected, w), RMS_ABS_TOL, "rows kernel")
+
+
+def test_zero_rows_give_zero_not_nan():
+    x = np.zeros((3, 16), np.float32)
+    y = norm.rms_norm(x, np.ones(16, np.float32), 1e-5)
+    np.testing.assert_array_equal(y, 0)
+    np.testing.assert_array_equal(norm.rms_norm_ref(x, np.ones(16, np.float32)), 0)
+
+
+def test_large_values_do_not_overflow_at_float32_range_edge():
+    x = np.full((1, 8), 1e18, np.float32)  # x^2 = 1e36 < float32 max 3.4e38
+    y = norm.rms_norm(x, np.ones(8, np.float32), 1e-5)
+    assert_within(y, np.ones((1, 8)), 1e-5, "constant row normalises to 1")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_input_is_named(bad):
+    x = np.ones((2, 8), np.float32)
+    x[1, 3] = bad
+    with pytest.raises(ValueError, match=r"x\[1, 3\]"):
+        norm.rms_norm(x, np.ones(8, np.float32))
+    with pytest.raises(ValueError, match=r"x\[1, 3\]"):
+        norm.rms_norm_ref(x, np.ones(8, np.float32))
+
+
+def test_shape_mismatch_is_an_error():
+    with pytest.raises(ValueError, match="len\\(weight\\)"):
+        norm.rms_norm(np.ones((2, 8), np.float32), np.ones(7, np.float32))
+    with pytest.raises(ValueError, match="delta"):
+        norm.add_rms_norm(np.ones((2, 8)), np.ones((2, 9)), np.ones(8))
