@@ -1,9 +1,14 @@
 """asv benchmarks for the Numba kernels (harmony_ref/kernels), grouped by subject.
 
-Inputs are seeded and built in `setup`, which also calls each kernel once so Numba's compile
-(or cache load) stays out of the timings. Each time_ method is one call. The ratios against NumPy
+Inputs are seeded, built once per process (common.py caches them: asv re-runs setup before each
+sample) and the kernel is called once in setup, so Numba's compile (or cache load) and a cold
+first call stay out of the timings. Each time_ method is one call, on one thread (common.THREADS:
+a 2-thread kernel on a shared 2-core machine waits a scheduler slice whenever a worker is
+preempted); ThreadScaling measures one and two threads side by side. The ratios against NumPy
 and the GB/s figures live in tests/perf (pytest-benchmark); asv tracks the kernels over commits.
 """
+
+import functools
 
 import numpy as np
 
@@ -20,29 +25,22 @@ from harmony_ref.kernels import (
     prepare_w4,
     prepare_w8,
 )
-from harmony_ref.quant.int4 import quantize_int4
-from harmony_ref.quant.int8 import quantize_int8
 from harmony_ref.units import MB
+
+from .common import Timed, activations, int4_weights, int8_weights, pin_threads, tracks
 
 K = 4096
 
 
-def _weights(n, seed=0):
-    return np.random.default_rng(seed).standard_normal((n, K), dtype=np.float32) * np.float32(0.02)
-
-
-def _activations(m, seed=1):
-    return np.random.default_rng(seed).standard_normal((m, K), dtype=np.float32)
-
-
-class MatmulW4:
+class MatmulW4(Timed):
     params = ([1, 128], [4096, 11008], [32, 128])
     param_names = ["m", "n", "group_size"]
 
     def setup(self, m, n, group_size):
-        self.w = quantize_int4(_weights(n), group_size, "asym")
+        pin_threads()
+        self.w = int4_weights(n, K, group_size)
         self.p = prepare_w4(self.w)
-        self.x = _activations(m)
+        self.x = activations(K, m)
         matmul_w4(self.x, self.p)
 
     def time_matmul_w4(self, m, n, group_size):
@@ -62,14 +60,15 @@ def _fresh_prepare_w4(t):
     return prepare_w4(t)
 
 
-class MatmulW8:
+class MatmulW8(Timed):
     params = ([1, 128], [4096, 11008])
     param_names = ["m", "n"]
 
     def setup(self, m, n):
-        self.w = quantize_int8(_weights(n))
+        pin_threads()
+        self.w = int8_weights(n, K)
         self.p = prepare_w8(self.w)
-        self.x = _activations(m)
+        self.x = activations(K, m)
         matmul_w8(self.x, self.p)
 
     def time_matmul_w8(self, m, n):
@@ -79,40 +78,69 @@ class MatmulW8:
         matmul_w8(self.x, self.w)
 
 
-class NormBiasGelu:
-    params = ([1, 128], [4096])
-    param_names = ["rows", "width"]
+class ThreadScaling(Timed):
+    """The two largest kernels on one and on two threads: what parallelism buys, measured apart
+    from the one-thread benchmarks above (on a shared machine the two-thread numbers move with
+    the neighbours' load; read this curve's ratio, not one point)."""
 
-    def setup(self, rows, width):
+    params = (["w4_gemv", "w8_prefill"], [1, 2])
+    param_names = ["kernel", "threads"]
+
+    def setup(self, kernel, threads):
+        pin_threads(threads)
+        if kernel == "w4_gemv":  # decode: one token through a 11008 x 4096 INT4 g32 matrix
+            self.fn, self.p, self.x = matmul_w4, prepare_w4(int4_weights(11008, K, 32)), activations(K, 1)
+        else:  # prefill: 128 tokens through a 4096 x 4096 INT8 matrix
+            self.fn, self.p, self.x = matmul_w8, prepare_w8(int8_weights(4096, K)), activations(K, 128)
+        self.fn(self.x, self.p)
+
+    def time_matmul(self, kernel, threads):
+        self.fn(self.x, self.p)
+
+
+class NormBiasGelu(Timed):
+    params = ([1, 128],)
+    param_names = ["rows"]
+
+    def setup(self, rows):
+        pin_threads()
         rng = np.random.default_rng(2)
-        self.x = rng.standard_normal((rows, width), dtype=np.float32)
-        self.gamma, self.beta, self.bias = (rng.standard_normal(width, dtype=np.float32) for _ in range(3))
+        self.x = rng.standard_normal((rows, K), dtype=np.float32)
+        self.gamma, self.beta, self.bias = (rng.standard_normal(K, dtype=np.float32) for _ in range(3))
         norm_bias_gelu(self.x, self.gamma, self.beta, self.bias)
         gelu(bias_add(layer_norm(self.x, self.gamma, self.beta), self.bias))
 
-    def time_fused(self, rows, width):
+    def time_fused(self, rows):
         norm_bias_gelu(self.x, self.gamma, self.beta, self.bias)
 
-    def time_separate(self, rows, width):
+    def time_separate(self, rows):
         gelu(bias_add(layer_norm(self.x, self.gamma, self.beta), self.bias))
 
 
-class DecodeAttention:
+class DecodeAttention(Timed):
     params = (["fp16", "int8"], [512, 2048, 4096])
     param_names = ["kv_dtype", "context"]
 
     def setup(self, kv_dtype, context):
-        rng = np.random.default_rng(3)
-        self.cache = KVCache(4096, 8, 128, kv_dtype)
-        shape = (context, 8, 128)
-        self.cache.append(rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32))
-        self.q = rng.standard_normal((32, 128), dtype=np.float32)
+        pin_threads()
+        self.cache, self.q = _attention_inputs(kv_dtype, context)
         decode_attention(self.q, self.cache)
 
     def time_decode_attention(self, kv_dtype, context):
         decode_attention(self.q, self.cache)
 
+    @tracks("kv_cache_mb", unit="MB")
     def track_kv_cache_mb(self, kv_dtype, context):
-        return self.cache.nbytes / MB
+        # what the cache holds for `context` tokens (and a decode step reads), not the
+        # preallocated 4096-token buffer, which is the same for every context
+        return self.cache.bytes_read() / MB
 
-    track_kv_cache_mb.unit = "MB"
+
+@functools.lru_cache(maxsize=None)
+def _attention_inputs(kv_dtype, context):
+    """A 4096-token cache (8 KV heads of 128) filled to `context`, and 32 query heads."""
+    rng = np.random.default_rng(3)
+    cache = KVCache(4096, 8, 128, kv_dtype)
+    shape = (context, 8, 128)
+    cache.append(rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32))
+    return cache, rng.standard_normal((32, 128), dtype=np.float32)

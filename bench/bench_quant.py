@@ -1,17 +1,19 @@
-"""asv benchmarks for the weight quantizers (see numpy's asv suite for the layout)."""
-
-import numpy as np
+"""asv benchmarks for the weight quantizers (see numpy's asv suite for the layout). The Numba
+quantizers run on one thread (common.THREADS) and their inputs are built once per process."""
 
 from harmony_ref.quant.int4 import quantize_int4, quantize_int4_ref
 from harmony_ref.quant.int8 import quantize_int8
 
+from .common import Timed, pin_threads, tracks, weights
 
-class QuantizeInt4:
+
+class QuantizeInt4(Timed):
     params = ([32, 128], ["asym", "sym"])
     param_names = ["group_size", "scheme"]
 
     def setup(self, group_size, scheme):
-        self.w = (np.random.default_rng(0).standard_normal((1024, 4096)) * 0.02).astype(np.float32)
+        pin_threads()
+        self.w = weights(1024, 4096)
         quantize_int4(self.w[:2], group_size, scheme)  # JIT compile outside the timing
 
     def time_quantize_int4(self, group_size, scheme):
@@ -20,15 +22,15 @@ class QuantizeInt4:
     def time_quantize_int4_ref(self, group_size, scheme):
         quantize_int4_ref(self.w, group_size, scheme)
 
+    @tracks(None, unit="bits", direction="lower")  # storage per weight: fewer bits, smaller model
     def track_bits_per_weight(self, group_size, scheme):
         return quantize_int4(self.w[:4], group_size, scheme).bits_per_weight
 
-    track_bits_per_weight.unit = "bits"
 
-
-class QuantizeInt8:
+class QuantizeInt8(Timed):
     def setup(self):
-        self.w = (np.random.default_rng(0).standard_normal((1024, 4096)) * 0.02).astype(np.float32)
+        pin_threads()
+        self.w = weights(1024, 4096)
         quantize_int8(self.w[:2])
 
     def time_quantize_int8(self):
@@ -36,15 +38,16 @@ class QuantizeInt8:
 
 
 class QuantizeLlama7BMlp:
-    """The shape issue 2 asks about: one 4096 x 11008 matrix (a Llama-7B MLP projection), fast
-    Numba quantizers against their NumPy `_ref` twins."""
+    """One 4096 x 11008 matrix (a Llama-7B MLP projection), fast Numba quantizers against their
+    NumPy `_ref` twins. asv's default sampling: the NumPy twins take seconds on this shape."""
 
     params = (["int4-g128-asym", "int4-g32-sym", "int8"],)
     param_names = ["format"]
-    timeout = 300  # the NumPy twins take seconds on this shape
+    timeout = 300
 
     def setup(self, fmt):
-        self.w = (np.random.default_rng(0).standard_normal((4096, 11008)) * 0.02).astype(np.float32)
+        pin_threads()
+        self.w = weights(4096, 11008)
         self.fast, self.ref = _quantizers(fmt)
         self.fast(self.w[:2])  # JIT compile outside the timing
 
