@@ -4,7 +4,12 @@
   of a buffer far larger than the last-level cache, counting bytes read plus written. Benchmarks
   divide their achieved GB/s by it to say how far they are from the memory limit.
 - `perf_summary` (session): benchmarks append one row each (a dict of printable columns); when
-  benchmarks are enabled, the rows are printed as a table at the end of the run.
+  benchmarks are enabled, the rows are printed at the end of the run as tables no wider than
+  SUMMARY_WIDTH (format_summary: rows grouped by their columns, a column that is the same on
+  every row of a group said once in its title).
+- `one_thread` (session, autouse): Numba and OpenBLAS on one thread. On a shared 2-core machine a
+  parallel kernel whose worker is preempted waits a scheduler slice (a 1 ms kernel timed at
+  12 ms); test_perf_thread_scaling measures two threads apart.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from harmony_ref.units import GB, MB
 
 COPY_BUFFER_BYTES = 256 * MB  # well past any L3 on the machines we run on
 COPY_REPEATS = 5
+THREADS = 1
+SUMMARY_WIDTH = 100
 
 _summary_rows: list[dict] = []
 
@@ -47,21 +54,72 @@ def perf_summary() -> list[dict]:
     return _summary_rows
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    from harmony_ref.track.host import pinned_threads
+
+    with pinned_threads(THREADS):
+        yield
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     session = getattr(config, "_benchmarksession", None)  # pytest-benchmark's; honours --benchmark-enable
     if not _summary_rows or session is None or session.disabled:
         return
-    columns = list(dict.fromkeys(key for row in _summary_rows for key in row))
-    cells = [[_fmt(row.get(c, "")) for c in columns] for row in _summary_rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     terminalreporter.write_sep("-", "perf summary (ratios and GB/s measured in this run)")
-    terminalreporter.write_line("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
-    for r in cells:
-        terminalreporter.write_line("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+    for line in format_summary(_summary_rows):
+        terminalreporter.write_line(line)
+
+
+# Column headers, shortened so a table fits SUMMARY_WIDTH.
+SHORT = {"kernel_ms": "ms", "numpy_ms": "numpy_ms", "speedup_vs_numpy": "vs_numpy",
+         "achieved_gbps": "GB/s", "fraction_of_copy_bw": "of_copy_bw",
+         "copy_bandwidth_gbps": "copy_GB/s", "separate_kernels_ms": "separate_ms",
+         "speedup_vs_separate": "vs_separate", "median_ms": "ms", "predictions_per_s": "pred/s",
+         "hour_at_10ms_ms": "hour_ms", "steps_per_s": "steps/s", "vs_python_ref": "vs_py_ref"}
+NAME_WIDTH = 44
+
+
+def format_summary(rows: list[dict], width: int = SUMMARY_WIDTH) -> list[str]:
+    """The rows as plain-text tables, every line at most `width` characters: rows with the same
+    columns form a table; a column with one value over its whole table goes into the title;
+    columns that still do not fit continue in a further table with the same benchmark names."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(tuple(k for k in row if k != "benchmark"), []).append(row)
+    lines = []
+    for keys, group in groups.items():
+        same = [k for k in keys if len(group) > 1 and len({_fmt(r[k]) for r in group}) == 1]
+        cols = [k for k in keys if k not in same]
+        title = ", ".join(f"{SHORT.get(k, k)} {_fmt(group[0][k])}" for k in same)
+        names = [_fit(str(r.get("benchmark", "")), NAME_WIDTH) for r in group]
+        name_w = max(len("benchmark"), *(len(n) for n in names))
+        chunks, chunk, used = [], [], name_w
+        for k in cols:
+            w = max(len(SHORT.get(k, k)), *(len(_fmt(r[k])) for r in group))
+            if chunk and used + 2 + w > width:
+                chunks.append(chunk)
+                chunk, used = [], name_w
+            chunk.append((k, w))
+            used += 2 + w
+        chunks.append(chunk)
+        if lines:
+            lines.append("")
+        if title:
+            lines.append(_fit(title, width))
+        for chunk in chunks:
+            lines.append("  ".join(["benchmark".ljust(name_w)]
+                                   + [SHORT.get(k, k).rjust(w) for k, w in chunk]).rstrip())
+            for n, r in zip(names, group):
+                lines.append("  ".join([n.ljust(name_w)] + [_fmt(r[k]).rjust(w) for k, w in chunk]).rstrip())
+    return lines
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
     return str(v)
-

@@ -6,8 +6,10 @@ Every benchmark records in `benchmark.extra_info`, all measured in this run:
     achieved_gbps          bytes the kernel must move (weights or cache + inputs + outputs) / time
     copy_bandwidth_gbps    numpy copyto of a 256 MB buffer, read + written bytes
     fraction_of_copy_bw    achieved_gbps / copy_bandwidth_gbps
-    threads                numba.get_num_threads()
-Best-of (not median) because the 2-core CI VMs are shared and a descheduled repeat says nothing
+    threads                numba.get_num_threads(): 1 (conftest pins Numba and OpenBLAS to one
+                           thread; test_perf_thread_scaling measures two threads apart)
+The timing `tox -e perf` gates on is pytest-benchmark's median of `benchmark(kernel)`, with its
+raw samples. For the ratios, best-of (not median) because the 2-core CI VMs are shared and a descheduled repeat says nothing
 about the kernel. Kernel and baseline run in alternating blocks of back-to-back calls, so both
 see the same machine load, and each library's worker threads are awake (as in a decode loop)
 rather than competing with the other library's spinning threads: OpenBLAS spins after a call,
@@ -19,7 +21,7 @@ enough copies of their operands to exceed COLD_WORKING_SET_BYTES (4x this machin
 for the kernel and for its NumPy baseline alike. Activations (norm inputs, x) stay hot, as they
 would in a model.
 
-Shapes (issue 3): decode GEMV K=4096 with N=11008 and N=4096; prefill M=128; LayerNorm+bias+GELU
+Shapes: decode GEMV K=4096 with N=11008 and N=4096; prefill M=128; LayerNorm+bias+GELU
 over (128, 4096); decode attention, 32 query / 8 kv heads of 128, at a few context lengths.
 """
 
@@ -49,6 +51,11 @@ from harmony_ref.kernels import (
 from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.int8 import quantize_int8
 from harmony_ref.units import GB, MB, MS_PER_S
+from tests.perf._slow import slowable
+
+# HARMONY_REF_PERF_SLOW=<kernel> (tests/perf/_slow.py) slows that kernel by 30%; off by default.
+matmul_w4, matmul_w8, norm_bias_gelu, decode_attention = (
+    slowable(f) for f in (matmul_w4, matmul_w8, norm_bias_gelu, decode_attention))
 
 K = 4096
 PREFILL_M = 128
@@ -223,3 +230,25 @@ def test_perf_decode_attention(benchmark, perf_summary, copy_bandwidth_gbps, dty
     record(benchmark, perf_summary, copy_bandwidth_gbps, f"decode_attention {dtype} ctx={context}",
            cycling(lambda c: decode_attention(q, c), caches),
            cycling(lambda c: decode_attention_ref(q, c), caches), nbytes)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_perf_thread_scaling(benchmark, perf_summary, weights_11008, threads):
+    """INT4 GEMV N=11008 on one and on two Numba threads: what parallelism buys, measured apart
+    from the one-thread benchmarks (on a shared 2-core machine a preempted worker thread stalls
+    a two-thread call for a scheduler slice)."""
+    _, t4, _ = weights_11008
+    x = _rng(3).standard_normal(K, dtype=np.float32)
+    p = prepare_w4(t4)
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        matmul_w4(x, p)
+        benchmark(matmul_w4, x, p)
+    finally:
+        numba.set_num_threads(before)
+    if benchmark.enabled and benchmark.stats is not None:
+        median_s = benchmark.stats.stats.median
+        perf_summary.append({"benchmark": f"matmul_w4 gemv N=11008, {threads} threads",
+                             "kernel_ms": median_s * MS_PER_S,
+                             "achieved_gbps": t4.nbytes / median_s / GB, "threads": threads})
