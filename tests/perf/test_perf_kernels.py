@@ -63,8 +63,8 @@ NORM_SHAPE = (128, 4096)
 ATTN_HEADS, ATTN_KV_HEADS, ATTN_HEAD_DIM, ATTN_MAX_CONTEXT = 32, 8, 128, 4096
 COLD_WORKING_SET_BYTES = 128 * MB
 BLOCK_CALLS = 10  # back-to-back calls per block when timed
-TIME_BUDGET_S = 2.5  # per function: keep alternating blocks until each has run this long ...
-MIN_ROUNDS, MAX_ROUNDS = 5, 25  # ... within these bounds (a shared VM needs many tries)
+TIME_BUDGET_S = 1.0  # per function: keep alternating blocks until each has run this long ...
+MIN_ROUNDS, MAX_ROUNDS = 5, 15  # ... within these bounds (a shared VM needs many tries)
 # Pause between blocks so the previous library's worker threads stop spinning (OpenBLAS spins
 # ~2^28 cycles after a call) instead of holding a core the next block's threads need.
 SETTLE_S = 0.15
