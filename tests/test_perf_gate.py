@@ -102,3 +102,16 @@ def test_summary_fits_100_columns():
     assert "threads 1" in text and "copy_GB/s 21.9" in text  # constant columns said once
     assert "column_number_29" in text and "29000" in text  # nothing dropped
     assert "7.5e+07" in text or "75000000" in text
+
+
+def test_a_failed_run_is_set_aside_so_the_next_run_compares_with_the_last_passing_one(tmp_path):
+    machine = tmp_path / "Linux-CPython-3.11-64bit"
+    machine.mkdir()
+    passing = machine / "0001_a_20260101_000000.json"
+    failed = machine / "0002_b_20260101_000100.json"
+    passing.write_text("{}")
+    failed.write_text("{}")
+    note = perf.set_aside([failed])
+    assert (machine / "failed" / failed.name).is_file() and not failed.exists()
+    assert sorted(machine.glob("[0-9][0-9][0-9][0-9]_*.json")) == [passing]
+    assert "failed/" in note

@@ -6,7 +6,8 @@ compares with the previous saved run by the gate's rule for measured metrics (tr
 limits from gate_tolerances.toml): a benchmark regresses only when its median is worse by more
 than the limit (10%), a one-sided Mann-Whitney U test on the raw samples says p < alpha (0.05),
 and the same holds when that benchmark is measured again (the flagged benchmarks are re-run once,
-together). The last line says it all:
+together). A run that fails is moved to `failed/` beside the saved runs, so the next run is
+compared with the last run that passed, not with the slow one. The last line says it all:
 
     perf: PASS 31 benchmarks vs 0007_...: no regression (...)          exit 0
     perf: FAIL 1 of 31 ...: test_perf_matmul_w8_gemv[4096] (worse by 30.4%, ... confirmed ...)  exit 1
@@ -165,8 +166,21 @@ def main(argv: list[str] | None = None) -> int:
     new = [n for n in current if n not in prior]
     gone = [n for n in prior if n not in current]
     line, code = summary_line(report, previous.stem, new, gone)
+    if code != 0:
+        line += "; " + set_aside([p for p in previous_runs() if p not in before])
     print(line)
     return code
+
+
+def set_aside(saved: list[Path]) -> str:
+    """Move a failed run's saved files into failed/, out of what the next run compares with."""
+    for path in saved:
+        (path.parent / "failed").mkdir(exist_ok=True)
+        path.replace(path.parent / "failed" / path.name)
+    if not saved:
+        return "nothing saved"
+    return (f"this run is kept in .../{saved[0].parent.name}/failed/; the next run compares "
+            "with the last run that passed")
 
 
 if __name__ == "__main__":
