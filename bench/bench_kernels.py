@@ -4,7 +4,7 @@ Inputs are seeded, built once per process (common.py caches them: asv re-runs se
 sample) and the kernel is called once in setup, so Numba's compile (or cache load) and a cold
 first call stay out of the timings. Each time_ method is one call, on one thread (common.THREADS:
 a 2-thread kernel on a shared 2-core machine waits a scheduler slice whenever a worker is
-preempted); ThreadScaling measures one and two threads side by side. The ratios against NumPy
+preempted), timed in CPU time (common.Timed); tests/perf measures the thread scaling. The ratios against NumPy
 and the GB/s figures live in tests/perf (pytest-benchmark); asv tracks the kernels over commits.
 """
 
@@ -76,26 +76,6 @@ class MatmulW8(Timed):
 
     def peakmem_matmul_w8(self, m, n):
         matmul_w8(self.x, self.w)
-
-
-class ThreadScaling(Timed):
-    """The two largest kernels on one and on two threads: what parallelism buys, measured apart
-    from the one-thread benchmarks above (on a shared machine the two-thread numbers move with
-    the neighbours' load; read this curve's ratio, not one point)."""
-
-    params = (["w4_gemv", "w8_prefill"], [1, 2])
-    param_names = ["kernel", "threads"]
-
-    def setup(self, kernel, threads):
-        pin_threads(threads)
-        if kernel == "w4_gemv":  # decode: one token through a 11008 x 4096 INT4 g32 matrix
-            self.fn, self.p, self.x = matmul_w4, prepare_w4(int4_weights(11008, K, 32)), activations(K, 1)
-        else:  # prefill: 128 tokens through a 4096 x 4096 INT8 matrix
-            self.fn, self.p, self.x = matmul_w8, prepare_w8(int8_weights(4096, K)), activations(K, 128)
-        self.fn(self.x, self.p)
-
-    def time_matmul(self, kernel, threads):
-        self.fn(self.x, self.p)
 
 
 class NormBiasGelu(Timed):
