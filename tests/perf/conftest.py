@@ -54,6 +54,13 @@ def perf_summary() -> list[dict]:
     return _summary_rows
 
 
+@pytest.fixture(scope="session")
+def timing_enabled(request) -> bool:
+    """Whether this run times (--benchmark-enable), for tests that time without the fixture."""
+    session = getattr(request.config, "_benchmarksession", None)
+    return session is not None and not session.disabled
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_thread():
     from harmony_ref.track.host import pinned_threads
