@@ -9,7 +9,7 @@ from harmony_ref.config import Config
 from harmony_ref.hil.simulated import SimulatedDevice
 from harmony_ref.model import graph
 
-from .common import lower_is_better, tracks
+from .common import lower_is_better, reference_probe, relative_time, tracks
 
 POLICIES = ["fp16", "int8", "int4-g32", "int4-g128", "mixed"]
 PROFILES = ["harmony-flagship", "harmony-midrange", "harmony-lowend"]
@@ -20,27 +20,31 @@ class PredictedLlama32_3B:
     params = (POLICIES, PROFILES)
     param_names = ["policy", "profile"]
 
-    def setup(self, policy, profile):
-        self.m = SimulatedDevice(profile).predict(Config.from_names(model=MODEL, policy=policy))
+    def setup_cache(self):  # every point once, shared by the tracks
+        return {(po, pr): SimulatedDevice(pr).predict(Config.from_names(model=MODEL, policy=po))
+                for po in POLICIES for pr in PROFILES}
+
+    def setup(self, cache, policy, profile):
+        self.m = cache[policy, profile]
 
     @tracks("ttft_ms", unit="ms")
-    def track_ttft_ms(self, policy, profile):
+    def track_ttft_ms(self, cache, policy, profile):
         return lower_is_better(self.m["ttft_ms"], "same")
 
     @tracks("decode_step_ms", unit="ms")
-    def track_decode_step_ms(self, policy, profile):
+    def track_decode_step_ms(self, cache, policy, profile):
         return lower_is_better(self.m["decode_step_ms"], "same")
 
     @tracks("e2e_ms", unit="ms")
-    def track_e2e_ms(self, policy, profile):
+    def track_e2e_ms(self, cache, policy, profile):
         return lower_is_better(self.m["e2e_ms"], "same")
 
     @tracks("peak_memory_mb", unit="MB")
-    def track_peak_memory_mb(self, policy, profile):
+    def track_peak_memory_mb(self, cache, policy, profile):
         return lower_is_better(self.m["peak_memory_mb"], "same")
 
     @tracks("launch_overhead_pct", unit="%")
-    def track_launch_overhead_pct(self, policy, profile):
+    def track_launch_overhead_pct(self, cache, policy, profile):
         return lower_is_better(self.m["launch_overhead_pct"], "same")
 
 
@@ -61,17 +65,23 @@ class KernelLaunches:
 
 
 class PredictSpeed:
+    """CPU time of one prediction relative to common.reference_probe, a fixed pure-Python
+    workload timed in the same seconds (common.relative_time says why a ratio)."""
+
     params = (["cached", "cold"],)
     param_names = ["graphs"]
 
     def setup(self, graphs):
         self.dev = SimulatedDevice("harmony-flagship")
         self.config = Config.from_names(model=MODEL, policy="int4-g128")
-        self.dev.predict(self.config)
         self.clear_graphs = graphs == "cold"
 
-    def time_predict(self, graphs):
+    def _predict(self):
         if self.clear_graphs:
             graph.build_graph.cache_clear()
             graph.layer_groups.cache_clear()
         self.dev.predict(self.config)
+
+    @tracks(None, unit="x probe time", direction="lower")
+    def track_predict_time_vs_probe(self, graphs):
+        return relative_time(self._predict, reference_probe)

@@ -1,22 +1,22 @@
 """asv benchmarks for the Numba kernels (harmony_ref/kernels), grouped by subject.
 
-Inputs are seeded, built once per process (common.py caches them: asv re-runs setup before each
-sample) and the kernel is called once in setup, so Numba's compile (or cache load) and a cold
-first call stay out of the timings. Each time_ method is one call, on one thread (common.THREADS:
-a 2-thread kernel on a shared 2-core machine waits a scheduler slice whenever a worker is
-preempted), timed in CPU time (common.Timed); tests/perf measures the thread scaling. The ratios against NumPy
-and the GB/s figures live in tests/perf (pytest-benchmark); asv tracks the kernels over commits.
+Each track_ is a kernel's CPU time relative to its NumPy twin timed in the same seconds
+(common.relative_time: the median of 15 interleaved rounds), on one thread: a ratio this
+shared, drifting 2-core machine keeps from run to run, where a time does not (common.py says
+why). Below 1 the kernel beats NumPy; a step up is the kernel getting slower. Inputs are seeded
+and built once per process; the peakmem_ benchmarks follow the memory a call needs. Absolute
+times, GB/s and thread scaling are in tests/perf (pytest-benchmark, `tox -e perf`).
 """
 
 import functools
 
 import numpy as np
 
-from harmony_ref.kernels import matmul
 from harmony_ref.kernels import (
     KVCache,
     bias_add,
     decode_attention,
+    decode_attention_ref,
     gelu,
     layer_norm,
     matmul_w4,
@@ -27,58 +27,57 @@ from harmony_ref.kernels import (
 )
 from harmony_ref.units import MB
 
-from .common import Timed, activations, int4_weights, int8_weights, pin_threads, tracks
+from .common import activations, int4_weights, int8_weights, pin_threads, relative_time, tracks, weights
 
-K = 4096
+K = N = 4096
+VS_NUMPY = "x NumPy time"
 
 
-class MatmulW4(Timed):
-    params = ([1, 128], [4096, 11008], [32, 128])
-    param_names = ["m", "n", "group_size"]
+class MatmulW4:
+    """(m, 4096) activations through a 4096 x 4096 INT4 matrix, against NumPy FP32 x @ W.T."""
 
-    def setup(self, m, n, group_size):
+    params = ([1, 128], [32, 128])
+    param_names = ["m", "group_size"]
+    timeout = 300
+
+    def setup(self, m, group_size):
         pin_threads()
-        self.w = int4_weights(n, K, group_size)
+        self.w = int4_weights(N, K, group_size)
         self.p = prepare_w4(self.w)
-        self.x = activations(K, m)
-        matmul_w4(self.x, self.p)
+        self.x, self.w_fp32 = activations(K, m), weights(N, K)
 
-    def time_matmul_w4(self, m, n, group_size):
-        matmul_w4(self.x, self.p)
+    @tracks(None, unit=VS_NUMPY, direction="lower")
+    def track_time_vs_numpy_fp32(self, m, group_size):
+        return relative_time(lambda: matmul_w4(self.x, self.p), lambda: self.x @ self.w_fp32.T)
 
-    def time_prepare_w4(self, m, n, group_size):
-        _fresh_prepare_w4(self.w)
-
-    def peakmem_matmul_w4(self, m, n, group_size):
+    def peakmem_matmul_w4(self, m, group_size):
         # no dequantized (N, K) float matrix: peak stays near the packed weights + output
         matmul_w4(self.x, self.w)
 
 
-def _fresh_prepare_w4(t):
-    """The preparation itself, bypassing the per-tensor cache."""
-    matmul._prepared.pop(t, None)
-    return prepare_w4(t)
+class MatmulW8:
+    params = ([1, 128],)
+    param_names = ["m"]
+    timeout = 300
 
-
-class MatmulW8(Timed):
-    params = ([1, 128], [4096, 11008])
-    param_names = ["m", "n"]
-
-    def setup(self, m, n):
+    def setup(self, m):
         pin_threads()
-        self.w = int8_weights(n, K)
+        self.w = int8_weights(N, K)
         self.p = prepare_w8(self.w)
-        self.x = activations(K, m)
-        matmul_w8(self.x, self.p)
+        self.x, self.w_fp32 = activations(K, m), weights(N, K)
 
-    def time_matmul_w8(self, m, n):
-        matmul_w8(self.x, self.p)
+    @tracks(None, unit=VS_NUMPY, direction="lower")
+    def track_time_vs_numpy_fp32(self, m):
+        return relative_time(lambda: matmul_w8(self.x, self.p), lambda: self.x @ self.w_fp32.T)
 
-    def peakmem_matmul_w8(self, m, n):
+    def peakmem_matmul_w8(self, m):
         matmul_w8(self.x, self.w)
 
 
-class NormBiasGelu(Timed):
+class NormBiasGelu:
+    """LayerNorm + bias + GELU over (rows, 4096): fused, against the same chain as three kernels
+    (what fusion saves) and against NumPy array expressions."""
+
     params = ([1, 128],)
     param_names = ["rows"]
 
@@ -87,27 +86,38 @@ class NormBiasGelu(Timed):
         rng = np.random.default_rng(2)
         self.x = rng.standard_normal((rows, K), dtype=np.float32)
         self.gamma, self.beta, self.bias = (rng.standard_normal(K, dtype=np.float32) for _ in range(3))
-        norm_bias_gelu(self.x, self.gamma, self.beta, self.bias)
-        gelu(bias_add(layer_norm(self.x, self.gamma, self.beta), self.bias))
 
-    def time_fused(self, rows):
-        norm_bias_gelu(self.x, self.gamma, self.beta, self.bias)
+    def _fused(self):
+        return norm_bias_gelu(self.x, self.gamma, self.beta, self.bias)
 
-    def time_separate(self, rows):
-        gelu(bias_add(layer_norm(self.x, self.gamma, self.beta), self.bias))
+    @tracks(None, unit="x three-kernel time", direction="lower")
+    def track_fused_time_vs_separate(self, rows):
+        return relative_time(self._fused,
+                             lambda: gelu(bias_add(layer_norm(self.x, self.gamma, self.beta), self.bias)))
+
+    @tracks(None, unit=VS_NUMPY, direction="lower")
+    def track_fused_time_vs_numpy(self, rows):
+        return relative_time(self._fused, lambda: _numpy_chain(self.x, self.gamma, self.beta, self.bias))
 
 
-class DecodeAttention(Timed):
-    params = (["fp16", "int8"], [512, 2048, 4096])
+def _numpy_chain(x, gamma, beta, bias, eps=np.float32(1e-5)):
+    h = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + eps) * gamma + beta
+    h = h + bias
+    return np.float32(0.5) * h * (1 + np.tanh(np.float32(0.7978845608) * (h + np.float32(0.044715) * h ** 3)))
+
+
+class DecodeAttention:
+    params = (["fp16", "int8"], [512, 4096])
     param_names = ["kv_dtype", "context"]
 
     def setup(self, kv_dtype, context):
         pin_threads()
         self.cache, self.q = _attention_inputs(kv_dtype, context)
-        decode_attention(self.q, self.cache)
 
-    def time_decode_attention(self, kv_dtype, context):
-        decode_attention(self.q, self.cache)
+    @tracks(None, unit=VS_NUMPY, direction="lower")
+    def track_time_vs_numpy(self, kv_dtype, context):
+        return relative_time(lambda: decode_attention(self.q, self.cache),
+                             lambda: decode_attention_ref(self.q, self.cache))
 
     @tracks("kv_cache_mb", unit="MB")
     def track_kv_cache_mb(self, kv_dtype, context):

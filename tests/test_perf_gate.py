@@ -115,3 +115,25 @@ def test_a_failed_run_is_set_aside_so_the_next_run_compares_with_the_last_passin
     assert (machine / "failed" / failed.name).is_file() and not failed.exists()
     assert sorted(machine.glob("[0-9][0-9][0-9][0-9]_*.json")) == [passing]
     assert "failed/" in note
+
+
+def test_a_benchmark_with_a_same_run_reference_is_gated_on_the_ratio(tmp_path):
+    run = tmp_path / "0003_x.json"
+    run.write_text(json.dumps({"benchmarks": [{
+        "fullname": KERNEL, "stats": {"median": 0.002, "data": [0.002] * 3},
+        "extra_info": {"gate_samples": [0.5, 0.52, 0.49], "gate_value": 0.5,
+                       "gate_unit": "x NumPy baseline time"}}]}))
+    m = perf.load_metrics(run)[KERNEL]
+    assert (m.value, m.unit, m.samples) == (0.5, "x NumPy baseline time", (0.5, 0.52, 0.49))
+
+
+def test_relative_samples_follow_the_target_not_the_machine():
+    from bench.common import relative_samples
+
+    def work(n):
+        return lambda: sum(i * i for i in range(n))
+
+    same = relative_samples(work(20000), work(20000), rounds=5)
+    double = relative_samples(work(40000), work(20000), rounds=5)
+    assert len(same) == 5 and 0.7 < float(np.median(same)) < 1.4
+    assert 1.5 < float(np.median(double)) / float(np.median(same)) < 2.6

@@ -3,8 +3,9 @@
 Runs tests/perf with timing on (CPU time, one thread) and saves every run with its raw samples (--benchmark-autosave
 --benchmark-save-data, under .benchmarks/<machine id>/). From the second run on a machine it
 compares with the previous saved run by the gate's rule for measured metrics (track/gate.py,
-limits from gate_tolerances.toml): a benchmark regresses only when its median is worse by more
-than the limit (10%), a one-sided Mann-Whitney U test on the raw samples says p < alpha (0.05),
+limits from gate_tolerances.toml) on each benchmark's time relative to a reference measured in
+the same seconds (its NumPy baseline, or a fixed probe: tests/perf/conftest.py says why): a
+benchmark regresses only when that ratio's median is worse by more than the limit (10%), a one-sided Mann-Whitney U test on the raw samples says p < alpha (0.05),
 and the same holds when that benchmark is measured again (the flagged benchmarks are re-run once,
 together). A run that fails is moved to `failed/` beside the saved runs, so the next run is
 compared with the last run that passed, not with the slow one. The last line says it all:
@@ -55,17 +56,23 @@ def _pytest(args: list[str]) -> int:
 
 
 def load_metrics(path: Path) -> dict:
-    """pytest-benchmark JSON -> {benchmark fullname: Metric (median ms, raw samples in ms)}."""
+    """pytest-benchmark JSON -> {benchmark fullname: Metric}. What is gated: the benchmark's time
+    relative to a reference measured in the same seconds, when the test stored one
+    (extra_info gate_value/gate_samples/gate_unit, tests/perf/conftest.gate_relative), else
+    its median time in ms with the raw samples."""
     from harmony_ref.metrics import Metric
 
     try:
         data = json.loads(Path(path).read_text())
         out = {}
         for b in data["benchmarks"]:
-            stats = b["stats"]
-            samples = tuple(1e3 * s for s in stats.get("data") or ())
-            out[b["fullname"]] = Metric(b["fullname"], 1e3 * stats["median"], "ms", "lower",
-                                        "measured", samples)
+            extra, stats, name = b.get("extra_info") or {}, b["stats"], b["fullname"]
+            if "gate_samples" in extra:
+                out[name] = Metric(name, float(extra["gate_value"]), str(extra["gate_unit"]),
+                                   "lower", "measured", tuple(map(float, extra["gate_samples"])))
+            else:
+                samples = tuple(1e3 * s for s in stats.get("data") or ())
+                out[name] = Metric(name, 1e3 * stats["median"], "ms", "lower", "measured", samples)
         return out
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: not a pytest-benchmark result ({type(e).__name__}: {e})") from e

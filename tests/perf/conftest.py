@@ -7,6 +7,14 @@
   benchmarks are enabled, the rows are printed at the end of the run as tables no wider than
   SUMMARY_WIDTH (format_summary: rows grouped by their columns, a column that is the same on
   every row of a group said once in its title).
+- `relative_samples(target, reference)`: what `tox -e perf` gates on. This 2-core VM's speed
+  drifts by up to 1.7x over minutes (neighbours, the host), in CPU time too, so a time compared
+  with last hour's says little; a time relative to a reference measured in the same seconds
+  does. Per round, a block of target calls and a block of reference calls run back to back,
+  and the round's sample is the ratio of their mean CPU times (lower is better). Kernels are
+  relative to their NumPy baseline, the rest to reference_probe, a fixed pure-Python workload
+  (both helpers live in bench/common.py, which the asv suite uses the same way).
+  benchmark.extra_info keeps the samples; harmony_ref/track/perf.py reads them.
 - `one_thread` (session, autouse): Numba and OpenBLAS on one thread. On a shared 2-core machine a
   parallel kernel whose worker is preempted waits a scheduler slice (a 1 ms kernel timed at
   12 ms); test_perf_thread_scaling measures two threads apart.
@@ -19,6 +27,7 @@ import time
 import numpy as np
 import pytest
 
+from bench.common import reference_probe, relative_samples  # noqa: F401  (one copy, shared with asv)
 from harmony_ref.units import GB, MB
 
 COPY_BUFFER_BYTES = 256 * MB  # well past any L3 on the machines we run on
@@ -26,7 +35,17 @@ COPY_REPEATS = 5
 THREADS = 1
 SUMMARY_WIDTH = 100
 
+
 _summary_rows: list[dict] = []
+
+
+def gate_relative(benchmark, target, reference, against: str) -> None:
+    """Store what `tox -e perf` gates on in benchmark.extra_info (when timing is on)."""
+    if not benchmark.enabled:
+        return
+    samples = relative_samples(target, reference)
+    benchmark.extra_info.update(gate_samples=samples, gate_value=float(np.median(samples)),
+                                gate_unit=f"x {against}")
 
 
 def measure_copy_bandwidth_gbps(nbytes: int = COPY_BUFFER_BYTES, repeats: int = COPY_REPEATS) -> float:

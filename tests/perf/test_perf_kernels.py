@@ -54,6 +54,7 @@ from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.int8 import quantize_int8
 from harmony_ref.units import GB, MB, MS_PER_S
 from tests.perf._slow import slowable
+from tests.perf.conftest import gate_relative
 
 # HARMONY_REF_PERF_SLOW=<kernel> (tests/perf/_slow.py) slows that kernel by 30%; off by default.
 matmul_w4, matmul_w8, norm_bias_gelu, decode_attention = (
@@ -123,6 +124,7 @@ def record(benchmark, perf_summary, copy_bw, name, kernel, baseline, nbytes, ext
     }
     benchmark.extra_info.update(info)
     perf_summary.append({"benchmark": name, **info})
+    gate_relative(benchmark, kernel, baseline, "NumPy baseline time")
     benchmark(kernel)
 
 
