@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             report = judge(prior, current, rerun)
+        except ValueError as e:  # e.g. a saved run measured in other units (an older suite)
+            print(f"perf: ERROR cannot compare with {previous.name}: {e}")
+            return 2
         except RuntimeError as e:
             print(f"perf: ERROR {e}")
             return 1
