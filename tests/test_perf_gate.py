@@ -137,3 +137,11 @@ def test_relative_samples_follow_the_target_not_the_machine():
     double = relative_samples(work(40000), work(20000), rounds=5)
     assert len(same) == 5 and 0.7 < float(np.median(same)) < 1.4
     assert 1.5 < float(np.median(double)) / float(np.median(same)) < 2.6
+
+
+def test_a_previous_run_in_other_units_is_bad_input_not_a_traceback():
+    prev = {KERNEL: named(KERNEL, timings(1.0))}
+    m = timings(0.5, seed=1)
+    cur = {KERNEL: Metric(KERNEL, m.value, "x NumPy baseline time", "lower", "measured", m.samples)}
+    with pytest.raises(ValueError, match="unit is 'ms'"):
+        perf.judge(prev, cur)
