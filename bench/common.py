@@ -92,8 +92,10 @@ def lower_is_better(metric, form: str) -> float:
 # thread (Numba and OpenBLAS; tests/perf measures thread scaling), and what asv tracks is each
 # kernel's CPU time *relative to a baseline timed in the same seconds* (its NumPy or _ref twin,
 # else reference_probe): per round a block of kernel calls and a block of baseline calls run
-# back to back, and the track is the median of the per-round ratios (`relative_time`), robust
-# even in a `--quick` run, which takes one value per benchmark.
+# back to back, and the track is the median of the per-round ratios (`relative_time`). That
+# removes the drift; it does not remove other processes sharing the two cores (measured: two
+# `--quick` runs of the same commits under a load average near 2 differed by 11-61% on 2-8 of
+# ~50 ratios per commit).
 
 THREADS = 1
 RELATIVE_ROUNDS = 15
