@@ -1,17 +1,18 @@
 """`python -m harmony_ref.track.perf [pytest args]`: the pytest-benchmark gate behind `tox -e perf`.
 
-Runs tests/perf with timing on (CPU time, one thread) and saves every run with its raw samples (--benchmark-autosave
---benchmark-save-data, under .benchmarks/<machine id>/). From the second run on a machine it
-compares with the previous saved run by the gate's rule for measured metrics (track/gate.py,
-limits from gate_tolerances.toml) on each benchmark's time relative to a reference measured in
-the same seconds (its NumPy baseline, or a fixed probe: tests/perf/conftest.py says why): a
-benchmark regresses only when that ratio's median is worse by more than the limit (10%), a one-sided Mann-Whitney U test on the raw samples says p < alpha (0.05),
-and the same holds when that benchmark is measured again (the flagged benchmarks are re-run once,
-together). A run that fails is moved to `failed/` beside the saved runs, so the next run is
-compared with the last run that passed, not with the slow one. The last line says it all:
+Runs tests/perf with timing on (CPU time, one thread) and saves every run with its raw samples
+(--benchmark-autosave --benchmark-save-data, under .benchmarks/<machine id>/). From the second
+run on a machine it compares with the previous saved run by the gate's rule for measured metrics
+(track/gate.py, limits from gate_tolerances.toml) on each benchmark's time relative to a
+reference measured in the same seconds (its NumPy baseline, or a fixed probe:
+tests/perf/conftest.py says why): a benchmark regresses only when that ratio's median is worse
+by more than the limit (10%), a one-sided Mann-Whitney U test on the raw samples says p < alpha
+(0.05), and the same holds when that benchmark is measured again (the flagged benchmarks are re-
+run once, together). A run that fails is moved to `failed/` beside the saved runs, so the next
+run is compared with the last run that passed, not with the slow one. The last line says it all:
 
     perf: PASS 31 benchmarks vs 0007_...: no regression (...)          exit 0
-    perf: FAIL 1 of 31 ...: test_perf_matmul_w8_gemv[4096] (worse by 30.4%, ... confirmed ...)  exit 1
+    perf: FAIL 1 of 31 ...: test_perf_matmul_w8_gemv[4096] (worse by 30.4%, ...)  exit 1
     perf: ERROR pytest exited 1 (...)                                   pytest's exit code
     perf: RECORDED 31 benchmarks as the first run of this machine      exit 0
 """
@@ -116,7 +117,8 @@ def summary_line(report, previous_name: str, new: list[str], gone: list[str]) ->
     rule = f"limit +{report.tolerances.measured_pct:g}%, U test p<{report.tolerances.alpha:g}"
     extra = []
     if noise:
-        extra.append(f"{len(noise)} not confirmed on re-run: " + ", ".join(_short(r.metric) for r in noise))
+        extra.append(f"{len(noise)} not confirmed on re-run: "
+                     + ", ".join(_short(r.metric) for r in noise))
     if better:
         extra.append(f"{len(better)} faster")
     if new:
