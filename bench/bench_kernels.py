@@ -1,12 +1,17 @@
 """asv benchmarks for the Numba kernels (harmony_ref/kernels), grouped by subject.
 
-Inputs are seeded and built in `setup`, which also calls each kernel once so Numba's compile
-(or cache load) stays out of the timings. Each time_ method is one call. The ratios against NumPy
-and the GB/s figures live in tests/perf (pytest-benchmark); asv tracks the kernels over commits.
-`MatmulPaths` times every matmul path this CPU runs (x86 int8 dot products and the portable
-loops) beside NumPy FP32, and `MatmulPeer` llama.cpp's matmul of the same shapes (skipped unless
-the optional `peer` extra or HARMONY_REF_GGML_LIB provides ggml's libraries).
+Each track_ is a kernel's CPU time relative to its NumPy twin timed in the same seconds
+(common.relative_time: the median of 15 interleaved rounds), on one thread: a ratio this
+shared, drifting 2-core machine keeps from run to run, where a time does not (common.py says
+why). Below 1 the kernel beats NumPy; a step up is the kernel getting slower. Inputs are seeded
+and built once per process; the peakmem_ benchmarks follow the memory a call needs. Absolute
+times, GB/s and thread scaling are in tests/perf (pytest-benchmark, `tox -e perf`).
+`MatmulPaths` follows every matmul path this CPU runs (x86 int8 dot products and the portable
+loops) against NumPy FP32, and `MatmulPeer` llama.cpp's matmul of the same shape against NumPy
+FP32 (skipped unless the optional `peer` extra or HARMONY_REF_GGML_LIB provides ggml's libraries).
 """
+
+import functools
 
 import numpy as np
 
@@ -15,6 +20,7 @@ from harmony_ref.kernels import (
     KVCache,
     bias_add,
     decode_attention,
+    decode_attention_ref,
     gelu,
     layer_norm,
     matmul_w4,
@@ -27,142 +33,162 @@ from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.int8 import quantize_int8
 from harmony_ref.units import MB
 
-K = 4096
+from .common import activations, int4_weights, int8_weights, pin_threads, relative_time, tracks, weights
 
-
-def _weights(n, seed=0):
-    return np.random.default_rng(seed).standard_normal((n, K), dtype=np.float32) * np.float32(0.02)
-
-
-def _activations(m, seed=1):
-    return np.random.default_rng(seed).standard_normal((m, K), dtype=np.float32)
+K = N = 4096
+VS_NUMPY = "x NumPy time"
 
 
 class MatmulW4:
-    params = ([1, 128], [4096, 11008], [32, 128])
-    param_names = ["m", "n", "group_size"]
+    """(m, 4096) activations through a 4096 x 4096 INT4 matrix, against NumPy FP32 x @ W.T."""
 
-    def setup(self, m, n, group_size):
-        self.w = quantize_int4(_weights(n), group_size, "asym")
+    params = ([1, 128], [32, 128])
+    param_names = ["m", "group_size"]
+    timeout = 300
+
+    def setup(self, m, group_size):
+        pin_threads()
+        self.w = int4_weights(N, K, group_size)
         self.p = prepare_w4(self.w)
-        self.x = _activations(m)
-        matmul_w4(self.x, self.p)
+        self.x, self.w_fp32 = activations(K, m), weights(N, K)
 
-    def time_matmul_w4(self, m, n, group_size):
-        matmul_w4(self.x, self.p)
+    @tracks(None, unit=VS_NUMPY, direction="lower")
+    def track_time_vs_numpy_fp32(self, m, group_size):
+        return relative_time(lambda: matmul_w4(self.x, self.p), lambda: self.x @ self.w_fp32.T)
 
-    def time_prepare_w4(self, m, n, group_size):
-        _fresh_prepare_w4(self.w)
-
-    def peakmem_matmul_w4(self, m, n, group_size):
+    def peakmem_matmul_w4(self, m, group_size):
         # no dequantized (N, K) float matrix: peak stays near the packed weights + output
         matmul_w4(self.x, self.w)
 
 
-def _fresh_prepare_w4(t):
-    """The preparation itself, bypassing the per-tensor cache."""
-    matmul._prepared.pop(t, None)
-    return prepare_w4(t)
-
-
 class MatmulW8:
-    params = ([1, 128], [4096, 11008])
-    param_names = ["m", "n"]
+    params = ([1, 128],)
+    param_names = ["m"]
+    timeout = 300
 
-    def setup(self, m, n):
-        self.w = quantize_int8(_weights(n))
+    def setup(self, m):
+        pin_threads()
+        self.w = int8_weights(N, K)
         self.p = prepare_w8(self.w)
-        self.x = _activations(m)
-        matmul_w8(self.x, self.p)
+        self.x, self.w_fp32 = activations(K, m), weights(N, K)
 
-    def time_matmul_w8(self, m, n):
-        matmul_w8(self.x, self.p)
+    @tracks(None, unit=VS_NUMPY, direction="lower")
+    def track_time_vs_numpy_fp32(self, m):
+        return relative_time(lambda: matmul_w8(self.x, self.p), lambda: self.x @ self.w_fp32.T)
 
-    def peakmem_matmul_w8(self, m, n):
+    def peakmem_matmul_w8(self, m):
         matmul_w8(self.x, self.w)
 
 
+class NormBiasGelu:
+    """LayerNorm + bias + GELU over (rows, 4096): fused, against the same chain as three kernels
+    (what fusion saves) and against NumPy array expressions."""
+
+    params = ([1, 128],)
+    param_names = ["rows"]
+
+    def setup(self, rows):
+        pin_threads()
+        rng = np.random.default_rng(2)
+        self.x = rng.standard_normal((rows, K), dtype=np.float32)
+        self.gamma, self.beta, self.bias = (rng.standard_normal(K, dtype=np.float32) for _ in range(3))
+
+    def _fused(self):
+        return norm_bias_gelu(self.x, self.gamma, self.beta, self.bias)
+
+    @tracks(None, unit="x three-kernel time", direction="lower")
+    def track_fused_time_vs_separate(self, rows):
+        return relative_time(self._fused,
+                             lambda: gelu(bias_add(layer_norm(self.x, self.gamma, self.beta), self.bias)))
+
+    @tracks(None, unit=VS_NUMPY, direction="lower")
+    def track_fused_time_vs_numpy(self, rows):
+        return relative_time(self._fused, lambda: _numpy_chain(self.x, self.gamma, self.beta, self.bias))
+
+
+def _numpy_chain(x, gamma, beta, bias, eps=np.float32(1e-5)):
+    h = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + eps) * gamma + beta
+    h = h + bias
+    return np.float32(0.5) * h * (1 + np.tanh(np.float32(0.7978845608) * (h + np.float32(0.044715) * h ** 3)))
+
+
+class DecodeAttention:
+    params = (["fp16", "int8"], [512, 4096])
+    param_names = ["kv_dtype", "context"]
+
+    def setup(self, kv_dtype, context):
+        pin_threads()
+        self.cache, self.q = _attention_inputs(kv_dtype, context)
+
+    @tracks(None, unit=VS_NUMPY, direction="lower")
+    def track_time_vs_numpy(self, kv_dtype, context):
+        return relative_time(lambda: decode_attention(self.q, self.cache),
+                             lambda: decode_attention_ref(self.q, self.cache))
+
+    @tracks("kv_cache_mb", unit="MB")
+    def track_kv_cache_mb(self, kv_dtype, context):
+        # what the cache holds for `context` tokens (and a decode step reads), not the
+        # preallocated 4096-token buffer, which is the same for every context
+        return self.cache.bytes_read() / MB
+
+
+@functools.lru_cache(maxsize=None)
+def _attention_inputs(kv_dtype, context):
+    """A 4096-token cache (8 KV heads of 128) filled to `context`, and 32 query heads."""
+    rng = np.random.default_rng(3)
+    cache = KVCache(4096, 8, 128, kv_dtype)
+    shape = (context, 8, 128)
+    cache.append(rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32))
+    return cache, rng.standard_normal((32, 128), dtype=np.float32)
+
+
 class MatmulPaths:
-    params = ([1, 128], ["numpy-fp32"] + [matmul.ISA_NAMES[i] for i in reversed(matmul.SUPPORTED_ISAS)],
+    """One (m, 4096) x 4096 x 4096 matmul on each path this CPU runs, forced, against NumPy FP32."""
+
+    params = ([1, 128], [matmul.ISA_NAMES[i] for i in reversed(matmul.SUPPORTED_ISAS)],
               ["w4-g32", "w8"])
     param_names = ["m", "path", "format"]
+    timeout = 300
 
     def setup(self, m, path, fmt):
-        w = _weights(4096)
-        self.x = _activations(m)
-        if path == "numpy-fp32":
-            self.w = w
-            self.x @ self.w.T
-            return
+        pin_threads()
+        w = weights(N, K)
+        self.x, self.w_fp32 = activations(K, m), w
         self.isa = {matmul.ISA_NAMES[i]: i for i in matmul.SUPPORTED_ISAS}[path]
         if fmt == "w4-g32":
-            self.fn, self.p = matmul._matmul_w4, matmul._prepare_w4(quantize_int4(w, 32, "asym"), self.isa)
+            self.fn = matmul._matmul_w4
+            self.p = matmul._prepare_w4(quantize_int4(w, 32, "asym"), self.isa)
         else:
             self.fn, self.p = matmul._matmul_w8, matmul._prepare_w8(quantize_int8(w), self.isa)
-        self.fn(self.x, self.p, self.isa)
 
-    def time_matmul(self, m, path, fmt):
-        if path == "numpy-fp32":
-            self.x @ self.w.T
-        else:
-            self.fn(self.x, self.p, self.isa)
+    @tracks(None, unit=VS_NUMPY, direction="lower")
+    def track_time_vs_numpy_fp32(self, m, path, fmt):
+        return relative_time(lambda: self.fn(self.x, self.p, self.isa),
+                             lambda: self.x @ self.w_fp32.T)
 
 
 class MatmulPeer:
+    """llama.cpp's ggml_mul_mat of the same shape, per format and weight buffer, against NumPy
+    FP32; each configuration is checked against the float64 product before it is timed."""
+
     params = ([1, 128], ["q4_0 CPU", "q4_0 CPU_REPACK", "q4_0 AMX", "q4_1 CPU", "q8_0 CPU"])
     param_names = ["m", "peer"]
+    timeout = 300
 
     def setup(self, m, peer):
         from harmony_ref.kernels import matmul_peer
 
+        pin_threads()
         ggml = matmul_peer.GgmlPeer.load()
         if ggml is None:
             raise NotImplementedError("no ggml libraries (install the `peer` extra)")
         fmt, buft = peer.split()
-        verdict = matmul_peer.probe(ggml, fmt, buft, m, 4096, K)
+        verdict = matmul_peer.probe(ggml, fmt, buft, m, N, K)
         if not verdict.ok:
             raise NotImplementedError(f"llama.cpp {peer}: {verdict.detail}")
-        self.mm = ggml.matmul(_weights(4096), _activations(m), fmt, buft)
-        self.mm.run()
+        self.x, self.w_fp32 = activations(K, m), weights(N, K)
+        self.mm = ggml.matmul(self.w_fp32, self.x, fmt, buft)
 
-    def time_matmul(self, m, peer):
-        self.mm.run()
-
-
-class NormBiasGelu:
-    params = ([1, 128], [4096])
-    param_names = ["rows", "width"]
-
-    def setup(self, rows, width):
-        rng = np.random.default_rng(2)
-        self.x = rng.standard_normal((rows, width), dtype=np.float32)
-        self.gamma, self.beta, self.bias = (rng.standard_normal(width, dtype=np.float32) for _ in range(3))
-        norm_bias_gelu(self.x, self.gamma, self.beta, self.bias)
-        gelu(bias_add(layer_norm(self.x, self.gamma, self.beta), self.bias))
-
-    def time_fused(self, rows, width):
-        norm_bias_gelu(self.x, self.gamma, self.beta, self.bias)
-
-    def time_separate(self, rows, width):
-        gelu(bias_add(layer_norm(self.x, self.gamma, self.beta), self.bias))
-
-
-class DecodeAttention:
-    params = (["fp16", "int8"], [512, 2048, 4096])
-    param_names = ["kv_dtype", "context"]
-
-    def setup(self, kv_dtype, context):
-        rng = np.random.default_rng(3)
-        self.cache = KVCache(4096, 8, 128, kv_dtype)
-        shape = (context, 8, 128)
-        self.cache.append(rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32))
-        self.q = rng.standard_normal((32, 128), dtype=np.float32)
-        decode_attention(self.q, self.cache)
-
-    def time_decode_attention(self, kv_dtype, context):
-        decode_attention(self.q, self.cache)
-
-    def track_kv_cache_mb(self, kv_dtype, context):
-        return self.cache.nbytes / MB
-
-    track_kv_cache_mb.unit = "MB"
+    @tracks(None, unit=VS_NUMPY, direction="lower")
+    def track_time_vs_numpy_fp32(self, m, peer):
+        return relative_time(self.mm.run, lambda: self.x @ self.w_fp32.T)

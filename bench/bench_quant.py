@@ -1,9 +1,13 @@
-"""asv benchmarks for the weight quantizers (see numpy's asv suite for the layout)."""
-
-import numpy as np
+"""asv benchmarks for the weight quantizers (see numpy's asv suite for the layout): each fast
+Numba quantizer's CPU time relative to its NumPy `_ref` twin timed in the same seconds, one
+thread (common.relative_time says why a ratio and not a time), and the stored bits per weight."""
 
 from harmony_ref.quant.int4 import quantize_int4, quantize_int4_ref
-from harmony_ref.quant.int8 import quantize_int8
+from harmony_ref.quant.int8 import quantize_int8, quantize_int8_ref
+
+from .common import pin_threads, relative_time, tracks, weights
+
+VS_REF = "x _ref time"
 
 
 class QuantizeInt4:
@@ -11,53 +15,48 @@ class QuantizeInt4:
     param_names = ["group_size", "scheme"]
 
     def setup(self, group_size, scheme):
-        self.w = (np.random.default_rng(0).standard_normal((1024, 4096)) * 0.02).astype(np.float32)
-        quantize_int4(self.w[:2], group_size, scheme)  # JIT compile outside the timing
+        pin_threads()
+        self.w = weights(1024, 4096)
 
-    def time_quantize_int4(self, group_size, scheme):
-        quantize_int4(self.w, group_size, scheme)
+    @tracks(None, unit=VS_REF, direction="lower")
+    def track_time_vs_ref(self, group_size, scheme):
+        return relative_time(lambda: quantize_int4(self.w, group_size, scheme),
+                             lambda: quantize_int4_ref(self.w, group_size, scheme), rounds=7)
 
-    def time_quantize_int4_ref(self, group_size, scheme):
-        quantize_int4_ref(self.w, group_size, scheme)
-
+    @tracks(None, unit="bits", direction="lower")  # storage per weight: fewer bits, smaller model
     def track_bits_per_weight(self, group_size, scheme):
         return quantize_int4(self.w[:4], group_size, scheme).bits_per_weight
-
-    track_bits_per_weight.unit = "bits"
 
 
 class QuantizeInt8:
     def setup(self):
-        self.w = (np.random.default_rng(0).standard_normal((1024, 4096)) * 0.02).astype(np.float32)
-        quantize_int8(self.w[:2])
+        pin_threads()
+        self.w = weights(1024, 4096)
 
-    def time_quantize_int8(self):
-        quantize_int8(self.w)
+    @tracks(None, unit=VS_REF, direction="lower")
+    def track_time_vs_ref(self):
+        return relative_time(lambda: quantize_int8(self.w), lambda: quantize_int8_ref(self.w), rounds=7)
 
 
 class QuantizeLlama7BMlp:
-    """The shape issue 2 asks about: one 4096 x 11008 matrix (a Llama-7B MLP projection), fast
-    Numba quantizers against their NumPy `_ref` twins."""
+    """One 4096 x 11008 matrix (a Llama-7B MLP projection): the fast quantizer's CPU time
+    relative to its NumPy `_ref` twin on it."""
 
     params = (["int4-g128-asym", "int4-g32-sym", "int8"],)
     param_names = ["format"]
-    timeout = 300  # the NumPy twins take seconds on this shape
+    timeout = 300
 
     def setup(self, fmt):
-        self.w = (np.random.default_rng(0).standard_normal((4096, 11008)) * 0.02).astype(np.float32)
+        pin_threads()
+        self.w = weights(4096, 11008)
         self.fast, self.ref = _quantizers(fmt)
-        self.fast(self.w[:2])  # JIT compile outside the timing
 
-    def time_fast(self, fmt):
-        self.fast(self.w)
-
-    def time_ref(self, fmt):
-        self.ref(self.w)
+    @tracks(None, unit=VS_REF, direction="lower")
+    def track_time_vs_ref(self, fmt):
+        return relative_time(lambda: self.fast(self.w), lambda: self.ref(self.w), rounds=5)
 
 
 def _quantizers(fmt):
-    from harmony_ref.quant.int8 import quantize_int8_ref
-
     if fmt == "int8":
         return quantize_int8, quantize_int8_ref
     _, g, scheme = fmt.split("-")

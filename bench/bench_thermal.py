@@ -1,12 +1,16 @@
-"""asv benchmarks for the thermal stepper: one simulated hour at 10 ms (360k steps) per call."""
+"""asv benchmarks for the thermal stepper: the Numba stepper's CPU time per step relative to its
+plain-Python twin `simulate_ref`, both on the same 2,000 steps timed in the same seconds
+(common.relative_time says why a ratio and not a time)."""
 
 import numpy as np
 
-from harmony_ref.device.thermal import GOVERNOR_CODES, _simulate_core, pack_params
+from harmony_ref.device.thermal import GOVERNOR_CODES, _simulate_core, pack_params, simulate_ref
 from harmony_ref.device.thermal_config import ThermalConfig
 
-HOUR_STEPS = 360_000
+from .common import relative_time, tracks
+
 STEPS = (1.0, 0.85, 0.7, 0.55, 0.4)
+N_STEPS = 2_000  # the Python twin takes ~1 ms per 200 steps
 
 
 def _cfg(governor):
@@ -24,18 +28,11 @@ class ThermalStepper:
     def setup(self, governor):
         self.prm = pack_params(_cfg("step_wise" if governor == "off" else governor))
         self.power = 0.3 + 5.7 * np.asarray(STEPS) ** 2
-        self.out = (np.empty(HOUR_STEPS), np.empty(HOUR_STEPS), np.empty(HOUR_STEPS, np.int32))
+        self.out = (np.empty(N_STEPS), np.empty(N_STEPS), np.empty(N_STEPS, np.int32))
         self.code = GOVERNOR_CODES[governor]
-        _simulate_core(self.power, 10, 0.01, self.code, self.prm, *self.out)  # compile
 
-    def time_simulate_hour_10ms(self, governor):
-        _simulate_core(self.power, HOUR_STEPS, 0.01, self.code, self.prm, *self.out)
-
-    def track_steps_per_s(self, governor):
-        import time
-
-        t0 = time.perf_counter()
-        _simulate_core(self.power, HOUR_STEPS, 0.01, self.code, self.prm, *self.out)
-        return HOUR_STEPS / (time.perf_counter() - t0)
-
-    track_steps_per_s.unit = "steps/s"
+    @tracks(None, unit="x Python twin time", direction="lower")
+    def track_step_time_vs_python_ref(self, governor):
+        return relative_time(
+            lambda: _simulate_core(self.power, N_STEPS, 0.01, self.code, self.prm, *self.out),
+            lambda: simulate_ref(self.power, N_STEPS, 0.01, self.code, self.prm), rounds=7)

@@ -7,6 +7,7 @@ input silently breaks that history. New inputs get new names.
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 
@@ -39,3 +40,126 @@ def activations(k: int, rows: int = 1, seed: int = SEED + 1) -> np.ndarray:
 
 def shape_id(n: int, k: int) -> str:
     return f"n{n:05}_k{k:05}"
+
+
+# --- Directions. asv takes every benchmark as lower-is-better (its compare and its Regressions
+# page have no notion of "higher is better"; `unit` only labels the axis), so every track_ returns
+# a record metric in its lower-is-better form, checked against the metric's own direction (the
+# one the gate uses) each time it runs. tests/test_bench_metrics.py checks every track_ too.
+
+LOWER_FORMS = {
+    "same": lambda v: v,  # a lower-is-better metric, as recorded
+    "reciprocal": lambda v: 1.0 / v,  # a speed-up (x) -> the slowdown (x)
+    "missing_pct": lambda v: 100.0 - v,  # a % of an ideal 100 (recall@1) -> the % short of it
+    # a fraction of an ideal 1 (cosine) -> the loss; float rounding can put a cosine a hair above
+    # 1, and asv misreads negative values (-8e-10 "improved" on itself), so the loss stops at 0
+    "one_minus": lambda v: max(0.0, 1.0 - v),
+    "lost_pct": lambda v: 100.0 * (1.0 - v),  # a kept fraction (sustained/peak) -> % lost
+}
+
+
+def tracks(metric: str | None, form: str = "same", unit: str = "", direction: str = ""):
+    """Declare what a track_ method follows: the record metric `metric` (whose direction the gate
+    knows) drawn in lower-is-better `form`. A quantity no record holds passes metric=None and
+    says its `direction` ("lower") itself."""
+    if form not in LOWER_FORMS:
+        raise ValueError(f"form {form!r}: one of {sorted(LOWER_FORMS)}")
+    if metric is None and direction != "lower":
+        raise ValueError("a track_ that follows no record metric must be lower-is-better")
+
+    def mark(fn):
+        fn.metric, fn.form, fn.unit, fn.direction = metric, form, unit, direction
+        return fn
+
+    return mark
+
+
+def lower_is_better(metric, form: str) -> float:
+    """A Metric's value in lower-is-better `form`; ValueError when its recorded direction does
+    not fit the form (a direction that changed must not be drawn upside down)."""
+    want = "lower" if form == "same" else "higher"
+    if metric.direction != want:
+        raise ValueError(f"{metric.name} is recorded {metric.direction}-is-better; form {form!r} "
+                         f"is for {want}-is-better metrics")
+    return float(LOWER_FORMS[form](metric.value))
+
+
+# --- Stable timings on a shared 2-core machine. Two things make a time on this kind of machine
+# lie: a parallel Numba kernel whose worker thread is preempted waits a scheduler slice (1 ms
+# kernels measured at 12 ms), and the whole VM's speed drifts by up to 1.7x over minutes, in CPU
+# time too (neighbours, the host), so a time taken in one `asv run` and one taken ten minutes
+# later differ by more than asv's 10% without any change. So the kernels run on THREADS = 1
+# thread (Numba and OpenBLAS; tests/perf measures thread scaling), and what asv tracks is each
+# kernel's CPU time *relative to a baseline timed in the same seconds* (its NumPy or _ref twin,
+# else reference_probe): per round a block of kernel calls and a block of baseline calls run
+# back to back, and the track is the median of the per-round ratios (`relative_time`). That
+# removes the drift; it does not remove other processes sharing the two cores (measured: two
+# `--quick` runs of the same commits under a load average near 2 differed by 11-61% on 2-8 of
+# ~50 ratios per commit).
+
+THREADS = 1
+RELATIVE_ROUNDS = 15
+RELATIVE_BLOCK_S = 0.005  # CPU time of each block
+
+
+def reference_probe() -> int:
+    """A fixed CPU-bound pure-Python workload (about 1 ms): the yardstick for code with no NumPy
+    twin. Must not be changed: every recorded ratio is relative to it."""
+    d = {}
+    for i in range(4000):
+        d[i % 97] = d.get(i % 97, 0) + i * i
+    return sum(sorted(d.values()))
+
+
+def relative_samples(target, baseline, rounds: int = RELATIVE_ROUNDS,
+                     block_s: float = RELATIVE_BLOCK_S) -> list[float]:
+    """Per round: mean CPU time of a block of `target` calls / that of a block of `baseline`
+    calls, run back to back (lower: target faster). Block sizes are set once so each block takes
+    about `block_s`; both are called once first (compile, caches)."""
+    clock = time.process_time
+    sizes = []
+    for fn in (target, baseline):
+        fn()
+        t0 = clock()
+        fn()
+        sizes.append(max(1, int(block_s / max(clock() - t0, 1e-6))))
+    out = []
+    for _ in range(rounds):
+        means = []
+        for fn, n in zip((target, baseline), sizes):
+            t0 = clock()
+            for _ in range(n):
+                fn()
+            means.append((clock() - t0) / n)
+        out.append(means[0] / means[1])
+    return out
+
+
+def relative_time(target, baseline, rounds: int = RELATIVE_ROUNDS) -> float:
+    """The median of relative_samples: what a relative track_ returns."""
+    return float(np.median(relative_samples(target, baseline, rounds)))
+
+
+def pin_threads(n: int = THREADS) -> None:
+    """Numba and OpenBLAS on `n` threads for the rest of this benchmark process."""
+    import numba
+
+    from harmony_ref._threads import set_blas_threads
+
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    set_blas_threads(n)
+
+
+@functools.lru_cache(maxsize=None)
+def int4_weights(n: int, k: int, group_size: int, scheme: str = "asym"):
+    """quantize_int4(weights(n, k)), cached (read-only by convention)."""
+    from harmony_ref.quant.int4 import quantize_int4
+
+    return quantize_int4(weights(n, k), group_size, scheme)
+
+
+@functools.lru_cache(maxsize=None)
+def int8_weights(n: int, k: int):
+    from harmony_ref.quant.int8 import quantize_int8
+
+    return quantize_int8(weights(n, k))

@@ -207,13 +207,6 @@ def test_backends_by_name_same_names_and_physics(tmp_path):
         make_backend("fpga")
 
 
-def test_asv_bench_module_imports():
-    import importlib
-
-    mod = importlib.import_module("bench.bench_hil")
-    assert hasattr(mod.HostModelError, "track_host_model_mape_pct")
-
-
 def test_launch_refit_on_phase_totals(run):
     from harmony_ref.calibrate.fit import HostFit, fit_launch_on_phases, samples_from_op_times
 

@@ -115,6 +115,7 @@ def test_device_benchmarks_declare_matching_params():
             assert len(cls.params) == len(cls.param_names), cls.__name__
             obj = cls()
             args = [p[0] for p in cls.params]
+            args = ([obj.setup_cache()] if hasattr(cls, "setup_cache") else []) + args
             obj.setup(*args)
             for name in dir(cls):
                 if name.startswith("track_"):

@@ -5,6 +5,7 @@ predictions/s = 1 / mean (x 64 for the sweep). Not an assert: speed lives in ben
 from harmony_ref.config import RunConfig
 from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.model import graph
+from tests.perf.conftest import gate_relative, reference_probe
 
 SWEEP = 64
 
@@ -30,6 +31,7 @@ def test_predict_repeated_config(benchmark, perf_summary):
     dev = SimulatedDevice("harmony-flagship")
     config = RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128")
     m = benchmark(dev.predict, config)
+    gate_relative(benchmark, lambda: dev.predict(config), reference_probe, "reference probe")
     _record(benchmark, perf_summary, "predict, same config (graphs cached)", 1)
     assert m.value("decode_tokens_per_s") > 0
 
@@ -39,6 +41,12 @@ def test_predict_cold(benchmark, perf_summary):
     dev = SimulatedDevice("harmony-flagship")
     config = RunConfig.from_names(model="llama-3.2-3b", policy="mixed")
     m = benchmark.pedantic(dev.predict, args=(config,), setup=_clear_caches, rounds=200, iterations=1)
+
+    def cold():
+        _clear_caches()
+        dev.predict(config)
+
+    gate_relative(benchmark, cold, reference_probe, "reference probe")
     _record(benchmark, perf_summary, "predict, cold (graphs and layer formats rebuilt)", 1)
     assert m.value("decode_tokens_per_s") > 0
 
@@ -54,5 +62,6 @@ def test_predict_sweep_of_distinct_scenarios(benchmark, perf_summary):
         return [dev.predict(c) for c in configs]
 
     out = benchmark(sweep)
+    gate_relative(benchmark, sweep, reference_probe, "reference probe")
     _record(benchmark, perf_summary, f"predict, sweep of {SWEEP} prompt lengths", SWEEP)
     assert len(out) == SWEEP

@@ -204,21 +204,6 @@ def test_update_baseline_keeps_previous(tmp_path, capsys):
     assert baseline.read_text() == before
 
 
-def test_perf_wrapper_gates_only_once_a_previous_run_exists(tmp_path):
-    from pytest_benchmark.utils import get_machine_id
-
-    from harmony_ref.track import perf
-
-    first = perf.pytest_args(["-q"], storage=tmp_path)
-    assert "--benchmark-autosave" in first and "--benchmark-compare" not in first
-    saved = tmp_path / get_machine_id() / "0001_abc_20260101_000000.json"
-    saved.parent.mkdir()
-    saved.write_text("{}")
-    later = perf.pytest_args(["-q"], storage=tmp_path)
-    assert "--benchmark-compare" in later and "--benchmark-compare-fail=median:15%" in later
-    assert later[-1] == "-q"
-
-
 def test_measured_metrics_not_gated_across_machines():
     other = _rec(host=1.0, host_samples=_samples(1.0))
     other.provenance = {**PROV, "cpu_model": "Some Other CPU"}

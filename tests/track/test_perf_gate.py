@@ -1,0 +1,147 @@
+"""`tox -e perf` (harmony_ref/track/perf.py) judges pytest-benchmark runs by the gate's rule for
+measured metrics and ends with one line; its summary table fits 100 columns."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from harmony_ref.metrics import Metric
+from harmony_ref.track import perf
+from tests.perf.conftest import SUMMARY_WIDTH, format_summary
+
+KERNEL = "tests/perf/test_perf_kernels.py::test_perf_matmul_w8_gemv[4096]"
+OTHER = "tests/perf/test_perf_kernels.py::test_perf_matmul_w4_gemv[4096]"
+
+
+def timings(median_ms: float, n: int = 200, seed: int = 0) -> Metric:
+    rng = np.random.default_rng(seed)
+    samples = tuple(median_ms * (1 + 0.02 * rng.standard_normal(n)))
+    return Metric("x", float(np.median(samples)), "ms", "lower", "measured", samples)
+
+
+def named(name, m):
+    return Metric(name, m.value, m.unit, m.direction, m.kind, m.samples)
+
+
+def test_a_confirmed_30pct_slowdown_fails_with_one_line_naming_the_benchmark():
+    prev = {KERNEL: named(KERNEL, timings(1.0)), OTHER: named(OTHER, timings(2.0, seed=1))}
+    cur = {KERNEL: named(KERNEL, timings(1.3, seed=2)), OTHER: named(OTHER, timings(2.0, seed=3))}
+    asked = []
+
+    def rerun(names):
+        asked.extend(names)
+        return {KERNEL: named(KERNEL, timings(1.31, seed=4))}
+
+    line, code = perf.summary_line(perf.judge(prev, cur, rerun), "0007_prev", [], [])
+    assert code == 1 and asked == [KERNEL]
+    assert "\n" not in line and line.startswith("perf: FAIL 1 of 2")
+    assert "test_perf_matmul_w8_gemv[4096] (worse by 29.8%" in line
+    assert "confirmed on rerun (worse by 30.9%" in line
+    assert "test_perf_matmul_w4_gemv" not in line
+
+
+def test_a_slowdown_the_rerun_does_not_repeat_passes_and_says_so():
+    prev = {KERNEL: named(KERNEL, timings(1.0))}
+    cur = {KERNEL: named(KERNEL, timings(1.5, seed=1))}
+    line, code = perf.summary_line(
+        perf.judge(prev, cur, lambda names: {KERNEL: named(KERNEL, timings(1.01, seed=2))}),
+        "0007_prev", [], [])
+    assert code == 0 and line.startswith("perf: PASS 1 benchmarks")
+    assert "1 not confirmed on re-run: test_perf_matmul_w8_gemv[4096]" in line
+
+
+def test_noise_within_the_limit_passes_without_a_rerun():
+    prev = {KERNEL: named(KERNEL, timings(1.0))}
+    cur = {KERNEL: named(KERNEL, timings(1.05, seed=1))}
+
+    def rerun(names):
+        raise AssertionError("nothing should be re-run")
+
+    line, code = perf.summary_line(perf.judge(prev, cur, rerun), "p", ["new_one"], [])
+    assert code == 0 and "no regression" in line and "1 new" in line
+
+
+def test_a_file_that_is_not_a_benchmark_run_is_bad_input(tmp_path):
+    bad = tmp_path / "0001_x.json"
+    bad.write_text(json.dumps({"benchmarks": [{"fullname": "a"}]}))
+    with pytest.raises(ValueError, match="0001_x.json: not a pytest-benchmark result"):
+        perf.load_metrics(bad)
+    good = tmp_path / "0002_x.json"
+    good.write_text(json.dumps({"benchmarks": [
+        {"fullname": KERNEL, "stats": {"median": 0.002, "data": [0.002, 0.0021, 0.0019]}}]}))
+    m = perf.load_metrics(good)[KERNEL]
+    assert m.value == pytest.approx(2.0) and m.samples == pytest.approx((2.0, 2.1, 1.9))
+
+
+def test_runs_are_saved_with_raw_samples_and_compared_only_when_a_previous_one_exists(tmp_path):
+    args = perf.pytest_args(["-q"], storage=tmp_path)
+    assert "--benchmark-autosave" in args and "--benchmark-save-data" in args
+    assert not any(a.startswith("--benchmark-compare") for a in args)
+    assert args[-1] == "-q"
+    assert perf.previous_runs(tmp_path) == []
+
+
+def test_summary_fits_100_columns():
+    kernel = {"benchmark": "decode_attention int8 ctx=4096 (a long benchmark name here)",
+              "kernel_ms": 1.234, "numpy_ms": 12.5, "speedup_vs_numpy": 10.1,
+              "achieved_gbps": 44.4, "copy_bandwidth_gbps": 21.9, "fraction_of_copy_bw": 2.03,
+              "threads": 1}
+    fused = {**kernel, "benchmark": "norm_bias_gelu fused (128x4096)", "separate_kernels_ms": 0.5,
+             "speedup_vs_separate": 2.9}
+    thermal = {"benchmark": "thermal stepper, power_allocator", "hour_at_10ms_ms": 4.8,
+               "steps_per_s": 7.5e7, "vs_target": 15.0, "vs_python_ref": 512.0}
+    wide = {"benchmark": "many columns", **{f"column_number_{i}": 1000.0 * i for i in range(30)}}
+    rows = [kernel, {**kernel, "benchmark": "matmul_w4 gemv N=11008 g32", "kernel_ms": 0.9},
+            fused, thermal, wide]
+    lines = format_summary(rows)
+    assert max(len(line) for line in lines) <= SUMMARY_WIDTH
+    text = "\n".join(lines)
+    assert "threads 1" in text and "copy_GB/s 21.9" in text  # constant columns said once
+    assert "column_number_29" in text and "29000" in text  # nothing dropped
+    assert "7.5e+07" in text or "75000000" in text
+
+
+def test_a_failed_run_is_set_aside_so_the_next_run_compares_with_the_last_passing_one(tmp_path):
+    machine = tmp_path / "Linux-CPython-3.11-64bit"
+    machine.mkdir()
+    passing = machine / "0001_a_20260101_000000.json"
+    failed = machine / "0002_b_20260101_000100.json"
+    passing.write_text("{}")
+    failed.write_text("{}")
+    note = perf.set_aside([failed])
+    assert (machine / "failed" / failed.name).is_file() and not failed.exists()
+    assert sorted(machine.glob("[0-9][0-9][0-9][0-9]_*.json")) == [passing]
+    assert "failed/" in note
+
+
+def test_a_benchmark_with_a_same_run_reference_is_gated_on_the_ratio(tmp_path):
+    run = tmp_path / "0003_x.json"
+    run.write_text(json.dumps({"benchmarks": [{
+        "fullname": KERNEL, "stats": {"median": 0.002, "data": [0.002] * 3},
+        "extra_info": {"gate_samples": [0.5, 0.52, 0.49], "gate_value": 0.5,
+                       "gate_unit": "x NumPy baseline time"}}]}))
+    m = perf.load_metrics(run)[KERNEL]
+    assert (m.value, m.unit, m.samples) == (0.5, "x NumPy baseline time", (0.5, 0.52, 0.49))
+
+
+def test_relative_samples_follow_the_target_not_the_machine():
+    from bench.common import relative_samples
+
+    def work(n):
+        return lambda: sum(i * i for i in range(n))
+
+    same = relative_samples(work(20000), work(20000), rounds=5)
+    double = relative_samples(work(40000), work(20000), rounds=5)
+    assert len(same) == 5 and 0.7 < float(np.median(same)) < 1.4
+    assert 1.5 < float(np.median(double)) / float(np.median(same)) < 2.6
+
+
+def test_a_previous_run_in_other_units_is_bad_input_not_a_traceback():
+    prev = {KERNEL: named(KERNEL, timings(1.0))}
+    m = timings(0.5, seed=1)
+    cur = {KERNEL: Metric(KERNEL, m.value, "x NumPy baseline time", "lower", "measured", m.samples)}
+    with pytest.raises(ValueError, match="unit is 'ms'"):
+        perf.judge(prev, cur)
