@@ -46,11 +46,32 @@ def build_parser(commands: Container[str] | None = None) -> argparse.ArgumentPar
     return parser
 
 
+def did_you_mean(word: str, choices) -> str:
+    """' (did you mean 'x'?)' for the closest of `choices` (difflib), or ''."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _command_names(parser) -> list[str]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return list(sub.choices)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # The command comes first (the top-level options only print and exit).
     parser = build_parser(commands=argv[:1])
-    args = parser.parse_args(argv)
+    names = _command_names(parser)
+    if argv and not argv[0].startswith("-") and argv[0] not in names:
+        print(f"harmony-ref: error: unknown command {argv[0]!r}{did_you_mean(argv[0], names)}; "
+              "see `harmony-ref --help`", file=sys.stderr)
+        return 2
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # a usage error (exit 2) or --help/--version (exit 0): no traceback
+        return e.code if isinstance(e.code, int) else 2
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

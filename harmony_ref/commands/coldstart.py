@@ -11,6 +11,7 @@ HELP = ("cold start model: where the time from tap to first token goes (cold / p
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import add_scenario_arguments
     from harmony_ref.commands._output import add_json_flag
     from harmony_ref.backends.host_coldstart import DEFAULT_COLS, DEFAULT_LAYERS, DEFAULT_ROWS
 
@@ -18,7 +19,7 @@ def add_arguments(p) -> None:
     p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
     p.add_argument("--profile", action="append",
                    help="profile name or .toml (repeatable; default: every shipped profile)")
-    p.add_argument("--prompt", type=int, default=512, help="prompt tokens of the first request (default 512)")
+    add_scenario_arguments(p, new=None, context=None, what="of the first request")
     p.add_argument("--measure", action="store_true",
                    help="also measure on this host: write an INT4 safetensors file, evict it, load it")
     p.add_argument("--layers", type=int, default=DEFAULT_LAYERS, help=f"host file: matrices (default {DEFAULT_LAYERS})")

@@ -13,10 +13,9 @@ def add_arguments(p) -> None:
     p.add_argument("--profiles", default=DEFAULT_PROFILES, help=f"comma-separated (default {DEFAULT_PROFILES})")
     p.add_argument("--model", default="llama-3.2-3b")
     p.add_argument("--policy", default="int4-g128")
-    p.add_argument("--prompt-tokens", type=int, default=512)
-    p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--context-tokens", type=int, default=2048)
-    p.add_argument("--batch", type=int, default=1)
+    from harmony_ref.commands._args import add_scenario_arguments
+
+    add_scenario_arguments(p, batch=1, long_dest=True)
     p.add_argument("--format", choices=("table", "md", "csv", "json"), default="table")
     p.add_argument("--json", action="store_true", help="same as --format json")
     p.add_argument("--plot", metavar="PNG", help="also write a grouped bar chart here")

@@ -13,6 +13,7 @@ HELP = ("run an external benchmark command once (e.g. over hdc/adb shell) and pr
 
 def add_arguments(p) -> None:
     from harmony_ref.backends.parsers import FORMATS
+    from harmony_ref.commands._args import add_scenario_arguments
 
     p.add_argument("--command", dest="command_template", metavar="CMD", required=True,
                    help="command to run; placeholders {name} filled from --set name=value")
@@ -27,9 +28,7 @@ def add_arguments(p) -> None:
     g.add_argument("--model", help="model the command runs (required with --profile)")
     g.add_argument("--policy", default="int4-g128",
                    help="quantization policy it runs (default int4-g128)")
-    g.add_argument("--prompt-tokens", type=int, default=512)
-    g.add_argument("--new-tokens", type=int, default=128)
-    g.add_argument("--context-tokens", type=int, default=2048)
+    add_scenario_arguments(g, long_dest=True)
     add_json_flag(p)
 
 

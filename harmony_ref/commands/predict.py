@@ -7,15 +7,13 @@ HELP = "predict TTFT, decode tokens/s, memory and launch overhead on a simulated
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import add_scenario_arguments
     from harmony_ref.commands._output import add_json_flag
 
     p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
     p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
     p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
-    p.add_argument("--prompt", type=int, default=512, help="prompt tokens (default 512)")
-    p.add_argument("--new", type=int, default=128, help="tokens to generate (default 128)")
-    p.add_argument("--context", type=int, default=2048, help="KV cache context tokens (default 2048)")
-    p.add_argument("--batch", type=int, default=1, help="concurrent requests (default 1)")
+    add_scenario_arguments(p, batch=1)
     p.add_argument("--kv-dtype", default="fp16", choices=["fp16", "int8"], help="KV cache storage")
     p.add_argument("--no-fusion", action="store_true", help="run the op graph without the fusion pass")
     p.add_argument("--breakdown", action="store_true",

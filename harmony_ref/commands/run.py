@@ -19,10 +19,9 @@ def add_config_arguments(p) -> None:
     p.add_argument("--command", help="with --backend command: the benchmark command to run (e.g. over hdc shell)")
     p.add_argument("--command-format", help="with --backend command: its output format "
                                             "(mslite, tflite, llama-bench, executorch)")
-    p.add_argument("--prompt-tokens", type=int, default=512)
-    p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--context-tokens", type=int, default=2048)
-    p.add_argument("--batch", type=int, default=1)
+    from harmony_ref.commands._args import add_scenario_arguments
+
+    add_scenario_arguments(p, batch=1, long_dest=True)
 
 
 def config_from_args(args):

@@ -8,6 +8,7 @@ HELP = ("simulate requests (Poisson or a trace) at one on-device session: latenc
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import add_scenario_arguments
     from harmony_ref.commands._output import add_json_flag
     from harmony_ref.device.serve import DEFAULT_QUEUE_LIMIT, DEFAULT_TIMEOUT_S
 
@@ -23,8 +24,7 @@ def add_arguments(p) -> None:
     p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
     p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
     p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
-    p.add_argument("--prompt", type=int, default=512, help="prompt tokens per Poisson request (default 512)")
-    p.add_argument("--new", type=int, default=128, help="generated tokens per Poisson request (default 128)")
+    add_scenario_arguments(p, context=None, what="per Poisson request")
     add_json_flag(p)
 
 

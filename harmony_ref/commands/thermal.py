@@ -8,6 +8,7 @@ HELP = ("sustained generation: decode tokens/s over time, time to first throttle
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import add_scenario_arguments
     from harmony_ref.commands._output import add_json_flag
 
     p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
@@ -17,8 +18,7 @@ def add_arguments(p) -> None:
     p.add_argument("--governor", choices=["step_wise", "power_allocator", "off"],
                    help="override the profile's governor ('off': no throttling)")
     p.add_argument("--dt-ms", type=float, default=10.0, help="time step in ms (default 10)")
-    p.add_argument("--prompt", type=int, default=512, help="prompt tokens before decoding (default 512)")
-    p.add_argument("--new", type=int, default=128, help="tokens per reply: decode cost is averaged over them")
+    add_scenario_arguments(p, context=None, what="per reply (decode cost is averaged over them)")
     p.add_argument("--every-s", type=float, default=60.0, help="table/JSON row spacing in s (default 60)")
     p.add_argument("--plot", metavar="PNG", help="write tokens/s and temperatures against time")
     add_json_flag(p)
