@@ -42,8 +42,14 @@ def run(args) -> int:
     )
     from harmony_ref.units import MS_PER_S
 
-    if args.minutes is not None and not args.minutes > 0:
-        raise ValueError(f"--minutes {args.minutes}: must be > 0")
+    import math
+
+    for flag, value in (("--rate", args.rate), ("--minutes", args.minutes),
+                        ("--timeout-s", args.timeout_s)):
+        if value is not None and not (0 < value < math.inf):
+            raise ValueError(f"{flag} {value}: must be finite and > 0")
+    if args.queue < 0:
+        raise ValueError(f"--queue {args.queue}: must be >= 0")
     profile = load_profile(args.profile)
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                   new_tokens=args.new,
@@ -59,7 +65,8 @@ def run(args) -> int:
         requests = poisson_arrivals(args.rate, duration_s, args.seed, args.prompt, args.new)
         source = f"Poisson {args.rate:g}/s, seed {args.seed}, {args.prompt}+{args.new} tokens"
     service = device_service_model(profile, config)
-    result = simulate_serving(requests, service, args.queue, args.timeout_s, duration_s)
+    result = simulate_serving(requests, service, args.queue, args.timeout_s, duration_s,
+                              keep_outcomes=False)
     summary = result.summary()
     typical = service(args.prompt, args.new)
     info = {"profile": profile.name, "model": config.spec.name, "policy": config.policy.name,

@@ -12,6 +12,15 @@ new_tokens). Service times come from a `ServiceModel`: any callable (prompt_toke
 -> ServiceTime(ttft_s, total_s); `device_service_model` builds one from the device cost model.
 Identical inputs give identical results: the event order is total (time, then event kind, then
 arrival index).
+
+The work is bounded like thermal's steps: at most MAX_REQUESTS arrivals per run (a Poisson rate
+and window expecting more, or a longer trace, is refused up front, naming the limit). Statistics
+stream: each outcome adds to counters and to one float per latency, so the percentiles stay
+exact (numpy's linear interpolation over every value) at a memory cost of at most 16 bytes per
+request (32 MB at the limit); the per-request outcomes are kept only when asked
+(`keep_outcomes`, for tests and small what-ifs). Exact at any allowed size beats a quantile
+sketch here: 10^6 requests is far past what one phone session can serve in any window asked for
+(at 0.2 requests/s, 58 days).
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from __future__ import annotations
 import csv
 import heapq
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +43,7 @@ DEFAULT_QUEUE_LIMIT = 3
 DEFAULT_TIMEOUT_S = 15.0
 PERCENTILES = (50, 90, 99)
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "new_tokens")
+MAX_REQUESTS = 1_000_000  # arrivals per run: the event count is at most 3 per arrival
 
 # Event kinds, in the order they are handled when they fall on the same instant: a session that
 # frees up at t serves the queue before a request expiring at t is dropped, and both before an
@@ -90,24 +101,25 @@ class ServeResult:
     busy_time_s: float  # session occupied (serving, including work later cut off)
     max_queue_len: int
     queue_len_samples: list[int] = field(default_factory=list)  # queue length after every event
+    counts: dict = field(default_factory=dict)  # status -> requests (streamed)
+    latency_ms: np.ndarray = field(default_factory=lambda: np.empty(0))  # completed requests
+    ttft_ms: np.ndarray = field(default_factory=lambda: np.empty(0))  # every first token
 
     def count(self, status: str) -> int:
-        return sum(o.status == status for o in self.outcomes)
+        return self.counts.get(status, 0)
 
     @property
     def arrived(self) -> int:
-        return len(self.outcomes)
+        return sum(self.counts.values())
 
     def summary(self) -> dict:
         """Plain numbers, units in the names. Latency percentiles are over completed requests;
         TTFT percentiles over every request that got a first token (some were cut off later);
         None when there is nothing to rank."""
-        done = [o for o in self.outcomes if o.status == "completed"]
-        first = [o for o in self.outcomes if not math.isnan(o.first_token_s)]
         arrived = self.arrived
         out = {
             "arrived": arrived,
-            "completed": len(done),
+            "completed": self.count("completed"),
             "busy": self.count("busy"),
             "timed_out": self.count("timeout"),
             "busy_rate": self.count("busy") / arrived if arrived else 0.0,
@@ -118,8 +130,7 @@ class ServeResult:
             "timeout_s": self.timeout_s,
             "horizon_s": self.horizon_s,
         }
-        lat = np.array([o.latency_s for o in done]) * MS_PER_S
-        ttft = np.array([o.ttft_s for o in first]) * MS_PER_S
+        lat, ttft = self.latency_ms, self.ttft_ms
         for q in PERCENTILES:
             out[f"latency_p{q}_ms"] = float(np.percentile(lat, q)) if len(lat) else None
         for q in PERCENTILES:
@@ -142,14 +153,29 @@ class ServeResult:
 
 def simulate_serving(requests: Sequence[Request], service: ServiceModel,
                      queue_limit: int = DEFAULT_QUEUE_LIMIT, timeout_s: float = DEFAULT_TIMEOUT_S,
-                     duration_s: float = 0.0) -> ServeResult:
-    """Run the event loop over `requests` (any order; served by arrival time, ties by index)."""
+                     duration_s: float = 0.0, keep_outcomes: bool = True) -> ServeResult:
+    """Run the event loop over `requests` (any order; served by arrival time, ties by index).
+    keep_outcomes=False keeps only the streamed statistics (no per-request outcomes)."""
+    if len(requests) > MAX_REQUESTS:
+        raise ValueError(f"{len(requests):,} requests: more than the limit of {MAX_REQUESTS:,} "
+                         "requests per serving run")
     if queue_limit < 0:
         raise ValueError(f"queue_limit = {queue_limit}: must be >= 0")
     if not timeout_s > 0:
         raise ValueError(f"timeout_s = {timeout_s}: must be > 0")
     order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, i))
-    outcomes: list[RequestOutcome | None] = [None] * len(requests)
+    outcomes: list[RequestOutcome | None] = [None] * len(requests) if keep_outcomes else []
+    counts = {"completed": 0, "busy": 0, "timeout": 0}
+    latency_ms, ttft_ms = array("d"), array("d")
+
+    def finish(i: int, outcome: RequestOutcome) -> None:
+        counts[outcome.status] += 1
+        if outcome.status == "completed":
+            latency_ms.append(outcome.latency_s * MS_PER_S)
+        if not math.isnan(outcome.first_token_s):
+            ttft_ms.append(outcome.ttft_s * MS_PER_S)
+        if keep_outcomes:
+            outcomes[i] = outcome
     events: list[tuple[float, int, int]] = [(requests[i].arrival_s, _EV_ARRIVAL, i) for i in order]
     heapq.heapify(events)
     queue: deque[int] = deque()
@@ -182,7 +208,7 @@ def simulate_serving(requests: Sequence[Request], service: ServiceModel,
                 start(j, t)
                 return
             # Its deadline is now: it never starts (its own timeout event finds it gone).
-            outcomes[j] = RequestOutcome(requests[j], "timeout", end_s=t)
+            finish(j, RequestOutcome(requests[j], "timeout", end_s=t))
 
     while events:
         t, kind, i = heapq.heappop(events)
@@ -195,39 +221,51 @@ def simulate_serving(requests: Sequence[Request], service: ServiceModel,
                 queue.append(i)
                 heapq.heappush(events, (r.arrival_s + timeout_s, _EV_QUEUE_TIMEOUT, i))
             else:
-                outcomes[i] = RequestOutcome(r, "busy", end_s=t)
+                finish(i, RequestOutcome(r, "busy", end_s=t))
         elif kind == _EV_QUEUE_TIMEOUT:
             if i in queue:  # still waiting (not started): cut off
                 queue.remove(i)
-                outcomes[i] = RequestOutcome(r, "timeout", end_s=t)
+                finish(i, RequestOutcome(r, "timeout", end_s=t))
         else:  # _EV_DONE: finished or cut off mid-generation
             s, first, stop, completes = service_of[i]
             got_token = first <= stop
-            outcomes[i] = RequestOutcome(r, "completed" if completes else "timeout", start_s=s,
-                                         end_s=stop, first_token_s=first if got_token else math.nan)
+            del service_of[i]
+            finish(i, RequestOutcome(r, "completed" if completes else "timeout", start_s=s,
+                                     end_s=stop, first_token_s=first if got_token else math.nan))
             serve_next(t)
         max_q = max(max_q, len(queue))
-        q_samples.append(len(queue))
-    missing = [i for i, o in enumerate(outcomes) if o is None]
-    if missing:  # every arrival ends completed, busy or timed out: anything else is a bug here
-        raise AssertionError(f"requests {missing[:5]} have no outcome")
+        if keep_outcomes:
+            q_samples.append(len(queue))
+    if sum(counts.values()) != len(requests):  # every arrival ends completed, busy or timed out
+        raise AssertionError(f"{len(requests) - sum(counts.values())} requests have no outcome")
     horizon = max(duration_s, last_t)
-    return ServeResult(outcomes, queue_limit, timeout_s, horizon, busy_time, max_q, q_samples)
+    return ServeResult(outcomes, queue_limit, timeout_s, horizon, busy_time, max_q, q_samples,
+                       counts, np.frombuffer(latency_ms, dtype=np.float64),
+                       np.frombuffer(ttft_ms, dtype=np.float64))
 
 
 def poisson_arrivals(rate_per_s: float, duration_s: float, seed: int = 0,
                      prompt_tokens: int = 512, new_tokens: int = 128) -> list[Request]:
     """Arrivals of a Poisson process over [0, duration_s): exponential gaps from a seeded RNG."""
-    if not rate_per_s > 0 or not duration_s > 0:
-        raise ValueError(f"rate_per_s = {rate_per_s} and duration_s = {duration_s} must be > 0")
+    if not (0 < rate_per_s < math.inf) or not (0 < duration_s < math.inf):
+        raise ValueError(f"rate_per_s = {rate_per_s} and duration_s = {duration_s} must be "
+                         "finite and > 0")
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed = {seed!r}: must be an int >= 0")
+    expected = rate_per_s * duration_s
+    if expected > MAX_REQUESTS:
+        raise ValueError(f"{rate_per_s:g} requests/s over {duration_s:g} s is {expected:,.0f} "
+                         f"expected arrivals: more than the limit of {MAX_REQUESTS:,} requests "
+                         "per serving run (lower the rate or the window)")
     rng = np.random.default_rng(seed)
     out, t = [], 0.0
     while True:
         t += float(rng.exponential(1.0 / rate_per_s))
         if t >= duration_s:
             return out
+        if len(out) == MAX_REQUESTS:
+            raise ValueError(f"more than the limit of {MAX_REQUESTS:,} requests per serving run "
+                             f"arrived in {duration_s:g} s at {rate_per_s:g}/s")
         out.append(Request(t, prompt_tokens, new_tokens))
 
 
@@ -245,6 +283,9 @@ def load_trace(path: str | Path) -> list[Request]:
             if not out and tuple(cells) == TRACE_COLUMNS:
                 continue
             where = f"{path}: line {lineno}"
+            if len(out) == MAX_REQUESTS:
+                raise ValueError(f"{where}: more than the limit of {MAX_REQUESTS:,} requests per "
+                                 "serving run")
             if len(cells) != 3:
                 raise ValueError(f"{where}: expected 3 fields {TRACE_COLUMNS}, got {len(cells)}: {row!r}")
             try:
