@@ -7,6 +7,12 @@ knows which way is better and how deterministic it is:
   can be tight;
 - `measured`: timed on a machine; keeps its raw samples so the gate can run a rank test.
 
+Every metric is finite and inside its physical domain (`domain(name, unit)`: times, sizes,
+rates and counts >= 0, fractions in [0, 1], percentages in [0, 100], cosines in [-1, 1],
+percentage points in [-100, 100], temperatures above absolute zero): a NaN, an infinity or a
+negative time is a ValueError in the constructor, so no record, baseline or gate verdict can
+hold one.
+
 How far a model is from measurements is one helper, used by calibration and by HostDevice alike:
 `ape_pct(predicted, measured)` and `mape_pct(pairs)`, their mean. The MAPE of nothing is an error
 (ValueError), not 0 and not NaN: a caller with possibly nothing to score says so itself (None).
@@ -20,6 +26,43 @@ from typing import Iterable, Iterator
 
 DIRECTIONS = ("lower", "higher", "none")  # "none": informational, never gated
 KINDS = ("exact", "measured")
+
+_NONNEGATIVE_UNITS = {"ms", "s", "us", "ns", "MB", "GB", "KB", "bytes", "B", "mJ", "J", "W",
+                      "tokens", "tokens/s", "GB/s", "GFLOP/s", "launches", "runs", "x", "ratio",
+                      "requests", "sentences", "count"}
+_BOUNDED_UNITS = {"fraction": (0.0, 1.0), "%": (0.0, 100.0), "cosine": (-1.0, 1.0),
+                  "pct_points": (-100.0, 100.0), "C": (-273.15, math.inf)}
+# A difference of two quantities (memory_headroom_mb, init_memory_delta_mb) may be negative.
+_SIGNED_NAME_PARTS = ("headroom", "delta", "margin", "change", "gain", "diff")
+_SLACK = 1e-6  # float32 rounding at a bound (a cosine of 1 + 1e-8) is not out of domain
+
+
+def domain(name: str, unit: str) -> tuple[float, float]:
+    """The closed interval a metric of this unit can physically take (finite in any case).
+    A percentage error (`*mape_pct`, `*error_pct`) has no upper bound; a difference
+    (`memory_headroom_mb`, `*_delta_mb`) has no sign."""
+    if any(part in name for part in _SIGNED_NAME_PARTS):
+        return -math.inf, math.inf
+    if unit == "%" and ("mape" in name or "error" in name):
+        return 0.0, math.inf
+    if unit in _BOUNDED_UNITS:
+        return _BOUNDED_UNITS[unit]
+    if unit in _NONNEGATIVE_UNITS:
+        return 0.0, math.inf
+    return -math.inf, math.inf
+
+
+def domain_error(name: str, unit: str, value) -> str:
+    """'' when `value` is a finite number inside the domain of (name, unit), else the reason."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return f"{value!r}: must be a number"
+    if not math.isfinite(value):
+        return f"{value!r}: must be finite"
+    lo, hi = domain(name, unit)
+    if value < lo - _SLACK * max(1.0, abs(lo)) or value > hi + _SLACK * max(1.0, abs(hi)):
+        bounds = (f">= {lo:g}" if hi == math.inf else f"in [{lo:g}, {hi:g}]")
+        return f"{value!r} {unit}: must be {bounds}"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -38,8 +81,13 @@ class Metric:
             raise ValueError(f"metric {self.name}: direction must be one of {DIRECTIONS}, got {self.direction!r}")
         if self.kind not in KINDS:
             raise ValueError(f"metric {self.name}: kind must be one of {KINDS}, got {self.kind!r}")
-        if not isinstance(self.value, (int, float)) or isinstance(self.value, bool):
-            raise ValueError(f"metric {self.name}: value must be a number, got {self.value!r}")
+        problem = domain_error(self.name, self.unit, self.value)
+        if problem:
+            raise ValueError(f"metric {self.name}: value = {problem}")
+        for s in self.samples:
+            problem = domain_error(self.name, self.unit, s)
+            if problem:
+                raise ValueError(f"metric {self.name}: a sample = {problem}")
 
     def flagged(self, flag: str) -> "Metric":
         return self if flag in self.flags else replace(self, flags=self.flags + (flag,))
@@ -82,8 +130,6 @@ class Metrics:
     def add(self, name: str, value: float, unit: str, direction: str = "lower",
             kind: str = "exact", samples: Iterable[float] = (), description: str = "") -> Metric:
         value = float(value)
-        if math.isnan(value):
-            raise ValueError(f"metric {name} is NaN")
         m = Metric(name, value, unit, direction, kind, tuple(float(s) for s in samples),
                    description=description)
         self.items[name] = m

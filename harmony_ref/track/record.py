@@ -31,7 +31,7 @@ from pathlib import Path
 
 from harmony_ref._io import write_text_atomic
 from harmony_ref.config import check_config_dict
-from harmony_ref.metrics import DIRECTIONS, KINDS, Metrics
+from harmony_ref.metrics import DIRECTIONS, KINDS, Metrics, domain_error
 
 SCHEMA_VERSION = 1
 PART_STATUSES = ("ok", "skipped", "unavailable", "failed")
@@ -143,9 +143,16 @@ def validate_record_dict(data, source: str) -> None:
         _require(m.get("direction") in DIRECTIONS, source, f"{where}.direction",
                  f"must be one of {DIRECTIONS}, got {m.get('direction')!r}")
         _require(m.get("kind") in KINDS, source, f"{where}.kind", f"must be one of {KINDS}, got {m.get('kind')!r}")
+        unit = m["unit"]
+        problem = domain_error(name, unit, m["value"])
+        if problem:
+            raise ValueError(f"{source}: field '{where}.value' = {problem}")
         samples = m.get("samples", [])
         _require(isinstance(samples, list) and all(_is_number(s) for s in samples), source,
                  f"{where}.samples", "must be a list of numbers")
+        bad = [domain_error(name, unit, s) for s in samples if domain_error(name, unit, s)]
+        if bad:
+            raise ValueError(f"{source}: field '{where}.samples': a sample = {bad[0]}")
         flags = m.get("flags", [])
         _require(isinstance(flags, list) and all(isinstance(f, str) for f in flags), source,
                  f"{where}.flags", "must be a list of strings")
