@@ -3,8 +3,14 @@ gate trade in.
 
 A metric's name carries its unit (`ttft_ms`, `decode_tokens_per_s`, `peak_memory_mb`), and it
 knows which way is better and how deterministic it is:
-- `exact`: predicted by the model or counted (bit-identical for identical inputs), so a gate on it
-  can be tight;
+- `exact`: predicted by the model or counted (bit-identical for identical inputs on any machine),
+  so a gate on it can be tight;
+- `numerical`: computed with float kernels (accuracy: cosine, recall, accuracy drop, perplexity,
+  KLD): deterministic on one machine, but another CPU, BLAS build, matmul path or thread count
+  sums in another order, so the value moves in its last digits across machines. The gate allows
+  a tolerance derived from the measured spread (bench/numerical_spread.py) on any machine, and
+  never runs a rank test on it. A metric made with float kernels declares
+  `kind=NUMERICAL` where it is added;
 - `measured`: timed on a machine; keeps its raw samples so the gate can run a rank test.
 
 Every metric is finite and inside its physical domain (`domain(name, unit)`: times, sizes,
@@ -25,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
 DIRECTIONS = ("lower", "higher", "none")  # "none": informational, never gated
-KINDS = ("exact", "measured")
+EXACT, NUMERICAL, MEASURED = "exact", "numerical", "measured"
+KINDS = (EXACT, NUMERICAL, MEASURED)  # from most to least reproducible
 
 _NONNEGATIVE_UNITS = {"ms", "s", "us", "ns", "MB", "GB", "KB", "bytes", "B", "mJ", "J", "W",
                       "tokens", "tokens/s", "GB/s", "GFLOP/s", "launches", "runs", "x", "ratio",

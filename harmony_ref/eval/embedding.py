@@ -5,7 +5,8 @@ Evaluation set: harmony_ref/data/paraphrase_pairs.tsv, sentence pairs written fo
 near misses (the 5 pm train and the 7 am train; "I locked the door" and "I did not lock it"), so
 a sentence's nearest neighbour is often a distractor: retrieval is not trivially 100%.
 
-Metrics (`evaluate`), all exact (deterministic functions of weights, policy and sentences):
+Metrics (`evaluate`): the accuracy ones are `numerical` (float kernels: identical on one machine,
+last digits move with the CPU, BLAS and thread count; see harmony_ref/metrics.py), sizes exact:
 - cosine of each sentence's policy embedding to its FP32 embedding: mean, min, 5th percentile;
 - recall@1: a sentence's nearest neighbour (cosine, itself excluded) among all 2n sentences is its
   pair, for FP32 and for the policy; `accuracy_drop_pct` = FP32 recall@1 - policy recall@1 in
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harmony_ref.metrics import Metrics
+from harmony_ref.metrics import NUMERICAL, Metrics
 from harmony_ref.quant.policy import Policy
 from harmony_ref.units import MB
 
@@ -90,15 +91,16 @@ def compare(ref: np.ndarray, emb: np.ndarray, partner: np.ndarray) -> Metrics:
     recall_ref = 100.0 * np.mean(nn_ref == partner)
     recall = 100.0 * np.mean(nn == partner)
     m = Metrics()
-    m.add("accuracy_drop_pct", recall_ref - recall, "pct_points", "lower",
+    m.add("accuracy_drop_pct", recall_ref - recall, "pct_points", "lower", NUMERICAL,
           description="FP32 recall@1 minus the policy's")
-    m.add("recall_at_1", recall, "%", "higher", description="paraphrase is the nearest neighbour")
-    m.add("recall_at_1_fp32", recall_ref, "%", "none")
-    m.add("top1_agreement_pct", 100.0 * np.mean(nn == nn_ref), "%", "higher",
+    m.add("recall_at_1", recall, "%", "higher", NUMERICAL,
+          description="paraphrase is the nearest neighbour")
+    m.add("recall_at_1_fp32", recall_ref, "%", "none", NUMERICAL)
+    m.add("top1_agreement_pct", 100.0 * np.mean(nn == nn_ref), "%", "higher", NUMERICAL,
           description="nearest neighbour same as FP32's")
-    m.add("cosine_mean", float(cos.mean()), "cosine", "higher")
-    m.add("cosine_min", float(cos.min()), "cosine", "higher")
-    m.add("cosine_p5", float(np.percentile(cos, 5)), "cosine", "higher")
+    m.add("cosine_mean", float(cos.mean()), "cosine", "higher", NUMERICAL)
+    m.add("cosine_min", float(cos.min()), "cosine", "higher", NUMERICAL)
+    m.add("cosine_p5", float(np.percentile(cos, 5)), "cosine", "higher", NUMERICAL)
     return m
 
 

@@ -3,6 +3,10 @@
 Rules (limits come from a tolerance TOML, see harmony_ref/data/gate_tolerances.toml):
 - `exact` metrics (predicted or counted) fail when they get worse by more than a tight limit
   (default 0.1%);
+- `numerical` metrics (float-kernel accuracy) are judged the same way with a limit derived from
+  their measured spread across emulated machines (defaults.numerical_pct, see the tolerance
+  file), on any machine: a baseline from one x86-64 CPU gates cleanly on another. An older record
+  that called such a metric `exact` is read as `numerical` (the weaker class of the two);
 - `measured` metrics (timed) fail only when they get worse by more than their limit (default
   10%) AND a one-sided Mann-Whitney U test on the raw samples says the shift is real (p < alpha)
   AND the metric, re-measured once, still fails both (confirm-on-rerun), so one noisy run cannot
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Callable
@@ -31,6 +35,7 @@ from harmony_ref.metrics import Metric
 from harmony_ref.track.record import Record
 
 DEFAULT_EXACT_PCT = 0.1
+DEFAULT_NUMERICAL_PCT = 0.5  # derived in data/gate_tolerances.toml from data/numerical_spread.json
 DEFAULT_MEASURED_PCT = 10.0
 DEFAULT_ALPHA = 0.05
 # Below 3 samples a side the smallest one-sided U-test p is 0.1: the test could never say "real".
@@ -43,6 +48,7 @@ PASS, IMPROVED, INFO, NOISE, REGRESSION = "pass", "improved", "info", "noise", "
 @dataclass(frozen=True)
 class Tolerances:
     exact_pct: float = DEFAULT_EXACT_PCT
+    numerical_pct: float = DEFAULT_NUMERICAL_PCT
     measured_pct: float = DEFAULT_MEASURED_PCT
     alpha: float = DEFAULT_ALPHA
     overrides: tuple[tuple[str, float], ...] = ()  # (name or glob, pct) in file order
@@ -55,7 +61,8 @@ class Tolerances:
         for pattern, pct in self.overrides:
             if fnmatch.fnmatchcase(metric.name, pattern):
                 return pct
-        return self.exact_pct if metric.kind == "exact" else self.measured_pct
+        return {"exact": self.exact_pct, "numerical": self.numerical_pct}.get(
+            metric.kind, self.measured_pct)
 
 
 def _pct(value, source: str, where: str, upper: float | None = None) -> float:
@@ -81,9 +88,11 @@ def load_tolerances(path: str | Path | None = None) -> Tolerances:
     if unknown:
         raise ValueError(f"{source}: unknown section '{unknown[0]}'; allowed: defaults, metrics")
     defaults = data.get("defaults", {})
-    bad = sorted(set(defaults) - {"exact_pct", "measured_pct", "alpha"})
+    allowed = ("exact_pct", "numerical_pct", "measured_pct", "alpha")
+    bad = sorted(set(defaults) - set(allowed))
     if bad:
-        raise ValueError(f"{source}: unknown field 'defaults.{bad[0]}'; allowed: exact_pct, measured_pct, alpha")
+        raise ValueError(f"{source}: unknown field 'defaults.{bad[0]}'; allowed: "
+                         + ", ".join(allowed))
     overrides = []
     for name, table in data.get("metrics", {}).items():
         if not isinstance(table, dict) or "tolerance_pct" not in table:
@@ -95,6 +104,8 @@ def load_tolerances(path: str | Path | None = None) -> Tolerances:
         overrides.append((name, _pct(table["tolerance_pct"], source, f"metrics.{name}.tolerance_pct")))
     return Tolerances(
         exact_pct=_pct(defaults.get("exact_pct", DEFAULT_EXACT_PCT), source, "defaults.exact_pct"),
+        numerical_pct=_pct(defaults.get("numerical_pct", DEFAULT_NUMERICAL_PCT), source,
+                           "defaults.numerical_pct"),
         measured_pct=_pct(defaults.get("measured_pct", DEFAULT_MEASURED_PCT), source, "defaults.measured_pct"),
         alpha=_pct(defaults.get("alpha", DEFAULT_ALPHA), source, "defaults.alpha", upper=1.0),
         overrides=tuple(overrides),
@@ -178,6 +189,8 @@ def check_comparable(baseline: Record, current: Record, baseline_name: str, curr
     for name in baseline.metrics.names():
         b, c = baseline.metrics[name], current.metrics[name]
         for attr in ("unit", "direction", "kind"):
+            if attr == "kind" and {b.kind, c.kind} == {"exact", "numerical"}:
+                continue  # an older record's accuracy metric: judged as numerical
             if getattr(b, attr) != getattr(c, attr):
                 raise ValueError(f"metric {name}: {attr} is {getattr(b, attr)!r} in {baseline_name} "
                                  f"but {getattr(c, attr)!r} in {current_name}")
@@ -221,12 +234,14 @@ def compare(baseline: Record, current: Record, tolerances: Tolerances | None = N
     for name in baseline.metrics.names():
         b, c = baseline.metrics[name], current.metrics[name]
         change = change_pct(b.value, c.value)
+        if "numerical" in (b.kind, c.kind):
+            c = replace(c, kind="numerical")
         limit = tol.limit_pct(c)
         if c.direction == "none":
             status, verdict, limit_text = INFO, "info (not gated)", "-"
         elif c.kind == "measured" and machine_note:
             status, verdict, limit_text = INFO, f"not gated: {machine_note}", "-"
-        elif c.kind == "exact":
+        elif c.kind in ("exact", "numerical"):
             limit_text = f"{limit:g}%"
             worse = worse_pct(c, change)
             if worse > limit:
