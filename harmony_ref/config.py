@@ -88,6 +88,16 @@ class RunConfig:
         if self.spec.is_decoder and self.scenario.new_tokens < 1:
             raise ValueError(f"config: new_tokens = {self.scenario.new_tokens}: {self.spec.name} is "
                              "a decoder, it must generate at least 1 token")
+        # A decoder's KV cache holds context_tokens positions: no more than the model was made for
+        # (the number says what the cache would cost: 10^7 positions of a 3B model are a TB).
+        if self.spec.is_decoder and self.scenario.context_tokens > self.spec.max_positions:
+            s = self.spec
+            kv_tb = (2 * s.n_layers * s.kv_dim * 2 * self.scenario.context_tokens
+                     * self.scenario.batch / 1e12)
+            raise ValueError(
+                f"config: context_tokens = {self.scenario.context_tokens} exceeds {s.name}'s "
+                f"max_positions = {s.max_positions} (that context is {kv_tb:,.3g} TB of KV cache "
+                "in FP16)")
         # An encoder runs one forward pass over the prompt; new/context tokens do not apply.
         if not self.spec.is_decoder and self.scenario.prompt_tokens > self.spec.max_positions:
             raise ValueError(
