@@ -18,3 +18,12 @@ def fmt_number(v) -> str:
             return f"{v:,.0f}"
         return f"{v:,.4g}" if abs(v) >= 1000 else f"{v:.4g}"
     return str(v)
+
+
+def did_you_mean(word: str, choices) -> str:
+    """' (did you mean 'x'?)' for the closest of `choices` (difflib), or '': for the error of a
+    mistyped command, model, policy, profile or format name."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,14 +1,97 @@
 """Atomic file writes: readers see the old file or the new one, never a part of one.
 
 Used for run records, baselines, profiles, plans, caches and model artifacts alike, so a killed
-run never leaves half a file and two runs never share a temporary name.
+run never leaves half a file and two runs never share a temporary name. Files are written with
+the usual mode (0666 minus the umask: 0644 under a normal umask), not mkstemp's 0600. A writer
+removes stale `.tmp-*` files that a killed writer left in its directory (older than
+STALE_TMP_S, so a concurrent writer's live temporary file is never touched).
+
+Every command checks its output paths before the work starts, one way (`check_output_file`,
+`check_output_dir`): missing parent directories are created at write time, but a directory
+where a file is needed, a file where a directory is needed, or a place this process cannot
+write is a ValueError naming the flag and the path.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import time
 from pathlib import Path
+
+TMP_PREFIX = ".tmp-"
+STALE_TMP_S = 3600.0  # a temporary file untouched this long belongs to a writer that died
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask would race other threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):  # pragma: no cover - not Linux
+        pass
+    mask = os.umask(0o022)  # pragma: no cover
+    os.umask(mask)  # pragma: no cover
+    return mask  # pragma: no cover
+
+
+def _nearest_existing(path: Path) -> Path:
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _check_parent(path: Path, what: str) -> None:
+    anc = _nearest_existing(path.parent if path.parent != Path("") else Path("."))
+    if not anc.is_dir():
+        raise ValueError(f"{what} {path}: {anc} is a file, not a directory")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {path}: cannot write in {anc} (permission denied or read-only)")
+
+
+def check_output_file(path: str | Path, what: str = "output") -> Path:
+    """Before the work: `path` can be written as a file (see the module docstring)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {path}: is a directory; a file path is needed")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{what} {path}: the file is not writable")
+    _check_parent(path, what)
+    return path
+
+
+def check_output_dir(path: str | Path, what: str = "output directory") -> Path:
+    """Before the work: files can be created in directory `path` (made if missing)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} {path}: is a file; a directory is needed")
+    if path.is_dir():
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"{what} {path}: cannot write in it (permission denied or read-only)")
+    else:
+        _check_parent(path / "x", what)
+    return path
+
+
+def remove_stale_temps(directory: Path, older_than_s: float = STALE_TMP_S) -> int:
+    """Delete `.tmp-*` files in `directory` not modified for `older_than_s`; returns how many."""
+    now, n = time.time(), 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for e in entries:
+        if not e.name.startswith(TMP_PREFIX):
+            continue
+        try:
+            if e.is_file(follow_symlinks=False) and now - e.stat().st_mtime > older_than_s:
+                os.unlink(e.path)
+                n += 1
+        except OSError:  # gone already, or another writer's: not ours to fail on
+            pass
+    return n
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -27,8 +110,9 @@ def _fsync_dir(directory: Path) -> None:
 def _write_temp(directory: Path, data: bytes) -> Path:
     """A fully written, fsynced temporary file in `directory` (same filesystem as the target),
     under a name no other writer can be given."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=directory)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -59,6 +143,7 @@ def write_bytes_atomic(path: str | Path, data: bytes, overwrite: bool = True) ->
     is hard-linked to the final name, which fails atomically when the name is taken."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path.parent)
     tmp = _write_temp(path.parent, data)
     try:
         if overwrite:

@@ -20,6 +20,7 @@ from collections.abc import Container
 
 import harmony_ref
 import harmony_ref.commands
+from harmony_ref._format import did_you_mean
 
 
 def _command_modules():
@@ -44,14 +45,6 @@ def build_parser(commands: Container[str] | None = None) -> argparse.ArgumentPar
             module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
-
-
-def did_you_mean(word: str, choices) -> str:
-    """' (did you mean 'x'?)' for the closest of `choices` (difflib), or ''."""
-    import difflib
-
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _command_names(parser) -> list[str]:
@@ -89,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as e:
+        # A full disk, a read-only place, a permission: one line, exit 2, nothing half written.
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"harmony-ref {args._command_name}: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -70,8 +70,10 @@ def _positive_int(text: str) -> int:
 def run(args) -> int:
     from rich.progress import Progress
 
+    from harmony_ref._io import check_output_file
     from harmony_ref.calibrate import run as calibrate
 
+    check_output_file(args.out, "--out")  # before minutes of measuring
     if args.backend == "command" and args.command_template:
         return _run_phase_calibration(args)
     if args.backend == "command":

@@ -28,6 +28,10 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_table
     from harmony_ref.track.compare import compare_profiles, marked_frame, to_markdown
 
+    if args.plot:
+        from harmony_ref._io import check_output_file
+
+        check_output_file(args.plot, "--plot")
     profiles = [s.strip() for s in args.profiles.split(",") if s.strip()]
     frame, notes = compare_profiles(profiles, args.model, args.policy, args.prompt_tokens,
                                     args.new_tokens, args.context_tokens, args.batch)

@@ -23,8 +23,9 @@ def run(args) -> int:
     from harmony_ref.checkpoint.artifact import export_artifact, verify_artifact
     from harmony_ref.units import MB
 
-    if not Path(args.out).resolve().parent.is_dir():
-        raise ValueError(f"{args.out}: directory {Path(args.out).parent} does not exist")
+    from harmony_ref._io import check_output_file
+
+    check_output_file(args.out, "output")
     export_artifact(real_model(), args.policy, args.out)
     v = verify_artifact(args.out)  # what we wrote must pass what every load checks
     info = {"path": args.out, "policy": args.policy, "tensors": v.n_tensors,

@@ -48,8 +48,16 @@ def run(args) -> int:
     from harmony_ref.track.job import ran_parts, remeasure_fn
     from harmony_ref.track.record import load_record, write_json_atomic
 
+    from harmony_ref._io import check_output_dir, check_output_file
+
     tolerances = load_tolerances(args.tolerances)
     baseline_path = Path(args.baseline)
+    if args.summary:
+        check_output_file(args.summary, "--summary")
+    if args.update_baseline:
+        check_output_file(baseline_path, "--baseline")
+    if not args.current:
+        check_output_dir(args.out_dir, "--out-dir")
     baseline = None
     if not baseline_path.exists():
         if not args.update_baseline:

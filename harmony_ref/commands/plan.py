@@ -26,8 +26,10 @@ def run(args) -> int:
     from harmony_ref._io import write_text_atomic
     from harmony_ref.units import MB
 
-    if args.out and not Path(args.out).resolve().parent.is_dir():  # before minutes of measuring
-        raise ValueError(f"--out {args.out}: directory {Path(args.out).parent} does not exist")
+    if args.out:  # before minutes of measuring
+        from harmony_ref._io import check_output_file
+
+        check_output_file(args.out, "--out")
     evalset = load_pairs(args.pairs)
     plan = plan_policy(args.budget_mb, evalset=evalset, progress=not args.json)
     m = evaluate(plan.policy, evalset=evalset)

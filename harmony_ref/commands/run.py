@@ -34,14 +34,25 @@ def config_from_args(args):
             raise ValueError(f"--{key.replace('_', '-')} must be an integer >= {lo}, got {getattr(args, key)}")
     opts = None
     if args.backend == "command":
+        from harmony_ref.backends.parsers import FORMATS
+        from harmony_ref._format import did_you_mean
+
         if not (args.command and args.command_format):
             raise ValueError("--backend command needs --command and --command-format")
+        if args.command_format not in FORMATS:
+            raise ValueError(f"--command-format {args.command_format!r}: unknown output format"
+                             f"{did_you_mean(args.command_format, FORMATS)}; formats are "
+                             + ", ".join(FORMATS))
         opts = {"command": args.command, "format": args.command_format}
     elif args.command or args.command_format:
         raise ValueError("--command/--command-format only apply to --backend command")
-    return RunConfig.from_names(args.model, args.policy, args.prompt_tokens, args.new_tokens,
-                                args.context_tokens, args.batch, profile=args.profile,
-                                backend=args.backend, backend_options=opts)
+    from harmony_ref.device.profile import load_profile
+
+    config = RunConfig.from_names(args.model, args.policy, args.prompt_tokens, args.new_tokens,
+                                  args.context_tokens, args.batch, profile=args.profile,
+                                  backend=args.backend, backend_options=opts)
+    load_profile(args.profile)  # a bad profile is exit 2 now, not a failed part later
+    return config
 
 
 def add_arguments(p) -> None:
@@ -85,12 +96,15 @@ def print_record(record, path=None, file=None) -> None:
 
 
 def run(args) -> int:
+    from harmony_ref._io import check_output_dir
     from harmony_ref.commands._output import print_json
     from harmony_ref.track.job import parse_skip, run_job
     from harmony_ref.track.record import write_record
 
     config = config_from_args(args)
     skip = parse_skip(args.skip)
+    if not args.no_record:
+        check_output_dir(args.out_dir, "--out-dir")
     record = run_job(config, skip=skip, show_progress=not args.json)
     path = None if args.no_record else write_record(record, args.out_dir)
     if args.json:
@@ -98,4 +112,9 @@ def run(args) -> int:
     else:
         print_record(record, path)
     failed = [n for n, p in record.parts.items() if p["status"] == "failed"]
+    if path is not None and path.parent.name == "failed":
+        import sys
+
+        print(f"note: no part succeeded; the record is kept in {path.parent}, where "
+              "`gate --current latest` does not look", file=sys.stderr)
     return 1 if failed else 0

@@ -36,6 +36,10 @@ def run(args) -> int:
 
     if not args.minutes > 0 or not args.dt_ms > 0 or not args.every_s > 0:
         raise ValueError(f"--minutes {args.minutes}, --dt-ms {args.dt_ms} and --every-s {args.every_s} must be > 0")
+    if args.plot:
+        from harmony_ref._io import check_output_file
+
+        check_output_file(args.plot, "--plot")
     profile = load_profile(args.profile)
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                   new_tokens=args.new,

@@ -227,5 +227,8 @@ def get_spec(name: str | Path | ModelSpec) -> ModelSpec:
         return spec_from_dict(*read_toml("model spec", SPECS_FOLDER, text))
     key = text.strip().lower()
     if key not in list_specs():
-        raise ValueError(f"unknown model {name!r}; known models: {list_specs()}")
+        from harmony_ref._format import did_you_mean
+
+        raise ValueError(f"unknown model {name!r}{did_you_mean(name, list_specs())}; known "
+                         f"models: {list_specs()}")
     return _shipped(key)

@@ -198,11 +198,23 @@ def record_filename(config: dict) -> str:
     return f"run-{stamp}-{safe}-p{os.getpid()}-{secrets.token_hex(4)}.json"
 
 
+FAILED_DIR = "failed"  # under out_dir: records of runs in which nothing but failures happened
+
+
+def nothing_succeeded(record: Record) -> bool:
+    """No part ran ok and at least one failed: not a result anyone should gate on."""
+    statuses = [p.get("status") for p in record.parts.values()]
+    return "ok" not in statuses and "failed" in statuses
+
+
 def write_record(record: Record, out_dir: str | Path) -> Path:
-    """Write a new record file under out_dir and return its path; never overwrites one."""
+    """Write a new record file under out_dir and return its path; never overwrites one. A record
+    in which no part succeeded goes to out_dir/failed/, where `latest_record` does not look."""
     data = record.to_dict()
     validate_record_dict(data, "<record being written>")
     out_dir = Path(out_dir)
+    if nothing_succeeded(record):
+        out_dir = out_dir / FAILED_DIR
     for _attempt in range(100):
         try:
             return write_json_atomic(out_dir / record_filename(record.config), data, overwrite=False)
