@@ -85,6 +85,11 @@ def print_record(record, path=None, file=None) -> None:
     title = (f"{c['model']} / {c['policy']} / {c['profile']} ({c['backend']}), "
              f"{sc['prompt_tokens']} prompt + {sc['new_tokens']} new tokens, context {sc['context_tokens']}, "
              f"batch {sc['batch']}")
+    pred = record.parts.get("predicted", {})
+    if pred.get("measured_model"):
+        title += (f"; MEASURED ON A SCALED COPY {pred['measured_model']} "
+                  f"({pred['measured_weights_mb']:,.0f} MB of weights instead of "
+                  f"{pred['model_weights_mb']:,.0f})")
     if len(record.metrics):
         print_table(record_frame(record), title=title, file=out)
     else:

@@ -13,6 +13,8 @@ Rules (limits come from a tolerance TOML, see harmony_ref/data/gate_tolerances.t
   fail a build. When the gate has no way to re-measure, the verdict says so;
 - direction-aware: an improvement never fails; `direction = "none"` metrics are informational;
 - metrics flagged `implausible` on either side are called out in the verdict;
+- a host measurement of a width-scaled copy of the model (`measured_model`, e.g. llama-3.2-3b/w4)
+  is never gated against one of another size (bad input, exit 2);
 - timings are only comparable on the same kind of machine: when the two records differ in CPU
   model, core count or Numba threads, measured metrics are shown but not gated (and say why).
 
@@ -176,6 +178,12 @@ def check_comparable(baseline: Record, current: Record, baseline_name: str, curr
     if diffs:
         raise ValueError(f"{current_name} measures a different config than {baseline_name} ("
                          + "; ".join(diffs) + ")")
+    measured = [r.parts.get("predicted", {}).get("measured_model") or r.config.get("model")
+                for r in (baseline, current)]
+    if measured[0] != measured[1]:
+        raise ValueError(f"{current_name} was measured on {measured[1]!r} but {baseline_name} on "
+                         f"{measured[0]!r}: a width-scaled host measurement is never gated "
+                         "against one of another size")
     only_base = [n for n in baseline.metrics.names() if n not in current.metrics]
     only_cur = [n for n in current.metrics.names() if n not in baseline.metrics]
     if only_base or only_cur:

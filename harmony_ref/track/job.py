@@ -56,7 +56,15 @@ def _predicted(config: RunConfig):
             return m.metrics
         return m.metrics, {"backend_provenance": _simulated_host_provenance(config)}
     prov = {"backend": dev.name, **m.provenance, "physics": m.physics}
-    return m.metrics, {"backend_provenance": prov, "implausible": list(m.findings)}
+    info = {"backend_provenance": prov, "implausible": list(m.findings)}
+    measured = prov.get("host_model")
+    if measured and measured != config.spec.name:  # the host measured a narrower copy: say so
+        from harmony_ref.backends.host import fit_to_host, weight_mb
+
+        info["measured_model"] = measured
+        info["measured_weights_mb"] = round(weight_mb(fit_to_host(config, dev.max_weight_mb)), 1)
+        info["model_weights_mb"] = round(weight_mb(config), 1)
+    return m.metrics, info
 
 
 def _is_shipped(profile: str) -> bool:
@@ -196,6 +204,12 @@ def run_job(config: RunConfig, skip: tuple[str, ...] = (), only: tuple[str, ...]
             progress.update(task, completed=1, description=f"{part.title}: {len(got)} metrics")
     return Record(config=config.to_dict(), metrics=metrics, provenance=collect_provenance(),
                   parts=parts)
+
+
+def measured_model(record: Record) -> str:
+    """The model the record's device metrics were measured on: a host run of a model above the
+    host's weight limit measures a width-scaled copy (`llama-3.2-3b/w4`), else the config's."""
+    return record.parts.get("predicted", {}).get("measured_model") or record.config["model"]
 
 
 def ran_parts(record: Record) -> tuple[str, ...]:
