@@ -86,10 +86,11 @@ def print_record(record, path=None, file=None) -> None:
              f"{sc['prompt_tokens']} prompt + {sc['new_tokens']} new tokens, context {sc['context_tokens']}, "
              f"batch {sc['batch']}")
     pred = record.parts.get("predicted", {})
-    if pred.get("measured_model"):
-        title += (f"; MEASURED ON A SCALED COPY {pred['measured_model']} "
-                  f"({pred['measured_weights_mb']:,.0f} MB of weights instead of "
-                  f"{pred['model_weights_mb']:,.0f})")
+    if pred.get("measured_model"):  # on its own line: a table title would wrap it mid-word
+        print(f"MEASURED ON A SCALED COPY {pred['measured_model']} of {c['model']} "
+              f"({pred['measured_weights_mb']:,.0f} MB of weights instead of "
+              f"{pred['model_weights_mb']:,.0f}): the device metrics are of the smaller model",
+              file=out)
     if len(record.metrics):
         print_table(record_frame(record), title=title, file=out)
     else:
