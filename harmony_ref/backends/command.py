@@ -126,7 +126,8 @@ class CommandDevice:
                 "command_wall_s": f"{wall_s:.3f}"}
         prov.update(parsed.provenance)
         prov.update(dict(_PROVENANCE_LINE.findall(out + "\n" + err)))
-        metrics, findings, physics = physics_checked(parsed.metrics, self.profile, config)
+        metrics, findings, physics = physics_checked(parsed.metrics, self.profile, config,
+                                                     any_phone=True)
         return Measurement(metrics, prov, findings, physics, config)
 
 

@@ -67,6 +67,10 @@ def _tail(text: str, n: int = 300) -> str:
 
 
 def _measured(m: Metrics, name, value, unit, direction="lower", samples=(), description=""):
+    # A measured time or rate of zero (or less) is not a measurement: refuse it, whatever the
+    # tool printed (Metric refuses negative and non-finite values itself).
+    if direction != "none" and unit in ("ms", "s", "tokens/s") and not value > 0:
+        raise ValueError(f"{name} = {value!r} {unit}: a measured time or rate must be > 0")
     m.add(name, value, unit, direction, "measured", samples, description)
 
 

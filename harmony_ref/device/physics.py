@@ -100,6 +100,9 @@ def check(metrics: Metrics, profile, config, tolerance: float = ROOFLINE_TOLERAN
          f"bandwidth {b.bandwidth_bytes_per_s / GB:g} GB/s / {b.weight_bytes / GB:.3f} GB of weights per token"),
         ("decode_step_ms", b.decode_step_ms_min, False, "one read of the weights at peak bandwidth"),
         ("prefill_ms", b.prefill_ms_min, False, "prompt matmul ops at peak compute, or one weight read"),
+        ("prefill_tokens_per_s",
+         config.scenario.prompt_tokens * config.scenario.batch / (b.prefill_ms_min / 1000.0), True,
+         "prompt tokens over the prefill floor (prompt matmul ops at peak compute)"),
         ("ttft_ms", b.prefill_ms_min, False, "prompt matmul ops at peak compute, or one weight read"),
         ("e2e_ms", b.e2e_ms_min, False, "prefill floor + (new_tokens - 1) decode floors"),
     ]
