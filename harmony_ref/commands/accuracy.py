@@ -43,7 +43,7 @@ def run(args) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    with Progress(console=Console(stderr=True), transient=True, disable=args.json) as bar:
+    with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(f"encoding {len(evalset.sentences)} sentences per policy",
                             total=len(policies))
         for policy in policies:

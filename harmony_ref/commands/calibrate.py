@@ -85,7 +85,9 @@ def run(args) -> int:
     else:
         from harmony_ref.calibrate.microbench import count_host_ops
 
-        with Progress(transient=True, disable=args.json or not sys.stderr.isatty()) as prog:
+        from rich.console import Console
+
+        with Progress(console=Console(stderr=True), transient=True) as prog:
             task = prog.add_task("microbenchmarks", total=count_host_ops(args.quick))
             result, summary = calibrate.calibrate_host(
                 args.out, args.name, args.quick, args.repeats, args.threads, args.stat,

@@ -31,7 +31,7 @@ def run(args) -> int:
 
         check_output_file(args.out, "--out")
     evalset = load_pairs(args.pairs)
-    plan = plan_policy(args.budget_mb, evalset=evalset, progress=not args.json)
+    plan = plan_policy(args.budget_mb, evalset=evalset, progress=True)
     m = evaluate(plan.policy, evalset=evalset)
     toml = plan.policy.to_toml()
     if args.out:

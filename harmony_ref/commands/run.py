@@ -111,7 +111,7 @@ def run(args) -> int:
     skip = parse_skip(args.skip)
     if not args.no_record:
         check_output_dir(args.out_dir, "--out-dir")
-    record = run_job(config, skip=skip, show_progress=not args.json)
+    record = run_job(config, skip=skip, show_progress=True)  # on stderr
     path = None if args.no_record else write_record(record, args.out_dir)
     if args.json:
         print_json({"record": str(path) if path else None, **record.to_dict()})

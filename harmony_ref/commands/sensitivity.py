@@ -28,7 +28,7 @@ def run(args) -> int:
     if args.top < 0:
         raise ValueError(f"--top must be >= 0, got {args.top}")
     evalset = load_pairs(args.pairs)
-    df = sensitivity(fmt.name, evalset=evalset, progress=not args.json)
+    df = sensitivity(fmt.name, evalset=evalset, progress=True)
     if args.top:
         df = df.head(args.top)
     if args.json:

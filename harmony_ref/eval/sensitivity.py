@@ -74,9 +74,10 @@ def layer_losses(fmt: str | WeightFormat = "int4-g32", model=None,
     rows = []
     task = None
     if progress:
+        from rich.console import Console
         from rich.progress import Progress
 
-        bar = Progress(transient=True)
+        bar = Progress(console=Console(stderr=True), transient=True)  # stdout stays the result
         bar.start()
         task = bar.add_task(f"sensitivity: each Linear alone in {fmt.name}", total=len(names))
     try:
