@@ -31,7 +31,8 @@ def test_constructor_refuses_out_of_domain(name, value, unit):
 
 
 @pytest.mark.parametrize("name, value, unit", [
-    ("ttft_ms", 0.0, "ms"), ("accuracy_drop_pct", -2.0, "pct_points"), ("cosine_min", -0.1, "cosine"),
+    ("ttft_ms", 0.0, "ms"), ("accuracy_drop_pct", -2.0, "pct_points"),
+    ("cosine_min", -0.1, "cosine"),
     ("host_model_mape_pct", 140.0, "%"), ("serve_utilisation", 1.0, "fraction"),
     ("peak_skin_c", 41.0, "C"), ("whatever", -5.0, "widgets"),
     ("memory_headroom_mb", -300.0, "MB"), ("cosine_mean", 1.0 + 1e-8, "cosine")])

@@ -21,7 +21,8 @@ def _bench(tmp_path, **avg_ts):
             r["avg_ts"] = avg_ts[kind]
     out = tmp_path / "out.json"
     out.write_text(json.dumps(rows))
-    return f"{shlex.quote(sys.executable)} -c 'import sys; sys.stdout.write(open(sys.argv[1]).read())' {out}"
+    cat = "'import sys; sys.stdout.write(open(sys.argv[1]).read())'"
+    return f"{shlex.quote(sys.executable)} -c {cat} {out}"
 
 
 @pytest.mark.parametrize("value", [-5.0, 0.0])
