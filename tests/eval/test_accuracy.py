@@ -185,11 +185,15 @@ def test_cli_accuracy_sensitivity_plan_export(cli_tiny, small_set, tmp_path, cap
     assert main(["plan", "--budget-mb", "0.001", "--pairs", str(pairs)]) == 2
     assert main(["sensitivity", "--format", "int3"]) == 2
     assert main(["plan", "--budget-mb", "-1"]) == 2
-    missing_dir = tmp_path / "no-such-dir"
-    assert main(["export", "--policy", "int8", str(missing_dir / "a.safetensors")]) == 2
-    assert main(["plan", "--budget-mb", "8", "--out", str(missing_dir / "p.toml")]) == 2
+    # output directories are made when missing (one way in every command); a file in the way
+    # of one is bad input, found before any work
+    (tmp_path / "a-file").write_text("x")
+    not_a_dir = tmp_path / "a-file" / "sub"
+    assert main(["export", "--policy", "int8", str(not_a_dir / "a.safetensors")]) == 2
+    assert main(["plan", "--budget-mb", "8", "--out", str(not_a_dir / "p.toml")]) == 2
+    assert "is a file, not a directory" in capsys.readouterr().err
     assert main(["accuracy", "--policy", "no-such-policy"]) == 2
-    assert "does not exist" in capsys.readouterr().err
+    assert "no-such-policy" in capsys.readouterr().err
 
 
 def test_accuracy_benchmarks_are_well_formed():

@@ -65,7 +65,9 @@ def test_failed_part_exits_1(tmp_path, monkeypatch):
 
     monkeypatch.setattr(job, "PARTS", [job.Part("predicted", "predicted", broken)])
     assert main(["run", "--out-dir", str(tmp_path)]) == 1
-    rec = load_record(next(tmp_path.glob("run-*.json")))
+    # nothing succeeded: the record is kept under failed/, not where `--current latest` looks
+    assert not list(tmp_path.glob("run-*.json"))
+    rec = load_record(next((tmp_path / "failed").glob("run-*.json")))
     assert rec.parts["predicted"]["status"] == "failed"
     assert "kernel exploded" in rec.parts["predicted"]["detail"]
 
