@@ -10,6 +10,9 @@ or already generating, and counted as degraded.
 Arrivals come from `poisson_arrivals` (seeded) or `load_trace` (CSV: arrival_s, prompt_tokens,
 new_tokens). Service times come from a `ServiceModel`: any callable (prompt_tokens, new_tokens)
 -> ServiceTime(ttft_s, total_s); `device_service_model` builds one from the device cost model.
+With sessions (device/sessions.py), `simulate_serving(..., admit=...)` asks `admit(request)` for
+the service time at each service start instead: the session KV cache decides there what the
+request reuses, or returns None to refuse it (past the context limit), counted as `refused`.
 Identical inputs give identical results: the event order is total (time, then event kind, then
 arrival index).
 """
@@ -47,6 +50,7 @@ class Request:
     arrival_s: float
     prompt_tokens: int
     new_tokens: int
+    session: int = 0  # the conversation it belongs to (device/sessions.py)
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,7 @@ ServiceModel = Callable[[int, int], ServiceTime]
 @dataclass(frozen=True)
 class RequestOutcome:
     request: Request
-    status: str  # "completed", "busy", "timeout"
+    status: str  # "completed", "busy", "timeout", "refused" (past the context limit)
     start_s: float = math.nan  # service start (nan if never started)
     end_s: float = math.nan  # completion, cut-off or rejection time
     first_token_s: float = math.nan  # absolute time of the first token, nan if none was produced
@@ -110,6 +114,7 @@ class ServeResult:
             "completed": len(done),
             "busy": self.count("busy"),
             "timed_out": self.count("timeout"),
+            "refused": self.count("refused"),
             "busy_rate": self.count("busy") / arrived if arrived else 0.0,
             "timeout_rate": self.count("timeout") / arrived if arrived else 0.0,
             "utilisation": self.busy_time_s / self.horizon_s if self.horizon_s > 0 else 0.0,
@@ -142,8 +147,10 @@ class ServeResult:
 
 def simulate_serving(requests: Sequence[Request], service: ServiceModel,
                      queue_limit: int = DEFAULT_QUEUE_LIMIT, timeout_s: float = DEFAULT_TIMEOUT_S,
-                     duration_s: float = 0.0) -> ServeResult:
-    """Run the event loop over `requests` (any order; served by arrival time, ties by index)."""
+                     duration_s: float = 0.0,
+                     admit: Callable[[Request], ServiceTime | None] | None = None) -> ServeResult:
+    """Run the event loop over `requests` (any order; served by arrival time, ties by index).
+    `admit`, when given, replaces `service` (see the module docstring)."""
     if queue_limit < 0:
         raise ValueError(f"queue_limit = {queue_limit}: must be >= 0")
     if not timeout_s > 0:
@@ -160,10 +167,14 @@ def simulate_serving(requests: Sequence[Request], service: ServiceModel,
     q_samples: list[int] = []
     last_t = 0.0
 
-    def start(i: int, t: float) -> None:
+    def start(i: int, t: float) -> bool:
+        """Serve request i from t; False when `admit` refuses it (answered at t)."""
         nonlocal in_service, busy_time
         r = requests[i]
-        svc = service(r.prompt_tokens, r.new_tokens)
+        svc = service(r.prompt_tokens, r.new_tokens) if admit is None else admit(r)
+        if svc is None:
+            outcomes[i] = RequestOutcome(r, "refused", end_s=t)
+            return False
         deadline = r.arrival_s + timeout_s
         end = t + svc.total_s
         completes = end <= deadline
@@ -172,6 +183,7 @@ def simulate_serving(requests: Sequence[Request], service: ServiceModel,
         busy_time += stop - t
         in_service = i
         heapq.heappush(events, (stop, _EV_DONE, i))
+        return True
 
     def serve_next(t: float) -> None:
         nonlocal in_service
@@ -179,8 +191,9 @@ def simulate_serving(requests: Sequence[Request], service: ServiceModel,
         while queue:
             j = queue.popleft()
             if requests[j].arrival_s + timeout_s > t:
-                start(j, t)
-                return
+                if start(j, t):
+                    return
+                continue
             # Its deadline is now: it never starts (its own timeout event finds it gone).
             outcomes[j] = RequestOutcome(requests[j], "timeout", end_s=t)
 
