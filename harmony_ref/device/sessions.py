@@ -116,6 +116,25 @@ class SessionCache:
                 "budget_mb": self.budget_tokens * kv_bytes_per_token / MB}
 
 
+def session_metrics(summary: dict) -> "Metrics":
+    """The session cache's summary (SessionService.summary) as exact metrics."""
+    from harmony_ref.metrics import Metrics
+
+    m = Metrics()
+    m.add("serve_session_hit_rate", summary["hit_rate"], "fraction", "higher",
+          description="requests whose session KV state was cached, of those admitted")
+    m.add("serve_kv_held_max_mb", summary["max_held_mb"], "MB", "none",
+          description="most KV cache the session cache held (prefix + cached histories)")
+    m.add("serve_truncated", summary["truncated"], "requests", "lower")
+    m.add("serve_refused", summary["refused"], "requests", "lower")
+    if summary["ttft_reuse_mean_ms"] is not None:
+        m.add("serve_ttft_reuse_mean_ms", summary["ttft_reuse_mean_ms"], "ms", "lower",
+              description="service TTFT (no queueing) with the cached prefix and history reused")
+        m.add("serve_ttft_no_reuse_mean_ms", summary["ttft_no_reuse_mean_ms"], "ms", "none",
+              description="the same requests prefilling everything again")
+    return m
+
+
 def assign_sessions(n_requests: int, sessions: int, seed: int = 0) -> list[int]:
     """A session id (0..sessions-1, uniform, seeded) for each of `n_requests` requests."""
     if not isinstance(sessions, int) or isinstance(sessions, bool) or sessions < 1:
