@@ -20,7 +20,7 @@ decode_tokens_per_s counts the tokens of every request in the batch.
 What the phone does besides the NPU graph (issue 14), also exact:
 - `npu_fallback_ops`, `npu_fallback_ms_per_token`: op runs per generated token (per forward for an
   encoder) that the profile's NPU does not run and the CPU does instead, and their time
-  (device/ops.py; 0 when the NPU runs every op);
+  (device/ops.py; 0 when the NPU runs every op; only with [npu]);
 - `cpu_best_threads`, `cpu_decode_tokens_per_s` (`cpu_prefill_tokens_per_s` for an encoder): the
   CPU path on the profile's clusters at its best thread count (device/threads.py; only with [cpu]);
 - with a cached prefix (scenario `prefix_tokens` > 0): `ttft_without_reuse_ms` and
@@ -40,6 +40,15 @@ from harmony_ref.device.memory import add_memory_metrics, memory_estimate
 from harmony_ref.device.profile import DeviceProfile, load_profile
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB, MB, MS_PER_S
+
+
+# Metrics about the phone itself (NPU op support, its CPU clusters, prefix reuse, the model
+# lifecycle): a measuring backend has no counterpart, so they are the simulated backend's alone.
+PHONE_ONLY_PREFIXES = ("npu_fallback_", "cpu_", "lifecycle_", "prefix_ttft_", "ttft_without_reuse")
+
+
+def phone_only(name: str) -> bool:
+    return name.startswith(PHONE_ONLY_PREFIXES)
 
 
 class SimulatedDevice:
@@ -95,11 +104,12 @@ class SimulatedDevice:
         ms, s = MS_PER_S, config.scenario
         per = t.decode if t.decode is not None else t.prefill
         where = "per generated token" if t.decode is not None else "per forward"
-        m.add("npu_fallback_ops", per.fallback_runs / per.tokens if t.decode is not None
-              else per.fallback_runs, "ops", "lower",
-              description=f"op runs {where} the NPU does not support, run on the CPU")
-        m.add("npu_fallback_ms_per_token", per.fallback_s / per.tokens * ms, "ms", "lower",
-              description="their time (CPU compute, NPU <-> CPU copy, both launches) per token")
+        if self.profile.npu is not None:  # a profile that lists its NPU's op types
+            m.add("npu_fallback_ops", per.fallback_runs / per.tokens if t.decode is not None
+                  else per.fallback_runs, "ops", "lower",
+                  description=f"op runs {where} the NPU does not support, run on the CPU")
+            m.add("npu_fallback_ms_per_token", per.fallback_s / per.tokens * ms, "ms", "lower",
+                  description="their time (CPU compute, NPU <-> CPU copy, both launches) per token")
         if self.profile.cpu is not None:
             _, best = thread_sweep(self.profile, config)
             m.add("cpu_best_threads", best.threads, "threads", "none",

@@ -66,7 +66,9 @@ def run(args) -> int:
         print_table(pd.DataFrame(rows), title=title)
     if threads:
         b = threads["best_of_all_cores"]
-        print_table(pd.DataFrame(threads["points"]),
+        short = {"prefill_tokens_per_s": "prefill_tok_s", "decode_tokens_per_s": "decode_tok_s",
+                 "sync_ms_per_token": "sync_ms_per_step"}
+        print_table(pd.DataFrame(threads["points"]).rename(columns=short),
                     title=f"CPU path on {device.profile.name}'s clusters, by thread count")
         print(f"best: {b['threads']} threads ({b['cores']}), {b['decode_tokens_per_s']:.2f} decode "
               f"tokens/s, {b['prefill_tokens_per_s']:.1f} prefill tokens/s (of 1..{len(threads['points'])} "
