@@ -73,6 +73,13 @@ def test_shipped_flagship_sweep_and_the_source_claim():
     prefill_slower = 1 - p8.prefill_tokens_per_s / p4.prefill_tokens_per_s
     assert 0.0 < decode_slower < 0.05
     assert 0.15 < prefill_slower < 0.25
+    # Fitting the barrier to the claim (not a check then): 6.3 us gives 15% in decode, but 3
+    # threads then beat 4, so decode cannot match both halves of the claim.
+    fitted = dataclasses.replace(load_profile("harmony-flagship"))
+    fitted = dataclasses.replace(fitted, cpu=dataclasses.replace(fitted.cpu, sync_us_per_thread=6.3))
+    pts, b = thread_sweep(fitted, RunConfig.from_names())
+    assert 1 - pts[7].decode_tokens_per_s / pts[3].decode_tokens_per_s == pytest.approx(0.15, abs=0.005)
+    assert b.threads == 3
     for name in ("harmony-midrange", "harmony-lowend"):
         _, b = thread_sweep(load_profile(name), RunConfig.from_names(model="qwen2.5-0.5b"))
         assert b.threads == 2  # both big cores, no little one
