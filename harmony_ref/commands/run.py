@@ -23,6 +23,8 @@ def add_config_arguments(p) -> None:
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--context-tokens", type=int, default=2048)
     p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--prefix-tokens", type=int, default=0,
+                   help="of the prompt, already in the KV cache (prefix reuse; default 0)")
 
 
 def config_from_args(args):
@@ -42,7 +44,8 @@ def config_from_args(args):
         raise ValueError("--command/--command-format only apply to --backend command")
     return RunConfig.from_names(args.model, args.policy, args.prompt_tokens, args.new_tokens,
                                 args.context_tokens, args.batch, profile=args.profile,
-                                backend=args.backend, backend_options=opts)
+                                backend=args.backend, backend_options=opts,
+                                prefix_tokens=args.prefix_tokens)
 
 
 def add_arguments(p) -> None:
