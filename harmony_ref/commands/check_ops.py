@@ -11,10 +11,13 @@ HELP = ("list a model's op types the profile's NPU does not run (CPU fallback) o
 def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
-    p.add_argument("--model", default="llama-3.2-3b", help="model spec preset or spec .toml (default llama-3.2-3b)")
+    p.add_argument("--model", default="llama-3.2-3b",
+                   help="model spec preset or spec .toml (default llama-3.2-3b)")
     p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
-    p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
-    p.add_argument("--prompt", type=int, default=512, help="prompt tokens, for the run counts (default 512)")
+    p.add_argument("--profile", default="harmony-flagship",
+                   help="shipped profile name or profile .toml path")
+    p.add_argument("--prompt", type=int, default=512,
+                   help="prompt tokens, for the run counts (default 512)")
     add_json_flag(p)
 
 
@@ -34,8 +37,9 @@ def run(args) -> int:
     none = [r["op"] for r in rows if r["runs_on"] == "none"]
     code = 1 if none else 0
     if args.json:
-        print_json({"profile": profile.name, "profile_file": profile.source, "model": config.spec.name,
-                    "ops": rows, "fallback": fallback, "unsupported": none, "exit_code": code})
+        print_json({"profile": profile.name, "profile_file": profile.source,
+                    "model": config.spec.name, "ops": rows, "fallback": fallback,
+                    "unsupported": none, "exit_code": code})
         return code
     print_table(pd.DataFrame(rows), title=f"{config.spec.name} op types on {profile.name}")
     if none:

@@ -17,10 +17,13 @@ def add_arguments(p) -> None:
                    help="destroy | resident | leak (repeatable; default: all three)")
     p.add_argument("--entries", type=int, default=DEFAULT_ENTRIES,
                    help=f"times the user opens the feature (default {DEFAULT_ENTRIES})")
-    p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
+    p.add_argument("--model", default="llama-3.2-3b",
+                   help="model spec preset (default llama-3.2-3b)")
     p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
-    p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
-    p.add_argument("--prompt", type=int, default=512, help="prompt tokens of each first request (default 512)")
+    p.add_argument("--profile", default="harmony-flagship",
+                   help="shipped profile name or profile .toml path")
+    p.add_argument("--prompt", type=int, default=512,
+                   help="prompt tokens of each first request (default 512)")
     p.add_argument("--plot", metavar="PNG", help="write the NPU memory timeline as a PNG")
     add_json_flag(p)
 
@@ -40,13 +43,16 @@ def run(args) -> int:
     profile = load_profile(args.profile)
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                   context_tokens=max(2048, args.prompt + 128))
-    runs = [simulate_lifecycle(profile, config, s, args.entries) for s in (args.strategy or STRATEGIES)]
+    runs = [simulate_lifecycle(profile, config, s, args.entries)
+            for s in (args.strategy or STRATEGIES)]
     if args.plot:
         from harmony_ref.track.lifecycle_plot import plot_lifecycle
 
-        plot_lifecycle(runs, args.plot, f"{config.spec.name} {config.policy.name} on {profile.name}")
+        plot_lifecycle(runs, args.plot,
+                       f"{config.spec.name} {config.policy.name} on {profile.name}")
     if args.json:
-        print_json({"profile": profile.name, "model": config.spec.name, "policy": config.policy.name,
+        print_json({"profile": profile.name, "model": config.spec.name,
+                    "policy": config.policy.name,
                     "strategies": [{**r.summary(), "timeline": [vars(e) for e in r.entries]}
                                    for r in runs]})
         return 0
@@ -61,8 +67,8 @@ def run(args) -> int:
     rows = [{"entry": e.entry, **{f"{r.strategy}_mb": r.entries[i].npu_mb_closed for r in runs},
              **{f"{r.strategy}_ms": r.entries[i].enter_ms for r in runs}}
             for i, e in enumerate(one.entries[:min(args.entries, 8)])]
-    print_table(pd.DataFrame(rows), title="timeline: NPU MB held after each exit, tap-to-first-token "
-                                          "ms per entry (0 = failed)")
+    print_table(pd.DataFrame(rows), title="timeline: NPU MB held after each exit, "
+                                          "tap-to-first-token ms per entry (0 = failed)")
     for r in runs:
         if r.fail_entry:
             print(f"{r.strategy}: fails at entry {r.fail_entry} (NPU memory exhausted: "

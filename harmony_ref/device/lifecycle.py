@@ -47,6 +47,12 @@ def leak_fail_entry(budget_mb: float, one_mb: float) -> int:
     return math.floor(budget_mb / one_mb) + 1
 
 
+def _start_ms(profile: DeviceProfile, config: RunConfig) -> dict[str, float]:
+    """Tap to first token per coldstart strategy, read loading."""
+    return {r["strategy"]: r["total_ms"] for r in breakdown(profile, config)
+            if r["loader"] == "read"}
+
+
 @dataclass(frozen=True)
 class Entry:
     entry: int  # 1-based
@@ -83,7 +89,7 @@ def simulate_lifecycle(profile: DeviceProfile, config: RunConfig, strategy: str,
     if not isinstance(entries, int) or isinstance(entries, bool) or entries < 1:
         raise ValueError(f"entries = {entries!r}: must be an int >= 1")
     budget, one = npu_budget_mb(profile), instance_mb(profile, config)
-    rows = {r["strategy"]: r["total_ms"] for r in breakdown(profile, config) if r["loader"] == "read"}
+    rows = _start_ms(profile, config)
     cold, warm = rows["cold"], rows["preload_warmup"]
     out: list[Entry] = []
     held, failed_at = 0.0, None
@@ -104,7 +110,7 @@ def lifecycle_metrics(profile: DeviceProfile, config: RunConfig) -> Metrics:
     """The scenario as exact record metrics: one instance's NPU memory, the entry at which the
     leak fails, each strategy's tap-to-first-token per entry."""
     budget, one = npu_budget_mb(profile), instance_mb(profile, config)
-    rows = {r["strategy"]: r["total_ms"] for r in breakdown(profile, config) if r["loader"] == "read"}
+    rows = _start_ms(profile, config)
     m = Metrics()
     m.add("lifecycle_instance_npu_mb", one, "MB", "lower",
           description=f"NPU memory one loaded instance holds, of npu.memory_mb = {budget:g}")

@@ -64,9 +64,10 @@ def check_ops(profile: DeviceProfile, config: RunConfig) -> list[dict]:
     scenario's prompt and per decode step (unfused counts: one per op the model defines)."""
     s = config.scenario
     kw = dict(fused=False, kv_dtype=config.kv_dtype, batch=s.batch)
-    prefill = op_counts(build_graph(config.spec, config.policy, "prefill", tokens=s.prompt_tokens, **kw))
-    decode = (op_counts(build_graph(config.spec, config.policy, "decode", context=s.prompt_tokens + 1, **kw))
-              if config.spec.is_decoder else {})
+    spec, policy = config.spec, config.policy
+    prefill = op_counts(build_graph(spec, policy, "prefill", tokens=s.prompt_tokens, **kw))
+    decode = (op_counts(build_graph(spec, policy, "decode", context=s.prompt_tokens + 1, **kw))
+              if spec.is_decoder else {})
     rows = []
     for t in op_types_used(config.spec, config.policy):
         rows.append({"op": t, "runs_on": placement(profile, t),

@@ -49,7 +49,8 @@ class SessionCache:
 
     def __init__(self, budget_tokens: int, context_limit: int, overflow: str = "truncate",
                  prefix_tokens: int = 0):
-        for name, v, lo in (("budget_tokens", budget_tokens, 1), ("context_limit", context_limit, 2),
+        for name, v, lo in (("budget_tokens", budget_tokens, 1),
+                            ("context_limit", context_limit, 2),
                             ("prefix_tokens", prefix_tokens, 0)):
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"{name} = {v!r}: must be an int >= {lo}")
@@ -81,7 +82,8 @@ class SessionCache:
         history = self._history.get(session, 0)
         status = "ok"
         if self.prefix_tokens + history + prompt_tokens + new_tokens > self.context_limit:
-            if self.overflow == "refuse" or self.prefix_tokens + prompt_tokens + new_tokens > self.context_limit:
+            fresh = self.prefix_tokens + prompt_tokens + new_tokens  # without the history
+            if self.overflow == "refuse" or fresh > self.context_limit:
                 c["refused"] += 1
                 return Admission("refused", False, 0, 0, 0)
             status, history = "truncated", 0
@@ -155,8 +157,9 @@ def prefix_service(profile, config):
 
     @lru_cache(maxsize=None)
     def service(prefill_tokens: int, context_tokens: int, new_tokens: int) -> tuple[float, float]:
-        sc = Scenario(context_tokens, new_tokens, max(base.context_tokens, context_tokens + new_tokens),
-                      base.batch, context_tokens - prefill_tokens)
+        sc = Scenario(context_tokens, new_tokens,
+                      max(base.context_tokens, context_tokens + new_tokens), base.batch,
+                      context_tokens - prefill_tokens)
         t = scenario_timing(profile, dataclasses.replace(config, scenario=sc))
         return t.ttft_s, t.e2e_s
 

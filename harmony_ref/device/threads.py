@@ -45,7 +45,8 @@ def require_cpu(profile: DeviceProfile) -> CpuSpec:
 def cores_used(cpu: CpuSpec, threads: int) -> list[CpuCluster]:
     """The cluster of each of `threads` threads, fastest cores first."""
     if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= cpu.cores:
-        raise ValueError(f"threads = {threads!r}: must be an int in 1..{cpu.cores} (the profile's cores)")
+        raise ValueError(f"threads = {threads!r}: must be an int in 1..{cpu.cores} "
+                         "(the profile's cores)")
     order = sorted(cpu.clusters, key=lambda c: -c.core_ops_per_s("fp16"))
     return [c for c in order for _ in range(c.cores)][:threads]
 
@@ -123,20 +124,26 @@ def cpu_path(profile: DeviceProfile, config: RunConfig, threads: int) -> ThreadP
     prefill_s = float(_graphs_time_s(profile, prefill, None, np.zeros(1), threads)[0])
     step_s, sync_s = 0.0, 0.0
     if config.spec.is_decoder:  # every generated token, exactly (as device/cost.py integrates it)
-        g1, g2 = (build_graph(config.spec, config.policy, "decode", context=c, **kw) for c in (1, 2))
+        g1, g2 = (build_graph(config.spec, config.policy, "decode", context=c, **kw)
+                  for c in (1, 2))
         contexts = s.prompt_tokens + 1 + np.arange(max(s.new_tokens, 1))
         step_s = float(_graphs_time_s(profile, g1, g2, contexts - 1, threads).mean())
         sync_s = g1.kernel_launches * cpu.sync_us_per_thread * (threads - 1) / US_PER_S
     tokens = s.new_prompt_tokens * s.batch
-    return ThreadPoint(threads, _cores_label(cpu, threads), prefill_s * MS_PER_S, tokens / prefill_s,
-                       step_s * MS_PER_S, s.batch / step_s if step_s else 0.0, sync_s * MS_PER_S)
+    return ThreadPoint(threads, _cores_label(cpu, threads), prefill_s * MS_PER_S,
+                       tokens / prefill_s, step_s * MS_PER_S,
+                       s.batch / step_s if step_s else 0.0, sync_s * MS_PER_S)
 
 
-def thread_sweep(profile: DeviceProfile, config: RunConfig) -> tuple[list[ThreadPoint], ThreadPoint]:
+def thread_sweep(profile: DeviceProfile,
+                 config: RunConfig) -> tuple[list[ThreadPoint], ThreadPoint]:
     """Every thread count 1..cores and the best one (most decode tokens/s, or prefill tokens/s
     for an encoder; fewer threads on a tie)."""
     cpu = require_cpu(profile)
     points = [cpu_path(profile, config, n) for n in range(1, cpu.cores + 1)]
-    key = (lambda p: p.decode_tokens_per_s) if config.spec.is_decoder else (lambda p: p.prefill_tokens_per_s)
+
+    def key(p: ThreadPoint) -> float:
+        return p.decode_tokens_per_s if config.spec.is_decoder else p.prefill_tokens_per_s
+
     best = max(points, key=lambda p: (round(key(p), 9), -p.threads))
     return points, best

@@ -33,7 +33,7 @@ def plot_lifecycle(runs, path: str | Path, title: str) -> Path:
         top = max(top, max(ys))
         ax.step(xs, ys, where="post", color=COLOURS[r.strategy], linewidth=WIDTHS[r.strategy],
                 alpha=0.6 if r.strategy == "resident" else 1.0,
-                label=f"{r.strategy}" + (f" (fails at entry {r.fail_entry})" if r.fail_entry else ""))
+                label=r.strategy + (f" (fails at entry {r.fail_entry})" if r.fail_entry else ""))
         if r.fail_entry:
             ax.plot([r.fail_entry], [budget], marker="x", markersize=12, color=COLOURS[r.strategy])
     ax.axhline(budget, color="black", linestyle="--", linewidth=1,
