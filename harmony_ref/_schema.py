@@ -4,8 +4,10 @@ Device profiles and model specs are data written by people; a typo must fail lou
 ("profiles/x.toml: field 'compute.cube_int8_tops' = -3.0: must be >= 0"), never be ignored.
 
 Field types understood: float, int, bool, str, tuple[T, ...] (a TOML list), a nested dataclass (a
-TOML table) and `Dataclass | None` (an optional table). Field metadata {"min": x} / {"max": x}
-bound numbers (inclusive), {"choices": (...)} restricts values; fields with defaults are optional.
+TOML table), `Dataclass | None` (an optional table) and tuple[Dataclass, ...] (an array of tables,
+`[[section.name]]`; an item's errors name it `section.name[i]`). Field metadata {"min": x} / {"max": x}
+bound numbers (inclusive), {"choices": (...)} restricts values (of a list: each item, no
+repeats); fields with defaults are optional.
 """
 
 from __future__ import annotations
@@ -41,6 +43,15 @@ def _optional_dataclass(tp):
     return None
 
 
+def _table_array(tp):
+    """The dataclass of a `tuple[Dataclass, ...]` annotation, else None."""
+    if typing.get_origin(tp) is tuple:
+        inner = typing.get_args(tp)[0]
+        if dataclasses.is_dataclass(inner):
+            return inner
+    return None
+
+
 def _type_name(tp) -> str:
     if typing.get_origin(tp) is tuple:
         return f"list of {typing.get_args(tp)[0].__name__}"
@@ -72,6 +83,14 @@ def from_table(cls, table, source: str, section: str = ""):
         if nested is not None:
             kwargs[name] = from_table(nested, value, source, f"{prefix}{name}")
             continue
+        items = _table_array(tp)
+        if items is not None:
+            if not isinstance(value, (list, tuple)) or not value:
+                raise ValueError(f"{source}: field '{prefix}{name}' = {value!r}: expected a "
+                                 f"non-empty array of tables ([[{prefix}{name}]])")
+            kwargs[name] = tuple(from_table(items, v, source, f"{prefix}{name}[{i}]")
+                                 for i, v in enumerate(value))
+            continue
         if not _type_ok(value, tp):
             raise ValueError(
                 f"{source}: field '{prefix}{name}' = {value!r}: expected {_type_name(tp)}"
@@ -84,7 +103,15 @@ def from_table(cls, table, source: str, section: str = ""):
         if hi is not None and any(v > hi for v in values):
             raise ValueError(f"{source}: field '{prefix}{name}' = {value!r}: must be <= {hi}")
         choices = f.metadata.get("choices")
-        if choices is not None and value not in choices:
+        if choices is not None and isinstance(value, (list, tuple)):
+            bad = [v for v in values if v not in choices]
+            if bad:
+                raise ValueError(f"{source}: field '{prefix}{name}' has {bad[0]!r}: each item must "
+                                 f"be one of {list(choices)}")
+            if len(set(values)) != len(values):
+                dup = next(v for v in values if values.count(v) > 1)
+                raise ValueError(f"{source}: field '{prefix}{name}' lists {dup!r} twice")
+        elif choices is not None and value not in choices:
             raise ValueError(f"{source}: field '{prefix}{name}' = {value!r}: must be one of {list(choices)}")
         if typing.get_origin(tp) is tuple:
             value = tuple(float(v) if typing.get_args(tp)[0] is float else v for v in value)

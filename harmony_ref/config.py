@@ -12,11 +12,14 @@ or a profile TOML path, as given: a backend loads it) and the backend that measu
 
 `Scenario` says what the app does: process a prompt of `prompt_tokens`, then generate
 `new_tokens`, with a KV cache allocated for `context_tokens` positions (what a phone runtime
-reserves up front; prompt + generated tokens must fit in it), for `batch` requests at once.
+reserves up front; prompt + generated tokens must fit in it), for `batch` requests at once. The
+first `prefix_tokens` of the prompt (a shared system prompt, default 0) may already be in the KV
+cache: prefill then runs only the rest, attending over the whole prompt.
 
 The dict form (`to_dict` / `from_dict`) is the serialisation run records hold: the model and
 policy by the name or path they load from, the scenario as a table, `fused` and `kv_dtype` only
-when they differ from their defaults (as in records written before they existed). Every problem
+when they differ from their defaults (as in records written before they existed; so is the
+scenario's `prefix_tokens`). Every problem
 with one is a ValueError naming the source and the field.
 
 This module sits above model/ and quant/ (it resolves specs and policies), below everything that
@@ -45,10 +48,11 @@ class Scenario:
     new_tokens: int = 128
     context_tokens: int = 2048
     batch: int = 1
+    prefix_tokens: int = 0  # of the prompt, already in the KV cache (prefix reuse)
 
     def __post_init__(self):
         for name, lo in (("prompt_tokens", 1), ("new_tokens", 0), ("context_tokens", 1),
-                         ("batch", 1)):
+                         ("batch", 1), ("prefix_tokens", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"scenario: field '{name}' = {v!r}: must be an int >= {lo}")
@@ -57,6 +61,14 @@ class Scenario:
                 f"scenario: prompt_tokens + new_tokens = {self.prompt_tokens} + {self.new_tokens} "
                 f"exceeds context_tokens = {self.context_tokens} (the KV cache would overflow)"
             )
+        if self.prefix_tokens >= self.prompt_tokens:
+            raise ValueError(f"scenario: field 'prefix_tokens' = {self.prefix_tokens}: must be less "
+                             f"than prompt_tokens = {self.prompt_tokens} (the new part is >= 1 token)")
+
+    @property
+    def new_prompt_tokens(self) -> int:
+        """Prompt tokens prefill must run: those past the cached prefix."""
+        return self.prompt_tokens - self.prefix_tokens
 
 
 @dataclass(frozen=True)
@@ -110,10 +122,12 @@ class RunConfig:
                    prompt_tokens: int = 512, new_tokens: int = 128, context_tokens: int = 2048,
                    batch: int = 1, fused: bool = True, kv_dtype: str = "fp16",
                    profile: str = DEFAULT_PROFILE, backend: str = "simulated",
-                   backend_options: dict[str, str] | None = None) -> "RunConfig":
+                   backend_options: dict[str, str] | None = None,
+                   prefix_tokens: int = 0) -> "RunConfig":
         """A config from names (or TOML paths) of the model spec and policy."""
         return cls(get_spec(model), load_policy(policy),
-                   Scenario(prompt_tokens, new_tokens, context_tokens, batch), fused, kv_dtype,
+                   Scenario(prompt_tokens, new_tokens, context_tokens, batch, prefix_tokens), fused,
+                   kv_dtype,
                    profile, backend, tuple((backend_options or {}).items()))
 
     @property
@@ -124,7 +138,8 @@ class RunConfig:
     def label(self) -> str:
         s = self.scenario
         return (f"{self.spec.name}/{self.policy.name}/p{s.prompt_tokens}-n{s.new_tokens}"
-                f"-c{s.context_tokens}-b{s.batch}" + ("" if self.fused else "/unfused")
+                f"-c{s.context_tokens}-b{s.batch}" + (f"-x{s.prefix_tokens}" if s.prefix_tokens else "")
+                + ("" if self.fused else "/unfused")
                 + ("" if self.kv_dtype == "fp16" else f"/kv-{self.kv_dtype}"))
 
     def with_spec(self, spec: ModelSpec) -> "RunConfig":
@@ -141,6 +156,8 @@ class RunConfig:
             "backend": self.backend,
             "scenario": {k: getattr(s, k) for k in SCENARIO_FIELDS},
         }
+        if s.prefix_tokens:
+            out["scenario"]["prefix_tokens"] = s.prefix_tokens
         if self.backend_options:
             out["backend_options"] = dict(self.backend_options)
         if not self.fused:
@@ -155,7 +172,8 @@ class RunConfig:
         check_config_dict(data, source)
         try:
             return cls(get_spec(data["model"]), load_policy(data["policy"]),
-                       Scenario(**{k: data["scenario"][k] for k in SCENARIO_FIELDS}),
+                       Scenario(**{k: data["scenario"][k] for k in SCENARIO_FIELDS},
+                                prefix_tokens=data["scenario"].get("prefix_tokens", 0)),
                        data.get("fused", True), data.get("kv_dtype", "fp16"), data["profile"],
                        data["backend"], tuple(data.get("backend_options", {}).items()))
         except ValueError as e:
@@ -182,6 +200,9 @@ def check_config_dict(cfg, source: str, prefix: str = "config.") -> None:
         lo = 0 if key == "new_tokens" else 1
         _require(isinstance(v, int) and not isinstance(v, bool) and v >= lo, source,
                  f"{prefix}scenario.{key}", f"must be an integer >= {lo}, got {v!r}")
+    v = cfg["scenario"].get("prefix_tokens", 0)
+    _require(isinstance(v, int) and not isinstance(v, bool) and v >= 0, source,
+             f"{prefix}scenario.prefix_tokens", f"must be an integer >= 0, got {v!r}")
     opts = cfg.get("backend_options", {})
     _require(isinstance(opts, dict) and all(isinstance(v, str) for v in opts.values()), source,
              f"{prefix}backend_options", f"must be an object of strings, got {opts!r}")

@@ -15,7 +15,17 @@ share of decode, activations, workspace, the app budget and whether the model fi
 (device/memory.py, shared with HostDevice). A calibrated profile (one with a [calibration]
 section, written by `harmony-ref calibrate`) adds `host_model_mape_pct`: the held-out error of the
 model it is, as the calibration measured it (end to end when whole-model runs were held out).
-decode_tokens_per_s counts the tokens of every request in the batch. Encoders (all-minilm-l6)
+decode_tokens_per_s counts the tokens of every request in the batch.
+
+What the phone does besides the NPU graph (issue 14), also exact:
+- `npu_fallback_ops`, `npu_fallback_ms_per_token`: op runs per generated token (per forward for an
+  encoder) that the profile's NPU does not run and the CPU does instead, and their time
+  (device/ops.py; 0 when the NPU runs every op; only with [npu]);
+- `cpu_best_threads`, `cpu_decode_tokens_per_s` (`cpu_prefill_tokens_per_s` for an encoder): the
+  CPU path on the profile's clusters at its best thread count (device/threads.py; only with [cpu]);
+- with a cached prefix (scenario `prefix_tokens` > 0): `ttft_without_reuse_ms` and
+  `prefix_ttft_saved_ms` (ttft_ms is then the TTFT with the prefix reused);
+- `lifecycle_*`: the open/close scenario of device/lifecycle.py (decoders, with [npu]). Encoders (all-minilm-l6)
 have no decode: their metrics are the forward pass and memory.
 """
 
@@ -23,11 +33,22 @@ from __future__ import annotations
 
 from harmony_ref.backends.base import Measurement
 from harmony_ref.config import RunConfig
+import dataclasses
+
 from harmony_ref.device.cost import scenario_timing
 from harmony_ref.device.memory import add_memory_metrics, memory_estimate
 from harmony_ref.device.profile import DeviceProfile, load_profile
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB, MB, MS_PER_S
+
+
+# Metrics about the phone itself (NPU op support, its CPU clusters, prefix reuse, the model
+# lifecycle): a measuring backend has no counterpart, so they are the simulated backend's alone.
+PHONE_ONLY_PREFIXES = ("npu_fallback_", "cpu_", "lifecycle_", "prefix_ttft_", "ttft_without_reuse")
+
+
+def phone_only(name: str) -> bool:
+    return name.startswith(PHONE_ONLY_PREFIXES)
 
 
 class SimulatedDevice:
@@ -67,6 +88,7 @@ class SimulatedDevice:
         m.add("prefill_kernel_launches", t.prefill.kernel_launches, "launches", "lower")
         m.add("peak_memory_mb", mem.peak_bytes / MB, "MB", "lower")
         add_memory_metrics(m, mem, workspace_source="the profile's runtime_workspace_mb")
+        self._issue14_metrics(m, config, t)
         cal = self.profile.calibration
         if cal is not None:
             mape, basis = cal.model_mape_pct
@@ -74,6 +96,39 @@ class SimulatedDevice:
                   description=f"error of this profile's model on held-out host measurements: {basis}, "
                               f"calibrated {cal.fitted_at or 'at an unrecorded time'}")
         return m
+
+    def _issue14_metrics(self, m: Metrics, config: RunConfig, t) -> None:
+        from harmony_ref.device.lifecycle import lifecycle_metrics
+        from harmony_ref.device.threads import thread_sweep
+
+        ms, s = MS_PER_S, config.scenario
+        per = t.decode if t.decode is not None else t.prefill
+        where = "per generated token" if t.decode is not None else "per forward"
+        if self.profile.npu is not None:  # a profile that lists its NPU's op types
+            m.add("npu_fallback_ops", per.fallback_runs / per.tokens if t.decode is not None
+                  else per.fallback_runs, "ops", "lower",
+                  description=f"op runs {where} the NPU does not support, run on the CPU")
+            m.add("npu_fallback_ms_per_token", per.fallback_s / per.tokens * ms, "ms", "lower",
+                  description="their time (CPU compute, NPU <-> CPU copy, both launches) per token")
+        if self.profile.cpu is not None:
+            _, best = thread_sweep(self.profile, config)
+            m.add("cpu_best_threads", best.threads, "threads", "none",
+                  description=f"CPU path: the thread count with the most tokens/s ({best.cores})")
+            if config.spec.is_decoder:
+                m.add("cpu_decode_tokens_per_s", best.decode_tokens_per_s, "tokens/s", "higher",
+                      description=f"CPU path at {best.threads} threads ({best.cores})")
+            else:
+                m.add("cpu_prefill_tokens_per_s", best.prefill_tokens_per_s, "tokens/s", "higher",
+                      description=f"CPU path at {best.threads} threads ({best.cores})")
+        if s.prefix_tokens:
+            whole = scenario_timing(self.profile, dataclasses.replace(
+                config, scenario=dataclasses.replace(s, prefix_tokens=0)))
+            m.add("ttft_without_reuse_ms", whole.ttft_s * ms, "ms", "none",
+                  description="the same prompt with nothing cached")
+            m.add("prefix_ttft_saved_ms", (whole.ttft_s - t.ttft_s) * ms, "ms", "higher",
+                  description=f"TTFT saved by {s.prefix_tokens} cached prefix tokens")
+        if config.spec.is_decoder and self.profile.npu is not None:
+            m.update(lifecycle_metrics(self.profile, config))
 
     def run(self, config: RunConfig) -> Measurement:
         """The prediction as a Measurement: nothing to physics-check in the model itself."""

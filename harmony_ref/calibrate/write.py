@@ -138,6 +138,13 @@ def profile_with_efficiencies(base: str, f: PhaseFit, name: str, description: st
     tables = []
     for sec, table in data.items():
         if isinstance(table, dict):
-            tables.append(_toml_table(sec, [(k, fitted.get((sec, k), v), "fitted" if (sec, k) in fitted else "")
-                                            for k, v in table.items()]))
+            # arrays of tables ([[cpu.clusters]]) follow their section's plain keys
+            arrays = {k: v for k, v in table.items()
+                      if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)}
+            text = _toml_table(sec, [(k, fitted.get((sec, k), v), "fitted" if (sec, k) in fitted else "")
+                                     for k, v in table.items() if k not in arrays])
+            for k, items in arrays.items():
+                text += "".join("\n\n" + _toml_table(f"[{sec}.{k}]", [(kk, vv, "") for kk, vv in item.items()])
+                                for item in items)
+            tables.append(text)
     return "\n".join(head) + "\n\n" + "\n\n".join(tables) + "\n", notes

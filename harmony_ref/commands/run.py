@@ -19,9 +19,11 @@ def add_config_arguments(p) -> None:
     p.add_argument("--command", help="with --backend command: the benchmark command to run (e.g. over hdc shell)")
     p.add_argument("--command-format", help="with --backend command: its output format "
                                             "(mslite, tflite, llama-bench, executorch)")
-    from harmony_ref.commands._args import add_scenario_arguments
+    from harmony_ref.commands._args import add_scenario_arguments, count
 
     add_scenario_arguments(p, batch=1, long_dest=True)
+    p.add_argument("--prefix-tokens", type=count(0), default=0, metavar="N",
+                   help="of the prompt, already in the KV cache (prefix reuse; default 0)")
 
 
 def config_from_args(args):
@@ -50,7 +52,8 @@ def config_from_args(args):
 
     config = RunConfig.from_names(args.model, args.policy, args.prompt_tokens, args.new_tokens,
                                   args.context_tokens, args.batch, profile=args.profile,
-                                  backend=args.backend, backend_options=opts)
+                                  backend=args.backend, backend_options=opts,
+                                  prefix_tokens=args.prefix_tokens)
     load_profile(args.profile)  # a bad profile is exit 2 now, not a failed part later
     return config
 

@@ -25,6 +25,21 @@ def add_arguments(p) -> None:
     p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
     p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
     add_scenario_arguments(p, context=None, what="per Poisson request")
+    from harmony_ref.device.sessions import OVERFLOW
+
+    g = p.add_argument_group("sessions and prefix reuse (device/sessions.py)")
+    g.add_argument("--prefix-tokens", type=int, default=0,
+                   help="shared system prompt before every conversation, cached once (default 0)")
+    g.add_argument("--sessions", type=int, default=0,
+                   help="conversations the requests belong to (uniform, seeded); 0 = no session "
+                        "cache (default)")
+    g.add_argument("--kv-budget-tokens", type=int, default=8192,
+                   help="KV positions the session cache may hold, prefix included (default 8192)")
+    g.add_argument("--context-limit", type=int, default=4096,
+                   help="a request past prefix + history + prompt + new > this is handled by "
+                        "--overflow (default 4096)")
+    g.add_argument("--overflow", choices=OVERFLOW, default="truncate",
+                   help="past the context limit: drop the history (truncate) or refuse (default truncate)")
     add_json_flag(p)
 
 
@@ -65,15 +80,37 @@ def run(args) -> int:
         requests = poisson_arrivals(args.rate, duration_s, args.seed, args.prompt, args.new)
         source = f"Poisson {args.rate:g}/s, seed {args.seed}, {args.prompt}+{args.new} tokens"
     service = device_service_model(profile, config)
+    sessions = None
+    if args.sessions or args.prefix_tokens:
+        import dataclasses
+
+        from harmony_ref.device.sessions import SessionCache, SessionService, assign_sessions
+        from harmony_ref.model.graph import kv_bytes_per_token_per_layer
+
+        if args.sessions < 0:
+            raise ValueError(f"--sessions {args.sessions}: must be >= 0")
+        ids = assign_sessions(len(requests), args.sessions, args.seed) if args.sessions else \
+            list(range(len(requests)))  # prefix only: every request its own conversation
+        requests = [dataclasses.replace(r, session=i) for r, i in zip(requests, ids)]
+        cache = SessionCache(args.kv_budget_tokens, args.context_limit, args.overflow, args.prefix_tokens)
+        sessions = SessionService(cache, profile, config)
+        kv_per_token = config.spec.n_layers * kv_bytes_per_token_per_layer(config.spec, config.kv_dtype)
     result = simulate_serving(requests, service, args.queue, args.timeout_s, duration_s,
-                              keep_outcomes=False)
+                              keep_outcomes=False, admit=sessions)
     summary = result.summary()
+    session_summary = sessions.summary(kv_per_token) if sessions else None
+    metrics = result.metrics()
+    if session_summary:
+        from harmony_ref.device.sessions import session_metrics
+
+        metrics.update(session_metrics(session_summary))
     typical = service(args.prompt, args.new)
     info = {"profile": profile.name, "model": config.spec.name, "policy": config.policy.name,
             "arrivals": source, "service_ttft_ms": typical.ttft_s * MS_PER_S,
             "service_e2e_ms": typical.total_s * MS_PER_S}
     if args.json:
-        print_json({**info, "summary": summary, "metrics": result.metrics().to_dict()})
+        print_json({**info, "summary": summary, "metrics": metrics.to_dict(),
+                    **({"sessions": session_summary} if session_summary else {})})
         return 0
     print(f"{profile.name}, {config.spec.name} {config.policy.name}; arrivals: {source}; one "
           f"session, queue {args.queue}, timeout {args.timeout_s:g} s")
@@ -83,4 +120,15 @@ def run(args) -> int:
     print_table(pd.DataFrame(rows), title="serving summary")
     print("latency: completed requests; TTFT: every request that got a first token (including "
           "ones cut off later); busy/timeout rates: fraction of arrivals")
+    if session_summary:
+        ss = session_summary
+        rows = [{"metric": k, "value": (float("nan") if v is None else float(v))} for k, v in ss.items()]
+        print_table(pd.DataFrame(rows), title=f"session KV cache: prefix {args.prefix_tokens}, "
+                                              f"{args.sessions or 'no'} sessions, budget "
+                                              f"{args.kv_budget_tokens} tokens, context limit "
+                                              f"{args.context_limit} ({args.overflow})")
+        if ss["ttft_reuse_mean_ms"] is not None:
+            print(f"service TTFT (no queueing), mean over {ss['hits'] + ss['misses']} admitted "
+                  f"requests: {ss['ttft_reuse_mean_ms']:,.0f} ms with reuse vs "
+                  f"{ss['ttft_no_reuse_mean_ms']:,.0f} ms prefilling everything again")
     return 0

@@ -65,16 +65,15 @@ class ColdStartInputs:
 
 
 def coldstart_inputs(profile: DeviceProfile, config: RunConfig) -> ColdStartInputs:
-    from harmony_ref.device.cost import scenario_timing
+    from harmony_ref.device.cost import config_graph, scenario_timing
     from harmony_ref.device.memory import memory_estimate
-    from harmony_ref.model.graph import build_graph
 
     mem = memory_estimate(profile, config)
     s = config.scenario
-    kw = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
-    graphs = [build_graph(config.spec, config.policy, "prefill", tokens=s.prompt_tokens, **kw)]
+    # as the profile runs them: CPU-fallback ops are kernels of their own
+    graphs = [config_graph(profile, config, "prefill", tokens=s.prompt_tokens)]
     if config.spec.is_decoder:
-        graphs.append(build_graph(config.spec, config.policy, "decode", context=s.prompt_tokens + 1, **kw))
+        graphs.append(config_graph(profile, config, "decode", context=s.prompt_tokens + 1))
     kernel_types = sum(len(g.unique_ops()) for g in graphs)
     return ColdStartInputs(
         file_bytes=mem.weights_bytes,

@@ -21,7 +21,14 @@ Decode cost depends on the context length (attention reads the whole KV cache). 
 decode is *integrated exactly*: step j (j = 0..new_tokens-1) attends to prompt + j + 1 positions,
 every step is costed (op quantities are affine in the context, so two graphs give them all), and
 the decode `PhaseCost` reports the per-step mean; e2e = prefill + the sum of all steps.
-TTFT = prefill(prompt) + the first decode step, as issue 4 defines it.
+TTFT = prefill(prompt) + the first decode step, as issue 4 defines it; with a cached prefix of
+`prefix_tokens`, prefill runs the prompt's new rows only, attending over the whole prompt.
+
+An op whose type the profile's NPU does not run (device/ops.py) runs on the CPU as a fallback:
+    time = max(compute at the CPU rates, memory) + (inputs + outputs) / npu.transfer_gbps
+           + cpu.launch_us + launch_overhead (the extra NPU launch after the cut)
+and is never fused with its neighbours (build_graph's `cpu_ops`). `PhaseCost.fallback_s` and
+`fallback_runs` say what that costs; both are 0 on a profile whose NPU runs every op.
 
 For the thermal model:
 
@@ -44,6 +51,7 @@ import numpy as np
 
 from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import DTYPES, DeviceProfile
+from harmony_ref.device.ops import fallback_ops, placement
 from harmony_ref.model.graph import Graph, Segment, build_graph
 from harmony_ref.units import GB, GIGA, MB, MS_PER_S, US_PER_S
 
@@ -71,6 +79,8 @@ class PhaseCost:
     kernel_launches: int
     tokens: int  # tokens processed (prefill: prompt x batch) or produced per step (batch)
     steps: int = 1  # decode: how many steps the means are taken over
+    fallback_s: float = 0.0  # time (transfers and launches included) of ops run on the CPU
+    fallback_runs: int = 0  # how many op runs fell back to the CPU
 
     @property
     def bound_s(self) -> float:
@@ -86,6 +96,11 @@ class Roofline:
     bandwidth_bytes_per_s: float
     onchip_bytes: float  # the buffer a matmul keeps its activation block in
     launch_s: float
+    # A fallback op on the CPU: its rates, the NPU <-> CPU copy, its dispatch.
+    cpu_matmul_ops_per_s: dict[str, float] | None = None
+    cpu_vector_ops_per_s: float = 1.0
+    transfer_bytes_per_s: float = 1.0
+    cpu_launch_s: float = 0.0
 
     @classmethod
     def of(cls, profile: DeviceProfile, compute_freq_scale: float = 1.0,
@@ -94,9 +109,14 @@ class Roofline:
         c, m = profile.compute, profile.memory
         ce, me = (c.compute_efficiency, m.memory_efficiency) if efficiencies else (1.0, 1.0)
         fc, fm = compute_freq_scale, memory_freq_scale
+        cpu = {"fp16": c.cpu_fp16_gflops, "int8": c.cpu_int8_gops, "int4": c.cpu_int4_gops}
+        npu, rt = profile.npu, profile.runtime
         return cls({d: c.matmul_ops_per_s(d) * ce * fc for d in DTYPES},
                    c.vector_fp16_gflops * GIGA * ce * fc, m.dram_bandwidth_gbps * GB * me * fm,
-                   m.onchip_buffer_bytes, profile.runtime.launch_overhead_us / US_PER_S)
+                   m.onchip_buffer_bytes, rt.launch_overhead_us / US_PER_S,
+                   {d: cpu[d] * GIGA * ce * fc for d in DTYPES}, c.cpu_fp16_gflops * GIGA * ce * fc,
+                   (npu.transfer_gbps if npu else m.dram_bandwidth_gbps) * GB,
+                   (profile.cpu.launch_us if profile.cpu else rt.launch_overhead_us) / US_PER_S)
 
 
 def dram_bytes(streamed, other, tile, onchip_bytes):
@@ -139,24 +159,31 @@ def _make_op_arrays(graph: Graph) -> dict[str, np.ndarray]:
         "streamed": [op.streamed_bytes for op, _ in rows],
         "other": [op.other_bytes for op, _ in rows],
         "tile": [op.tile_bytes for op, _ in rows],
+        "act_in": [op.act_in_bytes for op, _ in rows],
+        "act_out": [op.act_out_bytes for op, _ in rows],
     }
     out = {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
     out["dtype"] = np.asarray([DTYPES.index(op.dtype) for op, _ in rows])
+    out["op_type"] = np.asarray([op.op_type for op, _ in rows], dtype=object)
     return out
+
+
+_STRUCTURE = ("count", "dtype", "op_type")
 
 
 def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.ndarray,
               fc: float, fm: float) -> dict[str, np.ndarray]:
     """Per-step totals for graphs whose op quantities are affine in the step index: the value at
-    step s is g0's + s x (g1's - g0's). With g1 None, one step: g0 itself."""
+    step s is g0's + s x (g1's - g0's). With g1 None, one step: g0 itself. Ops the profile's NPU
+    does not run are costed as CPU fallbacks (the module docstring)."""
     a0 = _op_arrays(g0)
     if g1 is None:
-        slope = {k: np.zeros_like(v) for k, v in a0.items() if k not in ("count", "dtype")}
+        slope = {k: np.zeros_like(v) for k, v in a0.items() if k not in _STRUCTURE}
     else:
         a1 = _op_arrays(g1)
         if not np.array_equal(a0["count"], a1["count"]) or not np.array_equal(a0["dtype"], a1["dtype"]):
             raise AssertionError("decode graphs at neighbouring contexts differ in structure")
-        slope = {k: a1[k] - a0[k] for k in a0 if k not in ("count", "dtype")}
+        slope = {k: a1[k] - a0[k] for k in a0 if k not in _STRUCTURE}
     s = np.asarray(steps, dtype=np.float64)[None, :]  # (1, S)
     q = {k: a0[k][:, None] + slope[k][:, None] * s for k in slope}  # (ops, S)
     r = Roofline.of(profile, fc, fm)
@@ -165,13 +192,22 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
     time, compute, memory = op_time_s(q["flops"], q["vflops"], dram, rates[a0["dtype"]][:, None],
                                       r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
     n = a0["count"][:, None]
+    cpu = np.asarray([placement(profile, t) == "fallback" for t in a0["op_type"]], dtype=bool)[:, None]
+    if cpu.any():  # fallback ops: CPU rates, the NPU <-> CPU copy, a launch on each side
+        cpu_rates = np.array([r.cpu_matmul_ops_per_s[d] for d in DTYPES])
+        c_time, c_compute, _ = op_time_s(q["flops"], q["vflops"], dram, cpu_rates[a0["dtype"]][:, None],
+                                         r.cpu_vector_ops_per_s, r.bandwidth_bytes_per_s,
+                                         r.launch_s + r.cpu_launch_s)
+        c_time = c_time + (q["act_in"] + q["act_out"]) / r.transfer_bytes_per_s
+        time, compute = np.where(cpu, c_time, time), np.where(cpu, c_compute, compute)
+    fallback_runs = float((n * cpu).sum())
     per_dtype = {d: ((a0["dtype"] == i)[:, None] * q["flops"] * n).sum(axis=0) for i, d in enumerate(DTYPES)}
     vector = (q["vflops"] * n).sum(axis=0)
     return {
         "time_s": (time * n).sum(axis=0),
         "compute_s": (compute * n).sum(axis=0),
         "memory_s": (memory * n).sum(axis=0),
-        "launch_s": np.full(steps.shape, r.launch_s * a0["count"].sum()),
+        "launch_s": np.full(steps.shape, r.launch_s * a0["count"].sum() + r.cpu_launch_s * fallback_runs),
         "memory_bound_s": (((memory >= compute) * time) * n).sum(axis=0),
         "flops": sum(per_dtype.values()) + vector,
         "fp16_ops": per_dtype["fp16"],
@@ -180,13 +216,16 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
         "vector_ops": vector,
         "int8_equiv_ops": sum(INT8_EQUIV[d] * v for d, v in per_dtype.items()) + VECTOR_INT8_EQUIV * vector,
         "dram_bytes": (dram * n).sum(axis=0),
+        "fallback_s": (time * n * cpu).sum(axis=0),
+        "fallback_runs": np.full(steps.shape, fallback_runs),
     }
 
 
 def _phase(name: str, per_step: dict[str, np.ndarray], launches: int, tokens: int) -> PhaseCost:
     steps = len(per_step["time_s"])
-    return PhaseCost(phase=name, kernel_launches=launches, tokens=tokens, steps=steps,
-                     **{k: float(v.mean()) for k, v in per_step.items()})
+    means = {k: float(v.mean()) for k, v in per_step.items()}
+    means["fallback_runs"] = int(round(means["fallback_runs"]))
+    return PhaseCost(phase=name, kernel_launches=launches, tokens=tokens, steps=steps, **means)
 
 
 def decode_contexts(config: RunConfig) -> np.ndarray:
@@ -196,14 +235,20 @@ def decode_contexts(config: RunConfig) -> np.ndarray:
     return s.prompt_tokens + 1 + np.arange(n)
 
 
-def _decode_graphs(config: RunConfig):
+def config_graph(profile: DeviceProfile, config: RunConfig, phase: str, tokens: int = 1,
+                 context: int | None = None) -> Graph:
+    """`config`'s graph of one phase as it runs on `profile`: its fallback ops left unfused."""
+    return build_graph(config.spec, config.policy, phase, tokens=tokens, context=context,
+                       fused=config.fused, kv_dtype=config.kv_dtype, batch=config.scenario.batch,
+                       cpu_ops=fallback_ops(profile, config))
+
+
+def _decode_graphs(profile: DeviceProfile, config: RunConfig):
     """Decode graphs at contexts 1 and 2: every other context follows from them (op quantities
     are affine in the context, tests/model/test_graph.py holds that), so all scenarios share
     them."""
-    s = config.scenario
-    kw = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
-    return (build_graph(config.spec, config.policy, "decode", context=1, **kw),
-            build_graph(config.spec, config.policy, "decode", context=2, **kw))
+    return (config_graph(profile, config, "decode", context=1),
+            config_graph(profile, config, "decode", context=2))
 
 
 def decode_step_times(profile: DeviceProfile, config: RunConfig, compute_freq_scale: float = 1.0,
@@ -211,7 +256,7 @@ def decode_step_times(profile: DeviceProfile, config: RunConfig, compute_freq_sc
     """Per-step arrays (time_s, dram_bytes, ...) for every generated token of the scenario."""
     if not config.spec.is_decoder:
         raise ValueError(f"model {config.spec.name!r} is an encoder: it has no decode phase")
-    g1, g2 = _decode_graphs(config)
+    g1, g2 = _decode_graphs(profile, config)
     return _evaluate(profile, g1, g2, decode_contexts(config) - 1, compute_freq_scale, memory_freq_scale)
 
 
@@ -230,17 +275,16 @@ def phase_cost(profile: DeviceProfile, config: RunConfig, phase: str, compute_fr
     fm = _check_scale("memory_freq_scale", memory_freq_scale)
     s = config.scenario
     if phase == "prefill":
-        g = build_graph(config.spec, config.policy, "prefill", tokens=s.prompt_tokens,
-                        fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
+        # A cached prefix (s.prefix_tokens) leaves only the new rows, attending over the prompt.
+        g = config_graph(profile, config, "prefill", tokens=s.new_prompt_tokens, context=s.prompt_tokens)
         return graph_cost(profile, g, fc, fm)
     if phase != "decode":
         raise ValueError(f"phase {phase!r}: must be 'prefill' or 'decode'")
     if context is not None:
-        g = build_graph(config.spec, config.policy, "decode", context=context, fused=config.fused,
-                        kv_dtype=config.kv_dtype, batch=s.batch)
+        g = config_graph(profile, config, "decode", context=context)
         return graph_cost(profile, g, fc, fm)
     per = decode_step_times(profile, config, fc, fm)
-    return _phase("decode", per, _decode_graphs(config)[0].kernel_launches, s.batch)
+    return _phase("decode", per, _decode_graphs(profile, config)[0].kernel_launches, s.batch)
 
 
 @dataclass(frozen=True)
@@ -282,21 +326,23 @@ def scenario_timing(profile: DeviceProfile, config: RunConfig, compute_freq_scal
     if not config.spec.is_decoder:
         return Timing(prefill, None, 0.0, 0.0)
     per = decode_step_times(profile, config, compute_freq_scale, memory_freq_scale)
-    decode = _phase("decode", per, _decode_graphs(config)[0].kernel_launches, config.scenario.batch)
+    decode = _phase("decode", per, _decode_graphs(profile, config)[0].kernel_launches, config.scenario.batch)
     total = float(per["time_s"].sum()) if config.scenario.new_tokens else 0.0
     return Timing(prefill, decode, float(per["time_s"][0]), total)
 
 
 def op_breakdown(profile: DeviceProfile, graph: Graph) -> list[dict]:
     """Where one graph's time goes, by op kind: time, launches, DRAM bytes and how many of its
-    kernels are memory-bound. Rows sorted by time, largest first."""
+    kernels are memory-bound; a kind's CPU-fallback ops get their own row ("silu (cpu)").
+    Rows sorted by time, largest first."""
     rows: dict[str, dict] = {}
     for op, count in graph.unique_ops():
         one = Graph(graph.spec, graph.policy, graph.phase, graph.tokens, graph.context, graph.batch,
                     graph.fused, graph.kv_dtype, (Segment((op,)),))
         c = graph_cost(profile, one)
-        r = rows.setdefault(op.kind, {"kind": op.kind, "time_ms": 0.0, "launch_ms": 0.0, "launches": 0,
-                                      "dram_mb": 0.0, "gflop": 0.0, "memory_bound": 0})
+        kind = f"{op.op_type} (cpu)" if c.fallback_runs else op.kind
+        r = rows.setdefault(kind, {"kind": kind, "time_ms": 0.0, "launch_ms": 0.0, "launches": 0,
+                                   "dram_mb": 0.0, "gflop": 0.0, "memory_bound": 0})
         r["time_ms"] += count * c.time_s * MS_PER_S
         r["launch_ms"] += count * c.launch_s * MS_PER_S
         r["launches"] += count
@@ -323,11 +369,39 @@ def scenario_breakdown(profile: DeviceProfile, config: RunConfig) -> dict[str, l
     """Per-kind tables (op_breakdown) for the prefill graph and the decode step at the middle
     generated token, keyed by their titles (`harmony-ref predict --breakdown`)."""
     s = config.scenario
-    kw = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
-    prefill = build_graph(config.spec, config.policy, "prefill", tokens=s.prompt_tokens, **kw)
-    out = {f"prefill of {s.prompt_tokens} tokens, by op kind": op_breakdown(profile, prefill)}
+    prefill = config_graph(profile, config, "prefill", tokens=s.new_prompt_tokens, context=s.prompt_tokens)
+    cached = f" after a cached prefix of {s.prefix_tokens}" if s.prefix_tokens else ""
+    out = {f"prefill of {s.new_prompt_tokens} tokens{cached}, by op kind": op_breakdown(profile, prefill)}
+    graphs = [("prefill", prefill)]
     if config.spec.is_decoder:
         ctx = s.prompt_tokens + max(s.new_tokens, 1) // 2 + 1
-        out[f"one decode step at context {ctx}, by op kind"] = op_breakdown(
-            profile, build_graph(config.spec, config.policy, "decode", context=ctx, **kw))
+        decode = config_graph(profile, config, "decode", context=ctx)
+        out[f"one decode step at context {ctx}, by op kind"] = op_breakdown(profile, decode)
+        graphs.append(("decode step", decode))
+    rows = fallback_rows(profile, graphs)
+    if rows:
+        out["CPU fallback ops (not on this NPU): runs and cost"] = rows
+    return out
+
+
+def fallback_rows(profile: DeviceProfile, graphs: list[tuple[str, Graph]]) -> list[dict]:
+    """Per fallback op type and graph: runs, their total time and the part of it that is the
+    NPU <-> CPU copy and the two launches."""
+    r = Roofline.of(profile)
+    out = []
+    for label, graph in graphs:
+        by: dict[str, dict] = {}
+        for op, count in graph.unique_ops():
+            if placement(profile, op.op_type) != "fallback":
+                continue
+            one = Graph(graph.spec, graph.policy, graph.phase, graph.tokens, graph.context,
+                        graph.batch, graph.fused, graph.kv_dtype, (Segment((op,)),))
+            c = graph_cost(profile, one)
+            row = by.setdefault(op.op_type, {"op": op.op_type, "graph": label, "runs": 0, "time_ms": 0.0,
+                                             "transfer_ms": 0.0, "launch_ms": 0.0})
+            row["runs"] += count
+            row["time_ms"] += count * c.time_s * MS_PER_S
+            row["transfer_ms"] += count * (op.act_in_bytes + op.act_out_bytes) / r.transfer_bytes_per_s * MS_PER_S
+            row["launch_ms"] += count * (r.launch_s + r.cpu_launch_s) * MS_PER_S
+        out.extend(by.values())
     return out

@@ -7,7 +7,11 @@ frozen dataclasses with unit-suffixed fields. A new phone is a new TOML file, ne
 Sections: [compute] (NPU Cube peaks per dtype, its vector unit, CPU fallback rates, efficiency),
 [memory] (DRAM, on-chip buffer, RAM and the app's share, runtime workspace), [runtime] (kernel
 launch overhead, storage read, NPU init, graph parse: the cold-start inputs) and [thermal]
-(harmony_ref/device/thermal_config.py), and an optional [calibration] section that only
+(harmony_ref/device/thermal_config.py); optional [npu] (the op types the NPU runs and the ones the
+CPU runtime implements for fallback, the NPU <-> CPU copy rate, the NPU memory models may hold:
+device/ops.py, device/lifecycle.py) and [cpu] (its core clusters, `[[cpu.clusters]]`, per-op
+dispatch and per-thread synchronisation costs: device/threads.py), and an optional [calibration]
+section that only
 `harmony-ref calibrate` writes (the fitted model's held-out error; shipped profiles have none).
 Every number in a shipped file names its source or says
 `assumption`. A Cube peak of 0 means "no NPU path for this dtype": the op falls back to the CPU
@@ -26,6 +30,7 @@ from pathlib import Path
 from harmony_ref._toml import read_toml, shipped_names
 from harmony_ref._schema import from_table, nonneg
 from harmony_ref.device.thermal_config import ThermalConfig
+from harmony_ref.model.graph import OP_TYPES
 from harmony_ref.units import GB, GIGA, KIB, MB, TERA
 
 DTYPES = ("fp16", "int8", "int4")
@@ -93,6 +98,46 @@ class RuntimeSpec:
 
 
 @dataclass(frozen=True)
+class NpuSpec:
+    """What the NPU runtime runs, and what it costs to hand an op to the CPU instead."""
+
+    ops: tuple[str, ...] = field(metadata={"choices": OP_TYPES})  # op types the NPU runs
+    cpu_ops: tuple[str, ...] = field(metadata={"choices": OP_TYPES})  # the CPU runtime's (fallback)
+    transfer_gbps: float = _positive()  # NPU <-> CPU memory copy of a fallback op's ins and outs
+    memory_mb: float = _positive()  # NPU memory the driver lets loaded models hold
+
+
+@dataclass(frozen=True)
+class CpuCluster:
+    """Identical cores at one frequency; per-core rate = freq_ghz x ops per cycle."""
+
+    name: str
+    cores: int = field(metadata={"min": 1})
+    freq_ghz: float = _positive()
+    fp16_flops_per_cycle: float = _positive()  # NEON FMA lanes x 2
+    int8_ops_per_cycle: float = _positive()  # SDOT
+    int4_ops_per_cycle: float = _positive()  # nibbles unpacked to int8, then SDOT
+
+    def core_ops_per_s(self, dtype: str) -> float:
+        per_cycle = {"fp16": self.fp16_flops_per_cycle, "int8": self.int8_ops_per_cycle,
+                     "int4": self.int4_ops_per_cycle}[dtype]
+        return self.freq_ghz * GIGA * per_cycle
+
+
+@dataclass(frozen=True)
+class CpuSpec:
+    """The phone's CPU as the CPU path (and a fallback op) sees it."""
+
+    clusters: tuple[CpuCluster, ...]
+    launch_us: float = nonneg()  # dispatching one op to the CPU thread pool
+    sync_us_per_thread: float = nonneg()  # per op: the barrier's cost per thread beyond the first
+
+    @property
+    def cores(self) -> int:
+        return sum(c.cores for c in self.clusters)
+
+
+@dataclass(frozen=True)
 class CalibrationInfo:
     """How well this (calibrated) profile's model predicted measurements it was not fitted on."""
     held_out_per_op_mape_pct: float = nonneg()  # held-out microbenchmark ops
@@ -125,6 +170,8 @@ class DeviceProfile:
     runtime: RuntimeSpec
     thermal: ThermalConfig
     soc: str = ""
+    npu: NpuSpec | None = None  # [npu]: op support and NPU memory; None = every op on the NPU
+    cpu: CpuSpec | None = None  # [cpu]: clusters for the thread model; None = no thread model
     calibration: CalibrationInfo | None = field(default=None, compare=False)  # [calibration], optional
     source: str = field(default="<memory>", compare=False, init=False)  # file it was read from
 
@@ -154,8 +201,23 @@ def profile_from_dict(data: dict, source: str) -> DeviceProfile:
     except ValueError as e:
         # Cross-field checks (ThermalConfig.__post_init__) do not know the file; add it.
         raise e if str(e).startswith(source) else ValueError(f"{source}: {e}") from e
+    _check_cross_fields(profile, source)
     object.__setattr__(profile, "source", source)
     return profile
+
+
+def _check_cross_fields(p: DeviceProfile, source: str) -> None:
+    """Checks across fields that from_table cannot make: named like its errors."""
+    if p.cpu is not None:
+        names = [c.name for c in p.cpu.clusters]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            i = len(names) - 1 - names[::-1].index(dup)
+            raise ValueError(f"{source}: field 'cpu.clusters[{i}].name' = {dup!r}: another "
+                             "cluster has that name")
+    if p.npu is not None and not any(p.compute.on_npu(d) for d in DTYPES) and p.npu.ops:
+        raise ValueError(f"{source}: field 'npu.ops' = {list(p.npu.ops)!r}: this profile has no "
+                         "NPU (every cube_*_tops is 0): list no NPU ops")
 
 
 PROFILES_FOLDER = "device/profiles"

@@ -10,6 +10,9 @@ or already generating, and counted as degraded.
 Arrivals come from `poisson_arrivals` (seeded) or `load_trace` (CSV: arrival_s, prompt_tokens,
 new_tokens). Service times come from a `ServiceModel`: any callable (prompt_tokens, new_tokens)
 -> ServiceTime(ttft_s, total_s); `device_service_model` builds one from the device cost model.
+With sessions (device/sessions.py), `simulate_serving(..., admit=...)` asks `admit(request)` for
+the service time at each service start instead: the session KV cache decides there what the
+request reuses, or returns None to refuse it (past the context limit), counted as `refused`.
 Identical inputs give identical results: the event order is total (time, then event kind, then
 arrival index).
 
@@ -59,6 +62,7 @@ class Request:
     arrival_s: float
     prompt_tokens: int
     new_tokens: int
+    session: int = 0  # the conversation it belongs to (device/sessions.py)
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ ServiceModel = Callable[[int, int], ServiceTime]
 @dataclass(frozen=True)
 class RequestOutcome:
     request: Request
-    status: str  # "completed", "busy", "timeout"
+    status: str  # "completed", "busy", "timeout", "refused" (past the context limit)
     start_s: float = math.nan  # service start (nan if never started)
     end_s: float = math.nan  # completion, cut-off or rejection time
     first_token_s: float = math.nan  # absolute time of the first token, nan if none was produced
@@ -123,6 +127,7 @@ class ServeResult:
             "completed": self.count("completed"),
             "busy": self.count("busy"),
             "timed_out": self.count("timeout"),
+            "refused": self.count("refused"),
             "busy_rate": self.count("busy") / arrived if arrived else 0.0,
             "timeout_rate": self.count("timeout") / arrived if arrived else 0.0,
             "utilisation": self.busy_time_s / self.horizon_s if self.horizon_s > 0 else 0.0,
@@ -154,9 +159,11 @@ class ServeResult:
 
 def simulate_serving(requests: Sequence[Request], service: ServiceModel,
                      queue_limit: int = DEFAULT_QUEUE_LIMIT, timeout_s: float = DEFAULT_TIMEOUT_S,
-                     duration_s: float = 0.0, keep_outcomes: bool = True) -> ServeResult:
+                     duration_s: float = 0.0, keep_outcomes: bool = True,
+                     admit: Callable[[Request], ServiceTime | None] | None = None) -> ServeResult:
     """Run the event loop over `requests` (any order; served by arrival time, ties by index).
-    keep_outcomes=False keeps only the streamed statistics (no per-request outcomes)."""
+    keep_outcomes=False keeps only the streamed statistics (no per-request outcomes); `admit`,
+    when given, replaces `service` (see the module docstring)."""
     if len(requests) > MAX_REQUESTS:
         raise ValueError(f"{len(requests):,} requests: more than the limit of {MAX_REQUESTS:,} "
                          "requests per serving run")
@@ -166,7 +173,7 @@ def simulate_serving(requests: Sequence[Request], service: ServiceModel,
         raise ValueError(f"timeout_s = {timeout_s}: must be > 0")
     order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, i))
     outcomes: list[RequestOutcome | None] = [None] * len(requests) if keep_outcomes else []
-    counts = {"completed": 0, "busy": 0, "timeout": 0}
+    counts = {"completed": 0, "busy": 0, "timeout": 0, "refused": 0}
     latency_ms, ttft_ms = array("d"), array("d")
 
     def finish(i: int, outcome: RequestOutcome) -> None:
@@ -187,10 +194,14 @@ def simulate_serving(requests: Sequence[Request], service: ServiceModel,
     q_samples: list[int] = []
     last_t = 0.0
 
-    def start(i: int, t: float) -> None:
+    def start(i: int, t: float) -> bool:
+        """Serve request i from t; False when `admit` refuses it (answered at t)."""
         nonlocal in_service, busy_time
         r = requests[i]
-        svc = service(r.prompt_tokens, r.new_tokens)
+        svc = service(r.prompt_tokens, r.new_tokens) if admit is None else admit(r)
+        if svc is None:
+            finish(i, RequestOutcome(r, "refused", end_s=t))
+            return False
         deadline = r.arrival_s + timeout_s
         end = t + svc.total_s
         completes = end <= deadline
@@ -199,6 +210,7 @@ def simulate_serving(requests: Sequence[Request], service: ServiceModel,
         busy_time += stop - t
         in_service = i
         heapq.heappush(events, (stop, _EV_DONE, i))
+        return True
 
     def serve_next(t: float) -> None:
         nonlocal in_service
@@ -206,8 +218,9 @@ def simulate_serving(requests: Sequence[Request], service: ServiceModel,
         while queue:
             j = queue.popleft()
             if requests[j].arrival_s + timeout_s > t:
-                start(j, t)
-                return
+                if start(j, t):
+                    return
+                continue
             # Its deadline is now: it never starts (its own timeout event finds it gone).
             finish(j, RequestOutcome(requests[j], "timeout", end_s=t))
 
@@ -237,7 +250,7 @@ def simulate_serving(requests: Sequence[Request], service: ServiceModel,
         max_q = max(max_q, len(queue))
         if keep_outcomes:
             q_samples.append(len(queue))
-    if sum(counts.values()) != len(requests):  # every arrival ends completed, busy or timed out
+    if sum(counts.values()) != len(requests):  # every arrival ends completed, busy, timed out or refused
         raise AssertionError(f"{len(requests) - sum(counts.values())} requests have no outcome")
     horizon = max(duration_s, last_t)
     return ServeResult(outcomes, queue_limit, timeout_s, horizon, busy_time, max_q, q_samples,

@@ -30,6 +30,15 @@ one kernel, residual adds ride on the projection before them, rope writes the KV
 scores -> softmax -> P.V is one flash-attention kernel (the score matrix never reaches DRAM).
 Merging only ever removes launches and bytes; it never changes FLOPs.
 
+Operator types (`Op.op`, one of `OP_TYPES`) are what a runtime must implement to run the op: the
+kind, except that a norm is `rms_norm` (decoders) or `layer_norm` (encoders) and an activation is
+the spec's own (`silu`, `gelu`, `gelu_tanh`). A device profile lists the ones its NPU runs
+(device/ops.py); `build_graph(..., cpu_ops=...)` leaves the ops of those types unfused, as a
+runtime that hands them to the CPU must (a kernel cannot be half on each side).
+
+Prefill may start from a cached prefix: `build_graph(spec, policy, "prefill", tokens=new,
+context=cached + new)` runs the new rows only, attending over every position (prompt prefix reuse).
+
 Conventions: attention FLOPs count the whole masked score matrix (2 x rows x context x q_dim for
 QK^T and again for P.V), as a runtime without causal block skipping computes it; grouped-query
 attention reads each KV head once for its whole group. Prefill runs the final norm and lm_head
@@ -53,6 +62,13 @@ SILU_FLOPS_PER_ELEMENT = 4  # exp, add, divide, multiply
 GELU_FLOPS_PER_ELEMENT = 8  # tanh approximation
 ROPE_FLOPS_PER_ELEMENT = 3  # two multiplies and an add per rotated element
 KV_INT8_SCALE_BYTES = 4  # one float32 scale per token per KV head, for K and for V, as kernels.KVCache stores it
+
+# What a runtime must implement: every `Op.op` a graph can hold.
+OP_TYPES = ("matmul", "embedding", "rms_norm", "layer_norm", "rope", "attn_qk", "softmax",
+            "attn_pv", "bias", "silu", "gelu", "gelu_tanh", "gate_mul", "residual_add", "kv_write",
+            "pool")
+ACTIVATION_FLOPS = {"silu": SILU_FLOPS_PER_ELEMENT, "gelu": GELU_FLOPS_PER_ELEMENT,
+                    "gelu_tanh": GELU_FLOPS_PER_ELEMENT}
 
 EPILOGUE_KINDS = frozenset(
     {"bias", "activation", "gate_mul", "residual_add", "kv_write", "softmax", "attn_pv"}
@@ -80,6 +96,11 @@ class Op:
     m: int = 0  # shape, see the module docstring
     n: int = 0
     k: int = 0
+    op: str = ""  # operator type (OP_TYPES); "" = the kind
+
+    @property
+    def op_type(self) -> str:
+        return self.op or self.kind
 
     @property
     def dram_bytes(self) -> float:
@@ -211,18 +232,19 @@ class _Builder:
             self.elementwise(f"{layer}.bias", "bias", layer, rows, n, 1, extra_weight=n * a)
 
     def elementwise(self, name: str, kind: str, layer: str, m: int, n: int, flops_per: float,
-                    n_inputs: int = 1, extra_weight: float = 0.0, reads_prev: bool = True):
+                    n_inputs: int = 1, extra_weight: float = 0.0, reads_prev: bool = True,
+                    op: str = ""):
         """An op reading `n_inputs` (m, n) tensors of fp16 values (the first being the previous
         op's output, unless `reads_prev` is False) and writing one."""
         a, elements = ACT_BYTES, m * n
         self.add(name=name, kind=kind, layer=layer, vector_flops=float(elements * flops_per),
                  weight_bytes=extra_weight, act_in_bytes=n_inputs * elements * a,
                  act_out_bytes=elements * a, reads_prev_bytes=elements * a if reads_prev else 0.0,
-                 m=m, n=n)
+                 m=m, n=n, op=op)
 
     def norm(self, name: str, rows: int, with_bias: bool):
         h, a = self.spec.hidden, ACT_BYTES
-        self.add(name=name, kind="norm", layer=name,
+        self.add(name=name, kind="norm", layer=name, op="rms_norm" if self.spec.is_decoder else "layer_norm",
                  vector_flops=float(rows * h * NORM_FLOPS_PER_ELEMENT),
                  weight_bytes=h * a * (2 if with_bias else 1),
                  act_in_bytes=rows * h * a, act_out_bytes=rows * h * a, m=rows, n=h)
@@ -274,7 +296,7 @@ class _Builder:
         gate, up, down = s.layer_linears(i)[4:]
         self.matmul(gate.name, gate.n_out, gate.k_in, m, gate.bias)
         self.elementwise(f"{p}.mlp.act_fn", "activation", f"{p}.mlp", m, s.intermediate,
-                         SILU_FLOPS_PER_ELEMENT)
+                         ACTIVATION_FLOPS[s.activation], op=s.activation)
         self.matmul(up.name, up.n_out, up.k_in, m, up.bias)
         self.elementwise(f"{p}.mlp.gate_mul", "gate_mul", f"{p}.mlp", m, s.intermediate, 1, n_inputs=2)
         self.matmul(down.name, down.n_out, down.k_in, m, down.bias)
@@ -292,7 +314,7 @@ class _Builder:
         self.norm(f"{p}.attention.output.LayerNorm", m, with_bias=True)
         self.matmul(inter.name, inter.n_out, inter.k_in, m, inter.bias)
         self.elementwise(f"{p}.intermediate.gelu", "activation", p, m, s.intermediate,
-                         GELU_FLOPS_PER_ELEMENT)
+                         ACTIVATION_FLOPS[s.activation], op=s.activation)
         self.matmul(out.name, out.n_out, out.k_in, m, out.bias)
         self.elementwise(f"{p}.output.residual", "residual_add", p, m, s.hidden, 1, n_inputs=2)
         self.norm(f"{p}.output.LayerNorm", m, with_bias=True)
@@ -361,15 +383,17 @@ def merge(a: Op, b: Op) -> Op:
         tile_bytes=a.tile_bytes,
         reads_prev_bytes=a.reads_prev_bytes,
         fused=a.fused + (b.name,) + b.fused,
-        m=a.m, n=a.n, k=a.k,
+        m=a.m, n=a.n, k=a.k, op=a.op,
     )
 
 
-def fuse(ops: list[Op] | tuple[Op, ...]) -> tuple[Op, ...]:
-    """The fusion pass: fold each epilogue op into the op before it."""
+def fuse(ops: list[Op] | tuple[Op, ...], cpu_ops: frozenset[str] = frozenset()) -> tuple[Op, ...]:
+    """The fusion pass: fold each epilogue op into the op before it. Ops whose type is in
+    `cpu_ops` (run on the CPU, not the NPU) neither fold nor take an epilogue."""
     out: list[Op] = []
     for op in ops:
         if (out and op.kind in EPILOGUE_KINDS and op.reads_prev_bytes > 0
+                and op.op_type not in cpu_ops and out[-1].op_type not in cpu_ops
                 and not (op.flops and out[-1].flops and op.dtype != out[-1].dtype)):
             out[-1] = merge(out[-1], op)
         else:
@@ -379,10 +403,13 @@ def fuse(ops: list[Op] | tuple[Op, ...]) -> tuple[Op, ...]:
 
 @functools.lru_cache(maxsize=512)
 def build_graph(spec: ModelSpec, policy: Policy, phase: str, tokens: int = 1, context: int | None = None,
-                fused: bool = True, kv_dtype: str = "fp16", batch: int = 1) -> Graph:
-    """Ops of one phase. prefill: `tokens` prompt tokens (context = tokens). decode: one token
-    per request attending to `context` positions (the cached ones plus itself). Cached: graphs
-    are immutable and the cost model asks for the same few again and again."""
+                fused: bool = True, kv_dtype: str = "fp16", batch: int = 1,
+                cpu_ops: frozenset[str] = frozenset()) -> Graph:
+    """Ops of one phase. prefill: `tokens` prompt tokens attending to `context` positions
+    (default: tokens; more when a cached prefix precedes them). decode: one token per request
+    attending to `context` positions (the cached ones plus itself). `cpu_ops`: op types left
+    unfused (they run on the CPU). Cached: graphs are immutable and the cost model asks for the
+    same few again and again."""
     if phase not in PHASES:
         raise ValueError(f"phase {phase!r}: must be one of {list(PHASES)}")
     if phase == "decode":
@@ -390,12 +417,15 @@ def build_graph(spec: ModelSpec, policy: Policy, phase: str, tokens: int = 1, co
             raise ValueError(f"model {spec.name!r} is an encoder: it has no decode phase")
         rows, ctx = 1, (context if context is not None else tokens)
     else:
-        rows, ctx = tokens, tokens
+        rows, ctx = tokens, (context if context is not None else tokens)
     for name, v in (("tokens", rows), ("context", ctx), ("batch", batch)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"graph: {name} = {v!r}: must be an int >= 1")
+    if ctx < rows:
+        raise ValueError(f"graph: context = {ctx} < tokens = {rows}: a prefill attends to at "
+                         "least its own rows")
     b = _Builder(spec, policy, rows, ctx, batch, kv_dtype, phase)
-    finish = fuse if fused else tuple
+    finish = functools.partial(fuse, cpu_ops=frozenset(cpu_ops)) if fused else tuple
     b.embedding()
     segments = [Segment(finish(b.take()))]
     prefix = "model.layers." if spec.is_decoder else "encoder.layer."
@@ -405,3 +435,25 @@ def build_graph(spec: ModelSpec, policy: Policy, phase: str, tokens: int = 1, co
     b.head()
     segments.append(Segment(finish(b.take())))
     return Graph(spec.name, policy.name, phase, rows, ctx, batch, fused, kv_dtype, tuple(segments))
+
+
+@functools.lru_cache(maxsize=64)
+def op_types_used(spec: ModelSpec, policy: Policy) -> tuple[str, ...]:
+    """Every operator type (OP_TYPES) the model's prefill and decode graphs run, in first-use
+    order: what a runtime must implement (`harmony-ref check-ops`)."""
+    phases = [build_graph(spec, policy, "prefill", tokens=1, fused=False)]
+    if spec.is_decoder:
+        phases.append(build_graph(spec, policy, "decode", context=1, fused=False))
+    seen: dict[str, None] = {}
+    for g in phases:
+        for op, _ in g.unique_ops():
+            seen.setdefault(op.op_type, None)
+    return tuple(seen)
+
+
+def op_counts(graph: Graph) -> dict[str, int]:
+    """How many times each operator type runs in `graph` (a fused op counts as its first op)."""
+    out: dict[str, int] = {}
+    for op, count in graph.unique_ops():
+        out[op.op_type] = out.get(op.op_type, 0) + count
+    return out

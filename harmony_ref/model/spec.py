@@ -26,7 +26,9 @@ from harmony_ref._toml import read_toml, shipped_names
 
 DECODER = "decoder"
 ENCODER = "encoder"
-ACTIVATIONS = ("silu", "gelu")  # SwiGLU's SiLU (Llama, Qwen); BERT's exact-erf GELU
+# SwiGLU's SiLU (Llama, Qwen); BERT's exact-erf GELU; Gemma's GeGLU gate, tanh-approximated GELU
+# (config.json hidden_act "gelu_pytorch_tanh"): an activation a phone NPU may not implement.
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 ROPE_SCALINGS = ("llama3",)
 SPECS_FOLDER = "model/specs"
 
@@ -75,7 +77,7 @@ class ModelSpec:
     published_params: int = 0
     source: str = ""  # where the numbers come from
     norm_eps: float = 1e-5  # RMSNorm (decoder) or LayerNorm (encoder) epsilon
-    activation: str = "silu"  # of the feed-forward: "silu" (SwiGLU) or "gelu"
+    activation: str = "silu"  # of the feed-forward: "silu" (SwiGLU), "gelu", "gelu_tanh" (GeGLU)
     rope_theta: float = 0.0  # rope base frequency; 0 for models without rope (BERT)
     rope_scaling: RopeScaling | None = None
     file: str = field(default="<memory>", compare=False, init=False)  # the TOML it was read from

@@ -21,6 +21,7 @@ PUBLISHED = {
     "llama-3.2-3b": 3_212_749_824,  # Llama-3.2-3B safetensors total (card: 3.21B)
     "llama-2-7b": 6_738_415_616,  # Llama-2-7b-hf safetensors total
     "all-minilm-l6": 22.7e6,  # all-MiniLM-L6-v2 card: 22.7M params
+    "gemma-2b": 2.51e9,  # google/gemma-2b model page: 2.51B params
 }
 
 
