@@ -25,6 +25,7 @@ def add_arguments(p) -> None:
     p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
     p.add_argument("--prompt", type=int, default=512, help="prompt tokens per Poisson request (default 512)")
     p.add_argument("--new", type=int, default=128, help="generated tokens per Poisson request (default 128)")
+    p.add_argument("--plot", metavar="PNG", help="write each request's latency by arrival time and the queue")
     add_json_flag(p)
 
 
@@ -44,6 +45,10 @@ def run(args) -> int:
 
     if args.minutes is not None and not args.minutes > 0:
         raise ValueError(f"--minutes {args.minutes}: must be > 0")
+    if args.plot:
+        from harmony_ref.track.figures import check_writable
+
+        check_writable(args.plot)
     profile = load_profile(args.profile)
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                   new_tokens=args.new,
@@ -65,8 +70,14 @@ def run(args) -> int:
     info = {"profile": profile.name, "model": config.spec.name, "policy": config.policy.name,
             "arrivals": source, "service_ttft_ms": typical.ttft_s * MS_PER_S,
             "service_e2e_ms": typical.total_s * MS_PER_S}
+    if args.plot:
+        from harmony_ref.track.plots import serve_plot
+
+        serve_plot(result, f"{profile.name}, {config.spec.name} {config.policy.name}; {source}; "
+                           f"queue {args.queue}, timeout {args.timeout_s:g} s", args.plot)
     if args.json:
-        print_json({**info, "summary": summary, "metrics": result.metrics().to_dict()})
+        print_json({**info, "summary": summary, "metrics": result.metrics().to_dict(),
+                    "plot": args.plot})
         return 0
     print(f"{profile.name}, {config.spec.name} {config.policy.name}; arrivals: {source}; one "
           f"session, queue {args.queue}, timeout {args.timeout_s:g} s")
@@ -76,4 +87,6 @@ def run(args) -> int:
     print_table(pd.DataFrame(rows), title="serving summary")
     print("latency: completed requests; TTFT: every request that got a first token (including "
           "ones cut off later); busy/timeout rates: fraction of arrivals")
+    if args.plot:
+        print(f"plot written to {args.plot}")
     return 0

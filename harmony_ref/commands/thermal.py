@@ -36,6 +36,10 @@ def run(args) -> int:
 
     if not args.minutes > 0 or not args.dt_ms > 0 or not args.every_s > 0:
         raise ValueError(f"--minutes {args.minutes}, --dt-ms {args.dt_ms} and --every-s {args.every_s} must be > 0")
+    if args.plot:
+        from harmony_ref.track.figures import check_writable
+
+        check_writable(args.plot)
     profile = load_profile(args.profile)
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                   new_tokens=args.new,
