@@ -60,9 +60,11 @@ def figure(width_px: int = WIDTH_PX, height_px: int = 800, nrows: int = 1, ncols
     """(fig, axes) of exactly width_px x height_px pixels when saved by `save_png`; `axes` as
     `Figure.subplots` returns it (one Axes, or an array for a grid; `squeeze=False`: always a
     2-D array)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width_px / DPI, height_px / DPI), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
     return fig, fig.subplots(nrows, ncols, **subplots_kw)
 
 
@@ -172,10 +174,75 @@ def save_png(fig, path: str | Path, flag: str = "--plot") -> Path:
         raise ValueError(f"{flag} {path}: cannot write: {e.strerror}") from None
     os.close(fd)
     try:
-        fig.savefig(tmp, format="png", dpi=DPI)
+        with style():  # ticks are made while drawing: they read the house rcParams then
+            fig.savefig(tmp, format="png", dpi=DPI)
         os.replace(tmp, path)
     except OSError as e:
         raise ValueError(f"{flag} {path}: cannot write: {e.strerror}") from None
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path
+
+
+def layout_problems(fig) -> list[str]:
+    """What a reader would trip over, found on the drawn figure (empty when none): a text or
+    legend reaching past the figure's edge, a legend over any axes' data area, a label in an
+    axes (a bar value, an annotation) crossing that axes' frame, two labels of one axes over each
+    other, two tick labels of one axis over each other, and two titles over each other."""
+    import itertools
+
+    with style():
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        edge = fig.bbox
+        out: list[str] = []
+        axes = [a for a in fig.axes if a.get_visible()]
+
+        def extent(t):
+            return t.get_window_extent(r)
+
+        def named(t) -> str:
+            return repr(t.get_text()) if hasattr(t, "get_text") else type(t).__name__
+
+        def shown(texts):
+            return [t for t in texts if t.get_visible() and t.get_text().strip()]
+
+        def ticks(axis):  # the labels drawn: ticks inside the view limits
+            lo, hi = sorted(axis.get_view_interval())
+            tol = 1e-9 * max(1.0, abs(hi - lo))
+            return shown([t for loc, t in zip(axis.get_majorticklocs(), axis.get_majorticklabels())
+                          if lo - tol <= loc <= hi + tol])
+
+        titles = shown([fig._suptitle] if fig._suptitle else [])
+        for ax in axes:
+            titles += shown([ax.title, ax._left_title, ax._right_title])
+        legends = list(fig.legends) + [ax.get_legend() for ax in axes if ax.get_legend()]
+        everything = list(titles) + legends + shown(fig.texts)
+        for ax in axes:
+            everything += shown([ax.xaxis.label, ax.yaxis.label, *ax.texts])
+            everything += ticks(ax.xaxis) + ticks(ax.yaxis)
+        for t in everything:
+            b = extent(t)
+            if b.x0 < edge.x0 - 0.5 or b.y0 < edge.y0 - 0.5 or b.x1 > edge.x1 + 0.5 \
+                    or b.y1 > edge.y1 + 0.5:
+                out.append(f"{named(t)} reaches past the figure's edge")
+        for leg in legends:
+            for ax in axes:
+                if extent(leg).overlaps(ax.bbox):
+                    out.append(f"a legend lies over the data area of {ax.get_title()!r}")
+        for a, b in itertools.combinations(titles, 2):
+            if extent(a).overlaps(extent(b)):
+                out.append(f"titles {named(a)} and {named(b)} overlap")
+        for ax in axes:
+            labels = shown(ax.texts)
+            for t in labels:
+                b = extent(t)
+                if not (ax.bbox.x0 <= b.x0 and b.x1 <= ax.bbox.x1 and ax.bbox.y0 <= b.y0
+                        and b.y1 <= ax.bbox.y1):
+                    out.append(f"label {named(t)} crosses the frame of {ax.get_title()!r}")
+            groups = [labels, ticks(ax.xaxis), ticks(ax.yaxis)]
+            for group in groups:
+                for a, b in itertools.combinations(group, 2):
+                    if extent(a).overlaps(extent(b)):
+                        out.append(f"{named(a)} and {named(b)} overlap in {ax.get_title()!r}")
+        return out

@@ -156,7 +156,13 @@ def _stacked_panel(ax, frame, metric: str, phases, profiles, colours, step_colou
 
 def compare_panels(frame, path: str | Path, title: str, metrics=DEFAULT_PANELS,
                    phases: dict | None = None, width_px: int = WIDTH_PX) -> Path:
-    """`compare --plot`: one panel per metric of `frame` (a track.compare frame), three to a row.
+    """`compare --plot`: `compare_figure` written to `path`."""
+    return save_png(compare_figure(frame, title, metrics, phases, width_px), path)
+
+
+def compare_figure(frame, title: str, metrics=DEFAULT_PANELS, phases: dict | None = None,
+                   width_px: int = WIDTH_PX):
+    """One panel per metric of `frame` (a track.compare frame), three to a row.
     `phases`: {strategy: frame} from track.compare.coldstart_phases; with it, cold-start metrics
     are stacked bars of their phases. Every metric must be a row of the frame (ValueError)."""
     from matplotlib import colormaps
@@ -197,11 +203,16 @@ def compare_panels(frame, path: str | Path, title: str, metrics=DEFAULT_PANELS,
             fig.legend(handles=legend, title="cold start phases, bottom to top of each bar",
                        loc="outside lower center", ncols=min(4, len(legend)), frameon=False)
         fig.suptitle(title)
-        return save_png(fig, path)
+        return fig
 
 
 def profile_bars(frame, path: str | Path, title: str, width_px: int = WIDTH_PX) -> Path:
-    """`compare --plot --plot-view normalised`: every metric as a group of horizontal bars, one
+    """`compare --plot --plot-view normalised`: `normalised_figure` written to `path`."""
+    return save_png(normalised_figure(frame, title, width_px), path)
+
+
+def normalised_figure(frame, title: str, width_px: int = WIDTH_PX):
+    """Every metric of a compare frame as a group of horizontal bars, one
     per profile, each the value divided by the largest absolute value of its metric across the
     profiles (so all share one axis, said on it), with the real value and unit printed beside."""
     import numpy as np
@@ -241,11 +252,16 @@ def profile_bars(frame, path: str | Path, title: str, width_px: int = WIDTH_PX) 
                       "the printed number is the real value")
         fig.legend(loc="outside lower center", ncols=n_prof, frameon=False)
         fig.suptitle(title)
-        return save_png(fig, path)
+        return fig
 
 
 def thermal_plot(result, cfg, title: str, path: str | Path, width_px: int = WIDTH_PX) -> Path:
-    """`thermal --plot`: two panels sharing time, decode tokens/s (its peak, the 10-minute point
+    """`thermal --plot`: `thermal_figure` written to `path`."""
+    return save_png(thermal_figure(result, cfg, title, width_px), path)
+
+
+def thermal_figure(result, cfg, title: str, width_px: int = WIDTH_PX):
+    """Two panels sharing time, decode tokens/s (its peak, the 10-minute point
     and the first throttle marked) and die and skin temperature (with the trips), of a
     device.thermal SustainedResult."""
     import numpy as np
@@ -294,7 +310,7 @@ def thermal_plot(result, cfg, title: str, path: str | Path, width_px: int = WIDT
         ax1.grid(True, axis="x")
         ax2.grid(True, axis="x")
         fig.suptitle(title)
-        return save_png(fig, path)
+        return fig
 
 
 def queue_length_steps(outcomes) -> tuple[list[float], list[int]]:
@@ -318,7 +334,12 @@ def queue_length_steps(outcomes) -> tuple[list[float], list[int]]:
 
 
 def serve_plot(result, title: str, path: str | Path, width_px: int = WIDTH_PX) -> Path:
-    """`serve --plot`: each request by arrival time, its end-to-end latency and TTFT (completed),
+    """`serve --plot`: `serve_figure` written to `path`."""
+    return save_png(serve_figure(result, title, width_px), path)
+
+
+def serve_figure(result, title: str, width_px: int = WIDTH_PX):
+    """Each request by arrival time, its end-to-end latency and TTFT (completed),
     where it was cut off (timeout) or that it was answered busy; below, the requests waiting."""
     import numpy as np
 
@@ -367,4 +388,4 @@ def serve_plot(result, title: str, path: str | Path, width_px: int = WIDTH_PX) -
         ax1.grid(True, axis="x")
         ax2.grid(True, axis="x")
         fig.suptitle(title)
-        return save_png(fig, path)
+        return fig
