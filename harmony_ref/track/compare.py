@@ -4,7 +4,8 @@
 cold start, 10-minute thermal summary) once per profile and returns a pandas frame with metrics
 as rows and profiles as columns, plus a `best` column naming the profile(s) with the best value
 of each row (direction-aware; `direction = "none"` rows and rows where every profile ties
-are not marked).
+are not marked). `coldstart_phases` splits the cold-start totals into the model's steps, for the
+stacked bars of `compare --plot`.
 """
 
 from __future__ import annotations
