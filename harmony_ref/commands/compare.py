@@ -85,7 +85,8 @@ def _plot_metrics(args) -> list[str] | None:
     if not args.plot:
         raise ValueError("--metrics: picks the panels of --plot; give --plot PNG too")
     if args.plot_view != "panels":
-        raise ValueError("--metrics: the normalised view draws every metric; use --plot-view panels")
+        raise ValueError("--metrics: the normalised view draws every metric; "
+                         "use --plot-view panels")
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     if not metrics:
         raise ValueError(f"--metrics {args.metrics!r}: give at least one metric name")
@@ -97,7 +98,12 @@ def _plot_metrics(args) -> list[str] | None:
 
 def _plot(args, frame, profiles, metrics, title):
     from harmony_ref.track.compare import coldstart_phases
-    from harmony_ref.track.plots import DEFAULT_PANELS, coldstart_strategy, compare_panels, profile_bars
+    from harmony_ref.track.plots import (
+        DEFAULT_PANELS,
+        coldstart_strategy,
+        compare_panels,
+        profile_bars,
+    )
 
     if args.plot_view == "normalised":
         return profile_bars(frame, args.plot, title)

@@ -25,7 +25,8 @@ def add_arguments(p) -> None:
     p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
     p.add_argument("--prompt", type=int, default=512, help="prompt tokens per Poisson request (default 512)")
     p.add_argument("--new", type=int, default=128, help="generated tokens per Poisson request (default 128)")
-    p.add_argument("--plot", metavar="PNG", help="write each request's latency by arrival time and the queue")
+    p.add_argument("--plot", metavar="PNG",
+                   help="write each request's latency by arrival time and the wait queue")
     add_json_flag(p)
 
 

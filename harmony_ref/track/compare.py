@@ -76,9 +76,10 @@ def coldstart_phases(profiles: list[str], model: str, policy: str, prompt_tokens
 
     rows = {}
     for profile in profiles:
-        config = RunConfig.from_names(model, policy, prompt_tokens, new_tokens, context_tokens, batch,
-                                      profile=profile)
-        rows[profile] = {r["strategy"]: r for r in breakdown(profile, config) if r["loader"] == loader}
+        config = RunConfig.from_names(model, policy, prompt_tokens, new_tokens, context_tokens,
+                                      batch, profile=profile)
+        rows[profile] = {r["strategy"]: r for r in breakdown(profile, config)
+                         if r["loader"] == loader}
     out = {}
     for strategy in STRATEGIES:
         f = pd.DataFrame({p: [rows[p][strategy][f"{s}_ms"] for s in STEPS] for p in profiles},

@@ -151,7 +151,8 @@ def test_serve_plot_and_queue_steps(tmp_path):
     _times, waiting = plots.queue_length_steps(result.outcomes)
     assert min(waiting) == 0 and max(waiting) == result.max_queue_len <= 3 and waiting[-1] == 0
     # Three at once at an idle session: one served, two wait until their turns.
-    three = simulate_serving([Request(0.0, 10, 10)] * 3, constant_rate_service(100.0, 10.0), 3, 60.0)
+    three = simulate_serving([Request(0.0, 10, 10)] * 3, constant_rate_service(100.0, 10.0), 3,
+                             60.0)
     times, waiting = plots.queue_length_steps(three.outcomes)
     assert waiting == [0, 1, 2, 1, 0]
     assert times[1:3] == [0.0, 0.0]
