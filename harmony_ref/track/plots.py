@@ -184,12 +184,13 @@ def compare_figure(frame, title: str, metrics=DEFAULT_PANELS, phases: dict | Non
     nrows = math.ceil(len(metrics) / ncols)
     with style():
         fig, axes = figure(width_px, 120 + 420 * nrows, nrows, ncols, squeeze=False)
-        legend = []
+        legend = {}  # step -> a handle: the union over every stacked panel, in step order
         for ax, metric in zip(axes.flat, metrics):
             strategy = coldstart_strategy(metric)
             if phases and strategy in phases:
-                legend = _stacked_panel(ax, frame, metric, phases[strategy], profiles, colours,
-                                        step_colours) or legend
+                handles = _stacked_panel(ax, frame, metric, phases[strategy], profiles, colours,
+                                         step_colours)
+                legend.update(zip(phases[strategy].index, handles))
             elif metric == "peak_memory_mb" and "app_budget_mb" in frame.index:
                 _memory_panel(ax, frame, metric, profiles, colours)
             else:
@@ -200,6 +201,7 @@ def compare_figure(frame, title: str, metrics=DEFAULT_PANELS, phases: dict | Non
         for ax in axes.flat[len(metrics):]:
             ax.set_visible(False)
         if legend:
+            legend = [legend[s] for s in STEPS if s in legend]
             fig.legend(handles=legend, title="cold start phases, bottom to top of each bar",
                        loc="outside lower center", ncols=min(4, len(legend)), frameon=False)
         fig.suptitle(title)

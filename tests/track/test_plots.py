@@ -73,6 +73,10 @@ def test_compare_panels_other_metrics_and_one_panel(compared, tmp_path):
     png = tmp_path / "picked.png"
     assert render(lambda: plots.compare_figure(frame, "title", picked, phases), png) == []
     check_png(png, 1400, 120 + 420 * 2)
+    # Two stacked panels share one legend: every phase either shows, once, in the order paid.
+    fig = plots.compare_figure(frame, "t", ["coldstart_preload_ms", "coldstart_cold_ms"], phases)
+    names = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert names == [plots.COLDSTART_STEP_LABELS[s] for s in phases["cold"].index]
     png = tmp_path / "one.png"
     assert render(lambda: plots.compare_figure(frame, "title", ["ttft_ms"]), png) == []
     check_png(png, 1400, 120 + 420)
