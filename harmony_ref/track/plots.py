@@ -49,6 +49,7 @@ PANEL_TITLES = {
     "time_to_first_throttle_s": "Time to first throttle",
     "peak_die_c": "Peak die temperature",
     "peak_skin_c": "Peak skin temperature",
+    "fits_memory": "Fits the app budget",
 }
 AXIS_UNITS = {  # where the metric's unit alone would not say what is counted
     "energy_per_token_mj": "mJ per token",
@@ -78,7 +79,8 @@ def _panel_title(frame, metric: str) -> str:
 
 
 def _axis_label(frame, metric: str) -> str:
-    return AXIS_UNITS.get(metric, str(frame.loc[metric, "unit"]))
+    unit = str(frame.loc[metric, "unit"])
+    return AXIS_UNITS.get(metric, {"C": "°C"}.get(unit, unit))
 
 
 def _best(frame, metric: str, profiles: list[str]) -> set[int]:
