@@ -1,5 +1,6 @@
 """`harmony-ref compare`: one model and policy predicted on several device profiles, side by side
-(metrics as rows, profiles as columns, best value marked), optionally as a grouped bar chart."""
+(metrics as rows, profiles as columns, best value marked), optionally as a PNG: small multiples of
+the key metrics in their own units, or every metric normalised on one page."""
 
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ def add_arguments(p) -> None:
     add_scenario_arguments(p, batch=1, long_dest=True)
     p.add_argument("--format", choices=("table", "md", "csv", "json"), default="table")
     p.add_argument("--json", action="store_true", help="same as --format json")
-    p.add_argument("--plot", metavar="PNG", help="also write a grouped bar chart here")
+    p.add_argument("--plot", metavar="PNG",
+                   help="also write a PNG: one panel per metric, in its own unit")
+    p.add_argument("--metrics", metavar="A,B,...",
+                   help="with --plot: the metrics to draw, one panel each (default: "
+                        "ttft_ms, decode_tokens_per_s, peak_memory_mb, sustained_peak_ratio_10min,"
+                        " energy_per_token_mj, coldstart_cold_ms)")
+    p.add_argument("--plot-view", choices=("panels", "normalised"), default="panels",
+                   help="with --plot: 'panels' (default) or 'normalised' (every metric on one "
+                        "axis as a share of its largest value, real values printed)")
 
 
 def run(args) -> int:
@@ -33,10 +42,17 @@ def run(args) -> int:
 
         check_output_file(args.plot, "--plot")
     profiles = [s.strip() for s in args.profiles.split(",") if s.strip()]
+    metrics = _plot_metrics(args)
     frame, notes = compare_profiles(profiles, args.model, args.policy, args.prompt_tokens,
                                     args.new_tokens, args.context_tokens, args.batch)
+    if metrics is not None:
+        unknown = [m for m in metrics if m not in frame.index]
+        if unknown:
+            raise ValueError(f"--metrics: {', '.join(unknown)} not in this comparison; it has: "
+                             + ", ".join(frame.index))
     fmt = "json" if args.json else args.format
-    title = f"{args.model} / {args.policy}: {args.prompt_tokens} prompt + {args.new_tokens} new tokens"
+    title = (f"{args.model}, policy {args.policy}: {args.prompt_tokens} prompt + "
+             f"{args.new_tokens} new tokens, context {args.context_tokens}, batch {args.batch}")
     if fmt == "table":
         print_table(marked_frame(frame), title=title)
         print("* best value of the row (direction-aware; rows with better=none or a tie across all profiles are not marked)")
@@ -55,8 +71,49 @@ def run(args) -> int:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.plot:
-        from harmony_ref.track.plots import profile_bars
-
-        path = profile_bars(frame, args.plot, title)
+        path = _plot(args, frame, profiles, metrics, f"{title} (device model)")
         print(f"plot: {path}", file=sys.stderr)
     return 0
+
+
+def _plot_metrics(args) -> list[str] | None:
+    """The --metrics list (checked for form before any work), None for the default panels; a
+    missing plot folder is refused here too, before the comparison runs."""
+    from harmony_ref.track.figures import check_writable
+
+    if args.plot:
+        check_writable(args.plot)
+    if args.metrics is None:
+        return None
+    if not args.plot:
+        raise ValueError("--metrics: picks the panels of --plot; give --plot PNG too")
+    if args.plot_view != "panels":
+        raise ValueError("--metrics: the normalised view draws every metric; "
+                         "use --plot-view panels")
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    if not metrics:
+        raise ValueError(f"--metrics {args.metrics!r}: give at least one metric name")
+    twice = sorted({m for m in metrics if metrics.count(m) > 1})
+    if twice:
+        raise ValueError(f"--metrics: listed twice: {', '.join(twice)}")
+    return metrics
+
+
+def _plot(args, frame, profiles, metrics, title):
+    from harmony_ref.track.compare import coldstart_phases
+    from harmony_ref.track.plots import (
+        DEFAULT_PANELS,
+        coldstart_strategy,
+        compare_panels,
+        profile_bars,
+    )
+
+    if args.plot_view == "normalised":
+        return profile_bars(frame, args.plot, title)
+    if metrics is None:  # the default panels a comparison has (a part may not have run)
+        metrics = [m for m in DEFAULT_PANELS if m in frame.index]
+    phases = None
+    if any(coldstart_strategy(m) for m in metrics):
+        phases = coldstart_phases(profiles, args.model, args.policy, args.prompt_tokens,
+                                  args.new_tokens, args.context_tokens, args.batch)
+    return compare_panels(frame, args.plot, title, metrics, phases)

@@ -40,6 +40,8 @@ def add_arguments(p) -> None:
                         "--overflow (default 4096)")
     g.add_argument("--overflow", choices=OVERFLOW, default="truncate",
                    help="past the context limit: drop the history (truncate) or refuse (default truncate)")
+    p.add_argument("--plot", metavar="PNG",
+                   help="write each request's latency by arrival time and the wait queue")
     add_json_flag(p)
 
 
@@ -65,6 +67,10 @@ def run(args) -> int:
             raise ValueError(f"{flag} {value}: must be finite and > 0")
     if args.queue < 0:
         raise ValueError(f"--queue {args.queue}: must be >= 0")
+    if args.plot:
+        from harmony_ref._io import check_output_file
+
+        check_output_file(args.plot, "--plot")
     profile = load_profile(args.profile)
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                   new_tokens=args.new,
@@ -96,7 +102,7 @@ def run(args) -> int:
         sessions = SessionService(cache, profile, config)
         kv_per_token = config.spec.n_layers * kv_bytes_per_token_per_layer(config.spec, config.kv_dtype)
     result = simulate_serving(requests, service, args.queue, args.timeout_s, duration_s,
-                              keep_outcomes=False, admit=sessions)
+                              keep_outcomes=bool(args.plot), admit=sessions)
     summary = result.summary()
     session_summary = sessions.summary(kv_per_token) if sessions else None
     metrics = result.metrics()
@@ -108,8 +114,13 @@ def run(args) -> int:
     info = {"profile": profile.name, "model": config.spec.name, "policy": config.policy.name,
             "arrivals": source, "service_ttft_ms": typical.ttft_s * MS_PER_S,
             "service_e2e_ms": typical.total_s * MS_PER_S}
+    if args.plot:
+        from harmony_ref.track.plots import serve_plot
+
+        serve_plot(result, f"{profile.name}, {config.spec.name} {config.policy.name}; {source}; "
+                           f"queue {args.queue}, timeout {args.timeout_s:g} s", args.plot)
     if args.json:
-        print_json({**info, "summary": summary, "metrics": metrics.to_dict(),
+        print_json({**info, "summary": summary, "metrics": metrics.to_dict(), "plot": args.plot,
                     **({"sessions": session_summary} if session_summary else {})})
         return 0
     print(f"{profile.name}, {config.spec.name} {config.policy.name}; arrivals: {source}; one "
@@ -131,4 +142,6 @@ def run(args) -> int:
             print(f"service TTFT (no queueing), mean over {ss['hits'] + ss['misses']} admitted "
                   f"requests: {ss['ttft_reuse_mean_ms']:,.0f} ms with reuse vs "
                   f"{ss['ttft_no_reuse_mean_ms']:,.0f} ms prefilling everything again")
+    if args.plot:
+        print(f"plot written to {args.plot}")
     return 0

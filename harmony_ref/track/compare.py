@@ -4,7 +4,8 @@
 cold start, 10-minute thermal summary) once per profile and returns a pandas frame with metrics
 as rows and profiles as columns, plus a `best` column naming the profile(s) with the best value
 of each row (direction-aware; `direction = "none"` rows and rows where every profile ties
-are not marked).
+are not marked). `coldstart_phases` splits the cold-start totals into the model's steps, for the
+stacked bars of `compare --plot`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from harmony_ref._format import fmt_number
 from harmony_ref.config import RunConfig
 
 COMPARE_PARTS = ("predicted", "coldstart", "thermal")
+COLDSTART_LOADER = "read"  # the loader the coldstart part reports (device.coldstart default)
 
 
 def compare_profiles(profiles: list[str], model: str, policy: str, prompt_tokens: int = 512,
@@ -60,6 +62,31 @@ def compare_profiles(profiles: list[str], model: str, policy: str, prompt_tokens
     frame.insert(1, "better", [meta[r][1] for r in rows])
     frame["best"] = [best_profiles(frame.loc[r, profiles], meta[r][1]) for r in rows]
     return frame, notes
+
+
+def coldstart_phases(profiles: list[str], model: str, policy: str, prompt_tokens: int = 512,
+                     new_tokens: int = 128, context_tokens: int = 2048, batch: int = 1,
+                     loader: str = COLDSTART_LOADER) -> dict:
+    """{strategy: frame} of the cold-start model's steps on the user's clock: rows are the steps
+    (ms) any profile pays for that strategy, in the order they happen, columns the profiles. Each
+    column sums to the frame's `coldstart_<strategy>_ms` (same model, same loader)."""
+    import pandas as pd
+
+    from harmony_ref.device.coldstart import STEPS, STRATEGIES, breakdown
+
+    rows = {}
+    for profile in profiles:
+        config = RunConfig.from_names(model, policy, prompt_tokens, new_tokens, context_tokens,
+                                      batch, profile=profile)
+        rows[profile] = {r["strategy"]: r for r in breakdown(profile, config)
+                         if r["loader"] == loader}
+    out = {}
+    for strategy in STRATEGIES:
+        f = pd.DataFrame({p: [rows[p][strategy][f"{s}_ms"] for s in STEPS] for p in profiles},
+                         index=list(STEPS))
+        f.index.name = "step"
+        out[strategy] = f[(f != 0).any(axis=1)]
+    return out
 
 
 def best_profiles(values, direction: str) -> str:
