@@ -11,7 +11,10 @@ DEFAULTS = {"model": "llama-3.2-3b", "policy": "int4-g128", "profile": "harmony-
 
 
 def add_config_arguments(p) -> None:
-    p.add_argument("--model", default=DEFAULTS["model"], help=f"model spec (default {DEFAULTS['model']})")
+    p.add_argument("--model", default=DEFAULTS["model"],
+                   help=f"model spec preset or TOML (default {DEFAULTS['model']}), or a decoder "
+                        "checkpoint (smollm2-135m, a .gguf file, an HF directory): its spec is "
+                        "read from the file, the host backend runs it, accuracy scores it")
     p.add_argument("--policy", default=DEFAULTS["policy"], help=f"quantization policy (default {DEFAULTS['policy']})")
     p.add_argument("--profile", default=DEFAULTS["profile"], help=f"device profile (default {DEFAULTS['profile']})")
     p.add_argument("--backend", default=DEFAULTS["backend"], choices=("simulated", "host", "command"),
@@ -40,9 +43,14 @@ def config_from_args(args):
         opts = {"command": args.command, "format": args.command_format}
     elif args.command or args.command_format:
         raise ValueError("--command/--command-format only apply to --backend command")
-    return RunConfig.from_names(args.model, args.policy, args.prompt_tokens, args.new_tokens,
+    from harmony_ref.runtime.loader import checkpoint_spec, is_checkpoint
+
+    checkpoint = args.model if is_checkpoint(args.model) else ""
+    model = checkpoint_spec(checkpoint) if checkpoint else args.model
+    return RunConfig.from_names(model, args.policy, args.prompt_tokens, args.new_tokens,
                                 args.context_tokens, args.batch, profile=args.profile,
-                                backend=args.backend, backend_options=opts)
+                                backend=args.backend, backend_options=opts,
+                                checkpoint=checkpoint)
 
 
 def add_arguments(p) -> None:
