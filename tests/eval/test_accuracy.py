@@ -163,13 +163,15 @@ def test_cli_accuracy_sensitivity_plan_export(cli_tiny, small_set, tmp_path, cap
     assert out["sentences"] == 2 * SMALL_PAIRS
     assert out["policies"]["int8"]["accuracy_drop_pct"]["unit"] == "pct_points"
 
-    assert main(["sensitivity", "--format", "int4-g128", "--top", "3", "--json", "--pairs", str(pairs)]) == 0
+    assert main(["sensitivity", "--model", "all-minilm-l6", "--format", "int4-g128", "--top", "3",
+                 "--json", "--pairs", str(pairs)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["layers"]) == 3 and out["format"] == "int4-g128"
 
     budget = cli_tiny.linear_nbytes("int8") / 1e6
     toml = tmp_path / "p.toml"
-    assert main(["plan", "--budget-mb", f"{budget:.4f}", "--out", str(toml), "--pairs", str(pairs)]) == 0
+    assert main(["plan", "--model", "all-minilm-l6", "--budget-mb", f"{budget:.4f}", "--out", str(toml),
+                 "--pairs", str(pairs)]) == 0
     text = capsys.readouterr().out
     assert "[layers]" in text and "accuracy_drop_pct" in text
     assert main(["accuracy", "--model", "all-minilm-l6", "--policy", str(toml), "--pairs", str(pairs)]) == 0
@@ -182,7 +184,7 @@ def test_cli_accuracy_sensitivity_plan_export(cli_tiny, small_set, tmp_path, cap
                  "--pairs", str(pairs)]) == 0
     res = json.loads(capsys.readouterr().out)["policies"]
     assert res[str(art)]["cosine_mean"] == res[str(toml)]["cosine_mean"]  # bit-identical path
-    assert main(["plan", "--budget-mb", "0.001", "--pairs", str(pairs)]) == 2
+    assert main(["plan", "--model", "all-minilm-l6", "--budget-mb", "0.001", "--pairs", str(pairs)]) == 2
     assert main(["sensitivity", "--format", "int3"]) == 2
     assert main(["plan", "--budget-mb", "-1"]) == 2
     missing_dir = tmp_path / "no-such-dir"
