@@ -41,6 +41,8 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", choices=["auto", "kernels", "dequant"], default=None,
                    help=f"{MINILM}: int8/int4 matmuls through harmony_ref.kernels (int8 "
                         "activations too), or dequantize + float32 matmul; default auto")
+    p.add_argument("--markdown", action="store_true",
+                   help="decoder: print the table as Markdown (the README's form)")
     add_json_flag(p)
 
 
@@ -79,6 +81,13 @@ def run_decoder(args) -> int:
                        f"scoring {len(variants)} variant(s) + the FP32 reference")
     if args.json:
         print_json(acc.to_dict())
+        return 0
+    if args.markdown:
+        from harmony_ref.eval.lm_accuracy import MARKDOWN_HEADER, markdown_rows
+
+        print(acc.title() + "\n")
+        print(MARKDOWN_HEADER)
+        print("\n".join(markdown_rows(acc.to_dict())))
         return 0
     df = pd.DataFrame(acc.rows())
     print_table(df, title=acc.title())

@@ -99,6 +99,23 @@ class LMAccuracy:
                 "scored_tokens": self.scored_tokens, "rows": self.rows()}
 
 
+MARKDOWN_HEADER = ("| policy | KV cache | PPL | PPL / FP32 | KLD mean | KLD p99 | top-1 agreement |\n"
+                   "|---|---|---|---|---|---|---|")
+
+
+def markdown_rows(d: dict, skip_reference: bool = False) -> list[str]:
+    """The README's table rows from an accuracy result's dict form (LMAccuracy.to_dict(), what
+    `harmony-ref accuracy --json` prints), numbers rounded as the README shows them."""
+    out = []
+    for i, r in enumerate(d["rows"]):
+        if i == 0 and skip_reference:
+            continue
+        out.append(f"| {r['policy']} | {r['kv_cache']} | {r['ppl']:.3f} | {r['ppl_ratio']:.4f} | "
+                   f"{r['kld_mean']:.4f} | {r['kld_p99']:.4f} | "
+                   f"{r['top1_agreement_pct']:.1f} % |")
+    return out
+
+
 def model_sha256(model: str, path: Path) -> str:
     """SHA-256 of the checkpoint: the pinned one for the shipped GGUF (verified when fetched),
     else of the file, or of an HF directory's config.json and weight files in name order."""
