@@ -1,7 +1,7 @@
 """The host backend on a real decoder checkpoint: the model's generation timed end to end on this
 CPU, with the metric names SimulatedDevice predicts for the same model.
 
-    m = HostDevice().run(config)    # config.checkpoint set (run --backend host --model smollm2-135m)
+    m = HostDevice().run(config)    # config.checkpoint set: run --backend host --model smollm2-135m
 
 What is measured (runtime/llama.py's `Llama` under the config's policy and KV dtype, through
 runtime/generate.py, greedy, EOS ignored so every repeat makes the same number of tokens):

@@ -75,7 +75,8 @@ def run_decoder(args) -> int:
         raise ValueError(f"--context must be an even number >= 4, got {args.context}")
     corpus = Corpus.from_file(args.corpus) if args.corpus else Corpus.shipped("heldout")
     resolve_model_path(args.model)  # a bad --model fails before anything is loaded
-    variants = [(p, kv) for p in (args.policy or ["int4-g32"]) for kv in (args.kv_dtype or ["fp16"])]
+    variants = [(p, kv) for p in (args.policy or ["int4-g32"])
+                for kv in (args.kv_dtype or ["fp16"])]
     acc = progress_run(lambda progress: lm_accuracy(args.model, variants, corpus, args.context,
                                                     args.chunks, progress), args.json,
                        f"scoring {len(variants)} variant(s) + the FP32 reference")

@@ -54,7 +54,8 @@ def run_decoder(args) -> int:
                         args.json, "plan: each Linear type alone in each format (calibration)")
     acc = progress_run(lambda progress: lm_accuracy(
         args.model, [(plan.policy, "fp16")], Corpus.shipped("heldout"), args.context,
-        max_chunks=args.chunks, progress=progress), args.json, "plan: scoring the planned policy (held-out)")
+        max_chunks=args.chunks, progress=progress), args.json,
+        "plan: scoring the planned policy (held-out)")
     row = acc.rows()[1]
     toml = plan.policy.to_toml()
     if args.out:

@@ -99,8 +99,8 @@ class LMAccuracy:
                 "scored_tokens": self.scored_tokens, "rows": self.rows()}
 
 
-MARKDOWN_HEADER = ("| policy | KV cache | PPL | PPL / FP32 | KLD mean | KLD p99 | top-1 agreement |\n"
-                   "|---|---|---|---|---|---|---|")
+MARKDOWN_HEADER = ("| policy | KV cache | PPL | PPL / FP32 | KLD mean | KLD p99 | top-1 agreement "
+                   "|\n|---|---|---|---|---|---|---|")
 
 
 def markdown_rows(d: dict, skip_reference: bool = False) -> list[str]:

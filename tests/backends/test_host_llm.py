@@ -70,7 +70,7 @@ def test_run_command_host_and_simulated_on_a_checkpoint(tiny_gguf, tmp_path, mon
         assert main(["run", "--backend", backend, *args, "--out-dir", str(out)]) == 0
         (path,) = out.glob("run-*.json")
         rec = load_record(path)
-        assert rec.config["model"] == str(tiny_gguf) and rec.config["accuracy_model"] == str(tiny_gguf)
+        assert rec.config["model"] == rec.config["accuracy_model"] == str(tiny_gguf)
         assert rec.config["model_spec"]["n_layers"] == 2
         assert "decode_tokens_per_s" in rec.metrics
 

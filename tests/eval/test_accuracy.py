@@ -157,7 +157,8 @@ def test_cli_accuracy_sensitivity_plan_export(cli_tiny, small_set, tmp_path, cap
     n = len(small_set.sentences) // 2
     pairs.write_text("category\tgroup\tsentence_a\tsentence_b\n" + "".join(
         f"c\tg\t{small_set.sentences[i]}\t{small_set.sentences[n + i]}\n" for i in range(n)))
-    assert main(["accuracy", "--model", "all-minilm-l6", "--policy", "int8", "--policy", "minilm-mixed", "--json",
+    assert main(["accuracy", "--model", "all-minilm-l6", "--policy", "int8", "--policy",
+                 "minilm-mixed", "--json",
                  "--pairs", str(pairs)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["sentences"] == 2 * SMALL_PAIRS
@@ -170,21 +171,25 @@ def test_cli_accuracy_sensitivity_plan_export(cli_tiny, small_set, tmp_path, cap
 
     budget = cli_tiny.linear_nbytes("int8") / 1e6
     toml = tmp_path / "p.toml"
-    assert main(["plan", "--model", "all-minilm-l6", "--budget-mb", f"{budget:.4f}", "--out", str(toml),
+    assert main(["plan", "--model", "all-minilm-l6", "--budget-mb", f"{budget:.4f}", "--out",
+                 str(toml),
                  "--pairs", str(pairs)]) == 0
     text = capsys.readouterr().out
     assert "[layers]" in text and "accuracy_drop_pct" in text
-    assert main(["accuracy", "--model", "all-minilm-l6", "--policy", str(toml), "--pairs", str(pairs)]) == 0
+    assert main(["accuracy", "--model", "all-minilm-l6", "--policy", str(toml), "--pairs",
+                 str(pairs)]) == 0
     capsys.readouterr()
 
     art = tmp_path / "a.safetensors"
     assert main(["export", "--policy", str(toml), str(art), "--json"]) == 0
     capsys.readouterr()
-    assert main(["accuracy", "--model", "all-minilm-l6", "--artifact", str(art), "--policy", str(toml), "--json",
+    assert main(["accuracy", "--model", "all-minilm-l6", "--artifact", str(art), "--policy",
+                 str(toml), "--json",
                  "--pairs", str(pairs)]) == 0
     res = json.loads(capsys.readouterr().out)["policies"]
     assert res[str(art)]["cosine_mean"] == res[str(toml)]["cosine_mean"]  # bit-identical path
-    assert main(["plan", "--model", "all-minilm-l6", "--budget-mb", "0.001", "--pairs", str(pairs)]) == 2
+    assert main(["plan", "--model", "all-minilm-l6", "--budget-mb", "0.001", "--pairs",
+                 str(pairs)]) == 2
     assert main(["sensitivity", "--format", "int3"]) == 2
     assert main(["plan", "--budget-mb", "-1"]) == 2
     missing_dir = tmp_path / "no-such-dir"

@@ -9,7 +9,8 @@ import pytest
 import harmony_ref.eval.lm as lm
 from harmony_ref.cli import main
 from harmony_ref.eval.lm_accuracy import Corpus
-from harmony_ref.eval.lm_plan import group_patterns, group_shapes, lm_plan, lm_sensitivity, stored_bytes
+from harmony_ref.eval.lm_plan import (group_patterns, group_shapes, lm_plan, lm_sensitivity,
+                                      stored_bytes)
 from harmony_ref.quant.policy import parse_format
 from tests.fixtures.decoder.tiny import tiny_config, write_tiny_gguf
 
