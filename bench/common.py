@@ -58,9 +58,6 @@ LOWER_FORMS = {
 }
 
 
-LOWER_IS_BETTER_FORMS = ("same", "ratio_excess")  # forms of metrics recorded lower-is-better
-
-
 def tracks(metric: str | None, form: str = "same", unit: str = "", direction: str = ""):
     """Declare what a track_ method follows: the record metric `metric` (whose direction the gate
     knows) drawn in lower-is-better `form`. A quantity no record holds passes metric=None and
@@ -80,7 +77,7 @@ def tracks(metric: str | None, form: str = "same", unit: str = "", direction: st
 def lower_is_better(metric, form: str) -> float:
     """A Metric's value in lower-is-better `form`; ValueError when its recorded direction does
     not fit the form (a direction that changed must not be drawn upside down)."""
-    want = "lower" if form in LOWER_IS_BETTER_FORMS else "higher"
+    want = "lower" if form == "same" else "higher"
     if metric.direction != want:
         raise ValueError(f"{metric.name} is recorded {metric.direction}-is-better; form {form!r} "
                          f"is for {want}-is-better metrics")
@@ -166,8 +163,3 @@ def int8_weights(n: int, k: int):
     from harmony_ref.quant.int8 import quantize_int8
 
     return quantize_int8(weights(n, k))
-
-
-# Appended: a ratio to a reference (PPL / PPL_fp32, ideal 1, higher is worse) -> its excess over
-# 1, stopped at 0 (asv misreads negative values; a ratio a hair under 1 is float rounding).
-LOWER_FORMS["ratio_excess"] = lambda v: max(0.0, v - 1.0)

@@ -84,7 +84,7 @@ def direction_problems(cls, directions: dict[str, str]) -> list[str]:
         if metric not in directions:
             problems.append(f"{name}: follows {metric!r}, which no run record has")
             continue
-        want = "lower" if form in ("same", "ratio_excess") else "higher"
+        want = "lower" if form == "same" else "higher"
         if directions[metric] != want:
             problems.append(f"{name}: {metric} is {directions[metric]}-is-better in the gate's "
                             f"records, but drawn in form {form!r} (for {want}-is-better)")
