@@ -78,3 +78,47 @@ class EncodeTime:
     def track_encode_time_vs_fp32(self, policy):
         return relative_time(lambda: self.model.encode(self.sentences, policy),
                              lambda: self.model.encode(self.sentences, "fp32"), rounds=5)
+
+
+LM_POLICIES = ["int8", "int4-g32"]
+
+
+class LMAccuracyTrack:
+    """LM accuracy of SmolLM2-135M (the run's accuracy part, record metric names) per policy, on
+    the first chunk of the held-out corpus (context 512, 255 scored tokens) to keep asv quick;
+    the FP32 reference's log-probs come from the on-disk cache after the first run. Exact on
+    one machine (float kernels and BLAS). Drawn lower-is-better: PPL ratio and KLD as they are,
+    top-1 agreement as the share of tokens that disagree."""
+
+    params = (LM_POLICIES,)
+    param_names = ["policy"]
+    timeout = 1800
+
+    def setup_cache(self):
+        from harmony_ref.checkpoint.assets import AssetUnavailable
+        from harmony_ref.config import RunConfig
+        from harmony_ref.track.job import lm_accuracy_part
+
+        out = {}
+        for p in LM_POLICIES:
+            try:
+                out[p] = lm_accuracy_part(RunConfig.from_names(policy=p), chunks=1)[0]
+            except AssetUnavailable as e:
+                raise NotImplementedError(f"SmolLM2 weights unavailable: {e}") from e
+        return out
+
+    @tracks("lm_ppl_ratio", unit="PPL / FP32")
+    def track_lm_ppl_ratio(self, results, policy):
+        return lower_is_better(results[policy]["lm_ppl_ratio"], "same")
+
+    @tracks("lm_kld_mean", unit="nats")
+    def track_lm_kld_mean(self, results, policy):
+        return lower_is_better(results[policy]["lm_kld_mean"], "same")
+
+    @tracks("lm_kld_p99", unit="nats")
+    def track_lm_kld_p99(self, results, policy):
+        return lower_is_better(results[policy]["lm_kld_p99"], "same")
+
+    @tracks("lm_top1_agreement_pct", "missing_pct", unit="%")
+    def track_lm_top1_disagreement_pct(self, results, policy):
+        return lower_is_better(results[policy]["lm_top1_agreement_pct"], "missing_pct")

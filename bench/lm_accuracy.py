@@ -6,8 +6,9 @@ of each policy against the FP32 reference on the shipped held-out corpus, llama-
 `--sensitivity int4-g32`: one row per Linear type quantized alone (the rest FP32).
 Variants: fp32, int8, int4-g128, int4-g32, mixed (each with the fp16 KV cache), then fp32 and
 int4-g32 with the int8 KV cache. Prints a Markdown table with the corpus size and context, and
-the seconds each took. Until `harmony-ref accuracy --model` lands (issue 12 item 4) this is how
-the table is made.
+the seconds each took. The README's table is made by `harmony-ref accuracy --markdown` (the same
+scoring, with the FP32 reference cached on disk) and sensitivity by `harmony-ref sensitivity
+--model smollm2-135m`; this script stays for timing all variants in one process.
 """
 
 from __future__ import annotations

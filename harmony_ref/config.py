@@ -32,7 +32,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from harmony_ref._toml import reference
-from harmony_ref.model.spec import SPECS_FOLDER, ModelSpec, get_spec
+from harmony_ref.model.spec import SPECS_FOLDER, ModelSpec, get_spec, spec_from_dict
 from harmony_ref.quant.policy import POLICIES_FOLDER, Policy, load_policy
 
 BACKENDS = ("simulated", "host", "command")
@@ -81,6 +81,10 @@ class RunConfig:
     profile: str = DEFAULT_PROFILE  # the device: a shipped profile name or a profile TOML path
     backend: str = "simulated"
     backend_options: tuple[tuple[str, str], ...] = ()  # e.g. (("command", ...), ("format", ...))
+    # The decoder checkpoint the spec was derived from (a shipped name such as smollm2-135m, a
+    # .gguf path or an HF directory), or "" for a spec preset: the host backend then runs the
+    # real model and the accuracy part scores it. The record stores the spec inline beside it.
+    checkpoint: str = ""
 
     def __post_init__(self):
         if self.kv_dtype not in KV_DTYPES:
@@ -123,12 +127,13 @@ class RunConfig:
                    batch: int = 1, fused: bool = True, kv_dtype: str = "fp16",
                    profile: str = DEFAULT_PROFILE, backend: str = "simulated",
                    backend_options: dict[str, str] | None = None,
-                   prefix_tokens: int = 0) -> "RunConfig":
-        """A config from names (or TOML paths) of the model spec and policy."""
+                   prefix_tokens: int = 0, checkpoint: str = "") -> "RunConfig":
+        """A config from names (or TOML paths) of the model spec and policy. A checkpoint's
+        model passes its spec (DecoderConfig.to_spec()) as `model` and its name as
+        `checkpoint` (runtime/loader.py's checkpoint_spec does both)."""
         return cls(get_spec(model), load_policy(policy),
                    Scenario(prompt_tokens, new_tokens, context_tokens, batch, prefix_tokens), fused,
-                   kv_dtype,
-                   profile, backend, tuple((backend_options or {}).items()))
+                   kv_dtype, profile, backend, tuple((backend_options or {}).items()), checkpoint)
 
     @property
     def options(self) -> dict[str, str]:
@@ -150,7 +155,7 @@ class RunConfig:
         """The serialisation run records hold (see the module docstring)."""
         s = self.scenario
         out = {
-            "model": reference(self.spec.file, SPECS_FOLDER, self.spec.name),
+            "model": self.checkpoint or reference(self.spec.file, SPECS_FOLDER, self.spec.name),
             "policy": reference(self.policy.source, POLICIES_FOLDER, self.policy.name),
             "profile": self.profile,
             "backend": self.backend,
@@ -164,6 +169,8 @@ class RunConfig:
             out["fused"] = False
         if self.kv_dtype != "fp16":
             out["kv_dtype"] = self.kv_dtype
+        if self.checkpoint:
+            out["model_spec"] = spec_to_dict(self.spec)
         return out
 
     @classmethod
@@ -171,13 +178,27 @@ class RunConfig:
         """The RunConfig a record's config stands for; errors name `source` and the field."""
         check_config_dict(data, source)
         try:
-            return cls(get_spec(data["model"]), load_policy(data["policy"]),
+            inline = data.get("model_spec")
+            spec = (spec_from_dict(inline, f"{source}: config.model_spec") if inline is not None
+                    else get_spec(data["model"]))
+            return cls(spec, load_policy(data["policy"]),
                        Scenario(**{k: data["scenario"][k] for k in SCENARIO_FIELDS},
                                 prefix_tokens=data["scenario"].get("prefix_tokens", 0)),
                        data.get("fused", True), data.get("kv_dtype", "fp16"), data["profile"],
-                       data["backend"], tuple(data.get("backend_options", {}).items()))
+                       data["backend"], tuple(data.get("backend_options", {}).items()),
+                       data["model"] if inline is not None else "")
         except ValueError as e:
             raise ValueError(f"{source}: config: {e}") from e
+
+
+def spec_to_dict(spec: ModelSpec) -> dict:
+    """A spec as the table spec_from_dict reads (a checkpoint's spec, stored inline)."""
+    out = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.init}
+    if spec.rope_scaling is None:
+        out.pop("rope_scaling")
+    else:
+        out["rope_scaling"] = dataclasses.asdict(spec.rope_scaling)
+    return out
 
 
 def _require(cond: bool, source: str, where: str, msg: str) -> None:

@@ -214,10 +214,19 @@ def _same(a, b) -> bool:
 
 
 @pytest.fixture
-def tiny_minilm(tiny, monkeypatch):
+def tiny_minilm(tiny, monkeypatch, tmp_path):
+    """The MiniLM and the decoder benchmarks on tiny random checkpoints (the real ones are
+    measured by asv, not here)."""
     from harmony_ref.runtime import minilm
+    from harmony_ref.track import job
+    from tests.fixtures.decoder.tiny import write_tiny_gguf
 
     monkeypatch.setattr(minilm, "real_model", lambda *a, **k: tiny)
+    gguf = tmp_path / "tiny.gguf"
+    write_tiny_gguf(gguf)
+    monkeypatch.setattr(job, "ACCURACY_MODEL", str(gguf))
+    monkeypatch.setattr(job, "ACCURACY_CONTEXT", 32)
+    monkeypatch.setenv("HARMONY_REF_CACHE", str(tmp_path / "cache"))
 
 
 @pytest.mark.parametrize("name", sorted(n for n in CLASSES if getattr(CLASSES[n], "params", None)))

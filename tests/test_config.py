@@ -43,6 +43,9 @@ def test_the_committed_baseline_config_reads_back_unchanged():
     cfg = RunConfig.from_dict(data, "results/baseline.json")
     assert cfg.spec == get_spec(data["model"]) and cfg.policy == load_policy(data["policy"])
     assert (cfg.fused, cfg.kv_dtype) == (True, "fp16")  # absent: the defaults
+    # a run record's config is the RunConfig's dict plus the decoder its accuracy part scored
+    # (track/job.py adds `accuracy_model`; it follows from the config and is not read back)
+    assert data.pop("accuracy_model") == "smollm2-135m"
     assert cfg.to_dict() == data
 
 

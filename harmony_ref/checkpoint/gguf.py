@@ -155,6 +155,14 @@ def _dequantize(t, path: Path) -> np.ndarray:
     return np.asarray(a, dtype=np.float32).reshape(shape)
 
 
+def read_gguf_config(path) -> DecoderConfig:
+    """The model's config from the metadata alone (no tensor is dequantized)."""
+    path = Path(path)
+    reader = _open(path)
+    shapes = {t.name: tuple(int(d) for d in reversed(t.shape.tolist())) for t in reader.tensors}
+    return config_from_metadata(reader, path, shapes)
+
+
 def read_gguf(path) -> DecoderWeights:
     """All tensors of a llama/qwen2 GGUF file as FP32 DecoderWeights, validated."""
     path = Path(path)

@@ -147,7 +147,8 @@ def _read_bf16(f: Path, name: str) -> np.ndarray:
     return _bf16_to_f32(raw).reshape(info["shape"])
 
 
-def read_hf_dir(directory) -> DecoderWeights:
+def read_hf_config(directory) -> DecoderConfig:
+    """The model's config from config.json alone."""
     d = Path(directory)
     cfg_path = d / "config.json"
     if not cfg_path.is_file():
@@ -156,7 +157,12 @@ def read_hf_dir(directory) -> DecoderWeights:
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     except ValueError as e:
         raise CheckpointError(f"{cfg_path}: not valid JSON: {e}") from e
-    config = config_from_hf(cfg, str(cfg_path))
+    return config_from_hf(cfg, str(cfg_path))
+
+
+def read_hf_dir(directory) -> DecoderWeights:
+    d = Path(directory)
+    config = read_hf_config(d)
     tensors = _Tensors(d)
     layers = []
     for i in range(config.n_layers):

@@ -1,10 +1,18 @@
-"""`harmony-ref accuracy`: accuracy drop of quantization policies on the real all-MiniLM-L6-v2
-weights (cosine to FP32, paraphrase recall@1, drop in points); see harmony_ref/eval/embedding.py."""
+"""`harmony-ref accuracy`: what quantization costs a model in quality.
+
+- a decoder (default `--model smollm2-135m`, or a .gguf file / HF directory): perplexity, its ratio
+  to FP32, KL divergence mean / p99 and top-1 agreement against the FP32 reference (the
+  checkpoint's weights dequantized exactly), llama-perplexity's rule (harmony_ref/eval/lm.py);
+- `--model all-minilm-l6`: the sentence-embedding accuracy of the real all-MiniLM-L6-v2 weights
+  (cosine to FP32, paraphrase recall@1, drop in points; harmony_ref/eval/embedding.py).
+"""
 
 from __future__ import annotations
 
 NAME = "accuracy"
-HELP = "accuracy drop of a policy on real all-MiniLM-L6-v2 weights (recall@1, cosine to FP32)"
+HELP = ("accuracy of policies on a real model: LM perplexity/KLD (SmolLM2 or a checkpoint), or "
+        "MiniLM recall@1 (--model all-minilm-l6)")
+MINILM = "all-minilm-l6"
 COLUMNS = ["weights_mb", "linear_weights_mb", "cosine_mean", "cosine_min", "cosine_p5",
            "recall_at_1", "accuracy_drop_pct", "top1_agreement_pct"]
 
@@ -12,32 +20,113 @@ COLUMNS = ["weights_mb", "linear_weights_mb", "cosine_mean", "cosine_min", "cosi
 def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
+    p.add_argument("--model", default="smollm2-135m",
+                   help="smollm2-135m (default), a .gguf file, an HF model directory, or "
+                        f"{MINILM} for the sentence-embedding accuracy")
     p.add_argument("--policy", action="append", metavar="P",
                    help="shipped policy name or policy TOML path; repeat to compare several "
                         "(default: int4-g32)")
+    p.add_argument("--corpus", metavar="FILE",
+                   help="decoder: score this UTF-8 text file instead of the shipped held-out "
+                        "corpus")
+    p.add_argument("--context", type=int, default=512, metavar="N",
+                   help="decoder: tokens per chunk, the second half of each scored (512)")
+    p.add_argument("--chunks", type=int, default=None, metavar="N",
+                   help="decoder: score only the first N chunks (default: all)")
+    p.add_argument("--kv-dtype", action="append", choices=["fp16", "int8"], default=None,
+                   help="decoder: KV cache dtype; repeat for both (default fp16)")
     p.add_argument("--artifact", metavar="FILE",
-                   help="evaluate an exported artifact (verified on load) instead of a policy")
-    p.add_argument("--pairs", metavar="TSV", help="evaluation pairs (default: the shipped set)")
-    p.add_argument("--backend", choices=["auto", "kernels", "dequant"], default="auto",
-                   help="int8/int4 matmuls: harmony_ref.kernels (int8 activations too), or "
-                        "dequantize + float32 matmul (weight-only error); default auto")
+                   help=f"{MINILM}: evaluate an exported artifact (verified on load)")
+    p.add_argument("--pairs", metavar="TSV", help=f"{MINILM}: evaluation pairs (default: shipped)")
+    p.add_argument("--backend", choices=["auto", "kernels", "dequant"], default=None,
+                   help=f"{MINILM}: int8/int4 matmuls through harmony_ref.kernels (int8 "
+                        "activations too), or dequantize + float32 matmul; default auto")
+    p.add_argument("--markdown", action="store_true",
+                   help="decoder: print the table as Markdown (the README's form)")
     add_json_flag(p)
 
 
 def run(args) -> int:
+    if args.model.lower() == MINILM:
+        for flag in ("corpus", "chunks", "kv_dtype"):
+            if getattr(args, flag) is not None:
+                raise ValueError(f"--{flag.replace('_', '-')} applies to a decoder model, not "
+                                 f"--model {MINILM}")
+        if args.context != 512:
+            raise ValueError(f"--context applies to a decoder model, not --model {MINILM}")
+        return run_minilm(args)
+    for flag in ("artifact", "pairs", "backend"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag} applies to --model {MINILM} only (got --model "
+                             f"{args.model})")
+    return run_decoder(args)
+
+
+def run_decoder(args) -> int:
+    import pandas as pd
+
+    from harmony_ref.commands._output import print_json, print_table
+    from harmony_ref.eval.lm_accuracy import Corpus, lm_accuracy
+    from harmony_ref.runtime.loader import resolve_model_path
+
+    if args.chunks is not None and args.chunks < 1:
+        raise ValueError(f"--chunks must be >= 1, got {args.chunks}")
+    if args.context < 4 or args.context % 2:
+        raise ValueError(f"--context must be an even number >= 4, got {args.context}")
+    corpus = Corpus.from_file(args.corpus) if args.corpus else Corpus.shipped("heldout")
+    resolve_model_path(args.model)  # a bad --model fails before anything is loaded
+    variants = [(p, kv) for p in (args.policy or ["int4-g32"])
+                for kv in (args.kv_dtype or ["fp16"])]
+    acc = progress_run(lambda progress: lm_accuracy(args.model, variants, corpus, args.context,
+                                                    args.chunks, progress), args.json,
+                       f"scoring {len(variants)} variant(s) + the FP32 reference")
+    if args.json:
+        print_json(acc.to_dict())
+        return 0
+    if args.markdown:
+        from harmony_ref.eval.lm_accuracy import MARKDOWN_HEADER, markdown_rows
+
+        print(acc.title() + "\n")
+        print(MARKDOWN_HEADER)
+        print("\n".join(markdown_rows(acc.to_dict())))
+        return 0
+    df = pd.DataFrame(acc.rows())
+    print_table(df, title=acc.title())
+    print("ppl_ratio: PPL / the FP32 reference's; kld: KL(FP32 || policy) per scored token, in "
+          "nats; top1_agreement_pct: scored tokens whose argmax equals the reference's.")
+    return 0
+
+
+def progress_run(work, quiet: bool, what: str):
+    """Run work(progress) under a rich progress bar on stderr (chunks done / total)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                  disable=quiet) as bar:
+        task = bar.add_task(f"{what}: loading the model", total=None)
+
+        def progress(done, total):
+            bar.update(task, completed=done, total=total, description=f"{what}: chunks")
+        return work(progress)
+
+
+def run_minilm(args) -> int:
     import pandas as pd
 
     from harmony_ref.eval.embedding import evaluate, load_pairs
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.runtime.minilm import real_model
 
+    backend = args.backend or "auto"
     evalset = load_pairs(args.pairs)
-    model = real_model(args.backend)
+    model = real_model(backend)
     results = {}
     if args.artifact:
         from harmony_ref.runtime.minilm import MiniLM
 
-        art = MiniLM.from_artifact(args.artifact, linear_backend=args.backend)
+        art = MiniLM.from_artifact(args.artifact, linear_backend=backend)
         results[args.artifact] = evaluate(model=model, evalset=evalset, artifact_model=art)
     policies = args.policy or ([] if args.artifact else ["int4-g32"])
     from rich.console import Console

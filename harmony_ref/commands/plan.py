@@ -1,5 +1,7 @@
-"""`harmony-ref plan --budget-mb X`: per-layer formats for all-MiniLM-L6-v2 that minimise the
-measured loss within a weight budget, printed as a policy TOML (method: harmony_ref/eval/plan.py)."""
+"""`harmony-ref plan --budget-mb X`: per-layer formats that minimise the measured loss within a
+weight budget, printed as a policy TOML: on a decoder (default smollm2-135m, or a checkpoint)
+per Linear type by KLD on the calibration corpus, the plan then scored on the held-out corpus
+(eval/lm_plan.py); on `--model all-minilm-l6` per Linear by cosine loss (eval/plan.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +12,81 @@ HELP = "choose per-layer formats (fp16/int8/int4) minimising measured loss withi
 def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
+    p.add_argument("--model", default="smollm2-135m",
+                   help="smollm2-135m (default), a .gguf file, an HF directory, or all-minilm-l6")
     p.add_argument("--budget-mb", type=float, required=True,
                    help="budget for the Linear weights in MB (1e6 bytes), scales included")
+    p.add_argument("--context", type=int, default=512, metavar="N",
+                   help="decoder: tokens per chunk (512)")
+    p.add_argument("--chunks", type=int, default=None, metavar="N",
+                   help="decoder: score the first N chunks of each corpus part (default all)")
     p.add_argument("--out", metavar="TOML", help="also write the policy to this file (atomically)")
     p.add_argument("--pairs", metavar="TSV", help="evaluation pairs (default: the shipped set)")
     add_json_flag(p)
 
 
 def run(args) -> int:
+    from pathlib import Path
+
+    if args.out and not Path(args.out).resolve().parent.is_dir():  # before minutes of measuring
+        raise ValueError(f"--out {args.out}: directory {Path(args.out).parent} does not exist")
+    if args.model.lower() != "all-minilm-l6":
+        if args.pairs:
+            raise ValueError("--pairs applies to --model all-minilm-l6 only")
+        return run_decoder(args)
+    if args.chunks is not None or args.context != 512:
+        raise ValueError("--chunks/--context apply to a decoder, not --model all-minilm-l6")
+    return run_minilm(args)
+
+
+def run_decoder(args) -> int:
+    from harmony_ref._io import write_text_atomic
+    from harmony_ref.commands._output import print_json
+    from harmony_ref.commands.accuracy import progress_run
+    from harmony_ref.eval.lm_accuracy import Corpus, lm_accuracy
+    from harmony_ref.eval.lm_plan import lm_plan
+    from harmony_ref.units import MB
+
+    if args.chunks is not None and args.chunks < 1:
+        raise ValueError(f"--chunks must be >= 1, got {args.chunks}")
+    plan = progress_run(lambda progress: lm_plan(args.model, args.budget_mb, context=args.context,
+                                                 chunks=args.chunks, progress=progress),
+                        args.json, "plan: each Linear type alone in each format (calibration)")
+    acc = progress_run(lambda progress: lm_accuracy(
+        args.model, [(plan.policy, "fp16")], Corpus.shipped("heldout"), args.context,
+        max_chunks=args.chunks, progress=progress), args.json,
+        "plan: scoring the planned policy (held-out)")
+    row = acc.rows()[1]
+    toml = plan.policy.to_toml()
+    if args.out:
+        write_text_atomic(args.out, toml)
+    summary = {"model": args.model, "budget_mb": args.budget_mb,
+               "linear_weights_mb": plan.linear_bytes / MB,
+               "predicted_kld_mean": plan.predicted_kld,
+               "calibration_scored_tokens": plan.calibration_scored_tokens,
+               "heldout": acc.title(), "heldout_kld_mean": row["kld_mean"],
+               "heldout_kld_p99": row["kld_p99"], "heldout_ppl_ratio": row["ppl_ratio"],
+               "heldout_top1_agreement_pct": row["top1_agreement_pct"],
+               "formats_per_type": plan.choices}
+    if args.json:
+        print_json({"policy_toml": toml, **summary})
+        return 0
+    print(toml, end="")
+    print()
+    print(f"# planned within {args.budget_mb:g} MB: Linear weights "
+          f"{summary['linear_weights_mb']:.3f} MB (embedding table and norms FP32, not counted)")
+    print("# per type: " + ", ".join(f"{t} {f}" for t, f in plan.choices.items()))
+    print(f"# KLD mean: predicted {plan.predicted_kld:.4f} (sum of types alone, calibration "
+          f"part, {plan.calibration_scored_tokens} scored tokens)")
+    print(f"# held out ({acc.title()}):")
+    print(f"#   KLD mean {row['kld_mean']:.4f}, p99 {row['kld_p99']:.4f}, PPL / FP32 "
+          f"{row['ppl_ratio']:.4f}, top-1 {row['top1_agreement_pct']:.1f} %")
+    if args.out:
+        print(f"# written to {args.out}")
+    return 0
+
+
+def run_minilm(args) -> int:
     from pathlib import Path
 
     from harmony_ref.eval.embedding import evaluate, load_pairs

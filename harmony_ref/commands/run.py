@@ -11,7 +11,10 @@ DEFAULTS = {"model": "llama-3.2-3b", "policy": "int4-g128", "profile": "harmony-
 
 
 def add_config_arguments(p) -> None:
-    p.add_argument("--model", default=DEFAULTS["model"], help=f"model spec (default {DEFAULTS['model']})")
+    p.add_argument("--model", default=DEFAULTS["model"],
+                   help=f"model spec preset or TOML (default {DEFAULTS['model']}), or a decoder "
+                        "checkpoint (smollm2-135m, a .gguf file, an HF directory): its spec is "
+                        "read from the file, the host backend runs it, accuracy scores it")
     p.add_argument("--policy", default=DEFAULTS["policy"], help=f"quantization policy (default {DEFAULTS['policy']})")
     p.add_argument("--profile", default=DEFAULTS["profile"], help=f"device profile (default {DEFAULTS['profile']})")
     p.add_argument("--backend", default=DEFAULTS["backend"], choices=("simulated", "host", "command"),
@@ -49,11 +52,14 @@ def config_from_args(args):
     elif args.command or args.command_format:
         raise ValueError("--command/--command-format only apply to --backend command")
     from harmony_ref.device.profile import load_profile
+    from harmony_ref.runtime.loader import checkpoint_spec, is_checkpoint
 
-    config = RunConfig.from_names(args.model, args.policy, args.prompt_tokens, args.new_tokens,
+    checkpoint = args.model if is_checkpoint(args.model) else ""
+    model = checkpoint_spec(checkpoint) if checkpoint else args.model
+    config = RunConfig.from_names(model, args.policy, args.prompt_tokens, args.new_tokens,
                                   args.context_tokens, args.batch, profile=args.profile,
                                   backend=args.backend, backend_options=opts,
-                                  prefix_tokens=args.prefix_tokens)
+                                  prefix_tokens=args.prefix_tokens, checkpoint=checkpoint)
     load_profile(args.profile)  # a bad profile is exit 2 now, not a failed part later
     return config
 

@@ -1,32 +1,90 @@
-"""`harmony-ref sensitivity`: each Linear of all-MiniLM-L6-v2 alone in a format (the others FP32),
-ranked by the loss it causes (continuous cosine loss, recall drop beside it)."""
+"""`harmony-ref sensitivity`: each layer group alone in a format (the others FP32), ranked by the
+loss it causes: on a decoder (default smollm2-135m, or a checkpoint) by KL divergence to the FP32
+reference on the calibration corpus, per Linear type or per block (eval/lm_plan.py); on
+`--model all-minilm-l6` per Linear by cosine loss (eval/sensitivity.py)."""
 
 from __future__ import annotations
 
 NAME = "sensitivity"
-HELP = "rank MiniLM's Linear layers by the accuracy loss each causes alone in INT4 (or --format)"
+HELP = ("rank layer types / blocks (decoder, by KLD) or MiniLM's Linears (by cosine loss) by the "
+        "loss each causes alone in INT4 (or --format)")
+MINILM = "all-minilm-l6"
 
 
 def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
+    p.add_argument("--model", default="smollm2-135m",
+                   help=f"smollm2-135m (default), a .gguf file, an HF directory, or {MINILM}")
     p.add_argument("--format", default="int4-g32",
-                   help="format to put one layer at a time in (default int4-g32)")
-    p.add_argument("--top", type=int, default=0, help="show only the N most sensitive layers")
-    p.add_argument("--pairs", metavar="TSV", help="evaluation pairs (default: the shipped set)")
+                   help="format to put one group at a time in (default int4-g32)")
+    p.add_argument("--by", choices=["type", "block"], default=None,
+                   help="decoder: one Linear type across blocks (default), or one block")
+    p.add_argument("--context", type=int, default=512, metavar="N",
+                   help="decoder: tokens per chunk (512)")
+    p.add_argument("--chunks", type=int, default=None, metavar="N",
+                   help="decoder: score the first N chunks of the calibration part (default all)")
+    p.add_argument("--top", type=int, default=0, help="show only the N most sensitive")
+    p.add_argument("--pairs", metavar="TSV", help=f"{MINILM}: evaluation pairs (default: shipped)")
     add_json_flag(p)
 
 
 def run(args) -> int:
-    from harmony_ref.eval.embedding import load_pairs
-    from harmony_ref.eval.sensitivity import sensitivity
-    from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.quant.policy import parse_format
-    from harmony_ref.units import MB
 
     fmt = parse_format(args.format, "--format")
     if args.top < 0:
         raise ValueError(f"--top must be >= 0, got {args.top}")
+    if args.model.lower() == MINILM:
+        if args.by or args.chunks is not None or args.context != 512:
+            raise ValueError(f"--by/--chunks/--context apply to a decoder, not --model {MINILM}")
+        return run_minilm(args, fmt)
+    if args.pairs:
+        raise ValueError(f"--pairs applies to --model {MINILM} only")
+    return run_decoder(args, fmt)
+
+
+def run_decoder(args, fmt) -> int:
+    import pandas as pd
+
+    from harmony_ref.commands._output import print_json, print_table
+    from harmony_ref.commands.accuracy import progress_run
+    from harmony_ref.eval.lm_plan import lm_sensitivity
+    from harmony_ref.runtime.loader import resolve_model_path
+    from harmony_ref.units import MB
+
+    if args.chunks is not None and args.chunks < 1:
+        raise ValueError(f"--chunks must be >= 1, got {args.chunks}")
+    resolve_model_path(args.model)
+    by = args.by or "type"
+    rows = progress_run(lambda progress: lm_sensitivity(args.model, fmt.name, by, args.context,
+                                                        args.chunks, progress),
+                        args.json, f"sensitivity: each {by} alone in {fmt.name}")
+    df = pd.DataFrame(rows).sort_values("kld_mean", ascending=False, kind="stable")
+    df.insert(0, "rank", range(1, len(df) + 1))
+    if args.top:
+        df = df.head(args.top)
+    scored = f"calibration corpus ({rows[0]['corpus']}), {rows[0]['scored_tokens']} scored tokens"
+    if args.json:
+        print_json({"model": args.model, "format": fmt.name, "by": by, "ranked_by": "kld_mean",
+                    "scored_on": scored, "groups": df.to_dict(orient="records")})
+        return 0
+    df = df.assign(saved_mb=(df["bytes_fp32"] - df["bytes"]) / MB)
+    cols = ["rank", "group", "kld_mean", "kld_p99", "ppl_ratio", "top1_agreement_pct",
+            "saved_mb"]
+    print_table(df[cols], title=f"{args.model}: one {by} at a time in {fmt.name}, the rest FP32; "
+                                f"scored on the {scored}, context {args.context}")
+    print("kld: KL(FP32 || policy) per scored token, in nats, against the checkpoint's weights "
+          "dequantized exactly; the held-out corpus is not used (it scores plans).")
+    return 0
+
+
+def run_minilm(args, fmt) -> int:
+    from harmony_ref.eval.embedding import load_pairs
+    from harmony_ref.eval.sensitivity import sensitivity
+    from harmony_ref.commands._output import print_json, print_table
+    from harmony_ref.units import MB
+
     evalset = load_pairs(args.pairs)
     df = sensitivity(fmt.name, evalset=evalset, progress=True)
     if args.top:

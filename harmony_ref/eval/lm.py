@@ -100,21 +100,43 @@ class Scores:
 
 
 def evaluate_lm(weights, tokens, context: int = DEFAULT_CONTEXT, variants=(("fp32", "fp16"),),
-                add_bos: bool = False, progress=None) -> dict:
+                add_bos: bool = False, progress=None, max_chunks: int | None = None,
+                reference_cache=None) -> dict:
     """{"reference": summary, "<policy>[+kv-int8]": summary, ...} plus run facts.
 
     variants: (policy name or Policy, kv dtype) pairs, each run on the kernel path. `progress`,
-    if given, is called with (chunks done, chunks total) after every chunk."""
+    if given, is called with (chunks done, chunks total) after every chunk. `max_chunks`: score
+    only the first N chunks. `reference_cache` (eval/lm_cache.py's ReferenceCache): the FP32
+    reference's log-probs are read from it when there and written to it when not; cached or
+    not, they are rounded to float32 the same way, so a cached run gives the same numbers."""
     c = weights.config
     chunks = chunk_tokens(tokens, context, c.bos_id if add_bos else None)
+    total_chunks = len(chunks)
+    if max_chunks is not None:
+        if max_chunks < 1:
+            raise ValueError(f"max_chunks must be >= 1, got {max_chunks}")
+        chunks = chunks[:max_chunks]
     first = context // 2
-    ref = LlamaRef(weights, max_context=context)
+    n_scored = context - 1 - first
+    ref = None
     models = [Llama(weights, p, kv, max_context=context) for p, kv in variants]
     scores = {"reference": Scores([], [], [])} | {m.name: Scores([], [], []) for m in models}
+    cached = 0
     for ci, chunk in enumerate(chunks):
         target = chunk[first + 1:]  # (context - 1 - first,)
-        ref.reset()
-        lp_ref = log_softmax(ref.prefill(chunk, all_logits=True)[first:-1])  # (S, V)
+        lp_ref = None
+        if reference_cache is not None:
+            lp_ref = reference_cache.get(ci, (n_scored, c.vocab_size))
+        if lp_ref is None:
+            if ref is None:
+                ref = LlamaRef(weights, max_context=context)
+            ref.reset()
+            lp_ref = log_softmax(ref.prefill(chunk, all_logits=True)[first:-1]).astype(np.float32)
+            if reference_cache is not None:
+                reference_cache.put(ci, lp_ref)
+        else:
+            cached += 1
+        lp_ref = lp_ref.astype(np.float64)  # (S, V)
         top_ref = lp_ref.argmax(axis=1)
         rows = np.arange(target.shape[0])
         scores["reference"].add(-lp_ref[rows, target], np.zeros(target.shape[0]),
@@ -132,8 +154,9 @@ def evaluate_lm(weights, tokens, context: int = DEFAULT_CONTEXT, variants=(("fp3
     for name, s in scores.items():
         if name != "reference":
             out[name] = s.summary(ref_summary["ppl"])
-    return {"context": context, "chunks": int(len(chunks)), "tokens": int(len(tokens)),
-            "scored_tokens_per_chunk": context - 1 - first, "results": out}
+    return {"context": context, "chunks": int(len(chunks)), "chunks_in_text": int(total_chunks),
+            "tokens": int(len(tokens)), "scored_tokens_per_chunk": n_scored,
+            "reference_chunks_cached": cached, "results": out}
 
 
 LAYER_TYPES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",

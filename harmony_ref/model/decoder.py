@@ -85,6 +85,23 @@ class DecoderConfig:
         d["has_chat_template"] = self.chat_template is not None
         return d
 
+    def to_spec(self, name: str | None = None, source: str = ""):
+        """The ModelSpec (model/spec.py) of this checkpoint's shapes, so the op graph, the cost
+        model and the memory model predict the real model: same layers, widths, heads, vocab,
+        positions, tied head and biases."""
+        from harmony_ref.model.spec import DECODER, ModelSpec
+
+        return ModelSpec(
+            name=name or self.name or self.arch, kind=DECODER, n_layers=int(self.n_layers),
+            hidden=int(self.dim), n_heads=int(self.n_heads), n_kv_heads=int(self.n_kv_heads),
+            head_dim=int(self.head_dim), intermediate=int(self.ffn_dim),
+            vocab=int(self.vocab_size), max_positions=int(self.max_positions),
+            tie_embeddings=bool(self.tied_embeddings), qkv_bias=bool(self.attention_bias),
+            published_params=int(self.n_params()),
+            source=source or "derived from the checkpoint's own metadata",
+            norm_eps=float(self.norm_eps), activation=self.activation,
+            rope_theta=float(self.rope_theta))
+
     def n_params(self) -> int:
         d, f = self.dim, self.ffn_dim
         per_layer = d * (self.q_dim + 2 * self.kv_dim) + self.q_dim * d + 3 * d * f + 2 * d

@@ -52,7 +52,7 @@ import functools
 from dataclasses import dataclass
 
 from harmony_ref.model.spec import ModelSpec
-from harmony_ref.quant.policy import Policy, WeightFormat
+from harmony_ref.quant.policy import Policy, WeightFormat, int4_format_for_rows
 
 PHASES = ("prefill", "decode")
 ACT_BYTES = 2  # activations in fp16
@@ -195,12 +195,11 @@ class Graph:
 
 
 def weight_nbytes(fmt: WeightFormat, n: int, k: int, layer: str) -> int:
-    """Stored bytes of an (n, k) weight; an INT4 row must hold whole groups."""
-    if fmt.kind == "int4" and k % fmt.group_size:
-        raise ValueError(
-            f"layer '{layer}': K = {k} is not a multiple of the INT4 group size {fmt.group_size} "
-            f"(format {fmt.name})"
-        )
+    """Stored bytes of an (n, k) weight. An INT4 group that does not divide K is narrowed to the
+    largest one that does, as the runtime stores it (quant/policy.py's int4_format_for_rows:
+    SmolLM2's K = 576 rows take int4-g128 as g64)."""
+    if fmt.kind == "int4":
+        fmt = int4_format_for_rows(fmt, k)
     return fmt.nbytes(n, k)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,3 +201,16 @@ def load_policy(name_or_path: str | Path | Policy) -> Policy:
         return name_or_path
     data, source = read_toml("policy", POLICIES_FOLDER, name_or_path)
     return policy_from_dict(data, source)
+
+
+def int4_format_for_rows(fmt: WeightFormat, k: int) -> WeightFormat:
+    """`fmt`, or when its group does not divide the row length K, the largest group that
+    divides both (gcd): SmolLM2's K = 576 rows take int4-g128 as g64 (576 = 4.5 x 128). The
+    format actually used is what `Llama.formats()` reports, and what the op graph and
+    memory model count (model/graph.py)."""
+    g = math.gcd(fmt.group_size, k)
+    if g == fmt.group_size:
+        return fmt
+    if g < 2:
+        raise ValueError(f"K = {k} has no even group size dividing {fmt.name}'s {fmt.group_size}")
+    return WeightFormat("int4", g, fmt.scheme)

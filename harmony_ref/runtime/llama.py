@@ -50,7 +50,7 @@ from harmony_ref.kernels.rope import rope_rows, rope_table
 from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, layer_name
 from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.int8 import quantize_int8
-from harmony_ref.quant.policy import Policy, WeightFormat, load_policy
+from harmony_ref.quant.policy import Policy, WeightFormat, int4_format_for_rows, load_policy
 
 DEFAULT_MAX_CONTEXT = 2048
 F16_CHUNK_ROWS = 4096  # fp16 Linears widen this many weight rows at a time (bounded scratch)
@@ -177,18 +177,6 @@ def make_linear(name: str, w: np.ndarray, fmt: WeightFormat) -> Linear:
     fmt = int4_format_for_rows(fmt, k)
     t = quantize_int4(w, group_size=fmt.group_size, scheme=fmt.scheme)
     return Linear(name, fmt, matmul_w4, prepare_w4(t), (n, k), t.nbytes)
-
-
-def int4_format_for_rows(fmt: WeightFormat, k: int) -> WeightFormat:
-    """`fmt`, or when its group does not divide the row length K, the largest group that
-    divides both (gcd): SmolLM2's K = 576 rows take int4-g128 as g64 (576 = 4.5 x 128). The
-    format actually used is what `Llama.formats()` reports."""
-    g = math.gcd(fmt.group_size, k)
-    if g == fmt.group_size:
-        return fmt
-    if g < 2:
-        raise ValueError(f"K = {k} has no even group size dividing {fmt.name}'s {fmt.group_size}")
-    return WeightFormat("int4", g, fmt.scheme)
 
 
 class Fused:

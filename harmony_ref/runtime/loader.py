@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harmony_ref.checkpoint.gguf import read_gguf
-from harmony_ref.checkpoint.hf import read_hf_dir
+from harmony_ref.checkpoint.gguf import read_gguf, read_gguf_config
+from harmony_ref.checkpoint.hf import read_hf_config, read_hf_dir
 from harmony_ref.model.decoder import CheckpointError, DecoderWeights
 from harmony_ref.runtime.tokenizer import Tokenizer
 
@@ -37,6 +37,39 @@ def load_decoder(model: str) -> tuple[DecoderWeights, Tokenizer]:
     if p.is_dir():
         return read_hf_dir(p), Tokenizer.from_hf_dir(p)
     return read_gguf(p), Tokenizer.from_gguf(p)
+
+
+_LOADED: dict = {}  # (path, size, mtime) -> (weights, tokenizer): the last checkpoint read
+
+
+def load_decoder_shared(model: str) -> tuple[DecoderWeights, Tokenizer]:
+    """load_decoder, kept for the next caller in this process (one checkpoint at a time): the
+    main job's host and accuracy parts read the same file once. Callers must not modify it."""
+    p = resolve_model_path(model)
+    st = p.stat()
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _LOADED:
+        _LOADED.clear()
+        _LOADED[key] = load_decoder(model)
+    return _LOADED[key]
+
+
+def is_checkpoint(model: str) -> bool:
+    """A shipped decoder name, a .gguf path or a directory (not a spec preset or TOML)."""
+    return model in SHIPPED_MODELS or model.endswith(".gguf") or Path(model).is_dir()
+
+
+def checkpoint_config(model: str):
+    """The checkpoint's DecoderConfig from its metadata alone (nothing dequantized)."""
+    p = resolve_model_path(model)
+    return read_hf_config(p) if p.is_dir() else read_gguf_config(p)
+
+
+def checkpoint_spec(model: str):
+    """The ModelSpec of a checkpoint (DecoderConfig.to_spec), named by `model`."""
+    c = checkpoint_config(model)
+    where = model if model in SHIPPED_MODELS else Path(model).name
+    return c.to_spec(name=model, source=f"derived from {where}'s own metadata ({c.name or c.arch})")
 
 
 def load_tokenizer(model: str) -> Tokenizer:

@@ -173,7 +173,7 @@ def check_comparable(baseline: Record, current: Record, baseline_name: str, curr
     """Raise ValueError (bad input) when the two records are not the same config and metric set."""
     diffs = [f"{k}: {baseline.config.get(k)!r} vs {current.config.get(k)!r}"
              for k in ("model", "policy", "profile", "backend", "scenario", "backend_options", "fused",
-                       "kv_dtype")
+                       "kv_dtype", "model_spec", "accuracy_model")
              if baseline.config.get(k) != current.config.get(k)]
     if diffs:
         raise ValueError(f"{current_name} measures a different config than {baseline_name} ("

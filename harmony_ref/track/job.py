@@ -13,7 +13,10 @@ Parts, in order (each can be skipped with --skip):
 - `host`: short timed kernel calls on this machine, one thread (decode GEMV in the policy's format
   against NumPy FP32 `W @ x`, fused LayerNorm+bias+GELU against the same chain as three kernels),
   raw samples kept (measured; see backends/host_kernels.py);
-- `accuracy`: MiniLM-L6 on real weights under the policy (exact);
+- `accuracy`: a real decoder's LM accuracy under the policy and KV dtype (the config's model when
+  it is a checkpoint, else SmolLM2-135M; perplexity, its ratio to FP32, KLD mean/p99, top-1 on
+  the first ACCURACY_CHUNKS chunks of the held-out corpus; the FP32 reference cached on disk),
+  then MiniLM-L6's sentence-embedding accuracy on real weights;
 - `coldstart`: cold / preload / preload+warm-up start times (exact);
 - `thermal`: the 10-minute sustained-performance summary (exact).
 
@@ -101,7 +104,38 @@ def _host(config: RunConfig):
     return host_metrics(config), {"threads": HOST_THREADS}
 
 
-def _accuracy(config: RunConfig) -> Metrics:
+# The decoder the accuracy part scores when the config's model is not a checkpoint, and the
+# part of the held-out corpus it scores (the full corpus is `harmony-ref accuracy`'s default).
+ACCURACY_MODEL = "smollm2-135m"
+ACCURACY_CONTEXT = 512
+ACCURACY_CHUNKS = 2  # the first 2 of the held-out corpus's 12 chunks of 512: 510 scored tokens
+
+
+def accuracy_model(config: RunConfig) -> str:
+    """The decoder the accuracy part measures: the config's checkpoint, else SmolLM2-135M."""
+    return config.checkpoint or ACCURACY_MODEL
+
+
+def lm_accuracy_part(config: RunConfig, chunks: int | None = ACCURACY_CHUNKS):
+    """LM accuracy of the config's decoder (accuracy_model) under the config's policy and KV
+    dtype against its FP32 reference, on the first `chunks` chunks of the held-out corpus
+    (eval/lm_accuracy.py; the reference's log-probs come from the on-disk cache after the first
+    run). Returns (metrics, facts for the record's part entry)."""
+    from harmony_ref.eval.lm_accuracy import Corpus, lm_accuracy, lm_metrics
+    from harmony_ref.runtime.loader import load_decoder_shared
+
+    model = accuracy_model(config)
+    acc = lm_accuracy(model, [(config.policy, config.kv_dtype)], Corpus.shipped("heldout"),
+                      ACCURACY_CONTEXT, chunks, loaded=load_decoder_shared(model))
+    r = acc.result
+    facts = {"model": acc.model_label, "corpus": acc.corpus.label, "context": acc.context,
+             "chunks": f"{r['chunks']} of {r['chunks_in_text']}",
+             "scored_tokens": acc.scored_tokens,
+             "reference_chunks_cached": r["reference_chunks_cached"]}
+    return lm_metrics(acc), facts
+
+
+def minilm_accuracy_part(config: RunConfig) -> Metrics:
     """MiniLM-L6 on its real weights under the run's policy. The policy applies as written:
     patterns that name LLM layers (q_proj, gate_proj, lm_head) match no MiniLM layer, so MiniLM's
     Linears take the policy's default format (int4-g128 -> every MiniLM Linear in int4-g128)."""
@@ -115,6 +149,13 @@ def _accuracy(config: RunConfig) -> Metrics:
             ("accuracy_sentences" if m.name == "sentences" else m.name)
         out.put(Metric(name, m.value, m.unit, m.direction, m.kind, m.samples, m.flags, m.description))
     return out
+
+
+def _accuracy(config: RunConfig):
+    """The decoder's LM accuracy (lm_*), then MiniLM's sentence-embedding accuracy."""
+    m, facts = lm_accuracy_part(config)
+    m.update(minilm_accuracy_part(config))
+    return m, facts
 
 
 def _coldstart(config: RunConfig) -> Metrics:
@@ -134,7 +175,8 @@ def _thermal(config: RunConfig) -> Metrics:
 PARTS: list[Part] = [
     Part("predicted", "device metrics (backend)", _predicted),
     Part("host", "host kernels vs NumPy (timed)", _host),
-    Part("accuracy", "accuracy: MiniLM-L6, real weights", _accuracy),
+    Part("accuracy", "accuracy: SmolLM2-135M (or the checkpoint) and MiniLM-L6, real weights",
+         _accuracy),
     Part("coldstart", "cold start (device model)", _coldstart),
     Part("thermal", "10-minute thermal summary", _thermal),
 ]
@@ -202,7 +244,9 @@ def run_job(config: RunConfig, skip: tuple[str, ...] = (), only: tuple[str, ...]
             parts[part.name] = {"status": "ok", "detail": f"{len(got)} metrics in {elapsed:.1f} s",
                                 "seconds": round(elapsed, 3), "metrics": got.names(), **info}
             progress.update(task, completed=1, description=f"{part.title}: {len(got)} metrics")
-    return Record(config=config.to_dict(), metrics=metrics, provenance=collect_provenance(),
+    record_config = config.to_dict()
+    record_config["accuracy_model"] = accuracy_model(config)  # what lm_* metrics were measured on
+    return Record(config=record_config, metrics=metrics, provenance=collect_provenance(),
                   parts=parts)
 
 

@@ -157,32 +157,39 @@ def test_cli_accuracy_sensitivity_plan_export(cli_tiny, small_set, tmp_path, cap
     n = len(small_set.sentences) // 2
     pairs.write_text("category\tgroup\tsentence_a\tsentence_b\n" + "".join(
         f"c\tg\t{small_set.sentences[i]}\t{small_set.sentences[n + i]}\n" for i in range(n)))
-    assert main(["accuracy", "--policy", "int8", "--policy", "minilm-mixed", "--json",
+    assert main(["accuracy", "--model", "all-minilm-l6", "--policy", "int8", "--policy",
+                 "minilm-mixed", "--json",
                  "--pairs", str(pairs)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["sentences"] == 2 * SMALL_PAIRS
     assert out["policies"]["int8"]["accuracy_drop_pct"]["unit"] == "pct_points"
 
-    assert main(["sensitivity", "--format", "int4-g128", "--top", "3", "--json", "--pairs", str(pairs)]) == 0
+    assert main(["sensitivity", "--model", "all-minilm-l6", "--format", "int4-g128", "--top", "3",
+                 "--json", "--pairs", str(pairs)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["layers"]) == 3 and out["format"] == "int4-g128"
 
     budget = cli_tiny.linear_nbytes("int8") / 1e6
     toml = tmp_path / "p.toml"
-    assert main(["plan", "--budget-mb", f"{budget:.4f}", "--out", str(toml), "--pairs", str(pairs)]) == 0
+    assert main(["plan", "--model", "all-minilm-l6", "--budget-mb", f"{budget:.4f}", "--out",
+                 str(toml),
+                 "--pairs", str(pairs)]) == 0
     text = capsys.readouterr().out
     assert "[layers]" in text and "accuracy_drop_pct" in text
-    assert main(["accuracy", "--policy", str(toml), "--pairs", str(pairs)]) == 0
+    assert main(["accuracy", "--model", "all-minilm-l6", "--policy", str(toml), "--pairs",
+                 str(pairs)]) == 0
     capsys.readouterr()
 
     art = tmp_path / "a.safetensors"
     assert main(["export", "--policy", str(toml), str(art), "--json"]) == 0
     capsys.readouterr()
-    assert main(["accuracy", "--artifact", str(art), "--policy", str(toml), "--json",
+    assert main(["accuracy", "--model", "all-minilm-l6", "--artifact", str(art), "--policy",
+                 str(toml), "--json",
                  "--pairs", str(pairs)]) == 0
     res = json.loads(capsys.readouterr().out)["policies"]
     assert res[str(art)]["cosine_mean"] == res[str(toml)]["cosine_mean"]  # bit-identical path
-    assert main(["plan", "--budget-mb", "0.001", "--pairs", str(pairs)]) == 2
+    assert main(["plan", "--model", "all-minilm-l6", "--budget-mb", "0.001", "--pairs",
+                 str(pairs)]) == 2
     assert main(["sensitivity", "--format", "int3"]) == 2
     assert main(["plan", "--budget-mb", "-1"]) == 2
     # output directories are made when missing (one way in every command); a file in the way
@@ -192,7 +199,7 @@ def test_cli_accuracy_sensitivity_plan_export(cli_tiny, small_set, tmp_path, cap
     assert main(["export", "--policy", "int8", str(not_a_dir / "a.safetensors")]) == 2
     assert main(["plan", "--budget-mb", "8", "--out", str(not_a_dir / "p.toml")]) == 2
     assert "is a file, not a directory" in capsys.readouterr().err
-    assert main(["accuracy", "--policy", "no-such-policy"]) == 2
+    assert main(["accuracy", "--model", "all-minilm-l6", "--policy", "no-such-policy"]) == 2
     assert "no-such-policy" in capsys.readouterr().err
 
 

@@ -34,7 +34,9 @@ def test_reference_scores_by_hand():
         lp = lm.log_softmax(m.prefill(ch, all_logits=True))
         nll += [-lp[i, ch[i + 1]] for i in range(8, 15)]
     ref = r["results"]["reference"]
-    assert ref["ppl"] == pytest.approx(np.exp(np.mean(nll)), rel=1e-9)
+    # the reference's log-probs are kept in float32 (as eval/lm_cache.py stores them): each
+    # within half a float32 step (~5e-7 for |log p| < 16), so the mean NLL too
+    assert ref["ppl"] == pytest.approx(np.exp(np.mean(nll)), rel=1e-6)
     assert ref["kld_mean"] == 0 and ref["top1_agreement_pct"] == 100
     for name in ("int8", "int4-g32+kv-int8"):
         s = r["results"][name]

@@ -66,3 +66,19 @@ def test_prefill_equals_decode_on_the_real_model(smollm2, policy):
         REAL_INT_PREFILL_VS_DECODE_ABS_TOL
     assert_within(steps, full, tol, f"real model {policy}: prefill vs decode logits")
     assert (steps.argmax(1) == full.argmax(1)).all()
+
+
+def test_spec_and_prediction_of_the_checkpoint(smollm2):
+    """The simulated backend predicts the real model: the spec derived from the GGUF's metadata
+    has its shapes and parameter count, and a run config on it round-trips through a record."""
+    from harmony_ref.backends.simulated import SimulatedDevice
+    from harmony_ref.config import RunConfig
+    from harmony_ref.runtime.loader import checkpoint_spec
+
+    w, _ = smollm2
+    spec = checkpoint_spec("smollm2-135m")
+    assert spec.param_count() == w.config.n_params() == 134_515_008
+    cfg = RunConfig.from_names(spec, "int4-g128", checkpoint="smollm2-135m")
+    assert RunConfig.from_dict(cfg.to_dict()) == cfg
+    m = SimulatedDevice("harmony-flagship").predict(cfg)
+    assert 50 < m.value("weights_mb") < 300 and m.value("decode_tokens_per_s") > 0

@@ -229,8 +229,13 @@ def test_committed_baseline_is_a_full_default_run():
     assert {k: base.config[k] for k in DEFAULTS} == DEFAULTS
     assert {n: p["status"] for n, p in base.parts.items()} == {n: "ok" for n in job.part_names()}
     for name in ("ttft_ms", "decode_tokens_per_s", "peak_memory_mb", "host_gemv_speedup_x",
-                 "accuracy_drop_pct", "coldstart_cold_ms", "sustained_peak_ratio_10min"):
+                 "accuracy_drop_pct", "coldstart_cold_ms", "sustained_peak_ratio_10min",
+                 "lm_ppl_ratio", "lm_kld_mean", "lm_kld_p99", "lm_top1_agreement_pct"):
         assert name in base.metrics
+    # the decoder the LM metrics were measured on is named in the config and the descriptions
+    assert base.config["accuracy_model"] == "smollm2-135m"
+    assert "smollm2-135m" in base.metrics["lm_kld_mean"].description
+    assert base.parts["accuracy"]["chunks"] == f"{job.ACCURACY_CHUNKS} of 12"
 
 
 def test_host_and_simulated_host_profile_records_have_the_same_metric_names(tmp_path):

@@ -1,0 +1,206 @@
+"""LM accuracy of a decoder checkpoint under policies, from a model name to a table and metrics:
+the one entry point `harmony-ref accuracy --model`, the main job's accuracy part and sweeps use.
+
+    corpus = Corpus.shipped("heldout")          # or Corpus.from_file("my.txt")
+    r = lm_accuracy("smollm2-135m", [("int4-g32", "fp16")], corpus, context=512, max_chunks=2)
+    r.rows()                                    # one dict per row (reference first)
+    lm_metrics(r, "int4-g32")                   # Metrics: lm_ppl, lm_ppl_ratio, lm_kld_mean, ...
+
+The reference is always the checkpoint's weights dequantized exactly (REFERENCE_NOTE), run by
+LlamaRef; its log-probs are cached on disk (eval/lm_cache.py) keyed by the model file's SHA-256,
+the corpus's SHA-256, the context, the scoring rule and the code version, so a second policy or a
+second run reuses them. Metric kind: every LM metric is LM_METRIC_KIND, the gate's `numerical` class
+(float kernels and BLAS: not bit-identical across machines, but repeatable on one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harmony_ref.eval.lm import (CORPUS_SHA256, DEFAULT_CONTEXT, KLD_PERCENTILE, evaluate_lm,
+                                 load_corpus)
+from harmony_ref.eval.lm_cache import ReferenceCache
+from harmony_ref.metrics import NUMERICAL, Metrics
+
+REFERENCE_NOTE = "FP32 = the checkpoint's weights dequantized exactly"
+LM_METRIC_KIND = NUMERICAL  # the one place the LM metrics' kind is declared
+DEFAULT_LM_MODEL = "smollm2-135m"
+
+
+@dataclass(frozen=True)
+class Corpus:
+    name: str  # "heldout", "calibration" (shipped parts) or the file path
+    text: str = field(repr=False)
+    sha256: str
+
+    @classmethod
+    def shipped(cls, part: str = "heldout") -> "Corpus":
+        return cls(part, load_corpus(part), CORPUS_SHA256[part])
+
+    @classmethod
+    def from_file(cls, path) -> "Corpus":
+        p = Path(path)
+        if not p.is_file():
+            raise ValueError(f"--corpus {p}: no such file")
+        data = p.read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"--corpus {p}: not UTF-8 text (byte {e.start}: {e.reason})") from e
+        if not text.strip():
+            raise ValueError(f"--corpus {p}: the file is empty")
+        return cls(str(p), text, hashlib.sha256(data).hexdigest())
+
+    @property
+    def label(self) -> str:
+        shipped = self.name in CORPUS_SHA256
+        return (f"harmony_ref/data/lm_corpus/{self.name}.txt" if shipped else self.name)
+
+
+@dataclass
+class LMAccuracy:
+    model: str  # as given (shipped name or path)
+    model_label: str  # the checkpoint named, with its stored formats
+    corpus: Corpus
+    context: int
+    result: dict  # evaluate_lm's dict
+    variants: list = field(default_factory=list)  # (row name, policy name, kv dtype)
+
+    @property
+    def scored_tokens(self) -> int:
+        return self.result["chunks"] * self.result["scored_tokens_per_chunk"]
+
+    def title(self) -> str:
+        r = self.result
+        subset = ("" if r["chunks"] == r["chunks_in_text"]
+                  else f" (the first {r['chunks']} of {r['chunks_in_text']} chunks)")
+        return (f"{self.model_label}; reference: {REFERENCE_NOTE}; corpus {self.corpus.label}, "
+                f"{r['tokens']} tokens; context {r['context']}, {r['chunks']} chunks{subset}, "
+                f"{self.scored_tokens} scored tokens (second half of each chunk)")
+
+    def rows(self) -> list[dict]:
+        kinds = {name: (pol, kv) for name, pol, kv in self.variants}
+        out = []
+        for name, s in self.result["results"].items():
+            pol, kv = ("FP32 reference (NumPy)", "fp32") if name == "reference" else kinds[name]
+            out.append({"policy": pol, "kv_cache": kv, "ppl": s["ppl"], "ppl_ratio": s["ppl_ratio"],
+                        "kld_mean": s["kld_mean"], "kld_p99": s[f"kld_p{KLD_PERCENTILE:g}"],
+                        "top1_agreement_pct": s["top1_agreement_pct"],
+                        "scored_tokens": s["scored_tokens"]})
+        return out
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "model_label": self.model_label, "reference": REFERENCE_NOTE,
+                "corpus": self.corpus.label, "corpus_sha256": self.corpus.sha256,
+                "context": self.context, **{k: v for k, v in self.result.items() if k != "results"},
+                "scored_tokens": self.scored_tokens, "rows": self.rows()}
+
+
+MARKDOWN_HEADER = ("| policy | KV cache | PPL | PPL / FP32 | KLD mean | KLD p99 | top-1 agreement "
+                   "|\n|---|---|---|---|---|---|---|")
+
+
+def markdown_rows(d: dict, skip_reference: bool = False) -> list[str]:
+    """The README's table rows from an accuracy result's dict form (LMAccuracy.to_dict(), what
+    `harmony-ref accuracy --json` prints), numbers rounded as the README shows them."""
+    out = []
+    for i, r in enumerate(d["rows"]):
+        if i == 0 and skip_reference:
+            continue
+        out.append(f"| {r['policy']} | {r['kv_cache']} | {r['ppl']:.3f} | {r['ppl_ratio']:.4f} | "
+                   f"{r['kld_mean']:.4f} | {r['kld_p99']:.4f} | "
+                   f"{r['top1_agreement_pct']:.1f} % |")
+    return out
+
+
+def model_sha256(model: str, path: Path) -> str:
+    """SHA-256 of the checkpoint: the pinned one for the shipped GGUF (verified when fetched),
+    else of the file, or of an HF directory's config.json and weight files in name order."""
+    from harmony_ref.checkpoint.assets import sha256_file
+
+    if model == DEFAULT_LM_MODEL:
+        from harmony_ref.checkpoint.smollm2 import GGUF_SHA256
+
+        return GGUF_SHA256
+    if path.is_file():
+        return sha256_file(path)
+    h = hashlib.sha256()
+    for f in sorted(path.iterdir()):
+        if f.name == "config.json" or f.suffix == ".safetensors":
+            h.update(f.name.encode() + sha256_file(f).encode())
+    return h.hexdigest()
+
+
+def variant_name(policy, kv: str) -> str:
+    name = policy if isinstance(policy, str) else policy.name
+    return name + ("" if kv == "fp16" else f"+kv-{kv}")
+
+
+def lm_accuracy(model: str = DEFAULT_LM_MODEL, variants=(("int4-g32", "fp16"),),
+                corpus: Corpus | None = None, context: int = DEFAULT_CONTEXT,
+                max_chunks: int | None = None, progress=None, loaded=None,
+                use_cache: bool = True) -> LMAccuracy:
+    """Score `variants` ((policy, kv dtype) pairs) of `model` on `corpus` (default: the shipped
+    held-out part). `loaded`: (weights, tokenizer) already read, to skip reading the checkpoint.
+    Bad input (unknown model, unreadable checkpoint, a corpus shorter than one chunk, a bad
+    policy) raises ValueError before any scoring."""
+    from harmony_ref.quant.policy import load_policy
+    from harmony_ref.runtime.loader import load_decoder, model_label, resolve_model_path
+
+    corpus = corpus or Corpus.shipped("heldout")
+    policies = [(load_policy(p), kv) for p, kv in variants]  # bad names fail here, first
+    for _, kv in policies:
+        if kv not in ("fp16", "int8"):
+            raise ValueError(f"--kv-dtype must be fp16 or int8, got {kv!r}")
+    path = resolve_model_path(model)
+    weights, tok = loaded or load_decoder(model)
+    ids = tok.encode(corpus.text)
+    if context > weights.config.max_positions:
+        raise ValueError(f"--context {context} exceeds {model}'s {weights.config.max_positions} "
+                         "positions")
+    if len(ids) < context:
+        raise ValueError(f"corpus {corpus.label}: {len(ids)} tokens, fewer than one chunk of "
+                         f"context {context}")
+    cache = None
+    if use_cache:
+        cache = ReferenceCache.for_run(model_sha256(model, path), corpus.sha256, context,
+                                       tok.add_bos)
+    result = evaluate_lm(weights, ids, context, policies, add_bos=tok.add_bos, progress=progress,
+                         max_chunks=max_chunks, reference_cache=cache)
+    rows = [(variant_name(p, kv), p.name, kv) for p, kv in policies]
+    return LMAccuracy(model, model_label(model, weights), corpus, context, result, rows)
+
+
+# metric name -> (row key, unit, direction, what it is)
+LM_METRICS = {
+    "lm_ppl": ("ppl", "ppl", "lower", "perplexity"),
+    "lm_ppl_ratio": ("ppl_ratio", "x", "lower", "perplexity / the FP32 reference's"),
+    "lm_kld_mean": ("kld_mean", "nats", "lower", "mean KL(FP32 || policy) per scored token"),
+    "lm_kld_p99": ("kld_p99", "nats", "lower", "99th percentile of KL(FP32 || policy)"),
+    "lm_top1_agreement_pct": ("top1_agreement_pct", "%", "higher",
+                              "scored tokens whose argmax equals the FP32 reference's"),
+}
+
+
+def lm_metrics(acc: LMAccuracy, variant: str | None = None) -> Metrics:
+    """Record metrics of one variant (default: the first): each names the model, the corpus and
+    the context in its description; plus the reference's own perplexity and the scored tokens."""
+    names = [name for name, _, _ in acc.variants]
+    variant = variant or names[0]
+    if variant not in names:
+        raise ValueError(f"no variant {variant!r} was scored (scored: {', '.join(names)})")
+    rows = acc.rows()
+    row, ref = rows[1 + names.index(variant)], rows[0]
+    where = (f"{acc.model_label}, {acc.corpus.label}, context {acc.context}, "
+             f"{acc.result['chunks']} chunks, {acc.scored_tokens} scored tokens")
+    m = Metrics()
+    for name, (key, unit, direction, what) in LM_METRICS.items():
+        m.add(name, row[key], unit, direction, LM_METRIC_KIND,
+              description=f"{what}; {variant} on {where}; {REFERENCE_NOTE}")
+    m.add("lm_ppl_fp32", ref["ppl"], "ppl", "none", LM_METRIC_KIND,
+          description=f"perplexity of the FP32 reference on {where}")
+    m.add("lm_scored_tokens", acc.scored_tokens, "tokens", "none", "exact",
+          description=f"tokens scored: {where}")
+    return m

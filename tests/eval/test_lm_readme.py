@@ -1,0 +1,44 @@
+"""The README's LM accuracy table is the tool's output: its rows equal `markdown_rows` (what
+`harmony-ref accuracy --markdown` prints) of the committed `harmony-ref accuracy --json` outputs
+it was pasted from, the corpus size, context and scored tokens stated beside it match them, and
+those outputs are on the shipped held-out corpus, named model, stated reference. The numbers are
+float kernels' and BLAS's, repeatable on one machine, and re-measured on every `harmony-ref run`
+(the first 2 chunks, gated against results/baseline.json)."""
+
+import json
+from pathlib import Path
+
+from harmony_ref.eval.lm import CORPUS_SHA256
+from harmony_ref.eval.lm_accuracy import REFERENCE_NOTE, markdown_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "decoder"
+
+
+def readme_rows() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- lm accuracy table -->")[1].split("<!-- /lm accuracy table -->")[0]
+    return [line for line in block.splitlines() if line.startswith("| ") and "---" not in line
+            and not line.startswith("| policy |")]
+
+
+def outputs():
+    return [json.loads((FIXTURES / f"lm_accuracy_{n}.json").read_text())
+            for n in ("kv_fp16", "kv_int8")]
+
+
+def test_readme_table_is_the_tools_output():
+    fp16, int8 = outputs()
+    assert readme_rows() == markdown_rows(fp16) + markdown_rows(int8, skip_reference=True)
+    assert fp16["rows"][0] == int8["rows"][0]  # one reference, cached between the two runs
+
+
+def test_outputs_name_model_corpus_reference_and_sizes():
+    text = (ROOT / "README.md").read_text()
+    for d in outputs():
+        assert d["model"] == "smollm2-135m" and d["reference"] == REFERENCE_NOTE
+        assert d["corpus_sha256"] == CORPUS_SHA256["heldout"] and d["context"] == 512
+        assert d["chunks"] == d["chunks_in_text"]  # the whole corpus
+        for fact in (f"{d['tokens']:,} SmolLM2 tokens", f"{d['chunks']} chunks of context 512",
+                     f"{d['scored_tokens']:,} scored tokens"):
+            assert fact in text, fact
