@@ -32,6 +32,7 @@ import signal
 import string
 import subprocess
 import time
+from dataclasses import dataclass
 
 from harmony_ref.backends.base import BackendError, Measurement, physics_checked
 from harmony_ref.backends.parsers import FORMATS, ParseError, parse
@@ -94,41 +95,75 @@ class CommandDevice:
     def run(self, config=None) -> Measurement:
         """Run the command for `config` (a RunConfig; None: the template's own values only)."""
         cmd = self.command_for(config)
-        shell = needs_shell(cmd)
-        argv = ["/bin/sh", "-c", cmd] if shell else shlex.split(cmd)
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    errors="replace", start_new_session=True)
-        except OSError as e:
-            raise BackendError(f"command {cmd!r} could not start: {e}") from e
-        try:
-            out, err = proc.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            try:
-                out, err = proc.communicate(timeout=5)
-            except subprocess.TimeoutExpired:  # an escaped grandchild still holds the pipes
-                out, err = "", 
+        done = run_command(cmd, self.timeout_s)
+        if done.returncode != 0:
             raise BackendError(
-                f"command {cmd!r} timed out after {self.timeout_s:g} s; its process group was killed; "
-                f"no result recorded. Last stderr:\n{_tail(err) or '(empty)'}") from None
-        wall_s = time.perf_counter() - t0
-        if proc.returncode != 0:
-            raise BackendError(
-                f"command {cmd!r} exited with code {proc.returncode}; no result recorded. "
-                f"Last stderr:\n{_tail(err) or '(empty)'}")
+                f"command {cmd!r} exited with code {done.returncode}; no result recorded. "
+                f"Last stderr:\n{_tail(done.err) or '(empty)'}")
         try:
-            parsed = parse(self.format, out + "\n" + err)
+            parsed = parse(self.format, done.text)
         except ParseError as e:
             raise BackendError(f"command {cmd!r}: {e}") from e
-        prov = {"command": cmd, "format": self.format, "shell": str(shell).lower(),
-                "command_wall_s": f"{wall_s:.3f}"}
+        prov = {"command": cmd, "format": self.format, "shell": str(done.shell).lower(),
+                "command_wall_s": f"{done.wall_s:.3f}"}
         prov.update(parsed.provenance)
-        prov.update(dict(_PROVENANCE_LINE.findall(out + "\n" + err)))
+        prov.update(command_provenance(done.text))
         metrics, findings, physics = physics_checked(parsed.metrics, self.profile, config,
                                                      any_phone=True)
         return Measurement(metrics, prov, findings, physics, config)
+
+
+@dataclass(frozen=True)
+class CommandOutput:
+    command: str
+    returncode: int
+    out: str
+    err: str
+    wall_s: float
+    shell: bool
+
+    @property
+    def text(self) -> str:
+        """stdout then stderr: what the parsers read."""
+        return self.out + "\n" + self.err
+
+    def stderr_tail(self) -> str:
+        return _tail(self.err) or "(empty)"
+
+
+def command_provenance(text: str) -> dict[str, str]:
+    """The `device_model=...`-style lines a template printed (see the module doc)."""
+    return dict(_PROVENANCE_LINE.findall(text))
+
+
+def run_command(cmd: str, timeout_s: float) -> CommandOutput:
+    """Run a filled template as described in the module doc; BackendError when it cannot start
+    or times out (its process group killed). A non-zero exit is returned, not raised."""
+    shell = needs_shell(cmd)
+    try:
+        argv = ["/bin/sh", "-c", cmd] if shell else shlex.split(cmd)
+    except ValueError as e:  # unbalanced quotes
+        raise BackendError(f"command {cmd!r} cannot be split into arguments: {e}") from e
+    if not argv:
+        raise BackendError("command is empty after filling the template")
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                errors="replace", start_new_session=True)
+    except OSError as e:
+        raise BackendError(f"command {cmd!r} could not start: {e}") from e
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        try:
+            out, err = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:  # an escaped grandchild still holds the pipes
+            out, err = "", ""
+        raise BackendError(
+            f"command {cmd!r} timed out after {timeout_s:g} s; its process group was killed; "
+            f"no result recorded. Last stderr:\n{_tail(err) or '(empty)'}") from None
+    return CommandOutput(cmd, proc.returncode, out, err, time.perf_counter() - t0, shell)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -2,7 +2,7 @@
 
 Each `parse_<format>(text) -> Parsed` reads a tool's stdout as it prints it and returns metrics
 with the standard names where they apply (`e2e_ms`, `ttft_ms`, `prefill_ms`, `decode_step_ms`,
-`decode_tokens_per_s`, `peak_memory_mb`) plus format-specific ones, all `kind="measured"`, raw
+`decode_tokens_per_s`, `peak_memory_mb`) plus format-specific ones, `kind="measured"` (accuracy: `exact`), raw
 samples kept where the tool reports them; and the provenance the tool reports about itself
 (model file, threads, CPU, build). Output without the expected lines raises `ParseError` naming
 what was expected; a tool's own failure line raises it quoting that line.
@@ -12,6 +12,7 @@ Formats, as printed by (checked against the sources):
   `printf("Model = %s, NumThreads = %d, MinRunTime = %f ms, MaxRuntime = %f ms, AvgRunTime = %f ms\\n")`,
   `PrepareTime = <f> ms`, accuracy lines `Mean bias of all nodes/tensors: <f>%` and
   `Cosine distance of all nodes/tensors: <f>`; failures end in `Run Benchmark <model> Failed : <code>`.
+  `mslite_accuracy(text)` (parsers_accuracy.py) reads the comparison, even from a failed run.
 - `tflite`: TensorFlow Lite / LiteRT tools/benchmark (benchmark_model.cc, benchmark_tflite_model.cc):
   `Inference timings in us: Init: <i>, First inference: <i>, Warmup (avg): <f>, Inference (avg): <f>`,
   stat lines `count=<n> first=<i> curr=<i> min=<i> max=<i> avg=<f> std=<i>` (warm-up runs, then
@@ -22,6 +23,8 @@ Formats, as printed by (checked against the sources):
   n_prompt, n_gen, avg_ns, stddev_ns, avg_ts, stddev_ts, samples_ns, samples_ts, model_type,
   cpu_info, build_commit, n_threads, ... A prompt-processing test has n_gen == 0, a generation
   test n_prompt == 0.
+- `llama-perplexity`: llama.cpp tools/perplexity, parsed in parsers_accuracy.py (its formats are
+  listed there).
 - `executorch`: ExecuTorch extension/llm/runner/stats.h, the line `PyTorchObserver {json}` with
   prompt_tokens, generated_tokens, model_load_start_ms, model_load_end_ms, inference_start_ms,
   prompt_eval_end_ms, first_token_ms, inference_end_ms, aggregate_sampling_time_ms and
@@ -32,46 +35,18 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 
+from harmony_ref.backends._parse import _NUM, Parsed, ParseError, _measured, _num, _tail
+from harmony_ref.backends.parsers_accuracy import (_MSLITE_BIAS, _MSLITE_COSINE,
+                                                   MsliteAccuracy, mslite_accuracy,  # noqa: F401
+                                                   parse_llama_perplexity)
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import MB, MIB, MS_PER_S, NS_PER_S, US_PER_S
 
-FORMATS = ("mslite", "tflite", "llama-bench", "executorch")
+FORMATS = ("mslite", "tflite", "llama-bench", "llama-perplexity", "executorch")
 
-_NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf)"
 MS_PER_US = MS_PER_S / US_PER_S
 MS_PER_NS = MS_PER_S / NS_PER_S
-
-
-class ParseError(ValueError):
-    """The output is not in the expected format (or reports the tool's own failure)."""
-
-
-@dataclass
-class Parsed:
-    metrics: Metrics
-    provenance: dict[str, str] = field(default_factory=dict)
-
-
-def _num(s: str, what: str, fmt: str) -> float:
-    v = float(s)
-    if v != v or v in (float("inf"), float("-inf")):
-        raise ParseError(f"{fmt}: {what} is {s!r}, expected a finite number")
-    return v
-
-
-def _tail(text: str, n: int = 300) -> str:
-    t = text.strip()
-    return ("..." + t[-n:]) if len(t) > n else t
-
-
-def _measured(m: Metrics, name, value, unit, direction="lower", samples=(), description=""):
-    # A measured time or rate of zero (or less) is not a measurement: refuse it, whatever the
-    # tool printed (Metric refuses negative and non-finite values itself).
-    if direction != "none" and unit in ("ms", "s", "tokens/s") and not value > 0:
-        raise ValueError(f"{name} = {value!r} {unit}: a measured time or rate must be > 0")
-    m.add(name, value, unit, direction, "measured", samples, description)
 
 
 # --- MindSpore Lite ------------------------------------------------------------------------------
@@ -80,8 +55,6 @@ _MSLITE_RUN = re.compile(
     r"Model = (?P<model>.*?), NumThreads = (?P<threads>\d+), MinRunTime = " + _NUM
     + r" ms, MaxRuntime = " + _NUM + r" ms, AvgRunTime = " + _NUM + r" ms")
 _MSLITE_PREPARE = re.compile(r"PrepareTime = " + _NUM + r" ms")
-_MSLITE_BIAS = re.compile(r"^Mean bias of all nodes/tensors: " + _NUM + r"\s*%", re.M)
-_MSLITE_COSINE = re.compile(r"^Cosine distance of all nodes/tensors: " + _NUM, re.M)
 _MSLITE_FAILED = re.compile(r"^Run Benchmark .*Failed.*$", re.M)
 
 
@@ -295,6 +268,7 @@ PARSERS = {
     "mslite": parse_mslite,
     "tflite": parse_tflite,
     "llama-bench": parse_llama_bench,
+    "llama-perplexity": parse_llama_perplexity,
     "executorch": parse_executorch,
 }
 

@@ -92,9 +92,13 @@ def run(args) -> int:
         print(f"fresh run record: {current_path}", file=sys.stderr)
     failed = {n: p["detail"] for n, p in current.parts.items() if p["status"] == "failed"}
 
+    inaccurate = current.metrics.items.get("runtime_accurate")
     if args.update_baseline:
         if failed:
             raise ValueError(f"{current_path}: parts failed ({failed}); refusing to make it the baseline")
+        if inaccurate is not None and "inaccurate" in inaccurate.flags:
+            raise ValueError(f"{current_path}: the runtime was flagged inaccurate "
+                             f"({inaccurate.description}); refusing to make it the baseline")
         if baseline is not None:
             try:
                 report = compare(baseline, current, tolerances, None, "", str(baseline_path), str(current_path))
@@ -113,6 +117,8 @@ def run(args) -> int:
         return 1
     if args.no_rerun:
         remeasure, reason = None, "--no-rerun given"
+    elif current.config.get("backend_options", {}).get("check") == "runtime":
+        remeasure, reason = None, "a check-runtime record (re-run `harmony-ref check-runtime`)"
     elif fresh or current.provenance.get("hostname") == socket.gethostname():
         remeasure, reason = remeasure_fn(current), ""
     else:

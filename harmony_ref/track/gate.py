@@ -15,6 +15,9 @@ Rules (limits come from a tolerance TOML, see harmony_ref/data/gate_tolerances.t
 - metrics flagged `implausible` on either side are called out in the verdict;
 - a host measurement of a width-scaled copy of the model (`measured_model`, e.g. llama-3.2-3b/w4)
   is never gated against one of another size (bad input, exit 2);
+- metrics flagged `inaccurate` (a run whose runtime failed its accuracy check,
+  track/runtime_check.py) are never a result: on either side each one is a regression, with the
+  reason the run recorded in its `runtime_accurate` metric;
 - timings are only comparable on the same kind of machine: when the two records differ in CPU
   model, core count or Numba threads, measured metrics are shown but not gated (and say why).
 
@@ -45,6 +48,7 @@ MIN_SAMPLES_FOR_U_TEST = 3
 
 # Verdict statuses; only REGRESSION fails the gate.
 PASS, IMPROVED, INFO, NOISE, REGRESSION = "pass", "improved", "info", "noise", "regression"
+INACCURATE = "inaccurate"  # the flag track/runtime_check.py puts on every metric of a wrong run
 
 
 @dataclass(frozen=True)
@@ -169,8 +173,10 @@ def u_test_p(baseline: Metric, current: Metric) -> float | None:
     return float(mannwhitneyu(current.samples, baseline.samples, alternative=alternative).pvalue)
 
 
-def check_comparable(baseline: Record, current: Record, baseline_name: str, current_name: str) -> None:
-    """Raise ValueError (bad input) when the two records are not the same config and metric set."""
+def check_comparable(baseline: Record, current: Record, baseline_name: str, current_name: str,
+                     same_metrics: bool = True) -> None:
+    """Raise ValueError (bad input) when the two records are not the same config and metric set
+    (with same_metrics=False only the shared metrics must agree)."""
     diffs = [f"{k}: {baseline.config.get(k)!r} vs {current.config.get(k)!r}"
              for k in ("model", "policy", "profile", "backend", "scenario", "backend_options", "fused",
                        "kv_dtype", "model_spec", "accuracy_model")
@@ -186,7 +192,7 @@ def check_comparable(baseline: Record, current: Record, baseline_name: str, curr
                          "against one of another size")
     only_base = [n for n in baseline.metrics.names() if n not in current.metrics]
     only_cur = [n for n in current.metrics.names() if n not in baseline.metrics]
-    if only_base or only_cur:
+    if (only_base or only_cur) and same_metrics:
         parts = []
         if only_base:
             parts.append(f"missing from {current_name}: {', '.join(only_base)}")
@@ -195,6 +201,8 @@ def check_comparable(baseline: Record, current: Record, baseline_name: str, curr
         raise ValueError("metric sets differ (" + "; ".join(parts) + "); if the change is intended, "
                          "promote a new record with `harmony-ref gate --update-baseline`")
     for name in baseline.metrics.names():
+        if name not in current.metrics:
+            continue
         b, c = baseline.metrics[name], current.metrics[name]
         for attr in ("unit", "direction", "kind"):
             if attr == "kind" and {b.kind, c.kind} == {"exact", "numerical"}:
@@ -236,16 +244,28 @@ def compare(baseline: Record, current: Record, tolerances: Tolerances | None = N
     measured metric on this machine (confirm-on-rerun); without it the verdict of a failing
     measured metric says it could not be confirmed, and why (`no_remeasure_reason`)."""
     tol = tolerances or Tolerances()
-    check_comparable(baseline, current, baseline_name, current_name)
+    # An inaccurate run may lack metrics (a runtime that failed its own check prints no timings):
+    # it still fails, on the metrics both have.
+    inaccurate_run = any(INACCURATE in m.flags for m in current.metrics)
+    check_comparable(baseline, current, baseline_name, current_name, not inaccurate_run)
     report = GateReport(baseline, current, tolerances=tol)
     machine_note = different_machine(baseline, current)
-    for name in baseline.metrics.names():
+    for name in [n for n in baseline.metrics.names() if n in current.metrics]:
         b, c = baseline.metrics[name], current.metrics[name]
         change = change_pct(b.value, c.value)
         if "numerical" in (b.kind, c.kind):
             c = replace(c, kind="numerical")
         limit = tol.limit_pct(c)
-        if c.direction == "none":
+        wrong = [side for side, m in (("baseline", b), ("current", c)) if INACCURATE in m.flags]
+        if wrong:
+            status, limit_text = REGRESSION, "-"
+            verdict = (f"REGRESSION: from a run flagged {INACCURATE} ({', '.join(wrong)}): "
+                       "not a result")
+            if name == "runtime_accurate":
+                verdict += "; " + "; ".join(_inaccurate_reason(r) for side, r in
+                                            (("baseline", baseline), ("current", current))
+                                            if side in wrong)
+        elif c.direction == "none":
             status, verdict, limit_text = INFO, "info (not gated)", "-"
         elif c.kind == "measured" and machine_note:
             status, verdict, limit_text = INFO, f"not gated: {machine_note}", "-"
@@ -281,6 +301,11 @@ def compare(baseline: Record, current: Record, tolerances: Tolerances | None = N
         report.rows.append(Row(name, c.unit, c.kind, c.direction, b.value, c.value, change,
                                limit_text, status, verdict))
     return report
+
+
+def _inaccurate_reason(record: Record) -> str:
+    m = record.metrics.items.get("runtime_accurate")
+    return m.description if m is not None and m.description else "no reason recorded"
 
 
 def _num(v: float) -> str:

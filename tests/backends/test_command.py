@@ -150,3 +150,19 @@ def test_cli_measure_bad_template_names_the_subcommand(capsys):
     assert main(["measure", "--command", "echo {x}", "--format", "mslite"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("harmony-ref measure: error:") and "{x}" in err
+
+
+def test_cli_measure_llama_perplexity(capsys):
+    # measure --format llama-perplexity works like the other formats (the real recorded output)
+    rc = main(["measure", "--command", fake("benchmark.py", "--format", "llama-perplexity",
+                                            "--device-model", "HOST"),
+               "--format", "llama-perplexity", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert out["metrics"]["perplexity"]["value"] == pytest.approx(12.5579)
+    assert out["metrics"]["perplexity"]["kind"] == "exact"
+    assert out["metrics"]["prefill_tokens_per_s"]["kind"] == "measured"
+    assert out["provenance"]["n_ctx"] == "512" and out["provenance"]["device_model"] == "HOST"
+    rc = main(["measure", "--command", fake("garbage.py"), "--format", "llama-perplexity"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "expected 'Final estimate: PPL" in err and "Traceback" not in err

@@ -243,3 +243,39 @@ def test_tox_envs_run_the_gates():
     nightly = tox["testenv:nightly"]["commands"]
     assert "harmony-ref gate --baseline results/baseline.json" in nightly and "--summary " in nightly
     assert (root / "results" / "baseline.json").is_file()
+
+
+def _checked(rec: Record, accurate: bool, why: str = "") -> Record:
+    """`rec` as check-runtime writes it: runtime_accurate, and every metric flagged when wrong."""
+    m = Metrics(dict(rec.metrics.items))
+    m.add("runtime_accurate", 1.0 if accurate else 0.0, "bool", "higher", "exact",
+          description=why or "within the bound")
+    if not accurate:
+        m = Metrics({n: x.flagged("inaccurate") for n, x in m.items.items()})
+    return Record(rec.config, m, rec.provenance, rec.parts)
+
+
+def test_inaccurate_run_is_never_a_result():
+    why = "perplexity 62.8 is 5.000x the FP32 reference 12.5, beyond the bound 1.0112"
+    base = _checked(_rec(), True)
+    # faster by far, and every number otherwise "better": still a regression on every metric
+    cur = _checked(_rec(ttft=10.0, tps=200.0), False, why)
+    r = gate.compare(base, cur)
+    assert r.exit_code == 1
+    assert {x.metric for x in r.regressions} == set(cur.metrics.names())  # weights_mb (info) too
+    speed = _status(r, "decode_tokens_per_s")
+    assert speed.verdict.startswith("REGRESSION: from a run flagged inaccurate (current)")
+    assert why in _status(r, "runtime_accurate").verdict
+    assert why in gate.to_markdown(r)
+    # an inaccurate baseline is no result either, even against an identical current run
+    assert gate.compare(cur, cur).exit_code == 1
+    assert gate.compare(base, _checked(_rec(), True)).exit_code == 0
+
+
+def test_inaccurate_run_missing_metrics_still_fails():
+    # a runtime that failed its own comparison printed no timings: the shared metrics are judged
+    base = _checked(_rec(host=1.4, host_samples=_samples(1.4)), True)
+    cur = _checked(_rec(), False, "output tensor logits: all 50 printed values are 0")
+    assert gate.compare(base, cur).exit_code == 1
+    with pytest.raises(ValueError, match="metric sets differ"):  # an accurate one may not
+        gate.compare(base, _checked(_rec(), True))

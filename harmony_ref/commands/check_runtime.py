@@ -1,0 +1,150 @@
+"""`harmony-ref check-runtime`: is the runtime under test still computing the model? Runs a command
+template on harmony-ref's corpus (on the host, or on a phone over `hdc shell`), compares its
+perplexity with harmony-ref's FP32 reference for the same model, text and context (or judges
+MindSpore Lite's comparison with the calibration outputs), flags it `inaccurate` beyond the bound
+derived in track/runtime_check.py, writes a run record, and prints speed beside accuracy.
+
+Exit codes: 0 every runtime accurate, 1 one or more flagged inaccurate, 2 bad input (template,
+placeholder, command not found, timeout, output not the format, a record that is not one). With
+several --command, one that fails is an "error" row (no record) and the others still run.
+"""
+
+from __future__ import annotations
+
+NAME = "check-runtime"
+HELP = ("check that a runtime still computes the model (perplexity vs harmony-ref's FP32 "
+        "reference, or MindSpore Lite's cosine / mean bias); speed beside accuracy")
+
+
+def add_arguments(p) -> None:
+    from harmony_ref.commands._output import add_json_flag
+    from harmony_ref.track.runtime_check import CHECK_FORMATS, DEFAULT_CONTEXT, DEFAULT_EXPECT
+
+    p.add_argument("--command", dest="commands", action="append", default=[], metavar="TEMPLATE",
+                   help="command template with {model} {corpus} {context} {chunks} (repeatable: "
+                        "one row each, e.g. two builds of one runtime)")
+    p.add_argument("--label", action="append", default=[],
+                   help="name of each --command in the table (in order; default cmd1, cmd2, ...)")
+    p.add_argument("--compare", nargs="+", metavar="RECORD",
+                   help="print the table from check-runtime records instead of running anything")
+    p.add_argument("--model", default="smollm2-135m",
+                   help="the model the runtime runs: smollm2-135m, a .gguf file or an HF "
+                        "directory (the reference is computed from it); for mslite, any text")
+    p.add_argument("--context", type=int, default=DEFAULT_CONTEXT, metavar="N",
+                   help=f"context of each scored chunk (default {DEFAULT_CONTEXT})")
+    p.add_argument("--chunks", type=int, default=None, metavar="N",
+                   help="score only the first N chunks (default all, as llama-perplexity)")
+    p.add_argument("--format", default="llama-perplexity", choices=CHECK_FORMATS,
+                   help="output format of the runtime (default llama-perplexity)")
+    p.add_argument("--expect", default=DEFAULT_EXPECT, metavar="POLICY",
+                   help="arithmetic a correct runtime may use, measured by harmony-ref to derive "
+                        f"the bound (default {DEFAULT_EXPECT}; e.g. int4-g32 if it re-quantizes)")
+    p.add_argument("--device", default="host",
+                   help="where the runtime runs, a label for the record (default host)")
+    p.add_argument("--timeout", type=float, default=3600.0, metavar="S",
+                   help="kill each command (and its children) after S seconds (default 3600)")
+    p.add_argument("--out-dir", default="results/runs",
+                   help="where the run records go (default results/runs)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="recompute the FP32 reference even when cached")
+    add_json_flag(p)
+
+
+def _print_rows(rows, title):
+    import pandas as pd
+
+    from harmony_ref.commands._output import print_table
+
+    cols = ["runtime", "speed", "perplexity", "ppl_ratio", "bound", "cosine", "verdict"]
+    df = pd.DataFrame(rows)
+    keep = [c for c in cols if c in df and (c in ("runtime", "verdict") or (df[c] != "-").any())]
+    print_table(df[keep], title=title)
+
+
+def _compare(args) -> int:
+    from harmony_ref.commands._output import print_json
+    from harmony_ref.track.record import load_record
+    from harmony_ref.track.runtime_check import row_from_record
+
+    rows = [row_from_record(load_record(path), path) for path in args.compare]
+    if args.json:
+        print_json({"rows": rows})
+    else:
+        _print_rows(rows, "speed and accuracy, from records")
+    return 1 if any(r["verdict"] != "accurate" for r in rows) else 0
+
+
+def run(args) -> int:
+    import sys
+    import tempfile
+
+    from harmony_ref.backends.base import BackendError
+    from harmony_ref.commands._output import print_json
+    from harmony_ref.metrics import Metrics
+    from harmony_ref.track.record import write_record
+    from harmony_ref.track.runtime_check import (RuntimeCheck, reference_for, result_record,
+                                                 run_check, table_row)
+
+    if args.compare:
+        if args.commands:
+            raise ValueError("--compare reads records; give it no --command")
+        return _compare(args)
+    if not args.commands:
+        raise ValueError("give at least one --command TEMPLATE (or --compare RECORD...)")
+    if args.label and len(args.label) != len(args.commands):
+        raise ValueError(f"--label given {len(args.label)} times for {len(args.commands)} "
+                         "--command: give one per command or none")
+    labels = args.label or [f"cmd{i + 1}" for i in range(len(args.commands))]
+    checks = [RuntimeCheck(t, args.format, args.model, args.context, args.chunks, args.expect,
+                           args.timeout, label, args.device)
+              for t, label in zip(args.commands, labels)]  # every template checked before work
+
+    ref = None
+    if args.format == "llama-perplexity":
+        from rich.console import Console
+        from rich.progress import Progress
+
+        with Progress(console=Console(stderr=True), transient=True,
+                      disable=args.json or not sys.stderr.isatty()) as bar:
+            task = bar.add_task("FP32 reference perplexity", total=None)
+            ref = reference_for(checks[0], lambda done, total: bar.update(
+                task, completed=done, total=total), use_cache=not args.no_cache)
+        if not args.json:
+            cached = " (cached)" if ref.cached else ""
+            print(f"reference: FP32 perplexity {ref.ppl:.4f} over {ref.chunks} chunks of "
+                  f"{ref.context} ({ref.scored_tokens} scored tokens){cached}")
+            print(f"bound: {ref.bound.how()}")
+
+    out, errors = [], []
+    with tempfile.TemporaryDirectory(prefix="harmony-ref-check-") as work:
+        for check in checks:
+            if not args.json:
+                print(f"running {check.label}: {check.template}", file=sys.stderr)
+            try:
+                result = run_check(check, ref, work)
+            except BackendError as e:  # no result, no record; the others still run
+                print(f"harmony-ref check-runtime: error: {check.label}: {e}", file=sys.stderr)
+                errors.append((check, str(e)))
+                continue
+            path = write_record(result_record(check, result, ref), args.out_dir)
+            out.append((check, result, path))
+
+    rows = [table_row(c.label, r.metrics) for c, r, _ in out]
+    rows += [dict(table_row(c.label, Metrics()), verdict="error (no result)") for c, _ in errors]
+    if args.json:
+        print_json({"reference": ref.to_dict() if ref else None,
+                    "runs": [{"label": c.label, "command": r.command, "verdict": r.verdict,
+                              "reasons": r.reasons, "record": str(p),
+                              "metrics": r.metrics.to_dict(), "provenance": r.provenance}
+                             for c, r, p in out],
+                    "errors": [{"label": c.label, "error": e} for c, e in errors],
+                    "rows": rows})
+    else:
+        _print_rows(rows, "speed and accuracy")
+        for c, r, p in out:
+            for reason in r.reasons:
+                print(f"INACCURATE {c.label}: {reason}")
+            print(f"record: {p}")
+    if errors:
+        return 2
+    return 1 if any(not r.accurate for _, r, _ in out) else 0
