@@ -72,17 +72,19 @@ def run_shared(part: str, config: dict, key: str, after=None) -> dict:
     return {"metrics": got.to_dict(), "entry": entry}
 
 
-def run_batch(points: list[dict], shared: dict | None = None) -> list[dict]:
+def run_batch(points: list[dict], shared: dict | None = None,
+              shared_parts: tuple[str, ...] = SHARED_PARTS) -> list[dict]:
     """Evaluate points (Point fields as dicts) and return one result each:
     {"key", "record": Record.to_dict(), "status", "error", "seconds", "worker"}.
-    `shared`: shared_key -> run_shared result, for the points' SHARED_PARTS."""
+    `shared`: shared_key -> run_shared result, for the points' `shared_parts`."""
     from harmony_ref.track.record import collect_provenance
 
     provenance = collect_provenance()  # once per batch: the git calls cost ~18 ms
-    return [run_point(p, provenance, shared or {}) for p in points]
+    return [run_point(p, provenance, shared or {}, shared_parts) for p in points]
 
 
-def run_point(point: dict, provenance: dict, shared: dict) -> dict:
+def run_point(point: dict, provenance: dict, shared: dict,
+              shared_parts: tuple[str, ...] = SHARED_PARTS) -> dict:
     from harmony_ref.config import RunConfig
     from harmony_ref.track.job import PARTS, add_part, run_part_entry, skipped_entry
 
@@ -100,7 +102,7 @@ def run_point(point: dict, provenance: dict, shared: dict) -> dict:
             parts[part.name] = skipped_entry()
         elif config is None:
             parts[part.name] = {"status": "failed", "detail": point["error"], "metrics": []}
-        elif part.name in SHARED_PARTS:
+        elif part.name in shared_parts:
             got = shared.get(shared_key(part.name, point["config"]))
             if got is None:
                 parts[part.name] = {"status": "failed", "metrics": [],

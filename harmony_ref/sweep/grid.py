@@ -207,12 +207,12 @@ def split_list(text: str, flag: str, kind=str) -> tuple:
     """'a,b' -> ('a', 'b'); ints for kind=int; a ValueError naming the flag and value."""
     items = tuple(s.strip() for s in (text or "").split(",") if s.strip())
     if not items:
-        raise ValueError(f"{flag}: {text!r}: give a comma-separated list")
+        raise ValueError(f"{flag} {text!r}: give a comma-separated list")
     if kind is int:
         try:
             return tuple(int(s) for s in items)
         except ValueError:
-            raise ValueError(f"{flag}: {text!r}: must be comma-separated integers") from None
+            raise ValueError(f"{flag} {text!r}: must be comma-separated integers") from None
     return items
 
 

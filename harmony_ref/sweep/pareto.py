@@ -24,10 +24,10 @@ def _loss_label(name: str | None) -> str:
 
 
 def _area(mb: float, lo: float, hi: float) -> float:
-    """Marker area (pt^2) for a peak memory: 40..400 over the sweep's range."""
+    """Marker area (pt^2) for a peak memory: 80..900 over the sweep's range."""
     if not math.isfinite(mb):
-        return 40.0
-    return 40.0 + 360.0 * ((mb - lo) / (hi - lo) if hi > lo else 0.5)
+        return 80.0
+    return 80.0 + 820.0 * ((mb - lo) / (hi - lo) if hi > lo else 0.5)
 
 
 def pareto_plot(answer, path: str | Path, title: str | None = None) -> Path:
@@ -62,14 +62,24 @@ def pareto_plot(answer, path: str | Path, title: str | None = None) -> Path:
                 color="black", lw=1.2, ls="--", zorder=1)
     if answer.best is not None:
         b = answer.best
-        ax.scatter([b["accuracy_loss"]], [b["decode_tokens_per_s"]], s=900, facecolors="none",
+        ax.scatter([b["accuracy_loss"]], [b["decode_tokens_per_s"]], s=1400, facecolors="none",
                    edgecolors="red", linewidths=2.0, zorder=4)
+        xs = df["accuracy_loss"].astype(float)
+        right = b["accuracy_loss"] > (xs.min() + xs.max()) / 2  # label towards the middle
         ax.annotate(f"pick: {b['model']} / {b['policy']}",
-                    (b["accuracy_loss"], b["decode_tokens_per_s"]), xytext=(14, 14),
-                    textcoords="offset points", color="red", fontsize=12, zorder=5)
+                    (b["accuracy_loss"], b["decode_tokens_per_s"]),
+                    xytext=(-24 if right else 24, -6), textcoords="offset points",
+                    ha="right" if right else "left", va="top", color="red", fontsize=12,
+                    zorder=5)
     ax.set_xlabel(_loss_label(answer.loss_metric), fontsize=12)
     ax.set_ylabel("decode tokens/s (predicted; log scale)", fontsize=12)
     ax.set_yscale("log")
+    ax.margins(x=0.06, y=0.08)
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
     ax.grid(True, which="both", alpha=0.3)
     ax.tick_params(labelsize=11)
     s = answer.scenario

@@ -109,40 +109,46 @@ def open_client(scheduler: str | None, workers: int):
 def run_sweep(grid: Grid, store: SweepStore, workers: int | None = None,
               scheduler: str | None = None, retry_failed: bool = False, console=None,
               show_progress: bool = True, client=None, on_result=None,
-              batch_size: int | None = None) -> SweepSummary:
+              batch_size: int | None = None,
+              shared_parts: tuple[str, ...] = SHARED_PARTS) -> SweepSummary:
     """Compute the grid's points that `store` lacks and write them (see the module doc).
     `client`: an open distributed.Client to use (not closed here); `on_result(n_done, client)`
     is called in the driver after each finished task (client None in this process; the tests
-    kill a worker from it)."""
+    kill a worker from it). `shared_parts`: the parts computed once per shared key."""
     t0 = time.perf_counter()
     if workers is None:
         workers = os.cpu_count() or 1
     if workers < 0:
         raise ValueError(f"--workers {workers}: must be >= 0 (0: in this process, no Dask)")
     points = grid.points()
-    store.lock()
+    own_client, where = None, "in-process"
+    if scheduler is not None and client is None:  # unreachable: an error before anything
+        own_client, where = open_client(scheduler, workers)
+    elif client is not None:
+        where = f"a given client ({client.scheduler.address})"
+    counts = {"ok": 0, "failed": 0, "unavailable": 0}
+    try:
+        store.lock()
+    except BaseException:
+        if own_client is not None:
+            _close(own_client)
+        raise
     try:
         store.write_grid({"name": store.name, **grid.to_dict()})
         have = store.reusable(retry_failed)
         todo = [p for p in points if p.key not in have]
         by_key = {p.key: p for p in todo}
-        counts = {"ok": 0, "failed": 0, "unavailable": 0}
-        own_client, where = None, "in-process"
-        local = scheduler is None and client is None
-        if local and (workers == 0 or not todo):  # nothing to start a cluster for
-            n_workers, where = max(1, workers), "in-process" if todo else "nothing to compute"
-        else:
-            if client is None:
-                own_client, where = open_client(scheduler, workers)
-            else:
-                where = f"a given client ({client.scheduler.address})"
-            n_workers = len((client or own_client).scheduler_info()["workers"]) or 1
+        if own_client is None and client is None and workers > 0 and todo:
+            own_client, where = open_client(None, workers)
+        dask_client = client or own_client
+        n_workers = (len(dask_client.scheduler_info()["workers"]) or 1) if dask_client else 1
+        if not todo:
+            where = "nothing to compute"
         size = batch_size or points_per_task(todo, grid, n_workers)
         batches = [todo[i:i + size] for i in range(0, len(todo), size)]
-        shared = shared_tasks(todo)
-        progress = _progress(console, show_progress, len(points), len(points) - len(todo))
-        with progress as bar:
-            task = bar.tasks[0].id if bar.tasks else None
+        shared = shared_tasks(todo, shared_parts)
+        with _progress(console, show_progress, len(points), len(points) - len(todo)) as bar:
+            task = bar.tasks[0].id
 
             def record(results: list[dict]) -> None:
                 for r in results:
@@ -151,19 +157,16 @@ def run_sweep(grid: Grid, store: SweepStore, workers: int | None = None,
                         continue
                     store.add(r, point)
                     counts[r["status"]] += 1
-                    if task is not None:
-                        bar.update(task, advance=1, failed=counts["failed"])
+                    bar.update(task, advance=1, failed=counts["failed"])
 
-            if own_client is None and client is None:
-                _run_here(batches, shared, record, on_result)
+            if dask_client is None:
+                _run_here(batches, shared, shared_parts, record, on_result)
             else:
-                try:
-                    _run_dask(client or own_client, batches, shared, record, on_result)
-                finally:
-                    if own_client is not None:
-                        _close(own_client)
+                _run_dask(dask_client, batches, shared, shared_parts, record, on_result)
     finally:
         try:
+            if own_client is not None:
+                _close(own_client)
             store.compact()
         finally:
             store.unlock()
@@ -172,22 +175,22 @@ def run_sweep(grid: Grid, store: SweepStore, workers: int | None = None,
                         n_workers, time.perf_counter() - t0, where, str(store.points_path))
 
 
-def shared_tasks(points: list[Point]) -> dict[str, tuple[str, dict, str]]:
+def shared_tasks(points: list[Point], shared_parts=SHARED_PARTS) -> dict:
     """shared_key -> (part, config of its first point, warm key), in first-seen order."""
     out = {}
     for p in points:
         if p.error:
             continue
-        for part in SHARED_PARTS:
+        for part in shared_parts:
             if part in p.parts:
                 key = shared_key(part, p.config)
                 out.setdefault(key, (part, p.config, warm_key(part, p.config)))
     return out
 
 
-def _needed(batch: list[Point]) -> set[str]:
+def _needed(batch: list[Point], shared_parts) -> set[str]:
     return {shared_key(part, p.config) for p in batch if not p.error
-            for part in SHARED_PARTS if part in p.parts}
+            for part in shared_parts if part in p.parts}
 
 
 def _failed_results(batch: list[Point], message: str) -> list[dict]:
@@ -212,19 +215,19 @@ def _provenance() -> dict:
     return _PROV
 
 
-def _run_here(batches, shared, record, on_result) -> None:
+def _run_here(batches, shared, shared_parts, record, on_result) -> None:
     results = {}
     for key, (part, config, _warm) in shared.items():
         results[key] = run_shared(part, config, key)
     for i, batch in enumerate(batches):
-        need = _needed(batch)
+        need = _needed(batch, shared_parts)
         record(run_batch([dataclasses.asdict(p) for p in batch],
-                         {k: results[k] for k in need}))
+                         {k: results[k] for k in need}, shared_parts))
         if on_result:
             on_result(i + 1, None)
 
 
-def _run_dask(client, batches, shared, record, on_result) -> None:
+def _run_dask(client, batches, shared, shared_parts, record, on_result) -> None:
     from distributed import as_completed
 
     shared_futures, first_of = {}, {}
@@ -235,8 +238,9 @@ def _run_dask(client, batches, shared, record, on_result) -> None:
         shared_futures[key] = fut
     futures = {}
     for batch in batches:
-        need = {k: shared_futures[k] for k in _needed(batch)}
-        fut = client.submit(run_batch, [dataclasses.asdict(p) for p in batch], need, pure=False)
+        need = {k: shared_futures[k] for k in _needed(batch, shared_parts)}
+        fut = client.submit(run_batch, [dataclasses.asdict(p) for p in batch], need,
+                            shared_parts, pure=False)
         futures[fut] = batch
     done = 0
     try:
