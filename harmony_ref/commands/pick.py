@@ -11,6 +11,7 @@ HELP = "the best feasible model/policy per phone from a sweep, why the others lo
 def add_arguments(p) -> None:
     p.add_argument("--sweep", required=True, metavar="NAME", help="results/sweeps/NAME/")
     p.add_argument("--profile", help="comma-separated phones (default: every one in the sweep)")
+    p.add_argument("--models", help="comma-separated: choose among these models only")
     p.add_argument("--budget-mb", type=float, help="peak memory limit (default: the phone's "
                                                     "own app budget)")
     p.add_argument("--max-kld", type=float, help="mean KL divergence limit (LM accuracy)")
@@ -41,7 +42,9 @@ def run(args) -> int:
     store = SweepStore(args.sweep, args.out_dir)
     profiles = [s.strip() for s in args.profile.split(",") if s.strip()] if args.profile else None
     answers = pick(read_points(store), profiles, args.budget_mb, args.max_kld,
-                   args.max_accuracy_drop, args.min_decode_tps, args.objective, args.machine)
+                   args.max_accuracy_drop, args.min_decode_tps, args.objective, args.machine,
+                   [s.strip() for s in args.models.split(",") if s.strip()] if args.models
+                   else None)
     fmt = "json" if args.json else args.format
     plots = _plots(answers, args.plot) if args.plot else []
     if fmt == "json":

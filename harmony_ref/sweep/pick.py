@@ -112,7 +112,14 @@ def check_machines(df, columns: list[str], machine: str | None):
 def pick(df, profiles: list[str] | None = None, budget_mb: float | None = None,
          max_kld: float | None = None, max_accuracy_drop: float | None = None,
          min_decode_tps: float | None = None, objective: str = "decode",
-         machine: str | None = None) -> list[Answer]:
+         machine: str | None = None, models: list[str] | None = None) -> list[Answer]:
+    if models:
+        known_models = sorted(set(df["model"]))
+        for m in models:
+            if m not in known_models:
+                raise ValueError(f"--models {m!r}: not in the sweep; its models are "
+                                 f"{known_models}")
+        df = df[df["model"].isin(models)]
     if objective not in OBJECTIVES:
         raise ValueError(f"--objective {objective!r}: must be one of {list(OBJECTIVES)}")
     for flag, v in (("--budget-mb", budget_mb), ("--max-kld", max_kld),
