@@ -157,3 +157,35 @@ def test_an_unreachable_scheduler_is_exit_2_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
     assert main(["sweep", "--name", "x", "--models", "qwen2.5-0.5b", "--policies", "int8",
                  "--scheduler", "localhost", "--out-dir", str(tmp_path)]) == 2
+
+
+def test_points_whose_worker_dies_past_allowed_failures_are_failed_rows(tmp_path):
+    """Dask gives up on a task whose workers died more often than allowed-failures (an out of
+    memory kill looks the same): its points are failed rows naming KilledWorker; the rest go on."""
+    import dask
+    import distributed  # noqa: F401 - loads its config defaults
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        client, _ = open_client(None, 1)
+    grid = Grid(**GRID, parts=("predicted", "thermal"))
+    killed = []
+
+    def kill(done, client):
+        if not killed:
+            pid = next(iter(client.run(os.getpid).values()))
+            killed.append(pid)
+            os.kill(pid, signal.SIGKILL)
+
+    try:
+        s = run_sweep(grid, SweepStore("oom", tmp_path), client=client, show_progress=False,
+                      on_result=kill, batch_size=1)
+    finally:
+        cluster = client.cluster
+        client.close()
+        cluster.close()
+    df = SweepStore("oom", tmp_path).read()
+    assert len(df) == grid.size and df["key"].is_unique
+    failed = df[df["status"] == "failed"]
+    assert s.failed == len(failed) >= 1
+    assert all("KilledWorker" in e for e in failed["error"])
+    assert (df["status"] == "ok").sum() == grid.size - len(failed) > 0
