@@ -33,6 +33,8 @@ def add_arguments(p) -> None:
                                                "core); 0 runs the points in this process")
     p.add_argument("--points-per-task", type=int, help="points per Dask task (default: cheap "
                                                        "points batched, a few tasks per worker)")
+    p.add_argument("--timeout-s", type=float, help="a task running longer fails its points "
+                                                   "and its worker is restarted (Dask only)")
     p.add_argument("--retry-failed", action="store_true",
                    help="compute again the points that failed before")
     p.add_argument("--out-dir", default="results/sweeps", help="default results/sweeps")
@@ -85,7 +87,8 @@ def run(args) -> int:
         check_scheduler_address(args.scheduler)
     summary = run_sweep(grid, SweepStore(args.name, args.out_dir), workers=args.workers,
                         scheduler=args.scheduler, retry_failed=args.retry_failed,
-                        show_progress=not args.json, batch_size=args.points_per_task)
+                        show_progress=not args.json, batch_size=args.points_per_task,
+                        timeout_s=args.timeout_s)
     if args.json:
         print_json(summary.to_dict())
     else:

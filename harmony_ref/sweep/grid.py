@@ -226,7 +226,8 @@ def grid_from_toml(path: str | Path) -> Grid:
     src = str(path)
     unknown = sorted(set(data) - set(GRID_FIELDS) - {"name"})
     if unknown:
-        _fail(src, unknown[0], data[unknown[0]], f"not a grid field; fields are {list(GRID_FIELDS)}")
+        _fail(src, unknown[0], data[unknown[0]],
+              f"not a grid field; fields are {list(GRID_FIELDS)}")
     for key in ("models", "policies", "profiles"):
         if key not in data:
             _fail(src, key, None, "missing")

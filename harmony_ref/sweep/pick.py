@@ -229,7 +229,8 @@ def _rank(group, loss, kld, budget_mb, max_kld, max_drop, min_tps, objective):
             verdict, why = "infeasible", "; ".join(reasons[i])
         else:
             verdict = "loses"
-            why = f"feasible, {what[0]} {what[1][i]:.4g} vs {what[1][best_i]:.4g} {what[2]}".rstrip()
+            why = (f"feasible, {what[0]} {what[1][i]:.4g} vs {what[1][best_i]:.4g} "
+                   f"{what[2]}").rstrip()
             if i in on_front:
                 why += " (Pareto: less accuracy loss than faster points)"
         out.append({**{c: r[c] for c in CANDIDATE_COLUMNS}, DECODE: tps[i],

@@ -43,6 +43,7 @@ from harmony_ref.sweep.store import SweepStore
 WORKER_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
               "MKL_NUM_THREADS": "1"}
 CONNECT_TIMEOUT_S = 5
+POLL_S = 0.1  # how often running tasks are checked against --timeout-s
 TASKS_PER_WORKER = 4
 MAX_POINTS_PER_TASK = 500
 CHEAP_PARTS = ("predicted", "coldstart", "thermal", *SHARED_PARTS)
@@ -109,17 +110,23 @@ def open_client(scheduler: str | None, workers: int):
 def run_sweep(grid: Grid, store: SweepStore, workers: int | None = None,
               scheduler: str | None = None, retry_failed: bool = False, console=None,
               show_progress: bool = True, client=None, on_result=None,
-              batch_size: int | None = None,
-              shared_parts: tuple[str, ...] = SHARED_PARTS) -> SweepSummary:
+              batch_size: int | None = None, shared_parts: tuple[str, ...] = SHARED_PARTS,
+              timeout_s: float | None = None) -> SweepSummary:
     """Compute the grid's points that `store` lacks and write them (see the module doc).
     `client`: an open distributed.Client to use (not closed here); `on_result(n_done, client)`
     is called in the driver after each finished task (client None in this process; the tests
-    kill a worker from it). `shared_parts`: the parts computed once per shared key."""
+    kill a worker from it). `shared_parts`: the parts computed once per shared key.
+    `timeout_s`: a task running longer fails its points (Dask only; one task is one point
+    unless the points are cheap simulated ones, batched)."""
     t0 = time.perf_counter()
     if workers is None:
         workers = os.cpu_count() or 1
     if workers < 0:
         raise ValueError(f"--workers {workers}: must be >= 0 (0: in this process, no Dask)")
+    if timeout_s is not None and (not timeout_s > 0 or (workers == 0 and client is None
+                                                          and scheduler is None)):
+        raise ValueError(f"--timeout-s {timeout_s}: must be > 0, and needs Dask workers (a "
+                         "point running in this process cannot be stopped)")
     points = grid.points()
     own_client, where = None, "in-process"
     if scheduler is not None and client is None:  # unreachable: an error before anything
@@ -162,7 +169,8 @@ def run_sweep(grid: Grid, store: SweepStore, workers: int | None = None,
             if dask_client is None:
                 _run_here(batches, shared, shared_parts, record, on_result)
             else:
-                _run_dask(dask_client, batches, shared, shared_parts, record, on_result)
+                _run_dask(dask_client, batches, shared, shared_parts, record, on_result,
+                          timeout_s)
     finally:
         try:
             if own_client is not None:
@@ -227,8 +235,9 @@ def _run_here(batches, shared, shared_parts, record, on_result) -> None:
             on_result(i + 1, None)
 
 
-def _run_dask(client, batches, shared, shared_parts, record, on_result) -> None:
-    from distributed import as_completed
+def _run_dask(client, batches, shared, shared_parts, record, on_result,
+              timeout_s: float | None = None) -> None:
+    from distributed import wait
 
     shared_futures, first_of = {}, {}
     for key, (part, config, warm) in shared.items():
@@ -243,21 +252,48 @@ def _run_dask(client, batches, shared, shared_parts, record, on_result) -> None:
                             shared_parts, pure=False)
         futures[fut] = batch
     done = 0
+    started: dict[str, tuple[float, str]] = {}  # task key -> (first seen processing, worker)
     try:
-        for fut in as_completed(list(futures)):
-            batch = futures.pop(fut)
-            if fut.status == "finished":
-                results = fut.result()
-            else:
-                exc = fut.exception()
-                results = _failed_results(batch, f"task failed: {type(exc).__name__}: {exc}")
-            record(results)
-            done += 1
-            if on_result:
-                on_result(done, client)
+        while futures:
+            try:
+                finished, _ = wait(list(futures), timeout=POLL_S if timeout_s else None,
+                                   return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                finished = set()
+            for fut in finished:
+                batch = futures.pop(fut)
+                if fut.status == "finished":
+                    results = fut.result()
+                else:
+                    exc = fut.exception()
+                    results = _failed_results(batch, f"task failed: {type(exc).__name__}: {exc}")
+                record(results)
+                done += 1
+                if on_result:
+                    on_result(done, client)
+            if timeout_s:
+                done += _time_out(client, futures, started, timeout_s, record)
     except BaseException:
         client.cancel(list(futures) + list(shared_futures.values()))
         raise
+
+
+def _time_out(client, futures, started, timeout_s, record) -> int:
+    """Tasks processing on a worker for longer than timeout_s: their points become failed rows,
+    the task is cancelled and its worker restarted (a Python thread cannot be stopped; its nanny
+    starts a fresh worker process). Returns how many tasks were given up."""
+    now = time.monotonic()
+    for addr, keys in client.processing().items():
+        for key in keys:
+            started.setdefault(key, (now, addr))
+    late = [f for f in futures if f.key in started and now - started[f.key][0] > timeout_s]
+    for fut in late:
+        batch = futures.pop(fut)
+        record(_failed_results(batch, f"timed out: the task ran longer than {timeout_s:g} s "
+                                      f"(--timeout-s) on {started[fut.key][1]}"))
+        client.cancel([fut])
+        client.restart_workers([started[fut.key][1]], raise_for_error=False)
+    return len(late)
 
 
 def _close(client) -> None:

@@ -189,3 +189,19 @@ def test_points_whose_worker_dies_past_allowed_failures_are_failed_rows(tmp_path
     assert s.failed == len(failed) >= 1
     assert all("KilledWorker" in e for e in failed["error"])
     assert (df["status"] == "ok").sum() == grid.size - len(failed) > 0
+
+
+def test_a_task_past_its_timeout_fails_its_points_and_the_worker_is_restarted(cluster, tmp_path):
+    client, _ = cluster
+    grid = Grid(**GRID, parts=("predicted", "thermal"))  # 18 points, ~0.5 s as one task
+    s = run_sweep(grid, SweepStore("slow", tmp_path), client=client, show_progress=False,
+                  batch_size=grid.size, timeout_s=0.05)
+    df = SweepStore("slow", tmp_path).read()
+    assert s.failed == len(df) == 18
+    assert all(e.startswith("timed out: the task ran longer than 0.05 s") for e in df["error"])
+    client.wait_for_workers(2, timeout=60)
+    again = run_sweep(Grid(**GRID), SweepStore("after", tmp_path), client=client,
+                      show_progress=False)
+    assert (again.computed, again.failed) == (18, 0)
+    with pytest.raises(ValueError, match="--timeout-s 1: .* needs Dask workers"):
+        run_sweep(grid, SweepStore("x", tmp_path), workers=0, timeout_s=1)
