@@ -103,7 +103,7 @@ def open_client(scheduler: str | None, workers: int):
         n = len(client.scheduler_info().get("workers", {}))
         return client, f"{scheduler} ({n} workers)"
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=logging.ERROR, env=WORKER_ENV)
+                           dashboard_address=":0", silence_logs=logging.ERROR, env=WORKER_ENV)
     return Client(cluster), f"LocalCluster({workers} workers)"
 
 
