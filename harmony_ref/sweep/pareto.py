@@ -77,7 +77,7 @@ def pareto_plot(answer, path: str | Path, title: str | None = None) -> Path:
     ax.margins(x=0.06, y=0.08)
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.grid(True, which="both", alpha=0.3)
