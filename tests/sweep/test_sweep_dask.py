@@ -129,7 +129,15 @@ def test_shared_parts_run_once_per_key_on_the_workers(cluster, tmp_path):
     s = run_sweep(grid, SweepStore("shared", tmp_path), client=client, show_progress=False,
                   shared_parts=("coldstart",))
     assert s.failed == 0
-    assert len(trace_lines(trace, "shared")[before:]) == 4  # 2 models x 2 policies
+    ran = trace_lines(trace, "shared")[before:]
+    assert len(ran) == 4  # 2 models x 2 policies
+    from harmony_ref.sweep.run import shared_tasks
+
+    groups = {}
+    for key, (_part, config, warm) in shared_tasks(grid.points(), ("coldstart",)).items():
+        groups.setdefault(warm, []).append(key)
+    for first, *rest in groups.values():  # the model's first shared task ran before the others
+        assert all(ran.index(first) < ran.index(k) for k in rest)
     df = SweepStore("shared", tmp_path).read()
     for _, g in df.groupby(["model", "policy"]):
         cold = [c for c in g.columns if c.startswith("coldstart_") and c.endswith("_ms")]
