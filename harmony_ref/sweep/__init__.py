@@ -10,6 +10,6 @@ plot).
     pick.py     feasibility, the best point per phone and why the others lose; tables
     pareto.py   the Pareto plot per profile
 
-Only this package (and the `sweep` and `pick` commands) imports `distributed`, and only run.py
-at module level: the rest of harmony-ref starts without it.
+Only run.py imports `distributed` (inside the functions that talk to a cluster), so the rest of
+harmony-ref, the `pick` command included, starts without it (tests/sweep/test_imports.py).
 """

@@ -24,7 +24,7 @@ points failed rows carrying the message. Only the driver writes (store.SweepStor
 point key, so a task finished twice is one row. Ctrl-C cancels what is left, folds what was
 written into points.parquet and re-raises.
 
-This module and the rest of harmony_ref/sweep/ are the only ones that import `distributed`.
+This module is the only one that imports `distributed`, inside the functions that use it.
 """
 
 from __future__ import annotations
