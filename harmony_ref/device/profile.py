@@ -23,6 +23,7 @@ the file, the field and the value.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,9 +228,20 @@ def shipped_profiles() -> list[str]:
     return shipped_names(PROFILES_FOLDER)
 
 
+@functools.lru_cache(maxsize=None)
+def _shipped_profile(name: str) -> DeviceProfile:
+    """Shipped profiles are package data: parsed once per process (a sweep loads one per point;
+    DeviceProfile is frozen, so sharing one is safe)."""
+    data, source = read_toml("profile", PROFILES_FOLDER, name)
+    return profile_from_dict(data, source)
+
+
 def load_profile(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
     """A shipped profile by name ("harmony-flagship") or a profile TOML by path."""
     if isinstance(name_or_path, DeviceProfile):
         return name_or_path
+    text = str(name_or_path)
+    if not (text.endswith(".toml") or Path(text).exists()):
+        return _shipped_profile(text)
     data, source = read_toml("profile", PROFILES_FOLDER, name_or_path)
     return profile_from_dict(data, source)

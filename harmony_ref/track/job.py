@@ -206,9 +206,39 @@ def run_part(part: Part, config: RunConfig) -> Metrics:
     return run_part_info(part, config)[0]
 
 
+def run_part_entry(part: Part, config: RunConfig) -> tuple[Metrics, dict]:
+    """Run one part as the job records it: (its metrics, its entry in the record's `parts`).
+    An input out of reach is `unavailable`, anything else raised is `failed` (empty metrics)."""
+    t0 = time.perf_counter()
+    try:
+        got, info = run_part_info(part, config)
+    except AssetUnavailable as e:  # the registry is out of reach: not this code's failure
+        return Metrics(), {"status": "unavailable", "detail": f"input not available: {e}",
+                           "metrics": []}
+    except Exception as e:  # noqa: BLE001 - one broken part must not hide the others
+        return Metrics(), {"status": "failed", "detail": f"{type(e).__name__}: {e}",
+                           "traceback": traceback.format_exc(limit=5), "metrics": []}
+    elapsed = time.perf_counter() - t0
+    return got, {"status": "ok", "detail": f"{len(got)} metrics in {elapsed:.1f} s",
+                 "seconds": round(elapsed, 3), "metrics": got.names(), **info}
+
+
+def skipped_entry() -> dict:
+    return {"status": "skipped", "detail": "skipped on request", "metrics": []}
+
+
+def add_part(metrics: Metrics, part: Part, got: Metrics) -> None:
+    """Add a part's metrics to the record's; a name two parts both make is a bug."""
+    clash = [n for n in got.names() if n in metrics]
+    if clash:
+        raise RuntimeError(f"part {part.name} produced metric(s) already set: {clash}")
+    metrics.update(got)
+
+
 def run_job(config: RunConfig, skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None,
-            console=None, show_progress: bool = True) -> Record:
-    """Run every part not skipped and return the record (not yet written)."""
+            console=None, show_progress: bool = True, provenance: dict | None = None) -> Record:
+    """Run every part not skipped and return the record (not yet written). `provenance`: one
+    collected already (a sweep collects it once per batch of points), else collected here."""
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -219,35 +249,30 @@ def run_job(config: RunConfig, skip: tuple[str, ...] = (), only: tuple[str, ...]
                   console=console, disable=not show_progress, transient=False) as progress:
         for part in PARTS:
             if part.name in skip or (only is not None and part.name not in only):
-                parts[part.name] = {"status": "skipped", "detail": "skipped on request", "metrics": []}
+                parts[part.name] = skipped_entry()
                 continue
             task = progress.add_task(part.title, total=1)
-            t0 = time.perf_counter()
-            try:
-                got, info = run_part_info(part, config)
-            except AssetUnavailable as e:  # the registry is out of reach: not this code's failure
-                detail = f"input not available: {e}"
-                parts[part.name] = {"status": "unavailable", "detail": detail, "metrics": []}
-                progress.update(task, completed=1, description=f"{part.title}: [yellow]not available[/] ({e})")
-                continue
-            except Exception as e:  # noqa: BLE001 - one broken part must not hide the others
-                detail = f"{type(e).__name__}: {e}"
-                parts[part.name] = {"status": "failed", "detail": detail,
-                                    "traceback": traceback.format_exc(limit=5), "metrics": []}
-                progress.update(task, completed=1, description=f"{part.title}: [red]failed[/] ({detail})")
-                continue
-            elapsed = time.perf_counter() - t0
-            clash = [n for n in got.names() if n in metrics]
-            if clash:
-                raise RuntimeError(f"part {part.name} produced metric(s) already set: {clash}")
-            metrics.update(got)
-            parts[part.name] = {"status": "ok", "detail": f"{len(got)} metrics in {elapsed:.1f} s",
-                                "seconds": round(elapsed, 3), "metrics": got.names(), **info}
-            progress.update(task, completed=1, description=f"{part.title}: {len(got)} metrics")
-    record_config = config.to_dict()
-    record_config["accuracy_model"] = accuracy_model(config)  # what lm_* metrics were measured on
-    return Record(config=record_config, metrics=metrics, provenance=collect_provenance(),
-                  parts=parts)
+            got, entry = run_part_entry(part, config)
+            parts[part.name] = entry
+            status = entry["status"]
+            if status == "ok":
+                add_part(metrics, part, got)
+                note = f"{len(got)} metrics"
+            else:
+                color = "yellow" if status == "unavailable" else "red"
+                note = f"[{color}]{'not available' if color == 'yellow' else 'failed'}[/] " \
+                       f"({entry['detail']})"
+            progress.update(task, completed=1, description=f"{part.title}: {note}")
+    return Record(config=record_config(config), metrics=metrics,
+                  provenance=provenance or collect_provenance(), parts=parts)
+
+
+def record_config(config: RunConfig) -> dict:
+    """The config as a record holds it: RunConfig.to_dict() plus the model the accuracy part's
+    lm_* metrics were measured on."""
+    out = config.to_dict()
+    out["accuracy_model"] = accuracy_model(config)
+    return out
 
 
 def measured_model(record: Record) -> str:

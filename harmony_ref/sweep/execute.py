@@ -1,0 +1,135 @@
+"""What a sweep's workers run: batches of points through the main job's parts (track/job.py), so
+a sweep point measures exactly what `harmony-ref run` measures for the same config, and the
+shared parts once per group of points. Plain Python and picklable arguments: the same functions
+run in this process (`--workers 0`) or on a Dask worker anywhere; nothing here imports Dask.
+
+    rows = run_batch(points, shared)             # one result per point: record dict, timings
+    shared[key] = run_shared("accuracy", config)  # once per shared key, before the points
+
+Shared work. A part listed in SHARED_PARTS does not depend on the phone: the accuracy part runs
+real weights on this CPU (today MiniLM-L6 under the policy; the decoder's LM accuracy, with its
+disk cache of FP32 reference logits, when it lands), so the profile, the device backend and its
+options do not enter it. Its result is computed once per `shared_key` (the config without those
+fields) and given to every point with that key, not once per phone. Within one model the first
+shared task of the sweep runs before the others (`warm_key`: the model; the Dask driver makes
+the rest depend on it), so whatever the part caches on disk for a model (its FP32 reference,
+the downloaded weights) is computed once, not by several workers at once.
+
+`HARMONY_REF_SWEEP_TRACE=FILE` appends one line per evaluation ("point KEY PID" or "shared KEY
+PID"): an audit of what was computed, which the tests count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+from harmony_ref.metrics import Metrics
+from harmony_ref.track.record import Record
+
+SHARED_PARTS = ("accuracy",)
+PHONE_FIELDS = ("profile", "backend", "backend_options")  # what a shared part does not read
+
+
+def shared_key(part: str, config: dict) -> str:
+    """The group of points whose `part` result is the same: the config minus the phone."""
+    import hashlib
+
+    rest = {k: v for k, v in config.items() if k not in PHONE_FIELDS}
+    text = json.dumps({"part": part, "config": rest}, sort_keys=True)
+    return f"{part}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def warm_key(part: str, config: dict) -> str:
+    """Shared tasks with the same warm key reuse one on-disk cache: the first runs alone."""
+    return f"{part}:{config['model']}"
+
+
+def _trace(kind: str, key: str) -> None:
+    path = os.environ.get("HARMONY_REF_SWEEP_TRACE")
+    if path:
+        with open(path, "a") as f:  # O_APPEND: one short line per write, never interleaved
+            f.write(f"{kind} {key} {os.getpid()}\n")
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def run_shared(part: str, config: dict, key: str, after=None) -> dict:
+    """Run one shared part for `config` (any point of its group): {"metrics", "entry"}.
+    `after` is ignored: passing another task's result orders this one after it."""
+    from harmony_ref.config import RunConfig
+    from harmony_ref.track.job import PARTS, run_part_entry
+
+    _trace("shared", key)
+    by_name = {p.name: p for p in PARTS}
+    got, entry = run_part_entry(by_name[part], RunConfig.from_dict(config, "sweep point"))
+    entry = {k: v for k, v in entry.items() if k != "traceback"} | {"shared_key": key,
+                                                                    "worker": worker_name()}
+    return {"metrics": got.to_dict(), "entry": entry}
+
+
+def run_batch(points: list[dict], shared: dict | None = None,
+              shared_parts: tuple[str, ...] = SHARED_PARTS) -> list[dict]:
+    """Evaluate points (Point fields as dicts) and return one result each:
+    {"key", "record": Record.to_dict(), "status", "error", "seconds", "worker"}.
+    `shared`: shared_key -> run_shared result, for the points' `shared_parts`."""
+    from harmony_ref.track.record import collect_provenance
+
+    provenance = collect_provenance()  # once per batch: the git calls cost ~18 ms
+    return [run_point(p, provenance, shared or {}, shared_parts) for p in points]
+
+
+def run_point(point: dict, provenance: dict, shared: dict,
+              shared_parts: tuple[str, ...] = SHARED_PARTS) -> dict:
+    from harmony_ref.config import RunConfig
+    from harmony_ref.track.job import (PARTS, add_part, record_config, run_part_entry,
+                                      skipped_entry)
+
+    _trace("point", point["key"])
+    t0 = time.perf_counter()
+    metrics, parts = Metrics(), {}
+    config = None
+    if not point["error"]:
+        try:
+            config = RunConfig.from_dict(point["config"], "sweep point")
+        except ValueError as e:
+            point = {**point, "error": f"bad config: {e}"}
+    for part in PARTS:
+        if part.name not in point["parts"]:
+            parts[part.name] = skipped_entry()
+        elif config is None:
+            parts[part.name] = {"status": "failed", "detail": point["error"], "metrics": []}
+        elif part.name in shared_parts:
+            got = shared.get(shared_key(part.name, point["config"]))
+            if got is None:
+                parts[part.name] = {"status": "failed", "metrics": [],
+                                    "detail": "its shared task did not run"}
+                continue
+            parts[part.name] = got["entry"]
+            if got["entry"]["status"] == "ok":
+                add_part(metrics, part, Metrics.from_dict(got["metrics"]))
+        else:
+            got, entry = run_part_entry(part, config)
+            parts[part.name] = entry
+            if entry["status"] == "ok":
+                add_part(metrics, part, got)
+    record = Record(record_config(config) if config else point["config"], metrics, provenance,
+                    parts)
+    status, error = point_status(parts, point["parts"])
+    return {"key": point["key"], "record": record.to_dict(), "status": status, "error": error,
+            "seconds": time.perf_counter() - t0, "worker": worker_name()}
+
+
+def point_status(parts: dict, requested) -> tuple[str, str]:
+    """ok when every requested part is; else failed (any failed) or unavailable, with the
+    first such part's detail."""
+    bad = [(n, parts[n]) for n in requested if parts[n]["status"] != "ok"]
+    if not bad:
+        return "ok", ""
+    failed = [(n, p) for n, p in bad if p["status"] == "failed"]
+    name, p = (failed or bad)[0]
+    return ("failed" if failed else "unavailable"), f"{name}: {p['detail']}"

@@ -1,0 +1,251 @@
+"""A sweep's grid: the axes (models, policies, profiles, scenario values, KV dtypes), the parts
+each point runs and the backend, from command-line lists or a sweep TOML file, checked before
+any work starts; and its points, each keyed by a hash of its config and the code's version.
+
+    grid = grid_from_toml("sweep.toml")            # or Grid(models=(...), policies=(...), ...)
+    for point in grid.points(): point.key, point.config, point.error
+
+A sweep TOML file:
+
+    models = ["llama-3.2-1b", "qwen2.5-1.5b"]      # presets or spec TOML paths
+    policies = ["int4-g128", "int8"]
+    profiles = ["harmony-flagship", "harmony-lowend"]
+    parts = ["predicted", "accuracy"]              # of track/job.py's parts
+    backend = "simulated"                          # optional
+    [scenario]                                     # optional; each a list (or one value)
+    prompt_tokens = [128, 512]
+    new_tokens = [128]
+    context_tokens = [2048]
+    batch = [1]
+    kv_dtype = ["fp16", "int8"]
+
+Every name is resolved up front (a spec, a policy, a profile, a part): a bad one is a ValueError
+naming the file (or flag), the field and the value. A combination of valid values that is not a
+valid config (a prompt longer than the context) is not bad input: it is a point that fails, and
+the sweep records it with its message.
+
+A point's `key` is a SHA-256 of its config's dict form, its parts, the contents of any spec,
+policy or profile file given by path, and `code_version()` (a hash of the package's own files),
+so a rerun of the same grid on the same code finds every point it already has, and any change
+to the code or an input file computes the point again. `config_key` leaves the code out: it
+names the point across code versions (the newest row per config_key is the one kept).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harmony_ref.config import KV_DTYPES, SCENARIO_FIELDS, RunConfig
+
+SCENARIO_AXES = SCENARIO_FIELDS + ("kv_dtype",)
+DEFAULT_SCENARIO = {"prompt_tokens": (512,), "new_tokens": (128,), "context_tokens": (2048,),
+                    "batch": (1,), "kv_dtype": ("fp16",)}
+GRID_FIELDS = ("models", "policies", "profiles", "parts", "backend", "scenario")
+
+
+@dataclass(frozen=True)
+class Point:
+    key: str  # config + parts + input files + code version
+    config_key: str  # config + parts + input files
+    config: dict  # RunConfig.to_dict(), or the raw axes of a point that is not a valid config
+    parts: tuple[str, ...]
+    error: str = ""  # why this combination is not a valid config ("" when it is)
+
+
+@dataclass(frozen=True)
+class Grid:
+    models: tuple[str, ...]
+    policies: tuple[str, ...]
+    profiles: tuple[str, ...]
+    parts: tuple[str, ...] = ("predicted",)
+    backend: str = "simulated"
+    scenario: dict = field(default_factory=lambda: dict(DEFAULT_SCENARIO))
+    source: str = "flags"  # what errors name: the TOML file, or "flags"
+
+    def __post_init__(self):
+        check_grid(self)
+
+    @property
+    def size(self) -> int:
+        n = len(self.models) * len(self.policies) * len(self.profiles)
+        for axis in SCENARIO_AXES:
+            n *= len(self.scenario[axis])
+        return n
+
+    def points(self) -> list[Point]:
+        """One Point per combination, in a stable order (models outermost)."""
+        code = code_version()
+        files = {v: file_digest(v) for v in (*self.models, *self.policies, *self.profiles)}
+        out = []
+        axes = [self.models, self.policies, self.profiles,
+                *(self.scenario[a] for a in SCENARIO_AXES)]
+        for model, policy, profile, *sc in itertools.product(*axes):
+            values = dict(zip(SCENARIO_AXES, sc))
+            error = ""
+            try:
+                config = RunConfig.from_names(model, policy, profile=profile,
+                                              backend=self.backend, **values).to_dict()
+            except ValueError as e:
+                error = f"bad config: {e}"
+                config = {"model": model, "policy": policy, "profile": profile,
+                          "backend": self.backend,
+                          "scenario": {k: values[k] for k in SCENARIO_FIELDS},
+                          "kv_dtype": values["kv_dtype"]}
+            ident = {"config": config, "parts": sorted(self.parts),
+                     "files": [files[model], files[policy], files[profile]]}
+            config_key = _digest(ident)
+            out.append(Point(_digest({**ident, "code": code}), config_key, config,
+                             self.parts, error))
+        return out
+
+    def to_dict(self) -> dict:
+        return {"models": list(self.models), "policies": list(self.policies),
+                "profiles": list(self.profiles), "parts": list(self.parts),
+                "backend": self.backend,
+                "scenario": {k: list(v) for k, v in self.scenario.items()}}
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def file_digest(value: str) -> str | None:
+    """SHA-256 of a spec/policy/profile given as a file path (None for a shipped name: the
+    shipped files are part of the code version)."""
+    path = Path(value)
+    if value.endswith(".toml") and path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """A hash of every file of the installed harmony_ref package (sources, shipped TOMLs, data):
+    what a point's result can depend on besides its config."""
+    import harmony_ref
+
+    root = Path(harmony_ref.__file__).resolve().parent
+    h = hashlib.sha256(harmony_ref.__version__.encode())
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+# --- checking and reading ---------------------------------------------------------------------
+
+FLAG_OF = {"scenario.prompt_tokens": "--prompt", "scenario.new_tokens": "--new",
+           "scenario.context_tokens": "--context", "scenario.batch": "--batch",
+           "scenario.kv_dtype": "--kv-dtype"}
+
+
+def _fail(source: str, where: str, value, msg: str):
+    if source == "flags":
+        raise ValueError(f"{FLAG_OF.get(where, '--' + where)} {value!r}: {msg}")
+    raise ValueError(f"{source}: field '{where}' = {value!r}: {msg}")
+
+
+def check_grid(grid: Grid) -> None:
+    """Every axis non-empty and every name resolvable; a ValueError naming source/field/value."""
+    from harmony_ref.device.profile import load_profile
+    from harmony_ref.model.spec import get_spec
+    from harmony_ref.quant.policy import load_policy
+    from harmony_ref.track.job import part_names
+
+    src = grid.source
+    for where, values, load in (("models", grid.models, get_spec),
+                                ("policies", grid.policies, load_policy),
+                                ("profiles", grid.profiles, load_profile),
+                                ("parts", grid.parts, None)):
+        if not values:
+            _fail(src, where, list(values), "must list at least one")
+        if len(set(values)) != len(values):
+            _fail(src, where, list(values), "lists a value twice")
+        for v in values:
+            if not isinstance(v, str) or not v:
+                _fail(src, where, v, "must be a non-empty string")
+            if load is None:
+                if v not in part_names():
+                    _fail(src, where, v, f"not a part; parts are {part_names()}")
+                continue
+            try:
+                load(v)
+            except ValueError as e:
+                _fail(src, where, v, str(e))
+    from harmony_ref.config import BACKENDS
+
+    if grid.backend not in BACKENDS:
+        _fail(src, "backend", grid.backend, f"must be one of {list(BACKENDS)}")
+    if grid.backend == "command":
+        _fail(src, "backend", grid.backend, "a sweep runs simulated or host backends (a command "
+              "backend needs one command line per phone: use `harmony-ref run`)")
+    extra = set(grid.scenario) - set(SCENARIO_AXES)
+    if extra:
+        _fail(src, f"scenario.{sorted(extra)[0]}", grid.scenario[sorted(extra)[0]],
+              f"not a scenario axis; axes are {list(SCENARIO_AXES)}")
+    for axis in SCENARIO_AXES:
+        values = grid.scenario.get(axis)
+        if not values:
+            _fail(src, f"scenario.{axis}", values, "must list at least one value")
+        for v in values:
+            if axis == "kv_dtype":
+                if v not in KV_DTYPES:
+                    _fail(src, f"scenario.{axis}", v, f"must be one of {list(KV_DTYPES)}")
+                continue
+            lo = 0 if axis == "new_tokens" else 1
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                _fail(src, f"scenario.{axis}", v, f"must be an integer >= {lo}")
+
+
+def split_list(text: str, flag: str, kind=str) -> tuple:
+    """'a,b' -> ('a', 'b'); ints for kind=int; a ValueError naming the flag and value."""
+    items = tuple(s.strip() for s in (text or "").split(",") if s.strip())
+    if not items:
+        raise ValueError(f"{flag} {text!r}: give a comma-separated list")
+    if kind is int:
+        try:
+            return tuple(int(s) for s in items)
+        except ValueError:
+            raise ValueError(f"{flag} {text!r}: must be comma-separated integers") from None
+    return items
+
+
+def grid_from_toml(path: str | Path) -> Grid:
+    from harmony_ref._toml import loads
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: sweep grid file does not exist")
+    data = loads(path.read_text(), str(path))
+    src = str(path)
+    unknown = sorted(set(data) - set(GRID_FIELDS) - {"name"})
+    if unknown:
+        _fail(src, unknown[0], data[unknown[0]],
+              f"not a grid field; fields are {list(GRID_FIELDS)}")
+    for key in ("models", "policies", "profiles"):
+        if key not in data:
+            _fail(src, key, None, "missing")
+    sc = data.get("scenario", {})
+    if not isinstance(sc, dict):
+        _fail(src, "scenario", sc, "must be a table")
+    scenario = dict(DEFAULT_SCENARIO)
+    for k, v in sc.items():
+        scenario[k] = tuple(v) if isinstance(v, list) else (v,)
+
+    def listed(key, default=None):
+        v = data.get(key, default)
+        if isinstance(v, str):
+            return (v,)
+        if not isinstance(v, list):
+            _fail(src, key, v, "must be a list of strings")
+        return tuple(v)
+
+    backend = data.get("backend", "simulated")
+    return Grid(listed("models"), listed("policies"), listed("profiles"),
+                listed("parts", ["predicted"]), backend, scenario, source=src)

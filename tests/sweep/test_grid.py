@@ -1,0 +1,106 @@
+"""The sweep grid: names resolved before any work (errors name the file or flag, the field and the
+value), one point per combination, keys stable across runs and changed by what changes a result,
+invalid combinations kept as points that carry their error."""
+
+from __future__ import annotations
+
+import pytest
+
+from harmony_ref.sweep.grid import Grid, grid_from_toml, split_list
+
+
+def small(**kw):
+    base = dict(models=("llama-3.2-1b", "qwen2.5-0.5b"), policies=("int4-g128", "int8"),
+                profiles=("harmony-flagship",))
+    return Grid(**{**base, **kw})
+
+
+def test_points_are_the_cross_product_with_stable_distinct_keys():
+    g = small(scenario={"prompt_tokens": (128, 512), "new_tokens": (64,),
+                        "context_tokens": (2048,), "batch": (1,), "kv_dtype": ("fp16", "int8")})
+    pts = g.points()
+    assert len(pts) == g.size == 2 * 2 * 1 * 2 * 2
+    assert len({p.key for p in pts}) == len(pts)
+    assert [p.key for p in g.points()] == [p.key for p in pts]  # same grid, same keys
+    assert not any(p.error for p in pts)
+    # kv_dtype reaches the config's dict form (int8 is not the default)
+    assert {p.config.get("kv_dtype", "fp16") for p in pts} == {"fp16", "int8"}
+
+
+def test_key_changes_with_parts_and_with_a_policy_files_contents(tmp_path):
+    a = small().points()[0]
+    b = small(parts=("predicted", "thermal")).points()[0]
+    assert a.key != b.key and a.config == b.config
+    pol = tmp_path / "mine.toml"
+    pol.write_text('name = "mine"\ndefault = "int8"\n')
+    k1 = small(policies=(str(pol),)).points()[0].key
+    pol.write_text('name = "mine"\ndefault = "int4-g32"\n')
+    k2 = small(policies=(str(pol),)).points()[0].key
+    assert k1 != k2
+
+
+def test_code_version_is_in_the_key_but_not_the_config_key(monkeypatch):
+    from harmony_ref.sweep import grid as grid_mod
+
+    before = small().points()[0]
+    monkeypatch.setattr(grid_mod, "code_version", lambda: "another-version")
+    after = small().points()[0]
+    assert before.config_key == after.config_key and before.key != after.key
+
+
+def test_an_invalid_combination_is_a_point_with_its_error():
+    g = small(scenario={"prompt_tokens": (512, 2000), "new_tokens": (128,),
+                        "context_tokens": (2048,), "batch": (1,), "kv_dtype": ("fp16",)})
+    bad = [p for p in g.points() if p.error]
+    assert len(bad) == 4 and all("exceeds context_tokens = 2048" in p.error for p in bad)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(models=("nope",)), "--models 'nope': unknown model 'nope'"),
+    (dict(policies=("int3",)), "--policies 'int3'"),
+    (dict(profiles=("harmony-moon",)), "--profiles 'harmony-moon'"),
+    (dict(parts=("predicted", "speed")), "--parts 'speed': not a part"),
+    (dict(models=()), "--models []: must list at least one"),
+    (dict(policies=("int8", "int8")), "lists a value twice"),
+    (dict(backend="command"), "--backend 'command'"),
+    (dict(scenario={"prompt_tokens": (0,), "new_tokens": (1,), "context_tokens": (8,),
+                    "batch": (1,), "kv_dtype": ("fp16",)}), "--prompt 0: must be an integer >= 1"),
+    (dict(scenario={"prompt_tokens": (1,), "new_tokens": (1,), "context_tokens": (8,),
+                    "batch": (1,), "kv_dtype": ("fp8",)}), "--kv-dtype 'fp8'"),
+])
+def test_bad_flags_name_the_flag_and_value(kw, message):
+    with pytest.raises(ValueError, match=None) as e:
+        small(**kw)
+    assert message in str(e.value)
+
+
+def test_toml_grid_and_its_errors(tmp_path):
+    f = tmp_path / "grid.toml"
+    f.write_text('models = ["qwen2.5-0.5b"]\npolicies = ["int8", "int4-g32"]\n'
+                 'profiles = ["harmony-lowend"]\nparts = ["predicted", "coldstart"]\n'
+                 '[scenario]\nprompt_tokens = [128, 256]\nkv_dtype = "int8"\n')
+    g = grid_from_toml(f)
+    assert g.size == 4 and g.parts == ("predicted", "coldstart")
+    assert g.scenario["kv_dtype"] == ("int8",)
+    f.write_text('models = ["qwen2.5-0.5b"]\npolicies = ["int8"]\nprofiles = ["x"]\n')
+    with pytest.raises(ValueError, match=rf"{f}: field 'profiles' = 'x'"):
+        grid_from_toml(f)
+    f.write_text('models = ["qwen2.5-0.5b"]\npolicies = ["int8"]\nprofiles = ["harmony-lowend"]'
+                 '\n[scenario]\nprompt = [1]\n')
+    with pytest.raises(ValueError, match=r"field 'scenario.prompt' .* not a scenario axis"):
+        grid_from_toml(f)
+    f.write_text('models = ["qwen2.5-0.5b"]\npolicies = ["int8"]\n')
+    with pytest.raises(ValueError, match=r"field 'profiles' = None: missing"):
+        grid_from_toml(f)
+    f.write_text('models = [')
+    with pytest.raises(ValueError, match="not valid TOML"):
+        grid_from_toml(f)
+
+
+def test_split_list():
+    assert split_list("a, b,", "--x") == ("a", "b")
+    assert split_list("1,2", "--prompt", int) == (1, 2)
+    with pytest.raises(ValueError, match="--prompt '1,x': must be comma-separated integers"):
+        split_list("1,x", "--prompt", int)
+    with pytest.raises(ValueError, match="--x ''"):
+        split_list("", "--x")

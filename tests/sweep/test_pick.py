@@ -1,0 +1,109 @@
+"""pick: feasibility with each constraint named and its numbers, the best by the objective, the
+Pareto front, timings of different machines never ranked together, and the Pareto plot."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from harmony_ref.sweep.pick import pareto_mask, pick
+
+
+def frame(rows, **common):
+    base = dict(profile="phone", prompt_tokens=512, new_tokens=128, context_tokens=2048,
+                batch=1, backend="simulated", kv_dtype="fp16", fits_memory=1.0,
+                app_budget_mb=4000.0, machine="m1", measured_metrics="", status="ok")
+    return pd.DataFrame([{**base, **common, **r} for r in rows])
+
+
+ROWS = [  # (model, policy): decode tokens/s, accuracy drop, peak memory
+    dict(model="big", policy="fp16", decode_tokens_per_s=5.0, accuracy_drop_pct=0.0,
+         peak_memory_mb=6000.0, fits_memory=0.0),
+    dict(model="big", policy="int4", decode_tokens_per_s=18.0, accuracy_drop_pct=3.0,
+         peak_memory_mb=2000.0),
+    dict(model="small", policy="int8", decode_tokens_per_s=25.0, accuracy_drop_pct=0.5,
+         peak_memory_mb=900.0),
+    dict(model="small", policy="int4", decode_tokens_per_s=40.0, accuracy_drop_pct=3.0,
+         peak_memory_mb=600.0),
+]
+
+
+def test_the_best_feasible_and_why_each_other_loses():
+    [a] = pick(frame(ROWS), max_accuracy_drop=1.0, min_decode_tps=10)
+    f = a.frame.set_index(["model", "policy"])
+    assert (a.best["model"], a.best["policy"]) == ("small", "int8")
+    assert f.loc[("big", "fp16"), "verdict"] == "infeasible"
+    why = f.loc[("big", "fp16"), "why"]
+    assert "peak memory 6000 MB > the phone's app budget 4000 MB" in why
+    assert "decode 5 tokens/s < 10" in why
+    assert f.loc[("small", "int4"), "why"] == "recall@1 drop 3 points > 1"
+    assert a.loss_metric == "accuracy_drop_pct"
+
+
+def test_budget_objective_and_pareto():
+    [a] = pick(frame(ROWS), budget_mb=1000)
+    f = a.frame.set_index(["model", "policy"])
+    assert (a.best["model"], a.best["policy"]) == ("small", "int4")  # fastest within 1000 MB
+    assert f.loc[("big", "int4"), "why"] == "peak memory 2000 MB > budget 1000 MB"
+    assert f.loc[("small", "int8"), "pareto"]  # slower but more accurate: on the front
+    assert "feasible, decode 25 vs 40 tokens/s" in f.loc[("small", "int8"), "why"]
+    [acc] = pick(frame(ROWS), budget_mb=1000, objective="accuracy")
+    assert acc.best["policy"] == "int8"
+    [mem] = pick(frame(ROWS), objective="memory")
+    assert (mem.best["model"], mem.best["policy"]) == ("small", "int4")
+
+
+def test_nothing_feasible_and_bad_constraints():
+    [a] = pick(frame(ROWS), min_decode_tps=100)
+    assert a.best is None and set(a.frame["verdict"]) == {"infeasible"}
+    with pytest.raises(ValueError, match="--max-kld 0.1: the sweep has no KL divergence metric"):
+        pick(frame(ROWS), max_kld=0.1)
+    with pytest.raises(ValueError, match="--profile 'moon': not in the sweep"):
+        pick(frame(ROWS), profiles=["moon"])
+    with pytest.raises(ValueError, match="--budget-mb nan"):
+        pick(frame(ROWS), budget_mb=math.nan)
+    no_acc = frame([{k: v for k, v in r.items() if k != "accuracy_drop_pct"} for r in ROWS])
+    with pytest.raises(ValueError, match="--max-accuracy-drop: the sweep has no"):
+        pick(no_acc, max_accuracy_drop=1)
+
+
+def test_a_kld_metric_is_preferred_as_the_accuracy_loss():
+    rows = [{**r, "lm_kld_mean": r["accuracy_drop_pct"] / 10} for r in ROWS]
+    [a] = pick(frame(rows), max_kld=0.1)
+    assert a.loss_metric == "lm_kld_mean" and a.best["policy"] == "int8"
+
+
+def test_timings_of_two_machines_are_never_ranked_together():
+    rows = [{**r, "machine": "m1" if i % 2 else "m2", "measured_metrics": "decode_tokens_per_s"}
+            for i, r in enumerate(ROWS)]
+    with pytest.raises(ValueError, match=r"measured on 2 machines \['m1', 'm2'\]"):
+        pick(frame(rows))
+    [a] = pick(frame(rows), machine="m1")
+    assert set(a.frame["model"] + a.frame["policy"]) == {"bigint4", "smallint4"}
+    with pytest.raises(ValueError, match="--machine 'm3'"):
+        pick(frame(rows), machine="m3")
+
+
+def test_one_answer_per_phone_and_scenario():
+    df = pd.concat([frame(ROWS), frame(ROWS, profile="other"), frame(ROWS, prompt_tokens=128)])
+    answers = pick(df)
+    assert [(a.profile, a.scenario["prompt_tokens"]) for a in answers] == \
+        [("other", 512), ("phone", 128), ("phone", 512)]
+
+
+def test_pareto_mask():
+    assert pareto_mask([1, 2, 3, 2], [0, 1, 2, 2]) == [True, True, True, False]
+    assert pareto_mask([1, 1], [0, 0]) == [True, True]  # ties beat no one
+
+
+def test_pareto_plot_is_a_readable_png(tmp_path):
+    import matplotlib.image as mpimg
+
+    from harmony_ref.sweep.pareto import pareto_plot
+
+    [a] = pick(frame(ROWS), max_accuracy_drop=1.0)
+    path = pareto_plot(a, tmp_path / "p.png")
+    img = mpimg.imread(path)
+    assert img.shape[1] == 1400 and img.shape[0] >= 700
