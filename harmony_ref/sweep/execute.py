@@ -34,16 +34,26 @@ PHONE_FIELDS = ("profile", "backend", "backend_options")  # what a shared part d
 
 
 def shared_key(part: str, config: dict) -> str:
-    """The group of points whose `part` result is the same: the config minus the phone."""
+    """The group of points whose `part` result is the same: the config minus the phone (for the
+    accuracy part, only what it reads: track/job.py accuracy_inputs)."""
     import hashlib
 
-    rest = {k: v for k, v in config.items() if k not in PHONE_FIELDS}
+    if part == "accuracy":  # it reads only the decoder it scores, the policy and the KV dtype
+        from harmony_ref.track.job import accuracy_inputs
+
+        rest = accuracy_inputs(config)
+    else:
+        rest = {k: v for k, v in config.items() if k not in PHONE_FIELDS}
     text = json.dumps({"part": part, "config": rest}, sort_keys=True)
     return f"{part}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
 def warm_key(part: str, config: dict) -> str:
     """Shared tasks with the same warm key reuse one on-disk cache: the first runs alone."""
+    if part == "accuracy":
+        from harmony_ref.track.job import accuracy_inputs
+
+        return f"{part}:{accuracy_inputs(config)['accuracy_model']}"
     return f"{part}:{config['model']}"
 
 

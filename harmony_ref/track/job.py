@@ -116,6 +116,15 @@ def accuracy_model(config: RunConfig) -> str:
     return config.checkpoint or ACCURACY_MODEL
 
 
+def accuracy_inputs(config: dict) -> dict:
+    """What the accuracy part reads of a record's config dict (RunConfig.to_dict()): the decoder
+    it scores, the policy and the KV dtype. Not the preset model spec, the scenario or the phone:
+    every point agreeing on these has the same accuracy (a sweep computes it once for them)."""
+    model = config["model"] if "model_spec" in config else ACCURACY_MODEL  # a checkpoint's, inline
+    return {"accuracy_model": model, "policy": config["policy"],
+            "kv_dtype": config.get("kv_dtype", "fp16")}
+
+
 def lm_accuracy_part(config: RunConfig, chunks: int | None = ACCURACY_CHUNKS):
     """LM accuracy of the config's decoder (accuracy_model) under the config's policy and KV
     dtype against its FP32 reference, on the first `chunks` chunks of the held-out corpus
