@@ -46,11 +46,12 @@ _SLACK = 1e-6  # float32 rounding at a bound (a cosine of 1 + 1e-8) is not out o
 
 def domain(name: str, unit: str) -> tuple[float, float]:
     """The closed interval a metric of this unit can physically take (finite in any case).
-    A percentage error (`*mape_pct`, `*error_pct`) has no upper bound; a difference
+    A percentage error (`*mape_pct`, `*error_pct`, a tool's mean bias `*bias_pct`) has no
+    upper bound; a difference
     (`memory_headroom_mb`, `*_delta_mb`) has no sign."""
     if any(part in name for part in _SIGNED_NAME_PARTS):
         return -math.inf, math.inf
-    if unit == "%" and ("mape" in name or "error" in name):
+    if unit == "%" and ("mape" in name or "error" in name or "bias" in name):
         return 0.0, math.inf
     if unit in _BOUNDED_UNITS:
         return _BOUNDED_UNITS[unit]

@@ -170,7 +170,8 @@ CASES = [  # (argv, a substring the error line must hold)
       "--tolerances", "{d}/tol_section.toml"], "limits"),
     # artifacts
     (["verify", "{d}/missing.safetensors"], "missing.safetensors"),
-    (["accuracy", "--artifact", "{d}/garbage.safetensors"], "garbage.safetensors"),
+    (["accuracy", "--model", "all-minilm-l6", "--artifact", "{d}/garbage.safetensors"],
+     "garbage.safetensors"),
     # traces
     (["serve", "--trace", "{d}/missing.csv"], "missing.csv"),
     (["serve", "--trace", "{d}/trace_arrival.csv"], "line 2"),

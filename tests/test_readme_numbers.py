@@ -29,7 +29,7 @@ def printed():
     pytest.importorskip("tokenizers")
     readme = _rows((ROOT / "README.md").read_text().splitlines())
     assert set(readme) >= {"fp32", "int8", "int4-g128", "int4-g32", "minilm-mixed"}
-    argv = ["accuracy", "--json"] + [a for p in readme for a in ("--policy", p)]
+    argv = ["accuracy", "--model", "all-minilm-l6", "--json"] + [a for p in readme for a in ("--policy", p)]
     import contextlib
     import io
 

@@ -38,8 +38,12 @@ def run(args) -> int:
 
     if args.entries < 1:
         raise ValueError(f"--entries {args.entries}: must be >= 1")
-    if args.plot and not args.plot.lower().endswith(".png"):
-        raise ValueError(f"--plot {args.plot}: must be a .png path")
+    if args.plot:
+        from harmony_ref._io import check_output_file
+
+        if not args.plot.lower().endswith(".png"):
+            raise ValueError(f"--plot {args.plot}: must be a .png path")
+        check_output_file(args.plot, "--plot")
     profile = load_profile(args.profile)
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                   context_tokens=max(2048, args.prompt + 128))

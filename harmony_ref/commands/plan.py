@@ -26,10 +26,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
+    if args.out:  # before minutes of measuring
+        from harmony_ref._io import check_output_file
 
-    if args.out and not Path(args.out).resolve().parent.is_dir():  # before minutes of measuring
-        raise ValueError(f"--out {args.out}: directory {Path(args.out).parent} does not exist")
+        check_output_file(args.out, "--out")
     if args.model.lower() != "all-minilm-l6":
         if args.pairs:
             raise ValueError("--pairs applies to --model all-minilm-l6 only")
@@ -95,10 +95,6 @@ def run_minilm(args) -> int:
     from harmony_ref._io import write_text_atomic
     from harmony_ref.units import MB
 
-    if args.out:  # before minutes of measuring
-        from harmony_ref._io import check_output_file
-
-        check_output_file(args.out, "--out")
     evalset = load_pairs(args.pairs)
     plan = plan_policy(args.budget_mb, evalset=evalset, progress=True)
     m = evaluate(plan.policy, evalset=evalset)

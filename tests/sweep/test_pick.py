@@ -107,3 +107,19 @@ def test_pareto_plot_is_a_readable_png(tmp_path):
     path = pareto_plot(a, tmp_path / "p.png")
     img = mpimg.imread(path)
     assert img.shape[1] == 1400 and img.shape[0] >= 700
+
+
+def test_pareto_figure_has_no_layout_problems(tmp_path):
+    """The house checks of tests/track/test_plots.py: no warnings, nothing past the edge, the
+    legend clear of the data, no label across a frame or over another."""
+    import warnings
+
+    from harmony_ref.sweep.pareto import pareto_figure
+    from harmony_ref.track import figures
+
+    [a] = pick(frame(ROWS), max_accuracy_drop=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = pareto_figure(a)
+        assert figures.layout_problems(fig) == []
+        figures.save_png(fig, tmp_path / "p.png")

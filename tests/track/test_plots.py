@@ -234,3 +234,17 @@ def test_layout_checker_catches_what_it_claims():
         fig, ax = figures.figure(400, 300)
         ax.plot([0, 1], [0, 1])
     assert figures.layout_problems(fig) == []
+
+
+def test_lifecycle_plot(tmp_path):
+    from harmony_ref.config import RunConfig
+    from harmony_ref.device.lifecycle import STRATEGIES, simulate_lifecycle
+    from harmony_ref.device.profile import load_profile
+    from harmony_ref.track.lifecycle_plot import lifecycle_figure
+
+    profile = load_profile("harmony-flagship")
+    config = RunConfig.from_names("qwen2.5-0.5b", POLICY, 512, 128, 2048, 1, profile=profile.name)
+    runs = [simulate_lifecycle(profile, config, s, 10) for s in STRATEGIES]
+    png = tmp_path / "lifecycle.png"
+    assert render(lambda: lifecycle_figure(runs, "qwen2.5-0.5b on harmony-flagship"), png) == []
+    check_png(png, 1400, 640)
