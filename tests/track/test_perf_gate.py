@@ -188,3 +188,41 @@ def test_relative_samples_cancel_a_linear_drift_within_a_round():
     finally:
         common.time.process_time = real
     assert max(abs(s - 1.0) for s in samples) < 0.002  # a pair (A then B) would read ~1.004
+
+
+def test_asv_judges_the_relative_timings_by_the_same_derived_limit():
+    """asv keeps no samples of a track_, so its Regressions page judges a timed ratio by
+    `regressions_thresholds` alone: the relative timings (every track_ whose unit is a ratio,
+    'x <reference> time') get perf.LIMIT_PCT, everything else asv's 5%."""
+    import importlib
+    import inspect
+    import pkgutil
+    import re
+    from pathlib import Path
+
+    import bench
+
+    root = Path(__file__).resolve().parents[2]
+    thresholds = json.loads((root / "asv.conf.json").read_text())["regressions_thresholds"]
+    assert thresholds[".*"] == 0.05
+
+    def threshold(name):
+        return max(t for rx, t in thresholds.items() if re.search(rx, name))
+
+    seen = 0
+    for mod in pkgutil.iter_modules(bench.__path__):
+        if not mod.name.startswith("bench_"):
+            continue
+        module = importlib.import_module(f"bench.{mod.name}")
+        for cls_name, cls in vars(module).items():
+            if not inspect.isclass(cls) or cls.__module__ != module.__name__:
+                continue
+            for attr in dir(cls):
+                if attr.startswith("track_"):
+                    fn = getattr(cls, attr)
+                    name = f"{mod.name}.{cls_name}.{attr}"
+                    relative = str(getattr(fn, "unit", "")).startswith("x ")
+                    want = perf.LIMIT_PCT / 100 if relative else 0.05
+                    assert threshold(name) == pytest.approx(want), name
+                    seen += relative
+    assert seen >= 10
