@@ -31,7 +31,8 @@ import time
 import numpy as np
 import pytest
 
-from bench.common import numba_probe, reference_probe, relative_samples  # noqa: F401  (shared with asv)
+# one copy, shared with asv
+from bench.common import numba_probe, reference_probe, relative_samples  # noqa: F401
 from harmony_ref.units import GB, MB
 
 COPY_BUFFER_BYTES = 256 * MB  # well past any L3 on the machines we run on

@@ -34,7 +34,8 @@ def test_perf_thermal_steps_per_s(benchmark, perf_summary, governor):
     benchmark(_simulate_core, power, HOUR_STEPS, DT_S, code, prm, die, skin, state)
     # gated against a compiled yardstick: against the pure-Python probe this ratio moved by up
     # to 50% between runs of unchanged code (bench/common.numba_probe says why)
-    gate_relative(benchmark, lambda: _simulate_core(power, HOUR_STEPS, DT_S, code, prm, die, skin, state),
+    gate_relative(benchmark,
+                  lambda: _simulate_core(power, HOUR_STEPS, DT_S, code, prm, die, skin, state),
                   numba_probe, "compiled probe")
     assert np.isfinite(die).all()
     if not benchmark.stats:  # None with --benchmark-disable
