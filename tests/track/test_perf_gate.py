@@ -190,26 +190,42 @@ def test_relative_samples_cancel_a_linear_drift_within_a_round():
     assert max(abs(s - 1.0) for s in samples) < 0.002  # a pair (A then B) would read ~1.004
 
 
-def test_asv_judges_the_relative_timings_by_the_same_derived_limit():
+def _asv_threshold(thresholds, entry):
+    """The threshold asv's Regressions page applies to one entry (as asv matches: the largest
+    of every key that re.match-es the entry name)."""
+    import re
+
+    return max(t for rx, t in thresholds.items() if re.match(rx, entry))
+
+
+def test_asv_judges_each_timed_ratio_by_its_measured_cross_process_spread():
     """asv keeps no samples of a track_, so its Regressions page judges a timed ratio by
-    `regressions_thresholds` alone: the relative timings (every track_ whose unit is a ratio,
-    'x <reference> time') get perf.LIMIT_PCT, everything else asv's 5%."""
+    `regressions_thresholds` alone: every relative timing (a track_ whose unit is a ratio,
+    'x <reference> time') gets the threshold bench/asv_spread.json derived from its measured
+    spread over fresh processes, or perf.LIMIT_PCT where none was measured or the spread is
+    smaller; every other track_ asv's 5%."""
     import importlib
     import inspect
     import pkgutil
-    import re
     from pathlib import Path
 
     import bench
+    from bench import measure_spread as ms
 
     root = Path(__file__).resolve().parents[2]
     thresholds = json.loads((root / "asv.conf.json").read_text())["regressions_thresholds"]
+    spread = json.loads(ms.SPREAD_FILE.read_text())["entries"]
     assert thresholds[".*"] == 0.05
+    relative = ms.relative_entries(".")
+    names = {ms.entry_name(*e) for e in relative}
+    assert set(spread) <= names, "bench/asv_spread.json names an entry no bench defines"
+    for e in relative:
+        name = ms.entry_name(*e)
+        want = spread[name]["threshold"] if name in spread else perf.LIMIT_PCT / 100
+        assert _asv_threshold(thresholds, name) == pytest.approx(want), name
+        assert _asv_threshold(thresholds, name + "@main") == pytest.approx(want), name
+    assert len(spread) >= 19
 
-    def threshold(name):
-        return max(t for rx, t in thresholds.items() if re.match(rx, name))  # as asv matches
-
-    seen = 0
     for mod in pkgutil.iter_modules(bench.__path__):
         if not mod.name.startswith("bench_"):
             continue
@@ -218,11 +234,42 @@ def test_asv_judges_the_relative_timings_by_the_same_derived_limit():
             if not inspect.isclass(cls) or cls.__module__ != module.__name__:
                 continue
             for attr in dir(cls):
-                if attr.startswith("track_"):
-                    fn = getattr(cls, attr)
+                fn = getattr(cls, attr)
+                if attr.startswith("track_") and not str(getattr(fn, "unit", "")).startswith("x "):
                     name = f"{mod.name}.{cls_name}.{attr}"
-                    relative = str(getattr(fn, "unit", "")).startswith("x ")
-                    want = perf.LIMIT_PCT / 100 if relative else 0.05
-                    assert threshold(name) == pytest.approx(want), name
-                    seen += relative
-    assert seen >= 10
+                    assert _asv_threshold(thresholds, name) == 0.05, name
+
+
+def test_the_committed_spread_file_follows_its_rule():
+    """Each entry's spread is max/min - 1 of its recorded values and its threshold MARGIN x
+    spread rounded up to 5%, never below the perf limit: the file cannot say one thing and
+    hold another."""
+    from bench import measure_spread as ms
+
+    doc = json.loads(ms.SPREAD_FILE.read_text())
+    assert doc["margin"] == ms.MARGIN and doc["floor"] == pytest.approx(perf.LIMIT_PCT / 100)
+    for name, m in doc["entries"].items():
+        assert len(m["values"]) == m["processes"] >= 2, name
+        assert m["spread"] == pytest.approx(max(m["values"]) / min(m["values"]) - 1, abs=1e-4)
+        assert m["threshold"] == ms.threshold_for(m["spread"], doc["floor"]), name
+        assert m["threshold"] >= 1.5 * m["spread"] - 1e-9, name
+
+
+@pytest.mark.parametrize("spread, want", [(0.0, 0.2), (0.1, 0.2), (0.14, 0.25), (0.36, 0.55),
+                                          (0.4, 0.6)])
+def test_threshold_rule(spread, want):
+    from bench import measure_spread as ms
+
+    assert ms.threshold_for(spread, 0.2) == pytest.approx(want)
+
+
+def test_an_entry_regex_matches_only_its_own_parameters():
+    import re
+
+    from bench import measure_spread as ms
+
+    rx = ms.entry_regex("bench_kernels.MatmulW4.track_time_vs_numpy_fp32(1, 32)")
+    assert re.match(rx, "bench_kernels.MatmulW4.track_time_vs_numpy_fp32(1, 32)")
+    assert re.match(rx, "bench_kernels.MatmulW4.track_time_vs_numpy_fp32(1, 32)@main")
+    assert not re.match(rx, "bench_kernels.MatmulW4.track_time_vs_numpy_fp32(1, 320)")
+    assert not re.match(rx, "bench_kernels.MatmulW4.track_time_vs_numpy_fp32(128, 32)")
