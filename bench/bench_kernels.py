@@ -56,6 +56,11 @@ class MatmulW4:
     def track_time_vs_numpy_fp32(self, m, group_size):
         return relative_time(lambda: matmul_w4(self.x, self.p), lambda: self.x @ self.w_fp32.T)
 
+    @tracks(None, unit="x NumPy same-bytes time", direction="lower")
+    def track_time_vs_numpy_same_bytes(self, m, group_size):
+        ref = same_bytes_fp32(self.p, K)
+        return relative_time(lambda: matmul_w4(self.x, self.p), lambda: self.x @ ref.T)
+
     def peakmem_matmul_w4(self, m, group_size):
         # no dequantized (N, K) float matrix: peak stays near the packed weights + output
         matmul_w4(self.x, self.w)
@@ -76,8 +81,23 @@ class MatmulW8:
     def track_time_vs_numpy_fp32(self, m):
         return relative_time(lambda: matmul_w8(self.x, self.p), lambda: self.x @ self.w_fp32.T)
 
+    @tracks(None, unit="x NumPy same-bytes time", direction="lower")
+    def track_time_vs_numpy_same_bytes(self, m):
+        ref = same_bytes_fp32(self.p, K)
+        return relative_time(lambda: matmul_w8(self.x, self.p), lambda: self.x @ ref.T)
+
     def peakmem_matmul_w8(self, m):
         matmul_w8(self.x, self.w)
+
+
+def same_bytes_fp32(prepared, k: int) -> np.ndarray:
+    """A (rows, k) FP32 matrix (rows of weights(4096, k)) holding as many bytes as the prepared
+    kernel weights: the reference for a memory-bound GEMV. Against NumPy FP32 of the same shape,
+    the m=1 kernel reads 8-16 MB while NumPy streams 64 MB, so the ratio follows whatever memory
+    bandwidth the process gets (50% apart between fresh processes, bench/asv_spread.json); a
+    reference reading the kernel's bytes shares that state."""
+    nbytes = sum(getattr(v, "nbytes", 0) for v in vars(prepared).values())
+    return weights(N, k)[: max(1, round(nbytes / (4 * k)))]
 
 
 class NormBiasGelu:

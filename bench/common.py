@@ -91,15 +91,16 @@ def lower_is_better(metric, form: str) -> float:
 # later differ by more than asv's 10% without any change. So the kernels run on THREADS = 1
 # thread (Numba and OpenBLAS; tests/perf measures thread scaling), and what asv tracks is each
 # kernel's CPU time *relative to a baseline timed in the same seconds* (its NumPy or _ref twin,
-# else reference_probe): per round a block of kernel calls and a block of baseline calls run
-# back to back, and the track is the median of the per-round ratios (`relative_time`). That
-# removes the drift; it does not remove other processes sharing the two cores (measured: two
-# `--quick` runs of the same commits under a load average near 2 differed by 11-61% on 2-8 of
-# ~50 ratios per commit).
+# else reference_probe). One sample is one round of four blocks, target, baseline, baseline,
+# target (ABBA: a speed that drifts linearly within the round cancels out of the ratio, which a
+# plain target-then-baseline pair does not), and the track is the median over RELATIVE_ROUNDS
+# rounds (`relative_time`): a preempted block moves one sample, not the median. `asv run
+# --quick` calls each track_ once (asv sets number = repeat = rounds = 1 and warmup_time = 0), so
+# this median is all the repetition a quick run gets; a full run calls it again per asv round.
 
 THREADS = 1
 RELATIVE_ROUNDS = 15
-RELATIVE_BLOCK_S = 0.005  # CPU time of each block
+RELATIVE_BLOCK_S = 0.004  # CPU time of each block (four per round)
 
 
 def reference_probe() -> int:
@@ -111,11 +112,39 @@ def reference_probe() -> int:
     return sum(sorted(d.values()))
 
 
+NUMBA_PROBE_STEPS = 400_000
+
+
+def numba_probe() -> float:
+    """A fixed compiled workload (about 1 ms): two coupled scalar recurrences, a dependency
+    chain like the thermal stepper's. The yardstick for Numba code with no NumPy twin: this
+    machine's speed for compiled code and for the interpreter drift apart (measured in fresh
+    processes under `quiet`: reference_probe 0.46 -> 0.85 ms while this moved 1.17 -> 1.50 ms),
+    so compiled code is timed against compiled code. Must not be changed."""
+    return _numba_probe_fn()(NUMBA_PROBE_STEPS)
+
+
+@functools.lru_cache(maxsize=None)
+def _numba_probe_fn():
+    import numba
+
+    @numba.njit(cache=False)
+    def probe(n):
+        x, y = 0.5, 0.25
+        for i in range(n):
+            x = x * 0.999 + y * 0.001 + 1e-9 * i
+            y = y * 0.998 + x * 0.002
+        return x + y
+
+    return probe
+
+
 def relative_samples(target, baseline, rounds: int = RELATIVE_ROUNDS,
                      block_s: float = RELATIVE_BLOCK_S) -> list[float]:
-    """Per round: mean CPU time of a block of `target` calls / that of a block of `baseline`
-    calls, run back to back (lower: target faster). Block sizes are set once so each block takes
-    about `block_s`; both are called once first (compile, caches)."""
+    """Per round, the CPU time per call of `target` over that of `baseline`, from four blocks of
+    back-to-back calls in the order target, baseline, baseline, target (lower: target faster).
+    Block sizes are set once so each block takes about `block_s`; both are called twice first
+    (compile, caches, lazy set-up) and the second call sizes the block."""
     clock = time.process_time
     sizes = []
     for fn in (target, baseline):
@@ -123,15 +152,18 @@ def relative_samples(target, baseline, rounds: int = RELATIVE_ROUNDS,
         t0 = clock()
         fn()
         sizes.append(max(1, int(block_s / max(clock() - t0, 1e-6))))
+
+    def block(i: int) -> float:
+        fn, n = (target, baseline)[i], sizes[i]
+        t0 = clock()
+        for _ in range(n):
+            fn()
+        return clock() - t0
+
     out = []
     for _ in range(rounds):
-        means = []
-        for fn, n in zip((target, baseline), sizes):
-            t0 = clock()
-            for _ in range(n):
-                fn()
-            means.append((clock() - t0) / n)
-        out.append(means[0] / means[1])
+        a1, b1, b2, a2 = block(0), block(1), block(1), block(0)
+        out.append(((a1 + a2) / sizes[0]) / max((b1 + b2) / sizes[1], 1e-12))
     return out
 
 

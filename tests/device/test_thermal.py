@@ -220,5 +220,5 @@ def test_thermal_benchmarks_are_well_formed():
     assert len(cls.params) == len(cls.param_names)
     bench = cls()
     bench.setup("power_allocator")
-    assert 0 < bench.track_step_time_vs_python_ref("power_allocator") < 1
+    assert 0 < bench.track_step_time_vs_numba_probe("power_allocator") < 1
     assert np.isfinite(bench.out[0]).all()

@@ -12,9 +12,12 @@
   drifts by up to 1.7x over minutes (neighbours, the host), in CPU time too, so a time compared
   with last hour's says little; a time relative to a reference measured in the same seconds
   does. Per round, a block of target calls and a block of reference calls run back to back,
-  and the round's sample is the ratio of their mean CPU times (lower is better). Kernels are
-  relative to their NumPy baseline, the rest to reference_probe, a fixed pure-Python workload
-  (both helpers live in bench/common.py, which the asv suite uses the same way).
+  and the round's sample is the ratio of their mean CPU times (lower is better); the blocks run
+  target, reference, reference, target, so a linear drift within the round cancels. Kernels are
+  relative to their NumPy baseline, compiled code without one (the thermal stepper) to
+  numba_probe, a fixed compiled loop, and pure-Python code (predictions) to reference_probe, a
+  fixed pure-Python workload: compiled code and the interpreter drift apart on this machine, so
+  each is timed against its own kind (bench/common.py, which the asv suite uses the same way).
   benchmark.extra_info keeps the samples; harmony_ref/track/perf.py reads them.
 - `one_thread` (session, autouse): Numba and OpenBLAS on one thread. On a shared 2-core machine a
   parallel kernel whose worker is preempted waits a scheduler slice (a 1 ms kernel timed at
@@ -28,7 +31,8 @@ import time
 import numpy as np
 import pytest
 
-from bench.common import reference_probe, relative_samples  # noqa: F401  (one copy, shared with asv)
+# one copy, shared with asv
+from bench.common import numba_probe, reference_probe, relative_samples  # noqa: F401
 from harmony_ref.units import GB, MB
 
 COPY_BUFFER_BYTES = 256 * MB  # well past any L3 on the machines we run on

@@ -13,7 +13,7 @@ import pytest
 
 from harmony_ref.device.thermal import GOVERNOR_CODES, _simulate_core, pack_params, simulate_ref
 from harmony_ref.units import MS_PER_S
-from tests.perf.conftest import gate_relative, reference_probe
+from tests.perf.conftest import gate_relative, numba_probe
 from tests.device.test_thermal import make_cfg, workload
 
 HOUR_STEPS = 360_000
@@ -32,8 +32,11 @@ def test_perf_thermal_steps_per_s(benchmark, perf_summary, governor):
     code = GOVERNOR_CODES[governor]
     _simulate_core(power, 10, DT_S, code, prm, die, skin, state)  # compile outside the timing
     benchmark(_simulate_core, power, HOUR_STEPS, DT_S, code, prm, die, skin, state)
-    gate_relative(benchmark, lambda: _simulate_core(power, HOUR_STEPS, DT_S, code, prm, die, skin, state),
-                  reference_probe, "reference probe")
+    # gated against a compiled yardstick: against the pure-Python probe this ratio moved by up
+    # to 50% between runs of unchanged code (bench/common.numba_probe says why)
+    gate_relative(benchmark,
+                  lambda: _simulate_core(power, HOUR_STEPS, DT_S, code, prm, die, skin, state),
+                  numba_probe, "compiled probe")
     assert np.isfinite(die).all()
     if not benchmark.stats:  # None with --benchmark-disable
         return

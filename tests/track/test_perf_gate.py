@@ -37,9 +37,11 @@ def test_a_confirmed_30pct_slowdown_fails_with_one_line_naming_the_benchmark():
 
     line, code = perf.summary_line(perf.judge(prev, cur, rerun), "0007_prev", [], [])
     assert code == 1 and asked == [KERNEL]
-    assert "\n" not in line and line.startswith("perf: FAIL 1 of 2")
-    assert "test_perf_matmul_w8_gemv[4096] (worse by 29.8%" in line
-    assert "confirmed on rerun (worse by 30.9%" in line
+    assert "\n" not in line
+    # the verdict starts with the benchmark and both measurements of its change
+    assert line.startswith("perf: FAIL test_perf_matmul_w8_gemv[4096] +29.8% (re-run +30.9%) | "
+                           "1 of 2 gated benchmarks slower than 0007_prev")
+    assert f"worse by > {perf.LIMIT_PCT:g}%" in line
     assert "test_perf_matmul_w4_gemv" not in line
 
 
@@ -49,7 +51,7 @@ def test_a_slowdown_the_rerun_does_not_repeat_passes_and_says_so():
     line, code = perf.summary_line(
         perf.judge(prev, cur, lambda names: {KERNEL: named(KERNEL, timings(1.01, seed=2))}),
         "0007_prev", [], [])
-    assert code == 0 and line.startswith("perf: PASS 1 benchmarks")
+    assert code == 0 and line.startswith("perf: PASS 1 gated benchmarks")
     assert "1 not confirmed on re-run: test_perf_matmul_w8_gemv[4096]" in line
 
 
@@ -69,11 +71,10 @@ def test_a_file_that_is_not_a_benchmark_run_is_bad_input(tmp_path):
     bad.write_text(json.dumps({"benchmarks": [{"fullname": "a"}]}))
     with pytest.raises(ValueError, match="0001_x.json: not a pytest-benchmark result"):
         perf.load_metrics(bad)
-    good = tmp_path / "0002_x.json"
-    good.write_text(json.dumps({"benchmarks": [
+    ungated = tmp_path / "0002_x.json"
+    ungated.write_text(json.dumps({"benchmarks": [
         {"fullname": KERNEL, "stats": {"median": 0.002, "data": [0.002, 0.0021, 0.0019]}}]}))
-    m = perf.load_metrics(good)[KERNEL]
-    assert m.value == pytest.approx(2.0) and m.samples == pytest.approx((2.0, 2.1, 1.9))
+    assert perf.load_metrics(ungated) == {}  # an absolute time is saved, not gated
 
 
 def test_runs_are_saved_with_raw_samples_and_compared_only_when_a_previous_one_exists(tmp_path):
@@ -145,3 +146,130 @@ def test_a_previous_run_in_other_units_is_bad_input_not_a_traceback():
     cur = {KERNEL: Metric(KERNEL, m.value, "x NumPy baseline time", "lower", "measured", m.samples)}
     with pytest.raises(ValueError, match="unit is 'ms'"):
         perf.judge(prev, cur)
+
+
+def test_the_baseline_is_the_median_of_the_last_runs_medians_with_their_samples_pooled():
+    runs = [{KERNEL: named(KERNEL, timings(v, n=5, seed=i))} for i, v in enumerate((1.0, 1.6, 1.1))]
+    base = perf.pooled(runs)[KERNEL]
+    assert base.value == pytest.approx(runs[2][KERNEL].value)  # the 1.6 run does not set the bar
+    assert len(base.samples) == 15
+    changed = {KERNEL: Metric(KERNEL, 0.5, "x other unit", "lower", "measured", (0.5,) * 5)}
+    assert perf.pooled([runs[0], changed])[KERNEL].samples == (0.5,) * 5
+
+
+def test_the_limit_passes_noise_and_catches_the_30pct_switch():
+    from tests.perf._slow import SLOW_FACTOR
+
+    assert 10.0 <= perf.LIMIT_PCT < 100 * (SLOW_FACTOR - 1) - 5  # room for noise either side
+    assert perf.perf_tolerances().measured_pct == perf.LIMIT_PCT
+
+
+def test_relative_samples_cancel_a_linear_drift_within_a_round():
+    """A machine slowing down steadily: plain target-then-baseline pairs would read the slowdown
+    as a slower target; the ABBA order (target, baseline, baseline, target) does not."""
+    from bench import common
+
+    now = [0.0]
+    rate = [1.0]
+
+    def clock():
+        return now[0]
+
+    def work(cost):
+        def call():
+            now[0] += cost * rate[0]
+            rate[0] *= 1.001  # every call a little slower than the last
+        return call
+
+    real = common.time.process_time
+    common.time.process_time = clock
+    try:
+        samples = common.relative_samples(work(1e-3), work(1e-3), rounds=5, block_s=0.004)
+    finally:
+        common.time.process_time = real
+    assert max(abs(s - 1.0) for s in samples) < 0.002  # a pair (A then B) would read ~1.004
+
+
+def _asv_threshold(thresholds, entry):
+    """The threshold asv's Regressions page applies to one entry (as asv matches: the largest
+    of every key that re.match-es the entry name)."""
+    import re
+
+    return max(t for rx, t in thresholds.items() if re.match(rx, entry))
+
+
+def test_asv_judges_each_timed_ratio_by_its_measured_cross_process_spread():
+    """asv keeps no samples of a track_, so its Regressions page judges a timed ratio by
+    `regressions_thresholds` alone: every relative timing (a track_ whose unit is a ratio,
+    'x <reference> time') gets the threshold bench/asv_spread.json derived from its measured
+    spread over fresh processes, or perf.LIMIT_PCT where none was measured or the spread is
+    smaller; every other track_ asv's 5%."""
+    import importlib
+    import inspect
+    import pkgutil
+    from pathlib import Path
+
+    import bench
+    from bench import measure_spread as ms
+
+    root = Path(__file__).resolve().parents[2]
+    thresholds = json.loads((root / "asv.conf.json").read_text())["regressions_thresholds"]
+    spread = json.loads(ms.SPREAD_FILE.read_text())["entries"]
+    assert thresholds[".*"] == 0.05
+    relative = ms.relative_entries(".")
+    names = {ms.entry_name(*e) for e in relative}
+    assert set(spread) <= names, "bench/asv_spread.json names an entry no bench defines"
+    for e in relative:
+        name = ms.entry_name(*e)
+        want = spread[name]["threshold"] if name in spread else perf.LIMIT_PCT / 100
+        assert _asv_threshold(thresholds, name) == pytest.approx(want), name
+        assert _asv_threshold(thresholds, name + "@main") == pytest.approx(want), name
+    assert len(spread) >= 19
+
+    for mod in pkgutil.iter_modules(bench.__path__):
+        if not mod.name.startswith("bench_"):
+            continue
+        module = importlib.import_module(f"bench.{mod.name}")
+        for cls_name, cls in vars(module).items():
+            if not inspect.isclass(cls) or cls.__module__ != module.__name__:
+                continue
+            for attr in dir(cls):
+                fn = getattr(cls, attr)
+                if attr.startswith("track_") and not str(getattr(fn, "unit", "")).startswith("x "):
+                    name = f"{mod.name}.{cls_name}.{attr}"
+                    assert _asv_threshold(thresholds, name) == 0.05, name
+
+
+def test_the_committed_spread_file_follows_its_rule():
+    """Each entry's spread is max/min - 1 of its recorded values and its threshold MARGIN x
+    spread rounded up to 5%, never below the perf limit: the file cannot say one thing and
+    hold another."""
+    from bench import measure_spread as ms
+
+    doc = json.loads(ms.SPREAD_FILE.read_text())
+    assert doc["margin"] == ms.MARGIN and doc["floor"] == pytest.approx(perf.LIMIT_PCT / 100)
+    for name, m in doc["entries"].items():
+        assert len(m["values"]) == m["processes"] >= 2, name
+        assert m["spread"] == pytest.approx(max(m["values"]) / min(m["values"]) - 1, abs=1e-4)
+        assert m["threshold"] == ms.threshold_for(m["spread"], doc["floor"]), name
+        assert m["threshold"] >= 1.5 * m["spread"] - 1e-9, name
+
+
+@pytest.mark.parametrize("spread, want", [(0.0, 0.2), (0.1, 0.2), (0.14, 0.25), (0.36, 0.55),
+                                          (0.4, 0.6)])
+def test_threshold_rule(spread, want):
+    from bench import measure_spread as ms
+
+    assert ms.threshold_for(spread, 0.2) == pytest.approx(want)
+
+
+def test_an_entry_regex_matches_only_its_own_parameters():
+    import re
+
+    from bench import measure_spread as ms
+
+    rx = ms.entry_regex("bench_kernels.MatmulW4.track_time_vs_numpy_fp32(1, 32)")
+    assert re.match(rx, "bench_kernels.MatmulW4.track_time_vs_numpy_fp32(1, 32)")
+    assert re.match(rx, "bench_kernels.MatmulW4.track_time_vs_numpy_fp32(1, 32)@main")
+    assert not re.match(rx, "bench_kernels.MatmulW4.track_time_vs_numpy_fp32(1, 320)")
+    assert not re.match(rx, "bench_kernels.MatmulW4.track_time_vs_numpy_fp32(128, 32)")
