@@ -77,15 +77,19 @@ def _block(k: int) -> int:
 
 def matmul_w8a8(x, w: W8A8Weight) -> np.ndarray:
     """x (M, K) or (K,) float @ W.T through static int8 activations and int8 weights."""
-    n, k = w.shape
+    return _matmul_w8a8(x, w.act_scale, w.prepared, ISA)
+
+
+def _matmul_w8a8(x, act_scale: np.ndarray, p: PreparedW8, isa: int) -> np.ndarray:
+    """matmul_w8a8 on path `isa` with weights `p` prepared for it (tests run every path)."""
+    n, k = p.shape
     x = float32_array(x, "x", (1, 2))
     vector = x.ndim == 1
     x = x[None, :] if vector else x
     if x.shape[1] != k:
         raise ValueError(f"x has shape {x.shape} but the weights have K = {k}")
-    p = w.prepared
     block = p.act_block
-    xq, xsum = quantize_static(x, w.act_scale, block)
+    xq, xsum = quantize_static(x, act_scale, block)
     ones = np.ones(xsum.shape, dtype=np.float32)  # every block's activation scale is folded
     m = x.shape[0]
     if p.layout == "x86":
@@ -93,10 +97,10 @@ def matmul_w8a8(x, w: W8A8Weight) -> np.ndarray:
         blocked = m - m % GEMM_ROWS
         parts = []
         if blocked:
-            parts.append(_w8_gemm(ISA, xw[:blocked], ones[:blocked], xsum[:blocked], p.values,
+            parts.append(_w8_gemm(isa, xw[:blocked], ones[:blocked], xsum[:blocked], p.values,
                                   p.scale, block))
         if blocked < m:
-            parts.append(_w8_gemv(ISA, xw[blocked:], ones[blocked:], xsum[blocked:], p.values,
+            parts.append(_w8_gemv(isa, xw[blocked:], ones[blocked:], xsum[blocked:], p.values,
                                   p.scale, block))
         y = parts[0] if len(parts) == 1 else np.concatenate(parts)
     else:

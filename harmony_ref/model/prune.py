@@ -3,7 +3,7 @@ pruned model is smaller matrices (not masked zeros) and runs through the same fo
 
     pruned = prune_decoder(weights, spec)          # DecoderWeights -> narrower DecoderWeights
     params = prune_minilm(params, n_heads, spec)   # MiniLM's checkpoint dict, the same rules
-    kept = ffn_keep(weights.layers[i], ratio)      # sorted kept channel indices
+    spec = pruned_spec(model_spec, policy.prune)    # the shapes the device model costs
 
 What goes together (a unit is scored by the sum of the L1 norms of everything removed with it):
 - FFN channel j: row j of gate_proj and up_proj (of BERT's intermediate.dense, with its bias)
@@ -12,7 +12,8 @@ What goes together (a unit is scored by the sum of the L1 norms of everything re
 - Query head h (head_unit "query"): its head_dim rows of q_proj (and bias) and columns of
   o_proj. The same number of query heads is kept in every KV group, so query head h still reads
   KV head h // group with the new, uniform group size: grouped-query attention stays valid.
-- KV group g (head_unit "kv"): KV head g's rows of k_proj and v_proj and all its query heads.
+- KV group g (head_unit "kv", and "query" when every KV head has one query head): KV head g's
+  rows of k_proj and v_proj and all its query heads.
 - BERT heads (no GQA): a head's rows of query, key and value (and biases) and o columns.
 Kept indices stay in their original order. Ratios come per layer type (ffn, heads) and per block
 (quant/compress.py: PruneSpec); kept FFN channels are rounded to a multiple of FFN_MULTIPLE,
@@ -30,7 +31,8 @@ import dataclasses
 
 import numpy as np
 
-from harmony_ref.model.decoder import DecoderWeights, LayerWeights
+from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, LayerWeights
+from harmony_ref.model.spec import DECODER, ModelSpec
 from harmony_ref.quant.compress import FFN_MULTIPLE, PruneSpec
 
 
@@ -80,7 +82,7 @@ def decoder_heads_keep(lw: LayerWeights, head_dim: int, ratio: float, unit: str)
         q_score += np.abs(lw.bq).reshape(nh, hd).sum(axis=1)
     if ratio == 0:
         return np.arange(nh), np.arange(nkv)
-    if unit == "query":
+    if unit == "query" and group > 1:  # (one query head per KV head: whole groups go)
         per_group = _kept_count(group, ratio, 1)
         q_keep = np.concatenate([g * group + _top(q_score[g * group:(g + 1) * group], per_group)
                                  for g in range(nkv)])
@@ -165,3 +167,42 @@ def prune_minilm(params: dict[str, np.ndarray], n_heads: int, spec: PruneSpec
             out[n + ".bias"] = _take(params[n + ".bias"], rows)
         out[o + ".weight"] = _take(params[o + ".weight"], rows, axis=1)
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Shapes for the device model
+
+
+def pruned_spec(spec: ModelSpec, prune: PruneSpec | None) -> ModelSpec:
+    """The ModelSpec of `spec` pruned by `prune` with the same kept-count rounding as the
+    weights (so the device model costs the real smaller matrices). The op graph has one shape
+    per model, so per-block ratios that differ between blocks are refused here."""
+    if prune is None or (prune.ffn == 0 and prune.heads == 0 and not prune.blocks):
+        return spec
+    ratios = {prune.ratios(i) for i in range(spec.n_layers)}
+    if len(ratios) > 1:
+        raise ValueError(f"prune.blocks: blocks with different ratios {sorted(ratios)}: the "
+                         "device model's op graph has one block shape per model")
+    ffn, heads = ratios.pop()
+    group = spec.n_heads // spec.n_kv_heads
+    nh, nkv = spec.n_heads, spec.n_kv_heads
+    if heads and prune.head_unit == "query" and group > 1:
+        nh = nkv * _kept_count(group, heads, 1)
+    elif heads:
+        nkv = _kept_count(nkv, heads, 1)
+        nh = nkv * group
+    label = prune.label
+    return dataclasses.replace(spec, name=f"{spec.name}+{label}", n_heads=nh, n_kv_heads=nkv,
+                               intermediate=_kept_count(spec.intermediate, ffn, FFN_MULTIPLE),
+                               published_params=0)
+
+
+def decoder_spec(config: DecoderConfig) -> ModelSpec:
+    """The ModelSpec (device-model shapes) of a decoder read from a checkpoint."""
+    return ModelSpec(
+        name=config.name or config.arch, kind=DECODER, n_layers=config.n_layers,
+        hidden=config.dim, n_heads=config.n_heads, n_kv_heads=config.n_kv_heads,
+        head_dim=config.head_dim, intermediate=config.ffn_dim, vocab=config.vocab_size,
+        max_positions=config.max_positions, tie_embeddings=config.tied_embeddings,
+        qkv_bias=config.attention_bias, norm_eps=config.norm_eps, activation=config.activation,
+        rope_theta=config.rope_theta, source="checkpoint metadata")

@@ -8,7 +8,10 @@ calibration data, instead of the per-32-block scales matmul_w4 / matmul_w8 compu
     quantize_static_ref(x, scale)                  # the same int8 values, plain NumPy
 
 Rule: xq = clamp(rint(x / scale), -127, 127) with scale = max|x| / 127 over the calibration
-samples (per tensor: over every channel; per channel: channel k alone). A value inside the
+samples (per tensor: over every channel; per channel: channel k alone). "smooth" is
+SmoothQuant's: per-channel factors f_k = max|x_k|^alpha / max|w_k|^(1 - alpha) (w_k: column k
+of the weights reading this input) and one per-tensor scale t over x_k / f_k, so
+scale_k = f_k t; W8A8 folds scale_k into the weight (kernels/matmul_w8a8.py). A value inside the
 calibrated range comes back within half a step (|xq * scale - x| <= scale / 2); beyond it, it
 saturates at +-127 * scale (the clipping error static scales accept). A channel that was always
 zero in calibration gets scale ZERO_CHANNEL_SCALE / 127 rather than 0, so it never divides by 0
@@ -40,11 +43,27 @@ class AbsMaxObserver:
         np.maximum(self.amax, np.abs(x).max(axis=0), out=self.amax)
         self.rows += x.shape[0]
 
-    def scales(self, granularity: str) -> np.ndarray:
-        """(K,) float32 scales: per-tensor (one value, repeated) or per-channel."""
+    def scales(self, granularity: str, w_amax=None, alpha: float = 0.5) -> np.ndarray:
+        """(K,) float32 scales: per-tensor (one value, repeated), per-channel, or smooth (needs
+        `w_amax`, the weights' per-column max|w|)."""
         if self.rows == 0:
             raise ValueError("observer saw no calibration activations")
+        if granularity == "smooth":
+            return smooth_scales(self.amax, w_amax, alpha)
         return scales_from_amax(self.amax, granularity)
+
+
+def smooth_scales(x_amax: np.ndarray, w_amax: np.ndarray, alpha: float) -> np.ndarray:
+    """SmoothQuant scales f_k t (see the module doc); channels with max|x| or max|w| zero get
+    f_k = 1."""
+    xa = np.asarray(x_amax, dtype=np.float64)
+    wa = np.asarray(w_amax, dtype=np.float64)
+    ok = (xa > 0) & (wa > 0)
+    f = np.ones_like(xa)
+    f[ok] = xa[ok] ** alpha / wa[ok] ** (1.0 - alpha)
+    t = (xa / f).max()
+    t = t / ACT_LEVELS if t > 0 else ZERO_CHANNEL_SCALE / ACT_LEVELS
+    return (f * t).astype(np.float32)
 
 
 def scales_from_amax(amax: np.ndarray, granularity: str) -> np.ndarray:

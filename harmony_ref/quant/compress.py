@@ -12,7 +12,10 @@ Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.pr
     "0-3" = { ffn = 0.5 }         #   a missing key keeps the top-level ratio
 
     [activations]                 # W8A8: int8 activations with static (calibrated) scales
-    granularity = "per-tensor"    # or "per-channel" (one scale per input channel of a Linear)
+    granularity = "per-tensor"    # or "per-channel" (one scale per input channel of a Linear),
+                                  # or "smooth" (SmoothQuant: per-channel factors max|x|^alpha /
+                                  # max|w|^(1 - alpha) into the weight, then one per-tensor scale)
+    alpha = 0.5                   # smooth only
     calibration = "corpus"        # the corpus's calibration split, or "random" token ids
     samples = 10                  # N windows of `sample_tokens` tokens
     sample_tokens = 128
@@ -29,11 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 HEAD_UNITS = ("query", "kv")
-GRANULARITIES = ("per-tensor", "per-channel")
+GRANULARITIES = ("per-tensor", "per-channel", "smooth")
 CALIBRATIONS = ("corpus", "random")
 PRUNE_KEYS = {"ffn", "heads", "head_unit", "blocks"}
 BLOCK_KEYS = {"ffn", "heads"}
-ACTIVATION_KEYS = {"granularity", "calibration", "samples", "sample_tokens", "seed"}
+ACTIVATION_KEYS = {"granularity", "calibration", "samples", "sample_tokens", "seed", "alpha"}
 FFN_MULTIPLE = 32  # kept FFN channels: a multiple of this (int4-g32 rows, 32-value act blocks)
 MAX_SAMPLES = 10_000
 MAX_SAMPLE_TOKENS = 8192
@@ -86,6 +89,7 @@ class ActivationSpec:
     samples: int = 10
     sample_tokens: int = 128
     seed: int = 0
+    alpha: float = 0.5  # smooth: the share of each channel's range moved into the weight
 
     @property
     def label(self) -> str:
@@ -94,7 +98,8 @@ class ActivationSpec:
     def to_toml(self) -> list[str]:
         return ["", "[activations]", f'granularity = "{self.granularity}"',
                 f'calibration = "{self.calibration}"', f"samples = {self.samples}",
-                f"sample_tokens = {self.sample_tokens}", f"seed = {self.seed}"]
+                f"sample_tokens = {self.sample_tokens}", f"seed = {self.seed}",
+                f"alpha = {self.alpha!r}"]
 
 
 def _ratio(value, where: str) -> float:
@@ -168,4 +173,11 @@ def activations_from_dict(data, source: str) -> ActivationSpec:
         sample_tokens=_int(data.get("sample_tokens", d.sample_tokens), f"{where}.sample_tokens'",
                            2, MAX_SAMPLE_TOKENS),
         seed=_int(data.get("seed", d.seed), f"{where}.seed'", 0, 2**32 - 1),
+        alpha=_unit(data.get("alpha", d.alpha), f"{where}.alpha'"),
     )
+
+
+def _unit(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{where} = {value!r}: must be a number in [0, 1]")
+    return float(value)

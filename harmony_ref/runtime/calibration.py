@@ -69,7 +69,8 @@ def calibration_windows(weights, spec: ActivationSpec, tokens=None) -> np.ndarra
 
 
 class _Watch:
-    """Calls `inner` and records its input's per-channel max|x| under `names`."""
+    """Calls `inner` and records its input's per-channel max|x| under `names` (`inner` None:
+    records only; the output head's logits are not needed to calibrate its input)."""
 
     def __init__(self, inner, names, observers):
         self.inner, self.names, self.observers = inner, names, observers
@@ -81,26 +82,37 @@ class _Watch:
             for n in self.names:
                 self.observers[n] = obs
         obs.update(x)
-        return self.inner(x)
+        return None if self.inner is None else self.inner(x)
 
 
-def observe_scales(model, windows: np.ndarray, granularity: str) -> dict[str, np.ndarray]:
+def _weight_amax(lin) -> np.ndarray:
+    """(K,) max|w| per input column of an FP32 Linear or Fused (weights stored as W.T)."""
+    lin = getattr(lin, "single", None) or lin
+    return np.abs(np.asarray(lin.weight, dtype=np.float32)).max(axis=1)
+
+
+def observe_scales(model, windows: np.ndarray, granularity: str,
+                   alpha: float = 0.5) -> dict[str, np.ndarray]:
     """Run `model` (a runtime.llama.Llama, FP32) on every window with every Linear's input
     observed; Linear name -> (K,) float32 static scale. The model's Linears are restored."""
     observers: dict[str, AbsMaxObserver] = {}
+    w_amax: dict[str, np.ndarray] = {}
     saved = []
 
-    def watch(owner, attr, names):
+    def watch(owner, attr, names, call=True):
         inner = getattr(owner, attr)
         saved.append((owner, attr, inner))
-        setattr(owner, attr, _Watch(inner, names, observers))
+        amax = _weight_amax(inner)
+        for n in names:
+            w_amax[n] = amax
+        setattr(owner, attr, _Watch(inner if call else None, names, observers))
 
     for b in model.blocks:
         watch(b, "qkv", list(b.qkv.formats))
         watch(b, "o", [b.o.name])
         watch(b, "gate_up", list(b.gate_up.formats))
         watch(b, "down", [b.down.name])
-    watch(model, "lm_head", ["lm_head"])
+    watch(model, "lm_head", ["lm_head"], call=False)  # last op of forward: output unused
     try:
         for w in windows:
             model.reset()
@@ -109,4 +121,4 @@ def observe_scales(model, windows: np.ndarray, granularity: str) -> dict[str, np
         for owner, attr, inner in saved:
             setattr(owner, attr, inner)
         model.reset()
-    return {n: o.scales(granularity) for n, o in observers.items()}
+    return {n: o.scales(granularity, w_amax[n], alpha) for n, o in observers.items()}

@@ -261,7 +261,7 @@ class Llama:
         if act is not None:  # static scales from this (pruned) model run in FP32
             base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
             windows = calibration_windows(weights, act, calibration_tokens)
-            scales = observe_scales(base, windows, act.granularity)
+            scales = observe_scales(base, windows, act.granularity, act.alpha)
         self.kv_dtype = kv_dtype
         self.max_context = min(max_context, c.max_positions)
         self.eps = np.float32(c.norm_eps)
