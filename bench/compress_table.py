@@ -3,9 +3,11 @@ corpus's held-out split (W8A8 scales calibrated on the calibration split, or on 
 measured host decode tokens/s, predicted phone decode tokens/s. Writes JSON; `--markdown`
 prints the README tables from it.
 
-    python bench/compress_table.py accuracy --out results/compress_accuracy.json   # under cpu
-    python bench/compress_table.py speed --out results/compress_speed.json         # under quiet
-    python bench/compress_table.py markdown results/compress_accuracy.json results/compress_speed.json
+    python bench/compress_table.py accuracy --out acc.json    # under /work/bin/cpu (~20 min)
+    python bench/compress_table.py speed --out speed.json     # under /work/bin/quiet (~2 min)
+    python bench/compress_table.py markdown acc.json speed.json
+
+Committed results: results/compress/smollm2_accuracy.json, results/compress/smollm2_speed.json.
 """
 
 from __future__ import annotations
