@@ -90,6 +90,7 @@ def accuracy(args):
 
 
 def speed(args):
+    from harmony_ref._threads import set_threads
     from harmony_ref.config import RunConfig, Scenario
     from harmony_ref.device.cost import scenario_timing
     from harmony_ref.device.profile import load_profile
@@ -97,6 +98,10 @@ def speed(args):
     from harmony_ref.runtime.llama import Llama
     from harmony_ref.runtime.loader import load_decoder
 
+    # One thread for Numba and OpenBLAS alike (the harness's host default): with both pools at
+    # 2 on the 2 cores, the FP32 rows' BLAS GEMVs ran ~25x slower (gate|up 8.2 ms vs 0.34 ms)
+    # while Numba's idle workers held the cores, ~0.7-3 tokens/s instead of ~17.
+    threads_note = set_threads(args.threads)
     w, _ = load_decoder("smollm2-135m")
     base = decoder_spec(w.config)
     labels = [(p, q) for p in PRUNE for q in QUANT]
@@ -113,7 +118,8 @@ def speed(args):
             for _ in range(args.tokens):
                 tok = int(m.decode(tok).argmax())
             samples[lab].append(args.tokens / (time.perf_counter() - t))
-    out = {"cpu": args.cpu, "tokens": args.tokens, "rounds": args.rounds, "rows": []}
+    out = {"cpu": args.cpu, "tokens": args.tokens, "rounds": args.rounds,
+           "threads": args.threads, "threads_note": threads_note, "rows": []}
     scen = Scenario()
     for lab in labels:
         pol = policy(*lab)
@@ -169,6 +175,7 @@ def main():
     s.add_argument("--tokens", type=int, default=32)
     s.add_argument("--rounds", type=int, default=3)
     s.add_argument("--cpu", default="")
+    s.add_argument("--threads", type=int, default=1, help="Numba and OpenBLAS threads")
     m = sub.add_parser("markdown")
     m.add_argument("accuracy")
     m.add_argument("speed", nargs="?")
