@@ -28,6 +28,7 @@ from harmony_ref.device.profile import DeviceProfile
 from harmony_ref.metrics import Metrics
 from harmony_ref.model.graph import (ACT_BYTES, build_graph, kv_bytes_per_token_per_layer, layer_groups,
                                      weight_nbytes)
+from harmony_ref.model.prune import pruned_spec
 from harmony_ref.model.spec import ModelSpec
 from harmony_ref.quant.policy import Policy, WeightFormat
 from harmony_ref.units import MB
@@ -44,6 +45,7 @@ def _tensor_bytes(fmt: WeightFormat, n: int, k: int, name: str, include_scales: 
 def weights_bytes(spec: ModelSpec, policy: Policy, include_scales: bool = True) -> float:
     """Stored bytes of every parameter under `policy`. include_scales=False counts the packed
     values only (4 bits per INT4 weight), the "before scales" figure."""
+    spec = pruned_spec(spec, policy.prune)  # a [prune] policy stores smaller matrices
     total = 0.0
     for formats, layers in layer_groups(spec, policy):  # blocks with the same formats weigh the same
         for fmt, lin in zip(formats, spec.layer_linears(layers[0])):
@@ -107,7 +109,8 @@ def memory_estimate(profile: DeviceProfile, config: RunConfig) -> MemoryEstimate
     ctx = s.context_tokens if config.spec.is_decoder else s.prompt_tokens
     return MemoryEstimate(
         weights_bytes=weights_bytes(config.spec, config.policy),
-        kv_cache_bytes=kv_cache_bytes(config.spec, ctx, config.kv_dtype, s.batch),
+        kv_cache_bytes=kv_cache_bytes(pruned_spec(config.spec, config.policy.prune), ctx,
+                                      config.kv_dtype, s.batch),
         activations_bytes=activations_bytes(config),
         workspace_bytes=profile.memory.workspace_bytes,
         budget_bytes=profile.memory.app_budget_bytes,

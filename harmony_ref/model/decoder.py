@@ -126,6 +126,11 @@ class LayerWeights:
     bk: np.ndarray | None = None  # (Hkv * hd,)
     bv: np.ndarray | None = None  # (Hkv * hd,)
 
+    def dims(self, head_dim: int) -> tuple[int, int, int]:
+        """(query heads, KV heads, FFN width) of this block, read from its matrices: a pruned
+        block (model/prune.py) is narrower than the config."""
+        return self.wq.shape[0] // head_dim, self.wk.shape[0] // head_dim, self.w_gate.shape[0]
+
     def linears(self) -> dict[str, np.ndarray]:
         """HF short name -> weight, in forward order."""
         return {"q_proj": self.wq, "k_proj": self.wk, "v_proj": self.wv, "o_proj": self.wo,

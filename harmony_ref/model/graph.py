@@ -51,6 +51,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
+from harmony_ref.model.prune import pruned_spec
 from harmony_ref.model.spec import ModelSpec
 from harmony_ref.quant.policy import Policy, WeightFormat, int4_format_for_rows
 
@@ -411,6 +412,7 @@ def build_graph(spec: ModelSpec, policy: Policy, phase: str, tokens: int = 1, co
     same few again and again."""
     if phase not in PHASES:
         raise ValueError(f"phase {phase!r}: must be one of {list(PHASES)}")
+    spec = pruned_spec(spec, policy.prune)  # a [prune] policy: the smaller matrices' shapes
     if phase == "decode":
         if not spec.is_decoder:
             raise ValueError(f"model {spec.name!r} is an encoder: it has no decode phase")

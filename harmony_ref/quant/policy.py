@@ -15,6 +15,9 @@ character (* ? [), if the glob matches the whole name. Precedence: an exact [lay
 [layers] patterns in file order, then keep_fp16_layers, then keep_int8_layers, then `default`.
 
 Format strings: "fp32", "fp16", "int8", "int4-g<group>" (asym) or "int4-g<group>-sym".
+
+Optional `[prune]` (structured pruning) and `[activations]` (static INT8 activations, W8A8)
+tables combine pruning and quantization in one policy; quant/compress.py describes them.
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony_ref._toml import read_toml, shipped_names
+from harmony_ref.quant.compress import (ActivationSpec, PruneSpec, activations_from_dict,
+                                        prune_from_dict)
 
 FORMAT_KINDS = ("fp32", "fp16", "int8", "int4")
 _FORMAT_RE = re.compile(r"^(fp32|fp16|int8|int4-g(\d+)(-(asym|sym))?)$")
-POLICY_KEYS = {"name", "description", "default", "keep_fp16_layers", "keep_int8_layers", "layers"}
+POLICY_KEYS = {"name", "description", "default", "keep_fp16_layers", "keep_int8_layers", "layers",
+               "prune", "activations"}
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,8 @@ class Policy:
     layers: tuple[tuple[str, WeightFormat], ...] = ()  # ordered (name or pattern, format)
     description: str = ""
     source: str = field(default="<memory>", compare=False)
+    prune: PruneSpec | None = None  # structured pruning before quantizing (quant/compress.py)
+    activations: ActivationSpec | None = None  # static int8 activations for int8 Linears
 
     def format_for(self, layer_name: str) -> WeightFormat:
         """The format a Linear (or embedding) called `layer_name` is stored in."""
@@ -144,6 +152,9 @@ class Policy:
             lines.append("")
             lines.append("[layers]")
             lines.extend(f"{q(p)} = {q(f.name)}" for p, f in self.layers)
+        for extra in (self.prune, self.activations):
+            if extra is not None:
+                lines.extend(extra.to_toml())
         return "\n".join(lines) + "\n"
 
 
@@ -184,6 +195,9 @@ def policy_from_dict(data: dict, source: str) -> Policy:
         layers=layers,
         description=str(data.get("description", "")),
         source=source,
+        prune=prune_from_dict(data["prune"], source) if "prune" in data else None,
+        activations=(activations_from_dict(data["activations"], source)
+                     if "activations" in data else None),
     )
 
 

@@ -29,6 +29,11 @@ reads the fused gate|up. Shapes are validated once at load (model/decoder.py); t
 path has no checks and allocates only the kernels' outputs. The KV cache is kernels.KVCache,
 fp16 or int8. The embedding table stays FP32 for the lookup; the output head (tied or not) is
 the Linear `lm_head` and takes the policy's format for that name.
+
+A policy's `[prune]` table (model/prune.py) removes FFN channels and heads before quantizing, so
+the blocks are narrower matrices (each block reads its own head counts and FFN width); its
+`[activations]` table (W8A8) runs every int8 Linear on `matmul_w8a8` with static activation
+scales calibrated on the policy's samples by this same model in FP32 (runtime/calibration.py).
 """
 
 from __future__ import annotations
@@ -45,12 +50,15 @@ from harmony_ref.kernels.attention import (
     prefill_attention_unchecked,
 )
 from harmony_ref.kernels.matmul import matmul_w4, matmul_w8, prepare_w4, prepare_w8
+from harmony_ref.kernels.matmul_w8a8 import matmul_w8a8, quantize_w8a8
 from harmony_ref.kernels.norm import add_rms_norm_rows, rms_norm_rows
 from harmony_ref.kernels.rope import rope_rows, rope_table
 from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, layer_name
+from harmony_ref.model.prune import prune_decoder
 from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.int8 import quantize_int8
-from harmony_ref.quant.policy import Policy, WeightFormat, int4_format_for_rows, load_policy
+from harmony_ref.quant.policy import FP32, Policy, WeightFormat, int4_format_for_rows, load_policy
+from harmony_ref.runtime.calibration import calibration_windows, observe_scales
 
 DEFAULT_MAX_CONTEXT = 2048
 F16_CHUNK_ROWS = 4096  # fp16 Linears widen this many weight rows at a time (bounded scratch)
@@ -92,27 +100,28 @@ class LlamaRef:
         t, p0 = tokens.shape[0], self.pos
         if p0 + t > self.max_context:
             raise ValueError(f"context full: {p0} + {t} tokens > max_context {self.max_context}")
-        group = c.n_heads // c.n_kv_heads
         length = p0 + t
         # causal mask: query i (absolute p0 + i) sees keys 0 .. p0 + i
         mask = np.arange(length)[None, :] <= (p0 + np.arange(t))[:, None]  # (T, L)
         x = w.embed[tokens]  # (T, D)
         for i, lw in enumerate(w.layers):
+            nh, nkv, _ = lw.dims(c.head_dim)  # a pruned block is narrower than the config
+            group = nh // nkv
             h = self._rms_norm(x, lw.attn_norm)
             q, k, v = h @ lw.wq.T, h @ lw.wk.T, h @ lw.wv.T
             if c.attention_bias:
                 q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
-            q = self._rope(q.reshape(t, c.n_heads, c.head_dim), p0)  # (T, H, hd)
-            k = self._rope(k.reshape(t, c.n_kv_heads, c.head_dim), p0)  # (T, Hkv, hd)
-            self.k_cache[i, p0:length] = k
-            self.v_cache[i, p0:length] = v.reshape(t, c.n_kv_heads, c.head_dim)
-            keys = np.repeat(self.k_cache[i, :length], group, axis=1)  # (L, H, hd)
-            vals = np.repeat(self.v_cache[i, :length], group, axis=1)
+            q = self._rope(q.reshape(t, nh, c.head_dim), p0)  # (T, H, hd)
+            k = self._rope(k.reshape(t, nkv, c.head_dim), p0)  # (T, Hkv, hd)
+            self.k_cache[i, p0:length, :nkv] = k
+            self.v_cache[i, p0:length, :nkv] = v.reshape(t, nkv, c.head_dim)
+            keys = np.repeat(self.k_cache[i, :length, :nkv], group, axis=1)  # (L, H, hd)
+            vals = np.repeat(self.v_cache[i, :length, :nkv], group, axis=1)
             scores = q.transpose(1, 0, 2) @ keys.transpose(1, 2, 0)  # (H, T, L)
             scores = np.where(mask, scores / np.float32(math.sqrt(c.head_dim)), -np.inf)
             p = np.exp(scores - scores.max(axis=2, keepdims=True))
             p /= p.sum(axis=2, keepdims=True)
-            a = (p @ vals.transpose(1, 0, 2)).transpose(1, 0, 2).reshape(t, c.q_dim)  # (T, H hd)
+            a = (p @ vals.transpose(1, 0, 2)).transpose(1, 0, 2).reshape(t, nh * c.head_dim)
             x = x + a @ lw.wo.T
             h = self._rms_norm(x, lw.ffn_norm)
             g, u = h @ lw.w_gate.T, h @ lw.w_up.T  # (T, F)
@@ -162,9 +171,13 @@ class Linear:
         return self.fn(x, self.weight)
 
 
-def make_linear(name: str, w: np.ndarray, fmt: WeightFormat) -> Linear:
-    """Quantize (or cast) an FP32 (N, K) weight into `fmt` and prepare its kernel layout."""
+def make_linear(name: str, w: np.ndarray, fmt: WeightFormat, act_scale=None) -> Linear:
+    """Quantize (or cast) an FP32 (N, K) weight into `fmt` and prepare its kernel layout; an
+    int8 weight with a static activation scale (K,) runs W8A8 (kernels/matmul_w8a8.py)."""
     n, k = w.shape
+    if fmt.kind == "int8" and act_scale is not None:
+        t = quantize_w8a8(w, act_scale)
+        return Linear(name, fmt, matmul_w8a8, t, (n, k), t.nbytes)
     if fmt.kind == "fp32":
         w = np.ascontiguousarray(w, dtype=np.float32)
         return Linear(name, fmt, _matmul_f32, w.T, (n, k), w.nbytes)
@@ -183,13 +196,16 @@ class Fused:
     """Several Linears over one input, outputs concatenated along N: one matmul when they share
     a format (weights concatenated row-wise before quantizing), else one call each."""
 
-    def __init__(self, name: str, parts: list[tuple[str, np.ndarray]], policy: Policy):
+    def __init__(self, name: str, parts: list[tuple[str, np.ndarray]], policy: Policy,
+                 act_scales: dict | None = None):
         fmts = [policy.format_for(n) for n, _ in parts]
+        scales = [(act_scales or {}).get(n) for n, _ in parts]  # one input: the same scale
         if all(f == fmts[0] for f in fmts):
             w = np.concatenate([a for _, a in parts], axis=0)
-            self.linears = [make_linear(name, w, fmts[0])]
+            self.linears = [make_linear(name, w, fmts[0], scales[0])]
         else:
-            self.linears = [make_linear(n, a, f) for (n, a), f in zip(parts, fmts)]
+            self.linears = [make_linear(n, a, f, s)
+                            for (n, a), f, s in zip(parts, fmts, scales)]
         self.formats = {n: f.name for (n, _), f in zip(parts, fmts)}
         self.single = self.linears[0] if len(self.linears) == 1 else None
 
@@ -213,15 +229,27 @@ class Block:
     gate_up: Fused  # (T, D) -> (T, 2F)
     down: Linear  # (T, F) -> (T, D)
     cache: KVCache
+    n_heads: int  # H, Hkv and F of this block (narrower than the config's when pruned)
+    n_kv_heads: int
+    ffn_dim: int
 
 
 class Llama:
     """The decoder on our kernels under a quantization policy (see the module docstring)."""
 
     def __init__(self, weights: DecoderWeights, policy: str | Policy = "fp32",
-                 kv_dtype: str = "fp16", max_context: int = DEFAULT_MAX_CONTEXT):
+                 kv_dtype: str = "fp16", max_context: int = DEFAULT_MAX_CONTEXT,
+                 calibration_tokens=None):
         self.config = c = weights.config
         self.policy = load_policy(policy)
+        if self.policy.prune is not None:
+            weights = prune_decoder(weights, self.policy.prune)
+        act = self.policy.activations
+        scales = {}
+        if act is not None:  # static scales from this (pruned) model run in FP32
+            base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
+            windows = calibration_windows(weights, act, calibration_tokens)
+            scales = observe_scales(base, windows, act.granularity, act.alpha)
         self.kv_dtype = kv_dtype
         self.max_context = min(max_context, c.max_positions)
         self.eps = np.float32(c.norm_eps)
@@ -231,21 +259,27 @@ class Llama:
         for i, lw in enumerate(weights.layers):
             n = lambda short, i=i: layer_name(i, short)  # noqa: E731
             bias = np.concatenate([lw.bq, lw.bk, lw.bv]) if c.attention_bias else None
+            nh, nkv, ffn = lw.dims(c.head_dim)
             self.blocks.append(Block(
                 attn_norm=lw.attn_norm,
                 qkv=Fused(f"model.layers.{i}.self_attn.qkv_proj",
                           [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
-                          self.policy),
+                          self.policy, scales),
                 qkv_bias=None if bias is None else bias.astype(np.float32),
-                o=make_linear(n("o_proj"), lw.wo, self.policy.format_for(n("o_proj"))),
+                o=make_linear(n("o_proj"), lw.wo, self.policy.format_for(n("o_proj")),
+                              scales.get(n("o_proj"))),
                 ffn_norm=lw.ffn_norm,
                 gate_up=Fused(f"model.layers.{i}.mlp.gate_up_proj",
-                              [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)], self.policy),
-                down=make_linear(n("down_proj"), lw.w_down, self.policy.format_for(n("down_proj"))),
-                cache=KVCache(self.max_context, c.n_kv_heads, c.head_dim, kv_dtype),
+                              [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)], self.policy,
+                              scales),
+                down=make_linear(n("down_proj"), lw.w_down, self.policy.format_for(n("down_proj")),
+                                 scales.get(n("down_proj"))),
+                cache=KVCache(self.max_context, nkv, c.head_dim, kv_dtype),
+                n_heads=nh, n_kv_heads=nkv, ffn_dim=ffn,
             ))
         self.final_norm = weights.final_norm
-        self.lm_head = make_linear("lm_head", weights.head, self.policy.format_for("lm_head"))
+        self.lm_head = make_linear("lm_head", weights.head, self.policy.format_for("lm_head"),
+                                   scales.get("lm_head"))
         self.pos = 0
         self.name = f"{self.policy.name}" + ("" if kv_dtype == "fp16" else f"+kv-{kv_dtype}")
 
@@ -286,27 +320,29 @@ class Llama:
         t, p0 = len(tokens), self.pos
         if p0 + t > self.max_context:
             raise ValueError(f"context full: {p0} + {t} tokens > max_context {self.max_context}")
-        qd, kvd, hd = c.q_dim, c.kv_dim, c.head_dim
+        hd = c.head_dim
         cos, sin = self.cos[p0:p0 + t], self.sin[p0:p0 + t]  # (T, hd/2)
         x = self.embed[tokens]  # (T, D) fresh copy: the residual stream
         h = rms_norm_rows(x, self.blocks[0].attn_norm, self.eps, np.empty_like(x))
         n_blocks = len(self.blocks)
         for i, b in enumerate(self.blocks):
+            nh, nkv = b.n_heads, b.n_kv_heads
+            qd, kvd = nh * hd, nkv * hd
             qkv = b.qkv(h)  # (T, H hd + 2 Hkv hd)
             if b.qkv_bias is not None:
                 qkv += b.qkv_bias
-            rope_rows(qkv, c.n_heads + c.n_kv_heads, hd, cos, sin)  # q and k heads, in place
-            b.cache.store(qkv[:, qd:qd + kvd].reshape(t, c.n_kv_heads, hd),
-                          qkv[:, qd + kvd:].reshape(t, c.n_kv_heads, hd))
+            rope_rows(qkv, nh + nkv, hd, cos, sin)  # q and k heads, in place
+            b.cache.store(qkv[:, qd:qd + kvd].reshape(t, nkv, hd),
+                          qkv[:, qd + kvd:].reshape(t, nkv, hd))
             if t == 1:
-                a = decode_attention_unchecked(qkv[0, :qd].reshape(c.n_heads, hd), b.cache)
+                a = decode_attention_unchecked(qkv[0, :qd].reshape(nh, hd), b.cache)
             else:
-                q = np.ascontiguousarray(qkv[:, :qd]).reshape(t, c.n_heads, hd)
+                q = np.ascontiguousarray(qkv[:, :qd]).reshape(t, nh, hd)
                 a = prefill_attention_unchecked(q, b.cache)  # (T, H, hd)
             o = b.o(a.reshape(t, qd))  # (T, D)
             add_rms_norm_rows(x, o, b.ffn_norm, self.eps, h)  # x += o; h = rms_norm(x)
             gu = b.gate_up(h)  # (T, 2F)
-            act = silu_gate_rows(gu, np.empty((t, c.ffn_dim), np.float32))  # (T, F)
+            act = silu_gate_rows(gu, np.empty((t, b.ffn_dim), np.float32))  # (T, F)
             d = b.down(act)  # (T, D)
             nxt = self.blocks[i + 1].attn_norm if i + 1 < n_blocks else self.final_norm
             add_rms_norm_rows(x, d, nxt, self.eps, h)  # x += d; h = next norm of x

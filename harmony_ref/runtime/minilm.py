@@ -37,6 +37,7 @@ import numpy as np
 from scipy.special import erf
 
 from harmony_ref.kernels.formats import quantize
+from harmony_ref.model.prune import prune_minilm
 from harmony_ref.quant.policy import Policy, WeightFormat, load_policy
 from harmony_ref.runtime.linear import LINEAR_BACKENDS, QuantLinear
 
@@ -192,14 +193,22 @@ class MiniLM:
         if self._fixed is not None:
             raise ValueError(f"{self.source} is an exported artifact: its policy is fixed")
         pol = load_policy(policy)
+        if pol.activations is not None:
+            raise ValueError(f"{pol.source}: [activations] (static INT8 activations) runs on the "
+                             "decoder runtime only, not on MiniLM")
         key = pol.to_toml()
         if key not in self._cache:
-            self._cache[key] = {n: self.make_linear(n, pol.format_for(n)) for n in self.linear_names()}
+            # A [prune] table: smaller matrices (model/prune.py); layer() reads their shapes.
+            params = (self.params if pol.prune is None
+                      else prune_minilm(self.params, self.n_heads, pol.prune))
+            self._cache[key] = {n: self.make_linear(n, pol.format_for(n), params)
+                                for n in self.linear_names()}
         return self._cache[key]
 
-    def make_linear(self, name: str, fmt: WeightFormat) -> QuantLinear:
-        w = self.params[f"{name}.weight"]
-        return QuantLinear(name, fmt, quantize(w, fmt), self.params[f"{name}.bias"],
+    def make_linear(self, name: str, fmt: WeightFormat, params=None) -> QuantLinear:
+        params = self.params if params is None else params
+        w = params[f"{name}.weight"]
+        return QuantLinear(name, fmt, quantize(w, fmt), params[f"{name}.bias"],
                            backend=self.linear_backend)
 
     # -- forward -----------------------------------------------------------------------------
@@ -244,7 +253,8 @@ class MiniLM:
         p = self.params
         pre = f"encoder.layer.{i}."
         bsz, t, hid = h.shape
-        nh, hd = self.n_heads, hid // self.n_heads
+        hd = hid // self.n_heads
+        nh = lin[pre + "attention.self.query"].shape[0] // hd  # fewer when heads are pruned
         x = h.reshape(bsz * t, hid)
 
         def heads(y):  # (B*T, H) -> (B, nh, T, hd)
@@ -259,7 +269,7 @@ class MiniLM:
         scores = scores - scores.max(axis=-1, keepdims=True)
         probs = np.exp(scores)
         probs /= probs.sum(axis=-1, keepdims=True)
-        ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(bsz * t, hid)
+        ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(bsz * t, nh * hd)
         a = lin[pre + "attention.output.dense"](ctx) + x
         a = layer_norm(a, p[pre + "attention.output.LayerNorm.weight"],
                        p[pre + "attention.output.LayerNorm.bias"])

@@ -1,0 +1,208 @@
+"""Structured pruning by L1 norm: whole FFN channels and whole attention heads are removed, so the
+pruned model is smaller matrices (not masked zeros) and runs through the same forward.
+
+    pruned = prune_decoder(weights, spec)          # DecoderWeights -> narrower DecoderWeights
+    params = prune_minilm(params, n_heads, spec)   # MiniLM's checkpoint dict, the same rules
+    spec = pruned_spec(model_spec, policy.prune)    # the shapes the device model costs
+
+What goes together (a unit is scored by the sum of the L1 norms of everything removed with it):
+- FFN channel j: row j of gate_proj and up_proj (of BERT's intermediate.dense, with its bias)
+  and column j of down_proj (output.dense). The output is exactly the unpruned one with those
+  channels' activations zeroed.
+- Query head h (head_unit "query"): its head_dim rows of q_proj (and bias) and columns of
+  o_proj. The same number of query heads is kept in every KV group, so query head h still reads
+  KV head h // group with the new, uniform group size: grouped-query attention stays valid.
+- KV group g (head_unit "kv", and "query" when every KV head has one query head): KV head g's
+  rows of k_proj and v_proj and all its query heads.
+- BERT heads (no GQA): a head's rows of query, key and value (and biases) and o columns.
+Kept indices stay in their original order. Ratios come per layer type (ffn, heads) and per block
+(quant/compress.py: PruneSpec); kept FFN channels are rounded to a multiple of FFN_MULTIPLE,
+kept heads to whole heads (at least one). Nothing is fine-tuned afterwards: the accuracy drop a
+pruned model shows here is the drop before the fine-tuning the literature prescribes.
+
+The config of a pruned DecoderWeights stays the original architecture; each LayerWeights
+carries its own narrower matrices, and the forwards read a block's head counts and FFN width
+from them (LayerWeights.dims).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, LayerWeights
+from harmony_ref.model.spec import DECODER, ModelSpec
+from harmony_ref.quant.compress import FFN_MULTIPLE, PruneSpec
+
+
+def _kept_count(total: int, ratio: float, multiple: int) -> int:
+    """How many of `total` units survive removing `ratio` of them, in steps of `multiple`."""
+    if ratio == 0 or total <= multiple:
+        return total
+    keep = int(round(total * (1.0 - ratio) / multiple)) * multiple
+    return min(total, max(multiple, keep))
+
+
+def _top(scores: np.ndarray, keep: int) -> np.ndarray:
+    """Indices of the `keep` largest scores, in ascending index order (stable on ties)."""
+    order = np.argsort(-scores, kind="stable")[:keep]
+    return np.sort(order)
+
+
+def _l1_rows(w: np.ndarray) -> np.ndarray:
+    return np.abs(w).sum(axis=1, dtype=np.float64)
+
+
+def ffn_keep(gate: np.ndarray | None, up: np.ndarray, down: np.ndarray, ratio: float,
+             up_bias: np.ndarray | None = None) -> np.ndarray:
+    """Kept FFN channels: rows of gate/up (F, D), columns of down (D, F), by summed L1 norm."""
+    score = _l1_rows(up) + _l1_rows(down.T)
+    if gate is not None:
+        score += _l1_rows(gate)
+    if up_bias is not None:
+        score += np.abs(up_bias).astype(np.float64)
+    return _top(score, _kept_count(up.shape[0], ratio, FFN_MULTIPLE))
+
+
+def _head_scores(w_rows: np.ndarray, o: np.ndarray, n: int, hd: int) -> np.ndarray:
+    """Per head: L1 of its hd rows of the row-stacked projections and hd columns of o."""
+    rows = _l1_rows(w_rows).reshape(n, hd).sum(axis=1)
+    cols = _l1_rows(o.T).reshape(n, hd).sum(axis=1)
+    return rows + cols
+
+
+def decoder_heads_keep(lw: LayerWeights, head_dim: int, ratio: float, unit: str):
+    """(kept query heads, kept KV heads) of one block, GQA-consistent (see the module doc)."""
+    hd = head_dim
+    nh, nkv = lw.wq.shape[0] // hd, lw.wk.shape[0] // hd
+    group = nh // nkv
+    q_score = _head_scores(lw.wq, lw.wo, nh, hd)
+    if lw.bq is not None:
+        q_score += np.abs(lw.bq).reshape(nh, hd).sum(axis=1)
+    if ratio == 0:
+        return np.arange(nh), np.arange(nkv)
+    if unit == "query" and group > 1:  # (one query head per KV head: whole groups go)
+        per_group = _kept_count(group, ratio, 1)
+        q_keep = np.concatenate([g * group + _top(q_score[g * group:(g + 1) * group], per_group)
+                                 for g in range(nkv)])
+        return q_keep, np.arange(nkv)
+    kv_score = q_score.reshape(nkv, group).sum(axis=1)
+    kv_score += _l1_rows(lw.wk).reshape(nkv, hd).sum(axis=1)
+    kv_score += _l1_rows(lw.wv).reshape(nkv, hd).sum(axis=1)
+    kv_keep = _top(kv_score, _kept_count(nkv, ratio, 1))
+    q_keep = (kv_keep[:, None] * group + np.arange(group)[None, :]).reshape(-1)
+    return q_keep, kv_keep
+
+
+def _rows(heads: np.ndarray, hd: int) -> np.ndarray:
+    return (heads[:, None] * hd + np.arange(hd)[None, :]).reshape(-1)
+
+
+def _take(a, idx, axis=0):
+    return None if a is None else np.ascontiguousarray(np.take(a, idx, axis=axis))
+
+
+def prune_layer(lw: LayerWeights, head_dim: int, ffn_ratio: float, heads_ratio: float,
+                unit: str) -> LayerWeights:
+    ch = ffn_keep(lw.w_gate, lw.w_up, lw.w_down, ffn_ratio)
+    q_heads, kv_heads = decoder_heads_keep(lw, head_dim, heads_ratio, unit)
+    qr, kvr = _rows(q_heads, head_dim), _rows(kv_heads, head_dim)
+    return dataclasses.replace(
+        lw, wq=_take(lw.wq, qr), wk=_take(lw.wk, kvr), wv=_take(lw.wv, kvr),
+        wo=_take(lw.wo, qr, axis=1), w_gate=_take(lw.w_gate, ch), w_up=_take(lw.w_up, ch),
+        w_down=_take(lw.w_down, ch, axis=1), bq=_take(lw.bq, qr), bk=_take(lw.bk, kvr),
+        bv=_take(lw.bv, kvr))
+
+
+def prune_decoder(weights: DecoderWeights, spec: PruneSpec) -> DecoderWeights:
+    """A new DecoderWeights with every block pruned at its ratios (the input is not changed)."""
+    c = weights.config
+    bad = [i for i, _, _ in spec.blocks if i >= c.n_layers]
+    if bad:
+        raise ValueError(f"prune.blocks names block {bad[0]}, the model has {c.n_layers} "
+                         f"(0-{c.n_layers - 1})")
+    layers = []
+    for i, lw in enumerate(weights.layers):
+        f, h = spec.ratios(i)
+        layers.append(prune_layer(lw, c.head_dim, f, h, spec.head_unit))
+    return dataclasses.replace(weights, layers=layers)
+
+
+# ----------------------------------------------------------------------------------------------
+# MiniLM (BERT): the checkpoint's own dict of arrays
+
+
+def prune_minilm(params: dict[str, np.ndarray], n_heads: int, spec: PruneSpec
+                 ) -> dict[str, np.ndarray]:
+    """A new params dict with every encoder layer pruned (heads: BERT has no GQA, head_unit
+    "kv" is the same as "query" there)."""
+    out = dict(params)
+    hidden = params["embeddings.word_embeddings.weight"].shape[1]
+    hd = hidden // n_heads
+    n_layers = 1 + max(int(k.split(".")[2]) for k in params if k.startswith("encoder.layer."))
+    bad = [i for i, _, _ in spec.blocks if i >= n_layers]
+    if bad:
+        raise ValueError(f"prune.blocks names block {bad[0]}, the model has {n_layers} "
+                         f"(0-{n_layers - 1})")
+    for i in range(n_layers):
+        p = f"encoder.layer.{i}."
+        f_ratio, h_ratio = spec.ratios(i)
+        inter, out_d = p + "intermediate.dense", p + "output.dense"
+        ch = ffn_keep(None, params[inter + ".weight"], params[out_d + ".weight"], f_ratio,
+                      params[inter + ".bias"])
+        out[inter + ".weight"] = _take(params[inter + ".weight"], ch)
+        out[inter + ".bias"] = _take(params[inter + ".bias"], ch)
+        out[out_d + ".weight"] = _take(params[out_d + ".weight"], ch, axis=1)
+        q, k, v, o = (p + s for s in ("attention.self.query", "attention.self.key",
+                                      "attention.self.value", "attention.output.dense"))
+        nh = params[q + ".weight"].shape[0] // hd
+        stacked = np.concatenate([params[n + ".weight"] for n in (q, k, v)], axis=1)  # (nh hd, 3H)
+        score = _head_scores(stacked, params[o + ".weight"], nh, hd)
+        for n in (q, k, v):
+            score += np.abs(params[n + ".bias"]).reshape(nh, hd).sum(axis=1)
+        rows = _rows(_top(score, _kept_count(nh, h_ratio, 1)), hd)
+        for n in (q, k, v):
+            out[n + ".weight"] = _take(params[n + ".weight"], rows)
+            out[n + ".bias"] = _take(params[n + ".bias"], rows)
+        out[o + ".weight"] = _take(params[o + ".weight"], rows, axis=1)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Shapes for the device model
+
+
+def pruned_spec(spec: ModelSpec, prune: PruneSpec | None) -> ModelSpec:
+    """The ModelSpec of `spec` pruned by `prune` with the same kept-count rounding as the
+    weights (so the device model costs the real smaller matrices). The op graph has one shape
+    per model, so per-block ratios that differ between blocks are refused here."""
+    if prune is None or (prune.ffn == 0 and prune.heads == 0 and not prune.blocks):
+        return spec
+    ratios = {prune.ratios(i) for i in range(spec.n_layers)}
+    if len(ratios) > 1:
+        raise ValueError(f"prune.blocks: blocks with different ratios {sorted(ratios)}: the "
+                         "device model's op graph has one block shape per model")
+    ffn, heads = ratios.pop()
+    group = spec.n_heads // spec.n_kv_heads
+    nh, nkv = spec.n_heads, spec.n_kv_heads
+    if heads and prune.head_unit == "query" and group > 1:
+        nh = nkv * _kept_count(group, heads, 1)
+    elif heads:
+        nkv = _kept_count(nkv, heads, 1)
+        nh = nkv * group
+    label = prune.label
+    return dataclasses.replace(spec, name=f"{spec.name}+{label}", n_heads=nh, n_kv_heads=nkv,
+                               intermediate=_kept_count(spec.intermediate, ffn, FFN_MULTIPLE),
+                               published_params=0)
+
+
+def decoder_spec(config: DecoderConfig) -> ModelSpec:
+    """The ModelSpec (device-model shapes) of a decoder read from a checkpoint."""
+    return ModelSpec(
+        name=config.name or config.arch, kind=DECODER, n_layers=config.n_layers,
+        hidden=config.dim, n_heads=config.n_heads, n_kv_heads=config.n_kv_heads,
+        head_dim=config.head_dim, intermediate=config.ffn_dim, vocab=config.vocab_size,
+        max_positions=config.max_positions, tie_embeddings=config.tied_embeddings,
+        qkv_bias=config.attention_bias, norm_eps=config.norm_eps, activation=config.activation,
+        rope_theta=config.rope_theta, source="checkpoint metadata")

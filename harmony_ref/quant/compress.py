@@ -1,0 +1,183 @@
+"""What a policy asks beyond weight formats: structured pruning and static INT8 activations.
+
+Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.prune` and
+`Policy.activations`):
+
+    [prune]                       # structured pruning by L1 norm, no fine-tuning afterwards
+    ffn = 0.25                    # fraction of FFN channels removed in every block
+    heads = 0.0                   # fraction of attention heads removed in every block
+    head_unit = "query"           # "query": query heads, the same count in every KV group
+                                  # "kv": whole KV groups (a KV head with all its query heads)
+    [prune.blocks]                # per-block ratios: block index or range "a-b" (inclusive)
+    "0-3" = { ffn = 0.5 }         #   a missing key keeps the top-level ratio
+
+    [activations]                 # W8A8: int8 activations with static (calibrated) scales
+    granularity = "per-tensor"    # or "per-channel" (one scale per input channel of a Linear),
+                                  # or "smooth" (SmoothQuant: per-channel factors max|x|^alpha /
+                                  # max|w|^(1 - alpha) into the weight, then one per-tensor scale)
+    alpha = 0.5                   # smooth only
+    calibration = "corpus"        # the corpus's calibration split, or "random" token ids
+    samples = 10                  # N windows of `sample_tokens` tokens
+    sample_tokens = 128
+    seed = 0
+
+The ratio per layer type is `ffn` / `heads`, per block `[prune.blocks]`; kept counts are
+rounded (FFN channels to a multiple of FFN_MULTIPLE so every INT4 group size the policies use
+still divides the row, heads to whole heads, at least one kept). Validation names the file, the
+field and the value, like the rest of a policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HEAD_UNITS = ("query", "kv")
+GRANULARITIES = ("per-tensor", "per-channel", "smooth")
+CALIBRATIONS = ("corpus", "random")
+PRUNE_KEYS = {"ffn", "heads", "head_unit", "blocks"}
+BLOCK_KEYS = {"ffn", "heads"}
+ACTIVATION_KEYS = {"granularity", "calibration", "samples", "sample_tokens", "seed", "alpha"}
+FFN_MULTIPLE = 32  # kept FFN channels: a multiple of this (int4-g32 rows, 32-value act blocks)
+MAX_SAMPLES = 10_000
+MAX_SAMPLE_TOKENS = 8192
+
+
+@dataclass(frozen=True)
+class PruneSpec:
+    ffn: float = 0.0
+    heads: float = 0.0
+    head_unit: str = "query"
+    blocks: tuple[tuple[int, float | None, float | None], ...] = ()  # (block, ffn, heads)
+
+    def ratios(self, block: int) -> tuple[float, float]:
+        """(ffn ratio, heads ratio) of block `block`: its [prune.blocks] entry, else the
+        top-level ratios (later entries win where ranges overlap)."""
+        ffn, heads = self.ffn, self.heads
+        for i, f, h in self.blocks:
+            if i == block:
+                ffn = ffn if f is None else f
+                heads = heads if h is None else h
+        return ffn, heads
+
+    @property
+    def label(self) -> str:
+        parts = []
+        if self.ffn:
+            parts.append(f"ffn{self.ffn:g}")
+        if self.heads:
+            parts.append(f"heads{self.heads:g}" + ("kv" if self.head_unit == "kv" else ""))
+        if self.blocks:
+            parts.append(f"{len({b for b, _, _ in self.blocks})}blocks")
+        return "prune-" + "-".join(parts) if parts else "prune-none"
+
+    def to_toml(self) -> list[str]:
+        lines = ["", "[prune]", f"ffn = {self.ffn!r}", f"heads = {self.heads!r}",
+                 f'head_unit = "{self.head_unit}"']
+        if self.blocks:
+            lines += ["", "[prune.blocks]"]
+            for i, f, h in self.blocks:
+                items = ([f"ffn = {f!r}"] if f is not None else []) + \
+                        ([f"heads = {h!r}"] if h is not None else [])
+                lines.append(f'"{i}" = {{ {", ".join(items)} }}')
+        return lines
+
+
+@dataclass(frozen=True)
+class ActivationSpec:
+    granularity: str = "per-tensor"
+    calibration: str = "corpus"
+    samples: int = 10
+    sample_tokens: int = 128
+    seed: int = 0
+    alpha: float = 0.5  # smooth: the share of each channel's range moved into the weight
+
+    @property
+    def label(self) -> str:
+        return f"a8-{self.granularity}-{self.calibration}-n{self.samples}"
+
+    def to_toml(self) -> list[str]:
+        return ["", "[activations]", f'granularity = "{self.granularity}"',
+                f'calibration = "{self.calibration}"', f"samples = {self.samples}",
+                f"sample_tokens = {self.sample_tokens}", f"seed = {self.seed}",
+                f"alpha = {self.alpha!r}"]
+
+
+def _ratio(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"{where} = {value!r}: must be a number in [0, 1)")
+    return float(value)
+
+
+def _int(value, where: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{where} = {value!r}: must be an integer in [{lo}, {hi}]")
+    return value
+
+
+def _choice(value, where: str, choices) -> str:
+    if value not in choices:
+        raise ValueError(f"{where} = {value!r}: must be one of {list(choices)}")
+    return value
+
+
+def _block_range(key: str, where: str) -> range:
+    text = str(key).strip()
+    lo, _, hi = text.partition("-")
+    if not (lo.isdigit() and (not hi or hi.isdigit())):
+        raise ValueError(f"{where}: key {key!r}: must be a block index (\"3\") or range (\"0-3\")")
+    a, b = int(lo), int(hi or lo)
+    if b < a:
+        raise ValueError(f"{where}: key {key!r}: range end before its start")
+    return range(a, b + 1)
+
+
+def prune_from_dict(data, source: str) -> PruneSpec:
+    where = f"{source}: field 'prune"
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}' must be a table, got {data!r}")
+    unknown = sorted(set(data) - PRUNE_KEYS)
+    if unknown:
+        raise ValueError(f"{where}': unknown field(s) {unknown}; allowed: {sorted(PRUNE_KEYS)}")
+    ffn = _ratio(data.get("ffn", 0.0), f"{where}.ffn'")
+    heads = _ratio(data.get("heads", 0.0), f"{where}.heads'")
+    unit = _choice(data.get("head_unit", "query"), f"{where}.head_unit'", HEAD_UNITS)
+    table = data.get("blocks", {})
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}.blocks' must be a table, got {table!r}")
+    blocks = []
+    for key, entry in table.items():
+        at = f"{where}.blocks.{key}'"
+        if not isinstance(entry, dict) or not entry or set(entry) - BLOCK_KEYS:
+            raise ValueError(f"{at} = {entry!r}: must be a table with ffn and/or heads")
+        f = _ratio(entry["ffn"], f"{at[:-1]}.ffn'") if "ffn" in entry else None
+        h = _ratio(entry["heads"], f"{at[:-1]}.heads'") if "heads" in entry else None
+        blocks += [(i, f, h) for i in _block_range(key, at)]
+    return PruneSpec(ffn, heads, unit, tuple(blocks))
+
+
+def activations_from_dict(data, source: str) -> ActivationSpec:
+    where = f"{source}: field 'activations"
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}' must be a table, got {data!r}")
+    unknown = sorted(set(data) - ACTIVATION_KEYS)
+    if unknown:
+        raise ValueError(f"{where}': unknown field(s) {unknown}; allowed: "
+                         f"{sorted(ACTIVATION_KEYS)}")
+    d = ActivationSpec()
+    return ActivationSpec(
+        granularity=_choice(data.get("granularity", d.granularity), f"{where}.granularity'",
+                            GRANULARITIES),
+        calibration=_choice(data.get("calibration", d.calibration), f"{where}.calibration'",
+                            CALIBRATIONS),
+        samples=_int(data.get("samples", d.samples), f"{where}.samples'", 1, MAX_SAMPLES),
+        sample_tokens=_int(data.get("sample_tokens", d.sample_tokens), f"{where}.sample_tokens'",
+                           2, MAX_SAMPLE_TOKENS),
+        seed=_int(data.get("seed", d.seed), f"{where}.seed'", 0, 2**32 - 1),
+        alpha=_unit(data.get("alpha", d.alpha), f"{where}.alpha'"),
+    )
+
+
+def _unit(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{where} = {value!r}: must be a number in [0, 1]")
+    return float(value)

@@ -1,0 +1,124 @@
+"""Static activation scales for W8A8, calibrated by running the FP32 model on N samples.
+
+    windows = calibration_windows(weights, spec)          # (N, sample_tokens) token ids
+    scales = observe_scales(fp32_model, windows, "per-tensor")   # Linear name -> (K,) float32
+
+Samples (quant/compress.py: ActivationSpec): `calibration = "corpus"` takes N windows of
+`sample_tokens` tokens at seeded random offsets in the corpus's *calibration* split
+(harmony_ref/data/lm_corpus/calibration.txt, ~1,600 SmolLM2 tokens; windows overlap once
+N x sample_tokens exceeds it), tokenized by the model's own tokenizer; the held-out split that
+`eval/lm.py` scores is never read here. `calibration = "random"` draws uniformly random token
+ids from the vocabulary (the unrealistic calibration the literature warns about), same seed
+rule. Each window runs from an empty KV cache through the (pruned) model in FP32 while every
+Linear's input is observed (max|x| per input channel, quant/activations.py); q|k|v and
+gate|up share their input and so their scale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from harmony_ref.quant.activations import AbsMaxObserver
+from harmony_ref.quant.compress import ActivationSpec
+
+CALIBRATION_PART = "calibration"
+# The calibration split's pin; eval/lm.py pins the same file (tests hold the two equal).
+CALIBRATION_SHA256 = "e950a9dacfb3d219cde8321763adcb03c3c614173141b5741f6736fa999cf2a1"
+
+
+def calibration_text() -> str:
+    data = (resources.files("harmony_ref") / "data" / "lm_corpus" /
+            f"{CALIBRATION_PART}.txt").read_bytes()
+    got = hashlib.sha256(data).hexdigest()
+    if got != CALIBRATION_SHA256:
+        raise ValueError(f"harmony_ref/data/lm_corpus/{CALIBRATION_PART}.txt has SHA-256 {got}, "
+                         f"expected {CALIBRATION_SHA256}: the shipped corpus was modified")
+    return data.decode("utf-8")
+
+
+def corpus_calibration_tokens(weights) -> list[int]:
+    """The calibration split tokenized by the tokenizer of the checkpoint `weights` came from."""
+    from harmony_ref.runtime.tokenizer import Tokenizer
+
+    src = Path(weights.source) if weights.source else None
+    if src is None or not src.exists():
+        raise ValueError(f"corpus calibration needs the model's tokenizer, but the weights come "
+                         f"from {weights.source or '<memory>'!r}: pass calibration_tokens, or "
+                         "use calibration = \"random\"")
+    tok = Tokenizer.from_hf_dir(src) if src.is_dir() else Tokenizer.from_gguf(src)
+    return tok.encode(calibration_text())
+
+
+def calibration_windows(weights, spec: ActivationSpec, tokens=None) -> np.ndarray:
+    """(N, sample_tokens) int64 token ids to calibrate on (see the module doc)."""
+    rng = np.random.default_rng(spec.seed)
+    n, length = spec.samples, spec.sample_tokens
+    if spec.calibration == "random":
+        return rng.integers(0, weights.config.vocab_size, size=(n, length), dtype=np.int64)
+    tokens = np.asarray(corpus_calibration_tokens(weights) if tokens is None else tokens,
+                        dtype=np.int64)
+    if tokens.ndim != 1 or tokens.shape[0] < length:
+        raise ValueError(f"calibration text has {tokens.shape[0]} tokens, fewer than "
+                         f"sample_tokens = {length}")
+    starts = rng.integers(0, tokens.shape[0] - length + 1, size=n)
+    return np.stack([tokens[s:s + length] for s in starts])
+
+
+class _Watch:
+    """Calls `inner` and records its input's per-channel max|x| under `names` (`inner` None:
+    records only; the output head's logits are not needed to calibrate its input)."""
+
+    def __init__(self, inner, names, observers):
+        self.inner, self.names, self.observers = inner, names, observers
+
+    def __call__(self, x):
+        obs = self.observers.get(self.names[0])
+        if obs is None:
+            obs = AbsMaxObserver(x.shape[-1])
+            for n in self.names:
+                self.observers[n] = obs
+        obs.update(x)
+        return None if self.inner is None else self.inner(x)
+
+
+def _weight_amax(lin) -> np.ndarray:
+    """(K,) max|w| per input column of an FP32 Linear or Fused (weights stored as W.T)."""
+    lin = getattr(lin, "single", None) or lin
+    return np.abs(np.asarray(lin.weight, dtype=np.float32)).max(axis=1)
+
+
+def observe_scales(model, windows: np.ndarray, granularity: str,
+                   alpha: float = 0.5) -> dict[str, np.ndarray]:
+    """Run `model` (a runtime.llama.Llama, FP32) on every window with every Linear's input
+    observed; Linear name -> (K,) float32 static scale. The model's Linears are restored."""
+    observers: dict[str, AbsMaxObserver] = {}
+    w_amax: dict[str, np.ndarray] = {}
+    saved = []
+
+    def watch(owner, attr, names, call=True):
+        inner = getattr(owner, attr)
+        saved.append((owner, attr, inner))
+        amax = _weight_amax(inner)
+        for n in names:
+            w_amax[n] = amax
+        setattr(owner, attr, _Watch(inner if call else None, names, observers))
+
+    for b in model.blocks:
+        watch(b, "qkv", list(b.qkv.formats))
+        watch(b, "o", [b.o.name])
+        watch(b, "gate_up", list(b.gate_up.formats))
+        watch(b, "down", [b.down.name])
+    watch(model, "lm_head", ["lm_head"], call=False)  # last op of forward: output unused
+    try:
+        for w in windows:
+            model.reset()
+            model.forward(w, all_logits=True)  # every position reaches lm_head
+    finally:
+        for owner, attr, inner in saved:
+            setattr(owner, attr, inner)
+        model.reset()
+    return {n: o.scales(granularity, w_amax[n], alpha) for n, o in observers.items()}
