@@ -14,7 +14,8 @@ of the weights reading this input) and one per-tensor scale t over x_k / f_k, so
 scale_k = f_k t; W8A8 folds scale_k into the weight (kernels/matmul_w8a8.py). A value inside the
 calibrated range comes back within half a step (|xq * scale - x| <= scale / 2); beyond it, it
 saturates at +-127 * scale (the clipping error static scales accept). A channel that was always
-zero in calibration gets scale ZERO_CHANNEL_SCALE / 127 rather than 0, so it never divides by 0
+zero in calibration (or so small that max|x| / 127 underflows float32 to 0) gets scale
+ZERO_CHANNEL_SCALE / 127 rather than 0, so it never divides by 0
 (the per-tensor scale of an all-zero tensor likewise). The fast path and the twin divide in
 float32 and round half to even, so they agree bit for bit; hypothesis tests hold both
 properties (tests/quant/test_activations.py).
@@ -72,8 +73,9 @@ def scales_from_amax(amax: np.ndarray, granularity: str) -> np.ndarray:
         amax = np.full_like(amax, amax.max())
     elif granularity != "per-channel":
         raise ValueError(f"granularity must be per-tensor or per-channel, got {granularity!r}")
-    amax = np.where(amax > 0, amax, np.float32(ZERO_CHANNEL_SCALE))
-    return (amax / np.float32(ACT_LEVELS)).astype(np.float32)
+    scale = (amax / np.float32(ACT_LEVELS)).astype(np.float32)
+    # zero, or so small (subnormal) that max|x| / 127 underflows to 0: a zero channel's scale
+    return np.where(scale > 0, scale, np.float32(ZERO_CHANNEL_SCALE / ACT_LEVELS)).astype(np.float32)
 
 
 def check_scale(scale, k: int) -> np.ndarray:
