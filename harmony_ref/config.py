@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 from harmony_ref._toml import reference
 from harmony_ref.model.spec import SPECS_FOLDER, ModelSpec, get_spec, spec_from_dict
+from harmony_ref.quant.kv import KV_DTYPES
 from harmony_ref.quant.policy import POLICIES_FOLDER, Policy, load_policy
 
 BACKENDS = ("simulated", "host", "command")
-KV_DTYPES = ("fp16", "int8")  # as kernels.attention.KVCache stores them (not imported: no Numba)
 CONFIG_FIELDS = ("model", "policy", "profile", "scenario", "backend")
 SCENARIO_FIELDS = ("prompt_tokens", "new_tokens", "context_tokens", "batch")
 DEFAULT_PROFILE = "harmony-flagship"

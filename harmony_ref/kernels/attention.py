@@ -32,9 +32,8 @@ import numba
 import numpy as np
 
 from harmony_ref.kernels._checks import float32_array
+from harmony_ref.quant.kv import KV_DTYPES, KV_INT8_MAX_LEVEL
 
-KV_DTYPES = ("fp16", "int8")
-KV_INT8_MAX_LEVEL = 127
 
 
 class KVCache:
