@@ -245,28 +245,13 @@ class HostDevice:
     def _add_breakdown(self, m: Metrics, config, times: list[OpTime], graphs: dict, prov: dict) -> None:
         """The metrics SimulatedDevice adds beyond the standard names, for the model measured here
         (see the module docstring for each definition)."""
-        import types
-
-        import psutil
-
         from harmony_ref.device.cost import op_roofline_s
-        from harmony_ref.device.memory import add_memory_metrics, memory_estimate
+        from harmony_ref.backends.host_timing import add_host_memory_metrics
         from harmony_ref.units import GB, US_PER_S
 
         s = config.scenario
         prof = self._profile()
-        if prof is not None:
-            mem_spec, budget = prof, f"{prof.name}: RAM x app_memory_share"
-            workspace = f"{prof.name}'s runtime_workspace_mb"
-        else:
-            ram = psutil.virtual_memory().total
-            mem_spec = types.SimpleNamespace(name="this host", memory=types.SimpleNamespace(
-                workspace_bytes=0.0, app_budget_bytes=float(ram)))
-            budget = f"this host's total RAM (psutil, {ram / GB:.1f} GB): no host profile given"
-            workspace = "0: NumPy/Numba scratch is in the measured peak RSS"
-        prov["memory_budget"] = budget
-        add_memory_metrics(m, memory_estimate(mem_spec, config), budget_source=budget,
-                           workspace_source=workspace)
+        add_host_memory_metrics(m, prov, prof, config)
 
         pre = [t for t in times if t.phase == "prefill"]
         dec = [t for t in times if t.phase == "decode"]

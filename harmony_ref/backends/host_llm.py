@@ -123,28 +123,13 @@ def _decode_rate_at(model, prefix: np.ndarray, repeats: int) -> list[float]:
 
 def add_counted_metrics(m: Metrics, config, profile, prov: dict) -> None:
     """The breakdown SimulatedDevice reports, for the checkpoint's model (see the module doc)."""
-    import types
-
-    import psutil
-
-    from harmony_ref.backends.host_timing import launch_timing, stream_read_gbps
-    from harmony_ref.device.memory import add_memory_metrics, memory_estimate
+    from harmony_ref.backends.host_timing import (add_host_memory_metrics, launch_timing,
+                                                  stream_read_gbps)
     from harmony_ref.device.physics import bandwidth_bytes_per_s
     from harmony_ref.model.graph import build_graph
 
     s = config.scenario
-    if profile is not None:
-        mem_spec, budget = profile, f"{profile.name}: RAM x app_memory_share"
-        workspace = f"{profile.name}'s runtime_workspace_mb"
-    else:
-        ram = psutil.virtual_memory().total
-        mem_spec = types.SimpleNamespace(name="this host", memory=types.SimpleNamespace(
-            workspace_bytes=0.0, app_budget_bytes=float(ram)))
-        budget = f"this host's total RAM (psutil, {ram / GB:.1f} GB): no host profile given"
-        workspace = "0: NumPy/Numba scratch is in the measured peak RSS"
-    prov["memory_budget"] = budget
-    add_memory_metrics(m, memory_estimate(mem_spec, config), budget_source=budget,
-                       workspace_source=workspace)
+    add_host_memory_metrics(m, prov, profile, config)
     common = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
     prefill = build_graph(config.spec, config.policy, "prefill", tokens=s.prompt_tokens, **common)
     decode = build_graph(config.spec, config.policy, "decode",

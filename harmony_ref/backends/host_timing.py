@@ -194,3 +194,25 @@ class ThermalGate:
             sleep(self.poll_s)
         self.waited_s = clock() - t0
         return self.outcome
+
+
+def add_host_memory_metrics(m, prov: dict, profile, config) -> None:
+    """The memory model's metrics for a host run: against the calibrated host profile's budget
+    when one is given, else against this host's total RAM (psutil), with the budget's source in
+    `prov["memory_budget"]` (HostDevice's op-graph run and a checkpoint's real generation)."""
+    import types
+
+    from harmony_ref.device.memory import add_memory_metrics, memory_estimate
+
+    if profile is not None:
+        mem_spec, budget = profile, f"{profile.name}: RAM x app_memory_share"
+        workspace = f"{profile.name}'s runtime_workspace_mb"
+    else:
+        ram = psutil.virtual_memory().total
+        mem_spec = types.SimpleNamespace(name="this host", memory=types.SimpleNamespace(
+            workspace_bytes=0.0, app_budget_bytes=float(ram)))
+        budget = f"this host's total RAM (psutil, {ram / GB:.1f} GB): no host profile given"
+        workspace = "0: NumPy/Numba scratch is in the measured peak RSS"
+    prov["memory_budget"] = budget
+    add_memory_metrics(m, memory_estimate(mem_spec, config), budget_source=budget,
+                       workspace_source=workspace)
