@@ -9,17 +9,6 @@ import pytest
 pytestmark = pytest.mark.network
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    from harmony_ref.checkpoint.assets import AssetUnavailable
-    from harmony_ref.runtime.loader import load_decoder
-
-    try:
-        return load_decoder("smollm2-135m")
-    except AssetUnavailable as e:
-        pytest.skip(f"SmolLM2 weights unavailable (package registry unreachable): {e}")
-
-
 def test_corpus_calibration_beats_random(smollm2):
     from harmony_ref.eval.compress import evaluate_policies
     from harmony_ref.eval.lm import load_corpus

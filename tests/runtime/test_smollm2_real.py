@@ -8,17 +8,6 @@ import pytest
 pytestmark = pytest.mark.network
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    from harmony_ref.checkpoint.assets import AssetUnavailable
-    from harmony_ref.runtime.loader import load_decoder
-
-    try:
-        return load_decoder("smollm2-135m")
-    except AssetUnavailable as e:
-        pytest.skip(f"SmolLM2 weights unavailable (package registry unreachable): {e}")
-
-
 def test_spec_from_metadata(smollm2):
     w, tok = smollm2
     c = w.config
