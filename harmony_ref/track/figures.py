@@ -16,13 +16,13 @@ canvas, with constrained layout so titles, tick labels and outside legends get t
 
 from __future__ import annotations
 
+import io
 import math
-import os
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 from harmony_ref._format import fmt_number
+from harmony_ref._io import write_bytes_atomic
 
 WIDTH_PX = 1400
 DPI = 100
@@ -153,35 +153,17 @@ def wrap_name(name: str, width: int = 10) -> str:
     return f"{head}-\n{tail}"
 
 
-def check_writable(path: str | Path, flag: str = "--plot") -> None:
-    """Fail before any work when the plot could not be written: its folder must exist and be
-    writable (a ValueError naming the path after `flag`)."""
-    parent = Path(path).parent
-    if not parent.is_dir():
-        raise ValueError(f"{flag} {path}: cannot write: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ValueError(f"{flag} {path}: cannot write: folder {parent} is not writable")
-
-
 def save_png(fig, path: str | Path, flag: str = "--plot") -> Path:
-    """Write `fig` as a PNG at its own size (no tight bbox: the size is the figure's), atomically:
-    a temporary file beside the target, then a rename. An unwritable path is a ValueError naming
-    the path the user gave (after `flag`), never the temporary file."""
-    path = Path(path)
+    """Write `fig` as a PNG at its own size (no tight bbox: the size is the figure's), atomically
+    through _io (missing folders made, the old file or the new one, never a part). An unwritable
+    path is a ValueError naming the path the user gave (after `flag`), never a temporary file."""
+    buf = io.BytesIO()
+    with style():  # ticks are made while drawing: they read the house rcParams then
+        fig.savefig(buf, format="png", dpi=DPI)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=path.parent)
+        return write_bytes_atomic(path, buf.getvalue())
     except OSError as e:
-        raise ValueError(f"{flag} {path}: cannot write: {e.strerror}") from None
-    os.close(fd)
-    try:
-        with style():  # ticks are made while drawing: they read the house rcParams then
-            fig.savefig(tmp, format="png", dpi=DPI)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise ValueError(f"{flag} {path}: cannot write: {e.strerror}") from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return path
+        raise ValueError(f"{flag} {path}: cannot write: {e.strerror or e}") from None
 
 
 def layout_problems(fig) -> list[str]:

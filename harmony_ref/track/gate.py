@@ -336,9 +336,34 @@ def to_markdown(report: GateReport, baseline_name: str = "baseline", current_nam
         lines.append(f"| `{r.metric}` ({r.kind}) | {_num(r.baseline)} {r.unit} | {_num(r.current)} {r.unit} | "
                      f"{_fmt_pct(r.change_pct)} | {r.limit} | {verdict} |")
     lines.append("")
-    counts = {s: sum(r.status == s for r in report.rows) for s in (PASS, IMPROVED, NOISE, INFO, REGRESSION)}
+    counts = status_counts(report)
     lines.append(", ".join(f"{v} {k}" for k, v in counts.items()) + f" of {len(report.rows)} metrics.")
     return "\n".join(lines) + "\n"
+
+
+def status_counts(report: GateReport) -> dict[str, int]:
+    return {s: sum(r.status == s for r in report.rows)
+            for s in (PASS, IMPROVED, NOISE, INFO, REGRESSION)}
+
+
+def to_json(report: GateReport, baseline_name: str = "baseline",
+            current_name: str = "current") -> dict:
+    """The report for machines: verdict, exit code, counts and one entry per metric (a change
+    that is infinite, from a zero baseline, is null)."""
+    def finite(x: float):
+        return float(x) if math.isfinite(x) else None
+
+    return {
+        "verdict": "FAIL" if report.regressions else "PASS", "exit_code": report.exit_code,
+        "baseline": {"path": baseline_name, "commit": report.baseline.provenance.get("git_commit")},
+        "current": {"path": current_name, "commit": report.current.provenance.get("git_commit")},
+        "tolerances": report.tolerances.source, "counts": status_counts(report),
+        "metrics": [{"metric": r.metric, "unit": r.unit, "kind": r.kind,
+                     "direction": r.direction, "baseline": finite(r.baseline),
+                     "current": finite(r.current), "change_pct": finite(r.change_pct),
+                     "limit": r.limit, "status": r.status, "verdict": r.verdict}
+                    for r in report.rows],
+    }
 
 
 def _short(prov: dict) -> str:

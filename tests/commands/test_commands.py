@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from harmony_ref.cli import main
 
 
@@ -28,11 +30,28 @@ def test_thermal_bad_input(capsys, tmp_path):
     # An absurd run is refused up front (it used to die in a MemoryError traceback).
     assert main(["thermal", "--minutes", "1e9"]) == 2
     assert "steps: must be 1..8640000" in capsys.readouterr().err
-    # An unwritable plot names the path the user gave, not the temporary file, and leaves nothing.
-    png = tmp_path / "missing-dir" / "t.png"
+    # An unwritable plot names the path the user gave, before any work, and leaves nothing.
+    (tmp_path / "a-file").write_text("")
+    png = tmp_path / "a-file" / "t.png"
     assert main(["thermal", "--minutes", "1", "--plot", str(png)]) == 2
     err = capsys.readouterr().err
-    assert f"--plot {png}: cannot write" in err and ".tmp" not in err
+    assert f"--plot {png}: " in err and ".tmp" not in err
+
+
+def test_a_plot_that_fails_at_write_time_names_the_users_path(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from harmony_ref.track.figures import save_png
+
+    (tmp_path / "a-file").write_text("")
+    png = tmp_path / "a-file" / "t.png"
+    fig = plt.figure()
+    try:
+        with pytest.raises(ValueError, match=f"--plot {png}: cannot write") as e:
+            save_png(fig, png)
+    finally:
+        plt.close(fig)
+    assert ".tmp" not in str(e.value) and list(tmp_path.iterdir()) == [tmp_path / "a-file"]
 
 
 def test_coldstart_json_every_profile(capsys):

@@ -172,6 +172,36 @@ def test_cli_pass_fail_and_summary(tmp_path, capsys):
     assert "REGRESSION" in summary.read_text()
 
 
+def test_cli_json_verdicts(tmp_path, capsys):
+    base = write_record(_rec(), tmp_path)
+    worse = write_record(_rec(ttft=130.0), tmp_path)
+    assert main(["gate", "--baseline", str(base), "--current", str(base), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "PASS" and out["exit_code"] == 0
+    assert out["counts"]["regression"] == 0 and len(out["metrics"]) == sum(out["counts"].values())
+    assert main(["gate", "--baseline", str(base), "--current", str(worse), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "FAIL" and out["exit_code"] == 1
+    (ttft,) = [m for m in out["metrics"] if m["metric"] == "ttft_ms"]
+    assert ttft["status"] == "regression" and ttft["change_pct"] == pytest.approx(30.0)
+    assert (ttft["baseline"], ttft["current"]) == (100.0, 130.0)
+
+
+def test_cli_json_update_baseline(tmp_path, capsys):
+    baseline = tmp_path / "baseline.json"
+    first = write_record(_rec(), tmp_path / "runs")
+    second = write_record(_rec(ttft=90.0), tmp_path / "runs")
+    args = ["gate", "--baseline", str(baseline), "--update-baseline", "--json", "--current"]
+    assert main(args + [str(first)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["previous_kept_as"] is None and out["comparison"] is None
+    assert main(args + [str(second)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["previous_kept_as"] == str(tmp_path / "baseline.prev.json")
+    assert out["comparison"]["verdict"] == "PASS"  # 100 -> 90 ms is an improvement
+    assert load_record(baseline).metrics.value("ttft_ms") == 90.0
+
+
 def test_cli_bad_input_exits_2(tmp_path, capsys):
     good = write_record(_rec(), tmp_path)
     corrupt = tmp_path / "corrupt.json"

@@ -189,11 +189,21 @@ def test_compare_bad_plot_arguments_exit_2_before_work(tmp_path, capsys):
     assert "nope not in this comparison" in err and "ttft_ms" in err
     assert main(["compare", "--plot", str(png), "--metrics", "ttft_ms,ttft_ms"]) == 2
     assert "listed twice: ttft_ms" in capsys.readouterr().err
-    missing = tmp_path / "no-dir" / "c.png"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    under_a_file = blocker / "c.png"
     for argv in (["compare"], ["serve"], ["thermal", "--minutes", "1"]):
-        assert main([*argv, "--plot", str(missing)]) == 2
-        assert f"--plot {missing}: cannot write" in capsys.readouterr().err
+        assert main([*argv, "--plot", str(under_a_file)]) == 2
+        err = capsys.readouterr().err
+        assert f"--plot {under_a_file}: {blocker} is a file" in err and len(err.splitlines()) == 1
     assert not png.exists()
+
+
+def test_a_plot_in_a_missing_folder_is_made_with_it(tmp_path, capsys):
+    """Like every output path (harmony_ref/_io.py): missing folders are created at write time."""
+    png = tmp_path / "new" / "dir" / "c.png"
+    assert main(["compare", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_profile_colours_are_stable():
