@@ -10,8 +10,11 @@ kernels run, as another x86-64 CPU or library build would:
 - NUMBA_NUM_THREADS / OMP/OPENBLAS threads: 1 and 2.
 
     python bench/numerical_spread.py --out harmony_ref/data/numerical_spread.json
+    python bench/numerical_spread.py --lm --out harmony_ref/data/lm_numerical_spread.json
 
-prints a table (metric x policy: min, max, relative spread %) and writes every value, so the
+The first measures MiniLM's embedding metrics, the second (`--lm`) the decoder's `lm_*` metrics
+as the main job computes them (SmolLM2-135M, the first 2 chunks of 512 of the held-out corpus,
+KV fp16; the FP32 reference recomputed in every configuration, no cache). Each prints a table (metric x policy: min, max, relative spread %) and writes every value, so the
 tolerance in harmony_ref/data/gate_tolerances.toml can be re-derived (see its `numerical`
 comment). It takes a few minutes per configuration (Numba compiles for each target CPU).
 """
@@ -52,10 +55,24 @@ for policy in sys.argv[1:]:
 print(json.dumps(out))
 """
 
+CHILD_LM = """
+import json, sys
+from harmony_ref.eval.lm_accuracy import lm_accuracy, lm_metrics, variant_name
+from harmony_ref.metrics import NUMERICAL
+from harmony_ref.quant.policy import load_policy
+variants = [(p, "fp16") for p in sys.argv[1:]]
+acc = lm_accuracy("smollm2-135m", variants, max_chunks=2, use_cache=False)
+out = {}
+for p, kv in variants:
+    m = lm_metrics(acc, variant_name(load_policy(p), kv))
+    out[p] = {x.name: x.value for x in m if x.kind == NUMERICAL}
+print(json.dumps(out))
+"""
 
-def measure(name: str, env: dict) -> dict:
+
+def measure(name: str, env: dict, child: str = CHILD) -> dict:
     full = {**os.environ, **env}
-    r = subprocess.run([sys.executable, "-c", CHILD, *POLICIES], env=full, capture_output=True,
+    r = subprocess.run([sys.executable, "-c", child, *POLICIES], env=full, capture_output=True,
                        text=True)
     if r.returncode != 0:
         raise SystemExit(f"{name}: failed:\n{r.stderr[-2000:]}")
@@ -80,15 +97,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the measurement (every value, the table) as JSON here")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
+    ap.add_argument("--lm", action="store_true",
+                    help="the decoder's lm_* metrics (SmolLM2-135M) instead of MiniLM's")
     args = ap.parse_args()
     values = {}
     for name in args.configs.split(","):
-        values[name] = measure(name, CONFIGS[name])
+        values[name] = measure(name, CONFIGS[name], CHILD_LM if args.lm else CHILD)
         print(f"{name}: done", file=sys.stderr, flush=True)
     rows = spread_table(values)
-    print(f"{'metric':<22}{'policy':<14}{'min':>12}{'max':>12}{'spread %':>10}")
+    print(f"{'metric':<24}{'policy':<14}{'min':>12}{'max':>12}{'spread %':>10}")
     for r in rows:
-        print(f"{r['metric']:<22}{r['policy']:<14}{r['min']:>12.6f}{r['max']:>12.6f}"
+        print(f"{r['metric']:<24}{r['policy']:<14}{r['min']:>12.6f}{r['max']:>12.6f}"
               f"{r['spread_pct']:>10.4f}")
     if args.out:
         with open(args.out, "w") as f:
