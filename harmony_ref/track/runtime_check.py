@@ -159,17 +159,6 @@ class Reference:
                 "rule_version": RULE_VERSION}
 
 
-def _model_sha256(path: Path) -> str:
-    from harmony_ref.checkpoint.assets import sha256_file
-
-    if path.is_file():
-        return sha256_file(path)
-    h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        h.update(f.relative_to(path).as_posix().encode() + b"\0" + sha256_file(f).encode())
-    return h.hexdigest()
-
-
 def corpus_text() -> str:
     from harmony_ref.eval.lm import load_corpus
 
@@ -188,18 +177,24 @@ def write_corpus(directory: str | Path) -> Path:
 def reference_for(check: RuntimeCheck, progress=None, use_cache: bool = True) -> Reference:
     """harmony-ref's FP32 perplexity and the derived bound for `check`'s model, corpus, context
     and chunks (eval/lm.py's rule). Cached under $HARMONY_REF_CACHE/runtime-check by the SHA-256
-    of the model files and the corpus, the context, chunks, BOS rule, `expect` and RULE_VERSION.
-    `progress(done, total)` is called after each chunk."""
+    of the model (eval/lm_accuracy.model_sha256) and the corpus, the context, chunks, BOS rule,
+    `expect` and RULE_VERSION; the FP32 reference's log-probs come from and go to the shared
+    reference cache (eval/lm_cache.py), so `accuracy` and `check-runtime` compute them once.
+    HARMONY_REF_NO_LM_CACHE=1 or `use_cache=False` turn both off. `progress(done, total)` is
+    called after each chunk."""
     from harmony_ref._io import write_text_atomic
     from harmony_ref.checkpoint.assets import cache_dir
     from harmony_ref.eval.lm import chunk_tokens, evaluate_lm
+    from harmony_ref.eval.lm_accuracy import model_sha256
+    from harmony_ref.eval.lm_cache import ReferenceCache, cache_root
     from harmony_ref.quant.policy import load_policy
     from harmony_ref.runtime.loader import load_decoder, resolve_model_path
 
     load_policy(check.expect)  # a bad --expect is bad input before any work
+    use_cache = use_cache and cache_root() is not None
     path = resolve_model_path(check.model)
     text = corpus_text()
-    model_sha = _model_sha256(path)
+    model_sha = model_sha256(check.model, path)
     corpus_sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
     key_src = json.dumps([model_sha, corpus_sha, check.context, check.chunks, check.expect,
                           RULE_VERSION])
@@ -223,16 +218,18 @@ def reference_for(check: RuntimeCheck, progress=None, use_cache: bool = True) ->
     if check.chunks is not None:
         n_chunks = min(n_chunks, check.chunks)
         ids = ids[: n_chunks * check.context]
+    shared = (ReferenceCache.for_run(model_sha, corpus_sha, check.context, tok.add_bos)
+              if use_cache else None)
     r = evaluate_lm(weights, ids, check.context, variants=[(check.expect, "fp16")],
-                    add_bos=tok.add_bos, progress=progress)
+                    add_bos=tok.add_bos, progress=progress, reference_cache=shared)
     res = r["results"]
     ref = res["reference"]
     (variant,) = [v for k, v in res.items() if k != "reference"]
     out = Reference(ref["ppl"], Bound.from_expected(check.expect, variant["ppl_ratio"]),
                     r["chunks"], check.context, ref["scored_tokens"], n_tokens,
                     model_sha, corpus_sha)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(cache, json.dumps(out.to_dict(), indent=1) + "\n")
+    if use_cache:
+        write_text_atomic(cache, json.dumps(out.to_dict(), indent=1) + "\n")
     return out
 
 

@@ -61,6 +61,8 @@ def test_within_bound_passes_and_five_x_fails_the_gate(capsys, gguf, tmp_path, c
     assert m["prefill_tokens_per_s"]["value"] == pytest.approx(2150.0)
     assert "flags" not in m["prefill_tokens_per_s"]
     assert next(iter(cache.joinpath("runtime-check").glob("*.json")))  # the reference is cached
+    # ... and its FP32 log-probs sit in the reference cache `accuracy` reads (eval/lm_cache.py)
+    assert len(list(cache.joinpath("lm-reference").glob("*/chunk-*.npy"))) == CHUNKS
     baseline = Path(run["record"])
 
     monkeypatch.setenv("FAKE_PPL_FACTOR", "5")
@@ -95,6 +97,15 @@ def test_within_bound_passes_and_five_x_fails_the_gate(capsys, gguf, tmp_path, c
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [r["verdict"] for r in rows] == ["accurate", "inaccurate"]
     assert rows[0]["speed"] == "2150 tokens/s" and rows[1]["speed"].startswith("not a result")
+
+
+def test_no_lm_cache_writes_no_cache(capsys, gguf, tmp_path, cache, monkeypatch):
+    monkeypatch.setenv("HARMONY_REF_NO_LM_CACHE", "1")
+    monkeypatch.setenv("FAKE_PPL_FACTOR", "1.002")
+    code, out, err = check(capsys, gguf, tmp_path / "runs")
+    assert code == 0, err
+    assert not cache.joinpath("runtime-check").exists()
+    assert not cache.joinpath("lm-reference").exists()
 
 
 def test_several_commands_one_table(capsys, gguf, tmp_path, cache):
