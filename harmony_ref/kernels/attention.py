@@ -32,6 +32,7 @@ import numba
 import numpy as np
 
 from harmony_ref.kernels._checks import float32_array
+from harmony_ref.quant.int8 import symmetric_int8_scale
 from harmony_ref.quant.kv import KV_DTYPES, KV_INT8_MAX_LEVEL
 
 
@@ -111,7 +112,7 @@ class KVCache:
 
 def quantize_kv_rows(x: np.ndarray):
     """(T, H, D) float32 -> int8 (T, H, D) and float32 scale (T, H), symmetric per row."""
-    scale = (np.abs(x).max(axis=2) / np.float32(KV_INT8_MAX_LEVEL)).astype(np.float32)
+    scale = symmetric_int8_scale(np.abs(x).max(axis=2))  # (T, H)
     safe = np.where(scale == 0, np.float32(1), scale)[:, :, None]
     q = np.clip(np.rint(x / safe), -KV_INT8_MAX_LEVEL, KV_INT8_MAX_LEVEL).astype(np.int8)
     return q, scale

@@ -19,8 +19,12 @@ import numpy as np
 from harmony_ref.quant._checks import as_float32_matrix
 
 INT8_MAX_LEVEL = 127
-# max|row| / 127 underflows to 0 for a row of subnormals; the step must then stay above zero.
+# Below the smallest normal float32, max|row| / 127 rounds to a multiple of the smallest
+# subnormal (to 0 for the tiniest rows) with a large relative error: a step rounded down would
+# clip the row's largest value at 127 steps. There the step is rounded up instead (one subnormal
+# more, exact: subnormals are evenly spaced), so 127 * step >= max|row| always holds.
 MIN_STEP = np.float32(np.finfo(np.float32).smallest_subnormal)
+MIN_NORMAL = np.float32(np.finfo(np.float32).tiny)
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,6 +57,16 @@ class Int8Tensor:
         return "int8"
 
 
+def symmetric_int8_scale(amax: np.ndarray) -> np.ndarray:
+    """float32 steps s = max|x| / 127 of any shape, rounded up where subnormal (see MIN_STEP):
+    127 * s >= max|x|, and s = 0 only where max|x| = 0. The KV cache's int8 rows use it too."""
+    amax = np.asarray(amax, dtype=np.float32)
+    scale = (amax / np.float32(INT8_MAX_LEVEL)).astype(np.float32)
+    low = (scale < MIN_NORMAL) & (scale.astype(np.float64) * INT8_MAX_LEVEL
+                                  < amax.astype(np.float64))
+    return np.where(low, scale + MIN_STEP, scale).astype(np.float32)
+
+
 # CPU code reference
 
 
@@ -60,8 +74,7 @@ def quantize_int8_ref(w) -> Int8Tensor:
     """Plain NumPy reference. w: (N, K) float -> Int8Tensor."""
     w = as_float32_matrix(w)
     amax = np.abs(w).max(axis=1)  # (N,)
-    scale = (amax / np.float32(INT8_MAX_LEVEL)).astype(np.float32)
-    scale = np.where((scale == 0) & (amax > 0), MIN_STEP, scale)
+    scale = symmetric_int8_scale(amax)
     safe = np.where(scale == 0, np.float32(1), scale)[:, None]  # (N, 1)
     q = np.clip(np.rint(w / safe), -INT8_MAX_LEVEL, INT8_MAX_LEVEL).astype(np.int8)  # (N, K)
     return Int8Tensor(q, scale, w.shape)
@@ -86,8 +99,8 @@ def _quantize_int8_rows(w):
         for j in range(k):
             amax = max(amax, abs(w[i, j]))
         s = amax / levels
-        if s == 0 and amax > 0:
-            s = MIN_STEP
+        if s < MIN_NORMAL and np.float64(s) * INT8_MAX_LEVEL < np.float64(amax):
+            s = np.float32(s + MIN_STEP)
         scale[i] = s
         safe = np.float32(1.0) if s == 0 else s
         for j in range(k):

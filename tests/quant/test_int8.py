@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -33,6 +33,8 @@ def assert_same(a, b):
 
 @given(arrays(np.float32, st.tuples(st.integers(1, 5), st.integers(1, 70)),
               elements=st.floats(-1e6, 1e6, allow_nan=False, width=32)))
+@example(np.array([[1.156e-42]], np.float32))  # a subnormal row: its step rounded down clipped
+@example(np.array([[1e-45, -3e-45, 0.0]], np.float32))  # max|row| / 127 underflows to 0
 def test_roundtrip_property(w):
     t = quantize_int8(w)
     assert_within_half_step(w, t)
