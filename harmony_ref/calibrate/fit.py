@@ -225,7 +225,8 @@ def samples_from_op_times(op_times, onchip_bytes: int, holdout: bool = False, ta
     for (phase, name), ts in groups.items():
         op = ts[0].op
         nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, onchip_bytes)
-        cls = compute_dtype(op.dtype, op.act_dtype, HOST_WEIGHT_ONLY_COMPUTE) if op.flops else "vector"
+        cls = (compute_dtype(op.dtype, op.act_dtype, HOST_WEIGHT_ONLY_COMPUTE) if op.flops
+               else "vector")
         times = tuple(pick(t, stat) for t in ts)
         if op.flops:
             out.append(OpSample(f"{tag}{phase}:{name}", cls, float(op.flops), float(nbytes), 1,

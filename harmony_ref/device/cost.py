@@ -195,8 +195,7 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
         slope = {k: np.zeros_like(v) for k, v in a0.items() if k not in _STRUCTURE}
     else:
         a1 = _op_arrays(g1)
-        if (not np.array_equal(a0["count"], a1["count"]) or not np.array_equal(a0["dtype"], a1["dtype"])
-                or not np.array_equal(a0["act_dtype"], a1["act_dtype"])):
+        if not all(np.array_equal(a0[k], a1[k]) for k in ("count", "dtype", "act_dtype")):
             raise AssertionError("decode graphs at neighbouring contexts differ in structure")
         slope = {k: a1[k] - a0[k] for k in a0 if k not in _STRUCTURE}
     s = np.asarray(steps, dtype=np.float64)[None, :]  # (1, S)

@@ -233,6 +233,7 @@ class DeviceProfile:
             "int8_tops": c.matmul_ops_per_s("int8") / TERA,
             "fp16_tops": c.matmul_ops_per_s("fp16") / TERA,
             "npu": c.on_npu("int8"),
+            "weight_only": c.weight_only_compute,
             "dram": m.dram_type,
             "dram_gbps": m.dram_bandwidth_gbps,
             "launch_us": r.launch_overhead_us,

@@ -81,8 +81,9 @@ def _quantities(graph: Graph, profile: DeviceProfile) -> list[tuple[str, int, np
     out = []
     for op, count in graph.unique_ops():
         passes = max(1.0, float(np.ceil(op.tile_bytes / onchip_bytes)))
-        out.append((profile.compute.op_compute_dtype(op, cpu_path=True), count, np.array([op.flops, op.vector_flops,
-                                               op.streamed_bytes * passes + op.other_bytes])))
+        dtype = profile.compute.op_compute_dtype(op, cpu_path=True)
+        out.append((dtype, count, np.array([op.flops, op.vector_flops,
+                                            op.streamed_bytes * passes + op.other_bytes])))
     return out
 
 

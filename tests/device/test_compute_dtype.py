@@ -34,6 +34,10 @@ def _config(policy, model="qwen2.5-0.5b", prompt=512, new=64):
                                                    context_tokens=1024).scenario)
 
 
+def _profile_text(name):
+    return (resources.files("harmony_ref") / "device" / "profiles" / f"{name}.toml").read_text()
+
+
 def _as_host(profile):
     """`profile` with host semantics (host.toml's weight_only_compute)."""
     return dataclasses.replace(profile, compute=dataclasses.replace(
@@ -57,8 +61,10 @@ def test_the_rule_table():
 
 def test_graph_marks_w8a8_matmuls_only_on_int8_weights():
     spec = get_spec("qwen2.5-0.5b")
-    mixed = _policy("int8", w8a8=True, keep_fp16_layers=["lm_head"], layers={"down_proj": "int4-g32"})
-    ops = {o.name: o for o in build_graph(spec, mixed, "prefill", tokens=16).ops if o.kind == "matmul"}
+    mixed = _policy("int8", w8a8=True, keep_fp16_layers=["lm_head"],
+                    layers={"down_proj": "int4-g32"})
+    graph = build_graph(spec, mixed, "prefill", tokens=16)
+    ops = {o.name: o for o in graph.ops if o.kind == "matmul"}
     q, down, head = (ops["model.layers.0.self_attn.q_proj"], ops["model.layers.0.mlp.down_proj"],
                      ops["lm_head"])
     assert (q.dtype, q.act_dtype) == ("int8", "int8")
@@ -122,14 +128,14 @@ def test_written_host_profile_says_weight():
 
 def test_every_shipped_profile_states_the_field():
     for name in shipped_profiles():
-        text = (resources.files("harmony_ref") / "device" / "profiles" / f"{name}.toml").read_text()
+        text = _profile_text(name)
         line = re.search(r"^weight_only_compute = \"(\w+)\"", text, flags=re.M)
         assert line and line.group(1) in WEIGHT_ONLY_COMPUTES, name
         assert load_profile(name).compute.weight_only_compute == line.group(1)
 
 
 def test_field_errors_name_file_field_and_value(tmp_path):
-    text = (resources.files("harmony_ref") / "device" / "profiles" / "harmony-flagship.toml").read_text()
+    text = _profile_text("harmony-flagship")
     bad = tmp_path / "bad.toml"
     bad.write_text(text.replace('weight_only_compute = "fp16"', 'weight_only_compute = "int8"'))
     with pytest.raises(ValueError) as e:
@@ -179,3 +185,18 @@ def test_cpu_path_runs_weight_only_at_the_weight_rate():
         assert x.prefill_tokens_per_s == pytest.approx(y.prefill_tokens_per_s, rel=1e-12)
         assert x.prefill_tokens_per_s == pytest.approx(z.prefill_tokens_per_s, rel=1e-12)
 
+
+
+def test_a_compute_dtype_without_a_cube_path_falls_back_to_the_cpu_rate():
+    """A profile whose Cube has no INT8 path: W8A8 matmuls run at the CPU's INT8 rate, while
+    weight-only int8 (FP16 compute) stays on the Cube."""
+    p = load_profile("harmony-flagship")
+    no_int8 = dataclasses.replace(p, compute=dataclasses.replace(p.compute, cube_int8_tops=0.0))
+    cfg_a8 = _config(_policy("int8", w8a8=True))
+    cfg_wo = _config(_policy("int8"))
+    a8, a8_cube = (phase_cost(x, cfg_a8, "prefill") for x in (no_int8, p))
+    assert a8.int8_ops == a8_cube.int8_ops > 0
+    rate_ratio = p.compute.cube_int8_tops * 1e3 / p.compute.cpu_int8_gops  # 47.6x
+    assert a8.compute_s > 0.5 * rate_ratio * a8_cube.compute_s
+    assert phase_cost(no_int8, cfg_wo, "prefill").time_s == pytest.approx(
+        phase_cost(p, cfg_wo, "prefill").time_s, rel=1e-12)
