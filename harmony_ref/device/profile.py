@@ -32,7 +32,9 @@ computes in:
   phone's SDOT CPU kernels: harmony-lowend (no NPU) and the CPU path of device/threads.py.
 With int8 activations an int8 weight computes in int8 (the Cube's INT8 rate) on either kind of
 profile, and so does an int4 weight (W4A8: nibbles widened to int8; the INT4 rate would need
-int4 activations, which no policy has). FP16/FP32 weights compute in fp16. Memory traffic is the
+int4 activations, which no policy has). The graph marks int8 activations where the runtime uses
+them: `[activations]` covers a policy's int8 Linears (runtime/llama.py), so an int4 Linear of a
+W8A8 policy is still weight-only. FP16/FP32 weights compute in fp16. Memory traffic is the
 weight's stored bytes whatever it computes in.
 
 Any defect (missing, unknown, negative or mistyped field, unreadable TOML) raises ValueError naming
