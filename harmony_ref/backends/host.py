@@ -57,6 +57,7 @@ from harmony_ref._threads import set_threads
 from harmony_ref.backends.base import E2E_METRICS, Measurement, physics_checked
 from harmony_ref.backends.host_timing import (ThermalGate, cpu_freq_mhz, cpu_temps_c, peak_rss_mb, reset_peak_rss,
                                      time_call)
+from harmony_ref.device.profile import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import MB, MS_PER_S
 
@@ -68,7 +69,7 @@ class OpTime:
     phase: str
     name: str
     kind: str
-    dtype: str
+    dtype: str  # what its matrix work computes in on the host (device/profile.py compute_dtype)
     flops: float
     vector_flops: float
     dram_bytes: float
@@ -188,7 +189,8 @@ class HostDevice:
                 chain = [prims[op.name]] + [prims[n] for n in op.fused]
                 fn = build_op(op, chain, ctx, graph)
                 t = time_call(fn, self.warmup, self.repeats)
-                times.append(OpTime(phase, op.name, op.kind, op.dtype, op.flops, op.vector_flops,
+                cd = compute_dtype(op.dtype, op.act_dtype, HOST_WEIGHT_ONLY_COMPUTE)
+                times.append(OpTime(phase, op.name, op.kind, cd, op.flops, op.vector_flops,
                                     op.dram_bytes, len(chain), t.median_s, t.samples_s, op))
         freq_after, temps_after = cpu_freq_mhz(), cpu_temps_c()
         m = self._metrics(config, times)

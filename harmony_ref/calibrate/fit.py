@@ -42,6 +42,7 @@ import numpy as np
 
 from harmony_ref.backends.host_timing import pick
 from harmony_ref.device.cost import Roofline, dram_bytes, op_time_s
+from harmony_ref.device.profile import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
 from harmony_ref.units import GIGA, US_PER_S
 
 RATE_CLASSES = ("int4", "int8", "fp16", "vector")
@@ -224,7 +225,8 @@ def samples_from_op_times(op_times, onchip_bytes: int, holdout: bool = False, ta
     for (phase, name), ts in groups.items():
         op = ts[0].op
         nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, onchip_bytes)
-        cls = op.dtype if op.flops else "vector"
+        cls = (compute_dtype(op.dtype, op.act_dtype, HOST_WEIGHT_ONLY_COMPUTE) if op.flops
+               else "vector")
         times = tuple(pick(t, stat) for t in ts)
         if op.flops:
             out.append(OpSample(f"{tag}{phase}:{name}", cls, float(op.flops), float(nbytes), 1,
@@ -286,7 +288,8 @@ def phase_terms(profile, config, phase: str) -> tuple[int, np.ndarray, np.ndarra
     comp, memt, count = [], [], []
     for op, n in g.unique_ops():
         nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, r.onchip_bytes)
-        _, c, m = op_time_s(op.flops, op.vector_flops, nbytes, r.matmul_ops_per_s[op.dtype],
+        cd = profile.compute.op_compute_dtype(op)
+        _, c, m = op_time_s(op.flops, op.vector_flops, nbytes, r.matmul_ops_per_s[cd],
                             r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
         comp.append(c)
         memt.append(m)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from harmony_ref._toml import read_toml
 from harmony_ref.calibrate.fit import RATE_CLASSES, HostFit, PhaseFit
-from harmony_ref.device.profile import PROFILES_FOLDER, profile_from_dict
+from harmony_ref.device.profile import (HOST_WEIGHT_ONLY_COMPUTE, PROFILES_FOLDER,
+                                        profile_from_dict)
 from harmony_ref.units import GB, GIGA, KIB, MEGA, US_PER_S
 
 THERMAL_TEMPLATE = "harmony-midrange"  # the host's thermal behaviour is not calibrated: borrowed
@@ -77,6 +78,9 @@ def host_profile_toml(f: HostFit, stream_gbps: float, nominal: dict[str, float],
          f"{fitted('int8')}: achieved {f.rates['int8'] / GIGA:.3g} / compute_efficiency; efficiency vs nominal {eff['int8']:.2f}"),
         ("cpu_int4_gops", nominal["int4"] / GIGA, "assumption: nominal SIMD peak (nominal_host_peaks)"),
         ("compute_efficiency", ce, f"{fitted('int4')}: achieved INT4 {f.rates['int4'] / GIGA:.3g} GOP/s / nominal"),
+        ("weight_only_compute", HOST_WEIGHT_ONLY_COMPUTE,
+         "our kernels (matmul_w8/w4) quantize activations to int8 per 32-block: a weight-only "
+         "matmul computes in its weight dtype, as W8A8 does"),
     ])
     memory = _toml_table("memory", [
         ("dram_type", "host DRAM", ""),

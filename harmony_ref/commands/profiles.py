@@ -29,5 +29,7 @@ def run(args) -> int:
     df = pd.DataFrame([p.summary() for p in profiles])
     print_table(df, title="shipped device profiles (harmony_ref/device/profiles/*.toml)")
     print("int4/int8/fp16_tops: matmul peak (NPU Cube, or the CPU fallback when npu is False); "
+          "weight_only: what a weight-only int8/int4 matmul computes in (fp16: dequantized; "
+          "weight: its weight's dtype; W8A8 computes in int8 on every profile); "
           "app_budget_gb = ram_gb x app_memory_share; sustain_w: thermal sustainable power.")
     return 0

@@ -4,7 +4,11 @@ Per op:  time = max(compute, memory) + launches x launch_overhead, where
     compute = flops / (peak[dtype] x compute_efficiency x f_c) + vector_flops / (vector peak x ...)
     memory  = dram_bytes / (dram_bandwidth x memory_efficiency x f_m)
 `peak[dtype]` is the NPU Cube's peak for the op's compute dtype, or the CPU's when the profile has
-no Cube path for it (`ComputeSpec.matmul_ops_per_s`). To read its weights (or K/V) from DRAM
+no Cube path for it (`ComputeSpec.matmul_ops_per_s`). The compute dtype is device/profile.py's
+`compute_dtype` of the op's weight dtype, its activations (W8A8: int8) and the profile's
+`weight_only_compute`: on a phone a weight-only int8/int4 matmul computes in FP16 and a W8A8
+one at the Cube's INT8 rate; on the host both run at their weight dtype's kernel rate. Its DRAM
+bytes are the weight's stored bytes either way. To read its weights (or K/V) from DRAM
 once, a matmul keeps its whole activation block resident on chip while the weights stream past in
 small tiles; a block larger than the on-chip buffer is split, and the weights are streamed once
 per piece: streamed bytes x ceil(tile_bytes / onchip_buffer). Decode (one row) always fits;
@@ -39,8 +43,10 @@ For the thermal model:
 `phase` is "prefill" (the whole prompt) or "decode" (per-step mean over the scenario's generated
 tokens, or the single step at `context` when given). `compute_freq_scale` / `memory_freq_scale`
 (0 < f <= 1) scale the compute peaks and the DRAM bandwidth, as a DVFS step would.
-`int8_equiv_ops` weighs ops by the Cube's cost per op relative to INT8 (fp16 x2, int4 x0.5,
-vector fp16 x2, an assumption): multiply by `thermal.energy_per_int8_op_pj` for dynamic energy.
+`fp16_ops` / `int8_ops` / `int4_ops` count matrix ops by the dtype they compute in (above), and
+`int8_equiv_ops` weighs them by the Cube's cost per op relative to INT8 (fp16 x2, int4 x0.5,
+vector fp16 x2, an assumption): a weight-only int8 matmul on a phone costs FP16 energy, a W8A8
+one INT8: multiply by `thermal.energy_per_int8_op_pj` for dynamic energy.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import DTYPES, DeviceProfile
+from harmony_ref.device.profile import DTYPES, DeviceProfile, compute_dtype
 from harmony_ref.device.ops import fallback_ops, placement
 from harmony_ref.model.graph import Graph, Segment, build_graph
 from harmony_ref.units import GB, GIGA, MB, MS_PER_S, US_PER_S
@@ -163,12 +169,20 @@ def _make_op_arrays(graph: Graph) -> dict[str, np.ndarray]:
         "act_out": [op.act_out_bytes for op, _ in rows],
     }
     out = {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
-    out["dtype"] = np.asarray([DTYPES.index(op.dtype) for op, _ in rows])
+    out["dtype"] = np.asarray([DTYPES.index(op.dtype) for op, _ in rows])  # the weight's
+    out["act_dtype"] = np.asarray([op.act_dtype for op, _ in rows], dtype=object)
     out["op_type"] = np.asarray([op.op_type for op, _ in rows], dtype=object)
     return out
 
 
-_STRUCTURE = ("count", "dtype", "op_type")
+_STRUCTURE = ("count", "dtype", "act_dtype", "op_type")
+
+
+def _compute_dtypes(profile: DeviceProfile, a: dict[str, np.ndarray]) -> np.ndarray:
+    """Index into DTYPES of the dtype each op of op columns `a` computes in on `profile`."""
+    mode = profile.compute.weight_only_compute
+    return np.asarray([DTYPES.index(compute_dtype(DTYPES[w], x, mode))
+                       for w, x in zip(a["dtype"], a["act_dtype"])], dtype=np.int64)
 
 
 def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.ndarray,
@@ -181,27 +195,28 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
         slope = {k: np.zeros_like(v) for k, v in a0.items() if k not in _STRUCTURE}
     else:
         a1 = _op_arrays(g1)
-        if not np.array_equal(a0["count"], a1["count"]) or not np.array_equal(a0["dtype"], a1["dtype"]):
+        if not all(np.array_equal(a0[k], a1[k]) for k in ("count", "dtype", "act_dtype")):
             raise AssertionError("decode graphs at neighbouring contexts differ in structure")
         slope = {k: a1[k] - a0[k] for k in a0 if k not in _STRUCTURE}
     s = np.asarray(steps, dtype=np.float64)[None, :]  # (1, S)
     q = {k: a0[k][:, None] + slope[k][:, None] * s for k in slope}  # (ops, S)
     r = Roofline.of(profile, fc, fm)
+    cd = _compute_dtypes(profile, a0)  # (ops,) what each op computes in on this profile
     rates = np.array([r.matmul_ops_per_s[d] for d in DTYPES])
     dram = dram_bytes(q["streamed"], q["other"], q["tile"], r.onchip_bytes)
-    time, compute, memory = op_time_s(q["flops"], q["vflops"], dram, rates[a0["dtype"]][:, None],
+    time, compute, memory = op_time_s(q["flops"], q["vflops"], dram, rates[cd][:, None],
                                       r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
     n = a0["count"][:, None]
     cpu = np.asarray([placement(profile, t) == "fallback" for t in a0["op_type"]], dtype=bool)[:, None]
     if cpu.any():  # fallback ops: CPU rates, the NPU <-> CPU copy, a launch on each side
         cpu_rates = np.array([r.cpu_matmul_ops_per_s[d] for d in DTYPES])
-        c_time, c_compute, _ = op_time_s(q["flops"], q["vflops"], dram, cpu_rates[a0["dtype"]][:, None],
+        c_time, c_compute, _ = op_time_s(q["flops"], q["vflops"], dram, cpu_rates[cd][:, None],
                                          r.cpu_vector_ops_per_s, r.bandwidth_bytes_per_s,
                                          r.launch_s + r.cpu_launch_s)
         c_time = c_time + (q["act_in"] + q["act_out"]) / r.transfer_bytes_per_s
         time, compute = np.where(cpu, c_time, time), np.where(cpu, c_compute, compute)
     fallback_runs = float((n * cpu).sum())
-    per_dtype = {d: ((a0["dtype"] == i)[:, None] * q["flops"] * n).sum(axis=0) for i, d in enumerate(DTYPES)}
+    per_dtype = {d: ((cd == i)[:, None] * q["flops"] * n).sum(axis=0) for i, d in enumerate(DTYPES)}
     vector = (q["vflops"] * n).sum(axis=0)
     return {
         "time_s": (time * n).sum(axis=0),
@@ -332,17 +347,23 @@ def scenario_timing(profile: DeviceProfile, config: RunConfig, compute_freq_scal
 
 
 def op_breakdown(profile: DeviceProfile, graph: Graph) -> list[dict]:
-    """Where one graph's time goes, by op kind: time, launches, DRAM bytes and how many of its
-    kernels are memory-bound; a kind's CPU-fallback ops get their own row ("silu (cpu)").
-    Rows sorted by time, largest first."""
+    """Where one graph's time goes, by op kind: time, launches, DRAM bytes, how many of its
+    kernels are memory-bound and what its matrix work computes in on this profile (`computes_in`:
+    compute dtypes joined by "+", "vector" for a kind without matrix work); a kind's CPU-fallback
+    ops get their own row ("silu (cpu)"). Rows sorted by time, largest first."""
     rows: dict[str, dict] = {}
+    dtypes: dict[str, set[str]] = {}
     for op, count in graph.unique_ops():
         one = Graph(graph.spec, graph.policy, graph.phase, graph.tokens, graph.context, graph.batch,
                     graph.fused, graph.kv_dtype, (Segment((op,)),))
         c = graph_cost(profile, one)
         kind = f"{op.op_type} (cpu)" if c.fallback_runs else op.kind
-        r = rows.setdefault(kind, {"kind": kind, "time_ms": 0.0, "launch_ms": 0.0, "launches": 0,
-                                   "dram_mb": 0.0, "gflop": 0.0, "memory_bound": 0})
+        r = rows.setdefault(kind, {"kind": kind, "computes_in": "", "time_ms": 0.0,
+                                   "launch_ms": 0.0, "launches": 0, "dram_mb": 0.0, "gflop": 0.0,
+                                   "memory_bound": 0})
+        if op.flops:
+            dtypes.setdefault(kind, set()).add(profile.compute.op_compute_dtype(op))
+        r["computes_in"] = "+".join(d for d in DTYPES if d in dtypes.get(kind, ())) or "vector"
         r["time_ms"] += count * c.time_s * MS_PER_S
         r["launch_ms"] += count * c.launch_s * MS_PER_S
         r["launches"] += count
@@ -360,7 +381,8 @@ def op_roofline_s(profile: DeviceProfile, op) -> tuple[float, float]:
     (efficiencies, per-dtype peaks, on-chip tiling passes; launch overhead not included)."""
     r = Roofline.of(profile)
     nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, r.onchip_bytes)
-    _, compute, memory = op_time_s(op.flops, op.vector_flops, nbytes, r.matmul_ops_per_s[op.dtype],
+    cd = profile.compute.op_compute_dtype(op)
+    _, compute, memory = op_time_s(op.flops, op.vector_flops, nbytes, r.matmul_ops_per_s[cd],
                                    r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
     return float(compute), float(memory)
 

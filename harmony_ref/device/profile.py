@@ -17,6 +17,26 @@ Every number in a shipped file names its source or says
 `assumption`. A Cube peak of 0 means "no NPU path for this dtype": the op falls back to the CPU
 rate of the same dtype.
 
+What a matmul computes in is decided in one place, `compute_dtype` (the cost model, the CPU
+fallback, energy, breakdowns and the calibration fits all ask it): its weight dtype, whether the
+policy gives it static int8 activations (`[activations]`, W8A8) and the profile's
+`[compute] weight_only_compute`, what a weight-only quantized matmul (no `[activations]`)
+computes in:
+- `"fp16"`: the runtime dequantizes the weight on the fly and multiplies in float (FP16 on the
+  NPU), as MindSpore Lite's weight quantization does ("float32 inference is still performed";
+  full quantization, weights and activations, "the int operation is performed": MindSpore Lite
+  docs, advanced/quantization). The phones.
+- `"weight"`: at the rate of the weight's own dtype. Our host kernels (matmul_w8 / matmul_w4)
+  quantize the activations to int8 per 32-block on the fly (llama.cpp's Q8 recipe), so an int8
+  weight computes in int8 and an int4 one at the measured INT4 kernel rate: host.toml. So do a
+  phone's SDOT CPU kernels: harmony-lowend (no NPU) and the CPU path of device/threads.py.
+With int8 activations an int8 weight computes in int8 (the Cube's INT8 rate) on either kind of
+profile, and so does an int4 weight (W4A8: nibbles widened to int8; the INT4 rate would need
+int4 activations, which no policy has). The graph marks int8 activations where the runtime uses
+them: `[activations]` covers a policy's int8 Linears (runtime/llama.py), so an int4 Linear of a
+W8A8 policy is still weight-only. FP16/FP32 weights compute in fp16. Memory traffic is the
+weight's stored bytes whatever it computes in.
+
 Any defect (missing, unknown, negative or mistyped field, unreadable TOML) raises ValueError naming
 the file, the field and the value.
 """
@@ -35,6 +55,27 @@ from harmony_ref.model.graph import OP_TYPES
 from harmony_ref.units import GB, GIGA, KIB, MB, TERA
 
 DTYPES = ("fp16", "int8", "int4")
+WEIGHT_ONLY_COMPUTES = ("fp16", "weight")  # [compute] weight_only_compute (module docstring)
+HOST_WEIGHT_ONLY_COMPUTE = "weight"  # our host kernels: dynamic int8 activations per 32-block
+# The phone's CPU path (device/threads.py): its [cpu] clusters' int8 / int4 rates are SDOT kernels,
+# which take int8 activations (llama.cpp-style CPU inference, what the thread source measured).
+CPU_PATH_WEIGHT_ONLY_COMPUTE = "weight"
+
+
+def compute_dtype(weight_dtype: str, act_dtype: str, weight_only_compute: str) -> str:
+    """The dtype a matmul computes in (one of DTYPES): the only place this is decided.
+
+    weight_dtype: its weight's operand dtype (fp16 | int8 | int4; fp32 weights run as fp16);
+    act_dtype: "int8" when the policy gives it static int8 activations (W8A8), else "fp16";
+    weight_only_compute: the profile's [compute] field (WEIGHT_ONLY_COMPUTES)."""
+    if weight_dtype not in DTYPES or weight_only_compute not in WEIGHT_ONLY_COMPUTES:
+        raise ValueError(f"compute_dtype: weight dtype {weight_dtype!r} / weight_only_compute "
+                         f"{weight_only_compute!r}: must be in {DTYPES} / {WEIGHT_ONLY_COMPUTES}")
+    if weight_dtype == "fp16":
+        return "fp16"
+    if act_dtype == "int8":  # W8A8 -> INT8; W4A8 -> INT8 too (INT4 needs int4 activations)
+        return "int8"
+    return "fp16" if weight_only_compute == "fp16" else weight_dtype
 
 
 def _fraction():
@@ -55,6 +96,15 @@ class ComputeSpec:
     cpu_int8_gops: float = _positive()
     cpu_int4_gops: float = _positive()
     compute_efficiency: float = _fraction()  # achieved / peak on large matmuls
+    # what a weight-only quantized matmul computes in: "fp16" (dequantized, float) or "weight"
+    # (its weight's dtype: our host kernels' dynamic int8 activations); see `compute_dtype`
+    weight_only_compute: str = field(metadata={"choices": WEIGHT_ONLY_COMPUTES})
+
+    def op_compute_dtype(self, op, cpu_path: bool = False) -> str:
+        """The dtype graph op `op` computes in on this profile (`compute_dtype`); `cpu_path`: on
+        the phone's CPU path of device/threads.py (CPU_PATH_WEIGHT_ONLY_COMPUTE)."""
+        mode = CPU_PATH_WEIGHT_ONLY_COMPUTE if cpu_path else self.weight_only_compute
+        return compute_dtype(op.dtype, op.act_dtype, mode)
 
     def matmul_ops_per_s(self, dtype: str) -> float:
         """Peak matmul ops/s for a compute dtype: the Cube's when it has one, else the CPU's."""
@@ -185,6 +235,7 @@ class DeviceProfile:
             "int8_tops": c.matmul_ops_per_s("int8") / TERA,
             "fp16_tops": c.matmul_ops_per_s("fp16") / TERA,
             "npu": c.on_npu("int8"),
+            "weight_only": c.weight_only_compute,
             "dram": m.dram_type,
             "dram_gbps": m.dram_bandwidth_gbps,
             "launch_us": r.launch_overhead_us,

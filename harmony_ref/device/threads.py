@@ -6,6 +6,9 @@ Cortex-A55), each with a frequency and per-core ops per cycle. With N threads:
   a busy thread pool);
 - every op's work is split evenly, so each op waits for its slowest thread:
       compute_N = (flops / N) / (slowest core's rate[dtype] x compute_efficiency)
+  where dtype is what the op computes in on the CPU path: SDOT kernels with int8 activations,
+  so a weight-only int8 / int4 matmul runs at its weight's rate (device/profile.py
+  `compute_dtype`, CPU_PATH_WEIGHT_ONLY_COMPUTE)
                 + (vector_flops / N) / (slowest core's fp16 rate x compute_efficiency)
 - memory still bounds: memory = DRAM bytes / (dram_bandwidth x memory_efficiency), not split
   (the cores share one memory system);
@@ -71,22 +74,24 @@ def op_time_threads_s(flops, vector_flops, nbytes, dtype: str, profile: DevicePr
     return np.maximum(compute, memory) + launch + sync, compute, memory, sync
 
 
-def _quantities(graph: Graph, onchip_bytes: float) -> list[tuple[str, int, np.ndarray]]:
-    """(dtype, count, [flops, vector_flops, DRAM bytes]) per unique op. The CPU's caches hold the
-    activation block as the NPU buffer does (device/cost.py's tiling passes)."""
+def _quantities(graph: Graph, profile: DeviceProfile) -> list[tuple[str, int, np.ndarray]]:
+    """(compute dtype, count, [flops, vector_flops, DRAM bytes]) per unique op. The CPU's caches
+    hold the activation block as the NPU buffer does (device/cost.py's tiling passes)."""
+    onchip_bytes = profile.memory.onchip_buffer_bytes
     out = []
     for op, count in graph.unique_ops():
         passes = max(1.0, float(np.ceil(op.tile_bytes / onchip_bytes)))
-        out.append((op.dtype, count, np.array([op.flops, op.vector_flops,
-                                               op.streamed_bytes * passes + op.other_bytes])))
+        dtype = profile.compute.op_compute_dtype(op, cpu_path=True)
+        out.append((dtype, count, np.array([op.flops, op.vector_flops,
+                                            op.streamed_bytes * passes + op.other_bytes])))
     return out
 
 
 def _graphs_time_s(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.ndarray,
                    threads: int) -> np.ndarray:
     """Time of each step s of graphs affine in the step: quantities g0 + s x (g1 - g0)."""
-    q0 = _quantities(g0, profile.memory.onchip_buffer_bytes)
-    q1 = q0 if g1 is None else _quantities(g1, profile.memory.onchip_buffer_bytes)
+    q0 = _quantities(g0, profile)
+    q1 = q0 if g1 is None else _quantities(g1, profile)
     total = np.zeros(len(steps))
     for (dtype, count, a), (_, _, b) in zip(q0, q1):
         v = a[:, None] + (b - a)[:, None] * np.asarray(steps, dtype=float)[None, :]

@@ -5,8 +5,11 @@
     g.kernel_launches, g.flops, g.dram_bytes; g.ops[i].name, .kind, .dtype, .weight_bytes, ...
 
 Each `Op` carries what the cost model needs and nothing device-specific:
-- `flops`: matrix-unit work, run at the peak of `dtype` (the weight format's compute dtype for
-  projections, fp16 for attention); `vector_flops`: elementwise/reduction work (norms, softmax,
+- `flops`: matrix-unit work. `dtype` is its weight operand's dtype (the weight format's: fp16,
+  int8 or int4; fp16 for attention) and `act_dtype` its activations' ("int8" for a Linear the
+  policy's `[activations]` table gives static int8 scales, W8A8; else "fp16"); the dtype it
+  computes in, and so the peak it runs at, also depends on the device: device/profile.py
+  `compute_dtype`. `vector_flops`: elementwise/reduction work (norms, softmax,
   activations, rope, bias, residual adds) run on the vector unit in fp16.
 - bytes it moves through DRAM: `weight_bytes` (the weight's real stored size, scales and zero
   points included, from `WeightFormat.nbytes`), `act_in_bytes`/`act_out_bytes` (fp16
@@ -83,7 +86,8 @@ class Op:
     # residual_add | kv_write | pool; "attention" once fused (QK^T + softmax + P.V in one kernel)
     kind: str
     layer: str  # module path; for projections the name a policy pattern matches
-    dtype: str = "fp16"  # compute dtype of `flops`: fp16 | int8 | int4
+    dtype: str = "fp16"  # weight operand dtype of `flops`: fp16 | int8 | int4
+    act_dtype: str = "fp16"  # activations: "int8" = static int8 scales (W8A8), else fp16
     flops: float = 0.0
     vector_flops: float = 0.0
     weight_bytes: float = 0.0
@@ -224,7 +228,9 @@ class _Builder:
     def matmul(self, layer: str, n: int, k: int, rows: int, bias: bool, fmt: WeightFormat | None = None):
         fmt = fmt or self.policy.format_for(layer)
         a = ACT_BYTES
-        self.add(name=layer, kind="matmul", layer=layer, dtype=fmt.compute_dtype,
+        # [activations] gives every int8 Linear static int8 activations (runtime/llama.py)
+        act = "int8" if self.policy.activations is not None and fmt.kind == "int8" else "fp16"
+        self.add(name=layer, kind="matmul", layer=layer, dtype=fmt.compute_dtype, act_dtype=act,
                  flops=2.0 * rows * n * k, weight_bytes=weight_nbytes(fmt, n, k, layer),
                  act_in_bytes=rows * k * a, act_out_bytes=rows * n * a, tile_bytes=rows * k * a,
                  m=rows, n=n, k=k)
@@ -366,11 +372,13 @@ def layer_groups(spec: ModelSpec, policy: Policy) -> tuple[tuple[tuple[WeightFor
 
 def merge(a: Op, b: Op) -> Op:
     """Op `b` run as the epilogue of `a`: b's input from a stays on chip (no write, no read)."""
-    if b.flops and a.flops and a.dtype != b.dtype:
+    if b.flops and a.flops and (a.dtype, a.act_dtype) != (b.dtype, b.act_dtype):
         raise ValueError(f"cannot fuse {b.name} ({b.dtype}) into {a.name} ({a.dtype})")
     saved = b.reads_prev_bytes
+    first = a if a.flops or not b.flops else b  # the op whose matrix work the kernel does
     return Op(
-        name=a.name, kind="attention" if a.kind == "attn_qk" else a.kind, layer=a.layer, dtype=a.dtype if a.flops or not b.flops else b.dtype,
+        name=a.name, kind="attention" if a.kind == "attn_qk" else a.kind, layer=a.layer,
+        dtype=first.dtype, act_dtype=first.act_dtype,
         flops=a.flops + b.flops,
         vector_flops=a.vector_flops + b.vector_flops,
         weight_bytes=a.weight_bytes + b.weight_bytes,
@@ -394,7 +402,8 @@ def fuse(ops: list[Op] | tuple[Op, ...], cpu_ops: frozenset[str] = frozenset()) 
     for op in ops:
         if (out and op.kind in EPILOGUE_KINDS and op.reads_prev_bytes > 0
                 and op.op_type not in cpu_ops and out[-1].op_type not in cpu_ops
-                and not (op.flops and out[-1].flops and op.dtype != out[-1].dtype)):
+                and not (op.flops and out[-1].flops
+                         and (op.dtype, op.act_dtype) != (out[-1].dtype, out[-1].act_dtype))):
             out[-1] = merge(out[-1], op)
         else:
             out.append(op)

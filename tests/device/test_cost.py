@@ -26,6 +26,12 @@ def _single_op_graph(phase, **kw):
     return op, dataclasses.replace(g, segments=(Segment((op,)),))
 
 
+def _weight_rate(profile):
+    """`profile` with weight-only matmuls at their weight dtype's rate (as host.toml)."""
+    return dataclasses.replace(profile, compute=dataclasses.replace(
+        profile.compute, weight_only_compute="weight"))
+
+
 def test_hand_worked_decode_point():
     op, g = _single_op_graph("decode", context=100)
     # Weights: 3072 x 3072 nibbles = 4,718,592 B; 3072 rows x 24 groups x (2 B scale + 1 B zp)
@@ -33,22 +39,29 @@ def test_hand_worked_decode_point():
     assert op.weight_bytes == 4_939_776
     assert op.dram_bytes == 4_939_776 + 2 * 6_144  # 4,952,064 B
     # Flagship: bandwidth 68.3 GB/s x 0.7 = 47.81 GB/s -> memory = 4,952,064 / 47.81e9 = 103.578 us.
-    # Compute: 2 x 3072 x 3072 = 18,874,368 ops / (65.536 TOPS int4 x 0.5) = 0.576 us.
+    # Compute: weight-only int4 computes in FP16 on the phone (weight_only_compute = "fp16"):
+    # 2 x 3072 x 3072 = 18,874,368 ops / (16.384 TOPS fp16 x 0.5) = 2.304 us.
     # Memory-bound: time = 103.578 us + 20 us launch = 123.578 us.
     c = graph_cost(load_profile("harmony-flagship"), g)
     assert c.memory_s == pytest.approx(4_952_064 / 47.81e9, rel=1e-12)
+    assert c.compute_s == pytest.approx(18_874_368 / 8.192e12, rel=1e-12)
+    assert c.time_s == pytest.approx(123.578 * US, abs=0.001 * US)
+    assert c.kernel_launches == 1 and c.fp16_ops == 18_874_368 and c.int4_ops == 0
+    # At the weight's own rate (host semantics): / (65.536 TOPS int4 x 0.5) = 0.576 us, same time.
+    c = graph_cost(_weight_rate(load_profile("harmony-flagship")), g)
     assert c.compute_s == pytest.approx(18_874_368 / 32.768e12, rel=1e-12)
     assert c.time_s == pytest.approx(123.578 * US, abs=0.001 * US)
-    assert c.kernel_launches == 1 and c.int4_ops == 18_874_368
+    assert c.int4_ops == 18_874_368 and c.fp16_ops == 0
 
 
 def test_hand_worked_prefill_points():
     op, g = _single_op_graph("prefill", tokens=512)
-    flagship = load_profile("harmony-flagship")
-    # Activation block 512 x 3072 x 2 B = 3,145,728 B > 2 MiB buffer (2,097,152 B): 2 pieces, so
-    # the weights stream twice: 2 x 4,939,776 = 9,879,552 B; + 3,145,728 in + 3,145,728 out
-    # = 16,171,008 B / 47.81e9 = 338.23 us. Compute: 2 x 512 x 3072 x 3072 = 9,663,676,416 ops /
-    # 32.768e12 = 294.91 us. Memory-bound: 338.23 + 20 = 358.23 us.
+    flagship = _weight_rate(load_profile("harmony-flagship"))
+    # At the INT4 rate: activation block 512 x 3072 x 2 B = 3,145,728 B > 2 MiB buffer
+    # (2,097,152 B): 2 pieces, so the weights stream twice: 2 x 4,939,776 = 9,879,552 B;
+    # + 3,145,728 in + 3,145,728 out = 16,171,008 B / 47.81e9 = 338.23 us. Compute:
+    # 2 x 512 x 3072 x 3072 = 9,663,676,416 ops / 32.768e12 = 294.91 us. Memory-bound:
+    # 338.23 + 20 = 358.23 us.
     c = graph_cost(flagship, g)
     assert c.dram_bytes == 16_171_008
     assert c.compute_s == pytest.approx(294.912 * US, abs=0.001 * US)
@@ -59,6 +72,11 @@ def test_hand_worked_prefill_points():
     c = graph_cost(big, g)
     assert c.dram_bytes == 11_231_232
     assert c.time_s == pytest.approx(314.91 * US, abs=0.01 * US)
+    # The shipped flagship computes weight-only int4 in FP16: 9,663,676,416 / 8.192e12 =
+    # 1179.648 us > 338.23 us memory: compute-bound, 1199.648 us. Same bytes.
+    c = graph_cost(load_profile("harmony-flagship"), g)
+    assert c.dram_bytes == 16_171_008
+    assert c.time_s == pytest.approx(1199.648 * US, abs=0.001 * US)
 
 
 def _all_configs():

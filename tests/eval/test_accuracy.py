@@ -214,3 +214,21 @@ def test_accuracy_benchmarks_are_well_formed():
         if name.startswith("track_"):
             assert getattr(fn, "unit", None), f"{name} has no unit"
     assert "minilm-mixed" in ba.POLICIES
+
+
+def test_cli_accuracy_scores_a_pruned_minilm(cli_tiny, small_set, tmp_path, capsys):
+    """A policy with a [prune] table scores through the same `accuracy` path: smaller Linear
+    weights (the pruned shapes, not masked zeros) and embeddings that differ from FP32's."""
+    pairs = tmp_path / "pairs.tsv"
+    n = len(small_set.sentences) // 2
+    pairs.write_text("category\tgroup\tsentence_a\tsentence_b\n" + "".join(
+        f"c\tg\t{small_set.sentences[i]}\t{small_set.sentences[n + i]}\n" for i in range(n)))
+    pruned = tmp_path / "pruned.toml"
+    pruned.write_text('name = "pruned"\ndefault = "int8"\n[prune]\nffn = 0.5\nheads = 0.5\n')
+    assert main(["accuracy", "--model", "all-minilm-l6", "--policy", "int8", "--policy",
+                 str(pruned), "--json", "--pairs", str(pairs)]) == 0
+    res = json.loads(capsys.readouterr().out)["policies"]
+    full, cut = res["int8"], res[str(pruned)]
+    assert cut["linear_weights_mb"]["value"] < 0.8 * full["linear_weights_mb"]["value"]
+    assert cut["cosine_mean"]["value"] < full["cosine_mean"]["value"]
+    assert cut["weights_mb"]["value"] < full["weights_mb"]["value"]
