@@ -113,7 +113,9 @@ def same_bytes_fp32(prepared, k: int) -> np.ndarray:
 
 class NormBiasGelu:
     """LayerNorm + bias + GELU over (rows, 4096): fused, against the same chain as three kernels
-    (what fusion saves) and against NumPy array expressions."""
+    (what fusion saves) and against NumPy array expressions. The three-kernel chain allocates
+    a (rows, 4096) output per kernel: steady_memory (pin_threads) keeps those from being
+    mapped afresh per call, which made the 128-row ratio two-valued between processes."""
 
     params = ([1, 128],)
     param_names = ["rows"]
@@ -144,6 +146,12 @@ def _numpy_chain(x, gamma, beta, bias, eps=np.float32(1e-5)):
 
 
 class DecodeAttention:
+    """One decode step of attention (32 query heads over 8 KV heads of 128) over `context`
+    cached tokens, against decode_attention_ref (NumPy: dequantize, repeat, einsum). The
+    reference's temporaries are 8-64 MB; steady_memory (pin_threads) keeps it from
+    page-faulting them afresh per call, which had made a third to a half of its CPU time
+    fault handling, as much as the process's luck allowed."""
+
     params = (["fp16", "int8"], [512, 4096])
     param_names = ["kv_dtype", "context"]
 
