@@ -213,8 +213,28 @@ def pin_threads(n: int = THREADS) -> None:
     steady_memory()
 
 
-# glibc mallopt parameters (malloc.h)
+# glibc mallopt parameters (malloc.h) and glibc's defaults for them
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_DEFAULTS = {_M_TRIM_THRESHOLD: 128 * 1024, _M_MMAP_MAX: 65536}
+_steady = False
+
+
+def _mallopt(settings: dict[int, int]) -> bool:
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        return all(libc.mallopt(k, v) == 1 for k, v in settings.items())
+    except (OSError, AttributeError, TypeError):
+        return False
+
+
+def _madvise_hugepage(on: bool) -> None:
+    try:
+        np._core.multiarray._set_madvise_hugepage(on)
+    except AttributeError:  # numpy < 2
+        np.core.multiarray._set_madvise_hugepage(on)
 
 
 def steady_memory() -> bool:
@@ -225,21 +245,22 @@ def steady_memory() -> bool:
     (measured: up to half its CPU time in the kernel, 2,000-33,000 faults per call), and what
     that costs -- huge pages granted or not, glibc's adaptive mmap threshold raised or not --
     is the fresh process's luck, moving ratios by 30-70% between processes
-    (bench/asv_spread.json). False where glibc's mallopt is not available."""
-    import ctypes
-    import ctypes.util
+    (bench/asv_spread.json). False where glibc's mallopt is not available. For a benchmark
+    process (asv starts one per benchmark); a test that calls a benchmark's setup in a longer
+    process puts the defaults back with restore_memory (tests/conftest.py does, after each)."""
+    global _steady
+    _steady = True
+    _madvise_hugepage(False)
+    return _mallopt({_M_MMAP_MAX: 0, _M_TRIM_THRESHOLD: 2**31 - 1})
 
-    try:
-        np._core.multiarray._set_madvise_hugepage(False)
-    except AttributeError:  # numpy < 2
-        np.core.multiarray._set_madvise_hugepage(False)
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        ok = libc.mallopt(_M_MMAP_MAX, 0) == 1
-        return ok and libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) == 1
-    except (OSError, AttributeError, TypeError):
-        return False
+
+def restore_memory() -> None:
+    """Undo steady_memory: glibc's default mmap and trim settings, NumPy's huge-page advice."""
+    global _steady
+    if _steady:
+        _steady = False
+        _madvise_hugepage(True)
+        _mallopt(_DEFAULTS)
 
 
 @functools.lru_cache(maxsize=None)
