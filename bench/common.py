@@ -7,6 +7,7 @@ input silently breaks that history. New inputs get new names.
 from __future__ import annotations
 
 import functools
+import gc
 import time
 
 import numpy as np
@@ -74,6 +75,17 @@ def tracks(metric: str | None, form: str = "same", unit: str = "", direction: st
     return mark
 
 
+def skip_for(*combos: tuple):
+    """Skip a benchmark for these parameter combinations: asv_runner's `skip_params` attribute
+    (what asv_runner.benchmarks.mark.skip_for_params sets), so asv records them as skipped."""
+
+    def mark(fn):
+        fn.skip_params = [tuple(c) for c in combos]
+        return fn
+
+    return mark
+
+
 def lower_is_better(metric, form: str) -> float:
     """A Metric's value in lower-is-better `form`; ValueError when its recorded direction does
     not fit the form (a direction that changed must not be drawn upside down)."""
@@ -97,6 +109,10 @@ def lower_is_better(metric, form: str) -> float:
 # rounds (`relative_time`): a preempted block moves one sample, not the median. `asv run
 # --quick` calls each track_ once (asv sets number = repeat = rounds = 1 and warmup_time = 0), so
 # this median is all the repetition a quick run gets; a full run calls it again per asv round.
+# asv runs every benchmark in a fresh process, and what differs between fresh processes is
+# kept out of the ratio too: pin_threads() also makes a NumPy twin's large temporaries reuse
+# mapped memory instead of page-faulting afresh each call (steady_memory), and the garbage
+# collector is off while a ratio is timed (relative_samples).
 
 THREADS = 1
 RELATIVE_ROUNDS = 15
@@ -144,7 +160,20 @@ def relative_samples(target, baseline, rounds: int = RELATIVE_ROUNDS,
     """Per round, the CPU time per call of `target` over that of `baseline`, from four blocks of
     back-to-back calls in the order target, baseline, baseline, target (lower: target faster).
     Block sizes are set once so each block takes about `block_s`; both are called twice first
-    (compile, caches, lazy set-up) and the second call sizes the block."""
+    (compile, caches, lazy set-up) and the second call sizes the block. The cyclic garbage
+    collector is off while it times (as in timeit): when a collection runs depends on how many
+    objects the fresh process happens to hold, not on the code timed."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        return _relative_samples(target, baseline, rounds, block_s)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _relative_samples(target, baseline, rounds: int, block_s: float) -> list[float]:
     clock = time.process_time
     sizes = []
     for fn in (target, baseline):
@@ -173,13 +202,65 @@ def relative_time(target, baseline, rounds: int = RELATIVE_ROUNDS) -> float:
 
 
 def pin_threads(n: int = THREADS) -> None:
-    """Numba and OpenBLAS on `n` threads for the rest of this benchmark process."""
+    """Numba and OpenBLAS on `n` threads, and steady_memory(), for the rest of this benchmark
+    process (call it first in setup, before the inputs are allocated)."""
     import numba
 
     from harmony_ref._threads import set_blas_threads
 
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     set_blas_threads(n)
+    steady_memory()
+
+
+# glibc mallopt parameters (malloc.h) and glibc's defaults for them
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_DEFAULTS = {_M_TRIM_THRESHOLD: 128 * 1024, _M_MMAP_MAX: 65536}
+_steady = False
+
+
+def _mallopt(settings: dict[int, int]) -> bool:
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        return all(libc.mallopt(k, v) == 1 for k, v in settings.items())
+    except (OSError, AttributeError, TypeError):
+        return False
+
+
+def _madvise_hugepage(on: bool) -> None:
+    try:
+        np._core.multiarray._set_madvise_hugepage(on)
+    except AttributeError:  # numpy < 2
+        np.core.multiarray._set_madvise_hugepage(on)
+
+
+def steady_memory() -> bool:
+    """Make a NumPy reference's temporaries cost the same in every process: glibc keeps freed
+    memory (no mmap per large array, no trimming), so from the second call on a temporary reuses
+    pages already mapped, and NumPy stops asking for transparent huge pages. Otherwise every
+    call of e.g. decode_attention_ref at 4096 tokens page-faults its 64 MB temporaries afresh
+    (measured: up to half its CPU time in the kernel, 2,000-33,000 faults per call), and what
+    that costs -- huge pages granted or not, glibc's adaptive mmap threshold raised or not --
+    is the fresh process's luck, moving ratios by 30-70% between processes
+    (bench/asv_spread.json). False where glibc's mallopt is not available. For a benchmark
+    process (asv starts one per benchmark); a test that calls a benchmark's setup in a longer
+    process puts the defaults back with restore_memory (tests/conftest.py does, after each)."""
+    global _steady
+    _steady = True
+    _madvise_hugepage(False)
+    return _mallopt({_M_MMAP_MAX: 0, _M_TRIM_THRESHOLD: 2**31 - 1})
+
+
+def restore_memory() -> None:
+    """Undo steady_memory: glibc's default mmap and trim settings, NumPy's huge-page advice."""
+    global _steady
+    if _steady:
+        _steady = False
+        _madvise_hugepage(True)
+        _mallopt(_DEFAULTS)
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,10 +6,10 @@ asv times every benchmark (every parameter combination) in a new interpreter, an
 a process starts with. A `track_` has no samples in asv's results, so asv's Regressions page
 judges it by `regressions_thresholds` alone; a threshold below the cross-process spread lists
 noise as a regression. This script measures that spread: every parameter combination of every
-relative track matching --bench (a regex on "module.Class.track_name") is run PROCESSES times,
-each in a fresh interpreter that does what asv does (setup, then one call of the track), the
-entries interleaved (process 1 of every entry, then process 2, ...) so a drift of the machine
-spreads over all of them. It writes bench/asv_spread.json; with --write-conf it also puts the
+relative track whose entry name "module.Class.track(params)" matches --bench (a regex; the
+combinations a track skips excluded) is run PROCESSES times, each in a fresh interpreter that
+does what asv does (setup, then one call of the track), the entries interleaved (process 1 of
+every entry, then process 2, ...) so a drift of the machine spreads over all of them. It writes bench/asv_spread.json; with --write-conf it also puts the
 derived thresholds into asv.conf.json, one regex per entry (tests/track/test_perf_gate.py
 checks that the two agree and that the thresholds follow the rule below).
 
@@ -18,7 +18,8 @@ Rule: spread = max / min - 1 over the processes (asv flags a later value above
 spread rounded up to 5%, never below the default relative limit (perf.LIMIT_PCT). MARGIN = 1.5
 because a handful of processes sees less than the whole range.
 
-    /work/bin/quiet python -m bench.measure_spread --processes 6 --bench 'MatmulW4' --write-conf
+    /work/bin/quiet python -m bench.measure_spread --processes 6 --write-conf \
+        --bench "DecodeAttention.*'int8', 512"   # one entry
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ def entry_regex(entry: str) -> str:
 
 
 def relative_entries(pattern: str) -> list[tuple[str, str, str, tuple]]:
-    """(module, class, track, params) of every relative track_ (unit 'x ...') matching pattern,
-    one row per parameter combination (as asv names them)."""
+    """(module, class, track, params) of every relative track_ (unit 'x ...'), one row per
+    parameter combination asv runs (not those in the track's skip_params), whose entry name
+    ("module.Class.track(params)", as asv names it) matches the regex `pattern`."""
     import bench
 
     rx = re.compile(pattern)
@@ -90,13 +92,14 @@ def relative_entries(pattern: str) -> list[tuple[str, str, str, tuple]]:
                 relative = str(getattr(fn, "unit", "")).startswith("x ")
                 if not attr.startswith("track_") or not relative:
                     continue
-                if not rx.search(f"{mod.name}.{cls_name}.{attr}"):
-                    continue
                 params = getattr(cls, "params", ())
                 if params and not isinstance(params[0], list):
                     params = (params,)
+                skipped = set(getattr(fn, "skip_params", ()))
                 for combo in itertools.product(*params) if params else [()]:
-                    out.append((mod.name, cls_name, attr, tuple(combo)))
+                    entry = (mod.name, cls_name, attr, tuple(combo))
+                    if tuple(combo) not in skipped and rx.search(entry_name(*entry)):
+                        out.append(entry)
     return out
 
 
@@ -120,7 +123,8 @@ def cpu_name() -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bench", default=".", help="regex on module.Class.track_name")
+    ap.add_argument("--bench", default=".",
+                    help="regex searched in each entry name, module.Class.track(params)")
     ap.add_argument("--processes", type=int, default=6, help="fresh processes per entry")
     ap.add_argument("--write-conf", action="store_true", help="update asv.conf.json")
     ap.add_argument("--rederive", action="store_true",
@@ -149,6 +153,10 @@ def main(argv=None) -> int:
         doc["cpu"] = cpu_name()
     doc.update({"margin": MARGIN, "step": STEP, "floor": floor})
     measured = doc.setdefault("entries", {})
+    defined = {entry_name(*e) for e in relative_entries(".")}
+    for name in sorted(set(measured) - defined):  # a track removed, or a combination skipped
+        print(f"measure_spread: {name}: no longer run by asv, dropped", file=sys.stderr)
+        del measured[name]
     for name, vals in values.items():
         measured[name] = {"processes": len(vals), "values": vals}
     for m in measured.values():  # the rule, applied to every recorded entry

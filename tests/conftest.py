@@ -3,9 +3,14 @@
 - `tiny` (module): a MiniLM built on the tiny random checkpoint of tests/fixtures/minilm/tiny.py.
   Module-scoped, not session-scoped: MiniLM caches quantized linears per policy, so each module
   starts from a fresh model as it did when every module defined its own copy of this fixture.
+- `_default_memory` (autouse): a test that ran an asv benchmark's setup (bench.common.pin_threads
+  sets the benchmark process's allocator for steady timings) leaves this pytest process with
+  glibc's and NumPy's default memory behaviour for the tests after it (RSS measurements).
 """
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 
@@ -16,3 +21,11 @@ from tests.fixtures.minilm.tiny import make_tiny_model
 def tiny(tmp_path_factory):
     model, _, _ = make_tiny_model(tmp_path_factory.mktemp("tiny"))
     return model
+
+
+@pytest.fixture(autouse=True)
+def _default_memory():
+    yield
+    common = sys.modules.get("bench.common")
+    if common is not None:
+        common.restore_memory()

@@ -31,3 +31,18 @@ def test_one_benchmark_of_each_class_runs():
         for name in dir(bench):
             if name.startswith(("time_", "track_")):
                 getattr(bench, name)(*args)
+
+
+def test_a_benchmark_setup_steadies_memory_and_restore_undoes_it():
+    """pin_threads turns off NumPy's huge-page advice for the benchmark process (and glibc's
+    per-call mmap); restore_memory, which tests/conftest.py calls after each test, turns the
+    advice back on."""
+    import numpy as np
+
+    from bench import common
+
+    set_advice = np._core.multiarray._set_madvise_hugepage  # returns the previous setting
+    bk.NormBiasGelu().setup(1)
+    assert set_advice(False) is False
+    common.restore_memory()
+    assert set_advice(True) is True

@@ -273,3 +273,18 @@ def test_an_entry_regex_matches_only_its_own_parameters():
     assert re.match(rx, "bench_kernels.MatmulW4.track_time_vs_numpy_fp32(1, 32)@main")
     assert not re.match(rx, "bench_kernels.MatmulW4.track_time_vs_numpy_fp32(1, 320)")
     assert not re.match(rx, "bench_kernels.MatmulW4.track_time_vs_numpy_fp32(128, 32)")
+
+
+def test_spread_entries_are_the_combinations_asv_runs_and_filter_by_parameters():
+    """A combination a track skips (asv_runner's skip_params: the FP32-twin GEMV ratio at m=1)
+    is neither measured nor given a threshold; --bench can name single parameter sets."""
+    from bench import bench_kernels as bk
+    from bench import measure_spread as ms
+
+    assert (1,) in bk.MatmulW8.track_time_vs_numpy_fp32.skip_params
+    names = [ms.entry_name(*e) for e in ms.relative_entries("MatmulW8")]
+    assert "bench_kernels.MatmulW8.track_time_vs_numpy_fp32(1)" not in names
+    assert "bench_kernels.MatmulW8.track_time_vs_numpy_fp32(128)" in names
+    assert "bench_kernels.MatmulW8.track_time_vs_numpy_same_bytes(1)" in names
+    one = [ms.entry_name(*e) for e in ms.relative_entries(r"DecodeAttention.*'int8', 512\)")]
+    assert one == ["bench_kernels.DecodeAttention.track_time_vs_numpy('int8', 512)"]
