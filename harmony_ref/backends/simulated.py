@@ -17,7 +17,7 @@ section, written by `harmony-ref calibrate`) adds `host_model_mape_pct`: the hel
 model it is, as the calibration measured it (end to end when whole-model runs were held out).
 decode_tokens_per_s counts the tokens of every request in the batch.
 
-What the phone does besides the NPU graph (issue 14), also exact:
+What the phone does besides the NPU graph, also exact:
 - `npu_fallback_ops`, `npu_fallback_ms_per_token`: op runs per generated token (per forward for an
   encoder) that the profile's NPU does not run and the CPU does instead, and their time
   (device/ops.py; 0 when the NPU runs every op; only with [npu]);
@@ -88,7 +88,7 @@ class SimulatedDevice:
         m.add("prefill_kernel_launches", t.prefill.kernel_launches, "launches", "lower")
         m.add("peak_memory_mb", mem.peak_bytes / MB, "MB", "lower")
         add_memory_metrics(m, mem, workspace_source="the profile's runtime_workspace_mb")
-        self._issue14_metrics(m, config, t)
+        self._phone_metrics(m, config, t)
         cal = self.profile.calibration
         if cal is not None:
             mape, basis = cal.model_mape_pct
@@ -97,7 +97,7 @@ class SimulatedDevice:
                               f"calibrated {cal.fitted_at or 'at an unrecorded time'}")
         return m
 
-    def _issue14_metrics(self, m: Metrics, config: RunConfig, t) -> None:
+    def _phone_metrics(self, m: Metrics, config: RunConfig, t) -> None:
         from harmony_ref.device.lifecycle import lifecycle_metrics
         from harmony_ref.device.threads import thread_sweep
 

