@@ -1,9 +1,9 @@
 """`harmony-ref sensitivity`: each layer group alone in a format (the others FP32), ranked by the
 loss it causes: on a decoder (default smollm2-135m, or a checkpoint) by KL divergence to the FP32
-reference on the calibration corpus, per Linear type or per block (eval/lm_plan.py), in a weight format, as W8A8
-(`--format w8a8[-per-tensor|-per-channel|-smooth]`) or pruned instead (`--prune ffn=0.1`,
-`--prune heads=0.25`, `--prune-score l1|activation`); on `--model all-minilm-l6` per Linear by
-cosine loss (eval/sensitivity.py)."""
+reference on the calibration corpus, per Linear type or per block (eval/lm_plan.py), in a weight
+format, as W8A8 (`--format w8a8[-per-tensor|-per-channel|-smooth]`) or pruned instead
+(`--prune ffn=0.1`, `--prune heads=0.25`, `--prune-score l1|activation`); on
+`--model all-minilm-l6` per Linear by cosine loss (eval/sensitivity.py)."""
 
 from __future__ import annotations
 

@@ -35,8 +35,8 @@ COMPRESSION_FIELDS = (*(f"prune_{f}" for f in PRUNE_FIELDS), "prune_blocks",
                       *(f"activations_{f}" for f in ACTIVATION_FIELDS))
 ROW_FIELDS = ("key", "config_key", "code_version", "status", "error", "model", "policy",
               "profile", "backend", "prompt_tokens", "new_tokens", "context_tokens", "batch",
-              "kv_dtype", *COMPRESSION_FIELDS, "parts", "machine", "cpu_model", "worker", "seconds", "utc_time",
-              "measured_metrics", "record")
+              "kv_dtype", *COMPRESSION_FIELDS, "parts", "machine", "cpu_model", "worker",
+              "seconds", "utc_time", "measured_metrics", "record")
 FLUSH_EVERY_S = 2.0
 
 
