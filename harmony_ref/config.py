@@ -19,7 +19,10 @@ cache: prefill then runs only the rest, attending over the whole prompt.
 The dict form (`to_dict` / `from_dict`) is the serialisation run records hold: the model and
 policy by the name or path they load from, the scenario as a table, `fused` and `kv_dtype` only
 when they differ from their defaults (as in records written before they existed; so is the
-scenario's `prefix_tokens`). Every problem
+scenario's `prefix_tokens`). A policy with `[prune]` / `[activations]` tables adds
+`compression = {"prune": {...}, "activations": {...}}` (every field of each, quant/compress.py's
+to_dict), so a record says what was pruned and how activations were calibrated without its
+policy file; from_dict reads the policy file and checks the two agree. Every problem
 with one is a ValueError naming the source and the field.
 
 This module sits above model/ and quant/ (it resolves specs and policies), below everything that
@@ -171,6 +174,9 @@ class RunConfig:
             out["kv_dtype"] = self.kv_dtype
         if self.checkpoint:
             out["model_spec"] = spec_to_dict(self.spec)
+        comp = compression_dict(self.policy)
+        if comp:
+            out["compression"] = comp
         return out
 
     @classmethod
@@ -181,7 +187,12 @@ class RunConfig:
             inline = data.get("model_spec")
             spec = (spec_from_dict(inline, f"{source}: config.model_spec") if inline is not None
                     else get_spec(data["model"]))
-            return cls(spec, load_policy(data["policy"]),
+            policy = load_policy(data["policy"])
+            comp = data.get("compression", {})
+            if comp != compression_dict(policy):
+                raise ValueError(f"field 'compression' = {comp!r}: policy {data['policy']!r} "
+                                 f"now says {compression_dict(policy)!r}")
+            return cls(spec, policy,
                        Scenario(**{k: data["scenario"][k] for k in SCENARIO_FIELDS},
                                 prefix_tokens=data["scenario"].get("prefix_tokens", 0)),
                        data.get("fused", True), data.get("kv_dtype", "fp16"), data["profile"],
@@ -189,6 +200,17 @@ class RunConfig:
                        data["model"] if inline is not None else "")
         except ValueError as e:
             raise ValueError(f"{source}: config: {e}") from e
+
+
+def compression_dict(policy: Policy) -> dict:
+    """{"prune": ..., "activations": ...} of a policy's compression tables (absent ones left
+    out; {} for a weight-only policy)."""
+    out = {}
+    if policy.prune is not None:
+        out["prune"] = policy.prune.to_dict()
+    if policy.activations is not None:
+        out["activations"] = policy.activations.to_dict()
+    return out
 
 
 def spec_to_dict(spec: ModelSpec) -> dict:
@@ -229,5 +251,10 @@ def check_config_dict(cfg, source: str, prefix: str = "config.") -> None:
              f"{prefix}backend_options", f"must be an object of strings, got {opts!r}")
     _require(isinstance(cfg.get("fused", True), bool), source, f"{prefix}fused",
              f"must be true or false, got {cfg.get('fused')!r}")
+    comp = cfg.get("compression", {})
+    _require(isinstance(comp, dict) and set(comp) <= {"prune", "activations"}
+             and all(isinstance(v, dict) for v in comp.values()), source,
+             f"{prefix}compression", f"must be an object with prune / activations objects, "
+             f"got {comp!r}")
     _require(cfg.get("kv_dtype", "fp16") in KV_DTYPES, source, f"{prefix}kv_dtype",
              f"must be one of {list(KV_DTYPES)}, got {cfg.get('kv_dtype')!r}")

@@ -1,7 +1,9 @@
 """`harmony-ref plan --budget-mb X`: per-layer formats that minimise the measured loss within a
 weight budget, printed as a policy TOML: on a decoder (default smollm2-135m, or a checkpoint)
 per Linear type by KLD on the calibration corpus, the plan then scored on the held-out corpus
-(eval/lm_plan.py); on `--model all-minilm-l6` per Linear by cosine loss (eval/plan.py)."""
+(eval/lm_plan.py), optionally with pruning choices (`--prune-ffn`, `--prune-heads`,
+`--prune-score`) and as a W8A8 model (`--activations`); on `--model all-minilm-l6` per Linear by
+cosine loss (eval/plan.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,17 @@ def add_arguments(p) -> None:
                    help="decoder: tokens per chunk (512)")
     p.add_argument("--chunks", type=int, default=None, metavar="N",
                    help="decoder: score the first N chunks of each corpus part (default all)")
+    p.add_argument("--prune-ffn", metavar="R,R,...", default=None,
+                   help="decoder: FFN pruning ratios to choose from, uniform across blocks "
+                        "(e.g. 0,0.1,0.25; default: no pruning)")
+    p.add_argument("--prune-heads", metavar="R,R,...", default=None,
+                   help="decoder: head pruning ratios to choose from (e.g. 0,0.25)")
+    p.add_argument("--prune-score", choices=["l1", "activation"], default=None,
+                   help="decoder: how pruned units are chosen (default l1)")
+    p.add_argument("--activations", choices=["per-tensor", "per-channel", "smooth"],
+                   default=None,
+                   help="decoder: plan a W8A8 model: int8 measured with static activation "
+                        "scales of this granularity, the policy carries [activations]")
     p.add_argument("--out", metavar="TOML", help="also write the policy to this file (atomically)")
     p.add_argument("--pairs", metavar="TSV", help="evaluation pairs (default: the shipped set)")
     add_json_flag(p)
@@ -30,13 +43,37 @@ def run(args) -> int:
         from harmony_ref._io import check_output_file
 
         check_output_file(args.out, "--out")
+    compress = [f for f in ("prune_ffn", "prune_heads", "prune_score", "activations")
+                if getattr(args, f) is not None]
     if args.model.lower() != "all-minilm-l6":
         if args.pairs:
             raise ValueError("--pairs applies to --model all-minilm-l6 only")
+        if args.prune_score and not (args.prune_ffn or args.prune_heads):
+            raise ValueError("--prune-score applies with --prune-ffn / --prune-heads only")
+        args.ffn_ratios = _ratio_list(args.prune_ffn, "--prune-ffn")
+        args.head_ratios = _ratio_list(args.prune_heads, "--prune-heads")
         return run_decoder(args)
     if args.chunks is not None or args.context != 512:
         raise ValueError("--chunks/--context apply to a decoder, not --model all-minilm-l6")
+    if compress:
+        flag = "--" + compress[0].replace("_", "-")
+        raise ValueError(f"{flag} applies to a decoder, not --model all-minilm-l6")
     return run_minilm(args)
+
+
+def _ratio_list(text: str | None, where: str) -> tuple[float, ...]:
+    if text is None:
+        return (0.0,)
+    out = []
+    for part in text.split(","):
+        try:
+            r = float(part)
+        except ValueError:
+            raise ValueError(f"{where} {text!r}: {part.strip()!r} is not a number") from None
+        if not 0 <= r < 1:
+            raise ValueError(f"{where} {text!r}: ratio {r:g} must be in [0, 1)")
+        out.append(r)
+    return tuple(out)
 
 
 def run_decoder(args) -> int:
@@ -49,9 +86,11 @@ def run_decoder(args) -> int:
 
     if args.chunks is not None and args.chunks < 1:
         raise ValueError(f"--chunks must be >= 1, got {args.chunks}")
-    plan = progress_run(lambda progress: lm_plan(args.model, args.budget_mb, context=args.context,
-                                                 chunks=args.chunks, progress=progress),
-                        args.json, "plan: each Linear type alone in each format (calibration)")
+    plan = progress_run(lambda progress: lm_plan(
+        args.model, args.budget_mb, context=args.context, chunks=args.chunks, progress=progress,
+        prune_ffn=args.ffn_ratios, prune_heads=args.head_ratios,
+        prune_score=args.prune_score or "l1", activations=args.activations),
+        args.json, "plan: each Linear type alone in each format (calibration)")
     acc = progress_run(lambda progress: lm_accuracy(
         args.model, [(plan.policy, "fp16")], Corpus.shipped("heldout"), args.context,
         max_chunks=args.chunks, progress=progress), args.json,
@@ -68,6 +107,14 @@ def run_decoder(args) -> int:
                "heldout_kld_p99": row["kld_p99"], "heldout_ppl_ratio": row["ppl_ratio"],
                "heldout_top1_agreement_pct": row["top1_agreement_pct"],
                "formats_per_type": plan.choices}
+    pruning = plan.predicted_parts is not None
+    if pruning:
+        summary.update(prune=plan.prune, prune_score=args.prune_score or "l1",
+                       prune_ffn_choices=list(args.ffn_ratios),
+                       prune_heads_choices=list(args.head_ratios),
+                       predicted_kld_parts=plan.predicted_parts)
+    if plan.activations is not None:
+        summary["activations"] = plan.activations.to_dict()
     if args.json:
         print_json({"policy_toml": toml, **summary})
         return 0
@@ -76,6 +123,13 @@ def run_decoder(args) -> int:
     print(f"# planned within {args.budget_mb:g} MB: Linear weights "
           f"{summary['linear_weights_mb']:.3f} MB (embedding table and norms FP32, not counted)")
     print("# per type: " + ", ".join(f"{t} {f}" for t, f in plan.choices.items()))
+    if pruning:
+        chosen = ", ".join(f"{k} {v:g}" for k, v in plan.prune.items()) or "none"
+        print(f"# pruning ({args.prune_score or 'l1'}, no fine-tuning): {chosen}; predicted KLD "
+              "by group: " + ", ".join(f"{k} {v:.4f}" for k, v in plan.predicted_parts.items()))
+    if plan.activations is not None:
+        print(f"# W8A8: int8 Linears with static {plan.activations.granularity} activation "
+              "scales (calibration part)")
     print(f"# KLD mean: predicted {plan.predicted_kld:.4f} (sum of types alone, calibration "
           f"part, {plan.calibration_scored_tokens} scored tokens)")
     print(f"# held out ({acc.title()}):")

@@ -1,6 +1,8 @@
 """`harmony-ref sensitivity`: each layer group alone in a format (the others FP32), ranked by the
 loss it causes: on a decoder (default smollm2-135m, or a checkpoint) by KL divergence to the FP32
-reference on the calibration corpus, per Linear type or per block (eval/lm_plan.py); on
+reference on the calibration corpus, per Linear type or per block (eval/lm_plan.py), in a weight
+format, as W8A8 (`--format w8a8[-per-tensor|-per-channel|-smooth]`) or pruned instead
+(`--prune ffn=0.1`, `--prune heads=0.25`, `--prune-score l1|activation`); on
 `--model all-minilm-l6` per Linear by cosine loss (eval/sensitivity.py)."""
 
 from __future__ import annotations
@@ -16,8 +18,17 @@ def add_arguments(p) -> None:
 
     p.add_argument("--model", default="smollm2-135m",
                    help=f"smollm2-135m (default), a .gguf file, an HF directory, or {MINILM}")
-    p.add_argument("--format", default="int4-g32",
-                   help="format to put one group at a time in (default int4-g32)")
+    p.add_argument("--format", default=None,
+                   help="format to put one group at a time in (default int4-g32); decoder: "
+                        "also w8a8 (= w8a8-per-channel), w8a8-per-tensor, w8a8-smooth (int8 "
+                        "weights and static int8 activations calibrated on the calibration part)")
+    p.add_argument("--prune", metavar="KIND=RATIO", default=None,
+                   help="decoder: prune instead of quantizing (FP32 weights): ffn=R and/or "
+                        "heads=R; --by type: rows ffn / heads (every block), --by block: one "
+                        "block at a time")
+    p.add_argument("--prune-score", choices=["l1", "activation"], default=None,
+                   help="decoder, with --prune: L1 weight norms (default) or activation-aware "
+                        "(||activation|| on calibration windows x L1 of the unit's output)")
     p.add_argument("--by", choices=["type", "block"], default=None,
                    help="decoder: one Linear type across blocks (default), or one block")
     p.add_argument("--context", type=int, default=512, metavar="N",
@@ -30,52 +41,80 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from harmony_ref.eval.lm_plan import parse_prune
     from harmony_ref.quant.policy import parse_format
 
-    fmt = parse_format(args.format, "--format")
     if args.top < 0:
         raise ValueError(f"--top must be >= 0, got {args.top}")
     if args.model.lower() == MINILM:
         if args.by or args.chunks is not None or args.context != 512:
             raise ValueError(f"--by/--chunks/--context apply to a decoder, not --model {MINILM}")
-        return run_minilm(args, fmt)
+        if args.prune or args.prune_score:
+            raise ValueError(f"--prune/--prune-score apply to a decoder, not --model {MINILM}")
+        if str(args.format or "").lower().startswith("w8a8"):
+            raise ValueError(f"--format {args.format}: W8A8 sensitivity applies to a decoder, "
+                             f"not --model {MINILM}")
+        return run_minilm(args, parse_format(args.format or "int4-g32", "--format"))
     if args.pairs:
         raise ValueError(f"--pairs applies to --model {MINILM} only")
-    return run_decoder(args, fmt)
+    if args.prune_score and not args.prune:
+        raise ValueError("--prune-score applies with --prune only")
+    if args.prune:
+        if args.format:
+            raise ValueError(f"--prune measures pruning alone (FP32 weights): drop --format "
+                             f"{args.format}")
+        args.prune_ratios = parse_prune(args.prune)
+        return run_decoder(args, "fp32")
+    args.prune_ratios = None
+    return run_decoder(args, args.format or "int4-g32")
 
 
-def run_decoder(args, fmt) -> int:
+def run_decoder(args, fmt: str) -> int:
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.commands.accuracy import progress_run
-    from harmony_ref.eval.lm_plan import lm_sensitivity
+    from harmony_ref.eval.lm_plan import lm_sensitivity, parse_variant, variant_name
     from harmony_ref.runtime.loader import resolve_model_path
     from harmony_ref.units import MB
 
+    name = variant_name(*parse_variant(fmt, "--format"))
     if args.chunks is not None and args.chunks < 1:
         raise ValueError(f"--chunks must be >= 1, got {args.chunks}")
     resolve_model_path(args.model)
     by = args.by or "type"
-    rows = progress_run(lambda progress: lm_sensitivity(args.model, fmt.name, by, args.context,
-                                                        args.chunks, progress),
-                        args.json, f"sensitivity: each {by} alone in {fmt.name}")
+    prune, score = args.prune_ratios, args.prune_score or "l1"
+    what = (f"pruned {', '.join(f'{k} {v:g}' for k, v in prune.items())} by {score}"
+            if prune else f"in {name}")
+    rows = progress_run(lambda progress: lm_sensitivity(args.model, name, by, args.context,
+                                                        args.chunks, progress, prune=prune,
+                                                        prune_score=score),
+                        args.json, f"sensitivity: each {by} alone {what}")
     df = pd.DataFrame(rows).sort_values("kld_mean", ascending=False, kind="stable")
     df.insert(0, "rank", range(1, len(df) + 1))
     if args.top:
         df = df.head(args.top)
     scored = f"calibration corpus ({rows[0]['corpus']}), {rows[0]['scored_tokens']} scored tokens"
     if args.json:
-        print_json({"model": args.model, "format": fmt.name, "by": by, "ranked_by": "kld_mean",
-                    "scored_on": scored, "groups": df.to_dict(orient="records")})
+        extra = {"prune": prune, "prune_score": score} if prune else {}
+        print_json({"model": args.model, "format": rows[0]["format"], **extra, "by": by,
+                    "ranked_by": "kld_mean", "scored_on": scored,
+                    "groups": df.to_dict(orient="records")})
         return 0
     df = df.assign(saved_mb=(df["bytes_fp32"] - df["bytes"]) / MB)
     cols = ["rank", "group", "kld_mean", "kld_p99", "ppl_ratio", "top1_agreement_pct",
             "saved_mb"]
-    print_table(df[cols], title=f"{args.model}: one {by} at a time in {fmt.name}, the rest FP32; "
+    rest = "FP32 weights" if prune else "the rest FP32"
+    print_table(df[cols], title=f"{args.model}: one {by} at a time {what}, {rest}; "
                                 f"scored on the {scored}, context {args.context}")
     print("kld: KL(FP32 || policy) per scored token, in nats, against the checkpoint's weights "
           "dequantized exactly; the held-out corpus is not used (it scores plans).")
+    if prune:
+        print("pruned without fine-tuning (the drop before the recovery training the literature "
+              "prescribes); saved_mb: the group's FP32 Linears, unpruned minus pruned shapes.")
+    elif name.startswith("w8a8"):
+        print("w8a8: static activation scales calibrated on the calibration part (10 windows "
+              "of 128 tokens, [activations] defaults), which these rows also score.")
     return 0
 
 

@@ -2,12 +2,22 @@
 
     rows = lm_sensitivity("smollm2-135m", "int4-g32", by="type")    # one row per Linear type
     rows = lm_sensitivity("smollm2-135m", "int4-g32", by="block")   # one row per block
+    rows = lm_sensitivity("smollm2-135m", "w8a8-per-channel")       # int8 W8A8, one type each
+    rows = lm_sensitivity("smollm2-135m", prune={"ffn": 0.1}, prune_score="activation")
     plan = lm_plan("smollm2-135m", budget_mb=40)                    # a Policy within 40 MB
+    plan = lm_plan("smollm2-135m", 60, prune_ffn=(0, 0.1, 0.25), prune_heads=(0, 0.25))
 
 Sensitivity: one group alone in the format, everything else FP32 (the FP32 weights as read, run
 by the kernel path), scored against the FP32 reference (eval/lm.py): KLD mean / p99, PPL ratio,
 top-1 agreement. Groups: `type` (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
 across every block, and the output head `lm_head`) or `block` (every Linear of block i).
+A format `w8a8-per-channel` / `w8a8-per-tensor` / `w8a8-smooth` (`w8a8`: per-channel) puts the
+group's Linears in int8 with static activation scales (the policy's [activations] table with
+its defaults, calibrated on the calibration split, quant/compress.py). With `prune` (ratios
+{"ffn": r} and/or {"heads": r}, `prune_score` "l1" or "activation") the weights stay FP32 and the
+group is pruned instead: by `type` the rows are `ffn` (every block's FFN at the ratio) and
+`heads` (every block's heads), by `block` one block at a time at the given ratios; `bytes` are
+the group's FP32 Linears at the pruned shapes, `bytes_fp32` unpruned.
 
 Held out means held out: sensitivity and planning score the shipped corpus's `calibration` part
 only; the planned policy is then scored on the `heldout` part, which planning never saw.
@@ -18,15 +28,25 @@ fp16 / int8 / int4-g128 / int4-g32 in every block, cost = the stored bytes of th
 blocks, loss = its measured KLD mean alone; the prediction (sum of the chosen types' KLDs) is
 reported beside the measured KLD of the plan. The budget covers the Linear weights (the output
 head included, tied or not); the embedding table and the norms stay FP32 and are not counted.
-Rows are cached on disk per (model file, corpus, context, chunks, format, grouping, code version)
-under $HARMONY_REF_CACHE/lm-sensitivity/ (HARMONY_REF_NO_LM_CACHE=1: off).
+`activations` (a granularity) plans a W8A8 model: the int8 option is measured as W8A8 and the
+planned policy carries the [activations] table. With pruning ratios (`prune_ffn`, `prune_heads`,
+uniform across blocks so the device model can cost the shapes) the knapsack's items become
+groups: `ffn` = (ratio, gate, up, down formats), `attention` = (heads ratio, q, k, v, o
+formats), `lm_head` = format; cost = the stored bytes at the pruned shapes (model/prune.py's
+kept counts: pruned_spec), loss = the ratio's pruning KLD alone (FP32 weights) + the formats'
+KLDs alone at the unpruned shapes. That additivity is an approximation, reported as predicted
+beside the held-out measurement. Without pruning ratios the planner is the per-type one above.
+Rows are cached on disk per (model file, corpus, context, chunks, format, activations, pruning,
+grouping, code version) under $HARMONY_REF_CACHE/lm-sensitivity/ (HARMONY_REF_NO_LM_CACHE=1: off).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib import resources
 
 import numpy as np
 
@@ -35,11 +55,63 @@ from harmony_ref.eval.lm import DEFAULT_CONTEXT, LAYER_TYPES, evaluate_lm
 from harmony_ref.eval.lm_accuracy import Corpus, model_sha256
 from harmony_ref.eval.lm_cache import ReferenceCache, cache_root, code_version
 from harmony_ref.eval.plan import PLANNER_FORMATS, PLANNER_STEP_BYTES, choose_formats
-from harmony_ref.quant.policy import Policy, int4_format_for_rows, parse_format, policy_from_dict
+from harmony_ref.quant.compress import GRANULARITIES, PRUNE_SCORES, ActivationSpec, PruneSpec
+from harmony_ref.quant.policy import (INT8, Policy, WeightFormat, int4_format_for_rows,
+                                      parse_format, policy_from_dict)
 from harmony_ref.units import MB
 
 GROUPINGS = ("type", "block")
 CALIBRATION = "calibration"  # the corpus part sensitivity and planning score
+W8A8 = "w8a8"  # sensitivity format prefix: int8 weights + static int8 activations
+PRUNE_KINDS = ("ffn", "heads")
+ATTENTION_TYPES = ("q_proj", "k_proj", "v_proj", "o_proj")
+FFN_TYPES = ("gate_proj", "up_proj", "down_proj")
+# Modules the cached rows' numbers come from beyond lm_cache.CODE_MODULES
+ROW_CODE_MODULES = ("model/prune.py", "runtime/calibration.py", "quant/compress.py",
+                    "quant/activations.py", "kernels/matmul_w8a8.py")
+
+
+def parse_variant(text: str, where: str = "--format") -> tuple[WeightFormat, ActivationSpec | None]:
+    """A weight format, or w8a8[-<granularity>]: (int8, its ActivationSpec with the defaults)."""
+    t = str(text).strip().lower()
+    if t == W8A8 or t.startswith(W8A8 + "-"):
+        g = t[len(W8A8) + 1:] or "per-channel"
+        if g not in GRANULARITIES:
+            raise ValueError(f"{where}: unknown W8A8 variant {text!r}; expected w8a8 or "
+                             + ", ".join(f"w8a8-{x}" for x in GRANULARITIES))
+        return INT8, ActivationSpec(granularity=g)
+    return parse_format(text, where), None
+
+
+def variant_name(fmt: WeightFormat, act: ActivationSpec | None) -> str:
+    return fmt.name if act is None else f"{W8A8}-{act.granularity}"
+
+
+def parse_prune(text: str, where: str = "--prune") -> dict[str, float]:
+    """'ffn=0.1' / 'heads=0.25' / 'ffn=0.1,heads=0.25' -> {kind: ratio}, ratios in (0, 1)."""
+    out = {}
+    for part in str(text).split(","):
+        kind, eq, value = part.strip().partition("=")
+        kind = kind.strip()
+        try:
+            ratio = float(value) if eq else None
+        except ValueError:
+            ratio = None
+        if kind not in PRUNE_KINDS or ratio is None:
+            raise ValueError(f"{where} {text!r}: expected ffn=<ratio> and/or heads=<ratio>, "
+                             f"comma-separated (e.g. ffn=0.1)")
+        if not 0 < ratio < 1 or kind in out:
+            raise ValueError(f"{where} {text!r}: {kind} ratio must be in (0, 1), once")
+        out[kind] = ratio
+    return out
+
+
+def _rows_code_version() -> str:
+    h = hashlib.sha256(code_version().encode())
+    root = resources.files("harmony_ref")
+    for rel in ROW_CODE_MODULES:
+        h.update(rel.encode() + b"\0" + (root / rel).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def group_patterns(config, by: str) -> list[tuple[str, str]]:
@@ -69,33 +141,102 @@ def stored_bytes(fmt, shapes) -> int:
                for n, k in shapes)
 
 
-def _rows_cache_path(model: str, path, corpus: Corpus, context: int, chunks, fmt, by: str):
+def pruned_shapes(config, ffn: float = 0.0, heads: float = 0.0, score: str = "l1"
+                  ) -> dict[str, list[tuple[int, int]]]:
+    """Type -> (N, K) of every Linear of that type with every block pruned at (ffn, heads):
+    model/prune.py's kept counts (pruned_spec, the shapes the device model costs)."""
+    from harmony_ref.model.prune import decoder_spec, pruned_spec
+
+    sp = pruned_spec(decoder_spec(config), PruneSpec(ffn=ffn, heads=heads, score=score))
+    d, q, kv, f = config.dim, sp.n_heads * config.head_dim, sp.n_kv_heads * config.head_dim, \
+        sp.intermediate
+    shape = {"q_proj": (q, d), "k_proj": (kv, d), "v_proj": (kv, d), "o_proj": (d, q),
+             "gate_proj": (f, d), "up_proj": (f, d), "down_proj": (d, f)}
+    out = {t: [s] * config.n_layers for t, s in shape.items()}
+    out["lm_head"] = [(config.vocab_size, d)]
+    return out
+
+
+def _rows_cache_path(model: str, path, corpus: Corpus, context: int, chunks, key: dict,
+                     by: str, stem: str):
     root = cache_root()
     if root is None:
         return None
-    key = hashlib.sha256("|".join([model_sha256(model, path), corpus.sha256, str(context),
-                                   str(chunks), fmt.name, by, code_version()]).encode())
-    return root.parent / "lm-sensitivity" / f"{fmt.name}-{by}-{key.hexdigest()[:32]}.json"
+    digest = hashlib.sha256("|".join([model_sha256(model, path), corpus.sha256, str(context),
+                                      str(chunks), json.dumps(key, sort_keys=True), by,
+                                      _rows_code_version()]).encode())
+    return root.parent / "lm-sensitivity" / f"{stem}-{by}-{digest.hexdigest()[:32]}.json"
+
+
+@dataclass(frozen=True)
+class _Group:
+    name: str
+    pattern: str
+    policy: dict = field(hash=False)  # the policy table (default fp32)
+    shapes: list = field(hash=False)  # (N, K) of the Linears it changes
+    pruned_shapes: list | None = field(default=None, hash=False)
+
+
+def _groups(config, by: str, fmt: WeightFormat, act, prune: dict | None, score: str):
+    """The rows' groups with the policy each is measured under (see the module doc)."""
+    if not prune:
+        out = []
+        for group, pattern in group_patterns(config, by):
+            pol = {"default": "fp32", "layers": {pattern: fmt.name}}
+            if act is not None:
+                pol["activations"] = {"granularity": act.granularity}
+            out.append(_Group(group, pattern, pol, group_shapes(config, group, by)))
+        return out
+    extra = {} if score == "l1" else {"score": score}
+    full = pruned_shapes(config)
+    if by == "type":
+        out = []
+        for kind, ratio in prune.items():
+            cut = pruned_shapes(config, **{kind: ratio}, score=score)
+            types = FFN_TYPES if kind == "ffn" else ATTENTION_TYPES
+            out.append(_Group(kind, f"{kind}={ratio:g} in every block",
+                              {"default": "fp32", "prune": {kind: ratio, **extra}},
+                              [s for t in types for s in full[t]],
+                              [s for t in types for s in cut[t]]))
+        return out
+    if by != "block":
+        raise ValueError(f"--by must be one of {', '.join(GROUPINGS)}, got {by!r}")
+    cut = pruned_shapes(config, **prune, score=score)
+    per_block = lambda shapes: [shapes[t][0] for t in LAYER_TYPES if t != "lm_head"]  # noqa
+    return [_Group(f"block {i}", f"model.layers.{i}.*",
+                   {"default": "fp32", "prune": {"blocks": {str(i): dict(prune)}, **extra}},
+                   per_block(full), per_block(cut)) for i in range(config.n_layers)]
 
 
 def lm_sensitivity(model: str = "smollm2-135m", fmt: str = "int4-g32", by: str = "type",
                    context: int = DEFAULT_CONTEXT, chunks: int | None = None, progress=None,
-                   loaded=None, corpus: Corpus | None = None) -> list[dict]:
+                   loaded=None, corpus: Corpus | None = None, prune: dict | None = None,
+                   prune_score: str = "l1") -> list[dict]:
     """One row per group (see the module doc), in group order, scored on the calibration part.
     Keys: group, pattern, format, kld_mean, kld_p99, ppl_ratio, top1_agreement_pct, bytes,
-    bytes_fp32, scored_tokens. `progress(done, total)` is called after every chunk."""
+    bytes_fp32, scored_tokens, corpus, plus activations (W8A8 rows) / prune (pruning rows).
+    `progress(done, total)` is called after every chunk."""
     from harmony_ref.runtime.loader import load_decoder_shared, resolve_model_path
 
-    f = parse_format(fmt, "--format")
+    f, act = parse_variant(fmt, "--format")
+    if prune_score not in PRUNE_SCORES:
+        raise ValueError(f"--prune-score must be one of {', '.join(PRUNE_SCORES)}, "
+                         f"got {prune_score!r}")
+    if prune and (act is not None or f.kind != "fp32"):
+        raise ValueError("--prune measures pruning alone, FP32 weights: drop --format")
     path = resolve_model_path(model)
     corpus = corpus or Corpus.shipped(CALIBRATION)
     weights, tok = loaded or load_decoder_shared(model)
-    groups = group_patterns(weights.config, by)
-    cache_path = _rows_cache_path(model, path, corpus, context, chunks, f, by)
+    groups = _groups(weights.config, by, f, act, prune, prune_score)
+    key = {"format": f.name, "activations": None if act is None else act.to_dict(),
+           "prune": prune or None, "prune_score": prune_score if prune else None}
+    stem = "prune-" + "-".join(f"{k}{v:g}" for k, v in prune.items()) + f"-{prune_score}" \
+        if prune else variant_name(f, act)
+    cache_path = _rows_cache_path(model, path, corpus, context, chunks, key, by, stem)
     if cache_path is not None and cache_path.is_file():
         try:
             rows = json.loads(cache_path.read_text())["rows"]
-            if [r["group"] for r in rows] == [g for g, _ in groups]:
+            if [r["group"] for r in rows] == [g.name for g in groups]:
                 return rows
         except (ValueError, KeyError, TypeError):
             pass  # damaged: measured again and overwritten
@@ -103,24 +244,30 @@ def lm_sensitivity(model: str = "smollm2-135m", fmt: str = "int4-g32", by: str =
     ref_cache = ReferenceCache.for_run(model_sha256(model, path), corpus.sha256, context,
                                        tok.add_bos)
     n_chunks = min(chunks or len(ids) // context, len(ids) // context)
+    fp32 = parse_format("fp32")
     rows = []
-    for gi, (group, pattern) in enumerate(groups):
-        policy = policy_from_dict({"name": f"{group}@{f.name}", "default": "fp32",
-                                   "layers": {pattern: f.name}}, f"<{group} alone in {f.name}>")
+    for gi, g in enumerate(groups):
+        policy = policy_from_dict({"name": f"{g.name}@{stem}", **g.policy},
+                                  f"<{g.name} alone in {stem}>")
         step = (lambda done, total, gi=gi: progress(gi * n_chunks + done, len(groups) * n_chunks)
                 ) if progress else None
         r = evaluate_lm(weights, ids, context, [(policy, "fp16")], add_bos=tok.add_bos,
                         progress=step, max_chunks=chunks, reference_cache=ref_cache)
         s = r["results"][policy.name]
-        shapes = group_shapes(weights.config, group, by)
-        rows.append({"group": group, "pattern": pattern, "format": f.name,
-                     "kld_mean": s["kld_mean"], "kld_p99": s["kld_p99"],
-                     "ppl_ratio": s["ppl_ratio"], "top1_agreement_pct": s["top1_agreement_pct"],
-                     "bytes": stored_bytes(f, shapes),
-                     "bytes_fp32": stored_bytes(parse_format("fp32"), shapes),
-                     "scored_tokens": s["scored_tokens"], "corpus": corpus.label})
+        row = {"group": g.name, "pattern": g.pattern,
+               "format": variant_name(f, act) if not prune else "fp32",
+               "kld_mean": s["kld_mean"], "kld_p99": s["kld_p99"],
+               "ppl_ratio": s["ppl_ratio"], "top1_agreement_pct": s["top1_agreement_pct"],
+               "bytes": stored_bytes(f, g.pruned_shapes or g.shapes),
+               "bytes_fp32": stored_bytes(fp32, g.shapes),
+               "scored_tokens": s["scored_tokens"], "corpus": corpus.label}
+        if act is not None:
+            row["activations"] = policy.activations.to_dict()
+        if prune:
+            row["prune"] = policy.prune.to_dict()
+        rows.append(row)
     if cache_path is not None:
-        write_text_atomic(cache_path, json.dumps({"format": f.name, "by": by, "rows": rows}))
+        write_text_atomic(cache_path, json.dumps({**key, "by": by, "rows": rows}))
     return rows
 
 
@@ -132,19 +279,51 @@ class LMPlan:
     predicted_kld: float  # sum of the chosen types' KLD measured alone (calibration part)
     choices: dict[str, str]  # type -> format
     calibration_scored_tokens: int
+    prune: dict[str, float] | None = None  # chosen {"ffn": r, "heads": r} (pruning choices)
+    activations: ActivationSpec | None = None  # W8A8 planned: the policy's [activations]
+    predicted_parts: dict[str, float] | None = None  # pruning choices: group -> its KLD share
+
+
+def _ratios(values, where: str) -> tuple[float, ...]:
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            raise ValueError(f"{where}: ratio {v!r} must be a number in [0, 1)")
+        out.append(float(v))
+    if not out:
+        raise ValueError(f"{where}: give at least one ratio (0 = no pruning)")
+    return tuple(sorted(set(out)))
 
 
 def lm_plan(model: str = "smollm2-135m", budget_mb: float = 40.0,
             formats: tuple[str, ...] = PLANNER_FORMATS, context: int = DEFAULT_CONTEXT,
-            chunks: int | None = None, progress=None, loaded=None) -> LMPlan:
-    """Per-type formats minimising the summed KLD (calibration part) within `budget_mb` MB of
-    Linear weights. An impossible budget is refused before anything is measured."""
+            chunks: int | None = None, progress=None, loaded=None,
+            prune_ffn=(0.0,), prune_heads=(0.0,), prune_score: str = "l1",
+            activations: str | None = None) -> LMPlan:
+    """Per-type formats (and, given ratios above 0, uniform FFN / head pruning ratios)
+    minimising the summed KLD (calibration part) within `budget_mb` MB of Linear weights; with
+    `activations` (a granularity) the int8 option is W8A8. An impossible budget or a bad
+    option is refused before anything is measured."""
     from harmony_ref.runtime.loader import checkpoint_config
 
     if not budget_mb > 0:
         raise ValueError(f"--budget-mb must be positive, got {budget_mb!r}")
+    ffn_ratios = _ratios(prune_ffn, "--prune-ffn")
+    head_ratios = _ratios(prune_heads, "--prune-heads")
+    if prune_score not in PRUNE_SCORES:
+        raise ValueError(f"--prune-score must be one of {', '.join(PRUNE_SCORES)}, "
+                         f"got {prune_score!r}")
+    act = None
+    if activations is not None:
+        if activations not in GRANULARITIES:
+            raise ValueError(f"--activations must be one of {', '.join(GRANULARITIES)}, "
+                             f"got {activations!r}")
+        act = ActivationSpec(granularity=activations)
     fmts = [parse_format(f) for f in formats]
     config = checkpoint_config(model)
+    if ffn_ratios != (0.0,) or head_ratios != (0.0,):
+        return _plan_grouped(model, budget_mb, fmts, context, chunks, progress, loaded, config,
+                             ffn_ratios, head_ratios, prune_score, act)
     types = [g for g, _ in group_patterns(config, "type")]
     sizes = [[stored_bytes(f, group_shapes(config, t, "type")) for f in fmts] for t in types]
     budget = int(budget_mb * MB)
@@ -153,25 +332,107 @@ def lm_plan(model: str = "smollm2-135m", budget_mb: float = 40.0,
         raise ValueError(f"--budget-mb {budget_mb:g} is below the smallest possible Linear "
                          f"weights of {model} ({smallest / MB:.2f} MB, every type in its "
                          "smallest format)")
-    tables = []
-    for fi, f in enumerate(fmts):
-        step = (lambda d, t, fi=fi: progress(fi * t + d, len(fmts) * t)) if progress else None
-        tables.append(lm_sensitivity(model, f.name, "type", context, chunks, step, loaded))
+    tables = _format_tables(model, fmts, act, context, chunks, progress, loaded)
     cost = np.array([[-(-sizes[ti][fi] // PLANNER_STEP_BYTES) for fi in range(len(fmts))]
                      for ti in range(len(types))])
     loss = np.array([[max(tables[fi][ti]["kld_mean"], 0.0) for fi in range(len(fmts))]
                      for ti in range(len(types))])
     picks = choose_formats(cost, loss, budget // PLANNER_STEP_BYTES)
     choices = {t: fmts[fi].name for t, fi in zip(types, picks)}
-    patterns = dict(group_patterns(config, "type"))
-    policy = policy_from_dict({
-        "name": f"plan-{model.replace('/', '_')}-{budget_mb:g}mb", "default": "fp32",
-        "description": (f"harmony-ref plan --model {model} --budget-mb {budget_mb:g}: per-type "
-                        "formats minimising the summed KLD on the calibration corpus"),
-        "layers": {patterns[t]: f for t, f in choices.items()}}, "<plan>")
+    policy = _plan_policy(model, budget_mb, config, choices, None, prune_score, act)
     return LMPlan(policy, budget, sum(sizes[ti][fi] for ti, fi in enumerate(picks)),
                   float(sum(loss[ti, fi] for ti, fi in enumerate(picks))), choices,
-                  tables[0][0]["scored_tokens"])
+                  tables[0][0]["scored_tokens"], activations=act)
 
 
-__all__ = ["GROUPINGS", "LMPlan", "group_patterns", "lm_plan", "lm_sensitivity"]
+def _format_tables(model, fmts, act, context, chunks, progress, loaded, extra_steps: int = 0):
+    """Per format: the by-type sensitivity rows (int8 measured as W8A8 when `act`)."""
+    tables = []
+    total = len(fmts) + extra_steps
+    for fi, f in enumerate(fmts):
+        step = (lambda d, t, fi=fi: progress(fi * t + d, total * t)) if progress else None
+        name = variant_name(f, act) if f.kind == "int8" else f.name
+        tables.append(lm_sensitivity(model, name, "type", context, chunks, step, loaded))
+    return tables
+
+
+def _plan_policy(model, budget_mb, config, choices, prune, score, act) -> Policy:
+    patterns = dict(group_patterns(config, "type"))
+    what = "per-type formats" + (" and pruning ratios" if prune else "") + \
+        (f" (W8A8 {act.granularity})" if act else "")
+    data = {"name": f"plan-{model.replace('/', '_')}-{budget_mb:g}mb", "default": "fp32",
+            "description": (f"harmony-ref plan --model {model} --budget-mb {budget_mb:g}: "
+                            f"{what} minimising the summed KLD on the calibration corpus"),
+            "layers": {patterns[t]: f for t, f in choices.items()}}
+    if prune:
+        data["prune"] = {**prune, **({} if score == "l1" else {"score": score})}
+    if act is not None:
+        data["activations"] = {"granularity": act.granularity}
+    return policy_from_dict(data, "<plan>")
+
+
+def _plan_grouped(model, budget_mb, fmts, context, chunks, progress, loaded, config,
+                  ffn_ratios, head_ratios, score, act) -> LMPlan:
+    """The grouped knapsack with pruning choices (see the module doc)."""
+    budget = int(budget_mb * MB)
+    shapes = {(k, r): pruned_shapes(config, **{k: r}, score=score)
+              for k, ratios in (("ffn", ffn_ratios), ("heads", head_ratios)) for r in ratios}
+    items = [("ffn", ffn_ratios, FFN_TYPES), ("heads", head_ratios, ATTENTION_TYPES),
+             ("lm_head", (0.0,), ("lm_head",))]
+    options = []  # per item: [(ratio, (format index per type), bytes)]
+    for kind, ratios, types in items:
+        opts = []
+        for r in ratios:
+            sh = shapes[(kind, r)] if kind != "lm_head" else shapes[("ffn", ffn_ratios[0])]
+            for combo in itertools.product(range(len(fmts)), repeat=len(types)):
+                opts.append((r, combo, sum(stored_bytes(fmts[fi], sh[t])
+                                           for t, fi in zip(types, combo))))
+        options.append(opts)
+    smallest = sum(min(o[2] for o in opts) for opts in options)
+    if smallest > budget:
+        raise ValueError(f"--budget-mb {budget_mb:g} is below the smallest possible Linear "
+                         f"weights of {model} ({smallest / MB:.2f} MB, every type in its "
+                         "smallest format at the largest pruning ratios)")
+    prune_rows = [(k, r) for k, ratios in (("ffn", ffn_ratios), ("heads", head_ratios))
+                  for r in ratios if r > 0]
+    tables = _format_tables(model, fmts, act, context, chunks, progress, loaded,
+                            extra_steps=len(prune_rows))
+    type_index = {row["group"]: i for i, row in enumerate(tables[0])}
+    fmt_kld = {(t, fi): max(tables[fi][type_index[t]]["kld_mean"], 0.0)
+               for t in LAYER_TYPES for fi in range(len(fmts))}
+    prune_kld = {("ffn", 0.0): 0.0, ("heads", 0.0): 0.0}
+    for pi, (kind, r) in enumerate(prune_rows):
+        j = len(fmts) + pi
+        total = len(fmts) + len(prune_rows)
+        step = (lambda d, t, j=j: progress(j * t + d, total * t)) if progress else None
+        row = lm_sensitivity(model, "fp32", "type", context, chunks, step, loaded,
+                             prune={kind: r}, prune_score=score)[0]
+        prune_kld[(kind, r)] = max(row["kld_mean"], 0.0)
+    width = max(len(o) for o in options)
+    cost = np.full((len(items), width), np.iinfo(np.int64).max // 4, dtype=np.int64)
+    loss = np.full((len(items), width), np.inf)
+    for ii, ((kind, _, types), opts) in enumerate(zip(items, options)):
+        for oi, (r, combo, nbytes) in enumerate(opts):
+            cost[ii, oi] = -(-nbytes // PLANNER_STEP_BYTES)
+            loss[ii, oi] = prune_kld.get((kind, r), 0.0) + sum(fmt_kld[(t, fi)]
+                                                               for t, fi in zip(types, combo))
+    cap = budget // PLANNER_STEP_BYTES
+    cost = np.minimum(cost, cap + 1)  # padding options never fit
+    picks = choose_formats(cost, loss, cap)
+    choices, prune, parts, linear = {}, {}, {}, 0
+    for ii, ((kind, _, types), opts) in enumerate(zip(items, options)):
+        r, combo, nbytes = opts[picks[ii]]
+        choices.update({t: fmts[fi].name for t, fi in zip(types, combo)})
+        if kind != "lm_head" and r > 0:
+            prune[kind] = r
+        parts[kind if kind != "heads" else "attention"] = float(loss[ii, picks[ii]])
+        linear += nbytes
+    choices = {t: choices[t] for t in LAYER_TYPES}
+    policy = _plan_policy(model, budget_mb, config, choices, prune, score, act)
+    return LMPlan(policy, budget, linear, float(sum(parts.values())), choices,
+                  tables[0][0]["scored_tokens"], prune=prune, activations=act,
+                  predicted_parts=parts)
+
+
+__all__ = ["GROUPINGS", "LMPlan", "group_patterns", "lm_plan", "lm_sensitivity", "parse_prune",
+           "parse_variant", "pruned_shapes"]

@@ -1,7 +1,10 @@
-"""Structured pruning by L1 norm: whole FFN channels and whole attention heads are removed, so the
-pruned model is smaller matrices (not masked zeros) and runs through the same forward.
+"""Structured pruning by L1 norm or by activation-aware score: whole FFN channels and whole
+attention heads are removed, so the pruned model is smaller matrices (not masked zeros) and runs
+through the same forward.
 
     pruned = prune_decoder(weights, spec)          # DecoderWeights -> narrower DecoderWeights
+    pruned = prune_decoder(weights, spec, norms)   # score "activation": norms per block from
+                                                   # runtime/calibration.py: activation_norms
     params = prune_minilm(params, n_heads, spec)   # MiniLM's checkpoint dict, the same rules
     spec = pruned_spec(model_spec, policy.prune)    # the shapes the device model costs
 
@@ -15,6 +18,10 @@ What goes together (a unit is scored by the sum of the L1 norms of everything re
 - KV group g (head_unit "kv", and "query" when every KV head has one query head): KV head g's
   rows of k_proj and v_proj and all its query heads.
 - BERT heads (no GQA): a head's rows of query, key and value (and biases) and o columns.
+With `score = "activation"` (quant/compress.py) the weights alone do not decide: FFN channel j
+scores ||h_j|| x ||down[:, j]||_1 (h: the SwiGLU output feeding down_proj, its L2 norm over
+calibration tokens), query head h ||a_h|| x the L1 norm of its o_proj columns (a_h: the head's
+attention output), a KV group the sum of its query heads; the groupings above are unchanged.
 Kept indices stay in their original order. Ratios come per layer type (ffn, heads) and per block
 (quant/compress.py: PruneSpec); kept FFN channels are rounded to a multiple of FFN_MULTIPLE,
 kept heads to whole heads (at least one). Nothing is fine-tuned afterwards: the accuracy drop a
@@ -55,13 +62,17 @@ def _l1_rows(w: np.ndarray) -> np.ndarray:
 
 
 def ffn_keep(gate: np.ndarray | None, up: np.ndarray, down: np.ndarray, ratio: float,
-             up_bias: np.ndarray | None = None) -> np.ndarray:
-    """Kept FFN channels: rows of gate/up (F, D), columns of down (D, F), by summed L1 norm."""
-    score = _l1_rows(up) + _l1_rows(down.T)
-    if gate is not None:
-        score += _l1_rows(gate)
-    if up_bias is not None:
-        score += np.abs(up_bias).astype(np.float64)
+             up_bias: np.ndarray | None = None, act: np.ndarray | None = None) -> np.ndarray:
+    """Kept FFN channels: rows of gate/up (F, D), columns of down (D, F), by summed L1 norm, or
+    with `act` (F,) (each channel's activation norm) by act x L1 of its down column."""
+    if act is not None:
+        score = np.asarray(act, np.float64) * _l1_rows(down.T)
+    else:
+        score = _l1_rows(up) + _l1_rows(down.T)
+        if gate is not None:
+            score += _l1_rows(gate)
+        if up_bias is not None:
+            score += np.abs(up_bias).astype(np.float64)
     return _top(score, _kept_count(up.shape[0], ratio, FFN_MULTIPLE))
 
 
@@ -72,14 +83,19 @@ def _head_scores(w_rows: np.ndarray, o: np.ndarray, n: int, hd: int) -> np.ndarr
     return rows + cols
 
 
-def decoder_heads_keep(lw: LayerWeights, head_dim: int, ratio: float, unit: str):
-    """(kept query heads, kept KV heads) of one block, GQA-consistent (see the module doc)."""
+def decoder_heads_keep(lw: LayerWeights, head_dim: int, ratio: float, unit: str,
+                       act: np.ndarray | None = None):
+    """(kept query heads, kept KV heads) of one block, GQA-consistent (see the module doc).
+    `act` (H,): each query head's attention-output norm (the activation-aware score)."""
     hd = head_dim
     nh, nkv = lw.wq.shape[0] // hd, lw.wk.shape[0] // hd
     group = nh // nkv
-    q_score = _head_scores(lw.wq, lw.wo, nh, hd)
-    if lw.bq is not None:
-        q_score += np.abs(lw.bq).reshape(nh, hd).sum(axis=1)
+    if act is not None:
+        q_score = np.asarray(act, np.float64) * _l1_rows(lw.wo.T).reshape(nh, hd).sum(axis=1)
+    else:
+        q_score = _head_scores(lw.wq, lw.wo, nh, hd)
+        if lw.bq is not None:
+            q_score += np.abs(lw.bq).reshape(nh, hd).sum(axis=1)
     if ratio == 0:
         return np.arange(nh), np.arange(nkv)
     if unit == "query" and group > 1:  # (one query head per KV head: whole groups go)
@@ -88,8 +104,9 @@ def decoder_heads_keep(lw: LayerWeights, head_dim: int, ratio: float, unit: str)
                                  for g in range(nkv)])
         return q_keep, np.arange(nkv)
     kv_score = q_score.reshape(nkv, group).sum(axis=1)
-    kv_score += _l1_rows(lw.wk).reshape(nkv, hd).sum(axis=1)
-    kv_score += _l1_rows(lw.wv).reshape(nkv, hd).sum(axis=1)
+    if act is None:
+        kv_score += _l1_rows(lw.wk).reshape(nkv, hd).sum(axis=1)
+        kv_score += _l1_rows(lw.wv).reshape(nkv, hd).sum(axis=1)
     kv_keep = _top(kv_score, _kept_count(nkv, ratio, 1))
     q_keep = (kv_keep[:, None] * group + np.arange(group)[None, :]).reshape(-1)
     return q_keep, kv_keep
@@ -104,9 +121,12 @@ def _take(a, idx, axis=0):
 
 
 def prune_layer(lw: LayerWeights, head_dim: int, ffn_ratio: float, heads_ratio: float,
-                unit: str) -> LayerWeights:
-    ch = ffn_keep(lw.w_gate, lw.w_up, lw.w_down, ffn_ratio)
-    q_heads, kv_heads = decoder_heads_keep(lw, head_dim, heads_ratio, unit)
+                unit: str, norms: tuple[np.ndarray, np.ndarray] | None = None) -> LayerWeights:
+    """One block pruned; `norms` = (FFN channel norms (F,), query head norms (H,)) for the
+    activation-aware score, None for L1."""
+    f_act, h_act = norms if norms is not None else (None, None)
+    ch = ffn_keep(lw.w_gate, lw.w_up, lw.w_down, ffn_ratio, act=f_act)
+    q_heads, kv_heads = decoder_heads_keep(lw, head_dim, heads_ratio, unit, act=h_act)
     qr, kvr = _rows(q_heads, head_dim), _rows(kv_heads, head_dim)
     return dataclasses.replace(
         lw, wq=_take(lw.wq, qr), wk=_take(lw.wk, kvr), wv=_take(lw.wv, kvr),
@@ -115,17 +135,23 @@ def prune_layer(lw: LayerWeights, head_dim: int, ffn_ratio: float, heads_ratio: 
         bv=_take(lw.bv, kvr))
 
 
-def prune_decoder(weights: DecoderWeights, spec: PruneSpec) -> DecoderWeights:
-    """A new DecoderWeights with every block pruned at its ratios (the input is not changed)."""
+def prune_decoder(weights: DecoderWeights, spec: PruneSpec, norms=None) -> DecoderWeights:
+    """A new DecoderWeights with every block pruned at its ratios (the input is not changed).
+    `norms`: per block (FFN channel norms, query head norms) of the unpruned model on the
+    calibration windows, required when spec.score is "activation"."""
     c = weights.config
     bad = [i for i, _, _ in spec.blocks if i >= c.n_layers]
     if bad:
         raise ValueError(f"prune.blocks names block {bad[0]}, the model has {c.n_layers} "
                          f"(0-{c.n_layers - 1})")
+    if spec.score == "activation" and (norms is None or len(norms) != c.n_layers):
+        raise ValueError("prune.score = \"activation\" needs the activation norms of every "
+                         "block (runtime/calibration.py: activation_norms)")
     layers = []
     for i, lw in enumerate(weights.layers):
         f, h = spec.ratios(i)
-        layers.append(prune_layer(lw, c.head_dim, f, h, spec.head_unit))
+        layers.append(prune_layer(lw, c.head_dim, f, h, spec.head_unit,
+                                  norms[i] if spec.score == "activation" else None))
     return dataclasses.replace(weights, layers=layers)
 
 
@@ -136,7 +162,10 @@ def prune_decoder(weights: DecoderWeights, spec: PruneSpec) -> DecoderWeights:
 def prune_minilm(params: dict[str, np.ndarray], n_heads: int, spec: PruneSpec
                  ) -> dict[str, np.ndarray]:
     """A new params dict with every encoder layer pruned (heads: BERT has no GQA, head_unit
-    "kv" is the same as "query" there)."""
+    "kv" is the same as "query" there). L1 only: the activation score is a decoder's."""
+    if spec.score != "l1":
+        raise ValueError(f"prune.score = {spec.score!r}: MiniLM prunes by L1 only (score = "
+                         "\"activation\" calibrates on a decoder's corpus)")
     out = dict(params)
     hidden = params["embeddings.word_embeddings.weight"].shape[1]
     hd = hidden // n_heads

@@ -3,11 +3,16 @@
 Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.prune` and
 `Policy.activations`):
 
-    [prune]                       # structured pruning by L1 norm, no fine-tuning afterwards
+    [prune]                       # structured pruning, no fine-tuning afterwards
     ffn = 0.25                    # fraction of FFN channels removed in every block
     heads = 0.0                   # fraction of attention heads removed in every block
     head_unit = "query"           # "query": query heads, the same count in every KV group
                                   # "kv": whole KV groups (a KV head with all its query heads)
+    score = "l1"                  # "l1": the L1 norms of the unit's weights (default), or
+                                  # "activation": ||activation|| x L1 of what the unit writes
+    samples = 10                  # activation only: N calibration windows of
+    sample_tokens = 128           #   `sample_tokens` tokens, drawn with `seed` (the
+    seed = 0                      #   [activations] defaults)
     [prune.blocks]                # per-block ratios: block index or range "a-b" (inclusive)
     "0-3" = { ffn = 0.5 }         #   a missing key keeps the top-level ratio
 
@@ -21,6 +26,15 @@ Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.pr
     sample_tokens = 128
     seed = 0
 
+`score = "activation"` (decoders only; MiniLM refuses it) runs the unpruned FP32 model on N
+windows of the corpus's *calibration* split (runtime/calibration.py: calibration_windows, the
+same windows rule as [activations] with calibration = "corpus"; the held-out split is never
+read) and scores an FFN channel j by ||h_j|| (the L2 norm over every calibration token of the
+SwiGLU output feeding down_proj) x ||down[:, j]||_1, a query head by ||its attention output||
+(over tokens and its head_dim values, the input of o_proj) x the L1 norm of its o_proj columns,
+a KV group by the sum of its query heads' scores. `samples`, `sample_tokens` and `seed` apply to
+that score only and are refused with score = "l1".
+
 The ratio per layer type is `ffn` / `heads`, per block `[prune.blocks]`; kept counts are
 rounded (FFN channels to a multiple of FFN_MULTIPLE so every INT4 group size the policies use
 still divides the row, heads to whole heads, at least one kept). Validation names the file, the
@@ -32,9 +46,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 HEAD_UNITS = ("query", "kv")
+PRUNE_SCORES = ("l1", "activation")
 GRANULARITIES = ("per-tensor", "per-channel", "smooth")
 CALIBRATIONS = ("corpus", "random")
-PRUNE_KEYS = {"ffn", "heads", "head_unit", "blocks"}
+PRUNE_KEYS = {"ffn", "heads", "head_unit", "blocks", "score", "samples", "sample_tokens", "seed"}
+PRUNE_SAMPLE_KEYS = ("samples", "sample_tokens", "seed")  # score = "activation" only
 BLOCK_KEYS = {"ffn", "heads"}
 ACTIVATION_KEYS = {"granularity", "calibration", "samples", "sample_tokens", "seed", "alpha"}
 FFN_MULTIPLE = 32  # kept FFN channels: a multiple of this (int4-g32 rows, 32-value act blocks)
@@ -48,6 +64,21 @@ class PruneSpec:
     heads: float = 0.0
     head_unit: str = "query"
     blocks: tuple[tuple[int, float | None, float | None], ...] = ()  # (block, ffn, heads)
+    score: str = "l1"  # l1 | activation
+    samples: int = 10  # activation score: calibration windows (see the module doc)
+    sample_tokens: int = 128
+    seed: int = 0
+
+    @property
+    def is_empty(self) -> bool:
+        """True when nothing is removed in any block."""
+        return self.ffn == 0 and self.heads == 0 and all(
+            not f and not h for _, f, h in self.blocks)
+
+    def calibration(self) -> "ActivationSpec":
+        """The calibration windows of the activation score, as an [activations] sampling."""
+        return ActivationSpec(calibration="corpus", samples=self.samples,
+                              sample_tokens=self.sample_tokens, seed=self.seed)
 
     def ratios(self, block: int) -> tuple[float, float]:
         """(ffn ratio, heads ratio) of block `block`: its [prune.blocks] entry, else the
@@ -68,11 +99,26 @@ class PruneSpec:
             parts.append(f"heads{self.heads:g}" + ("kv" if self.head_unit == "kv" else ""))
         if self.blocks:
             parts.append(f"{len({b for b, _, _ in self.blocks})}blocks")
+        if self.score != "l1":
+            parts.append(f"act-n{self.samples}x{self.sample_tokens}")
         return "prune-" + "-".join(parts) if parts else "prune-none"
+
+    def to_dict(self) -> dict:
+        """Every field, JSON-ready (records and sweep rows carry it)."""
+        d = {"ffn": self.ffn, "heads": self.heads, "head_unit": self.head_unit,
+             "score": self.score}
+        if self.score != "l1":
+            d.update(samples=self.samples, sample_tokens=self.sample_tokens, seed=self.seed)
+        if self.blocks:
+            d["blocks"] = [list(b) for b in self.blocks]
+        return d
 
     def to_toml(self) -> list[str]:
         lines = ["", "[prune]", f"ffn = {self.ffn!r}", f"heads = {self.heads!r}",
                  f'head_unit = "{self.head_unit}"']
+        if self.score != "l1":
+            lines += [f'score = "{self.score}"', f"samples = {self.samples}",
+                      f"sample_tokens = {self.sample_tokens}", f"seed = {self.seed}"]
         if self.blocks:
             lines += ["", "[prune.blocks]"]
             for i, f, h in self.blocks:
@@ -94,6 +140,12 @@ class ActivationSpec:
     @property
     def label(self) -> str:
         return f"a8-{self.granularity}-{self.calibration}-n{self.samples}"
+
+    def to_dict(self) -> dict:
+        """Every field, JSON-ready (records and sweep rows carry it)."""
+        return {"granularity": self.granularity, "calibration": self.calibration,
+                "samples": self.samples, "sample_tokens": self.sample_tokens,
+                "seed": self.seed, "alpha": self.alpha}
 
     def to_toml(self) -> list[str]:
         return ["", "[activations]", f'granularity = "{self.granularity}"',
@@ -152,7 +204,18 @@ def prune_from_dict(data, source: str) -> PruneSpec:
         f = _ratio(entry["ffn"], f"{at[:-1]}.ffn'") if "ffn" in entry else None
         h = _ratio(entry["heads"], f"{at[:-1]}.heads'") if "heads" in entry else None
         blocks += [(i, f, h) for i in _block_range(key, at)]
-    return PruneSpec(ffn, heads, unit, tuple(blocks))
+    score = _choice(data.get("score", "l1"), f"{where}.score'", PRUNE_SCORES)
+    given = [k for k in PRUNE_SAMPLE_KEYS if k in data]
+    if score == "l1" and given:
+        raise ValueError(f"{where}.{given[0]}' = {data[given[0]]!r}: applies to "
+                         "score = \"activation\" only (the L1 score reads no data)")
+    d = PruneSpec()
+    return PruneSpec(
+        ffn, heads, unit, tuple(blocks), score,
+        samples=_int(data.get("samples", d.samples), f"{where}.samples'", 1, MAX_SAMPLES),
+        sample_tokens=_int(data.get("sample_tokens", d.sample_tokens),
+                           f"{where}.sample_tokens'", 2, MAX_SAMPLE_TOKENS),
+        seed=_int(data.get("seed", d.seed), f"{where}.seed'", 0, 2**32 - 1))
 
 
 def activations_from_dict(data, source: str) -> ActivationSpec:

@@ -1,7 +1,9 @@
-"""Static activation scales for W8A8, calibrated by running the FP32 model on N samples.
+"""Static activation scales for W8A8, and activation norms for activation-aware pruning, both
+observed by running the FP32 model on N calibration samples.
 
     windows = calibration_windows(weights, spec)          # (N, sample_tokens) token ids
     scales = observe_scales(fp32_model, windows, "per-tensor")   # Linear name -> (K,) float32
+    norms = activation_norms(fp32_model, windows)         # per block: (F,) FFN, (H,) heads
 
 Samples (quant/compress.py: ActivationSpec): `calibration = "corpus"` takes N windows of
 `sample_tokens` tokens at seeded random offsets in the corpus's *calibration* split
@@ -11,7 +13,9 @@ N x sample_tokens exceeds it), tokenized by the model's own tokenizer; the held-
 ids from the vocabulary (the unrealistic calibration the literature warns about), same seed
 rule. Each window runs from an empty KV cache through the (pruned) model in FP32 while every
 Linear's input is observed (max|x| per input channel, quant/activations.py); q|k|v and
-gate|up share their input and so their scale.
+gate|up share their input and so their scale. `activation_norms` observes the inputs of o_proj
+(the attention output, head after head) and down_proj (the SwiGLU output) the same way, as L2
+norms over every calibration token (model/prune.py scores channels and heads with them).
 """
 
 from __future__ import annotations
@@ -122,3 +126,50 @@ def observe_scales(model, windows: np.ndarray, granularity: str,
             setattr(owner, attr, inner)
         model.reset()
     return {n: o.scales(granularity, w_amax[n], alpha) for n, o in observers.items()}
+
+
+class _SumSquares:
+    """Calls `inner` and adds its input's per-channel sum of squares (float64) into `acc`."""
+
+    def __init__(self, inner, acc: list):
+        self.inner, self.acc = inner, acc
+
+    def __call__(self, x):
+        x2 = np.asarray(x, dtype=np.float64).reshape(-1, x.shape[-1])
+        if not np.isfinite(x2).all():
+            raise ValueError("calibration activations contain NaN/Inf")
+        sq = (x2 * x2).sum(axis=0)
+        if self.acc:
+            self.acc[0] += sq
+        else:
+            self.acc.append(sq)
+        return self.inner(x)
+
+
+def activation_norms(model, windows: np.ndarray, head_dim: int
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per block of `model` (a runtime.llama.Llama, FP32, unpruned): (FFN channel norms (F,),
+    query head norms (H,)), L2 over every token of every window of the inputs of down_proj and
+    o_proj (a head's norm over its head_dim columns too). The model's Linears are restored."""
+    saved, accs = [], []
+    for b in model.blocks:
+        pair = ([], [])
+        for attr, acc in (("down", pair[0]), ("o", pair[1])):
+            inner = getattr(b, attr)
+            saved.append((b, attr, inner))
+            setattr(b, attr, _SumSquares(inner, acc))
+        accs.append(pair)
+    try:
+        for w in windows:
+            model.reset()
+            model.forward(w, all_logits=False)
+    finally:
+        for owner, attr, inner in saved:
+            setattr(owner, attr, inner)
+        model.reset()
+    out = []
+    for ffn_acc, o_acc in accs:
+        ffn = np.sqrt(ffn_acc[0])
+        heads = np.sqrt(o_acc[0].reshape(-1, head_dim).sum(axis=1))
+        out.append((ffn, heads))
+    return out

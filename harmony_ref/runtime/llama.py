@@ -31,7 +31,9 @@ fp16 or int8. The embedding table stays FP32 for the lookup; the output head (ti
 the Linear `lm_head` and takes the policy's format for that name.
 
 A policy's `[prune]` table (model/prune.py) removes FFN channels and heads before quantizing, so
-the blocks are narrower matrices (each block reads its own head counts and FFN width); its
+the blocks are narrower matrices (each block reads its own head counts and FFN width; with
+`score = "activation"` the unpruned model first runs in FP32 on the calibration windows to score
+them, runtime/calibration.py: activation_norms); its
 `[activations]` table (W8A8) runs every int8 Linear on `matmul_w8a8` with static activation
 scales calibrated on the policy's samples by this same model in FP32 (runtime/calibration.py).
 """
@@ -58,7 +60,8 @@ from harmony_ref.model.prune import prune_decoder
 from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.int8 import quantize_int8
 from harmony_ref.quant.policy import FP32, Policy, WeightFormat, int4_format_for_rows, load_policy
-from harmony_ref.runtime.calibration import calibration_windows, observe_scales
+from harmony_ref.runtime.calibration import (activation_norms, calibration_windows,
+                                             observe_scales)
 
 DEFAULT_MAX_CONTEXT = 2048
 F16_CHUNK_ROWS = 4096  # fp16 Linears widen this many weight rows at a time (bounded scratch)
@@ -242,8 +245,17 @@ class Llama:
                  calibration_tokens=None):
         self.config = c = weights.config
         self.policy = load_policy(policy)
-        if self.policy.prune is not None:
-            weights = prune_decoder(weights, self.policy.prune)
+        prune = self.policy.prune
+        if prune is not None:
+            norms = None
+            if prune.score == "activation":  # scored by the unpruned model run in FP32
+                act = prune.calibration()
+                base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
+                norms = activation_norms(base, calibration_windows(weights, act,
+                                                                   calibration_tokens),
+                                         c.head_dim)
+                del base
+            weights = prune_decoder(weights, prune, norms)
         act = self.policy.activations
         scales = {}
         if act is not None:  # static scales from this (pruned) model run in FP32

@@ -27,10 +27,16 @@ import tempfile
 import time
 from pathlib import Path
 
+# The policy's compression (config.compression, quant/compress.py): ratios 0 and the rest None
+# for a policy without [prune] / [activations]; prune_blocks is the per-block table as JSON.
+PRUNE_FIELDS = ("ffn", "heads", "head_unit", "score", "samples", "sample_tokens", "seed")
+ACTIVATION_FIELDS = ("granularity", "calibration", "samples", "sample_tokens", "seed", "alpha")
+COMPRESSION_FIELDS = (*(f"prune_{f}" for f in PRUNE_FIELDS), "prune_blocks",
+                      *(f"activations_{f}" for f in ACTIVATION_FIELDS))
 ROW_FIELDS = ("key", "config_key", "code_version", "status", "error", "model", "policy",
               "profile", "backend", "prompt_tokens", "new_tokens", "context_tokens", "batch",
-              "kv_dtype", "parts", "machine", "cpu_model", "worker", "seconds", "utc_time",
-              "measured_metrics", "record")
+              "kv_dtype", *COMPRESSION_FIELDS, "parts", "machine", "cpu_model", "worker",
+              "seconds", "utc_time", "measured_metrics", "record")
 FLUSH_EVERY_S = 2.0
 
 
@@ -168,6 +174,16 @@ class SweepStore:
             f.unlink(missing_ok=True)
 
 
+def compression_columns(comp: dict) -> dict:
+    """points.parquet's compression columns of a config's `compression` table."""
+    prune, act = comp.get("prune") or {}, comp.get("activations") or {}
+    out = {f"prune_{f}": prune.get(f) for f in PRUNE_FIELDS}
+    out["prune_ffn"], out["prune_heads"] = prune.get("ffn", 0.0), prune.get("heads", 0.0)
+    out["prune_blocks"] = json.dumps(prune["blocks"]) if prune.get("blocks") else None
+    out.update({f"activations_{f}": act.get(f) for f in ACTIVATION_FIELDS})
+    return out
+
+
 def make_row(point, result: dict, record_path: str) -> dict:
     from harmony_ref.sweep.grid import SCENARIO_AXES, code_version
 
@@ -180,6 +196,7 @@ def make_row(point, result: dict, record_path: str) -> dict:
            "backend": cfg["backend"]}
     for axis in SCENARIO_AXES:
         row[axis] = cfg.get(axis, "fp16") if axis == "kv_dtype" else cfg["scenario"][axis]
+    row.update(compression_columns(cfg.get("compression", {})))
     measured = [n for n, m in rec["metrics"].items() if m["kind"] == "measured"]
     row.update({"parts": ",".join(point.parts), "machine": prov["hostname"],
                 "cpu_model": prov["cpu_model"], "worker": result["worker"],

@@ -104,3 +104,135 @@ def test_bad_input_exit_2(tiny_gguf, capsys, argv, pattern):
     assert main([*argv, "--model", str(tiny_gguf)]) == 2
     err = capsys.readouterr().err.strip()
     assert pattern in err and len(err.splitlines()) == 1, err
+
+
+# ----------------------------------------------------------------------------------------------
+# Pruning and W8A8 in sensitivity and in the planner's choices
+
+
+def test_prune_sensitivity_rows_and_cache_key(tiny_gguf, monkeypatch):
+    import harmony_ref.eval.lm_plan as lm_plan_mod
+    from harmony_ref.eval.lm_plan import pruned_shapes
+
+    c = tiny_config()
+    rows = lm_sensitivity(str(tiny_gguf), "fp32", "type", context=32, chunks=1,
+                          prune={"ffn": 0.3, "heads": 0.5})
+    assert [r["group"] for r in rows] == ["ffn", "heads"]
+    fp32 = parse_format("fp32")
+    cut, full = pruned_shapes(c, ffn=0.3), pruned_shapes(c)
+    assert cut["up_proj"][0] == (64, c.dim)  # 96 * 0.7 -> 64 (multiples of 32)
+    ffn = rows[0]
+    assert ffn["bytes"] == sum(stored_bytes(fp32, cut[t]) for t in
+                               ("gate_proj", "up_proj", "down_proj"))
+    assert ffn["bytes_fp32"] == sum(stored_bytes(fp32, full[t]) for t in
+                                    ("gate_proj", "up_proj", "down_proj"))
+    assert ffn["prune"]["ffn"] == 0.3 and ffn["prune"]["score"] == "l1"
+    assert all(r["kld_mean"] > 0 and r["format"] == "fp32" for r in rows)
+    blocks = lm_sensitivity(str(tiny_gguf), "fp32", "block", context=32, chunks=1,
+                            prune={"ffn": 0.3})
+    assert [r["group"] for r in blocks] == ["block 0", "block 1"]
+    assert blocks[0]["prune"]["blocks"] == [[0, 0.3, None]]
+    # every option is in the cache key: with the measuring gone, the cached call returns and
+    # any other score / ratio / format / grouping must measure (and so fail here)
+    monkeypatch.setattr(lm_plan_mod, "evaluate_lm", None)
+    assert lm_sensitivity(str(tiny_gguf), "fp32", "type", context=32, chunks=1,
+                          prune={"ffn": 0.3, "heads": 0.5}) == rows
+    for kw in [dict(prune={"ffn": 0.3, "heads": 0.5}, prune_score="activation"),
+               dict(prune={"ffn": 0.25, "heads": 0.5}), dict(prune={"ffn": 0.3})]:
+        with pytest.raises(TypeError):
+            lm_sensitivity(str(tiny_gguf), "fp32", "type", context=32, chunks=1, **kw)
+    for fmt in ("w8a8-per-channel", "w8a8-per-tensor", "int8"):
+        with pytest.raises(TypeError):
+            lm_sensitivity(str(tiny_gguf), fmt, "type", context=32, chunks=1)
+
+
+def test_activation_scored_rows_differ_from_l1(tiny_gguf):
+    l1 = lm_sensitivity(str(tiny_gguf), "fp32", "type", context=32, chunks=1,
+                        prune={"ffn": 0.3})[0]
+    act = lm_sensitivity(str(tiny_gguf), "fp32", "type", context=32, chunks=1,
+                         prune={"ffn": 0.3}, prune_score="activation")[0]
+    assert act["prune"]["score"] == "activation" and act["prune"]["samples"] == 10
+    assert act["bytes"] == l1["bytes"] and act["kld_mean"] != l1["kld_mean"]
+
+
+def test_w8a8_sensitivity_rows(tiny_gguf):
+    w8 = lm_sensitivity(str(tiny_gguf), "int8", "type", context=32, chunks=1)
+    a8 = lm_sensitivity(str(tiny_gguf), "w8a8", "type", context=32, chunks=1)
+    assert all(r["format"] == "w8a8-per-channel" for r in a8)
+    assert a8[0]["activations"]["granularity"] == "per-channel"
+    assert [r["bytes"] for r in a8] == [r["bytes"] for r in w8]  # int8 weights either way
+    assert [r["kld_mean"] for r in a8] != [r["kld_mean"] for r in w8]
+
+
+def test_plan_with_pruning_choices_below_the_unpruned_minimum(tiny_gguf, tmp_path, capsys):
+    """A budget below every unpruned choice: the plan must prune; it fits the budget at the
+    pruned shapes, its policy carries [prune] and [activations], and the held-out score the
+    command reports is what `accuracy` gives the written TOML."""
+    from harmony_ref.eval.lm_plan import pruned_shapes
+
+    c = tiny_config()
+    g = [parse_format(f) for f in ("fp16", "int8", "int4-g128", "int4-g32")]
+    smallest = sum(min(stored_bytes(f, s) for f in g) for s in pruned_shapes(c).values())
+    budget = (smallest - 2000) / 1e6
+    with pytest.raises(ValueError, match="below the smallest"):
+        lm_plan(str(tiny_gguf), budget, context=32, chunks=1)
+    plan = lm_plan(str(tiny_gguf), budget, context=32, chunks=1, prune_ffn=(0, 0.3),
+                   prune_heads=(0, 0.5), activations="per-channel")
+    assert plan.prune and plan.linear_bytes <= plan.budget_bytes
+    assert plan.policy.prune.ffn == plan.prune.get("ffn", 0.0)
+    assert plan.policy.activations.granularity == "per-channel"
+    assert plan.predicted_kld == pytest.approx(sum(plan.predicted_parts.values()))
+    assert set(plan.predicted_parts) == {"ffn", "attention", "lm_head"}
+    out = tmp_path / "plan.toml"
+    argv = ["plan", "--model", str(tiny_gguf), "--budget-mb", f"{budget:.6f}", "--context", "32",
+            "--chunks", "1", "--prune-ffn", "0,0.3", "--prune-heads", "0,0.5", "--activations",
+            "per-channel", "--out", str(out), "--json"]
+    assert main(argv) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["prune"] == plan.prune and d["formats_per_type"] == plan.choices
+    assert d["activations"]["granularity"] == "per-channel" and d["prune_score"] == "l1"
+    assert d["prune_ffn_choices"] == [0.0, 0.3] and out.read_text() == d["policy_toml"]
+    assert "[prune]" in d["policy_toml"] and "[activations]" in d["policy_toml"]
+    assert main(["accuracy", "--model", str(tiny_gguf), "--policy", str(out), "--context", "32",
+                 "--chunks", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][1]["kld_mean"] == d["heldout_kld_mean"]
+
+
+def test_plan_default_flags_output_has_no_new_fields(tiny_gguf, capsys):
+    assert main(["plan", "--model", str(tiny_gguf), "--budget-mb", "1", "--context", "32",
+                 "--chunks", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert sorted(d) == sorted(["policy_toml", "model", "budget_mb", "linear_weights_mb",
+                                "predicted_kld_mean", "calibration_scored_tokens", "heldout",
+                                "heldout_kld_mean", "heldout_kld_p99", "heldout_ppl_ratio",
+                                "heldout_top1_agreement_pct", "formats_per_type"])
+    assert "[prune]" not in d["policy_toml"] and "[activations]" not in d["policy_toml"]
+
+
+@pytest.mark.parametrize("argv,pattern", [
+    (["sensitivity", "--prune", "ffn=1.5"], "ratio must be in (0, 1)"),
+    (["sensitivity", "--prune", "mlp=0.1"], "expected ffn=<ratio>"),
+    (["sensitivity", "--prune-score", "activation"], "applies with --prune only"),
+    (["sensitivity", "--prune", "ffn=0.1", "--format", "int8"], "drop --format int8"),
+    (["sensitivity", "--format", "w8a8-per-row"], "unknown W8A8 variant"),
+    (["plan", "--budget-mb", "1", "--prune-ffn", "0,1.2"], "must be in [0, 1)"),
+    (["plan", "--budget-mb", "1", "--prune-heads", "x"], "'x' is not a number"),
+    (["plan", "--budget-mb", "1", "--prune-score", "activation"], "applies with --prune-ffn"),
+])
+def test_bad_compression_input_exit_2(tiny_gguf, capsys, argv, pattern):
+    assert main([*argv, "--model", str(tiny_gguf)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert pattern in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("argv,pattern", [
+    (["sensitivity", "--prune", "ffn=0.1"], "--prune/--prune-score apply to a decoder"),
+    (["sensitivity", "--format", "w8a8"], "W8A8 sensitivity applies to a decoder"),
+    (["plan", "--budget-mb", "5", "--prune-ffn", "0,0.1"], "--prune-ffn applies to a decoder"),
+    (["plan", "--budget-mb", "5", "--activations", "per-channel"],
+     "--activations applies to a decoder"),
+])
+def test_minilm_refuses_the_decoder_compression_flags(capsys, argv, pattern):
+    assert main([*argv, "--model", "all-minilm-l6"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert pattern in err and len(err.splitlines()) == 1, err

@@ -148,3 +148,110 @@ def test_minilm_pruned_equals_zeroed(tiny):
     lin = tiny.linears(pol)
     assert lin["encoder.layer.0.intermediate.dense"].shape[0] == pruned[
         "encoder.layer.0.intermediate.dense.weight"].shape[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Activation-aware score (prune.score = "activation")
+
+CAL_TOKENS = list(range(3, 200))  # tiny models have no tokenizer file: windows from these ids
+
+
+def _act_policy(ffn, heads, unit="query"):
+    return policy_from_dict({"name": "act", "default": "fp32", "prune": {
+        "ffn": ffn, "heads": heads, "head_unit": unit, "score": "activation", "samples": 3,
+        "sample_tokens": 16}}, "<act>")
+
+
+def _norms(w, pol):
+    from harmony_ref.runtime.calibration import activation_norms, calibration_windows
+
+    act = pol.prune.calibration()
+    base = Llama(w, "fp32", max_context=act.sample_tokens)
+    return activation_norms(base, calibration_windows(w, act, CAL_TOKENS), w.config.head_dim)
+
+
+@pytest.mark.parametrize("unit", ["query", "kv"])
+@pytest.mark.parametrize("ffn,heads", [(0.5, 0.0), (0.25, 0.5)])
+def test_activation_pruned_runtime_equals_zeroed(ffn, heads, unit):
+    """The runtime under an activation-scored [prune] gives the FP32 reference's logits with
+    the same channels / heads zeroed (the scores only choose which units; the mechanics are
+    the L1 path's)."""
+    c = tiny_config("llama", n_heads=8, n_kv_heads=2, ffn_dim=128)
+    w = tiny_weights(c, seed=7)
+    pol = _act_policy(ffn, heads, unit)
+    pruned = prune_decoder(w, pol.prune, _norms(w, pol))
+    ref = LlamaRef(_zeroed(w, pruned, c.head_dim)).prefill(TOKENS, all_logits=True)
+    assert np.abs(LlamaRef(pruned).prefill(TOKENS, all_logits=True) - ref).max() \
+        <= PRUNED_VS_ZEROED_ABS_TOL
+    m = Llama(w, pol, calibration_tokens=CAL_TOKENS)
+    assert np.abs(m.prefill(TOKENS, all_logits=True) - ref).max() <= 1e-3  # fp16 KV cache
+    assert m.blocks[0].ffn_dim == pruned.layers[0].w_up.shape[0]
+    # a different criterion: the kept channels differ from L1's somewhere on this model
+    l1 = prune_decoder(w, PruneSpec(ffn=ffn, heads=heads, head_unit=unit))
+    assert any(not np.array_equal(a.w_up, b.w_up) or not np.array_equal(a.wq, b.wq)
+               for a, b in zip(l1.layers, pruned.layers))
+
+
+def test_activation_score_prefers_high_activation_channels():
+    """Constructed: 32 of 128 FFN channels have 10x smaller weights (L1 drops them) but carry
+    the largest activations; every down column has the same L1 norm. The activation score keeps
+    them and drops the quiet channels; L1 does the opposite."""
+    rng = np.random.default_rng(3)
+    up, gate = (rng.standard_normal((128, 16)).astype(np.float32) for _ in range(2))
+    down = np.sign(rng.standard_normal((16, 128))).astype(np.float32)  # every |column| = 16
+    loud = rng.choice(128, 32, replace=False)
+    up[loud] *= 0.1
+    gate[loud] *= 0.1
+    act = np.ones(128)
+    act[loud] = 50.0
+    quiet = np.argsort(rng.standard_normal(128))
+    quiet = np.setdiff1d(quiet, loud)[:32]
+    act[quiet] = 0.01
+    by_act = set(ffn_keep(gate, up, down, 0.25, act=act).tolist())
+    by_l1 = set(ffn_keep(gate, up, down, 0.25).tolist())
+    assert set(loud.tolist()) <= by_act and not set(quiet.tolist()) & by_act
+    assert not set(loud.tolist()) & by_l1
+    # heads: the head with the loudest output survives even with the smallest o columns
+    c = tiny_config("llama", n_heads=4, n_kv_heads=1, head_dim=16)
+    lw = tiny_weights(c, seed=2).layers[0]
+    lw = dataclasses.replace(lw, wo=lw.wo.copy())
+    lw.wo[:, :16] *= 0.1  # head 0: smallest o columns
+    q_l1, _ = decoder_heads_keep(lw, 16, 0.25, "query")
+    q_act, _ = decoder_heads_keep(lw, 16, 0.25, "query", act=np.array([100.0, 1, 1, 0.5]))
+    assert 0 not in q_l1 and 0 in q_act and 3 not in q_act
+
+
+def test_activation_norms_are_the_inputs_norms():
+    """Block 0's up_proj row j scaled by 3: its FFN norm (the SwiGLU output, linear in up)
+    scales by exactly 3, the other channels' do not move; head norms are the o inputs' L2."""
+    c = tiny_config("llama", ffn_dim=128)
+    w = tiny_weights(c, seed=4)
+    pol = _act_policy(0.25, 0.0)
+    n0 = _norms(w, pol)
+    lw = w.layers[0]
+    up = lw.w_up.copy()
+    up[5] *= 3
+    w3 = dataclasses.replace(w, layers=[dataclasses.replace(lw, w_up=up), *w.layers[1:]])
+    n3 = _norms(w3, pol)
+    np.testing.assert_allclose(n3[0][0][5], 3 * n0[0][0][5], rtol=1e-5)
+    others = np.delete(np.arange(128), 5)
+    np.testing.assert_allclose(n3[0][0][others], n0[0][0][others], rtol=1e-5)
+    assert n0[0][1].shape == (c.n_heads,) and (n0[0][1] > 0).all()
+
+
+def test_activation_score_fields_validated(tmp_path):
+    for prune, pattern in [({"score": "l2"}, "prune.score"),
+                           ({"samples": 4}, "prune.samples' = 4: applies to score"),
+                           ({"score": "activation", "samples": 0}, "prune.samples' = 0"),
+                           ({"score": "activation", "sample_tokens": 1}, "sample_tokens")]:
+        with pytest.raises(ValueError, match=pattern) as e:
+            policy_from_dict({"default": "fp32", "prune": prune}, "my.toml")
+        assert "my.toml" in str(e.value)
+    pol = _act_policy(0.25, 0.5)
+    from harmony_ref.quant.policy import load_policy
+
+    f = tmp_path / "p.toml"
+    f.write_text(pol.to_toml())
+    assert load_policy(str(f)).prune == pol.prune
+    with pytest.raises(ValueError, match="MiniLM prunes by L1 only"):
+        prune_minilm({}, 4, pol.prune)
