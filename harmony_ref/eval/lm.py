@@ -67,6 +67,17 @@ def chunk_tokens(tokens, context: int, bos_id: int | None = None) -> np.ndarray:
     return chunks
 
 
+def unscored_tokens(tokens, context: int, n_chunks: int) -> np.ndarray:
+    """The tokens of `tokens` that scoring its first `n_chunks` chunks never scores: each
+    chunk's context half (positions 0 .. context // 2, whose predictions are not scored) and
+    everything after the last chunk, in text order. Calibrating on these (W8A8 scales,
+    activation norms) keeps every scored token out of what it is scored with."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    first = context // 2
+    parts = [tokens[c * context: c * context + first + 1] for c in range(n_chunks)]
+    return np.concatenate(parts + [tokens[n_chunks * context:]])
+
+
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     z = logits.astype(np.float64)
     z -= z.max(axis=-1, keepdims=True)
@@ -101,14 +112,16 @@ class Scores:
 
 def evaluate_lm(weights, tokens, context: int = DEFAULT_CONTEXT, variants=(("fp32", "fp16"),),
                 add_bos: bool = False, progress=None, max_chunks: int | None = None,
-                reference_cache=None) -> dict:
+                reference_cache=None, calibration_tokens=None) -> dict:
     """{"reference": summary, "<policy>[+kv-int8]": summary, ...} plus run facts.
 
     variants: (policy name or Policy, kv dtype) pairs, each run on the kernel path. `progress`,
     if given, is called with (chunks done, chunks total) after every chunk. `max_chunks`: score
     only the first N chunks. `reference_cache` (eval/lm_cache.py's ReferenceCache): the FP32
     reference's log-probs are read from it when there and written to it when not; cached or
-    not, they are rounded to float32 the same way, so a cached run gives the same numbers."""
+    not, they are rounded to float32 the same way, so a cached run gives the same numbers.
+    `calibration_tokens`: the text a variant with [activations] or an activation pruning score
+    calibrates on (default: the corpus's calibration split, runtime/calibration.py)."""
     c = weights.config
     chunks = chunk_tokens(tokens, context, c.bos_id if add_bos else None)
     total_chunks = len(chunks)
@@ -119,7 +132,8 @@ def evaluate_lm(weights, tokens, context: int = DEFAULT_CONTEXT, variants=(("fp3
     first = context // 2
     n_scored = context - 1 - first
     ref = None
-    models = [Llama(weights, p, kv, max_context=context) for p, kv in variants]
+    models = [Llama(weights, p, kv, max_context=context, calibration_tokens=calibration_tokens)
+              for p, kv in variants]
     scores = {"reference": Scores([], [], [])} | {m.name: Scores([], [], []) for m in models}
     cached = 0
     for ci, chunk in enumerate(chunks):

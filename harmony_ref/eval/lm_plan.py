@@ -13,14 +13,17 @@ top-1 agreement. Groups: `type` (q_proj, k_proj, v_proj, o_proj, gate_proj, up_p
 across every block, and the output head `lm_head`) or `block` (every Linear of block i).
 A format `w8a8-per-channel` / `w8a8-per-tensor` / `w8a8-smooth` (`w8a8`: per-channel) puts the
 group's Linears in int8 with static activation scales (the policy's [activations] table with
-its defaults, calibrated on the calibration split, quant/compress.py). With `prune` (ratios
+its defaults, quant/compress.py). With `prune` (ratios
 {"ffn": r} and/or {"heads": r}, `prune_score` "l1" or "activation") the weights stay FP32 and the
 group is pruned instead: by `type` the rows are `ffn` (every block's FFN at the ratio) and
 `heads` (every block's heads), by `block` one block at a time at the given ratios; `bytes` are
 the group's FP32 Linears at the pruned shapes, `bytes_fp32` unpruned.
 
 Held out means held out: sensitivity and planning score the shipped corpus's `calibration` part
-only; the planned policy is then scored on the `heldout` part, which planning never saw.
+only; the planned policy is then scored on the `heldout` part, which planning never saw. Within
+sensitivity, W8A8 scales and activation pruning scores calibrate on the tokens of that part its
+rows never score (each chunk's context half and the tail: eval/lm.py unscored_tokens), so no
+row is scored on text it was calibrated on.
 
 The planner is the multiple-choice knapsack of eval/plan.py (choose_formats: exact dynamic
 programming in 1 kB steps, sizes rounded up) over the eight Linear types, each taking one of
@@ -51,7 +54,7 @@ from importlib import resources
 import numpy as np
 
 from harmony_ref._io import write_text_atomic
-from harmony_ref.eval.lm import DEFAULT_CONTEXT, LAYER_TYPES, evaluate_lm
+from harmony_ref.eval.lm import DEFAULT_CONTEXT, LAYER_TYPES, evaluate_lm, unscored_tokens
 from harmony_ref.eval.lm_accuracy import Corpus, model_sha256
 from harmony_ref.eval.lm_cache import ReferenceCache, cache_root, code_version
 from harmony_ref.eval.plan import PLANNER_FORMATS, PLANNER_STEP_BYTES, choose_formats
@@ -68,7 +71,7 @@ ATTENTION_TYPES = ("q_proj", "k_proj", "v_proj", "o_proj")
 FFN_TYPES = ("gate_proj", "up_proj", "down_proj")
 # Modules the cached rows' numbers come from beyond lm_cache.CODE_MODULES
 ROW_CODE_MODULES = ("model/prune.py", "runtime/calibration.py", "quant/compress.py",
-                    "quant/activations.py", "kernels/matmul_w8a8.py")
+                    "quant/activations.py", "kernels/matmul_w8a8.py", "eval/lm_plan.py")
 
 
 def parse_variant(text: str, where: str = "--format") -> tuple[WeightFormat, ActivationSpec | None]:
@@ -244,6 +247,8 @@ def lm_sensitivity(model: str = "smollm2-135m", fmt: str = "int4-g32", by: str =
     ref_cache = ReferenceCache.for_run(model_sha256(model, path), corpus.sha256, context,
                                        tok.add_bos)
     n_chunks = min(chunks or len(ids) // context, len(ids) // context)
+    # W8A8 scales and activation scores calibrate on the tokens these rows never score
+    calibration = unscored_tokens(ids, context, n_chunks)
     fp32 = parse_format("fp32")
     rows = []
     for gi, g in enumerate(groups):
@@ -252,7 +257,8 @@ def lm_sensitivity(model: str = "smollm2-135m", fmt: str = "int4-g32", by: str =
         step = (lambda done, total, gi=gi: progress(gi * n_chunks + done, len(groups) * n_chunks)
                 ) if progress else None
         r = evaluate_lm(weights, ids, context, [(policy, "fp16")], add_bos=tok.add_bos,
-                        progress=step, max_chunks=chunks, reference_cache=ref_cache)
+                        progress=step, max_chunks=chunks, reference_cache=ref_cache,
+                        calibration_tokens=calibration)
         s = r["results"][policy.name]
         row = {"group": g.name, "pattern": g.pattern,
                "format": variant_name(f, act) if not prune else "fp32",

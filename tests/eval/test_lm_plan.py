@@ -236,3 +236,37 @@ def test_minilm_refuses_the_decoder_compression_flags(capsys, argv, pattern):
     assert main([*argv, "--model", "all-minilm-l6"]) == 2
     err = capsys.readouterr().err.strip()
     assert pattern in err and len(err.splitlines()) == 1, err
+
+
+def test_unscored_tokens_are_the_context_halves_and_the_tail():
+    import numpy as np
+
+    ids = np.arange(1100)
+    got = lm.unscored_tokens(ids, 512, 2)
+    assert list(got) == [*range(0, 257), *range(512, 769), *range(1024, 1100)]
+    scored = {c * 512 + j for c in range(2) for j in range(257, 512)}  # targets chunk[first+1:]
+    assert not scored & set(got.tolist())
+
+
+def test_w8a8_and_activation_rows_calibrate_on_tokens_they_never_score(tiny_gguf, monkeypatch):
+    """Held out means held out, within sensitivity: the calibration windows come from the
+    unscored context halves (and tail) of the rows' own corpus."""
+    import numpy as np
+
+    import harmony_ref.runtime.llama as llama
+    from harmony_ref.runtime.loader import load_decoder
+
+    seen = []
+    real = llama.calibration_windows
+
+    def spy(weights, spec, tokens=None):
+        seen.append(None if tokens is None else np.asarray(tokens).copy())
+        return real(weights, spec, tokens)
+    monkeypatch.setattr(llama, "calibration_windows", spy)
+    _, tok = load_decoder(str(tiny_gguf))
+    ids = tok.encode(Corpus.shipped("calibration").text)
+    lm_sensitivity(str(tiny_gguf), "w8a8", "type", context=32, chunks=2)
+    lm_sensitivity(str(tiny_gguf), "fp32", "type", context=32, chunks=2, prune={"ffn": 0.3},
+                   prune_score="activation")
+    want = lm.unscored_tokens(ids, 32, 2)
+    assert len(seen) >= 9 and all(s is not None and np.array_equal(s, want) for s in seen)
