@@ -109,12 +109,15 @@ def run_decoder(args, fmt: str) -> int:
                                 f"scored on the {scored}, context {args.context}")
     print("kld: KL(FP32 || policy) per scored token, in nats, against the checkpoint's weights "
           "dequantized exactly; the held-out corpus is not used (it scores plans).")
+    unscored = ("calibrated on the corpus tokens these rows never score (each chunk's context "
+                "half and the tail; 10 windows of 128 tokens)")
     if prune:
         print("pruned without fine-tuning (the drop before the recovery training the literature "
               "prescribes); saved_mb: the group's FP32 Linears, unpruned minus pruned shapes.")
+        if score == "activation":
+            print(f"activation score {unscored}.")
     elif name.startswith("w8a8"):
-        print("w8a8: static activation scales calibrated on the calibration part (10 windows "
-              "of 128 tokens, [activations] defaults), which these rows also score.")
+        print(f"w8a8: static activation scales ([activations] defaults) {unscored}.")
     return 0
 
 
