@@ -209,13 +209,20 @@ def prune_from_dict(data, source: str) -> PruneSpec:
     if score == "l1" and given:
         raise ValueError(f"{where}.{given[0]}' = {data[given[0]]!r}: applies to "
                          "score = \"activation\" only (the L1 score reads no data)")
-    d = PruneSpec()
-    return PruneSpec(
-        ffn, heads, unit, tuple(blocks), score,
-        samples=_int(data.get("samples", d.samples), f"{where}.samples'", 1, MAX_SAMPLES),
-        sample_tokens=_int(data.get("sample_tokens", d.sample_tokens),
-                           f"{where}.sample_tokens'", 2, MAX_SAMPLE_TOKENS),
-        seed=_int(data.get("seed", d.seed), f"{where}.seed'", 0, 2**32 - 1))
+    return PruneSpec(ffn, heads, unit, tuple(blocks), score,
+                     **_sampling(data, where, PruneSpec()))
+
+
+def _sampling(data: dict, where: str, defaults) -> dict:
+    """The calibration-window fields (samples, sample_tokens, seed) of a [prune] or
+    [activations] table, validated, each defaulting to `defaults`' value."""
+    return {
+        "samples": _int(data.get("samples", defaults.samples), f"{where}.samples'", 1,
+                        MAX_SAMPLES),
+        "sample_tokens": _int(data.get("sample_tokens", defaults.sample_tokens),
+                              f"{where}.sample_tokens'", 2, MAX_SAMPLE_TOKENS),
+        "seed": _int(data.get("seed", defaults.seed), f"{where}.seed'", 0, 2**32 - 1),
+    }
 
 
 def activations_from_dict(data, source: str) -> ActivationSpec:
@@ -232,11 +239,8 @@ def activations_from_dict(data, source: str) -> ActivationSpec:
                             GRANULARITIES),
         calibration=_choice(data.get("calibration", d.calibration), f"{where}.calibration'",
                             CALIBRATIONS),
-        samples=_int(data.get("samples", d.samples), f"{where}.samples'", 1, MAX_SAMPLES),
-        sample_tokens=_int(data.get("sample_tokens", d.sample_tokens), f"{where}.sample_tokens'",
-                           2, MAX_SAMPLE_TOKENS),
-        seed=_int(data.get("seed", d.seed), f"{where}.seed'", 0, 2**32 - 1),
         alpha=_unit(data.get("alpha", d.alpha), f"{where}.alpha'"),
+        **_sampling(data, where, d),
     )
 
 
