@@ -33,7 +33,10 @@ from harmony_ref.kernels.matmul import (
     ACT_BLOCK,
     ISA,
     PreparedW8,
+    _as_activations,
+    _finish,
     _matmul_w8_tiles,
+    _rows_split,
     _w8_gemm,
     _w8_gemv,
     prepare_w8,
@@ -83,40 +86,29 @@ def matmul_w8a8(x, w: W8A8Weight) -> np.ndarray:
 def _matmul_w8a8(x, act_scale: np.ndarray, p: PreparedW8, isa: int) -> np.ndarray:
     """matmul_w8a8 on path `isa` with weights `p` prepared for it (tests run every path)."""
     n, k = p.shape
-    x = float32_array(x, "x", (1, 2))
-    vector = x.ndim == 1
-    x = x[None, :] if vector else x
-    if x.shape[1] != k:
-        raise ValueError(f"x has shape {x.shape} but the weights have K = {k}")
+    x, vector = _as_activations(x, k)
     block = p.act_block
     xq, xsum = quantize_static(x, act_scale, block)
     ones = np.ones(xsum.shape, dtype=np.float32)  # every block's activation scale is folded
     m = x.shape[0]
-    if p.layout == "x86":
-        xw = xq.view(np.int32)
-        blocked = m - m % GEMM_ROWS
-        parts = []
-        if blocked:
-            parts.append(_w8_gemm(isa, xw[:blocked], ones[:blocked], xsum[:blocked], p.values,
-                                  p.scale, block))
-        if blocked < m:
-            parts.append(_w8_gemv(isa, xw[blocked:], ones[blocked:], xsum[blocked:], p.values,
-                                  p.scale, block))
-        y = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    else:
-        y = _matmul_w8_tiles(xq.astype(np.int32), ones, p.values, p.scale, block)
-    y = np.ascontiguousarray(y[:, :n])
-    return y[0] if vector else y
+    if p.layout != "x86":
+        return _finish([_matmul_w8_tiles(xq.astype(np.int32), ones, p.values, p.scale, block)],
+                       n, vector)
+    xw = xq.view(np.int32)
+    blocked = _rows_split(m, GEMM_ROWS, True)
+    parts = []
+    if blocked:
+        parts.append(_w8_gemm(isa, xw[:blocked], ones[:blocked], xsum[:blocked], p.values,
+                              p.scale, block))
+    if blocked < m:
+        parts.append(_w8_gemv(isa, xw[blocked:], ones[blocked:], xsum[blocked:], p.values,
+                              p.scale, block))
+    return _finish(parts, n, vector)
 
 
 def matmul_w8a8_ref(x, w: W8A8Weight) -> np.ndarray:
     """NumPy twin: the same int8 activations and weights, exact int64 sums, then s_w[n]."""
-    n, k = w.shape
-    x = float32_array(x, "x", (1, 2))
-    vector = x.ndim == 1
-    x = x[None, :] if vector else x
-    if x.shape[1] != k:
-        raise ValueError(f"x has shape {x.shape} but the weights have K = {k}")
+    x, vector = _as_activations(x, w.shape[1])
     xq = quantize_static_ref(x, w.act_scale).astype(np.int64)
     isum = xq @ w.w8.values.astype(np.int64).T  # (M, N) exact
     y = (isum.astype(np.float64) * w.w8.scale.astype(np.float64)[None, :]).astype(np.float32)
