@@ -70,36 +70,41 @@ def entry_regex(entry: str) -> str:
     return re.escape(entry) + "(@|$)"
 
 
-def relative_entries(pattern: str) -> list[tuple[str, str, str, tuple]]:
-    """(module, class, track, params) of every relative track_ (unit 'x ...'), one row per
-    parameter combination asv runs (not those in the track's skip_params), whose entry name
-    ("module.Class.track(params)", as asv names it) matches the regex `pattern`."""
+def bench_classes():
+    """(module name, class name, class) of every class a bench_*.py module defines."""
     import bench
 
-    rx = re.compile(pattern)
-    out = []
     for mod in pkgutil.iter_modules(bench.__path__):
         if not mod.name.startswith("bench_"):
             continue
         module = importlib.import_module(f"bench.{mod.name}")
         for cls_name, cls in vars(module).items():
-            if not inspect.isclass(cls) or cls.__module__ != module.__name__:
+            if inspect.isclass(cls) and cls.__module__ == module.__name__:
+                yield mod.name, cls_name, cls
+
+
+def relative_entries(pattern: str) -> list[tuple[str, str, str, tuple]]:
+    """(module, class, track, params) of every relative track_ (unit 'x ...'), one row per
+    parameter combination asv runs (not those in the track's skip_params), whose entry name
+    ("module.Class.track(params)", as asv names it) matches the regex `pattern`."""
+    rx = re.compile(pattern)
+    out = []
+    for mod, cls_name, cls in bench_classes():
+        if hasattr(cls, "setup_cache"):
+            continue  # a cached set-up is not what this script reproduces
+        for attr in sorted(dir(cls)):
+            fn = getattr(cls, attr)
+            relative = str(getattr(fn, "unit", "")).startswith("x ")
+            if not attr.startswith("track_") or not relative:
                 continue
-            if hasattr(cls, "setup_cache"):
-                continue  # a cached set-up is not what this script reproduces
-            for attr in sorted(dir(cls)):
-                fn = getattr(cls, attr)
-                relative = str(getattr(fn, "unit", "")).startswith("x ")
-                if not attr.startswith("track_") or not relative:
-                    continue
-                params = getattr(cls, "params", ())
-                if params and not isinstance(params[0], list):
-                    params = (params,)
-                skipped = set(getattr(fn, "skip_params", ()))
-                for combo in itertools.product(*params) if params else [()]:
-                    entry = (mod.name, cls_name, attr, tuple(combo))
-                    if tuple(combo) not in skipped and rx.search(entry_name(*entry)):
-                        out.append(entry)
+            params = getattr(cls, "params", ())
+            if params and not isinstance(params[0], list):
+                params = (params,)
+            skipped = set(getattr(fn, "skip_params", ()))
+            for combo in itertools.product(*params) if params else [()]:
+                entry = (mod, cls_name, attr, tuple(combo))
+                if tuple(combo) not in skipped and rx.search(entry_name(*entry)):
+                    out.append(entry)
     return out
 
 

@@ -204,12 +204,8 @@ def test_asv_judges_each_timed_ratio_by_its_measured_cross_process_spread():
     'x <reference> time') gets the threshold bench/asv_spread.json derived from its measured
     spread over fresh processes, or perf.LIMIT_PCT where none was measured or the spread is
     smaller; every other track_ asv's 5%."""
-    import importlib
-    import inspect
-    import pkgutil
     from pathlib import Path
 
-    import bench
     from bench import measure_spread as ms
 
     root = Path(__file__).resolve().parents[2]
@@ -226,18 +222,12 @@ def test_asv_judges_each_timed_ratio_by_its_measured_cross_process_spread():
         assert _asv_threshold(thresholds, name + "@main") == pytest.approx(want), name
     assert len(spread) >= 19
 
-    for mod in pkgutil.iter_modules(bench.__path__):
-        if not mod.name.startswith("bench_"):
-            continue
-        module = importlib.import_module(f"bench.{mod.name}")
-        for cls_name, cls in vars(module).items():
-            if not inspect.isclass(cls) or cls.__module__ != module.__name__:
-                continue
-            for attr in dir(cls):
-                fn = getattr(cls, attr)
-                if attr.startswith("track_") and not str(getattr(fn, "unit", "")).startswith("x "):
-                    name = f"{mod.name}.{cls_name}.{attr}"
-                    assert _asv_threshold(thresholds, name) == 0.05, name
+    for mod, cls_name, cls in ms.bench_classes():
+        for attr in dir(cls):
+            fn = getattr(cls, attr)
+            if attr.startswith("track_") and not str(getattr(fn, "unit", "")).startswith("x "):
+                name = f"{mod}.{cls_name}.{attr}"
+                assert _asv_threshold(thresholds, name) == 0.05, name
 
 
 def test_the_committed_spread_file_follows_its_rule():
