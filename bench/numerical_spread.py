@@ -1,13 +1,10 @@
 """Spread of the `numerical` metrics (accuracy computed with float kernels) across emulated
 machines: the measurement the gate's numerical tolerance is derived from.
 
-Each configuration is a fresh process with environment variables that change the code the float
-kernels run, as another x86-64 CPU or library build would:
-- NUMBA_CPU_NAME / NUMBA_CPU_FEATURES: Numba's target CPU (generic, haswell, skylake-avx512,
-  icelake-server, znver3): vector width and FMA use, hence the summation order;
-- OPENBLAS_CORETYPE: OpenBLAS's kernels (Prescott, Haswell, SkylakeX, Zen, SapphireRapids);
-- HARMONY_REF_MATMUL_ISA: the int8 dot-product matmul path (portable, avx2, avxvnni, avx512vnni);
-- NUMBA_NUM_THREADS / OMP/OPENBLAS threads: 1 and 2.
+Each configuration is a fresh process with the environment of one emulated x86-64 machine
+(harmony_ref/_cpus.py EMULATED_CPUS: Numba's target CPU and features, OpenBLAS's core type, NumPy's
+dispatch, the int8-dot matmul path, 1 or 2 threads; Intel Haswell to Sapphire Rapids, AMD Zen 3
+to Zen 5, and the AMD EPYC CI meets).
 
     python bench/numerical_spread.py --out harmony_ref/data/numerical_spread.json
     python bench/numerical_spread.py --lm --out harmony_ref/data/lm_numerical_spread.json
@@ -27,22 +24,12 @@ import os
 import subprocess
 import sys
 
-POLICIES = ("int4-g128", "int8")
+from harmony_ref._cpus import Unemulable, by_name, environment, host_features
 
-# name -> environment: each emulates one machine (target CPU, BLAS kernels, matmul path, threads)
-CONFIGS = {
-    "native-2t": {},
-    "native-1t": {"NUMBA_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
-    "generic-portable": {"NUMBA_CPU_NAME": "generic", "OPENBLAS_CORETYPE": "Prescott",
-                         "HARMONY_REF_MATMUL_ISA": "portable"},
-    "haswell": {"NUMBA_CPU_NAME": "haswell", "OPENBLAS_CORETYPE": "Haswell",
-                "HARMONY_REF_MATMUL_ISA": "avx2"},
-    "icelake-vnni-1t": {"NUMBA_CPU_NAME": "icelake-server", "OPENBLAS_CORETYPE": "SkylakeX",
-                        "HARMONY_REF_MATMUL_ISA": "avx512vnni", "NUMBA_NUM_THREADS": "1",
-                        "OPENBLAS_NUM_THREADS": "1"},
-    "znver3": {"NUMBA_CPU_NAME": "znver3", "OPENBLAS_CORETYPE": "Zen",
-               "HARMONY_REF_MATMUL_ISA": "avx2"},
-}
+# MiniLM: the README accuracy table's policies; decoder: the gate's default policy, int8, and the
+# README's int4-g32 and mixed rows
+POLICIES = ("int8", "int4-g128", "int4-g32", "minilm-mixed")
+LM_POLICIES = ("int8", "int4-g128", "int4-g32", "mixed")
 
 CHILD = """
 import json, sys
@@ -70,9 +57,9 @@ print(json.dumps(out))
 """
 
 
-def measure(name: str, env: dict, child: str = CHILD) -> dict:
+def measure(name: str, env: dict, child: str, policies) -> dict:
     full = {**os.environ, **env}
-    r = subprocess.run([sys.executable, "-c", child, *POLICIES], env=full, capture_output=True,
+    r = subprocess.run([sys.executable, "-c", child, *policies], env=full, capture_output=True,
                        text=True)
     if r.returncode != 0:
         raise SystemExit(f"{name}: failed:\n{r.stderr[-2000:]}")
@@ -80,30 +67,40 @@ def measure(name: str, env: dict, child: str = CHILD) -> dict:
 
 
 def spread_table(values: dict) -> list[dict]:
-    """values[config][policy][metric] -> rows: metric, policy, min, max, spread % of |max|."""
+    """values[config][policy][metric] -> rows: metric, policy, min, max, spread % of |max| and
+    the absolute spread max - min (in the metric's unit)."""
     rows = []
     configs = list(values)
-    for policy in POLICIES:
+    for policy in values[configs[0]]:
         for metric in values[configs[0]][policy]:
             xs = [values[c][policy][metric] for c in configs]
             lo, hi = min(xs), max(xs)
             scale = max(abs(lo), abs(hi))
             rows.append({"metric": metric, "policy": policy, "min": lo, "max": hi,
-                         "spread_pct": 100.0 * (hi - lo) / scale if scale else 0.0})
+                         "spread_pct": 100.0 * (hi - lo) / scale if scale else 0.0,
+                         "spread_abs": hi - lo})
     return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the measurement (every value, the table) as JSON here")
-    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
+    ap.add_argument("--configs", help="comma-separated subset of harmony_ref/_cpus.py's names")
     ap.add_argument("--lm", action="store_true",
                     help="the decoder's lm_* metrics (SmolLM2-135M) instead of MiniLM's")
     args = ap.parse_args()
-    values = {}
-    for name in args.configs.split(","):
-        values[name] = measure(name, CONFIGS[name], CHILD_LM if args.lm else CHILD)
-        print(f"{name}: done", file=sys.stderr, flush=True)
+    values, configs = {}, {}
+    host = host_features()
+    for cfg in by_name(args.configs):
+        try:
+            env = environment(cfg, host)
+        except Unemulable as e:
+            print(f"{cfg.name}: skipped ({e})", file=sys.stderr, flush=True)
+            continue
+        values[cfg.name] = measure(cfg.name, env, CHILD_LM if args.lm else CHILD,
+                                   LM_POLICIES if args.lm else POLICIES)
+        configs[cfg.name] = {k: v for k, v in env.items() if k != "NUMBA_CPU_FEATURES"}
+        print(f"{cfg.name}: done", file=sys.stderr, flush=True)
     rows = spread_table(values)
     print(f"{'metric':<24}{'policy':<14}{'min':>12}{'max':>12}{'spread %':>10}")
     for r in rows:
@@ -111,7 +108,7 @@ def main() -> None:
               f"{r['spread_pct']:>10.4f}")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"configs": CONFIGS, "values": values, "spread": rows}, f, indent=1)
+            json.dump({"configs": configs, "values": values, "spread": rows}, f, indent=1)
             f.write("\n")
 
 

@@ -5,14 +5,17 @@ Device profiles and model specs are data written by people; a typo must fail lou
 
 Field types understood: float, int, bool, str, tuple[T, ...] (a TOML list), a nested dataclass (a
 TOML table), `Dataclass | None` (an optional table) and tuple[Dataclass, ...] (an array of tables,
-`[[section.name]]`; an item's errors name it `section.name[i]`). Field metadata {"min": x} / {"max": x}
-bound numbers (inclusive), {"choices": (...)} restricts values (of a list: each item, no
-repeats); fields with defaults are optional.
+`[[section.name]]`; an item's errors name it `section.name[i]`). Every float is finite (TOML
+spells `inf` and `nan`; no field of a phone, model or policy is either). Field metadata
+{"min": x} / {"max": x} bound numbers (inclusive), {"choices": (...)} restricts values (of a list:
+each item, no repeats); fields with defaults are optional. An unknown field names the closest
+known one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 
@@ -67,8 +70,11 @@ def from_table(cls, table, source: str, section: str = ""):
     hints = typing.get_type_hints(cls)
     unknown = sorted(set(table) - set(fields))
     if unknown:
+        from harmony_ref._format import did_you_mean
+
         raise ValueError(
-            f"{source}: unknown field '{prefix}{unknown[0]}' = {table[unknown[0]]!r}; "
+            f"{source}: unknown field '{prefix}{unknown[0]}' = {table[unknown[0]]!r}"
+            f"{did_you_mean(unknown[0], sorted(fields))}; "
             f"allowed in [{section or 'top level'}]: {sorted(fields)}"
         )
     kwargs = {}
@@ -95,8 +101,11 @@ def from_table(cls, table, source: str, section: str = ""):
             raise ValueError(
                 f"{source}: field '{prefix}{name}' = {value!r}: expected {_type_name(tp)}"
             )
-        lo = f.metadata.get("min")
         values = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise ValueError(f"{source}: field '{prefix}{name}' = {value!r}: must be a finite "
+                             "number")
+        lo = f.metadata.get("min")
         if lo is not None and any(v < lo for v in values):
             raise ValueError(f"{source}: field '{prefix}{name}' = {value!r}: must be >= {lo}")
         hi = f.metadata.get("max")

@@ -37,12 +37,15 @@ from dataclasses import dataclass, field
 from harmony_ref._toml import reference
 from harmony_ref.model.spec import SPECS_FOLDER, ModelSpec, get_spec, spec_from_dict
 from harmony_ref.quant.kv import KV_DTYPES
-from harmony_ref.quant.policy import POLICIES_FOLDER, Policy, load_policy
+from harmony_ref.quant.policy import POLICIES_FOLDER, Policy, check_applies, load_policy
 
 BACKENDS = ("simulated", "host", "command")
 CONFIG_FIELDS = ("model", "policy", "profile", "scenario", "backend")
 SCENARIO_FIELDS = ("prompt_tokens", "new_tokens", "context_tokens", "batch")
 DEFAULT_PROFILE = "harmony-flagship"
+# Requests decoded at once: phone runtimes batch a handful (one user, a few agents); 1,024 bounds
+# the serving simulation's and the op graph's work with room to spare.
+MAX_BATCH = 1024
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,9 @@ class Scenario:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"scenario: field '{name}' = {v!r}: must be an int >= {lo}")
+        if self.batch > MAX_BATCH:
+            raise ValueError(f"scenario: field 'batch' = {self.batch:,}: at most {MAX_BATCH:,} "
+                             "requests at once (config.py MAX_BATCH: phone runtimes batch a few)")
         if self.prompt_tokens + self.new_tokens > self.context_tokens:
             raise ValueError(
                 f"scenario: prompt_tokens + new_tokens = {self.prompt_tokens} + {self.new_tokens} "
@@ -88,6 +94,9 @@ class RunConfig:
     # .gguf path or an HF directory), or "" for a spec preset: the host backend then runs the
     # real model and the accuracy part scores it. The record stores the spec inline beside it.
     checkpoint: str = ""
+    # the policy may name layers, blocks or group sizes the model does not have (quant/policy.py
+    # check_applies); off, such a policy is refused before any work
+    allow_unmatched: bool = False
 
     def __post_init__(self):
         if self.kv_dtype not in KV_DTYPES:
@@ -123,6 +132,8 @@ class RunConfig:
                 f"config: prompt_tokens = {self.scenario.prompt_tokens} exceeds {self.spec.name}'s "
                 f"max_positions = {self.spec.max_positions}"
             )
+        check_applies(self.policy, self.spec.weight_rows(), self.spec.n_layers, self.spec.name,
+                      self.allow_unmatched)
 
     @classmethod
     def from_names(cls, model: str = "llama-3.2-3b", policy: str = "int4-g128",
@@ -130,13 +141,15 @@ class RunConfig:
                    batch: int = 1, fused: bool = True, kv_dtype: str = "fp16",
                    profile: str = DEFAULT_PROFILE, backend: str = "simulated",
                    backend_options: dict[str, str] | None = None,
-                   prefix_tokens: int = 0, checkpoint: str = "") -> "RunConfig":
+                   prefix_tokens: int = 0, checkpoint: str = "",
+                   allow_unmatched: bool = False) -> "RunConfig":
         """A config from names (or TOML paths) of the model spec and policy. A checkpoint's
         model passes its spec (DecoderConfig.to_spec()) as `model` and its name as
         `checkpoint` (runtime/loader.py's checkpoint_spec does both)."""
         return cls(get_spec(model), load_policy(policy),
                    Scenario(prompt_tokens, new_tokens, context_tokens, batch, prefix_tokens), fused,
-                   kv_dtype, profile, backend, tuple((backend_options or {}).items()), checkpoint)
+                   kv_dtype, profile, backend, tuple((backend_options or {}).items()), checkpoint,
+                   allow_unmatched)
 
     @property
     def options(self) -> dict[str, str]:
@@ -177,6 +190,8 @@ class RunConfig:
         comp = compression_dict(self.policy)
         if comp:
             out["compression"] = comp
+        if self.allow_unmatched:
+            out["allow_unmatched"] = True
         return out
 
     @classmethod
@@ -197,7 +212,8 @@ class RunConfig:
                                 prefix_tokens=data["scenario"].get("prefix_tokens", 0)),
                        data.get("fused", True), data.get("kv_dtype", "fp16"), data["profile"],
                        data["backend"], tuple(data.get("backend_options", {}).items()),
-                       data["model"] if inline is not None else "")
+                       data["model"] if inline is not None else "",
+                       data.get("allow_unmatched", False))
         except ValueError as e:
             raise ValueError(f"{source}: config: {e}") from e
 
@@ -256,5 +272,7 @@ def check_config_dict(cfg, source: str, prefix: str = "config.") -> None:
              and all(isinstance(v, dict) for v in comp.values()), source,
              f"{prefix}compression", f"must be an object with prune / activations objects, "
              f"got {comp!r}")
+    _require(isinstance(cfg.get("allow_unmatched", False), bool), source,
+             f"{prefix}allow_unmatched", f"must be true or false, got {cfg.get('allow_unmatched')!r}")
     _require(cfg.get("kv_dtype", "fp16") in KV_DTYPES, source, f"{prefix}kv_dtype",
              f"must be one of {list(KV_DTYPES)}, got {cfg.get('kv_dtype')!r}")

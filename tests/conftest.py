@@ -6,6 +6,10 @@
 - `_default_memory` (autouse): a test that ran an asv benchmark's setup (bench.common.pin_threads
   sets the benchmark process's allocator for steady timings) leaves this pytest process with
   glibc's and NumPy's default memory behaviour for the tests after it (RSS measurements).
+
+Tests under NUMERIC_PATHS are marked `numeric`: their expectations depend on float kernels'
+results, so tests/emulated_cpus.py (`tox -e cpus`) runs them under every emulated x86-64 CPU. A
+module elsewhere opts in with `pytestmark = pytest.mark.numeric`.
 """
 
 from __future__ import annotations
@@ -15,6 +19,18 @@ import sys
 import pytest
 
 from tests.fixtures.minilm.tiny import make_tiny_model
+
+# folders and files (relative to tests/) whose tests compute with the float kernels and BLAS
+NUMERIC_PATHS = ("kernels/", "quant/", "runtime/", "eval/", "checkpoint/", "calibrate/",
+                 "backends/test_host_llm.py", "commands/test_check_runtime.py",
+                 "track/test_numerical.py", "test_readme_numbers.py", "test_kernels_bench.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        rel = item.nodeid.split("::")[0].removeprefix("tests/")
+        if rel.startswith(NUMERIC_PATHS):
+            item.add_marker(pytest.mark.numeric)
 
 
 @pytest.fixture(scope="module")

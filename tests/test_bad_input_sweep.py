@@ -40,6 +40,19 @@ def _record(**change) -> str:
 _DELETE = object()
 
 
+PROFILE = (ROOT / "harmony_ref" / "device" / "profiles" / "harmony-flagship.toml").read_text()
+SPEC = (ROOT / "harmony_ref" / "model" / "specs" / "llama-3.2-1b.toml").read_text()
+
+
+def _edit(text: str, old: str, new: str) -> str:
+    """`text` with the one line starting with `old` replaced by `new` (a field's new value)."""
+    lines = text.splitlines()
+    hits = [i for i, line in enumerate(lines) if line.startswith(old)]
+    assert len(hits) == 1, (old, hits)
+    lines[hits[0]] = new
+    return "\n".join(lines) + "\n"
+
+
 def _bench(decode) -> str:
     rows = json.loads(BENCH.read_text())
     rows[1]["avg_ts"] = decode
@@ -79,6 +92,35 @@ FILES = {
     "bench_neg.json": _bench(-5.0),
     "bench_zero.json": _bench(0.0),
     "afile": "x",
+    # numbers and names checked where they are read
+    "prof_inf_bw.toml": _edit(PROFILE, "dram_bandwidth_gbps", "dram_bandwidth_gbps = inf"),
+    "prof_nan_bw.toml": _edit(PROFILE, "dram_bandwidth_gbps", "dram_bandwidth_gbps = nan"),
+    "prof_nan_ambient.toml": _edit(PROFILE, "ambient_c", "ambient_c = nan"),
+    "prof_nan_npu.toml": _edit(PROFILE, "npu_init_ms", "npu_init_ms = nan"),
+    "prof_typo.toml": _edit(PROFILE, "dram_bandwidth_gbps", "dram_bandwith_gbps = 68.3"),
+    "spec_inf_eps.toml": _edit(SPEC, "norm_eps", "norm_eps = inf"),
+    "spec_huge.toml": _edit(SPEC, "n_layers", "n_layers = 100000000"),
+    "pol_gate_prj.toml": 'name = "p"\ndefault = "int4-g32"\nkeep_fp16_layers = ["gate_prj"]\n',
+    "pol_layer99.toml": 'name = "p"\ndefault = "int4-g32"\n[layers]\n'
+                        '"model.layers.99.mlp.gate_proj" = "int8"\n',
+    "pol_block99.toml": 'name = "p"\ndefault = "int4-g32"\n[prune]\nffn = 0.1\n'
+                        '[prune.blocks]\n"99" = { ffn = 0.5 }\n',
+    "pol_blocks_huge.toml": 'name = "p"\ndefault = "int4-g32"\n[prune]\n[prune.blocks]\n'
+                            '"0-100000000" = { ffn = 0.5 }\n',
+    "pol_g16384.toml": 'name = "p"\ndefault = "int4-g16384"\n',
+    "pol_typo_key.toml": 'name = "p"\ndefault = "int4-g32"\nkeep_fp16_layer = ["lm_head"]\n',
+    "pol_dup_a.toml": 'name = "same"\ndefault = "int8"\n',
+    "pol_dup_b.toml": 'name = "same"\ndefault = "int4-g32"\n',
+    "grid_inf.toml": 'models = ["llama-3.2-1b"]\npolicies = ["int8"]\n'
+                     'profiles = ["{d}/prof_inf_bw.toml"]\n',
+    "grid_typo_pol.toml": 'models = ["llama-3.2-1b"]\npolicies = ["{d}/pol_gate_prj.toml"]\n'
+                          'profiles = ["harmony-flagship"]\n',
+    "grid_huge.toml": 'models = ["llama-3.2-1b"]\npolicies = ["int8"]\n'
+                      'profiles = ["harmony-flagship"]\n[scenario]\n'
+                      f'prompt_tokens = {list(range(1, 1001))}\nnew_tokens = {list(range(1, 201))}\n',
+    "grid_typo_field.toml": 'models = ["llama-3.2-1b"]\npolices = ["int8"]\n'
+                            'profiles = ["harmony-flagship"]\n',
+    "tol_typo.toml": "[metrics.ttft_ms]\ntolerance_pc = 1\n",
 }
 CAT = f"{shlex.quote(sys.executable)} -c 'import sys; sys.stdout.write(open(sys.argv[1]).read())'"
 
@@ -204,6 +246,47 @@ CASES = [  # (argv, a substring the error line must hold)
       "--out-dir", "{d}/runs"], "did you mean 'mslite'"),
     (["run", "--skip", "bogus", "--out-dir", "{d}/runs"], "bogus"),
     (["calibrate", "--repeats", "0", "--out", "{d}/h.toml"], "--repeats"),
+    # non-finite numbers in input files, named by file and field where they are read
+    (["predict", "--profile", "{d}/prof_inf_bw.toml"], "memory.dram_bandwidth_gbps' = inf"),
+    (["predict", "--profile", "{d}/prof_nan_bw.toml"], "memory.dram_bandwidth_gbps' = nan"),
+    (["run", "--profile", "{d}/prof_nan_bw.toml", "--out-dir", "{d}/runs"],
+     "prof_nan_bw.toml: field 'memory.dram_bandwidth_gbps'"),
+    (["run", "--profile", "{d}/prof_inf_bw.toml", "--backend", "host", "--out-dir", "{d}/runs"],
+     "memory.dram_bandwidth_gbps"),
+    (["thermal", "--profile", "{d}/prof_nan_ambient.toml"], "thermal.ambient_c' = nan"),
+    (["coldstart", "--profile", "{d}/prof_nan_npu.toml"], "runtime.npu_init_ms' = nan"),
+    (["coldstart", "--profile", "{d}/prof_nan_npu.toml", "--json"], "runtime.npu_init_ms"),
+    (["compare", "--profiles", "harmony-flagship,{d}/prof_inf_bw.toml"], "dram_bandwidth_gbps"),
+    (["serve", "--profile", "{d}/prof_nan_bw.toml"], "dram_bandwidth_gbps"),
+    (["lifecycle", "--profile", "{d}/prof_nan_npu.toml"], "npu_init_ms"),
+    (["check-ops", "--profile", "{d}/prof_inf_bw.toml"], "dram_bandwidth_gbps"),
+    (["predict", "--profile", "{d}/prof_typo.toml"], "did you mean 'dram_bandwidth_gbps'"),
+    (["predict", "--model", "{d}/spec_inf_eps.toml"], "norm_eps' = inf"),
+    (["sweep", "--name", "s", "--grid", "{d}/grid_inf.toml"], "dram_bandwidth_gbps"),
+    # typo'd and unmatched policy names, resolved against the model before any work
+    (["predict", "--policy", "{d}/pol_gate_prj.toml"], "did you mean 'gate_proj'"),
+    (["run", "--policy", "{d}/pol_gate_prj.toml", "--out-dir", "{d}/runs"], "'gate_prj'"),
+    (["thermal", "--policy", "{d}/pol_gate_prj.toml"], "'gate_prj'"),
+    (["accuracy", "--model", "all-minilm-l6", "--policy", "{d}/pol_gate_prj.toml"],
+     "matches no layer of 'all-minilm-l6'"),
+    (["predict", "--policy", "{d}/pol_layer99.toml"], "'model.layers.99.mlp.gate_proj'"),
+    (["predict", "--policy", "{d}/pol_block99.toml"], "block 99"),
+    (["predict", "--policy", "{d}/pol_blocks_huge.toml"], "100,000,000"),
+    (["predict", "--policy", "{d}/pol_g16384.toml"], "int4-g16384"),
+    (["predict", "--policy", "{d}/pol_typo_key.toml"], "did you mean 'keep_fp16_layers'"),
+    (["accuracy", "--model", "all-minilm-l6", "--policy", "{d}/pol_dup_a.toml", "--policy",
+      "{d}/pol_dup_b.toml"], "both named 'same'"),
+    (["sweep", "--name", "s", "--grid", "{d}/grid_typo_pol.toml"], "'gate_prj'"),
+    (["sweep", "--name", "s", "--grid", "{d}/grid_typo_field.toml"], "did you mean 'policies'"),
+    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/baseline.json",
+      "--tolerances", "{d}/tol_typo.toml"], "tolerance_pc"),
+    # bounded work
+    (["predict", "--model", "{d}/spec_huge.toml"], "n_layers' = 100,000,000: at most 1,024"),
+    (["predict", "--batch", "1000000"], "at most 1,024"),
+    (["sweep", "--name", "s", "--grid", "{d}/grid_huge.toml"], "200,000 points"),
+    (["plan", "--budget-mb", "inf"], "--budget-mb"),
+    (["plan", "--budget-mb", "nan"], "--budget-mb"),
+    (["pick", "--sweep", "s", "--budget-mb", "inf"], "--budget-mb"),
 ]
 
 
@@ -215,7 +298,7 @@ def _snapshot(root: Path) -> dict:
 @pytest.fixture
 def sandbox(tmp_path, monkeypatch):
     for name, text in FILES.items():
-        (tmp_path / name).write_text(text)
+        (tmp_path / name).write_text(text.replace("{d}", str(tmp_path)))
     (tmp_path / "adir").mkdir()
     (tmp_path / "empty_runs").mkdir()
     monkeypatch.chdir(tmp_path)

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # (layer, top-level names under harmony_ref/ it holds), bottom first. `sweep` (Dask sweeps over
 # many configs, a later issue) sits between track/ and commands/: declared now, empty for now.
 LAYERS = [
-    ("shared", ("__init__", "_io", "_toml", "_schema", "_format", "_threads", "units", "metrics")),
+    ("shared", ("__init__", "_io", "_toml", "_schema", "_format", "_threads", "_cpus", "units",
+                "metrics")),
     ("quant", ("quant",)),
     ("kernels", ("kernels",)),
     ("model", ("model",)),

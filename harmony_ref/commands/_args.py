@@ -26,6 +26,29 @@ def count(lo: int):
     return parse
 
 
+def number(lo: float | None = None, hi: float | None = None, above: bool = False):
+    """An argparse type: a finite float (no nan/inf), >= lo (> lo with `above`), <= hi."""
+    import math
+
+    want = " and ".join(x for x in (
+        "" if lo is None else f"{'>' if above else '>='} {lo:g}",
+        "" if hi is None else f"<= {hi:g}") if x)
+    what = "a finite number" + (f" {want}" if want else "")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {what}") from None
+        if not math.isfinite(value) or (lo is not None and (value <= lo if above else value < lo)) \
+                or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {what}")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
 def add_scenario_arguments(p, *, prompt: int | None = 512, new: int | None = 128,
                            context: int | None = 2048, batch: int | None = None,
                            long_dest: bool = False, what: str = "") -> None:
@@ -46,3 +69,30 @@ def add_scenario_arguments(p, *, prompt: int | None = 512, new: int | None = 128
     if batch is not None:
         p.add_argument("--batch", type=count(1), default=batch, metavar="N",
                        help=f"concurrent requests (default {batch})")
+
+
+def add_allow_unmatched(p) -> None:
+    """`--allow-unmatched`: apply a policy whose patterns, layer names or blocks do not all
+    match the model (a deliberate cross-model policy); without it such a policy is exit 2."""
+    p.add_argument("--allow-unmatched", action="store_true",
+                   help="apply a policy even if a pattern, layer name or block of it matches "
+                        "nothing in the model (default: refuse, naming it)")
+
+
+def check_policies(names: list[str], spec, allow_unmatched: bool = False) -> list:
+    """The policies `names` load to, each checked against the model `spec` before any work
+    (quant/policy.py check_applies), and no two with the same name (their rows would be
+    indistinguishable)."""
+    from harmony_ref.quant.policy import check_applies, load_policy
+
+    policies, seen = [], {}
+    for name in names:
+        policy = load_policy(name)
+        if policy.name in seen:
+            raise ValueError(f"--policy {seen[policy.name]!r} and --policy {name!r} are both "
+                             f"named {policy.name!r}: their rows could not be told apart (give "
+                             "one another `name`)")
+        seen[policy.name] = name
+        check_applies(policy, spec.weight_rows(), spec.n_layers, spec.name, allow_unmatched)
+        policies.append(policy)
+    return policies

@@ -43,6 +43,9 @@ def add_arguments(p) -> None:
                         "activations too), or dequantize + float32 matmul; default auto")
     p.add_argument("--markdown", action="store_true",
                    help="decoder: print the table as Markdown (the README's form)")
+    from harmony_ref.commands._args import add_allow_unmatched
+
+    add_allow_unmatched(p)
     add_json_flag(p)
 
 
@@ -75,6 +78,11 @@ def run_decoder(args) -> int:
         raise ValueError(f"--context must be an even number >= 4, got {args.context}")
     corpus = Corpus.from_file(args.corpus) if args.corpus else Corpus.shipped("heldout")
     resolve_model_path(args.model)  # a bad --model fails before anything is loaded
+    from harmony_ref.commands._args import check_policies
+    from harmony_ref.runtime.loader import checkpoint_spec
+
+    check_policies(args.policy or ["int4-g32"], checkpoint_spec(args.model),
+                   args.allow_unmatched)
     variants = [(p, kv) for p in (args.policy or ["int4-g32"])
                 for kv in (args.kv_dtype or ["fp16"])]
     acc = progress_run(lambda progress: lm_accuracy(args.model, variants, corpus, args.context,
@@ -120,6 +128,10 @@ def run_minilm(args) -> int:
     from harmony_ref.runtime.minilm import real_model
 
     backend = args.backend or "auto"
+    from harmony_ref.commands._args import check_policies
+    from harmony_ref.model.spec import get_spec
+
+    check_policies(args.policy or [], get_spec(MINILM), args.allow_unmatched)
     evalset = load_pairs(args.pairs)
     model = real_model(backend)
     results = {}

@@ -13,6 +13,8 @@ HELP = ("fit efficiency factors + launch overhead to measured ops, write a profi
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import number
+
     from harmony_ref.backends.parsers import FORMATS
 
     p.add_argument("--backend", choices=("host", "command"), default="host",
@@ -31,9 +33,9 @@ def add_arguments(p) -> None:
                         "by ';' (at least 4: every third is held out)")
     p.add_argument("--profile", default="harmony-flagship",
                    help="--command: base profile whose efficiencies and launch overhead are fitted")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+    p.add_argument("--timeout", type=number(0, above=True), default=600.0, metavar="S",
                    help="--command: kill a run after S seconds (default 600)")
-    p.add_argument("--stream-gbps", type=float,
+    p.add_argument("--stream-gbps", type=number(0, above=True),
                    help="--backend command: the device's measured read bandwidth (GB/s); "
                         "default: the fit's")
     p.add_argument("--out", default="host.toml", help="profile TOML to write (default host.toml)")

@@ -18,6 +18,9 @@ def add_arguments(p) -> None:
                    help="shipped profile name or profile .toml path")
     p.add_argument("--prompt", type=int, default=512,
                    help="prompt tokens, for the run counts (default 512)")
+    from harmony_ref.commands._args import add_allow_unmatched
+
+    add_allow_unmatched(p)
     add_json_flag(p)
 
 
@@ -31,7 +34,8 @@ def run(args) -> int:
 
     profile = load_profile(args.profile)
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
-                                  context_tokens=max(2048, args.prompt + 128))
+                                  context_tokens=max(2048, args.prompt + 128),
+                                  allow_unmatched=args.allow_unmatched)
     rows = check_ops(profile, config)
     fallback = [r["op"] for r in rows if r["runs_on"] == "fallback"]
     none = [r["op"] for r in rows if r["runs_on"] == "none"]

@@ -17,6 +17,8 @@ HELP = ("check that a runtime still computes the model (perplexity vs harmony-re
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import number
+
     from harmony_ref.commands._output import add_json_flag
     from harmony_ref.track.runtime_check import CHECK_FORMATS, DEFAULT_CONTEXT, DEFAULT_EXPECT
 
@@ -41,7 +43,7 @@ def add_arguments(p) -> None:
                         f"the bound (default {DEFAULT_EXPECT}; e.g. int4-g32 if it re-quantizes)")
     p.add_argument("--device", default="host",
                    help="where the runtime runs, a label for the record (default host)")
-    p.add_argument("--timeout", type=float, default=3600.0, metavar="S",
+    p.add_argument("--timeout", type=number(0, above=True), default=3600.0, metavar="S",
                    help="kill each command (and its children) after S seconds (default 3600)")
     p.add_argument("--out-dir", default="results/runs",
                    help="where the run records go (default results/runs)")

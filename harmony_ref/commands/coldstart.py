@@ -25,6 +25,9 @@ def add_arguments(p) -> None:
     p.add_argument("--layers", type=int, default=DEFAULT_LAYERS, help=f"host file: matrices (default {DEFAULT_LAYERS})")
     p.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"host file: rows each (default {DEFAULT_ROWS})")
     p.add_argument("--cols", type=int, default=DEFAULT_COLS, help=f"host file: cols each (default {DEFAULT_COLS})")
+    from harmony_ref.commands._args import add_allow_unmatched
+
+    add_allow_unmatched(p)
     add_json_flag(p)
 
 
@@ -37,7 +40,8 @@ def run(args) -> int:
     from harmony_ref.device.profile import load_profile, shipped_profiles
 
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
-                                  context_tokens=max(2048, args.prompt + 128))
+                                  context_tokens=max(2048, args.prompt + 128),
+                                  allow_unmatched=args.allow_unmatched)
     profiles = [load_profile(p) for p in args.profile] if args.profile else sorted(
         (load_profile(n) for n in shipped_profiles()), key=lambda p: -p.memory.dram_bandwidth_gbps)
     rows = []

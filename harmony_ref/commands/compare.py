@@ -66,8 +66,9 @@ def run(args) -> int:
                                                for k, v in row.items()}}
                            for name, row in frame.to_dict(orient="index").items()],
                "notes": notes}
-        json.dump(out, sys.stdout, indent=2, default=float)
-        print()
+        from harmony_ref.commands._output import print_json
+
+        print_json(out)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.plot:

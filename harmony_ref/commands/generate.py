@@ -8,6 +8,8 @@ HELP = "generate text with a real decoder (GGUF / HF checkpoint) on our INT4/INT
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import number
+
     from harmony_ref.commands._output import add_json_flag
 
     p.add_argument("--model", default="smollm2-135m",
@@ -23,11 +25,14 @@ def add_arguments(p) -> None:
                    help="kernel threads (default: all cores)")
     p.add_argument("--seed", type=int, default=None, metavar="S",
                    help="sample with this seed (default: greedy)")
-    p.add_argument("--temperature", type=float, default=None,
+    p.add_argument("--temperature", type=number(0), default=None,
                    help="sampling temperature (default 0.8 with --seed, else greedy)")
     p.add_argument("--top-k", type=int, default=40, help="top-k when sampling (40; 0: off)")
-    p.add_argument("--top-p", type=float, default=0.95, help="top-p when sampling (0.95)")
+    p.add_argument("--top-p", type=number(0, 1, above=True), default=0.95, help="top-p when sampling (0.95)")
     p.add_argument("--kv", choices=["fp16", "int8"], default="fp16", help="KV cache dtype")
+    from harmony_ref.commands._args import add_allow_unmatched
+
+    add_allow_unmatched(p)
     add_json_flag(p)
 
 
@@ -54,6 +59,11 @@ def run(args) -> int:
     sampler = Sampler(temperature, args.top_k if temperature else 0,
                       args.top_p if temperature else 1.0, args.seed)
 
+    if args.policy != "reference":
+        from harmony_ref.commands._args import check_policies
+        from harmony_ref.runtime.loader import checkpoint_spec
+
+        check_policies([args.policy], checkpoint_spec(args.model), args.allow_unmatched)
     weights, tok = load_decoder(args.model)
     text = args.prompt
     if args.chat:

@@ -25,6 +25,9 @@ def add_arguments(p) -> None:
     p.add_argument("--prompt", type=int, default=512,
                    help="prompt tokens of each first request (default 512)")
     p.add_argument("--plot", metavar="PNG", help="write the NPU memory timeline as a PNG")
+    from harmony_ref.commands._args import add_allow_unmatched
+
+    add_allow_unmatched(p)
     add_json_flag(p)
 
 
@@ -46,7 +49,8 @@ def run(args) -> int:
         check_output_file(args.plot, "--plot")
     profile = load_profile(args.profile)
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
-                                  context_tokens=max(2048, args.prompt + 128))
+                                  context_tokens=max(2048, args.prompt + 128),
+                                  allow_unmatched=args.allow_unmatched)
     runs = [simulate_lifecycle(profile, config, s, args.entries)
             for s in (args.strategy or STRATEGIES)]
     if args.plot:

@@ -12,13 +12,15 @@ HELP = ("run an external benchmark command once (e.g. over hdc/adb shell) and pr
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import number
+
     from harmony_ref.backends.parsers import FORMATS
     from harmony_ref.commands._args import add_scenario_arguments
 
     p.add_argument("--command", dest="command_template", metavar="CMD", required=True,
                    help="command to run; placeholders {name} filled from --set name=value")
     p.add_argument("--format", required=True, choices=FORMATS, help="output format of the command")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+    p.add_argument("--timeout", type=number(0, above=True), default=600.0, metavar="S",
                    help="kill the command (and its children) after S seconds (default 600)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="value for a {NAME} placeholder in the command (repeatable)")
@@ -29,6 +31,9 @@ def add_arguments(p) -> None:
     g.add_argument("--policy", default="int4-g128",
                    help="quantization policy it runs (default int4-g128)")
     add_scenario_arguments(g, long_dest=True)
+    from harmony_ref.commands._args import add_allow_unmatched
+
+    add_allow_unmatched(p)
     add_json_flag(p)
 
 
@@ -57,7 +62,8 @@ def run(args) -> int:
         profile = load_profile(args.profile)
         config = RunConfig.from_names(model=args.model, policy=args.policy,
                                       prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens,
-                                      context_tokens=args.context_tokens)
+                                      context_tokens=args.context_tokens,
+                                      allow_unmatched=args.allow_unmatched)
     dev = CommandDevice(args.command_template, args.format, args.timeout, values=_values(args.set),
                         profile=profile)
     try:

@@ -9,15 +9,17 @@ HELP = "the best feasible model/policy per phone from a sweep, why the others lo
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import number
+
     p.add_argument("--sweep", required=True, metavar="NAME", help="results/sweeps/NAME/")
     p.add_argument("--profile", help="comma-separated phones (default: every one in the sweep)")
     p.add_argument("--models", help="comma-separated: choose among these models only")
-    p.add_argument("--budget-mb", type=float, help="peak memory limit (default: the phone's "
+    p.add_argument("--budget-mb", type=number(0, above=True), help="peak memory limit (default: the phone's "
                                                     "own app budget)")
-    p.add_argument("--max-kld", type=float, help="mean KL divergence limit (LM accuracy)")
-    p.add_argument("--max-accuracy-drop", type=float,
+    p.add_argument("--max-kld", type=number(0), help="mean KL divergence limit (LM accuracy)")
+    p.add_argument("--max-accuracy-drop", type=number(),
                    help="MiniLM recall@1 drop limit, in points")
-    p.add_argument("--min-decode-tps", type=float, help="decode tokens/s floor")
+    p.add_argument("--min-decode-tps", type=number(0), help="decode tokens/s floor")
     p.add_argument("--objective", choices=("decode", "accuracy", "memory"), default="decode",
                    help="what the best maximises among the feasible: decode tokens/s (default), "
                         "least accuracy loss, least peak memory")

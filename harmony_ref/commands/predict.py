@@ -23,6 +23,9 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, metavar="N",
                    help="also predict the CPU path on the profile's clusters at 1..N threads "
                         "(tokens/s per thread count and the best one)")
+    from harmony_ref.commands._args import add_allow_unmatched
+
+    add_allow_unmatched(p)
     add_json_flag(p)
 
 
@@ -39,7 +42,8 @@ def run(args) -> int:
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                   new_tokens=args.new, context_tokens=args.context,
                                   batch=args.batch, fused=not args.no_fusion,
-                                  kv_dtype=args.kv_dtype, prefix_tokens=args.prefix_tokens)
+                                  kv_dtype=args.kv_dtype, prefix_tokens=args.prefix_tokens,
+                                  allow_unmatched=args.allow_unmatched)
     device = SimulatedDevice(args.profile)
     threads = None
     if args.threads is not None:

@@ -27,6 +27,9 @@ def add_config_arguments(p) -> None:
     add_scenario_arguments(p, batch=1, long_dest=True)
     p.add_argument("--prefix-tokens", type=count(0), default=0, metavar="N",
                    help="of the prompt, already in the KV cache (prefix reuse; default 0)")
+    from harmony_ref.commands._args import add_allow_unmatched
+
+    add_allow_unmatched(p)
 
 
 def config_from_args(args):
@@ -59,7 +62,8 @@ def config_from_args(args):
     config = RunConfig.from_names(model, args.policy, args.prompt_tokens, args.new_tokens,
                                   args.context_tokens, args.batch, profile=args.profile,
                                   backend=args.backend, backend_options=opts,
-                                  prefix_tokens=args.prefix_tokens, checkpoint=checkpoint)
+                                  prefix_tokens=args.prefix_tokens, checkpoint=checkpoint,
+                                  allow_unmatched=args.allow_unmatched)
     load_profile(args.profile)  # a bad profile is exit 2 now, not a failed part later
     return config
 

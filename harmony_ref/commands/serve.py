@@ -8,18 +8,20 @@ HELP = ("simulate requests (Poisson or a trace) at one on-device session: latenc
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import number
+
     from harmony_ref.commands._args import add_scenario_arguments
     from harmony_ref.commands._output import add_json_flag
     from harmony_ref.device.serve import DEFAULT_QUEUE_LIMIT, DEFAULT_TIMEOUT_S
 
-    p.add_argument("--rate", type=float, default=0.2, help="Poisson arrivals per second (default 0.2)")
-    p.add_argument("--minutes", type=float,
+    p.add_argument("--rate", type=number(0, above=True), default=0.2, help="Poisson arrivals per second (default 0.2)")
+    p.add_argument("--minutes", type=number(0, above=True),
                    help="arrival window in minutes (default 10; with --trace: the trace's own span)")
     p.add_argument("--trace", metavar="CSV", help="arrival_s,prompt_tokens,new_tokens per line (replaces --rate)")
     p.add_argument("--seed", type=int, default=0, help="RNG seed of the Poisson arrivals (default 0)")
     p.add_argument("--queue", type=int, default=DEFAULT_QUEUE_LIMIT,
                    help=f"requests allowed to wait (default {DEFAULT_QUEUE_LIMIT})")
-    p.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
+    p.add_argument("--timeout-s", type=number(0, above=True), default=DEFAULT_TIMEOUT_S,
                    help=f"per-request timeout from arrival (default {DEFAULT_TIMEOUT_S:g})")
     p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
     p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
@@ -42,6 +44,9 @@ def add_arguments(p) -> None:
                    help="past the context limit: drop the history (truncate) or refuse (default truncate)")
     p.add_argument("--plot", metavar="PNG",
                    help="write each request's latency by arrival time and the wait queue")
+    from harmony_ref.commands._args import add_allow_unmatched
+
+    add_allow_unmatched(p)
     add_json_flag(p)
 
 
@@ -74,7 +79,8 @@ def run(args) -> int:
     profile = load_profile(args.profile)
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                   new_tokens=args.new,
-                                  context_tokens=max(2048, args.prompt + args.new))
+                                  context_tokens=max(2048, args.prompt + args.new),
+                                  allow_unmatched=args.allow_unmatched)
     # A trace's utilisation is over its own span unless a window is asked for: a default
     # 10 minutes around a 2-second trace would report an idle phone.
     minutes = args.minutes if args.minutes is not None else (0.0 if args.trace else 10.0)

@@ -12,6 +12,8 @@ AXIS_FLAGS = ("models", "policies", "profiles", "parts", "backend", "prompt", "n
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import number
+
     from harmony_ref.commands._output import add_json_flag
 
     p.add_argument("--name", required=True, help="the sweep: results/sweeps/NAME/")
@@ -33,7 +35,7 @@ def add_arguments(p) -> None:
                                                "core); 0 runs the points in this process")
     p.add_argument("--points-per-task", type=int, help="points per Dask task (default: cheap "
                                                        "points batched, a few tasks per worker)")
-    p.add_argument("--timeout-s", type=float, help="a task running longer fails its points "
+    p.add_argument("--timeout-s", type=number(0, above=True), help="a task running longer fails its points "
                                                    "and its worker is restarted (Dask only)")
     p.add_argument("--retry-failed", action="store_true",
                    help="compute again the points that failed before")

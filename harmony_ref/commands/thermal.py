@@ -8,19 +8,24 @@ HELP = ("sustained generation: decode tokens/s over time, time to first throttle
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import number
+
     from harmony_ref.commands._args import add_scenario_arguments
     from harmony_ref.commands._output import add_json_flag
 
     p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
     p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
     p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
-    p.add_argument("--minutes", type=float, default=30.0, help="simulated minutes (default 30)")
+    p.add_argument("--minutes", type=number(0, above=True), default=30.0, help="simulated minutes (default 30)")
     p.add_argument("--governor", choices=["step_wise", "power_allocator", "off"],
                    help="override the profile's governor ('off': no throttling)")
-    p.add_argument("--dt-ms", type=float, default=10.0, help="time step in ms (default 10)")
+    p.add_argument("--dt-ms", type=number(0, above=True), default=10.0, help="time step in ms (default 10)")
     add_scenario_arguments(p, context=None, what="per reply (decode cost is averaged over them)")
-    p.add_argument("--every-s", type=float, default=60.0, help="table/JSON row spacing in s (default 60)")
+    p.add_argument("--every-s", type=number(0, above=True), default=60.0, help="table/JSON row spacing in s (default 60)")
     p.add_argument("--plot", metavar="PNG", help="write tokens/s and temperatures against time")
+    from harmony_ref.commands._args import add_allow_unmatched
+
+    add_allow_unmatched(p)
     add_json_flag(p)
 
 
@@ -43,7 +48,8 @@ def run(args) -> int:
     profile = load_profile(args.profile)
     config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
                                   new_tokens=args.new,
-                                  context_tokens=max(2048, args.prompt + args.new))
+                                  context_tokens=max(2048, args.prompt + args.new),
+                                  allow_unmatched=args.allow_unmatched)
     result = sustained_generation(profile, config, args.minutes, args.dt_ms / MS_PER_S, args.governor)
     summary = result.summary()
     series = result.series(bucket_s=args.every_s)

@@ -45,6 +45,8 @@ grouping, code version) under $HARMONY_REF_CACHE/lm-sensitivity/ (HARMONY_REF_NO
 
 from __future__ import annotations
 
+import math
+
 import hashlib
 import itertools
 import json
@@ -136,6 +138,12 @@ def group_shapes(config, group: str, by: str) -> list[tuple[int, int]]:
     if group == "lm_head":
         return [(config.vocab_size, d)]
     return [shape[group]] * config.n_layers
+
+
+def fits(fmt, shapes) -> bool:
+    """Whether a policy may give `fmt` to these (N, K) rows: an INT4 group no longer than the
+    longest row (quant/policy.py check_applies refuses a plan that does otherwise)."""
+    return fmt.kind != "int4" or fmt.group_size <= max(k for _, k in shapes)
 
 
 def stored_bytes(fmt, shapes) -> int:
@@ -312,8 +320,8 @@ def lm_plan(model: str = "smollm2-135m", budget_mb: float = 40.0,
     option is refused before anything is measured."""
     from harmony_ref.runtime.loader import checkpoint_config
 
-    if not budget_mb > 0:
-        raise ValueError(f"--budget-mb must be positive, got {budget_mb!r}")
+    if not (math.isfinite(budget_mb) and budget_mb > 0):
+        raise ValueError(f"--budget-mb must be a finite number > 0, got {budget_mb!r}")
     ffn_ratios = _ratios(prune_ffn, "--prune-ffn")
     head_ratios = _ratios(prune_heads, "--prune-heads")
     if prune_score not in PRUNE_SCORES:
@@ -327,13 +335,18 @@ def lm_plan(model: str = "smollm2-135m", budget_mb: float = 40.0,
         act = ActivationSpec(granularity=activations)
     fmts = [parse_format(f) for f in formats]
     config = checkpoint_config(model)
+    for t in LAYER_TYPES:
+        if not any(fits(f, group_shapes(config, t, "type")) for f in fmts):
+            raise ValueError(f"--formats {','.join(formats)}: none fits {t} of {model} (every "
+                             "INT4 group is longer than its rows)")
     if ffn_ratios != (0.0,) or head_ratios != (0.0,):
         return _plan_grouped(model, budget_mb, fmts, context, chunks, progress, loaded, config,
                              ffn_ratios, head_ratios, prune_score, act)
     types = [g for g, _ in group_patterns(config, "type")]
     sizes = [[stored_bytes(f, group_shapes(config, t, "type")) for f in fmts] for t in types]
     budget = int(budget_mb * MB)
-    smallest = sum(min(s) for s in sizes)
+    smallest = sum(min(sz for f, sz in zip(fmts, s) if fits(f, group_shapes(config, t, "type")))
+                   for t, s in zip(types, sizes))
     if smallest > budget:
         raise ValueError(f"--budget-mb {budget_mb:g} is below the smallest possible Linear "
                          f"weights of {model} ({smallest / MB:.2f} MB, every type in its "
@@ -341,8 +354,9 @@ def lm_plan(model: str = "smollm2-135m", budget_mb: float = 40.0,
     tables = _format_tables(model, fmts, act, context, chunks, progress, loaded)
     cost = np.array([[-(-sizes[ti][fi] // PLANNER_STEP_BYTES) for fi in range(len(fmts))]
                      for ti in range(len(types))])
-    loss = np.array([[max(tables[fi][ti]["kld_mean"], 0.0) for fi in range(len(fmts))]
-                     for ti in range(len(types))])
+    loss = np.array([[max(tables[fi][ti]["kld_mean"], 0.0)
+                      if fits(fmts[fi], group_shapes(config, types[ti], "type")) else np.inf
+                      for fi in range(len(fmts))] for ti in range(len(types))])
     picks = choose_formats(cost, loss, budget // PLANNER_STEP_BYTES)
     choices = {t: fmts[fi].name for t, fi in zip(types, picks)}
     policy = _plan_policy(model, budget_mb, config, choices, None, prune_score, act)
@@ -391,8 +405,9 @@ def _plan_grouped(model, budget_mb, fmts, context, chunks, progress, loaded, con
         for r in ratios:
             sh = shapes[(kind, r)] if kind != "lm_head" else shapes[("ffn", ffn_ratios[0])]
             for combo in itertools.product(range(len(fmts)), repeat=len(types)):
-                opts.append((r, combo, sum(stored_bytes(fmts[fi], sh[t])
-                                           for t, fi in zip(types, combo))))
+                if all(fits(fmts[fi], sh[t]) for t, fi in zip(types, combo)):
+                    opts.append((r, combo, sum(stored_bytes(fmts[fi], sh[t])
+                                               for t, fi in zip(types, combo))))
         options.append(opts)
     smallest = sum(min(o[2] for o in opts) for opts in options)
     if smallest > budget:

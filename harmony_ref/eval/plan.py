@@ -16,6 +16,8 @@ and biases stay FP32 and are reported separately.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +38,10 @@ def choose_formats(cost: np.ndarray, loss: np.ndarray, cap: int) -> list[int]:
     n_layers, n_opts = cost.shape
     if cost.min(axis=1).sum() > cap:
         raise ValueError(f"no choice fits: the cheapest costs {cost.min(axis=1).sum()} > {cap}")
+    # A budget beyond every row's dearest usable option buys nothing more: the table need not be
+    # wider than that (a budget of 10^12 MB would otherwise be a 10^15-entry table).
+    usable = np.where(np.isfinite(loss) & (cost <= cap), cost, 0)
+    cap = int(min(cap, usable.max(axis=1).sum()))
     best = np.zeros(cap + 1)  # best[c]: min loss of the rows so far within c
     pick = np.zeros((n_layers, cap + 1), dtype=np.int16)
     for li in range(n_layers):
@@ -74,8 +80,8 @@ def plan_policy(budget_mb: float, model=None, evalset: EvalSet | None = None,
     Linear weights (multiple-choice knapsack by dynamic programming, see the module docstring)."""
     model = model_or_default(model)
     evalset = evalset or load_pairs()
-    if not budget_mb > 0:
-        raise ValueError(f"budget_mb must be positive, got {budget_mb!r}")
+    if not (math.isfinite(budget_mb) and budget_mb > 0):
+        raise ValueError(f"budget_mb must be a finite number > 0, got {budget_mb!r}")
     budget = int(budget_mb * MB)
     names = model.linear_names()
     # Sizes are known before anything is measured: refuse an impossible budget up front, not

@@ -18,6 +18,7 @@ the total each model card publishes (`published_params`, with its source in `sou
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +32,13 @@ ENCODER = "encoder"
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 ROPE_SCALINGS = ("llama3",)
 SPECS_FOLDER = "model/specs"
+# The largest shape a spec (or a checkpoint's metadata) may state: 8x or more beyond the largest
+# open models (Llama 3.1 405B: 126 layers, hidden 16,384, FFN 53,248, 128 heads; Gemma 3's
+# 262,144-token vocabulary; Llama 4 Scout's 10M-token context), so a typo such as 10^8 layers is
+# an error here instead of an op graph that takes hours to build.
+SPEC_LIMITS = {"n_layers": 1024, "hidden": 131_072, "n_heads": 1024, "n_kv_heads": 1024,
+               "head_dim": 2048, "intermediate": 524_288, "vocab": 2_097_152,
+               "max_positions": 16_777_216}
 
 
 @dataclass(frozen=True)
@@ -83,10 +91,13 @@ class ModelSpec:
     file: str = field(default="<memory>", compare=False, init=False)  # the TOML it was read from
 
     def __post_init__(self):
-        for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "intermediate", "vocab"):
+        for f, limit in SPEC_LIMITS.items():
             v = getattr(self, f)
-            if not isinstance(v, int) or v <= 0:
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ValueError(f"model spec {self.name!r}: field '{f}' = {v!r}: must be a positive int")
+            if v > limit:
+                raise ValueError(f"model spec {self.name!r}: field '{f}' = {v:,}: at most {limit:,} "
+                                 "(8x beyond the largest open models; model/spec.py SPEC_LIMITS)")
         if self.kind not in (DECODER, ENCODER):
             raise ValueError(f"model spec {self.name!r}: field 'kind' = {self.kind!r}: must be decoder or encoder")
         if self.n_heads % self.n_kv_heads:
@@ -97,6 +108,11 @@ class ModelSpec:
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"model spec {self.name!r}: field 'activation' = {self.activation!r}: "
                              f"must be one of {list(ACTIVATIONS)}")
+        for f in ("norm_eps", "rope_theta"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"model spec {self.name!r}: field '{f}' = {v!r}: must be a finite "
+                                 "number")
         if not self.norm_eps > 0:
             raise ValueError(f"model spec {self.name!r}: field 'norm_eps' = {self.norm_eps!r}: "
                              "must be > 0")
@@ -153,6 +169,11 @@ class ModelSpec:
         if self.is_decoder:
             return Linear("lm_head", self.vocab, self.hidden)
         return Linear("pooler.dense", self.hidden, self.hidden, True)
+
+    def weight_rows(self) -> list[tuple[str, int]]:
+        """(name, row length K) of every weight a policy assigns a format: the embedding table
+        and every matmul weight (what quant/policy.py check_applies matches patterns against)."""
+        return [(self.embed_name, self.hidden)] + [(lin.name, lin.k_in) for lin in self.linears()]
 
     def linears(self) -> list[Linear]:
         """Every matmul weight, layers then head (the tied lm_head included: it is what decode

@@ -55,6 +55,7 @@ BLOCK_KEYS = {"ffn", "heads"}
 ACTIVATION_KEYS = {"granularity", "calibration", "samples", "sample_tokens", "seed", "alpha"}
 FFN_MULTIPLE = 32  # kept FFN channels: a multiple of this (int4-g32 rows, 32-value act blocks)
 MAX_SAMPLES = 10_000
+MAX_BLOCKS = 1024  # blocks a [prune.blocks] range may name: model/spec.py SPEC_LIMITS["n_layers"]
 MAX_SAMPLE_TOKENS = 8192
 
 
@@ -172,6 +173,16 @@ def _choice(value, where: str, choices) -> str:
     return value
 
 
+def _no_unknown(data: dict, allowed, where: str) -> None:
+    """A ValueError for the first field of `data` not in `allowed`, with the closest name."""
+    from harmony_ref._format import did_you_mean
+
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise ValueError(f"{where}': unknown field {unknown[0]!r}"
+                         f"{did_you_mean(unknown[0], sorted(allowed))}; allowed: {sorted(allowed)}")
+
+
 def _block_range(key: str, where: str) -> range:
     text = str(key).strip()
     lo, _, hi = text.partition("-")
@@ -180,6 +191,9 @@ def _block_range(key: str, where: str) -> range:
     a, b = int(lo), int(hi or lo)
     if b < a:
         raise ValueError(f"{where}: key {key!r}: range end before its start")
+    if b >= MAX_BLOCKS:
+        raise ValueError(f"{where}: key {key!r}: block {b:,} is past the largest model a spec may "
+                         f"describe ({MAX_BLOCKS:,} blocks)")
     return range(a, b + 1)
 
 
@@ -187,9 +201,7 @@ def prune_from_dict(data, source: str) -> PruneSpec:
     where = f"{source}: field 'prune"
     if not isinstance(data, dict):
         raise ValueError(f"{where}' must be a table, got {data!r}")
-    unknown = sorted(set(data) - PRUNE_KEYS)
-    if unknown:
-        raise ValueError(f"{where}': unknown field(s) {unknown}; allowed: {sorted(PRUNE_KEYS)}")
+    _no_unknown(data, PRUNE_KEYS, where)
     ffn = _ratio(data.get("ffn", 0.0), f"{where}.ffn'")
     heads = _ratio(data.get("heads", 0.0), f"{where}.heads'")
     unit = _choice(data.get("head_unit", "query"), f"{where}.head_unit'", HEAD_UNITS)
@@ -229,10 +241,7 @@ def activations_from_dict(data, source: str) -> ActivationSpec:
     where = f"{source}: field 'activations"
     if not isinstance(data, dict):
         raise ValueError(f"{where}' must be a table, got {data!r}")
-    unknown = sorted(set(data) - ACTIVATION_KEYS)
-    if unknown:
-        raise ValueError(f"{where}': unknown field(s) {unknown}; allowed: "
-                         f"{sorted(ACTIVATION_KEYS)}")
+    _no_unknown(data, ACTIVATION_KEYS, where)
     d = ActivationSpec()
     return ActivationSpec(
         granularity=_choice(data.get("granularity", d.granularity), f"{where}.granularity'",

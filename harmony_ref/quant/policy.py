@@ -18,6 +18,12 @@ Format strings: "fp32", "fp16", "int8", "int4-g<group>" (asym) or "int4-g<group>
 
 Optional `[prune]` (structured pruning) and `[activations]` (static INT8 activations, W8A8)
 tables combine pruning and quantization in one policy; quant/compress.py describes them.
+
+A policy is checked against the model it is applied to before any work (`check_applies`): every
+pattern, layer name and [prune.blocks] index must match something of that model, and no INT4
+group may be longer than every row it would apply to, so a typo ("gate_prj") is an error naming
+the closest real name, never a run that silently scores another policy. A deliberate cross-model
+policy passes `allow_unmatched`.
 """
 
 from __future__ import annotations
@@ -163,11 +169,65 @@ def _format_for_cached(policy: Policy, layer_name: str) -> WeightFormat:
     return policy._resolve(layer_name)
 
 
+def _closest(pattern: str, names: list[str]) -> str:
+    """' (closest: ...)' among the model's full names and their short forms (gate_proj)."""
+    from harmony_ref._format import did_you_mean
+
+    shorts = sorted({n.rsplit(".", 1)[-1] for n in names})
+    hint = did_you_mean(pattern, shorts) or did_you_mean(pattern, names)
+    return hint or f" (its layers are named like {names[0]!r}, ..., {names[-1]!r})"
+
+
+def unmatched(policy: Policy, layers: list[tuple[str, int]], n_blocks: int,
+              model: str = "the model") -> list[str]:
+    """Why `policy` does not fit a model with these (weight name, row length K) layers and
+    `n_blocks` blocks: one line per pattern that matches nothing, [prune.blocks] index past the
+    last block, or INT4 group longer than every row it applies to ([] when it fits)."""
+    names = [n for n, _ in layers]
+    out = []
+    for field_name, patterns in (("keep_fp16_layers", policy.keep_fp16_layers),
+                                 ("keep_int8_layers", policy.keep_int8_layers),
+                                 ("layers", tuple(p for p, _ in policy.layers))):
+        for pattern in patterns:
+            if not any(pattern == n or _matches(pattern, n) for n in names):
+                out.append(f"{policy.source}: field '{field_name}' has {pattern!r}, which matches "
+                           f"no layer of {model}{_closest(pattern, names)}")
+    if policy.prune is not None:
+        past = sorted({b for b, _, _ in policy.prune.blocks if b >= n_blocks})
+        if past:
+            out.append(f"{policy.source}: field 'prune.blocks' names block {past[0]}, but "
+                       f"{model} has {n_blocks} blocks (0-{n_blocks - 1})")
+    widths: dict[WeightFormat, int] = {}
+    for name, k in layers:
+        fmt = policy.format_for(name)
+        if fmt.kind == "int4":
+            widths[fmt] = max(widths.get(fmt, 0), k)
+    for fmt, k in widths.items():
+        if fmt.group_size > k:
+            out.append(f"{policy.source}: format {fmt.name}: group of {fmt.group_size} is longer "
+                       f"than every row of {model} it applies to (the longest has K = {k})")
+    return out
+
+
+def check_applies(policy: Policy, layers: list[tuple[str, int]], n_blocks: int, model: str,
+                  allow_unmatched: bool = False) -> None:
+    """Raise ValueError (its first `unmatched` line, naming `model`) unless `policy` fits the
+    model or `allow_unmatched` says a mismatch is deliberate."""
+    problems = [] if allow_unmatched else unmatched(policy, layers, n_blocks, repr(model))
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ValueError(f"{problems[0]}{more}; --allow-unmatched applies it anyway")
+
+
 def policy_from_dict(data: dict, source: str) -> Policy:
     """Validate a parsed policy table; every error names the source file, the field and value."""
     unknown = sorted(set(data) - POLICY_KEYS)
     if unknown:
-        raise ValueError(f"{source}: unknown field(s) {unknown}; allowed: {sorted(POLICY_KEYS)}")
+        from harmony_ref._format import did_you_mean
+
+        raise ValueError(f"{source}: unknown field {unknown[0]!r}"
+                         f"{did_you_mean(unknown[0], sorted(POLICY_KEYS))}; allowed: "
+                         f"{sorted(POLICY_KEYS)}")
     if "default" not in data:
         raise ValueError(f"{source}: missing field 'default' (e.g. default = \"int4-g32\")")
     default = parse_format(data["default"], f"{source}: field 'default'")

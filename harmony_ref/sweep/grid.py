@@ -46,6 +46,9 @@ SCENARIO_AXES = SCENARIO_FIELDS + ("kv_dtype",)
 DEFAULT_SCENARIO = {"prompt_tokens": (512,), "new_tokens": (128,), "context_tokens": (2048,),
                     "batch": (1,), "kv_dtype": ("fp16",)}
 GRID_FIELDS = ("models", "policies", "profiles", "parts", "backend", "scenario")
+# Points one grid may hold: a point takes milliseconds (predicted) to minutes (host, accuracy),
+# so 100,000 is already days of work; a larger grid is a typo in an axis, refused up front.
+MAX_GRID_POINTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,26 @@ def check_grid(grid: Grid) -> None:
             lo = 0 if axis == "new_tokens" else 1
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 _fail(src, f"scenario.{axis}", v, f"must be an integer >= {lo}")
+    if grid.size > MAX_GRID_POINTS:
+        _fail(src, "scenario", {a: len(v) for a, v in grid.scenario.items()},
+              f"the grid has {grid.size:,} points, more than {MAX_GRID_POINTS:,} "
+              "(sweep/grid.py MAX_GRID_POINTS: days of work; split it)")
+    _check_policies_fit_models(grid)
+
+
+def _check_policies_fit_models(grid: Grid) -> None:
+    """A policy that fits none of the grid's models (a typo'd layer pattern, a block past the
+    end) is bad input, refused before any point runs; one that fits some models and not others
+    leaves those points failing with the reason."""
+    from harmony_ref.model.spec import get_spec
+    from harmony_ref.quant.policy import load_policy, unmatched
+
+    specs = [get_spec(m) for m in grid.models]
+    for name in grid.policies:
+        policy = load_policy(name)
+        problems = [unmatched(policy, s.weight_rows(), s.n_layers, repr(s.name)) for s in specs]
+        if all(problems):
+            _fail(grid.source, "policies", name, problems[0][0])
 
 
 def split_list(text: str, flag: str, kind=str) -> tuple:
@@ -226,8 +249,11 @@ def grid_from_toml(path: str | Path) -> Grid:
     src = str(path)
     unknown = sorted(set(data) - set(GRID_FIELDS) - {"name"})
     if unknown:
+        from harmony_ref._format import did_you_mean
+
         _fail(src, unknown[0], data[unknown[0]],
-              f"not a grid field; fields are {list(GRID_FIELDS)}")
+              f"not a grid field{did_you_mean(unknown[0], GRID_FIELDS)}; fields are "
+              f"{list(GRID_FIELDS)}")
     for key in ("models", "policies", "profiles"):
         if key not in data:
             _fail(src, key, None, "missing")

@@ -137,7 +137,7 @@ class SweepStore:
         record = result["record"]
         path = self.records / f"{key}.json"
         # One line, not indented: json's C encoder (indent= takes the pure-Python one, 10x slower)
-        _replace_into(path, (json.dumps(record, default=float) + "\n").encode())
+        _replace_into(path, (json.dumps(record, default=float, allow_nan=False) + "\n").encode())
         row = make_row(point, result, str(path.relative_to(self.dir)))
         self._rows.append(row)
         if time.monotonic() - self._last_flush > FLUSH_EVERY_S:

@@ -34,7 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-from harmony_ref._format import fmt_number
+from harmony_ref._format import did_you_mean, fmt_number
 from harmony_ref._toml import loads
 from harmony_ref.metrics import Metric
 from harmony_ref.track.record import Record
@@ -59,16 +59,38 @@ class Tolerances:
     alpha: float = DEFAULT_ALPHA
     overrides: tuple[tuple[str, float], ...] = ()  # (name or glob, pct) in file order
     source: str = "<defaults>"
+    # (name or glob, limit in the metric's unit): a change that small passes whatever its
+    # relative size (a count's resolution: one of 352 sentences is 0.28 recall points)
+    abs_floors: tuple[tuple[str, float], ...] = ()
+
+    @staticmethod
+    def _lookup(table, name: str):
+        for pattern, value in table:
+            if pattern == name:
+                return value
+        for pattern, value in table:
+            if fnmatch.fnmatchcase(name, pattern):
+                return value
+        return None
 
     def limit_pct(self, metric: Metric) -> float:
-        for pattern, pct in self.overrides:
-            if pattern == metric.name:
-                return pct
-        for pattern, pct in self.overrides:
-            if fnmatch.fnmatchcase(metric.name, pattern):
-                return pct
+        pct = self._lookup(self.overrides, metric.name)
+        if pct is not None:
+            return pct
         return {"exact": self.exact_pct, "numerical": self.numerical_pct}.get(
             metric.kind, self.measured_pct)
+
+    def limit_abs(self, metric: Metric) -> float:
+        """The absolute floor of an exact or numerical metric's limit (0: none)."""
+        return self._lookup(self.abs_floors, metric.name) or 0.0
+
+    def agrees(self, metric: Metric, baseline: float, current: float) -> bool:
+        """True when the gate would call baseline -> current neither a regression nor an
+        improvement of an exact or numerical `metric`: within its relative limit or its
+        absolute floor, either way (what tests of documented numbers hold)."""
+        change = change_pct(baseline, current)
+        return abs(change) <= self.limit_pct(metric) or \
+            abs(current - baseline) <= self.limit_abs(metric)
 
 
 def _pct(value, source: str, where: str, upper: float | None = None) -> float:
@@ -97,17 +119,22 @@ def load_tolerances(path: str | Path | None = None) -> Tolerances:
     allowed = ("exact_pct", "numerical_pct", "measured_pct", "alpha")
     bad = sorted(set(defaults) - set(allowed))
     if bad:
-        raise ValueError(f"{source}: unknown field 'defaults.{bad[0]}'; allowed: "
-                         + ", ".join(allowed))
-    overrides = []
+        raise ValueError(f"{source}: unknown field 'defaults.{bad[0]}'"
+                         f"{did_you_mean(bad[0], allowed)}; allowed: " + ", ".join(allowed))
+    overrides, floors = [], []
     for name, table in data.get("metrics", {}).items():
+        fields = ("tolerance_pct", "tolerance_abs", "reason")
+        extra = sorted(set(table) - set(fields)) if isinstance(table, dict) else []
+        if extra:
+            raise ValueError(f"{source}: unknown field 'metrics.{name}.{extra[0]}'"
+                             f"{did_you_mean(extra[0], fields)}; allowed: {', '.join(fields)}")
         if not isinstance(table, dict) or "tolerance_pct" not in table:
             raise ValueError(f"{source}: field 'metrics.{name}' must be a table with tolerance_pct "
                              f"(and a reason), got {table!r}")
-        extra = sorted(set(table) - {"tolerance_pct", "reason"})
-        if extra:
-            raise ValueError(f"{source}: unknown field 'metrics.{name}.{extra[0]}'; allowed: tolerance_pct, reason")
         overrides.append((name, _pct(table["tolerance_pct"], source, f"metrics.{name}.tolerance_pct")))
+        if "tolerance_abs" in table:
+            floors.append((name, _pct(table["tolerance_abs"], source,
+                                      f"metrics.{name}.tolerance_abs")))
     return Tolerances(
         exact_pct=_pct(defaults.get("exact_pct", DEFAULT_EXACT_PCT), source, "defaults.exact_pct"),
         numerical_pct=_pct(defaults.get("numerical_pct", DEFAULT_NUMERICAL_PCT), source,
@@ -116,6 +143,7 @@ def load_tolerances(path: str | Path | None = None) -> Tolerances:
         alpha=_pct(defaults.get("alpha", DEFAULT_ALPHA), source, "defaults.alpha", upper=1.0),
         overrides=tuple(overrides),
         source=source,
+        abs_floors=tuple(floors),
     )
 
 
@@ -270,11 +298,13 @@ def compare(baseline: Record, current: Record, tolerances: Tolerances | None = N
         elif c.kind == "measured" and machine_note:
             status, verdict, limit_text = INFO, f"not gated: {machine_note}", "-"
         elif c.kind in ("exact", "numerical"):
-            limit_text = f"{limit:g}%"
+            floor = tol.limit_abs(c)
+            limit_text = f"{limit:g}%" + (f" or {floor:g} {c.unit}" if floor else "")
             worse = worse_pct(c, change)
-            if worse > limit:
+            moved = abs(c.value - b.value)
+            if worse > limit and moved > floor:
                 status, verdict = REGRESSION, f"REGRESSION: worse by {_fmt_pct(worse).lstrip('+')}"
-            elif worse < -limit:
+            elif worse < -limit and moved > floor:
                 status, verdict = IMPROVED, "improved (update the baseline)"
             else:
                 status, verdict = PASS, "ok"

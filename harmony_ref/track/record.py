@@ -188,7 +188,8 @@ def load_record(path: str | Path) -> Record:
 
 def write_json_atomic(path: str | Path, data, overwrite: bool = True) -> Path:
     """Write `data` as JSON to `path` atomically (see write_text_atomic)."""
-    return write_text_atomic(path, json.dumps(data, indent=2, default=float) + "\n", overwrite)
+    return write_text_atomic(path, json.dumps(data, indent=2, default=float, allow_nan=False) + "\n",
+                             overwrite)
 
 
 def record_filename(config: dict) -> str:

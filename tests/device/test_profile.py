@@ -143,6 +143,21 @@ def test_unknown_field(tmp_path, flagship_text):
     _expect(tmp_path, text, "unknown field 'memory.dram_bandwith_gbps'", "12.0")
 
 
+def test_unknown_field_names_the_closest_known_one(tmp_path, flagship_text):
+    text = flagship_text.replace("[memory]\n", "[memory]\ndram_bandwith_gbps = 12.0\n")
+    _expect(tmp_path, text, "did you mean 'dram_bandwidth_gbps'")
+
+
+@pytest.mark.parametrize("field, value", [("dram_bandwidth_gbps", "inf"),
+                                          ("dram_bandwidth_gbps", "nan"),
+                                          ("npu_init_ms", "-inf"), ("ambient_c", "nan"),
+                                          ("freq_steps", "[1.0, nan]")])
+def test_non_finite_numbers_are_refused_where_they_are_read(tmp_path, flagship_text, field,
+                                                            value):
+    text = re.sub(rf"^{field} = .*$", f"{field} = {value}", flagship_text, flags=re.M)
+    _expect(tmp_path, text, f".{field}' = ", "must be a finite number")
+
+
 def test_wrong_type(tmp_path, flagship_text):
     text = re.sub(r"^ram_gb = .*$", 'ram_gb = "twelve"', flagship_text, flags=re.M)
     _expect(tmp_path, text, "'memory.ram_gb'", "'twelve'", "expected float")

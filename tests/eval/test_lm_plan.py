@@ -96,7 +96,7 @@ def test_sensitivity_command_by_block(tiny_gguf, capsys):
 
 @pytest.mark.parametrize("argv,pattern", [
     (["plan", "--budget-mb", "0.000001"], "below the smallest possible"),
-    (["plan", "--budget-mb", "-1"], "must be positive"),
+    (["plan", "--budget-mb", "-1"], "must be a finite number > 0"),
     (["sensitivity", "--format", "int3"], "unknown weight format"),
     (["sensitivity", "--pairs", "x.tsv"], "applies to --model all-minilm-l6"),
 ])

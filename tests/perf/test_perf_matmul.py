@@ -45,7 +45,7 @@ from harmony_ref.units import GB, MB, MS_PER_S
 
 K = 4096
 SHAPES = {"gemv": (1, 11008), "prefill": (128, 4096)}  # (M, N), K = 4096
-THREADS = 2
+THREADS = min(2, numba.config.NUMBA_NUM_THREADS)  # the tables' threads (1 on a 1-thread run)
 BLOCK_CALLS = {"gemv": 12, "prefill": 4}
 ROUNDS = {"gemv": 11, "prefill": 9}
 SETTLE_S = 0.4  # OpenBLAS threads spin ~0.1-0.3 s after a call: less and they steal a core

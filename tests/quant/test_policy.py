@@ -57,3 +57,71 @@ def test_bad_policies_name_file_field_value(tmp_path):
         load_policy(bad)
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         load_policy("nope")
+
+
+# --- a policy resolved against the model it is applied to (check_applies) ---------------------
+
+def _rows(spec_name):
+    from harmony_ref.model.spec import get_spec
+
+    s = get_spec(spec_name)
+    return s.weight_rows(), s.n_layers
+
+
+def test_shipped_policies_fit_the_models_they_are_made_for():
+    from harmony_ref.quant.policy import unmatched
+
+    for spec in ("llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b"):
+        rows, n = _rows(spec)
+        for name in ("fp16", "fp32", "int8", "int4-g32", "int4-g128", "mixed"):
+            assert unmatched(load_policy(name), rows, n) == [], (spec, name)
+    rows, n = _rows("all-minilm-l6")
+    assert unmatched(load_policy("minilm-mixed"), rows, n) == []
+    # a decoder recipe names layers MiniLM does not have, and the other way round
+    assert unmatched(load_policy("mixed"), rows, n)
+    assert unmatched(load_policy("minilm-mixed"), *_rows("llama-3.2-1b"))
+
+
+@pytest.mark.parametrize("table, says", [
+    ({"keep_fp16_layers": ["gate_prj"]}, "'gate_prj', which matches no layer of M (did you mean "
+                                         "'gate_proj'?)"),
+    ({"keep_int8_layers": ["q_proj", "kv_proj"]}, "'kv_proj'"),
+    ({"layers": {"model.layers.99.mlp.gate_proj": "int8"}},
+     "did you mean 'model.layers.9.mlp.gate_proj'"),
+    ({"layers": {"*.attn.*": "int8"}}, "field 'layers' has '*.attn.*'"),
+    ({"prune": {"ffn": 0.1, "blocks": {"15-17": {"ffn": 0.5}}}}, "block 16, but M has 16 blocks"),
+    ({"default": "int4-g16384"}, "group of 16384 is longer than every row of M it applies to "
+                                 "(the longest has K = 8192)"),
+])
+def test_a_policy_that_does_not_fit_names_what_and_the_closest(table, says):
+    from harmony_ref.quant.policy import check_applies, unmatched
+
+    p = policy_from_dict({"default": "int4-g32", **table}, "p.toml")
+    rows, n = _rows("llama-3.2-1b")  # 16 blocks, K up to 8192
+    problems = unmatched(p, rows, n, "M")
+    assert len(problems) == 1 and problems[0].startswith("p.toml: ") and says in problems[0], \
+        problems
+    with pytest.raises(ValueError, match="--allow-unmatched"):
+        check_applies(p, rows, n, "M")
+    check_applies(p, rows, n, "M", allow_unmatched=True)  # deliberate: applied as it is
+
+
+def test_a_group_longer_than_some_rows_but_not_all_still_fits():
+    from harmony_ref.quant.policy import unmatched
+
+    # llama-3.2-1b: K = 2048 (attention, gate/up) and 8192 (down_proj): g4096 fits down_proj
+    rows, n = _rows("llama-3.2-1b")
+    assert unmatched(policy_from_dict({"default": "int4-g4096"}, "p.toml"), rows, n) == []
+
+
+def test_run_config_refuses_an_unmatched_policy_unless_allowed(tmp_path):
+    from harmony_ref.config import RunConfig
+
+    path = tmp_path / "typo.toml"
+    path.write_text('name = "typo"\ndefault = "int4-g32"\nkeep_fp16_layers = ["gate_prj"]\n')
+    with pytest.raises(ValueError, match="gate_prj"):
+        RunConfig.from_names("llama-3.2-1b", str(path))
+    cfg = RunConfig.from_names("llama-3.2-1b", str(path), allow_unmatched=True)
+    assert cfg.to_dict()["allow_unmatched"] is True
+    assert RunConfig.from_dict(cfg.to_dict()) == cfg
+    assert "allow_unmatched" not in RunConfig.from_names("llama-3.2-1b", "mixed").to_dict()
