@@ -333,6 +333,7 @@ class DeviceSession:
             while not run.wait(poll):
                 if run.elapsed_s > timeout:
                     err = run.timed_out(timeout)
+                    self.transport.check_still_there(f"after the benchmark hung for {timeout:g} s")
                     self._kill_remote()
                     raise err
                 samples.append(tel.read("during", with_memory=True))
@@ -412,7 +413,9 @@ class DeviceSession:
                 repeats.append(Repeat(i, kind, metrics, samples, verdict, waited, result.wall_s,
                                       peak, source))
                 if verdict.throttled:
-                    self.say(f"{kind} {i}: THROTTLED ({'; '.join(verdict.reasons)})")
+                    more = len(verdict.reasons) - 1
+                    self.say(f"{kind} {i}: THROTTLED ({verdict.reasons[0]}"
+                             + (f"; {more} more" if more else "") + ")")
         out = SessionResult(self.spec, self.transport.kind, self.transport.serial,
                             self.identity, self.pushes, repeats, self.telemetry, command,
                             list(self.notes))

@@ -198,8 +198,14 @@ class Telemetry:
 
     # --- the throttle rule ---------------------------------------------------------------------
     def verdict(self, samples: list[Sample]) -> Verdict:
-        th, reasons = self.throttle, []
-        hot_phases = ("during", "after")
+        """Throttled or not, with one reason per rule and core (or zone): its worst reading."""
+        th = self.throttle
+        worst: dict[tuple, tuple[float, str]] = {}  # (rule, cpu or zone) -> (badness, reason)
+
+        def note(key, badness, text):
+            if key not in worst or badness > worst[key][0]:
+                worst[key] = (badness, text)
+
         for s in samples:
             for c in self.cfg.big_cpus:
                 top = self.max_khz.get(c)
@@ -208,19 +214,21 @@ class Telemetry:
                 cur, cap = s.cur_khz.get(c), s.cap_khz.get(c)
                 if s.phase == "during" and s.running and cur is not None \
                         and cur < th.min_big_freq_fraction * top:
-                    reasons.append(f"cpu{c} ran at {cur / KHZ_PER_GHZ:.2f} of "
-                                   f"{top / KHZ_PER_GHZ:.2f} GHz ({cur / top:.0%} < "
-                                   f"{th.min_big_freq_fraction:.0%}) at t={s.t_s:.1f} s")
-                if s.phase in hot_phases and cap is not None \
+                    note(("ran", c), -cur / top,
+                         f"cpu{c} ran at {cur / KHZ_PER_GHZ:.2f} of {top / KHZ_PER_GHZ:.2f} GHz "
+                         f"({cur / top:.0%} < {th.min_big_freq_fraction:.0%}) at t={s.t_s:.1f} s")
+                if s.phase in ("during", "after") and cap is not None \
                         and cap < th.min_big_freq_fraction * top:
-                    reasons.append(f"cpu{c} capped at {cap / KHZ_PER_GHZ:.2f} of "
-                                   f"{top / KHZ_PER_GHZ:.2f} GHz ({cap / top:.0%}) at "
-                                   f"t={s.t_s:.1f} s ({s.phase})")
+                    note(("cap", c), -cap / top,
+                         f"cpu{c} capped at {cap / KHZ_PER_GHZ:.2f} of {top / KHZ_PER_GHZ:.2f} "
+                         f"GHz ({cap / top:.0%}) at t={s.t_s:.1f} s ({s.phase})")
             temp = self.watched_c(s)
-            if s.phase in hot_phases and temp is not None and temp >= th.temp_c:
-                reasons.append(f"zone {self.cfg.watch_zone} at {temp:.1f} C >= {th.temp_c:g} C "
-                               f"at t={s.t_s:.1f} s ({s.phase})")
-        return Verdict(bool(reasons), tuple(dict.fromkeys(reasons)))
+            if s.phase in ("during", "after") and temp is not None and temp >= th.temp_c:
+                note(("temp", self.cfg.watch_zone), temp,
+                     f"zone {self.cfg.watch_zone} at {temp:.1f} C >= {th.temp_c:g} C at "
+                     f"t={s.t_s:.1f} s ({s.phase})")
+        reasons = tuple(text for _, text in worst.values())
+        return Verdict(bool(reasons), reasons)
 
 
 def _sections(text: str) -> dict[str, str]:

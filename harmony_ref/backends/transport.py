@@ -149,8 +149,21 @@ class Transport:
         run = self.start(script)
         timeout = timeout_s or self.timeout_s
         if not run.wait(timeout):
-            raise run.timed_out(timeout)
+            err = run.timed_out(timeout)
+            self.check_still_there(f"while `{script}` hung")
+            raise err
         return self._finish(script, run._running.result(), "")
+
+    def check_still_there(self, when: str) -> None:
+        """After a remote call hung: DeviceGone if the device has left (a vanished phone often
+        hangs the tool instead of failing it), else nothing."""
+        try:
+            d = self.attached(min(self.timeout_s, 30.0))
+        except BackendError:
+            d = None
+        if d is None or not d.usable:
+            raise DeviceGone(f"{self.kind} device {self.serial} is no longer attached ({when}); "
+                             "no result recorded")
 
     def start(self, script: str) -> RemoteRun:
         argv = self.shell_argv(self._wrap(script))
@@ -225,6 +238,9 @@ class LocalTransport(Transport):
 
     def _wrap(self, script: str) -> str:
         return script
+
+    def check_still_there(self, when: str) -> None:
+        return None
 
     def _finish(self, script: str, done: CommandOutput, when: str) -> ShellResult:
         return ShellResult(script, done.returncode, done.out, done.err, done.wall_s,

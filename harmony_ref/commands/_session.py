@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+KEY_METRICS = ("decode_tokens_per_s", "e2e_ms", "ttft_ms")  # the one each run row shows
+
 
 def add_session_argument(p) -> None:
     p.add_argument("--session", metavar="FILE",
@@ -37,6 +39,8 @@ def telemetry_frame(block: dict):
     import pandas as pd
 
     rows = []
+    runs = block.get("telemetry", [])
+    key = next((k for k in KEY_METRICS if runs and all(k in r["metrics"] for r in runs)), None)
     big = block.get("throttle", {}).get("big_cpus", [])
     top = block.get("max_freq_mhz", {})
     for r in block.get("telemetry", []):
@@ -53,7 +57,7 @@ def telemetry_frame(block: dict):
                      "big_freq_min": f"{min(fracs):.0%}" if fracs else "-",
                      "samples": len(samples.get("t_s", [])),
                      "peak_memory_mb": _dash(r["peak_memory_mb"]),
-                     "wall_s": r["wall_s"]})
+                     "wall_s": r["wall_s"], **({key: r["metrics"][key]} if key else {})})
     return pd.DataFrame(rows)
 
 

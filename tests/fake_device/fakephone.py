@@ -148,3 +148,16 @@ class FakePhone:
     def session_file(self, path: Path, **sections) -> Path:
         path.write_text(toml_dumps(self.session_doc(path.parent / "files", **sections)))
         return path
+
+
+if __name__ == "__main__":  # python tests/fake_device/fakephone.py DIR [hdc|adb]: try it by hand
+    import argparse
+
+    ap = argparse.ArgumentParser(description="make a fake phone and a session file for it")
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("kind", nargs="?", default="hdc", choices=("hdc", "adb"))
+    ap.add_argument("--die-c", type=float, default=30.0, help="starting die temperature")
+    a = ap.parse_args()
+    phone = FakePhone.create(a.folder.resolve() / "phone", a.kind, die_c=a.die_c)
+    session = phone.session_file(a.folder.resolve() / f"{a.kind}-phone.toml")
+    print(f"{phone.kind}: {phone.executable}\nsession: {session}")
