@@ -65,9 +65,9 @@ class CommandDevice:
     transport, pushes, cooldown, warm-up, repeats and telemetry (backends/session.py), and the
     session's own command, format, timeout and profile where none is given here."""
 
-    def __init__(self, command_template: str | None, format: str | None, timeout_s: float | None = 600.0,
-                 values: dict[str, object] | None = None, name: str = "command", profile=None,
-                 session=None, progress=None):
+    def __init__(self, command_template: str | None, format: str | None,
+                 timeout_s: float | None = 600.0, values: dict[str, object] | None = None,
+                 name: str = "command", profile=None, session=None, progress=None):
         if session is not None:
             b = session.benchmark
             command_template = command_template or b.command

@@ -194,7 +194,8 @@ def parse_uptime_s(text: str) -> float:
     try:
         value = float(parts[0])
     except (IndexError, ValueError):
-        raise ParseError(f"/proc/uptime: expected '<seconds> <idle seconds>', got {text!r}") from None
+        raise ParseError(f"/proc/uptime: expected '<seconds> <idle seconds>', got {text!r}"
+                         ) from None
     if not value >= 0 or value == float("inf"):
         raise ParseError(f"/proc/uptime: {value!r} is not a time")
     return value

@@ -31,11 +31,13 @@ any step is DeviceGone (transport.py): nothing is returned, so nothing can be re
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import shlex
 import statistics
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from harmony_ref.backends.base import BackendError
@@ -245,9 +247,6 @@ class DeviceSession:
 
     def push(self, local, name: str, executable: bool = False) -> dict:
         """One file to the device by the rule of the module docstring; returns what happened."""
-        import hashlib
-        from pathlib import Path
-
         local = Path(local)
         h = hashlib.sha256()
         with local.open("rb") as f:

@@ -209,6 +209,19 @@ class Transport:
                            f"{when} (client exit {done.returncode}){': ' + said if said else ''}; "
                            f"last stderr:\n{tail(done.err) or '(empty)'}")
 
+    def _send(self, argv: list[str], local: Path, remote: str, timeout_s: float | None, ok,
+              what: str) -> None:
+        """Run a push command; the tool saying the device is not there is DeviceGone (or an
+        error if it still is), a push that `ok(done)` does not accept is a BackendError."""
+        done = self._host(argv, timeout_s, " ".join(argv))
+        failed = self._tool_failure(done.text)
+        if ok(done) and not failed:
+            return
+        if failed:
+            self._gone_or_error(done, f"while pushing {local.name}")
+        raise BackendError(f"{self.kind}: push {local} -> {self.serial}:{remote} {what} (exit "
+                           f"{done.returncode}): {tail(done.text) or '(no output)'}")
+
     def sha256(self, remote: str, timeout_s: float | None = None) -> str | None:
         """The SHA-256 of a file on the device, None when it has no such file."""
         r = self.shell(f"sha256sum {_quote(remote)}", timeout_s)
@@ -264,7 +277,9 @@ class LocalTransport(Transport):
         return h.hexdigest()
 
     def identity(self) -> dict[str, str]:
-        return {"device_model": platform.node(), "soc": _cpu_model(),
+        from harmony_ref.backends.host_timing import cpu_model
+
+        return {"device_model": platform.node(), "soc": cpu_model(),
                 "os_build": platform.platform(), "kernel": platform.release(),
                 "cpu_cores": str(os.cpu_count())}
 
@@ -288,14 +303,9 @@ class HdcTransport(Transport):
             raise BackendError(str(e)) from e
 
     def push(self, local: Path, remote: str, timeout_s: float | None = None) -> None:
-        done = self._host([self.executable, "-t", self.serial, "file", "send", str(local), remote],
-                          timeout_s, f"hdc -t {self.serial} file send {local} {remote}")
-        if "FileTransfer finish" in done.text and not hdc_failure(done.text):
-            return
-        if hdc_failure(done.text):
-            self._gone_or_error(done, f"while sending {local.name}")
-        raise BackendError(f"hdc file send {local} -> {self.serial}:{remote} did not report "
-                           f"'FileTransfer finish': {tail(done.text) or '(no output)'}")
+        self._send([self.executable, "-t", self.serial, "file", "send", str(local), remote],
+                   local, remote, timeout_s, lambda done: "FileTransfer finish" in done.text,
+                   "did not report 'FileTransfer finish'")
 
     def identity(self) -> dict[str, str]:
         r = self.shell("param get")
@@ -326,14 +336,8 @@ class AdbTransport(Transport):
         return parse_adb_devices(done.out)
 
     def push(self, local: Path, remote: str, timeout_s: float | None = None) -> None:
-        done = self._host([self.executable, "-s", self.serial, "push", str(local), remote],
-                          timeout_s, f"adb -s {self.serial} push {local} {remote}")
-        if done.returncode == 0 and not adb_failure(done.text):
-            return
-        if adb_failure(done.text):
-            self._gone_or_error(done, f"while pushing {local.name}")
-        raise BackendError(f"adb push {local} -> {self.serial}:{remote} exited "
-                           f"{done.returncode}: {tail(done.text) or '(no output)'}")
+        self._send([self.executable, "-s", self.serial, "push", str(local), remote], local,
+                   remote, timeout_s, lambda done: done.returncode == 0, "failed")
 
     def identity(self) -> dict[str, str]:
         r = self.shell("getprop")
@@ -345,16 +349,6 @@ class AdbTransport(Transport):
                          "os_build": p.get("ro.build.display.id", ""),
                          "android_version": p.get("ro.build.version.release", ""),
                          "build_fingerprint": p.get("ro.build.fingerprint", "")})
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _present(d: dict[str, str]) -> dict[str, str]:

@@ -20,7 +20,7 @@ from harmony_ref.backends.session import CooldownTimeout, DeviceSession
 from harmony_ref.backends.session_spec import load_session
 from harmony_ref.backends.transport import DeviceGone
 from harmony_ref.cli import main
-from tests.fake_device.fakephone import FakePhone, toml_dumps
+from tests.fake_device.fakephone import FakePhone, process_alive, toml_dumps
 
 
 @pytest.fixture(scope="module")
@@ -62,18 +62,6 @@ def fresh(phone, tmp_path, die_c=30.0, skin_c=30.0, faults=None, **sections):
 
 def llama_bench(text):
     return parse("llama-bench", text).metrics
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_push_is_skipped_when_the_sha256_matches_and_redone_when_not(hdc_phone, tmp_path):
@@ -207,9 +195,9 @@ def test_a_hung_benchmark_is_killed_at_its_timeout(hdc_phone, tmp_path):
         dev.run()
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while alive(child) and time.monotonic() < deadline:
+    while process_alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not alive(child), "the hung benchmark's child outlived the timeout"
+    assert not process_alive(child), "the hung benchmark's child outlived the timeout"
 
 
 def test_adb_session_identity_and_memory(adb_phone, tmp_path, capsys):

@@ -17,7 +17,7 @@ from harmony_ref.backends.command import CommandDevice
 from harmony_ref.backends.session_spec import load_session
 from harmony_ref.cli import main
 from harmony_ref.track.record import load_record
-from tests.fake_device.fakephone import toml_dumps
+from tests.fake_device.fakephone import process_alive, toml_dumps
 
 FAKE = Path(__file__).parents[1] / "fake_device"
 NO_ZONE = 9999  # no machine has this thermal zone or this cpu: the unreadable case on any CI host
@@ -70,18 +70,6 @@ def test_local_push_by_sha256(tmp_path):
     assert (tmp_path / "work" / "w.bin").read_bytes() == blob.read_bytes()
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_local_hang_is_killed_with_its_children(tmp_path):
     pidfile = tmp_path / "child.pid"
     spec = load_session(local_session(tmp_path, fake("hang.py", shlex.quote(str(pidfile))),
@@ -90,9 +78,9 @@ def test_local_hang_is_killed_with_its_children(tmp_path):
         CommandDevice(None, "mslite", None, session=spec).run()
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
+    while process_alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child)
+    assert not process_alive(child)
 
 
 def test_run_with_a_session_records_its_block_and_the_gate_takes_it(tmp_path, capsys):

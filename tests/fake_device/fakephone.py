@@ -35,6 +35,19 @@ ADB_PROPS = {"ro.product.model": "Pixel 8", "ro.product.manufacturer": "Google",
 SERIALS = {"hdc": "FMR0223C13000649", "adb": "38011FDJH0008X"}
 
 
+def process_alive(pid: int) -> bool:
+    """Is `pid` a live process (a killed child not yet reaped by init is a zombie: gone)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
