@@ -185,6 +185,24 @@ class Metrics:
         return pd.DataFrame(rows, columns=["metric", "value", "unit", "better", "kind", "flags"])
 
 
+@dataclass(frozen=True)
+class MetricDef:
+    """A metric declared once (unit, direction, kind, what it is) and made where it is
+    measured: `DEF.make(value, samples)` (e.g. the device-session metrics,
+    backends/session.py SESSION_METRICS)."""
+
+    name: str
+    unit: str
+    direction: str
+    kind: str
+    description: str
+
+    def make(self, value: float, samples: Iterable[float] = (), description: str = "") -> Metric:
+        return Metric(self.name, float(value), self.unit, self.direction, self.kind,
+                      tuple(float(s) for s in samples),
+                      description=description or self.description)
+
+
 def ape_pct(predicted: float, measured: float) -> float:
     """Absolute percentage error of `predicted` against `measured` (which must be finite, > 0)."""
     if not (math.isfinite(measured) and measured > 0):

@@ -25,22 +25,19 @@ itself reports (llama-bench's cpu_info/model_type, MindSpore's model file and th
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import signal
 import string
-import subprocess
-import time
-from dataclasses import dataclass
 
 from harmony_ref.backends.base import BackendError, Measurement, physics_checked
 from harmony_ref.backends.parsers import FORMATS, ParseError, parse
+from harmony_ref.backends.process import CommandOutput, needs_shell, run_process, tail
+
+__all__ = ["CommandDevice", "CommandOutput", "command_provenance", "fill_template",
+           "needs_shell", "run_command"]
 
 PROVENANCE_KEYS = ("device_model", "os_build", "soc", "kernel", "build_fingerprint")
 _PROVENANCE_LINE = re.compile(r"^\s*(" + "|".join(PROVENANCE_KEYS) + r")=(.*?)\s*$", re.M)
-_NEEDS_SHELL = re.compile(r"[|;<>&`]|\$\(")
-STDERR_TAIL_LINES = 15
 
 
 def _config_values(config) -> dict[str, object]:
@@ -62,23 +59,31 @@ def fill_template(template: str, values: dict[str, object]) -> str:
     return template.format(**{k: shlex.quote(str(v)) for k, v in values.items()})
 
 
-def needs_shell(command: str) -> bool:
-    return bool(_NEEDS_SHELL.search(command))
-
-
-def _tail(text: str, n: int = STDERR_TAIL_LINES) -> str:
-    lines = text.rstrip().splitlines()
-    return "\n".join(lines[-n:])
-
-
 class CommandDevice:
-    """Backend that measures by running `command_template` and parsing its output as `format`."""
+    """Backend that measures by running `command_template` and parsing its output as `format`;
+    with a `session` (backends/session_spec.py) the command runs through it: the session's
+    transport, pushes, cooldown, warm-up, repeats and telemetry (backends/session.py), and the
+    session's own command, format, timeout and profile where none is given here."""
 
-    def __init__(self, command_template: str, format: str, timeout_s: float = 600.0,
-                 values: dict[str, object] | None = None, name: str = "command", profile=None):
+    def __init__(self, command_template: str | None, format: str | None,
+                 timeout_s: float | None = 600.0, values: dict[str, object] | None = None,
+                 name: str = "command", profile=None, session=None, progress=None):
+        if session is not None:
+            b = session.benchmark
+            command_template = command_template or b.command
+            format = format or b.format
+            timeout_s = timeout_s or b.timeout_s
+            profile = profile if profile is not None else (session.device.profile or None)
+            if not command_template:
+                raise ValueError(f"{session.path}: no benchmark command: set benchmark.command "
+                                 "or give one (--command)")
+            if not format:
+                raise ValueError(f"{session.path}: no output format: set benchmark.format or "
+                                 "give one (--format)")
+        timeout_s = 600.0 if timeout_s is None else timeout_s
         if format not in FORMATS:
             raise ValueError(f"command format {format!r} unknown; known: {list(FORMATS)}")
-        if not command_template.strip():
+        if not command_template or not command_template.strip():
             raise ValueError("command template is empty")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
@@ -88,18 +93,26 @@ class CommandDevice:
         self.values = dict(values or {})
         self.name = name
         self.profile = profile  # the phone it runs on (name, path or DeviceProfile): physics
+        self.session = session
+        self.progress = progress
 
     def command_for(self, config=None) -> str:
-        return fill_template(self.command_template, {**_config_values(config), **self.values})
+        from harmony_ref.backends.session import session_values
+
+        extra = session_values(self.session) if self.session is not None else {}
+        return fill_template(self.command_template,
+                             {**_config_values(config), **extra, **self.values})
 
     def run(self, config=None) -> Measurement:
         """Run the command for `config` (a RunConfig; None: the template's own values only)."""
+        if self.session is not None:
+            return self._run_session(config)
         cmd = self.command_for(config)
         done = run_command(cmd, self.timeout_s)
         if done.returncode != 0:
             raise BackendError(
                 f"command {cmd!r} exited with code {done.returncode}; no result recorded. "
-                f"Last stderr:\n{_tail(done.err) or '(empty)'}")
+                f"Last stderr:\n{tail(done.err) or '(empty)'}")
         try:
             parsed = parse(self.format, done.text)
         except ParseError as e:
@@ -112,23 +125,36 @@ class CommandDevice:
                                                      any_phone=True)
         return Measurement(metrics, prov, findings, physics, config)
 
+    def _run_session(self, config) -> Measurement:
+        import dataclasses
 
-@dataclass(frozen=True)
-class CommandOutput:
-    command: str
-    returncode: int
-    out: str
-    err: str
-    wall_s: float
-    shell: bool
+        from harmony_ref.backends.session import DeviceSession
 
-    @property
-    def text(self) -> str:
-        """stdout then stderr: what the parsers read."""
-        return self.out + "\n" + self.err
+        cmd = self.command_for(config)
+        tool: dict[str, str] = {}
 
-    def stderr_tail(self) -> str:
-        return _tail(self.err) or "(empty)"
+        def parse_one(text: str):
+            try:
+                parsed = parse(self.format, text)
+            except ParseError as e:
+                raise BackendError(f"command {cmd!r}: {e}") from e
+            tool.update(parsed.provenance)
+            tool.update(command_provenance(text))
+            return parsed.metrics
+
+        spec = self.session
+        if spec.benchmark.timeout_s != self.timeout_s:
+            spec = dataclasses.replace(spec, benchmark=dataclasses.replace(
+                spec.benchmark, timeout_s=self.timeout_s))
+            object.__setattr__(spec, "path", self.session.path)
+        result = DeviceSession(spec, progress=self.progress).run(cmd, parse_one)
+        prov = {"command": cmd, "format": self.format, "session": spec.path,
+                "transport": result.transport, "serial": result.serial, **tool,
+                **result.identity}
+        metrics, findings, physics = physics_checked(
+            result.metrics(), self.profile, config, any_phone=result.transport != "local")
+        return Measurement(metrics, prov, findings, physics, config,
+                           session=result.to_record())
 
 
 def command_provenance(text: str) -> dict[str, str]:
@@ -139,35 +165,16 @@ def command_provenance(text: str) -> dict[str, str]:
 def run_command(cmd: str, timeout_s: float) -> CommandOutput:
     """Run a filled template as described in the module doc; BackendError when it cannot start
     or times out (its process group killed). A non-zero exit is returned, not raised."""
-    shell = needs_shell(cmd)
+    return run_process(command_argv(cmd), timeout_s, label=cmd, shell=needs_shell(cmd))
+
+
+def command_argv(cmd: str) -> list[str]:
+    """The argv a filled template runs as: split with shlex, or under /bin/sh -c when it needs a
+    shell (see the module doc)."""
     try:
-        argv = ["/bin/sh", "-c", cmd] if shell else shlex.split(cmd)
+        argv = ["/bin/sh", "-c", cmd] if needs_shell(cmd) else shlex.split(cmd)
     except ValueError as e:  # unbalanced quotes
         raise BackendError(f"command {cmd!r} cannot be split into arguments: {e}") from e
     if not argv:
         raise BackendError("command is empty after filling the template")
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                errors="replace", start_new_session=True)
-    except OSError as e:
-        raise BackendError(f"command {cmd!r} could not start: {e}") from e
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        try:
-            out, err = proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:  # an escaped grandchild still holds the pipes
-            out, err = "", ""
-        raise BackendError(
-            f"command {cmd!r} timed out after {timeout_s:g} s; its process group was killed; "
-            f"no result recorded. Last stderr:\n{_tail(err) or '(empty)'}") from None
-    return CommandOutput(cmd, proc.returncode, out, err, time.perf_counter() - t0, shell)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    return argv

@@ -6,9 +6,11 @@ temperatures where psutil exposes them, and a bounded wait for the CPU to cool d
 
 from __future__ import annotations
 
+import platform
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -95,6 +97,17 @@ def onchip_buffer_bytes() -> int:
         return int(text[:-1]) * (KIB if text.endswith("K") else KIB * KIB) if text[-1] in "KM" else int(text)
     except (OSError, ValueError, IndexError):
         return KIB * KIB
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what the platform module says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def cpu_flags() -> set[str]:

@@ -16,7 +16,8 @@ from harmony_ref.config import BACKENDS
 
 def make_backend(name: str, profile="harmony-flagship", command: str | None = None,
                  fmt: str | None = None, timeout_s: float = 600.0, host_profile=None,
-                 auto_scale: bool = True, repeats: int = 5, values: dict | None = None):
+                 auto_scale: bool = True, repeats: int = 5, values: dict | None = None,
+                 session: str | None = None, progress=None):
     """The backend called `name` (one of BACKENDS); a bad name or missing argument is a ValueError.
 
     simulated: `profile` (shipped name, .toml path or DeviceProfile) is the device it predicts.
@@ -26,7 +27,8 @@ def make_backend(name: str, profile="harmony-flagship", command: str | None = No
     command: runs `command` (a template: {model} {policy} {prompt_tokens} {new_tokens}
         {context_tokens} come from the config, other {name}s from `values`) and parses its output
         as `fmt` (mslite, tflite, llama-bench, executorch), killing it after `timeout_s`; its
-        metrics are physics-checked against `profile`.
+        metrics are physics-checked against `profile`. With `session` (a session TOML path,
+        backends/session_spec.py) it runs through that device session (backends/session.py).
     """
     if name == "simulated":
         from harmony_ref.backends.simulated import SimulatedDevice
@@ -39,7 +41,13 @@ def make_backend(name: str, profile="harmony-flagship", command: str | None = No
     if name == "command":
         from harmony_ref.backends.command import CommandDevice
 
-        if not command or not fmt:
+        spec = None
+        if session:
+            from harmony_ref.backends.session_spec import load_session
+
+            spec = load_session(session)
+        elif not command or not fmt:
             raise ValueError("backend 'command' needs a command template and an output format")
-        return CommandDevice(command, fmt, timeout_s, values=values, profile=profile)
+        return CommandDevice(command, fmt, None if spec else timeout_s, values=values,
+                             profile=profile, session=spec, progress=progress)
     raise ValueError(f"unknown backend {name!r}; known: {list(BACKENDS)}")

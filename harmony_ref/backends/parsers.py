@@ -25,6 +25,10 @@ Formats, as printed by (checked against the sources):
   test n_prompt == 0.
 - `llama-perplexity`: llama.cpp tools/perplexity, parsed in parsers_accuracy.py (its formats are
   listed there).
+- `harmony-ref-generate`: this project's `harmony-ref generate --json` (commands/generate.py): one
+  JSON object with prompt_tokens, new_tokens, ttft_ms, prefill_tokens_per_s,
+  decode_tokens_per_s, decode_steps and peak_rss_mb (getrusage ru_maxrss / 1024: MiB, converted
+  here to MB like every `_mb`).
 - `executorch`: ExecuTorch extension/llm/runner/stats.h, the line `PyTorchObserver {json}` with
   prompt_tokens, generated_tokens, model_load_start_ms, model_load_end_ms, inference_start_ms,
   prompt_eval_end_ms, first_token_ms, inference_end_ms, aggregate_sampling_time_ms and
@@ -43,7 +47,8 @@ from harmony_ref.backends.parsers_accuracy import (_MSLITE_BIAS, _MSLITE_COSINE,
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import MB, MIB, MS_PER_S, NS_PER_S, US_PER_S
 
-FORMATS = ("mslite", "tflite", "llama-bench", "llama-perplexity", "executorch")
+FORMATS = ("mslite", "tflite", "llama-bench", "llama-perplexity", "executorch",
+           "harmony-ref-generate")
 
 MS_PER_US = MS_PER_S / US_PER_S
 MS_PER_NS = MS_PER_S / NS_PER_S
@@ -264,12 +269,55 @@ def parse_executorch(text: str) -> Parsed:
     return Parsed(m, {})
 
 
+# --- harmony-ref generate --json ------------------------------------------------------------------
+
+_GENERATE_REQUIRED = ("prompt_tokens", "new_tokens", "ttft_ms", "prefill_tokens_per_s",
+                      "decode_tokens_per_s", "decode_steps")
+
+
+def parse_harmony_ref_generate(text: str) -> Parsed:
+    fmt = "harmony-ref-generate"
+    start = text.find("{")
+    if start < 0:
+        raise ParseError(f"{fmt}: expected the JSON object of `harmony-ref generate --json`; "
+                         f"output was: {_tail(text)!r}")
+    try:
+        g, _end = json.JSONDecoder().raw_decode(text[start:])
+    except json.JSONDecodeError as e:
+        raise ParseError(f"{fmt}: output is not valid JSON at char {start + e.pos}: {e.msg}") from e
+    missing = [k for k in _GENERATE_REQUIRED if not isinstance(g, dict) or k not in g]
+    if missing:
+        raise ParseError(f"{fmt}: the JSON lacks field(s) {missing}")
+    prompt, steps = int(g["prompt_tokens"]), int(g["decode_steps"])
+    ttft = _num(str(g["ttft_ms"]), "ttft_ms", fmt)
+    pre_tps = _num(str(g["prefill_tokens_per_s"]), "prefill_tokens_per_s", fmt)
+    m = Metrics()
+    _measured(m, "ttft_ms", ttft, "ms", description="prefill + first token, one generation")
+    _measured(m, "prefill_tokens_per_s", pre_tps, "tokens/s", "higher")
+    _measured(m, "prefill_ms", prompt / pre_tps * MS_PER_S, "ms",
+              description="prompt_tokens / prefill_tokens_per_s")
+    if steps > 0:
+        dec_tps = _num(str(g["decode_tokens_per_s"]), "decode_tokens_per_s", fmt)
+        _measured(m, "decode_tokens_per_s", dec_tps, "tokens/s", "higher")
+        _measured(m, "decode_step_ms", MS_PER_S / dec_tps, "ms")
+        _measured(m, "e2e_ms", ttft + steps / dec_tps * MS_PER_S, "ms",
+                  description="ttft_ms + decode_steps / decode_tokens_per_s")
+    if "peak_rss_mb" in g:
+        _measured(m, "peak_memory_mb", _num(str(g["peak_rss_mb"]), "peak_rss_mb", fmt) * MIB / MB,
+                  "MB", description="the generating process's peak RSS (ru_maxrss)")
+    m.add("prompt_tokens", prompt, "tokens", "none", "measured")
+    m.add("generated_tokens", int(g["new_tokens"]), "tokens", "none", "measured")
+    prov = {k: str(g[k]) for k in ("model", "policy", "threads", "sampling") if k in g}
+    return Parsed(m, prov)
+
+
 PARSERS = {
     "mslite": parse_mslite,
     "tflite": parse_tflite,
     "llama-bench": parse_llama_bench,
     "llama-perplexity": parse_llama_perplexity,
     "executorch": parse_executorch,
+    "harmony-ref-generate": parse_harmony_ref_generate,
 }
 
 

@@ -128,23 +128,34 @@ def calibrate_host(out, name: str = "host", quick: bool = False, repeats: int = 
 
 
 def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: str,
-                     timeout_s: float, out, name: str) -> tuple[list[dict], dict]:
+                     timeout_s: float | None, out, name: str, session=None,
+                     progress=None) -> tuple[list[dict], dict]:
     """Run the command per workload ((model, policy, prompt, new) tuples), fit the base profile's
     efficiencies + launch overhead to the measured prefill and decode-step times, score on the
-    held-out workloads (every third), write the profile. A run that fails raises BackendError."""
+    held-out workloads (every third), write the profile. A run that fails raises BackendError.
+    With `session` (a SessionSpec) each workload runs through that device session: its times
+    are the medians over the unthrottled repeats, and a workload with fewer valid repeats than
+    the session asks for is an error (a throttled phone fits the heat, not the runtime)."""
     from harmony_ref.backends.command import CommandDevice
     from harmony_ref.backends.simulated import SimulatedDevice
     from harmony_ref.config import RunConfig
 
     base = load_profile(base_profile)
-    dev = CommandDevice(command_template, fmt, timeout_s)
+    from harmony_ref.backends.base import BackendError
+
+    dev = CommandDevice(command_template, fmt, timeout_s, session=session, progress=progress)
     rows, e2e_measured_ms, provenance = [], {}, {}
     for i, (model, policy, prompt, new) in enumerate(workloads):
         cfg = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
                                    context_tokens=max(2048, prompt + new))
         m = dev.run(cfg)
+        if m.session is not None and m.session["valid_repeats"] < m.session["min_valid_repeats"]:
+            raise BackendError(f"workload {cfg.label}: only {m.session['valid_repeats']} of "
+                               f"{m.session['repeats']} repeats ran unthrottled (the session asks "
+                               f"for {m.session['min_valid_repeats']}): not fitted")
         provenance.update({k: v for k, v in m.provenance.items()
-                           if k in ("device_model", "os_build", "cpu_info")})
+                           if k in ("device_model", "os_build", "cpu_info", "soc", "serial",
+                                    "transport")})
         for phase, metric in PHASE_METRICS.items():
             if metric not in m.metrics:
                 raise ValueError(f"--format {fmt} output has no {metric}: phase calibration "

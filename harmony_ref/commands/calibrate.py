@@ -28,6 +28,10 @@ def add_arguments(p) -> None:
                         "{model} {policy} {prompt_tokens} {new_tokens} {context_tokens} are filled in")
     p.add_argument("--format", choices=FORMATS,
                    help="output format of --command (it must report prefill_ms and decode_step_ms)")
+    p.add_argument("--session", metavar="FILE",
+                   help="--command: run each workload through a device session (transport, "
+                        "pushes, cooldown, repeats, telemetry; throttled repeats left out); its "
+                        "benchmark command and format are the default")
     p.add_argument("--workloads", metavar="M:P:PROMPT:NEW;...",
                    help="--command: workloads as model:policy:prompt_tokens:new_tokens separated "
                         "by ';' (at least 4: every third is held out)")
@@ -76,7 +80,9 @@ def run(args) -> int:
     from harmony_ref.calibrate import run as calibrate
 
     check_output_file(args.out, "--out")  # before minutes of measuring
-    if args.backend == "command" and args.command_template:
+    if args.session and args.backend != "command":
+        raise ValueError("--session applies to --backend command")
+    if args.backend == "command" and (args.command_template or args.session):
         return _run_phase_calibration(args)
     if args.backend == "command":
         if not args.ops:
@@ -137,14 +143,27 @@ def _parse_workloads(text: str) -> list[tuple[str, str, int, int]]:
 def _run_phase_calibration(args) -> int:
     """Phase-level calibration of a phone profile from a benchmark command (calibrate/run.py)."""
     from harmony_ref.backends.base import BackendError
+    from harmony_ref.backends.transport import DeviceGone
     from harmony_ref.calibrate.run import calibrate_phases
+    from harmony_ref.commands import _session
 
-    if not args.format:
+    session = _session.load(args.session)
+    command = args.command_template or (session.benchmark.command if session else "")
+    fmt = args.format or (session.benchmark.format if session else "")
+    if not command:
+        raise ValueError("--backend command needs --command (or a --session with a benchmark "
+                         "command)")
+    if not fmt:
         raise ValueError("--command needs --format")
     workloads = _parse_workloads(args.workloads)
     try:
-        table, summary = calibrate_phases(args.command_template, args.format, workloads,
-                                          args.profile, args.timeout, args.out, args.name)
+        table, summary = calibrate_phases(command, fmt, workloads, args.profile,
+                                          None if session else args.timeout, args.out,
+                                          args.name, session=session,
+                                          progress=_session.progress(args.json) if session
+                                          else None)
+    except DeviceGone as e:
+        return _session.gone_exit(NAME, e)
     except BackendError as e:
         print(f"harmony-ref calibrate: error: {e}", file=sys.stderr)
         return 1

@@ -45,6 +45,9 @@ def add_arguments(p) -> None:
                    help="where the runtime runs, a label for the record (default host)")
     p.add_argument("--timeout", type=number(0, above=True), default=3600.0, metavar="S",
                    help="kill each command (and its children) after S seconds (default 3600)")
+    from harmony_ref.commands._session import add_session_argument
+
+    add_session_argument(p)
     p.add_argument("--out-dir", default="results/runs",
                    help="where the run records go (default results/runs)")
     p.add_argument("--no-cache", action="store_true",
@@ -97,8 +100,15 @@ def run(args) -> int:
         raise ValueError(f"--label given {len(args.label)} times for {len(args.commands)} "
                          "--command: give one per command or none")
     labels = args.label or [f"cmd{i + 1}" for i in range(len(args.commands))]
+    from harmony_ref.backends.transport import DeviceGone
+    from harmony_ref.commands import _session
+
+    session = _session.load(args.session)
+    device = args.device
+    if session is not None and device == "host":
+        device = f"{session.transport}:{session.device.serial or 'host'}"
     checks = [RuntimeCheck(t, args.format, args.model, args.context, args.chunks, args.expect,
-                           args.timeout, label, args.device)
+                           args.timeout, label, device, session)
               for t, label in zip(args.commands, labels)]  # every template checked before work
 
     ref = None
@@ -123,7 +133,10 @@ def run(args) -> int:
             if not args.json:
                 print(f"running {check.label}: {check.template}", file=sys.stderr)
             try:
-                result = run_check(check, ref, work)
+                result = run_check(check, ref, work,
+                                   _session.progress(args.json) if session else None)
+            except DeviceGone as e:  # the phone left: nothing more can run on it
+                return _session.gone_exit(NAME, e)
             except BackendError as e:  # no result, no record; the others still run
                 print(f"harmony-ref check-runtime: error: {check.label}: {e}", file=sys.stderr)
                 errors.append((check, str(e)))
@@ -137,7 +150,8 @@ def run(args) -> int:
         print_json({"reference": ref.to_dict() if ref else None,
                     "runs": [{"label": c.label, "command": r.command, "verdict": r.verdict,
                               "reasons": r.reasons, "record": str(p),
-                              "metrics": r.metrics.to_dict(), "provenance": r.provenance}
+                              "metrics": r.metrics.to_dict(), "provenance": r.provenance,
+                              "session": r.session}
                              for c, r, p in out],
                     "errors": [{"label": c.label, "error": e} for c, e in errors],
                     "rows": rows})
@@ -146,6 +160,8 @@ def run(args) -> int:
         for c, r, p in out:
             for reason in r.reasons:
                 print(f"INACCURATE {c.label}: {reason}")
+            if r.session is not None:
+                _session.print_block(r.session)
             print(f"record: {p}")
     if errors:
         return 2

@@ -1,4 +1,10 @@
-"""`harmony-ref measure`: run a benchmark command once and print the metrics parsed from it."""
+"""`harmony-ref measure`: run a benchmark command once and print the metrics parsed from it; with
+`--session FILE`, run it through a device session (transport, pushes, cooldown, warm-up,
+repeats, telemetry, throttled repeats left out) and write a run record.
+
+Exit codes: 0 measured, 1 the measurement failed (timeout, crash, garbage, a phone that never
+cooled) or too few repeats ran unthrottled (the record is kept, the gate refuses it), 2 bad
+input or a device that disappeared mid-session (nothing recorded)."""
 
 from __future__ import annotations
 
@@ -7,8 +13,8 @@ import sys
 from harmony_ref.commands._output import add_json_flag, print_json, print_table
 
 NAME = "measure"
-HELP = ("run an external benchmark command once (e.g. over hdc/adb shell) and print its parsed "
-        "metrics")
+HELP = ("run an external benchmark command (e.g. over hdc/adb shell, or through a device "
+        "session) and print its parsed metrics")
 
 
 def add_arguments(p) -> None:
@@ -16,20 +22,31 @@ def add_arguments(p) -> None:
 
     from harmony_ref.backends.parsers import FORMATS
     from harmony_ref.commands._args import add_scenario_arguments
+    from harmony_ref.commands._session import add_session_argument
 
-    p.add_argument("--command", dest="command_template", metavar="CMD", required=True,
-                   help="command to run; placeholders {name} filled from --set name=value")
-    p.add_argument("--format", required=True, choices=FORMATS, help="output format of the command")
-    p.add_argument("--timeout", type=number(0, above=True), default=600.0, metavar="S",
-                   help="kill the command (and its children) after S seconds (default 600)")
+    p.add_argument("--command", dest="command_template", metavar="CMD",
+                   help="command to run; placeholders {name} filled from --set name=value "
+                        "(with --session: default the session's benchmark.command, and "
+                        "{work_dir}, {python} are known)")
+    p.add_argument("--format", choices=FORMATS,
+                   help="output format of the command (with --session: default the session's)")
+    p.add_argument("--timeout", type=number(0, above=True), default=None, metavar="S",
+                   help="kill the command (and its children) after S seconds (default 600, or "
+                        "the session's benchmark.timeout_s)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="value for a {NAME} placeholder in the command (repeatable)")
+    add_session_argument(p)
+    p.add_argument("--out-dir", default="results/runs",
+                   help="with --session: where the run record goes (default results/runs)")
+    p.add_argument("--no-record", action="store_true", help="with --session: write no record")
     g = p.add_argument_group(
         "physics sanity (flag measurements faster than the profile's roofline)")
-    g.add_argument("--profile", help="device profile to check against (name or .toml path)")
-    g.add_argument("--model", help="model the command runs (required with --profile)")
-    g.add_argument("--policy", default="int4-g128",
-                   help="quantization policy it runs (default int4-g128)")
+    g.add_argument("--profile", help="device profile to check against (name or .toml path; "
+                                     "default the session's device.profile)")
+    g.add_argument("--model", help="model the command runs (required with --profile; default "
+                                   "the session's benchmark.model)")
+    g.add_argument("--policy", default=None,
+                   help="quantization policy it runs (default the session's, else int4-g128)")
     add_scenario_arguments(g, long_dest=True)
     from harmony_ref.commands._args import add_allow_unmatched
 
@@ -47,38 +64,106 @@ def _values(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def _config(args, session):
+    """The RunConfig the measurement is of (None without a model), and the profile to check."""
+    from harmony_ref.config import RunConfig
+    from harmony_ref.device.profile import load_profile
+    from harmony_ref.runtime.loader import checkpoint_spec, is_checkpoint
+
+    bench = session.benchmark if session else None
+    model = args.model or (bench.model if bench else "")
+    policy = args.policy or (bench.policy if bench and bench.policy else "int4-g128")
+    profile_name = args.profile or (session.device.profile if session else "")
+    profile = load_profile(profile_name) if profile_name else None
+    if args.profile and not model:
+        raise ValueError("--profile needs --model (the model the command runs) for the "
+                         "roofline bound")
+    if not model:
+        return None, profile
+    checkpoint = model if is_checkpoint(model) else ""
+    spec = checkpoint_spec(model) if checkpoint else model
+    where = profile_name or (f"{session.transport}:{session.device.serial or 'host'}"
+                             if session else "unspecified")
+    config = RunConfig.from_names(model=spec, policy=policy, prompt_tokens=args.prompt_tokens,
+                                  new_tokens=args.new_tokens, context_tokens=args.context_tokens,
+                                  profile=where, backend="command", checkpoint=checkpoint,
+                                  allow_unmatched=args.allow_unmatched)
+    return config, profile
+
+
 def run(args) -> int:
     from harmony_ref.backends.base import BackendError
     from harmony_ref.backends.command import CommandDevice
+    from harmony_ref.backends.transport import DeviceGone
+    from harmony_ref.commands import _session
 
-    config = profile = None
-    if args.profile:
-        from harmony_ref.config import RunConfig
-        from harmony_ref.device.profile import load_profile
+    session = _session.load(args.session)
+    if session is None:
+        if not args.command_template or not args.format:
+            raise ValueError("give --command and --format (or --session FILE)")
+    elif not args.no_record:
+        from harmony_ref._io import check_output_dir
 
-        if not args.model:
-            raise ValueError("--profile needs --model (the model the command runs) "
-                             "for the roofline bound")
-        profile = load_profile(args.profile)
-        config = RunConfig.from_names(model=args.model, policy=args.policy,
-                                      prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens,
-                                      context_tokens=args.context_tokens,
-                                      allow_unmatched=args.allow_unmatched)
-    dev = CommandDevice(args.command_template, args.format, args.timeout, values=_values(args.set),
-                        profile=profile)
+        check_output_dir(args.out_dir, "--out-dir")
+    config, profile = _config(args, session)
+    dev = CommandDevice(args.command_template, args.format, args.timeout,
+                        values=_values(args.set), profile=profile, session=session,
+                        progress=_session.progress(args.json) if session else None)
+    dev.command_for(config)  # a missing placeholder is bad input now, before any work
     try:
         m = dev.run(config)
+    except DeviceGone as e:
+        return _session.gone_exit(NAME, e)
     except BackendError as e:
         print(f"harmony-ref measure: error: {e}", file=sys.stderr)
         return 1
     metrics, findings = m.metrics, list(m.findings)
+    path = None
+    if session is not None and not args.no_record:
+        path = _write_record(m, config, dev, args)
     if args.json:
         print_json({"backend": "command", "metrics": metrics.to_dict(), "provenance": m.provenance,
-                    "implausible": findings})
-        return 0
-    print_table(metrics.to_frame(), title=f"measured ({args.format})")
-    for k, v in m.provenance.items():
-        print(f"  {k}: {v}")
-    for f in findings:
-        print(f"IMPLAUSIBLE: {f}")
+                    "implausible": findings, "session": m.session,
+                    "record": str(path) if path else None})
+    else:
+        print_table(metrics.to_frame(), title=f"measured ({dev.format})")
+        for k, v in m.provenance.items():
+            print(f"  {k}: {v}")
+        for f in findings:
+            print(f"IMPLAUSIBLE: {f}")
+        if m.session is not None:
+            _session.print_block(m.session)
+        if path is not None:
+            print(f"record: {path}")
+    if m.session is not None and m.session["valid_repeats"] < m.session["min_valid_repeats"]:
+        print(f"harmony-ref measure: only {m.session['valid_repeats']} of "
+              f"{m.session['repeats']} repeats ran unthrottled (the session asks for "
+              f"{m.session['min_valid_repeats']}): not a result the gate will take",
+              file=sys.stderr)
+        return 1
     return 0
+
+
+def _write_record(m, config, dev, args):
+    """A run record of a session measurement: the config (or what the command says it runs),
+    the metrics, the session block in its `session` part."""
+    from harmony_ref.track.record import Record, collect_provenance, write_record
+
+    opts = {"command": dev.command_template, "format": dev.format, "session": dev.session.path,
+            "transport": dev.session.transport}
+    if config is not None:
+        cfg = config.to_dict()
+        cfg["backend_options"] = opts
+    else:
+        cfg = {"model": "unspecified", "policy": "unspecified",
+               "profile": dev.session.device.profile or f"{dev.session.transport}:"
+               f"{dev.session.device.serial or 'host'}", "backend": "command",
+               "scenario": {"prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
+                            "context_tokens": args.context_tokens, "batch": 1},
+               "backend_options": opts}
+    part = {"status": "ok", "detail": f"{len(m.metrics)} metrics from "
+            f"{m.session['valid_repeats']} valid of {m.session['repeats']} repeats",
+            "metrics": m.metrics.names(), "backend_provenance": dict(m.provenance),
+            "physics": m.physics, "implausible": list(m.findings), "session": m.session}
+    prov = collect_provenance()
+    return write_record(Record(cfg, m.metrics, prov, {"session": part}), args.out_dir)

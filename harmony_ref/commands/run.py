@@ -21,7 +21,11 @@ def add_config_arguments(p) -> None:
                    help="backend for the device metrics (default simulated)")
     p.add_argument("--command", help="with --backend command: the benchmark command to run (e.g. over hdc shell)")
     p.add_argument("--command-format", help="with --backend command: its output format "
-                                            "(mslite, tflite, llama-bench, executorch)")
+                                            "(mslite, tflite, llama-bench, executorch, ...)")
+    p.add_argument("--session", metavar="FILE",
+                   help="with --backend command: run it through a device session (transport, "
+                        "pushes, cooldown, repeats, telemetry, throttled repeats left out); its "
+                        "benchmark command and format are the default")
     from harmony_ref.commands._args import add_scenario_arguments, count
 
     add_scenario_arguments(p, batch=1, long_dest=True)
@@ -41,19 +45,28 @@ def config_from_args(args):
         if getattr(args, key) < lo:
             raise ValueError(f"--{key.replace('_', '-')} must be an integer >= {lo}, got {getattr(args, key)}")
     opts = None
+    session = getattr(args, "session", None)
     if args.backend == "command":
         from harmony_ref.backends.parsers import FORMATS
         from harmony_ref._format import did_you_mean
 
-        if not (args.command and args.command_format):
-            raise ValueError("--backend command needs --command and --command-format")
-        if args.command_format not in FORMATS:
-            raise ValueError(f"--command-format {args.command_format!r}: unknown output format"
-                             f"{did_you_mean(args.command_format, FORMATS)}; formats are "
-                             + ", ".join(FORMATS))
-        opts = {"command": args.command, "format": args.command_format}
-    elif args.command or args.command_format:
-        raise ValueError("--command/--command-format only apply to --backend command")
+        command, fmt = args.command, args.command_format
+        if session:
+            from harmony_ref.backends.session_spec import load_session
+
+            spec = load_session(session)  # bad input is exit 2 now, before any part runs
+            command, fmt = command or spec.benchmark.command, fmt or spec.benchmark.format
+        if not (command and fmt):
+            raise ValueError("--backend command needs --command and --command-format (or a "
+                             "--session whose benchmark has them)")
+        if fmt not in FORMATS:
+            raise ValueError(f"--command-format {fmt!r}: unknown output format"
+                             f"{did_you_mean(fmt, FORMATS)}; formats are " + ", ".join(FORMATS))
+        opts = {"command": command, "format": fmt}
+        if session:
+            opts["session"] = str(session)
+    elif args.command or args.command_format or session:
+        raise ValueError("--command/--command-format/--session only apply to --backend command")
     from harmony_ref.device.profile import load_profile
     from harmony_ref.runtime.loader import checkpoint_spec, is_checkpoint
 
@@ -124,13 +137,32 @@ def run(args) -> int:
     skip = parse_skip(args.skip)
     if not args.no_record:
         check_output_dir(args.out_dir, "--out-dir")
-    record = run_job(config, skip=skip, show_progress=True)  # on stderr
+    from harmony_ref.backends.transport import DeviceGone
+
+    try:
+        record = run_job(config, skip=skip, show_progress=True)  # on stderr
+    except DeviceGone as e:
+        from harmony_ref.commands._session import gone_exit
+
+        return gone_exit(NAME, e)
     path = None if args.no_record else write_record(record, args.out_dir)
     if args.json:
         print_json({"record": str(path) if path else None, **record.to_dict()})
     else:
         print_record(record, path)
     failed = [n for n, p in record.parts.items() if p["status"] == "failed"]
+    block = record.parts.get("predicted", {}).get("session")
+    if block is not None:
+        import sys
+
+        from harmony_ref.commands._session import print_block
+
+        print_block(block, file=sys.stderr if args.json else None)
+        if block["valid_repeats"] < block["min_valid_repeats"]:
+            print(f"note: only {block['valid_repeats']} of {block['repeats']} repeats ran "
+                  f"unthrottled (the session asks for {block['min_valid_repeats']}): the gate "
+                  "will refuse this record", file=sys.stderr)
+            return 1
     if path is not None and path.parent.name == "failed":
         import sys
 

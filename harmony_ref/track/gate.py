@@ -19,7 +19,10 @@ Rules (limits come from a tolerance TOML, see harmony_ref/data/gate_tolerances.t
   track/runtime_check.py) are never a result: on either side each one is a regression, with the
   reason the run recorded in its `runtime_accurate` metric;
 - timings are only comparable on the same kind of machine: when the two records differ in CPU
-  model, core count or Numba threads, measured metrics are shown but not gated (and say why).
+  model, core count or Numba threads, measured metrics are shown but not gated (and say why);
+- a device-session measurement whose unthrottled repeats are fewer than its session asks for
+  (backends/session.py: `valid_repeats` < `min_valid_repeats` in a part's `session` block) is
+  never compared (bad input, exit 2), on either side: its later repeats measured the phone's heat.
 
 Bad input (a config or metric set that does not match, a missing or corrupt file) is a
 ValueError: the command turns it into exit code 2.
@@ -201,10 +204,28 @@ def u_test_p(baseline: Metric, current: Metric) -> float | None:
     return float(mannwhitneyu(current.samples, baseline.samples, alternative=alternative).pvalue)
 
 
+def too_few_valid_repeats(record: Record) -> str:
+    """Why a device-session record is not a result ('' when it is): fewer unthrottled repeats
+    than its session asks for."""
+    for name, part in record.parts.items():
+        s = part.get("session") if isinstance(part, dict) else None
+        if isinstance(s, dict) and s.get("valid_repeats", 0) < s.get("min_valid_repeats", 0):
+            return (f"only {s['valid_repeats']} of {s.get('repeats')} repeats ran unthrottled "
+                    f"on {s.get('transport')} {s.get('serial')} (part {name}); the session asks "
+                    f"for {s['min_valid_repeats']}")
+    return ""
+
+
 def check_comparable(baseline: Record, current: Record, baseline_name: str, current_name: str,
                      same_metrics: bool = True) -> None:
     """Raise ValueError (bad input) when the two records are not the same config and metric set
-    (with same_metrics=False only the shared metrics must agree)."""
+    (with same_metrics=False only the shared metrics must agree), or either is a session
+    measurement with too few valid repeats."""
+    for record, name in ((baseline, baseline_name), (current, current_name)):
+        why = too_few_valid_repeats(record)
+        if why:
+            raise ValueError(f"{name}: {why}: not compared (cool the phone down or lower "
+                             "benchmark.min_valid_repeats, and measure again)")
     diffs = [f"{k}: {baseline.config.get(k)!r} vs {current.config.get(k)!r}"
              for k in ("model", "policy", "profile", "backend", "scenario", "backend_options", "fused",
                        "kv_dtype", "model_spec", "accuracy_model")

@@ -21,6 +21,7 @@ from typing import Callable
 from harmony_ref._io import write_text_atomic
 from harmony_ref.config import RunConfig
 from harmony_ref.metrics import Metric
+from harmony_ref.track.gate import too_few_valid_repeats
 from harmony_ref.track.job import ran_parts, remeasure_fn, run_job
 from harmony_ref.track.record import (Record, latest_record, load_record, write_json_atomic,
                                       write_record)
@@ -83,6 +84,8 @@ def remeasure_policy(current: Record, fresh: bool, no_rerun: bool
         return None, "--no-rerun given"
     if current.config.get("backend_options", {}).get("check") == "runtime":
         return None, "a check-runtime record (re-run `harmony-ref check-runtime`)"
+    if "session" in current.parts:
+        return None, "a `measure --session` record (re-run `harmony-ref measure --session`)"
     if fresh or current.provenance.get("hostname") == socket.gethostname():
         return remeasure_fn(current), ""
     return None, (f"the record was made on {current.provenance.get('hostname')!r}, "
@@ -96,6 +99,9 @@ def replace_baseline(baseline_path: Path, current: Record, current_path: Path) -
     if failed:
         raise ValueError(f"{current_path}: parts failed ({failed}); refusing to make it the "
                          "baseline")
+    why = too_few_valid_repeats(current)
+    if why:
+        raise ValueError(f"{current_path}: {why}; refusing to make it the baseline")
     inaccurate = current.metrics.items.get("runtime_accurate")
     if inaccurate is not None and "inaccurate" in inaccurate.flags:
         raise ValueError(f"{current_path}: the runtime was flagged inaccurate "

@@ -22,7 +22,8 @@ Parts, in order (each can be skipped with --skip):
 
 A part whose input cannot be had here (the MiniLM weights when the package registry cannot be
 reached) is recorded as `unavailable` with the reason, never faked; a part that raises anything
-else is recorded as `failed` (the run exits 1).
+else is recorded as `failed` (the run exits 1), except a device that left mid-session
+(DeviceGone, backends/transport.py), which stops the run: no record of it is made.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def _predicted(config: RunConfig):
 
     opts = config.options
     dev = make_backend(config.backend, profile=config.profile, command=opts.get("command"),
-                       fmt=opts.get("format"), host_profile=_host_model_profile(config))
+                       fmt=opts.get("format"), host_profile=_host_model_profile(config),
+                       session=opts.get("session"))
     m = dev.run(config)
     if config.backend == "simulated":
         if _is_shipped(config.profile):
@@ -60,6 +62,8 @@ def _predicted(config: RunConfig):
         return m.metrics, {"backend_provenance": _simulated_host_provenance(config)}
     prov = {"backend": dev.name, **m.provenance, "physics": m.physics}
     info = {"backend_provenance": prov, "implausible": list(m.findings)}
+    if m.session is not None:  # a device session: identity, pushes, per-repeat telemetry
+        info["session"] = m.session
     measured = prov.get("host_model")
     if measured and measured != config.spec.name:  # the host measured a narrower copy: say so
         from harmony_ref.backends.host import fit_to_host, weight_mb
@@ -218,9 +222,13 @@ def run_part(part: Part, config: RunConfig) -> Metrics:
 def run_part_entry(part: Part, config: RunConfig) -> tuple[Metrics, dict]:
     """Run one part as the job records it: (its metrics, its entry in the record's `parts`).
     An input out of reach is `unavailable`, anything else raised is `failed` (empty metrics)."""
+    from harmony_ref.backends.transport import DeviceGone
+
     t0 = time.perf_counter()
     try:
         got, info = run_part_info(part, config)
+    except DeviceGone:  # the phone left mid-session: the run stops, nothing is recorded
+        raise
     except AssetUnavailable as e:  # the registry is out of reach: not this code's failure
         return Metrics(), {"status": "unavailable", "detail": f"input not available: {e}",
                            "metrics": []}

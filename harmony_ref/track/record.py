@@ -68,21 +68,12 @@ def _git(*args: str, cwd: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def collect_provenance() -> dict:
     """Where and with what a record was made. Git fields are None outside a git checkout."""
     import numpy
 
     import harmony_ref
+    from harmony_ref.backends.host_timing import cpu_model
 
     repo = Path(harmony_ref.__file__).resolve().parent.parent
     if "site-packages" in repo.parts:  # an installed copy (tox, asv): the checkout is where we run
@@ -102,7 +93,7 @@ def collect_provenance() -> dict:
         "python_version": platform.python_version(),
         "numpy_version": numpy.__version__,
         "numba_version": numba_version,
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_cores": os.cpu_count(),
         "numba_threads": numba_threads,
         "hostname": socket.gethostname(),

@@ -46,6 +46,12 @@ model itself (`--benchmarkDataFile`); harmony-ref judges what it prints (benchma
 
 An inaccurate run's metrics all carry the flag `inaccurate` and `runtime_accurate` is 0; the gate
 refuses every flagged metric as a result (track/gate.py).
+
+**Through a device session** (`session`, backends/session.py): the corpus is pushed to the device
+(skipped when it already holds the same SHA-256) and `{corpus}` is its path there; `{work_dir}`
+and `{python}` are known; the run waits for the phone to cool first and is sampled while it
+runs; the record keeps the telemetry and the session's metrics, and a run marked throttled is
+not a result the gate takes (one measured repeat, valid only when unthrottled).
 """
 
 from __future__ import annotations
@@ -84,11 +90,13 @@ class RuntimeCheck:
     timeout_s: float = 3600.0
     label: str = ""
     device: str = "host"
+    session: object = None  # a SessionSpec (backends/session_spec.py), or None: run here
 
     def __post_init__(self):
         if self.fmt not in CHECK_FORMATS:
             raise ValueError(f"--format {self.fmt!r}: check-runtime reads {list(CHECK_FORMATS)}")
-        check_template(self.template, self.fmt)
+        check_template(self.template, self.fmt,
+                       SESSION_PLACEHOLDERS if self.session is not None else ())
         if self.context < 4 or self.context % 2:
             raise ValueError(f"--context {self.context}: must be an even number >= 4")
         if self.chunks is not None and self.chunks < 1:
@@ -97,8 +105,12 @@ class RuntimeCheck:
             raise ValueError(f"--timeout {self.timeout_s}: must be > 0")
 
 
-def check_template(template: str, fmt: str) -> list[str]:
-    """The placeholders of `template`; ValueError on a malformed one or one `fmt` cannot fill."""
+SESSION_PLACEHOLDERS = ("work_dir", "python")
+
+
+def check_template(template: str, fmt: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """The placeholders of `template`; ValueError on a malformed one or one `fmt` cannot fill
+    (`extra`: more a session fills)."""
     if not template.strip():
         raise ValueError("--command: the template is empty")
     try:
@@ -106,7 +118,7 @@ def check_template(template: str, fmt: str) -> list[str]:
     except ValueError as e:
         raise ValueError(f"--command {template!r}: malformed template ({e}); literal braces are "
                          "written {{ and }}") from e
-    allowed = PLACEHOLDERS[fmt]
+    allowed = PLACEHOLDERS[fmt] + tuple(extra)
     bad = [n for n in names if n not in allowed]
     if bad:
         raise ValueError(f"--command {template!r}: unknown placeholder {{{bad[0]}}}; with --format "
@@ -242,6 +254,7 @@ class CheckResult:
     metrics: Metrics
     provenance: dict = field(default_factory=dict)
     command: str = ""
+    session: dict | None = None  # the device session's record block, when run through one
 
     @property
     def verdict(self) -> str:
@@ -258,14 +271,31 @@ def _values(check: RuntimeCheck, corpus: Path | None, ref: Reference | None) -> 
     return v
 
 
-def run_check(check: RuntimeCheck, ref: Reference | None, workdir: str | Path) -> CheckResult:
+def run_check(check: RuntimeCheck, ref: Reference | None, workdir: str | Path,
+              progress=None) -> CheckResult:
     """Run the template once and judge its output (BackendError: it did not run or its output is
-    not the format; ValueError: it scored something other than the reference)."""
-    from harmony_ref.backends.command import command_provenance, fill_template, run_command
+    not the format; ValueError: it scored something other than the reference; DeviceGone: the
+    session's device left)."""
+    from harmony_ref.backends.command import (CommandOutput, command_provenance, fill_template,
+                                              run_command)
 
     corpus = write_corpus(workdir) if check.fmt == "llama-perplexity" else None
-    cmd = fill_template(check.template, _values(check, corpus, ref))
-    done = run_command(cmd, check.timeout_s)
+    values = _values(check, corpus, ref)
+    finish = None
+    if check.session is None:
+        cmd = fill_template(check.template, values)
+        done = run_command(cmd, check.timeout_s)
+    else:
+        from harmony_ref.backends.session import DeviceSession, session_values
+
+        ds = DeviceSession(check.session, progress=progress)
+        ds.prepare(((corpus, corpus.name, False),) if corpus is not None else ())
+        values.update(session_values(check.session))
+        if corpus is not None:
+            values["corpus"] = ds.remote(corpus.name)
+        cmd = fill_template(check.template, values)
+        shell, finish = ds.run_single(cmd, check.timeout_s)
+        done = CommandOutput(cmd, shell.returncode, shell.out, shell.err, shell.wall_s)
     if check.fmt == "llama-perplexity":
         result = _judge_perplexity(check, ref, done)
     else:
@@ -274,6 +304,12 @@ def run_check(check: RuntimeCheck, ref: Reference | None, workdir: str | Path) -
     result.provenance.update(command=cmd, format=check.fmt, command_wall_s=f"{done.wall_s:.3f}",
                              exit_code=str(done.returncode))
     result.provenance.update(command_provenance(done.text))
+    if finish is not None:
+        sr = finish(result.metrics)
+        result.session = sr.to_record()
+        for name, metric in sr.session_metrics().items():
+            result.metrics.put(metric)
+        result.provenance.update(transport=sr.transport, serial=sr.serial, **sr.identity)
     if not result.accurate:
         result.metrics = mark_inaccurate(result.metrics)
     return result
@@ -391,8 +427,11 @@ def result_record(check: RuntimeCheck, result: CheckResult, ref: Reference | Non
     if ref is not None:
         prov["reference"] = ref.to_dict()
     detail = result.verdict + (": " + "; ".join(result.reasons) if result.reasons else "")
-    return Record(config, result.metrics, prov, {"runtime_check": {"status": "ok",
-                                                                   "detail": detail}})
+    part = {"status": "ok", "detail": detail}
+    if result.session is not None:
+        part["session"] = result.session
+        config["backend_options"]["session"] = str(result.session["file"])
+    return Record(config, result.metrics, prov, {"runtime_check": part})
 
 
 SPEED_METRICS = ("decode_tokens_per_s", "prefill_tokens_per_s", "e2e_ms")

@@ -3,7 +3,6 @@ real-format output parsed with provenance; a hang, a crash and garbage each a cl
 nothing returned; placeholders filled and quoted; `harmony-ref measure`."""
 
 import json
-import os
 import shlex
 import sys
 import time
@@ -14,6 +13,7 @@ import pytest
 from harmony_ref.cli import main
 from harmony_ref.backends.base import Backend, BackendError
 from harmony_ref.backends.command import CommandDevice, fill_template, needs_shell
+from tests.fake_device.fakephone import process_alive
 
 FAKE = Path(__file__).parents[1] / "fake_device"
 PY = shlex.quote(sys.executable)
@@ -45,19 +45,6 @@ def test_llama_bench_provenance_from_json():
     assert m.provenance["model_type"] == "llama 1B Q4_0"
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a killed child not yet reaped by init is a zombie: gone for our purpose
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_hang_times_out_and_kills_children(tmp_path):
     pidfile = tmp_path / "child.pid"
     dev = CommandDevice(fake("hang.py", shlex.quote(str(pidfile))), "mslite", timeout_s=1.5)
@@ -67,9 +54,9 @@ def test_hang_times_out_and_kills_children(tmp_path):
     assert time.monotonic() - t0 < 10
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
+    while process_alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child), f"child {child} of the hung command survived the timeout"
+    assert not process_alive(child), f"child {child} of the hung command survived the timeout"
     assert not hasattr(dev, "last_provenance")
 
 

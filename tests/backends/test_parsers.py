@@ -168,3 +168,23 @@ def test_truncated_output_is_an_error(fmt, name):
 def test_unknown_format():
     with pytest.raises(ValueError, match="unknown output format 'onnx'"):
         parse("onnx", "")
+
+
+def test_harmony_ref_generate_json():
+    """`harmony-ref generate --json`, as this repository's generate printed it (the fixture is a
+    real run's output): phase times derived from its rates, its peak RSS (MiB) as MB."""
+    text = (FIX / "harmony_ref_generate.json").read_text()
+    g = json.loads(text)
+    m = parse("harmony-ref-generate", "device_model=host\n" + text).metrics
+    assert m.value("ttft_ms") == g["ttft_ms"]
+    assert m.value("decode_step_ms") == pytest.approx(1e3 / g["decode_tokens_per_s"])
+    assert m.value("prefill_ms") == pytest.approx(g["prompt_tokens"] / g["prefill_tokens_per_s"]
+                                                  * 1e3)
+    assert m.value("e2e_ms") == pytest.approx(g["ttft_ms"] + g["decode_steps"]
+                                              / g["decode_tokens_per_s"] * 1e3)
+    assert m.value("peak_memory_mb") == pytest.approx(g["peak_rss_mb"] * MIB / MB)
+    assert m["ttft_ms"].kind == "measured"
+    with pytest.raises(ParseError, match="lacks field"):
+        parse("harmony-ref-generate", '{"prompt_tokens": 3}')
+    with pytest.raises(ParseError, match="expected the JSON object"):
+        parse("harmony-ref-generate", "no json here")

@@ -62,7 +62,7 @@ def test_fp32_greedy_answer(smollm2, fp32_answers):
 # machines (tests/emulated_cpus.py; Intel Haswell to Sapphire Rapids, AMD Zen 3 to Zen 5, 1 and 2
 # threads): int8 AGREEMENT_MEASURED, int4-g32 ...; each floor sits below the lowest by a margin of
 # twice the largest cross-CPU spread.
-MIN_AGREEMENT = {"int8": 0.85, "int4-g32": 0.70}
+MIN_AGREEMENT = {"int8": 0.76, "int4-g32": 0.74}
 MAX_RANK = {"int8": 3, "int4-g32": 8}
 
 

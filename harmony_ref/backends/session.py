@@ -1,0 +1,425 @@
+"""A device session: everything a phone benchmark needs around the one command that measures.
+
+    spec = load_session("phone.toml")                       # backends/session_spec.py
+    s = DeviceSession(spec)
+    result = s.run(command, parse=lambda text: parse("llama-bench", text))
+    result.metrics()        # the benchmark's metrics over the valid repeats + the session's own
+    result.to_record()      # identity, pushes, per-repeat telemetry, notes: the record's block
+
+In order:
+1. the device must be attached (`hdc list targets` / `adb devices -l`), its identity is read
+   (`param get` / `getprop`), the work directory made;
+2. each [[push]] file is compared by SHA-256 with what the device holds and skipped when equal;
+   otherwise it goes to a temporary name, its SHA-256 is checked on the device, and only then is
+   it renamed into place: a truncated or corrupted push is refused (the temporary file removed)
+   and the device keeps its previous file;
+3. telemetry is probed once (which files this device lacks is said, not guessed);
+4. warm-up runs (not measured), then for each repeat: cooldown until the watched zone is at or
+   below the threshold (device-side `sleep` between checks, device uptime as the clock; a zone
+   that never cools within max_wait_s is one line of error), a sample before, samples every
+   poll_interval_s while the benchmark runs, one after, and the verdict (telemetry.py);
+5. the benchmark's metrics are the median over the valid (unthrottled) repeats, their samples
+   pooled; throttled repeats stay in the record with their telemetry and reasons, and count
+   only with `keep_throttled`. Too few valid repeats (fewer than min_valid_repeats, default all)
+   is said in the record, and the gate refuses such a measurement.
+
+The benchmark runs as `cd <work_dir> && sh -c 'echo $$ > .harmony-ref-bench.pid; exec <cmd>'`,
+so the pid file names the benchmark process itself (memory telemetry reads it). A timeout kills
+the local process group and, on a phone, the benchmark by that pid. A device that disappears at
+any step is DeviceGone (transport.py): nothing is returned, so nothing can be recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import shlex
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from harmony_ref.backends.base import BackendError
+from harmony_ref.backends.process import needs_shell, tail
+from harmony_ref.backends.session_spec import SessionSpec
+from harmony_ref.backends.telemetry import (PID_FILE, Sample, Telemetry, Verdict, kb_to_mb,
+                                            sample_table)
+from harmony_ref.backends.transport import ShellResult, Transport, make_transport
+from harmony_ref.metrics import MEASURED, Metric, MetricDef, Metrics
+
+SESSION_METRICS = {d.name: d for d in (
+    MetricDef("device_temp_start_c", "C", "none", MEASURED,
+              "watched thermal zone at the start of the first measured repeat (after cooldown)"),
+    MetricDef("device_temp_peak_c", "C", "lower", MEASURED,
+              "hottest reading of the watched zone during or right after a measured repeat "
+              "(samples: each repeat's peak)"),
+    MetricDef("throttled_repeats", "runs", "none", MEASURED,
+              "measured repeats marked throttled (kept in the record, left out of the metrics)"),
+    MetricDef("cooldown_s", "s", "none", MEASURED,
+              "time waited for the watched zone to cool, over all measured repeats"),
+    MetricDef("device_peak_memory_mb", "MB", "lower", MEASURED,
+              "the benchmark process's peak memory over the valid repeats (samples: each "
+              "repeat's peak)"),
+)}
+
+
+class CooldownTimeout(BackendError):
+    """The watched zone did not cool to the threshold within the time limit."""
+
+
+@dataclass
+class Repeat:
+    index: int  # 1-based among its kind
+    kind: str  # warmup | measured
+    metrics: Metrics
+    samples: list[Sample]
+    verdict: Verdict
+    cooldown_s: float
+    wall_s: float
+    peak_mem_kb: float | None
+    mem_source: str
+
+    def row(self, telemetry: Telemetry) -> dict:
+        temps = [t for s in self.samples if (t := telemetry.watched_c(s)) is not None]
+        hot = [telemetry.watched_c(s) for s in self.samples if s.phase in ("during", "after")]
+        hot = [t for t in hot if t is not None]
+        before = next((s for s in self.samples if s.phase == "before"), None)
+        return {
+            "repeat": self.index, "kind": self.kind, "throttled": self.verdict.throttled,
+            "reasons": list(self.verdict.reasons), "cooldown_s": round(self.cooldown_s, 3),
+            "wall_s": round(self.wall_s, 3),
+            "temp_before_c": None if before is None else telemetry.watched_c(before),
+            "temp_peak_c": max(hot) if hot else (max(temps) if temps else None),
+            "battery_pct": None if before is None else before.battery_pct,
+            "battery_status": None if before is None else before.battery_status,
+            "peak_memory_mb": None if self.peak_mem_kb is None
+            else round(kb_to_mb(self.peak_mem_kb), 3),
+            "memory_source": self.mem_source,
+            "metrics": {m.name: m.value for m in self.metrics},
+            "samples": sample_table(self.samples),
+        }
+
+
+@dataclass
+class SessionResult:
+    spec: SessionSpec
+    transport: str
+    serial: str
+    identity: dict
+    pushes: list[dict]
+    repeats: list[Repeat]
+    telemetry: Telemetry
+    command: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def measured(self) -> list[Repeat]:
+        return [r for r in self.repeats if r.kind == "measured"]
+
+    @property
+    def valid(self) -> list[Repeat]:
+        keep = self.spec.throttle.keep_throttled
+        return [r for r in self.measured if keep or not r.verdict.throttled]
+
+    @property
+    def enough_valid(self) -> bool:
+        return len(self.valid) >= self.spec.benchmark.required_valid
+
+    def metrics(self) -> Metrics:
+        """The benchmark's metrics over the valid repeats, then the session's own."""
+        out = Metrics()
+        valid = self.valid
+        if valid:
+            names = [n for n in valid[0].metrics.names() if all(n in r.metrics for r in valid)]
+            for name in names:
+                ms = [r.metrics[name] for r in valid]
+                pooled = [s for m in ms for s in (m.samples or (m.value,))]
+                first = ms[0]
+                what = f"median of {len(ms)} valid repeat{'s' if len(ms) > 1 else ''}"
+                out.put(Metric(name, statistics.median(m.value for m in ms), first.unit,
+                               first.direction, first.kind, tuple(pooled), first.flags,
+                               f"{first.description}; {what}" if first.description else what))
+        for name, metric in self.session_metrics().items():
+            out.put(metric)
+        return out
+
+    def session_metrics(self) -> dict[str, Metric]:
+        d, tel, out = SESSION_METRICS, self.telemetry, {}
+        measured = self.measured
+        out["throttled_repeats"] = d["throttled_repeats"].make(
+            sum(r.verdict.throttled for r in measured))
+        if self.spec.cooldown.enabled and tel.can_watch:
+            out["cooldown_s"] = d["cooldown_s"].make(sum(r.cooldown_s for r in measured))
+        rows = [r.row(tel) for r in measured]
+        if rows and rows[0]["temp_before_c"] is not None:
+            out["device_temp_start_c"] = d["device_temp_start_c"].make(rows[0]["temp_before_c"])
+        peaks = [row["temp_peak_c"] for row in rows if row["temp_peak_c"] is not None]
+        if peaks:
+            out["device_temp_peak_c"] = d["device_temp_peak_c"].make(max(peaks), peaks)
+        mems = [kb_to_mb(r.peak_mem_kb) for r in self.valid if r.peak_mem_kb is not None]
+        if mems:
+            src = sorted({r.mem_source for r in self.valid if r.peak_mem_kb is not None})
+            out["device_peak_memory_mb"] = d["device_peak_memory_mb"].make(
+                max(mems), mems, f"{d['device_peak_memory_mb'].description}; from "
+                + ", ".join(src))
+        return out
+
+    def to_record(self) -> dict:
+        """The block a run record keeps (under its part's `session`)."""
+        b = self.spec.benchmark
+        return {
+            "file": self.spec.path, "transport": self.transport, "serial": self.serial,
+            "identity": dict(self.identity), "work_dir": self.spec.device.work_dir,
+            "profile": self.spec.device.profile, "command": self.command,
+            "pushes": list(self.pushes), "warmup_runs": b.warmup_runs, "repeats": b.repeats,
+            "valid_repeats": len(self.valid), "min_valid_repeats": b.required_valid,
+            "throttled_repeats": sum(r.verdict.throttled for r in self.measured),
+            "keep_throttled": self.spec.throttle.keep_throttled,
+            "cooldown": {"enabled": self.spec.cooldown.enabled,
+                         "zone": self.spec.telemetry.watch_zone,
+                         "threshold_c": self.spec.cooldown.threshold_c,
+                         "max_wait_s": self.spec.cooldown.max_wait_s},
+            "throttle": {"temp_c": self.spec.throttle.temp_c,
+                         "min_big_freq_fraction": self.spec.throttle.min_big_freq_fraction,
+                         "big_cpus": list(self.spec.telemetry.big_cpus)},
+            "clock": self.telemetry.clock, "unreadable": list(self.telemetry.unreadable),
+            "max_freq_mhz": {str(c): k / 1e3 for c, k in self.telemetry.max_khz.items()},
+            "notes": list(self.notes),
+            "telemetry": [r.row(self.telemetry) for r in self.repeats],
+        }
+
+
+def session_values(spec: SessionSpec) -> dict[str, str]:
+    """The placeholders a session adds to a command template."""
+    return {"work_dir": spec.device.work_dir, "python": sys.executable}
+
+
+class DeviceSession:
+    """Runs benchmarks through a session (see the module docstring)."""
+
+    def __init__(self, spec: SessionSpec, transport: Transport | None = None,
+                 progress: Callable[[str], None] | None = None):
+        self.spec = spec
+        d = spec.device
+        self.transport = transport or make_transport(d.transport, d.serial, d.executable,
+                                                     d.command_timeout_s)
+        self.telemetry = Telemetry(self.transport, spec.telemetry, spec.throttle, d.work_dir,
+                                   spec.memory_source)
+        self.say = progress or (lambda text: None)
+        self.identity: dict = {}
+        self.pushes: list[dict] = []
+        self.notes: list[str] = []
+        self._prepared = False
+
+    @property
+    def work_dir(self) -> str:
+        return self.spec.device.work_dir
+
+    def remote(self, name: str) -> str:
+        return f"{self.work_dir.rstrip('/')}/{name}"
+
+    # --- preparing the device ------------------------------------------------------------------
+    def prepare(self, extra: tuple[tuple[object, str, bool], ...] = ()) -> None:
+        """Attach, identify, make the work directory, push (SHA-256 checked), probe telemetry.
+        `extra`: more (local path, remote name, executable) files to push (check-runtime's
+        corpus)."""
+        t = self.transport
+        if not self._prepared:
+            t.check_attached()
+            self.identity = t.identity()
+            self._ok(t.shell(f"mkdir -p {shlex.quote(self.work_dir)}"), "mkdir -p work_dir")
+        items = [(self.spec.local_path(i), i.remote, i.executable) for i in self.spec.push]
+        if self._prepared:
+            items = []
+        for local, name, exe in list(items) + list(extra):
+            self.pushes.append(self.push(local, name, exe))
+        if not self._prepared:
+            self.telemetry.probe()
+            self.notes += self.telemetry.notes
+            self._prepared = True
+
+    def _ok(self, r: ShellResult, what: str) -> ShellResult:
+        if r.returncode != 0:
+            raise BackendError(f"{self.transport.label}: `{what}` failed (exit {r.returncode}): "
+                               f"{tail(r.err) or tail(r.out) or '(no output)'}")
+        return r
+
+    def push(self, local, name: str, executable: bool = False) -> dict:
+        """One file to the device by the rule of the module docstring; returns what happened."""
+        local = Path(local)
+        h = hashlib.sha256()
+        with local.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        want = h.hexdigest()
+        target = self.remote(name)
+        entry = {"local": str(local), "remote": target, "bytes": local.stat().st_size,
+                 "sha256": want}
+        have = self.transport.sha256(target)
+        if have == want:
+            self.say(f"push {name}: skipped, the device holds the same SHA-256")
+            return {**entry, "action": "skipped (same SHA-256 on the device)"}
+        tmp = f"{target}.tmp-{secrets.token_hex(4)}"
+        self.say(f"push {name}: {entry['bytes']:,} bytes"
+                 + (" (replacing a different file)" if have else ""))
+        self.transport.push(local, tmp)
+        got = self.transport.sha256(tmp)
+        if got != want:
+            self.transport.shell(f"rm -f {shlex.quote(tmp)}")
+            kept = "keeps its previous file" if have else "has no such file"
+            raise BackendError(
+                f"push of {local} to {self.transport.label}:{target} arrived "
+                + ("incomplete" if got is None else f"with SHA-256 {got[:16]}..., not "
+                   f"{want[:16]}...") + f" (truncated or corrupted); refused: the device {kept} "
+                f"at {target}")
+        mode = f" && chmod 755 {shlex.quote(target)}" if executable else ""
+        self._ok(self.transport.shell(f"mv -f {shlex.quote(tmp)} {shlex.quote(target)}{mode}"),
+                 f"mv {tmp} {target}")
+        return {**entry, "action": "pushed" + (" (replaced a different file)" if have else "")}
+
+    # --- cooling down --------------------------------------------------------------------------
+    def cooldown(self) -> tuple[float, Sample | None]:
+        """Wait until the watched zone is at or below the threshold: (seconds waited on the
+        device's clock, the last reading, which is the next run's "before"). CooldownTimeout
+        when it does not get there in max_wait_s."""
+        c, tel = self.spec.cooldown, self.telemetry
+        if not c.enabled or not tel.can_watch:
+            return 0.0, None
+        zone = self.spec.telemetry.watch_zone
+        first = tel.read("before")
+        t0 = first.t_s
+        s = first
+        while True:
+            temp = tel.watched_c(s)
+            if temp is None:
+                self.notes.append(f"cooldown: zone {zone} gave no reading at t={s.t_s:.1f} s")
+                return s.t_s - t0, s
+            if temp <= c.threshold_c:
+                return s.t_s - t0, s
+            waited = s.t_s - t0
+            if waited >= c.max_wait_s:
+                raise CooldownTimeout(
+                    f"cooldown: thermal zone {zone} of {self.transport.label} is at {temp:.1f} C "
+                    f"after {waited:.0f} s, above the {c.threshold_c:g} C threshold "
+                    f"(cooldown.max_wait_s = {c.max_wait_s:g}): it never cooled; no result "
+                    "recorded")
+            self.say(f"cooldown: zone {zone} at {temp:.1f} C, waiting for {c.threshold_c:g} C "
+                     f"({waited:.0f} s so far)")
+            step = min(c.check_interval_s, max(c.max_wait_s - waited, 0.001))
+            self.transport.shell(f"sleep {step:g}",
+                                 timeout_s=step + self.spec.device.command_timeout_s)
+            s = tel.read("before")
+
+    # --- one run -------------------------------------------------------------------------------
+    def launch_script(self, command: str) -> str:
+        exe = "" if needs_shell(command) else "exec "
+        inner = f"echo $$ > {PID_FILE}; {exe}{command}"
+        return f"cd {shlex.quote(self.work_dir)} && sh -c {shlex.quote(inner)}"
+
+    def run_once(self, command: str, timeout_s: float | None = None,
+                 before: Sample | None = None
+                 ) -> tuple[ShellResult, list[Sample], Verdict, float | None, str]:
+        """One benchmark run with telemetry: (result, samples, verdict, peak memory kB or None,
+        where the memory came from); `before`: a reading just taken (cooldown's last), else one
+        is read. BackendError on a timeout, DeviceGone when the device left; a non-zero exit is
+        returned (the caller decides)."""
+        tel, poll = self.telemetry, self.spec.telemetry.poll_interval_s
+        timeout = timeout_s or self.spec.benchmark.timeout_s
+        samples = [before or tel.read("before")]
+        run = self.transport.start(self.launch_script(command))
+        try:
+            while not run.wait(poll):
+                if run.elapsed_s > timeout:
+                    err = run.timed_out(timeout)
+                    self.transport.check_still_there(f"after the benchmark hung for {timeout:g} s")
+                    self._kill_remote()
+                    raise err
+                samples.append(tel.read("during", with_memory=True))
+        except BaseException:
+            run.kill()  # a poll found the device gone (or we were interrupted): end the run too
+            raise
+        result = run.finish()
+        samples.append(tel.read("after"))
+        mem = [s.mem_kb for s in samples if s.mem_kb is not None]
+        sources = []
+        peak = None
+        if mem:
+            peak = float(max(mem))
+            sources.append({"hidumper": "hidumper --mem Pss, sampled",
+                            "proc_status": "VmHWM, sampled"}.get(tel.memory_source,
+                                                                 tel.memory_source))
+        if self.transport.kind == "local" and result.max_rss_kb:
+            peak = max(peak or 0.0, float(result.max_rss_kb))
+            sources.append("wait4 ru_maxrss")
+        if peak is None and tel.memory_source != "none":
+            source = "not read (the run ended before a sample found its process)"
+        else:
+            source = " and ".join(sources) or "none"
+        return result, samples, tel.verdict(samples), peak, source
+
+    def _kill_remote(self) -> None:
+        if self.transport.kind == "local":
+            return
+        pid = shlex.quote(self.remote(PID_FILE))
+        try:
+            self.transport.shell(f"kill -9 $(cat {pid}) 2>/dev/null; rm -f {pid}",
+                                 timeout_s=min(10.0, self.spec.device.command_timeout_s))
+        except BackendError:
+            pass  # the device may be gone too: the local group is dead either way
+
+    def run_single(self, command: str, timeout_s: float | None = None
+                   ) -> tuple[ShellResult, Callable[[Metrics], SessionResult]]:
+        """One cooled-down run with telemetry (an accuracy check needs no repeats): its result,
+        and a function that makes the SessionResult once the caller has judged the output into
+        metrics (one measured repeat; valid when not throttled)."""
+        import dataclasses
+
+        self.prepare()
+        waited, before = self.cooldown()
+        self.say(f"run: {command}")
+        result, samples, verdict, peak, source = self.run_once(command, timeout_s, before)
+        spec = dataclasses.replace(self.spec, benchmark=dataclasses.replace(
+            self.spec.benchmark, warmup_runs=0, repeats=1, min_valid_repeats=1))
+        object.__setattr__(spec, "path", self.spec.path)
+
+        def finish(metrics: Metrics) -> SessionResult:
+            rep = Repeat(1, "measured", metrics, samples, verdict, waited, result.wall_s, peak,
+                         source)
+            return SessionResult(spec, self.transport.kind, self.transport.serial, self.identity,
+                                 self.pushes, [rep], self.telemetry, command, list(self.notes))
+
+        return result, finish
+
+    # --- the whole session ---------------------------------------------------------------------
+    def run(self, command: str, parse: Callable[[str], Metrics]) -> SessionResult:
+        """Prepare, warm up, cool down and repeat (module docstring); `parse(text)` turns one
+        run's output into metrics (raising on garbage)."""
+        b = self.spec.benchmark
+        self.prepare()
+        repeats: list[Repeat] = []
+        for kind, n in (("warmup", b.warmup_runs), ("measured", b.repeats)):
+            for i in range(1, n + 1):
+                waited, before = self.cooldown() if kind == "measured" else (0.0, None)
+                self.say(f"{kind} {i}/{n}: {command}")
+                result, samples, verdict, peak, source = self.run_once(command, before=before)
+                if result.returncode != 0:
+                    raise BackendError(
+                        f"{self.transport.label}: the benchmark exited with code "
+                        f"{result.returncode} ({kind} {i}); no result recorded. Last stderr:\n"
+                        f"{tail(result.err) or '(empty)'}")
+                metrics = parse(result.text)
+                repeats.append(Repeat(i, kind, metrics, samples, verdict, waited, result.wall_s,
+                                      peak, source))
+                if verdict.throttled:
+                    more = len(verdict.reasons) - 1
+                    self.say(f"{kind} {i}: THROTTLED ({verdict.reasons[0]}"
+                             + (f"; {more} more" if more else "") + ")")
+        out = SessionResult(self.spec, self.transport.kind, self.transport.serial,
+                            self.identity, self.pushes, repeats, self.telemetry, command,
+                            list(self.notes))
+        if not out.enough_valid:
+            out.notes.append(f"only {len(out.valid)} of {b.repeats} repeats ran unthrottled; "
+                             f"the session asks for {b.required_valid}: the gate will refuse "
+                             "this measurement")
+        return out
