@@ -294,7 +294,9 @@ def hf_config_dict(c: DecoderConfig) -> dict:
         d["use_sliding_window"] = False
     if c.arch == "gemma3":  # transformers 5's form: rope_parameters and layer_types
         del d["hidden_act"], d["rope_theta"]
-        d.update(hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=c.query_scale ** -2,
+        scalar = c.query_scale ** -2  # transformers wants an int where it is one
+        d.update(hidden_activation="gelu_pytorch_tanh",
+                 query_pre_attn_scalar=round(scalar) if abs(scalar - round(scalar)) < 1e-6 else scalar,
                  sliding_window=c.sliding_window or None, final_logit_softcapping=None,
                  attn_logit_softcapping=None,
                  layer_types=["sliding_attention" if c.is_local(i) else "full_attention"

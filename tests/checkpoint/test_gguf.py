@@ -98,7 +98,7 @@ def test_gemma3_metadata_rules_and_bad_values(tmp_path):
            ({"attention.head_count": 0}, r"gemma3\.attention\.head_count = 0"),
            ({"attention.value_length": 8}, r"gemma3\.attention\.value_length = 8")]
     for keys, message in bad:
-        with pytest.raises(CheckpointError, match=r"bad\.gguf: " + message):
+        with pytest.raises(CheckpointError, match=r"bad\.gguf: .*" + message):
             g.read_gguf(_gemma3_with(tmp_path, **keys))
 
 

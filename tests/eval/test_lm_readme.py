@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "decoder"
 
 
-def readme_rows() -> list[str]:
+def readme_rows(marker: str = "lm accuracy table") -> list[str]:
     text = (ROOT / "README.md").read_text()
-    block = text.split("<!-- lm accuracy table -->")[1].split("<!-- /lm accuracy table -->")[0]
+    block = text.split(f"<!-- {marker} -->")[1].split(f"<!-- /{marker} -->")[0]
     return [line for line in block.splitlines() if line.startswith("| ") and "---" not in line
             and not line.startswith("| policy |")]
 
@@ -42,3 +42,17 @@ def test_outputs_name_model_corpus_reference_and_sizes():
         for fact in (f"{d['tokens']:,} SmolLM2 tokens", f"{d['chunks']} chunks of context 512",
                      f"{d['scored_tokens']:,} scored tokens"):
             assert fact in text, fact
+
+
+def test_gemma3_table_is_the_tools_output():
+    """Gemma 3 270M's table: `harmony-ref accuracy --model gemma3-270m --json` committed, its
+    rows the README's, on the shipped held-out corpus against the file's own dequantized
+    weights."""
+    d = json.loads((FIXTURES / "lm_accuracy_gemma3.json").read_text())
+    assert readme_rows("gemma3 accuracy table") == markdown_rows(d)
+    assert d["model"] == "gemma3-270m" and d["reference"] == REFERENCE_NOTE
+    assert d["corpus_sha256"] == CORPUS_SHA256["heldout"] and d["context"] == 512
+    text = (ROOT / "README.md").read_text()
+    for fact in (f"{d['tokens']:,} Gemma 3 tokens", f"{d['chunks']} chunks of context 512",
+                 f"{d['scored_tokens']:,} scored tokens"):
+        assert fact in text, fact

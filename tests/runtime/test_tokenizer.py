@@ -108,7 +108,8 @@ def tiny_spm(tmp_path_factory):
 def test_spm_round_trip_tiny(tiny_spm, text):
     ids = tiny_spm.encode(text)
     assert ids[:1] == [2]  # the file says add_bos_token
-    assert tiny_spm.decode(ids[1:]) == text
+    # SentencePiece's one loss, llama.cpp's too: a literal "▁" is a space once decoded
+    assert tiny_spm.decode(ids[1:]) == text.replace("▁", " ")
 
 
 def test_spm_merges_by_score_and_cuts_user_defined_tokens(tiny_spm):
@@ -147,7 +148,7 @@ def test_real_gemma3_ids_equal_llama_cpp():
     assert tok.vocab_size == 262144 and tok.add_bos and tok.bos_id == 2
     for text, ids in zip(GEMMA_FIXTURE["strings"], GEMMA_FIXTURE["ids"]):
         assert tok.encode(text) == ids, repr(text)
-        assert tok.decode(ids[1:]) == text, repr(text)  # round trip after the BOS
+        assert tok.decode(ids[1:]) == text.replace("▁", " "), repr(text)  # after the BOS
     for part, ids in GEMMA_FIXTURE["corpus"].items():
         text = load_corpus(part)
         assert tok.encode(text) == ids, part
