@@ -56,3 +56,17 @@ def test_gemma3_table_is_the_tools_output():
     for fact in (f"{d['tokens']:,} Gemma 3 tokens", f"{d['chunks']} chunks of context 512",
                  f"{d['scored_tokens']:,} scored tokens"):
         assert fact in text, fact
+
+
+def test_gemma3_decode_speed_sentence_is_the_benchmarks_output():
+    """The README's Gemma 3 decode figures are bench/decoder_vs_llamacpp.py's --json (a timing:
+    measured once under quiet, never asserted against a threshold; only the copy is checked)."""
+    d = json.loads((FIXTURES / "decoder_vs_llamacpp_gemma3.json").read_text())
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert d["model"] == "gemma3-270m" and d["threads"] == 2 and d["tokens"] == 64
+    ours = d["ours"]
+    for fact in (f"tg64 on the Q4_K_M file {d['llama_cpp_median']:.1f} tokens/s",
+                 f"ours int8 {ours['int8']['median']:.1f} ({ours['int8']['ratio_to_llama_cpp']:.2f}x)",
+                 f"int4-g32 {ours['int4-g32']['median']:.1f} "
+                 f"({ours['int4-g32']['ratio_to_llama_cpp']:.2f}x)"):
+        assert fact in text, fact
