@@ -70,3 +70,14 @@ def test_gemma3_decode_speed_sentence_is_the_benchmarks_output():
                  f"int4-g32 {ours['int4-g32']['median']:.1f} "
                  f"({ours['int4-g32']['ratio_to_llama_cpp']:.2f}x)"):
         assert fact in text, fact
+
+
+def test_gemma3_generation_samples_are_the_commands_output():
+    """The README's Gemma 3 samples are `harmony-ref generate --json` completions, committed
+    (greedy text is shown, never asserted against a fresh run)."""
+    samples = json.loads((FIXTURES / "generate_gemma3.json").read_text())
+    text = (ROOT / "README.md").read_text()
+    for d in samples:
+        assert d["model"].startswith("gemma3-270m") and d["sampling"] == "greedy"
+        cell = d["completion"].replace("\n", "\\n").replace("|", "\\|")
+        assert f"| {cell} |" in text, (d["policy"], d["prompt"])
