@@ -2,18 +2,23 @@
 and thread count, interleaved in one run (a peer to compare against, never a dependency).
 
     /work/bin/quiet python bench/decoder_vs_llamacpp.py --llama-bin /path/to/llama.cpp/build/bin \
-        [--model smollm2-135m] [--policy int4-g32] [--threads 2] [--tokens 64] [--rounds 5]
+        [--model smollm2-135m | gemma3-270m | FILE.gguf] [--policy int4-g32 [--policy int8 ...]] \
+        [--threads 2] [--tokens 64] [--rounds 5] [--json]
 
 Each round runs `llama-bench -m GGUF -t T -p 0 -n N -r R --repack 0 -o json` (tg N: N tokens
 generated from an empty context, --repack 0 because this KVM guest faults on the AMX/repacked
 path), then ours: reset, one BOS token, then N decode steps through `Llama.decode`, timed as a
-whole (N / seconds), R times (mean, like llama-bench's avg_ts). Prints the per-round numbers, the medians and their ratio.
+whole (N / seconds), R times (mean, like llama-bench's avg_ts), for each `--policy` in turn.
+Prints the CPU, the per-round numbers, the medians and each policy's ratio (`--json`: the same as
+one JSON object). The GGUF is the file llama.cpp runs as stored (Gemma 3 270M: its Q4_K_M mix);
+ours runs the file's weights dequantized and re-quantized to each policy.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import subprocess
 import time
 
@@ -46,27 +51,57 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-bin", required=True)
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--policy", default="int4-g32")
+    ap.add_argument("--policy", action="append", help="ours; repeat to interleave several "
+                    "(default int4-g32)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=3, help="llama-bench -r per round, and ours")
     args = ap.parse_args()
+    policies = args.policy or ["int4-g32"]
     numba.set_num_threads(args.threads)
     gguf = str(resolve_model_path(args.model))
     w, tok = load_decoder(args.model)
-    m = Llama(w, args.policy, max_context=args.tokens + 8)
-    ours_tg(m, 8, w.config.bos_id or 0)  # compile / warm up
-    theirs, mine = [], []
+    bos = w.config.bos_id or 0
+    models = {p: Llama(w, p, max_context=args.tokens + 8) for p in policies}
+    for m in models.values():
+        ours_tg(m, 8, bos)  # compile / warm up
+    theirs, mine = [], {p: [] for p in policies}
+    cpu = cpu_name()
+    if not args.json:
+        print(f"CPU: {cpu}; {args.threads} threads; model {args.model} ({gguf})", flush=True)
     for r in range(args.rounds):
         theirs.append(llama_bench_tg(args.llama_bin, gguf, args.threads, args.tokens, args.reps))
-        mine.append(float(np.mean([ours_tg(m, args.tokens, w.config.bos_id or 0)
-                                   for _ in range(args.reps)])))
-        print(f"round {r}: llama.cpp {theirs[-1]:.1f} tokens/s, ours ({args.policy}) "
-              f"{mine[-1]:.1f} tokens/s", flush=True)
-    a, b = float(np.median(theirs)), float(np.median(mine))
-    print(f"median decode tokens/s at {args.threads} threads, tg{args.tokens}: llama.cpp {a:.1f}, "
-          f"ours {b:.1f}, ratio ours/llama.cpp {b / a:.2f}")
+        for p, m in models.items():
+            mine[p].append(float(np.mean([ours_tg(m, args.tokens, bos) for _ in range(args.reps)])))
+        if not args.json:
+            print(f"round {r}: llama.cpp {theirs[-1]:.1f} tokens/s, " + ", ".join(
+                f"ours ({p}) {mine[p][-1]:.1f}" for p in policies), flush=True)
+    a = float(np.median(theirs))
+    out = {"cpu": cpu, "threads": args.threads, "model": args.model, "gguf": gguf,
+           "tokens": args.tokens, "rounds": args.rounds, "reps": args.reps,
+           "llama_cpp_tg": theirs, "llama_cpp_median": a,
+           "ours": {p: {"tg": v, "median": float(np.median(v)),
+                        "ratio_to_llama_cpp": float(np.median(v)) / a} for p, v in mine.items()}}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return
+    for p in policies:
+        b = out["ours"][p]["median"]
+        print(f"median decode tokens/s at {args.threads} threads, tg{args.tokens}: llama.cpp "
+              f"{a:.1f}, ours ({p}) {b:.1f}, ratio ours/llama.cpp {b / a:.2f}")
+
+
+def cpu_name() -> str:
+    """lscpu's model name with family/model, else platform's processor string."""
+    try:
+        info = dict(line.split(":", 1) for line in subprocess.run(
+            ["lscpu"], capture_output=True, text=True).stdout.splitlines() if ":" in line)
+        return (f"{info['Model name'].strip()} (family {info['CPU family'].strip()}, model "
+                f"{info['Model'].strip()})")
+    except (OSError, KeyError):
+        return platform.processor() or "unknown"
 
 
 if __name__ == "__main__":

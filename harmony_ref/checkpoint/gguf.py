@@ -5,14 +5,25 @@ Q4_1, Q5_0/1 and the K-quants it implements), and the model spec derived from th
     weights = read_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")   # -> DecoderWeights (FP32)
     meta = gguf_metadata(path)                              # -> dict of the scalar/str fields
 
-Architectures: "llama" and "qwen2". llama's Q/K rows were permuted by convert_hf_to_gguf.py for
-llama.cpp's adjacent-pair RoPE (`permute`: rows of a head ordered (pair, half) -> (half, pair));
-we invert it so the in-memory weights use rotate-half like Hugging Face's (model/decoder.py).
-qwen2 files are converted without that permutation and read as they are.
+Architectures: "llama", "qwen2", "qwen3" and "gemma3". llama's Q/K rows were permuted by
+convert_hf_to_gguf.py for llama.cpp's adjacent-pair RoPE (`permute`: rows of a head ordered
+(pair, half) -> (half, pair)); we invert it so the in-memory weights use rotate-half like Hugging
+Face's (model/decoder.py). qwen2, qwen3 and gemma3 files use rotate-half (llama.cpp's NEOX RoPE)
+and are read as they are.
+
+gemma3 as llama.cpp's src/models/gemma3.cpp reads it: `gemma3.attention.sliding_window` (0 or
+absent: every layer global); the local layers from `gemma3.attention.sliding_window_pattern` (an
+int n: layer i is local unless i % n == n - 1; a bool array: per layer; absent: n = 6); the local
+RoPE base `gemma3.rope.freq_base_swa` (absent: 10000, llama.cpp's default); the query scale
+1 / sqrt(key_length) (1 / sqrt(dim / heads) for the 62-layer 27B, llama.cpp's rule); the
+embedding scaled by sqrt(dim); norm weights stored with Gemma's + 1 already added.
+`gemma3.final_logit_softcapping` other than 0 is refused (no Gemma 3 uses it).
 
 Tensor names (GGUF -> in-memory): token_embd -> embed, output_norm -> final_norm, output -> lm_head
 (absent: tied embeddings), blk.{i}.attn_norm / attn_q / attn_k / attn_v / attn_output / ffn_norm /
-ffn_gate / ffn_up / ffn_down (+ attn_q/k/v.bias). Every failure is a CheckpointError naming the
+ffn_gate / ffn_up / ffn_down (+ attn_q/k/v.bias; attn_q_norm / attn_k_norm; post_attention_norm /
+post_ffw_norm). The file is parsed once per process (`open_reader`: gguf's reader takes seconds
+over a 262,144-token vocabulary) for the config, the weights and the tokenizer. Every failure is a CheckpointError naming the
 file and the tensor or metadata key: truncated file, unknown architecture, missing tensor, shape
 mismatch, NaN/Inf weights, unsupported quantization type or RoPE scaling.
 """
@@ -38,8 +49,17 @@ LAYER_TENSORS = {
     "wv": "attn_v.weight", "wo": "attn_output.weight", "ffn_norm": "ffn_norm.weight",
     "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
     "bq": "attn_q.bias", "bk": "attn_k.bias", "bv": "attn_v.bias",
+    "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
+    "post_attn_norm": "post_attention_norm.weight", "post_ffn_norm": "post_ffw_norm.weight",
 }
+# LayerWeights fields present only when the config says so
+OPTIONAL_TENSORS = {"bq": "attention_bias", "bk": "attention_bias", "bv": "attention_bias",
+                    "q_norm": "qk_norm", "k_norm": "qk_norm", "post_attn_norm": "post_norms",
+                    "post_ffn_norm": "post_norms"}
 PERMUTED_ARCHS = ("llama",)  # Q/K stored for adjacent-pair RoPE
+GEMMA3_SWA_PATTERN = 6  # llama.cpp's default: five local layers, then one global
+GEMMA3_ROPE_BASE_SWA = 10000.0  # llama.cpp's default rope_freq_base_train_swa
+_READERS: dict = {}  # (path, size, mtime) -> GGUFReader: the last file parsed
 
 
 def _open(path: Path):
@@ -47,11 +67,23 @@ def _open(path: Path):
 
     if not path.is_file():
         raise CheckpointError(f"{path}: no such GGUF file")
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key in _READERS:
+        return _READERS[key]
     try:
-        return gguf.GGUFReader(str(path))
+        reader = gguf.GGUFReader(str(path))
     except Exception as e:  # the reader raises ValueError, struct/IndexError on garbage
         raise CheckpointError(f"{path}: not a readable GGUF file (truncated or corrupt?): "
                               f"{type(e).__name__}: {e}") from e
+    _READERS.clear()
+    _READERS[key] = reader
+    return reader
+
+
+def open_reader(path):
+    """The file's gguf.GGUFReader, parsed once per process (see the module docstring)."""
+    return _open(Path(path))
 
 
 def _field(reader, key: str):
@@ -87,13 +119,35 @@ def config_from_metadata(reader, path: Path, tensor_shapes: dict) -> DecoderConf
         v = _field(reader, f"{arch}.{key}")
         return default if v is None else v
 
+    def count(key, default=None, minimum=1):
+        """An integer metadata value >= minimum, else an error naming the key."""
+        v = need(key) if default is None else opt(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
+            raise CheckpointError(f"{path}: metadata key {arch}.{key} = {v!r}: must be an "
+                                  f"integer >= {minimum}")
+        return int(v)
+
+    def number(key, default=None):
+        """A finite positive metadata number, else an error naming the key."""
+        v = need(key) if default is None else opt(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not (
+                np.isfinite(v) and v > 0):
+            raise CheckpointError(f"{path}: metadata key {arch}.{key} = {v!r}: must be a "
+                                  "positive number")
+        return float(v)
+
     scaling = opt("rope.scaling.type", "none")
     if scaling not in ("none", None):
         raise CheckpointError(f"{path}: {arch}.rope.scaling.type = {scaling!r} is not supported")
-    dim = int(need("embedding_length"))
-    n_heads = int(need("attention.head_count"))
-    head_dim = int(opt("attention.key_length", dim // n_heads))
-    rope_dims = int(opt("rope.dimension_count", head_dim))
+    dim = count("embedding_length")
+    n_heads = count("attention.head_count")
+    n_layers = count("block_count")
+    head_dim = count("attention.key_length", dim // n_heads)
+    value_dim = count("attention.value_length", head_dim)
+    if value_dim != head_dim:
+        raise CheckpointError(f"{path}: {arch}.attention.value_length = {value_dim} != key_length "
+                              f"{head_dim} (not supported)")
+    rope_dims = count("rope.dimension_count", head_dim)
     if rope_dims != head_dim:
         raise CheckpointError(f"{path}: {arch}.rope.dimension_count = {rope_dims} != head dim "
                               f"{head_dim} (partial rotary embeddings are not supported)")
@@ -101,18 +155,23 @@ def config_from_metadata(reader, path: Path, tensor_shapes: dict) -> DecoderConf
     embed_rows = tensor_shapes.get("token_embd.weight", (None,))[0]
     vocab = opt("vocab_size", len(tokens.data) if tokens is not None else embed_rows)
     bos, eos = _field(reader, "tokenizer.ggml.bos_token_id"), _field(reader, "tokenizer.ggml.eos_token_id")
+    extra: dict = {}
+    if arch == "qwen3":
+        extra = dict(qk_norm=True)
+    if arch == "gemma3":
+        extra = _gemma3_fields(reader, path, n_layers, dim, n_heads, head_dim, count, number, opt)
     return DecoderConfig(
         arch=arch,
-        n_layers=int(need("block_count")),
+        n_layers=n_layers,
         dim=dim,
         n_heads=n_heads,
-        n_kv_heads=int(opt("attention.head_count_kv", n_heads)),
+        n_kv_heads=count("attention.head_count_kv", n_heads),
         head_dim=head_dim,
-        ffn_dim=int(need("feed_forward_length")),
+        ffn_dim=count("feed_forward_length"),
         vocab_size=int(vocab),
-        rope_theta=float(opt("rope.freq_base", 10000.0)),
-        norm_eps=float(need("attention.layer_norm_rms_epsilon")),
-        activation="silu",
+        rope_theta=number("rope.freq_base", 10000.0),
+        norm_eps=number("attention.layer_norm_rms_epsilon"),
+        activation="gelu_tanh" if arch == "gemma3" else "silu",
         tied_embeddings="output.weight" not in tensor_shapes,
         max_positions=int(opt("context_length", 2048)),
         attention_bias="blk.0.attn_q.bias" in tensor_shapes,
@@ -120,7 +179,33 @@ def config_from_metadata(reader, path: Path, tensor_shapes: dict) -> DecoderConf
         eos_id=None if eos is None else int(eos),
         chat_template=_field(reader, "tokenizer.chat_template"),
         name=str(_field(reader, "general.name") or path.stem),
+        **extra,
     )
+
+
+def _gemma3_fields(reader, path, n_layers, dim, n_heads, head_dim, count, number, opt) -> dict:
+    """The Gemma 3 parts of the config, read as llama.cpp reads them (module docstring)."""
+    cap = opt("final_logit_softcapping", 0.0)
+    if cap:
+        raise CheckpointError(f"{path}: metadata key gemma3.final_logit_softcapping = {cap!r} is "
+                              "not supported")
+    window = count("attention.sliding_window", 0, minimum=0)
+    local: tuple = ()
+    if window:
+        pattern = opt("attention.sliding_window_pattern", GEMMA3_SWA_PATTERN)
+        if isinstance(pattern, list):
+            if len(pattern) != n_layers or not all(isinstance(v, (bool, np.bool_)) for v in pattern):
+                raise CheckpointError(f"{path}: metadata key gemma3.attention.sliding_window_pattern"
+                                      f" = {pattern!r}: must be {n_layers} booleans or an integer")
+            local = tuple(i for i, v in enumerate(pattern) if v)
+        else:
+            n = count("attention.sliding_window_pattern", GEMMA3_SWA_PATTERN, minimum=0)
+            local = tuple(i for i in range(n_layers) if n == 0 or i % n < n - 1)
+    scale_dim = dim // n_heads if n_layers == 62 else head_dim
+    return dict(qk_norm=True, post_norms=True, embed_scale=float(np.sqrt(dim)),
+                attn_scale=1.0 / float(np.sqrt(scale_dim)), sliding_window=window,
+                local_layers=local,
+                rope_theta_local=number("rope.freq_base_swa", GEMMA3_ROPE_BASE_SWA) if window else 0.0)
 
 
 def unpermute_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
@@ -186,8 +271,8 @@ def read_gguf(path) -> DecoderWeights:
     for i in range(config.n_layers):
         fields = {}
         for key, suffix in LAYER_TENSORS.items():
-            is_bias = key.startswith("b")
-            a = get(f"blk.{i}.{suffix}", required=not is_bias or config.attention_bias)
+            wanted = key not in OPTIONAL_TENSORS or getattr(config, OPTIONAL_TENSORS[key])
+            a = get(f"blk.{i}.{suffix}", required=True) if wanted else None
             if a is not None and permuted and key in ("wq", "bq"):
                 a = _unpermute_checked(a, config.n_heads, path, f"blk.{i}.{suffix}")
             if a is not None and permuted and key in ("wk", "bk"):
@@ -228,8 +313,10 @@ def _gguf_name(key: str) -> str:
 
 
 def write_gguf(weights: DecoderWeights, path, *, tokens=None, token_types=None, merges=None,
-               pre: str = "smollm", qtype: str = "F32") -> None:
-    """Write `weights` as a llama/qwen2 GGUF (Q/K permuted back for llama), F32 or F16 tensors."""
+               pre: str = "smollm", qtype: str = "F32", scores=None, add_bos: bool = False) -> None:
+    """Write `weights` as a GGUF of its architecture (Q/K permuted back for llama), F32 or F16
+    tensors. With `scores` the vocabulary is a SentencePiece one (tokenizer.ggml.model = llama),
+    else byte-level BPE over `merges`."""
     import gguf
 
     c = weights.config
@@ -245,17 +332,24 @@ def write_gguf(weights: DecoderWeights, path, *, tokens=None, token_types=None, 
     w.add_layer_norm_rms_eps(c.norm_eps)
     w.add_vocab_size(c.vocab_size)
     w.add_rope_dimension_count(c.head_dim)
-    if c.head_dim != c.dim // c.n_heads:
+    if c.head_dim != c.dim // c.n_heads or c.arch == "gemma3":
         w.add_key_length(c.head_dim)
         w.add_value_length(c.head_dim)
+    if c.sliding_window:
+        w.add_sliding_window(c.sliding_window)
+        w.add_sliding_window_pattern([i in c.local_layers for i in range(c.n_layers)])
+        w.add_rope_freq_base_swa(c.rope_theta_local or c.rope_theta)
     if tokens is not None:
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre(pre)
+        w.add_tokenizer_model("gpt2" if scores is None else "llama")
+        w.add_tokenizer_pre(pre if scores is None else "default")
         w.add_token_list(tokens)
         w.add_token_types(token_types if token_types is not None else [1] * len(tokens))
+        if scores is not None:
+            w.add_token_scores(scores)
+            w.add_add_space_prefix(False)
         if merges is not None:
             w.add_token_merges(merges)
-        w.add_add_bos_token(False)
+        w.add_add_bos_token(add_bos)
     if c.bos_id is not None:
         w.add_bos_token_id(c.bos_id)
     if c.eos_id is not None:

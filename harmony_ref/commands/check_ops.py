@@ -12,7 +12,9 @@ def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
     p.add_argument("--model", default="llama-3.2-3b",
-                   help="model spec preset or spec .toml (default llama-3.2-3b)")
+                   help="model spec preset or spec .toml (default llama-3.2-3b), or a checkpoint "
+                        "(gemma3-270m, smollm2-135m, a .gguf file, an HF directory): its spec "
+                        "derived from the file's metadata")
     p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
     p.add_argument("--profile", default="harmony-flagship",
                    help="shipped profile name or profile .toml path")
@@ -32,8 +34,11 @@ def run(args) -> int:
     from harmony_ref.device.ops import check_ops
     from harmony_ref.device.profile import load_profile
 
+    from harmony_ref.runtime.loader import checkpoint_spec, is_checkpoint
+
     profile = load_profile(args.profile)
-    config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
+    model = checkpoint_spec(args.model) if is_checkpoint(args.model) else args.model
+    config = RunConfig.from_names(model=model, policy=args.policy, prompt_tokens=args.prompt,
                                   context_tokens=max(2048, args.prompt + 128),
                                   allow_unmatched=args.allow_unmatched)
     rows = check_ops(profile, config)

@@ -13,7 +13,8 @@ def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
     p.add_argument("--model", default="smollm2-135m",
-                   help="smollm2-135m (PyPI wheel), a .gguf file or an HF model directory")
+                   help="smollm2-135m or gemma3-270m (PyPI wheels), a .gguf file or an HF "
+                        "model directory")
     p.add_argument("--policy", default="int4-g32",
                    help="shipped policy name or TOML path, or 'reference' for the NumPy FP32 "
                         "oracle (default: int4-g32)")

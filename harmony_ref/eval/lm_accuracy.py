@@ -124,6 +124,10 @@ def model_sha256(model: str, path: Path) -> str:
         from harmony_ref.checkpoint.smollm2 import GGUF_SHA256
 
         return GGUF_SHA256
+    if model == "gemma3-270m":
+        from harmony_ref.checkpoint import gemma3
+
+        return gemma3.GGUF_SHA256
     if path.is_file():
         return sha256_file(path)
     h = hashlib.sha256()

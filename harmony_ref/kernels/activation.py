@@ -1,7 +1,13 @@
-"""SwiGLU's gate: silu(gate) * up, one kernel with its NumPy twin.
+"""The gated FFN's activations, each kernel with its NumPy twin: SwiGLU's silu(gate) * up and
+GeGLU's gelu_tanh(gate) * up (Gemma).
 
     y = silu_gate(gate, up)         gate, up (..., F) -> (..., F) float32
+    y = gelu_tanh_gate(gate, up)
     silu(v) = v / (1 + exp(-v))
+    gelu_tanh(v) = 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3)))   (PyTorch's approximate="tanh")
+
+The GELU kernel uses norm.py's rational tanh (the fused norm-bias-GELU kernel's), so it differs
+from the twin's np.tanh by at most that approximation's error (tests bound it).
 
 `silu_gate_rows` is the decoder's hot path: it reads one fused gate|up activation (T, 2F), the
 output of a single matmul over the concatenated gate and up weights, and writes (T, F). Large
@@ -16,6 +22,7 @@ import numba
 import numpy as np
 
 from harmony_ref.kernels._checks import float32_array
+from harmony_ref.kernels.norm import GELU_CUBIC, GELU_TANH_SCALE, _gelu1
 
 
 def _check(gate, up):
@@ -43,10 +50,36 @@ def silu_gate_rows(gate_up, out):
     return out
 
 
-def silu_gate(gate, up) -> np.ndarray:
-    """Kernel version of `silu_gate_ref`."""
+def _gated(rows_kernel, gate, up) -> np.ndarray:
+    """Run a fused gate|up row kernel on separate gate and up arrays (..., F)."""
     gate, up = _check(gate, up)
     f = gate.shape[-1]
     gu = np.concatenate([gate.reshape(-1, f), up.reshape(-1, f)], axis=1)
     out = np.empty((gu.shape[0], f), dtype=np.float32)
-    return silu_gate_rows(gu, out).reshape(gate.shape)
+    return rows_kernel(gu, out).reshape(gate.shape)
+
+
+def silu_gate(gate, up) -> np.ndarray:
+    """Kernel version of `silu_gate_ref`."""
+    return _gated(silu_gate_rows, gate, up)
+
+
+def gelu_tanh_gate_ref(gate, up) -> np.ndarray:
+    gate, up = _check(gate, up)
+    inner = GELU_TANH_SCALE * (gate + GELU_CUBIC * gate * gate * gate)
+    return (np.float32(0.5) * gate * (np.float32(1) + np.tanh(inner)) * up).astype(np.float32)
+
+
+@numba.njit(fastmath=True, cache=True)
+def gelu_tanh_gate_rows(gate_up, out):
+    """out (T, F) = gelu_tanh(gate_up[:, :F]) * gate_up[:, F:]. No checks."""
+    t_rows, f = out.shape
+    for t in range(t_rows):
+        for j in range(f):
+            out[t, j] = _gelu1(gate_up[t, j]) * gate_up[t, f + j]
+    return out
+
+
+def gelu_tanh_gate(gate, up) -> np.ndarray:
+    """Kernel version of `gelu_tanh_gate_ref`."""
+    return _gated(gelu_tanh_gate_rows, gate, up)

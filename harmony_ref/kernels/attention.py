@@ -6,6 +6,14 @@ against a KV cache, grouped-query heads.
     out = decode_attention(q, cache)   q: (n_heads, head_dim) -> (n_heads, head_dim) float32
     out = prefill_attention(q, cache)  q: (T, n_heads, head_dim), the cache's last T tokens
                                        -> (T, n_heads, head_dim); query t sees tokens <= L - T + t
+    out = window_prefill_attention(q, k, v, window)   the same over explicit float32 k, v
+                                       (L, n_kv_heads, head_dim), each query seeing only the
+                                       last `window` keys up to itself (sliding-window layers)
+
+A sliding-window layer's cache, KVCache(..., window=W), keeps only the last W tokens: a ring of
+W slots, position p in slot p % W. Decode attention reads the valid slots in slot order (softmax
+and the weighted sum do not depend on the order of the keys); `ordered_kv` gives them in position
+order for a prefill that continues from the cache.
 
 Query head h reads kv head h // (n_heads // n_kv_heads). softmax(q . k / sqrt(head_dim)) is made
 stable by subtracting the row maximum before exp.
@@ -38,15 +46,21 @@ from harmony_ref.quant.kv import KV_DTYPES, KV_INT8_MAX_LEVEL
 
 
 class KVCache:
-    """One layer's K and V cache, preallocated to `max_context` tokens."""
+    """One layer's K and V cache, preallocated to `max_context` tokens (or to the last `window`
+    tokens: a ring, see the module docstring). `length` is the number of valid slots, `pos` the
+    number of tokens appended since the last reset (the next token's position)."""
 
-    def __init__(self, max_context: int, n_kv_heads: int, head_dim: int, dtype: str = "fp16"):
+    def __init__(self, max_context: int, n_kv_heads: int, head_dim: int, dtype: str = "fp16",
+                 window: int = 0):
         for name, value in (("max_context", max_context), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim)):
             if not isinstance(value, (int, np.integer)) or value <= 0:
                 raise ValueError(f"KVCache {name} must be a positive integer, got {value!r}")
+        if not isinstance(window, (int, np.integer)) or window < 0:
+            raise ValueError(f"KVCache window must be an integer >= 0, got {window!r}")
         if dtype not in KV_DTYPES:
             raise ValueError(f"KVCache dtype must be one of {KV_DTYPES}, got {dtype!r}")
-        self.max_context = int(max_context)
+        self.window = int(window) if window and window < max_context else 0
+        self.max_context = self.window or int(max_context)
         self.n_kv_heads = int(n_kv_heads)
         self.head_dim = int(head_dim)
         self.dtype = dtype
@@ -60,6 +74,10 @@ class KVCache:
         else:
             self.k_scale = self.v_scale = None
         self.length = 0
+        self.pos = 0
+
+    def reset(self) -> None:
+        self.length = self.pos = 0
 
     @property
     def nbytes(self) -> int:
@@ -82,32 +100,50 @@ class KVCache:
                 f"append expects k and v of shape (T, {self.n_kv_heads}, {self.head_dim}) or "
                 f"({self.n_kv_heads}, {self.head_dim}), got k {k.shape}, v {v.shape}"
             )
-        t0, t1 = self.length, self.length + k.shape[0]
-        if t1 > self.max_context:
+        if not self.window and self.length + k.shape[0] > self.max_context:
             raise ValueError(
                 f"KVCache full: {self.length} + {k.shape[0]} tokens > max_context {self.max_context}"
             )
         if self.dtype == "fp16":
             if np.abs(k).max() > np.finfo(np.float16).max or np.abs(v).max() > np.finfo(np.float16).max:
                 raise ValueError("k/v values overflow float16 (|x| > 65504); use dtype='int8'")
-            self.k[t0:t1] = k
-            self.v[t0:t1] = v
-        else:
-            self.k[t0:t1], self.k_scale[t0:t1] = quantize_kv_rows(k)
-            self.v[t0:t1], self.v_scale[t0:t1] = quantize_kv_rows(v)
-        self.length = t1
+        self.store(k, v)
 
     def store(self, k, v) -> None:
         """append() without its checks, for a runtime that validated shapes once at load:
         k, v (T, n_kv_heads, head_dim) float32, values finite (fp16 overflow is not checked)."""
-        t0, t1 = self.length, self.length + k.shape[0]
-        if self.dtype == "fp16":
-            self.k[t0:t1] = k
-            self.v[t0:t1] = v
+        t = k.shape[0]
+        if self.window:  # the ring keeps the last `window` of them
+            keep = min(t, self.max_context)
+            k, v = k[t - keep:], v[t - keep:]
+            slots = (self.pos + t - keep + np.arange(keep)) % self.max_context
+            self.pos += t
+            self.length = min(self.pos, self.max_context)
         else:
-            self.k[t0:t1], self.k_scale[t0:t1] = quantize_kv_rows(k)
-            self.v[t0:t1], self.v_scale[t0:t1] = quantize_kv_rows(v)
-        self.length = t1
+            slots = slice(self.length, self.length + t)
+            self.length += t
+            self.pos = self.length
+        if self.dtype == "fp16":
+            self.k[slots] = k
+            self.v[slots] = v
+        else:
+            self.k[slots], self.k_scale[slots] = quantize_kv_rows(k)
+            self.v[slots], self.v_scale[slots] = quantize_kv_rows(v)
+
+    def ordered_kv(self):
+        """The valid tokens' K and V as float32 (length, n_kv_heads, head_dim), oldest first."""
+        k, v = cached_kv_ref(self)
+        if self.window and self.pos > self.max_context:
+            order = (self.pos + np.arange(self.max_context)) % self.max_context
+            k, v = k[order], v[order]
+        return k, v
+
+    def roundtrip(self, k, v):
+        """k, v (T, n_kv_heads, head_dim) float32 as this cache would give them back."""
+        if self.dtype == "fp16":
+            return k.astype(np.float16).astype(np.float32), v.astype(np.float16).astype(np.float32)
+        (qk, sk), (qv, sv) = quantize_kv_rows(k), quantize_kv_rows(v)
+        return qk.astype(np.float32) * sk[:, :, None], qv.astype(np.float32) * sv[:, :, None]
 
 
 def quantize_kv_rows(x: np.ndarray):
@@ -295,8 +331,9 @@ def prefill_attention_ref(q, cache: KVCache) -> np.ndarray:
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True)
-def _prefill_attention(q, k, v):
-    """q (T, H, D); k, v (L, Hkv, D) float32; query t sits at position L - T + t."""
+def _prefill_attention(q, k, v, window):
+    """q (T, H, D); k, v (L, Hkv, D) float32; query t sits at position L - T + t and sees keys
+    from position L - T + t - window + 1 on (window 0: from 0)."""
     t_rows, n_heads, d = q.shape
     length, n_kv, _ = k.shape
     group = n_heads // n_kv
@@ -306,13 +343,15 @@ def _prefill_attention(q, k, v):
     for idx in numba.prange(n_kv * t_rows):
         kh = idx // t_rows
         t = idx % t_rows
-        n = start + t + 1  # keys 0 .. start + t
+        last = start + t  # keys first .. last
+        first = max(0, last - window + 1) if window > 0 else 0
+        n = last - first + 1
         scores = np.empty((group, n), dtype=np.float32)
         for s in range(n):
             for g in range(group):
                 acc = np.float32(0.0)
                 for j in range(d):
-                    acc += q[t, kh * group + g, j] * k[s, kh, j]
+                    acc += q[t, kh * group + g, j] * k[first + s, kh, j]
                 scores[g, s] = acc * inv_sqrt_d
         for g in range(group):
             top = scores[g, 0]
@@ -328,14 +367,42 @@ def _prefill_attention(q, k, v):
             for s in range(n):
                 p = scores[g, s] * inv
                 for j in range(d):
-                    out[t, h, j] += p * v[s, kh, j]
+                    out[t, h, j] += p * v[first + s, kh, j]
     return out
 
 
 def prefill_attention_unchecked(q, cache: KVCache) -> np.ndarray:
     """`prefill_attention` without input checks (the runtime validates once at load)."""
     k, v = cached_kv_ref(cache)
-    return _prefill_attention(q, k, v)
+    return _prefill_attention(q, k, v, 0)
+
+
+def window_prefill_attention_ref(q, k, v, window: int) -> np.ndarray:
+    """NumPy twin of `window_prefill_attention`: q (T, H, D) at the last T of the L positions of
+    k, v (L, Hkv, D); query at position p sees keys p - window + 1 .. p (window 0: 0 .. p)."""
+    q = float32_array(q, "q", (3,))
+    k, v = float32_array(k, "k", (3,)), float32_array(v, "v", (3,))
+    t, n_heads, head_dim = q.shape
+    length = k.shape[0]
+    if k.shape != v.shape or k.shape[2] != head_dim or n_heads % k.shape[1] or t > length:
+        raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape}: need k == v shape (L >= T, Hkv "
+                         "dividing H, the same head_dim)")
+    group = n_heads // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # (L, H, D)
+    scores = np.einsum("thd,lhd->htl", q, k) / np.float32(math.sqrt(head_dim))  # (H, T, L)
+    pos = np.arange(length - t, length)[:, None]  # each query's position
+    keys = np.arange(length)[None, :]
+    seen = (keys <= pos) & ((keys > pos - window) if window > 0 else True)
+    scores = np.where(seen, scores, -np.inf)
+    p = np.exp(scores - scores.max(axis=2, keepdims=True))
+    p /= p.sum(axis=2, keepdims=True)
+    return np.einsum("htl,lhd->thd", p, v).astype(np.float32)
+
+
+def window_prefill_attention(q, k, v, window: int) -> np.ndarray:
+    """Causal attention of the last T positions' queries over explicit float32 k, v, each query
+    seeing the last `window` keys up to itself (0: all). No checks (the runtime's path)."""
+    return _prefill_attention(q, k, v, int(window))
 
 
 def prefill_attention(q, cache: KVCache) -> np.ndarray:

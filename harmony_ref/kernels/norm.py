@@ -264,3 +264,41 @@ def add_rms_norm(x, delta, weight, eps: float = 1e-5):
     s = _rows(x).copy()
     out = add_rms_norm_rows(s, _rows(delta), weight, np.float32(eps), np.empty_like(s))
     return s.reshape(x.shape), out.reshape(x.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# RMSNorm over each attention head (Qwen3's and Gemma 3's q_norm / k_norm): every head_dim slice
+# of q and k is normalised with one (head_dim,) weight shared by all heads, before RoPE.
+
+
+def rms_norm_heads_ref(x, weight, eps: float = 1e-6) -> np.ndarray:
+    """x (T, H, hd) -> rms_norm over the last axis with weight (hd,), float32 (T, H, hd)."""
+    x = float32_array(x, "x", (3,))
+    return rms_norm_ref(x, weight, eps)
+
+
+@numba.njit(fastmath=True, cache=True)
+def rms_norm_heads_rows(x, first_head, n_heads, head_dim, weight, eps):
+    """Normalise heads first_head .. first_head + n_heads - 1 of every row of x (T, W) in place
+    (the fused q|k|v row: q's heads then k's). No checks (callers validate once)."""
+    t_rows = x.shape[0]
+    for t in range(t_rows):
+        for h in range(first_head, first_head + n_heads):
+            base = h * head_dim
+            sq = np.float32(0.0)
+            for j in range(head_dim):
+                sq += x[t, base + j] * x[t, base + j]
+            r = np.float32(1.0) / np.sqrt(sq / np.float32(head_dim) + eps)
+            for j in range(head_dim):
+                x[t, base + j] = x[t, base + j] * r * weight[j]
+    return x
+
+
+def rms_norm_heads(x, weight, eps: float = 1e-6) -> np.ndarray:
+    """Kernel version of `rms_norm_heads_ref` (returns a new array)."""
+    x = float32_array(x, "x", (3,))
+    weight = float32_array(weight, "weight", (1,))
+    check_last_dim(x, "x", weight.shape[0], "len(weight)")
+    t, h, hd = x.shape
+    y = x.reshape(t, h * hd).copy()
+    return rms_norm_heads_rows(y, 0, h, hd, weight, np.float32(eps)).reshape(x.shape)

@@ -1,6 +1,12 @@
 """The in-memory decoder model that every checkpoint reader produces: a frozen spec read from the
 checkpoint's own metadata (no preset) and FP32 weights in one layout.
 
+Architectures: llama (Llama, SmolLM2), qwen2 (q/k/v biases), qwen3 (RMSNorm on each q and k head
+before RoPE), gemma3 (Gemma 3: embedding scaled by sqrt(dim), q/k head norms, an RMSNorm on each
+sublayer's output before the residual add, GELU-tanh gate, sliding-window attention on the local
+layers with their own RoPE base). One norm convention in memory: y = x / rms(x) * weight, so
+Hugging Face Gemma's (1 + weight) is stored as the sum (as convert_hf_to_gguf.py stores it).
+
     DecoderConfig   n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size, ...
     DecoderWeights  embed (V, D), layers[i]: LayerWeights, final_norm (D,), lm_head (V, D) or None
 
@@ -21,8 +27,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-ACTIVATIONS = ("silu",)  # SwiGLU: down(silu(gate(x)) * up(x))
-ARCHITECTURES = ("llama", "qwen2")
+# SwiGLU: down(silu(gate(x)) * up(x)); GeGLU (Gemma): down(gelu_tanh(gate(x)) * up(x))
+ACTIVATIONS = ("silu", "gelu_tanh")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -32,7 +39,7 @@ class CheckpointError(ValueError):
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    arch: str  # "llama" | "qwen2"
+    arch: str  # "llama" | "qwen2" | "qwen3" | "gemma3"
     n_layers: int
     dim: int  # hidden size D
     n_heads: int
@@ -50,6 +57,13 @@ class DecoderConfig:
     eos_id: int | None = None
     chat_template: str | None = field(default=None, repr=False)
     name: str = ""
+    qk_norm: bool = False  # RMSNorm over each q and k head before RoPE (Qwen3, Gemma 3)
+    post_norms: bool = False  # RMSNorm on the attention and FFN outputs before the add (Gemma 3)
+    embed_scale: float = 1.0  # x = embed[tokens] * embed_scale (Gemma: sqrt(dim))
+    attn_scale: float = 0.0  # scores = q k^T * attn_scale; 0 means 1 / sqrt(head_dim)
+    sliding_window: int = 0  # keys a local layer's query sees, itself included; 0: no local layers
+    local_layers: tuple = ()  # indices of the sliding-window layers
+    rope_theta_local: float = 0.0  # RoPE base of the local layers; 0 means rope_theta
 
     def __post_init__(self):
         ints = ("n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab_size",
@@ -67,10 +81,35 @@ class DecoderConfig:
                                   f"{self.n_kv_heads}")
         if self.head_dim % 2:
             raise CheckpointError(f"head_dim must be even for RoPE, got {self.head_dim}")
-        for key in ("rope_theta", "norm_eps"):
+        for key in ("rope_theta", "norm_eps", "embed_scale"):
             v = getattr(self, key)
             if not (np.isfinite(v) and v > 0):
                 raise CheckpointError(f"config field {key} must be a positive number, got {v!r}")
+        for key in ("attn_scale", "rope_theta_local"):
+            v = getattr(self, key)
+            if not (np.isfinite(v) and v >= 0):
+                raise CheckpointError(f"config field {key} must be a number >= 0, got {v!r}")
+        if (not isinstance(self.sliding_window, (int, np.integer)) or isinstance(self.sliding_window, bool)
+                or self.sliding_window < 0):
+            raise CheckpointError(f"config field sliding_window must be an integer >= 0, got "
+                                  f"{self.sliding_window!r}")
+        bad = [i for i in self.local_layers if not 0 <= int(i) < self.n_layers]
+        if bad or (self.local_layers and not self.sliding_window):
+            raise CheckpointError(f"config field local_layers = {list(self.local_layers)}: needs "
+                                  f"sliding_window > 0 and layers in 0..{self.n_layers - 1}")
+
+    def is_local(self, layer: int) -> bool:
+        """Whether `layer` attends only to the last `sliding_window` positions."""
+        return layer in self.local_layers
+
+    def layer_rope_theta(self, layer: int) -> float:
+        if self.is_local(layer) and self.rope_theta_local:
+            return self.rope_theta_local
+        return self.rope_theta
+
+    @property
+    def query_scale(self) -> float:
+        return self.attn_scale or 1.0 / float(np.sqrt(self.head_dim))
 
     @property
     def q_dim(self) -> int:
@@ -82,6 +121,7 @@ class DecoderConfig:
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "chat_template"}
+        d["local_layers"] = [int(i) for i in self.local_layers]
         d["has_chat_template"] = self.chat_template is not None
         return d
 
@@ -105,6 +145,7 @@ class DecoderConfig:
     def n_params(self) -> int:
         d, f = self.dim, self.ffn_dim
         per_layer = d * (self.q_dim + 2 * self.kv_dim) + self.q_dim * d + 3 * d * f + 2 * d
+        per_layer += 2 * self.head_dim * self.qk_norm + 2 * d * self.post_norms
         if self.attention_bias:
             per_layer += self.q_dim + 2 * self.kv_dim
         head = 0 if self.tied_embeddings else self.vocab_size * d
@@ -125,6 +166,10 @@ class LayerWeights:
     bq: np.ndarray | None = None  # (H * hd,)   attention_bias only
     bk: np.ndarray | None = None  # (Hkv * hd,)
     bv: np.ndarray | None = None  # (Hkv * hd,)
+    q_norm: np.ndarray | None = None  # (hd,)   qk_norm only
+    k_norm: np.ndarray | None = None  # (hd,)
+    post_attn_norm: np.ndarray | None = None  # (D,)   post_norms only
+    post_ffn_norm: np.ndarray | None = None  # (D,)
 
     def dims(self, head_dim: int) -> tuple[int, int, int]:
         """(query heads, KV heads, FFN width) of this block, read from its matrices: a pruned
@@ -166,6 +211,10 @@ def expected_shapes(c: DecoderConfig) -> dict[str, tuple[int, ...]]:
               "w_down": (c.dim, c.ffn_dim)}
     if c.attention_bias:
         shapes.update(bq=(c.q_dim,), bk=(c.kv_dim,), bv=(c.kv_dim,))
+    if c.qk_norm:
+        shapes.update(q_norm=(c.head_dim,), k_norm=(c.head_dim,))
+    if c.post_norms:
+        shapes.update(post_attn_norm=(c.dim,), post_ffn_norm=(c.dim,))
     return shapes
 
 

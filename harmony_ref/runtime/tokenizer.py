@@ -1,6 +1,7 @@
 """The decoder's tokenizer: a `tokenizers` byte-level BPE built from a GGUF file's vocabulary,
-merges, token types and pre-tokenizer name, or an HF directory's tokenizer.json used as is; and
-the chat template applied with jinja2.
+merges, token types and pre-tokenizer name, a SentencePiece-style model from a GGUF's vocabulary
+and scores, or an HF directory's tokenizer.json used as is; and the chat template applied with
+jinja2.
 
     tok = Tokenizer.from_gguf(path)        # or Tokenizer.from_hf_dir(directory)
     ids = tok.encode("text")               # llama.cpp's ids for the same GGUF
@@ -16,6 +17,19 @@ Any other name is refused (its ids would silently differ from llama.cpp's). Toke
 the text like llama.cpp's tokenizer does with special-token parsing on (llama-tokenize's default)
 and dropped by decode(skip_special=True). No BOS is added unless the file's
 tokenizer.ggml.add_bos_token says so.
+
+GGUF `tokenizer.ggml.model = llama` (SentencePiece: Gemma, Llama 2) follows llama.cpp's
+llm_tokenizer_spm. The text is first cut at every control, user-defined and unknown token's text,
+longest token first (llama.cpp's tokenizer_st_partition: Gemma's newline, space and tab runs and
+HTML tags are user-defined, so "a  b" is "a", the two-space token, "b"); each remaining fragment
+gets a leading space when tokenizer.ggml.add_space_prefix says so and its spaces become "▁";
+then, starting from single characters, the adjacent pair whose concatenation is the vocabulary
+token of the highest score merges, leftmost first on ties, until no pair forms a token;
+characters left outside the vocabulary become their UTF-8 bytes' <0xXX> tokens. In `tokenizers`
+terms that is a BPE whose merges are every split of every token into two vocabulary tokens,
+ranked by the token's score, with byte fallback (`build_spm`); the cut is done here, in Python,
+with llama.cpp's rule rather than `tokenizers`' leftmost-longest match, which differs when two
+such tokens overlap.
 """
 
 from __future__ import annotations
@@ -27,8 +41,10 @@ from pathlib import Path
 from harmony_ref.model.decoder import CheckpointError
 
 TOKEN_TYPE_NORMAL = 1
+TOKEN_TYPE_UNKNOWN = 2
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
+SPM_SPACE = "\u2581"  # "▁": SentencePiece's visible space
 DIGIT_SPLIT_PRE = ("smollm", "codeshell", "exaone", "minerva")
 GPT2_PRE = ("default", "gpt2")
 # llama.cpp treats these as end of generation besides the EOS id (llama-vocab.cpp's EOG list).
@@ -46,15 +62,35 @@ class Tokenizer:
     eos_token: str = ""
     source: str = ""
     eog_ids: frozenset = field(default_factory=frozenset)
+    # SentencePiece models: (text, id) of the tokens cut out before the BPE, longest first
+    specials: tuple = ()
+    add_space_prefix: bool = False
 
     @property
     def vocab_size(self) -> int:
         return self.tk.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
-        ids = self.tk.encode(text, add_special_tokens=False).ids
+        if self.specials or self.add_space_prefix:
+            ids = self._encode_spm(text)
+        else:
+            ids = self.tk.encode(text, add_special_tokens=False).ids
         if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
             ids = [self.bos_id] + ids
+        return ids
+
+    def _encode_spm(self, text: str) -> list[int]:
+        ids: list[int] = []
+        prev_special = True
+        for piece in split_special(text, self.specials):
+            if isinstance(piece, int):
+                ids.append(piece)
+                prev_special = True
+                continue
+            if self.add_space_prefix and prev_special:
+                piece = " " + piece
+            ids.extend(self.tk.encode(piece, add_special_tokens=False).ids)
+            prev_special = False
         return ids
 
     def decode(self, ids, skip_special: bool = False) -> str:
@@ -82,29 +118,38 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, path) -> "Tokenizer":
-        import gguf
+        from harmony_ref.checkpoint.gguf import open_reader
 
         path = Path(path)
-        try:
-            reader = gguf.GGUFReader(str(path))
-        except Exception as e:
-            raise CheckpointError(f"{path}: not a readable GGUF file: {type(e).__name__}: {e}") from e
+        reader = open_reader(path)
 
         def get(key, default=None):
             f = reader.fields.get(key)
             return default if f is None else f.contents()
 
         model = get("tokenizer.ggml.model")
-        if model != "gpt2":
-            raise CheckpointError(f"{path}: tokenizer.ggml.model = {model!r}: only byte-level BPE "
-                                  "('gpt2') is supported")
+        if model not in ("gpt2", "llama"):
+            raise CheckpointError(f"{path}: tokenizer.ggml.model = {model!r}: supported 'gpt2' "
+                                  "(byte-level BPE) and 'llama' (SentencePiece)")
         tokens = get("tokenizer.ggml.tokens")
-        merges = get("tokenizer.ggml.merges")
-        if tokens is None or merges is None:
-            raise CheckpointError(f"{path}: tokenizer.ggml.tokens / merges missing")
+        if tokens is None:
+            raise CheckpointError(f"{path}: tokenizer.ggml.tokens missing")
         types = get("tokenizer.ggml.token_type", [TOKEN_TYPE_NORMAL] * len(tokens))
-        pre = get("tokenizer.ggml.pre", "default")
-        tk = build_bpe(tokens, merges, types, pre, where=f"{path}: tokenizer.ggml.pre")
+        extra: dict = {}
+        if model == "llama":  # SentencePiece: scores, cut tokens, BOS by default
+            scores = get("tokenizer.ggml.scores")
+            if scores is None or len(scores) != len(tokens):
+                raise CheckpointError(f"{path}: tokenizer.ggml.scores missing or not one per "
+                                      "token (a SentencePiece model needs them)")
+            tk = build_spm(tokens, scores, types, where=f"{path}: tokenizer.ggml.tokens")
+            extra = dict(specials=special_pieces(tokens, types),
+                         add_space_prefix=bool(get("tokenizer.ggml.add_space_prefix", True)))
+        else:
+            merges = get("tokenizer.ggml.merges")
+            if merges is None:
+                raise CheckpointError(f"{path}: tokenizer.ggml.tokens / merges missing")
+            pre = get("tokenizer.ggml.pre", "default")
+            tk = build_bpe(tokens, merges, types, pre, where=f"{path}: tokenizer.ggml.pre")
         bos, eos = get("tokenizer.ggml.bos_token_id"), get("tokenizer.ggml.eos_token_id")
         eog = {i for i, t in enumerate(tokens)
                if types[i] == TOKEN_TYPE_CONTROL and t in EOG_TOKEN_TEXTS}
@@ -112,11 +157,11 @@ class Tokenizer:
             eog.add(int(eos))
         return cls(tk, bos_id=None if bos is None else int(bos),
                    eos_id=None if eos is None else int(eos),
-                   add_bos=bool(get("tokenizer.ggml.add_bos_token", False)),
+                   add_bos=bool(get("tokenizer.ggml.add_bos_token", model == "llama")),
                    chat_template=get("tokenizer.chat_template"),
                    bos_token="" if bos is None else tokens[int(bos)],
                    eos_token="" if eos is None else tokens[int(eos)],
-                   source=str(path), eog_ids=frozenset(eog))
+                   source=str(path), eog_ids=frozenset(eog), **extra)
 
     @classmethod
     def from_hf_dir(cls, directory) -> "Tokenizer":
@@ -176,6 +221,86 @@ def build_bpe(tokens, merges, types, pre: str, where: str = "tokenizer"):
                for t, ty in zip(tokens, types) if ty == TOKEN_TYPE_CONTROL]
     user = [AddedToken(t, special=False, normalized=False)
             for t, ty in zip(tokens, types) if ty == TOKEN_TYPE_USER_DEFINED]
+    if special:
+        tk.add_special_tokens(special)
+    if user:
+        tk.add_tokens(user)
+    return tk
+
+
+# ----------------------------------------------------------------------------------------------
+# SentencePiece-style models (GGUF tokenizer.ggml.model = llama)
+
+CUT_TYPES = (TOKEN_TYPE_UNKNOWN, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED)
+
+
+def special_pieces(tokens, types) -> tuple:
+    """(text, id) of the tokens llama.cpp cuts out of the text before the BPE, longest first."""
+    pieces = [(t, i) for i, (t, ty) in enumerate(zip(tokens, types)) if ty in CUT_TYPES and t]
+    return tuple(sorted(pieces, key=lambda p: -len(p[0])))
+
+
+def split_special(text: str, specials) -> list:
+    """`text` cut into raw str fragments and token ids: each special token in turn, longest
+    first, is found left to right in every raw fragment (llama.cpp's tokenizer_st_partition)."""
+    parts: list = [text] if text else []
+    for piece, token_id in specials:
+        if piece not in text:
+            continue
+        out: list = []
+        for frag in parts:
+            if isinstance(frag, int) or piece not in frag:
+                out.append(frag)
+                continue
+            for j, raw in enumerate(frag.split(piece)):
+                if j:
+                    out.append(token_id)
+                if raw:
+                    out.append(raw)
+        parts = out
+    return parts
+
+
+def spm_merges(tokens, scores) -> list[tuple[str, str]]:
+    """Every split (left, right) of a token into two vocabulary tokens, the highest-scoring
+    token's splits first: a BPE that merges in this order picks, like llm_tokenizer_spm, the
+    adjacent pair forming the best-scoring token (ties by position: leftmost first)."""
+    vocab = set(tokens)
+    ranked = []
+    for i, t in enumerate(tokens):
+        for k in range(1, len(t)):
+            a, b = t[:k], t[k:]
+            if a in vocab and b in vocab:
+                ranked.append((-float(scores[i]), i, k, a, b))
+    ranked.sort()
+    return [(a, b) for _, _, _, a, b in ranked]
+
+
+def build_spm(tokens, scores, types, where: str = "tokenizer"):
+    """A `tokenizers.Tokenizer` for a SentencePiece vocabulary with scores and <0xXX> byte tokens
+    (see the module docstring); control tokens registered as special (dropped by decode with
+    skip_special), user-defined ones as added tokens."""
+    from tokenizers import AddedToken, Tokenizer as TK, decoders, models, normalizers
+
+    vocab = {}
+    for i, t in enumerate(tokens):
+        if t in vocab:
+            raise CheckpointError(f"{where}: token {t!r} appears twice (ids {vocab[t]} and {i})")
+        vocab[t] = i
+    missing = [f"<0x{b:02X}>" for b in range(256) if f"<0x{b:02X}>" not in vocab]
+    if missing:
+        raise CheckpointError(f"{where}: no byte-fallback tokens {', '.join(missing[:4])}"
+                              f"{' ...' if len(missing) > 4 else ''} (needed for characters "
+                              "outside the vocabulary)")
+    tk = TK(models.BPE(vocab=vocab, merges=spm_merges(tokens, scores), fuse_unk=False,
+                       byte_fallback=True))
+    tk.normalizer = normalizers.Replace(" ", SPM_SPACE)
+    tk.decoder = decoders.Sequence([decoders.Replace(SPM_SPACE, " "), decoders.ByteFallback(),
+                                    decoders.Fuse()])
+    special = [AddedToken(t, special=True, normalized=False)
+               for t, ty in zip(tokens, types) if ty == TOKEN_TYPE_CONTROL]
+    user = [AddedToken(t, special=False, normalized=False)
+            for t, ty in zip(tokens, types) if ty in (TOKEN_TYPE_USER_DEFINED, TOKEN_TYPE_UNKNOWN)]
     if special:
         tk.add_special_tokens(special)
     if user:

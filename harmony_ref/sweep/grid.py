@@ -7,7 +7,7 @@ any work starts; and its points, each keyed by a hash of its config and the code
 
 A sweep TOML file:
 
-    models = ["llama-3.2-1b", "qwen2.5-1.5b"]      # presets or spec TOML paths
+    models = ["llama-3.2-1b", "qwen2.5-1.5b"]      # presets, spec TOML paths or checkpoints
     policies = ["int4-g128", "int8"]
     profiles = ["harmony-flagship", "harmony-lowend"]
     parts = ["predicted", "accuracy"]              # of track/job.py's parts
@@ -91,8 +91,9 @@ class Grid:
             values = dict(zip(SCENARIO_AXES, sc))
             error = ""
             try:
-                config = RunConfig.from_names(model, policy, profile=profile,
-                                              backend=self.backend, **values).to_dict()
+                config = RunConfig.from_names(model_spec(model), policy, profile=profile,
+                                              backend=self.backend, **values,
+                                              checkpoint=checkpoint_name(model)).to_dict()
             except ValueError as e:
                 error = f"bad config: {e}"
                 config = {"model": model, "policy": policy, "profile": profile,
@@ -115,6 +116,21 @@ class Grid:
 
 def _digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def checkpoint_name(model: str) -> str:
+    """`model` when it names a checkpoint (gemma3-270m, smollm2-135m, a .gguf, an HF dir)."""
+    from harmony_ref.runtime.loader import is_checkpoint
+
+    return model if is_checkpoint(model) else ""
+
+
+def model_spec(model: str):
+    """A preset or spec TOML by name, or a checkpoint's spec derived from its metadata."""
+    from harmony_ref.model.spec import get_spec
+    from harmony_ref.runtime.loader import checkpoint_spec
+
+    return checkpoint_spec(model) if checkpoint_name(model) else get_spec(model)
 
 
 def file_digest(value: str) -> str | None:
@@ -157,12 +173,11 @@ def _fail(source: str, where: str, value, msg: str):
 def check_grid(grid: Grid) -> None:
     """Every axis non-empty and every name resolvable; a ValueError naming source/field/value."""
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.model.spec import get_spec
     from harmony_ref.quant.policy import load_policy
     from harmony_ref.track.job import part_names
 
     src = grid.source
-    for where, values, load in (("models", grid.models, get_spec),
+    for where, values, load in (("models", grid.models, model_spec),
                                 ("policies", grid.policies, load_policy),
                                 ("profiles", grid.profiles, load_profile),
                                 ("parts", grid.parts, None)):

@@ -16,7 +16,7 @@ def _same_weights(a, b, tol=0.0):
         np.testing.assert_allclose(getattr(a, name), getattr(b, name), atol=tol, rtol=0)
     for la, lb in zip(a.layers, b.layers):
         for key in ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down",
-                    "bq", "bk", "bv"):
+                    "bq", "bk", "bv", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"):
             x, y = getattr(la, key), getattr(lb, key)
             assert (x is None) == (y is None), key
             if x is not None:
@@ -35,6 +35,80 @@ def test_round_trip_f32(tmp_path, arch, tied):
     assert c.tied_embeddings == tied and c.attention_bias == (arch == "qwen2")
     assert (c.bos_id, c.eos_id, c.max_positions, c.rope_theta) == (1, 2, 128, 10000.0)
     assert c.norm_eps == pytest.approx(1e-5) and "im_start" in c.chat_template
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3"])
+def test_round_trip_qwen3_and_gemma3(tmp_path, arch):
+    """Every tensor back (q/k norms, post norms), the config equal to the one written: Gemma's
+    sliding window, its local layers, both RoPE bases, the embedding and query scales."""
+    c = tiny_config(arch)
+    w = write_tiny_gguf(tmp_path / "m.gguf", c)
+    r = g.read_gguf(tmp_path / "m.gguf")
+    _same_weights(w, r)
+    differ = {k: (getattr(r.config, k), getattr(c, k)) for k in c.__dataclass_fields__
+              if getattr(r.config, k) != getattr(c, k) and k not in ("norm_eps", "chat_template")}
+    assert differ == {}
+    assert r.config.norm_eps == pytest.approx(c.norm_eps)
+
+
+def _gemma3_with(tmp_path, **keys):
+    """The tiny Gemma 3 GGUF with metadata keys (gemma3.<key>) replaced."""
+    import gguf
+
+    src = tmp_path / "src.gguf"
+    write_tiny_gguf(src, tiny_config("gemma3"))
+    reader = gguf.GGUFReader(str(src))
+    out = tmp_path / "bad.gguf"
+    w = gguf.GGUFWriter(str(out), "gemma3")
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        short = name.removeprefix("gemma3.")
+        if short in keys:
+            continue
+        w.add_key_value(name, field.contents(), field.types[0],
+                        field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None)
+    for short, value in keys.items():
+        if isinstance(value, float):
+            w.add_float32(f"gemma3.{short}", value)
+        elif isinstance(value, list):
+            w.add_array(f"gemma3.{short}", value)
+        else:
+            w.add_int32(f"gemma3.{short}", value)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def test_gemma3_metadata_rules_and_bad_values(tmp_path):
+    # an integer pattern, llama.cpp's rule: layer i local unless i % n == n - 1
+    c = g.read_gguf_config(_gemma3_with(tmp_path, **{"attention.sliding_window_pattern": 2}))
+    assert c.local_layers == (0, 2) and c.rope_theta_local == 1e4
+    c = g.read_gguf_config(_gemma3_with(tmp_path, **{"attention.sliding_window": 0}))
+    assert c.local_layers == () and c.sliding_window == 0  # no window: every layer global
+    bad = [({"attention.sliding_window": -3}, r"gemma3\.attention\.sliding_window = -3"),
+           ({"attention.sliding_window_pattern": [True]},
+            r"gemma3\.attention\.sliding_window_pattern = \[True\]"),
+           ({"final_logit_softcapping": 30.0}, r"gemma3\.final_logit_softcapping = 30\.0"),
+           ({"rope.freq_base": float("nan")}, r"gemma3\.rope\.freq_base = nan"),
+           ({"attention.head_count": 0}, r"gemma3\.attention\.head_count = 0"),
+           ({"attention.value_length": 8}, r"gemma3\.attention\.value_length = 8")]
+    for keys, message in bad:
+        with pytest.raises(CheckpointError, match=r"bad\.gguf: .*" + message):
+            g.read_gguf(_gemma3_with(tmp_path, **keys))
+
+
+def test_bad_architecture_metadata_is_exit_2_naming_the_field(tmp_path, capsys):
+    from harmony_ref.cli import main
+
+    path = _gemma3_with(tmp_path, **{"attention.sliding_window": -3})
+    assert main(["generate", "--model", str(path), "--prompt", "hi", "--max-new", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "gemma3.attention.sliding_window = -3" in err and len(err.splitlines()) == 1
 
 
 def test_llama_qk_rows_are_permuted_in_the_file_and_unpermuted_on_load(tmp_path):

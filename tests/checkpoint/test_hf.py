@@ -29,6 +29,57 @@ def test_round_trip(tmp_path, arch, tied):
         np.testing.assert_array_equal(r.layers[0].bv, w.layers[0].bv)
 
 
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3"])
+def test_round_trip_qwen3_and_gemma3(tmp_path, arch):
+    """Every tensor back (Gemma's norms stored as w - 1 and read as 1 + w), the config equal."""
+    c = tiny_config(arch)
+    w = write_tiny_hf(tmp_path, c)
+    stored = {}
+    from safetensors.numpy import load_file
+
+    stored = load_file(str(tmp_path / "model.safetensors"))
+    r = read_hf_dir(tmp_path)
+    differ = {k for k in c.__dataclass_fields__ if getattr(r.config, k) != getattr(c, k)}
+    assert differ <= {"chat_template", "name"}  # those come from tokenizer_config / the path
+    for la, lb in zip(w.layers, r.layers):
+        for key in ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "ffn_norm", "wq"):
+            a, b = getattr(la, key), getattr(lb, key)
+            assert (a is None) == (b is None), key
+            if a is not None:
+                np.testing.assert_allclose(a, b, atol=1e-6, rtol=0, err_msg=key)
+    if arch == "gemma3":
+        np.testing.assert_allclose(stored["model.layers.0.pre_feedforward_layernorm.weight"] + 1,
+                                   w.layers[0].ffn_norm, atol=1e-6)
+        np.testing.assert_allclose(stored["model.layers.0.post_attention_layernorm.weight"] + 1,
+                                   w.layers[0].post_attn_norm, atol=1e-6)
+    a = LlamaRef(w).prefill(TOKENS, all_logits=True)
+    np.testing.assert_allclose(LlamaRef(r).prefill(TOKENS, all_logits=True), a,
+                               atol=SAME_MODEL_LOGITS_ABS_TOL * 10, rtol=0)
+
+
+def test_gemma3_older_config_form_and_bad_fields(tmp_path):
+    """transformers 4's keys (rope_theta + rope_local_base_freq, sliding_window_pattern) read
+    like the newer rope_parameters + layer_types; unsupported fields named."""
+    write_tiny_hf(tmp_path, tiny_config("gemma3"))
+    path = tmp_path / "config.json"
+    cfg = json.loads(path.read_text())
+    old = {k: v for k, v in cfg.items() if k not in ("rope_parameters", "layer_types")}
+    path.write_text(json.dumps(old | {"rope_theta": 1e6, "rope_local_base_freq": 1e4,
+                                      "sliding_window_pattern": 3}))
+    c = read_hf_dir(tmp_path).config
+    assert c.local_layers == (0, 1) and (c.rope_theta, c.rope_theta_local) == (1e6, 1e4)
+    bad = [({"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
+           ({"hidden_activation": "gelu"}, "'hidden_activation' = 'gelu'"),
+           ({"layer_types": ["sliding_attention"]}, "'layer_types'"),
+           ({"sliding_window": -1}, "'sliding_window' = -1"),
+           ({"rope_parameters": {"full_attention": {"rope_type": "linear", "rope_theta": 1e6,
+                                                    "factor": 8.0}}}, "rope_type = 'linear'")]
+    for change, message in bad:
+        path.write_text(json.dumps(cfg | change))
+        with pytest.raises(CheckpointError, match=r"config\.json: .*" + message):
+            read_hf_dir(tmp_path)
+
+
 def test_sharded_index_f16_and_bf16(tmp_path):
     from safetensors.numpy import save_file
 

@@ -54,3 +54,29 @@ def test_bad_input():
         u = np.ones((2, 3))
         u[1, 2] = np.nan
         act.silu_gate_ref(np.ones((2, 3)), u)
+
+
+# ----------------------------------------------------------------------------------------------
+# GeGLU (Gemma): gelu_tanh(gate) * up; the kernel's tanh is norm.py's rational approximation
+
+
+GELU_GATE_ABS_TOL = 2e-5  # the rational tanh's error (TANH_APPROX_ABS_TOL) times |v| / 2 * |up|
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (3, 33), (2, 5, 17)])
+def test_gelu_tanh_gate_matches_ref_and_torch_formula(shape):
+    from harmony_ref.kernels.activation import gelu_tanh_gate, gelu_tanh_gate_ref
+
+    rng = np.random.default_rng(len(shape))
+    gate = (rng.standard_normal(shape) * 3).astype(np.float32)
+    up = rng.standard_normal(shape).astype(np.float32)
+    got = gelu_tanh_gate(gate, up)
+    assert got.shape == gate.shape and got.dtype == np.float32
+    ref = gelu_tanh_gate_ref(gate, up)
+    assert_within(got, ref, GELU_GATE_ABS_TOL, "kernel vs twin")
+    g = gate.astype(np.float64)  # PyTorch's gelu(approximate="tanh") in float64
+    exact = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3))) * up
+    assert_within(ref, exact, 1e-5, "twin vs the float64 formula")
+    big = np.array([-30.0, -9.5, 0.0, 9.5, 30.0], np.float32)
+    np.testing.assert_allclose(gelu_tanh_gate(big, np.ones(5, np.float32)),
+                               [0.0, 0.0, 0.0, 9.5, 30.0], atol=1e-6)

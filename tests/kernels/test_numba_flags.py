@@ -13,7 +13,8 @@ _DECODE_ROW = ("decoder hot path over one row of 576-1536 values per call: a par
                "(2.5 us measured) costs more than the work; prefill rows are cheap too")
 SERIAL_OK = {"_tanh_vec": "norm.tanh_approx: exposes the kernels' tanh to its accuracy test",
              "rms_norm_rows": _DECODE_ROW, "add_rms_norm_rows": _DECODE_ROW,
-             "rope_rows": _DECODE_ROW, "silu_gate_rows": _DECODE_ROW}
+             "rope_rows": _DECODE_ROW, "silu_gate_rows": _DECODE_ROW,
+             "gelu_tanh_gate_rows": _DECODE_ROW, "rms_norm_heads_rows": _DECODE_ROW}
 
 DISPATCHERS = [
     (mod.__name__.rsplit(".", 1)[-1], name, obj)

@@ -86,3 +86,53 @@ def test_bad_input():
         at.prefill_attention(q, cache)
     with pytest.raises(ValueError, match="KVCache"):
         at.prefill_attention_ref(np.ones((1, 2, 16)), object())
+
+
+# ----------------------------------------------------------------------------------------------
+# Sliding-window attention (Gemma 3's local layers) and the ring cache that keeps only the window
+
+
+@pytest.mark.parametrize("window", [1, 3, 4, 17])
+@pytest.mark.parametrize("past,new", [(0, 1), (0, 9), (5, 4), (30, 33)])
+def test_window_prefill_matches_ref_and_a_masked_float(window, past, new):
+    rng = np.random.default_rng(window * 100 + past + new)
+    k = rng.standard_normal((past + new, 2, 16)).astype(np.float32)
+    v = rng.standard_normal((past + new, 2, 16)).astype(np.float32)
+    q = rng.standard_normal((new, 6, 16)).astype(np.float32)
+    got = at.window_prefill_attention(q, k, v, window)
+    assert_within(got, at.window_prefill_attention_ref(q, k, v, window), FAST_VS_REF_ABS_TOL,
+                  "fast vs ref")
+    for i in range(new):  # row i: the float attention over its last `window` keys only
+        pos = past + i
+        lo = max(0, pos - window + 1)
+        want = _float_causal(q[i:i + 1], k[lo:pos + 1], v[lo:pos + 1])
+        assert_within(got[i:i + 1], want, FAST_VS_REF_ABS_TOL * 10, f"row {i} window {window}")
+    assert_within(at.window_prefill_attention(q, k, v, 0), _float_causal(q, k, v),
+                  FAST_VS_REF_ABS_TOL * 10, "window 0 is plain causal attention")
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "int8"])
+def test_ring_cache_keeps_the_last_window_in_order(dtype):
+    rng = np.random.default_rng(7)
+    k = rng.standard_normal((23, 2, 8)).astype(np.float32)
+    v = rng.standard_normal((23, 2, 8)).astype(np.float32)
+    ring = at.KVCache(64, 2, 8, dtype, window=5)
+    full = at.KVCache(64, 2, 8, dtype)
+    assert ring.max_context == 5 and ring.nbytes * 64 == full.nbytes * 5
+    for lo, hi in ((0, 3), (3, 4), (4, 15), (15, 16), (16, 23)):  # appends of 3, 1, 11, 1, 7
+        ring.append(k[lo:hi], v[lo:hi])
+        full.append(k[lo:hi], v[lo:hi])
+        n = min(hi, 5)
+        assert ring.pos == hi and ring.length == n
+        rk, rv = ring.ordered_kv()
+        fk, fv = at.cached_kv_ref(full)
+        np.testing.assert_array_equal(rk, fk[hi - n:hi])
+        np.testing.assert_array_equal(rv, fv[hi - n:hi])
+        q = rng.standard_normal((4, 8)).astype(np.float32)  # decode reads the slots in any order
+        window_ref = at.window_prefill_attention_ref(q[None], fk[:hi], fv[:hi], 5)[0]
+        assert_within(at.decode_attention(q, ring), window_ref, FAST_VS_REF_ABS_TOL, "decode")
+    rk, _ = ring.roundtrip(k[:2], v[:2])
+    ring.reset()
+    ring.append(k[:2], v[:2])
+    np.testing.assert_array_equal(ring.ordered_kv()[0], rk)  # roundtrip: what the cache returns
+    assert at.KVCache(4, 2, 8, dtype, window=9).window == 0  # a window past the context: no ring

@@ -81,3 +81,23 @@ def test_shape_mismatch_is_an_error():
         norm.rms_norm(np.ones((2, 8), np.float32), np.ones(7, np.float32))
     with pytest.raises(ValueError, match="delta"):
         norm.add_rms_norm(np.ones((2, 8)), np.ones((2, 9)), np.ones(8))
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-head RMSNorm (Qwen3's and Gemma 3's q_norm / k_norm) on the fused q|k|v rows, in place
+
+
+@pytest.mark.parametrize("t,heads,hd", [(1, 1, 2), (3, 4, 16), (5, 3, 33), (2, 8, 256)])
+def test_head_norm_matches_ref_and_touches_only_its_heads(t, heads, hd):
+    rng = np.random.default_rng(t * heads + hd)
+    x = rng.standard_normal((t, heads, hd)).astype(np.float32) * 5
+    w = (1 + 0.1 * rng.standard_normal(hd)).astype(np.float32)
+    assert_within(norm.rms_norm_heads(x, w, 1e-6), norm.rms_norm_heads_ref(x, w, 1e-6),
+                  RMS_ABS_TOL, "heads")
+    row = rng.standard_normal((t, (heads + 2) * hd)).astype(np.float32)  # q heads, then 2 more
+    before = row.copy()
+    norm.rms_norm_heads_rows(row, 1, heads, hd, w, np.float32(1e-6))  # heads 1 .. heads
+    np.testing.assert_array_equal(row[:, :hd], before[:, :hd])
+    np.testing.assert_array_equal(row[:, (heads + 1) * hd:], before[:, (heads + 1) * hd:])
+    want = norm.rms_norm_heads_ref(before[:, hd:(heads + 1) * hd].reshape(t, heads, hd), w, 1e-6)
+    assert_within(row[:, hd:(heads + 1) * hd].reshape(t, heads, hd), want, RMS_ABS_TOL, "rows")

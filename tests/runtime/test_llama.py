@@ -1,6 +1,7 @@
-"""The decoder runtime on tiny random checkpoints: prefill logits == step-by-step decode logits
-(both paths, fp16 and int8 KV), the kernel path against the NumPy oracle per policy, fused and
-unfused Linears agreeing, chunked prefill, the context limit."""
+"""The decoder runtime on tiny random checkpoints (Llama, Qwen2, Qwen3, Gemma 3): prefill logits
+== step-by-step decode logits (both paths, fp16 and int8 KV; past Gemma's sliding window), the
+kernel path against the NumPy oracle per policy, fused and unfused Linears agreeing, chunked
+prefill, the context limit, the local layers' window-sized caches."""
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ def _model(name, w, kv="fp16"):
     return LlamaRef(w) if name == "reference" else Llama(w, name, kv)
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
 @pytest.mark.parametrize("name", ["reference", "fp32", "int8", "int4-g32"])
 @pytest.mark.parametrize("kv", ["fp16", "int8"])
 def test_prefill_equals_step_by_step_decode(arch, name, kv):
@@ -45,13 +46,35 @@ def test_prefill_equals_step_by_step_decode(arch, name, kv):
     assert_within(np.concatenate([a, b]), full, PREFILL_VS_DECODE_ABS_TOL[name], "chunked")
 
 
+def test_local_layers_keep_only_the_window_and_see_only_it():
+    """Gemma 3's local layers: a 4-slot ring however long the context; a token further back
+    than the window changes the local layers' attention only through the global layer."""
+    c = tiny_config("gemma3")
+    w = tiny_weights(c, seed=3)
+    m = Llama(w, "fp32", max_context=64)
+    assert [b.cache.max_context for b in m.blocks] == [4, 4, 64]
+    m.prefill(TOKENS)
+    assert [b.cache.length for b in m.blocks] == [4, 4, len(TOKENS)]
+    assert m.kv_cache_bytes() == sum(b.cache.nbytes for b in m.blocks)
+    # one local layer: the logits at position p depend only on tokens p - 3 .. p
+    only_local = tiny_weights(tiny_config("gemma3", n_layers=1, local_layers=(0,)), seed=3)
+    a = LlamaRef(only_local).prefill([5, 6] + TOKENS[:6], all_logits=True)
+    b = LlamaRef(only_local).prefill([9, 70] + TOKENS[:6], all_logits=True)
+    assert np.abs(a[:5] - b[:5]).max() > 1e-3  # the first two tokens are in view here ...
+    assert_within(a[5:], b[5:], 1e-4, "... and out of the window of every later query")
+    fast = Llama(only_local, "fp32")
+    got = fast.prefill([9, 70] + TOKENS[:6], all_logits=True)
+    assert_within(got, b, 2e-2, "kernel path, one local layer")
+
+
 def _rel_rms(got, ref):
     return float(np.sqrt(((got - ref) ** 2).mean() / (ref ** 2).mean()))
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "gemma3"])
 @pytest.mark.parametrize("policy", sorted(KERNEL_VS_REF_REL_RMS))
-def test_kernel_path_follows_the_oracle(policy):
-    w = tiny_weights(tiny_config("llama", tied=True), seed=4)
+def test_kernel_path_follows_the_oracle(policy, arch):
+    w = tiny_weights(tiny_config(arch, tied=True), seed=4)
     ref = LlamaRef(w).prefill(TOKENS, all_logits=True)
     got = Llama(w, policy).prefill(TOKENS, all_logits=True)
     err = _rel_rms(got, ref)

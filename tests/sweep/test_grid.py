@@ -104,3 +104,15 @@ def test_split_list():
         split_list("1,x", "--prompt", int)
     with pytest.raises(ValueError, match="--x ''"):
         split_list("", "--x")
+
+
+def test_a_checkpoint_is_a_model_with_its_spec_from_the_file(tmp_path):
+    from tests.fixtures.decoder.tiny import tiny_config, write_tiny_gguf
+
+    path = tmp_path / "g.gguf"
+    write_tiny_gguf(path, tiny_config("gemma3", max_positions=4096))
+    points = small(models=(str(path),)).points()
+    assert points and not any(p.error for p in points)
+    config = points[0].config
+    assert config["model"] == str(path)
+    assert config["model_spec"]["activation"] == "gelu_tanh" and config["model_spec"]["n_layers"] == 3
