@@ -45,7 +45,7 @@ from harmony_ref.device.cost import Roofline, dram_bytes, op_time_s
 from harmony_ref.device.profile import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
 from harmony_ref.units import GIGA, US_PER_S
 
-RATE_CLASSES = ("int4", "int8", "fp16", "vector")
+RATE_CLASSES = ("int4", "int8", "fp16", "vector", "attention")
 
 
 MAX_ITERATIONS = 20

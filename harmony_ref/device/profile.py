@@ -10,8 +10,8 @@ launch overhead, storage read, NPU init, graph parse: the cold-start inputs) and
 (harmony_ref/device/thermal_config.py); optional [npu] (the op types the NPU runs and the ones the
 CPU runtime implements for fallback, the NPU <-> CPU copy rate, the NPU memory models may hold:
 device/ops.py, device/lifecycle.py) and [cpu] (its core clusters, `[[cpu.clusters]]`, per-op
-dispatch and per-thread synchronisation costs: device/threads.py), and an optional [calibration]
-section that only
+dispatch and per-thread synchronisation costs: device/threads.py), an optional [gpu] (its peak, for a GPU
+runtime), and an optional [calibration] section that only
 `harmony-ref calibrate` writes (the fitted model's held-out error; shipped profiles have none).
 Every number in a shipped file names its source or says
 `assumption`. A Cube peak of 0 means "no NPU path for this dtype": the op falls back to the CPU
@@ -86,6 +86,15 @@ def _positive():
     return field(metadata={"min": 1e-9})
 
 
+def _optional_fraction():
+    """An efficiency a profile may leave out (NaN: the field it defaults to, see its comment)."""
+    return field(default=math.nan, metadata={"min": 1e-6, "max": 1.0})
+
+
+def _or(value: float, fallback: float) -> float:
+    return fallback if math.isnan(value) else value
+
+
 @dataclass(frozen=True)
 class ComputeSpec:
     cube_fp16_tops: float = nonneg()  # NPU matrix unit peaks; 0 = no NPU path for the dtype
@@ -95,10 +104,24 @@ class ComputeSpec:
     cpu_fp16_gflops: float = _positive()  # CPU fallback matmul rates (NEON)
     cpu_int8_gops: float = _positive()
     cpu_int4_gops: float = _positive()
-    compute_efficiency: float = _fraction()  # achieved / peak on large matmuls
+    # achieved / peak on large matmuls; a SoC profile that names its `runtime` leaves it (and
+    # weight_only_compute) out: the runtime profile gives them (device/runtime.py)
+    compute_efficiency: float = _optional_fraction()
     # what a weight-only quantized matmul computes in: "fp16" (dequantized, float) or "weight"
     # (its weight's dtype: our host kernels' dynamic int8 activations); see `compute_dtype`
-    weight_only_compute: str = field(metadata={"choices": WEIGHT_ONLY_COMPUTES})
+    weight_only_compute: str = field(default="", metadata={"choices": WEIGHT_ONLY_COMPUTES + ("",)})
+    # Optional per-class efficiencies (NaN: compute_efficiency): the matmuls of one compute dtype,
+    # attention's QK^T and P.V (a runtime's attention kernel is rarely as good as its GEMM), and
+    # the vector ops (norms, softmax, activations).
+    int4_efficiency: float = _optional_fraction()
+    int8_efficiency: float = _optional_fraction()
+    fp16_efficiency: float = _optional_fraction()
+    attention_efficiency: float = _optional_fraction()
+    vector_efficiency: float = _optional_fraction()
+
+    def efficiency(self, cls: str) -> float:
+        """Achieved / peak of a class: a compute dtype (DTYPES), "attention" or "vector"."""
+        return _or(getattr(self, f"{cls}_efficiency"), self.compute_efficiency)
 
     def op_compute_dtype(self, op, cpu_path: bool = False) -> str:
         """The dtype graph op `op` computes in on this profile (`compute_dtype`); `cpu_path`: on
@@ -121,11 +144,27 @@ class ComputeSpec:
 class MemorySpec:
     dram_type: str
     dram_bandwidth_gbps: float = _positive()  # peak, GB/s (decimal)
-    memory_efficiency: float = _fraction()  # achieved / peak on streaming reads
     onchip_buffer_kib: float = _positive()  # NPU local buffer a matmul tiles its activations into
     ram_gb: float = _positive()
     app_memory_share: float = _fraction()  # fraction of RAM one foreground app may hold
     runtime_workspace_mb: float = nonneg()  # runtime + graph + scratch, outside weights and KV
+    memory_efficiency: float = _optional_fraction()  # achieved / peak on streaming reads
+    # The last-level (or system-level) cache that weights re-read every step can stay in: 0 = none.
+    # A phase whose streamed bytes (weights, K/V) per step fit it reads them at the cache's
+    # bandwidth; a larger one hits in it a share cache / streamed (device/cost.py).
+    cache_mb: float = field(default=0.0, metadata={"min": 0.0})
+    cache_bandwidth_gbps: float = field(default=0.0, metadata={"min": 0.0})  # peak or measured
+    cache_efficiency: float = _optional_fraction()  # achieved / cache bandwidth (NaN: memory's)
+    # Measured read bandwidth of each unit (a CPU cluster, the GPU, the NPU rarely reach the
+    # DRAM peak alone), and of one CPU core: 0 = not measured (the DRAM peak applies).
+    cpu_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
+    gpu_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
+    npu_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
+    core_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
+
+    @property
+    def cache_bytes(self) -> float:
+        return self.cache_mb * MB
 
     @property
     def app_budget_bytes(self) -> float:
@@ -142,10 +181,13 @@ class MemorySpec:
 
 @dataclass(frozen=True)
 class RuntimeSpec:
-    launch_overhead_us: float = nonneg()  # per kernel launch, on top of its compute/memory time
     storage_read_gbps: float = _positive()  # sequential read of the model file
     npu_init_ms: float = nonneg()  # opening the NPU device and runtime context
     graph_parse_ms_per_mb: float = nonneg()  # model graph parse/compile per MB of model file
+    # per kernel launch, on top of its compute/memory time (NaN: given by the named runtime)
+    launch_overhead_us: float = field(default=math.nan, metadata={"min": 0.0})
+    # once per forward pass (the prefill, each decode step): the runtime's own loop, sampling
+    forward_overhead_us: float = field(default=0.0, metadata={"min": 0.0})
 
 
 @dataclass(frozen=True)
@@ -189,6 +231,15 @@ class CpuSpec:
 
 
 @dataclass(frozen=True)
+class GpuSpec:
+    """The SoC's GPU as a runtime that runs the matmuls on it sees it (MLC, OpenCL)."""
+
+    name: str
+    fp16_gflops: float = _positive()  # peak FP16 (spec sheet: ALUs x 2 x clock)
+    int8_gops: float = field(default=0.0, metadata={"min": 0.0})  # 0: no int8 path (runs fp16)
+
+
+@dataclass(frozen=True)
 class CalibrationInfo:
     """How well this (calibrated) profile's model predicted measurements it was not fitted on."""
     held_out_per_op_mape_pct: float = nonneg()  # held-out microbenchmark ops
@@ -221,6 +272,10 @@ class DeviceProfile:
     runtime: RuntimeSpec
     thermal: ThermalConfig
     soc: str = ""
+    # A SoC profile names the runtime that runs on it by default (device/runtimes/*.toml); its
+    # efficiencies, weight-only compute and launch overhead then come from that runtime
+    default_runtime: str = ""
+    gpu: GpuSpec | None = None  # [gpu]: for a runtime whose unit is "gpu"
     npu: NpuSpec | None = None  # [npu]: op support and NPU memory; None = every op on the NPU
     cpu: CpuSpec | None = None  # [cpu]: clusters for the thread model; None = no thread model
     calibration: CalibrationInfo | None = field(default=None, compare=False)  # [calibration], optional
@@ -258,8 +313,18 @@ def profile_from_dict(data: dict, source: str) -> DeviceProfile:
     return profile
 
 
+RUNTIME_FIELDS = (("compute", "compute_efficiency"), ("compute", "weight_only_compute"),
+                  ("memory", "memory_efficiency"), ("runtime", "launch_overhead_us"))
+
+
 def _check_cross_fields(p: DeviceProfile, source: str) -> None:
     """Checks across fields that from_table cannot make: named like its errors."""
+    if not p.default_runtime:
+        for sec, key in RUNTIME_FIELDS:
+            v = getattr(getattr(p, sec), key)
+            if v == "" or (isinstance(v, float) and math.isnan(v)):
+                raise ValueError(f"{source}: missing field '{sec}.{key}': a profile that names no "
+                                 "`default_runtime` must give it")
     if p.cpu is not None:
         names = [c.name for c in p.cpu.clusters]
         dup = next((n for n in names if names.count(n) > 1), None)
@@ -287,8 +352,8 @@ def _shipped_profile(name: str) -> DeviceProfile:
     return profile_from_dict(data, source)
 
 
-def load_profile(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
-    """A shipped profile by name ("harmony-flagship") or a profile TOML by path."""
+def load_soc(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
+    """A profile as written: a SoC profile that names a runtime keeps its runtime fields unset."""
     if isinstance(name_or_path, DeviceProfile):
         return name_or_path
     text = str(name_or_path)
@@ -296,3 +361,18 @@ def load_profile(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
         return _shipped_profile(text)
     data, source = read_toml("profile", PROFILES_FOLDER, name_or_path)
     return profile_from_dict(data, source)
+
+
+def load_profile(name_or_path: str | Path | DeviceProfile, runtime=None,
+                 threads: int | None = None) -> DeviceProfile:
+    """A shipped profile by name ("harmony-flagship") or a profile TOML by path, ready for the
+    cost model: with `runtime` (a runtime profile name, path or RuntimeProfile) that runtime on
+    the SoC, else the profile's own `runtime` when it names one, else the profile as written.
+    `threads`: a CPU runtime's thread count (default: the runtime's)."""
+    soc = load_soc(name_or_path)
+    runtime = runtime or soc.default_runtime or None
+    if runtime is None:
+        return soc
+    from harmony_ref.device.runtime import apply_runtime, load_runtime
+
+    return apply_runtime(soc, load_runtime(runtime), threads)

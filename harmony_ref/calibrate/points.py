@@ -1,0 +1,73 @@
+"""A measured point the device model is judged on: one metric of one configuration on one SoC
+under one runtime, measured (a host run, a llama-bench test, a published figure, a phone
+record), with the split it belongs to (`fit`: calibration may use it; `score`: never fitted on).
+
+    p = Point("xiao24-d9300-prefill", "phones", "dimensity-9300", "llama.cpp-cpu", 6, config,
+              "prefill_tokens_per_s", 10.63, "fit", source="Xiao et al., ...")
+    p.predicted()                         # SimulatedDevice on the SoC + runtime, the same metric
+    p.predicted(runtime=fitted_profile)   # with another runtime profile (a fit trying numbers)
+
+The prediction is the simulated backend's metric of the same name (backends/simulated.py), so
+every point is priced by device/cost.py's one per-op cost function.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+SPLITS = ("fit", "score")
+POINT_METRICS = ("prefill_ms", "decode_step_ms", "ttft_ms", "e2e_ms", "prefill_tokens_per_s",
+                 "decode_tokens_per_s", "peak_memory_mb")
+
+
+@dataclass(frozen=True)
+class Point:
+    id: str
+    set: str  # host | llama.cpp | phones | records
+    profile: str  # the SoC profile (name or path)
+    runtime: str  # the runtime profile (name or path)
+    threads: int  # 0: the runtime's default
+    config: object  # RunConfig
+    metric: str
+    measured: float
+    split: str
+    source: str = ""
+    samples: tuple[float, ...] = ()  # the metric per repeat, when the measurement kept them
+    note: str = ""
+
+    def __post_init__(self):
+        if self.metric not in POINT_METRICS:
+            raise ValueError(f"point {self.id}: metric {self.metric!r} not in {POINT_METRICS}")
+        if self.split not in SPLITS:
+            raise ValueError(f"point {self.id}: split {self.split!r} not in {SPLITS}")
+        if not (math.isfinite(self.measured) and self.measured > 0):
+            raise ValueError(f"point {self.id}: measured {self.metric} = {self.measured!r}: "
+                             "must be a finite number > 0")
+
+    def device_profile(self, runtime=None):
+        from harmony_ref.device.profile import load_profile
+
+        return load_profile(self.profile, runtime or self.runtime, self.threads or None)
+
+    def predicted(self, runtime=None) -> float:
+        from harmony_ref.backends.simulated import SimulatedDevice
+
+        return SimulatedDevice(self.device_profile(runtime)).predict(self.config).value(self.metric)
+
+
+@dataclass
+class Scored:
+    """A point with its prediction and error (signed: (predicted - measured) / measured)."""
+
+    point: Point
+    predicted: float
+    fitted: bool = field(default=False)  # the runtime profile's calibration fitted on it
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted - self.point.measured) / self.point.measured
+
+    @property
+    def ape_pct(self) -> float:
+        return abs(self.error_pct)
