@@ -76,11 +76,12 @@ def sync_us(threads: int, repeats: int = 2000) -> float:
 
 
 def machine() -> dict:
-    from harmony_ref.backends.host_timing import cpu_freq_mhz, onchip_buffer_bytes
+    from harmony_ref.backends.host_timing import cpu_flags, cpu_freq_mhz, onchip_buffer_bytes
 
     l3 = open("/sys/devices/system/cpu/cpu0/cache/index3/size").read().strip()
     out = {"cpu": platform.processor() or platform.machine(), "lscpu_model": _lscpu(),
-           "l2_bytes": onchip_buffer_bytes(), "l3": l3, "cpu_freq_mhz": cpu_freq_mhz()}
+           "flags": sorted(cpu_flags()), "l2_bytes": onchip_buffer_bytes(), "l3": l3,
+           "cpu_freq_mhz": cpu_freq_mhz()}
     for t in (1, 2):
         out[f"cache_read_gbps_t{t}"] = stream_gbps(64 << 20, t)
         out[f"dram_read_gbps_t{t}"] = stream_gbps(2 << 30, t, repeats=3)
@@ -92,7 +93,7 @@ def _lscpu() -> str:
     import subprocess
 
     text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    keep = ("Model name", "CPU family", "Model:", "Flags")
+    keep = ("Model name", "CPU family", "Model:")
     return "; ".join(line.split(":", 1)[0].strip() + "=" + line.split(":", 1)[1].strip()[:60]
                      for line in text.splitlines() if line.startswith(keep))
 

@@ -191,3 +191,92 @@ def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: s
                "fit_phase_mape_pct": mape("fit", phases),
                "provenance": provenance, "notes": notes}
     return table, summary
+
+
+# --- runtime profiles fitted on a measured set (host, llama.cpp, published figures) -----------
+
+PHONE_PARAMS = ("matmul", "memory")
+
+
+def calibrate_runtime_on_set(set_name: str, runtime: str, out, figures=None,
+                             params: tuple[str, ...] | None = None) -> dict:
+    """Fit `runtime` on the fit points of a measured set (calibrate/points.py) and write the
+    runtime profile to `out` (loaded back through the schema). Sets: "host" (the per-call NNLS
+    of calibrate/host_runs.py), "llama.cpp" (calibrate/llamacpp.py), "phones" (the figures of
+    `figures`, default the shipped ones, whose runtime is `runtime`). Returns a summary."""
+    from harmony_ref.calibrate.fit_runtime import (PARAMS, calibrated, fit_on_points, get_param,
+                                                   runtime_toml)
+    from harmony_ref.device.runtime import load_runtime
+
+    base = load_runtime(runtime)
+    if set_name == "host":
+        from harmony_ref.calibrate.host_runs import fit_host_runtime
+
+        rt, info = fit_host_runtime()
+        fitted = ("int4", "int8", "fp16", "attention", "vector", "cache", "launch_us", "forward_us")
+        rows, extra = [], info
+    else:
+        if set_name == "llama.cpp":
+            from harmony_ref.calibrate.llamacpp import llamacpp_points, load_llamacpp_manifest
+
+            manifest = load_llamacpp_manifest()
+            points = [p for p in llamacpp_points(manifest) if p.runtime == runtime]
+            params = params or manifest.fit_params
+        elif set_name == "phones":
+            from harmony_ref.calibrate.figures import figure_points, load_figures
+
+            points = [p for p in figure_points(load_figures(figures)) if p.runtime == runtime]
+            wants_memory = any(p.metric == "peak_memory_mb" for p in points)
+            params = params or (PHONE_PARAMS + (("workspace_mb",) if wants_memory else ()))
+        else:
+            raise ValueError(f"--set {set_name!r}: must be host, llama.cpp or phones")
+        fit_pts = [p for p in points if p.split == "fit"]
+        if not fit_pts:
+            raise ValueError(f"--set {set_name}: no fit points for runtime {runtime!r}")
+        rt, report = fit_on_points(base, fit_pts, tuple(params))
+        rt = calibrated(rt, f"least squares on log error (calibrate/fit_runtime.py), set {set_name}",
+                        [p.id for p in fit_pts], [p.id for p in points if p.split == "score"],
+                        report.fit_mape_pct)
+        fitted, rows = report.fitted, report.rows
+        extra = {"not_fitted": list(report.not_fitted)}
+    comments = _inline_comments(base.source)
+    for name, (sec, key, _, _) in PARAMS.items():
+        where = f"{sec}.{key}" if sec else key
+        if name in fitted:
+            comments[where] = f"fitted on set {set_name} ({len(rt.calibration.fitted_on)} points)"
+        elif get_param(base, name) is not None:
+            comments[where] = comments.get(where) or "prior (not fitted): assumption"
+    header = (f"{rt.description}\nWritten by `harmony-ref calibrate --set {set_name} --runtime "
+              f"{runtime}`: numbers marked fitted come from the measurements [calibration] names;\n"
+              "the rest are the prior profile's assumptions.")
+    text = runtime_toml(rt, comments, header)
+    write_text_atomic(out, text)
+    load_runtime(out)  # must load back through the schema
+    return {"runtime": runtime, "set": set_name, "out": str(out), "fitted": list(fitted),
+            "fit_mape_pct": rt.calibration.fit_mape_pct, "fitted_on": list(rt.calibration.fitted_on),
+            "scored_on": list(rt.calibration.scored_on), "rows": rows, **extra}
+
+
+def _inline_comments(path) -> dict[str, str]:
+    """{"section.key" or "key": its inline comment} of a TOML file written by hand, so a
+    rewritten profile keeps the sources of the numbers it did not fit."""
+    import re
+    from pathlib import Path
+
+    from importlib import resources
+
+    out, section = {}, ""
+    p = Path(str(path))
+    if not p.is_file():  # a shipped file: its source is relative to the package
+        p = Path(str(resources.files("harmony_ref"))) / str(path)
+    if not p.is_file():
+        return out
+    for line in p.read_text().splitlines():
+        head = re.match(r"^\[([^\]]+)\]", line)
+        if head:
+            section = head.group(1)
+            continue
+        m = re.match(r"^(\w[\w.-]*)\s*=\s*[^#]*#\s*(.*)$", line)
+        if m:
+            out[f"{section}.{m.group(1)}" if section else m.group(1)] = m.group(2).strip()
+    return out

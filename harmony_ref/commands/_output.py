@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 from harmony_ref._format import fmt_number
@@ -26,6 +27,18 @@ def add_json_flag(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 
 
+def _no_nan(obj):
+    """`obj` with every non-finite float as None (JSON null): an unset optional number (a
+    profile's NaN "not given") must not print as NaN, which is not JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _no_nan(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_no_nan(v) for v in obj]
+    return obj
+
+
 def print_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=float)
+    json.dump(_no_nan(obj), sys.stdout, indent=2, sort_keys=False, default=float, allow_nan=False)
     sys.stdout.write("\n")

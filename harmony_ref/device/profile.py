@@ -161,6 +161,7 @@ class MemorySpec:
     gpu_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
     npu_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
     core_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
+    core_cache_gbps: float = field(default=0.0, metadata={"min": 0.0})  # one core from the cache
 
     @property
     def cache_bytes(self) -> float:

@@ -163,6 +163,7 @@ def apply_runtime(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None = 
                    attention_efficiency=e.attention, vector_efficiency=e.vector,
                    **{f"{d}_efficiency": v for d, v in per_dtype.items()})
     launch_us, read_gbps, npu = rt.overhead.launch_us, m.dram_bandwidth_gbps, None
+    cache_gbps = m.cache_bandwidth_gbps
     label = rt.name
     if rt.unit == "cpu":
         n = _threads(soc, rt, threads)
@@ -173,6 +174,8 @@ def apply_runtime(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None = 
         read_gbps = m.cpu_read_gbps or read_gbps
         if m.core_read_gbps:
             read_gbps = min(read_gbps, n * m.core_read_gbps)
+        if m.core_cache_gbps:  # n threads read the cache at most n cores' worth
+            cache_gbps = min(cache_gbps, n * m.core_cache_gbps)
         launch_us += soc.cpu.sync_us_per_thread * (n - 1)  # every op's barrier
         label = f"{rt.name} x{n}"
     elif rt.unit == "gpu":
@@ -191,6 +194,7 @@ def apply_runtime(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None = 
         read_gbps = m.npu_read_gbps or read_gbps
         npu = soc.npu
     memory = dataclasses.replace(m, dram_bandwidth_gbps=read_gbps, memory_efficiency=e.memory,
+                                 cache_bandwidth_gbps=cache_gbps,
                                  cache_efficiency=e.cache, runtime_workspace_mb=rt.workspace_mb)
     runtime = dataclasses.replace(soc.runtime, launch_overhead_us=launch_us,
                                   forward_overhead_us=rt.overhead.forward_us)
