@@ -126,8 +126,10 @@ def fit_on_points(rt: RuntimeProfile, points, params: tuple[str, ...]) -> tuple[
                           float(np.sum(np.log(pred / measured) ** 2)))
 
 
-def calibrated(rt: RuntimeProfile, method: str, fitted_on, scored_on, fit_mape_pct: float) -> RuntimeProfile:
+def calibrated(rt: RuntimeProfile, method: str, fitted_on, scored_on, fit_mape_pct: float,
+               held_out_mape_pct: float = math.nan) -> RuntimeProfile:
     cal = RuntimeCalibration(method, tuple(fitted_on), tuple(scored_on), float(fit_mape_pct),
+                             float(held_out_mape_pct),
                              datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     out = dataclasses.replace(rt, calibration=cal)
     object.__setattr__(out, "source", rt.source)
@@ -174,5 +176,15 @@ def runtime_toml(rt: RuntimeProfile, comments: dict[str, str] | None = None, hea
                 line("scored_on", list(c.scored_on), "")]
         if not math.isnan(c.fit_mape_pct):
             out.append(line("fit_mape_pct", c.fit_mape_pct, ""))
+        if not math.isnan(c.held_out_mape_pct):
+            out.append(line("held_out_mape_pct", c.held_out_mape_pct, ""))
         out.append(line("fitted_at", c.fitted_at, ""))
     return "\n".join(out) + "\n"
+
+
+def held_out_mape(rt: RuntimeProfile, points) -> float:
+    """MAPE of `rt`'s predictions over the scored points (NaN when there are none)."""
+    held = [p for p in points if p.split == "score"]
+    if not held:
+        return math.nan
+    return float(np.mean([abs(p.predicted(rt) - p.measured) / p.measured for p in held]) * 100)

@@ -127,6 +127,22 @@ def calibrate_host(out, name: str = "host", quick: bool = False, repeats: int = 
     return result, _summary(result, out, "host", stat, launch.time_s, stream, notes)
 
 
+def workload_run_config(model: str, policy: str, prompt: int, new: int):
+    """The RunConfig of a `--workloads` item: `model` a spec preset or a checkpoint (a shipped
+    decoder name, a .gguf file, an HF directory: its spec from its own metadata, and the
+    checkpoint what `{model}` fills in)."""
+    from harmony_ref.config import RunConfig
+    from harmony_ref.runtime.loader import checkpoint_spec, is_checkpoint
+
+    checkpoint = model if is_checkpoint(model) else ""
+    spec = checkpoint_spec(model) if checkpoint else model
+    from harmony_ref.model.spec import get_spec
+
+    limit = get_spec(spec).max_positions
+    context = max(prompt + new, min(2048, limit))
+    return RunConfig.from_names(spec, policy, prompt, new, context, checkpoint=checkpoint)
+
+
 def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: str,
                      timeout_s: float, out, name: str) -> tuple[list[dict], dict]:
     """Run the command per workload ((model, policy, prompt, new) tuples), fit the base profile's
@@ -139,9 +155,8 @@ def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: s
     base = load_profile(base_profile)
     dev = CommandDevice(command_template, fmt, timeout_s)
     rows, e2e_measured_ms, provenance = [], {}, {}
-    for i, (model, policy, prompt, new) in enumerate(workloads):
-        cfg = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
-                                   context_tokens=max(2048, prompt + new))
+    configs = [workload_run_config(*w) for w in workloads]  # every bad name fails before a run
+    for i, cfg in enumerate(configs):
         m = dev.run(cfg)
         provenance.update({k: v for k, v in m.provenance.items()
                            if k in ("device_model", "os_build", "cpu_info")})
@@ -205,16 +220,19 @@ def calibrate_runtime_on_set(set_name: str, runtime: str, out, figures=None,
     of calibrate/host_runs.py), "llama.cpp" (calibrate/llamacpp.py), "phones" (the figures of
     `figures`, default the shipped ones, whose runtime is `runtime`). Returns a summary."""
     from harmony_ref.calibrate.fit_runtime import (PARAMS, calibrated, fit_on_points, get_param,
-                                                   runtime_toml)
+                                                   held_out_mape, runtime_toml)
     from harmony_ref.device.runtime import load_runtime
 
     base = load_runtime(runtime)
     if set_name == "host":
         from harmony_ref.calibrate.host_runs import fit_host_runtime
 
+        from harmony_ref.calibrate.host_runs import host_points
+
         rt, info = fit_host_runtime()
         fitted = ("int4", "int8", "fp16", "attention", "vector", "cache", "launch_us", "forward_us")
         rows, extra = [], info
+        points = host_points()
     else:
         if set_name == "llama.cpp":
             from harmony_ref.calibrate.llamacpp import llamacpp_points, load_llamacpp_manifest
@@ -239,6 +257,9 @@ def calibrate_runtime_on_set(set_name: str, runtime: str, out, figures=None,
                         report.fit_mape_pct)
         fitted, rows = report.fitted, report.rows
         extra = {"not_fitted": list(report.not_fitted)}
+    held = held_out_mape(rt, points)
+    rt = calibrated(rt, rt.calibration.method, rt.calibration.fitted_on, rt.calibration.scored_on,
+                    rt.calibration.fit_mape_pct, held)
     comments = _inline_comments(base.source)
     for name, (sec, key, _, _) in PARAMS.items():
         where = f"{sec}.{key}" if sec else key
@@ -254,7 +275,8 @@ def calibrate_runtime_on_set(set_name: str, runtime: str, out, figures=None,
     load_runtime(out)  # must load back through the schema
     return {"runtime": runtime, "set": set_name, "out": str(out), "fitted": list(fitted),
             "fit_mape_pct": rt.calibration.fit_mape_pct, "fitted_on": list(rt.calibration.fitted_on),
-            "scored_on": list(rt.calibration.scored_on), "rows": rows, **extra}
+            "scored_on": list(rt.calibration.scored_on), "held_out_mape_pct": held,
+            "rows": rows, **extra}
 
 
 def _inline_comments(path) -> dict[str, str]:
@@ -280,3 +302,49 @@ def _inline_comments(path) -> dict[str, str]:
         if m:
             out[f"{section}.{m.group(1)}" if section else m.group(1)] = m.group(2).strip()
     return out
+
+
+def calibrate_runtime_phases(command_template: str, fmt: str, workloads, profile: str,
+                             runtime: str, timeout_s: float, out,
+                             params: tuple[str, ...] = ("matmul", "memory", "launch_us")) -> tuple[list[dict], dict]:
+    """The phase calibration of a runtime profile: run the command per workload on the device
+    `profile` describes, fit `runtime`'s `params` on the prefill and decode-step times of the
+    fit workloads (every third is held out), write the runtime profile, score the held-out
+    ones. A run that fails raises BackendError."""
+    from harmony_ref.backends.command import CommandDevice
+    from harmony_ref.calibrate.fit_runtime import calibrated, fit_on_points, runtime_toml
+    from harmony_ref.calibrate.points import Point
+    from harmony_ref.device.runtime import load_runtime
+
+    base = load_runtime(runtime)
+    load_profile(profile, base)  # the runtime must run on this SoC: checked before any run
+    dev = CommandDevice(command_template, fmt, timeout_s)
+    configs = [workload_run_config(*w) for w in workloads]
+    points = []
+    for i, cfg in enumerate(configs):
+        m = dev.run(cfg)
+        for metric in PHASE_METRICS.values():
+            if metric not in m.metrics:
+                raise ValueError(f"--format {fmt} output has no {metric}: phase calibration "
+                                 f"needs {list(PHASE_METRICS.values())}")
+            points.append(Point(f"w{i}:{cfg.label}:{metric}", "records", profile, runtime, 0, cfg,
+                                metric, m.metrics.value(metric), "score" if i % 3 == 2 else "fit",
+                                source=m.provenance.get("command", "")))
+    fit_pts = [p for p in points if p.split == "fit"]
+    rt, report = fit_on_points(base, fit_pts, params)
+    rt = calibrated(rt, f"least squares on log error over {list(report.fitted)}, command {fmt} runs",
+                    [p.id for p in fit_pts], [p.id for p in points if p.split == "score"],
+                    report.fit_mape_pct)
+    comments = {f"efficiency.{k}": "fitted" for k in ("matmul", "memory") if k in report.fitted}
+    if "launch_us" in report.fitted:
+        comments["overhead.launch_us"] = "fitted"
+    write_text_atomic(out, runtime_toml(rt, comments, f"{rt.description}\nFitted by `harmony-ref "
+                                        f"calibrate --backend command --runtime {runtime}`."))
+    load_runtime(out)
+    table = [{"id": p.id, "split": p.split, "metric": p.metric, "measured": p.measured,
+              "model": p.predicted(rt), "ape_pct": ape_pct(p.predicted(rt), p.measured)} for p in points]
+    held = [(r["model"], r["measured"]) for r in table if r["split"] == "score"]
+    summary = {"runtime": str(out), "backend": "command", "profile": profile,
+               "fitted": list(report.fitted), "fit_mape_pct": report.fit_mape_pct,
+               "held_out_phase_mape_pct": mape_pct(held) if held else None}
+    return table, summary

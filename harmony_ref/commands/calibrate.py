@@ -151,8 +151,15 @@ def _run_phase_calibration(args) -> int:
         raise ValueError("--command needs --format")
     workloads = _parse_workloads(args.workloads)
     try:
-        table, summary = calibrate_phases(args.command_template, args.format, workloads,
-                                          args.profile, args.timeout, args.out, args.name)
+        if args.runtime:
+            from harmony_ref.calibrate.run import calibrate_runtime_phases
+
+            table, summary = calibrate_runtime_phases(args.command_template, args.format, workloads,
+                                                      args.profile, args.runtime, args.timeout,
+                                                      args.out)
+        else:
+            table, summary = calibrate_phases(args.command_template, args.format, workloads,
+                                              args.profile, args.timeout, args.out, args.name)
     except BackendError as e:
         print(f"harmony-ref calibrate: error: {e}", file=sys.stderr)
         return 1

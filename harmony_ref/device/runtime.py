@@ -36,8 +36,8 @@ from pathlib import Path
 
 from harmony_ref._schema import from_table
 from harmony_ref._toml import read_toml, shipped_names
-from harmony_ref.device.profile import (DTYPES, WEIGHT_ONLY_COMPUTES, CpuSpec, DeviceProfile,
-                                        load_soc)
+from harmony_ref.device.profile import (DTYPES, WEIGHT_ONLY_COMPUTES, CalibrationInfo, CpuSpec,
+                                        DeviceProfile)
 from harmony_ref.units import GIGA, TERA
 
 UNITS = ("cpu", "gpu", "npu")
@@ -76,6 +76,7 @@ class RuntimeCalibration:
     fitted_on: tuple[str, ...]
     scored_on: tuple[str, ...] = ()
     fit_mape_pct: float = field(default=math.nan, metadata={"min": 0.0})
+    held_out_mape_pct: float = field(default=math.nan, metadata={"min": 0.0})  # on scored_on
     fitted_at: str = ""
 
 
@@ -198,8 +199,15 @@ def apply_runtime(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None = 
                                  cache_efficiency=e.cache, runtime_workspace_mb=rt.workspace_mb)
     runtime = dataclasses.replace(soc.runtime, launch_overhead_us=launch_us,
                                   forward_overhead_us=rt.overhead.forward_us)
+    cal = soc.calibration
+    rc = rt.calibration
+    if rc is not None and not math.isnan(rc.held_out_mape_pct):
+        # the runtime's held-out error is this merged profile's model error (SimulatedDevice
+        # reports it as host_model_mape_pct); no per-op microbenchmarks: the same number
+        cal = CalibrationInfo(rc.held_out_mape_pct, len(rc.fitted_on), len(rc.scored_on),
+                              rc.fitted_at, rc.held_out_mape_pct, len(rc.scored_on))
     out = dataclasses.replace(soc, name=f"{soc.name}+{label}", compute=dataclasses.replace(c, **compute),
                               memory=memory, runtime=runtime, npu=npu, default_runtime="",
-                              calibration=soc.calibration)
+                              calibration=cal)
     object.__setattr__(out, "source", soc.source)
     return out
