@@ -43,7 +43,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-bin", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--session", default="1")
+    ap.add_argument("--session", default="s1", help="fixture file prefix (s1, s2, ...)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--q8", default="/tmp/smollm2-135m-q8_0.gguf",
                     help="where the requantized Q8_0 GGUF is written (outside the repo)")
@@ -74,7 +74,7 @@ def main() -> None:
                *extra]
         r = subprocess.run(cmd, capture_output=True, text=True, check=True)
         json.loads(r.stdout)  # must be llama-bench's JSON
-        (out / f"s{args.session}-{rid}.json").write_text(r.stdout)
+        (out / f"{args.session}-{rid}.json").write_text(r.stdout)
         row = json.loads(r.stdout)[0]
         print(rid, f"{row['avg_ts']:.1f} tokens/s +- {row['stddev_ts']:.1f}")
 
