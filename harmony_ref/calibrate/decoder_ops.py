@@ -14,8 +14,9 @@ the calls timed are the ones generation makes.
 `call_samples` counts each kind's work as the op graph counts it (model/graph.py, unfused: the
 ops whose names CALL_OPS lists), so a fitted rate means what the cost model divides by: matrix
 flops in the matmul's compute dtype on the host (device/profile.py `compute_dtype`, "weight"),
-attention's QK^T and P.V in the "attention" class, everything else "vector"; bytes as the graph
-moves them.
+a decode step's in the one-row classes ("gemv_<dtype>", "attention_decode"), a prompt's
+attention in "attention", everything else "vector" (device/profile.py `op_class`); bytes as the
+graph moves them.
 """
 
 from __future__ import annotations
@@ -137,10 +138,12 @@ def call_samples(config, phase: str, tokens: int, context: int, seconds: dict, c
         if kind not in work or s <= 0:
             continue
         w = work[kind]
+        one_row = tokens == 1  # a decode step: its GEMVs and one-row attention (profile.py op_class)
         if kind == "attention":
-            cls, ops, vec = "attention", w["flops"], w["vflops"]
+            cls, ops, vec = "attention_decode" if one_row else "attention", w["flops"], w["vflops"]
         elif w["dtype"] is not None:
-            cls, ops, vec = w["dtype"], w["flops"], w["vflops"]
+            cls = f"gemv_{w['dtype']}" if one_row else w["dtype"]
+            ops, vec = w["flops"], w["vflops"]
         else:
             cls, ops, vec = "vector", w["vflops"], 0.0
         out.append(OpSample(f"{tag}{phase}@{context}:{kind}", cls, ops, w["bytes"],

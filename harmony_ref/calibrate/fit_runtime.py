@@ -10,13 +10,16 @@ figure counts as much as a fast one; scipy.optimize.least_squares within the bou
 prediction is the one the fidelity command makes: the SoC and the trial runtime merged
 (device/runtime.py apply_runtime) and priced by device/cost.py. A parameter the fit points do
 not move (no decode point for a memory efficiency) keeps its prior value and is reported as not
-fitted. Points with split "score" are refused: held out means held out.
+fitted. The roofline's max() makes basins (an op memory- or compute-bound), so the fit starts
+from the prior and from a tenth of it in every parameter and keeps the best. Points with split
+"score" are refused: held out means held out.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import math
 
 import numpy as np
@@ -29,22 +32,33 @@ PARAMS = {
     "memory": ("efficiency", "memory", 1e-4, 1.0),
     "cache": ("efficiency", "cache", 1e-4, 1.0),
     "attention": ("efficiency", "attention", 1e-4, 1.0),
+    "gemv": ("efficiency", "gemv", 1e-4, 1.0),
     "vector": ("efficiency", "vector", 1e-4, 1.0),
     "int4": ("efficiency", "int4", 1e-4, 1.0),
     "int8": ("efficiency", "int8", 1e-4, 1.0),
     "fp16": ("efficiency", "fp16", 1e-4, 1.0),
+    "gemv_int4": ("efficiency", "gemv_int4", 1e-4, 1.0),
+    "gemv_int8": ("efficiency", "gemv_int8", 1e-4, 1.0),
+    "gemv_fp16": ("efficiency", "gemv_fp16", 1e-4, 1.0),
+    "attention_decode": ("efficiency", "attention_decode", 1e-4, 1.0),
     "launch_us": ("overhead", "launch_us", 0.0, 1e5),
     "forward_us": ("overhead", "forward_us", 0.0, 1e6),
     "workspace_mb": ("", "workspace_mb", 0.0, 1e6),
 }
-_SENSITIVITY = 0.05  # |d log(prediction) / d log(parameter)| below this: the points do not pin it
+_SENSITIVITY = 0.01  # a probe step moving no prediction by 1%: the points do not pin the parameter
+PROBE = {"launch_us": 1.0, "forward_us": 100.0, "workspace_mb": 10.0}  # probe sizes from 0
 
 
 def get_param(rt: RuntimeProfile, name: str) -> float:
     sec, key, _, _ = PARAMS[name]
     v = getattr(getattr(rt, sec) if sec else rt, key)
-    if isinstance(v, float) and math.isnan(v):  # an unset per-class efficiency: its default's
-        v = rt.efficiency.memory if name == "cache" else rt.efficiency.matmul
+    if isinstance(v, float) and math.isnan(v):  # an unset per-class efficiency: its chain's
+        from harmony_ref.device.profile import FALLBACK
+
+        chain = FALLBACK.get(name, ())
+        v = next((getattr(rt.efficiency, c) for c in chain
+                  if not math.isnan(getattr(rt.efficiency, c))),
+                 rt.efficiency.memory if name == "cache" else rt.efficiency.matmul)
     return float(v)
 
 
@@ -68,8 +82,10 @@ class FitReport:
     cost: float
 
 
-def fit_on_points(rt: RuntimeProfile, points, params: tuple[str, ...]) -> tuple[RuntimeProfile, FitReport]:
-    """Fit `params` of `rt` on `points` (all split "fit"; see the module docstring)."""
+def fit_on_points(rt: RuntimeProfile, points, params: tuple[str, ...],
+                  multistart: bool = True) -> tuple[RuntimeProfile, FitReport]:
+    """Fit `params` of `rt` on `points` (all split "fit"; see the module docstring).
+    `multistart=False`: start from `rt`'s numbers only (a start that is already close)."""
     from scipy.optimize import least_squares
 
     held = [p.id for p in points if p.split != "fit"]
@@ -91,33 +107,32 @@ def fit_on_points(rt: RuntimeProfile, points, params: tuple[str, ...]) -> tuple[
         r = trial(x)
         return np.log(np.array([p.predicted(r) for p in points]) / measured)
 
-    # which parameters the points move at all (a 1% step in each)
-    base = residuals(x0)
+    lo = np.array([PARAMS[n][2] for n in params])
+    hi = np.array([PARAMS[n][3] for n in params])
+    first = np.clip(np.where(x0 > 0, x0, [PROBE.get(n, 1e-3) for n in params]), lo + 1e-12, hi)
+    # A roofline's max() makes basins (an op memory- or compute-bound): start from the prior and
+    # from a tenth of it in every parameter, keep the best
+    best = None
+    for corner in itertools.product((1.0, 0.1), repeat=len(params)) if multistart else [(1.0,) * len(params)]:
+        start = np.clip(first * np.array(corner), lo + 1e-12, hi)
+        sol = least_squares(residuals, start, bounds=(lo, hi), x_scale=np.maximum(start, 1e-4),
+                            xtol=1e-10, ftol=1e-10)
+        if best is None or sol.cost < best.cost - 1e-12:
+            best = sol
+    x = best.x
+    # which parameters the points pin at the solution: a step up by a quarter (from 0: a typical
+    # size) or down to a quarter moves some prediction by more than _SENSITIVITY
+    base = residuals(x)
     moved = []
     for i, n in enumerate(params):
-        x = x0.copy()
-        lo, hi = PARAMS[n][2], PARAMS[n][3]
-        x[i] = min(hi, max(lo, x[i] * 1.01 if x[i] > 0 else 1.0))
-        if x[i] == x0[i]:
-            x[i] = x0[i] / 1.01
-        if np.max(np.abs(residuals(x) - base)) > _SENSITIVITY * abs(math.log(x[i] / x0[i]) if x0[i] > 0 else 1.0):
-            moved.append(i)
+        for v in (min(hi[i], max(x[i] * 1.25, PROBE.get(n, 0.0))), max(lo[i], x[i] / 4)):
+            y = x.copy()
+            y[i] = v
+            if v != x[i] and np.max(np.abs(residuals(y) - base)) > _SENSITIVITY:
+                moved.append(i)
+                break
     fitted = tuple(params[i] for i in moved)
-    x = x0.copy()
-    if moved:
-        lo = np.array([PARAMS[params[i]][2] for i in moved])
-        hi = np.array([PARAMS[params[i]][3] for i in moved])
-        start = np.clip(x0[moved], lo + 1e-12, hi)
-
-        def sub(y):
-            z = x0.copy()
-            z[moved] = y
-            return residuals(z)
-
-        sol = least_squares(sub, start, bounds=(lo, hi), x_scale=np.maximum(start, 1e-3),
-                            xtol=1e-10, ftol=1e-10)
-        x[moved] = sol.x
-    out = trial(x)
+    out = with_params(rt, {params[i]: x[i] for i in moved})  # unpinned ones keep their prior
     pred = np.array([p.predicted(out) for p in points])
     rows = [{"id": p.id, "metric": p.metric, "measured": float(m), "predicted": float(v),
              "error_pct": float(100 * (v - m) / m)} for p, m, v in zip(points, measured, pred)]

@@ -133,6 +133,53 @@ def fit_samples(manifest: HostManifest):
     return out
 
 
+def _profiles(manifest: HostManifest):
+    """(run, phase, tokens, context, [repeats]) of every profiled step of the fit runs."""
+    runs = {r.id: r for r in manifest.run}
+    for s in sessions(manifest):
+        for rid, prof in s.get("profiles", {}).items():
+            run = runs.get(rid)
+            if run is None or run.split != "fit":
+                continue  # a profile of a run that is not fitted on is never used
+            yield run, "prefill", run.prompt_tokens, run.prompt_tokens, prof["prefill"]
+            for c, reps in prof["decode"].items():
+                yield run, "decode", 1, int(c), reps
+
+
+def profiled_points(manifest: HostManifest) -> list[Point]:
+    """Each profiled forward of a fit run (median over repeats) as a kernels-only point: a
+    prefill of the prompt, a decode step at the profiled context."""
+    from harmony_ref.config import RunConfig
+    from harmony_ref.runtime.loader import checkpoint_spec
+
+    out = []
+    for i, (run, phase, tokens, context, reps) in enumerate(_profiles(manifest)):
+        prompt = context if phase == "prefill" else context - 1
+        cfg = RunConfig.from_names(checkpoint_spec(HOST_MODEL), run.policy, prompt, 1,
+                                   max(run.context_tokens, prompt + 1), checkpoint=HOST_MODEL)
+        metric = "prefill_ms" if phase == "prefill" else "decode_step_ms"
+        value = statistics.median(r["forward_s"] for r in reps) * 1e3
+        out.append(Point(f"{run.id}:{phase}@{context}:profiled#{i}", "host", manifest.profile,
+                         manifest.runtime, run.threads, cfg, metric, value, "fit",
+                         source="per-call profile (decoder_ops.profile_forward)", kernels_only=True))
+    return out
+
+
+def glue_us(manifest: HostManifest) -> list[float]:
+    """Per fit run and session: its measured decode step (generation) minus its profiled decode
+    forward at the lowest profiled context (the same contexts within a few tokens), in us."""
+    out = []
+    for s in sessions(manifest):
+        for run in manifest.run:
+            prof = s.get("profiles", {}).get(run.id)
+            if run.split != "fit" or prof is None or run.id not in s["runs"]:
+                continue
+            c = min(prof["decode"], key=int)
+            forward = statistics.median(r["forward_s"] for r in prof["decode"][c])
+            out.append((s["runs"][run.id]["decode_step_ms"]["value"] / 1e3 - forward) * 1e6)
+    return out
+
+
 def _machine(manifest: HostManifest) -> dict:
     """The machine's microbenchmarks: per key, the best over sessions (the least disturbed)."""
     ms = [s["machine"] for s in sessions(manifest)]
@@ -157,8 +204,8 @@ def fit_host_runtime(manifest: HostManifest | None = None):
     """(the fitted harmony-ref-host RuntimeProfile, a dict of what was fitted and how well)."""
     import dataclasses
 
-    from harmony_ref.calibrate.fit import fit, seed_rates
-    from harmony_ref.calibrate.fit_runtime import calibrated
+    from harmony_ref.calibrate.fit import RATE_CLASSES, fit, seed_rates
+    from harmony_ref.calibrate.fit_runtime import calibrated, fit_on_points
     from harmony_ref.device.runtime import load_runtime
     from harmony_ref.metrics import mape_pct
     from harmony_ref.units import GB, US_PER_S
@@ -171,27 +218,35 @@ def fit_host_runtime(manifest: HostManifest | None = None):
     f = fit(samples, seed_bandwidth=machine["cache_read_gbps_t1"] * GB, seed_rates=seed_rates(samples))
     peaks = core_peaks(machine)
     cache_t1 = machine["cache_read_gbps_t1"] * GB
-    eff = {"int4": f.rates["int4"] / peaks["int4"], "int8": f.rates["int8"] / peaks["int8"],
-           "fp16": f.rates["fp16"] / peaks["fp16"], "attention": f.rates["attention"] / peaks["fp16"],
-           "vector": f.rates["vector"] / peaks["vector"],
-           "cache": min(1.0, f.bandwidth_bytes_per_s / cache_t1)}
-    eff = {k: min(1.0, v) for k, v in eff.items()}
+    # each fitted class's rate against its one-core peak (attention: fp16's; device/profile.py
+    # class_peak_ops_per_s); a class no sample had keeps its fallback (profile.py FALLBACK)
+    peak_of = lambda c: peaks["vector"] if c == "vector" else peaks["fp16"] if c.startswith("attention") \
+        else peaks[c.rpartition("_")[2]]  # noqa: E731
+    eff = {c: min(1.0, f.rates[c] / peak_of(c)) for c in f.fitted if c in RATE_CLASSES}
+    eff["cache"] = min(1.0, f.bandwidth_bytes_per_s / cache_t1)
     base = load_runtime(manifest.runtime)
     rt = dataclasses.replace(
-        base, efficiency=dataclasses.replace(base.efficiency, matmul=eff["int4"], memory=eff["cache"], **eff),
+        base, efficiency=dataclasses.replace(base.efficiency, matmul=eff.get("int4", base.efficiency.matmul),
+                                             memory=eff["cache"], **eff),
         overhead=dataclasses.replace(base.overhead, launch_us=f.launch_s * US_PER_S, forward_us=0.0))
-    # the per-forward overhead: generation's loop beyond the kernels, from the fit runs' steps
+    # the per-forward overhead: generation's loop beyond the kernels (sampling, the argmax over
+    # the vocabulary), measured: a fit run's decode step minus its profiled forward
     fit_points = [p for p in host_points(manifest) if p.split == "fit"]
-    gaps = [p.measured - p.predicted(rt) for p in fit_points if p.metric == "decode_step_ms"]
-    forward_us = max(0.0, statistics.mean(gaps)) * 1e3
+    forward_us = max(0.0, statistics.median(glue_us(manifest)))
+    # refined on the profiled forwards (kernels only), starting from the per-call fit
+    forwards = profiled_points(manifest)
+    params = tuple(c for c in eff if c != "cache") + ("cache", "launch_us")
+    rt, report = fit_on_points(rt, forwards, params, multistart=False)
     rt = dataclasses.replace(rt, overhead=dataclasses.replace(rt.overhead, forward_us=forward_us))
     pairs = [(p.predicted(rt), p.measured) for p in fit_points]
     scored = [p.id for p in host_points(manifest) if p.split == "score"]
-    rt = calibrated(rt, "per-call profile of the fit runs, NNLS per class (calibrate/host_runs.py)",
+    rt = calibrated(rt, "per-call profiles of the fit runs' prefill and decode steps: NNLS per "
+                        "class, refined on the profiled forwards (calibrate/host_runs.py)",
                     [p.id for p in fit_points], scored, mape_pct(pairs))
     info = {"samples": len(samples), "rates_gops": {k: v / 1e9 for k, v in f.rates.items()},
             "bandwidth_gbps": f.bandwidth_bytes_per_s / GB, "launch_us": f.launch_s * US_PER_S,
-            "forward_us": forward_us, "fitted": list(f.fitted), "efficiency": eff,
+            "forward_us": forward_us, "fitted": list(f.fitted), "per_call_efficiency": eff,
+            "refined": list(report.fitted), "profiled_forward_fit_mape_pct": report.fit_mape_pct,
             "per_call_fit_mape_pct": mape_pct((f.predict_s(s), s.time_s) for s in samples),
             "fit_runs_mape_pct": mape_pct(pairs), "machine": machine}
     return rt, info
@@ -215,7 +270,7 @@ def host_soc_toml(manifest: HostManifest | None = None) -> str:
         f"# This machine as a SoC profile, written by harmony_ref/calibrate/host_runs.py from the",
         f"# microbenchmarks in {', '.join(manifest.sessions)} ({manifest.cpu}).",
         f'name = "{manifest.profile}"',
-        f'description = "{manifest.cpu}: 2 cores, L3 {m["l3"]}, no NPU (host of the fidelity fixtures)"',
+        f'description = "{manifest.cpu}; no NPU: the machine of the fidelity fixtures"',
         'soc = "host CPU (KVM guest)"',
         f'default_runtime = "{manifest.runtime}"',
     ])

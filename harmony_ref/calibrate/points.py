@@ -35,6 +35,7 @@ class Point:
     source: str = ""
     samples: tuple[float, ...] = ()  # the metric per repeat, when the measurement kept them
     note: str = ""
+    kernels_only: bool = False  # a profiled forward: the runtime's per-forward loop not in it
 
     def __post_init__(self):
         if self.metric not in POINT_METRICS:
@@ -46,14 +47,36 @@ class Point:
                              "must be a finite number > 0")
 
     def device_profile(self, runtime=None):
+        import dataclasses
+
         from harmony_ref.device.profile import load_profile
 
-        return load_profile(self.profile, runtime or self.runtime, self.threads or None)
+        p = load_profile(self.profile, runtime or self.runtime, self.threads or None)
+        if self.kernels_only:
+            p = dataclasses.replace(p, runtime=dataclasses.replace(p.runtime, forward_overhead_us=0.0))
+        return p
 
     def predicted(self, runtime=None) -> float:
-        from harmony_ref.backends.simulated import SimulatedDevice
+        return predict_metric(self.device_profile(runtime), self.config, self.metric)
 
-        return SimulatedDevice(self.device_profile(runtime)).predict(self.config).value(self.metric)
+
+def predict_metric(profile, config, metric: str) -> float:
+    """One metric as SimulatedDevice(profile).predict(config) reports it, from the same
+    functions (device/cost.py scenario_timing, device/memory.py), without the rest of the
+    prediction (a fit asks for thousands; tests/calibrate hold the two equal)."""
+    from harmony_ref.device.cost import scenario_timing
+    from harmony_ref.units import MB, MS_PER_S
+
+    if metric == "peak_memory_mb":
+        from harmony_ref.device.memory import memory_estimate
+
+        return memory_estimate(profile, config).peak_bytes / MB
+    t = scenario_timing(profile, config)
+    return {"prefill_ms": lambda: t.prefill.time_s * MS_PER_S,
+            "prefill_tokens_per_s": lambda: t.prefill.tokens / t.prefill.time_s,
+            "ttft_ms": lambda: t.ttft_s * MS_PER_S, "e2e_ms": lambda: t.e2e_s * MS_PER_S,
+            "decode_step_ms": lambda: t.decode.time_s * MS_PER_S,
+            "decode_tokens_per_s": lambda: t.decode_tokens_per_s}[metric]()
 
 
 @dataclass

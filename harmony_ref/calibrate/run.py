@@ -214,7 +214,7 @@ PHONE_PARAMS = ("matmul", "memory")
 
 
 def calibrate_runtime_on_set(set_name: str, runtime: str, out, figures=None,
-                             params: tuple[str, ...] | None = None) -> dict:
+                             params: tuple[str, ...] | None = None, multistart: bool = True) -> dict:
     """Fit `runtime` on the fit points of a measured set (calibrate/points.py) and write the
     runtime profile to `out` (loaded back through the schema). Sets: "host" (the per-call NNLS
     of calibrate/host_runs.py), "llama.cpp" (calibrate/llamacpp.py), "phones" (the figures of
@@ -230,7 +230,7 @@ def calibrate_runtime_on_set(set_name: str, runtime: str, out, figures=None,
         from harmony_ref.calibrate.host_runs import host_points
 
         rt, info = fit_host_runtime()
-        fitted = ("int4", "int8", "fp16", "attention", "vector", "cache", "launch_us", "forward_us")
+        fitted = tuple(info["refined"]) + ("forward_us",)
         rows, extra = [], info
         points = host_points()
     else:
@@ -251,7 +251,7 @@ def calibrate_runtime_on_set(set_name: str, runtime: str, out, figures=None,
         fit_pts = [p for p in points if p.split == "fit"]
         if not fit_pts:
             raise ValueError(f"--set {set_name}: no fit points for runtime {runtime!r}")
-        rt, report = fit_on_points(base, fit_pts, tuple(params))
+        rt, report = fit_on_points(base, fit_pts, tuple(params), multistart)
         rt = calibrated(rt, f"least squares on log error (calibrate/fit_runtime.py), set {set_name}",
                         [p.id for p in fit_pts], [p.id for p in points if p.split == "score"],
                         report.fit_mape_pct)
@@ -261,6 +261,9 @@ def calibrate_runtime_on_set(set_name: str, runtime: str, out, figures=None,
     rt = calibrated(rt, rt.calibration.method, rt.calibration.fitted_on, rt.calibration.scored_on,
                     rt.calibration.fit_mape_pct, held)
     comments = _inline_comments(base.source)
+    if set_name == "host":  # matmul and memory are what unset classes fall back to
+        comments["efficiency.matmul"] = "= int4 (the class every unset one falls back to)"
+        comments["efficiency.memory"] = "= cache (SmolLM2's weights stay in this machine's L3)"
     for name, (sec, key, _, _) in PARAMS.items():
         where = f"{sec}.{key}" if sec else key
         if name in fitted:

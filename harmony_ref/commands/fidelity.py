@@ -24,6 +24,8 @@ def add_arguments(p) -> None:
                                      "profile's own)")
     p.add_argument("--plot", metavar="PNG", help="write predicted vs measured (log axes, y = x, ±25%%)")
     p.add_argument("--points", action="store_true", help="print every point, not only the summary")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the README's tables (host, llama.cpp, phones) as Markdown")
     add_json_flag(p)
 
 
@@ -47,6 +49,9 @@ def run(args) -> int:
         fd.plot(scored, args.plot)
     if args.json:
         print_json({"summary": rows, "points": fd.table_rows(scored), "metrics": metrics.to_dict()})
+        return 0
+    if args.markdown:
+        print(fd.markdown_tables(scored, rows), end="")
         return 0
     pts = pd.DataFrame(fd.table_rows(scored))
     if args.points:

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import DTYPES, DeviceProfile, compute_dtype
+from harmony_ref.device.profile import DTYPES, EFFICIENCY_CLASSES, DeviceProfile, compute_dtype
 from harmony_ref.device.ops import fallback_ops, placement
 from harmony_ref.model.graph import Graph, Segment, build_graph
 from harmony_ref.units import GB, GIGA, MB, MS_PER_S, US_PER_S
@@ -108,10 +108,10 @@ class Roofline:
     cpu_vector_ops_per_s: float = 1.0
     transfer_bytes_per_s: float = 1.0
     cpu_launch_s: float = 0.0
-    attention_ops_per_s: float = 0.0  # QK^T and P.V (0: the fp16 matmul rate)
     cache_bytes: float = 0.0  # a cache streamed bytes can stay in (0: none)
     cache_bytes_per_s: float = 0.0
     forward_s: float = 0.0  # once per forward pass
+    class_ops_per_s: dict[str, float] | None = None  # per efficiency class (profile.py FALLBACK)
 
     @classmethod
     def of(cls, profile: DeviceProfile, compute_freq_scale: float = 1.0,
@@ -132,9 +132,9 @@ class Roofline:
                    {d: cpu[d] * GIGA * ce * fc for d in DTYPES}, c.cpu_fp16_gflops * GIGA * ce * fc,
                    (npu.transfer_gbps if npu else m.dram_bandwidth_gbps) * GB,
                    (profile.cpu.launch_us if profile.cpu else rt.launch_overhead_us) / US_PER_S,
-                   c.matmul_ops_per_s("fp16") * eff("attention") * fc,
                    m.cache_bytes, m.cache_bandwidth_gbps * GB * cache_eff * fm,
-                   rt.forward_overhead_us / US_PER_S)
+                   rt.forward_overhead_us / US_PER_S,
+                   {k: c.class_peak_ops_per_s(k) * eff(k) * fc for k in EFFICIENCY_CLASSES})
 
     def memory_bytes_per_s(self, streamed_per_step):
         """The bandwidth a phase reads at when it streams `streamed_per_step` bytes (weights,
@@ -195,10 +195,11 @@ def _make_op_arrays(graph: Graph) -> dict[str, np.ndarray]:
     out["act_dtype"] = np.asarray([op.act_dtype for op, _ in rows], dtype=object)
     out["op_type"] = np.asarray([op.op_type for op, _ in rows], dtype=object)
     out["attention"] = np.asarray([op.kind in ATTENTION_KINDS for op, _ in rows], dtype=bool)
+    out["one_row"] = np.asarray([op.m == 1 for op, _ in rows], dtype=bool)
     return out
 
 
-_STRUCTURE = ("count", "dtype", "act_dtype", "op_type", "attention")
+_STRUCTURE = ("count", "dtype", "act_dtype", "op_type", "attention", "one_row")
 ATTENTION_KINDS = frozenset({"attn_qk", "attn_pv", "attention"})
 
 
@@ -226,9 +227,13 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
     q = {k: a0[k][:, None] + slope[k][:, None] * s for k in slope}  # (ops, S)
     r = Roofline.of(profile, fc, fm)
     cd = _compute_dtypes(profile, a0)  # (ops,) what each op computes in on this profile
-    rates = np.array([r.matmul_ops_per_s[d] for d in DTYPES])[cd][:, None]
-    if r.attention_ops_per_s:
-        rates = np.where(a0["attention"][:, None], r.attention_ops_per_s, rates)
+    # each op's matrix work at its efficiency class's rate (a prompt's GEMM, a decode GEMV,
+    # attention over a prompt or for one row); vector work at the vector rate
+    k = r.class_ops_per_s
+    gemm = np.array([k[d] for d in DTYPES])[cd]
+    gemv = np.array([k[f"gemv_{d}"] for d in DTYPES])[cd]
+    attention = np.where(a0["one_row"], k["attention_decode"], k["attention"])
+    rates = np.where(a0["attention"], attention, np.where(a0["one_row"], gemv, gemm))[:, None]
     n = a0["count"][:, None]
     dram = dram_bytes(q["streamed"], q["other"], q["tile"], r.onchip_bytes)
     bandwidth = r.memory_bytes_per_s((q["streamed"] * n).sum(axis=0))[None, :]  # (1, S)
@@ -410,7 +415,8 @@ def op_roofline_s(profile: DeviceProfile, op) -> tuple[float, float]:
     r = Roofline.of(profile)
     nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, r.onchip_bytes)
     cd = profile.compute.op_compute_dtype(op)
-    _, compute, memory = op_time_s(op.flops, op.vector_flops, nbytes, r.matmul_ops_per_s[cd],
+    rate = r.class_ops_per_s[profile.compute.op_class(op, cd)] if op.flops else 1.0
+    _, compute, memory = op_time_s(op.flops, op.vector_flops, nbytes, rate,
                                    r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
     return float(compute), float(memory)
 

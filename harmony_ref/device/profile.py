@@ -110,18 +110,46 @@ class ComputeSpec:
     # what a weight-only quantized matmul computes in: "fp16" (dequantized, float) or "weight"
     # (its weight's dtype: our host kernels' dynamic int8 activations); see `compute_dtype`
     weight_only_compute: str = field(default="", metadata={"choices": WEIGHT_ONLY_COMPUTES + ("",)})
-    # Optional per-class efficiencies (NaN: compute_efficiency): the matmuls of one compute dtype,
-    # attention's QK^T and P.V (a runtime's attention kernel is rarely as good as its GEMM), and
-    # the vector ops (norms, softmax, activations).
+    # Optional per-class efficiencies (NaN: the next in its chain, FALLBACK; at the end
+    # compute_efficiency): the prompt's matmuls (GEMMs) per compute dtype; one-row matmuls (a
+    # decode step's GEMVs, batch 1: runtimes run other kernels for them) per dtype; attention's
+    # QK^T and P.V over a prompt and for one decode row; the vector ops.
     int4_efficiency: float = _optional_fraction()
     int8_efficiency: float = _optional_fraction()
     fp16_efficiency: float = _optional_fraction()
+    gemv_efficiency: float = _optional_fraction()
+    gemv_int4_efficiency: float = _optional_fraction()
+    gemv_int8_efficiency: float = _optional_fraction()
+    gemv_fp16_efficiency: float = _optional_fraction()
     attention_efficiency: float = _optional_fraction()
+    attention_decode_efficiency: float = _optional_fraction()
     vector_efficiency: float = _optional_fraction()
 
     def efficiency(self, cls: str) -> float:
-        """Achieved / peak of a class: a compute dtype (DTYPES), "attention" or "vector"."""
-        return _or(getattr(self, f"{cls}_efficiency"), self.compute_efficiency)
+        """Achieved / peak of a class (EFFICIENCY_CLASSES), through its FALLBACK chain."""
+        for c in (cls,) + FALLBACK[cls]:
+            v = getattr(self, f"{c}_efficiency")
+            if not math.isnan(v):
+                return v
+        return self.compute_efficiency
+
+    @staticmethod
+    def op_class(op, compute_dtype: str) -> str:
+        """The efficiency class of graph op `op` computing in `compute_dtype`."""
+        one_row = op.m == 1
+        if op.kind in ("attn_qk", "attn_pv", "attention"):
+            return "attention_decode" if one_row else "attention"
+        if op.flops and one_row:
+            return f"gemv_{compute_dtype}"
+        return compute_dtype if op.flops else "vector"
+
+    def class_peak_ops_per_s(self, cls: str) -> float:
+        """The peak a class's work runs against: its dtype's matmul peak (attention: fp16's)."""
+        if cls == "vector":
+            return self.vector_fp16_gflops * GIGA
+        if cls.startswith("attention"):
+            return self.matmul_ops_per_s("fp16")
+        return self.matmul_ops_per_s(cls.rpartition("_")[2])
 
     def op_compute_dtype(self, op, cpu_path: bool = False) -> str:
         """The dtype graph op `op` computes in on this profile (`compute_dtype`); `cpu_path`: on
@@ -138,6 +166,13 @@ class ComputeSpec:
 
     def on_npu(self, dtype: str) -> bool:
         return {"fp16": self.cube_fp16_tops, "int8": self.cube_int8_tops, "int4": self.cube_int4_tops}[dtype] > 0
+
+
+# Efficiency classes and where an unset one takes its value from (then compute_efficiency).
+FALLBACK = {"int4": (), "int8": (), "fp16": (), "vector": (),
+            "gemv_int4": ("gemv", "int4"), "gemv_int8": ("gemv", "int8"), "gemv_fp16": ("gemv", "fp16"),
+            "attention": ("fp16",), "attention_decode": ("attention", "fp16")}
+EFFICIENCY_CLASSES = tuple(FALLBACK)
 
 
 @dataclass(frozen=True)

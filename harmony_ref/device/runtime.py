@@ -36,8 +36,8 @@ from pathlib import Path
 
 from harmony_ref._schema import from_table
 from harmony_ref._toml import read_toml, shipped_names
-from harmony_ref.device.profile import (DTYPES, WEIGHT_ONLY_COMPUTES, CalibrationInfo, CpuSpec,
-                                        DeviceProfile)
+from harmony_ref.device.profile import (DTYPES, EFFICIENCY_CLASSES, WEIGHT_ONLY_COMPUTES,
+                                        CalibrationInfo, CpuSpec, DeviceProfile)
 from harmony_ref.units import GIGA, TERA
 
 UNITS = ("cpu", "gpu", "npu")
@@ -54,11 +54,19 @@ def _fraction(default=None):
 class RuntimeEfficiency:
     matmul: float = _fraction()  # achieved / the unit's peak on matmuls of every dtype
     memory: float = _fraction()  # achieved / the unit's DRAM read bandwidth
-    int4: float = _fraction(math.nan)  # per compute dtype (NaN: matmul's)
+    # per efficiency class (device/profile.py FALLBACK: an unset one takes the next in its
+    # chain, then matmul's): a prompt's matmuls per compute dtype; one-row matmuls (a decode
+    # step's GEMVs), all or per dtype; attention over a prompt and for one decode row; vector ops
+    int4: float = _fraction(math.nan)
     int8: float = _fraction(math.nan)
     fp16: float = _fraction(math.nan)
-    attention: float = _fraction(math.nan)  # QK^T and P.V (NaN: matmul's)
-    vector: float = _fraction(math.nan)  # norms, softmax, activations, rope (NaN: matmul's)
+    gemv: float = _fraction(math.nan)
+    gemv_int4: float = _fraction(math.nan)
+    gemv_int8: float = _fraction(math.nan)
+    gemv_fp16: float = _fraction(math.nan)
+    attention: float = _fraction(math.nan)
+    attention_decode: float = _fraction(math.nan)
+    vector: float = _fraction(math.nan)
     cache: float = _fraction(math.nan)  # achieved / the SoC's cache bandwidth (NaN: memory's)
 
 
@@ -159,10 +167,8 @@ def apply_runtime(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None = 
     """`rt` on `soc` as one DeviceProfile (see the module docstring). Raises ValueError when
     the SoC lacks the unit the runtime needs (a GPU runtime on a profile without [gpu])."""
     e, c, m = rt.efficiency, soc.compute, soc.memory
-    per_dtype = {d: getattr(e, d) for d in DTYPES}
     compute = dict(compute_efficiency=e.matmul, weight_only_compute=rt.weight_only_compute,
-                   attention_efficiency=e.attention, vector_efficiency=e.vector,
-                   **{f"{d}_efficiency": v for d, v in per_dtype.items()})
+                   **{f"{k}_efficiency": getattr(e, k) for k in EFFICIENCY_CLASSES + ("gemv",)})
     launch_us, read_gbps, npu = rt.overhead.launch_us, m.dram_bandwidth_gbps, None
     cache_gbps = m.cache_bandwidth_gbps
     label = rt.name

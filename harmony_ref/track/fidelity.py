@@ -232,3 +232,55 @@ def _runtime_name(p: Point) -> str:
 
 def finite(v):
     return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+
+def markdown_tables(scored: list[Scored], rows: list[dict]) -> str:
+    """The README's three tables (host, llama.cpp, published phones) and each set's MAPE line,
+    as `harmony-ref fidelity --markdown` prints them (tests/test_readme_fidelity.py holds the
+    README to them)."""
+    out = []
+    by_set = {s: [r for r in scored if r.point.set == s] for s in ("host", "llama.cpp", "phones")}
+    host = by_set["host"]
+    if host:
+        out += ["| run | split | differs from the fit runs in | prefill ms: measured / predicted (error) | "
+                "decode step ms: measured / predicted (error) |", "|---|---|---|---|---|"]
+        runs: dict[str, dict] = {}
+        for r in host:
+            run_id = r.point.id.rsplit(":", 1)[0]
+            runs.setdefault(run_id, {"split": r.point.split, "note": r.point.note})[r.point.metric] = r
+        for run_id, d in runs.items():
+            cells = [f"{_num(d[m].point.measured)} / {_num(d[m].predicted)} ({d[m].error_pct:+.1f}%)"
+                     for m in ("prefill_ms", "decode_step_ms")]
+            out.append(f"| {run_id} | {d['split']} | {d['note'] or '-'} | {cells[0]} | {cells[1]} |")
+        out += ["", _mape_line(rows, "host"), ""]
+    llama = by_set["llama.cpp"]
+    if llama:
+        out += ["| llama-bench run | split | differs in | metric | measured | predicted | error |",
+                "|---|---|---|---|---|---|---|"]
+        out += [f"| {r.point.id} | {r.point.split} | {r.point.note or '-'} | {r.point.metric} | "
+                f"{_num(r.point.measured)} | {_num(r.predicted)} | {r.error_pct:+.1f}% |" for r in llama]
+        out += ["", _mape_line(rows, "llama.cpp"), ""]
+    phones = by_set["phones"]
+    if phones:
+        out += ["| published figure | phone (SoC profile) | runtime | metric | published | predicted | error |",
+                "|---|---|---|---|---|---|---|"]
+        out += [f"| {r.point.id} | {r.point.note} ({r.point.profile}) | {r.point.runtime} | "
+                f"{r.point.metric} | {_num(r.point.measured)} | {_num(r.predicted)} | {r.error_pct:+.1f}% |"
+                for r in phones]
+        out += ["", _mape_line(rows, "phones")]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _mape_line(rows: list[dict], s: str) -> str:
+    parts = []
+    for r in rows:
+        if r["set"] != s or r["phase"] == "memory":
+            continue
+        held = f"held-out MAPE {r['mape_pct']:.1f}% over {r['scored']}" if r["scored"] else "no held-out points"
+        fit = f"fit MAPE {r['fit_mape_pct']:.1f}% over {r['fitted']}" if r["fitted"] else "nothing fitted"
+        parts.append(f"{r['phase']}: {held}, {fit}")
+    return f"{s}: " + "; ".join(parts) + "."

@@ -136,3 +136,18 @@ def test_a_scored_point_its_runtime_was_fitted_on_is_refused(monkeypatch):
 def test_every_calibration_figure_is_predicted_finitely():
     for s in fd.score(figure_points(load_figures())):
         assert math.isfinite(s.predicted) and s.predicted > 0 and s.fitted
+
+
+def test_a_points_prediction_is_the_simulated_backends():
+    from harmony_ref.backends.simulated import SimulatedDevice
+    from harmony_ref.calibrate.points import POINT_METRICS, predict_metric
+
+    cfg = RunConfig.from_names("llama-3.2-1b", "w4a8-g32", 64, 32, 2048)
+    for soc, rt in (("snapdragon-8-gen-3", "executorch-xnnpack"), ("kirin-9000e", None),
+                    ("harmony-flagship", None)):
+        from harmony_ref.device.profile import load_profile
+
+        p = load_profile(soc, rt)
+        full = SimulatedDevice(p).predict(cfg)
+        for metric in POINT_METRICS:
+            assert predict_metric(p, cfg, metric) == full.value(metric), (soc, metric)
