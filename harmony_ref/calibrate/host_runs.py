@@ -83,7 +83,7 @@ def sessions(manifest: HostManifest) -> list[dict]:
 
 def run_config(run: HostRun):
     from harmony_ref.config import RunConfig
-    from harmony_ref.runtime.loader import checkpoint_spec
+    from harmony_ref.calibrate.points import checkpoint_spec
 
     return RunConfig.from_names(checkpoint_spec(HOST_MODEL), run.policy, run.prompt_tokens,
                                 run.new_tokens, run.context_tokens, checkpoint=HOST_MODEL)
@@ -150,7 +150,7 @@ def profiled_points(manifest: HostManifest) -> list[Point]:
     """Each profiled forward of a fit run (median over repeats) as a kernels-only point: a
     prefill of the prompt, a decode step at the profiled context."""
     from harmony_ref.config import RunConfig
-    from harmony_ref.runtime.loader import checkpoint_spec
+    from harmony_ref.calibrate.points import checkpoint_spec
 
     out = []
     for i, (run, phase, tokens, context, reps) in enumerate(_profiles(manifest)):

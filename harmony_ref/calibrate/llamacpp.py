@@ -92,7 +92,7 @@ def _tests(manifest: LlamacppManifest, run: BenchRun) -> list[dict]:
 
 def _config_and_metric(test: dict, policy: str):
     from harmony_ref.config import RunConfig
-    from harmony_ref.runtime.loader import checkpoint_spec
+    from harmony_ref.calibrate.points import checkpoint_spec
 
     spec = checkpoint_spec(MODEL)
     depth, n_prompt, n_gen = int(test.get("n_depth", 0)), int(test["n_prompt"]), int(test["n_gen"])

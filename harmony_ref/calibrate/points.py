@@ -13,10 +13,20 @@ every point is priced by device/cost.py's one per-op cost function.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
 SPLITS = ("fit", "score")
+
+
+@functools.lru_cache(maxsize=None)
+def checkpoint_spec(model: str):
+    """runtime/loader.py's checkpoint_spec, read once per process (it parses the checkpoint's
+    metadata, tokenizer arrays and all; the sets ask for it per point)."""
+    from harmony_ref.runtime.loader import checkpoint_spec as read
+
+    return read(model)
 POINT_METRICS = ("prefill_ms", "decode_step_ms", "ttft_ms", "e2e_ms", "prefill_tokens_per_s",
                  "decode_tokens_per_s", "peak_memory_mb")
 
