@@ -153,7 +153,8 @@ def fit(ops: list[OpSample], seed_bandwidth: float, seed_rates: dict[str, float]
         for it in range(1, MAX_ITERATIONS + 1):
             x, used = _solve(train, regimes)
             fitted = tuple(n for n, u, v in zip(names, used, x) if u and v > 0)
-            rates = {c: (1.0 / x[1 + i] if x[1 + i] > 0 else seed_rates[c]) for i, c in enumerate(RATE_CLASSES)}
+            rates = {c: (1.0 / x[1 + i] if x[1 + i] > 0 else seed_rates.get(c, GIGA))
+                     for i, c in enumerate(RATE_CLASSES)}
             bw = 1.0 / x[-1] if x[-1] > 0 else seed_bandwidth
             current = HostFit(float(x[0]), rates, bw, fitted, it)
             err = _rel_sse(current, train)

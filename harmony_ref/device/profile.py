@@ -109,7 +109,7 @@ class ComputeSpec:
     compute_efficiency: float = _optional_fraction()
     # what a weight-only quantized matmul computes in: "fp16" (dequantized, float) or "weight"
     # (its weight's dtype: our host kernels' dynamic int8 activations); see `compute_dtype`
-    weight_only_compute: str = field(default="", metadata={"choices": WEIGHT_ONLY_COMPUTES + ("",)})
+    weight_only_compute: str = field(default="", metadata={"choices": WEIGHT_ONLY_COMPUTES})
     # Optional per-class efficiencies (NaN: the next in its chain, FALLBACK; at the end
     # compute_efficiency): the prompt's matmuls (GEMMs) per compute dtype; one-row matmuls (a
     # decode step's GEMVs, batch 1: runtimes run other kernels for them) per dtype; attention's
