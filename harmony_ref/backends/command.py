@@ -2,7 +2,8 @@
 benchmark binary on a phone, or anything printing one of the parsed formats), parse its output.
 
 How the command runs:
-- The template is filled first: placeholders `{model}`, `{policy}`, `{prompt_tokens}`,
+- The template is filled first: placeholders `{model}` (the checkpoint file when the config runs
+  one, e.g. a .gguf for llama-bench; else the spec name), `{policy}`, `{prompt_tokens}`,
   `{new_tokens}`, `{context_tokens}`, `{batch}` come from the config, any others from `values`
   (e.g. `{threads}`); every substituted value is shell-quoted. A placeholder with no value is a
   ValueError naming it. Literal braces in a template are doubled (`{{` `}}`), as in str.format.
@@ -45,7 +46,12 @@ def _config_values(config) -> dict[str, object]:
     if config is None:
         return {}
     s = config.scenario
-    return {"model": config.spec.name, "policy": config.policy.name,
+    model = config.spec.name
+    if config.checkpoint:  # a checkpoint's file is what a benchmark binary loads
+        from harmony_ref.runtime.loader import resolve_model_path
+
+        model = str(resolve_model_path(config.checkpoint))
+    return {"model": model, "policy": config.policy.name,
             "prompt_tokens": s.prompt_tokens, "new_tokens": s.new_tokens,
             "context_tokens": s.context_tokens, "batch": s.batch}
 

@@ -163,6 +163,7 @@ def parse_tflite(text: str) -> Parsed:
 
 _LLAMA_PROVENANCE = ("model_filename", "model_type", "model_size", "model_n_params", "cpu_info",
                      "gpu_info", "backends", "build_commit", "build_number", "n_threads", "n_batch",
+                     "n_depth",
                      "type_k", "type_v", "n_gpu_layers", "test_time")
 
 
@@ -183,6 +184,13 @@ def _llama_rows(text: str) -> list[dict]:
     return rows
 
 
+def llama_bench_tests(text: str) -> list[dict]:
+    """The test objects of a `llama-bench -o json` output, checked (as parse_llama_bench reads
+    them): n_prompt, n_gen, avg_ns, avg_ts, and n_depth (cached tokens before the test) when
+    the build reports it."""
+    return _llama_rows(text)
+
+
 def parse_llama_bench(text: str) -> Parsed:
     rows = _llama_rows(text)
     pp = [r for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0]
@@ -196,8 +204,9 @@ def parse_llama_bench(text: str) -> Parsed:
         r = pp[0]  # with a sweep (-p 128,512) the first is reported; all rows stay in the provenance
         samples_ms = [s * MS_PER_NS for s in r.get("samples_ns", ())]
         prefill_ms = float(r["avg_ns"]) * MS_PER_NS
+        depth = f" after {r['n_depth']} cached tokens" if r.get("n_depth") else ""
         _measured(m, "prefill_ms", prefill_ms, "ms", samples=samples_ms,
-                  description=f"pp{r['n_prompt']}: prompt processing, mean of repetitions")
+                  description=f"pp{r['n_prompt']}: prompt processing{depth}, mean of repetitions")
         _measured(m, "ttft_ms", prefill_ms, "ms", samples=samples_ms,
                   description="= prefill_ms (llama-bench has no separate first-token timer)")
         _measured(m, "prefill_tokens_per_s", float(r["avg_ts"]), "tokens/s", "higher",
@@ -206,8 +215,10 @@ def parse_llama_bench(text: str) -> Parsed:
         r = tg[0]
         n = int(r["n_gen"])
         step_ms = float(r["avg_ns"]) * MS_PER_NS / n
+        depth = f" after {r['n_depth']} cached tokens" if r.get("n_depth") else ""
         _measured(m, "decode_tokens_per_s", float(r["avg_ts"]), "tokens/s", "higher",
-                  samples=r.get("samples_ts", ()), description=f"tg{n}: generation, mean of repetitions")
+                  samples=r.get("samples_ts", ()),
+                  description=f"tg{n}: generation{depth}, mean of repetitions")
         _measured(m, "decode_step_ms", step_ms, "ms",
                   samples=[s * MS_PER_NS / n for s in r.get("samples_ns", ())])
         if "stddev_ts" in r:

@@ -45,7 +45,9 @@ from harmony_ref.device.cost import Roofline, dram_bytes, op_time_s
 from harmony_ref.device.profile import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
 from harmony_ref.units import GIGA, US_PER_S
 
-RATE_CLASSES = ("int4", "int8", "fp16", "vector")
+RATE_CLASSES = ("int4", "int8", "fp16", "vector", "attention", "attention_decode", "gemv_int4",
+                "gemv_int8", "gemv_fp16")
+BASIC_CLASSES = ("int4", "int8", "fp16", "vector")  # what the microbenchmarks measure
 
 
 MAX_ITERATIONS = 20
@@ -151,7 +153,8 @@ def fit(ops: list[OpSample], seed_bandwidth: float, seed_rates: dict[str, float]
         for it in range(1, MAX_ITERATIONS + 1):
             x, used = _solve(train, regimes)
             fitted = tuple(n for n, u, v in zip(names, used, x) if u and v > 0)
-            rates = {c: (1.0 / x[1 + i] if x[1 + i] > 0 else seed_rates[c]) for i, c in enumerate(RATE_CLASSES)}
+            rates = {c: (1.0 / x[1 + i] if x[1 + i] > 0 else seed_rates.get(c, GIGA))
+                     for i, c in enumerate(RATE_CLASSES)}
             bw = 1.0 / x[-1] if x[-1] > 0 else seed_bandwidth
             current = HostFit(float(x[0]), rates, bw, fitted, it)
             err = _rel_sse(current, train)
@@ -289,7 +292,8 @@ def phase_terms(profile, config, phase: str) -> tuple[int, np.ndarray, np.ndarra
     for op, n in g.unique_ops():
         nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, r.onchip_bytes)
         cd = profile.compute.op_compute_dtype(op)
-        _, c, m = op_time_s(op.flops, op.vector_flops, nbytes, r.matmul_ops_per_s[cd],
+        rate = r.class_ops_per_s[profile.compute.op_class(op, cd)] if op.flops else 1.0
+        _, c, m = op_time_s(op.flops, op.vector_flops, nbytes, rate,
                             r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
         comp.append(c)
         memt.append(m)

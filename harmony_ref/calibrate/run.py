@@ -127,6 +127,32 @@ def calibrate_host(out, name: str = "host", quick: bool = False, repeats: int = 
     return result, _summary(result, out, "host", stat, launch.time_s, stream, notes)
 
 
+def workload_run_config(model: str, policy: str, prompt: int, new: int):
+    """The RunConfig of a `--workloads` item: `model` a spec preset or a checkpoint (a shipped
+    decoder name, a .gguf file, an HF directory: its spec from its own metadata, and the
+    checkpoint what `{model}` fills in)."""
+    from harmony_ref.config import RunConfig
+    from harmony_ref.runtime.loader import checkpoint_spec, is_checkpoint
+
+    checkpoint = model if is_checkpoint(model) else ""
+    spec = checkpoint_spec(model) if checkpoint else model
+    from harmony_ref.model.spec import get_spec
+
+    limit = get_spec(spec).max_positions
+    context = max(prompt + new, min(2048, limit))
+    return RunConfig.from_names(spec, policy, prompt, new, context, checkpoint=checkpoint)
+
+
+def _check_valid_repeats(m, cfg) -> None:
+    """A session's workload with fewer unthrottled repeats than it asks for is not fitted."""
+    from harmony_ref.backends.base import BackendError
+
+    if m.session is not None and m.session["valid_repeats"] < m.session["min_valid_repeats"]:
+        raise BackendError(f"workload {cfg.label}: only {m.session['valid_repeats']} of "
+                           f"{m.session['repeats']} repeats ran unthrottled (the session asks "
+                           f"for {m.session['min_valid_repeats']}): not fitted")
+
+
 def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: str,
                      timeout_s: float | None, out, name: str, session=None,
                      progress=None) -> tuple[list[dict], dict]:
@@ -141,18 +167,12 @@ def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: s
     from harmony_ref.config import RunConfig
 
     base = load_profile(base_profile)
-    from harmony_ref.backends.base import BackendError
-
     dev = CommandDevice(command_template, fmt, timeout_s, session=session, progress=progress)
     rows, e2e_measured_ms, provenance = [], {}, {}
-    for i, (model, policy, prompt, new) in enumerate(workloads):
-        cfg = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
-                                   context_tokens=max(2048, prompt + new))
+    configs = [workload_run_config(*w) for w in workloads]  # every bad name fails before a run
+    for i, cfg in enumerate(configs):
         m = dev.run(cfg)
-        if m.session is not None and m.session["valid_repeats"] < m.session["min_valid_repeats"]:
-            raise BackendError(f"workload {cfg.label}: only {m.session['valid_repeats']} of "
-                               f"{m.session['repeats']} repeats ran unthrottled (the session asks "
-                               f"for {m.session['min_valid_repeats']}): not fitted")
+        _check_valid_repeats(m, cfg)
         provenance.update({k: v for k, v in m.provenance.items()
                            if k in ("device_model", "os_build", "cpu_info", "soc", "serial",
                                     "transport")})
@@ -201,4 +221,151 @@ def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: s
                "held_out_e2e_mape_pct": mape("held-out", ("e2e",)),
                "fit_phase_mape_pct": mape("fit", phases),
                "provenance": provenance, "notes": notes}
+    return table, summary
+
+
+# --- runtime profiles fitted on a measured set (host, llama.cpp, published figures) -----------
+
+PHONE_PARAMS = ("matmul", "memory")
+
+
+def calibrate_runtime_on_set(set_name: str, runtime: str, out, figures=None,
+                             params: tuple[str, ...] | None = None, multistart: bool = True) -> dict:
+    """Fit `runtime` on the fit points of a measured set (calibrate/points.py) and write the
+    runtime profile to `out` (loaded back through the schema). Sets: "host" (the per-call NNLS
+    of calibrate/host_runs.py), "llama.cpp" (calibrate/llamacpp.py), "phones" (the figures of
+    `figures`, default the shipped ones, whose runtime is `runtime`). Returns a summary."""
+    from harmony_ref.calibrate.fit_runtime import (PARAMS, calibrated, fit_on_points, get_param,
+                                                   held_out_mape, runtime_toml)
+    from harmony_ref.device.runtime import load_runtime
+
+    base = load_runtime(runtime)
+    if set_name == "host":
+        from harmony_ref.calibrate.host_runs import fit_host_runtime
+
+        from harmony_ref.calibrate.host_runs import host_points
+
+        rt, info = fit_host_runtime()
+        fitted = tuple(info["refined"]) + ("forward_us",)
+        rows, extra = [], info
+        points = host_points()
+    else:
+        if set_name == "llama.cpp":
+            from harmony_ref.calibrate.llamacpp import llamacpp_points, load_llamacpp_manifest
+
+            manifest = load_llamacpp_manifest()
+            points = [p for p in llamacpp_points(manifest) if p.runtime == runtime]
+            params = params or manifest.fit_params
+        elif set_name == "phones":
+            from harmony_ref.calibrate.figures import figure_points, load_figures
+
+            points = [p for p in figure_points(load_figures(figures)) if p.runtime == runtime]
+            wants_memory = any(p.metric == "peak_memory_mb" for p in points)
+            params = params or (PHONE_PARAMS + (("workspace_mb",) if wants_memory else ()))
+        else:
+            raise ValueError(f"--set {set_name!r}: must be host, llama.cpp or phones")
+        fit_pts = [p for p in points if p.split == "fit"]
+        if not fit_pts:
+            raise ValueError(f"--set {set_name}: no fit points for runtime {runtime!r}")
+        rt, report = fit_on_points(base, fit_pts, tuple(params), multistart)
+        rt = calibrated(rt, f"least squares on log error (calibrate/fit_runtime.py), set {set_name}",
+                        [p.id for p in fit_pts], [p.id for p in points if p.split == "score"],
+                        report.fit_mape_pct)
+        fitted, rows = report.fitted, report.rows
+        extra = {"not_fitted": list(report.not_fitted)}
+    held = held_out_mape(rt, points)
+    rt = calibrated(rt, rt.calibration.method, rt.calibration.fitted_on, rt.calibration.scored_on,
+                    rt.calibration.fit_mape_pct, held)
+    comments = _inline_comments(base.source)
+    if set_name == "host":  # matmul and memory are what unset classes fall back to
+        comments["efficiency.matmul"] = "= int4 (the class every unset one falls back to)"
+        comments["efficiency.memory"] = "= cache (SmolLM2's weights stay in this machine's L3)"
+    for name, (sec, key, _, _) in PARAMS.items():
+        where = f"{sec}.{key}" if sec else key
+        if name in fitted:
+            comments[where] = f"fitted on set {set_name} ({len(rt.calibration.fitted_on)} points)"
+        elif get_param(base, name) is not None:
+            comments[where] = comments.get(where) or "prior (not fitted): assumption"
+    header = (f"{rt.description}\nWritten by `harmony-ref calibrate --set {set_name} --runtime "
+              f"{runtime}`: numbers marked fitted come from the measurements [calibration] names;\n"
+              "the rest are the prior profile's assumptions.")
+    text = runtime_toml(rt, comments, header)
+    write_text_atomic(out, text)
+    load_runtime(out)  # must load back through the schema
+    return {"runtime": runtime, "set": set_name, "out": str(out), "fitted": list(fitted),
+            "fit_mape_pct": rt.calibration.fit_mape_pct, "fitted_on": list(rt.calibration.fitted_on),
+            "scored_on": list(rt.calibration.scored_on), "held_out_mape_pct": held,
+            "rows": rows, **extra}
+
+
+def _inline_comments(path) -> dict[str, str]:
+    """{"section.key" or "key": its inline comment} of a TOML file written by hand, so a
+    rewritten profile keeps the sources of the numbers it did not fit."""
+    import re
+    from pathlib import Path
+
+    from importlib import resources
+
+    out, section = {}, ""
+    p = Path(str(path))
+    if not p.is_file():  # a shipped file: its source is relative to the package
+        p = Path(str(resources.files("harmony_ref"))) / str(path)
+    if not p.is_file():
+        return out
+    for line in p.read_text().splitlines():
+        head = re.match(r"^\[([^\]]+)\]", line)
+        if head:
+            section = head.group(1)
+            continue
+        m = re.match(r"^(\w[\w.-]*)\s*=\s*[^#]*#\s*(.*)$", line)
+        if m:
+            out[f"{section}.{m.group(1)}" if section else m.group(1)] = m.group(2).strip()
+    return out
+
+
+def calibrate_runtime_phases(command_template: str, fmt: str, workloads, profile: str,
+                             runtime: str, timeout_s: float | None, out,
+                             params: tuple[str, ...] = ("matmul", "memory", "launch_us"),
+                             session=None, progress=None) -> tuple[list[dict], dict]:
+    """The phase calibration of a runtime profile: run the command per workload on the device
+    `profile` describes, fit `runtime`'s `params` on the prefill and decode-step times of the
+    fit workloads (every third is held out), write the runtime profile, score the held-out
+    ones. A run that fails raises BackendError; with `session`, as calibrate_phases."""
+    from harmony_ref.backends.command import CommandDevice
+    from harmony_ref.calibrate.fit_runtime import calibrated, fit_on_points, runtime_toml
+    from harmony_ref.calibrate.points import Point
+    from harmony_ref.device.runtime import load_runtime
+
+    base = load_runtime(runtime)
+    load_profile(profile, base)  # the runtime must run on this SoC: checked before any run
+    dev = CommandDevice(command_template, fmt, timeout_s, session=session, progress=progress)
+    configs = [workload_run_config(*w) for w in workloads]
+    points = []
+    for i, cfg in enumerate(configs):
+        m = dev.run(cfg)
+        _check_valid_repeats(m, cfg)
+        for metric in PHASE_METRICS.values():
+            if metric not in m.metrics:
+                raise ValueError(f"--format {fmt} output has no {metric}: phase calibration "
+                                 f"needs {list(PHASE_METRICS.values())}")
+            points.append(Point(f"w{i}:{cfg.label}:{metric}", "records", profile, runtime, 0, cfg,
+                                metric, m.metrics.value(metric), "score" if i % 3 == 2 else "fit",
+                                source=m.provenance.get("command", "")))
+    fit_pts = [p for p in points if p.split == "fit"]
+    rt, report = fit_on_points(base, fit_pts, params)
+    rt = calibrated(rt, f"least squares on log error over {list(report.fitted)}, command {fmt} runs",
+                    [p.id for p in fit_pts], [p.id for p in points if p.split == "score"],
+                    report.fit_mape_pct)
+    comments = {f"efficiency.{k}": "fitted" for k in ("matmul", "memory") if k in report.fitted}
+    if "launch_us" in report.fitted:
+        comments["overhead.launch_us"] = "fitted"
+    write_text_atomic(out, runtime_toml(rt, comments, f"{rt.description}\nFitted by `harmony-ref "
+                                        f"calibrate --backend command --runtime {runtime}`."))
+    load_runtime(out)
+    table = [{"id": p.id, "split": p.split, "metric": p.metric, "measured": p.measured,
+              "model": p.predicted(rt), "ape_pct": ape_pct(p.predicted(rt), p.measured)} for p in points]
+    held = [(r["model"], r["measured"]) for r in table if r["split"] == "score"]
+    summary = {"runtime": str(out), "backend": "command", "profile": profile,
+               "fitted": list(report.fitted), "fit_mape_pct": report.fit_mape_pct,
+               "held_out_phase_mape_pct": mape_pct(held) if held else None}
     return table, summary

@@ -8,7 +8,7 @@ Every number in them says whether it was measured, fitted or is an assumption.
 from __future__ import annotations
 
 from harmony_ref._toml import read_toml
-from harmony_ref.calibrate.fit import RATE_CLASSES, HostFit, PhaseFit
+from harmony_ref.calibrate.fit import BASIC_CLASSES, HostFit, PhaseFit
 from harmony_ref.device.profile import (HOST_WEIGHT_ONLY_COMPUTE, PROFILES_FOLDER,
                                         profile_from_dict)
 from harmony_ref.units import GB, GIGA, KIB, MEGA, US_PER_S
@@ -52,7 +52,7 @@ def host_profile_toml(f: HostFit, stream_gbps: float, nominal: dict[str, float],
     (achieved rates). compute_efficiency is the INT4 matmul's achieved / nominal peak, and each
     class's peak field is its achieved rate / compute_efficiency, so peak x efficiency = fitted."""
     ce = min(1.0, f.rates["int4"] / nominal["int4"])
-    eff = {c: f.rates[c] / nominal[c] for c in RATE_CLASSES}
+    eff = {c: f.rates[c] / nominal[c] for c in BASIC_CLASSES}
     bw = f.bandwidth_bytes_per_s
     dram = max(stream_gbps * GB, bw)
     thermal = read_toml("profile", PROFILES_FOLDER, THERMAL_TEMPLATE)[0]["thermal"]

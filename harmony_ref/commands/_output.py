@@ -27,28 +27,18 @@ def add_json_flag(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 
 
-def _nonfinite_path(obj, path: str = "") -> str | None:
-    """The path ('rows[2].ttft_ms') of the first NaN or infinity in `obj`, else None."""
+def _no_nan(obj):
+    """`obj` with every non-finite float as None (JSON null): an unset optional number (a
+    profile's NaN "not given") must not print as NaN, which is not JSON."""
     if isinstance(obj, float):
-        return None if math.isfinite(obj) else (path or "<top level>")
+        return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        items = ((f"{path}.{k}" if path else str(k), v) for k, v in obj.items())
-    elif isinstance(obj, (list, tuple)):
-        items = ((f"{path}[{i}]", v) for i, v in enumerate(obj))
-    else:
-        return None
-    return next((p for p in (_nonfinite_path(v, k) for k, v in items) if p), None)
-
-
-def json_text(obj) -> str:
-    """Strict JSON (RFC 8259: no NaN or Infinity, which Python's json would write and most
-    parsers refuse); a non-finite number is a ValueError naming where it is."""
-    obj = json.loads(json.dumps(obj, default=float))  # numpy scalars -> floats, tuples -> lists
-    bad = _nonfinite_path(obj)
-    if bad is not None:
-        raise ValueError(f"--json output: field '{bad}' is not a finite number")
-    return json.dumps(obj, indent=2, sort_keys=False, allow_nan=False)
+        return {k: _no_nan(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_no_nan(v) for v in obj]
+    return obj
 
 
 def print_json(obj) -> None:
-    sys.stdout.write(json_text(obj) + "\n")
+    json.dump(_no_nan(obj), sys.stdout, indent=2, sort_keys=False, default=float, allow_nan=False)
+    sys.stdout.write("\n")

@@ -58,6 +58,14 @@ def add_arguments(p) -> None:
                    help="refit the launch overhead on the phase totals of a few whole-model fit "
                         "workloads (the real op mix) instead of taking it from the microbenchmarks")
     p.add_argument("--no-e2e", action="store_true", help="skip the held-out whole-model runs")
+    p.add_argument("--set", dest="fit_set", choices=("host", "llama.cpp", "phones"),
+                   help="fit a runtime profile (--runtime) on the fit points of a measured set "
+                        "(the committed host runs, llama-bench runs, or published figures) and "
+                        "write it to --out")
+    p.add_argument("--runtime", help="--set / --command: the runtime profile to fit (name or path)")
+    p.add_argument("--figures", metavar="TOML",
+                   help="--set phones: a file of published figures (default the shipped ones)")
+    p.add_argument("--params", help="--set: comma-separated parameters to fit (e.g. matmul,memory)")
     add_json_flag(p)
 
 
@@ -82,6 +90,8 @@ def run(args) -> int:
     check_output_file(args.out, "--out")  # before minutes of measuring
     if args.session and args.backend != "command":
         raise ValueError("--session applies to --backend command")
+    if args.fit_set:
+        return _run_set_calibration(args)
     if args.backend == "command" and (args.command_template or args.session):
         return _run_phase_calibration(args)
     if args.backend == "command":
@@ -157,11 +167,18 @@ def _run_phase_calibration(args) -> int:
         raise ValueError("--command needs --format")
     workloads = _parse_workloads(args.workloads)
     try:
-        table, summary = calibrate_phases(command, fmt, workloads, args.profile,
-                                          None if session else args.timeout, args.out,
-                                          args.name, session=session,
-                                          progress=_session.progress(args.json) if session
-                                          else None)
+        progress = _session.progress(args.json) if session else None
+        timeout = None if session else args.timeout
+        if args.runtime:
+            from harmony_ref.calibrate.run import calibrate_runtime_phases
+
+            table, summary = calibrate_runtime_phases(command, fmt, workloads, args.profile,
+                                                      args.runtime, timeout, args.out,
+                                                      session=session, progress=progress)
+        else:
+            table, summary = calibrate_phases(command, fmt, workloads, args.profile, timeout,
+                                              args.out, args.name, session=session,
+                                              progress=progress)
     except DeviceGone as e:
         return _session.gone_exit(NAME, e)
     except BackendError as e:
@@ -176,4 +193,23 @@ def _run_phase_calibration(args) -> int:
                 title="phase and end-to-end times: measured vs calibrated model")
     for k, v in summary.items():
         print(f"{k}: {v}")
+    return 0
+
+
+def _run_set_calibration(args) -> int:
+    from harmony_ref.calibrate.run import calibrate_runtime_on_set
+
+    if not args.runtime:
+        raise ValueError("--set needs --runtime (the runtime profile to fit)")
+    params = tuple(p.strip() for p in args.params.split(",")) if args.params else None
+    summary = calibrate_runtime_on_set(args.fit_set, args.runtime, args.out, args.figures, params)
+    if args.json:
+        print_json(summary)
+        return 0
+    import pandas as pd
+
+    if summary["rows"]:
+        print_table(pd.DataFrame(summary["rows"]), title=f"fit points of {args.runtime}: measured vs fitted model")
+    for k in ("runtime", "set", "out", "fitted", "fit_mape_pct", "fitted_on", "scored_on"):
+        print(f"{k}: {summary[k]}")
     return 0

@@ -13,6 +13,11 @@ def add_arguments(p) -> None:
     p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
     p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
     p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
+    p.add_argument("--runtime", help="runtime profile that runs on it (llama.cpp-cpu, executorch-xnnpack, "
+                                     "qnn-npu, mlc-gpu, mslite-npu, harmony-ref-host, or a .toml); "
+                                     "default: the profile's own (its default_runtime)")
+    p.add_argument("--runtime-threads", type=int, metavar="N",
+                   help="a CPU runtime's thread count (default: the runtime's)")
     add_scenario_arguments(p, batch=1)
     p.add_argument("--kv-dtype", default="fp16", choices=["fp16", "int8"], help="KV cache storage")
     p.add_argument("--no-fusion", action="store_true", help="run the op graph without the fusion pass")
@@ -44,7 +49,10 @@ def run(args) -> int:
                                   batch=args.batch, fused=not args.no_fusion,
                                   kv_dtype=args.kv_dtype, prefix_tokens=args.prefix_tokens,
                                   allow_unmatched=args.allow_unmatched)
-    device = SimulatedDevice(args.profile)
+    from harmony_ref.device.profile import load_profile, load_soc
+
+    device = SimulatedDevice(load_profile(args.profile, args.runtime, args.runtime_threads))
+    runtime = args.runtime or load_soc(args.profile).default_runtime or None
     threads = None
     if args.threads is not None:
         cores = require_cpu(device.profile).cores
@@ -56,7 +64,8 @@ def run(args) -> int:
     metrics = device.predict(config)
     breakdown = scenario_breakdown(device.profile, config) if args.breakdown else {}
     if args.json:
-        print_json({"backend": device.name, "profile": device.profile.name, "config": config.label,
+        print_json({"backend": device.name, "profile": device.profile.name, "runtime": runtime,
+                    "config": config.label,
                     "metrics": metrics.to_dict(), **({"breakdown": breakdown} if breakdown else {}),
                     **({"threads": threads} if threads else {})})
         return 0

@@ -51,12 +51,13 @@ one INT8: multiply by `thermal.energy_per_int8_op_pj` for dynamic energy.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import DTYPES, DeviceProfile, compute_dtype
+from harmony_ref.device.profile import DTYPES, EFFICIENCY_CLASSES, DeviceProfile, compute_dtype
 from harmony_ref.device.ops import fallback_ops, placement
 from harmony_ref.model.graph import Graph, Segment, build_graph
 from harmony_ref.units import GB, GIGA, MB, MS_PER_S, US_PER_S
@@ -107,22 +108,43 @@ class Roofline:
     cpu_vector_ops_per_s: float = 1.0
     transfer_bytes_per_s: float = 1.0
     cpu_launch_s: float = 0.0
+    cache_bytes: float = 0.0  # a cache streamed bytes can stay in (0: none)
+    cache_bytes_per_s: float = 0.0
+    forward_s: float = 0.0  # once per forward pass
+    class_ops_per_s: dict[str, float] | None = None  # per efficiency class (profile.py FALLBACK)
 
     @classmethod
     def of(cls, profile: DeviceProfile, compute_freq_scale: float = 1.0,
            memory_freq_scale: float = 1.0, efficiencies: bool = True) -> "Roofline":
         """`profile`'s rates at the given DVFS scales; `efficiencies=False` uses the bare peaks."""
         c, m = profile.compute, profile.memory
-        ce, me = (c.compute_efficiency, m.memory_efficiency) if efficiencies else (1.0, 1.0)
+        eff = (lambda cls_: c.efficiency(cls_)) if efficiencies else (lambda cls_: 1.0)  # noqa: E731
+        me = m.memory_efficiency if efficiencies else 1.0
+        ce = c.compute_efficiency if efficiencies else 1.0
         fc, fm = compute_freq_scale, memory_freq_scale
         cpu = {"fp16": c.cpu_fp16_gflops, "int8": c.cpu_int8_gops, "int4": c.cpu_int4_gops}
         npu, rt = profile.npu, profile.runtime
-        return cls({d: c.matmul_ops_per_s(d) * ce * fc for d in DTYPES},
-                   c.vector_fp16_gflops * GIGA * ce * fc, m.dram_bandwidth_gbps * GB * me * fm,
+        cache_eff = (me if math.isnan(m.cache_efficiency) else m.cache_efficiency) if efficiencies else 1.0
+        return cls({d: c.matmul_ops_per_s(d) * eff(d) * fc for d in DTYPES},
+                   c.vector_fp16_gflops * GIGA * eff("vector") * fc,
+                   m.dram_bandwidth_gbps * GB * me * fm,
                    m.onchip_buffer_bytes, rt.launch_overhead_us / US_PER_S,
                    {d: cpu[d] * GIGA * ce * fc for d in DTYPES}, c.cpu_fp16_gflops * GIGA * ce * fc,
                    (npu.transfer_gbps if npu else m.dram_bandwidth_gbps) * GB,
-                   (profile.cpu.launch_us if profile.cpu else rt.launch_overhead_us) / US_PER_S)
+                   (profile.cpu.launch_us if profile.cpu else rt.launch_overhead_us) / US_PER_S,
+                   m.cache_bytes, m.cache_bandwidth_gbps * GB * cache_eff * fm,
+                   rt.forward_overhead_us / US_PER_S,
+                   {k: c.class_peak_ops_per_s(k) * eff(k) * fc for k in EFFICIENCY_CLASSES})
+
+    def memory_bytes_per_s(self, streamed_per_step):
+        """The bandwidth a phase reads at when it streams `streamed_per_step` bytes (weights,
+        K/V) per forward: the cache's for the share that stays in it (all of it when it fits,
+        cache / streamed when not: a cyclic read larger than the cache keeps that much), DRAM's
+        for the rest. Works on arrays."""
+        if not self.cache_bytes or not self.cache_bytes_per_s:
+            return self.bandwidth_bytes_per_s + 0.0 * np.asarray(streamed_per_step, dtype=float)
+        hit = np.minimum(1.0, self.cache_bytes / np.maximum(np.asarray(streamed_per_step, dtype=float), 1.0))
+        return 1.0 / (hit / self.cache_bytes_per_s + (1.0 - hit) / self.bandwidth_bytes_per_s)
 
 
 def dram_bytes(streamed, other, tile, onchip_bytes):
@@ -172,10 +194,13 @@ def _make_op_arrays(graph: Graph) -> dict[str, np.ndarray]:
     out["dtype"] = np.asarray([DTYPES.index(op.dtype) for op, _ in rows])  # the weight's
     out["act_dtype"] = np.asarray([op.act_dtype for op, _ in rows], dtype=object)
     out["op_type"] = np.asarray([op.op_type for op, _ in rows], dtype=object)
+    out["attention"] = np.asarray([op.kind in ATTENTION_KINDS for op, _ in rows], dtype=bool)
+    out["one_row"] = np.asarray([op.m == 1 for op, _ in rows], dtype=bool)
     return out
 
 
-_STRUCTURE = ("count", "dtype", "act_dtype", "op_type")
+_STRUCTURE = ("count", "dtype", "act_dtype", "op_type", "attention", "one_row")
+ATTENTION_KINDS = frozenset({"attn_qk", "attn_pv", "attention"})
 
 
 def _compute_dtypes(profile: DeviceProfile, a: dict[str, np.ndarray]) -> np.ndarray:
@@ -202,16 +227,23 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
     q = {k: a0[k][:, None] + slope[k][:, None] * s for k in slope}  # (ops, S)
     r = Roofline.of(profile, fc, fm)
     cd = _compute_dtypes(profile, a0)  # (ops,) what each op computes in on this profile
-    rates = np.array([r.matmul_ops_per_s[d] for d in DTYPES])
-    dram = dram_bytes(q["streamed"], q["other"], q["tile"], r.onchip_bytes)
-    time, compute, memory = op_time_s(q["flops"], q["vflops"], dram, rates[cd][:, None],
-                                      r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
+    # each op's matrix work at its efficiency class's rate (a prompt's GEMM, a decode GEMV,
+    # attention over a prompt or for one row); vector work at the vector rate
+    k = r.class_ops_per_s
+    gemm = np.array([k[d] for d in DTYPES])[cd]
+    gemv = np.array([k[f"gemv_{d}"] for d in DTYPES])[cd]
+    attention = np.where(a0["one_row"], k["attention_decode"], k["attention"])
+    rates = np.where(a0["attention"], attention, np.where(a0["one_row"], gemv, gemm))[:, None]
     n = a0["count"][:, None]
+    dram = dram_bytes(q["streamed"], q["other"], q["tile"], r.onchip_bytes)
+    bandwidth = r.memory_bytes_per_s((q["streamed"] * n).sum(axis=0))[None, :]  # (1, S)
+    time, compute, memory = op_time_s(q["flops"], q["vflops"], dram, rates,
+                                      r.vector_ops_per_s, bandwidth, r.launch_s)
     cpu = np.asarray([placement(profile, t) == "fallback" for t in a0["op_type"]], dtype=bool)[:, None]
     if cpu.any():  # fallback ops: CPU rates, the NPU <-> CPU copy, a launch on each side
         cpu_rates = np.array([r.cpu_matmul_ops_per_s[d] for d in DTYPES])
         c_time, c_compute, _ = op_time_s(q["flops"], q["vflops"], dram, cpu_rates[cd][:, None],
-                                         r.cpu_vector_ops_per_s, r.bandwidth_bytes_per_s,
+                                         r.cpu_vector_ops_per_s, bandwidth,
                                          r.launch_s + r.cpu_launch_s)
         c_time = c_time + (q["act_in"] + q["act_out"]) / r.transfer_bytes_per_s
         time, compute = np.where(cpu, c_time, time), np.where(cpu, c_compute, compute)
@@ -219,10 +251,11 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
     per_dtype = {d: ((cd == i)[:, None] * q["flops"] * n).sum(axis=0) for i, d in enumerate(DTYPES)}
     vector = (q["vflops"] * n).sum(axis=0)
     return {
-        "time_s": (time * n).sum(axis=0),
+        "time_s": (time * n).sum(axis=0) + r.forward_s,
         "compute_s": (compute * n).sum(axis=0),
         "memory_s": (memory * n).sum(axis=0),
-        "launch_s": np.full(steps.shape, r.launch_s * a0["count"].sum() + r.cpu_launch_s * fallback_runs),
+        "launch_s": np.full(steps.shape, r.launch_s * a0["count"].sum() + r.cpu_launch_s * fallback_runs
+                            + r.forward_s),
         "memory_bound_s": (((memory >= compute) * time) * n).sum(axis=0),
         "flops": sum(per_dtype.values()) + vector,
         "fp16_ops": per_dtype["fp16"],
@@ -382,7 +415,8 @@ def op_roofline_s(profile: DeviceProfile, op) -> tuple[float, float]:
     r = Roofline.of(profile)
     nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, r.onchip_bytes)
     cd = profile.compute.op_compute_dtype(op)
-    _, compute, memory = op_time_s(op.flops, op.vector_flops, nbytes, r.matmul_ops_per_s[cd],
+    rate = r.class_ops_per_s[profile.compute.op_class(op, cd)] if op.flops else 1.0
+    _, compute, memory = op_time_s(op.flops, op.vector_flops, nbytes, rate,
                                    r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
     return float(compute), float(memory)
 

@@ -7,7 +7,8 @@ skipped the work, a parser reading the wrong line).
 
 - decode: every generated token reads every matmul weight once, so
   `decode_tokens_per_s <= batch * dram_bandwidth / weight_bytes` (KV cache and activations
-  ignored: leaving bytes out only loosens the bound);
+  ignored: leaving bytes out only loosens the bound); weights that fit the profile's cache
+  (`cache_mb`) may be read at its `cache_bandwidth_gbps` instead, when that is faster;
 - prefill / TTFT: at least `2 * linear_params * prompt_tokens` matmul ops at the profile's best
   matmul peak, and at least one read of the weights;
 - one op: `max(ops / peak(dtype), bytes / bandwidth)`.
@@ -65,6 +66,9 @@ def bounds(profile, config) -> Bounds:
     s = config.scenario
     wb = float(weight_bytes(config))
     bw = bandwidth_bytes_per_s(profile)
+    m = profile.memory
+    if m.cache_mb and wb <= m.cache_bytes:
+        bw = max(bw, m.cache_bandwidth_gbps * GB)
     peak = peak_ops_per_s(profile)
     step_s = wb / bw
     prefill_s = max(2.0 * linear_params(config) * s.prompt_tokens * s.batch / peak, step_s)

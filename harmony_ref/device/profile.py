@@ -10,8 +10,8 @@ launch overhead, storage read, NPU init, graph parse: the cold-start inputs) and
 (harmony_ref/device/thermal_config.py); optional [npu] (the op types the NPU runs and the ones the
 CPU runtime implements for fallback, the NPU <-> CPU copy rate, the NPU memory models may hold:
 device/ops.py, device/lifecycle.py) and [cpu] (its core clusters, `[[cpu.clusters]]`, per-op
-dispatch and per-thread synchronisation costs: device/threads.py), and an optional [calibration]
-section that only
+dispatch and per-thread synchronisation costs: device/threads.py), an optional [gpu] (its peak, for a GPU
+runtime), and an optional [calibration] section that only
 `harmony-ref calibrate` writes (the fitted model's held-out error; shipped profiles have none).
 Every number in a shipped file names its source or says
 `assumption`. A Cube peak of 0 means "no NPU path for this dtype": the op falls back to the CPU
@@ -43,6 +43,7 @@ the file, the field and the value.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -86,6 +87,15 @@ def _positive():
     return field(metadata={"min": 1e-9})
 
 
+def _optional_fraction():
+    """An efficiency a profile may leave out (NaN: the field it defaults to, see its comment)."""
+    return field(default=math.nan, metadata={"min": 1e-6, "max": 1.0})
+
+
+def _or(value: float, fallback: float) -> float:
+    return fallback if math.isnan(value) else value
+
+
 @dataclass(frozen=True)
 class ComputeSpec:
     cube_fp16_tops: float = nonneg()  # NPU matrix unit peaks; 0 = no NPU path for the dtype
@@ -95,10 +105,52 @@ class ComputeSpec:
     cpu_fp16_gflops: float = _positive()  # CPU fallback matmul rates (NEON)
     cpu_int8_gops: float = _positive()
     cpu_int4_gops: float = _positive()
-    compute_efficiency: float = _fraction()  # achieved / peak on large matmuls
+    # achieved / peak on large matmuls; a SoC profile that names its `runtime` leaves it (and
+    # weight_only_compute) out: the runtime profile gives them (device/runtime.py)
+    compute_efficiency: float = _optional_fraction()
     # what a weight-only quantized matmul computes in: "fp16" (dequantized, float) or "weight"
     # (its weight's dtype: our host kernels' dynamic int8 activations); see `compute_dtype`
-    weight_only_compute: str = field(metadata={"choices": WEIGHT_ONLY_COMPUTES})
+    weight_only_compute: str = field(default="", metadata={"choices": WEIGHT_ONLY_COMPUTES})
+    # Optional per-class efficiencies (NaN: the next in its chain, FALLBACK; at the end
+    # compute_efficiency): the prompt's matmuls (GEMMs) per compute dtype; one-row matmuls (a
+    # decode step's GEMVs, batch 1: runtimes run other kernels for them) per dtype; attention's
+    # QK^T and P.V over a prompt and for one decode row; the vector ops.
+    int4_efficiency: float = _optional_fraction()
+    int8_efficiency: float = _optional_fraction()
+    fp16_efficiency: float = _optional_fraction()
+    gemv_efficiency: float = _optional_fraction()
+    gemv_int4_efficiency: float = _optional_fraction()
+    gemv_int8_efficiency: float = _optional_fraction()
+    gemv_fp16_efficiency: float = _optional_fraction()
+    attention_efficiency: float = _optional_fraction()
+    attention_decode_efficiency: float = _optional_fraction()
+    vector_efficiency: float = _optional_fraction()
+
+    def efficiency(self, cls: str) -> float:
+        """Achieved / peak of a class (EFFICIENCY_CLASSES), through its FALLBACK chain."""
+        for c in (cls,) + FALLBACK[cls]:
+            v = getattr(self, f"{c}_efficiency")
+            if not math.isnan(v):
+                return v
+        return self.compute_efficiency
+
+    @staticmethod
+    def op_class(op, compute_dtype: str) -> str:
+        """The efficiency class of graph op `op` computing in `compute_dtype`."""
+        one_row = op.m == 1
+        if op.kind in ("attn_qk", "attn_pv", "attention"):
+            return "attention_decode" if one_row else "attention"
+        if op.flops and one_row:
+            return f"gemv_{compute_dtype}"
+        return compute_dtype if op.flops else "vector"
+
+    def class_peak_ops_per_s(self, cls: str) -> float:
+        """The peak a class's work runs against: its dtype's matmul peak (attention: fp16's)."""
+        if cls == "vector":
+            return self.vector_fp16_gflops * GIGA
+        if cls.startswith("attention"):
+            return self.matmul_ops_per_s("fp16")
+        return self.matmul_ops_per_s(cls.rpartition("_")[2])
 
     def op_compute_dtype(self, op, cpu_path: bool = False) -> str:
         """The dtype graph op `op` computes in on this profile (`compute_dtype`); `cpu_path`: on
@@ -117,15 +169,39 @@ class ComputeSpec:
         return {"fp16": self.cube_fp16_tops, "int8": self.cube_int8_tops, "int4": self.cube_int4_tops}[dtype] > 0
 
 
+# Efficiency classes and where an unset one takes its value from (then compute_efficiency).
+FALLBACK = {"int4": (), "int8": (), "fp16": (), "vector": (),
+            "gemv_int4": ("gemv", "int4"), "gemv_int8": ("gemv", "int8"), "gemv_fp16": ("gemv", "fp16"),
+            "attention": ("fp16",), "attention_decode": ("attention", "fp16")}
+EFFICIENCY_CLASSES = tuple(FALLBACK)
+
+
 @dataclass(frozen=True)
 class MemorySpec:
     dram_type: str
     dram_bandwidth_gbps: float = _positive()  # peak, GB/s (decimal)
-    memory_efficiency: float = _fraction()  # achieved / peak on streaming reads
     onchip_buffer_kib: float = _positive()  # NPU local buffer a matmul tiles its activations into
     ram_gb: float = _positive()
     app_memory_share: float = _fraction()  # fraction of RAM one foreground app may hold
     runtime_workspace_mb: float = nonneg()  # runtime + graph + scratch, outside weights and KV
+    memory_efficiency: float = _optional_fraction()  # achieved / peak on streaming reads
+    # The last-level (or system-level) cache that weights re-read every step can stay in: 0 = none.
+    # A phase whose streamed bytes (weights, K/V) per step fit it reads them at the cache's
+    # bandwidth; a larger one hits in it a share cache / streamed (device/cost.py).
+    cache_mb: float = field(default=0.0, metadata={"min": 0.0})
+    cache_bandwidth_gbps: float = field(default=0.0, metadata={"min": 0.0})  # peak or measured
+    cache_efficiency: float = _optional_fraction()  # achieved / cache bandwidth (NaN: memory's)
+    # Measured read bandwidth of each unit (a CPU cluster, the GPU, the NPU rarely reach the
+    # DRAM peak alone), and of one CPU core: 0 = not measured (the DRAM peak applies).
+    cpu_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
+    gpu_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
+    npu_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
+    core_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
+    core_cache_gbps: float = field(default=0.0, metadata={"min": 0.0})  # one core from the cache
+
+    @property
+    def cache_bytes(self) -> float:
+        return self.cache_mb * MB
 
     @property
     def app_budget_bytes(self) -> float:
@@ -142,10 +218,13 @@ class MemorySpec:
 
 @dataclass(frozen=True)
 class RuntimeSpec:
-    launch_overhead_us: float = nonneg()  # per kernel launch, on top of its compute/memory time
     storage_read_gbps: float = _positive()  # sequential read of the model file
     npu_init_ms: float = nonneg()  # opening the NPU device and runtime context
     graph_parse_ms_per_mb: float = nonneg()  # model graph parse/compile per MB of model file
+    # per kernel launch, on top of its compute/memory time (NaN: given by the named runtime)
+    launch_overhead_us: float = field(default=math.nan, metadata={"min": 0.0})
+    # once per forward pass (the prefill, each decode step): the runtime's own loop, sampling
+    forward_overhead_us: float = field(default=0.0, metadata={"min": 0.0})
 
 
 @dataclass(frozen=True)
@@ -187,6 +266,24 @@ class CpuSpec:
     def cores(self) -> int:
         return sum(c.cores for c in self.clusters)
 
+    def cores_used(self, threads: int) -> list["CpuCluster"]:
+        """The cluster of each of `threads` threads, fastest cores first (what the scheduler
+        gives a busy thread pool)."""
+        if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= self.cores:
+            raise ValueError(f"threads = {threads!r}: must be an int in 1..{self.cores} "
+                             "(the profile's cores)")
+        order = sorted(self.clusters, key=lambda c: -c.core_ops_per_s("fp16"))
+        return [c for c in order for _ in range(c.cores)][:threads]
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """The SoC's GPU as a runtime that runs the matmuls on it sees it (MLC, OpenCL)."""
+
+    name: str
+    fp16_gflops: float = _positive()  # peak FP16 (spec sheet: ALUs x 2 x clock)
+    int8_gops: float = field(default=0.0, metadata={"min": 0.0})  # 0: no int8 path (runs fp16)
+
 
 @dataclass(frozen=True)
 class CalibrationInfo:
@@ -221,6 +318,10 @@ class DeviceProfile:
     runtime: RuntimeSpec
     thermal: ThermalConfig
     soc: str = ""
+    # A SoC profile names the runtime that runs on it by default (device/runtimes/*.toml); its
+    # efficiencies, weight-only compute and launch overhead then come from that runtime
+    default_runtime: str = ""
+    gpu: GpuSpec | None = None  # [gpu]: for a runtime whose unit is "gpu"
     npu: NpuSpec | None = None  # [npu]: op support and NPU memory; None = every op on the NPU
     cpu: CpuSpec | None = None  # [cpu]: clusters for the thread model; None = no thread model
     calibration: CalibrationInfo | None = field(default=None, compare=False)  # [calibration], optional
@@ -258,8 +359,18 @@ def profile_from_dict(data: dict, source: str) -> DeviceProfile:
     return profile
 
 
+RUNTIME_FIELDS = (("compute", "compute_efficiency"), ("compute", "weight_only_compute"),
+                  ("memory", "memory_efficiency"), ("runtime", "launch_overhead_us"))
+
+
 def _check_cross_fields(p: DeviceProfile, source: str) -> None:
     """Checks across fields that from_table cannot make: named like its errors."""
+    if not p.default_runtime:
+        for sec, key in RUNTIME_FIELDS:
+            v = getattr(getattr(p, sec), key)
+            if v == "" or (isinstance(v, float) and math.isnan(v)):
+                raise ValueError(f"{source}: missing field '{sec}.{key}': a profile that names no "
+                                 "`default_runtime` must give it")
     if p.cpu is not None:
         names = [c.name for c in p.cpu.clusters]
         dup = next((n for n in names if names.count(n) > 1), None)
@@ -287,8 +398,8 @@ def _shipped_profile(name: str) -> DeviceProfile:
     return profile_from_dict(data, source)
 
 
-def load_profile(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
-    """A shipped profile by name ("harmony-flagship") or a profile TOML by path."""
+def load_soc(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
+    """A profile as written: a SoC profile that names a runtime keeps its runtime fields unset."""
     if isinstance(name_or_path, DeviceProfile):
         return name_or_path
     text = str(name_or_path)
@@ -296,3 +407,195 @@ def load_profile(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
         return _shipped_profile(text)
     data, source = read_toml("profile", PROFILES_FOLDER, name_or_path)
     return profile_from_dict(data, source)
+
+
+def load_profile(name_or_path: str | Path | DeviceProfile, runtime=None,
+                 threads: int | None = None) -> DeviceProfile:
+    """A shipped profile by name ("harmony-flagship") or a profile TOML by path, ready for the
+    cost model: with `runtime` (a runtime profile name, path or RuntimeProfile) that runtime on
+    the SoC, else the profile's own `runtime` when it names one, else the profile as written.
+    `threads`: a CPU runtime's thread count (default: the runtime's)."""
+    soc = load_soc(name_or_path)
+    runtime = runtime or soc.default_runtime or None
+    if runtime is None:
+        return soc
+    return apply_runtime(soc, load_runtime(runtime), threads)
+
+
+# --- runtime profiles (device/runtime.py documents them) -----------------------------------
+
+UNITS = ("cpu", "gpu", "npu")
+THREAD_SPLITS = ("even", "dynamic")
+RUNTIMES_FOLDER = "device/runtimes"
+
+
+def _fraction(default=None):
+    meta = {"min": 1e-6, "max": 1.0}
+    return field(metadata=meta) if default is None else field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class RuntimeEfficiency:
+    matmul: float = _fraction()  # achieved / the unit's peak on matmuls of every dtype
+    memory: float = _fraction()  # achieved / the unit's DRAM read bandwidth
+    # per efficiency class (device/profile.py FALLBACK: an unset one takes the next in its
+    # chain, then matmul's): a prompt's matmuls per compute dtype; one-row matmuls (a decode
+    # step's GEMVs), all or per dtype; attention over a prompt and for one decode row; vector ops
+    int4: float = _fraction(math.nan)
+    int8: float = _fraction(math.nan)
+    fp16: float = _fraction(math.nan)
+    gemv: float = _fraction(math.nan)
+    gemv_int4: float = _fraction(math.nan)
+    gemv_int8: float = _fraction(math.nan)
+    gemv_fp16: float = _fraction(math.nan)
+    attention: float = _fraction(math.nan)
+    attention_decode: float = _fraction(math.nan)
+    vector: float = _fraction(math.nan)
+    cache: float = _fraction(math.nan)  # achieved / the SoC's cache bandwidth (NaN: memory's)
+
+
+@dataclass(frozen=True)
+class RuntimeOverhead:
+    launch_us: float = field(metadata={"min": 0.0})  # per kernel (one op of the graph)
+    forward_us: float = field(default=0.0, metadata={"min": 0.0})  # per forward pass
+
+
+@dataclass(frozen=True)
+class RuntimeCalibration:
+    """What the numbers were fitted on and what scored them (measurement ids, fidelity's)."""
+
+    method: str
+    fitted_on: tuple[str, ...]
+    scored_on: tuple[str, ...] = ()
+    fit_mape_pct: float = field(default=math.nan, metadata={"min": 0.0})
+    held_out_mape_pct: float = field(default=math.nan, metadata={"min": 0.0})  # on scored_on
+    fitted_at: str = ""
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    name: str
+    description: str
+    unit: str = field(metadata={"choices": UNITS})
+    weight_only_compute: str = field(metadata={"choices": WEIGHT_ONLY_COMPUTES})
+    efficiency: RuntimeEfficiency
+    overhead: RuntimeOverhead
+    threads: int = field(default=0, metadata={"min": 0})  # cpu: threads (0: performant_cores)
+    thread_split: str = field(default="even", metadata={"choices": THREAD_SPLITS})
+    workspace_mb: float = field(default=0.0, metadata={"min": 0.0})  # runtime + scratch memory
+    calibration: RuntimeCalibration | None = field(default=None, compare=False)
+    source: str = field(default="<memory>", compare=False, init=False)
+
+
+def runtime_from_dict(data: dict, source: str) -> RuntimeProfile:
+    rt = from_table(RuntimeProfile, data, source)
+    object.__setattr__(rt, "source", source)
+    return rt
+
+
+def shipped_runtimes() -> list[str]:
+    return shipped_names(RUNTIMES_FOLDER)
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped_runtime(name: str) -> RuntimeProfile:
+    data, source = read_toml("runtime profile", RUNTIMES_FOLDER, name)
+    return runtime_from_dict(data, source)
+
+
+def load_runtime(name_or_path: str | Path | RuntimeProfile) -> RuntimeProfile:
+    """A shipped runtime profile by name ("llama.cpp-cpu") or a runtime TOML by path."""
+    if isinstance(name_or_path, RuntimeProfile):
+        return name_or_path
+    text = str(name_or_path)
+    if not (text.endswith(".toml") or Path(text).exists()):
+        return _shipped_runtime(text)
+    data, source = read_toml("runtime profile", RUNTIMES_FOLDER, name_or_path)
+    return runtime_from_dict(data, source)
+
+
+def cpu_rates(cpu: CpuSpec, threads: int, split: str) -> dict[str, float]:
+    """Ops/s of `threads` threads on the fastest cores, per dtype: the sum of their rates
+    (dynamic split) or threads x the slowest one's (even split)."""
+    used = cpu.cores_used(threads)
+    if split == "even":  # each op waits for its slowest thread (device/threads.py)
+        return {d: threads * min(c.core_ops_per_s(d) for c in used) for d in DTYPES}
+    return {d: sum(c.core_ops_per_s(d) for c in used) for d in DTYPES}
+
+
+PERFORMANT_SHARE = 0.4  # a core this far below the fastest one is not a "performant" core
+
+
+def performant_cores(cpu: CpuSpec) -> int:
+    """The cores a runtime takes by default (threads = 0): every core whose FP16 rate is at least
+    PERFORMANT_SHARE of the fastest core's, i.e. not the little cluster (as ExecuTorch and
+    cpuinfo count "performant cores"; llama.cpp users pass the big cores' count: assumption)."""
+    best = max(c.core_ops_per_s("fp16") for c in cpu.clusters)
+    return sum(c.cores for c in cpu.clusters if c.core_ops_per_s("fp16") >= PERFORMANT_SHARE * best)
+
+
+def _threads(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None) -> int:
+    if soc.cpu is None:
+        raise ValueError(f"{soc.source}: runtime {rt.name!r} runs on the CPU, and this profile "
+                         "has no [cpu] clusters")
+    n = threads or rt.threads or performant_cores(soc.cpu)
+    if not 1 <= n <= soc.cpu.cores:
+        raise ValueError(f"runtime {rt.name!r}: threads = {n}: must be in 1..{soc.cpu.cores} "
+                         f"({soc.name}'s cores)")
+    return n
+
+
+def apply_runtime(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None = None) -> DeviceProfile:
+    """`rt` on `soc` as one DeviceProfile (see the module docstring). Raises ValueError when
+    the SoC lacks the unit the runtime needs (a GPU runtime on a profile without [gpu])."""
+    e, c, m = rt.efficiency, soc.compute, soc.memory
+    compute = dict(compute_efficiency=e.matmul, weight_only_compute=rt.weight_only_compute,
+                   **{f"{k}_efficiency": getattr(e, k) for k in EFFICIENCY_CLASSES + ("gemv",)})
+    launch_us, read_gbps, npu = rt.overhead.launch_us, m.dram_bandwidth_gbps, None
+    cache_gbps = m.cache_bandwidth_gbps
+    label = rt.name
+    if rt.unit == "cpu":
+        n = _threads(soc, rt, threads)
+        rates = cpu_rates(soc.cpu, n, rt.thread_split)
+        compute.update(cube_fp16_tops=0.0, cube_int8_tops=0.0, cube_int4_tops=0.0,
+                       cpu_fp16_gflops=rates["fp16"] / GIGA, cpu_int8_gops=rates["int8"] / GIGA,
+                       cpu_int4_gops=rates["int4"] / GIGA, vector_fp16_gflops=rates["fp16"] / GIGA)
+        read_gbps = m.cpu_read_gbps or read_gbps
+        if m.core_read_gbps:
+            read_gbps = min(read_gbps, n * m.core_read_gbps)
+        if m.core_cache_gbps:  # n threads read the cache at most n cores' worth
+            cache_gbps = min(cache_gbps, n * m.core_cache_gbps)
+        launch_us += soc.cpu.sync_us_per_thread * (n - 1)  # every op's barrier
+        label = f"{rt.name} x{n}"
+    elif rt.unit == "gpu":
+        if soc.gpu is None:
+            raise ValueError(f"{soc.source}: runtime {rt.name!r} runs on the GPU, and this "
+                             "profile has no [gpu] section")
+        fp16 = soc.gpu.fp16_gflops * GIGA / TERA
+        int8 = (soc.gpu.int8_gops * GIGA / TERA) or fp16  # no int8 path: at the fp16 rate
+        compute.update(cube_fp16_tops=fp16, cube_int8_tops=int8, cube_int4_tops=int8,
+                       vector_fp16_gflops=soc.gpu.fp16_gflops)
+        read_gbps = m.gpu_read_gbps or read_gbps
+    else:
+        if not any(c.on_npu(d) for d in DTYPES):
+            raise ValueError(f"{soc.source}: runtime {rt.name!r} runs on the NPU, and this "
+                             "profile has no NPU (every cube_*_tops is 0)")
+        read_gbps = m.npu_read_gbps or read_gbps
+        npu = soc.npu
+    memory = dataclasses.replace(m, dram_bandwidth_gbps=read_gbps, memory_efficiency=e.memory,
+                                 cache_bandwidth_gbps=cache_gbps,
+                                 cache_efficiency=e.cache, runtime_workspace_mb=rt.workspace_mb)
+    runtime = dataclasses.replace(soc.runtime, launch_overhead_us=launch_us,
+                                  forward_overhead_us=rt.overhead.forward_us)
+    cal = soc.calibration
+    rc = rt.calibration
+    if rc is not None and not math.isnan(rc.held_out_mape_pct):
+        # the runtime's held-out error is this merged profile's model error (SimulatedDevice
+        # reports it as host_model_mape_pct); no per-op microbenchmarks: the same number
+        cal = CalibrationInfo(rc.held_out_mape_pct, len(rc.fitted_on), len(rc.scored_on),
+                              rc.fitted_at, rc.held_out_mape_pct, len(rc.scored_on))
+    out = dataclasses.replace(soc, name=f"{soc.name}+{label}", compute=dataclasses.replace(c, **compute),
+                              memory=memory, runtime=runtime, npu=npu, default_runtime="",
+                              calibration=cal)
+    object.__setattr__(out, "source", soc.source)
+    return out

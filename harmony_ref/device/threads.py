@@ -46,12 +46,8 @@ def require_cpu(profile: DeviceProfile) -> CpuSpec:
 
 
 def cores_used(cpu: CpuSpec, threads: int) -> list[CpuCluster]:
-    """The cluster of each of `threads` threads, fastest cores first."""
-    if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= cpu.cores:
-        raise ValueError(f"threads = {threads!r}: must be an int in 1..{cpu.cores} "
-                         "(the profile's cores)")
-    order = sorted(cpu.clusters, key=lambda c: -c.core_ops_per_s("fp16"))
-    return [c for c in order for _ in range(c.cores)][:threads]
+    """The cluster of each of `threads` threads, fastest cores first (CpuSpec.cores_used)."""
+    return cpu.cores_used(threads)
 
 
 def thread_rates(cpu: CpuSpec, threads: int) -> dict[str, float]:

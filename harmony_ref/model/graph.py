@@ -228,8 +228,11 @@ class _Builder:
     def matmul(self, layer: str, n: int, k: int, rows: int, bias: bool, fmt: WeightFormat | None = None):
         fmt = fmt or self.policy.format_for(layer)
         a = ACT_BYTES
-        # [activations] gives every int8 Linear static int8 activations (runtime/llama.py)
-        act = "int8" if self.policy.activations is not None and fmt.kind == "int8" else "fp16"
+        # [activations] gives every int8 Linear static int8 activations (runtime/llama.py);
+        # dynamic_activations = "int8" every int4/int8 one, made on the fly (W4A8, W8A8)
+        static = self.policy.activations is not None and fmt.kind == "int8"
+        dynamic = self.policy.dynamic_activations == "int8" and fmt.kind in ("int8", "int4")
+        act = "int8" if static or dynamic else "fp16"
         self.add(name=layer, kind="matmul", layer=layer, dtype=fmt.compute_dtype, act_dtype=act,
                  flops=2.0 * rows * n * k, weight_bytes=weight_nbytes(fmt, n, k, layer),
                  act_in_bytes=rows * k * a, act_out_bytes=rows * n * a, tile_bytes=rows * k * a,

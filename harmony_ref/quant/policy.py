@@ -18,6 +18,11 @@ Format strings: "fp32", "fp16", "int8", "int4-g<group>" (asym) or "int4-g<group>
 
 Optional `[prune]` (structured pruning) and `[activations]` (static INT8 activations, W8A8)
 tables combine pruning and quantization in one policy; quant/compress.py describes them.
+`dynamic_activations = "int8"` says the runtime quantizes the activations of every int4 and
+int8 Linear to int8 on the fly (ExecuTorch's 8da4w, W4A8): the op graph then marks those
+matmuls int8-activated, so a runtime computes them in int8 whatever it does for weight-only
+ones (device/profile.py `compute_dtype`). Our host kernels do that for every quantized Linear
+anyway (matmul_w4 / matmul_w8: int8 per 32-block), so on the host it changes nothing.
 
 A policy is checked against the model it is applied to before any work (`check_applies`): every
 pattern, layer name and [prune.blocks] index must match something of that model, and no INT4
@@ -42,7 +47,8 @@ from harmony_ref.quant.compress import (ActivationSpec, PruneSpec, activations_f
 FORMAT_KINDS = ("fp32", "fp16", "int8", "int4")
 _FORMAT_RE = re.compile(r"^(fp32|fp16|int8|int4-g(\d+)(-(asym|sym))?)$")
 POLICY_KEYS = {"name", "description", "default", "keep_fp16_layers", "keep_int8_layers", "layers",
-               "prune", "activations"}
+               "prune", "activations", "dynamic_activations"}
+DYNAMIC_ACTIVATIONS = ("", "int8")
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,7 @@ class Policy:
     source: str = field(default="<memory>", compare=False)
     prune: PruneSpec | None = None  # structured pruning before quantizing (quant/compress.py)
     activations: ActivationSpec | None = None  # static int8 activations for int8 Linears
+    dynamic_activations: str = ""  # "int8": every int4/int8 Linear's activations, on the fly
 
     def format_for(self, layer_name: str) -> WeightFormat:
         """The format a Linear (or embedding) called `layer_name` is stored in."""
@@ -158,6 +165,8 @@ class Policy:
             lines.append("")
             lines.append("[layers]")
             lines.extend(f"{q(p)} = {q(f.name)}" for p, f in self.layers)
+        if self.dynamic_activations:
+            lines.append(f"dynamic_activations = {q(self.dynamic_activations)}")
         for extra in (self.prune, self.activations):
             if extra is not None:
                 lines.extend(extra.to_toml())
@@ -244,6 +253,10 @@ def policy_from_dict(data: dict, source: str) -> Policy:
         (pattern, parse_format(fmt, f"{source}: field 'layers.{pattern}'"))
         for pattern, fmt in layers_table.items()
     )
+    dynamic = data.get("dynamic_activations", "")
+    if dynamic not in DYNAMIC_ACTIVATIONS:
+        raise ValueError(f"{source}: field 'dynamic_activations' = {dynamic!r}: must be one of "
+                         f"{list(DYNAMIC_ACTIVATIONS)}")
     name = data.get("name", Path(source).stem)
     if not isinstance(name, str) or not name:
         raise ValueError(f"{source}: field 'name' must be a non-empty string, got {name!r}")
@@ -258,6 +271,7 @@ def policy_from_dict(data: dict, source: str) -> Policy:
         prune=prune_from_dict(data["prune"], source) if "prune" in data else None,
         activations=(activations_from_dict(data["activations"], source)
                      if "activations" in data else None),
+        dynamic_activations=dynamic,
     )
 
 

@@ -18,7 +18,11 @@ Parts, in order (each can be skipped with --skip):
   the first ACCURACY_CHUNKS chunks of the held-out corpus; the FP32 reference cached on disk),
   then MiniLM-L6's sentence-embedding accuracy on real weights;
 - `coldstart`: cold / preload / preload+warm-up start times (exact);
-- `thermal`: the 10-minute sustained-performance summary (exact).
+- `thermal`: the 10-minute sustained-performance summary (exact);
+- `fidelity`: the device model's own error against real runtimes (`fidelity_*` metrics: MAPE on
+  the held-out host runs and llama-bench runs, the error on the published phone figures;
+  track/fidelity.py on the committed measurements, so it does not depend on the run's config
+  and is exact: a change that makes the model worse fails the gate like a slowdown).
 
 A part whose input cannot be had here (the MiniLM weights when the package registry cannot be
 reached) is recorded as `unavailable` with the reason, never faked; a part that raises anything
@@ -57,11 +61,13 @@ def _predicted(config: RunConfig):
                        session=opts.get("session"))
     m = dev.run(config)
     if config.backend == "simulated":
+        info = _runtime_calibration(config.profile)
         if _is_shipped(config.profile):
-            return m.metrics
-        return m.metrics, {"backend_provenance": _simulated_host_provenance(config)}
+            return (m.metrics, info) if info else m.metrics
+        return m.metrics, {"backend_provenance": _simulated_host_provenance(config), **info}
     prov = {"backend": dev.name, **m.provenance, "physics": m.physics}
-    info = {"backend_provenance": prov, "implausible": list(m.findings)}
+    info = {"backend_provenance": prov, "implausible": list(m.findings),
+            **(_runtime_calibration(config.profile) if config.backend == "host" else {})}
     if m.session is not None:  # a device session: identity, pushes, per-repeat telemetry
         info["session"] = m.session
     measured = prov.get("host_model")
@@ -72,6 +78,20 @@ def _predicted(config: RunConfig):
         info["measured_weights_mb"] = round(weight_mb(fit_to_host(config, dev.max_weight_mb)), 1)
         info["model_weights_mb"] = round(weight_mb(config), 1)
     return m.metrics, info
+
+
+def _runtime_calibration(profile: str) -> dict:
+    """Which measurements the profile's runtime was fitted on and which scored it (its
+    [calibration]), for the record: `host_model_mape_pct` is the error on the scored ones."""
+    from harmony_ref.device.profile import load_soc
+    from harmony_ref.device.runtime import load_runtime
+
+    name = load_soc(profile).default_runtime
+    cal = load_runtime(name).calibration if name else None
+    if cal is None:
+        return {}
+    return {"model_runtime": name, "model_fitted_on": list(cal.fitted_on),
+            "model_scored_on": list(cal.scored_on)}
 
 
 def _is_shipped(profile: str) -> bool:
@@ -97,9 +117,16 @@ def _host_model_profile(config: RunConfig) -> str | None:
     `harmony-ref calibrate --backend host`) is this machine's calibrated model: the measurement is
     physics-checked against it and the record gets the model's error, `host_model_mape_pct`.
     A phone profile says nothing about this CPU and is used for neither."""
-    if config.backend != "host" or _is_shipped(config.profile):
+    if config.backend != "host":
         return None
+    if _is_shipped(config.profile):  # a shipped host profile (its runtime is ours) is one too
+        from harmony_ref.device.profile import load_soc
+
+        return config.profile if load_soc(config.profile).default_runtime == HOST_RUNTIME else None
     return config.profile
+
+
+HOST_RUNTIME = "harmony-ref-host"  # this project's runtime: a profile running it models this CPU
 
 
 def _host(config: RunConfig):
@@ -185,6 +212,18 @@ def _thermal(config: RunConfig) -> Metrics:
     return thermal_summary(load_profile(config.profile), config, minutes=10)
 
 
+def _fidelity(config: RunConfig):
+    from harmony_ref.track.fidelity import collect, fidelity_metrics, score, summary
+
+    rows = summary(score(collect()))
+    facts = {"sets": sorted({r["set"] for r in rows}),
+             "held_out_points": {r["set"]: r["scored"] for r in rows if r["phase"] == "all"},
+             "fitted_points": {r["set"]: r["fitted"] for r in rows if r["phase"] == "all"},
+             "measurements": "committed fixtures (harmony_ref/data/fidelity/): independent of "
+                             "this run's config; MAPE on the held-out points only"}
+    return fidelity_metrics(rows), facts
+
+
 PARTS: list[Part] = [
     Part("predicted", "device metrics (backend)", _predicted),
     Part("host", "host kernels vs NumPy (timed)", _host),
@@ -192,6 +231,7 @@ PARTS: list[Part] = [
          _accuracy),
     Part("coldstart", "cold start (device model)", _coldstart),
     Part("thermal", "10-minute thermal summary", _thermal),
+    Part("fidelity", "device model vs real runtimes (committed measurements)", _fidelity),
 ]
 
 

@@ -127,8 +127,14 @@ def test_written_host_profile_says_weight():
 
 
 def test_every_shipped_profile_states_the_field():
+    """In the profile, or (a SoC profile naming its default runtime) in that runtime's file."""
+    from harmony_ref.device.profile import load_soc
+
     for name in shipped_profiles():
         text = _profile_text(name)
+        runtime = load_soc(name).default_runtime
+        if runtime:
+            text = (resources.files("harmony_ref") / "device" / "runtimes" / f"{runtime}.toml").read_text()
         line = re.search(r"^weight_only_compute = \"(\w+)\"", text, flags=re.M)
         assert line and line.group(1) in WEIGHT_ONLY_COMPUTES, name
         assert load_profile(name).compute.weight_only_compute == line.group(1)

@@ -1,0 +1,205 @@
+"""Fit a runtime profile's numbers to measured points, and write the profile as TOML.
+
+    rt, report = fit_on_points(load_runtime("llama.cpp-cpu"), points, ("matmul", "memory"))
+    text = runtime_toml(rt, notes)        # loads back through device/runtime.py's schema
+
+`fit_on_points` moves the named parameters (PARAMS: efficiencies in (0, 1], overheads and the
+workspace >= 0) so that the simulated predictions of the `fit` points (calibrate/points.py)
+match their measurements: least squares on log(predicted / measured) (relative error, a slow
+figure counts as much as a fast one; scipy.optimize.least_squares within the bounds). Each
+prediction is the one the fidelity command makes: the SoC and the trial runtime merged
+(device/runtime.py apply_runtime) and priced by device/cost.py. A parameter the fit points do
+not move (no decode point for a memory efficiency) keeps its prior value and is reported as not
+fitted. The roofline's max() makes basins (an op memory- or compute-bound), so the fit starts
+from the prior and from a tenth of it in every parameter and keeps the best. Points with split
+"score" are refused: held out means held out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import itertools
+import math
+
+import numpy as np
+
+from harmony_ref.device.runtime import RuntimeCalibration, RuntimeProfile
+
+# parameter -> (section of RuntimeProfile or "" for a top-level field, field, lower, upper)
+PARAMS = {
+    "matmul": ("efficiency", "matmul", 1e-4, 1.0),
+    "memory": ("efficiency", "memory", 1e-4, 1.0),
+    "cache": ("efficiency", "cache", 1e-4, 1.0),
+    "attention": ("efficiency", "attention", 1e-4, 1.0),
+    "gemv": ("efficiency", "gemv", 1e-4, 1.0),
+    "vector": ("efficiency", "vector", 1e-4, 1.0),
+    "int4": ("efficiency", "int4", 1e-4, 1.0),
+    "int8": ("efficiency", "int8", 1e-4, 1.0),
+    "fp16": ("efficiency", "fp16", 1e-4, 1.0),
+    "gemv_int4": ("efficiency", "gemv_int4", 1e-4, 1.0),
+    "gemv_int8": ("efficiency", "gemv_int8", 1e-4, 1.0),
+    "gemv_fp16": ("efficiency", "gemv_fp16", 1e-4, 1.0),
+    "attention_decode": ("efficiency", "attention_decode", 1e-4, 1.0),
+    "launch_us": ("overhead", "launch_us", 0.0, 1e5),
+    "forward_us": ("overhead", "forward_us", 0.0, 1e6),
+    "workspace_mb": ("", "workspace_mb", 0.0, 1e6),
+}
+_SENSITIVITY = 0.01  # a probe step moving no prediction by 1%: the points do not pin the parameter
+PROBE = {"launch_us": 1.0, "forward_us": 100.0, "workspace_mb": 10.0}  # probe sizes from 0
+
+
+def get_param(rt: RuntimeProfile, name: str) -> float:
+    sec, key, _, _ = PARAMS[name]
+    v = getattr(getattr(rt, sec) if sec else rt, key)
+    if isinstance(v, float) and math.isnan(v):  # an unset per-class efficiency: its chain's
+        from harmony_ref.device.profile import FALLBACK
+
+        chain = FALLBACK.get(name, ())
+        v = next((getattr(rt.efficiency, c) for c in chain
+                  if not math.isnan(getattr(rt.efficiency, c))),
+                 rt.efficiency.memory if name == "cache" else rt.efficiency.matmul)
+    return float(v)
+
+
+def with_params(rt: RuntimeProfile, values: dict[str, float]) -> RuntimeProfile:
+    eff, over, top = {}, {}, {}
+    for name, v in values.items():
+        sec, key, _, _ = PARAMS[name]
+        {"efficiency": eff, "overhead": over, "": top}[sec][key] = float(v)
+    out = dataclasses.replace(rt, efficiency=dataclasses.replace(rt.efficiency, **eff),
+                              overhead=dataclasses.replace(rt.overhead, **over), **top)
+    object.__setattr__(out, "source", rt.source)
+    return out
+
+
+@dataclasses.dataclass
+class FitReport:
+    fitted: tuple[str, ...]
+    not_fitted: tuple[str, ...]
+    rows: list[dict]  # per fit point: id, metric, measured, predicted, error_pct
+    fit_mape_pct: float
+    cost: float
+
+
+def fit_on_points(rt: RuntimeProfile, points, params: tuple[str, ...],
+                  multistart: bool = True) -> tuple[RuntimeProfile, FitReport]:
+    """Fit `params` of `rt` on `points` (all split "fit"; see the module docstring).
+    `multistart=False`: start from `rt`'s numbers only (a start that is already close)."""
+    from scipy.optimize import least_squares
+
+    held = [p.id for p in points if p.split != "fit"]
+    if held:
+        raise ValueError(f"fit of {rt.name}: point(s) {held} are held out (split 'score'): "
+                         "held-out points are never fitted on")
+    if not points:
+        raise ValueError(f"fit of {rt.name}: no fit points")
+    unknown = [p for p in params if p not in PARAMS]
+    if unknown:
+        raise ValueError(f"fit of {rt.name}: unknown parameter(s) {unknown}; known {list(PARAMS)}")
+    measured = np.array([p.measured for p in points])
+    x0 = np.array([get_param(rt, n) for n in params])
+
+    def trial(x):
+        return with_params(rt, dict(zip(params, x)))
+
+    def residuals(x):
+        r = trial(x)
+        return np.log(np.array([p.predicted(r) for p in points]) / measured)
+
+    lo = np.array([PARAMS[n][2] for n in params])
+    hi = np.array([PARAMS[n][3] for n in params])
+    first = np.clip(np.where(x0 > 0, x0, [PROBE.get(n, 1e-3) for n in params]), lo + 1e-12, hi)
+    # A roofline's max() makes basins (an op memory- or compute-bound): start from the prior and
+    # from a tenth of it in every parameter, keep the best
+    best = None
+    for corner in itertools.product((1.0, 0.1), repeat=len(params)) if multistart else [(1.0,) * len(params)]:
+        start = np.clip(first * np.array(corner), lo + 1e-12, hi)
+        sol = least_squares(residuals, start, bounds=(lo, hi), x_scale=np.maximum(start, 1e-4),
+                            xtol=1e-10, ftol=1e-10)
+        if best is None or sol.cost < best.cost - 1e-12:
+            best = sol
+    x = best.x
+    # which parameters the points pin at the solution: a step up by a quarter (from 0: a typical
+    # size) or down to a quarter moves some prediction by more than _SENSITIVITY
+    base = residuals(x)
+    moved = []
+    for i, n in enumerate(params):
+        for v in (min(hi[i], max(x[i] * 1.25, PROBE.get(n, 0.0))), max(lo[i], x[i] / 4)):
+            y = x.copy()
+            y[i] = v
+            if v != x[i] and np.max(np.abs(residuals(y) - base)) > _SENSITIVITY:
+                moved.append(i)
+                break
+    fitted = tuple(params[i] for i in moved)
+    out = with_params(rt, {params[i]: x[i] for i in moved})  # unpinned ones keep their prior
+    pred = np.array([p.predicted(out) for p in points])
+    rows = [{"id": p.id, "metric": p.metric, "measured": float(m), "predicted": float(v),
+             "error_pct": float(100 * (v - m) / m)} for p, m, v in zip(points, measured, pred)]
+    mape = float(np.mean(np.abs(pred - measured) / measured) * 100)
+    return out, FitReport(fitted, tuple(n for n in params if n not in fitted), rows, mape,
+                          float(np.sum(np.log(pred / measured) ** 2)))
+
+
+def calibrated(rt: RuntimeProfile, method: str, fitted_on, scored_on, fit_mape_pct: float,
+               held_out_mape_pct: float = math.nan) -> RuntimeProfile:
+    cal = RuntimeCalibration(method, tuple(fitted_on), tuple(scored_on), float(fit_mape_pct),
+                             float(held_out_mape_pct),
+                             datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    out = dataclasses.replace(rt, calibration=cal)
+    object.__setattr__(out, "source", rt.source)
+    return out
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(float(f"{v:.6g}"))
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def runtime_toml(rt: RuntimeProfile, comments: dict[str, str] | None = None, header: str = "") -> str:
+    """TOML of `rt` (device/runtime.py's schema), a comment beside each field from `comments`
+    (keys "field" or "section.field": where the number comes from)."""
+    comments = comments or {}
+
+    def line(key, value, where):
+        c = comments.get(where, "")
+        return f"{key} = {_value(value)}" + (f"  # {c}" if c else "")
+
+    out = [f"# {h}" if h else "#" for h in header.splitlines()] if header else []
+    for f in ("name", "description", "unit", "weight_only_compute", "threads", "thread_split",
+              "workspace_mb"):
+        out.append(line(f, getattr(rt, f), f))
+    for sec in ("efficiency", "overhead"):
+        out += ["", f"[{sec}]"]
+        obj = getattr(rt, sec)
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            if isinstance(v, float) and math.isnan(v):
+                continue
+            out.append(line(f.name, v, f"{sec}.{f.name}"))
+    if rt.calibration is not None:
+        c = rt.calibration
+        out += ["", "# which measurements these numbers were fitted on, and which scored them",
+                "[calibration]", line("method", c.method, ""), line("fitted_on", list(c.fitted_on), ""),
+                line("scored_on", list(c.scored_on), "")]
+        if not math.isnan(c.fit_mape_pct):
+            out.append(line("fit_mape_pct", c.fit_mape_pct, ""))
+        if not math.isnan(c.held_out_mape_pct):
+            out.append(line("held_out_mape_pct", c.held_out_mape_pct, ""))
+        out.append(line("fitted_at", c.fitted_at, ""))
+    return "\n".join(out) + "\n"
+
+
+def held_out_mape(rt: RuntimeProfile, points) -> float:
+    """MAPE of `rt`'s predictions over the scored points (NaN when there are none)."""
+    held = [p for p in points if p.split == "score"]
+    if not held:
+        return math.nan
+    return float(np.mean([abs(p.predicted(rt) - p.measured) / p.measured for p in held]) * 100)

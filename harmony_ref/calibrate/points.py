@@ -1,0 +1,106 @@
+"""A measured point the device model is judged on: one metric of one configuration on one SoC
+under one runtime, measured (a host run, a llama-bench test, a published figure, a phone
+record), with the split it belongs to (`fit`: calibration may use it; `score`: never fitted on).
+
+    p = Point("xiao24-d9300-prefill", "phones", "dimensity-9300", "llama.cpp-cpu", 6, config,
+              "prefill_tokens_per_s", 10.63, "fit", source="Xiao et al., ...")
+    p.predicted()                         # SimulatedDevice on the SoC + runtime, the same metric
+    p.predicted(runtime=fitted_profile)   # with another runtime profile (a fit trying numbers)
+
+The prediction is the simulated backend's metric of the same name (backends/simulated.py), so
+every point is priced by device/cost.py's one per-op cost function.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+SPLITS = ("fit", "score")
+
+
+@functools.lru_cache(maxsize=None)
+def checkpoint_spec(model: str):
+    """runtime/loader.py's checkpoint_spec, read once per process (it parses the checkpoint's
+    metadata, tokenizer arrays and all; the sets ask for it per point)."""
+    from harmony_ref.runtime.loader import checkpoint_spec as read
+
+    return read(model)
+POINT_METRICS = ("prefill_ms", "decode_step_ms", "ttft_ms", "e2e_ms", "prefill_tokens_per_s",
+                 "decode_tokens_per_s", "peak_memory_mb")
+
+
+@dataclass(frozen=True)
+class Point:
+    id: str
+    set: str  # host | llama.cpp | phones | records
+    profile: str  # the SoC profile (name or path)
+    runtime: str  # the runtime profile (name or path)
+    threads: int  # 0: the runtime's default
+    config: object  # RunConfig
+    metric: str
+    measured: float
+    split: str
+    source: str = ""
+    samples: tuple[float, ...] = ()  # the metric per repeat, when the measurement kept them
+    note: str = ""
+    kernels_only: bool = False  # a profiled forward: the runtime's per-forward loop not in it
+
+    def __post_init__(self):
+        if self.metric not in POINT_METRICS:
+            raise ValueError(f"point {self.id}: metric {self.metric!r} not in {POINT_METRICS}")
+        if self.split not in SPLITS:
+            raise ValueError(f"point {self.id}: split {self.split!r} not in {SPLITS}")
+        if not (math.isfinite(self.measured) and self.measured > 0):
+            raise ValueError(f"point {self.id}: measured {self.metric} = {self.measured!r}: "
+                             "must be a finite number > 0")
+
+    def device_profile(self, runtime=None):
+        import dataclasses
+
+        from harmony_ref.device.profile import load_profile
+
+        p = load_profile(self.profile, runtime or self.runtime, self.threads or None)
+        if self.kernels_only:
+            p = dataclasses.replace(p, runtime=dataclasses.replace(p.runtime, forward_overhead_us=0.0))
+        return p
+
+    def predicted(self, runtime=None) -> float:
+        return predict_metric(self.device_profile(runtime), self.config, self.metric)
+
+
+def predict_metric(profile, config, metric: str) -> float:
+    """One metric as SimulatedDevice(profile).predict(config) reports it, from the same
+    functions (device/cost.py scenario_timing, device/memory.py), without the rest of the
+    prediction (a fit asks for thousands; tests/calibrate hold the two equal)."""
+    from harmony_ref.device.cost import scenario_timing
+    from harmony_ref.units import MB, MS_PER_S
+
+    if metric == "peak_memory_mb":
+        from harmony_ref.device.memory import memory_estimate
+
+        return memory_estimate(profile, config).peak_bytes / MB
+    t = scenario_timing(profile, config)
+    return {"prefill_ms": lambda: t.prefill.time_s * MS_PER_S,
+            "prefill_tokens_per_s": lambda: t.prefill.tokens / t.prefill.time_s,
+            "ttft_ms": lambda: t.ttft_s * MS_PER_S, "e2e_ms": lambda: t.e2e_s * MS_PER_S,
+            "decode_step_ms": lambda: t.decode.time_s * MS_PER_S,
+            "decode_tokens_per_s": lambda: t.decode_tokens_per_s}[metric]()
+
+
+@dataclass
+class Scored:
+    """A point with its prediction and error (signed: (predicted - measured) / measured)."""
+
+    point: Point
+    predicted: float
+    fitted: bool = field(default=False)  # the runtime profile's calibration fitted on it
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted - self.point.measured) / self.point.measured
+
+    @property
+    def ape_pct(self) -> float:
+        return abs(self.error_pct)

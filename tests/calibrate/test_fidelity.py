@@ -1,0 +1,153 @@
+"""Fidelity: a runtime fit recovers numbers it was given, refuses held-out points, the published
+figures load and bad figure files fail precisely, and the committed host and llama.cpp
+measurements reproduce the shipped runtime profiles' fits and their held-out scores (no llama.cpp
+and no timing needed: the fixtures are the measurements)."""
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from harmony_ref.calibrate.figures import figure_points, load_figures
+from harmony_ref.calibrate.fit_runtime import fit_on_points, get_param, with_params
+from harmony_ref.calibrate.points import Point
+from harmony_ref.cli import main
+from harmony_ref.config import RunConfig
+from harmony_ref.device.runtime import load_runtime
+from harmony_ref.track import fidelity as fd
+
+# The shipped runtime TOMLs round their fitted numbers to 6 significant digits.
+TOML_ROUNDING = 1e-5
+
+
+def _synthetic(rt, configs):
+    """Points 'measured' by the model itself under `rt`: a fit must find rt's numbers again."""
+    out = []
+    for i, (soc, cfg, metric) in enumerate(configs):
+        p = Point(f"p{i}", "phones", soc, rt.name, 0, cfg, metric, 1.0, "fit")
+        out.append(dataclasses.replace(p, measured=p.predicted(rt)))
+    return out
+
+
+def test_a_fit_recovers_the_numbers_that_made_the_points():
+    truth = with_params(load_runtime("llama.cpp-cpu"), {"matmul": 0.17, "memory": 0.55})
+    cfg = RunConfig.from_names("llama-2-7b", "int4-g32-sym", 64, 64, 2048)
+    points = _synthetic(truth, [("dimensity-9300", cfg, "prefill_tokens_per_s"),
+                                ("dimensity-9300", cfg, "decode_tokens_per_s"),
+                                ("kirin-9000e", cfg, "decode_tokens_per_s")])
+    start = with_params(truth, {"matmul": 0.4, "memory": 0.3})
+    got, report = fit_on_points(start, points, ("matmul", "memory"))
+    assert set(report.fitted) == {"matmul", "memory"}
+    assert get_param(got, "matmul") == pytest.approx(0.17, rel=1e-4)
+    assert get_param(got, "memory") == pytest.approx(0.55, rel=1e-4)
+    assert report.fit_mape_pct < 1e-3
+
+
+def test_a_parameter_no_point_moves_is_reported_not_fitted():
+    rt = load_runtime("mlc-gpu")
+    cfg = RunConfig.from_names("llama-2-7b", "int4-g32-sym", 128, 1, 2048)
+    points = _synthetic(with_params(rt, {"matmul": 0.05}), [("snapdragon-8-gen-3", cfg, "prefill_tokens_per_s")])
+    got, report = fit_on_points(rt, points, ("matmul", "memory"))
+    assert report.fitted == ("matmul",) and report.not_fitted == ("memory",)
+    assert get_param(got, "memory") == get_param(rt, "memory")
+
+
+def test_a_fit_refuses_held_out_points():
+    p = figure_points(load_figures())[0]
+    with pytest.raises(ValueError, match="held out"):
+        fit_on_points(load_runtime(p.runtime), [dataclasses.replace(p, split="score")], ("matmul",))
+
+
+def test_the_shipped_figures_carry_their_citations():
+    figures = load_figures()
+    assert len(figures) >= 12 and all(f.split == "fit" for f in figures)
+    ids = {f.id for f in figures}
+    for needed in ("xiao24-d9300-llama2-7b-prefill", "executorch-op12-llama3.2-1b-spinquant-decode",
+                   "powerinfer2-sd8g3-7b-int4-prefill-npu", "aihub-sd8elite-llama3.2-1b-w4a16-decode"):
+        assert needed in ids
+    assert all(("arXiv" in f.source or "/" in f.source) for f in figures)
+    by_id = {f.id: f.value for f in figures}
+    assert by_id["xiao24-kirin9000e-llama2-7b-decode"] == 4.34
+    assert by_id["executorch-op12-llama3.2-1b-spinquant-prefill"] == 260.5
+
+
+FIGURE = """[[figure]]
+id = "a"
+source = "somewhere"
+profile = "dimensity-9300"
+runtime = "llama.cpp-cpu"
+model = "llama-2-7b"
+policy = "int4-g32-sym"
+prompt_tokens = 64
+metric = "decode_tokens_per_s"
+value = 8.0
+split = "score"
+"""
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("value = 8.0", "value = -8.0"), "field 'figure[0].value' = -8.0: must be >= "),
+    (('metric = "decode_tokens_per_s"', 'metric = "speed"'), "field 'figure[0].metric' = 'speed'"),
+    (('profile = "dimensity-9300"', 'profile = "no-phone"'), "field 'figure[0].profile' = 'no-phone'"),
+    (('runtime = "llama.cpp-cpu"', 'runtime = "tvm"'), "field 'figure[0].runtime' = 'tvm'"),
+    (('split = "score"', 'split = "test"'), "field 'figure[0].split' = 'test'"),
+    (("prompt_tokens = 64\n", ""), "missing field 'figure[0].prompt_tokens'"),
+])
+def test_bad_figure_files_name_file_field_and_value(tmp_path, edit, message):
+    path = tmp_path / "f.toml"
+    path.write_text(FIGURE.replace(*edit))
+    with pytest.raises(ValueError, match=message.replace("[", "\\[").replace("]", "\\]")) as e:
+        load_figures(path)
+    assert str(path) in str(e.value)
+
+
+def test_a_duplicate_figure_id_is_refused(tmp_path):
+    path = tmp_path / "f.toml"
+    path.write_text(FIGURE + "\n" + FIGURE)
+    with pytest.raises(ValueError, match="figure\\[1\\].id' = 'a': another figure has that id"):
+        load_figures(path)
+
+
+def test_held_out_figures_are_scored_and_fitted_ones_shown_apart(tmp_path, capsys):
+    path = tmp_path / "f.toml"
+    path.write_text(FIGURE)
+    assert main(["fidelity", "--sets", "phones", "--figures", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    row = next(r for r in out["summary"] if r["set"] == "phones" and r["phase"] == "all")
+    assert row["scored"] == 1 and row["fitted"] == len(load_figures())
+    held = [p for p in out["points"] if p["split"] == "score"]
+    assert len(held) == 1 and row["mape_pct"] == pytest.approx(abs(held[0]["error_pct"]))
+    assert out["metrics"]["fidelity_phones_median_error_pct"]["value"] == pytest.approx(row["median_ape_pct"])
+
+
+def test_a_scored_point_its_runtime_was_fitted_on_is_refused(monkeypatch):
+    from harmony_ref.device import runtime as rmod
+
+    p = figure_points(load_figures())[0]
+    rt = load_runtime(p.runtime)
+    cal = dataclasses.replace(rt.calibration, fitted_on=rt.calibration.fitted_on + ("leak",))
+    leaky = dataclasses.replace(rt, calibration=cal)
+    monkeypatch.setattr(rmod, "load_runtime", lambda name: leaky)
+    with pytest.raises(ValueError, match="held out means held out"):
+        fd.score([dataclasses.replace(p, id="leak", split="score")])
+
+
+def test_every_calibration_figure_is_predicted_finitely():
+    for s in fd.score(figure_points(load_figures())):
+        assert math.isfinite(s.predicted) and s.predicted > 0 and s.fitted
+
+
+def test_a_points_prediction_is_the_simulated_backends():
+    from harmony_ref.backends.simulated import SimulatedDevice
+    from harmony_ref.calibrate.points import POINT_METRICS, predict_metric
+
+    cfg = RunConfig.from_names("llama-3.2-1b", "w4a8-g32", 64, 32, 2048)
+    for soc, rt in (("snapdragon-8-gen-3", "executorch-xnnpack"), ("kirin-9000e", None),
+                    ("harmony-flagship", None)):
+        from harmony_ref.device.profile import load_profile
+
+        p = load_profile(soc, rt)
+        full = SimulatedDevice(p).predict(cfg)
+        for metric in POINT_METRICS:
+            assert predict_metric(p, cfg, metric) == full.value(metric), (soc, metric)

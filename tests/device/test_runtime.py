@@ -1,0 +1,154 @@
+"""Runtime profiles: the shipped ones load and run on every shipped SoC, a runtime merged with a
+SoC prices ops with the SoC's peaks and the runtime's efficiencies (a roofline point worked by
+hand), defaults and thread counts, and bad files fail with file, field and value."""
+
+import json
+import math
+
+import pytest
+
+from harmony_ref.cli import main
+from harmony_ref.config import RunConfig
+from harmony_ref.device.cost import scenario_timing
+from harmony_ref.device.physics import bounds
+from harmony_ref.device.profile import load_profile, load_soc
+from harmony_ref.device.runtime import (apply_runtime, load_runtime, performant_cores,
+                                        shipped_runtimes)
+from harmony_ref.units import GB, GIGA
+
+REQUIRED = ("llama.cpp-cpu", "executorch-xnnpack", "qnn-npu", "mlc-gpu", "mslite-npu",
+            "harmony-ref-host")
+SOCS = ("snapdragon-8-gen-3", "snapdragon-8-elite", "snapdragon-8-gen-2", "dimensity-9300",
+        "kirin-9000e", "kirin-990-5g")
+
+
+def test_the_required_runtimes_ship_and_load():
+    assert set(REQUIRED) <= set(shipped_runtimes())
+    for name in shipped_runtimes():
+        rt = load_runtime(name)
+        assert rt.name == name and 0 < rt.efficiency.matmul <= 1 and 0 < rt.efficiency.memory <= 1
+        assert load_runtime(rt) is rt
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_every_phone_runtime_predicts_on_every_soc(soc):
+    cfg = RunConfig.from_names("llama-3.2-3b", "w4a8-g32", 64, 128, 2048)
+    for rt in REQUIRED:
+        p = load_profile(soc, rt)
+        t = scenario_timing(p, cfg)
+        b = bounds(p, cfg)
+        assert math.isfinite(t.ttft_s) and t.ttft_s > 0
+        # no prediction faster than its own profile's bandwidth bound (the physics check)
+        assert t.decode_tokens_per_s <= b.decode_tokens_per_s_max
+        assert t.prefill.time_s * 1e3 >= b.prefill_ms_min
+
+
+def test_predict_json_prints_the_four_numbers_for_the_issue_example(capsys):
+    assert main(["predict", "--profile", "snapdragon-8-gen-3", "--runtime", "executorch-xnnpack",
+                 "--model", "llama-3.2-3b", "--policy", "w4a8-g32", "--prompt", "64", "--new",
+                 "128", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["runtime"] == "executorch-xnnpack"
+    for k in ("prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "peak_memory_mb"):
+        assert out["metrics"][k]["value"] > 0
+
+
+def test_the_profiles_own_runtime_when_none_is_named():
+    soc = load_soc("kirin-9000e")
+    assert soc.default_runtime == "mslite-npu" and math.isnan(soc.compute.compute_efficiency)
+    merged = load_profile("kirin-9000e")
+    assert merged == load_profile("kirin-9000e", "mslite-npu")
+    assert merged.compute.compute_efficiency == load_runtime("mslite-npu").efficiency.matmul
+
+
+def test_a_cpu_runtime_on_a_soc_worked_by_hand():
+    """llama.cpp-cpu on the Dimensity 9300 at 6 threads (dynamic split: the sum of the 6 fastest
+    cores): 1 X4 at 3.25 GHz + 3 X4 at 2.85 + 2 A720 at 2.0, int8 128 / 128 / 64 ops per cycle."""
+    rt = load_runtime("llama.cpp-cpu")
+    p = load_profile("dimensity-9300", rt, threads=6)
+    int8 = (128 * 3.25 + 3 * 128 * 2.85 + 2 * 64 * 2.0) * GIGA
+    assert p.compute.cpu_int8_gops * GIGA == pytest.approx(int8)
+    assert p.compute.matmul_ops_per_s("int8") == pytest.approx(int8)  # no NPU path: the CPU's
+    assert p.compute.efficiency("int8") == rt.efficiency.matmul
+    assert p.memory.dram_bandwidth_gbps == 76.8 and p.memory.memory_efficiency == rt.efficiency.memory
+    # the SoC's measured CPU read bandwidth replaces the DRAM peak where it is known
+    assert load_profile("snapdragon-8-gen-3", rt).memory.dram_bandwidth_gbps == 43.9
+    # one decode step of a big memory-bound model is about its weight bytes at that bandwidth
+    cfg = RunConfig.from_names("llama-2-7b", "int4-g32-sym", 64, 2, 128)
+    t = scenario_timing(p, cfg)
+    weights = bounds(p, cfg).weight_bytes
+    floor = weights / (76.8 * GB * rt.efficiency.memory)
+    assert floor <= t.decode.time_s <= floor * 1.15
+
+
+def test_threads_default_to_the_performant_cores():
+    assert performant_cores(load_soc("snapdragon-8-gen-3").cpu) == 6  # not the 2 A520
+    assert performant_cores(load_soc("dimensity-9300").cpu) == 4  # the X4s
+    assert performant_cores(load_soc("snapdragon-8-elite").cpu) == 8  # all Oryon
+    assert "x6" in load_profile("snapdragon-8-gen-3", "llama.cpp-cpu").name
+    assert "x2" in load_profile("snapdragon-8-gen-3", "llama.cpp-cpu", threads=2).name
+    with pytest.raises(ValueError, match="threads = 9: must be in 1..8"):
+        load_profile("snapdragon-8-gen-3", "llama.cpp-cpu", threads=9)
+
+
+def test_a_unit_the_soc_lacks_is_an_error():
+    with pytest.raises(ValueError, match="runs on the GPU, and this profile has no \\[gpu\\]"):
+        apply_runtime(load_profile("harmony-flagship"), load_runtime("mlc-gpu"))
+    with pytest.raises(ValueError, match="runs on the NPU, and this profile has no NPU"):
+        apply_runtime(load_profile("harmony-lowend"), load_runtime("qnn-npu"))
+
+
+GOOD = """name = "x"
+description = "d"
+unit = "cpu"
+weight_only_compute = "weight"
+
+[efficiency]
+matmul = 0.3
+memory = 0.5
+
+[overhead]
+launch_us = 5.0
+"""
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("matmul = 0.3", "matmul = 1.5"), "field 'efficiency.matmul' = 1.5: must be <= 1.0"),
+    (("unit = \"cpu\"", "unit = \"dsp\""), "field 'unit' = 'dsp': must be one of"),
+    (("launch_us = 5.0", "launch_us = -1.0"), "field 'overhead.launch_us' = -1.0: must be >= 0"),
+    (("memory = 0.5", "memory = 0.5\ncahce = 0.5"), "unknown field 'efficiency.cahce'"),
+    (("matmul = 0.3\n", ""), "missing field 'efficiency.matmul'"),
+    (("threads", "threads"), None),
+])
+def test_bad_runtime_files_name_file_field_and_value(tmp_path, edit, message):
+    path = tmp_path / "rt.toml"
+    path.write_text(GOOD.replace(*edit))
+    if message is None:
+        assert load_runtime(path).name == "x"
+        return
+    with pytest.raises(ValueError, match=message) as e:
+        load_runtime(path)
+    assert str(path) in str(e.value)
+
+
+def test_a_bad_runtime_is_exit_2_with_one_line(tmp_path, capsys):
+    path = tmp_path / "rt.toml"
+    path.write_text(GOOD.replace("memory = 0.5", "memory = 0"))
+    assert main(["predict", "--profile", "dimensity-9300", "--runtime", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "efficiency.memory" in err and str(path) in err and "Traceback" not in err
+    assert main(["predict", "--profile", "dimensity-9300", "--runtime", "no-such-runtime"]) == 2
+
+
+def test_a_soc_without_a_runtime_must_give_the_runtime_fields(tmp_path):
+    text = _shipped_path("dimensity-9300").read_text().replace('default_runtime = "llama.cpp-cpu"\n', "")
+    path = tmp_path / "soc.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match="missing field 'compute.compute_efficiency'"):
+        load_profile(path)
+
+
+def _shipped_path(name):
+    from importlib import resources
+
+    return resources.files("harmony_ref") / "device" / "profiles" / f"{name}.toml"
