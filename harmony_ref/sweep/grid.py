@@ -230,10 +230,9 @@ def _check_policies_fit_models(grid: Grid) -> None:
     """A policy that fits none of the grid's models (a typo'd layer pattern, a block past the
     end) is bad input, refused before any point runs; one that fits some models and not others
     leaves those points failing with the reason."""
-    from harmony_ref.model.spec import get_spec
     from harmony_ref.quant.policy import load_policy, unmatched
 
-    specs = [get_spec(m) for m in grid.models]
+    specs = [model_spec(m) for m in grid.models]
     for name in grid.policies:
         policy = load_policy(name)
         problems = [unmatched(policy, s.weight_rows(), s.n_layers, repr(s.name)) for s in specs]
