@@ -66,18 +66,32 @@ def measure(name: str, env: dict, child: str, policies) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def cpu_label() -> str:
+    """This host's CPU, short: 'AMD EPYC f26m2' (vendor model name, family, model)."""
+    info = {}
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+            if not line.strip():
+                break
+    return f"{info.get('model name', 'cpu')} f{info.get('cpu family', '?')}m{info.get('model', '?')}"
+
+
 def spread_table(values: dict) -> list[dict]:
-    """values[config][policy][metric] -> rows: metric, policy, min, max, spread % of |max| and
-    the absolute spread max - min (in the metric's unit)."""
+    """values[config][policy][metric] -> rows: metric, policy, machines (the configurations
+    that measured the policy), min, max, spread % of |max| and the absolute spread max - min (in
+    the metric's unit)."""
     rows = []
-    configs = list(values)
-    for policy in values[configs[0]]:
-        for metric in values[configs[0]][policy]:
-            xs = [values[c][policy][metric] for c in configs]
+    policies = dict.fromkeys(p for per in values.values() for p in per)
+    for policy in policies:
+        having = [c for c in values if policy in values[c]]
+        for metric in values[having[0]][policy]:
+            xs = [values[c][policy][metric] for c in having]
             lo, hi = min(xs), max(xs)
             scale = max(abs(lo), abs(hi))
-            rows.append({"metric": metric, "policy": policy, "min": lo, "max": hi,
-                         "spread_pct": 100.0 * (hi - lo) / scale if scale else 0.0,
+            rows.append({"metric": metric, "policy": policy, "machines": len(xs), "min": lo,
+                         "max": hi, "spread_pct": 100.0 * (hi - lo) / scale if scale else 0.0,
                          "spread_abs": hi - lo})
     return rows
 
@@ -86,6 +100,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the measurement (every value, the table) as JSON here")
     ap.add_argument("--configs", help="comma-separated subset of harmony_ref/_cpus.py's names")
+    ap.add_argument("--merge", metavar="JSON",
+                    help="a measurement from another host (an earlier --out): its values join "
+                         "this run's, keyed HOST/CONFIG, so the spread spans both CPUs")
     ap.add_argument("--lm", action="store_true",
                     help="the decoder's lm_* metrics (SmolLM2-135M) instead of MiniLM's")
     args = ap.parse_args()
@@ -101,6 +118,14 @@ def main() -> None:
                                    LM_POLICIES if args.lm else POLICIES)
         configs[cfg.name] = {k: v for k, v in env.items() if k != "NUMBA_CPU_FEATURES"}
         print(f"{cfg.name}: done", file=sys.stderr, flush=True)
+    here = cpu_label()
+    values = {f"{here}/{k}": v for k, v in values.items()}
+    configs = {f"{here}/{k}": v for k, v in configs.items()}
+    if args.merge:
+        with open(args.merge) as f:
+            old = json.load(f)
+        values = {**old["values"], **values}
+        configs = {**old["configs"], **configs}
     rows = spread_table(values)
     print(f"{'metric':<24}{'policy':<14}{'min':>12}{'max':>12}{'spread %':>10}")
     for r in rows:
