@@ -7,6 +7,8 @@ cosine loss (eval/plan.py)."""
 
 from __future__ import annotations
 
+import math
+
 NAME = "plan"
 HELP = "choose per-layer formats (fp16/int8/int4) minimising measured loss within --budget-mb"
 
@@ -86,6 +88,8 @@ def run_decoder(args) -> int:
 
     if args.chunks is not None and args.chunks < 1:
         raise ValueError(f"--chunks must be >= 1, got {args.chunks}")
+    if not (math.isfinite(args.budget_mb) and args.budget_mb > 0):  # before any progress bar
+        raise ValueError(f"--budget-mb must be a finite number > 0, got {args.budget_mb!r}")
     plan = progress_run(lambda progress: lm_plan(
         args.model, args.budget_mb, context=args.context, chunks=args.chunks, progress=progress,
         prune_ffn=args.ffn_ratios, prune_heads=args.head_ratios,
