@@ -15,8 +15,12 @@ from harmony_ref.cli import main
 from harmony_ref.device.runtime import load_runtime
 from harmony_ref.track import fidelity as fd
 
-# Fitted numbers are written with 6 significant digits; a refit from them lands within this.
-REFIT_REL = 2e-3
+# Fitted numbers are written with 6 significant digits, and the fit is a float optimisation whose
+# flat directions move with the CPU's float paths: refit on an AMD EPYC (Zen 3, family 25 model
+# 1) from the profile fitted on an Intel Xeon, cache efficiency landed 0.48% away (0.576652 ->
+# 0.579444) and launch overhead 0.48% (7.5533 -> 7.58981 us), every other factor within 0.14%,
+# the held-out MAPE 0.2% (11.3647 -> 11.3407). The limit is 2x the largest.
+REFIT_REL = 1e-2
 
 
 @pytest.fixture(scope="module")
