@@ -1,7 +1,7 @@
 """The README's accuracy table matches what `harmony-ref accuracy` prints now: sizes exactly (they
 are counted), cosines, recall and drop as the gate would judge them (within the limit of each
 metric's class: the README may have been made on another x86-64 CPU, and float kernels move a
-near-tie sentence's nearest neighbour between CPUs). The rows come from bench/readme_tables.py."""
+near-tie sentence's nearest neighbour between CPUs). The rows come from tools/readme_tables.py."""
 
 import json
 import re
@@ -15,7 +15,7 @@ from harmony_ref.metrics import NUMERICAL, Metric
 from harmony_ref.track.gate import load_tolerances
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tools"))
 from readme_tables import accuracy_rows  # noqa: E402
 
 ROW = re.compile(r"^\| (?P<policy>[\w.-]+) \| (?P<mb>[\d.]+) \| (?P<mean>[\d.]+) / "
