@@ -5,7 +5,7 @@ when their file exists.
 - on_files: add tools/docs_reference.py's pages (reference/cli.md, the TOML field references,
   the record schema) and results/figures/*.png as figures/*.png; nothing generated is written
   into docs/.
-- on_nav: OPTIONAL_NAV pages that exist in docs/ join their section (pages other branches add;
+- on_config: OPTIONAL_NAV pages that exist in docs/ join their nav section (pages other branches add;
   absent, nothing is listed and the strict build has no broken nav entry).
 """
 
@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 
 from mkdocs.structure.files import File
-from mkdocs.structure.nav import Section
-from mkdocs.structure.pages import Page
 
 ROOT = Path(__file__).resolve().parents[1]
 # section title in mkdocs.yml -> [(page title, docs-relative path)], appended when the file exists
@@ -38,16 +36,16 @@ def on_files(files, config):
     return files
 
 
-def on_nav(nav, config, files):
-    for section in nav.items:
-        if not isinstance(section, Section) or section.title not in OPTIONAL_NAV:
+def on_config(config):
+    """OPTIONAL_NAV pages whose file exists join their nav section (before the nav is built, so
+    the strict build's check for pages left out of the nav sees them)."""
+    docs = Path(config["docs_dir"])
+    for entry in config["nav"] or []:
+        if not isinstance(entry, dict):
             continue
-        for title, rel in OPTIONAL_NAV[section.title]:
-            f = files.get_file_from_path(rel)
-            if f is None or any(getattr(c, "file", None) is f for c in section.children):
-                continue
-            page = f.page if f.page is not None else Page(title, f, config)
-            page.parent = section
-            section.children.append(page)
-            nav.pages.append(page)
-    return nav
+        (title, children), = entry.items()
+        listed = {next(iter(c.values())) if isinstance(c, dict) else c for c in children}
+        for page_title, rel in OPTIONAL_NAV.get(title, []):
+            if (docs / rel).is_file() and rel not in listed:
+                children.append({page_title: rel})
+    return config
