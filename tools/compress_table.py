@@ -183,7 +183,7 @@ def markdown(args):
     acc = json.load(open(args.accuracy))
     sp = json.load(open(args.speed)) if args.speed else None
     res = acc["results"]
-    print(f"| pruning | quantization | PPL / FP32 | KLD mean | host decode tokens/s | "
+    print("| pruning | quantization | PPL / FP32 | KLD mean | host decode tokens/s | "
           + " | ".join(f"predicted {p} tokens/s" for p in PROFILES)
           + f" | predicted {PREFILL_PROFILE} prefill ms |")
     print("|---|---|---|---|---|" + "---|" * (len(PROFILES) + 1))

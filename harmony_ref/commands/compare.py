@@ -31,7 +31,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
     import sys
 
     from harmony_ref.commands._output import print_table
