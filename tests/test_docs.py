@@ -230,3 +230,29 @@ def test_built_cli_page_opens_in_chromium_with_navigation(site):
     # the page's title as the browser renders it
     assert re.search(r"<title>Command line[^<]*harmony-ref</title>", dom), \
         re.search(r"<title>[^<]*</title>", dom)
+
+
+def _marked_rows(page: Path, marker: str) -> list[str]:
+    block = page.read_text().split(f"<!-- {marker} -->")[1].split(f"<!-- /{marker} -->")[0]
+    return [line for line in block.splitlines() if line.startswith("|")]
+
+
+def test_compression_tables_are_the_tools_output_of_the_committed_runs():
+    """docs/explanations/compression.md's three tables are `tools/compress_table.py markdown`
+    and `minilm-markdown` of the committed results/compress/*.json (accuracy is exact for a
+    given machine, the timings measured once: only the copy is checked)."""
+    from tools import compress_table as ct
+
+    page = ROOT / "docs" / "explanations" / "compression.md"
+    res = ROOT / "results" / "compress"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        ct.markdown(argparse.Namespace(accuracy=res / "smollm2_accuracy.json",
+                                       speed=res / "smollm2_speed.json"))
+    printed = [line for line in out.getvalue().splitlines() if line.startswith("|")]
+    assert printed == _marked_rows(page, "compress table") + _marked_rows(page, "calibration table")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        ct.minilm_markdown(argparse.Namespace(minilm=res / "minilm_prune.json"))
+    printed = [line for line in out.getvalue().splitlines() if line.startswith("|")]
+    assert printed == _marked_rows(page, "minilm prune table")
