@@ -23,7 +23,7 @@ configuration reproduces the AMD EPYC (family 26 model 2) that CI may run on: on
 gives the same greedy text, recall and perplexity digits that machine gave.
 
 Used by tests/emulated_cpus.py (`tox -e cpus`: the numeric tests under every configuration) and
-bench/numerical_spread.py (the spread the gate's `numerical` tolerances are derived from).
+tools/numerical_spread.py (the spread the gate's `numerical` tolerances are derived from).
 """
 
 from __future__ import annotations

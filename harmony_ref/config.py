@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from harmony_ref._toml import reference
 from harmony_ref.model.spec import SPECS_FOLDER, ModelSpec, get_spec, spec_from_dict
@@ -170,7 +171,7 @@ class RunConfig:
     def to_dict(self) -> dict:
         """The serialisation run records hold (see the module docstring)."""
         s = self.scenario
-        out = {
+        out: dict[str, Any] = {
             "model": self.checkpoint or reference(self.spec.file, SPECS_FOLDER, self.spec.name),
             "policy": reference(self.policy.source, POLICIES_FOLDER, self.policy.name),
             "profile": self.profile,

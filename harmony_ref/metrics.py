@@ -8,7 +8,7 @@ knows which way is better and how deterministic it is:
 - `numerical`: computed with float kernels (accuracy: cosine, recall, accuracy drop, perplexity,
   KLD): deterministic on one machine, but another CPU, BLAS build, matmul path or thread count
   sums in another order, so the value moves in its last digits across machines. The gate allows
-  a tolerance derived from the measured spread (bench/numerical_spread.py) on any machine, and
+  a tolerance derived from the measured spread (tools/numerical_spread.py) on any machine, and
   never runs a rank test on it. A metric made with float kernels declares
   `kind=NUMERICAL` where it is added;
 - `measured`: timed on a machine; keeps its raw samples so the gate can run a rank test.

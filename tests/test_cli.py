@@ -2,7 +2,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 from harmony_ref.cli import build_parser, main
 

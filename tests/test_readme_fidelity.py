@@ -1,4 +1,5 @@
-"""The README's "How far to trust a prediction" tables are `harmony-ref fidelity --markdown`'s:
+"""The "How far to trust a prediction" tables (docs/explanations/fidelity.md, moved there from the
+README) are `harmony-ref fidelity --markdown`'s:
 each row of the three tables (host, llama.cpp, published phones) is there with the same labels,
 and each number within its class tolerance: measured values are the committed fixtures'
 (exact as printed), predictions and errors are exact model outputs (the gate's exact limit,
@@ -14,7 +15,8 @@ from harmony_ref.track.gate import load_tolerances
 
 ROOT = Path(__file__).resolve().parents[1]
 NUMBER = re.compile(r"[-+]?\d[\d,]*\.?\d*")
-SECTION = "## How far to trust a prediction"
+PAGE = ROOT / "docs" / "explanations" / "fidelity.md"
+SECTION = "# How far to trust a prediction"
 
 
 def _table_rows(text: str) -> dict[str, list[str]]:
@@ -33,10 +35,9 @@ def _numbers(cell: str) -> list[float]:
 
 
 def test_readme_tables_are_the_fidelity_commands():
-    readme = (ROOT / "README.md").read_text()
-    assert SECTION in readme
-    section = readme[readme.index(SECTION):]
-    section = section[:section.index("\n## ", 3)] if "\n## " in section[3:] else section
+    page = PAGE.read_text()
+    assert page.startswith(SECTION)
+    section = page
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["fidelity", "--markdown"]) == 0
@@ -45,7 +46,7 @@ def test_readme_tables_are_the_fidelity_commands():
     headers = {"run", "llama-bench run", "published figure"}
     assert set(printed) - headers, "the command printed no rows"
     missing = sorted(set(printed) - set(shown))
-    assert not missing, f"README lacks rows {missing}"
+    assert not missing, f"{PAGE.name} lacks rows {missing}"
     rel = load_tolerances().exact_pct / 100
     for key, cells in printed.items():
         if key in headers:
@@ -59,4 +60,4 @@ def test_readme_tables_are_the_fidelity_commands():
                 # three significant digits printed: half a unit of the third digit, or 0.05
                 # of a percentage point, beyond the exact class's limit
                 slack = max(abs(x) * (rel + 5e-3), 0.051)
-                assert abs(x - y) <= slack, f"{key}: README {b!r} vs fidelity {a!r}"
+                assert abs(x - y) <= slack, f"{key}: {PAGE.name} {b!r} vs fidelity {a!r}"

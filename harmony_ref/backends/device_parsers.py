@@ -149,7 +149,7 @@ def parse_param_get(text: str) -> dict[str, str]:
 HIDUMPER_COLUMNS = ("pss_total_kb", "shared_clean_kb", "shared_dirty_kb", "private_clean_kb",
                     "private_dirty_kb", "swap_total_kb", "swappss_total_kb", "heap_size_kb",
                     "heap_alloc_kb", "heap_free_kb")
-_INT_ROW = re.compile(r"^\s*(.*?)\s+((?:\d+\s+){%d}\d+)\s*$" % (len(HIDUMPER_COLUMNS) - 1))
+_INT_ROW = re.compile(r"^\s*(.*?)\s+((?:\d+\s+){" + str(len(HIDUMPER_COLUMNS) - 1) + r"}\d+)\s*$")
 
 
 def parse_hidumper_mem(text: str) -> dict[str, int]:

@@ -143,7 +143,7 @@ def parse_llama_perplexity(text: str) -> Parsed:
     if over:
         prov.update(n_chunks=over.group(1), n_ctx=over.group(2), n_seq=over.group(4))
     kld = {}
-    for name, rx, unit, direction, desc in _KLD_RE:
+    for name, rx, _unit, _direction, _desc in _KLD_RE:
         hit = rx.search(text)
         if hit:
             kld[name] = hit

@@ -140,7 +140,7 @@ class SessionResult:
                 out.put(Metric(name, statistics.median(m.value for m in ms), first.unit,
                                first.direction, first.kind, tuple(pooled), first.flags,
                                f"{first.description}; {what}" if first.description else what))
-        for name, metric in self.session_metrics().items():
+        for metric in self.session_metrics().values():
             out.put(metric)
         return out
 

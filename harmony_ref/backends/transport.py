@@ -172,7 +172,7 @@ class Transport:
 
     def _finish(self, script: str, done: CommandOutput, when: str) -> ShellResult:
         m = None
-        for m in _RC_LINE.finditer(done.out):
+        for m in _RC_LINE.finditer(done.out):  # noqa: B007 - the last match is the one kept
             pass
         if m is None:
             self._gone_or_error(done, when or f"during `{script}`")

@@ -153,7 +153,7 @@ def profiled_points(manifest: HostManifest) -> list[Point]:
     from harmony_ref.calibrate.points import checkpoint_spec
 
     out = []
-    for i, (run, phase, tokens, context, reps) in enumerate(_profiles(manifest)):
+    for i, (run, phase, _tokens, context, reps) in enumerate(_profiles(manifest)):
         prompt = context if phase == "prefill" else context - 1
         cfg = RunConfig.from_names(checkpoint_spec(HOST_MODEL), run.policy, prompt, 1,
                                    max(run.context_tokens, prompt + 1), checkpoint=HOST_MODEL)
@@ -267,7 +267,7 @@ def host_soc_toml(manifest: HostManifest | None = None) -> str:
     sync = max(0.0, m["parallel_call_us_t2"] - m["parallel_call_us_t1"])
     thermal = read_toml("profile", PROFILES_FOLDER, THERMAL_TEMPLATE)[0]["thermal"]
     head = "\n".join([
-        f"# This machine as a SoC profile, written by harmony_ref/calibrate/host_runs.py from the",
+        "# This machine as a SoC profile, written by harmony_ref/calibrate/host_runs.py from the",
         f"# microbenchmarks in {', '.join(manifest.sessions)} ({manifest.cpu}).",
         f'name = "{manifest.profile}"',
         f'description = "{manifest.cpu}; no NPU: the machine of the fidelity fixtures"',

@@ -164,7 +164,6 @@ def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: s
     the session asks for is an error (a throttled phone fits the heat, not the runtime)."""
     from harmony_ref.backends.command import CommandDevice
     from harmony_ref.backends.simulated import SimulatedDevice
-    from harmony_ref.config import RunConfig
 
     base = load_profile(base_profile)
     dev = CommandDevice(command_template, fmt, timeout_s, session=session, progress=progress)

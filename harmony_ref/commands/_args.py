@@ -1,6 +1,7 @@
-"""Shared argument spellings: the scenario flags every command spells the same way.
+"""Shared argument spellings: the config and scenario flags every command spells the same way.
 
-`--prompt/--new/--context/--batch` (token counts) everywhere; the long forms
+`--model/--policy/--profile` (add_model_arguments: one help text each, the defaults of
+`harmony-ref run`); `--prompt/--new/--context/--batch` (token counts) everywhere; the long forms
 `--prompt-tokens/--new-tokens/--context-tokens` are accepted as aliases. Counts are checked by
 argparse (a negative or non-integer count is a usage error, exit 2, before any work).
 """
@@ -96,3 +97,30 @@ def check_policies(names: list[str], spec, allow_unmatched: bool = False) -> lis
         check_applies(policy, spec.weight_rows(), spec.n_layers, spec.name, allow_unmatched)
         policies.append(policy)
     return policies
+
+
+MODEL_DEFAULT = "llama-3.2-3b"
+POLICY_DEFAULT = "int4-g128"
+PROFILE_DEFAULT = "harmony-flagship"
+
+
+def add_model_arguments(p, *, model: str | None = MODEL_DEFAULT,
+                         policy: str | None = POLICY_DEFAULT,
+                         profile: str | None = PROFILE_DEFAULT, checkpoints: bool = False,
+                         model_help: str = "") -> None:
+    """Add --model/--policy/--profile (None: the command does not take that one), each with the
+    one help text every command shows. `checkpoints`: --model also takes a decoder checkpoint
+    (the command derives its spec from the file); `model_help` adds what the command does with
+    it."""
+    if model is not None:
+        text = f"model spec preset or spec TOML (default {model})"
+        if checkpoints:
+            text += (", or a decoder checkpoint (smollm2-135m, gemma3-270m, a .gguf file, an HF "
+                     "directory): its spec is read from the file's metadata")
+        p.add_argument("--model", default=model, help=text + (f"; {model_help}" if model_help else ""))
+    if policy is not None:
+        p.add_argument("--policy", default=policy,
+                       help=f"quantization policy: a shipped name or a policy TOML (default {policy})")
+    if profile is not None:
+        p.add_argument("--profile", default=profile,
+                       help=f"device profile: a shipped name or a profile TOML (default {profile})")

@@ -9,15 +9,10 @@ HELP = ("list a model's op types the profile's NPU does not run (CPU fallback) o
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import add_model_arguments
     from harmony_ref.commands._output import add_json_flag
 
-    p.add_argument("--model", default="llama-3.2-3b",
-                   help="model spec preset or spec .toml (default llama-3.2-3b), or a checkpoint "
-                        "(gemma3-270m, smollm2-135m, a .gguf file, an HF directory): its spec "
-                        "derived from the file's metadata")
-    p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
-    p.add_argument("--profile", default="harmony-flagship",
-                   help="shipped profile name or profile .toml path")
+    add_model_arguments(p, checkpoints=True)
     p.add_argument("--prompt", type=int, default=512,
                    help="prompt tokens, for the run counts (default 512)")
     from harmony_ref.commands._args import add_allow_unmatched

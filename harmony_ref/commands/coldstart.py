@@ -11,12 +11,11 @@ HELP = ("cold start model: where the time from tap to first token goes (cold / p
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import add_scenario_arguments
+    from harmony_ref.commands._args import add_model_arguments, add_scenario_arguments
     from harmony_ref.commands._output import add_json_flag
     from harmony_ref.backends.host_coldstart import DEFAULT_COLS, DEFAULT_LAYERS, DEFAULT_ROWS
 
-    p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
-    p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
+    add_model_arguments(p, profile=None)
     p.add_argument("--profile", action="append",
                    help="profile name or .toml (repeatable; default: every shipped profile)")
     add_scenario_arguments(p, new=None, context=None, what="of the first request")

@@ -12,9 +12,9 @@ DEFAULT_PROFILES = "harmony-flagship,harmony-midrange,harmony-lowend"
 
 def add_arguments(p) -> None:
     p.add_argument("--profiles", default=DEFAULT_PROFILES, help=f"comma-separated (default {DEFAULT_PROFILES})")
-    p.add_argument("--model", default="llama-3.2-3b")
-    p.add_argument("--policy", default="int4-g128")
-    from harmony_ref.commands._args import add_scenario_arguments
+    from harmony_ref.commands._args import add_model_arguments, add_scenario_arguments
+
+    add_model_arguments(p, profile=None)
 
     add_scenario_arguments(p, batch=1, long_dest=True)
     p.add_argument("--format", choices=("table", "md", "csv", "json"), default="table")
@@ -31,7 +31,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
     import sys
 
     from harmony_ref.commands._output import print_table

@@ -10,6 +10,7 @@ HELP = ("model lifecycle over N open/close entries: destroy | resident | leak; N
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import add_model_arguments
     from harmony_ref.commands._output import add_json_flag
     from harmony_ref.device.lifecycle import DEFAULT_ENTRIES, STRATEGIES
 
@@ -17,11 +18,7 @@ def add_arguments(p) -> None:
                    help="destroy | resident | leak (repeatable; default: all three)")
     p.add_argument("--entries", type=int, default=DEFAULT_ENTRIES,
                    help=f"times the user opens the feature (default {DEFAULT_ENTRIES})")
-    p.add_argument("--model", default="llama-3.2-3b",
-                   help="model spec preset (default llama-3.2-3b)")
-    p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
-    p.add_argument("--profile", default="harmony-flagship",
-                   help="shipped profile name or profile .toml path")
+    add_model_arguments(p)
     p.add_argument("--prompt", type=int, default=512,
                    help="prompt tokens of each first request (default 512)")
     p.add_argument("--plot", metavar="PNG", help="write the NPU memory timeline as a PNG")

@@ -145,7 +145,6 @@ def run_decoder(args) -> int:
 
 
 def run_minilm(args) -> int:
-    from pathlib import Path
 
     from harmony_ref.eval.embedding import evaluate, load_pairs
     from harmony_ref.eval.plan import PLANNER_FORMATS, plan_policy

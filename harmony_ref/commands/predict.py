@@ -7,12 +7,10 @@ HELP = "predict TTFT, decode tokens/s, memory and launch overhead on a simulated
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import add_scenario_arguments
+    from harmony_ref.commands._args import add_model_arguments, add_scenario_arguments
     from harmony_ref.commands._output import add_json_flag
 
-    p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
-    p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
-    p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
+    add_model_arguments(p)
     p.add_argument("--runtime", help="runtime profile that runs on it (llama.cpp-cpu, executorch-xnnpack, "
                                      "qnn-npu, mlc-gpu, mslite-npu, harmony-ref-host, or a .toml); "
                                      "default: the profile's own (its default_runtime)")

@@ -11,12 +11,11 @@ DEFAULTS = {"model": "llama-3.2-3b", "policy": "int4-g128", "profile": "harmony-
 
 
 def add_config_arguments(p) -> None:
-    p.add_argument("--model", default=DEFAULTS["model"],
-                   help=f"model spec preset or TOML (default {DEFAULTS['model']}), or a decoder "
-                        "checkpoint (smollm2-135m, a .gguf file, an HF directory): its spec is "
-                        "read from the file, the host backend runs it, accuracy scores it")
-    p.add_argument("--policy", default=DEFAULTS["policy"], help=f"quantization policy (default {DEFAULTS['policy']})")
-    p.add_argument("--profile", default=DEFAULTS["profile"], help=f"device profile (default {DEFAULTS['profile']})")
+    from harmony_ref.commands._args import add_model_arguments
+
+    add_model_arguments(p, model=DEFAULTS["model"], policy=DEFAULTS["policy"],
+                        profile=DEFAULTS["profile"], checkpoints=True,
+                        model_help="the host backend runs it, accuracy scores it")
     p.add_argument("--backend", default=DEFAULTS["backend"], choices=("simulated", "host", "command"),
                    help="backend for the device metrics (default simulated)")
     p.add_argument("--command", help="with --backend command: the benchmark command to run (e.g. over hdc shell)")

@@ -8,7 +8,7 @@ HELP = ("simulate requests (Poisson or a trace) at one on-device session: latenc
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import number
+    from harmony_ref.commands._args import add_model_arguments, number
 
     from harmony_ref.commands._args import add_scenario_arguments
     from harmony_ref.commands._output import add_json_flag
@@ -23,9 +23,7 @@ def add_arguments(p) -> None:
                    help=f"requests allowed to wait (default {DEFAULT_QUEUE_LIMIT})")
     p.add_argument("--timeout-s", type=number(0, above=True), default=DEFAULT_TIMEOUT_S,
                    help=f"per-request timeout from arrival (default {DEFAULT_TIMEOUT_S:g})")
-    p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
-    p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
-    p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
+    add_model_arguments(p)
     add_scenario_arguments(p, context=None, what="per Poisson request")
     from harmony_ref.device.sessions import OVERFLOW
 

@@ -8,14 +8,12 @@ HELP = ("sustained generation: decode tokens/s over time, time to first throttle
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import number
+    from harmony_ref.commands._args import add_model_arguments, number
 
     from harmony_ref.commands._args import add_scenario_arguments
     from harmony_ref.commands._output import add_json_flag
 
-    p.add_argument("--model", default="llama-3.2-3b", help="model spec preset (default llama-3.2-3b)")
-    p.add_argument("--policy", default="int4-g128", help="shipped policy name or policy .toml path")
-    p.add_argument("--profile", default="harmony-flagship", help="shipped profile name or profile .toml path")
+    add_model_arguments(p)
     p.add_argument("--minutes", type=number(0, above=True), default=30.0, help="simulated minutes (default 30)")
     p.add_argument("--governor", choices=["step_wise", "power_allocator", "off"],
                    help="override the profile's governor ('off': no throttling)")

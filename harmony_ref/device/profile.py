@@ -79,8 +79,9 @@ def compute_dtype(weight_dtype: str, act_dtype: str, weight_only_compute: str) -
     return "fp16" if weight_only_compute == "fp16" else weight_dtype
 
 
-def _fraction():
-    return field(metadata={"min": 1e-6, "max": 1.0})
+def _fraction(default=None):
+    meta = {"min": 1e-6, "max": 1.0}
+    return field(metadata=meta) if default is None else field(default=default, metadata=meta)
 
 
 def _positive():
@@ -429,11 +430,6 @@ THREAD_SPLITS = ("even", "dynamic")
 RUNTIMES_FOLDER = "device/runtimes"
 
 
-def _fraction(default=None):
-    meta = {"min": 1e-6, "max": 1.0}
-    return field(metadata=meta) if default is None else field(default=default, metadata=meta)
-
-
 @dataclass(frozen=True)
 class RuntimeEfficiency:
     matmul: float = _fraction()  # achieved / the unit's peak on matmuls of every dtype
@@ -556,6 +552,7 @@ def apply_runtime(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None = 
     label = rt.name
     if rt.unit == "cpu":
         n = _threads(soc, rt, threads)
+        assert soc.cpu is not None  # _threads refused a profile without [cpu]
         rates = cpu_rates(soc.cpu, n, rt.thread_split)
         compute.update(cube_fp16_tops=0.0, cube_int8_tops=0.0, cube_int4_tops=0.0,
                        cpu_fp16_gflops=rates["fp16"] / GIGA, cpu_int8_gops=rates["int8"] / GIGA,

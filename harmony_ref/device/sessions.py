@@ -27,10 +27,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from harmony_ref.units import MB, MS_PER_S
+
+if TYPE_CHECKING:  # annotations only; imported where used
+    from harmony_ref.metrics import Metrics
 
 OVERFLOW = ("truncate", "refuse")
 
@@ -118,7 +122,7 @@ class SessionCache:
                 "budget_mb": self.budget_tokens * kv_bytes_per_token / MB}
 
 
-def session_metrics(summary: dict) -> "Metrics":
+def session_metrics(summary: dict) -> Metrics:
     """The session cache's summary (SessionService.summary) as exact metrics."""
     from harmony_ref.metrics import Metrics
 

@@ -43,12 +43,16 @@ Governors (re-evaluated every `polling_ms`, the kernel's passive polling delay):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numba
 import numpy as np
 
 from harmony_ref.device.thermal_config import ThermalConfig
 from harmony_ref.units import MS_PER_S
+
+if TYPE_CHECKING:  # annotations only; imported where used
+    from harmony_ref.metrics import Metrics
 
 GOV_OFF = 0
 GOV_STEP_WISE = 1
@@ -397,7 +401,7 @@ def sustained_generation(profile, config, minutes: float = 30.0, dt_s: float = D
     return SustainedResult(pts, trace, governor or profile.thermal.governor)
 
 
-def thermal_summary(profile, config, minutes: float = 10.0) -> "Metrics":
+def thermal_summary(profile, config, minutes: float = 10.0) -> Metrics:
     """The standard thermal metrics (all exact): sustained_peak_ratio_10min,
     time_to_first_throttle_s, peak_die_c, peak_skin_c, energy_per_token_mj."""
     from harmony_ref.metrics import Metrics

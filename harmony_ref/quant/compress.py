@@ -53,6 +53,30 @@ PRUNE_KEYS = {"ffn", "heads", "head_unit", "blocks", "score", "samples", "sample
 PRUNE_SAMPLE_KEYS = ("samples", "sample_tokens", "seed")  # score = "activation" only
 BLOCK_KEYS = {"ffn", "heads"}
 ACTIVATION_KEYS = {"granularity", "calibration", "samples", "sample_tokens", "seed", "alpha"}
+# What each field of [prune], [prune.blocks] and [activations] means: docs/reference/policy.md is
+# generated from these (tools/docs_reference.py), and the build fails on a key they do not describe.
+PRUNE_FIELD_DOCS = {
+    "ffn": "fraction of FFN channels removed in every block (0 to < 1)",
+    "heads": "fraction of attention heads removed in every block (0 to < 1)",
+    "head_unit": "\"query\": query heads, the same count in every KV group; \"kv\": whole KV "
+                 "groups",
+    "blocks": "table: block index (\"3\") or inclusive range (\"0-3\") -> { ffn = r, heads = r }",
+    "score": "\"l1\": L1 norms of the unit's weights (default); \"activation\": ||activation|| x "
+             "L1 of what the unit writes, on the calibration split",
+    "samples": "score = \"activation\" only: calibration windows (default 10)",
+    "sample_tokens": "score = \"activation\" only: tokens per window (default 128)",
+    "seed": "score = \"activation\" only: the windows' seed (default 0)",
+}
+BLOCK_FIELD_DOCS = {"ffn": "this block's FFN ratio", "heads": "this block's heads ratio"}
+ACTIVATION_FIELD_DOCS = {
+    "granularity": "\"per-tensor\", \"per-channel\" (one scale per input channel) or \"smooth\" "
+                   "(SmoothQuant factors into the weight, then one per-tensor scale)",
+    "calibration": "\"corpus\" (the corpus's calibration split) or \"random\" token ids",
+    "alpha": "smooth only: SmoothQuant's migration strength, in [0, 1] (default 0.5)",
+    "samples": "calibration windows (default 10)",
+    "sample_tokens": "tokens per window (default 128)",
+    "seed": "the windows' seed (default 0)",
+}
 FFN_MULTIPLE = 32  # kept FFN channels: a multiple of this (int4-g32 rows, 32-value act blocks)
 MAX_SAMPLES = 10_000
 MAX_BLOCKS = 1024  # blocks a [prune.blocks] range may name: model/spec.py SPEC_LIMITS["n_layers"]

@@ -49,6 +49,22 @@ _FORMAT_RE = re.compile(r"^(fp32|fp16|int8|int4-g(\d+)(-(asym|sym))?)$")
 POLICY_KEYS = {"name", "description", "default", "keep_fp16_layers", "keep_int8_layers", "layers",
                "prune", "activations", "dynamic_activations"}
 DYNAMIC_ACTIVATIONS = ("", "int8")
+# What each field of a policy TOML means: docs/reference/policy.md is generated from this table
+# (tools/docs_reference.py), and the docs build fails on a key of POLICY_KEYS it does not describe.
+POLICY_FIELD_DOCS = {
+    "name": "the policy's name (default: the file's stem)",
+    "description": "one line saying what the policy is for",
+    "default": "required: the weight format of every Linear no other field names: fp32, fp16, "
+               "int8, int4-g<G> (asymmetric), int4-g<G>-sym",
+    "keep_fp16_layers": "list of layer-name patterns kept in fp16",
+    "keep_int8_layers": "list of layer-name patterns kept in int8",
+    "layers": "table: layer-name pattern (`*.q_proj`, `lm_head`) -> weight format",
+    "prune": "table: structured pruning ([prune], below)",
+    "activations": "table: W8A8, int8 activations with static calibrated scales ([activations], "
+                   "below)",
+    "dynamic_activations": "\"\" (none) or \"int8\": activations quantized per call (the kernels' "
+                           "per-32-block int8)",
+}
 
 
 @dataclass(frozen=True)

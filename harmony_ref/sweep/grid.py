@@ -46,6 +46,19 @@ SCENARIO_AXES = SCENARIO_FIELDS + ("kv_dtype",)
 DEFAULT_SCENARIO = {"prompt_tokens": (512,), "new_tokens": (128,), "context_tokens": (2048,),
                     "batch": (1,), "kv_dtype": ("fp16",)}
 GRID_FIELDS = ("models", "policies", "profiles", "parts", "backend", "scenario")
+# What each field of a sweep TOML means: docs/reference/grid.md is generated from this table
+# (tools/docs_reference.py), and the build fails on a field of GRID_FIELDS it does not describe.
+GRID_FIELD_DOCS = {
+    "name": "accepted and not read: `--name` names the sweep and its folder",
+    "models": "required list: model presets, spec TOML paths or checkpoints (.gguf, HF directory)",
+    "policies": "required list: shipped policy names or policy TOML paths",
+    "profiles": "required list: device profile names or profile TOML paths",
+    "parts": "list of `harmony-ref run`'s parts: predicted, host, accuracy, coldstart, thermal "
+             "(default [\"predicted\"])",
+    "backend": "\"simulated\" (default) or \"host\"",
+    "scenario": "table of axes, each a list or one value: prompt_tokens, new_tokens, "
+                "context_tokens, batch, kv_dtype (defaults 512, 128, 2048, 1, fp16)",
+}
 # Points one grid may hold: a point takes milliseconds (predicted) to minutes (host, accuracy),
 # so 100,000 is already days of work; a larger grid is a typo in an axis, refused up front.
 MAX_GRID_POINTS = 100_000

@@ -190,10 +190,10 @@ def _reasons(row, loss, kld, budget_mb, max_kld, max_drop, min_tps) -> list[str]
 def pareto_mask(tps: list[float], loss: list[float]) -> list[bool]:
     """True where no other point has decode >= and loss <= with one of them strictly better."""
     out = []
-    for i, (t, l) in enumerate(zip(tps, loss)):
-        beaten = any(t2 >= t and l2 <= l and (t2 > t or l2 < l)
+    for i, (t, lo) in enumerate(zip(tps, loss)):
+        beaten = any(t2 >= t and l2 <= lo and (t2 > t or l2 < lo)
                      for j, (t2, l2) in enumerate(zip(tps, loss)) if j != i)
-        out.append(not beaten and math.isfinite(t) and math.isfinite(l))
+        out.append(not beaten and math.isfinite(t) and math.isfinite(lo))
     return out
 
 

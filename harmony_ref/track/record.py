@@ -83,7 +83,7 @@ def collect_provenance() -> dict:
     try:
         import numba
 
-        numba_version, numba_threads = numba.__version__, int(numba.config.NUMBA_NUM_THREADS)
+        numba_version, numba_threads = numba.__version__, int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover - numba is a dependency
         numba_version, numba_threads = None, None
     return {

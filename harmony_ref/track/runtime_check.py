@@ -307,7 +307,7 @@ def run_check(check: RuntimeCheck, ref: Reference | None, workdir: str | Path,
     if finish is not None:
         sr = finish(result.metrics)
         result.session = sr.to_record()
-        for name, metric in sr.session_metrics().items():
+        for metric in sr.session_metrics().values():
             result.metrics.put(metric)
         result.provenance.update(transport=sr.transport, serial=sr.serial, **sr.identity)
     if not result.accurate:

@@ -9,7 +9,6 @@ import dataclasses
 import json
 import os
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +17,6 @@ from harmony_ref.backends.command import CommandDevice
 from harmony_ref.backends.parsers import parse
 from harmony_ref.backends.session import CooldownTimeout, DeviceSession
 from harmony_ref.backends.session_spec import load_session
-from harmony_ref.backends.transport import DeviceGone
 from harmony_ref.cli import main
 from tests.fake_device.fakephone import FakePhone, process_alive, toml_dumps
 

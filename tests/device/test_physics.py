@@ -31,7 +31,7 @@ def cfg():
 def test_decode_bound_by_hand(flagship, cfg):
     b = physics.bounds(flagship, cfg)
     # every matmul weight once per token: sum of WeightFormat.nbytes over spec.linears()
-    wb = sum(cfg.policy.format_for(l.name).nbytes(l.n_out, l.k_in) for l in cfg.spec.linears())
+    wb = sum(cfg.policy.format_for(w.name).nbytes(w.n_out, w.k_in) for w in cfg.spec.linears())
     assert b.weight_bytes == wb
     assert b.decode_tokens_per_s_max == pytest.approx(flagship.memory.dram_bandwidth_gbps * GB / wb, rel=1e-12)
     assert b.decode_step_ms_min == pytest.approx(1e3 / b.decode_tokens_per_s_max, rel=1e-12)

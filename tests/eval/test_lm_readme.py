@@ -1,4 +1,5 @@
-"""The README's LM accuracy table is the tool's output: its rows equal `markdown_rows` (what
+"""The LM accuracy tables (docs/explanations/decoders.md, moved there from the README) are the
+tool's output: their rows equal `markdown_rows` (what
 `harmony-ref accuracy --markdown` prints) of the committed `harmony-ref accuracy --json` outputs
 it was pasted from, the corpus size, context and scored tokens stated beside it match them, and
 those outputs are on the shipped held-out corpus, named model, stated reference. The numbers are
@@ -13,10 +14,11 @@ from harmony_ref.eval.lm_accuracy import REFERENCE_NOTE, markdown_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "decoder"
+PAGE = ROOT / "docs" / "explanations" / "decoders.md"  # where the tables live
 
 
 def readme_rows(marker: str = "lm accuracy table") -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = PAGE.read_text()
     block = text.split(f"<!-- {marker} -->")[1].split(f"<!-- /{marker} -->")[0]
     return [line for line in block.splitlines() if line.startswith("| ") and "---" not in line
             and not line.startswith("| policy |")]
@@ -34,7 +36,7 @@ def test_readme_table_is_the_tools_output():
 
 
 def test_outputs_name_model_corpus_reference_and_sizes():
-    text = (ROOT / "README.md").read_text()
+    text = PAGE.read_text()
     for d in outputs():
         assert d["model"] == "smollm2-135m" and d["reference"] == REFERENCE_NOTE
         assert d["corpus_sha256"] == CORPUS_SHA256["heldout"] and d["context"] == 512
@@ -46,23 +48,23 @@ def test_outputs_name_model_corpus_reference_and_sizes():
 
 def test_gemma3_table_is_the_tools_output():
     """Gemma 3 270M's table: `harmony-ref accuracy --model gemma3-270m --json` committed, its
-    rows the README's, on the shipped held-out corpus against the file's own dequantized
+    rows the page's, on the shipped held-out corpus against the file's own dequantized
     weights."""
     d = json.loads((FIXTURES / "lm_accuracy_gemma3.json").read_text())
     assert readme_rows("gemma3 accuracy table") == markdown_rows(d)
     assert d["model"] == "gemma3-270m" and d["reference"] == REFERENCE_NOTE
     assert d["corpus_sha256"] == CORPUS_SHA256["heldout"] and d["context"] == 512
-    text = (ROOT / "README.md").read_text()
+    text = PAGE.read_text()
     for fact in (f"{d['tokens']:,} Gemma 3 tokens", f"{d['chunks']} chunks of context 512",
                  f"{d['scored_tokens']:,} scored tokens"):
         assert fact in text, fact
 
 
 def test_gemma3_decode_speed_sentence_is_the_benchmarks_output():
-    """The README's Gemma 3 decode figures are bench/decoder_vs_llamacpp.py's --json (a timing:
+    """The page's Gemma 3 decode figures are bench/decoder_vs_llamacpp.py's --json (a timing:
     measured once under quiet, never asserted against a threshold; only the copy is checked)."""
     d = json.loads((FIXTURES / "decoder_vs_llamacpp_gemma3.json").read_text())
-    text = " ".join((ROOT / "README.md").read_text().split())
+    text = " ".join(PAGE.read_text().split())
     assert d["model"] == "gemma3-270m" and d["threads"] == 2 and d["tokens"] == 64
     ours = d["ours"]
     for fact in (f"tg64 on the Q4_K_M file {d['llama_cpp_median']:.1f} tokens/s",
@@ -73,10 +75,10 @@ def test_gemma3_decode_speed_sentence_is_the_benchmarks_output():
 
 
 def test_gemma3_generation_samples_are_the_commands_output():
-    """The README's Gemma 3 samples are `harmony-ref generate --json` completions, committed
+    """The page's Gemma 3 samples are `harmony-ref generate --json` completions, committed
     (greedy text is shown, never asserted against a fresh run)."""
     samples = json.loads((FIXTURES / "generate_gemma3.json").read_text())
-    text = (ROOT / "README.md").read_text()
+    text = PAGE.read_text()
     for d in samples:
         assert d["model"].startswith("gemma3-270m") and d["sampling"] == "greedy"
         cell = d["completion"].replace("\n", "\\n").replace("|", "\\|")

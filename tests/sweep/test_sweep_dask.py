@@ -134,7 +134,7 @@ def test_shared_parts_run_once_per_key_on_the_workers(cluster, tmp_path):
     from harmony_ref.sweep.run import shared_tasks
 
     groups = {}
-    for key, (_part, config, warm) in shared_tasks(grid.points(), ("coldstart",)).items():
+    for key, (_part, _config, warm) in shared_tasks(grid.points(), ("coldstart",)).items():
         groups.setdefault(warm, []).append(key)
     for first, *rest in groups.values():  # the model's first shared task ran before the others
         assert all(ran.index(first) < ran.index(k) for k in rest)

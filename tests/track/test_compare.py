@@ -3,7 +3,6 @@ and the grouped bar plot."""
 
 import json
 
-import numpy as np
 import pandas as pd
 import pytest
 

@@ -206,7 +206,7 @@ def test_asv_judges_each_timed_ratio_by_its_measured_cross_process_spread():
     smaller; every other track_ asv's 5%."""
     from pathlib import Path
 
-    from bench import measure_spread as ms
+    from tools import measure_spread as ms
 
     root = Path(__file__).resolve().parents[2]
     thresholds = json.loads((root / "asv.conf.json").read_text())["regressions_thresholds"]
@@ -234,7 +234,7 @@ def test_the_committed_spread_file_follows_its_rule():
     """Each entry's spread is max/min - 1 of its recorded values and its threshold MARGIN x
     spread rounded up to 5%, never below the perf limit: the file cannot say one thing and
     hold another."""
-    from bench import measure_spread as ms
+    from tools import measure_spread as ms
 
     doc = json.loads(ms.SPREAD_FILE.read_text())
     assert doc["margin"] == ms.MARGIN and doc["floor"] == pytest.approx(perf.LIMIT_PCT / 100)
@@ -248,7 +248,7 @@ def test_the_committed_spread_file_follows_its_rule():
 @pytest.mark.parametrize("spread, want", [(0.0, 0.2), (0.1, 0.2), (0.14, 0.25), (0.36, 0.55),
                                           (0.4, 0.6)])
 def test_threshold_rule(spread, want):
-    from bench import measure_spread as ms
+    from tools import measure_spread as ms
 
     assert ms.threshold_for(spread, 0.2) == pytest.approx(want)
 
@@ -256,7 +256,7 @@ def test_threshold_rule(spread, want):
 def test_an_entry_regex_matches_only_its_own_parameters():
     import re
 
-    from bench import measure_spread as ms
+    from tools import measure_spread as ms
 
     rx = ms.entry_regex("bench_kernels.MatmulW4.track_time_vs_numpy_fp32(1, 32)")
     assert re.match(rx, "bench_kernels.MatmulW4.track_time_vs_numpy_fp32(1, 32)")
@@ -269,7 +269,7 @@ def test_spread_entries_are_the_combinations_asv_runs_and_filter_by_parameters()
     """A combination a track skips (asv_runner's skip_params: the FP32-twin GEMV ratio at m=1)
     is neither measured nor given a threshold; --bench can name single parameter sets."""
     from bench import bench_kernels as bk
-    from bench import measure_spread as ms
+    from tools import measure_spread as ms
 
     assert (1,) in bk.MatmulW8.track_time_vs_numpy_fp32.skip_params
     names = [ms.entry_name(*e) for e in ms.relative_entries("MatmulW8")]

@@ -1,6 +1,6 @@
 """Per-op profile of one decode step of a decoder through our kernels, and its Python overhead.
 
-    python bench/decoder_profile.py [--model smollm2-135m] [--policy int4-g32] [--threads 2]
+    python tools/decoder_profile.py [--model smollm2-135m] [--policy int4-g32] [--threads 2]
                                     [--context 128] [--steps 50]
 
 Runs `Llama.forward`'s decode step op by op (the same calls in the same order, each wrapped in

@@ -6,8 +6,8 @@ Each configuration is a fresh process with the environment of one emulated x86-6
 dispatch, the int8-dot matmul path, 1 or 2 threads; Intel Haswell to Sapphire Rapids, AMD Zen 3
 to Zen 5, and the AMD EPYC CI meets).
 
-    python bench/numerical_spread.py --out harmony_ref/data/numerical_spread.json
-    python bench/numerical_spread.py --lm --out harmony_ref/data/lm_numerical_spread.json
+    python tools/numerical_spread.py --out harmony_ref/data/numerical_spread.json
+    python tools/numerical_spread.py --lm --out harmony_ref/data/lm_numerical_spread.json
 
 The first measures MiniLM's embedding metrics, the second (`--lm`) the decoder's `lm_*` metrics
 as the main job computes them (SmolLM2-135M, the first 2 chunks of 512 of the held-out corpus,

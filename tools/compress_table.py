@@ -4,12 +4,12 @@ measured host decode tokens/s, predicted phone decode tokens/s and prefill ms. W
 `markdown` prints the README tables from it. And pruning x quantization on the real
 all-MiniLM-L6-v2 (`minilm`): cosine to FP32, recall@1 drop, weights MB, predicted encode ms.
 
-    python bench/compress_table.py accuracy --out acc.json    # under /work/bin/cpu (~20 min)
-    python bench/compress_table.py speed --out speed.json     # under /work/bin/quiet (~2 min)
-    python bench/compress_table.py predict speed.json         # predictions only, in place
-    python bench/compress_table.py markdown acc.json speed.json
-    python bench/compress_table.py minilm --out minilm.json   # under /work/bin/cpu (~3 min)
-    python bench/compress_table.py minilm-markdown minilm.json
+    python tools/compress_table.py accuracy --out acc.json    # under /work/bin/cpu (~20 min)
+    python tools/compress_table.py speed --out speed.json     # under /work/bin/quiet (~2 min)
+    python tools/compress_table.py predict speed.json         # predictions only, in place
+    python tools/compress_table.py markdown acc.json speed.json
+    python tools/compress_table.py minilm --out minilm.json   # under /work/bin/cpu (~3 min)
+    python tools/compress_table.py minilm-markdown minilm.json
 
 `predict` recomputes the predicted columns of a speed JSON from the device model as it is now
 and keeps its measured host columns (a device-model change moves only the predictions).
@@ -183,7 +183,7 @@ def markdown(args):
     acc = json.load(open(args.accuracy))
     sp = json.load(open(args.speed)) if args.speed else None
     res = acc["results"]
-    print(f"| pruning | quantization | PPL / FP32 | KLD mean | host decode tokens/s | "
+    print("| pruning | quantization | PPL / FP32 | KLD mean | host decode tokens/s | "
           + " | ".join(f"predicted {p} tokens/s" for p in PROFILES)
           + f" | predicted {PREFILL_PROFILE} prefill ms |")
     print("|---|---|---|---|---|" + "---|" * (len(PROFILES) + 1))

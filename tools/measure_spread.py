@@ -18,7 +18,7 @@ Rule: spread = max / min - 1 over the processes (asv flags a later value above
 spread rounded up to 5%, never below the default relative limit (perf.LIMIT_PCT). MARGIN = 1.5
 because a handful of processes sees less than the whole range.
 
-    /work/bin/quiet python -m bench.measure_spread --processes 6 --write-conf \
+    /work/bin/quiet python -m tools.measure_spread --processes 6 --write-conf \
         --bench "DecodeAttention.*'int8', 512"   # one entry
 """
 

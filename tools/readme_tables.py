@@ -1,7 +1,7 @@
 """The README's accuracy table, made from the tool's own output (paste it, do not type it):
 
     harmony-ref accuracy --model all-minilm-l6 --policy fp32 --policy int8 --policy int4-g128 --policy int4-g32 \\
-        --policy minilm-mixed --json | python bench/readme_tables.py
+        --policy minilm-mixed --json | python tools/readme_tables.py
 
 tests/test_readme_numbers.py runs the same command and holds the README's rows to it: sizes and
 recall exactly (as printed), cosines within the gate's numerical tolerance (they move in the
