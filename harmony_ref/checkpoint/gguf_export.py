@@ -179,6 +179,7 @@ def export_gguf(model_path, policy, out, version: str | None = None) -> GGUFExpo
     tensors = _plan_tensors(weights, policy, src)
 
     writer_path = None
+    out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".gguf", dir=out.parent)
     os.close(fd)
     tmp = Path(tmp)
@@ -200,7 +201,7 @@ def export_gguf(model_path, policy, out, version: str | None = None) -> GGUFExpo
             if gtype in ("F32", "F16"):
                 w.add_tensor(name, data)
             else:
-                w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=qt)
+                w.add_tensor(name, data, raw_dtype=qt)  # (N, bytes) uint8: gguf derives [K, N]
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
