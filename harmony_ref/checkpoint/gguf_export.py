@@ -101,16 +101,17 @@ def _plan_tensors(weights, policy: Policy, source: str) -> list[tuple[str, str, 
     """(GGUF name, GGUF type, stored matrix in the file's row order), in file order."""
     c = weights.config
     permuted = c.arch in PERMUTED_ARCHS
-    head_fmt = policy.format_for("lm_head")
-    head_type = gguf_type_for(head_fmt, "output.weight" if weights.lm_head is not None
-                              else "token_embd.weight", "lm_head", source)
-    # every type is checked before any tensor is quantized: a refusal costs nothing
+    # every type is checked before any tensor is quantized (a refusal costs nothing), blocks
+    # first, in file order
     linears = []
     for i, lw in enumerate(weights.layers):
         for key, short in LINEAR_FIELDS.items():
             name, layer = f"blk.{i}.{LAYER_TENSORS[key]}", layer_name(i, short)
             fmt = policy.format_for(layer)
             linears.append((name, gguf_type_for(fmt, name, layer, source), fmt, lw, key))
+    head_fmt = policy.format_for("lm_head")
+    head_type = gguf_type_for(head_fmt, "output.weight" if weights.lm_head is not None
+                              else "token_embd.weight", "lm_head", source)
     out = [("token_embd.weight", head_type, _quantize(weights.embed, head_fmt))]
     vectors = {}
     for i, lw in enumerate(weights.layers):

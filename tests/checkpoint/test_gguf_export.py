@@ -176,3 +176,17 @@ def test_export_command_prints_and_writes_json(source, tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["tensor_types"]["Q8_0"] in (15, 16) and info["path"] == str(out)
     assert (tmp_path / "x.gguf.manifest.json").is_file()
+
+
+def test_accuracy_as_stored_command(source, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HARMONY_REF_NO_LM_CACHE", "1")
+    src, _ = source
+    out = tmp_path / "x.gguf"
+    export_gguf(src, "q4_0", out)
+    text = tmp_path / "c.txt"
+    text.write_text("the cat sat on the mat and then the dog ran in the sun. " * 10)
+    assert main(["accuracy", "--model", str(out), "--policy", "as-stored", "--policy", "q4_0",
+                 "--corpus", str(text), "--context", "32", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    rows = {r["policy"]: r for r in d["rows"]} if "rows" in d else None
+    assert d and (rows is None or "as-stored" in rows)
