@@ -316,6 +316,9 @@ CASES = [  # (argv, a substring the error line must hold)
       "{d}/empty.txt", "--out-dir", "{d}/runs"], "empty"),
     (["check-runtime", "--format", "mslite", "--command", "true", "--corpus", "{d}/short.txt",
       "--out-dir", "{d}/runs"], "--format llama-perplexity only"),
+    (["plan", "--budget-mb", "80", "--formats", "q4_0,q5_k"], "unknown weight format 'q5_k'"),
+    (["plan", "--model", "all-minilm-l6", "--budget-mb", "8", "--formats", "q4_0"],
+     "--formats applies to a decoder"),
 ]
 
 
