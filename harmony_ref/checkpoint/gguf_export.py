@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harmony_ref._io import TMP_PREFIX, check_output_file, write_text_atomic
+from harmony_ref._io import TMP_PREFIX, _umask, check_output_file, write_text_atomic
 from harmony_ref.checkpoint.assets import sha256_file
 from harmony_ref.checkpoint.gguf import (LAYER_TENSORS, LINEAR_FIELDS, PERMUTED_ARCHS, _open,
                                          permute_rope_rows, read_gguf)
@@ -182,6 +182,7 @@ def export_gguf(model_path, policy, out, version: str | None = None) -> GGUFExpo
     writer_path = None
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".gguf", dir=out.parent)
+    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 is for the temporary name only
     os.close(fd)
     tmp = Path(tmp)
     try:

@@ -176,6 +176,11 @@ def test_export_command_prints_and_writes_json(source, tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["tensor_types"]["Q8_0"] in (15, 16) and info["path"] == str(out)
     assert (tmp_path / "x.gguf.manifest.json").is_file()
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # not the temporary file's 0600
 
 
 def test_accuracy_as_stored_command(source, tmp_path, capsys, monkeypatch):
