@@ -287,6 +287,38 @@ CASES = [  # (argv, a substring the error line must hold)
     (["plan", "--budget-mb", "inf"], "--budget-mb"),
     (["plan", "--budget-mb", "nan"], "--budget-mb"),
     (["pick", "--sweep", "s", "--budget-mb", "inf"], "--budget-mb"),
+    # export --format gguf (issue 29): a format GGUF has no type for, an unwritable output, a
+    # checkpoint without tokenizer metadata, a missing --model
+    (["export", "--format", "gguf", "--model", "{d}/tiny.gguf", "--policy", "int4-g32", "--out",
+      "{d}/x.gguf"], "blk.0.attn_q.weight (model.layers.0.self_attn.q_proj) is int4-g32, which "
+                     "GGUF has no type for; the nearest GGUF type is q4_1"),
+    (["export", "--format", "gguf", "--model", "{d}/tiny.gguf", "--policy", "int8", "--out",
+      "{d}/x.gguf"], "nearest GGUF type is q8_0"),
+    (["export", "--format", "gguf", "--model", "{d}/tiny.gguf", "--policy", "q4_0", "--out",
+      "{d}/afile/x.gguf"], "afile"),
+    (["export", "--format", "gguf", "--model", "{d}/tiny.gguf", "--policy", "q4_0", "--out",
+      "{d}/adir"], "adir"),
+    (["export", "--format", "gguf", "--model", "{d}/bare.gguf", "--policy", "q4_0", "--out",
+      "{d}/x.gguf"], "tokenizer.ggml.model is missing"),
+    (["export", "--format", "gguf", "--policy", "q4_0", "--out", "{d}/x.gguf"], "--model"),
+    (["export", "--format", "gguf", "--model", "{d}/missing.gguf", "--policy", "q4_0", "--out",
+      "{d}/x.gguf"], "missing.gguf"),
+    (["accuracy", "--model", "{d}/tiny_hf", "--policy", "as-stored"], "not a GGUF file"),
+    # check-runtime --corpus: missing, not UTF-8, too short for one chunk, with mslite
+    (["check-runtime", "--model", "{d}/tiny.gguf", "--command", "true {{corpus}}", "--corpus",
+      "{d}/missing.txt", "--out-dir", "{d}/runs"], "--corpus {d}/missing.txt: no such file"),
+    (["check-runtime", "--model", "{d}/tiny.gguf", "--command", "true {{corpus}}", "--corpus",
+      "{d}/latin1.txt", "--out-dir", "{d}/runs"], "not UTF-8"),
+    (["check-runtime", "--model", "{d}/tiny.gguf", "--command", "true {{corpus}}", "--corpus",
+      "{d}/short.txt", "--context", "64", "--out-dir", "{d}/runs", "--no-cache"],
+     "fewer than one chunk of --context 64"),
+    (["check-runtime", "--model", "{d}/tiny.gguf", "--command", "true {{corpus}}", "--corpus",
+      "{d}/empty.txt", "--out-dir", "{d}/runs"], "empty"),
+    (["check-runtime", "--format", "mslite", "--command", "true", "--corpus", "{d}/short.txt",
+      "--out-dir", "{d}/runs"], "--format llama-perplexity only"),
+    (["plan", "--budget-mb", "80", "--formats", "q4_0,q5_k"], "unknown weight format 'q5_k'"),
+    (["plan", "--model", "all-minilm-l6", "--budget-mb", "8", "--formats", "q4_0"],
+     "--formats applies to a decoder"),
 ]
 
 
@@ -301,6 +333,15 @@ def sandbox(tmp_path, monkeypatch):
         (tmp_path / name).write_text(text.replace("{d}", str(tmp_path)))
     (tmp_path / "adir").mkdir()
     (tmp_path / "empty_runs").mkdir()
+    from harmony_ref.checkpoint.gguf import write_gguf
+    from tests.fixtures.decoder.tiny import tiny_weights, write_tiny_gguf, write_tiny_hf
+
+    write_tiny_gguf(tmp_path / "tiny.gguf")
+    write_gguf(tiny_weights(), tmp_path / "bare.gguf")  # no tokenizer metadata
+    write_tiny_hf(tmp_path / "tiny_hf")
+    (tmp_path / "latin1.txt").write_bytes("caf\u00e9 au lait ".encode("latin-1") * 50)
+    (tmp_path / "short.txt").write_text("the cat sat")
+    (tmp_path / "empty.txt").write_text("")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

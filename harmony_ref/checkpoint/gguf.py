@@ -248,8 +248,38 @@ def read_gguf_config(path) -> DecoderConfig:
     return config_from_metadata(reader, path, shapes)
 
 
-def read_gguf(path) -> DecoderWeights:
-    """All tensors of a llama/qwen2 GGUF file as FP32 DecoderWeights, validated."""
+# GGUF tensor types kept as stored for the `as-stored` policy -> our format name
+STORED_TYPES = {"F32": "fp32", "F16": "fp16", "Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0"}
+# LayerWeights field -> HF short name of the Linear (the name a policy matches)
+LINEAR_FIELDS = {"wq": "q_proj", "wk": "k_proj", "wv": "v_proj", "wo": "o_proj",
+                 "w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}
+
+
+def _stored_matrix(t, path: Path, rows=None):
+    """A 2-D tensor as the file stores it (GGMLTensor or float array), rows reordered by `rows`;
+    None for a type we cannot run as stored (K-quants: they are dequantized and requantized)."""
+    from harmony_ref.quant.ggml import GGMLTensor
+
+    fmt = STORED_TYPES.get(t.tensor_type.name)
+    if fmt is None:
+        return None
+    n, k = (int(d) for d in reversed(t.shape.tolist()))
+    if fmt in ("fp32", "fp16"):
+        a = np.asarray(t.data, dtype=np.float32 if fmt == "fp32" else np.float16).reshape(n, k)
+    else:
+        a = np.asarray(t.data, dtype=np.uint8).reshape(n, -1)
+    a = np.ascontiguousarray(a if rows is None else a[rows])
+    return a if fmt in ("fp32", "fp16") else GGMLTensor(fmt, a, (n, k))
+
+
+def _unpermute_order(n_rows: int, n_heads: int) -> np.ndarray:
+    """Row order that undoes `permute` (unpermute_rope_rows applied to row indices)."""
+    return unpermute_rope_rows(np.arange(n_rows), n_heads)
+
+
+def read_gguf(path, keep_stored: bool = False) -> DecoderWeights:
+    """All tensors of a llama/qwen2 GGUF file as FP32 DecoderWeights, validated. keep_stored:
+    also each Linear as the file stores it (DecoderWeights.stored; the `as-stored` policy)."""
     path = Path(path)
     reader = _open(path)
     tensors = {t.name: t for t in reader.tensors}
@@ -279,6 +309,7 @@ def read_gguf(path) -> DecoderWeights:
                 a = _unpermute_checked(a, config.n_kv_heads, path, f"blk.{i}.{suffix}")
             fields[key] = a
         layers.append(LayerWeights(**fields))
+    stored_linears = _stored_linears(tensors, config, path) if keep_stored else {}
     weights = DecoderWeights(
         config=config,
         embed=get("token_embd.weight"),
@@ -287,9 +318,33 @@ def read_gguf(path) -> DecoderWeights:
         lm_head=get("output.weight", required=False),
         source=str(path),
         stored_formats=stored,
+        stored=stored_linears,
     )
     validate_weights(weights, _gguf_name)
     return weights
+
+
+def _stored_linears(tensors: dict, config: DecoderConfig, path: Path) -> dict:
+    """Linear name -> the matrix as stored, in the in-memory row order (Q/K unpermuted)."""
+    from harmony_ref.model.decoder import layer_name
+
+    permuted = config.arch in PERMUTED_ARCHS
+    out = {}
+    for i in range(config.n_layers):
+        for key, short in LINEAR_FIELDS.items():
+            t = tensors[f"blk.{i}.{LAYER_TENSORS[key]}"]
+            rows = None
+            if permuted and key in ("wq", "wk"):
+                heads = config.n_heads if key == "wq" else config.n_kv_heads
+                rows = _unpermute_order(int(t.shape[1]), heads)
+            m = _stored_matrix(t, path, rows)
+            if m is not None:
+                out[layer_name(i, short)] = m
+    head = tensors.get("output.weight", tensors["token_embd.weight"])
+    m = _stored_matrix(head, path)
+    if m is not None:
+        out["lm_head"] = m
+    return out
 
 
 def _unpermute_checked(a, n_heads, path, name):

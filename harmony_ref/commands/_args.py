@@ -84,10 +84,13 @@ def check_policies(names: list[str], spec, allow_unmatched: bool = False) -> lis
     """The policies `names` load to, each checked against the model `spec` before any work
     (quant/policy.py check_applies), and no two with the same name (their rows would be
     indistinguishable)."""
-    from harmony_ref.quant.policy import check_applies, load_policy
+    from harmony_ref.quant.policy import AS_STORED, check_applies, load_policy
 
     policies, seen = [], {}
     for name in names:
+        if name == AS_STORED:  # the file's own formats fit it; runtime/loader.stored_policy
+            seen[name] = name  # says so when the model is not a GGUF it can run as stored
+            continue
         policy = load_policy(name)
         if policy.name in seen:
             raise ValueError(f"--policy {seen[policy.name]!r} and --policy {name!r} are both "

@@ -36,11 +36,15 @@ def add_arguments(p) -> None:
                    help=f"context of each scored chunk (default {DEFAULT_CONTEXT})")
     p.add_argument("--chunks", type=int, default=None, metavar="N",
                    help="score only the first N chunks (default all, as llama-perplexity)")
+    p.add_argument("--corpus", default=None, metavar="FILE",
+                   help="score this UTF-8 text file (wikitext, your app's prompts) instead of "
+                        "the shipped held-out corpus; the runtime's {corpus} is a copy of it")
     p.add_argument("--format", default="llama-perplexity", choices=CHECK_FORMATS,
                    help="output format of the runtime (default llama-perplexity)")
     p.add_argument("--expect", default=DEFAULT_EXPECT, metavar="POLICY",
                    help="arithmetic a correct runtime may use, measured by harmony-ref to derive "
-                        f"the bound (default {DEFAULT_EXPECT}; e.g. int4-g32 if it re-quantizes)")
+                        f"the bound (default {DEFAULT_EXPECT}; e.g. int4-g32 if it re-quantizes; "
+                        "as-stored: a GGUF file's tensors exactly as stored)")
     p.add_argument("--device", default="host",
                    help="where the runtime runs, a label for the record (default host)")
     p.add_argument("--timeout", type=number(0, above=True), default=3600.0, metavar="S",
@@ -108,7 +112,7 @@ def run(args) -> int:
     if session is not None and device == "host":
         device = f"{session.transport}:{session.device.serial or 'host'}"
     checks = [RuntimeCheck(t, args.format, args.model, args.context, args.chunks, args.expect,
-                           args.timeout, label, device, session)
+                           args.timeout, label, device, session, args.corpus)
               for t, label in zip(args.commands, labels)]  # every template checked before work
 
     ref = None
@@ -126,6 +130,9 @@ def run(args) -> int:
             print(f"reference: FP32 perplexity {ref.ppl:.4f} over {ref.chunks} chunks of "
                   f"{ref.context} ({ref.scored_tokens} scored tokens){cached}")
             print(f"bound: {ref.bound.how()}")
+            if args.expect == "as-stored":
+                print(f"harmony-ref, the file as stored: perplexity "
+                      f"{ref.ppl * ref.bound.expected_ratio:.4f}")
 
     out, errors = [], []
     with tempfile.TemporaryDirectory(prefix="harmony-ref-check-") as work:

@@ -24,6 +24,10 @@ def add_arguments(p) -> None:
                    help="decoder: tokens per chunk (512)")
     p.add_argument("--chunks", type=int, default=None, metavar="N",
                    help="decoder: score the first N chunks of each corpus part (default all)")
+    p.add_argument("--formats", metavar="F,F,...", default=None,
+                   help="decoder: the formats to choose among (default fp16,int8,int4-g128,"
+                        "int4-g32); GGUF's q4_0,q4_1,q8_0,f16 make a policy `export --format "
+                        "gguf` writes")
     p.add_argument("--prune-ffn", metavar="R,R,...", default=None,
                    help="decoder: FFN pruning ratios to choose from, uniform across blocks "
                         "(e.g. 0,0.1,0.25; default: no pruning)")
@@ -57,6 +61,8 @@ def run(args) -> int:
         return run_decoder(args)
     if args.chunks is not None or args.context != 512:
         raise ValueError("--chunks/--context apply to a decoder, not --model all-minilm-l6")
+    if args.formats is not None:
+        raise ValueError("--formats applies to a decoder, not --model all-minilm-l6")
     if compress:
         flag = "--" + compress[0].replace("_", "-")
         raise ValueError(f"{flag} applies to a decoder, not --model all-minilm-l6")
@@ -78,6 +84,24 @@ def _ratio_list(text: str | None, where: str) -> tuple[float, ...]:
     return tuple(out)
 
 
+def _format_list(text: str | None) -> tuple[str, ...]:
+    """--formats "q4_0,q4_1,q8_0,f16" -> canonical format names, each checked."""
+    from harmony_ref.eval.plan import PLANNER_FORMATS
+    from harmony_ref.quant.policy import parse_format
+
+    if text is None:
+        return PLANNER_FORMATS
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise ValueError(f"--formats {text!r}: give at least one format")
+    out = []
+    for name in names:
+        fmt = parse_format(name, f"--formats {text!r}").name
+        if fmt not in out:
+            out.append(fmt)
+    return tuple(out)
+
+
 def run_decoder(args) -> int:
     from harmony_ref._io import write_text_atomic
     from harmony_ref.commands._output import print_json
@@ -90,8 +114,9 @@ def run_decoder(args) -> int:
         raise ValueError(f"--chunks must be >= 1, got {args.chunks}")
     if not (math.isfinite(args.budget_mb) and args.budget_mb > 0):  # before any progress bar
         raise ValueError(f"--budget-mb must be a finite number > 0, got {args.budget_mb!r}")
+    formats = _format_list(args.formats)
     plan = progress_run(lambda progress: lm_plan(
-        args.model, args.budget_mb, context=args.context, chunks=args.chunks, progress=progress,
+        args.model, args.budget_mb, formats=formats, context=args.context, chunks=args.chunks, progress=progress,
         prune_ffn=args.ffn_ratios, prune_heads=args.head_ratios,
         prune_score=args.prune_score or "l1", activations=args.activations),
         args.json, "plan: each Linear type alone in each format (calibration)")

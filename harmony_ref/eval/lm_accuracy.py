@@ -150,16 +150,24 @@ def lm_accuracy(model: str = DEFAULT_LM_MODEL, variants=(("int4-g32", "fp16"),),
     held-out part). `loaded`: (weights, tokenizer) already read, to skip reading the checkpoint.
     Bad input (unknown model, unreadable checkpoint, a corpus shorter than one chunk, a bad
     policy) raises ValueError before any scoring."""
-    from harmony_ref.quant.policy import load_policy
-    from harmony_ref.runtime.loader import load_decoder, model_label, resolve_model_path
+    from harmony_ref.quant.policy import AS_STORED, load_policy
+    from harmony_ref.runtime.loader import (load_decoder, model_label, resolve_model_path,
+                                            stored_policy)
 
     corpus = corpus or Corpus.shipped("heldout")
-    policies = [(load_policy(p), kv) for p, kv in variants]  # bad names fail here, first
+    as_stored = any(p == AS_STORED for p, _ in variants)
+    # bad names fail here, first (as-stored is resolved from the file once it is read)
+    policies = [(p if p == AS_STORED else load_policy(p), kv) for p, kv in variants]
     for _, kv in policies:
         if kv not in ("fp16", "int8"):
             raise ValueError(f"--kv-dtype must be fp16 or int8, got {kv!r}")
     path = resolve_model_path(model)
+    if as_stored and (loaded is None or not loaded[0].stored):
+        loaded = load_decoder(model, keep_stored=True)
     weights, tok = loaded or load_decoder(model)
+    if as_stored:
+        stored = stored_policy(weights, model)
+        policies = [(stored if p == AS_STORED else p, kv) for p, kv in policies]
     ids = tok.encode(corpus.text)
     if context > weights.config.max_positions:
         raise ValueError(f"--context {context} exceeds {model}'s {weights.config.max_positions} "

@@ -17,6 +17,10 @@ Formats (keys of FORMATS):
     int8      Int8Tensor, per-row scale: matmul_w8 (int8 activations per 32-block)
     int4      Int4Tensor asym, per-group scale + zero point: matmul_w4
     int4-sym  Int4Tensor sym, per-group scale: matmul_w4
+    q4_0      GGMLTensor, GGUF's bytes: matmul_w4 on the repacked nibbles (kernels/matmul_ggml.py)
+    q4_1      GGMLTensor: matmul_w4 + a per-block constant term (float32 BLAS, 1/32 of the work)
+    q8_0      GGMLTensor: a Numba int32 block-dot loop (per-block scales; matmul_w8 is per row)
+GGUF's F16 is fp16 (the same IEEE half, rounded to nearest even); "f16" parses to it.
 `prepare` builds the kernel's operand once per tensor (the row-interleaved layout of
 prepare_w4/prepare_w8, cached on the tensor; for floats a float32 W.T view). `arrays` /
 `from_arrays` name a stored matrix's arrays (`.packed`, `.scale`, `.zero_point`, `.values` after
@@ -33,6 +37,8 @@ import numpy as np
 
 from harmony_ref.kernels.matmul import (matmul_w4, matmul_w4_ref, matmul_w8, matmul_w8_ref, prepare_w4,
                                         prepare_w8)
+from harmony_ref.kernels.matmul_ggml import matmul_ggml, matmul_ggml_ref, prepare_ggml
+from harmony_ref.quant.ggml import QUANTIZERS, QUANTIZERS_REF, GGMLTensor, dequantize_ggml
 from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4, quantize_int4, quantize_int4_ref
 from harmony_ref.quant.int8 import Int8Tensor, dequantize_int8, quantize_int8, quantize_int8_ref
 from harmony_ref.quant.policy import WeightFormat, parse_format
@@ -41,7 +47,7 @@ from harmony_ref.quant.policy import WeightFormat, parse_format
 @dataclass(frozen=True)
 class Format:
     name: str
-    kind: str  # WeightFormat.kind: fp32 | fp16 | int8 | int4
+    kind: str  # WeightFormat.kind: fp32 | fp16 | int8 | int4 | q4_0 | q4_1 | q8_0
     quantize: Callable  # (w (N, K) float, group_size) -> stored; the fast path where there is one
     quantize_ref: Callable  # the same, plain NumPy (bit-identical)
     dequantize: Callable  # stored -> (N, K) float32
@@ -55,7 +61,7 @@ class Format:
 
     @property
     def quantized(self) -> bool:
-        return self.kind in ("int8", "int4")
+        return self.kind not in ("fp32", "fp16")
 
 
 def _float_matmul(x, operand):
@@ -105,6 +111,24 @@ def _int4_format(scheme: str) -> Format:
     )
 
 
+GGML_KERNELS = {"q4_0": "numba matmul_w4 (q4_0 repacked as int4-g32-sym)",
+                "q4_1": "numba matmul_w4 + block-constant BLAS (q4_1)",
+                "q8_0": "numba q8_0 block-dot loop"}
+
+
+def _ggml_format(qtype: str) -> Format:
+    return Format(
+        name=qtype, kind=qtype,
+        quantize=lambda w, group_size=None: QUANTIZERS[qtype](w),
+        quantize_ref=lambda w, group_size=None: QUANTIZERS_REF[qtype](w),
+        dequantize=dequantize_ggml, prepare=prepare_ggml, matmul=matmul_ggml,
+        matmul_ref=matmul_ggml_ref, kernel=GGML_KERNELS[qtype],
+        nbytes=lambda n, k, group_size=None: WeightFormat(qtype).nbytes(n, k),
+        arrays=lambda t: {".blocks": t.data},
+        from_arrays=lambda a, shape, group_size=None: GGMLTensor(qtype, a[".blocks"], tuple(shape)),
+    )
+
+
 FORMATS: dict[str, Format] = {f.name: f for f in [
     _float_format("fp32", np.float32),
     _float_format("fp16", np.float16),
@@ -121,6 +145,9 @@ FORMATS: dict[str, Format] = {f.name: f for f in [
     ),
     _int4_format("asym"),
     _int4_format("sym"),
+    _ggml_format("q4_0"),
+    _ggml_format("q4_1"),
+    _ggml_format("q8_0"),
 ]}
 
 
@@ -143,6 +170,8 @@ def stored_format(stored) -> WeightFormat:
         return parse_format(f"int4-g{stored.group_size}{sym}")
     if isinstance(stored, Int8Tensor):
         return parse_format("int8")
+    if isinstance(stored, GGMLTensor):
+        return parse_format(stored.qtype)
     if isinstance(stored, np.ndarray) and stored.dtype in (np.float16, np.float32):
         return parse_format("fp16" if stored.dtype == np.float16 else "fp32")
     raise ValueError(f"not a stored weight matrix: {type(stored).__name__} "

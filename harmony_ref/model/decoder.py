@@ -191,6 +191,10 @@ class DecoderWeights:
     lm_head: np.ndarray | None  # (V, D); None when tied to `embed`
     source: str = ""  # file or directory it was read from
     stored_formats: dict[str, str] = field(default_factory=dict)  # tensor -> format in the file
+    # Linear name (layer_name, "lm_head") -> the matrix as the file stores it (a GGMLTensor, or a
+    # float16/float32 array), rows in the in-memory order; filled only on request
+    # (read_gguf(keep_stored=True)), for the `as-stored` policy
+    stored: dict = field(default_factory=dict)
 
     @property
     def head(self) -> np.ndarray:

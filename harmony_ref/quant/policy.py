@@ -14,7 +14,9 @@ A pattern matches a dotted layer name if it is a substring of it, or, when it co
 character (* ? [), if the glob matches the whole name. Precedence: an exact [layers] name, then
 [layers] patterns in file order, then keep_fp16_layers, then keep_int8_layers, then `default`.
 
-Format strings: "fp32", "fp16", "int8", "int4-g<group>" (asym) or "int4-g<group>-sym".
+Format strings: "fp32", "fp16" (also "f16", GGUF's name), "int8", "int4-g<group>" (asym),
+"int4-g<group>-sym", or GGUF's block formats "q4_0", "q4_1", "q8_0" (quant/ggml.py: blocks of
+32 along K, float16 scales, bit-exact with llama.cpp's quantizers).
 
 Optional `[prune]` (structured pruning) and `[activations]` (static INT8 activations, W8A8)
 tables combine pruning and quantization in one policy; quant/compress.py describes them.
@@ -44,8 +46,12 @@ from harmony_ref._toml import read_toml, shipped_names
 from harmony_ref.quant.compress import (ActivationSpec, PruneSpec, activations_from_dict,
                                         prune_from_dict)
 
-FORMAT_KINDS = ("fp32", "fp16", "int8", "int4")
-_FORMAT_RE = re.compile(r"^(fp32|fp16|int8|int4-g(\d+)(-(asym|sym))?)$")
+FORMAT_KINDS = ("fp32", "fp16", "int8", "int4", "q4_0", "q4_1", "q8_0")
+GGML_KINDS = ("q4_0", "q4_1", "q8_0")  # GGUF's own block formats (quant/ggml.py)
+GGML_BLOCK = 32  # weights per block along K
+GGML_BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}  # quant/ggml.py's BLOCK_BYTES
+FORMAT_ALIASES = {"f16": "fp16"}  # GGUF's type name for the same float16
+_FORMAT_RE = re.compile(r"^(fp32|fp16|int8|q4_0|q4_1|q8_0|int4-g(\d+)(-(asym|sym))?)$")
 POLICY_KEYS = {"name", "description", "default", "keep_fp16_layers", "keep_int8_layers", "layers",
                "prune", "activations", "dynamic_activations"}
 DYNAMIC_ACTIVATIONS = ("", "int8")
@@ -73,8 +79,8 @@ class WeightFormat:
     `Int4Tensor` (float16 scale + int8 zero point per group) and `Int8Tensor` (float32 scale per
     row); tests hold `bits_per_weight` equal to the arrays' true size."""
 
-    kind: str  # fp32 | fp16 | int8 | int4
-    group_size: int | None = None  # int4 only
+    kind: str  # fp32 | fp16 | int8 | int4 | q4_0 | q4_1 | q8_0
+    group_size: int | None = None  # int4 only (GGUF's kinds: always blocks of 32)
     scheme: str | None = None  # int4 only: asym | sym
 
     @property
@@ -94,6 +100,8 @@ class WeightFormat:
             return 2 * n * k
         if self.kind == "int8":
             return n * k + 4 * n  # int8 values + float32 scale per row
+        if self.kind in GGML_KINDS:  # K % 32 != 0 cannot be stored (unmatched() says so)
+            return n * -(-k // GGML_BLOCK) * GGML_BLOCK_BYTES[self.kind]
         groups = n * (k // self.group_size)
         return n * k // 2 + 2 * groups + (groups if self.scheme == "asym" else 0)
 
@@ -104,7 +112,13 @@ class WeightFormat:
     @property
     def compute_dtype(self) -> str:
         """Dtype the NPU multiplies in: fp32 weights still run in fp16 on a phone NPU."""
-        return {"fp32": "fp16", "fp16": "fp16", "int8": "int8", "int4": "int4"}[self.kind]
+        return {"fp32": "fp16", "fp16": "fp16", "int8": "int8", "int4": "int4", "q4_0": "int4",
+                "q4_1": "int4", "q8_0": "int8"}[self.kind]
+
+    @property
+    def ggml(self) -> bool:
+        """One of GGUF's block formats (q4_0, q4_1, q8_0)."""
+        return self.kind in GGML_KINDS
 
 
 FP32 = WeightFormat("fp32")
@@ -114,11 +128,12 @@ INT8 = WeightFormat("int8")
 
 def parse_format(text: str, where: str = "format") -> WeightFormat:
     """'int4-g128' -> WeightFormat('int4', 128, 'asym'); errors name where the string came from."""
-    m = _FORMAT_RE.match(str(text).strip().lower())
+    key = str(text).strip().lower()
+    m = _FORMAT_RE.match(FORMAT_ALIASES.get(key, key))
     if not m:
         raise ValueError(
             f"{where}: unknown weight format {text!r}; expected fp32, fp16, int8, "
-            "int4-g<group> or int4-g<group>-sym"
+            "int4-g<group>, int4-g<group>-sym, q4_0, q4_1, q8_0 or f16"
         )
     if m.group(2) is None:
         return WeightFormat(m.group(1))
@@ -231,6 +246,12 @@ def unmatched(policy: Policy, layers: list[tuple[str, int]], n_blocks: int,
         if fmt.group_size > k:
             out.append(f"{policy.source}: format {fmt.name}: group of {fmt.group_size} is longer "
                        f"than every row of {model} it applies to (the longest has K = {k})")
+    for name, k in layers:
+        fmt = policy.format_for(name)
+        if fmt.ggml and k % GGML_BLOCK:
+            out.append(f"{policy.source}: format {fmt.name} for {name}: its rows have K = {k}, "
+                       f"not a multiple of GGUF's block of {GGML_BLOCK}")
+            break
     return out
 
 
@@ -289,6 +310,16 @@ def policy_from_dict(data: dict, source: str) -> Policy:
                      if "activations" in data else None),
         dynamic_activations=dynamic,
     )
+
+
+AS_STORED = "as-stored"  # --policy as-stored: every Linear in the format its GGUF file stores
+
+
+def as_stored_policy(formats: dict[str, WeightFormat], source: str) -> Policy:
+    """The policy that runs each Linear (name -> the format the checkpoint file stores it in)
+    exactly as stored: the runtime uses the file's bytes (DecoderWeights.stored), no requantizing."""
+    return Policy(name=AS_STORED, default=FP32, layers=tuple(sorted(formats.items())),
+                  description=f"every Linear as {source} stores it", source=source)
 
 
 POLICIES_FOLDER = "policies"

@@ -63,12 +63,15 @@ from harmony_ref.kernels.attention import (
     window_prefill_attention,
 )
 from harmony_ref.kernels.matmul import matmul_w4, matmul_w8, prepare_w4, prepare_w8
+from harmony_ref.kernels.matmul_ggml import matmul_ggml, prepare_ggml
 from harmony_ref.kernels.matmul_w8a8 import matmul_w8a8, quantize_w8a8
 from harmony_ref.kernels.norm import (GELU_CUBIC, GELU_TANH_SCALE, add_rms_norm_rows,
                                      rms_norm_heads_rows, rms_norm_rows)
 from harmony_ref.kernels.rope import rope_rows, rope_table
 from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, layer_name
 from harmony_ref.model.prune import prune_decoder
+from harmony_ref.quant.ggml import QUANTIZERS as GGML_QUANTIZERS
+from harmony_ref.quant.ggml import GGMLTensor, concat_rows
 from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.int8 import quantize_int8
 from harmony_ref.quant.policy import FP32, Policy, WeightFormat, int4_format_for_rows, load_policy
@@ -207,10 +210,28 @@ class Linear:
         return self.fn(x, self.weight)
 
 
-def make_linear(name: str, w: np.ndarray, fmt: WeightFormat, act_scale=None) -> Linear:
+def _stored_in(stored, fmt: WeightFormat):
+    """`stored` (a matrix as the checkpoint file holds it) when it is in `fmt`, else None."""
+    if isinstance(stored, GGMLTensor):
+        return stored if stored.qtype == fmt.kind else None
+    if isinstance(stored, np.ndarray) and fmt.kind in ("fp32", "fp16"):
+        return stored if stored.dtype == (np.float16 if fmt.kind == "fp16" else np.float32) else None
+    return None
+
+
+def make_linear(name: str, w: np.ndarray, fmt: WeightFormat, act_scale=None,
+                stored=None) -> Linear:
     """Quantize (or cast) an FP32 (N, K) weight into `fmt` and prepare its kernel layout; an
-    int8 weight with a static activation scale (K,) runs W8A8 (kernels/matmul_w8a8.py)."""
+    int8 weight with a static activation scale (K,) runs W8A8 (kernels/matmul_w8a8.py).
+    `stored`: the weight as the checkpoint file stores it (DecoderWeights.stored); when it is
+    already in `fmt` it is used as it is, never requantized (the `as-stored` policy)."""
     n, k = w.shape
+    as_stored = _stored_in(stored, fmt) if act_scale is None else None
+    if fmt.ggml:
+        t = as_stored if as_stored is not None else GGML_QUANTIZERS[fmt.kind](w)
+        return Linear(name, fmt, matmul_ggml, prepare_ggml(t), (n, k), t.nbytes)
+    if as_stored is not None:
+        w = as_stored
     if fmt.kind == "int8" and act_scale is not None:
         t = quantize_w8a8(w, act_scale)
         return Linear(name, fmt, matmul_w8a8, t, (n, k), t.nbytes)
@@ -233,15 +254,21 @@ class Fused:
     a format (weights concatenated row-wise before quantizing), else one call each."""
 
     def __init__(self, name: str, parts: list[tuple[str, np.ndarray]], policy: Policy,
-                 act_scales: dict | None = None):
+                 act_scales: dict | None = None, stored_weights: dict | None = None):
         fmts = [policy.format_for(n) for n, _ in parts]
         scales = [(act_scales or {}).get(n) for n, _ in parts]  # one input: the same scale
+        stored = [(stored_weights or {}).get(n) for n, _ in parts]
         if all(f == fmts[0] for f in fmts):
             w = np.concatenate([a for _, a in parts], axis=0)
-            self.linears = [make_linear(name, w, fmts[0], scales[0])]
+            kept = [_stored_in(s, fmts[0]) for s in stored]
+            fused = None
+            if all(s is not None for s in kept):  # rows concatenate exactly, as stored
+                fused = (concat_rows(kept) if isinstance(kept[0], GGMLTensor)
+                         else np.concatenate(kept, axis=0))
+            self.linears = [make_linear(name, w, fmts[0], scales[0], fused)]
         else:
-            self.linears = [make_linear(n, a, f, s)
-                            for (n, a), f, s in zip(parts, fmts, scales)]
+            self.linears = [make_linear(n, a, f, s, st)
+                            for (n, a), f, s, st in zip(parts, fmts, scales, stored)]
         self.formats = {n: f.name for (n, _), f in zip(parts, fmts)}
         self.single = self.linears[0] if len(self.linears) == 1 else None
 
@@ -301,6 +328,9 @@ class Llama:
             base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
             windows = calibration_windows(weights, act, calibration_tokens)
             scales = observe_scales(base, windows, act.granularity, act.alpha)
+        # weights as the file stores them: used where the policy asks for that very format
+        # (pruning changes the matrices, so a pruned model requantizes)
+        stored = weights.stored if prune is None else {}
         self.kv_dtype = kv_dtype
         self.max_context = min(max_context, c.max_positions)
         self.eps = np.float32(c.norm_eps)
@@ -320,16 +350,16 @@ class Llama:
                 attn_norm=lw.attn_norm,
                 qkv=Fused(f"model.layers.{i}.self_attn.qkv_proj",
                           [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
-                          self.policy, scales),
+                          self.policy, scales, stored),
                 qkv_bias=None if bias is None else bias.astype(np.float32),
                 o=make_linear(n("o_proj"), lw.wo, self.policy.format_for(n("o_proj")),
-                              scales.get(n("o_proj"))),
+                              scales.get(n("o_proj")), stored.get(n("o_proj"))),
                 ffn_norm=lw.ffn_norm,
                 gate_up=Fused(f"model.layers.{i}.mlp.gate_up_proj",
                               [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)], self.policy,
-                              scales),
+                              scales, stored),
                 down=make_linear(n("down_proj"), lw.w_down, self.policy.format_for(n("down_proj")),
-                                 scales.get(n("down_proj"))),
+                                 scales.get(n("down_proj")), stored.get(n("down_proj"))),
                 cache=KVCache(self.max_context, nkv, c.head_dim, kv_dtype,
                               window=c.sliding_window if c.is_local(i) else 0),
                 n_heads=nh, n_kv_heads=nkv, ffn_dim=ffn, rope=tables[c.layer_rope_theta(i)],
@@ -339,7 +369,7 @@ class Llama:
             ))
         self.final_norm = weights.final_norm
         self.lm_head = make_linear("lm_head", weights.head, self.policy.format_for("lm_head"),
-                                   scales.get("lm_head"))
+                                   scales.get("lm_head"), stored.get("lm_head"))
         self.pos = 0
         self.name = f"{self.policy.name}" + ("" if kv_dtype == "fp16" else f"+kv-{kv_dtype}")
 

@@ -8,7 +8,8 @@ no longer computing the model, so that its speed is never taken for a result.
     record = result_record(check, result, ref) # a run record the gate reads
 
 **llama-perplexity.** The template (`{model}`, `{corpus}`, `{context}`, `{chunks}`) runs the
-runtime on the held-out corpus that `write_corpus` puts in a file (the exact bytes harmony-ref
+runtime on the held-out corpus (or `corpus`, --corpus FILE: the user's own UTF-8 text, e.g.
+wikitext or their app's prompts; missing, not UTF-8, empty or shorter than one chunk is bad input) that `write_corpus` puts in a file (the exact bytes harmony-ref
 scores; on a phone the template copies it over, e.g. `hdc file send {corpus} ...`). Its perplexity
 is parsed and divided by the FP32 reference perplexity of the same model, text, context and
 scoring rule (`eval/lm.py`, llama-perplexity's rule: floor(n / context) chunks, BOS first, the
@@ -17,7 +18,9 @@ reference's, else the two did not score the same thing (an error, not a verdict)
 
 The bound is derived, not guessed. `expect` names the arithmetic a correct runtime is allowed
 (default `int8`: the stored weights run with 8-bit activations, as llama.cpp's Q8 dot products;
-or any policy, e.g. `int4-g32` for a runtime that re-quantizes the weights). harmony-ref measures
+`as-stored`: the GGUF file's own tensors exactly as stored, on our kernels, i.e. the file
+harmony-ref exported and scored (`accuracy --policy as-stored`); or any policy, e.g. `int4-g32`
+for a runtime that re-quantizes the weights). harmony-ref measures
 that policy's own PPL ratio r_expect on the SAME model, chunks and context with its kernel path
 (`evaluate_lm`), and allows
 
@@ -91,10 +94,16 @@ class RuntimeCheck:
     label: str = ""
     device: str = "host"
     session: object = None  # a SessionSpec (backends/session_spec.py), or None: run here
+    corpus: str | None = None  # --corpus FILE: the user's own UTF-8 text (None: the shipped one)
 
     def __post_init__(self):
         if self.fmt not in CHECK_FORMATS:
             raise ValueError(f"--format {self.fmt!r}: check-runtime reads {list(CHECK_FORMATS)}")
+        if self.corpus is not None:
+            if self.fmt != "llama-perplexity":
+                raise ValueError(f"--corpus {self.corpus}: applies to --format llama-perplexity "
+                                 f"only (got --format {self.fmt})")
+            corpus_text(self)  # missing, not UTF-8, empty: bad input before any work
         check_template(self.template, self.fmt,
                        SESSION_PLACEHOLDERS if self.session is not None else ())
         if self.context < 4 or self.context % 2:
@@ -171,18 +180,24 @@ class Reference:
                 "rule_version": RULE_VERSION}
 
 
-def corpus_text() -> str:
+def corpus_text(check: RuntimeCheck | None = None) -> str:
+    """The text the reference scores: `check.corpus` (--corpus FILE) or the shipped held-out part."""
+    if check is not None and check.corpus is not None:
+        from harmony_ref.eval.lm_accuracy import Corpus
+
+        return Corpus.from_file(check.corpus).text
     from harmony_ref.eval.lm import load_corpus
 
     return load_corpus(CORPUS_PART)
 
 
-def write_corpus(directory: str | Path) -> Path:
+def write_corpus(directory: str | Path, check: RuntimeCheck | None = None) -> Path:
     """The corpus file the template's {corpus} names: the exact bytes the reference scores."""
     from harmony_ref._io import write_text_atomic
 
-    path = Path(directory) / f"harmony-ref-{CORPUS_PART}.txt"
-    write_text_atomic(path, corpus_text())
+    stem = CORPUS_PART if check is None or check.corpus is None else Path(check.corpus).stem
+    path = Path(directory) / f"harmony-ref-{stem}.txt"
+    write_text_atomic(path, corpus_text(check))
     return path
 
 
@@ -199,13 +214,15 @@ def reference_for(check: RuntimeCheck, progress=None, use_cache: bool = True) ->
     from harmony_ref.eval.lm import chunk_tokens, evaluate_lm
     from harmony_ref.eval.lm_accuracy import model_sha256
     from harmony_ref.eval.lm_cache import ReferenceCache, cache_root
-    from harmony_ref.quant.policy import load_policy
-    from harmony_ref.runtime.loader import load_decoder, resolve_model_path
+    from harmony_ref.quant.policy import AS_STORED, load_policy
+    from harmony_ref.runtime.loader import load_decoder, resolve_model_path, stored_policy
 
-    load_policy(check.expect)  # a bad --expect is bad input before any work
+    as_stored = check.expect == AS_STORED
+    if not as_stored:
+        load_policy(check.expect)  # a bad --expect is bad input before any work
     use_cache = use_cache and cache_root() is not None
     path = resolve_model_path(check.model)
-    text = corpus_text()
+    text = corpus_text(check)
     model_sha = model_sha256(check.model, path)
     corpus_sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
     key_src = json.dumps([model_sha, corpus_sha, check.context, check.chunks, check.expect,
@@ -220,19 +237,24 @@ def reference_for(check: RuntimeCheck, progress=None, use_cache: bool = True) ->
                              d["model_sha256"], d["corpus_sha256"], cached=True)
         except (ValueError, KeyError, TypeError):
             cache.unlink(missing_ok=True)  # a corrupt cache entry is recomputed
-    weights, tok = load_decoder(check.model)
+    weights, tok = load_decoder(check.model, keep_stored=as_stored)
+    expect = stored_policy(weights, check.model) if as_stored else check.expect
     if check.context > weights.config.max_positions:
         raise ValueError(f"--context {check.context}: exceeds {check.model}'s "
                          f"{weights.config.max_positions} positions")
     ids = tok.encode(text)
     n_tokens = len(ids)
+    if n_tokens < check.context:
+        where = f"--corpus {check.corpus}" if check.corpus else "the corpus"
+        raise ValueError(f"{where}: {n_tokens} tokens, fewer than one chunk of --context "
+                         f"{check.context}")
     n_chunks = len(chunk_tokens(ids, check.context))
     if check.chunks is not None:
         n_chunks = min(n_chunks, check.chunks)
         ids = ids[: n_chunks * check.context]
     shared = (ReferenceCache.for_run(model_sha, corpus_sha, check.context, tok.add_bos)
               if use_cache else None)
-    r = evaluate_lm(weights, ids, check.context, variants=[(check.expect, "fp16")],
+    r = evaluate_lm(weights, ids, check.context, variants=[(expect, "fp16")],
                     add_bos=tok.add_bos, progress=progress, reference_cache=shared)
     res = r["results"]
     ref = res["reference"]
@@ -279,7 +301,7 @@ def run_check(check: RuntimeCheck, ref: Reference | None, workdir: str | Path,
     from harmony_ref.backends.command import (CommandOutput, command_provenance, fill_template,
                                               run_command)
 
-    corpus = write_corpus(workdir) if check.fmt == "llama-perplexity" else None
+    corpus = write_corpus(workdir, check) if check.fmt == "llama-perplexity" else None
     values = _values(check, corpus, ref)
     finish = None
     if check.session is None:

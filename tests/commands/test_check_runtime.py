@@ -218,3 +218,38 @@ def test_one_failing_command_is_an_error_row(capsys, gguf, tmp_path, cache):
                                                                      ("repack", "error (no result)")]
     assert out["errors"][0]["label"] == "repack" and len(out["runs"]) == 1
     assert len(list(tmp_path.glob("run-*.json"))) == 1  # only the run that ran is recorded
+
+
+def test_corpus_file_is_what_both_sides_score(capsys, gguf, tmp_path, cache, monkeypatch):
+    """--corpus FILE: the reference scores the user's text and the runtime's {corpus} is a copy
+    of it (the fake scores whatever file it is given: a mismatch would show in the ratio)."""
+    text = tmp_path / "mine.txt"
+    text.write_text("a user's own text, with numbers 1234 and prompts. " * 60, encoding="utf-8")
+    monkeypatch.setenv("FAKE_PPL_FACTOR", "1")
+    code, own, err = check(capsys, gguf, tmp_path / "runs", "--corpus", str(text))
+    assert code == 0, err
+    code, shipped, err = check(capsys, gguf, tmp_path / "runs")
+    assert code == 0, err
+    assert own["reference"]["corpus_sha256"] != shipped["reference"]["corpus_sha256"]
+    assert own["reference"]["ppl"] != shipped["reference"]["ppl"]
+    ratio = own["runs"][0]["metrics"]["ppl_ratio_to_reference"]["value"]
+    assert ratio == pytest.approx(1.0, abs=2e-4)
+
+
+def test_expect_as_stored_on_an_exported_file(capsys, gguf, tmp_path, cache, monkeypatch):
+    """An exported GGUF checked with --expect as-stored: the bound comes from harmony-ref's
+    perplexity of the file as stored, and a runtime computing the file (the fake: FP32 on its
+    dequantized weights) is within it."""
+    from harmony_ref.checkpoint.gguf_export import export_gguf
+
+    out = tmp_path / "q8.gguf"
+    export_gguf(gguf, "q8_0", out)
+    monkeypatch.setenv("FAKE_PPL_FACTOR", "1")
+    code, r, err = check(capsys, out, tmp_path / "runs", "--expect", "as-stored")
+    assert code == 0, err
+    ref = r["reference"]
+    assert ref["expect"] == "as-stored" and ref["expected_ratio"] == pytest.approx(1, abs=0.05)
+    assert r["runs"][0]["verdict"] == "accurate"
+    monkeypatch.setenv("FAKE_PPL_FACTOR", "3")
+    code, r, err = check(capsys, out, tmp_path / "runs", "--expect", "as-stored")
+    assert code == 1 and r["runs"][0]["verdict"] == "inaccurate"

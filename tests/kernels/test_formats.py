@@ -32,22 +32,51 @@ def _half_step_bound(name, w, stored):
     return s / 2 * (1 + ROUNDTRIP_REL_SLACK) + ROUNDTRIP_ABS_SLACK * np.maximum(np.abs(w), s)
 
 
+def _block_steps(stored):
+    """(N, K) float64: each weight's stored float16 delta (GGUF blocks of 32)."""
+    return np.repeat(np.abs(stored.d.astype(np.float64)), 32, axis=1)
+
+
+# GGUF blocks: the quantizer divides by the float32 d, the file keeps float16 d (relative error
+# <= 2^-11, x 8 / 15 / 127 levels); q4_0 may clamp its opposite extreme a whole step (ggml's
+# max / -8); q4_1 also rounds its minimum to float16.
+FP16_REL = 2.0**-11
+GGML_ABS_SLACK = 2.0**-22  # of max(|w|, step)
+
+
+def _ggml_bound(name, w, stored):
+    s = _block_steps(stored)
+    slack = GGML_ABS_SLACK * np.maximum(np.abs(w), s)
+    if name == "q4_0":
+        return s * (1 + 8 * FP16_REL * 1.01) + slack
+    if name == "q4_1":
+        m = np.repeat(np.abs(stored.m.astype(np.float64)), 32, axis=1)
+        return s * (0.5 + 15 * FP16_REL * 1.01) + m * FP16_REL + slack
+    return s * (0.5 + 127 * FP16_REL * 1.01) + slack  # q8_0
+
+
 ROUNDTRIP_BOUND = {
     "fp32": lambda w, stored: np.zeros(w.shape),  # stored as is
     "fp16": lambda w, stored: np.abs(w) * 2.0**-11 + 2.0**-25,  # half a float16 ulp, subnormals too
     "int8": lambda w, stored: _half_step_bound("int8", w, stored),
     "int4": lambda w, stored: _half_step_bound("int4", w, stored),
     "int4-sym": lambda w, stored: _half_step_bound("int4-sym", w, stored),
+    "q4_0": lambda w, stored: _ggml_bound("q4_0", w, stored),
+    "q4_1": lambda w, stored: _ggml_bound("q4_1", w, stored),
+    "q8_0": lambda w, stored: _ggml_bound("q8_0", w, stored),
 }
 # Kernel vs its `_ref`: the same integer (or float) arithmetic, differing only in float32 rounding
 # of the sums: this fraction of sum_k |x_k| |w_hat_k| (x_hat is within 1/254 of x per block).
 MAX_KERNEL_VS_REF_REL = {"fp32": 2.0**-16, "fp16": 2.0**-16, "int8": 2.0**-16, "int4": 2.0**-16,
-                         "int4-sym": 2.0**-16}
+                         "int4-sym": 2.0**-16, "q4_0": 2.0**-16, "q4_1": 2.0**-16,
+                         "q8_0": 2.0**-16}
 # Quantized dot vs the float32 dot of the original weights (relative Frobenius error on Gaussian
 # weights with 1% 8x outliers): weight quantization, plus int8 activations for the integer kernels.
 # Measured on three seeds: fp32 1.4e-7, fp16 2.4e-4, int8 0.025, int4 0.10, int4-sym 0.154 (sym
-# spends a level on symmetry and cannot follow a row's offset).
-MAX_DOT_PRODUCT_ERROR = {"fp32": 1e-6, "fp16": 1e-3, "int8": 0.035, "int4": 0.14, "int4-sym": 0.20}
+# spends a level on symmetry and cannot follow a row's offset); q4_0 0.139, q4_1 0.114, q8_0
+# 0.0102 (its scale per 32-block follows outliers that int8's per-row scale cannot).
+MAX_DOT_PRODUCT_ERROR = {"fp32": 1e-6, "fp16": 1e-3, "int8": 0.035, "int4": 0.14, "int4-sym": 0.20,
+                         "q4_0": 0.19, "q4_1": 0.16, "q8_0": 0.015}
 
 
 def _weights(n, k, seed):
@@ -63,12 +92,13 @@ def _x(m, k, seed):
 
 
 def test_the_table_names_match_and_every_format_has_tolerances():
-    assert set(FORMATS) == {"fp32", "fp16", "int8", "int4", "int4-sym"}
+    assert set(FORMATS) == {"fp32", "fp16", "int8", "int4", "int4-sym", "q4_0", "q4_1", "q8_0"}
     for table in (ROUNDTRIP_BOUND, MAX_KERNEL_VS_REF_REL, MAX_DOT_PRODUCT_ERROR):
         assert set(table) == set(FORMATS)
-    for text in ("fp32", "fp16", "int8", "int4-g32", "int4-g128-sym"):
+    for text in ("fp32", "fp16", "int8", "int4-g32", "int4-g128-sym", "q4_0", "q4_1", "q8_0"):
         fmt = parse_format(text)
         assert format_of(fmt).kind == fmt.kind
+    assert parse_format("f16") == parse_format("fp16")  # GGUF's name for the same half
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
@@ -119,7 +149,7 @@ def test_quantized_dot_vs_float_dot(name):
 
 def test_quantize_goes_through_the_table():
     w = _weights(5, 64, seed=3)
-    for text in ("fp16", "int8", "int4-g32", "int4-g64-sym"):
+    for text in ("fp16", "int8", "int4-g32", "int4-g64-sym", "q4_0", "q4_1", "q8_0"):
         fmt = parse_format(text)
         stored = quantize(w, fmt)
         assert stored_format(stored) == fmt

@@ -1,0 +1,157 @@
+"""Matmuls over GGUF's block formats (quant/ggml.py: q4_0, q4_1, q8_0), with their NumPy twin.
+
+    p = prepare_ggml(t)              # GGMLTensor -> the kernel's operand, built once per tensor
+    y = matmul_ggml(x, p)            # x (M, K) or (K,) float -> (M, N) or (N,) float32
+    matmul_ggml_ref(x, t)            # what the kernel computes, plain NumPy
+
+What they compute is llama.cpp's vec_dot for each type against Q8_0 activations: x quantized to
+int8 per 32-block once per call (xs = max|block| / 127, the same quantizer as matmul_w4/w8), an
+integer dot per block, then the block's scales: y = x_hat @ W_hat.T up to float32 rounding.
+
+    q4_0  sum_b d_b xs_b isum_b(u - 8, xq)
+    q4_1  sum_b d_b xs_b isum_b(u, xq) + m_b xs_b sum_b(xq)
+    q8_0  sum_b d_b xs_b isum_b(q, xq)
+
+Kernels, "where the layout allows" the existing int8-dot ones:
+- q4_0 is group-wise symmetric INT4 with group 32 and a float16 scale, so it runs on matmul_w4
+  (VNNI / AVX2 / portable paths, kernels/matmul.py) after one repack of the nibbles into
+  Int4Tensor's order (ggml: byte j = u_j | u_{j+16} << 4; ours: 2j high, 2j+1 low; q = u - 8).
+- q4_1 is the same matmul_w4 over u - 8 with scale d, plus the per-block constant
+  c_b = 8 d_b + m_b times the block sums of x_hat: (M, K / 32) @ (K / 32, N), 1/32 of the work,
+  in float32 BLAS. (w' = u d + m = (u - 8) d + c.)
+- q8_0 has a scale per 32-block, which matmul_w8's per-row layout cannot carry: a plain Numba
+  loop here (int32 block dot, LLVM-vectorised), parallel over output rows.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from harmony_ref.kernels.matmul import (ACT_BLOCK, _as_activations, matmul_w4, prepare_w4,
+                                        quantize_activations_ref)
+from harmony_ref.kernels.matmul_portable import _quantize_activations
+from harmony_ref.quant.ggml import QK, GGMLTensor
+from harmony_ref.quant.int4 import Int4Tensor
+
+Q4_OFFSET = 8  # u (0..15) = q + 8
+
+assert ACT_BLOCK == QK  # one activation block per weight block
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedGGML:
+    """The operand of one GGUF-typed matrix: `w4` (q4_0 / q4_1: PreparedW4 of u - 8, scale d),
+    `c` ((N, K / 32) float32, q4_1's 8 d + m), or `q` / `d` (q8_0: (N, K) int8, (N, K / 32)
+    float32)."""
+
+    qtype: str
+    shape: tuple[int, int]
+    w4: object = None
+    c: np.ndarray | None = None
+    q: np.ndarray | None = None
+    d: np.ndarray | None = None
+
+
+_prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def as_int4(t: GGMLTensor) -> Int4Tensor:
+    """q4_0 / q4_1 nibbles as a symmetric g32 Int4Tensor of u - 8 with scale d (float16)."""
+    n, k = t.shape
+    q = t.levels().astype(np.int16) - Q4_OFFSET  # (N, K) in [-8, 7]
+    nib = (q & 0x0F).astype(np.uint8)
+    packed = (nib[:, 0::2] << 4) | nib[:, 1::2]  # (N, K // 2): even index -> high nibble
+    return Int4Tensor(np.ascontiguousarray(packed), np.ascontiguousarray(t.d), None, (n, k), QK,
+                      "sym")
+
+
+def prepare_ggml(t) -> PreparedGGML:
+    """Kernel operand of `t`, built once per tensor object and cached (weakly) on it."""
+    if isinstance(t, PreparedGGML):
+        return t
+    if not isinstance(t, GGMLTensor):
+        raise ValueError(f"w must be a GGMLTensor or PreparedGGML, got {type(t).__name__}")
+    done = _prepared.get(t)
+    if done is None:
+        done = _prepared[t] = _prepare(t)
+    return done
+
+
+def _prepare(t: GGMLTensor) -> PreparedGGML:
+    if t.qtype == "q8_0":
+        return PreparedGGML(t.qtype, t.shape, q=np.ascontiguousarray(t.levels()),
+                            d=t.d.astype(np.float32))
+    c = None
+    if t.qtype == "q4_1":
+        d = t.d.astype(np.float32)
+        c = np.ascontiguousarray(np.float32(Q4_OFFSET) * d + t.m.astype(np.float32))
+    return PreparedGGML(t.qtype, t.shape, w4=prepare_w4(as_int4(t)), c=c)
+
+
+# ----------------------------------------------------------------------------------------------
+# CPU code reference
+
+
+def matmul_ggml_ref(x, t: GGMLTensor) -> np.ndarray:
+    """NumPy twin of `matmul_ggml`: int8 activations per 32-block, exact integer block dots,
+    then each block's scales in float64."""
+    if not isinstance(t, GGMLTensor):
+        raise ValueError(f"w must be a GGMLTensor, got {type(t).__name__}")
+    n, k = t.shape
+    x, vector = _as_activations(x, k)
+    xq, xs = quantize_activations_ref(x, QK)  # (M, K) int8, (M, B) float32
+    m, b = xs.shape
+    levels = t.levels().astype(np.int64)
+    if t.qtype == "q4_0":
+        levels = levels - Q4_OFFSET
+    xb = xq.reshape(m, b, QK).astype(np.int64)
+    isum = np.einsum("mbj,nbj->mnb", xb, levels.reshape(n, b, QK))  # exact
+    xs64, d64 = xs.astype(np.float64), t.d.astype(np.float64)
+    y = np.einsum("mnb,mb,nb->mn", isum.astype(np.float64), xs64, d64)
+    if t.qtype == "q4_1":
+        y += (xs64 * xb.sum(axis=2)) @ t.m.astype(np.float64).T
+    y = y.astype(np.float32)
+    return y[0] if vector else y
+
+
+# ----------------------------------------------------------------------------------------------
+# Fast path
+
+
+@numba.njit(parallel=True, cache=True)
+def _q8_0_matmul(xq, xs, q, d):
+    """y (M, N): xq (M, K) int32, xs (M, B) float32, q (N, K) int8, d (N, B) float32."""
+    m, k = xq.shape
+    n = q.shape[0]
+    nb = k // 32
+    yt = np.empty((n, m), dtype=np.float32)
+    for j in numba.prange(n):
+        for i in range(m):
+            acc = np.float32(0.0)
+            for b in range(nb):
+                s = np.int32(0)
+                for t in range(b * 32, b * 32 + 32):
+                    s += xq[i, t] * np.int32(q[j, t])
+                acc += d[j, b] * xs[i, b] * np.float32(s)
+            yt[j, i] = acc
+    return yt.T
+
+
+def matmul_ggml(x, w) -> np.ndarray:
+    """x (M, K) or (K,) float @ W.T for a GGMLTensor (or PreparedGGML) W of shape (N, K)."""
+    p = prepare_ggml(w)
+    n, k = p.shape
+    if p.qtype == "q4_0":
+        return matmul_w4(x, p.w4)
+    x2, vector = _as_activations(x, k)
+    xq, xs, xsum = _quantize_activations(x2, QK)
+    if p.qtype == "q8_0":
+        y = np.ascontiguousarray(_q8_0_matmul(xq, xs, p.q, p.d))
+    else:
+        y = matmul_w4(x2, p.w4)
+        y += (xs * xsum.astype(np.float32)) @ p.c.T
+    return y[0] if vector else y
