@@ -124,7 +124,7 @@ def _plan_tensors(weights, policy: Policy, source: str) -> list[tuple[str, str, 
                     a = permute_rope_rows(a, c.n_kv_heads)
                 vectors[f"blk.{i}.{suffix}"] = np.ascontiguousarray(a, dtype=np.float32)
     for i in range(c.n_layers):
-        for key, suffix in LAYER_TENSORS.items():
+        for suffix in LAYER_TENSORS.values():
             name = f"blk.{i}.{suffix}"
             if name in vectors:
                 out.append((name, "F32", vectors[name]))

@@ -13,7 +13,7 @@ from harmony_ref.checkpoint.gguf import gguf_metadata, read_gguf
 from harmony_ref.checkpoint.gguf_export import export_gguf, verify_gguf_export
 from harmony_ref.cli import main
 from harmony_ref.kernels.formats import FORMATS
-from harmony_ref.model.decoder import CheckpointError, layer_name
+from harmony_ref.model.decoder import layer_name
 from harmony_ref.quant.policy import load_policy, policy_from_dict
 from harmony_ref.runtime.llama import Llama
 from harmony_ref.runtime.loader import stored_policy
