@@ -26,6 +26,20 @@ Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.pr
     sample_tokens = 128
     seed = 0
 
+    [quantize]                    # how int4 / int8 weights are fitted (quant/gptq.py, awq.py)
+    method = "gptq"               # "rtn" (round to nearest, the default), "gptq" or "awq"
+    calibration = "corpus"        # the corpus's calibration split, or "random" token ids
+    samples = 16                  # N windows of `sample_tokens` tokens, drawn with `seed`
+    sample_tokens = 128
+    seed = 0
+    damp = 0.01                   # gptq: H + damp x mean(diag H) x I
+    block_size = 128              # gptq: columns per lazy batch update
+    act_order = false             # gptq: columns by decreasing diag(H)
+    grid = 20                     # awq: alpha in 0, 1/grid, ..., (grid - 1)/grid
+    [quantize.methods]            # per layer pattern (as [layers] matches) or per format name
+    "*.down_proj" = "rtn"         #   an exact name, then patterns in file order, then
+    "int8" = "rtn"                #   format names, then `method`
+
 `score = "activation"` (decoders only; MiniLM refuses it) runs the unpruned FP32 model on N
 windows of the corpus's *calibration* split (runtime/calibration.py: calibration_windows, the
 same windows rule as [activations] with calibration = "corpus"; the held-out split is never
@@ -52,6 +66,9 @@ CALIBRATIONS = ("corpus", "random")
 PRUNE_KEYS = {"ffn", "heads", "head_unit", "blocks", "score", "samples", "sample_tokens", "seed"}
 PRUNE_SAMPLE_KEYS = ("samples", "sample_tokens", "seed")  # score = "activation" only
 BLOCK_KEYS = {"ffn", "heads"}
+METHODS = ("rtn", "gptq", "awq")
+QUANTIZE_KEYS = {"method", "methods", "calibration", "samples", "sample_tokens", "seed", "damp",
+                 "block_size", "act_order", "grid"}
 ACTIVATION_KEYS = {"granularity", "calibration", "samples", "sample_tokens", "seed", "alpha"}
 FFN_MULTIPLE = 32  # kept FFN channels: a multiple of this (int4-g32 rows, 32-value act blocks)
 MAX_SAMPLES = 10_000
@@ -153,6 +170,82 @@ class ActivationSpec:
                 f'calibration = "{self.calibration}"', f"samples = {self.samples}",
                 f"sample_tokens = {self.sample_tokens}", f"seed = {self.seed}",
                 f"alpha = {self.alpha!r}"]
+
+
+@dataclass(frozen=True)
+class QuantizeSpec:
+    """A policy's [quantize] table: the fitting method per Linear and its calibration."""
+
+    method: str = "rtn"
+    methods: tuple[tuple[str, str], ...] = ()  # ordered (layer pattern or format name, method)
+    calibration: str = "corpus"
+    samples: int = 16
+    sample_tokens: int = 128
+    seed: int = 0
+    damp: float = 0.01
+    block_size: int = 128
+    act_order: bool = False
+    grid: int = 20
+
+    @property
+    def label(self) -> str:
+        used = sorted({self.method, *(m for _, m in self.methods)} - {"rtn"})
+        return "+".join(used) + f"-n{self.samples}x{self.sample_tokens}" if used else "rtn"
+
+    def activations(self) -> "ActivationSpec":
+        """The calibration windows, as an [activations] sampling (runtime/calibration.py)."""
+        return ActivationSpec(calibration=self.calibration, samples=self.samples,
+                              sample_tokens=self.sample_tokens, seed=self.seed)
+
+    def to_dict(self) -> dict:
+        """Every field, JSON-ready (records and sweep rows carry it)."""
+        return {"method": self.method, "methods": [list(m) for m in self.methods],
+                "calibration": self.calibration, "samples": self.samples,
+                "sample_tokens": self.sample_tokens, "seed": self.seed, "damp": self.damp,
+                "block_size": self.block_size, "act_order": self.act_order, "grid": self.grid}
+
+    def to_toml(self) -> list[str]:
+        def q(s: str) -> str:
+            return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+        lines = ["", "[quantize]", f"method = {q(self.method)}",
+                 f"calibration = {q(self.calibration)}", f"samples = {self.samples}",
+                 f"sample_tokens = {self.sample_tokens}", f"seed = {self.seed}",
+                 f"damp = {self.damp!r}", f"block_size = {self.block_size}",
+                 f"act_order = {'true' if self.act_order else 'false'}", f"grid = {self.grid}"]
+        if self.methods:
+            lines += ["", "[quantize.methods]"] + [f"{q(p)} = {q(m)}" for p, m in self.methods]
+        return lines
+
+
+def quantize_from_dict(data, source: str) -> QuantizeSpec:
+    where = f"{source}: field 'quantize"
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}' must be a table, got {data!r}")
+    _no_unknown(data, QUANTIZE_KEYS, where)
+    d = QuantizeSpec()
+    method = _choice(data.get("method", d.method), f"{where}.method'", METHODS)
+    table = data.get("methods", {})
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}.methods' must be a table, got {table!r}")
+    methods = tuple((str(k), _choice(v, f"{where}.methods.{k}'", METHODS))
+                    for k, v in table.items())
+    act_order = data.get("act_order", d.act_order)
+    if not isinstance(act_order, bool):
+        raise ValueError(f"{where}.act_order' = {act_order!r}: must be true or false")
+    damp = data.get("damp", d.damp)
+    if isinstance(damp, bool) or not isinstance(damp, (int, float)) or not 0 < damp < 1:
+        raise ValueError(f"{where}.damp' = {damp!r}: must be a number in (0, 1)")
+    return QuantizeSpec(
+        method=method, methods=methods,
+        calibration=_choice(data.get("calibration", d.calibration), f"{where}.calibration'",
+                            CALIBRATIONS),
+        damp=float(damp),
+        block_size=_int(data.get("block_size", d.block_size), f"{where}.block_size'", 1, 65536),
+        act_order=act_order,
+        grid=_int(data.get("grid", d.grid), f"{where}.grid'", 1, 1000),
+        **_sampling(data, where, d),
+    )
 
 
 def _ratio(value, where: str) -> float:
