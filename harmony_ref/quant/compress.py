@@ -13,6 +13,8 @@ Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.pr
     samples = 10                  # activation only: N calibration windows of
     sample_tokens = 128           #   `sample_tokens` tokens, drawn with `seed` (the
     seed = 0                      #   [activations] defaults)
+    repair = false                # refit the Linear after each pruned unit (down_proj, o_proj)
+    repair_ridge = 0.01           #   on calibration activations (model/prune.py: repair_next)
     [prune.blocks]                # per-block ratios: block index or range "a-b" (inclusive)
     "0-3" = { ffn = 0.5 }         #   a missing key keeps the top-level ratio
 
@@ -63,8 +65,9 @@ HEAD_UNITS = ("query", "kv")
 PRUNE_SCORES = ("l1", "activation")
 GRANULARITIES = ("per-tensor", "per-channel", "smooth")
 CALIBRATIONS = ("corpus", "random")
-PRUNE_KEYS = {"ffn", "heads", "head_unit", "blocks", "score", "samples", "sample_tokens", "seed"}
-PRUNE_SAMPLE_KEYS = ("samples", "sample_tokens", "seed")  # score = "activation" only
+PRUNE_KEYS = {"ffn", "heads", "head_unit", "blocks", "score", "samples", "sample_tokens", "seed",
+              "repair", "repair_ridge"}
+PRUNE_SAMPLE_KEYS = ("samples", "sample_tokens", "seed")  # activation score or repair only
 BLOCK_KEYS = {"ffn", "heads"}
 METHODS = ("rtn", "gptq", "awq")
 QUANTIZE_KEYS = {"method", "methods", "calibration", "samples", "sample_tokens", "seed", "damp",
@@ -83,9 +86,16 @@ class PruneSpec:
     head_unit: str = "query"
     blocks: tuple[tuple[int, float | None, float | None], ...] = ()  # (block, ffn, heads)
     score: str = "l1"  # l1 | activation
-    samples: int = 10  # activation score: calibration windows (see the module doc)
+    samples: int = 10  # activation score / repair: calibration windows (see the module doc)
     sample_tokens: int = 128
     seed: int = 0
+    repair: bool = False  # refit the next Linear on calibration activations (model/prune.py)
+    repair_ridge: float = 0.01  # ridge on the correction, x mean(diag) of the kept Gram
+
+    @property
+    def calibrates(self) -> bool:
+        """Whether pruning reads calibration windows (activation score or repair)."""
+        return self.score == "activation" or self.repair
 
     @property
     def is_empty(self) -> bool:
@@ -119,14 +129,19 @@ class PruneSpec:
             parts.append(f"{len({b for b, _, _ in self.blocks})}blocks")
         if self.score != "l1":
             parts.append(f"act-n{self.samples}x{self.sample_tokens}")
+        if self.repair:
+            parts.append("repair" + ("" if self.score != "l1" else
+                                     f"-n{self.samples}x{self.sample_tokens}"))
         return "prune-" + "-".join(parts) if parts else "prune-none"
 
     def to_dict(self) -> dict:
         """Every field, JSON-ready (records and sweep rows carry it)."""
         d = {"ffn": self.ffn, "heads": self.heads, "head_unit": self.head_unit,
              "score": self.score}
-        if self.score != "l1":
+        if self.calibrates:
             d.update(samples=self.samples, sample_tokens=self.sample_tokens, seed=self.seed)
+        if self.repair:
+            d.update(repair=True, repair_ridge=self.repair_ridge)
         if self.blocks:
             d["blocks"] = [list(b) for b in self.blocks]
         return d
@@ -135,8 +150,12 @@ class PruneSpec:
         lines = ["", "[prune]", f"ffn = {self.ffn!r}", f"heads = {self.heads!r}",
                  f'head_unit = "{self.head_unit}"']
         if self.score != "l1":
-            lines += [f'score = "{self.score}"', f"samples = {self.samples}",
-                      f"sample_tokens = {self.sample_tokens}", f"seed = {self.seed}"]
+            lines.append(f'score = "{self.score}"')
+        if self.calibrates:
+            lines += [f"samples = {self.samples}", f"sample_tokens = {self.sample_tokens}",
+                      f"seed = {self.seed}"]
+        if self.repair:
+            lines += ["repair = true", f"repair_ridge = {self.repair_ridge!r}"]
         if self.blocks:
             lines += ["", "[prune.blocks]"]
             for i, f, h in self.blocks:
@@ -310,12 +329,22 @@ def prune_from_dict(data, source: str) -> PruneSpec:
         h = _ratio(entry["heads"], f"{at[:-1]}.heads'") if "heads" in entry else None
         blocks += [(i, f, h) for i in _block_range(key, at)]
     score = _choice(data.get("score", "l1"), f"{where}.score'", PRUNE_SCORES)
+    repair = data.get("repair", False)
+    if not isinstance(repair, bool):
+        raise ValueError(f"{where}.repair' = {repair!r}: must be true or false")
+    ridge = data.get("repair_ridge", PruneSpec.repair_ridge)
+    if isinstance(ridge, bool) or not isinstance(ridge, (int, float)) or not 0 < ridge < 1e6:
+        raise ValueError(f"{where}.repair_ridge' = {ridge!r}: must be a number > 0")
+    if "repair_ridge" in data and not repair:
+        raise ValueError(f"{where}.repair_ridge' = {ridge!r}: applies with repair = true only")
     given = [k for k in PRUNE_SAMPLE_KEYS if k in data]
-    if score == "l1" and given:
+    if score == "l1" and not repair and given:
         raise ValueError(f"{where}.{given[0]}' = {data[given[0]]!r}: applies to "
-                         "score = \"activation\" only (the L1 score reads no data)")
+                         "score = \"activation\" or repair = true only (the L1 score reads no "
+                         "data)")
     return PruneSpec(ffn, heads, unit, tuple(blocks), score,
-                     **_sampling(data, where, PruneSpec()))
+                     **_sampling(data, where, PruneSpec()), repair=repair,
+                     repair_ridge=float(ridge))
 
 
 def _sampling(data: dict, where: str, defaults) -> dict:

@@ -74,7 +74,7 @@ from harmony_ref.quant.int8 import Int8Tensor, quantize_int8
 from harmony_ref.quant.policy import FP32, Policy, WeightFormat, int4_format_for_rows, load_policy
 from harmony_ref.runtime.calibration import (activation_norms, calibration_windows,
                                              observe_scales)
-from harmony_ref.runtime.sequential import calibrate_weights
+from harmony_ref.runtime.sequential import activation_grams, calibrate_weights
 
 DEFAULT_MAX_CONTEXT = 2048
 F16_CHUNK_ROWS = 4096  # fp16 Linears widen this many weight rows at a time (bounded scratch)
@@ -328,14 +328,23 @@ class Llama:
         prune = self.policy.prune
         if prune is not None:
             norms = None
-            if prune.score == "activation":  # scored by the unpruned model run in FP32
+            grams = None
+            if prune.repair:  # Gram matrices (and norms) of the unpruned model in FP32
+                act = prune.calibration()
+                base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
+                grams = activation_grams(base, calibration_windows(weights, act,
+                                                                   calibration_tokens))
+                norms = [(np.sqrt(np.diag(gf)), np.sqrt(np.diag(go).reshape(-1, c.head_dim)
+                                                        .sum(axis=1))) for gf, go in grams]
+                del base
+            elif prune.score == "activation":  # scored by the unpruned model run in FP32
                 act = prune.calibration()
                 base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
                 norms = activation_norms(base, calibration_windows(weights, act,
                                                                    calibration_tokens),
                                          c.head_dim)
                 del base
-            weights = prune_decoder(weights, prune, norms)
+            weights = prune_decoder(weights, prune, norms, grams)
         act = self.policy.activations
         scales = {}
         if act is not None:  # static scales from this (pruned) model run in FP32

@@ -107,6 +107,20 @@ def stage_inputs(model, i: int, xs, stages, stop: bool = True) -> dict[str, Inpu
     return stats
 
 
+def activation_grams(model, windows) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per block of `model` (FP32, unpruned): the Gram matrices X^T X (float64) of the inputs
+    of down_proj (F, F) and o_proj (H hd, H hd) over every token of every window, block by
+    block (pruning's repair, model/prune.py: repair_next; their diagonals are the squared
+    activation norms the activation score reads)."""
+    xs = [model.embed[w] * model.embed_scale for w in np.asarray(windows)]
+    out = []
+    for i in range(len(model.blocks)):
+        st = stage_inputs(model, i, xs, ["o", "down"], stop=False)
+        out.append((st["down"].gram, st["o"].gram))
+        xs = [model.run_block(i, x) for x in xs]
+    return out
+
+
 def _fmt_for(policy, name, k):
     f = policy.format_for(name)
     return int4_format_for_rows(f, k) if f.kind == "int4" else f
