@@ -162,7 +162,7 @@ def _order(h: np.ndarray, act_order: bool) -> np.ndarray:
 
 def _loss(w0, deq, h) -> float:
     e = deq.astype(np.float64) - w0.astype(np.float64)
-    return float(np.einsum("ij,jk,ik->", e, h, e))
+    return float(((e @ h) * e).sum())
 
 
 def gptq_quantize(w, h, fmt: WeightFormat, damp: float = DEFAULT_DAMP,

@@ -1,0 +1,132 @@
+"""docs/quantization-methods.md's tables, made from the tool's own output (paste them, do not type
+them): RTN vs GPTQ vs AWQ at int4-g32, int4-g128 and int8 on SmolLM2-135M, and activation-aware
+FFN pruning with and without repair, scored by `harmony-ref accuracy --json` on the shipped
+held-out split (calibration: the calibration split), beside the time each policy takes to build
+(quantize) on this CPU.
+
+    P=results/quant-methods/policies
+    harmony-ref accuracy --policy int4-g32 --policy $P/int4-g32-gptq.toml --policy $P/int4-g32-awq.toml \\
+        --policy int4-g128 ... --chunks 4 --json > results/quant-methods/accuracy.json
+    harmony-ref accuracy --policy $P/prune-ffn0.1-act.toml ... --chunks 4 --json \\
+        > results/quant-methods/pruning.json
+    /work/bin/quiet python bench/quant_methods.py time --out results/quant-methods/quantize_time.json
+    python bench/quant_methods.py markdown        # both tables, from the committed JSON files
+
+tests/test_quant_methods_doc.py holds the document's numbers to those files (within the gate's
+limit for each metric's class) and its stated targets to the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results" / "quant-methods"
+POLICIES = RESULTS / "policies"
+FORMATS = ("int4-g32", "int4-g128", "int8")
+METHODS = ("rtn", "gptq", "awq")
+PRUNING = (("0.1", False), ("0.1", True), ("0.25", False), ("0.25", True))
+
+METHOD_HEADER = ("| format | method | KLD mean | KLD p99 | PPL / FP32 | top-1 agreement | "
+                 "quantize s |\n|---|---|---|---|---|---|---|")
+PRUNE_HEADER = ("| FFN pruned | repair | KLD mean | KLD p99 | PPL / FP32 | top-1 agreement |\n"
+                "|---|---|---|---|---|---|")
+
+
+def policy_arg(fmt: str, method: str) -> str:
+    """The --policy argument of one (format, method): shipped RTN policy or a committed TOML."""
+    return fmt if method == "rtn" else str(POLICIES.relative_to(ROOT) / f"{fmt}-{method}.toml")
+
+
+def policy_name(fmt: str, method: str) -> str:
+    return fmt if method == "rtn" else f"{fmt}-{method}"
+
+
+def prune_name(ratio: str, repair: bool) -> str:
+    return f"prune-ffn{ratio}-act" + ("-repair" if repair else "")
+
+
+def _rows(d: dict) -> dict:
+    return {r["policy"]: r for r in d["rows"]}
+
+
+def method_rows(acc: dict, times: dict) -> list[str]:
+    rows, out = _rows(acc), []
+    for fmt in FORMATS:
+        for m in METHODS:
+            r = rows[policy_name(fmt, m)]
+            t = times["seconds"][policy_name(fmt, m)]
+            out.append(f"| {fmt} | {m.upper()} | {r['kld_mean']:.4f} | {r['kld_p99']:.4f} | "
+                       f"{r['ppl_ratio']:.4f} | {r['top1_agreement_pct']:.1f} % | {t:.1f} |")
+    return out
+
+
+def prune_rows(acc: dict) -> list[str]:
+    rows, out = _rows(acc), []
+    for ratio, repair in PRUNING:
+        r = rows[prune_name(ratio, repair)]
+        out.append(f"| {float(ratio):.0%} | {'yes' if repair else 'no'} | {r['kld_mean']:.4f} | "
+                   f"{r['kld_p99']:.4f} | {r['ppl_ratio']:.4f} | "
+                   f"{r['top1_agreement_pct']:.1f} % |")
+    return out
+
+
+def measure_times(out: Path, repeats: int = 1) -> dict:
+    """Seconds to build (load excluded: prune, calibrate, quantize) every policy of the table."""
+    from harmony_ref.quant.policy import load_policy
+    from harmony_ref.runtime.llama import Llama
+    from harmony_ref.runtime.loader import load_decoder
+
+    weights, _ = load_decoder("smollm2-135m")
+    Llama(weights, "int4-g32", max_context=64)  # compile the kernels first
+    seconds = {}
+    for fmt in FORMATS:
+        for m in METHODS:
+            pol = load_policy(ROOT / policy_arg(fmt, m) if m != "rtn" else fmt)
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                Llama(weights, pol, max_context=512)
+                best = min(best, time.perf_counter() - t0)
+            seconds[pol.name] = best
+            print(pol.name, f"{best:.1f} s", file=sys.stderr)
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), platform.processor())
+    import os
+
+    d = {"model": "smollm2-135m", "what": "seconds to build the policy's model (prune, calibrate, "
+         "quantize), the checkpoint already loaded", "cpu": cpu, "cores": os.cpu_count(),
+         "seconds": seconds}
+    out.write_text(json.dumps(d, indent=1) + "\n")
+    return d
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("time")
+    t.add_argument("--out", type=Path, default=RESULTS / "quantize_time.json")
+    sub.add_parser("markdown")
+    args = p.parse_args(argv)
+    if args.cmd == "time":
+        measure_times(args.out)
+        return 0
+    acc = json.loads((RESULTS / "accuracy.json").read_text())
+    times = json.loads((RESULTS / "quantize_time.json").read_text())
+    print(METHOD_HEADER)
+    print("\n".join(method_rows(acc, times)))
+    prune = RESULTS / "pruning.json"
+    if prune.is_file():
+        print()
+        print(PRUNE_HEADER)
+        print("\n".join(prune_rows(json.loads(prune.read_text()))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
