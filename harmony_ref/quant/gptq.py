@@ -160,6 +160,18 @@ def _order(h: np.ndarray, act_order: bool) -> np.ndarray:
             else np.arange(h.shape[0]))
 
 
+def _inverse_upper_factor(h: np.ndarray) -> np.ndarray:
+    """U upper with h^-1 = U^T U, from one Cholesky and one triangular inverse: with J the
+    reversal, J h J = L L^T gives h^-1 = (J L^-1 J)^T (J L^-1 J) and J L^-1 J is upper."""
+    from scipy.linalg import lapack
+
+    lower = np.linalg.cholesky(h[::-1, ::-1])
+    linv, info = lapack.dtrtri(lower, lower=1)
+    if info != 0:
+        raise ValueError(f"hessian is singular after dampening (LAPACK dtrtri info {info})")
+    return np.ascontiguousarray(linv[::-1, ::-1])
+
+
 def _loss(w0, deq, h) -> float:
     e = deq.astype(np.float64) - w0.astype(np.float64)
     return float(((e @ h) * e).sum())
@@ -182,9 +194,7 @@ def gptq_quantize(w, h, fmt: WeightFormat, damp: float = DEFAULT_DAMP,
             grid.fit_group(gi, w64[:, gi * g:(gi + 1) * g])
     if g and not act_order and block_size % g:
         block_size = g * max(1, block_size // g)  # a group never straddles two blocks
-    hp = hd[np.ix_(perm, perm)]
-    linv = np.linalg.inv(np.linalg.cholesky(hp))  # hp = L L^T
-    u = np.linalg.cholesky(linv.T @ linv).T  # upper factor of hp^-1 = U^T U
+    u = _inverse_upper_factor(hd[np.ix_(perm, perm)])
     wp = np.ascontiguousarray(w64[:, perm], dtype=dtype)
     u = u.astype(dtype)
     for i1 in range(0, k, block_size):

@@ -184,10 +184,17 @@ def calibrate_weights(model, weights, policy, windows):
             gptq = [(p, a) for p, a in STAGE_PARTS[st] if methods[p] == "gptq"]
             if gptq:
                 h = stage_inputs(model, i, xs, [st])[st].hessian
+                by_fmt: dict = {}  # rows are independent in GPTQ: one fit per format
                 for p, a in gptq:
                     name, w = layer_name(i, p), getattr(lw, a)
-                    stored[name] = gptq_quantize(w, h, _fmt_for(policy, name, w.shape[1]),
-                                                 q.damp, q.block_size, q.act_order).stored
+                    by_fmt.setdefault(_fmt_for(policy, name, w.shape[1]), []).append((name, w))
+                for fmt, parts in by_fmt.items():
+                    t = gptq_quantize(np.concatenate([w for _, w in parts]), h, fmt, q.damp,
+                                      q.block_size, q.act_order).stored
+                    r0 = 0
+                    for name, w in parts:
+                        stored[name] = row_slice(t, r0, r0 + w.shape[0])
+                        r0 += w.shape[0]
             model.set_stage(i, st, lw, policy, stored)
         xs = [model.run_block(i, x) for x in xs]
         layers.append(lw)
@@ -211,6 +218,19 @@ def calibrate_weights(model, weights, policy, windows):
                 weights, lm_head=np.ascontiguousarray(head * s, np.float32),
                 final_norm=np.ascontiguousarray(weights.final_norm / s, np.float32))
     return weights, stored
+
+
+def row_slice(t, a: int, b: int):
+    """Rows a .. b - 1 of a stored Int4Tensor / Int8Tensor (exact: scales are per row)."""
+    from harmony_ref.quant.int4 import Int4Tensor
+    from harmony_ref.quant.int8 import Int8Tensor
+
+    k = t.shape[1]
+    if isinstance(t, Int8Tensor):
+        return Int8Tensor(t.values[a:b].copy(), t.scale[a:b].copy(), (b - a, k))
+    zp = None if t.zero_point is None else t.zero_point[a:b].copy()
+    return Int4Tensor(t.packed[a:b].copy(), t.scale[a:b].copy(), zp, (b - a, k), t.group_size,
+                      t.scheme)
 
 
 def _fp32(policy):
