@@ -55,28 +55,35 @@ def _rows(d: dict) -> dict:
     return {r["policy"]: r for r in d["rows"]}
 
 
-def method_rows(acc: dict, times: dict) -> list[str]:
-    rows, out = _rows(acc), []
+def method_rows(accs: list[dict], times: dict) -> list[str]:
+    """One row per (format, method) scored in any of `accs` (formats, then methods, in order)."""
+    rows = {k: v for acc in accs for k, v in _rows(acc).items()}
+    out = []
     for fmt in FORMATS:
         for m in METHODS:
-            r = rows[policy_name(fmt, m)]
-            t = times["seconds"][policy_name(fmt, m)]
+            r = rows.get(policy_name(fmt, m))
+            if r is None:
+                continue
+            t = times.get("seconds", {}).get(policy_name(fmt, m))
             out.append(f"| {fmt} | {m.upper()} | {r['kld_mean']:.4f} | {r['kld_p99']:.4f} | "
-                       f"{r['ppl_ratio']:.4f} | {r['top1_agreement_pct']:.1f} % | {t:.1f} |")
+                       f"{r['ppl_ratio']:.4f} | {r['top1_agreement_pct']:.1f} % | "
+                       f"{'-' if t is None else f'{t:.1f}'} |")
     return out
 
 
 def prune_rows(acc: dict) -> list[str]:
     rows, out = _rows(acc), []
     for ratio, repair in PRUNING:
-        r = rows[prune_name(ratio, repair)]
+        r = rows.get(prune_name(ratio, repair))
+        if r is None:
+            continue
         out.append(f"| {float(ratio):.0%} | {'yes' if repair else 'no'} | {r['kld_mean']:.4f} | "
                    f"{r['kld_p99']:.4f} | {r['ppl_ratio']:.4f} | "
                    f"{r['top1_agreement_pct']:.1f} % |")
     return out
 
 
-def measure_times(out: Path, repeats: int = 1) -> dict:
+def measure_times(out: Path, repeats: int = 1, only: tuple[str, ...] = FORMATS) -> dict:
     """Seconds to build (load excluded: prune, calibrate, quantize) every policy of the table."""
     from harmony_ref.quant.policy import load_policy
     from harmony_ref.runtime.llama import Llama
@@ -85,7 +92,7 @@ def measure_times(out: Path, repeats: int = 1) -> dict:
     weights, _ = load_decoder("smollm2-135m")
     Llama(weights, "int4-g32", max_context=64)  # compile the kernels first
     seconds = {}
-    for fmt in FORMATS:
+    for fmt in only:
         for m in METHODS:
             pol = load_policy(ROOT / policy_arg(fmt, m) if m != "rtn" else fmt)
             best = float("inf")
@@ -111,15 +118,17 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("time")
     t.add_argument("--out", type=Path, default=RESULTS / "quantize_time.json")
+    t.add_argument("--formats", default=",".join(FORMATS))
     sub.add_parser("markdown")
     args = p.parse_args(argv)
     if args.cmd == "time":
-        measure_times(args.out)
+        measure_times(args.out, only=tuple(args.formats.split(",")))
         return 0
-    acc = json.loads((RESULTS / "accuracy.json").read_text())
-    times = json.loads((RESULTS / "quantize_time.json").read_text())
+    accs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("accuracy*.json"))]
+    tpath = RESULTS / "quantize_time.json"
+    times = json.loads(tpath.read_text()) if tpath.is_file() else {}
     print(METHOD_HEADER)
-    print("\n".join(method_rows(acc, times)))
+    print("\n".join(method_rows(accs, times)))
     prune = RESULTS / "pruning.json"
     if prune.is_file():
         print()
