@@ -126,7 +126,8 @@ def run_decoder(args, fmt: str) -> int:
         if score == "activation":
             print(f"activation score {unscored}.")
     elif method != "rtn":
-        print(f"{method}: weights fitted ([quantize] defaults) {unscored}.")
+        print(f"{method}: weights fitted ([quantize] defaults) on the corpus tokens these rows "
+              "never score (each chunk's context half and the tail; 16 windows of 128 tokens).")
     elif name.startswith("w8a8"):
         print(f"w8a8: static activation scales ([activations] defaults) {unscored}.")
     return 0
