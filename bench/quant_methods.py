@@ -11,6 +11,7 @@ held-out split (calibration: the calibration split), beside the time each policy
         > results/quant-methods/pruning.json
     /work/bin/quiet python bench/quant_methods.py time --out results/quant-methods/quantize_time.json
     python bench/quant_methods.py markdown        # both tables, from the committed JSON files
+    python bench/quant_methods.py section         # the document's results section (tables + ratios)
 
 tests/test_quant_methods_doc.py holds the document's numbers to those files (within the gate's
 limit for each metric's class) and its stated targets to the numbers.
@@ -113,6 +114,65 @@ def measure_times(out: Path, repeats: int = 1, only: tuple[str, ...] = FORMATS) 
     return d
 
 
+def section() -> str:
+    """The document's results section: its tables and the ratios it states, from the JSON files."""
+    import subprocess
+
+    res = RESULTS
+    root = ROOT
+    tables = subprocess.run([sys.executable, __file__, "markdown"], cwd=root,
+                            capture_output=True, text=True, check=True).stdout
+    mt, _, pt = tables.partition("\n\n")
+    rows = {}
+    facts = []
+    for p in sorted(res.glob("accuracy*.json")) + sorted(res.glob("pruning*.json")):
+        d = json.loads(p.read_text())
+        rows.update({r["policy"]: r for r in d["rows"]})
+        facts.append(f"`{p.relative_to(root)}`: {d['chunks']} chunks of context 512 ({d['scored_tokens']:,} scored tokens)")
+    def ratio(a, b):
+        if a in rows and b in rows:
+            return f"`{a}` / `{b}` KLD mean = {rows[a]['kld_mean'] / rows[b]['kld_mean']:.2f}x"
+        return None
+    times = json.loads((res / "quantize_time.json").read_text()) if (res / "quantize_time.json").is_file() else None
+    out = []
+    out.append("Scored by `harmony-ref accuracy --json` on the shipped held-out split "
+               "(`harmony_ref/data/lm_corpus/heldout.txt`) against the FP32 reference (the checkpoint's "
+               "weights dequantized exactly; SmolLM2's GGUF stores Q4_1, so every int4 row here is a "
+               "second 4-bit rounding); GPTQ and AWQ calibrated on the calibration split "
+               "(`calibration.txt`, 16 windows of 128 tokens, seed 0). Outputs: " + "; ".join(facts) + ".")
+    out.append("")
+    out.append("<!-- quant methods table -->")
+    out.append(mt.strip())
+    out.append("<!-- /quant methods table -->")
+    out.append("")
+    if times:
+        out.append(f"quantize s: seconds to build the model from the loaded checkpoint (calibration "
+                   f"runs included), measured under `/work/bin/quiet` on {times['cpu']} ({times['cores']} cores).")
+    out.append("")
+    for a, b in (("int4-g128-gptq", "int4-g128"), ("int4-g128-awq", "int4-g128"),
+                 ("int4-g32-gptq", "int4-g32"), ("int4-g32-awq", "int4-g32"), ("int8-gptq", "int8")):
+        r = ratio(a, b)
+        if r:
+            out.append(f"- {r}")
+    out.append("")
+    out.append("## Pruning with and without repair")
+    out.append("")
+    if pt.strip():
+        out.append("FFN channels pruned in every block by the activation-aware score (32 calibration "
+                   "windows of 128 tokens), FP32 weights, no fine-tuning; repair = down_proj refitted "
+                   "as above, on the same windows:")
+        out.append("")
+        out.append("<!-- pruning repair table -->")
+        out.append(pt.strip())
+        out.append("<!-- /pruning repair table -->")
+        out.append("")
+        for a, b in (("prune-ffn0.1-act-repair", "prune-ffn0.1-act"), ("prune-ffn0.25-act-repair", "prune-ffn0.25-act")):
+            r = ratio(a, b)
+            if r:
+                out.append(f"- {r}")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -120,9 +180,13 @@ def main(argv=None) -> int:
     t.add_argument("--out", type=Path, default=RESULTS / "quantize_time.json")
     t.add_argument("--formats", default=",".join(FORMATS))
     sub.add_parser("markdown")
+    sub.add_parser("section")
     args = p.parse_args(argv)
     if args.cmd == "time":
         measure_times(args.out, only=tuple(args.formats.split(",")))
+        return 0
+    if args.cmd == "section":
+        print(section())
         return 0
     accs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("accuracy*.json"))]
     tpath = RESULTS / "quantize_time.json"
