@@ -31,12 +31,18 @@ RESULTS = ROOT / "results" / "quant-methods"
 POLICIES = RESULTS / "policies"
 FORMATS = ("int4-g32", "int4-g128", "int8")
 METHODS = ("rtn", "gptq", "awq")
-PRUNING = (("0.1", False), ("0.1", True), ("0.25", False), ("0.25", True))
+PRUNING = (  # (policy, FFN pruned, repair)
+    ("prune-ffn0.1-act", "10%", "no"),
+    ("prune-ffn0.1-act-repair", "10%", "ridge 0.01"),
+    ("prune-ffn0.1-act-repair-r0.5", "10%", "ridge 0.5"),
+    ("prune-ffn0.25-act", "25%", "no"),
+    ("prune-ffn0.25-act-repair", "25%", "ridge 0.01"),
+)
 
 METHOD_HEADER = ("| format | method | KLD mean | KLD p99 | PPL / FP32 | top-1 agreement | "
                  "quantize s |\n|---|---|---|---|---|---|---|")
-PRUNE_HEADER = ("| FFN pruned | repair | KLD mean | KLD p99 | PPL / FP32 | top-1 agreement |\n"
-                "|---|---|---|---|---|---|")
+PRUNE_HEADER = ("| policy | FFN pruned | repair | KLD mean | KLD p99 | PPL / FP32 | "
+                "top-1 agreement |\n|---|---|---|---|---|---|---|")
 
 
 def policy_arg(fmt: str, method: str) -> str:
@@ -46,10 +52,6 @@ def policy_arg(fmt: str, method: str) -> str:
 
 def policy_name(fmt: str, method: str) -> str:
     return fmt if method == "rtn" else f"{fmt}-{method}"
-
-
-def prune_name(ratio: str, repair: bool) -> str:
-    return f"prune-ffn{ratio}-act" + ("-repair" if repair else "")
 
 
 def _rows(d: dict) -> dict:
@@ -72,13 +74,14 @@ def method_rows(accs: list[dict], times: dict) -> list[str]:
     return out
 
 
-def prune_rows(acc: dict) -> list[str]:
-    rows, out = _rows(acc), []
-    for ratio, repair in PRUNING:
-        r = rows.get(prune_name(ratio, repair))
+def prune_rows(accs: list[dict]) -> list[str]:
+    rows = {k: v for acc in accs for k, v in _rows(acc).items()}
+    out = []
+    for name, ratio, repair in PRUNING:
+        r = rows.get(name)
         if r is None:
             continue
-        out.append(f"| {float(ratio):.0%} | {'yes' if repair else 'no'} | {r['kld_mean']:.4f} | "
+        out.append(f"| {name} | {ratio} | {repair} | {r['kld_mean']:.4f} | "
                    f"{r['kld_p99']:.4f} | {r['ppl_ratio']:.4f} | "
                    f"{r['top1_agreement_pct']:.1f} % |")
     return out
@@ -166,7 +169,9 @@ def section() -> str:
         out.append(pt.strip())
         out.append("<!-- /pruning repair table -->")
         out.append("")
-        for a, b in (("prune-ffn0.1-act-repair", "prune-ffn0.1-act"), ("prune-ffn0.25-act-repair", "prune-ffn0.25-act")):
+        for a, b in (("prune-ffn0.1-act-repair", "prune-ffn0.1-act"),
+                     ("prune-ffn0.1-act-repair-r0.5", "prune-ffn0.1-act"),
+                     ("prune-ffn0.25-act-repair", "prune-ffn0.25-act")):
             r = ratio(a, b)
             if r:
                 out.append(f"- {r}")
@@ -193,11 +198,11 @@ def main(argv=None) -> int:
     times = json.loads(tpath.read_text()) if tpath.is_file() else {}
     print(METHOD_HEADER)
     print("\n".join(method_rows(accs, times)))
-    prune = RESULTS / "pruning.json"
-    if prune.is_file():
+    prunes = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("pruning*.json"))]
+    if prunes:
         print()
         print(PRUNE_HEADER)
-        print("\n".join(prune_rows(json.loads(prune.read_text()))))
+        print("\n".join(prune_rows(prunes)))
     return 0
 
 

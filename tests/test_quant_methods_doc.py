@@ -97,8 +97,7 @@ def test_pruning_table_is_the_tools_output():
     table = _table("pruning repair table")
     assert table
     for r in table:
-        name = f"prune-ffn{_num(r['FFN pruned']) / 100:g}-act" + \
-            ("-repair" if r["repair"] == "yes" else "")
+        name = r["policy"]
         for col, (key, _, _) in COLUMNS.items():
             assert _agrees(col, _num(r[col]), rows[name][key]), (name, col)
 
