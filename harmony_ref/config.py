@@ -220,13 +220,17 @@ class RunConfig:
 
 
 def compression_dict(policy: Policy) -> dict:
-    """{"prune": ..., "activations": ...} of a policy's compression tables (absent ones left
-    out; {} for a weight-only policy)."""
+    """{"prune": ..., "activations": ..., "quantize": ...} of a policy's compression tables
+    (absent ones left out; {} for a round-to-nearest weight-only policy). The device model costs
+    a GPTQ / AWQ policy exactly as RTN (same stored bytes, same kernels): records and sweep rows
+    tell them apart by "quantize"."""
     out = {}
     if policy.prune is not None:
         out["prune"] = policy.prune.to_dict()
     if policy.activations is not None:
         out["activations"] = policy.activations.to_dict()
+    if policy.quantize is not None and policy.calibrated:
+        out["quantize"] = policy.quantize.to_dict()
     return out
 
 

@@ -39,6 +39,10 @@ def add_arguments(p) -> None:
                    default=None,
                    help="decoder: plan a W8A8 model: int8 measured with static activation "
                         "scales of this granularity, the policy carries [activations]")
+    p.add_argument("--methods", metavar="M,M,...", default=None,
+                   help="decoder: fitting methods the planner may pick per type and format "
+                        "(rtn, gptq, awq; default rtn): the knapsack chooses among (format, "
+                        "method) pairs, the policy carries [quantize.methods]")
     p.add_argument("--out", metavar="TOML", help="also write the policy to this file (atomically)")
     p.add_argument("--pairs", metavar="TSV", help="evaluation pairs (default: the shipped set)")
     add_json_flag(p)
@@ -118,7 +122,8 @@ def run_decoder(args) -> int:
     plan = progress_run(lambda progress: lm_plan(
         args.model, args.budget_mb, formats=formats, context=args.context, chunks=args.chunks, progress=progress,
         prune_ffn=args.ffn_ratios, prune_heads=args.head_ratios,
-        prune_score=args.prune_score or "l1", activations=args.activations),
+        prune_score=args.prune_score or "l1", activations=args.activations,
+        methods=tuple(m.strip() for m in (args.methods or "rtn").split(","))),
         args.json, "plan: each Linear type alone in each format (calibration)")
     acc = progress_run(lambda progress: lm_accuracy(
         args.model, [(plan.policy, "fp16")], Corpus.shipped("heldout"), args.context,
@@ -136,6 +141,8 @@ def run_decoder(args) -> int:
                "heldout_kld_p99": row["kld_p99"], "heldout_ppl_ratio": row["ppl_ratio"],
                "heldout_top1_agreement_pct": row["top1_agreement_pct"],
                "formats_per_type": plan.choices}
+    if plan.methods:
+        summary["methods_per_type"] = plan.methods
     pruning = plan.predicted_parts is not None
     if pruning:
         summary.update(prune=plan.prune, prune_score=args.prune_score or "l1",

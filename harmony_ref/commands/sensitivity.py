@@ -29,6 +29,10 @@ def add_arguments(p) -> None:
     p.add_argument("--prune-score", choices=["l1", "activation"], default=None,
                    help="decoder, with --prune: L1 weight norms (default) or activation-aware "
                         "(||activation|| on calibration windows x L1 of the unit's output)")
+    p.add_argument("--method", choices=["rtn", "gptq", "awq"], default=None,
+                   help="decoder: how the group's int4 / int8 weights are fitted: round to "
+                        "nearest (default), GPTQ or AWQ, calibrated on the calibration part's "
+                        "unscored tokens ([quantize] defaults)")
     p.add_argument("--by", choices=["type", "block"], default=None,
                    help="decoder: one Linear type across blocks (default), or one block")
     p.add_argument("--context", type=int, default=512, metavar="N",
@@ -49,8 +53,9 @@ def run(args) -> int:
     if args.model.lower() == MINILM:
         if args.by or args.chunks is not None or args.context != 512:
             raise ValueError(f"--by/--chunks/--context apply to a decoder, not --model {MINILM}")
-        if args.prune or args.prune_score:
-            raise ValueError(f"--prune/--prune-score apply to a decoder, not --model {MINILM}")
+        if args.prune or args.prune_score or args.method:
+            raise ValueError(f"--prune/--prune-score/--method apply to a decoder, not --model "
+                             f"{MINILM}")
         if str(args.format or "").lower().startswith("w8a8"):
             raise ValueError(f"--format {args.format}: W8A8 sensitivity applies to a decoder, "
                              f"not --model {MINILM}")
@@ -60,6 +65,9 @@ def run(args) -> int:
     if args.prune_score and not args.prune:
         raise ValueError("--prune-score applies with --prune only")
     if args.prune:
+        if args.method:
+            raise ValueError(f"--method {args.method} fits quantized weights: --prune measures "
+                             "pruning alone (FP32 weights)")
         if args.format:
             raise ValueError(f"--prune measures pruning alone (FP32 weights): drop --format "
                              f"{args.format}")
@@ -84,11 +92,12 @@ def run_decoder(args, fmt: str) -> int:
     resolve_model_path(args.model)
     by = args.by or "type"
     prune, score = args.prune_ratios, args.prune_score or "l1"
+    method = args.method or "rtn"
     what = (f"pruned {', '.join(f'{k} {v:g}' for k, v in prune.items())} by {score}"
-            if prune else f"in {name}")
+            if prune else f"in {name}" + ("" if method == "rtn" else f" by {method.upper()}"))
     rows = progress_run(lambda progress: lm_sensitivity(args.model, name, by, args.context,
                                                         args.chunks, progress, prune=prune,
-                                                        prune_score=score),
+                                                        prune_score=score, method=method),
                         args.json, f"sensitivity: each {by} alone {what}")
     df = pd.DataFrame(rows).sort_values("kld_mean", ascending=False, kind="stable")
     df.insert(0, "rank", range(1, len(df) + 1))
@@ -96,7 +105,7 @@ def run_decoder(args, fmt: str) -> int:
         df = df.head(args.top)
     scored = f"calibration corpus ({rows[0]['corpus']}), {rows[0]['scored_tokens']} scored tokens"
     if args.json:
-        extra = {"prune": prune, "prune_score": score} if prune else {}
+        extra = {"prune": prune, "prune_score": score} if prune else {"method": method}
         print_json({"model": args.model, "format": rows[0]["format"], **extra, "by": by,
                     "ranked_by": "kld_mean", "scored_on": scored,
                     "groups": df.to_dict(orient="records")})
@@ -116,6 +125,9 @@ def run_decoder(args, fmt: str) -> int:
               "prescribes); saved_mb: the group's FP32 Linears, unpruned minus pruned shapes.")
         if score == "activation":
             print(f"activation score {unscored}.")
+    elif method != "rtn":
+        print(f"{method}: weights fitted ([quantize] defaults) on the corpus tokens these rows "
+              "never score (each chunk's context half and the tail; 16 windows of 128 tokens).")
     elif name.startswith("w8a8"):
         print(f"w8a8: static activation scales ([activations] defaults) {unscored}.")
     return 0

@@ -11,7 +11,9 @@ Sensitivity: one group alone in the format, everything else FP32 (the FP32 weigh
 by the kernel path), scored against the FP32 reference (eval/lm.py): KLD mean / p99, PPL ratio,
 top-1 agreement. Groups: `type` (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
 across every block, and the output head `lm_head`) or `block` (every Linear of block i).
-A format `w8a8-per-channel` / `w8a8-per-tensor` / `w8a8-smooth` (`w8a8`: per-channel) puts the
+`method` ("rtn", "gptq", "awq") fits the group's int4 / int8 weights by that method
+(quant/gptq.py, quant/awq.py; the [quantize] defaults, calibrated, like W8A8, on the tokens of the
+calibration part the rows never score). A format `w8a8-per-channel` / `w8a8-per-tensor` / `w8a8-smooth` (`w8a8`: per-channel) puts the
 group's Linears in int8 with static activation scales (the policy's [activations] table with
 its defaults, quant/compress.py). With `prune` (ratios
 {"ffn": r} and/or {"heads": r}, `prune_score` "l1" or "activation") the weights stay FP32 and the
@@ -24,6 +26,11 @@ only; the planned policy is then scored on the `heldout` part, which planning ne
 sensitivity, W8A8 scales and activation pruning scores calibrate on the tokens of that part its
 rows never score (each chunk's context half and the tail: eval/lm.py unscored_tokens), so no
 row is scored on text it was calibrated on.
+
+With `methods` (e.g. ("rtn", "gptq")) each int4 / int8 option is measured once per method and
+the knapsack chooses among (format, method) pairs: a method changes the loss, not the bytes, so
+each type's option in a format is that format's best method; the planned policy names the
+chosen methods in [quantize.methods].
 
 The planner is the multiple-choice knapsack of eval/plan.py (choose_formats: exact dynamic
 programming in 1 kB steps, sizes rounded up) over the eight Linear types, each taking one of
@@ -60,7 +67,8 @@ from harmony_ref.eval.lm import DEFAULT_CONTEXT, LAYER_TYPES, evaluate_lm, unsco
 from harmony_ref.eval.lm_accuracy import Corpus, model_sha256
 from harmony_ref.eval.lm_cache import ReferenceCache, cache_root, code_version
 from harmony_ref.eval.plan import PLANNER_FORMATS, PLANNER_STEP_BYTES, choose_formats
-from harmony_ref.quant.compress import GRANULARITIES, PRUNE_SCORES, ActivationSpec, PruneSpec
+from harmony_ref.quant.compress import (GRANULARITIES, METHODS, PRUNE_SCORES, ActivationSpec,
+                                        PruneSpec)
 from harmony_ref.quant.policy import (INT8, Policy, WeightFormat, int4_format_for_rows,
                                       parse_format, policy_from_dict)
 from harmony_ref.units import MB
@@ -73,7 +81,8 @@ ATTENTION_TYPES = ("q_proj", "k_proj", "v_proj", "o_proj")
 FFN_TYPES = ("gate_proj", "up_proj", "down_proj")
 # Modules the cached rows' numbers come from beyond lm_cache.CODE_MODULES
 ROW_CODE_MODULES = ("model/prune.py", "runtime/calibration.py", "quant/compress.py",
-                    "quant/activations.py", "kernels/matmul_w8a8.py", "eval/lm_plan.py")
+                    "quant/activations.py", "kernels/matmul_w8a8.py", "eval/lm_plan.py",
+                    "quant/gptq.py", "quant/awq.py", "runtime/sequential.py")
 
 
 def parse_variant(text: str, where: str = "--format") -> tuple[WeightFormat, ActivationSpec | None]:
@@ -190,12 +199,15 @@ class _Group:
     pruned_shapes: list | None = field(default=None, hash=False)
 
 
-def _groups(config, by: str, fmt: WeightFormat, act, prune: dict | None, score: str):
+def _groups(config, by: str, fmt: WeightFormat, act, prune: dict | None, score: str,
+            method: str = "rtn"):
     """The rows' groups with the policy each is measured under (see the module doc)."""
     if not prune:
         out = []
         for group, pattern in group_patterns(config, by):
             pol = {"default": "fp32", "layers": {pattern: fmt.name}}
+            if method != "rtn":
+                pol["quantize"] = {"method": method}
             if act is not None:
                 pol["activations"] = {"granularity": act.granularity}
             out.append(_Group(group, pattern, pol, group_shapes(config, group, by)))
@@ -224,7 +236,7 @@ def _groups(config, by: str, fmt: WeightFormat, act, prune: dict | None, score: 
 def lm_sensitivity(model: str = "smollm2-135m", fmt: str = "int4-g32", by: str = "type",
                    context: int = DEFAULT_CONTEXT, chunks: int | None = None, progress=None,
                    loaded=None, corpus: Corpus | None = None, prune: dict | None = None,
-                   prune_score: str = "l1") -> list[dict]:
+                   prune_score: str = "l1", method: str = "rtn") -> list[dict]:
     """One row per group (see the module doc), in group order, scored on the calibration part.
     Keys: group, pattern, format, kld_mean, kld_p99, ppl_ratio, top1_agreement_pct, bytes,
     bytes_fp32, scored_tokens, corpus, plus activations (W8A8 rows) / prune (pruning rows).
@@ -240,11 +252,17 @@ def lm_sensitivity(model: str = "smollm2-135m", fmt: str = "int4-g32", by: str =
     path = resolve_model_path(model)
     corpus = corpus or Corpus.shipped(CALIBRATION)
     weights, tok = loaded or load_decoder_shared(model)
-    groups = _groups(weights.config, by, f, act, prune, prune_score)
+    if method not in METHODS:
+        raise ValueError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method != "rtn" and (prune or act is not None or f.kind not in ("int4", "int8")):
+        raise ValueError(f"--method {method} fits int4 / int8 weights: not with --prune, W8A8 "
+                         f"or {f.name}")
+    groups = _groups(weights.config, by, f, act, prune, prune_score, method)
     key = {"format": f.name, "activations": None if act is None else act.to_dict(),
+           **({"method": method} if method != "rtn" else {}),
            "prune": prune or None, "prune_score": prune_score if prune else None}
     stem = "prune-" + "-".join(f"{k}{v:g}" for k, v in prune.items()) + f"-{prune_score}" \
-        if prune else variant_name(f, act)
+        if prune else variant_name(f, act) + ("" if method == "rtn" else f"-{method}")
     cache_path = _rows_cache_path(model, path, corpus, context, chunks, key, by, stem)
     if cache_path is not None and cache_path.is_file():
         try:
@@ -279,6 +297,9 @@ def lm_sensitivity(model: str = "smollm2-135m", fmt: str = "int4-g32", by: str =
                "scored_tokens": s["scored_tokens"], "corpus": corpus.label}
         if act is not None:
             row["activations"] = policy.activations.to_dict()
+        if method != "rtn":
+            row["method"] = method
+            row["quantize"] = policy.quantize.to_dict()
         if prune:
             row["prune"] = policy.prune.to_dict()
         rows.append(row)
@@ -298,6 +319,7 @@ class LMPlan:
     prune: dict[str, float] | None = None  # chosen {"ffn": r, "heads": r} (pruning choices)
     activations: ActivationSpec | None = None  # W8A8 planned: the policy's [activations]
     predicted_parts: dict[str, float] | None = None  # pruning choices: group -> its KLD share
+    methods: dict[str, str] | None = None  # type -> fitting method, when methods were choices
 
 
 def _ratios(values, where: str) -> tuple[float, ...]:
@@ -315,7 +337,7 @@ def lm_plan(model: str = "smollm2-135m", budget_mb: float = 40.0,
             formats: tuple[str, ...] = PLANNER_FORMATS, context: int = DEFAULT_CONTEXT,
             chunks: int | None = None, progress=None, loaded=None,
             prune_ffn=(0.0,), prune_heads=(0.0,), prune_score: str = "l1",
-            activations: str | None = None) -> LMPlan:
+            activations: str | None = None, methods: tuple[str, ...] = ("rtn",)) -> LMPlan:
     """Per-type formats (and, given ratios above 0, uniform FFN / head pruning ratios)
     minimising the summed KLD (calibration part) within `budget_mb` MB of Linear weights; with
     `activations` (a granularity) the int8 option is W8A8. An impossible budget or a bad
@@ -336,6 +358,13 @@ def lm_plan(model: str = "smollm2-135m", budget_mb: float = 40.0,
                              f"got {activations!r}")
         act = ActivationSpec(granularity=activations)
     fmts = [parse_format(f) for f in formats]
+    methods = tuple(dict.fromkeys(methods))
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise ValueError(f"--methods {','.join(methods)}: each must be one of "
+                         f"{', '.join(METHODS)}")
+    if methods != ("rtn",) and act is not None:
+        raise ValueError("--methods with --activations: GPTQ / AWQ are weight-only fits here")
     config = checkpoint_config(model)
     for t in LAYER_TYPES:
         if not any(fits(f, group_shapes(config, t, "type")) for f in fmts):
@@ -343,7 +372,7 @@ def lm_plan(model: str = "smollm2-135m", budget_mb: float = 40.0,
                              "INT4 group is longer than its rows)")
     if ffn_ratios != (0.0,) or head_ratios != (0.0,):
         return _plan_grouped(model, budget_mb, fmts, context, chunks, progress, loaded, config,
-                             ffn_ratios, head_ratios, prune_score, act)
+                             ffn_ratios, head_ratios, prune_score, act, methods)
     types = [g for g, _ in group_patterns(config, "type")]
     sizes = [[stored_bytes(f, group_shapes(config, t, "type")) for f in fmts] for t in types]
     budget = int(budget_mb * MB)
@@ -353,7 +382,7 @@ def lm_plan(model: str = "smollm2-135m", budget_mb: float = 40.0,
         raise ValueError(f"--budget-mb {budget_mb:g} is below the smallest possible Linear "
                          f"weights of {model} ({smallest / MB:.2f} MB, every type in its "
                          "smallest format)")
-    tables = _format_tables(model, fmts, act, context, chunks, progress, loaded)
+    tables = _format_tables(model, fmts, act, context, chunks, progress, loaded, methods=methods)
     cost = np.array([[-(-sizes[ti][fi] // PLANNER_STEP_BYTES) for fi in range(len(fmts))]
                      for ti in range(len(types))])
     loss = np.array([[max(tables[fi][ti]["kld_mean"], 0.0)
@@ -361,24 +390,43 @@ def lm_plan(model: str = "smollm2-135m", budget_mb: float = 40.0,
                       for fi in range(len(fmts))] for ti in range(len(types))])
     picks = choose_formats(cost, loss, budget // PLANNER_STEP_BYTES)
     choices = {t: fmts[fi].name for t, fi in zip(types, picks)}
-    policy = _plan_policy(model, budget_mb, config, choices, None, prune_score, act)
+    chosen = _methods(tables, types, picks, methods)
+    policy = _plan_policy(model, budget_mb, config, choices, None, prune_score, act, chosen)
     return LMPlan(policy, budget, sum(sizes[ti][fi] for ti, fi in enumerate(picks)),
                   float(sum(loss[ti, fi] for ti, fi in enumerate(picks))), choices,
-                  tables[0][0]["scored_tokens"], activations=act)
+                  tables[0][0]["scored_tokens"], activations=act, methods=chosen)
 
 
-def _format_tables(model, fmts, act, context, chunks, progress, loaded, extra_steps: int = 0):
-    """Per format: the by-type sensitivity rows (int8 measured as W8A8 when `act`)."""
+def _methods(tables, types, picks, methods) -> dict[str, str] | None:
+    """type -> the method of its chosen format's best row (None when only rtn was offered)."""
+    if methods == ("rtn",):
+        return None
+    return {t: tables[fi][ti].get("method", "rtn") for ti, (t, fi) in enumerate(zip(types, picks))}
+
+
+def _format_tables(model, fmts, act, context, chunks, progress, loaded, extra_steps: int = 0,
+                   methods=("rtn",)):
+    """Per format: the by-type sensitivity rows (int8 measured as W8A8 when `act`); with several
+    methods, each type's row is the method with the lowest KLD (its "method" key says which:
+    the bytes are the same, so the knapsack's choice among (format, method) pairs is this)."""
     tables = []
-    total = len(fmts) + extra_steps
-    for fi, f in enumerate(fmts):
-        step = (lambda d, t, fi=fi: progress(fi * t + d, total * t)) if progress else None
+    runs = [(f, m) for f in fmts for m in (methods if f.kind in ("int4", "int8") else ("rtn",))]
+    total = len(runs) + extra_steps
+    by_fmt: dict = {}
+    for ri, (f, m) in enumerate(runs):
+        step = (lambda d, t, ri=ri: progress(ri * t + d, total * t)) if progress else None
         name = variant_name(f, act) if f.kind == "int8" else f.name
-        tables.append(lm_sensitivity(model, name, "type", context, chunks, step, loaded))
+        rows = lm_sensitivity(model, name, "type", context, chunks, step, loaded, method=m)
+        rows = [dict(r, method=m) for r in rows]
+        best = by_fmt.get(f)
+        by_fmt[f] = rows if best is None else [r if r["kld_mean"] < b["kld_mean"] else b
+                                               for r, b in zip(rows, best)]
+    for f in fmts:
+        tables.append(by_fmt[f])
     return tables
 
 
-def _plan_policy(model, budget_mb, config, choices, prune, score, act) -> Policy:
+def _plan_policy(model, budget_mb, config, choices, prune, score, act, methods=None) -> Policy:
     patterns = dict(group_patterns(config, "type"))
     what = "per-type formats" + (" and pruning ratios" if prune else "") + \
         (f" (W8A8 {act.granularity})" if act else "")
@@ -390,11 +438,16 @@ def _plan_policy(model, budget_mb, config, choices, prune, score, act) -> Policy
         data["prune"] = {**prune, **({} if score == "l1" else {"score": score})}
     if act is not None:
         data["activations"] = {"granularity": act.granularity}
+    fitted = {patterns[t]: m for t, m in (methods or {}).items()
+              if m != "rtn" and parse_format(choices[t]).kind in ("int4", "int8")}
+    if fitted:
+        data["quantize"] = {"method": "rtn", "methods": fitted}
+        data["description"] += "; (format, method) pairs"
     return policy_from_dict(data, "<plan>")
 
 
 def _plan_grouped(model, budget_mb, fmts, context, chunks, progress, loaded, config,
-                  ffn_ratios, head_ratios, score, act) -> LMPlan:
+                  ffn_ratios, head_ratios, score, act, methods=("rtn",)) -> LMPlan:
     """The grouped knapsack with pruning choices (see the module doc)."""
     budget = int(budget_mb * MB)
     shapes = {(k, r): pruned_shapes(config, **{k: r}, score=score)
@@ -419,7 +472,7 @@ def _plan_grouped(model, budget_mb, fmts, context, chunks, progress, loaded, con
     prune_rows = [(k, r) for k, ratios in (("ffn", ffn_ratios), ("heads", head_ratios))
                   for r in ratios if r > 0]
     tables = _format_tables(model, fmts, act, context, chunks, progress, loaded,
-                            extra_steps=len(prune_rows))
+                            extra_steps=len(prune_rows), methods=methods)
     type_index = {row["group"]: i for i, row in enumerate(tables[0])}
     fmt_kld = {(t, fi): max(tables[fi][type_index[t]]["kld_mean"], 0.0)
                for t in LAYER_TYPES for fi in range(len(fmts))}
@@ -451,10 +504,13 @@ def _plan_grouped(model, budget_mb, fmts, context, chunks, progress, loaded, con
         parts[kind if kind != "heads" else "attention"] = float(loss[ii, picks[ii]])
         linear += nbytes
     choices = {t: choices[t] for t in LAYER_TYPES}
-    policy = _plan_policy(model, budget_mb, config, choices, prune, score, act)
+    fidx = {f.name: fi for fi, f in enumerate(fmts)}
+    chosen = None if methods == ("rtn",) else {
+        t: tables[fidx[choices[t]]][type_index[t]].get("method", "rtn") for t in LAYER_TYPES}
+    policy = _plan_policy(model, budget_mb, config, choices, prune, score, act, chosen)
     return LMPlan(policy, budget, linear, float(sum(parts.values())), choices,
                   tables[0][0]["scored_tokens"], prune=prune, activations=act,
-                  predicted_parts=parts)
+                  predicted_parts=parts, methods=chosen)
 
 
 __all__ = ["GROUPINGS", "LMPlan", "group_patterns", "lm_plan", "lm_sensitivity", "parse_prune",

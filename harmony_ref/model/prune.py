@@ -22,7 +22,14 @@ With `score = "activation"` (quant/compress.py) the weights alone do not decide:
 scores ||h_j|| x ||down[:, j]||_1 (h: the SwiGLU output feeding down_proj, its L2 norm over
 calibration tokens), query head h ||a_h|| x the L1 norm of its o_proj columns (a_h: the head's
 attention output), a KV group the sum of its query heads; the groupings above are unchanged.
-Kept indices stay in their original order. Ratios come per layer type (ffn, heads) and per block
+With `repair = true` the Linear that reads the pruned units (down_proj after FFN channels,
+o_proj after heads) is refitted so that its output on calibration activations stays what the
+unpruned layer gave: the kept columns W_K take a correction Δ, the ridge solution of
+min ||X_K Δ^T - X_R W_R^T||^2 + λ ||Δ||^2 (the removed columns' contribution reconstructed from
+the kept inputs), Δ^T = (G_KK + λ I)^-1 G_KR W_R^T with G = X^T X the Gram matrix of the layer's
+input on the unpruned model and λ = repair_ridge x mean(diag G_KK) (`repair_next`). The ridge is
+on the correction, not on the weights: a plain ridge refit of the whole Linear overfits the few
+calibration tokens. Kept indices stay in their original order. Ratios come per layer type (ffn, heads) and per block
 (quant/compress.py: PruneSpec); kept FFN channels are rounded to a multiple of FFN_MULTIPLE,
 kept heads to whole heads (at least one). Nothing is fine-tuned afterwards: the accuracy drop a
 pruned model shows here is the drop before the fine-tuning the literature prescribes.
@@ -120,25 +127,53 @@ def _take(a, idx, axis=0):
     return None if a is None else np.ascontiguousarray(np.take(a, idx, axis=axis))
 
 
+def repair_next(w: np.ndarray, keep: np.ndarray, gram: np.ndarray, ridge: float) -> np.ndarray:
+    """The kept columns of w (N, K) refitted: W_K + Δ, Δ = W_R G_RK (G_KK + λ I)^-1, λ = ridge x
+    mean(diag G_KK) (see the module doc); float32 (N, |keep|)."""
+    k = w.shape[1]
+    removed = np.setdiff1d(np.arange(k), keep)
+    w64 = np.asarray(w, np.float64)
+    if removed.size == 0:
+        return np.ascontiguousarray(w[:, keep], np.float32)
+    g = np.asarray(gram, np.float64)
+    gkk = g[np.ix_(keep, keep)]
+    lam = ridge * float(np.mean(np.diag(gkk))) or ridge
+    rhs = g[np.ix_(keep, removed)] @ w64[:, removed].T  # (|K|, N)
+    delta_t = np.linalg.solve(gkk + lam * np.eye(keep.size), rhs)
+    return np.ascontiguousarray(w64[:, keep] + delta_t.T, np.float32)
+
+
 def prune_layer(lw: LayerWeights, head_dim: int, ffn_ratio: float, heads_ratio: float,
-                unit: str, norms: tuple[np.ndarray, np.ndarray] | None = None) -> LayerWeights:
+                unit: str, norms: tuple[np.ndarray, np.ndarray] | None = None,
+                grams: tuple[np.ndarray, np.ndarray] | None = None,
+                ridge: float = 0.01) -> LayerWeights:
     """One block pruned; `norms` = (FFN channel norms (F,), query head norms (H,)) for the
-    activation-aware score, None for L1."""
+    activation-aware score, None for L1; `grams` = (down_proj input Gram (F, F), o_proj input
+    Gram (H hd, H hd)) to repair down_proj and o_proj (`repair_next`), None for no repair."""
     f_act, h_act = norms if norms is not None else (None, None)
     ch = ffn_keep(lw.w_gate, lw.w_up, lw.w_down, ffn_ratio, act=f_act)
     q_heads, kv_heads = decoder_heads_keep(lw, head_dim, heads_ratio, unit, act=h_act)
     qr, kvr = _rows(q_heads, head_dim), _rows(kv_heads, head_dim)
+    down, wo = _take(lw.w_down, ch, axis=1), _take(lw.wo, qr, axis=1)
+    if grams is not None:
+        down = repair_next(lw.w_down, ch, grams[0], ridge)
+        wo = repair_next(lw.wo, qr, grams[1], ridge)
     return dataclasses.replace(
         lw, wq=_take(lw.wq, qr), wk=_take(lw.wk, kvr), wv=_take(lw.wv, kvr),
-        wo=_take(lw.wo, qr, axis=1), w_gate=_take(lw.w_gate, ch), w_up=_take(lw.w_up, ch),
-        w_down=_take(lw.w_down, ch, axis=1), bq=_take(lw.bq, qr), bk=_take(lw.bk, kvr),
+        wo=wo, w_gate=_take(lw.w_gate, ch), w_up=_take(lw.w_up, ch),
+        w_down=down, bq=_take(lw.bq, qr), bk=_take(lw.bk, kvr),
         bv=_take(lw.bv, kvr))
 
 
-def prune_decoder(weights: DecoderWeights, spec: PruneSpec, norms=None) -> DecoderWeights:
+def prune_decoder(weights: DecoderWeights, spec: PruneSpec, norms=None,
+                  grams=None) -> DecoderWeights:
     """A new DecoderWeights with every block pruned at its ratios (the input is not changed).
     `norms`: per block (FFN channel norms, query head norms) of the unpruned model on the
-    calibration windows, required when spec.score is "activation"."""
+    calibration windows, required when spec.score is "activation"; `grams`: per block (down_proj
+    input Gram, o_proj input Gram) of the same, required when spec.repair."""
+    if spec.repair and (grams is None or len(grams) != weights.config.n_layers):
+        raise ValueError("prune.repair = true needs the input Gram matrices of every block "
+                         "(runtime/calibration.py: activation_grams)")
     c = weights.config
     bad = [i for i, _, _ in spec.blocks if i >= c.n_layers]
     if bad:
@@ -151,7 +186,8 @@ def prune_decoder(weights: DecoderWeights, spec: PruneSpec, norms=None) -> Decod
     for i, lw in enumerate(weights.layers):
         f, h = spec.ratios(i)
         layers.append(prune_layer(lw, c.head_dim, f, h, spec.head_unit,
-                                  norms[i] if spec.score == "activation" else None))
+                                  norms[i] if spec.score == "activation" else None,
+                                  grams[i] if spec.repair else None, spec.repair_ridge))
     return dataclasses.replace(weights, layers=layers)
 
 

@@ -13,6 +13,8 @@ Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.pr
     samples = 10                  # activation only: N calibration windows of
     sample_tokens = 128           #   `sample_tokens` tokens, drawn with `seed` (the
     seed = 0                      #   [activations] defaults)
+    repair = false                # refit the Linear after each pruned unit (down_proj, o_proj)
+    repair_ridge = 0.01           #   on calibration activations (model/prune.py: repair_next)
     [prune.blocks]                # per-block ratios: block index or range "a-b" (inclusive)
     "0-3" = { ffn = 0.5 }         #   a missing key keeps the top-level ratio
 
@@ -25,6 +27,20 @@ Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.pr
     samples = 10                  # N windows of `sample_tokens` tokens
     sample_tokens = 128
     seed = 0
+
+    [quantize]                    # how int4 / int8 weights are fitted (quant/gptq.py, awq.py)
+    method = "gptq"               # "rtn" (round to nearest, the default), "gptq" or "awq"
+    calibration = "corpus"        # the corpus's calibration split, or "random" token ids
+    samples = 16                  # N windows of `sample_tokens` tokens, drawn with `seed`
+    sample_tokens = 128
+    seed = 0
+    damp = 0.01                   # gptq: H + damp x mean(diag H) x I
+    block_size = 128              # gptq: columns per lazy batch update
+    act_order = false             # gptq: columns by decreasing diag(H)
+    grid = 20                     # awq: alpha in 0, 1/grid, ..., (grid - 1)/grid
+    [quantize.methods]            # per layer pattern (as [layers] matches) or per format name
+    "*.down_proj" = "rtn"         #   an exact name, then patterns in file order, then
+    "int8" = "rtn"                #   format names, then `method`
 
 `score = "activation"` (decoders only; MiniLM refuses it) runs the unpruned FP32 model on N
 windows of the corpus's *calibration* split (runtime/calibration.py: calibration_windows, the
@@ -49,9 +65,13 @@ HEAD_UNITS = ("query", "kv")
 PRUNE_SCORES = ("l1", "activation")
 GRANULARITIES = ("per-tensor", "per-channel", "smooth")
 CALIBRATIONS = ("corpus", "random")
-PRUNE_KEYS = {"ffn", "heads", "head_unit", "blocks", "score", "samples", "sample_tokens", "seed"}
-PRUNE_SAMPLE_KEYS = ("samples", "sample_tokens", "seed")  # score = "activation" only
+PRUNE_KEYS = {"ffn", "heads", "head_unit", "blocks", "score", "samples", "sample_tokens", "seed",
+              "repair", "repair_ridge"}
+PRUNE_SAMPLE_KEYS = ("samples", "sample_tokens", "seed")  # activation score or repair only
 BLOCK_KEYS = {"ffn", "heads"}
+METHODS = ("rtn", "gptq", "awq")
+QUANTIZE_KEYS = {"method", "methods", "calibration", "samples", "sample_tokens", "seed", "damp",
+                 "block_size", "act_order", "grid"}
 ACTIVATION_KEYS = {"granularity", "calibration", "samples", "sample_tokens", "seed", "alpha"}
 # What each field of [prune], [prune.blocks] and [activations] means: docs/reference/policy.md is
 # generated from these (tools/docs_reference.py), and the build fails on a key they do not describe.
@@ -90,9 +110,16 @@ class PruneSpec:
     head_unit: str = "query"
     blocks: tuple[tuple[int, float | None, float | None], ...] = ()  # (block, ffn, heads)
     score: str = "l1"  # l1 | activation
-    samples: int = 10  # activation score: calibration windows (see the module doc)
+    samples: int = 10  # activation score / repair: calibration windows (see the module doc)
     sample_tokens: int = 128
     seed: int = 0
+    repair: bool = False  # refit the next Linear on calibration activations (model/prune.py)
+    repair_ridge: float = 0.01  # ridge on the correction, x mean(diag) of the kept Gram
+
+    @property
+    def calibrates(self) -> bool:
+        """Whether pruning reads calibration windows (activation score or repair)."""
+        return self.score == "activation" or self.repair
 
     @property
     def is_empty(self) -> bool:
@@ -126,14 +153,19 @@ class PruneSpec:
             parts.append(f"{len({b for b, _, _ in self.blocks})}blocks")
         if self.score != "l1":
             parts.append(f"act-n{self.samples}x{self.sample_tokens}")
+        if self.repair:
+            parts.append("repair" + ("" if self.score != "l1" else
+                                     f"-n{self.samples}x{self.sample_tokens}"))
         return "prune-" + "-".join(parts) if parts else "prune-none"
 
     def to_dict(self) -> dict:
         """Every field, JSON-ready (records and sweep rows carry it)."""
         d = {"ffn": self.ffn, "heads": self.heads, "head_unit": self.head_unit,
              "score": self.score}
-        if self.score != "l1":
+        if self.calibrates:
             d.update(samples=self.samples, sample_tokens=self.sample_tokens, seed=self.seed)
+        if self.repair:
+            d.update(repair=True, repair_ridge=self.repair_ridge)
         if self.blocks:
             d["blocks"] = [list(b) for b in self.blocks]
         return d
@@ -142,8 +174,12 @@ class PruneSpec:
         lines = ["", "[prune]", f"ffn = {self.ffn!r}", f"heads = {self.heads!r}",
                  f'head_unit = "{self.head_unit}"']
         if self.score != "l1":
-            lines += [f'score = "{self.score}"', f"samples = {self.samples}",
-                      f"sample_tokens = {self.sample_tokens}", f"seed = {self.seed}"]
+            lines.append(f'score = "{self.score}"')
+        if self.calibrates:
+            lines += [f"samples = {self.samples}", f"sample_tokens = {self.sample_tokens}",
+                      f"seed = {self.seed}"]
+        if self.repair:
+            lines += ["repair = true", f"repair_ridge = {self.repair_ridge!r}"]
         if self.blocks:
             lines += ["", "[prune.blocks]"]
             for i, f, h in self.blocks:
@@ -177,6 +213,82 @@ class ActivationSpec:
                 f'calibration = "{self.calibration}"', f"samples = {self.samples}",
                 f"sample_tokens = {self.sample_tokens}", f"seed = {self.seed}",
                 f"alpha = {self.alpha!r}"]
+
+
+@dataclass(frozen=True)
+class QuantizeSpec:
+    """A policy's [quantize] table: the fitting method per Linear and its calibration."""
+
+    method: str = "rtn"
+    methods: tuple[tuple[str, str], ...] = ()  # ordered (layer pattern or format name, method)
+    calibration: str = "corpus"
+    samples: int = 16
+    sample_tokens: int = 128
+    seed: int = 0
+    damp: float = 0.01
+    block_size: int = 128
+    act_order: bool = False
+    grid: int = 20
+
+    @property
+    def label(self) -> str:
+        used = sorted({self.method, *(m for _, m in self.methods)} - {"rtn"})
+        return "+".join(used) + f"-n{self.samples}x{self.sample_tokens}" if used else "rtn"
+
+    def activations(self) -> "ActivationSpec":
+        """The calibration windows, as an [activations] sampling (runtime/calibration.py)."""
+        return ActivationSpec(calibration=self.calibration, samples=self.samples,
+                              sample_tokens=self.sample_tokens, seed=self.seed)
+
+    def to_dict(self) -> dict:
+        """Every field, JSON-ready (records and sweep rows carry it)."""
+        return {"method": self.method, "methods": [list(m) for m in self.methods],
+                "calibration": self.calibration, "samples": self.samples,
+                "sample_tokens": self.sample_tokens, "seed": self.seed, "damp": self.damp,
+                "block_size": self.block_size, "act_order": self.act_order, "grid": self.grid}
+
+    def to_toml(self) -> list[str]:
+        def q(s: str) -> str:
+            return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+        lines = ["", "[quantize]", f"method = {q(self.method)}",
+                 f"calibration = {q(self.calibration)}", f"samples = {self.samples}",
+                 f"sample_tokens = {self.sample_tokens}", f"seed = {self.seed}",
+                 f"damp = {self.damp!r}", f"block_size = {self.block_size}",
+                 f"act_order = {'true' if self.act_order else 'false'}", f"grid = {self.grid}"]
+        if self.methods:
+            lines += ["", "[quantize.methods]"] + [f"{q(p)} = {q(m)}" for p, m in self.methods]
+        return lines
+
+
+def quantize_from_dict(data, source: str) -> QuantizeSpec:
+    where = f"{source}: field 'quantize"
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}' must be a table, got {data!r}")
+    _no_unknown(data, QUANTIZE_KEYS, where)
+    d = QuantizeSpec()
+    method = _choice(data.get("method", d.method), f"{where}.method'", METHODS)
+    table = data.get("methods", {})
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}.methods' must be a table, got {table!r}")
+    methods = tuple((str(k), _choice(v, f"{where}.methods.{k}'", METHODS))
+                    for k, v in table.items())
+    act_order = data.get("act_order", d.act_order)
+    if not isinstance(act_order, bool):
+        raise ValueError(f"{where}.act_order' = {act_order!r}: must be true or false")
+    damp = data.get("damp", d.damp)
+    if isinstance(damp, bool) or not isinstance(damp, (int, float)) or not 0 < damp < 1:
+        raise ValueError(f"{where}.damp' = {damp!r}: must be a number in (0, 1)")
+    return QuantizeSpec(
+        method=method, methods=methods,
+        calibration=_choice(data.get("calibration", d.calibration), f"{where}.calibration'",
+                            CALIBRATIONS),
+        damp=float(damp),
+        block_size=_int(data.get("block_size", d.block_size), f"{where}.block_size'", 1, 65536),
+        act_order=act_order,
+        grid=_int(data.get("grid", d.grid), f"{where}.grid'", 1, 1000),
+        **_sampling(data, where, d),
+    )
 
 
 def _ratio(value, where: str) -> float:
@@ -241,12 +353,22 @@ def prune_from_dict(data, source: str) -> PruneSpec:
         h = _ratio(entry["heads"], f"{at[:-1]}.heads'") if "heads" in entry else None
         blocks += [(i, f, h) for i in _block_range(key, at)]
     score = _choice(data.get("score", "l1"), f"{where}.score'", PRUNE_SCORES)
+    repair = data.get("repair", False)
+    if not isinstance(repair, bool):
+        raise ValueError(f"{where}.repair' = {repair!r}: must be true or false")
+    ridge = data.get("repair_ridge", PruneSpec.repair_ridge)
+    if isinstance(ridge, bool) or not isinstance(ridge, (int, float)) or not 0 < ridge < 1e6:
+        raise ValueError(f"{where}.repair_ridge' = {ridge!r}: must be a number > 0")
+    if "repair_ridge" in data and not repair:
+        raise ValueError(f"{where}.repair_ridge' = {ridge!r}: applies with repair = true only")
     given = [k for k in PRUNE_SAMPLE_KEYS if k in data]
-    if score == "l1" and given:
+    if score == "l1" and not repair and given:
         raise ValueError(f"{where}.{given[0]}' = {data[given[0]]!r}: applies to "
-                         "score = \"activation\" only (the L1 score reads no data)")
+                         "score = \"activation\" or repair = true only (the L1 score reads no "
+                         "data)")
     return PruneSpec(ffn, heads, unit, tuple(blocks), score,
-                     **_sampling(data, where, PruneSpec()))
+                     **_sampling(data, where, PruneSpec()), repair=repair,
+                     repair_ridge=float(ridge))
 
 
 def _sampling(data: dict, where: str, defaults) -> dict:

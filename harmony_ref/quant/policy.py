@@ -19,7 +19,10 @@ Format strings: "fp32", "fp16" (also "f16", GGUF's name), "int8", "int4-g<group>
 32 along K, float16 scales, bit-exact with llama.cpp's quantizers).
 
 Optional `[prune]` (structured pruning) and `[activations]` (static INT8 activations, W8A8)
-tables combine pruning and quantization in one policy; quant/compress.py describes them.
+tables combine pruning and quantization in one policy, and `[quantize]` says how each int4 /
+int8 weight is fitted (`method = "rtn" | "gptq" | "awq"`, per layer pattern or format in
+`[quantize.methods]`, with its calibration windows); quant/compress.py describes them.
+`Policy.method_for(name)` is the method a Linear gets ("rtn" for fp32 / fp16 ones).
 `dynamic_activations = "int8"` says the runtime quantizes the activations of every int4 and
 int8 Linear to int8 on the fly (ExecuTorch's 8da4w, W4A8): the op graph then marks those
 matmuls int8-activated, so a runtime computes them in int8 whatever it does for weight-only
@@ -43,8 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony_ref._toml import read_toml, shipped_names
-from harmony_ref.quant.compress import (ActivationSpec, PruneSpec, activations_from_dict,
-                                        prune_from_dict)
+from harmony_ref.quant.compress import (ActivationSpec, PruneSpec, QuantizeSpec,
+                                        activations_from_dict, prune_from_dict,
+                                        quantize_from_dict)
 
 FORMAT_KINDS = ("fp32", "fp16", "int8", "int4", "q4_0", "q4_1", "q8_0")
 GGML_KINDS = ("q4_0", "q4_1", "q8_0")  # GGUF's own block formats (quant/ggml.py)
@@ -53,7 +57,7 @@ GGML_BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}  # quant/ggml.py's BLOCK
 FORMAT_ALIASES = {"f16": "fp16"}  # GGUF's type name for the same float16
 _FORMAT_RE = re.compile(r"^(fp32|fp16|int8|q4_0|q4_1|q8_0|int4-g(\d+)(-(asym|sym))?)$")
 POLICY_KEYS = {"name", "description", "default", "keep_fp16_layers", "keep_int8_layers", "layers",
-               "prune", "activations", "dynamic_activations"}
+               "prune", "activations", "dynamic_activations", "quantize"}
 DYNAMIC_ACTIVATIONS = ("", "int8")
 # What each field of a policy TOML means: docs/reference/policy.md is generated from this table
 # (tools/docs_reference.py), and the docs build fails on a key of POLICY_KEYS it does not describe.
@@ -161,6 +165,32 @@ class Policy:
     prune: PruneSpec | None = None  # structured pruning before quantizing (quant/compress.py)
     activations: ActivationSpec | None = None  # static int8 activations for int8 Linears
     dynamic_activations: str = ""  # "int8": every int4/int8 Linear's activations, on the fly
+    quantize: QuantizeSpec | None = None  # how int4/int8 weights are fitted (rtn, gptq, awq)
+
+    def method_for(self, layer_name: str) -> str:
+        """How the Linear `layer_name` is fitted: "rtn", "gptq" or "awq" ("rtn" when it is not
+        int4/int8). Precedence: an exact [quantize.methods] name, its patterns in file order,
+        its format names, then [quantize] method."""
+        q = self.quantize
+        fmt = self.format_for(layer_name)
+        if q is None or fmt.kind not in ("int4", "int8"):
+            return "rtn"
+        for key, m in q.methods:
+            if key == layer_name:
+                return m
+        for key, m in q.methods:
+            if not _FORMAT_RE.match(key) and _matches(key, layer_name):
+                return m
+        for key, m in q.methods:
+            if _FORMAT_RE.match(key) and parse_format(key) == fmt:
+                return m
+        return q.method
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether any Linear is fitted on calibration data (gptq or awq somewhere)."""
+        q = self.quantize
+        return q is not None and (q.method != "rtn" or any(m != "rtn" for _, m in q.methods))
 
     def format_for(self, layer_name: str) -> WeightFormat:
         """The format a Linear (or embedding) called `layer_name` is stored in."""
@@ -198,7 +228,7 @@ class Policy:
             lines.extend(f"{q(p)} = {q(f.name)}" for p, f in self.layers)
         if self.dynamic_activations:
             lines.append(f"dynamic_activations = {q(self.dynamic_activations)}")
-        for extra in (self.prune, self.activations):
+        for extra in (self.prune, self.activations, self.quantize):
             if extra is not None:
                 lines.extend(extra.to_toml())
         return "\n".join(lines) + "\n"
@@ -232,6 +262,13 @@ def unmatched(policy: Policy, layers: list[tuple[str, int]], n_blocks: int,
             if not any(pattern == n or _matches(pattern, n) for n in names):
                 out.append(f"{policy.source}: field '{field_name}' has {pattern!r}, which matches "
                            f"no layer of {model}{_closest(pattern, names)}")
+    if policy.quantize is not None:
+        for key, _ in policy.quantize.methods:
+            if _FORMAT_RE.match(key):
+                continue
+            if not any(key == n or _matches(key, n) for n in names):
+                out.append(f"{policy.source}: field 'quantize.methods' has {key!r}, which "
+                           f"matches no layer of {model}{_closest(key, names)}")
     if policy.prune is not None:
         past = sorted({b for b, _, _ in policy.prune.blocks if b >= n_blocks})
         if past:
@@ -309,6 +346,7 @@ def policy_from_dict(data: dict, source: str) -> Policy:
         activations=(activations_from_dict(data["activations"], source)
                      if "activations" in data else None),
         dynamic_activations=dynamic,
+        quantize=(quantize_from_dict(data["quantize"], source) if "quantize" in data else None),
     )
 
 

@@ -71,12 +71,14 @@ from harmony_ref.kernels.rope import rope_rows, rope_table
 from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, layer_name
 from harmony_ref.model.prune import prune_decoder
 from harmony_ref.quant.ggml import QUANTIZERS as GGML_QUANTIZERS
-from harmony_ref.quant.ggml import GGMLTensor, concat_rows
-from harmony_ref.quant.int4 import quantize_int4
-from harmony_ref.quant.int8 import quantize_int8
+from harmony_ref.quant.ggml import GGMLTensor
+from harmony_ref.quant.ggml import concat_rows as concat_ggml_rows
+from harmony_ref.quant.int4 import Int4Tensor, quantize_int4
+from harmony_ref.quant.int8 import Int8Tensor, quantize_int8
 from harmony_ref.quant.policy import FP32, Policy, WeightFormat, int4_format_for_rows, load_policy
 from harmony_ref.runtime.calibration import (activation_norms, calibration_windows,
                                              observe_scales)
+from harmony_ref.runtime.sequential import activation_grams, calibrate_weights
 
 DEFAULT_MAX_CONTEXT = 2048
 F16_CHUNK_ROWS = 4096  # fp16 Linears widen this many weight rows at a time (bounded scratch)
@@ -223,9 +225,18 @@ def make_linear(name: str, w: np.ndarray, fmt: WeightFormat, act_scale=None,
                 stored=None) -> Linear:
     """Quantize (or cast) an FP32 (N, K) weight into `fmt` and prepare its kernel layout; an
     int8 weight with a static activation scale (K,) runs W8A8 (kernels/matmul_w8a8.py).
-    `stored`: the weight as the checkpoint file stores it (DecoderWeights.stored); when it is
-    already in `fmt` it is used as it is, never requantized (the `as-stored` policy)."""
+    `stored`: the weight already in a stored form. An int4 / int8 tensor fitted on calibration
+    data (GPTQ) is used instead of quantizing `w`; the weight as the checkpoint file stores it
+    (DecoderWeights.stored) is used as it is when it is already in `fmt`, never requantized (the
+    `as-stored` policy)."""
     n, k = w.shape
+    if isinstance(stored, (Int4Tensor, Int8Tensor)):
+        if act_scale is not None:
+            raise ValueError(f"{name}: a GPTQ-fitted weight cannot also run W8A8")
+        if fmt.kind == "int8":
+            return Linear(name, fmt, matmul_w8, prepare_w8(stored), (n, k), stored.nbytes)
+        fmt = int4_format_for_rows(fmt, k)
+        return Linear(name, fmt, matmul_w4, prepare_w4(stored), (n, k), stored.nbytes)
     as_stored = _stored_in(stored, fmt) if act_scale is None else None
     if fmt.ggml:
         t = as_stored if as_stored is not None else GGML_QUANTIZERS[fmt.kind](w)
@@ -249,26 +260,57 @@ def make_linear(name: str, w: np.ndarray, fmt: WeightFormat, act_scale=None,
     return Linear(name, fmt, matmul_w4, prepare_w4(t), (n, k), t.nbytes)
 
 
+def quantize_stored(w: np.ndarray, fmt: WeightFormat):
+    """Round-to-nearest storage of an FP32 (N, K) weight in int4 / int8 (as make_linear)."""
+    if fmt.kind == "int8":
+        return quantize_int8(w)
+    fmt = int4_format_for_rows(fmt, w.shape[1])
+    return quantize_int4(w, group_size=fmt.group_size, scheme=fmt.scheme)
+
+
+def concat_rows(tensors):
+    """Stored int4 / int8 tensors of one format and row length, rows concatenated (exact:
+    every scale is per row or per group within a row)."""
+    if len(tensors) == 1:
+        return tensors[0]
+    t0 = tensors[0]
+    n = sum(t.shape[0] for t in tensors)
+    if isinstance(t0, Int8Tensor):
+        return Int8Tensor(np.concatenate([t.values for t in tensors]),
+                          np.concatenate([t.scale for t in tensors]), (n, t0.shape[1]))
+    zp = None if t0.zero_point is None else np.concatenate([t.zero_point for t in tensors])
+    return Int4Tensor(np.concatenate([t.packed for t in tensors]),
+                      np.concatenate([t.scale for t in tensors]), zp, (n, t0.shape[1]),
+                      t0.group_size, t0.scheme)
+
+
 class Fused:
     """Several Linears over one input, outputs concatenated along N: one matmul when they share
     a format (weights concatenated row-wise before quantizing), else one call each."""
 
     def __init__(self, name: str, parts: list[tuple[str, np.ndarray]], policy: Policy,
-                 act_scales: dict | None = None, stored_weights: dict | None = None):
+                 act_scales: dict | None = None, stored: dict | None = None):
         fmts = [policy.format_for(n) for n, _ in parts]
         scales = [(act_scales or {}).get(n) for n, _ in parts]  # one input: the same scale
-        stored = [(stored_weights or {}).get(n) for n, _ in parts]
-        if all(f == fmts[0] for f in fmts):
+        given = [(stored or {}).get(n) for n, _ in parts]
+        fitted = [t if isinstance(t, (Int4Tensor, Int8Tensor)) else None for t in given]
+        if all(f == fmts[0] for f in fmts) and any(t is not None for t in fitted):
+            # some parts fitted (GPTQ), the rest rounded: rows of one stored tensor
+            ts = [t if t is not None else quantize_stored(a, f)
+                  for (_, a), f, t in zip(parts, fmts, fitted)]
             w = np.concatenate([a for _, a in parts], axis=0)
-            kept = [_stored_in(s, fmts[0]) for s in stored]
+            self.linears = [make_linear(name, w, fmts[0], scales[0], concat_rows(ts))]
+        elif all(f == fmts[0] for f in fmts):
+            w = np.concatenate([a for _, a in parts], axis=0)
+            kept = [_stored_in(t, fmts[0]) for t in given]
             fused = None
-            if all(s is not None for s in kept):  # rows concatenate exactly, as stored
-                fused = (concat_rows(kept) if isinstance(kept[0], GGMLTensor)
+            if all(t is not None for t in kept):  # rows concatenate exactly, as stored
+                fused = (concat_ggml_rows(kept) if isinstance(kept[0], GGMLTensor)
                          else np.concatenate(kept, axis=0))
             self.linears = [make_linear(name, w, fmts[0], scales[0], fused)]
         else:
-            self.linears = [make_linear(n, a, f, s, st)
-                            for (n, a), f, s, st in zip(parts, fmts, scales, stored)]
+            self.linears = [make_linear(n, a, f, s, t)
+                            for (n, a), f, s, t in zip(parts, fmts, scales, given)]
         self.formats = {n: f.name for (n, _), f in zip(parts, fmts)}
         self.single = self.linears[0] if len(self.linears) == 1 else None
 
@@ -314,14 +356,23 @@ class Llama:
         prune = self.policy.prune
         if prune is not None:
             norms = None
-            if prune.score == "activation":  # scored by the unpruned model run in FP32
+            grams = None
+            if prune.repair:  # Gram matrices (and norms) of the unpruned model in FP32
+                act = prune.calibration()
+                base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
+                grams = activation_grams(base, calibration_windows(weights, act,
+                                                                   calibration_tokens))
+                norms = [(np.sqrt(np.diag(gf)), np.sqrt(np.diag(go).reshape(-1, c.head_dim)
+                                                        .sum(axis=1))) for gf, go in grams]
+                del base
+            elif prune.score == "activation":  # scored by the unpruned model run in FP32
                 act = prune.calibration()
                 base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
                 norms = activation_norms(base, calibration_windows(weights, act,
                                                                    calibration_tokens),
                                          c.head_dim)
                 del base
-            weights = prune_decoder(weights, prune, norms)
+            weights = prune_decoder(weights, prune, norms, grams)
         act = self.policy.activations
         scales = {}
         if act is not None:  # static scales from this (pruned) model run in FP32
@@ -331,6 +382,16 @@ class Llama:
         # weights as the file stores them: used where the policy asks for that very format
         # (pruning changes the matrices, so a pruned model requantizes)
         stored = weights.stored if prune is None else {}
+        if self.policy.calibrated:  # GPTQ / AWQ on this (pruned) model's calibration windows
+            q = self.policy.quantize
+            windows = calibration_windows(weights, q.activations(), calibration_tokens)
+            if scales and "awq" in {q.method, *(m for _, m in q.methods)}:
+                raise ValueError(f"{self.policy.source}: [quantize] awq with [activations]: the "
+                                 "static activation scales would no longer fit the folded model")
+            base = Llama(weights, Policy("fp32", FP32), max_context=q.sample_tokens)
+            # the fitted tensors replace the file's (AWQ rescales the weights it folds into)
+            weights, stored = calibrate_weights(base, weights, self.policy, windows)
+            del base
         self.kv_dtype = kv_dtype
         self.max_context = min(max_context, c.max_positions)
         self.eps = np.float32(c.norm_eps)
@@ -419,47 +480,94 @@ class Llama:
         h = rms_norm_rows(x, self.blocks[0].attn_norm, self.eps, np.empty_like(x))
         n_blocks = len(self.blocks)
         for i, b in enumerate(self.blocks):
-            nh, nkv = b.n_heads, b.n_kv_heads
-            qd, kvd = nh * hd, nkv * hd
-            qkv = b.qkv(h)  # (T, H hd + 2 Hkv hd)
-            if b.qkv_bias is not None:
-                qkv += b.qkv_bias
-            if b.q_norm is not None:  # per head, in place: q's heads, then k's
-                rms_norm_heads_rows(qkv, 0, nh, hd, b.q_norm, self.eps)
-                rms_norm_heads_rows(qkv, nh, nkv, hd, b.k_norm, self.eps)
-            cos, sin = b.rope
-            rope_rows(qkv, nh + nkv, hd, cos[p0:p0 + t], sin[p0:p0 + t])  # q and k heads, in place
-            if self.q_factor != 1:
-                qkv[:, :qd] *= self.q_factor
-            k_new = qkv[:, qd:qd + kvd].reshape(t, nkv, hd)
-            v_new = qkv[:, qd + kvd:].reshape(t, nkv, hd)
-            if t == 1:
-                b.cache.store(k_new, v_new)
-                a = decode_attention_unchecked(qkv[0, :qd].reshape(nh, hd), b.cache)
-            elif b.window:  # the ring's past window, then this call's keys as the cache keeps them
-                past_k, past_v = b.cache.ordered_kv()
-                new_k, new_v = b.cache.roundtrip(k_new, v_new)
-                b.cache.store(k_new, v_new)
-                q = np.ascontiguousarray(qkv[:, :qd]).reshape(t, nh, hd)
-                a = window_prefill_attention(q, np.concatenate([past_k, new_k]),
-                                             np.concatenate([past_v, new_v]), b.window)
-            else:
-                b.cache.store(k_new, v_new)
-                q = np.ascontiguousarray(qkv[:, :qd]).reshape(t, nh, hd)
-                a = prefill_attention_unchecked(q, b.cache)  # (T, H, hd)
-            o = b.o(a.reshape(t, qd))  # (T, D)
-            if b.post_attn_norm is not None:
-                rms_norm_rows(o, b.post_attn_norm, self.eps, o)
-            add_rms_norm_rows(x, o, b.ffn_norm, self.eps, h)  # x += o; h = rms_norm(x)
-            gu = b.gate_up(h)  # (T, 2F)
-            act = self.act(gu, np.empty((t, b.ffn_dim), np.float32))  # (T, F)
-            d = b.down(act)  # (T, D)
-            if b.post_ffn_norm is not None:
-                rms_norm_rows(d, b.post_ffn_norm, self.eps, d)
             nxt = self.blocks[i + 1].attn_norm if i + 1 < n_blocks else self.final_norm
-            add_rms_norm_rows(x, d, nxt, self.eps, h)  # x += d; h = next norm of x
+            self._block(b, x, h, p0, nxt)
         self.pos = p0 + t
         return self.lm_head(h if all_logits else h[-1:])  # (T, V) or (1, V)
+
+    def _block(self, b: Block, x: np.ndarray, h: np.ndarray, p0: int, nxt: np.ndarray) -> None:
+        """One block at positions p0 .. p0 + T - 1: x (T, D) the residual stream, h its
+        attn-normed rows; both updated in place (h = the next norm `nxt` of the new x)."""
+        c = self.config
+        t, hd = x.shape[0], c.head_dim
+        nh, nkv = b.n_heads, b.n_kv_heads
+        qd, kvd = nh * hd, nkv * hd
+        qkv = b.qkv(h)  # (T, H hd + 2 Hkv hd)
+        if b.qkv_bias is not None:
+            qkv += b.qkv_bias
+        if b.q_norm is not None:  # per head, in place: q's heads, then k's
+            rms_norm_heads_rows(qkv, 0, nh, hd, b.q_norm, self.eps)
+            rms_norm_heads_rows(qkv, nh, nkv, hd, b.k_norm, self.eps)
+        cos, sin = b.rope
+        rope_rows(qkv, nh + nkv, hd, cos[p0:p0 + t], sin[p0:p0 + t])  # q and k heads, in place
+        if self.q_factor != 1:
+            qkv[:, :qd] *= self.q_factor
+        k_new = qkv[:, qd:qd + kvd].reshape(t, nkv, hd)
+        v_new = qkv[:, qd + kvd:].reshape(t, nkv, hd)
+        if t == 1:
+            b.cache.store(k_new, v_new)
+            a = decode_attention_unchecked(qkv[0, :qd].reshape(nh, hd), b.cache)
+        elif b.window:  # the ring's past window, then this call's keys as the cache keeps them
+            past_k, past_v = b.cache.ordered_kv()
+            new_k, new_v = b.cache.roundtrip(k_new, v_new)
+            b.cache.store(k_new, v_new)
+            q = np.ascontiguousarray(qkv[:, :qd]).reshape(t, nh, hd)
+            a = window_prefill_attention(q, np.concatenate([past_k, new_k]),
+                                         np.concatenate([past_v, new_v]), b.window)
+        else:
+            b.cache.store(k_new, v_new)
+            q = np.ascontiguousarray(qkv[:, :qd]).reshape(t, nh, hd)
+            a = prefill_attention_unchecked(q, b.cache)  # (T, H, hd)
+        o = b.o(a.reshape(t, qd))  # (T, D)
+        if b.post_attn_norm is not None:
+            rms_norm_rows(o, b.post_attn_norm, self.eps, o)
+        add_rms_norm_rows(x, o, b.ffn_norm, self.eps, h)  # x += o; h = rms_norm(x)
+        gu = b.gate_up(h)  # (T, 2F)
+        act = self.act(gu, np.empty((t, b.ffn_dim), np.float32))  # (T, F)
+        d = b.down(act)  # (T, D)
+        if b.post_ffn_norm is not None:
+            rms_norm_rows(d, b.post_ffn_norm, self.eps, d)
+        add_rms_norm_rows(x, d, nxt, self.eps, h)  # x += d; h = next norm of x
+
+    def set_stage(self, i: int, stage: str, lw, policy: Policy, stored: dict,
+                  act_scales: dict | None = None) -> None:
+        """Rebuild stage `stage` (qkv, o, gate_up, down) of block i from layer weights `lw` in
+        `policy`'s formats, GPTQ-fitted tensors from `stored`; the norms and the q|k|v bias
+        follow `lw` (AWQ folds its scales into them)."""
+        c, b = self.config, self.blocks[i]
+        n = lambda short: layer_name(i, short)  # noqa: E731
+        scales = act_scales or {}
+        if stage == "qkv":
+            b.attn_norm = lw.attn_norm
+            b.qkv = Fused(f"model.layers.{i}.self_attn.qkv_proj",
+                          [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
+                          policy, scales, stored)
+            if c.attention_bias:
+                b.qkv_bias = np.concatenate([lw.bq, lw.bk, lw.bv]).astype(np.float32)
+        elif stage == "o":
+            b.o = make_linear(n("o_proj"), lw.wo, policy.format_for(n("o_proj")),
+                              scales.get(n("o_proj")), stored.get(n("o_proj")))
+        elif stage == "gate_up":
+            b.ffn_norm = lw.ffn_norm
+            b.gate_up = Fused(f"model.layers.{i}.mlp.gate_up_proj",
+                              [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)], policy,
+                              scales, stored)
+        elif stage == "down":
+            b.down = make_linear(n("down_proj"), lw.w_down, policy.format_for(n("down_proj")),
+                                 scales.get(n("down_proj")), stored.get(n("down_proj")))
+        else:
+            raise ValueError(f"unknown stage {stage!r}")
+
+    def run_block(self, i: int, x: np.ndarray) -> np.ndarray:
+        """Block i alone on one window's residual stream x (T, D) from position 0, its KV cache
+        emptied first: the new residual stream (calibration runs the model block by block)."""
+        b = self.blocks[i]
+        b.cache.reset()
+        x = np.array(x, dtype=np.float32)
+        h = rms_norm_rows(x, b.attn_norm, self.eps, np.empty_like(x))
+        self._block(b, x, h, 0, b.attn_norm)
+        b.cache.reset()
+        return x
 
     def prefill(self, tokens, all_logits: bool = False) -> np.ndarray:
         tokens = np.asarray(tokens, dtype=np.int64)

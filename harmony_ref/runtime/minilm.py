@@ -196,6 +196,10 @@ class MiniLM:
         if pol.activations is not None:
             raise ValueError(f"{pol.source}: [activations] (static INT8 activations) runs on the "
                              "decoder runtime only, not on MiniLM")
+        if pol.calibrated or (pol.prune is not None and pol.prune.repair):
+            raise ValueError(f"{pol.source}: [quantize] gptq / awq and [prune] repair calibrate "
+                             "on a decoder's corpus: they run on the decoder runtime only, not "
+                             "on MiniLM")
         key = pol.to_toml()
         if key not in self._cache:
             # A [prune] table: smaller matrices (model/prune.py); layer() reads their shapes.
