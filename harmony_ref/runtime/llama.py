@@ -469,11 +469,9 @@ class Llama:
     def forward(self, tokens, all_logits: bool = False) -> np.ndarray:
         """Logits (T, V) for tokens (T,) ids at positions pos .. pos + T - 1, or (1, V) for the
         last one. T = 1 is the decode step; T > 1 is a causal prefill."""
-        c = self.config
         t, p0 = len(tokens), self.pos
         if p0 + t > self.max_context:
             raise ValueError(f"context full: {p0} + {t} tokens > max_context {self.max_context}")
-        hd = c.head_dim
         x = self.embed[tokens]  # (T, D) fresh copy: the residual stream
         if self.embed_scale != 1:
             x *= self.embed_scale

@@ -148,7 +148,7 @@ def _awq_block(model, i, lw, xs, policy, methods, config):
         s, _, _ = awq_search([w for _, w in quant], [_fmt_for(policy, n, w.shape[1])
                                                      for n, w in quant],
                              stats[st].gram, stats[st].mean_abs, q.grid, tie)
-        for p, a in STAGE_PARTS[st]:
+        for _, a in STAGE_PARTS[st]:
             new[a] = getattr(lw, a) * s  # columns: W diag(s)
         if st == "qkv":
             new["attn_norm"] = lw.attn_norm / s
