@@ -280,7 +280,7 @@ def policy_markdown() -> str:
            + ", ".join(_code(p) for p in shipped_policies())
            + "; any `--policy` also takes a TOML path. Read by `harmony_ref/quant/policy.py` "
            "`policy_from_dict` (the keys of `POLICY_KEYS`) and `harmony_ref/quant/compress.py` "
-           "(`PRUNE_KEYS`, `BLOCK_KEYS`, `ACTIVATION_KEYS`); every error names the file, the "
+           "(`PRUNE_KEYS`, `BLOCK_KEYS`, `ACTIVATION_KEYS`, `QUANTIZE_KEYS`); every error names the file, the "
            "field and the value.\n",
            "### Top level\n"]
     out += _key_table(_checked(policy.POLICY_KEYS, policy.POLICY_FIELD_DOCS, "policy"))
@@ -292,6 +292,10 @@ def policy_markdown() -> str:
     out += ["### `[activations]`\n"]
     out += _key_table(_checked(compress.ACTIVATION_KEYS, compress.ACTIVATION_FIELD_DOCS,
                                "[activations]"))
+    out += ["### `[quantize]`\n"]
+    out += _key_table(_checked(compress.QUANTIZE_KEYS, compress.QUANTIZE_FIELD_DOCS,
+                               "[quantize]"))
+    out += ["Choices: `method` " + ", ".join(_code(c) for c in compress.METHODS) + ".\n"]
     out += ["Choices: `head_unit` " + ", ".join(_code(c) for c in compress.HEAD_UNITS)
             + "; `score` " + ", ".join(_code(c) for c in compress.PRUNE_SCORES)
             + "; `granularity` " + ", ".join(_code(c) for c in compress.GRANULARITIES)

@@ -86,6 +86,9 @@ PRUNE_FIELD_DOCS = {
     "samples": "score = \"activation\" only: calibration windows (default 10)",
     "sample_tokens": "score = \"activation\" only: tokens per window (default 128)",
     "seed": "score = \"activation\" only: the windows' seed (default 0)",
+    "repair": "true: refit the Linear after each pruned unit (down_proj, o_proj) on calibration "
+              "activations, a ridge fit of the correction to the kept columns (default false)",
+    "repair_ridge": "repair only: the ridge, x mean(diag) of the kept Gram (default 0.01)",
 }
 BLOCK_FIELD_DOCS = {"ffn": "this block's FFN ratio", "heads": "this block's heads ratio"}
 ACTIVATION_FIELD_DOCS = {
@@ -96,6 +99,20 @@ ACTIVATION_FIELD_DOCS = {
     "samples": "calibration windows (default 10)",
     "sample_tokens": "tokens per window (default 128)",
     "seed": "the windows' seed (default 0)",
+}
+QUANTIZE_FIELD_DOCS = {
+    "method": "\"rtn\" (round to nearest, default), \"gptq\" (Frantar et al. 2022) or \"awq\" "
+              "(Lin et al. 2023): how every Linear's format is fitted",
+    "methods": "table: layer-name pattern or format name -> method, overriding `method`",
+    "calibration": "\"corpus\" (the corpus's calibration split) or \"random\" token ids",
+    "samples": "calibration windows (default 16)",
+    "sample_tokens": "tokens per window (default 128)",
+    "seed": "the windows' seed (default 0)",
+    "damp": "gptq: dampening, a fraction of mean(diag H) added to H's diagonal, in (0, 1) "
+            "(default 0.01)",
+    "block_size": "gptq: columns per lazy block update (default 128)",
+    "act_order": "gptq: columns in order of decreasing diag H (default false)",
+    "grid": "awq: points of the alpha grid in [0, 1) (default 20)",
 }
 FFN_MULTIPLE = 32  # kept FFN channels: a multiple of this (int4-g32 rows, 32-value act blocks)
 MAX_SAMPLES = 10_000

@@ -64,14 +64,16 @@ DYNAMIC_ACTIVATIONS = ("", "int8")
 POLICY_FIELD_DOCS = {
     "name": "the policy's name (default: the file's stem)",
     "description": "one line saying what the policy is for",
-    "default": "required: the weight format of every Linear no other field names: fp32, fp16, "
-               "int8, int4-g<G> (asymmetric), int4-g<G>-sym",
+    "default": "required: the weight format of every Linear no other field names: fp32, fp16 "
+               "(f16), int8, int4-g<G> (asymmetric), int4-g<G>-sym, or GGUF's q4_0, q4_1, q8_0",
     "keep_fp16_layers": "list of layer-name patterns kept in fp16",
     "keep_int8_layers": "list of layer-name patterns kept in int8",
     "layers": "table: layer-name pattern (`*.q_proj`, `lm_head`) -> weight format",
     "prune": "table: structured pruning ([prune], below)",
     "activations": "table: W8A8, int8 activations with static calibrated scales ([activations], "
                    "below)",
+    "quantize": "table: how each format is fitted, rtn, gptq or awq, on calibration windows "
+                "([quantize], below)",
     "dynamic_activations": "\"\" (none) or \"int8\": activations quantized per call (the kernels' "
                            "per-32-block int8)",
 }

@@ -226,7 +226,7 @@ def test_bad_compression_input_exit_2(tiny_gguf, capsys, argv, pattern):
 
 
 @pytest.mark.parametrize("argv,pattern", [
-    (["sensitivity", "--prune", "ffn=0.1"], "--prune/--prune-score apply to a decoder"),
+    (["sensitivity", "--prune", "ffn=0.1"], "--prune/--prune-score/--method apply to a decoder"),
     (["sensitivity", "--format", "w8a8"], "W8A8 sensitivity applies to a decoder"),
     (["plan", "--budget-mb", "5", "--prune-ffn", "0,0.1"], "--prune-ffn applies to a decoder"),
     (["plan", "--budget-mb", "5", "--activations", "per-channel"],
