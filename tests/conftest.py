@@ -3,6 +3,8 @@
 - `tiny` (module): a MiniLM built on the tiny random checkpoint of tests/fixtures/minilm/tiny.py.
   Module-scoped, not session-scoped: MiniLM caches quantized linears per policy, so each module
   starts from a fresh model as it did when every module defined its own copy of this fixture.
+- `tiny_gguf` (module): the path of a tiny random decoder GGUF (tests/fixtures/decoder/tiny.py,
+  llama, F32), written once per module.
 - `_default_memory` (autouse): a test that ran an asv benchmark's setup (bench.common.pin_threads
   sets the benchmark process's allocator for steady timings) leaves this pytest process with
   glibc's and NumPy's default memory behaviour for the tests after it (RSS measurements).
@@ -37,6 +39,15 @@ def pytest_collection_modifyitems(config, items):
 def tiny(tmp_path_factory):
     model, _, _ = make_tiny_model(tmp_path_factory.mktemp("tiny"))
     return model
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    from tests.fixtures.decoder.tiny import write_tiny_gguf
+
+    path = tmp_path_factory.mktemp("decoder") / "tiny.gguf"
+    write_tiny_gguf(path)
+    return path
 
 
 @pytest.fixture(autouse=True)

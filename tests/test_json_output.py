@@ -36,15 +36,6 @@ def _cat(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    from tests.fixtures.decoder.tiny import tiny_config, write_tiny_gguf
-
-    path = tmp_path_factory.mktemp("json") / "tiny.gguf"
-    write_tiny_gguf(path, tiny_config("llama"))
-    return path
-
-
-@pytest.fixture(scope="module")
 def record(tmp_path_factory):
     """A run record with no parts run (for gate)."""
     from harmony_ref.track import job

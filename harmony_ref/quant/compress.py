@@ -279,10 +279,7 @@ class QuantizeSpec:
 
 
 def quantize_from_dict(data, source: str) -> QuantizeSpec:
-    where = f"{source}: field 'quantize"
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}' must be a table, got {data!r}")
-    _no_unknown(data, QUANTIZE_KEYS, where)
+    where = _table_where(data, source, "quantize", QUANTIZE_KEYS)
     d = QuantizeSpec()
     method = _choice(data.get("method", d.method), f"{where}.method'", METHODS)
     table = data.get("methods", {})
@@ -326,6 +323,16 @@ def _choice(value, where: str, choices) -> str:
     return value
 
 
+def _table_where(data, source: str, name: str, allowed) -> str:
+    """The error prefix for the policy table `name` (`file: field 'name`), once `data` is
+    checked to be a table of known fields."""
+    where = f"{source}: field '{name}"
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}' must be a table, got {data!r}")
+    _no_unknown(data, allowed, where)
+    return where
+
+
 def _no_unknown(data: dict, allowed, where: str) -> None:
     """A ValueError for the first field of `data` not in `allowed`, with the closest name."""
     from harmony_ref._format import did_you_mean
@@ -351,10 +358,7 @@ def _block_range(key: str, where: str) -> range:
 
 
 def prune_from_dict(data, source: str) -> PruneSpec:
-    where = f"{source}: field 'prune"
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}' must be a table, got {data!r}")
-    _no_unknown(data, PRUNE_KEYS, where)
+    where = _table_where(data, source, "prune", PRUNE_KEYS)
     ffn = _ratio(data.get("ffn", 0.0), f"{where}.ffn'")
     heads = _ratio(data.get("heads", 0.0), f"{where}.heads'")
     unit = _choice(data.get("head_unit", "query"), f"{where}.head_unit'", HEAD_UNITS)
@@ -401,10 +405,7 @@ def _sampling(data: dict, where: str, defaults) -> dict:
 
 
 def activations_from_dict(data, source: str) -> ActivationSpec:
-    where = f"{source}: field 'activations"
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}' must be a table, got {data!r}")
-    _no_unknown(data, ACTIVATION_KEYS, where)
+    where = _table_where(data, source, "activations", ACTIVATION_KEYS)
     d = ActivationSpec()
     return ActivationSpec(
         granularity=_choice(data.get("granularity", d.granularity), f"{where}.granularity'",

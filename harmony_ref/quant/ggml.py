@@ -234,6 +234,13 @@ QUANTIZERS_REF = {"q4_0": quantize_q4_0_ref, "q4_1": quantize_q4_1_ref, "q8_0": 
 # reference's order (the float16 rounding of d and m is left to NumPy: Numba has no float16).
 
 
+@numba.njit(cache=True, inline="always")
+def _block_inverse(d):
+    """`_safe_inverse` of one block's d: 1 / d, and 0 where d = 0 or 1 / d overflows."""
+    inv = np.float32(0.0) if d == 0 else np.float32(1.0) / d
+    return inv if np.isfinite(inv) else np.float32(0.0)
+
+
 @numba.njit(parallel=True, cache=True)
 def _q4_0_rows(w):
     n, k = w.shape
@@ -250,9 +257,7 @@ def _q4_0_rows(w):
                     amax = abs(v)
                     mx = v
             d = mx / np.float32(-8.0)
-            inv = np.float32(0.0) if d == 0 else np.float32(1.0) / d
-            if not np.isfinite(inv):  # TINY_BLOCK_NOTE
-                inv = np.float32(0.0)
+            inv = _block_inverse(d)
             d_out[i, b] = d
             for j in range(QK):
                 u = np.trunc(w[i, b * QK + j] * inv + np.float32(8.5))
@@ -276,9 +281,7 @@ def _q4_1_rows(w):
                 lo = min(lo, v)
                 hi = max(hi, v)
             d = (hi - lo) / np.float32(15.0)
-            inv = np.float32(0.0) if d == 0 else np.float32(1.0) / d
-            if not np.isfinite(inv):  # TINY_BLOCK_NOTE
-                inv = np.float32(0.0)
+            inv = _block_inverse(d)
             d_out[i, b] = d
             m_out[i, b] = lo + np.float32(0.0)
             for j in range(QK):
@@ -299,9 +302,7 @@ def _q8_0_rows(w):
             for j in range(QK):
                 amax = max(amax, abs(w[i, b * QK + j]))
             d = amax / np.float32(127.0)
-            inv = np.float32(0.0) if d == 0 else np.float32(1.0) / d
-            if not np.isfinite(inv):  # TINY_BLOCK_NOTE
-                inv = np.float32(0.0)
+            inv = _block_inverse(d)
             d_out[i, b] = d
             for j in range(QK):
                 v = w[i, b * QK + j] * inv

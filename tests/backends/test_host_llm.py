@@ -5,7 +5,6 @@ config naming the checkpoint and carrying its spec."""
 
 import json
 
-import pytest
 
 from harmony_ref.backends import host_llm
 from harmony_ref.backends.host import HostDevice
@@ -14,14 +13,7 @@ from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
 from harmony_ref.runtime.loader import checkpoint_spec
 from harmony_ref.track.record import load_record
-from tests.fixtures.decoder.tiny import tiny_config, write_tiny_gguf
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    path = tmp_path_factory.mktemp("hostllm") / "tiny.gguf"
-    write_tiny_gguf(path)
-    return path
+from tests.fixtures.decoder.tiny import tiny_config
 
 
 def _config(path, policy="int4-g32"):

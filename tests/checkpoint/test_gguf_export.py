@@ -109,6 +109,13 @@ def test_as_stored_logits_equal_the_in_memory_policy(source, policy_name, tmp_pa
     assert np.array_equal(a, b), f"max |diff| {np.abs(a - b).max()}"
 
 
+def _corpus(tmp_path):
+    """A small UTF-8 text file of a few chunks of 32 tokens, to score."""
+    text = tmp_path / "c.txt"
+    text.write_text("the cat sat on the mat and then the dog ran in the sun. " * 10)
+    return text
+
+
 def test_as_stored_accuracy_is_the_policy_accuracy(source, tmp_path, monkeypatch):
     from dataclasses import replace
 
@@ -120,8 +127,7 @@ def test_as_stored_accuracy_is_the_policy_accuracy(source, tmp_path, monkeypatch
     src, w = source
     out = tmp_path / "out.gguf"
     export_gguf(src, "q4_1", out)
-    text = tmp_path / "c.txt"
-    text.write_text("the cat sat on the mat and then the dog ran in the sun. " * 10)
+    text = _corpus(tmp_path)
     acc = lm_accuracy(str(out), [("as-stored", "fp16")], Corpus.from_file(text), context=32)
     f = FORMATS["q4_1"]
     in_memory = replace(w, embed=f.dequantize(f.quantize(w.embed)))
@@ -188,8 +194,7 @@ def test_accuracy_as_stored_command(source, tmp_path, capsys, monkeypatch):
     src, _ = source
     out = tmp_path / "x.gguf"
     export_gguf(src, "q4_0", out)
-    text = tmp_path / "c.txt"
-    text.write_text("the cat sat on the mat and then the dog ran in the sun. " * 10)
+    text = _corpus(tmp_path)
     assert main(["accuracy", "--model", str(out), "--policy", "as-stored", "--policy", "q4_0",
                  "--corpus", str(text), "--context", "32", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)

@@ -9,17 +9,9 @@ import pytest
 
 from harmony_ref.cli import main
 from harmony_ref.eval.lm_accuracy import LM_METRIC_KIND, Corpus, lm_accuracy, lm_metrics
-from tests.fixtures.decoder.tiny import write_tiny_gguf
 
 TEXT = ("the cat sat on the mat and then the dog ran in the sun. " * 12
         + "Numbers 12, 345 and 6789; code: def f(x): return x * 2\n" * 4)
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    path = tmp_path_factory.mktemp("lmacc") / "tiny.gguf"
-    write_tiny_gguf(path)
-    return path
 
 
 @pytest.fixture()

@@ -12,14 +12,7 @@ from harmony_ref.eval.lm_accuracy import Corpus
 from harmony_ref.eval.lm_plan import (group_patterns, group_shapes, lm_plan, lm_sensitivity,
                                       stored_bytes)
 from harmony_ref.quant.policy import parse_format
-from tests.fixtures.decoder.tiny import tiny_config, write_tiny_gguf
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    path = tmp_path_factory.mktemp("lmplan") / "tiny.gguf"
-    write_tiny_gguf(path)
-    return path
+from tests.fixtures.decoder.tiny import tiny_config
 
 
 @pytest.fixture(autouse=True)

@@ -9,14 +9,6 @@ import pytest
 
 from harmony_ref.cli import main
 from harmony_ref.eval.lm_plan import lm_plan, lm_sensitivity
-from tests.fixtures.decoder.tiny import write_tiny_gguf
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    path = tmp_path_factory.mktemp("lmplanm") / "tiny.gguf"
-    write_tiny_gguf(path)
-    return path
 
 
 @pytest.fixture(autouse=True)

@@ -8,14 +8,7 @@ import pytest
 
 from harmony_ref.checkpoint.gguf import write_gguf
 from harmony_ref.cli import main
-from tests.fixtures.decoder.tiny import tiny_vocab, tiny_weights, write_tiny_gguf, write_tiny_hf
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cmd") / "tiny.gguf"
-    write_tiny_gguf(path)
-    return path
+from tests.fixtures.decoder.tiny import tiny_vocab, tiny_weights, write_tiny_hf
 
 
 def test_generate_json(tiny_gguf, capsys):
