@@ -120,10 +120,9 @@ def run_fresh(mod, cls, track, params) -> float:
 
 
 def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
+    from harmony_ref.backends.host_timing import cpu_model
+
+    return cpu_model()
 
 
 def main(argv=None) -> int:

@@ -67,15 +67,10 @@ def measure(name: str, env: dict, child: str, policies) -> dict:
 
 
 def cpu_label() -> str:
-    """This host's CPU, short: 'AMD EPYC f26m2' (vendor model name, family, model)."""
-    info = {}
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            info.setdefault(key.strip(), value.strip())
-            if not line.strip():
-                break
-    return f"{info.get('model name', 'cpu')} f{info.get('cpu family', '?')}m{info.get('model', '?')}"
+    """This host's CPU, short: 'AMD EPYC f25m1' (model name, family, model)."""
+    from harmony_ref.backends.host_timing import cpu_model, cpuinfo
+
+    return f"{cpu_model()} f{cpuinfo('cpu family') or '?'}m{cpuinfo('model') or '?'}"
 
 
 def spread_table(values: dict) -> list[dict]:

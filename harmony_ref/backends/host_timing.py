@@ -10,7 +10,6 @@ import platform
 import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numba
 import numpy as np
@@ -99,26 +98,27 @@ def onchip_buffer_bytes() -> int:
         return KIB * KIB
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what the platform module says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cpu_flags() -> set[str]:
+def cpuinfo(key: str) -> str | None:
+    """The first value of `key` in /proc/cpuinfo ('model name', 'cpu family', 'flags'), or None
+    (no such key, or no /proc/cpuinfo)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                name, sep, value = line.partition(":")
+                if sep and name.strip() == key:
+                    return value.strip()
     except OSError:
         pass
-    return set()
+    return None
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what the platform module says."""
+    return cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_flags() -> set[str]:
+    return set((cpuinfo("flags") or "").split())
 
 
 def reset_peak_rss() -> bool:

@@ -9,9 +9,9 @@ held-out split (calibration: the calibration split), beside the time each policy
         --policy int4-g128 ... --chunks 4 --json > results/quant-methods/accuracy.json
     harmony-ref accuracy --policy $P/prune-ffn0.1-act.toml ... --chunks 4 --json \\
         > results/quant-methods/pruning.json
-    /work/bin/quiet python bench/quant_methods.py time --out results/quant-methods/quantize_time.json
-    python bench/quant_methods.py markdown        # both tables, from the committed JSON files
-    python bench/quant_methods.py section         # the document's results section (tables + ratios)
+    /work/bin/quiet python tools/quant_methods.py time --out results/quant-methods/quantize_time.json
+    python tools/quant_methods.py markdown        # both tables, from the committed JSON files
+    python tools/quant_methods.py section         # the document's results section (tables + ratios)
 
 tests/test_quant_methods_doc.py holds the document's numbers to those files (within the gate's
 limit for each metric's class) and its stated targets to the numbers.
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -106,8 +105,9 @@ def measure_times(out: Path, repeats: int = 1, only: tuple[str, ...] = FORMATS) 
                 best = min(best, time.perf_counter() - t0)
             seconds[pol.name] = best
             print(pol.name, f"{best:.1f} s", file=sys.stderr)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), platform.processor())
+    from harmony_ref.backends.host_timing import cpu_model
+
+    cpu = cpu_model()
     import os
 
     d = {"model": "smollm2-135m", "what": "seconds to build the policy's model (prune, calibrate, "
