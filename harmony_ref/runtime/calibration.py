@@ -90,9 +90,9 @@ class _Watch:
 
 
 def _weight_amax(lin) -> np.ndarray:
-    """(K,) max|w| per input column of an FP32 Linear or Fused (weights stored as W.T)."""
+    """(K,) max|w| per input column of an FP32 QuantLinear or Fused (stored (N, K))."""
     lin = getattr(lin, "single", None) or lin
-    return np.abs(np.asarray(lin.weight, dtype=np.float32)).max(axis=1)
+    return np.abs(np.asarray(lin.stored, dtype=np.float32)).max(axis=0)
 
 
 def observe_scales(model, windows: np.ndarray, granularity: str,

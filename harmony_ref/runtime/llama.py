@@ -62,8 +62,6 @@ from harmony_ref.kernels.attention import (
     prefill_attention_unchecked,
     window_prefill_attention,
 )
-from harmony_ref.kernels.matmul import matmul_w4, matmul_w8, prepare_w4, prepare_w8
-from harmony_ref.kernels.matmul_ggml import matmul_ggml, prepare_ggml
 from harmony_ref.kernels.matmul_w8a8 import matmul_w8a8, quantize_w8a8
 from harmony_ref.kernels.norm import (GELU_CUBIC, GELU_TANH_SCALE, add_rms_norm_rows,
                                      rms_norm_heads_rows, rms_norm_rows)
@@ -76,6 +74,7 @@ from harmony_ref.quant.ggml import concat_rows as concat_ggml_rows
 from harmony_ref.quant.int4 import Int4Tensor, quantize_int4
 from harmony_ref.quant.int8 import Int8Tensor, quantize_int8
 from harmony_ref.quant.policy import FP32, Policy, WeightFormat, int4_format_for_rows, load_policy
+from harmony_ref.runtime.linear import QuantLinear
 from harmony_ref.runtime.calibration import (activation_norms, calibration_windows,
                                              observe_scales)
 from harmony_ref.runtime.sequential import activation_grams, calibrate_weights
@@ -184,10 +183,6 @@ class LlamaRef:
 # The kernel path
 
 
-def _matmul_f32(x, wt):
-    return x @ wt  # wt: (K, N) view of W.T (BLAS reads it transposed, no copy)
-
-
 def _matmul_f16(x, w16):
     """x (M, K) float32 @ W.T for float16 W (N, K), widened F16_CHUNK_ROWS rows at a time."""
     n = w16.shape[0]
@@ -197,19 +192,11 @@ def _matmul_f16(x, w16):
     return out
 
 
-@dataclass
-class Linear:
-    """One weight matrix in its stored format; y = fn(x, weight), x (T, K) -> (T, N)."""
-
-    name: str
-    fmt: WeightFormat
-    fn: object
-    weight: object
-    shape: tuple[int, int]
-    nbytes: int
-
-    def __call__(self, x):
-        return self.fn(x, self.weight)
+def _prepared(name: str, fmt: WeightFormat, stored, matmul=None, operand=None) -> QuantLinear:
+    """A QuantLinear with its kernel operand built now (at load, not inside a timed step)."""
+    lin = QuantLinear(name, fmt, stored, matmul=matmul, operand=operand)
+    lin.prepare()
+    return lin
 
 
 def _stored_in(stored, fmt: WeightFormat):
@@ -222,7 +209,7 @@ def _stored_in(stored, fmt: WeightFormat):
 
 
 def make_linear(name: str, w: np.ndarray, fmt: WeightFormat, act_scale=None,
-                stored=None) -> Linear:
+                stored=None) -> QuantLinear:
     """Quantize (or cast) an FP32 (N, K) weight into `fmt` and prepare its kernel layout; an
     int8 weight with a static activation scale (K,) runs W8A8 (kernels/matmul_w8a8.py).
     `stored`: the weight already in a stored form. An int4 / int8 tensor fitted on calibration
@@ -234,30 +221,30 @@ def make_linear(name: str, w: np.ndarray, fmt: WeightFormat, act_scale=None,
         if act_scale is not None:
             raise ValueError(f"{name}: a GPTQ-fitted weight cannot also run W8A8")
         if fmt.kind == "int8":
-            return Linear(name, fmt, matmul_w8, prepare_w8(stored), (n, k), stored.nbytes)
+            return _prepared(name, fmt, stored)
         fmt = int4_format_for_rows(fmt, k)
-        return Linear(name, fmt, matmul_w4, prepare_w4(stored), (n, k), stored.nbytes)
+        return _prepared(name, fmt, stored)
     as_stored = _stored_in(stored, fmt) if act_scale is None else None
     if fmt.ggml:
         t = as_stored if as_stored is not None else GGML_QUANTIZERS[fmt.kind](w)
-        return Linear(name, fmt, matmul_ggml, prepare_ggml(t), (n, k), t.nbytes)
+        return _prepared(name, fmt, t)
     if as_stored is not None:
         w = as_stored
     if fmt.kind == "int8" and act_scale is not None:
         t = quantize_w8a8(w, act_scale)
-        return Linear(name, fmt, matmul_w8a8, t, (n, k), t.nbytes)
+        return _prepared(name, fmt, t, matmul_w8a8, t)
     if fmt.kind == "fp32":
         w = np.ascontiguousarray(w, dtype=np.float32)
-        return Linear(name, fmt, _matmul_f32, w.T, (n, k), w.nbytes)
+        return _prepared(name, fmt, w)
     if fmt.kind == "fp16":
         w16 = w.astype(np.float16)
-        return Linear(name, fmt, _matmul_f16, w16, (n, k), w16.nbytes)
+        return _prepared(name, fmt, w16, _matmul_f16, w16)
     if fmt.kind == "int8":
         t = quantize_int8(w)
-        return Linear(name, fmt, matmul_w8, prepare_w8(t), (n, k), t.nbytes)
+        return _prepared(name, fmt, t)
     fmt = int4_format_for_rows(fmt, k)
     t = quantize_int4(w, group_size=fmt.group_size, scheme=fmt.scheme)
-    return Linear(name, fmt, matmul_w4, prepare_w4(t), (n, k), t.nbytes)
+    return _prepared(name, fmt, t)
 
 
 def quantize_stored(w: np.ndarray, fmt: WeightFormat):
@@ -316,7 +303,7 @@ class Fused:
 
     def __call__(self, x):
         if self.single is not None:
-            return self.single.fn(x, self.single.weight)
+            return self.single(x)
         return np.concatenate([lin(x) for lin in self.linears], axis=1)
 
     @property
@@ -329,10 +316,10 @@ class Block:
     attn_norm: np.ndarray  # (D,)
     qkv: Fused  # (T, D) -> (T, H hd + 2 Hkv hd)
     qkv_bias: np.ndarray | None  # (H hd + 2 Hkv hd,)
-    o: Linear  # (T, H hd) -> (T, D)
+    o: QuantLinear  # (T, H hd) -> (T, D)
     ffn_norm: np.ndarray
     gate_up: Fused  # (T, D) -> (T, 2F)
-    down: Linear  # (T, F) -> (T, D)
+    down: QuantLinear  # (T, F) -> (T, D)
     cache: KVCache  # a ring of the last `window` tokens on a local layer
     n_heads: int  # H, Hkv and F of this block (narrower than the config's when pruned)
     n_kv_heads: int

@@ -43,8 +43,8 @@ def test_w8a8_follows_the_oracle(granularity):
     act = {"granularity": granularity, "calibration": "random", "samples": 8,
            "sample_tokens": 32}
     m = Llama(w, _pol(act))
-    assert isinstance(m.lm_head.weight, W8A8Weight)
-    assert isinstance(m.blocks[0].qkv.single.weight, W8A8Weight)
+    assert isinstance(m.lm_head.stored, W8A8Weight)
+    assert isinstance(m.blocks[0].qkv.single.stored, W8A8Weight)
     got = m.prefill(TOKENS, all_logits=True)
     err = _rel_rms(got, ref)
     assert err <= W8A8_VS_REF_REL_RMS[granularity]
