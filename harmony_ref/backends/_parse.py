@@ -18,6 +18,9 @@ class ParseError(ValueError):
 class Parsed:
     metrics: Metrics
     provenance: dict[str, str] = field(default_factory=dict)
+    # the token counts the tool says it ran ("prompt_tokens", "new_tokens"): the record's
+    # scenario is what ran, not what the command line's defaults say
+    ran: dict[str, int] = field(default_factory=dict)
 
 
 def _num(s: str, what: str, fmt: str) -> float:

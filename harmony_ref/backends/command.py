@@ -127,6 +127,7 @@ class CommandDevice:
                 "command_wall_s": f"{done.wall_s:.3f}"}
         prov.update(parsed.provenance)
         prov.update(command_provenance(done.text))
+        config = scenario_ran(config, parsed.ran)
         metrics, findings, physics = physics_checked(parsed.metrics, self.profile, config,
                                                      any_phone=True)
         return Measurement(metrics, prov, findings, physics, config)
@@ -138,6 +139,7 @@ class CommandDevice:
 
         cmd = self.command_for(config)
         tool: dict[str, str] = {}
+        ran: dict[str, int] = {}
 
         def parse_one(text: str):
             try:
@@ -146,6 +148,7 @@ class CommandDevice:
                 raise BackendError(f"command {cmd!r}: {e}") from e
             tool.update(parsed.provenance)
             tool.update(command_provenance(text))
+            ran.update(parsed.ran)
             return parsed.metrics
 
         spec = self.session
@@ -157,10 +160,29 @@ class CommandDevice:
         prov = {"command": cmd, "format": self.format, "session": spec.path,
                 "transport": result.transport, "serial": result.serial, **tool,
                 **result.identity}
+        config = scenario_ran(config, ran)
         metrics, findings, physics = physics_checked(
             result.metrics(), self.profile, config, any_phone=result.transport != "local")
         return Measurement(metrics, prov, findings, physics, config,
                            session=result.to_record())
+
+
+def scenario_ran(config, ran: dict[str, int]):
+    """`config` with its prompt / new token counts replaced by what the tool says it ran
+    (llama-bench's pp/tg sizes, ExecuTorch's and `generate`'s counts), the context grown to hold
+    them: the record, the physics check and the gate then judge the scenario that ran."""
+    if config is None or not ran:
+        return config
+    import dataclasses
+
+    s = config.scenario
+    prompt = ran.get("prompt_tokens", s.prompt_tokens) or s.prompt_tokens
+    new = ran.get("new_tokens", s.new_tokens)
+    context = max(s.context_tokens, prompt + new)
+    if (prompt, new, context) == (s.prompt_tokens, s.new_tokens, s.context_tokens):
+        return config
+    return dataclasses.replace(config, scenario=dataclasses.replace(
+        s, prompt_tokens=prompt, new_tokens=new, context_tokens=context))
 
 
 def command_provenance(text: str) -> dict[str, str]:

@@ -232,7 +232,10 @@ def parse_llama_bench(text: str) -> Parsed:
     prov["tests"] = ",".join(
         f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}" if r["n_prompt"] == 0
         else f"pp{r['n_prompt']}+tg{r['n_gen']}" for r in rows)
-    return Parsed(m, prov)
+    ran = {"prompt_tokens": int(pp[0]["n_prompt"])} if pp else {}
+    if tg:
+        ran["new_tokens"] = int(tg[0]["n_gen"])
+    return Parsed(m, prov, ran)
 
 
 # --- ExecuTorch PyTorchObserver ------------------------------------------------------------------
@@ -277,7 +280,7 @@ def parse_executorch(text: str) -> Parsed:
         _measured(m, "sampling_ms", s["aggregate_sampling_time_ms"] * to_ms, "ms")
     m.add("prompt_tokens", int(s["prompt_tokens"]), "tokens", "none", "measured")
     m.add("generated_tokens", gen, "tokens", "none", "measured")
-    return Parsed(m, {})
+    return Parsed(m, {}, {"prompt_tokens": int(s["prompt_tokens"]), "new_tokens": gen})
 
 
 # --- harmony-ref generate --json ------------------------------------------------------------------
@@ -319,7 +322,7 @@ def parse_harmony_ref_generate(text: str) -> Parsed:
     m.add("prompt_tokens", prompt, "tokens", "none", "measured")
     m.add("generated_tokens", int(g["new_tokens"]), "tokens", "none", "measured")
     prov = {k: str(g[k]) for k in ("model", "policy", "threads", "sampling") if k in g}
-    return Parsed(m, prov)
+    return Parsed(m, prov, {"prompt_tokens": prompt, "new_tokens": int(g["new_tokens"])})
 
 
 PARSERS = {

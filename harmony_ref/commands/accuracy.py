@@ -18,22 +18,17 @@ COLUMNS = ["weights_mb", "linear_weights_mb", "cosine_mean", "cosine_min", "cosi
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import add_checkpoint_argument, add_scoring_arguments
     from harmony_ref.commands._output import add_json_flag
 
-    p.add_argument("--model", default="smollm2-135m",
-                   help="smollm2-135m (default), gemma3-270m, a .gguf file, an HF model "
-                        "directory, or "
-                        f"{MINILM} for the sentence-embedding accuracy")
+    add_checkpoint_argument(p, minilm=MINILM)
     p.add_argument("--policy", action="append", metavar="P",
                    help="shipped policy name or policy TOML path; repeat to compare several "
                         "(default: int4-g32)")
     p.add_argument("--corpus", metavar="FILE",
                    help="decoder: score this UTF-8 text file instead of the shipped held-out "
                         "corpus")
-    p.add_argument("--context", type=int, default=512, metavar="N",
-                   help="decoder: tokens per chunk, the second half of each scored (512)")
-    p.add_argument("--chunks", type=int, default=None, metavar="N",
-                   help="decoder: score only the first N chunks (default: all)")
+    add_scoring_arguments(p)
     p.add_argument("--kv-dtype", action="append", choices=["fp16", "int8"], default=None,
                    help="decoder: KV cache dtype; repeat for both (default fp16)")
     p.add_argument("--artifact", metavar="FILE",

@@ -13,8 +13,9 @@ def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
     add_model_arguments(p, checkpoints=True)
-    p.add_argument("--prompt", type=int, default=512,
-                   help="prompt tokens, for the run counts (default 512)")
+    from harmony_ref.commands._args import add_scenario_arguments
+
+    add_scenario_arguments(p, new=None, context=None, what="for the run counts")
     from harmony_ref.commands._args import add_allow_unmatched
 
     add_allow_unmatched(p)

@@ -19,6 +19,7 @@ HELP = ("check that a runtime still computes the model (perplexity vs harmony-re
 def add_arguments(p) -> None:
     from harmony_ref.commands._args import number
 
+    from harmony_ref.commands._args import add_checkpoint_argument, add_scoring_arguments
     from harmony_ref.commands._output import add_json_flag
     from harmony_ref.track.runtime_check import CHECK_FORMATS, DEFAULT_CONTEXT, DEFAULT_EXPECT
 
@@ -29,13 +30,9 @@ def add_arguments(p) -> None:
                    help="name of each --command in the table (in order; default cmd1, cmd2, ...)")
     p.add_argument("--compare", nargs="+", metavar="RECORD",
                    help="print the table from check-runtime records instead of running anything")
-    p.add_argument("--model", default="smollm2-135m",
-                   help="the model the runtime runs: smollm2-135m, a .gguf file or an HF "
-                        "directory (the reference is computed from it); for mslite, any text")
-    p.add_argument("--context", type=int, default=DEFAULT_CONTEXT, metavar="N",
-                   help=f"context of each scored chunk (default {DEFAULT_CONTEXT})")
-    p.add_argument("--chunks", type=int, default=None, metavar="N",
-                   help="score only the first N chunks (default all, as llama-perplexity)")
+    add_checkpoint_argument(p, extra="the model the runtime runs (the reference is computed "
+                                      "from it); for mslite, any text")
+    add_scoring_arguments(p, context=DEFAULT_CONTEXT)
     p.add_argument("--corpus", default=None, metavar="FILE",
                    help="score this UTF-8 text file (wikitext, your app's prompts) instead of "
                         "the shipped held-out corpus; the runtime's {corpus} is a copy of it")

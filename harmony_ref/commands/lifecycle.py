@@ -19,8 +19,9 @@ def add_arguments(p) -> None:
     p.add_argument("--entries", type=int, default=DEFAULT_ENTRIES,
                    help=f"times the user opens the feature (default {DEFAULT_ENTRIES})")
     add_model_arguments(p)
-    p.add_argument("--prompt", type=int, default=512,
-                   help="prompt tokens of each first request (default 512)")
+    from harmony_ref.commands._args import add_scenario_arguments
+
+    add_scenario_arguments(p, new=None, context=None, what="of each first request")
     p.add_argument("--plot", metavar="PNG", help="write the NPU memory timeline as a PNG")
     from harmony_ref.commands._args import add_allow_unmatched
 

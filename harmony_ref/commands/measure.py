@@ -118,6 +118,12 @@ def run(args) -> int:
         print(f"harmony-ref measure: error: {e}", file=sys.stderr)
         return 1
     metrics, findings = m.metrics, list(m.findings)
+    if config is not None and m.config is not None and m.config.scenario != config.scenario:
+        s, asked = m.config.scenario, config.scenario
+        print(f"note: the command ran {s.prompt_tokens} prompt / {s.new_tokens} new tokens (its "
+              f"own output says so), not --prompt {asked.prompt_tokens} --new {asked.new_tokens}: "
+              "the record and the physics check take what ran", file=sys.stderr)
+        config = m.config
     path = None
     if session is not None and not args.no_record:
         path = _write_record(m, config, dev, args)

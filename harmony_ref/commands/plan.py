@@ -14,16 +14,13 @@ HELP = "choose per-layer formats (fp16/int8/int4) minimising measured loss withi
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import add_checkpoint_argument, add_scoring_arguments
     from harmony_ref.commands._output import add_json_flag
 
-    p.add_argument("--model", default="smollm2-135m",
-                   help="smollm2-135m (default), a .gguf file, an HF directory, or all-minilm-l6")
+    add_checkpoint_argument(p, minilm="all-minilm-l6")
     p.add_argument("--budget-mb", type=float, required=True,
                    help="budget for the Linear weights in MB (1e6 bytes), scales included")
-    p.add_argument("--context", type=int, default=512, metavar="N",
-                   help="decoder: tokens per chunk (512)")
-    p.add_argument("--chunks", type=int, default=None, metavar="N",
-                   help="decoder: score the first N chunks of each corpus part (default all)")
+    add_scoring_arguments(p, chunks_of="each corpus part")
     p.add_argument("--formats", metavar="F,F,...", default=None,
                    help="decoder: the formats to choose among (default fp16,int8,int4-g128,"
                         "int4-g32); GGUF's q4_0,q4_1,q8_0,f16 make a policy `export --format "

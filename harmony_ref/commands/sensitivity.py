@@ -14,10 +14,10 @@ MINILM = "all-minilm-l6"
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import add_checkpoint_argument, add_scoring_arguments
     from harmony_ref.commands._output import add_json_flag
 
-    p.add_argument("--model", default="smollm2-135m",
-                   help=f"smollm2-135m (default), a .gguf file, an HF directory, or {MINILM}")
+    add_checkpoint_argument(p, minilm=MINILM)
     p.add_argument("--format", default=None,
                    help="format to put one group at a time in (default int4-g32); decoder: "
                         "also w8a8 (= w8a8-per-channel), w8a8-per-tensor, w8a8-smooth (int8 "
@@ -35,10 +35,7 @@ def add_arguments(p) -> None:
                         "unscored tokens ([quantize] defaults)")
     p.add_argument("--by", choices=["type", "block"], default=None,
                    help="decoder: one Linear type across blocks (default), or one block")
-    p.add_argument("--context", type=int, default=512, metavar="N",
-                   help="decoder: tokens per chunk (512)")
-    p.add_argument("--chunks", type=int, default=None, metavar="N",
-                   help="decoder: score the first N chunks of the calibration part (default all)")
+    add_scoring_arguments(p, chunks_of="the calibration part")
     p.add_argument("--top", type=int, default=0, help="show only the N most sensitive")
     p.add_argument("--pairs", metavar="TSV", help=f"{MINILM}: evaluation pairs (default: shipped)")
     add_json_flag(p)

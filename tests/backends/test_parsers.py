@@ -188,3 +188,16 @@ def test_harmony_ref_generate_json():
         parse("harmony-ref-generate", '{"prompt_tokens": 3}')
     with pytest.raises(ParseError, match="expected the JSON object"):
         parse("harmony-ref-generate", "no json here")
+
+
+@pytest.mark.parametrize("fmt,fixture,ran", [
+    ("llama-bench", "llama_bench.json", {"prompt_tokens": 512, "new_tokens": 128}),
+    ("executorch", "executorch_llama_main.txt", {"prompt_tokens": 27, "new_tokens": 96}),
+    ("harmony-ref-generate", "harmony_ref_generate.json", None),
+])
+def test_parsers_say_which_token_counts_ran(fmt, fixture, ran):
+    p = parse(fmt, read(fixture))
+    if ran is None:  # the generate fixture's own counts
+        g = json.loads(read(fixture))
+        ran = {"prompt_tokens": g["prompt_tokens"], "new_tokens": g["new_tokens"]}
+    assert p.ran == ran

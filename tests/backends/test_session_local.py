@@ -131,3 +131,19 @@ def test_check_runtime_with_a_session(tmp_path, capsys):
     rec = load_record(run["record"])
     assert rec.parts["runtime_check"]["session"]["telemetry"][0]["samples"]["t_s"]
     assert rec.config["profile"].startswith("local:")
+
+
+def test_measure_records_the_scenario_the_tool_ran(tmp_path, capsys):
+    """llama-bench ran pp512 / tg128 (the fixture): the record says so whatever the command
+    line's defaults (--prompt 64 --new 8 here), and the gate compares like with like."""
+    path = local_session(tmp_path, fake("benchmark.py", "--format", "llama-bench"),
+                         benchmark={"repeats": 1, "model": "smollm2-135m", "policy": "int4-g32"})
+    runs = tmp_path / "runs"
+    assert main(["measure", "--session", str(path), "--prompt", "64", "--new", "8",
+                 "--out-dir", str(runs), "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "ran 512 prompt / 128 new tokens" in err and "not --prompt 64 --new 8" in err
+    (record,) = runs.glob("run-*.json")
+    s = load_record(record).config["scenario"]
+    assert (s["prompt_tokens"], s["new_tokens"]) == (512, 128)
+    assert s["context_tokens"] >= 640
