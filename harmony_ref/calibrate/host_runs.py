@@ -1,6 +1,6 @@
 """The host set: real SmolLM2-135M generations on this kind of machine (runtime/llama.py, timed
 end to end by backends/host_llm.py), the per-call profiles of the fit runs, and the machine's
-microbenchmarks, recorded by bench/fidelity_host.py into the committed fixtures that
+microbenchmarks, recorded by tools/fidelity_host.py into the committed fixtures that
 harmony_ref/data/fidelity/host.toml lists with the split of every run.
 
     manifest = load_host_manifest()
@@ -52,7 +52,7 @@ class HostRun:
 class HostManifest:
     profile: str  # the SoC profile of the machine the fixtures were measured on
     runtime: str
-    sessions: tuple[str, ...]  # fixture files (bench/fidelity_host.py outputs), beside this file
+    sessions: tuple[str, ...]  # fixture files (tools/fidelity_host.py outputs), beside this file
     run: tuple[HostRun, ...]
     cpu: str = ""
     source: str = field(default="", compare=False)
@@ -254,7 +254,7 @@ def fit_host_runtime(manifest: HostManifest | None = None):
 
 def host_soc_toml(manifest: HostManifest | None = None) -> str:
     """The SoC profile of the machine the host fixtures were measured on: every number measured
-    by bench/fidelity_host.py (or derived from lscpu flags), thermal borrowed (not calibrated)."""
+    by tools/fidelity_host.py (or derived from lscpu flags), thermal borrowed (not calibrated)."""
     from harmony_ref._toml import read_toml
     from harmony_ref.calibrate.write import THERMAL_TEMPLATE, _toml_table
     from harmony_ref.device.profile import PROFILES_FOLDER

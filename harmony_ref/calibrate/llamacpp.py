@@ -1,5 +1,5 @@
 """The llama.cpp set: llama.cpp on this kind of machine as a device under test. Raw `llama-bench
--o json` outputs of SmolLM2-135M's GGUF (bench/fidelity_llamacpp.py, committed under
+-o json` outputs of SmolLM2-135M's GGUF (tools/fidelity_llamacpp.py, committed under
 harmony_ref/data/fidelity/llamacpp/), listed with their split in harmony_ref/data/fidelity/
 llamacpp.toml, so the fit and its scoring are tested without llama.cpp.
 

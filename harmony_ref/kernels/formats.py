@@ -18,7 +18,7 @@ Formats (keys of FORMATS):
     int4      Int4Tensor asym, per-group scale + zero point: matmul_w4
     int4-sym  Int4Tensor sym, per-group scale: matmul_w4
     q4_0      GGMLTensor, GGUF's bytes: matmul_w4 on the repacked nibbles (kernels/matmul_ggml.py)
-    q4_1      GGMLTensor: matmul_w4 + a per-block constant term (float32 BLAS, 1/32 of the work)
+    q4_1      GGMLTensor: matmul_w4 + a per-block constant term (a Numba loop, 1/32 of the work)
     q8_0      GGMLTensor: a Numba int32 block-dot loop (per-block scales; matmul_w8 is per row)
 GGUF's F16 is fp16 (the same IEEE half, rounded to nearest even); "f16" parses to it.
 `prepare` builds the kernel's operand once per tensor (the row-interleaved layout of

@@ -61,7 +61,7 @@ def test_gemma3_table_is_the_tools_output():
 
 
 def test_gemma3_decode_speed_sentence_is_the_benchmarks_output():
-    """The page's Gemma 3 decode figures are bench/decoder_vs_llamacpp.py's --json (a timing:
+    """The page's Gemma 3 decode figures are tools/decoder_vs_llamacpp.py's --json (a timing:
     measured once under quiet, never asserted against a threshold; only the copy is checked)."""
     d = json.loads((FIXTURES / "decoder_vs_llamacpp_gemma3.json").read_text())
     text = " ".join(PAGE.read_text().split())

@@ -3,7 +3,7 @@ against: real SmolLM2-135M generations through runtime/llama.py, timed end to en
 profile of real prefill and decode steps for the fit runs, plus this machine's microbenchmarks
 (streaming reads from cache and from DRAM at 1 and 2 threads, a parallel call's sync cost).
 
-    /work/bin/quiet python bench/fidelity_host.py --out harmony_ref/data/fidelity/host/s1.json
+    /work/bin/quiet python tools/fidelity_host.py --out harmony_ref/data/fidelity/host/s1.json
 
 Which runs are fitted and which are scored is data (harmony_ref/data/fidelity/host.toml), so
 the split is fixed before any fit. Every run is RUNS[id] = (policy, prompt, new, context,

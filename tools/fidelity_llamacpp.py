@@ -2,7 +2,7 @@
 fits the `llama.cpp-cpu` runtime on and scores it against, recorded as raw `llama-bench -o json`
 outputs (the committed fixtures under harmony_ref/data/fidelity/llamacpp/).
 
-    /work/bin/quiet python bench/fidelity_llamacpp.py --llama-bin /path/to/llama.cpp/build/bin \
+    /work/bin/quiet python tools/fidelity_llamacpp.py --llama-bin /path/to/llama.cpp/build/bin \
         --out harmony_ref/data/fidelity/llamacpp [--session 1] [--reps 5]
 
 llama.cpp comes from the `peer` extra's sdist (llama-cpp-python vendors it) built with CMake,

@@ -1,7 +1,7 @@
 """Decode tokens/s of a GGUF through our kernels beside llama.cpp's llama-bench on the same file
 and thread count, interleaved in one run (a peer to compare against, never a dependency).
 
-    /work/bin/quiet python bench/decoder_vs_llamacpp.py --llama-bin /path/to/llama.cpp/build/bin \
+    /work/bin/quiet python tools/decoder_vs_llamacpp.py --llama-bin /path/to/llama.cpp/build/bin \
         [--model smollm2-135m | gemma3-270m | FILE.gguf] [--policy int4-g32 [--policy int8 ...]] \
         [--threads 2] [--tokens 64] [--rounds 5] [--json]
 
@@ -11,7 +11,8 @@ path), then ours: reset, one BOS token, then N decode steps through `Llama.decod
 whole (N / seconds), R times (mean, like llama-bench's avg_ts), for each `--policy` in turn.
 Prints the CPU, the per-round numbers, the medians and each policy's ratio (`--json`: the same as
 one JSON object). The GGUF is the file llama.cpp runs as stored (Gemma 3 270M: its Q4_K_M mix);
-ours runs the file's weights dequantized and re-quantized to each policy.
+ours runs the file's weights dequantized and re-quantized to each policy, or, with `--policy
+as-stored`, the file's own tensors exactly as stored (the same bytes llama.cpp runs).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import numba
 import numpy as np
 
 from harmony_ref.runtime.llama import Llama
-from harmony_ref.runtime.loader import load_decoder, resolve_model_path
+from harmony_ref.quant.policy import AS_STORED
+from harmony_ref.runtime.loader import load_decoder, resolve_model_path, stored_policy
 
 
 def llama_bench_tg(bin_dir: str, gguf: str, threads: int, n: int, reps: int) -> float:
@@ -52,7 +54,7 @@ def main() -> None:
     ap.add_argument("--llama-bin", required=True)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--policy", action="append", help="ours; repeat to interleave several "
-                    "(default int4-g32)")
+                    "(default int4-g32; as-stored: the GGUF's own tensors)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
@@ -62,9 +64,12 @@ def main() -> None:
     policies = args.policy or ["int4-g32"]
     numba.set_num_threads(args.threads)
     gguf = str(resolve_model_path(args.model))
-    w, tok = load_decoder(args.model)
+    as_stored = AS_STORED in policies
+    w, tok = load_decoder(args.model, keep_stored=as_stored)
     bos = w.config.bos_id or 0
-    models = {p: Llama(w, p, max_context=args.tokens + 8) for p in policies}
+    stored = stored_policy(w, args.model) if as_stored else None
+    models = {p: Llama(w, stored if p == AS_STORED else p, max_context=args.tokens + 8)
+              for p in policies}
     for m in models.values():
         ours_tg(m, 8, bos)  # compile / warm up
     theirs, mine = [], {p: [] for p in policies}
