@@ -61,7 +61,7 @@ def _print_rows(rows, title):
 
     from harmony_ref.commands._output import print_table
 
-    cols = ["runtime", "speed", "perplexity", "ppl_ratio", "bound", "cosine", "verdict"]
+    cols = ["runtime", "speed", "perplexity", "ppl_ratio", "bound", "vs_harmony_ref", "cosine", "verdict"]
     df = pd.DataFrame(rows)
     keep = [c for c in cols if c in df and (c in ("runtime", "verdict") or (df[c] != "-").any())]
     print_table(df[keep], title=title)
@@ -127,9 +127,9 @@ def run(args) -> int:
             print(f"reference: FP32 perplexity {ref.ppl:.4f} over {ref.chunks} chunks of "
                   f"{ref.context} ({ref.scored_tokens} scored tokens){cached}")
             print(f"bound: {ref.bound.how()}")
-            if args.expect == "as-stored":
-                print(f"harmony-ref, the file as stored: perplexity "
-                      f"{ref.ppl * ref.bound.expected_ratio:.4f}")
+            what = ("the file as stored" if args.expect == "as-stored"
+                    else f"with --expect {args.expect}")
+            print(f"harmony-ref, {what}: perplexity {ref.ppl * ref.bound.expected_ratio:.4f}")
 
     out, errors = [], []
     with tempfile.TemporaryDirectory(prefix="harmony-ref-check-") as work:

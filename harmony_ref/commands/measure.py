@@ -121,7 +121,8 @@ def run(args) -> int:
     if config is not None and m.config is not None and m.config.scenario != config.scenario:
         s, asked = m.config.scenario, config.scenario
         print(f"note: the command ran {s.prompt_tokens} prompt / {s.new_tokens} new tokens (its "
-              f"own output says so), not --prompt {asked.prompt_tokens} --new {asked.new_tokens}: "
+              f"own output says so), not the {asked.prompt_tokens} / {asked.new_tokens} of --prompt / "
+              "--new: "
               "the record and the physics check take what ran", file=sys.stderr)
         config = m.config
     path = None

@@ -370,6 +370,12 @@ def _judge_perplexity(check: RuntimeCheck, ref: Reference, done) -> CheckResult:
     m.add("ppl_ratio_to_reference", ratio, "1", "lower", "exact",
           description=f"runtime PPL / FP32 reference PPL; allowed {b.low:.4f} .. {b.high:.4f}")
     m.add("ppl_ratio_bound", b.high, "1", "none", "exact", description=b.how())
+    ours = ref.ppl * b.expected_ratio
+    m.add("expected_perplexity", ours, "1", "none", "exact",
+          description=f"harmony-ref's own perplexity with --expect {b.expect} (same text, context "
+                      "and scoring rule)")
+    m.add("ppl_ratio_to_expected", ppl / ours, "1", "none", "exact",
+          description=f"runtime PPL / harmony-ref's PPL with --expect {b.expect}")
     reasons = []
     if ratio > b.high:
         reasons.append(f"perplexity {ppl:.4f} is {ratio:.3f}x the FP32 reference {ref.ppl:.4f}, "
@@ -465,14 +471,15 @@ def table_row(label: str, metrics: Metrics) -> dict:
     accurate = metrics.value("runtime_accurate") == 1.0 if "runtime_accurate" in metrics else None
     speed_name = next((n for n in SPEED_METRICS if n in metrics), None)
     row = {"runtime": label, "speed": "-", "speed_metric": speed_name or "-",
-           "perplexity": "-", "ppl_ratio": "-", "bound": "-", "cosine": "-",
+           "perplexity": "-", "ppl_ratio": "-", "bound": "-", "vs_harmony_ref": "-", "cosine": "-",
            "verdict": {True: "accurate", False: INACCURATE, None: "unchecked"}[accurate]}
     if speed_name:
         s = metrics[speed_name]
         shown = f"{s.value:.4g} {s.unit}"
         row["speed"] = shown if accurate else f"not a result ({shown}, run {row['verdict']})"
     for col, name in (("perplexity", "perplexity"), ("ppl_ratio", "ppl_ratio_to_reference"),
-                      ("bound", "ppl_ratio_bound"), ("cosine", "mslite_cosine_distance")):
+                      ("bound", "ppl_ratio_bound"), ("vs_harmony_ref", "ppl_ratio_to_expected"),
+                      ("cosine", "mslite_cosine_distance")):
         if name in metrics:
             row[col] = f"{metrics.value(name):.4f}"
     return row

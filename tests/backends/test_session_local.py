@@ -142,7 +142,7 @@ def test_measure_records_the_scenario_the_tool_ran(tmp_path, capsys):
     assert main(["measure", "--session", str(path), "--prompt", "64", "--new", "8",
                  "--out-dir", str(runs), "--json"]) == 0
     err = capsys.readouterr().err
-    assert "ran 512 prompt / 128 new tokens" in err and "not --prompt 64 --new 8" in err
+    assert "ran 512 prompt / 128 new tokens" in err and "not the 64 / 8 of --prompt / --new" in err
     (record,) = runs.glob("run-*.json")
     s = load_record(record).config["scenario"]
     assert (s["prompt_tokens"], s["new_tokens"]) == (512, 128)
