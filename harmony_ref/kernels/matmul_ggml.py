@@ -54,6 +54,7 @@ class PreparedGGML:
     c: np.ndarray | None = None
     q: np.ndarray | None = None
     d: np.ndarray | None = None
+    nbytes: int = 0  # the GGUF bytes it was built from (prepare_q4_rows: no single tensor holds them)
 
 
 _prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -90,6 +91,31 @@ def _prepare(t: GGMLTensor) -> PreparedGGML:
         d = t.d.astype(np.float32)
         c = np.ascontiguousarray(np.float32(Q4_OFFSET) * d + t.m.astype(np.float32))
     return PreparedGGML(t.qtype, t.shape, w4=prepare_w4(as_int4(t)), c=c)
+
+
+Q4_TYPES = ("q4_0", "q4_1")
+
+
+def prepare_q4_rows(tensors: list[GGMLTensor]) -> PreparedGGML:
+    """One operand for Q4_0 and Q4_1 matrices of one row length, rows concatenated: a Q4_0 block
+    is a Q4_1 block whose constant term c = 8 d + m is 0 (w = (u - 8) d), so a mixed q|k|v or
+    gate|up runs as one matmul_w4 call plus one constant pass instead of one call per part. Each
+    output row is computed exactly as its own type's call computes it (its c is added as +0.0 for
+    Q4_0), so the result equals the separate calls bit for bit."""
+    if not tensors or any(not isinstance(t, GGMLTensor) or t.qtype not in Q4_TYPES
+                          for t in tensors):
+        raise ValueError("prepare_q4_rows takes GGMLTensors of types q4_0 / q4_1")
+    k = tensors[0].shape[1]
+    if any(t.shape[1] != k for t in tensors):
+        raise ValueError(f"prepare_q4_rows: row lengths differ: {[t.shape[1] for t in tensors]}")
+    parts = [as_int4(t) for t in tensors]
+    n = sum(t.shape[0] for t in tensors)
+    w4 = Int4Tensor(np.concatenate([t.packed for t in parts]),
+                    np.concatenate([t.scale for t in parts]), None, (n, k), QK, "sym")
+    c = np.concatenate([_prepare(t).c if t.qtype == "q4_1"
+                        else np.zeros((t.shape[0], k // QK), dtype=np.float32) for t in tensors])
+    return PreparedGGML("q4_1", (n, k), w4=prepare_w4(w4), c=np.ascontiguousarray(c),
+                        nbytes=sum(t.nbytes for t in tensors))
 
 
 # ----------------------------------------------------------------------------------------------

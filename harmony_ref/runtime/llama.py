@@ -62,6 +62,7 @@ from harmony_ref.kernels.attention import (
     prefill_attention_unchecked,
     window_prefill_attention,
 )
+from harmony_ref.kernels.matmul_ggml import Q4_TYPES, prepare_q4_rows
 from harmony_ref.kernels.matmul_w8a8 import matmul_w8a8, quantize_w8a8
 from harmony_ref.kernels.norm import (GELU_CUBIC, GELU_TANH_SCALE, add_rms_norm_rows,
                                      rms_norm_heads_rows, rms_norm_rows)
@@ -73,7 +74,8 @@ from harmony_ref.quant.ggml import GGMLTensor
 from harmony_ref.quant.ggml import concat_rows as concat_ggml_rows
 from harmony_ref.quant.int4 import Int4Tensor, quantize_int4
 from harmony_ref.quant.int8 import Int8Tensor, quantize_int8
-from harmony_ref.quant.policy import FP32, Policy, WeightFormat, int4_format_for_rows, load_policy
+from harmony_ref.quant.policy import (FP32, Policy, WeightFormat, int4_format_for_rows, load_policy,
+                                      parse_format)
 from harmony_ref.runtime.linear import QuantLinear
 from harmony_ref.runtime.calibration import (activation_norms, calibration_windows,
                                              observe_scales)
@@ -295,6 +297,14 @@ class Fused:
                 fused = (concat_ggml_rows(kept) if isinstance(kept[0], GGMLTensor)
                          else np.concatenate(kept, axis=0))
             self.linears = [make_linear(name, w, fmts[0], scales[0], fused)]
+        elif len(parts) > 1 and all(f.kind in Q4_TYPES for f in fmts) and \
+                all(s is None for s in scales) and not any(t is not None for t in fitted):
+            # Q4_0 and Q4_1 parts (a mixed GGUF plan): one matmul, rows concatenated
+            ts = [_stored_in(t, f) if t is not None else None for t, f in zip(given, fmts)]
+            ts = [t if t is not None else GGML_QUANTIZERS[f.kind](a)
+                  for t, f, (_, a) in zip(ts, fmts, parts)]
+            p = prepare_q4_rows(ts)
+            self.linears = [QuantLinear(name, parse_format("q4_1"), p, operand=p)]
         else:
             self.linears = [make_linear(n, a, f, s, t)
                             for (n, a), f, s, t in zip(parts, fmts, scales, given)]

@@ -135,3 +135,24 @@ def test_weight_bytes_follow_the_formats():
     sizes = {p: Llama(w, p).weight_bytes()["linear"] for p in ("fp32", "fp16", "int8", "int4-g32")}
     assert sizes["fp32"] == 2 * sizes["fp16"]
     assert sizes["int4-g32"] < sizes["int8"] < sizes["fp16"]
+
+
+def test_mixed_q4_plan_runs_as_one_matmul_per_group():
+    """A mixed GGUF plan (q, v q4_1; k q4_0; gate q4_0, up q4_1) fuses q|k|v and gate|up into one
+    call each (kernels/matmul_ggml.prepare_q4_rows), reports each part's own format, and gives the
+    same logits as the per-part calls (the kernel test holds that bit for bit)."""
+    w = tiny_weights(seed=8)
+    mixed = policy_from_dict({"name": "q4-mix", "default": "q4_1",
+                              "layers": {"*k_proj": "q4_0", "*gate_proj": "q4_0"}}, "test")
+    m = Llama(w, mixed)
+    assert m.blocks[0].qkv.single is not None and m.blocks[0].gate_up.single is not None
+    f = m.formats()
+    assert f["model.layers.0.self_attn.k_proj"] == "q4_0"
+    assert f["model.layers.0.self_attn.q_proj"] == "q4_1"
+    assert f["model.layers.0.mlp.gate_proj"] == "q4_0"
+    full = m.prefill(TOKENS, all_logits=True)
+    m.reset()
+    steps = np.stack([m.decode(t) for t in TOKENS])
+    assert_within(steps, full, PREFILL_VS_DECODE_ABS_TOL["int4-g32"], "q4 mix prefill vs decode")
+    ref = LlamaRef(w).prefill(TOKENS, all_logits=True)
+    assert _rel_rms(full, ref) <= KERNEL_VS_REF_REL_RMS["int4-g32"]
