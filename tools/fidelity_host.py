@@ -75,6 +75,16 @@ def sync_us(threads: int, repeats: int = 2000) -> float:
     return statistics.median(t) * 1e6
 
 
+def widen_ns_per_weight(rows: int = 4096, k: int = 576, repeats: int = 21) -> float:
+    """ns per weight of runtime/llama.py's fp16 widening (float16 rows -> float32, one
+    F16_CHUNK_ROWS chunk of a SmolLM2-wide matrix), best of `repeats`: the per-call pass the
+    harmony-ref-host runtime's [overhead] fp16_widen_ns_per_weight prices."""
+    w16 = np.random.default_rng(0).standard_normal((rows, k)).astype(np.float16)
+    w16.astype(np.float32)
+    best = min(_timed(lambda: w16.astype(np.float32)) for _ in range(repeats))
+    return best / (rows * k) * 1e9
+
+
 def machine() -> dict:
     from harmony_ref.backends.host_timing import cpu_flags, cpu_freq_mhz, onchip_buffer_bytes
 
@@ -86,6 +96,7 @@ def machine() -> dict:
         out[f"cache_read_gbps_t{t}"] = stream_gbps(64 << 20, t)
         out[f"dram_read_gbps_t{t}"] = stream_gbps(2 << 30, t, repeats=3)
         out[f"parallel_call_us_t{t}"] = sync_us(t)
+    out["fp16_widen_ns_per_weight"] = widen_ns_per_weight()  # NumPy's cast: one thread
     return out
 
 

@@ -153,7 +153,8 @@ def section() -> str:
                    f"runs included), measured under `/work/bin/quiet` on {times['cpu']} ({times['cores']} cores).")
     out.append("")
     for a, b in (("int4-g128-gptq", "int4-g128"), ("int4-g128-awq", "int4-g128"),
-                 ("int4-g32-gptq", "int4-g32"), ("int4-g32-awq", "int4-g32"), ("int8-gptq", "int8")):
+                 ("int4-g32-gptq", "int4-g32"), ("int4-g32-awq", "int4-g32"), ("int8-gptq", "int8"),
+                 ("int8-awq", "int8")):
         r = ratio(a, b)
         if r:
             out.append(f"- {r}")

@@ -44,9 +44,10 @@ PARAMS = {
     "launch_us": ("overhead", "launch_us", 0.0, 1e5),
     "forward_us": ("overhead", "forward_us", 0.0, 1e6),
     "workspace_mb": ("", "workspace_mb", 0.0, 1e6),
+    "fp16_widen_ns": ("overhead", "fp16_widen_ns_per_weight", 0.0, 100.0),
 }
 _SENSITIVITY = 0.01  # a probe step moving no prediction by 1%: the points do not pin the parameter
-PROBE = {"launch_us": 1.0, "forward_us": 100.0, "workspace_mb": 10.0}  # probe sizes from 0
+PROBE = {"launch_us": 1.0, "forward_us": 100.0, "workspace_mb": 10.0, "fp16_widen_ns": 0.5}  # probe sizes from 0
 
 
 def get_param(rt: RuntimeProfile, name: str) -> float:

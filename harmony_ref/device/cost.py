@@ -112,6 +112,7 @@ class Roofline:
     cache_bytes_per_s: float = 0.0
     forward_s: float = 0.0  # once per forward pass
     class_ops_per_s: dict[str, float] | None = None  # per efficiency class (profile.py FALLBACK)
+    widen_s_per_weight: float = 0.0  # per fp16 weight per call, before its matmul
 
     @classmethod
     def of(cls, profile: DeviceProfile, compute_freq_scale: float = 1.0,
@@ -134,7 +135,8 @@ class Roofline:
                    (profile.cpu.launch_us if profile.cpu else rt.launch_overhead_us) / US_PER_S,
                    m.cache_bytes, m.cache_bandwidth_gbps * GB * cache_eff * fm,
                    rt.forward_overhead_us / US_PER_S,
-                   {k: c.class_peak_ops_per_s(k) * eff(k) * fc for k in EFFICIENCY_CLASSES})
+                   {k: c.class_peak_ops_per_s(k) * eff(k) * fc for k in EFFICIENCY_CLASSES},
+                   rt.fp16_widen_ns_per_weight * 1e-9 / fc)
 
     def memory_bytes_per_s(self, streamed_per_step):
         """The bandwidth a phase reads at when it streams `streamed_per_step` bytes (weights,
@@ -189,6 +191,9 @@ def _make_op_arrays(graph: Graph) -> dict[str, np.ndarray]:
         "tile": [op.tile_bytes for op, _ in rows],
         "act_in": [op.act_in_bytes for op, _ in rows],
         "act_out": [op.act_out_bytes for op, _ in rows],
+        # weights a runtime that widens fp16 per call passes over (fp16-stored matmul weights)
+        "fp16_weights": [op.n * op.k if op.kind == "matmul" and op.dtype == "fp16"
+                         and op.weight_bytes == 2 * op.n * op.k else 0 for op, _ in rows],
     }
     out = {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
     out["dtype"] = np.asarray([DTYPES.index(op.dtype) for op, _ in rows])  # the weight's
@@ -239,6 +244,8 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
     bandwidth = r.memory_bytes_per_s((q["streamed"] * n).sum(axis=0))[None, :]  # (1, S)
     time, compute, memory = op_time_s(q["flops"], q["vflops"], dram, rates,
                                       r.vector_ops_per_s, bandwidth, r.launch_s)
+    if r.widen_s_per_weight:  # a conversion pass before the matmul: added, not overlapped
+        time = time + q["fp16_weights"] * r.widen_s_per_weight
     cpu = np.asarray([placement(profile, t) == "fallback" for t in a0["op_type"]], dtype=bool)[:, None]
     if cpu.any():  # fallback ops: CPU rates, the NPU <-> CPU copy, a launch on each side
         cpu_rates = np.array([r.cpu_matmul_ops_per_s[d] for d in DTYPES])

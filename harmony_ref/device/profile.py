@@ -226,6 +226,9 @@ class RuntimeSpec:
     launch_overhead_us: float = field(default=math.nan, metadata={"min": 0.0})
     # once per forward pass (the prefill, each decode step): the runtime's own loop, sampling
     forward_overhead_us: float = field(default=0.0, metadata={"min": 0.0})
+    # ns per fp16 weight on every matmul call before it (a runtime profile's [overhead]
+    # fp16_widen_ns_per_weight)
+    fp16_widen_ns_per_weight: float = field(default=0.0, metadata={"min": 0.0})
 
 
 @dataclass(frozen=True)
@@ -454,6 +457,10 @@ class RuntimeEfficiency:
 class RuntimeOverhead:
     launch_us: float = field(metadata={"min": 0.0})  # per kernel (one op of the graph)
     forward_us: float = field(default=0.0, metadata={"min": 0.0})  # per forward pass
+    # ns per fp16 weight on every matmul call, before the matmul and not overlapped with it: a
+    # runtime that widens float16 rows to float32 per call (harmony-ref's runtime/llama.py
+    # _matmul_f16: a conversion pass, not a read at DRAM speed); 0 for kernels that read fp16
+    fp16_widen_ns_per_weight: float = field(default=0.0, metadata={"min": 0.0})
 
 
 @dataclass(frozen=True)
@@ -583,7 +590,8 @@ def apply_runtime(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None = 
                                  cache_bandwidth_gbps=cache_gbps,
                                  cache_efficiency=e.cache, runtime_workspace_mb=rt.workspace_mb)
     runtime = dataclasses.replace(soc.runtime, launch_overhead_us=launch_us,
-                                  forward_overhead_us=rt.overhead.forward_us)
+                                  forward_overhead_us=rt.overhead.forward_us,
+                                  fp16_widen_ns_per_weight=rt.overhead.fp16_widen_ns_per_weight)
     cal = soc.calibration
     rc = rt.calibration
     if rc is not None and not math.isnan(rc.held_out_mape_pct):

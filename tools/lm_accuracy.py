@@ -1,7 +1,7 @@
 """The LM accuracy table (README): perplexity, ratio to FP32, KLD mean / p99 and top-1 agreement
 of each policy against the FP32 reference on the shipped held-out corpus, llama-perplexity's rule.
 
-    python bench/lm_accuracy.py [--model smollm2-135m] [--context 512] [--json out.json]
+    python tools/lm_accuracy.py [--model smollm2-135m] [--context 512] [--json out.json]
 
 `--sensitivity int4-g32`: one row per Linear type quantized alone (the rest FP32).
 Variants: fp32, int8, int4-g128, int4-g32, mixed (each with the fp16 KV cache), then fp32 and

@@ -1,6 +1,6 @@
 """Rebuild everything the committed fidelity measurements determine, in order:
 
-    python bench/fidelity_refit.py            # no timing: reads the fixtures only
+    python tools/fidelity_refit.py            # no timing: reads the fixtures only
 
 1. the SoC profile of the fixtures' machine (harmony_ref/device/profiles/xeon-2core-kvm.toml) from
    the microbenchmarks in the host sessions (calibrate/host_runs.py host_soc_toml);
