@@ -201,6 +201,16 @@ def core_peaks(machine: dict) -> dict[str, float]:
     return nominal_host_peaks(machine.get("cpu_freq_mhz") or 2000.0, 1, flags)
 
 
+def widen_from_decode(samples, cache_read_bytes_per_s: float) -> float | None:
+    """ns per weight of the fp16 widening pass, from the fit runs' own decode calls (sessions
+    without the widen microbenchmark): an fp16 decode matmul call is the widening plus a GEMV
+    over the float32 copy it just wrote, which is memory-bound at the measured cache read (4 B
+    per weight); the widening is the rest. Median over the fp16 GEMV samples; None without any."""
+    per = [s.time_s / s.launches / (s.nbytes / 2 / s.launches) - 4.0 / cache_read_bytes_per_s
+           for s in samples if s.rate_class == "gemv_fp16" and s.nbytes > 0]
+    return max(0.0, statistics.median(per)) * 1e9 if per else None
+
+
 def fit_host_runtime(manifest: HostManifest | None = None):
     """(the fitted harmony-ref-host RuntimeProfile, a dict of what was fitted and how well)."""
     import dataclasses
@@ -240,9 +250,10 @@ def fit_host_runtime(manifest: HostManifest | None = None):
     # the fp16 widening pass is measured (the sessions' machine microbenchmark) or the runtime's
     # prior, never fitted: with one fp16 prompt length in the fit set it trades off against the
     # fp16 GEMM rate (any value fits the fit runs equally well)
-    if "fp16_widen_ns_per_weight" in machine:
+    widen_ns = machine.get("fp16_widen_ns_per_weight", widen_from_decode(samples, cache_t1))
+    if widen_ns is not None and rt.overhead.fp16_widen_ns_per_weight:
         rt = dataclasses.replace(rt, overhead=dataclasses.replace(
-            rt.overhead, fp16_widen_ns_per_weight=machine["fp16_widen_ns_per_weight"]))
+            rt.overhead, fp16_widen_ns_per_weight=widen_ns))
     rt, report = fit_on_points(rt, forwards, params, multistart=False)
     rt = dataclasses.replace(rt, overhead=dataclasses.replace(rt.overhead, forward_us=forward_us))
     pairs = [(p.predicted(rt), p.measured) for p in fit_points]

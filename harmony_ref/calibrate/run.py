@@ -283,6 +283,8 @@ def calibrate_runtime_on_set(set_name: str, runtime: str, out, figures=None,
         where = f"{sec}.{key}" if sec else key
         if name in fitted:
             comments[where] = f"fitted on set {set_name} ({len(rt.calibration.fitted_on)} points)"
+        elif name == "fp16_widen_ns" and not get_param(base, name):
+            comments[where] = comments.get(where) or "none: its kernels read fp16 weights as stored"
         elif get_param(base, name) is not None:
             comments[where] = comments.get(where) or "prior (not fitted): assumption"
     header = (f"{rt.description}\nWritten by `harmony-ref calibrate --set {set_name} --runtime "
