@@ -34,9 +34,13 @@ class AccuracyTrack:
 
         part = next(p for p in PARTS if p.name == "accuracy")
         _model()  # NotImplementedError (asv: skipped) without the weights
-        return {p: run_part(part, RunConfig.from_names(model="all-minilm-l6", policy=p,
-                                                       profile="harmony-flagship"))
-                for p in POLICIES}
+        return {
+            p: run_part(
+                part,
+                RunConfig.from_names(model="all-minilm-l6", policy=p, profile="harmony-flagship"),
+            )
+            for p in POLICIES
+        }
 
     @tracks("accuracy_drop_pct", unit="pct_points")
     def track_accuracy_drop_pct(self, results, policy):
@@ -76,8 +80,11 @@ class EncodeTime:
 
     @tracks(None, unit="x FP32 forward time", direction="lower")
     def track_encode_time_vs_fp32(self, policy):
-        return relative_time(lambda: self.model.encode(self.sentences, policy),
-                             lambda: self.model.encode(self.sentences, "fp32"), rounds=5)
+        return relative_time(
+            lambda: self.model.encode(self.sentences, policy),
+            lambda: self.model.encode(self.sentences, "fp32"),
+            rounds=5,
+        )
 
 
 LM_POLICIES = ["int8", "int4-g32"]

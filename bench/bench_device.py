@@ -5,8 +5,8 @@ Predicted metrics are exact functions of the code and data, so a change in a tra
 change in the model or a profile, never noise. Each track_ is the record metric in its
 lower-is-better form (common.tracks): decode speed is drawn as the decode step time."""
 
-from harmony_ref.config import RunConfig
 from harmony_ref.backends.simulated import SimulatedDevice
+from harmony_ref.config import RunConfig
 from harmony_ref.model import graph
 
 from .common import lower_is_better, reference_probe, relative_time, tracks
@@ -21,8 +21,11 @@ class PredictedLlama32_3B:
     param_names = ["policy", "profile"]
 
     def setup_cache(self):  # every point once, shared by the tracks
-        return {(po, pr): SimulatedDevice(pr).predict(RunConfig.from_names(model=MODEL, policy=po))
-                for po in POLICIES for pr in PROFILES}
+        return {
+            (po, pr): SimulatedDevice(pr).predict(RunConfig.from_names(model=MODEL, policy=po))
+            for po in POLICIES
+            for pr in PROFILES
+        }
 
     def setup(self, cache, policy, profile):
         self.m = cache[policy, profile]

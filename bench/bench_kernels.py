@@ -15,7 +15,6 @@ import functools
 
 import numpy as np
 
-from harmony_ref.kernels import matmul
 from harmony_ref.kernels import (
     KVCache,
     bias_add,
@@ -23,6 +22,7 @@ from harmony_ref.kernels import (
     decode_attention_ref,
     gelu,
     layer_norm,
+    matmul,
     matmul_w4,
     matmul_w8,
     norm_bias_gelu,
@@ -33,8 +33,16 @@ from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.int8 import quantize_int8
 from harmony_ref.units import MB
 
-from .common import (activations, int4_weights, int8_weights, pin_threads, relative_time, skip_for,
-                     tracks, weights)
+from .common import (
+    activations,
+    int4_weights,
+    int8_weights,
+    pin_threads,
+    relative_time,
+    skip_for,
+    tracks,
+    weights,
+)
 
 K = N = 4096
 VS_NUMPY = "x NumPy time"
@@ -124,25 +132,37 @@ class NormBiasGelu:
         pin_threads()
         rng = np.random.default_rng(2)
         self.x = rng.standard_normal((rows, K), dtype=np.float32)
-        self.gamma, self.beta, self.bias = (rng.standard_normal(K, dtype=np.float32) for _ in range(3))
+        self.gamma, self.beta, self.bias = (
+            rng.standard_normal(K, dtype=np.float32) for _ in range(3)
+        )
 
     def _fused(self):
         return norm_bias_gelu(self.x, self.gamma, self.beta, self.bias)
 
     @tracks(None, unit="x three-kernel time", direction="lower")
     def track_fused_time_vs_separate(self, rows):
-        return relative_time(self._fused,
-                             lambda: gelu(bias_add(layer_norm(self.x, self.gamma, self.beta), self.bias)))
+        return relative_time(
+            self._fused,
+            lambda: gelu(bias_add(layer_norm(self.x, self.gamma, self.beta), self.bias)),
+        )
 
     @tracks(None, unit=VS_NUMPY, direction="lower")
     def track_fused_time_vs_numpy(self, rows):
-        return relative_time(self._fused, lambda: _numpy_chain(self.x, self.gamma, self.beta, self.bias))
+        return relative_time(
+            self._fused, lambda: _numpy_chain(self.x, self.gamma, self.beta, self.bias)
+        )
 
 
 def _numpy_chain(x, gamma, beta, bias, eps=np.float32(1e-5)):
-    h = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + eps) * gamma + beta
+    h = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(
+        x.var(axis=-1, keepdims=True) + eps
+    ) * gamma + beta
     h = h + bias
-    return np.float32(0.5) * h * (1 + np.tanh(np.float32(0.7978845608) * (h + np.float32(0.044715) * h ** 3)))
+    return (
+        np.float32(0.5)
+        * h
+        * (1 + np.tanh(np.float32(0.7978845608) * (h + np.float32(0.044715) * h**3)))
+    )
 
 
 class DecodeAttention:
@@ -161,8 +181,10 @@ class DecodeAttention:
 
     @tracks(None, unit=VS_NUMPY, direction="lower")
     def track_time_vs_numpy(self, kv_dtype, context):
-        return relative_time(lambda: decode_attention(self.q, self.cache),
-                             lambda: decode_attention_ref(self.q, self.cache))
+        return relative_time(
+            lambda: decode_attention(self.q, self.cache),
+            lambda: decode_attention_ref(self.q, self.cache),
+        )
 
     @tracks("kv_cache_mb", unit="MB")
     def track_kv_cache_mb(self, kv_dtype, context):
@@ -171,21 +193,26 @@ class DecodeAttention:
         return self.cache.bytes_read() / MB
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _attention_inputs(kv_dtype, context):
     """A 4096-token cache (8 KV heads of 128) filled to `context`, and 32 query heads."""
     rng = np.random.default_rng(3)
     cache = KVCache(4096, 8, 128, kv_dtype)
     shape = (context, 8, 128)
-    cache.append(rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32))
+    cache.append(
+        rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32)
+    )
     return cache, rng.standard_normal((32, 128), dtype=np.float32)
 
 
 class MatmulPaths:
     """One (m, 4096) x 4096 x 4096 matmul on each path this CPU runs, forced, against NumPy FP32."""
 
-    params = ([1, 128], [matmul.ISA_NAMES[i] for i in reversed(matmul.SUPPORTED_ISAS)],
-              ["w4-g32", "w8"])
+    params = (
+        [1, 128],
+        [matmul.ISA_NAMES[i] for i in reversed(matmul.SUPPORTED_ISAS)],
+        ["w4-g32", "w8"],
+    )
     param_names = ["m", "path", "format"]
     timeout = 300
 
@@ -202,8 +229,9 @@ class MatmulPaths:
 
     @tracks(None, unit=VS_NUMPY, direction="lower")
     def track_time_vs_numpy_fp32(self, m, path, fmt):
-        return relative_time(lambda: self.fn(self.x, self.p, self.isa),
-                             lambda: self.x @ self.w_fp32.T)
+        return relative_time(
+            lambda: self.fn(self.x, self.p, self.isa), lambda: self.x @ self.w_fp32.T
+        )
 
 
 class MatmulPeer:

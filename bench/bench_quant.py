@@ -20,8 +20,11 @@ class QuantizeInt4:
 
     @tracks(None, unit=VS_REF, direction="lower")
     def track_time_vs_ref(self, group_size, scheme):
-        return relative_time(lambda: quantize_int4(self.w, group_size, scheme),
-                             lambda: quantize_int4_ref(self.w, group_size, scheme), rounds=7)
+        return relative_time(
+            lambda: quantize_int4(self.w, group_size, scheme),
+            lambda: quantize_int4_ref(self.w, group_size, scheme),
+            rounds=7,
+        )
 
     @tracks(None, unit="bits", direction="lower")  # storage per weight: fewer bits, smaller model
     def track_bits_per_weight(self, group_size, scheme):
@@ -35,7 +38,9 @@ class QuantizeInt8:
 
     @tracks(None, unit=VS_REF, direction="lower")
     def track_time_vs_ref(self):
-        return relative_time(lambda: quantize_int8(self.w), lambda: quantize_int8_ref(self.w), rounds=7)
+        return relative_time(
+            lambda: quantize_int8(self.w), lambda: quantize_int8_ref(self.w), rounds=7
+        )
 
 
 class QuantizeLlama7BMlp:
@@ -61,4 +66,6 @@ def _quantizers(fmt):
         return quantize_int8, quantize_int8_ref
     _, g, scheme = fmt.split("-")
     group = int(g.removeprefix("g"))
-    return (lambda w: quantize_int4(w, group, scheme)), (lambda w: quantize_int4_ref(w, group, scheme))
+    return (lambda w: quantize_int4(w, group, scheme)), (
+        lambda w: quantize_int4_ref(w, group, scheme)
+    )

@@ -22,7 +22,9 @@ from harmony_ref.track.job import PARTS, run_part
 from .common import MODEL, POLICIES, PROFILES, lower_is_better, tracks
 
 
-def _part(name: str, policy: str, profile: str = "harmony-flagship", model: str = MODEL, **scenario):
+def _part(
+    name: str, policy: str, profile: str = "harmony-flagship", model: str = MODEL, **scenario
+):
     part = next(p for p in PARTS if p.name == name)
     try:
         return run_part(part, RunConfig.from_names(model, policy, profile=profile, **scenario))

@@ -17,10 +17,20 @@ N_STEPS = 20_000  # about 0.2 ms
 
 def _cfg(governor):
     return ThermalConfig(
-        governor=governor, ambient_c=25.0, die_to_skin_k_per_w=3.0, skin_to_ambient_k_per_w=9.0,
-        die_heat_capacity_j_per_k=2.0, skin_heat_capacity_j_per_k=40.0, static_power_w=0.3,
-        energy_per_int8_op_pj=0.5, energy_per_dram_byte_pj=20.0, freq_steps=STEPS,
-        passive_trip_c=65.0, critical_trip_c=75.0, sustainable_power_w=2.5)
+        governor=governor,
+        ambient_c=25.0,
+        die_to_skin_k_per_w=3.0,
+        skin_to_ambient_k_per_w=9.0,
+        die_heat_capacity_j_per_k=2.0,
+        skin_heat_capacity_j_per_k=40.0,
+        static_power_w=0.3,
+        energy_per_int8_op_pj=0.5,
+        energy_per_dram_byte_pj=20.0,
+        freq_steps=STEPS,
+        passive_trip_c=65.0,
+        critical_trip_c=75.0,
+        sustainable_power_w=2.5,
+    )
 
 
 class ThermalStepper:
@@ -37,4 +47,5 @@ class ThermalStepper:
     def track_step_time_vs_numba_probe(self, governor):
         return relative_time(
             lambda: _simulate_core(self.power, N_STEPS, 0.01, self.code, self.prm, *self.out),
-            numba_probe)
+            numba_probe,
+        )

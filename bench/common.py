@@ -23,7 +23,7 @@ MODEL = "llama-3.2-3b"
 GEMV_SHAPES = [(3072, 3072), (8192, 3072), (4096, 14336)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def weights(n: int, k: int, seed: int = SEED) -> np.ndarray:
     """(N, K) float32 weights shaped like an LLM projection (std 0.02). Cached: treat as read-only."""
     w = (np.random.default_rng(seed).standard_normal((n, k)) * 0.02).astype(np.float32)
@@ -31,7 +31,7 @@ def weights(n: int, k: int, seed: int = SEED) -> np.ndarray:
     return w
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def activations(k: int, rows: int = 1, seed: int = SEED + 1) -> np.ndarray:
     """(rows, K) float32 activations (unit variance). Cached: treat as read-only."""
     x = np.random.default_rng(seed).standard_normal((rows, k)).astype(np.float32)
@@ -91,8 +91,10 @@ def lower_is_better(metric, form: str) -> float:
     not fit the form (a direction that changed must not be drawn upside down)."""
     want = "lower" if form == "same" else "higher"
     if metric.direction != want:
-        raise ValueError(f"{metric.name} is recorded {metric.direction}-is-better; form {form!r} "
-                         f"is for {want}-is-better metrics")
+        raise ValueError(
+            f"{metric.name} is recorded {metric.direction}-is-better; form {form!r} "
+            f"is for {want}-is-better metrics"
+        )
     return float(LOWER_FORMS[form](metric.value))
 
 
@@ -140,7 +142,7 @@ def numba_probe() -> float:
     return _numba_probe_fn()(NUMBA_PROBE_STEPS)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _numba_probe_fn():
     import numba
 
@@ -155,8 +157,9 @@ def _numba_probe_fn():
     return probe
 
 
-def relative_samples(target, baseline, rounds: int = RELATIVE_ROUNDS,
-                     block_s: float = RELATIVE_BLOCK_S) -> list[float]:
+def relative_samples(
+    target, baseline, rounds: int = RELATIVE_ROUNDS, block_s: float = RELATIVE_BLOCK_S
+) -> list[float]:
     """Per round, the CPU time per call of `target` over that of `baseline`, from four blocks of
     back-to-back calls in the order target, baseline, baseline, target (lower: target faster).
     Block sizes are set once so each block takes about `block_s`; both are called twice first
@@ -263,7 +266,7 @@ def restore_memory() -> None:
         _mallopt(_DEFAULTS)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def int4_weights(n: int, k: int, group_size: int, scheme: str = "asym"):
     """quantize_int4(weights(n, k)), cached (read-only by convention)."""
     from harmony_ref.quant.int4 import quantize_int4
@@ -271,7 +274,7 @@ def int4_weights(n: int, k: int, group_size: int, scheme: str = "asym"):
     return quantize_int4(weights(n, k), group_size, scheme)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def int8_weights(n: int, k: int):
     from harmony_ref.quant.int8 import quantize_int8
 

@@ -43,7 +43,7 @@ def on_config(config):
     for entry in config["nav"] or []:
         if not isinstance(entry, dict):
             continue
-        (title, children), = entry.items()
+        ((title, children),) = entry.items()
         listed = {next(iter(c.values())) if isinstance(c, dict) else c for c in children}
         for page_title, rel in OPTIONAL_NAV.get(title, []):
             if (docs / rel).is_file() and rel not in listed:

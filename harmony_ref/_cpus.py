@@ -30,35 +30,122 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-_V2 = {"64bit", "cmov", "cx8", "cx16", "fxsr", "mmx", "sahf", "popcnt", "sse", "sse2", "sse3",
-       "ssse3", "sse4.1", "sse4.2", "crc32"}
+_V2 = {
+    "64bit",
+    "cmov",
+    "cx8",
+    "cx16",
+    "fxsr",
+    "mmx",
+    "sahf",
+    "popcnt",
+    "sse",
+    "sse2",
+    "sse3",
+    "ssse3",
+    "sse4.1",
+    "sse4.2",
+    "crc32",
+}
 _V3 = _V2 | {"avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe", "xsave"}
 _AVX512 = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
 _HASWELL = _V3 | {"aes", "pclmul", "fsgsbase", "invpcid", "rdrnd", "xsaveopt"}
-_SKX = _HASWELL | _AVX512 | {"adx", "rdseed", "prfchw", "clflushopt", "clwb", "xsavec",
-                             "xsaves", "pku"}
-_ICX = _SKX | {"avx512vbmi", "avx512ifma", "avx512vnni", "avx512bitalg", "avx512vbmi2",
-               "avx512vpopcntdq", "gfni", "vaes", "vpclmulqdq", "rdpid", "sha", "wbnoinvd"}
-_SPR = _ICX | {"avx512bf16", "avx512fp16", "avxvnni", "amx-bf16", "amx-int8", "amx-tile",
-               "cldemote", "movdir64b", "movdiri", "serialize", "tsxldtrk", "waitpkg"}
-_ZNVER3 = _HASWELL | {"adx", "clflushopt", "clwb", "clzero", "mwaitx", "prfchw", "rdpid",
-                      "rdpru", "rdseed", "sha", "sse4a", "vaes", "vpclmulqdq", "wbnoinvd",
-                      "xsavec", "xsaves", "pku", "shstk"}
-_ZNVER4 = _ZNVER3 | _AVX512 | {"avx512ifma", "avx512vbmi", "avx512vbmi2", "avx512vnni",
-                               "avx512bitalg", "avx512vpopcntdq", "avx512bf16", "gfni"}
+_SKX = (
+    _HASWELL
+    | _AVX512
+    | {"adx", "rdseed", "prfchw", "clflushopt", "clwb", "xsavec", "xsaves", "pku"}
+)
+_ICX = _SKX | {
+    "avx512vbmi",
+    "avx512ifma",
+    "avx512vnni",
+    "avx512bitalg",
+    "avx512vbmi2",
+    "avx512vpopcntdq",
+    "gfni",
+    "vaes",
+    "vpclmulqdq",
+    "rdpid",
+    "sha",
+    "wbnoinvd",
+}
+_SPR = _ICX | {
+    "avx512bf16",
+    "avx512fp16",
+    "avxvnni",
+    "amx-bf16",
+    "amx-int8",
+    "amx-tile",
+    "cldemote",
+    "movdir64b",
+    "movdiri",
+    "serialize",
+    "tsxldtrk",
+    "waitpkg",
+}
+_ZNVER3 = _HASWELL | {
+    "adx",
+    "clflushopt",
+    "clwb",
+    "clzero",
+    "mwaitx",
+    "prfchw",
+    "rdpid",
+    "rdpru",
+    "rdseed",
+    "sha",
+    "sse4a",
+    "vaes",
+    "vpclmulqdq",
+    "wbnoinvd",
+    "xsavec",
+    "xsaves",
+    "pku",
+    "shstk",
+}
+_ZNVER4 = (
+    _ZNVER3
+    | _AVX512
+    | {
+        "avx512ifma",
+        "avx512vbmi",
+        "avx512vbmi2",
+        "avx512vnni",
+        "avx512bitalg",
+        "avx512vpopcntdq",
+        "avx512bf16",
+        "gfni",
+    }
+)
 _ZNVER5 = _ZNVER4 | {"avxvnni", "avx512vp2intersect", "movdir64b", "movdiri", "prefetchi"}
 
 # LLVM target CPU -> its features (X86.td's ProcessorFeatures lists, the ones that matter here)
-TARGET_FEATURES = {"generic": _V2 - {"popcnt", "sse3", "ssse3", "sse4.1", "sse4.2", "cx16",
-                                     "sahf", "crc32"},
-                   "haswell": _HASWELL, "skylake-avx512": _SKX, "icelake-server": _ICX,
-                   "sapphirerapids": _SPR, "znver3": _ZNVER3, "znver4": _ZNVER4,
-                   "znver5": _ZNVER5}
+TARGET_FEATURES = {
+    "generic": _V2 - {"popcnt", "sse3", "ssse3", "sse4.1", "sse4.2", "cx16", "sahf", "crc32"},
+    "haswell": _HASWELL,
+    "skylake-avx512": _SKX,
+    "icelake-server": _ICX,
+    "sapphirerapids": _SPR,
+    "znver3": _ZNVER3,
+    "znver4": _ZNVER4,
+    "znver5": _ZNVER5,
+}
 
 # features that change the float and int8-dot code; an emulated target without one of its own
 # on this host would run other code than the real target
-VECTOR_FEATURES = {"avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
-                   "avx512vnni", "avxvnni", "avx512bf16"}
+VECTOR_FEATURES = {
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512dq",
+    "avx512vl",
+    "avx512vnni",
+    "avxvnni",
+    "avx512bf16",
+}
 
 # NumPy's dispatch targets (numpy._core._multiarray_umath.__cpu_dispatch__) a CPU lacks
 _NPY_NO_AVX512 = "X86_V4 AVX512_ICL AVX512_SPR"
@@ -81,24 +168,74 @@ class EmulatedCpu:
 EMULATED_CPUS = (
     EmulatedCpu("native-2t", what="this machine as it is"),
     EmulatedCpu("native-1t", threads=1, what="this machine, 1 thread"),
-    EmulatedCpu("generic-portable", "generic", "Prescott", _NPY_NO_AVX512 + " X86_V3",
-                "portable", what="baseline x86-64: no AVX, portable int8 loops"),
-    EmulatedCpu("haswell", "haswell", "Haswell", _NPY_NO_AVX512, "avx2",
-                what="AVX2 without AVX-512 (Intel Haswell)"),
-    EmulatedCpu("skylake-avx512-1t", "skylake-avx512", "SkylakeX", "AVX512_ICL AVX512_SPR",
-                threads=1, what="AVX-512 without VNNI (Intel Skylake-SP), 1 thread"),
-    EmulatedCpu("icelake-vnni-1t", "icelake-server", "SkylakeX", "AVX512_SPR", "avx512vnni",
-                1, what="AVX-512 VNNI (Intel Ice Lake-SP), 1 thread"),
-    EmulatedCpu("sapphirerapids-avxvnni", "sapphirerapids", "SapphireRapids", None, "avxvnni",
-                what="Intel Sapphire Rapids tuning, AVX-VNNI int8 path"),
-    EmulatedCpu("znver3", "znver3", "Zen", _NPY_NO_AVX512, "avx2",
-                what="AMD Zen 3: AVX2, no AVX-512"),
-    EmulatedCpu("znver4-1t", "znver4", "SkylakeX", "AVX512_SPR", threads=1,
-                what="AMD Zen 4: AVX-512 VNNI, no AVX-VNNI, 1 thread"),
-    EmulatedCpu("znver5-epyc", "znver5", "Haswell", "AVX512_SPR",
-                what="AMD EPYC Zen 5 as CI meets it (OPENBLAS_CORETYPE=Haswell set there)"),
-    EmulatedCpu("znver5-avxvnni-1t", "znver5", "Zen", "AVX512_SPR", "avxvnni", 1,
-                what="AMD Zen 5, AVX-VNNI int8 path, Zen BLAS kernels, 1 thread"),
+    EmulatedCpu(
+        "generic-portable",
+        "generic",
+        "Prescott",
+        _NPY_NO_AVX512 + " X86_V3",
+        "portable",
+        what="baseline x86-64: no AVX, portable int8 loops",
+    ),
+    EmulatedCpu(
+        "haswell",
+        "haswell",
+        "Haswell",
+        _NPY_NO_AVX512,
+        "avx2",
+        what="AVX2 without AVX-512 (Intel Haswell)",
+    ),
+    EmulatedCpu(
+        "skylake-avx512-1t",
+        "skylake-avx512",
+        "SkylakeX",
+        "AVX512_ICL AVX512_SPR",
+        threads=1,
+        what="AVX-512 without VNNI (Intel Skylake-SP), 1 thread",
+    ),
+    EmulatedCpu(
+        "icelake-vnni-1t",
+        "icelake-server",
+        "SkylakeX",
+        "AVX512_SPR",
+        "avx512vnni",
+        1,
+        what="AVX-512 VNNI (Intel Ice Lake-SP), 1 thread",
+    ),
+    EmulatedCpu(
+        "sapphirerapids-avxvnni",
+        "sapphirerapids",
+        "SapphireRapids",
+        None,
+        "avxvnni",
+        what="Intel Sapphire Rapids tuning, AVX-VNNI int8 path",
+    ),
+    EmulatedCpu(
+        "znver3", "znver3", "Zen", _NPY_NO_AVX512, "avx2", what="AMD Zen 3: AVX2, no AVX-512"
+    ),
+    EmulatedCpu(
+        "znver4-1t",
+        "znver4",
+        "SkylakeX",
+        "AVX512_SPR",
+        threads=1,
+        what="AMD Zen 4: AVX-512 VNNI, no AVX-VNNI, 1 thread",
+    ),
+    EmulatedCpu(
+        "znver5-epyc",
+        "znver5",
+        "Haswell",
+        "AVX512_SPR",
+        what="AMD EPYC Zen 5 as CI meets it (OPENBLAS_CORETYPE=Haswell set there)",
+    ),
+    EmulatedCpu(
+        "znver5-avxvnni-1t",
+        "znver5",
+        "Zen",
+        "AVX512_SPR",
+        "avxvnni",
+        1,
+        what="AMD Zen 5, AVX-VNNI int8 path, Zen BLAS kernels, 1 thread",
+    ),
 )
 
 

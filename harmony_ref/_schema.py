@@ -92,10 +92,13 @@ def from_table(cls, table, source: str, section: str = ""):
         items = _table_array(tp)
         if items is not None:
             if not isinstance(value, (list, tuple)) or not value:
-                raise ValueError(f"{source}: field '{prefix}{name}' = {value!r}: expected a "
-                                 f"non-empty array of tables ([[{prefix}{name}]])")
-            kwargs[name] = tuple(from_table(items, v, source, f"{prefix}{name}[{i}]")
-                                 for i, v in enumerate(value))
+                raise ValueError(
+                    f"{source}: field '{prefix}{name}' = {value!r}: expected a "
+                    f"non-empty array of tables ([[{prefix}{name}]])"
+                )
+            kwargs[name] = tuple(
+                from_table(items, v, source, f"{prefix}{name}[{i}]") for i, v in enumerate(value)
+            )
             continue
         if not _type_ok(value, tp):
             raise ValueError(
@@ -103,8 +106,9 @@ def from_table(cls, table, source: str, section: str = ""):
             )
         values = value if isinstance(value, (list, tuple)) else [value]
         if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-            raise ValueError(f"{source}: field '{prefix}{name}' = {value!r}: must be a finite "
-                             "number")
+            raise ValueError(
+                f"{source}: field '{prefix}{name}' = {value!r}: must be a finite number"
+            )
         lo = f.metadata.get("min")
         if lo is not None and any(v < lo for v in values):
             raise ValueError(f"{source}: field '{prefix}{name}' = {value!r}: must be >= {lo}")
@@ -115,13 +119,17 @@ def from_table(cls, table, source: str, section: str = ""):
         if choices is not None and isinstance(value, (list, tuple)):
             bad = [v for v in values if v not in choices]
             if bad:
-                raise ValueError(f"{source}: field '{prefix}{name}' has {bad[0]!r}: each item must "
-                                 f"be one of {list(choices)}")
+                raise ValueError(
+                    f"{source}: field '{prefix}{name}' has {bad[0]!r}: each item must "
+                    f"be one of {list(choices)}"
+                )
             if len(set(values)) != len(values):
                 dup = next(v for v in values if values.count(v) > 1)
                 raise ValueError(f"{source}: field '{prefix}{name}' lists {dup!r} twice")
         elif choices is not None and value not in choices:
-            raise ValueError(f"{source}: field '{prefix}{name}' = {value!r}: must be one of {list(choices)}")
+            raise ValueError(
+                f"{source}: field '{prefix}{name}' = {value!r}: must be one of {list(choices)}"
+            )
         if typing.get_origin(tp) is tuple:
             value = tuple(float(v) if typing.get_args(tp)[0] is float else v for v in value)
         elif tp is float:

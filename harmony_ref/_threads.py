@@ -14,8 +14,12 @@ import contextlib
 import ctypes
 import os
 
-_BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads_64_",
-                 "openblas_set_num_threads64_", "openblas_set_num_threads")
+_BLAS_SETTERS = (
+    "scipy_openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads_64_",
+    "openblas_set_num_threads64_",
+    "openblas_set_num_threads",
+)
 
 
 def set_blas_threads(n: int) -> str:

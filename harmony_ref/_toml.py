@@ -47,8 +47,10 @@ def read_toml(kind: str, folder: str, name_or_path: str | Path) -> tuple[dict, s
             from harmony_ref._format import did_you_mean
 
             names = shipped_names(folder)
-            raise ValueError(f"unknown {kind} {text!r}{did_you_mean(text, names)}: not a file, "
-                             f"and not one of the shipped {folder.split('/')[-1]} {names}")
+            raise ValueError(
+                f"unknown {kind} {text!r}{did_you_mean(text, names)}: not a file, "
+                f"and not one of the shipped {folder.split('/')[-1]} {names}"
+            )
         source, raw = f"{folder}/{text}.toml", shipped.read_text()
     else:
         if not path.is_file():

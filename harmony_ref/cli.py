@@ -36,7 +36,9 @@ def build_parser(commands: Container[str] | None = None) -> argparse.ArgumentPar
         prog="harmony-ref",
         description="Benchmark and regression harness for quantized on-device LLM inference.",
     )
-    parser.add_argument("--version", action="version", version=f"harmony-ref {harmony_ref.__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"harmony-ref {harmony_ref.__version__}"
+    )
     # A private dest: subcommands may have their own --command option (measure, run, calibrate).
     sub = parser.add_subparsers(dest="_command_name", metavar="COMMAND")
     for module in _command_modules():
@@ -58,8 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(commands=argv[:1])
     names = _command_names(parser)
     if argv and not argv[0].startswith("-") and argv[0] not in names:
-        print(f"harmony-ref: error: unknown command {argv[0]!r}{did_you_mean(argv[0], names)}; "
-              "see `harmony-ref --help`", file=sys.stderr)
+        print(
+            f"harmony-ref: error: unknown command {argv[0]!r}{did_you_mean(argv[0], names)}; "
+            "see `harmony-ref --help`",
+            file=sys.stderr,
+        )
         return 2
     try:
         args = parser.parse_args(argv)

@@ -58,22 +58,31 @@ class Scenario:
     prefix_tokens: int = 0  # of the prompt, already in the KV cache (prefix reuse)
 
     def __post_init__(self):
-        for name, lo in (("prompt_tokens", 1), ("new_tokens", 0), ("context_tokens", 1),
-                         ("batch", 1), ("prefix_tokens", 0)):
+        for name, lo in (
+            ("prompt_tokens", 1),
+            ("new_tokens", 0),
+            ("context_tokens", 1),
+            ("batch", 1),
+            ("prefix_tokens", 0),
+        ):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"scenario: field '{name}' = {v!r}: must be an int >= {lo}")
         if self.batch > MAX_BATCH:
-            raise ValueError(f"scenario: field 'batch' = {self.batch:,}: at most {MAX_BATCH:,} "
-                             "requests at once (config.py MAX_BATCH: phone runtimes batch a few)")
+            raise ValueError(
+                f"scenario: field 'batch' = {self.batch:,}: at most {MAX_BATCH:,} "
+                "requests at once (config.py MAX_BATCH: phone runtimes batch a few)"
+            )
         if self.prompt_tokens + self.new_tokens > self.context_tokens:
             raise ValueError(
                 f"scenario: prompt_tokens + new_tokens = {self.prompt_tokens} + {self.new_tokens} "
                 f"exceeds context_tokens = {self.context_tokens} (the KV cache would overflow)"
             )
         if self.prefix_tokens >= self.prompt_tokens:
-            raise ValueError(f"scenario: field 'prefix_tokens' = {self.prefix_tokens}: must be less "
-                             f"than prompt_tokens = {self.prompt_tokens} (the new part is >= 1 token)")
+            raise ValueError(
+                f"scenario: field 'prefix_tokens' = {self.prefix_tokens}: must be less "
+                f"than prompt_tokens = {self.prompt_tokens} (the new part is >= 1 token)"
+            )
 
     @property
     def new_prompt_tokens(self) -> int:
@@ -101,56 +110,94 @@ class RunConfig:
 
     def __post_init__(self):
         if self.kv_dtype not in KV_DTYPES:
-            raise ValueError(f"config: field 'kv_dtype' = {self.kv_dtype!r}: must be one of "
-                             f"{list(KV_DTYPES)}")
+            raise ValueError(
+                f"config: field 'kv_dtype' = {self.kv_dtype!r}: must be one of {list(KV_DTYPES)}"
+            )
         if self.backend not in BACKENDS:
-            raise ValueError(f"config: field 'backend' = {self.backend!r}: must be one of "
-                             f"{list(BACKENDS)}")
+            raise ValueError(
+                f"config: field 'backend' = {self.backend!r}: must be one of {list(BACKENDS)}"
+            )
         if not (isinstance(self.profile, str) and self.profile):
-            raise ValueError(f"config: field 'profile' = {self.profile!r}: must be a non-empty "
-                             "string")
+            raise ValueError(
+                f"config: field 'profile' = {self.profile!r}: must be a non-empty string"
+            )
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.backend_options):
-            raise ValueError(f"config: field 'backend_options' = {self.backend_options!r}: "
-                             "must be (name, value) strings")
+            raise ValueError(
+                f"config: field 'backend_options' = {self.backend_options!r}: "
+                "must be (name, value) strings"
+            )
         # TTFT is the first generated token: a decoder scenario with nothing to generate has none
         # (and would report a TTFT longer than its end-to-end time).
         if self.spec.is_decoder and self.scenario.new_tokens < 1:
-            raise ValueError(f"config: new_tokens = {self.scenario.new_tokens}: {self.spec.name} is "
-                             "a decoder, it must generate at least 1 token")
+            raise ValueError(
+                f"config: new_tokens = {self.scenario.new_tokens}: {self.spec.name} is "
+                "a decoder, it must generate at least 1 token"
+            )
         # A decoder's KV cache holds context_tokens positions: no more than the model was made for
         # (the number says what the cache would cost: 10^7 positions of a 3B model are a TB).
         if self.spec.is_decoder and self.scenario.context_tokens > self.spec.max_positions:
             s = self.spec
-            kv_tb = (2 * s.n_layers * s.kv_dim * 2 * self.scenario.context_tokens
-                     * self.scenario.batch / 1e12)
+            kv_tb = (
+                2
+                * s.n_layers
+                * s.kv_dim
+                * 2
+                * self.scenario.context_tokens
+                * self.scenario.batch
+                / 1e12
+            )
             raise ValueError(
                 f"config: context_tokens = {self.scenario.context_tokens} exceeds {s.name}'s "
                 f"max_positions = {s.max_positions} (that context is {kv_tb:,.3g} TB of KV cache "
-                "in FP16)")
+                "in FP16)"
+            )
         # An encoder runs one forward pass over the prompt; new/context tokens do not apply.
         if not self.spec.is_decoder and self.scenario.prompt_tokens > self.spec.max_positions:
             raise ValueError(
                 f"config: prompt_tokens = {self.scenario.prompt_tokens} exceeds {self.spec.name}'s "
                 f"max_positions = {self.spec.max_positions}"
             )
-        check_applies(self.policy, self.spec.weight_rows(), self.spec.n_layers, self.spec.name,
-                      self.allow_unmatched)
+        check_applies(
+            self.policy,
+            self.spec.weight_rows(),
+            self.spec.n_layers,
+            self.spec.name,
+            self.allow_unmatched,
+        )
 
     @classmethod
-    def from_names(cls, model: str = "llama-3.2-3b", policy: str = "int4-g128",
-                   prompt_tokens: int = 512, new_tokens: int = 128, context_tokens: int = 2048,
-                   batch: int = 1, fused: bool = True, kv_dtype: str = "fp16",
-                   profile: str = DEFAULT_PROFILE, backend: str = "simulated",
-                   backend_options: dict[str, str] | None = None,
-                   prefix_tokens: int = 0, checkpoint: str = "",
-                   allow_unmatched: bool = False) -> "RunConfig":
+    def from_names(
+        cls,
+        model: str = "llama-3.2-3b",
+        policy: str = "int4-g128",
+        prompt_tokens: int = 512,
+        new_tokens: int = 128,
+        context_tokens: int = 2048,
+        batch: int = 1,
+        fused: bool = True,
+        kv_dtype: str = "fp16",
+        profile: str = DEFAULT_PROFILE,
+        backend: str = "simulated",
+        backend_options: dict[str, str] | None = None,
+        prefix_tokens: int = 0,
+        checkpoint: str = "",
+        allow_unmatched: bool = False,
+    ) -> RunConfig:
         """A config from names (or TOML paths) of the model spec and policy. A checkpoint's
         model passes its spec (DecoderConfig.to_spec()) as `model` and its name as
         `checkpoint` (runtime/loader.py's checkpoint_spec does both)."""
-        return cls(get_spec(model), load_policy(policy),
-                   Scenario(prompt_tokens, new_tokens, context_tokens, batch, prefix_tokens), fused,
-                   kv_dtype, profile, backend, tuple((backend_options or {}).items()), checkpoint,
-                   allow_unmatched)
+        return cls(
+            get_spec(model),
+            load_policy(policy),
+            Scenario(prompt_tokens, new_tokens, context_tokens, batch, prefix_tokens),
+            fused,
+            kv_dtype,
+            profile,
+            backend,
+            tuple((backend_options or {}).items()),
+            checkpoint,
+            allow_unmatched,
+        )
 
     @property
     def options(self) -> dict[str, str]:
@@ -159,12 +206,15 @@ class RunConfig:
     @property
     def label(self) -> str:
         s = self.scenario
-        return (f"{self.spec.name}/{self.policy.name}/p{s.prompt_tokens}-n{s.new_tokens}"
-                f"-c{s.context_tokens}-b{s.batch}" + (f"-x{s.prefix_tokens}" if s.prefix_tokens else "")
-                + ("" if self.fused else "/unfused")
-                + ("" if self.kv_dtype == "fp16" else f"/kv-{self.kv_dtype}"))
+        return (
+            f"{self.spec.name}/{self.policy.name}/p{s.prompt_tokens}-n{s.new_tokens}"
+            f"-c{s.context_tokens}-b{s.batch}"
+            + (f"-x{s.prefix_tokens}" if s.prefix_tokens else "")
+            + ("" if self.fused else "/unfused")
+            + ("" if self.kv_dtype == "fp16" else f"/kv-{self.kv_dtype}")
+        )
 
-    def with_spec(self, spec: ModelSpec) -> "RunConfig":
+    def with_spec(self, spec: ModelSpec) -> RunConfig:
         """The same point on another model (the host measures a width-scaled copy)."""
         return dataclasses.replace(self, spec=spec)
 
@@ -196,25 +246,38 @@ class RunConfig:
         return out
 
     @classmethod
-    def from_dict(cls, data, source: str = "<config>") -> "RunConfig":
+    def from_dict(cls, data, source: str = "<config>") -> RunConfig:
         """The RunConfig a record's config stands for; errors name `source` and the field."""
         check_config_dict(data, source)
         try:
             inline = data.get("model_spec")
-            spec = (spec_from_dict(inline, f"{source}: config.model_spec") if inline is not None
-                    else get_spec(data["model"]))
+            spec = (
+                spec_from_dict(inline, f"{source}: config.model_spec")
+                if inline is not None
+                else get_spec(data["model"])
+            )
             policy = load_policy(data["policy"])
             comp = data.get("compression", {})
             if comp != compression_dict(policy):
-                raise ValueError(f"field 'compression' = {comp!r}: policy {data['policy']!r} "
-                                 f"now says {compression_dict(policy)!r}")
-            return cls(spec, policy,
-                       Scenario(**{k: data["scenario"][k] for k in SCENARIO_FIELDS},
-                                prefix_tokens=data["scenario"].get("prefix_tokens", 0)),
-                       data.get("fused", True), data.get("kv_dtype", "fp16"), data["profile"],
-                       data["backend"], tuple(data.get("backend_options", {}).items()),
-                       data["model"] if inline is not None else "",
-                       data.get("allow_unmatched", False))
+                raise ValueError(
+                    f"field 'compression' = {comp!r}: policy {data['policy']!r} "
+                    f"now says {compression_dict(policy)!r}"
+                )
+            return cls(
+                spec,
+                policy,
+                Scenario(
+                    **{k: data["scenario"][k] for k in SCENARIO_FIELDS},
+                    prefix_tokens=data["scenario"].get("prefix_tokens", 0),
+                ),
+                data.get("fused", True),
+                data.get("kv_dtype", "fp16"),
+                data["profile"],
+                data["backend"],
+                tuple(data.get("backend_options", {}).items()),
+                data["model"] if inline is not None else "",
+                data.get("allow_unmatched", False),
+            )
         except ValueError as e:
             raise ValueError(f"{source}: config: {e}") from e
 
@@ -256,28 +319,60 @@ def check_config_dict(cfg, source: str, prefix: str = "config.") -> None:
     for key in CONFIG_FIELDS:
         _require(key in cfg, source, f"{prefix}{key}", "missing")
     for key in ("model", "policy", "profile", "backend"):
-        _require(isinstance(cfg[key], str) and cfg[key], source, f"{prefix}{key}",
-                 f"must be a non-empty string, got {cfg[key]!r}")
+        _require(
+            isinstance(cfg[key], str) and cfg[key],
+            source,
+            f"{prefix}{key}",
+            f"must be a non-empty string, got {cfg[key]!r}",
+        )
     _require(isinstance(cfg["scenario"], dict), source, f"{prefix}scenario", "must be an object")
     for key in SCENARIO_FIELDS:
         v = cfg["scenario"].get(key)
         lo = 0 if key == "new_tokens" else 1
-        _require(isinstance(v, int) and not isinstance(v, bool) and v >= lo, source,
-                 f"{prefix}scenario.{key}", f"must be an integer >= {lo}, got {v!r}")
+        _require(
+            isinstance(v, int) and not isinstance(v, bool) and v >= lo,
+            source,
+            f"{prefix}scenario.{key}",
+            f"must be an integer >= {lo}, got {v!r}",
+        )
     v = cfg["scenario"].get("prefix_tokens", 0)
-    _require(isinstance(v, int) and not isinstance(v, bool) and v >= 0, source,
-             f"{prefix}scenario.prefix_tokens", f"must be an integer >= 0, got {v!r}")
+    _require(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        source,
+        f"{prefix}scenario.prefix_tokens",
+        f"must be an integer >= 0, got {v!r}",
+    )
     opts = cfg.get("backend_options", {})
-    _require(isinstance(opts, dict) and all(isinstance(v, str) for v in opts.values()), source,
-             f"{prefix}backend_options", f"must be an object of strings, got {opts!r}")
-    _require(isinstance(cfg.get("fused", True), bool), source, f"{prefix}fused",
-             f"must be true or false, got {cfg.get('fused')!r}")
+    _require(
+        isinstance(opts, dict) and all(isinstance(v, str) for v in opts.values()),
+        source,
+        f"{prefix}backend_options",
+        f"must be an object of strings, got {opts!r}",
+    )
+    _require(
+        isinstance(cfg.get("fused", True), bool),
+        source,
+        f"{prefix}fused",
+        f"must be true or false, got {cfg.get('fused')!r}",
+    )
     comp = cfg.get("compression", {})
-    _require(isinstance(comp, dict) and set(comp) <= {"prune", "activations"}
-             and all(isinstance(v, dict) for v in comp.values()), source,
-             f"{prefix}compression", f"must be an object with prune / activations objects, "
-             f"got {comp!r}")
-    _require(isinstance(cfg.get("allow_unmatched", False), bool), source,
-             f"{prefix}allow_unmatched", f"must be true or false, got {cfg.get('allow_unmatched')!r}")
-    _require(cfg.get("kv_dtype", "fp16") in KV_DTYPES, source, f"{prefix}kv_dtype",
-             f"must be one of {list(KV_DTYPES)}, got {cfg.get('kv_dtype')!r}")
+    _require(
+        isinstance(comp, dict)
+        and set(comp) <= {"prune", "activations"}
+        and all(isinstance(v, dict) for v in comp.values()),
+        source,
+        f"{prefix}compression",
+        f"must be an object with prune / activations objects, got {comp!r}",
+    )
+    _require(
+        isinstance(cfg.get("allow_unmatched", False), bool),
+        source,
+        f"{prefix}allow_unmatched",
+        f"must be true or false, got {cfg.get('allow_unmatched')!r}",
+    )
+    _require(
+        cfg.get("kv_dtype", "fp16") in KV_DTYPES,
+        source,
+        f"{prefix}kv_dtype",
+        f"must be one of {list(KV_DTYPES)}, got {cfg.get('kv_dtype')!r}",
+    )

@@ -27,18 +27,45 @@ How far a model is from measurements is one helper, used by calibration and by H
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator
 
 DIRECTIONS = ("lower", "higher", "none")  # "none": informational, never gated
 EXACT, NUMERICAL, MEASURED = "exact", "numerical", "measured"
 KINDS = (EXACT, NUMERICAL, MEASURED)  # from most to least reproducible
 
-_NONNEGATIVE_UNITS = {"ms", "s", "us", "ns", "MB", "GB", "KB", "bytes", "B", "mJ", "J", "W",
-                      "tokens", "tokens/s", "GB/s", "GFLOP/s", "launches", "runs", "x", "ratio",
-                      "requests", "sentences", "count"}
-_BOUNDED_UNITS = {"fraction": (0.0, 1.0), "%": (0.0, 100.0), "cosine": (-1.0, 1.0),
-                  "pct_points": (-100.0, 100.0), "C": (-273.15, math.inf)}
+_NONNEGATIVE_UNITS = {
+    "ms",
+    "s",
+    "us",
+    "ns",
+    "MB",
+    "GB",
+    "KB",
+    "bytes",
+    "B",
+    "mJ",
+    "J",
+    "W",
+    "tokens",
+    "tokens/s",
+    "GB/s",
+    "GFLOP/s",
+    "launches",
+    "runs",
+    "x",
+    "ratio",
+    "requests",
+    "sentences",
+    "count",
+}
+_BOUNDED_UNITS = {
+    "fraction": (0.0, 1.0),
+    "%": (0.0, 100.0),
+    "cosine": (-1.0, 1.0),
+    "pct_points": (-100.0, 100.0),
+    "C": (-273.15, math.inf),
+}
 # A difference of two quantities (memory_headroom_mb, init_memory_delta_mb) may be negative.
 _SIGNED_NAME_PARTS = ("headroom", "delta", "margin", "change", "gain", "diff")
 _SLACK = 1e-6  # float32 rounding at a bound (a cosine of 1 + 1e-8) is not out of domain
@@ -68,7 +95,7 @@ def domain_error(name: str, unit: str, value) -> str:
         return f"{value!r}: must be finite"
     lo, hi = domain(name, unit)
     if value < lo - _SLACK * max(1.0, abs(lo)) or value > hi + _SLACK * max(1.0, abs(hi)):
-        bounds = (f">= {lo:g}" if hi == math.inf else f"in [{lo:g}, {hi:g}]")
+        bounds = f">= {lo:g}" if hi == math.inf else f"in [{lo:g}, {hi:g}]"
         return f"{value!r} {unit}: must be {bounds}"
     return ""
 
@@ -86,7 +113,9 @@ class Metric:
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
-            raise ValueError(f"metric {self.name}: direction must be one of {DIRECTIONS}, got {self.direction!r}")
+            raise ValueError(
+                f"metric {self.name}: direction must be one of {DIRECTIONS}, got {self.direction!r}"
+            )
         if self.kind not in KINDS:
             raise ValueError(f"metric {self.name}: kind must be one of {KINDS}, got {self.kind!r}")
         problem = domain_error(self.name, self.unit, self.value)
@@ -97,7 +126,7 @@ class Metric:
             if problem:
                 raise ValueError(f"metric {self.name}: a sample = {problem}")
 
-    def flagged(self, flag: str) -> "Metric":
+    def flagged(self, flag: str) -> Metric:
         return self if flag in self.flags else replace(self, flags=self.flags + (flag,))
 
     def to_dict(self) -> dict:
@@ -116,7 +145,7 @@ class Metric:
         return d
 
     @classmethod
-    def from_dict(cls, name: str, d: dict) -> "Metric":
+    def from_dict(cls, name: str, d: dict) -> Metric:
         return cls(
             name=name,
             value=float(d["value"]),
@@ -135,18 +164,33 @@ class Metrics:
 
     items: dict[str, Metric] = field(default_factory=dict)
 
-    def add(self, name: str, value: float, unit: str, direction: str = "lower",
-            kind: str = "exact", samples: Iterable[float] = (), description: str = "") -> Metric:
+    def add(
+        self,
+        name: str,
+        value: float,
+        unit: str,
+        direction: str = "lower",
+        kind: str = "exact",
+        samples: Iterable[float] = (),
+        description: str = "",
+    ) -> Metric:
         value = float(value)
-        m = Metric(name, value, unit, direction, kind, tuple(float(s) for s in samples),
-                   description=description)
+        m = Metric(
+            name,
+            value,
+            unit,
+            direction,
+            kind,
+            tuple(float(s) for s in samples),
+            description=description,
+        )
         self.items[name] = m
         return m
 
     def put(self, metric: Metric) -> None:
         self.items[metric.name] = metric
 
-    def update(self, other: "Metrics") -> None:
+    def update(self, other: Metrics) -> None:
         self.items.update(other.items)
 
     def __getitem__(self, name: str) -> Metric:
@@ -171,15 +215,21 @@ class Metrics:
         return {name: m.to_dict() for name, m in self.items.items()}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Metrics":
+    def from_dict(cls, d: dict) -> Metrics:
         return cls({name: Metric.from_dict(name, md) for name, md in d.items()})
 
     def to_frame(self):
         import pandas as pd
 
         rows = [
-            {"metric": m.name, "value": m.value, "unit": m.unit, "better": m.direction,
-             "kind": m.kind, "flags": ",".join(m.flags)}
+            {
+                "metric": m.name,
+                "value": m.value,
+                "unit": m.unit,
+                "better": m.direction,
+                "kind": m.kind,
+                "flags": ",".join(m.flags),
+            }
             for m in self
         ]
         return pd.DataFrame(rows, columns=["metric", "value", "unit", "better", "kind", "flags"])
@@ -198,9 +248,15 @@ class MetricDef:
     description: str
 
     def make(self, value: float, samples: Iterable[float] = (), description: str = "") -> Metric:
-        return Metric(self.name, float(value), self.unit, self.direction, self.kind,
-                      tuple(float(s) for s in samples),
-                      description=description or self.description)
+        return Metric(
+            self.name,
+            float(value),
+            self.unit,
+            self.direction,
+            self.kind,
+            tuple(float(s) for s in samples),
+            description=description or self.description,
+        )
 
 
 def ape_pct(predicted: float, measured: float) -> float:

@@ -23,9 +23,19 @@ import pytest
 from tests.fixtures.minilm.tiny import make_tiny_model
 
 # folders and files (relative to tests/) whose tests compute with the float kernels and BLAS
-NUMERIC_PATHS = ("kernels/", "quant/", "runtime/", "eval/", "checkpoint/", "calibrate/",
-                 "backends/test_host_llm.py", "commands/test_check_runtime.py",
-                 "track/test_numerical.py", "test_readme_numbers.py", "test_kernels_bench.py")
+NUMERIC_PATHS = (
+    "kernels/",
+    "quant/",
+    "runtime/",
+    "eval/",
+    "checkpoint/",
+    "calibrate/",
+    "backends/test_host_llm.py",
+    "commands/test_check_runtime.py",
+    "track/test_numerical.py",
+    "test_readme_numbers.py",
+    "test_kernels_bench.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -61,14 +61,24 @@ def main(argv: list[str] | None = None) -> int:
         except Unemulable as e:
             print(f"{cfg.name:<24} skipped: {e}", flush=True)
             continue
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection,
-               *args.pytest_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *selection,
+            *args.pytest_args,
+        ]
         start = time.monotonic()
-        r = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **env}, capture_output=True,
-                           text=True)
+        r = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True)
         line = summary_line(r.stdout + r.stderr)
-        print(f"{cfg.name:<24} {'ok  ' if r.returncode == 0 else 'FAIL'} {line} "
-              f"({time.monotonic() - start:.0f} s)", flush=True)
+        print(
+            f"{cfg.name:<24} {'ok  ' if r.returncode == 0 else 'FAIL'} {line} "
+            f"({time.monotonic() - start:.0f} s)",
+            flush=True,
+        )
         if r.returncode != 0:
             failed.append(cfg.name)
             tail = [x for x in r.stdout.splitlines() if x.startswith(("FAILED", "ERROR"))]

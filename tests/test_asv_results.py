@@ -27,8 +27,9 @@ RESULTS = ROOT / CONF["results_dir"]
 
 
 def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def first_parent_commits() -> set[str]:
@@ -36,8 +37,12 @@ def first_parent_commits() -> set[str]:
         pytest.fail("shallow clone: asv needs the whole history (git fetch --unshallow)")
     out = set()
     for branch in CONF["branches"]:
-        if subprocess.run(["git", "rev-parse", "--verify", "-q", branch], cwd=ROOT,
-                          capture_output=True).returncode != 0:
+        if (
+            subprocess.run(
+                ["git", "rev-parse", "--verify", "-q", branch], cwd=ROOT, capture_output=True
+            ).returncode
+            != 0
+        ):
             pytest.fail(f"asv.conf.json branch {branch!r} is not in this clone")
         out |= set(_git("rev-list", "--first-parent", branch).split())
     return out
@@ -60,11 +65,14 @@ def test_each_result_names_a_commit_on_mains_first_parent_history(path):
     assert commit in on_line, (
         f"{path.relative_to(ROOT)}: {commit[:8]} is not on the first-parent history of "
         f"{', '.join(CONF['branches'])}, so asv never draws it; run `asv run` on commits of "
-        "`git rev-list --first-parent main` (README, asv)")
+        "`git rev-list --first-parent main` (README, asv)"
+    )
     machine = json.loads((path.parent / "machine.json").read_text())
     assert machine["machine"] == path.parent.name == data["params"]["machine"]
     for key in ("arch", "cpu", "num_cpu", "os", "ram"):
-        assert machine.get(key) == data["params"].get(key), f"{path.name}: {key} differs from machine.json"
+        assert machine.get(key) == data["params"].get(key), (
+            f"{path.name}: {key} differs from machine.json"
+        )
 
 
 def test_the_check_knows_an_off_line_commit():
@@ -81,8 +89,11 @@ def hidden_results(results_dir: Path) -> dict[str, list[str]]:
         data = json.loads(path.read_text())
         column = data["result_columns"].index("version")
         versions = {k: row[column] for k, row in data["results"].items()}
-        stale = sorted(k for k, v in versions.items()
-                       if k in suite and v is not None and v != suite[k].get("version"))
+        stale = sorted(
+            k
+            for k, v in versions.items()
+            if k in suite and v is not None and v != suite[k].get("version")
+        )
         if stale:
             out[f"{path.parent.name}/{path.name}"] = stale
     return out
@@ -93,16 +104,25 @@ def test_every_committed_result_has_the_benchmark_versions_asv_draws():
     assert not hidden, (
         "results of another benchmark suite than results/asv/benchmarks.json (asv draws none of "
         f"these points): {', '.join(f'{f}: {len(ks)} benchmarks' for f, ks in hidden.items())}; "
-        "re-run those commits with the current suite (README, asv)")
+        "re-run those commits with the current suite (README, asv)"
+    )
 
 
 def test_the_version_check_sees_a_result_of_another_suite(tmp_path):
     """A result whose version of a benchmark differs from benchmarks.json is reported."""
     (tmp_path / "m").mkdir()
-    (tmp_path / "benchmarks.json").write_text(json.dumps(
-        {"b.C.track_x": {"version": "new"}, "b.C.track_y": {"version": "same"}, "version": 2}))
+    (tmp_path / "benchmarks.json").write_text(
+        json.dumps(
+            {"b.C.track_x": {"version": "new"}, "b.C.track_y": {"version": "same"}, "version": 2}
+        )
+    )
     (tmp_path / "m" / "machine.json").write_text("{}")
-    (tmp_path / "m" / "abcd1234-env.json").write_text(json.dumps(
-        {"result_columns": ["result", "version"],
-         "results": {"b.C.track_x": [[1.0], "old"], "b.C.track_y": [[1.0], "same"]}}))
+    (tmp_path / "m" / "abcd1234-env.json").write_text(
+        json.dumps(
+            {
+                "result_columns": ["result", "version"],
+                "results": {"b.C.track_x": [[1.0], "old"], "b.C.track_y": [[1.0], "same"]},
+            }
+        )
+    )
     assert hidden_results(tmp_path) == {"m/abcd1234-env.json": ["b.C.track_x"]}

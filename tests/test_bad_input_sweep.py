@@ -102,24 +102,24 @@ FILES = {
     "spec_huge.toml": _edit(SPEC, "n_layers", "n_layers = 100000000"),
     "pol_gate_prj.toml": 'name = "p"\ndefault = "int4-g32"\nkeep_fp16_layers = ["gate_prj"]\n',
     "pol_layer99.toml": 'name = "p"\ndefault = "int4-g32"\n[layers]\n'
-                        '"model.layers.99.mlp.gate_proj" = "int8"\n',
+    '"model.layers.99.mlp.gate_proj" = "int8"\n',
     "pol_block99.toml": 'name = "p"\ndefault = "int4-g32"\n[prune]\nffn = 0.1\n'
-                        '[prune.blocks]\n"99" = { ffn = 0.5 }\n',
+    '[prune.blocks]\n"99" = { ffn = 0.5 }\n',
     "pol_blocks_huge.toml": 'name = "p"\ndefault = "int4-g32"\n[prune]\n[prune.blocks]\n'
-                            '"0-100000000" = { ffn = 0.5 }\n',
+    '"0-100000000" = { ffn = 0.5 }\n',
     "pol_g16384.toml": 'name = "p"\ndefault = "int4-g16384"\n',
     "pol_typo_key.toml": 'name = "p"\ndefault = "int4-g32"\nkeep_fp16_layer = ["lm_head"]\n',
     "pol_dup_a.toml": 'name = "same"\ndefault = "int8"\n',
     "pol_dup_b.toml": 'name = "same"\ndefault = "int4-g32"\n',
     "grid_inf.toml": 'models = ["llama-3.2-1b"]\npolicies = ["int8"]\n'
-                     'profiles = ["{d}/prof_inf_bw.toml"]\n',
+    'profiles = ["{d}/prof_inf_bw.toml"]\n',
     "grid_typo_pol.toml": 'models = ["llama-3.2-1b"]\npolicies = ["{d}/pol_gate_prj.toml"]\n'
-                          'profiles = ["harmony-flagship"]\n',
+    'profiles = ["harmony-flagship"]\n',
     "grid_huge.toml": 'models = ["llama-3.2-1b"]\npolicies = ["int8"]\n'
-                      'profiles = ["harmony-flagship"]\n[scenario]\n'
-                      f'prompt_tokens = {list(range(1, 1001))}\nnew_tokens = {list(range(1, 201))}\n',
+    'profiles = ["harmony-flagship"]\n[scenario]\n'
+    f"prompt_tokens = {list(range(1, 1001))}\nnew_tokens = {list(range(1, 201))}\n",
     "grid_typo_field.toml": 'models = ["llama-3.2-1b"]\npolices = ["int8"]\n'
-                            'profiles = ["harmony-flagship"]\n',
+    'profiles = ["harmony-flagship"]\n',
     "tol_typo.toml": "[metrics.ttft_ms]\ntolerance_pc = 1\n",
 }
 CAT = f"{shlex.quote(sys.executable)} -c 'import sys; sys.stdout.write(open(sys.argv[1]).read())'"
@@ -135,8 +135,20 @@ CASES = [  # (argv, a substring the error line must hold)
     (["serve", "--profile", "nope"], "nope"),
     (["coldstart", "--profile", "nope"], "nope"),
     (["run", "--profile", "nope", "--out-dir", "{d}/runs"], "nope"),
-    (["measure", "--command", "true", "--format", "mslite", "--profile", "nope", "--model",
-      "llama-3.2-3b"], "nope"),
+    (
+        [
+            "measure",
+            "--command",
+            "true",
+            "--format",
+            "mslite",
+            "--profile",
+            "nope",
+            "--model",
+            "llama-3.2-3b",
+        ],
+        "nope",
+    ),
     # policies
     (["predict", "--policy", "nope"], "nope"),
     (["predict", "--policy", "{d}/policy_bad.toml"], "policy_bad.toml"),
@@ -149,8 +161,10 @@ CASES = [  # (argv, a substring the error line must hold)
     (["run", "--model", "lama-3.2-3b", "--out-dir", "{d}/runs"], "did you mean 'llama-3.2-3b'"),
     (["thermal", "--model", "nope"], "nope"),
     (["serve", "--model", "nope"], "nope"),
-    (["measure", "--command", "true", "--format", "mslite", "--profile", "harmony-flagship"],
-     "--model"),
+    (
+        ["measure", "--command", "true", "--format", "mslite", "--profile", "harmony-flagship"],
+        "--model",
+    ),
     # scenarios
     (["predict", "--prompt", "0"], "--prompt"),
     (["predict", "--new", "-1"], "--new"),
@@ -171,49 +185,134 @@ CASES = [  # (argv, a substring the error line must hold)
     (["serve", "--timeout-s", "0"], "--timeout-s"),
     # records and baselines (gate)
     (["gate", "--baseline", "{d}/missing.json", "--current", "{d}/baseline.json"], "missing.json"),
-    (["gate", "--baseline", "{d}/truncated.json", "--current", "{d}/baseline.json"],
-     "truncated.json"),
+    (
+        ["gate", "--baseline", "{d}/truncated.json", "--current", "{d}/baseline.json"],
+        "truncated.json",
+    ),
     (["gate", "--baseline", "{d}/nan_ttft.json", "--current", "{d}/baseline.json"], "ttft_ms"),
     (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/nan_ttft.json"], "nan"),
     (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/neg_ttft.json"], "-1.0"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/inf_tps.json"],
-     "decode_tokens_per_s"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/pct_200.json"],
-     "launch_overhead_pct"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/nan_sample.json"],
-     "host_gemv_ms.samples"),
-    (["gate", "--baseline", "{d}/schema99.json", "--current", "{d}/baseline.json"],
-     "schema_version"),
+    (
+        ["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/inf_tps.json"],
+        "decode_tokens_per_s",
+    ),
+    (
+        ["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/pct_200.json"],
+        "launch_overhead_pct",
+    ),
+    (
+        ["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/nan_sample.json"],
+        "host_gemv_ms.samples",
+    ),
+    (
+        ["gate", "--baseline", "{d}/schema99.json", "--current", "{d}/baseline.json"],
+        "schema_version",
+    ),
     (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/list.json"], "list.json"),
     (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/no_config.json"], "config"),
     (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/kind_fuzzy.json"], "kind"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/dir_sideways.json"],
-     "direction"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/no_prov.json"],
-     "provenance.cpu_model"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/other_model.json"],
-     "llama-3.2-1b"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/fewer_metrics.json"],
-     "ttft_ms"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "latest", "--out-dir",
-      "{d}/empty_runs"], "no run record"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/nan_ttft.json",
-      "--update-baseline"], "ttft_ms"),
-    (["gate", "--baseline", "{d}/new_base.json", "--current", "{d}/neg_ttft.json",
-      "--update-baseline"], "ttft_ms"),
+    (
+        ["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/dir_sideways.json"],
+        "direction",
+    ),
+    (
+        ["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/no_prov.json"],
+        "provenance.cpu_model",
+    ),
+    (
+        ["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/other_model.json"],
+        "llama-3.2-1b",
+    ),
+    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/fewer_metrics.json"], "ttft_ms"),
+    (
+        [
+            "gate",
+            "--baseline",
+            "{d}/baseline.json",
+            "--current",
+            "latest",
+            "--out-dir",
+            "{d}/empty_runs",
+        ],
+        "no run record",
+    ),
+    (
+        [
+            "gate",
+            "--baseline",
+            "{d}/baseline.json",
+            "--current",
+            "{d}/nan_ttft.json",
+            "--update-baseline",
+        ],
+        "ttft_ms",
+    ),
+    (
+        [
+            "gate",
+            "--baseline",
+            "{d}/new_base.json",
+            "--current",
+            "{d}/neg_ttft.json",
+            "--update-baseline",
+        ],
+        "ttft_ms",
+    ),
     # tolerances
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/baseline.json",
-      "--tolerances", "{d}/nope.toml"], "nope.toml"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/baseline.json",
-      "--tolerances", "{d}/tol_bad.toml"], "defaults.exact_pct"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/baseline.json",
-      "--tolerances", "{d}/tol_unknown.toml"], "exactpct"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/baseline.json",
-      "--tolerances", "{d}/tol_section.toml"], "limits"),
+    (
+        [
+            "gate",
+            "--baseline",
+            "{d}/baseline.json",
+            "--current",
+            "{d}/baseline.json",
+            "--tolerances",
+            "{d}/nope.toml",
+        ],
+        "nope.toml",
+    ),
+    (
+        [
+            "gate",
+            "--baseline",
+            "{d}/baseline.json",
+            "--current",
+            "{d}/baseline.json",
+            "--tolerances",
+            "{d}/tol_bad.toml",
+        ],
+        "defaults.exact_pct",
+    ),
+    (
+        [
+            "gate",
+            "--baseline",
+            "{d}/baseline.json",
+            "--current",
+            "{d}/baseline.json",
+            "--tolerances",
+            "{d}/tol_unknown.toml",
+        ],
+        "exactpct",
+    ),
+    (
+        [
+            "gate",
+            "--baseline",
+            "{d}/baseline.json",
+            "--current",
+            "{d}/baseline.json",
+            "--tolerances",
+            "{d}/tol_section.toml",
+        ],
+        "limits",
+    ),
     # artifacts
     (["verify", "{d}/missing.safetensors"], "missing.safetensors"),
-    (["accuracy", "--model", "all-minilm-l6", "--artifact", "{d}/garbage.safetensors"],
-     "garbage.safetensors"),
+    (
+        ["accuracy", "--model", "all-minilm-l6", "--artifact", "{d}/garbage.safetensors"],
+        "garbage.safetensors",
+    ),
     # traces
     (["serve", "--trace", "{d}/missing.csv"], "missing.csv"),
     (["serve", "--trace", "{d}/trace_arrival.csv"], "line 2"),
@@ -223,10 +322,14 @@ CASES = [  # (argv, a substring the error line must hold)
     (["serve", "--trace", "{d}/trace_tokens.csv"], "prompt_tokens"),
     (["serve", "--trace", "{d}/trace_nan.csv"], "arrival_s"),
     # device outputs
-    (["measure", "--command", CAT + " {d}/bench_neg.json", "--format", "llama-bench"],
-     "decode_tokens_per_s"),
-    (["measure", "--command", CAT + " {d}/bench_zero.json", "--format", "llama-bench"],
-     "decode_tokens_per_s"),
+    (
+        ["measure", "--command", CAT + " {d}/bench_neg.json", "--format", "llama-bench"],
+        "decode_tokens_per_s",
+    ),
+    (
+        ["measure", "--command", CAT + " {d}/bench_zero.json", "--format", "llama-bench"],
+        "decode_tokens_per_s",
+    ),
     (["measure", "--command", "true", "--format", "mslite", "--set", "novalue"], "--set"),
     (["measure", "--command", "true", "--format", "bogus"], "--format"),
     # output paths
@@ -237,22 +340,48 @@ CASES = [  # (argv, a substring the error line must hold)
     (["plan", "--budget-mb", "40", "--out", "{d}/adir"], "adir"),
     (["calibrate", "--out", "{d}/adir"], "adir"),
     (["export", "--policy", "int8", "{d}/adir"], "adir"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/baseline.json", "--summary",
-      "{d}/adir"], "adir"),
+    (
+        [
+            "gate",
+            "--baseline",
+            "{d}/baseline.json",
+            "--current",
+            "{d}/baseline.json",
+            "--summary",
+            "{d}/adir",
+        ],
+        "adir",
+    ),
     # command-line names and combinations
     (["gat"], "did you mean 'gate'"),
     (["run", "--backend", "command", "--out-dir", "{d}/runs"], "--command"),
-    (["run", "--backend", "command", "--command", "true", "--command-format", "mslit",
-      "--out-dir", "{d}/runs"], "did you mean 'mslite'"),
+    (
+        [
+            "run",
+            "--backend",
+            "command",
+            "--command",
+            "true",
+            "--command-format",
+            "mslit",
+            "--out-dir",
+            "{d}/runs",
+        ],
+        "did you mean 'mslite'",
+    ),
     (["run", "--skip", "bogus", "--out-dir", "{d}/runs"], "bogus"),
     (["calibrate", "--repeats", "0", "--out", "{d}/h.toml"], "--repeats"),
     # non-finite numbers in input files, named by file and field where they are read
     (["predict", "--profile", "{d}/prof_inf_bw.toml"], "memory.dram_bandwidth_gbps' = inf"),
     (["predict", "--profile", "{d}/prof_nan_bw.toml"], "memory.dram_bandwidth_gbps' = nan"),
-    (["run", "--profile", "{d}/prof_nan_bw.toml", "--out-dir", "{d}/runs"],
-     "prof_nan_bw.toml: field 'memory.dram_bandwidth_gbps'"),
-    (["run", "--profile", "{d}/prof_inf_bw.toml", "--backend", "host", "--out-dir", "{d}/runs"],
-     "memory.dram_bandwidth_gbps"),
+    (
+        ["run", "--profile", "{d}/prof_nan_bw.toml", "--out-dir", "{d}/runs"],
+        "prof_nan_bw.toml: field 'memory.dram_bandwidth_gbps'",
+    ),
+    (
+        ["run", "--profile", "{d}/prof_inf_bw.toml", "--backend", "host", "--out-dir", "{d}/runs"],
+        "memory.dram_bandwidth_gbps",
+    ),
     (["thermal", "--profile", "{d}/prof_nan_ambient.toml"], "thermal.ambient_c' = nan"),
     (["coldstart", "--profile", "{d}/prof_nan_npu.toml"], "runtime.npu_init_ms' = nan"),
     (["coldstart", "--profile", "{d}/prof_nan_npu.toml", "--json"], "runtime.npu_init_ms"),
@@ -267,19 +396,41 @@ CASES = [  # (argv, a substring the error line must hold)
     (["predict", "--policy", "{d}/pol_gate_prj.toml"], "did you mean 'gate_proj'"),
     (["run", "--policy", "{d}/pol_gate_prj.toml", "--out-dir", "{d}/runs"], "'gate_prj'"),
     (["thermal", "--policy", "{d}/pol_gate_prj.toml"], "'gate_prj'"),
-    (["accuracy", "--model", "all-minilm-l6", "--policy", "{d}/pol_gate_prj.toml"],
-     "matches no layer of 'all-minilm-l6'"),
+    (
+        ["accuracy", "--model", "all-minilm-l6", "--policy", "{d}/pol_gate_prj.toml"],
+        "matches no layer of 'all-minilm-l6'",
+    ),
     (["predict", "--policy", "{d}/pol_layer99.toml"], "'model.layers.99.mlp.gate_proj'"),
     (["predict", "--policy", "{d}/pol_block99.toml"], "block 99"),
     (["predict", "--policy", "{d}/pol_blocks_huge.toml"], "100,000,000"),
     (["predict", "--policy", "{d}/pol_g16384.toml"], "int4-g16384"),
     (["predict", "--policy", "{d}/pol_typo_key.toml"], "did you mean 'keep_fp16_layers'"),
-    (["accuracy", "--model", "all-minilm-l6", "--policy", "{d}/pol_dup_a.toml", "--policy",
-      "{d}/pol_dup_b.toml"], "both named 'same'"),
+    (
+        [
+            "accuracy",
+            "--model",
+            "all-minilm-l6",
+            "--policy",
+            "{d}/pol_dup_a.toml",
+            "--policy",
+            "{d}/pol_dup_b.toml",
+        ],
+        "both named 'same'",
+    ),
     (["sweep", "--name", "s", "--grid", "{d}/grid_typo_pol.toml"], "'gate_prj'"),
     (["sweep", "--name", "s", "--grid", "{d}/grid_typo_field.toml"], "did you mean 'policies'"),
-    (["gate", "--baseline", "{d}/baseline.json", "--current", "{d}/baseline.json",
-      "--tolerances", "{d}/tol_typo.toml"], "tolerance_pc"),
+    (
+        [
+            "gate",
+            "--baseline",
+            "{d}/baseline.json",
+            "--current",
+            "{d}/baseline.json",
+            "--tolerances",
+            "{d}/tol_typo.toml",
+        ],
+        "tolerance_pc",
+    ),
     # bounded work
     (["predict", "--model", "{d}/spec_huge.toml"], "n_layers' = 100,000,000: at most 1,024"),
     (["predict", "--batch", "1000000"], "at most 1,024"),
@@ -289,42 +440,181 @@ CASES = [  # (argv, a substring the error line must hold)
     (["pick", "--sweep", "s", "--budget-mb", "inf"], "--budget-mb"),
     # export --format gguf (issue 29): a format GGUF has no type for, an unwritable output, a
     # checkpoint without tokenizer metadata, a missing --model
-    (["export", "--format", "gguf", "--model", "{d}/tiny.gguf", "--policy", "int4-g32", "--out",
-      "{d}/x.gguf"], "blk.0.attn_q.weight (model.layers.0.self_attn.q_proj) is int4-g32, which "
-                     "GGUF has no type for; the nearest GGUF type is q4_1"),
-    (["export", "--format", "gguf", "--model", "{d}/tiny.gguf", "--policy", "int8", "--out",
-      "{d}/x.gguf"], "nearest GGUF type is q8_0"),
-    (["export", "--format", "gguf", "--model", "{d}/tiny.gguf", "--policy", "q4_0", "--out",
-      "{d}/afile/x.gguf"], "afile"),
-    (["export", "--format", "gguf", "--model", "{d}/tiny.gguf", "--policy", "q4_0", "--out",
-      "{d}/adir"], "adir"),
-    (["export", "--format", "gguf", "--model", "{d}/bare.gguf", "--policy", "q4_0", "--out",
-      "{d}/x.gguf"], "tokenizer.ggml.model is missing"),
+    (
+        [
+            "export",
+            "--format",
+            "gguf",
+            "--model",
+            "{d}/tiny.gguf",
+            "--policy",
+            "int4-g32",
+            "--out",
+            "{d}/x.gguf",
+        ],
+        "blk.0.attn_q.weight (model.layers.0.self_attn.q_proj) is int4-g32, which "
+        "GGUF has no type for; the nearest GGUF type is q4_1",
+    ),
+    (
+        [
+            "export",
+            "--format",
+            "gguf",
+            "--model",
+            "{d}/tiny.gguf",
+            "--policy",
+            "int8",
+            "--out",
+            "{d}/x.gguf",
+        ],
+        "nearest GGUF type is q8_0",
+    ),
+    (
+        [
+            "export",
+            "--format",
+            "gguf",
+            "--model",
+            "{d}/tiny.gguf",
+            "--policy",
+            "q4_0",
+            "--out",
+            "{d}/afile/x.gguf",
+        ],
+        "afile",
+    ),
+    (
+        [
+            "export",
+            "--format",
+            "gguf",
+            "--model",
+            "{d}/tiny.gguf",
+            "--policy",
+            "q4_0",
+            "--out",
+            "{d}/adir",
+        ],
+        "adir",
+    ),
+    (
+        [
+            "export",
+            "--format",
+            "gguf",
+            "--model",
+            "{d}/bare.gguf",
+            "--policy",
+            "q4_0",
+            "--out",
+            "{d}/x.gguf",
+        ],
+        "tokenizer.ggml.model is missing",
+    ),
     (["export", "--format", "gguf", "--policy", "q4_0", "--out", "{d}/x.gguf"], "--model"),
-    (["export", "--format", "gguf", "--model", "{d}/missing.gguf", "--policy", "q4_0", "--out",
-      "{d}/x.gguf"], "missing.gguf"),
+    (
+        [
+            "export",
+            "--format",
+            "gguf",
+            "--model",
+            "{d}/missing.gguf",
+            "--policy",
+            "q4_0",
+            "--out",
+            "{d}/x.gguf",
+        ],
+        "missing.gguf",
+    ),
     (["accuracy", "--model", "{d}/tiny_hf", "--policy", "as-stored"], "not a GGUF file"),
     # check-runtime --corpus: missing, not UTF-8, too short for one chunk, with mslite
-    (["check-runtime", "--model", "{d}/tiny.gguf", "--command", "true {{corpus}}", "--corpus",
-      "{d}/missing.txt", "--out-dir", "{d}/runs"], "--corpus {d}/missing.txt: no such file"),
-    (["check-runtime", "--model", "{d}/tiny.gguf", "--command", "true {{corpus}}", "--corpus",
-      "{d}/latin1.txt", "--out-dir", "{d}/runs"], "not UTF-8"),
-    (["check-runtime", "--model", "{d}/tiny.gguf", "--command", "true {{corpus}}", "--corpus",
-      "{d}/short.txt", "--context", "64", "--out-dir", "{d}/runs", "--no-cache"],
-     "fewer than one chunk of --context 64"),
-    (["check-runtime", "--model", "{d}/tiny.gguf", "--command", "true {{corpus}}", "--corpus",
-      "{d}/empty.txt", "--out-dir", "{d}/runs"], "empty"),
-    (["check-runtime", "--format", "mslite", "--command", "true", "--corpus", "{d}/short.txt",
-      "--out-dir", "{d}/runs"], "--format llama-perplexity only"),
+    (
+        [
+            "check-runtime",
+            "--model",
+            "{d}/tiny.gguf",
+            "--command",
+            "true {{corpus}}",
+            "--corpus",
+            "{d}/missing.txt",
+            "--out-dir",
+            "{d}/runs",
+        ],
+        "--corpus {d}/missing.txt: no such file",
+    ),
+    (
+        [
+            "check-runtime",
+            "--model",
+            "{d}/tiny.gguf",
+            "--command",
+            "true {{corpus}}",
+            "--corpus",
+            "{d}/latin1.txt",
+            "--out-dir",
+            "{d}/runs",
+        ],
+        "not UTF-8",
+    ),
+    (
+        [
+            "check-runtime",
+            "--model",
+            "{d}/tiny.gguf",
+            "--command",
+            "true {{corpus}}",
+            "--corpus",
+            "{d}/short.txt",
+            "--context",
+            "64",
+            "--out-dir",
+            "{d}/runs",
+            "--no-cache",
+        ],
+        "fewer than one chunk of --context 64",
+    ),
+    (
+        [
+            "check-runtime",
+            "--model",
+            "{d}/tiny.gguf",
+            "--command",
+            "true {{corpus}}",
+            "--corpus",
+            "{d}/empty.txt",
+            "--out-dir",
+            "{d}/runs",
+        ],
+        "empty",
+    ),
+    (
+        [
+            "check-runtime",
+            "--format",
+            "mslite",
+            "--command",
+            "true",
+            "--corpus",
+            "{d}/short.txt",
+            "--out-dir",
+            "{d}/runs",
+        ],
+        "--format llama-perplexity only",
+    ),
     (["plan", "--budget-mb", "80", "--formats", "q4_0,q5_k"], "unknown weight format 'q5_k'"),
-    (["plan", "--model", "all-minilm-l6", "--budget-mb", "8", "--formats", "q4_0"],
-     "--formats applies to a decoder"),
+    (
+        ["plan", "--model", "all-minilm-l6", "--budget-mb", "8", "--formats", "q4_0"],
+        "--formats applies to a decoder",
+    ),
 ]
 
 
 def _snapshot(root: Path) -> dict:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -370,8 +660,13 @@ SUBPROCESS = [0, 3, 22, 39, 41, 66, 76, 84]  # a few of every kind, as real proc
 def test_no_traceback_reaches_stderr(sandbox, i):
     argv, says = CASES[i]
     argv = [a.format(d=sandbox) for a in argv]
-    r = subprocess.run([sys.executable, "-m", "harmony_ref", *argv], capture_output=True,
-                       text=True, cwd=sandbox, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(
+        [sys.executable, "-m", "harmony_ref", *argv],
+        capture_output=True,
+        text=True,
+        cwd=sandbox,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and says.format(d=sandbox) in r.stderr

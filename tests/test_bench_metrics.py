@@ -32,16 +32,20 @@ from bench.common import LOWER_FORMS  # noqa: E402
 sys.path.remove(str(ROOT))
 
 BENCH_PREFIXES = ("time_", "timeraw_", "mem_", "peakmem_", "track_")
-MODULES = [f"bench.{m.name}" for m in pkgutil.iter_modules(bench.__path__)
-           if m.name.startswith("bench_")]
+MODULES = [
+    f"bench.{m.name}" for m in pkgutil.iter_modules(bench.__path__) if m.name.startswith("bench_")
+]
 
 
 def benchmark_classes():
     for name in MODULES:
         module = importlib.import_module(name)
         for cls_name, cls in vars(module).items():
-            if inspect.isclass(cls) and cls.__module__ == name and \
-                    any(a.startswith(BENCH_PREFIXES) for a in dir(cls)):
+            if (
+                inspect.isclass(cls)
+                and cls.__module__ == name
+                and any(a.startswith(BENCH_PREFIXES) for a in dir(cls))
+            ):
                 yield f"{name.split('.')[-1]}.{cls_name}", cls
 
 
@@ -57,14 +61,16 @@ def tracks_of(cls):
 
 def gate_directions() -> dict[str, str]:
     """Metric name -> direction, as the gate's run records carry them."""
+    from harmony_ref.backends.simulated import SimulatedDevice
     from harmony_ref.config import RunConfig
     from harmony_ref.device.profile import CalibrationInfo, load_profile
-    from harmony_ref.backends.simulated import SimulatedDevice
 
     baseline = json.loads((ROOT / "results" / "baseline.json").read_text())
     out = {name: m["direction"] for name, m in baseline["metrics"].items()}
-    calibrated = dataclasses.replace(load_profile("harmony-flagship"), calibration=CalibrationInfo(
-        held_out_per_op_mape_pct=7.0, n_fit=8, n_held_out=4))
+    calibrated = dataclasses.replace(
+        load_profile("harmony-flagship"),
+        calibration=CalibrationInfo(held_out_per_op_mape_pct=7.0, n_fit=8, n_held_out=4),
+    )
     for m in SimulatedDevice(calibrated).predict(RunConfig.from_names()):
         assert out.setdefault(m.name, m.direction) == m.direction, m.name
     return out
@@ -86,8 +92,10 @@ def direction_problems(cls, directions: dict[str, str]) -> list[str]:
             continue
         want = "lower" if form == "same" else "higher"
         if directions[metric] != want:
-            problems.append(f"{name}: {metric} is {directions[metric]}-is-better in the gate's "
-                            f"records, but drawn in form {form!r} (for {want}-is-better)")
+            problems.append(
+                f"{name}: {metric} is {directions[metric]}-is-better in the gate's "
+                f"records, but drawn in form {form!r} (for {want}-is-better)"
+            )
     return problems
 
 
@@ -124,7 +132,6 @@ def test_direction_check_catches_a_higher_is_better_track(directions):
 
 def test_lower_is_better_refuses_a_metric_whose_direction_changed():
     from bench.common import lower_is_better
-
     from harmony_ref.metrics import Metric
 
     assert lower_is_better(Metric("x_speedup_x", 4.0, "x", "higher"), "reciprocal") == 0.25
@@ -135,13 +142,18 @@ def test_lower_is_better_refuses_a_metric_whose_direction_changed():
 
 # --- parameters -----------------------------------------------------------------------------
 
+
 def fingerprint(obj, depth: int = 0):
     """What a benchmark's setup prepared, comparable across parameter values."""
     if depth > 3:
         return type(obj).__name__
     if isinstance(obj, np.ndarray):
-        return ("array", obj.shape, str(obj.dtype),
-                hashlib.sha1(np.ascontiguousarray(obj).tobytes()).hexdigest())
+        return (
+            "array",
+            obj.shape,
+            str(obj.dtype),
+            hashlib.sha1(np.ascontiguousarray(obj).tobytes()).hexdigest(),
+        )
     if isinstance(obj, (str, int, float, bool, type(None))):
         return obj
     if isinstance(obj, (list, tuple)):
@@ -174,8 +186,11 @@ def param_problems(cls) -> list[str]:
     if params and not isinstance(params[0], (list, tuple)):
         params = [params]
     names = list(getattr(cls, "param_names", [])) or [f"param{i}" for i in range(len(params))]
-    problems = [f"{n} has one value: it cannot change what is measured"
-                for n, values in zip(names, params) if len(values) < 2]
+    problems = [
+        f"{n} has one value: it cannot change what is measured"
+        for n, values in zip(names, params)
+        if len(values) < 2
+    ]
     if problems or not params:
         return problems
     base = [values[0] for values in params]
@@ -185,14 +200,16 @@ def param_problems(cls) -> list[str]:
     for i, name in enumerate(names):
         changed_state, changed = False, set()
         for value in params[i][1:]:
-            state, vals = prepared(cls, base[:i] + [value] + base[i + 1:], cache)
+            state, vals = prepared(cls, base[:i] + [value] + base[i + 1 :], cache)
             changed_state |= state != state0
             changed |= {t for t, v in vals.items() if not _same(v, values0[t])}
         problems += [f"{t} is the same for every {name}" for t in values0 if t not in changed]
         blind = [t for t in timed if not reads_argument(getattr(cls, t), i + 1 + len(cache))]
         if blind and not changed_state:
-            problems.append(f"{name}: setup prepares the same inputs for every value and "
-                            f"{', '.join(blind)} ignores it (would time the same thing)")
+            problems.append(
+                f"{name}: setup prepares the same inputs for every value and "
+                f"{', '.join(blind)} ignores it (would time the same thing)"
+            )
     return problems
 
 
@@ -210,7 +227,9 @@ def reads_argument(fn, position: int) -> bool:
 
 
 def _same(a, b) -> bool:
-    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isclose(a, b, rel_tol=1e-12))
+    return a == b or (
+        isinstance(a, float) and isinstance(b, float) and math.isclose(a, b, rel_tol=1e-12)
+    )
 
 
 @pytest.fixture
@@ -266,6 +285,8 @@ def test_parameter_check_catches_a_parameter_that_does_nothing():
 
     problems = "\n".join(param_problems(KvCache))
     assert "track_kv_cache_mb is the same for every context" in problems
-    assert "context: setup prepares the same inputs for every value and time_read ignores" in problems
+    assert (
+        "context: setup prepares the same inputs for every value and time_read ignores" in problems
+    )
     assert "kv_dtype" not in problems
     assert param_problems(OneValue) == ["width has one value: it cannot change what is measured"]

@@ -29,8 +29,11 @@ MODULES = _modules()
 
 def _classes(module):
     for name, obj in vars(module).items():
-        if inspect.isclass(obj) and obj.__module__ == module.__name__ and \
-                any(a.startswith(BENCH_PREFIXES) for a in dir(obj)):
+        if (
+            inspect.isclass(obj)
+            and obj.__module__ == module.__name__
+            and any(a.startswith(BENCH_PREFIXES) for a in dir(obj))
+        ):
             yield name, obj
 
 
@@ -38,7 +41,13 @@ def _n_args(fn) -> int:
     sig = inspect.signature(fn)
     if any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values()):
         return -1  # *args takes anything
-    return len([p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
+    return len(
+        [
+            p
+            for p in sig.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    )
 
 
 def check_class(cls) -> list[str]:
@@ -46,7 +55,11 @@ def check_class(cls) -> list[str]:
     problems = []
     params = getattr(cls, "params", [])
     names = list(getattr(cls, "param_names", []))
-    if isinstance(params, (list, tuple)) and params and all(isinstance(p, (list, tuple)) for p in params):
+    if (
+        isinstance(params, (list, tuple))
+        and params
+        and all(isinstance(p, (list, tuple)) for p in params)
+    ):
         n_params = len(params)
     elif isinstance(params, (list, tuple)) and params:
         n_params = 1  # asv: a flat list is one parameter
@@ -54,7 +67,12 @@ def check_class(cls) -> list[str]:
         n_params = 0
     if names and len(names) != n_params:
         problems.append(f"len(param_names)={len(names)} but params has {n_params} parameter lists")
-    if n_params and isinstance(params, (list, tuple)) and n_params > 1 and any(len(p) == 0 for p in params):
+    if (
+        n_params
+        and isinstance(params, (list, tuple))
+        and n_params > 1
+        and any(len(p) == 0 for p in params)
+    ):
         problems.append("a parameter list is empty")
     extra = 1 if hasattr(cls, "setup_cache") else 0
     want = 1 + extra + n_params  # self, cache, params
@@ -66,8 +84,10 @@ def check_class(cls) -> list[str]:
             continue
         got = _n_args(fn)
         if got != -1 and got != want:
-            problems.append(f"{attr} takes {got} positional args, asv passes {want} "
-                            f"(self{', setup_cache result' if extra else ''}, {n_params} params)")
+            problems.append(
+                f"{attr} takes {got} positional args, asv passes {want} "
+                f"(self{', setup_cache result' if extra else ''}, {n_params} params)"
+            )
         if attr.startswith("track_") and not getattr(fn, "unit", None):
             problems.append(f"{attr} has no `unit`")
     return problems

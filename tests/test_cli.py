@@ -2,7 +2,6 @@ import json
 import subprocess
 import sys
 
-
 from harmony_ref.cli import build_parser, main
 
 
@@ -21,15 +20,20 @@ def test_quantize_report_json(capsys):
 
 
 def test_python_dash_m():
-    r = subprocess.run([sys.executable, "-m", "harmony_ref", "--version"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "harmony_ref", "--version"], capture_output=True, text=True
+    )
     assert r.returncode == 0 and "harmony-ref" in r.stdout
 
 
 def test_closed_pipe_is_not_a_traceback():
     # `harmony-ref profiles --json | head -1`: the reader goes away early.
     # Closing our end before the child has even imported makes its first write fail with EPIPE.
-    p = subprocess.Popen([sys.executable, "-m", "harmony_ref", "profiles", "--json"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "harmony_ref", "profiles", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     p.stdout.close()
     err = p.stderr.read().decode()
     p.wait(timeout=60)
@@ -45,8 +49,10 @@ def test_error_names_the_subcommand_even_with_a_command_option(capsys):
 def test_top_level_help_runs_no_command_add_arguments():
     # `harmony-ref --help` must stay fast: no command's add_arguments (some import numpy-backed
     # modules for their defaults) runs unless that command was named.
-    code = ("import sys\nfrom harmony_ref.cli import main\ntry:\n    main(['--help'])\n"
-            "except SystemExit:\n    pass\nprint('numpy' in sys.modules)")
+    code = (
+        "import sys\nfrom harmony_ref.cli import main\ntry:\n    main(['--help'])\n"
+        "except SystemExit:\n    pass\nprint('numpy' in sys.modules)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "False", "numpy was imported by --help"

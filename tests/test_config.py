@@ -14,13 +14,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_dict_round_trip_names_what_was_loaded():
-    cfg = RunConfig.from_names("llama-3.2-3b", "int4-g128", prompt_tokens=256, new_tokens=64,
-                               context_tokens=1024, batch=2, profile="harmony-midrange")
+    cfg = RunConfig.from_names(
+        "llama-3.2-3b",
+        "int4-g128",
+        prompt_tokens=256,
+        new_tokens=64,
+        context_tokens=1024,
+        batch=2,
+        profile="harmony-midrange",
+    )
     d = cfg.to_dict()
-    assert d == {"model": "llama-3.2-3b", "policy": "int4-g128", "profile": "harmony-midrange",
-                 "backend": "simulated",
-                 "scenario": {"prompt_tokens": 256, "new_tokens": 64, "context_tokens": 1024,
-                              "batch": 2}}
+    assert d == {
+        "model": "llama-3.2-3b",
+        "policy": "int4-g128",
+        "profile": "harmony-midrange",
+        "backend": "simulated",
+        "scenario": {"prompt_tokens": 256, "new_tokens": 64, "context_tokens": 1024, "batch": 2},
+    }
     assert list(d) == ["model", "policy", "profile", "backend", "scenario"]  # as records have it
     assert RunConfig.from_dict(d) == cfg and RunConfig.from_dict(d).to_dict() == d
 
@@ -28,9 +38,14 @@ def test_dict_round_trip_names_what_was_loaded():
 def test_non_defaults_and_user_files_survive_the_round_trip(tmp_path):
     policy = tmp_path / "mine.toml"
     policy.write_text('name = "mine"\ndefault = "int8"\n')
-    cfg = RunConfig.from_names("qwen2.5-0.5b", str(policy), fused=False, kv_dtype="int8",
-                               backend="command",
-                               backend_options={"command": "x", "format": "mslite"})
+    cfg = RunConfig.from_names(
+        "qwen2.5-0.5b",
+        str(policy),
+        fused=False,
+        kv_dtype="int8",
+        backend="command",
+        backend_options={"command": "x", "format": "mslite"},
+    )
     d = cfg.to_dict()
     assert d["policy"] == str(policy) and d["fused"] is False and d["kv_dtype"] == "int8"
     assert d["backend_options"] == {"command": "x", "format": "mslite"}
@@ -55,19 +70,27 @@ def test_in_memory_specs_and_policies_serialise_by_name():
     assert scaled.to_dict()["model"] == "qwen2.5-0.5b/w2" and scaled.spec.hidden == 448
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d.pop("profile"), "field 'config.profile': missing"),
-    (lambda d: d.update(model=""), "field 'config.model': must be a non-empty string"),
-    (lambda d: d["scenario"].update(batch=0),
-     "field 'config.scenario.batch': must be an integer >= 1"),
-    (lambda d: d.update(kv_dtype="int4"), "field 'config.kv_dtype': must be one of"),
-    (lambda d: d.update(fused="yes"), "field 'config.fused': must be true or false"),
-    (lambda d: d.update(backend_options={"command": 1}), "field 'config.backend_options'"),
-    (lambda d: d.update(model="gpt-9"), "config: unknown model 'gpt-9'"),
-    (lambda d: d.update(policy="no-such"), "config: unknown policy 'no-such'"),
-    (lambda d: d.update(backend="fpga"), "field 'backend' = 'fpga'"),
-    (lambda d: d["scenario"].update(prompt_tokens=2000, new_tokens=100), "exceeds context_tokens"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d.pop("profile"), "field 'config.profile': missing"),
+        (lambda d: d.update(model=""), "field 'config.model': must be a non-empty string"),
+        (
+            lambda d: d["scenario"].update(batch=0),
+            "field 'config.scenario.batch': must be an integer >= 1",
+        ),
+        (lambda d: d.update(kv_dtype="int4"), "field 'config.kv_dtype': must be one of"),
+        (lambda d: d.update(fused="yes"), "field 'config.fused': must be true or false"),
+        (lambda d: d.update(backend_options={"command": 1}), "field 'config.backend_options'"),
+        (lambda d: d.update(model="gpt-9"), "config: unknown model 'gpt-9'"),
+        (lambda d: d.update(policy="no-such"), "config: unknown policy 'no-such'"),
+        (lambda d: d.update(backend="fpga"), "field 'backend' = 'fpga'"),
+        (
+            lambda d: d["scenario"].update(prompt_tokens=2000, new_tokens=100),
+            "exceeds context_tokens",
+        ),
+    ],
+)
 def test_bad_dicts_name_the_source_and_the_field(change, message):
     d = RunConfig.from_names().to_dict()
     change(d)

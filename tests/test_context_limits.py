@@ -9,17 +9,23 @@ from harmony_ref.config import RunConfig
 
 def test_llama2_context_above_4096_is_refused():
     RunConfig.from_names("llama-2-7b", context_tokens=4096)  # its maximum: fine
-    with pytest.raises(ValueError, match=r"context_tokens = 8192 exceeds llama-2-7b's "
-                                         r"max_positions = 4096"):
+    with pytest.raises(
+        ValueError,
+        match=r"context_tokens = 8192 exceeds llama-2-7b's "
+        r"max_positions = 4096",
+    ):
         RunConfig.from_names("llama-2-7b", context_tokens=8192)
 
 
-@pytest.mark.parametrize("argv", [
-    ["predict", "--model", "llama-2-7b", "--context", "8192"],
-    ["predict", "--context", "10000000"],
-    ["run", "--context-tokens", "10000000", "--no-record"],
-    ["compare", "--model", "llama-2-7b", "--context", "5000"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["predict", "--model", "llama-2-7b", "--context", "8192"],
+        ["predict", "--context", "10000000"],
+        ["run", "--context-tokens", "10000000", "--no-record"],
+        ["compare", "--model", "llama-2-7b", "--context", "5000"],
+    ],
+)
 def test_commands_refuse_with_the_number(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err

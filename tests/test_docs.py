@@ -61,12 +61,15 @@ def _fields(cls):
             yield f.name, hints[f.name]
 
 
-@pytest.mark.parametrize("page, dotted", [
-    ("reference/profile.md", "harmony_ref.device.profile:DeviceProfile"),
-    ("reference/runtime.md", "harmony_ref.device.profile:RuntimeProfile"),
-    ("reference/model-spec.md", "harmony_ref.model.spec:ModelSpec"),
-    ("reference/session.md", "harmony_ref.backends.session_spec:SessionSpec"),
-])
+@pytest.mark.parametrize(
+    "page, dotted",
+    [
+        ("reference/profile.md", "harmony_ref.device.profile:DeviceProfile"),
+        ("reference/runtime.md", "harmony_ref.device.profile:RuntimeProfile"),
+        ("reference/model-spec.md", "harmony_ref.model.spec:ModelSpec"),
+        ("reference/session.md", "harmony_ref.backends.session_spec:SessionSpec"),
+    ],
+)
 def test_toml_reference_lists_every_field_of_every_table(pages, page, dotted):
     import importlib
 
@@ -103,8 +106,9 @@ def test_policy_and_grid_references_follow_the_validators(pages):
         assert f"| `{key}` |" in pages["reference/grid.md"], key
     # a key the validator accepts but the docs do not describe fails the build
     with pytest.raises(ValueError, match="without a description"):
-        docs_reference._checked(policy.POLICY_KEYS | {"new_field"}, policy.POLICY_FIELD_DOCS,
-                                "policy")
+        docs_reference._checked(
+            policy.POLICY_KEYS | {"new_field"}, policy.POLICY_FIELD_DOCS, "policy"
+        )
 
 
 def test_readme_is_short_and_its_links_resolve():
@@ -134,8 +138,14 @@ def test_readme_run_excerpt_is_what_run_prints():
     text = README.read_text()
     block = text.split("## What `harmony-ref run` prints", 1)[1].split("```text\n", 1)[1]
     block = block.split("```", 1)[0]
-    argv = re.search(r"`harmony-ref (run [^`]*)`", text.split("```text", 1)[0]
-                     .split("## What `harmony-ref run` prints", 1)[1]).group(1).split()
+    argv = (
+        re.search(
+            r"`harmony-ref (run [^`]*)`",
+            text.split("```text", 1)[0].split("## What `harmony-ref run` prints", 1)[1],
+        )
+        .group(1)
+        .split()
+    )
     shown = _table_rows(block)
     assert len(shown) >= 5
     out = io.StringIO()
@@ -152,20 +162,34 @@ def site(tmp_path_factory):
     pytest.importorskip("material", reason="mkdocs-material is not installed (the docs extra)")
     out = tmp_path_factory.mktemp("site")
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
-                           str(out)], cwd=ROOT, capture_output=True, text=True, env=env,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "WARNING" not in proc.stderr, proc.stderr[-3000:]
     return out
 
 
 def test_site_builds_strict_with_every_page(site):
-    for rel in ("index.html", "tutorial.html", "reference/cli.html", "reference/profile.html",
-                "reference/policy.html", "reference/grid.html", "reference/session.html",
-                "reference/record.html", "explanations/fidelity.html",
-                "explanations/accuracy.html", "explanations/decoders.html",
-                "figures/compare.png"):
+    for rel in (
+        "index.html",
+        "tutorial.html",
+        "reference/cli.html",
+        "reference/profile.html",
+        "reference/policy.html",
+        "reference/grid.html",
+        "reference/session.html",
+        "reference/record.html",
+        "explanations/fidelity.html",
+        "explanations/accuracy.html",
+        "explanations/decoders.html",
+        "figures/compare.png",
+    ):
         assert (site / rel).is_file(), rel
 
 
@@ -190,18 +214,32 @@ def _dom(site: Path, page: str) -> str:
             pass
 
     exe = _chromium()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(Quiet, directory=str(site)))
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(site))
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/{page}"
     try:
         with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
             proc = subprocess.run(
-                [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-                 "--virtual-time-budget=5000", f"--user-data-dir={profile}", "--dump-dom", url],
-                capture_output=True, text=True, timeout=120)
+                [
+                    exe,
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--no-first-run",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+                    "--virtual-time-budget=5000",
+                    f"--user-data-dir={profile}",
+                    "--dump-dom",
+                    url,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
     finally:
         server.shutdown()
         server.server_close()
@@ -214,10 +252,18 @@ def test_built_cli_page_opens_in_chromium_with_navigation(site):
 
     dom = _dom(site, "reference/cli.html")
     # the navigation: every section and the reference pages, with links that resolve
-    assert 'md-nav--primary' in dom and 'class="md-content"' in dom, dom[:2000]
+    assert "md-nav--primary" in dom and 'class="md-content"' in dom, dom[:2000]
     nav = dom.split("md-nav--primary", 1)[1].split('class="md-content"', 1)[0]
-    for label in ("Tutorial", "How-to guides", "Explanations", "Reference", "Command line",
-                  "Device profile TOML", "Policy TOML", "Device session TOML"):
+    for label in (
+        "Tutorial",
+        "How-to guides",
+        "Explanations",
+        "Reference",
+        "Command line",
+        "Device profile TOML",
+        "Policy TOML",
+        "Device session TOML",
+    ):
         assert label in nav, label
     for href in set(re.findall(r'href="([^"#:]+\.html)"', nav)):
         assert (site / "reference" / href).resolve().is_file(), href
@@ -225,11 +271,12 @@ def test_built_cli_page_opens_in_chromium_with_navigation(site):
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     for name in sub.choices:
         assert f'id="{name}"' in dom, name
-    gate = dom.split('id="gate"', 1)[1].split('<h2 ', 1)[0]
+    gate = dom.split('id="gate"', 1)[1].split("<h2 ", 1)[0]
     assert "<table>" in gate and "--baseline" in gate and "required" in gate
     # the page's title as the browser renders it
-    assert re.search(r"<title>Command line[^<]*harmony-ref</title>", dom), \
-        re.search(r"<title>[^<]*</title>", dom)
+    assert re.search(r"<title>Command line[^<]*harmony-ref</title>", dom), re.search(
+        r"<title>[^<]*</title>", dom
+    )
 
 
 def _marked_rows(page: Path, marker: str) -> list[str]:
@@ -247,8 +294,11 @@ def test_compression_tables_are_the_tools_output_of_the_committed_runs():
     res = ROOT / "results" / "compress"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        ct.markdown(argparse.Namespace(accuracy=res / "smollm2_accuracy.json",
-                                       speed=res / "smollm2_speed.json"))
+        ct.markdown(
+            argparse.Namespace(
+                accuracy=res / "smollm2_accuracy.json", speed=res / "smollm2_speed.json"
+            )
+        )
     printed = [line for line in out.getvalue().splitlines() if line.startswith("|")]
     assert printed == _marked_rows(page, "compress table") + _marked_rows(page, "calibration table")
     out = io.StringIO()

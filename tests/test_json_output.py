@@ -47,9 +47,28 @@ def record(tmp_path_factory):
 
 def _sweep_dir(tmp: Path) -> Path:
     out = tmp / "sweeps"
-    assert main(["sweep", "--name", "s", "--models", "qwen2.5-0.5b", "--policies", "int8",
-                 "--profiles", "harmony-midrange", "--parts", "predicted", "--workers", "0",
-                 "--out-dir", str(out)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--name",
+                "s",
+                "--models",
+                "qwen2.5-0.5b",
+                "--policies",
+                "int8",
+                "--profiles",
+                "harmony-midrange",
+                "--parts",
+                "predicted",
+                "--workers",
+                "0",
+                "--out-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -61,39 +80,98 @@ def _exported(tmp: Path) -> str:
 
 # command -> (argv after the command, given tmp_path, tiny_gguf and a record; exit codes allowed)
 CASES = {
-    "accuracy": (lambda t, g, r: ["--model", str(g), "--policy", "int8", "--context", "32",
-                                  "--chunks", "1"], {0}),
-    "calibrate": (lambda t, g, r: ["--backend", "host", "--quick", "--repeats", "2", "--no-e2e",
-                                   "--out", str(t / "host.toml")], {0}),
+    "accuracy": (
+        lambda t, g, r: ["--model", str(g), "--policy", "int8", "--context", "32", "--chunks", "1"],
+        {0},
+    ),
+    "calibrate": (
+        lambda t, g, r: [
+            "--backend",
+            "host",
+            "--quick",
+            "--repeats",
+            "2",
+            "--no-e2e",
+            "--out",
+            str(t / "host.toml"),
+        ],
+        {0},
+    ),
     "check-ops": (lambda t, g, r: ["--profile", "harmony-lowend"], {0, 1}),
-    "check-runtime": (lambda t, g, r: ["--format", "mslite", "--model", "m.ms", "--command",
-                                       _cat(FIXTURES / "device_outputs" / "mslite_cosine.txt"),
-                                       "--out-dir", str(t / "runs")], {0}),
+    "check-runtime": (
+        lambda t, g, r: [
+            "--format",
+            "mslite",
+            "--model",
+            "m.ms",
+            "--command",
+            _cat(FIXTURES / "device_outputs" / "mslite_cosine.txt"),
+            "--out-dir",
+            str(t / "runs"),
+        ],
+        {0},
+    ),
     "coldstart": (lambda t, g, r: [], {0}),
     "compare": (lambda t, g, r: [], {0}),
     "devices": (lambda t, g, r: ["--transport", "local"], {0}),
     "export": (lambda t, g, r: ["--policy", "int8", str(t / "a.safetensors")], {0}),
     "fidelity": (lambda t, g, r: ["--sets", "phones"], {0}),
     "gate": (lambda t, g, r: ["--baseline", str(r), "--current", str(r)], {0}),
-    "generate": (lambda t, g, r: ["--model", str(g), "--policy", "int8", "--prompt", "hi",
-                                  "--max-new", "2"], {0}),
+    "generate": (
+        lambda t, g, r: ["--model", str(g), "--policy", "int8", "--prompt", "hi", "--max-new", "2"],
+        {0},
+    ),
     "lifecycle": (lambda t, g, r: ["--model", "qwen2.5-0.5b", "--entries", "4"], {0, 1}),
-    "measure": (lambda t, g, r: ["--command", _cat(FIXTURES / "device_outputs" /
-                                                   "llama_bench.json"),
-                                 "--format", "llama-bench"], {0}),
+    "measure": (
+        lambda t, g, r: [
+            "--command",
+            _cat(FIXTURES / "device_outputs" / "llama_bench.json"),
+            "--format",
+            "llama-bench",
+        ],
+        {0},
+    ),
     "pick": (lambda t, g, r: ["--sweep", "s", "--out-dir", str(_sweep_dir(t))], {0}),
-    "plan": (lambda t, g, r: ["--model", str(g), "--budget-mb", "1", "--context", "32",
-                              "--chunks", "1", "--out", str(t / "plan.toml")], {0}),
+    "plan": (
+        lambda t, g, r: [
+            "--model",
+            str(g),
+            "--budget-mb",
+            "1",
+            "--context",
+            "32",
+            "--chunks",
+            "1",
+            "--out",
+            str(t / "plan.toml"),
+        ],
+        {0},
+    ),
     "predict": (lambda t, g, r: ["--breakdown"], {0}),
     "profiles": (lambda t, g, r: [], {0}),
     "quantize-report": (lambda t, g, r: ["--rows", "8", "--cols", "256"], {0}),
     "run": (lambda t, g, r: ["--skip", "host,accuracy,fidelity", "--out-dir", str(t)], {0}),
-    "sensitivity": (lambda t, g, r: ["--model", str(g), "--context", "32", "--chunks", "1"],
-                    {0}),
+    "sensitivity": (lambda t, g, r: ["--model", str(g), "--context", "32", "--chunks", "1"], {0}),
     "serve": (lambda t, g, r: ["--rate", "0.2", "--minutes", "2"], {0}),
-    "sweep": (lambda t, g, r: ["--name", "x", "--models", "qwen2.5-0.5b", "--policies", "int8",
-                               "--profiles", "harmony-midrange", "--parts", "predicted,coldstart",
-                               "--workers", "0", "--out-dir", str(t)], {0}),
+    "sweep": (
+        lambda t, g, r: [
+            "--name",
+            "x",
+            "--models",
+            "qwen2.5-0.5b",
+            "--policies",
+            "int8",
+            "--profiles",
+            "harmony-midrange",
+            "--parts",
+            "predicted,coldstart",
+            "--workers",
+            "0",
+            "--out-dir",
+            str(t),
+        ],
+        {0},
+    ),
     "thermal": (lambda t, g, r: ["--minutes", "3"], {0}),
     "tokenize": (lambda t, g, r: ["--model", str(g), "--text", "the 12"], {0}),
     "verify": (lambda t, g, r: [_exported(t)], {0}),

@@ -16,10 +16,14 @@ def test_params_match_param_names(cls):
 
 
 def test_one_benchmark_of_each_class_runs():
-    smallest = {"MatmulW4": (1, 128), "MatmulW8": (1,), "NormBiasGelu": (1,),
-                "DecodeAttention": ("int8", 512),
-                "MatmulPaths": (1, bk.MatmulPaths.params[1][-1], "w4-g32"),
-                "MatmulPeer": (1, "q4_0 CPU")}
+    smallest = {
+        "MatmulW4": (1, 128),
+        "MatmulW8": (1,),
+        "NormBiasGelu": (1,),
+        "DecodeAttention": ("int8", 512),
+        "MatmulPaths": (1, bk.MatmulPaths.params[1][-1], "w4-g32"),
+        "MatmulPeer": (1, "q4_0 CPU"),
+    }
     for cls in CLASSES:
         args = smallest[cls.__name__]
         bench = cls()

@@ -19,8 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # (layer, top-level names under harmony_ref/ it holds), bottom first. `sweep` (Dask sweeps over
 # many configs, a later issue) sits between track/ and commands/: declared now, empty for now.
 LAYERS = [
-    ("shared", ("__init__", "_io", "_toml", "_schema", "_format", "_threads", "_cpus", "units",
-                "metrics")),
+    (
+        "shared",
+        ("__init__", "_io", "_toml", "_schema", "_format", "_threads", "_cpus", "units", "metrics"),
+    ),
     ("quant", ("quant",)),
     ("kernels", ("kernels",)),
     ("model", ("model",)),
@@ -36,7 +38,9 @@ LAYERS = [
     ("commands", ("commands",)),
     ("cli", ("cli", "__main__")),
 ]
-__doc__ += "".join(f"    {i:2d}. {name}: {', '.join(tops)}\n" for i, (name, tops) in enumerate(LAYERS))
+__doc__ += "".join(
+    f"    {i:2d}. {name}: {', '.join(tops)}\n" for i, (name, tops) in enumerate(LAYERS)
+)
 
 # Loading the package's own modules by name is allowed only where discovering them is the point.
 DYNAMIC_IMPORT_ALLOWED = {"harmony_ref.cli"}  # commands are discovered, not listed
@@ -142,8 +146,10 @@ def layer_problems(root: Path, package: str, layers) -> list[str]:
         for target, line in sorted(graph[module]):
             theirs = layer_index(target, package, layers)
             if theirs is not None and theirs > mine:
-                problems.append(f"{module}:{line} imports {target}: layer {layers[mine][0]} "
-                                f"must not import from {layers[theirs][0]} (above it)")
+                problems.append(
+                    f"{module}:{line} imports {target}: layer {layers[mine][0]} "
+                    f"must not import from {layers[theirs][0]} (above it)"
+                )
     for comp in cycles({m: {t for t, _ in es} for m, es in graph.items()}):
         problems.append("import cycle: " + " -> ".join(comp))
     return problems
@@ -176,27 +182,37 @@ def _importlib_resources_only(problem: str, root: Path) -> bool:
 
 # --- the real package ------------------------------------------------------------------------
 
+
 def test_no_import_cycle_and_every_import_points_down():
     assert layer_problems(ROOT, "harmony_ref", LAYERS) == []
 
 
 def test_no_module_loads_its_own_package_by_name():
-    problems = [p for p in dynamic_self_imports(ROOT, "harmony_ref", DYNAMIC_IMPORT_ALLOWED)
-                if not _importlib_resources_only(p, ROOT)]
+    problems = [
+        p
+        for p in dynamic_self_imports(ROOT, "harmony_ref", DYNAMIC_IMPORT_ALLOWED)
+        if not _importlib_resources_only(p, ROOT)
+    ]
     assert problems == []
 
 
 def test_only_the_toml_loader_imports_a_toml_parser():
-    offenders = [f"{m}:{line}" for m, path in modules(ROOT, "harmony_ref").items()
-                 if m != TOML_LOADER
-                 for name, line in imports(path, m, path.name == "__init__.py")
-                 if name.split(".")[0] in ("tomllib", "tomli")]
+    offenders = [
+        f"{m}:{line}"
+        for m, path in modules(ROOT, "harmony_ref").items()
+        if m != TOML_LOADER
+        for name, line in imports(path, m, path.name == "__init__.py")
+        if name.split(".")[0] in ("tomllib", "tomli")
+    ]
     assert offenders == []
 
 
 def test_every_package_is_declared_and_the_sweep_slot_is_between_track_and_commands():
-    tops = {p.name if p.is_dir() else p.stem for p in (ROOT / "harmony_ref").iterdir()
-            if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}
+    tops = {
+        p.name if p.is_dir() else p.stem
+        for p in (ROOT / "harmony_ref").iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"
+    }
     declared = {t for _, ts in LAYERS for t in ts}
     assert tops <= declared, sorted(tops - declared)
     order = [name for name, _ in LAYERS]
@@ -204,6 +220,7 @@ def test_every_package_is_declared_and_the_sweep_slot_is_between_track_and_comma
 
 
 # --- the checker itself, on a synthetic package ------------------------------------------------
+
 
 def _package(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
@@ -217,51 +234,67 @@ FAKE_LAYERS = [("low", ("__init__", "low")), ("high", ("high",))]
 
 
 def test_checker_passes_a_clean_package(tmp_path):
-    root = _package(tmp_path, {
-        "__init__.py": "",
-        "low/__init__.py": "",
-        "low/a.py": "import os\n",
-        "high/__init__.py": "",
-        "high/b.py": "from pkg.low import a\nfrom . import c\n",
-        "high/c.py": "def f():\n    from ..low.a import os\n",
-    })
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "low/__init__.py": "",
+            "low/a.py": "import os\n",
+            "high/__init__.py": "",
+            "high/b.py": "from pkg.low import a\nfrom . import c\n",
+            "high/c.py": "def f():\n    from ..low.a import os\n",
+        },
+    )
     assert layer_problems(root, "pkg", FAKE_LAYERS) == []
     assert dynamic_self_imports(root, "pkg") == []
 
 
 def test_checker_catches_an_upward_import_inside_a_function(tmp_path):
-    root = _package(tmp_path, {
-        "__init__.py": "",
-        "low/__init__.py": "",
-        "low/a.py": "def f():\n    from pkg.high.b import g\n    return g\n",
-        "high/__init__.py": "",
-        "high/b.py": "def g():\n    return 1\n",
-    })
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "low/__init__.py": "",
+            "low/a.py": "def f():\n    from pkg.high.b import g\n    return g\n",
+            "high/__init__.py": "",
+            "high/b.py": "def g():\n    return 1\n",
+        },
+    )
     problems = layer_problems(root, "pkg", FAKE_LAYERS)
     assert problems == [
-        "pkg.low.a:2 imports pkg.high.b: layer low must not import from high (above it)"]
+        "pkg.low.a:2 imports pkg.high.b: layer low must not import from high (above it)"
+    ]
 
 
 def test_checker_catches_a_cycle_through_a_relative_import(tmp_path):
-    root = _package(tmp_path, {
-        "__init__.py": "",
-        "low/__init__.py": "",
-        "low/a.py": "from .b import x\ny = 1\n",
-        "low/b.py": "x = 1\ndef later():\n    from pkg.low.c import z\n",
-        "low/c.py": "from pkg.low import a\nz = 2\n",
-    })
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "low/__init__.py": "",
+            "low/a.py": "from .b import x\ny = 1\n",
+            "low/b.py": "x = 1\ndef later():\n    from pkg.low.c import z\n",
+            "low/c.py": "from pkg.low import a\nz = 2\n",
+        },
+    )
     assert layer_problems(root, "pkg", FAKE_LAYERS) == [
-        "import cycle: pkg.low.a -> pkg.low.b -> pkg.low.c"]
+        "import cycle: pkg.low.a -> pkg.low.b -> pkg.low.c"
+    ]
 
 
 def test_checker_catches_undeclared_modules_and_dynamic_self_loading(tmp_path):
-    root = _package(tmp_path, {
-        "__init__.py": "",
-        "low/__init__.py": "",
-        "low/a.py": ("import importlib\nimport importlib.util\n"
-                     "def k():\n    return importlib.util.find_spec('pkg.high')\n"),
-        "stray.py": "",
-    })
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "low/__init__.py": "",
+            "low/a.py": (
+                "import importlib\nimport importlib.util\n"
+                "def k():\n    return importlib.util.find_spec('pkg.high')\n"
+            ),
+            "stray.py": "",
+        },
+    )
     assert layer_problems(root, "pkg", FAKE_LAYERS) == ["pkg.stray: in no declared layer"]
     found = dynamic_self_imports(root, "pkg")
     assert "pkg.low.a:1: imports importlib" in found and "pkg.low.a:4: calls find_spec" in found

@@ -17,12 +17,22 @@ def _tool(module: str) -> list[str]:
 
 
 def test_ruff_check_passes():
-    proc = subprocess.run([*_tool("ruff"), "check", "--no-cache", "--output-format", "concise", "."],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [*_tool("ruff"), "check", "--no-cache", "--output-format", "concise", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
 def test_mypy_passes_on_the_typed_packages(tmp_path):
-    proc = subprocess.run([*_tool("mypy"), "--cache-dir", str(tmp_path / "mypy-cache")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [*_tool("mypy"), "--cache-dir", str(tmp_path / "mypy-cache")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -13,11 +13,17 @@ from harmony_ref.metrics import Metric, Metrics, domain
 from harmony_ref.track.record import Record, collect_provenance, load_record, write_json_atomic
 
 BAD = [
-    ("ttft_ms", math.nan, "ms"), ("ttft_ms", math.inf, "ms"), ("ttft_ms", -1.0, "ms"),
-    ("weights_mb", -0.5, "MB"), ("decode_tokens_per_s", -3.0, "tokens/s"),
-    ("launch_overhead_pct", 101.0, "%"), ("serve_busy_rate", 1.5, "fraction"),
-    ("cosine_min", 1.2, "cosine"), ("prefill_kernel_launches", -1.0, "launches"),
-    ("accuracy_drop_pct", 150.0, "pct_points"), ("peak_die_c", -300.0, "C"),
+    ("ttft_ms", math.nan, "ms"),
+    ("ttft_ms", math.inf, "ms"),
+    ("ttft_ms", -1.0, "ms"),
+    ("weights_mb", -0.5, "MB"),
+    ("decode_tokens_per_s", -3.0, "tokens/s"),
+    ("launch_overhead_pct", 101.0, "%"),
+    ("serve_busy_rate", 1.5, "fraction"),
+    ("cosine_min", 1.2, "cosine"),
+    ("prefill_kernel_launches", -1.0, "launches"),
+    ("accuracy_drop_pct", 150.0, "pct_points"),
+    ("peak_die_c", -300.0, "C"),
     ("host_gemv_speedup_x", -math.inf, "x"),
 ]
 
@@ -30,12 +36,20 @@ def test_constructor_refuses_out_of_domain(name, value, unit):
         Metrics().add(name, value, unit)
 
 
-@pytest.mark.parametrize("name, value, unit", [
-    ("ttft_ms", 0.0, "ms"), ("accuracy_drop_pct", -2.0, "pct_points"),
-    ("cosine_min", -0.1, "cosine"),
-    ("host_model_mape_pct", 140.0, "%"), ("serve_utilisation", 1.0, "fraction"),
-    ("peak_skin_c", 41.0, "C"), ("whatever", -5.0, "widgets"),
-    ("memory_headroom_mb", -300.0, "MB"), ("cosine_mean", 1.0 + 1e-8, "cosine")])
+@pytest.mark.parametrize(
+    "name, value, unit",
+    [
+        ("ttft_ms", 0.0, "ms"),
+        ("accuracy_drop_pct", -2.0, "pct_points"),
+        ("cosine_min", -0.1, "cosine"),
+        ("host_model_mape_pct", 140.0, "%"),
+        ("serve_utilisation", 1.0, "fraction"),
+        ("peak_skin_c", 41.0, "C"),
+        ("whatever", -5.0, "widgets"),
+        ("memory_headroom_mb", -300.0, "MB"),
+        ("cosine_mean", 1.0 + 1e-8, "cosine"),
+    ],
+)
 def test_in_domain_values_pass(name, value, unit):
     assert Metric(name, value, unit).value == value
 
@@ -55,8 +69,12 @@ def _record(**values) -> dict:
     m.add("ttft_ms", 100.0, "ms", "lower", "exact")
     m.add("decode_tokens_per_s", 20.0, "tokens/s", "higher", "exact")
     config = RunConfig.from_names("llama-3.2-3b", "int4-g128", profile="harmony-flagship").to_dict()
-    d = Record(config, m, collect_provenance(),
-               {"predicted": {"status": "ok", "detail": "", "metrics": m.names()}}).to_dict()
+    d = Record(
+        config,
+        m,
+        collect_provenance(),
+        {"predicted": {"status": "ok", "detail": "", "metrics": m.names()}},
+    ).to_dict()
     for name, v in values.items():
         d["metrics"][name]["value"] = v
     return d

@@ -20,15 +20,20 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "quantization-methods.md"
 RESULTS = ROOT / "results" / "quant-methods"
 # table column -> (row key of the --json output, the record metric whose limit applies, digits)
-COLUMNS = {"KLD mean": ("kld_mean", "lm_kld_mean", 1e-4),
-           "KLD p99": ("kld_p99", "lm_kld_p99", 1e-4),
-           "PPL / FP32": ("ppl_ratio", "lm_ppl_ratio", 1e-4),
-           "top-1 agreement": ("top1_agreement_pct", "lm_top1_agreement_pct", 0.05)}
+COLUMNS = {
+    "KLD mean": ("kld_mean", "lm_kld_mean", 1e-4),
+    "KLD p99": ("kld_p99", "lm_kld_p99", 1e-4),
+    "PPL / FP32": ("ppl_ratio", "lm_ppl_ratio", 1e-4),
+    "top-1 agreement": ("top1_agreement_pct", "lm_top1_agreement_pct", 0.05),
+}
 
 
 if not list(RESULTS.glob("accuracy*.json")):
-    pytest.skip("no committed accuracy output yet (docs/quantization-methods.md says the "
-                "measurement is pending)", allow_module_level=True)
+    pytest.skip(
+        "no committed accuracy output yet (docs/quantization-methods.md says the "
+        "measurement is pending)",
+        allow_module_level=True,
+    )
 
 
 def _table(marker: str) -> list[dict]:
@@ -40,8 +45,9 @@ def _table(marker: str) -> list[dict]:
 
 
 def _outputs() -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("accuracy*.json"))] + \
-        [json.loads(p.read_text()) for p in sorted(RESULTS.glob("pruning*.json"))]
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("accuracy*.json"))] + [
+        json.loads(p.read_text()) for p in sorted(RESULTS.glob("pruning*.json"))
+    ]
 
 
 def _rows() -> dict:

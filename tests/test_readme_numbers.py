@@ -20,8 +20,10 @@ PAGE = "docs/explanations/accuracy.md"  # where the table lives
 sys.path.insert(0, str(ROOT / "tools"))
 from readme_tables import accuracy_rows  # noqa: E402
 
-ROW = re.compile(r"^\| (?P<policy>[\w.-]+) \| (?P<mb>[\d.]+) \| (?P<mean>[\d.]+) / "
-                 r"(?P<min>[\d.]+) \| (?P<recall>[\d.]+)% \| (?P<drop>[\d.]+) \|$")
+ROW = re.compile(
+    r"^\| (?P<policy>[\w.-]+) \| (?P<mb>[\d.]+) \| (?P<mean>[\d.]+) / "
+    r"(?P<min>[\d.]+) \| (?P<recall>[\d.]+)% \| (?P<drop>[\d.]+) \|$"
+)
 
 
 def _rows(lines):
@@ -33,7 +35,9 @@ def printed():
     pytest.importorskip("tokenizers")
     readme = _rows((ROOT / PAGE).read_text().splitlines())
     assert set(readme) >= {"fp32", "int8", "int4-g128", "int4-g32", "minilm-mixed"}
-    argv = ["accuracy", "--model", "all-minilm-l6", "--json"] + [a for p in readme for a in ("--policy", p)]
+    argv = ["accuracy", "--model", "all-minilm-l6", "--json"] + [
+        a for p in readme for a in ("--policy", p)
+    ]
     import contextlib
     import io
 
@@ -44,8 +48,12 @@ def printed():
 
 
 # table column -> the record metric it prints (the gate's limit for that metric applies)
-COLUMN_METRICS = {"mean": "cosine_mean", "min": "cosine_min", "recall": "recall_at_1",
-                  "drop": "accuracy_drop_pct"}
+COLUMN_METRICS = {
+    "mean": "cosine_mean",
+    "min": "cosine_min",
+    "recall": "recall_at_1",
+    "drop": "accuracy_drop_pct",
+}
 PRINTED_DIGITS = 1e-4  # cosines are printed to 4 decimals
 
 
@@ -58,5 +66,11 @@ def test_readme_accuracy_table_matches_the_command(printed):
         for col, name in COLUMN_METRICS.items():
             metric = Metric(name, float(got[col]), "", kind=NUMERICAL)
             a, b = float(row[col]), float(got[col])
-            assert tol.agrees(metric, a, b) or abs(a - b) <= PRINTED_DIGITS, \
-                (policy, col, row[col], got[col], tol.limit_pct(metric), tol.limit_abs(metric))
+            assert tol.agrees(metric, a, b) or abs(a - b) <= PRINTED_DIGITS, (
+                policy,
+                col,
+                row[col],
+                got[col],
+                tol.limit_pct(metric),
+                tol.limit_abs(metric),
+            )

@@ -41,12 +41,20 @@ QUANT = {  # label -> policy fields
     "fp32": {"default": "fp32"},
     "int8": {"default": "int8"},
     "int4-g32": {"default": "int4-g32"},
-    "w8a8 per-channel": {"default": "int8", "activations": {
-        "granularity": "per-channel", "calibration": "corpus", "samples": 10,
-        "sample_tokens": 64}},
+    "w8a8 per-channel": {
+        "default": "int8",
+        "activations": {
+            "granularity": "per-channel",
+            "calibration": "corpus",
+            "samples": 10,
+            "sample_tokens": 64,
+        },
+    },
 }
 CALIB = [  # the calibration study: (granularity, source, N)
-    (g, src, n) for g in ("per-tensor", "per-channel") for src in ("corpus", "random")
+    (g, src, n)
+    for g in ("per-tensor", "per-channel")
+    for src in ("corpus", "random")
     for n in (1, 10, 100)
 ]
 CONTEXT, CHUNKS, SAMPLE_TOKENS = 512, 2, 64
@@ -67,8 +75,9 @@ MINILM_TOKENS = 128  # the encode the prediction column costs (one sentence batc
 def policy(prune_label, quant_label, fast_calibration=False):
     fields = dict(QUANT[quant_label])
     if fast_calibration and "activations" in fields:  # speed runs: scales do not change speed
-        fields["activations"] = dict(fields["activations"], calibration="random", samples=1,
-                                     sample_tokens=8)
+        fields["activations"] = dict(
+            fields["activations"], calibration="random", samples=1, sample_tokens=8
+        )
     if PRUNE[prune_label] is not None:
         fields["prune"] = PRUNE[prune_label]
     name = f"{quant_label} | {prune_label}"
@@ -77,9 +86,19 @@ def policy(prune_label, quant_label, fast_calibration=False):
 
 def calib_policy(g, src, n):
     name = f"w8a8 {g} {src} N={n}"
-    return policy_from_dict({"name": name, "default": "int8", "activations": {
-        "granularity": g, "calibration": src, "samples": n, "sample_tokens": SAMPLE_TOKENS}},
-        f"<{name}>")
+    return policy_from_dict(
+        {
+            "name": name,
+            "default": "int8",
+            "activations": {
+                "granularity": g,
+                "calibration": src,
+                "samples": n,
+                "sample_tokens": SAMPLE_TOKENS,
+            },
+        },
+        f"<{name}>",
+    )
 
 
 def accuracy(args):
@@ -95,14 +114,19 @@ def accuracy(args):
     t0 = time.time()
 
     def progress(done, total, label, summary):
-        print(f"[{time.time() - t0:7.1f} s] {done}/{total} {label}: PPL ratio "
-              f"{summary['ppl_ratio']:.4f} KLD {summary['kld_mean']:.4f}", file=sys.stderr,
-              flush=True)
+        print(
+            f"[{time.time() - t0:7.1f} s] {done}/{total} {label}: PPL ratio "
+            f"{summary['ppl_ratio']:.4f} KLD {summary['kld_mean']:.4f}",
+            file=sys.stderr,
+            flush=True,
+        )
 
-    out = evaluate_policies(w, heldout, pols, context=CONTEXT, max_chunks=CHUNKS,
-                            progress=progress)
-    out.update(split="heldout (scored); W8A8 calibrated on the calibration split or random ids",
-               sample_tokens=SAMPLE_TOKENS, cpu=platform.processor())
+    out = evaluate_policies(w, heldout, pols, context=CONTEXT, max_chunks=CHUNKS, progress=progress)
+    out.update(
+        split="heldout (scored); W8A8 calibrated on the calibration split or random ids",
+        sample_tokens=SAMPLE_TOKENS,
+        cpu=platform.processor(),
+    )
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
 
@@ -120,8 +144,7 @@ def speed(args):
     w, _ = load_decoder("smollm2-135m")
     base = decoder_spec(w.config)
     labels = [(p, q) for p in PRUNE for q in QUANT]
-    models = {lab: Llama(w, policy(*lab, fast_calibration=True), max_context=256)
-              for lab in labels}
+    models = {lab: Llama(w, policy(*lab, fast_calibration=True), max_context=256) for lab in labels}
     prompt = np.arange(100, 108)
     samples = {lab: [] for lab in labels}
     for _ in range(args.rounds):  # interleaved rounds
@@ -133,14 +156,25 @@ def speed(args):
             for _ in range(args.tokens):
                 tok = int(m.decode(tok).argmax())
             samples[lab].append(args.tokens / (time.perf_counter() - t))
-    out = {"cpu": args.cpu, "tokens": args.tokens, "rounds": args.rounds,
-           "threads": args.threads, "threads_note": threads_note, "rows": []}
+    out = {
+        "cpu": args.cpu,
+        "tokens": args.tokens,
+        "rounds": args.rounds,
+        "threads": args.threads,
+        "threads_note": threads_note,
+        "rows": [],
+    }
     for lab in labels:
         spec = pruned_spec(base, policy(*lab).prune)  # for the record: build_graph prunes `base`
-        out["rows"].append({"prune": lab[0], "quant": lab[1],
-                            "host_decode_tokens_per_s": statistics.median(samples[lab]),
-                            "samples": samples[lab],
-                            "spec": [spec.n_heads, spec.n_kv_heads, spec.intermediate]})
+        out["rows"].append(
+            {
+                "prune": lab[0],
+                "quant": lab[1],
+                "host_decode_tokens_per_s": statistics.median(samples[lab]),
+                "samples": samples[lab],
+                "spec": [spec.n_heads, spec.n_kv_heads, spec.intermediate],
+            }
+        )
     add_predictions(out, base)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
@@ -163,8 +197,9 @@ def add_predictions(out, base):
             pred[prof], prefill[prof] = t.decode_tokens_per_s, t.prefill.time_s * 1e3
         row["predicted_decode_tokens_per_s"] = pred
         row["predicted_prefill_ms"] = prefill
-    out["prediction_scenario"] = (f"{scen.prompt_tokens}-token prompt, {scen.new_tokens} new "
-                                  "tokens, batch 1")
+    out["prediction_scenario"] = (
+        f"{scen.prompt_tokens}-token prompt, {scen.new_tokens} new tokens, batch 1"
+    )
 
 
 def predict(args):
@@ -183,9 +218,11 @@ def markdown(args):
     acc = json.load(open(args.accuracy))
     sp = json.load(open(args.speed)) if args.speed else None
     res = acc["results"]
-    print("| pruning | quantization | PPL / FP32 | KLD mean | host decode tokens/s | "
-          + " | ".join(f"predicted {p} tokens/s" for p in PROFILES)
-          + f" | predicted {PREFILL_PROFILE} prefill ms |")
+    print(
+        "| pruning | quantization | PPL / FP32 | KLD mean | host decode tokens/s | "
+        + " | ".join(f"predicted {p} tokens/s" for p in PROFILES)
+        + f" | predicted {PREFILL_PROFILE} prefill ms |"
+    )
     print("|---|---|---|---|---|" + "---|" * (len(PROFILES) + 1))
     rows = {(r["prune"], r["quant"]): r for r in sp["rows"]} if sp else {}
     for p in PRUNE:
@@ -193,11 +230,14 @@ def markdown(args):
             r = res.get(f"{q} | {p}")
             s = rows.get((p, q))
             host = f"{s['host_decode_tokens_per_s']:.1f}" if s else "-"
-            pred = " | ".join(f"{s['predicted_decode_tokens_per_s'][x]:.0f}" if s else "-"
-                              for x in PROFILES)
+            pred = " | ".join(
+                f"{s['predicted_decode_tokens_per_s'][x]:.0f}" if s else "-" for x in PROFILES
+            )
             pre = f"{s['predicted_prefill_ms'][PREFILL_PROFILE]:.1f}" if s else "-"
-            print(f"| {p} | {q} | {r['ppl_ratio']:.3f} | {r['kld_mean']:.3f} | {host} | {pred} "
-                  f"| {pre} |")
+            print(
+                f"| {p} | {q} | {r['ppl_ratio']:.3f} | {r['kld_mean']:.3f} | {host} | {pred} "
+                f"| {pre} |"
+            )
     print()
     print("| activation scales | calibrated on | N = 1 | N = 10 | N = 100 |")
     print("|---|---|---|---|---|")
@@ -237,35 +277,69 @@ def minilm(args):
         for q in MINILM_QUANT:
             pol = minilm_policy(p, q)
             m = evaluate(pol, model=model, evalset=evalset)
-            pred = {prof: scenario_timing(load_profile(prof), RunConfig(
-                spec=spec, policy=pol, scenario=scen, profile=prof)).prefill.time_s * 1e3
-                for prof in PROFILES}
-            rows.append({"prune": p, "quant": q, **{k: m.value(k) for k in (
-                "cosine_mean", "cosine_min", "recall_at_1", "recall_at_1_fp32",
-                "accuracy_drop_pct", "linear_weights_mb", "weights_mb")},
-                "predicted_encode_ms": pred})
-            print(f"[{time.time() - t0:6.1f} s] {p} | {q}: cosine {m.value('cosine_mean'):.4f}",
-                  file=sys.stderr, flush=True)
-    out = {"model": "all-MiniLM-L6-v2", "pairs": evalset.source,
-           "sentences": len(evalset.sentences), "linear_backend": model.resolved_backend(),
-           "cpu": platform.processor(), "encode_tokens": MINILM_TOKENS, "rows": rows}
+            pred = {
+                prof: scenario_timing(
+                    load_profile(prof),
+                    RunConfig(spec=spec, policy=pol, scenario=scen, profile=prof),
+                ).prefill.time_s
+                * 1e3
+                for prof in PROFILES
+            }
+            rows.append(
+                {
+                    "prune": p,
+                    "quant": q,
+                    **{
+                        k: m.value(k)
+                        for k in (
+                            "cosine_mean",
+                            "cosine_min",
+                            "recall_at_1",
+                            "recall_at_1_fp32",
+                            "accuracy_drop_pct",
+                            "linear_weights_mb",
+                            "weights_mb",
+                        )
+                    },
+                    "predicted_encode_ms": pred,
+                }
+            )
+            print(
+                f"[{time.time() - t0:6.1f} s] {p} | {q}: cosine {m.value('cosine_mean'):.4f}",
+                file=sys.stderr,
+                flush=True,
+            )
+    out = {
+        "model": "all-MiniLM-L6-v2",
+        "pairs": evalset.source,
+        "sentences": len(evalset.sentences),
+        "linear_backend": model.resolved_backend(),
+        "cpu": platform.processor(),
+        "encode_tokens": MINILM_TOKENS,
+        "rows": rows,
+    }
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
 
 
 def minilm_markdown(args):
     d = json.load(open(args.minilm))
-    print("| pruning | quantization | mean / min cosine to FP32 | recall@1 | drop (points) | "
-          "Linear weights MB | all weights MB | "
-          + " | ".join(f"predicted {p} encode ms" for p in PROFILES) + " |")
+    print(
+        "| pruning | quantization | mean / min cosine to FP32 | recall@1 | drop (points) | "
+        "Linear weights MB | all weights MB | "
+        + " | ".join(f"predicted {p} encode ms" for p in PROFILES)
+        + " |"
+    )
     print("|---|---|---|---|---|---|---|" + "---|" * len(PROFILES))
     for r in d["rows"]:
         ref = r["prune"] == "none" and r["quant"] == "fp32"
         cos = "1 / 1" if ref else f"{r['cosine_mean']:.4f} / {r['cosine_min']:.4f}"
         drop = "0" if ref else f"{r['accuracy_drop_pct']:.2f}"
         pred = " | ".join(f"{r['predicted_encode_ms'][p]:.2f}" for p in PROFILES)
-        print(f"| {r['prune']} | {r['quant']} | {cos} | {r['recall_at_1']:.2f}% | {drop} | "
-              f"{r['linear_weights_mb']:.2f} | {r['weights_mb']:.2f} | {pred} |")
+        print(
+            f"| {r['prune']} | {r['quant']} | {cos} | {r['recall_at_1']:.2f}% | {drop} | "
+            f"{r['linear_weights_mb']:.2f} | {r['weights_mb']:.2f} | {pred} |"
+        )
 
 
 def main():
@@ -290,8 +364,14 @@ def main():
     mk = sub.add_parser("minilm-markdown")
     mk.add_argument("minilm")
     args = ap.parse_args()
-    {"accuracy": accuracy, "speed": speed, "markdown": markdown, "predict": predict,
-     "minilm": minilm, "minilm-markdown": minilm_markdown}[args.cmd](args)
+    {
+        "accuracy": accuracy,
+        "speed": speed,
+        "markdown": markdown,
+        "predict": predict,
+        "minilm": minilm,
+        "minilm-markdown": minilm_markdown,
+    }[args.cmd](args)
 
 
 if __name__ == "__main__":

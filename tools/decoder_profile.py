@@ -33,7 +33,7 @@ def timed_decode(m: Llama, token: int, acc: dict) -> np.ndarray:
     pc = time.perf_counter
     qd, kvd, hd = c.q_dim, c.kv_dim, c.head_dim
     p0 = m.pos
-    cos, sin = m.cos[p0:p0 + 1], m.sin[p0:p0 + 1]
+    cos, sin = m.cos[p0 : p0 + 1], m.sin[p0 : p0 + 1]
     t0 = pc()
     x = m.embed[np.array([token])]
     h = rms_norm_rows(x, m.blocks[0].attn_norm, m.eps, np.empty_like(x))
@@ -46,8 +46,10 @@ def timed_decode(m: Llama, token: int, acc: dict) -> np.ndarray:
             qkv += b.qkv_bias
         rope_rows(qkv, c.n_heads + c.n_kv_heads, hd, cos, sin)
         t2 = pc()
-        b.cache.store(qkv[:, qd:qd + kvd].reshape(1, c.n_kv_heads, hd),
-                      qkv[:, qd + kvd:].reshape(1, c.n_kv_heads, hd))
+        b.cache.store(
+            qkv[:, qd : qd + kvd].reshape(1, c.n_kv_heads, hd),
+            qkv[:, qd + kvd :].reshape(1, c.n_kv_heads, hd),
+        )
         t3 = pc()
         a = decode_attention_unchecked(qkv[0, :qd].reshape(c.n_heads, hd), b.cache)
         t4 = pc()
@@ -64,10 +66,18 @@ def timed_decode(m: Llama, token: int, acc: dict) -> np.ndarray:
         nxt = m.blocks[i + 1].attn_norm if i + 1 < len(m.blocks) else m.final_norm
         add_rms_norm_rows(x, d, nxt, m.eps, h)
         t10 = pc()
-        for name, dt in (("qkv matmul", t1 - t0), ("rope", t2 - t1), ("kv store", t3 - t2),
-                         ("attention", t4 - t3), ("o matmul", t5 - t4), ("add+rmsnorm", t6 - t5),
-                         ("gate_up matmul", t7 - t6), ("silu-gate", t8 - t7),
-                         ("down matmul", t9 - t8), ("add+rmsnorm", t10 - t9)):
+        for name, dt in (
+            ("qkv matmul", t1 - t0),
+            ("rope", t2 - t1),
+            ("kv store", t3 - t2),
+            ("attention", t4 - t3),
+            ("o matmul", t5 - t4),
+            ("add+rmsnorm", t6 - t5),
+            ("gate_up matmul", t7 - t6),
+            ("silu-gate", t8 - t7),
+            ("down matmul", t9 - t8),
+            ("add+rmsnorm", t10 - t9),
+        ):
             acc[name] += dt
     t0 = pc()
     logits = m.lm_head(h)
@@ -106,8 +116,10 @@ def main() -> None:
     med = {k: float(np.median(v)) * 1e6 for k, v in runs.items()}
     total = sum(med.values())
     step = float(np.median(whole)) * 1e6
-    print(f"decode step at context {args.context}, policy {args.policy}, {args.threads} threads, "
-          f"{len(w.layers)} layers: untimed median {step:.0f} us = {1e6 / step:.1f} tokens/s")
+    print(
+        f"decode step at context {args.context}, policy {args.policy}, {args.threads} threads, "
+        f"{len(w.layers)} layers: untimed median {step:.0f} us = {1e6 / step:.1f} tokens/s"
+    )
     for k, v in sorted(med.items(), key=lambda kv: -kv[1]):
         print(f"  {k:16s} {v:8.0f} us  {100 * v / total:5.1f} %")
     print(f"  {'sum of ops':16s} {total:8.0f} us (timers add ~{max(total - step, 0):.0f} us)")

@@ -26,15 +26,34 @@ import time
 import numba
 import numpy as np
 
-from harmony_ref.runtime.llama import Llama
 from harmony_ref.quant.policy import AS_STORED
+from harmony_ref.runtime.llama import Llama
 from harmony_ref.runtime.loader import load_decoder, resolve_model_path, stored_policy
 
 
 def llama_bench_tg(bin_dir: str, gguf: str, threads: int, n: int, reps: int) -> float:
-    r = subprocess.run([f"{bin_dir}/llama-bench", "-m", gguf, "-t", str(threads), "-p", "0",
-                        "-n", str(n), "-r", str(reps), "--repack", "0", "-o", "json"],
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [
+            f"{bin_dir}/llama-bench",
+            "-m",
+            gguf,
+            "-t",
+            str(threads),
+            "-p",
+            "0",
+            "-n",
+            str(n),
+            "-r",
+            str(reps),
+            "--repack",
+            "0",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rows = json.loads(r.stdout)
     return float(rows[0]["avg_ts"])
 
@@ -53,8 +72,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-bin", required=True)
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--policy", action="append", help="ours; repeat to interleave several "
-                    "(default int4-g32; as-stored: the GGUF's own tensors)")
+    ap.add_argument(
+        "--policy",
+        action="append",
+        help="ours; repeat to interleave several "
+        "(default int4-g32; as-stored: the GGUF's own tensors)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
@@ -68,8 +91,9 @@ def main() -> None:
     w, tok = load_decoder(args.model, keep_stored=as_stored)
     bos = w.config.bos_id or 0
     stored = stored_policy(w, args.model) if as_stored else None
-    models = {p: Llama(w, stored if p == AS_STORED else p, max_context=args.tokens + 8)
-              for p in policies}
+    models = {
+        p: Llama(w, stored if p == AS_STORED else p, max_context=args.tokens + 8) for p in policies
+    }
     for m in models.values():
         ours_tg(m, 8, bos)  # compile / warm up
     theirs, mine = [], {p: [] for p in policies}
@@ -81,30 +105,56 @@ def main() -> None:
         for p, m in models.items():
             mine[p].append(float(np.mean([ours_tg(m, args.tokens, bos) for _ in range(args.reps)])))
         if not args.json:
-            print(f"round {r}: llama.cpp {theirs[-1]:.1f} tokens/s, " + ", ".join(
-                f"ours ({p}) {mine[p][-1]:.1f}" for p in policies), flush=True)
+            print(
+                f"round {r}: llama.cpp {theirs[-1]:.1f} tokens/s, "
+                + ", ".join(f"ours ({p}) {mine[p][-1]:.1f}" for p in policies),
+                flush=True,
+            )
     a = float(np.median(theirs))
-    out = {"cpu": cpu, "threads": args.threads, "model": args.model, "gguf": gguf,
-           "tokens": args.tokens, "rounds": args.rounds, "reps": args.reps,
-           "llama_cpp_tg": theirs, "llama_cpp_median": a,
-           "ours": {p: {"tg": v, "median": float(np.median(v)),
-                        "ratio_to_llama_cpp": float(np.median(v)) / a} for p, v in mine.items()}}
+    out = {
+        "cpu": cpu,
+        "threads": args.threads,
+        "model": args.model,
+        "gguf": gguf,
+        "tokens": args.tokens,
+        "rounds": args.rounds,
+        "reps": args.reps,
+        "llama_cpp_tg": theirs,
+        "llama_cpp_median": a,
+        "ours": {
+            p: {
+                "tg": v,
+                "median": float(np.median(v)),
+                "ratio_to_llama_cpp": float(np.median(v)) / a,
+            }
+            for p, v in mine.items()
+        },
+    }
     if args.json:
         print(json.dumps(out, indent=1))
         return
     for p in policies:
         b = out["ours"][p]["median"]
-        print(f"median decode tokens/s at {args.threads} threads, tg{args.tokens}: llama.cpp "
-              f"{a:.1f}, ours ({p}) {b:.1f}, ratio ours/llama.cpp {b / a:.2f}")
+        print(
+            f"median decode tokens/s at {args.threads} threads, tg{args.tokens}: llama.cpp "
+            f"{a:.1f}, ours ({p}) {b:.1f}, ratio ours/llama.cpp {b / a:.2f}"
+        )
 
 
 def cpu_name() -> str:
     """lscpu's model name with family/model, else platform's processor string."""
     try:
-        info = dict(line.split(":", 1) for line in subprocess.run(
-            ["lscpu"], capture_output=True, text=True).stdout.splitlines() if ":" in line)
-        return (f"{info['Model name'].strip()} (family {info['CPU family'].strip()}, model "
-                f"{info['Model'].strip()})")
+        info = dict(
+            line.split(":", 1)
+            for line in subprocess.run(
+                ["lscpu"], capture_output=True, text=True
+            ).stdout.splitlines()
+            if ":" in line
+        )
+        return (
+            f"{info['Model name'].strip()} (family {info['CPU family'].strip()}, model "
+            f"{info['Model'].strip()})"
+        )
     except (OSError, KeyError):
         return platform.processor() or "unknown"
 

@@ -89,9 +89,14 @@ def machine() -> dict:
     from harmony_ref.backends.host_timing import cpu_flags, cpu_freq_mhz, onchip_buffer_bytes
 
     l3 = open("/sys/devices/system/cpu/cpu0/cache/index3/size").read().strip()
-    out = {"cpu": platform.processor() or platform.machine(), "lscpu_model": _lscpu(),
-           "flags": sorted(cpu_flags()), "l2_bytes": onchip_buffer_bytes(), "l3": l3,
-           "cpu_freq_mhz": cpu_freq_mhz()}
+    out = {
+        "cpu": platform.processor() or platform.machine(),
+        "lscpu_model": _lscpu(),
+        "flags": sorted(cpu_flags()),
+        "l2_bytes": onchip_buffer_bytes(),
+        "l3": l3,
+        "cpu_freq_mhz": cpu_freq_mhz(),
+    }
     for t in (1, 2):
         out[f"cache_read_gbps_t{t}"] = stream_gbps(64 << 20, t)
         out[f"dram_read_gbps_t{t}"] = stream_gbps(2 << 30, t, repeats=3)
@@ -105,16 +110,20 @@ def _lscpu() -> str:
 
     text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     keep = ("Model name", "CPU family", "Model:")
-    return "; ".join(line.split(":", 1)[0].strip() + "=" + line.split(":", 1)[1].strip()[:60]
-                     for line in text.splitlines() if line.startswith(keep))
+    return "; ".join(
+        line.split(":", 1)[0].strip() + "=" + line.split(":", 1)[1].strip()[:60]
+        for line in text.splitlines()
+        if line.startswith(keep)
+    )
 
 
 def config_of(policy, prompt, new, context):
     from harmony_ref.config import RunConfig
     from harmony_ref.runtime.loader import checkpoint_spec
 
-    return RunConfig.from_names(checkpoint_spec("smollm2-135m"), policy, prompt, new, context,
-                                checkpoint="smollm2-135m")
+    return RunConfig.from_names(
+        checkpoint_spec("smollm2-135m"), policy, prompt, new, context, checkpoint="smollm2-135m"
+    )
 
 
 def profile_run(policy, prompt, contexts, threads) -> dict:
@@ -137,10 +146,10 @@ def profile_run(policy, prompt, contexts, threads) -> dict:
     for c in contexts:
         steps = []
         m.reset()
-        m.prefill(ids[:c - 1])
+        m.prefill(ids[: c - 1])
         profile_forward(m, [5])  # warm-up at this context
         m.reset()
-        m.prefill(ids[:c - 1])
+        m.prefill(ids[: c - 1])
         for _ in range(PROFILE_REPEATS):
             steps.append(profile_forward(m, [5]))  # attends to c, c + 1, ... positions
         out["decode"][str(c)] = steps
@@ -155,7 +164,9 @@ def whole_run(policy, prompt, new, context, threads) -> dict:
     m, prov = measure_checkpoint(config_of(policy, prompt, new, context), warmup=1, repeats=5)
     pick = ("prefill_ms", "decode_step_ms", "ttft_ms", "e2e_ms")
     return {k: {"value": m.value(k), "samples": list(m[k].samples)} for k in pick} | {
-        "threads": numba.get_num_threads(), "provenance": prov}
+        "threads": numba.get_num_threads(),
+        "provenance": prov,
+    }
 
 
 def main() -> None:
@@ -171,7 +182,10 @@ def main() -> None:
         policy, prompt, new, context, threads = RUNS[rid]
         data["runs"][rid] = whole_run(policy, prompt, new, context, threads)
         r = data["runs"][rid]
-        print(rid, f"prefill {r['prefill_ms']['value']:.1f} ms, step {r['decode_step_ms']['value']:.2f} ms")
+        print(
+            rid,
+            f"prefill {r['prefill_ms']['value']:.1f} ms, step {r['decode_step_ms']['value']:.2f} ms",
+        )
         if rid in PROFILED:
             data["profiles"][rid] = profile_run(policy, prompt, PROFILED[rid], threads)
     data["seconds"] = time.time() - t0

@@ -45,8 +45,11 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--session", default="s1", help="fixture file prefix (s1, s2, ...)")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--q8", default="/tmp/smollm2-135m-q8_0.gguf",
-                    help="where the requantized Q8_0 GGUF is written (outside the repo)")
+    ap.add_argument(
+        "--q8",
+        default="/tmp/smollm2-135m-q8_0.gguf",
+        help="where the requantized Q8_0 GGUF is written (outside the repo)",
+    )
     ap.add_argument("--skip-check", action="store_true")
     args = ap.parse_args()
     from harmony_ref.runtime.loader import resolve_model_path
@@ -54,24 +57,48 @@ def main() -> None:
     b = Path(args.llama_bin)
     q4 = str(resolve_model_path("smollm2-135m"))
     if not Path(args.q8).exists():
-        subprocess.run([str(b / "llama-quantize"), "--allow-requantize", q4, args.q8, "Q8_0"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [str(b / "llama-quantize"), "--allow-requantize", q4, args.q8, "Q8_0"],
+            check=True,
+            capture_output=True,
+        )
     models = {"q4_1": q4, "q8_0": args.q8}
     if not args.skip_check:
         for quant, path in models.items():
             r = subprocess.run(
-                ["harmony-ref", "check-runtime", "--model", path, "--context", "512",
-                 "--command", f"{b}/llama-perplexity -m {{model}} -f {{corpus}} -c {{context}} "
-                              "--chunks {chunks} -t 2", "--label", f"llama.cpp-{quant}", "--json"],
-                capture_output=True, text=True)
+                [
+                    "harmony-ref",
+                    "check-runtime",
+                    "--model",
+                    path,
+                    "--context",
+                    "512",
+                    "--command",
+                    f"{b}/llama-perplexity -m {{model}} -f {{corpus}} -c {{context}} "
+                    "--chunks {chunks} -t 2",
+                    "--label",
+                    f"llama.cpp-{quant}",
+                    "--json",
+                ],
+                capture_output=True,
+                text=True,
+            )
             print(quant, "check-runtime exit", r.returncode, r.stdout[-600:])
             if r.returncode != 0:
                 raise SystemExit(f"llama.cpp {quant}: perplexity check failed; not timing it")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for rid, (quant, extra) in RUNS.items():
-        cmd = [str(b / "llama-bench"), "-m", models[quant], "-r", str(args.reps), "-o", "json",
-               *extra]
+        cmd = [
+            str(b / "llama-bench"),
+            "-m",
+            models[quant],
+            "-r",
+            str(args.reps),
+            "-o",
+            "json",
+            *extra,
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True, check=True)
         json.loads(r.stdout)  # must be llama-bench's JSON
         (out / f"{args.session}-{rid}.json").write_text(r.stdout)

@@ -26,15 +26,30 @@ PHONE_RUNTIMES = ("llama.cpp-cpu", "executorch-xnnpack", "qnn-npu", "mlc-gpu")
 
 def refit() -> None:
     manifest = load_host_manifest()
-    write_text_atomic(ROOT / "harmony_ref" / "device" / "profiles" / f"{manifest.profile}.toml",
-                      host_soc_toml(manifest))
+    write_text_atomic(
+        ROOT / "harmony_ref" / "device" / "profiles" / f"{manifest.profile}.toml",
+        host_soc_toml(manifest),
+    )
     from harmony_ref.device import profile
 
     profile._shipped_profile.cache_clear()
-    for set_name, rt in [("host", "harmony-ref-host"), ("llama.cpp", "llama.cpp-host")] + \
-            [("phones", r) for r in PHONE_RUNTIMES]:
-        assert main(["calibrate", "--set", set_name, "--runtime", rt,
-                     "--out", str(RUNTIMES / f"{rt}.toml")]) == 0
+    for set_name, rt in [("host", "harmony-ref-host"), ("llama.cpp", "llama.cpp-host")] + [
+        ("phones", r) for r in PHONE_RUNTIMES
+    ]:
+        assert (
+            main(
+                [
+                    "calibrate",
+                    "--set",
+                    set_name,
+                    "--runtime",
+                    rt,
+                    "--out",
+                    str(RUNTIMES / f"{rt}.toml"),
+                ]
+            )
+            == 0
+        )
         profile._shipped_runtime.cache_clear()
     assert main(["fidelity", "--plot", str(ROOT / "results" / "figures" / "fidelity.png")]) == 0
     assert main(["fidelity", "--markdown"]) == 0

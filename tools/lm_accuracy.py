@@ -20,8 +20,15 @@ import time
 from harmony_ref.eval.lm import evaluate_lm, load_corpus
 from harmony_ref.runtime.loader import load_decoder
 
-VARIANTS = [("fp32", "fp16"), ("int8", "fp16"), ("int4-g128", "fp16"), ("int4-g32", "fp16"),
-            ("mixed", "fp16"), ("fp32", "int8"), ("int4-g32", "int8")]
+VARIANTS = [
+    ("fp32", "fp16"),
+    ("int8", "fp16"),
+    ("int4-g128", "fp16"),
+    ("int4-g32", "fp16"),
+    ("mixed", "fp16"),
+    ("fp32", "int8"),
+    ("int4-g32", "int8"),
+]
 
 
 def main() -> None:
@@ -29,12 +36,19 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--json")
-    ap.add_argument("--corpus", choices=["heldout", "calibration"], default=None,
-                    help="corpus part (default: heldout; --sensitivity: calibration, since "
-                         "sensitivity feeds planning and held-out text must not)")
+    ap.add_argument(
+        "--corpus",
+        choices=["heldout", "calibration"],
+        default=None,
+        help="corpus part (default: heldout; --sensitivity: calibration, since "
+        "sensitivity feeds planning and held-out text must not)",
+    )
     ap.add_argument("--variants", nargs="*", help="policy[:kv] (default: the table's seven)")
-    ap.add_argument("--sensitivity", metavar="FMT",
-                    help="instead: each Linear type alone in FMT (e.g. int4-g32), the rest FP32")
+    ap.add_argument(
+        "--sensitivity",
+        metavar="FMT",
+        help="instead: each Linear type alone in FMT (e.g. int4-g32), the rest FP32",
+    )
     args = ap.parse_args()
     variants = VARIANTS
     if args.sensitivity:
@@ -47,21 +61,29 @@ def main() -> None:
     part = args.corpus or ("calibration" if args.sensitivity else "heldout")
     ids = tok.encode(load_corpus(part))
     t0 = time.perf_counter()
-    r = evaluate_lm(w, ids, args.context, variants,
-                    progress=lambda a, b: print(f"chunk {a}/{b} {time.perf_counter() - t0:.0f} s",
-                                                flush=True))
+    r = evaluate_lm(
+        w,
+        ids,
+        args.context,
+        variants,
+        progress=lambda a, b: print(f"chunk {a}/{b} {time.perf_counter() - t0:.0f} s", flush=True),
+    )
     r["seconds"] = time.perf_counter() - t0
     r["model"] = args.model
-    print(f"\n{args.model}, {part} corpus {r['tokens']} tokens, {r['chunks']} chunks of "
-          f"context {r['context']}, {r['chunks'] * r['scored_tokens_per_chunk']} scored tokens "
-          f"({r['seconds']:.0f} s for {len(variants)} variants + reference)\n")
+    print(
+        f"\n{args.model}, {part} corpus {r['tokens']} tokens, {r['chunks']} chunks of "
+        f"context {r['context']}, {r['chunks'] * r['scored_tokens_per_chunk']} scored tokens "
+        f"({r['seconds']:.0f} s for {len(variants)} variants + reference)\n"
+    )
     print("| policy | KV | PPL | PPL / FP32 | KLD mean | KLD p99 | top-1 % |")
     print("|---|---|---|---|---|---|---|")
     for name, s in r["results"].items():
         policy, _, kv = name.partition("+kv-")
-        print(f"| {policy} | {kv or ('fp32' if name == 'reference' else 'fp16')} | {s['ppl']:.3f} "
-              f"| {s['ppl_ratio']:.4f} | {s['kld_mean']:.4f} | {s['kld_p99']:.4f} | "
-              f"{s['top1_agreement_pct']:.1f} |")
+        print(
+            f"| {policy} | {kv or ('fp32' if name == 'reference' else 'fp16')} | {s['ppl']:.3f} "
+            f"| {s['ppl_ratio']:.4f} | {s['kld_mean']:.4f} | {s['kld_p99']:.4f} | "
+            f"{s['top1_agreement_pct']:.1f} |"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(r, f, indent=2)

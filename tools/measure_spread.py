@@ -114,8 +114,13 @@ def entry_name(mod: str, cls: str, track: str, params: tuple) -> str:
 
 
 def run_fresh(mod, cls, track, params) -> float:
-    res = subprocess.run([sys.executable, "-c", _CHILD, mod, cls, track, json.dumps(list(params))],
-                         cwd=ROOT, capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [sys.executable, "-c", _CHILD, mod, cls, track, json.dumps(list(params))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(json.loads(res.stdout.strip().splitlines()[-1]))
 
 
@@ -127,12 +132,16 @@ def cpu_name() -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bench", default=".",
-                    help="regex searched in each entry name, module.Class.track(params)")
+    ap.add_argument(
+        "--bench", default=".", help="regex searched in each entry name, module.Class.track(params)"
+    )
     ap.add_argument("--processes", type=int, default=6, help="fresh processes per entry")
     ap.add_argument("--write-conf", action="store_true", help="update asv.conf.json")
-    ap.add_argument("--rederive", action="store_true",
-                    help="measure nothing: re-apply the rule to the recorded values")
+    ap.add_argument(
+        "--rederive",
+        action="store_true",
+        help="measure nothing: re-apply the rule to the recorded values",
+    )
     ap.add_argument("--json", action="store_true", help="print the measured entries as JSON")
     args = ap.parse_args(argv)
     if args.processes < 2:
@@ -149,8 +158,10 @@ def main(argv=None) -> int:
         for i in range(args.processes):
             for e in entries:
                 values[entry_name(*e)].append(run_fresh(*e))
-            print(f"process round {i + 1}/{args.processes} done ({time.monotonic() - t0:.0f} s)",
-                  file=sys.stderr)
+            print(
+                f"process round {i + 1}/{args.processes} done ({time.monotonic() - t0:.0f} s)",
+                file=sys.stderr,
+            )
     floor = default_limit()
     doc = json.loads(SPREAD_FILE.read_text()) if SPREAD_FILE.exists() else {}
     if values:

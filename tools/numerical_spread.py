@@ -59,8 +59,9 @@ print(json.dumps(out))
 
 def measure(name: str, env: dict, child: str, policies) -> dict:
     full = {**os.environ, **env}
-    r = subprocess.run([sys.executable, "-c", child, *policies], env=full, capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", child, *policies], env=full, capture_output=True, text=True
+    )
     if r.returncode != 0:
         raise SystemExit(f"{name}: failed:\n{r.stderr[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -85,9 +86,17 @@ def spread_table(values: dict) -> list[dict]:
             xs = [values[c][policy][metric] for c in having]
             lo, hi = min(xs), max(xs)
             scale = max(abs(lo), abs(hi))
-            rows.append({"metric": metric, "policy": policy, "machines": len(xs), "min": lo,
-                         "max": hi, "spread_pct": 100.0 * (hi - lo) / scale if scale else 0.0,
-                         "spread_abs": hi - lo})
+            rows.append(
+                {
+                    "metric": metric,
+                    "policy": policy,
+                    "machines": len(xs),
+                    "min": lo,
+                    "max": hi,
+                    "spread_pct": 100.0 * (hi - lo) / scale if scale else 0.0,
+                    "spread_abs": hi - lo,
+                }
+            )
     return rows
 
 
@@ -95,11 +104,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the measurement (every value, the table) as JSON here")
     ap.add_argument("--configs", help="comma-separated subset of harmony_ref/_cpus.py's names")
-    ap.add_argument("--merge", metavar="JSON",
-                    help="a measurement from another host (an earlier --out): its values join "
-                         "this run's, keyed HOST/CONFIG, so the spread spans both CPUs")
-    ap.add_argument("--lm", action="store_true",
-                    help="the decoder's lm_* metrics (SmolLM2-135M) instead of MiniLM's")
+    ap.add_argument(
+        "--merge",
+        metavar="JSON",
+        help="a measurement from another host (an earlier --out): its values join "
+        "this run's, keyed HOST/CONFIG, so the spread spans both CPUs",
+    )
+    ap.add_argument(
+        "--lm",
+        action="store_true",
+        help="the decoder's lm_* metrics (SmolLM2-135M) instead of MiniLM's",
+    )
     args = ap.parse_args()
     values, configs = {}, {}
     host = host_features()
@@ -109,8 +124,9 @@ def main() -> None:
         except Unemulable as e:
             print(f"{cfg.name}: skipped ({e})", file=sys.stderr, flush=True)
             continue
-        values[cfg.name] = measure(cfg.name, env, CHILD_LM if args.lm else CHILD,
-                                   LM_POLICIES if args.lm else POLICIES)
+        values[cfg.name] = measure(
+            cfg.name, env, CHILD_LM if args.lm else CHILD, LM_POLICIES if args.lm else POLICIES
+        )
         configs[cfg.name] = {k: v for k, v in env.items() if k != "NUMBA_CPU_FEATURES"}
         print(f"{cfg.name}: done", file=sys.stderr, flush=True)
     here = cpu_label()
@@ -124,8 +140,10 @@ def main() -> None:
     rows = spread_table(values)
     print(f"{'metric':<24}{'policy':<14}{'min':>12}{'max':>12}{'spread %':>10}")
     for r in rows:
-        print(f"{r['metric']:<24}{r['policy']:<14}{r['min']:>12.6f}{r['max']:>12.6f}"
-              f"{r['spread_pct']:>10.4f}")
+        print(
+            f"{r['metric']:<24}{r['policy']:<14}{r['min']:>12.6f}{r['max']:>12.6f}"
+            f"{r['spread_pct']:>10.4f}"
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"configs": configs, "values": values, "spread": rows}, f, indent=1)

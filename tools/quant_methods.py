@@ -38,10 +38,14 @@ PRUNING = (  # (policy, FFN pruned, repair)
     ("prune-ffn0.25-act-repair", "25%", "ridge 0.01"),
 )
 
-METHOD_HEADER = ("| format | method | KLD mean | KLD p99 | PPL / FP32 | top-1 agreement | "
-                 "quantize s |\n|---|---|---|---|---|---|---|")
-PRUNE_HEADER = ("| policy | FFN pruned | repair | KLD mean | KLD p99 | PPL / FP32 | "
-                "top-1 agreement |\n|---|---|---|---|---|---|---|")
+METHOD_HEADER = (
+    "| format | method | KLD mean | KLD p99 | PPL / FP32 | top-1 agreement | "
+    "quantize s |\n|---|---|---|---|---|---|---|"
+)
+PRUNE_HEADER = (
+    "| policy | FFN pruned | repair | KLD mean | KLD p99 | PPL / FP32 | "
+    "top-1 agreement |\n|---|---|---|---|---|---|---|"
+)
 
 
 def policy_arg(fmt: str, method: str) -> str:
@@ -67,9 +71,11 @@ def method_rows(accs: list[dict], times: dict) -> list[str]:
             if r is None:
                 continue
             t = times.get("seconds", {}).get(policy_name(fmt, m))
-            out.append(f"| {fmt} | {m.upper()} | {r['kld_mean']:.4f} | {r['kld_p99']:.4f} | "
-                       f"{r['ppl_ratio']:.4f} | {r['top1_agreement_pct']:.1f} % | "
-                       f"{'-' if t is None else f'{t:.1f}'} |")
+            out.append(
+                f"| {fmt} | {m.upper()} | {r['kld_mean']:.4f} | {r['kld_p99']:.4f} | "
+                f"{r['ppl_ratio']:.4f} | {r['top1_agreement_pct']:.1f} % | "
+                f"{'-' if t is None else f'{t:.1f}'} |"
+            )
     return out
 
 
@@ -80,9 +86,11 @@ def prune_rows(accs: list[dict]) -> list[str]:
         r = rows.get(name)
         if r is None:
             continue
-        out.append(f"| {name} | {ratio} | {repair} | {r['kld_mean']:.4f} | "
-                   f"{r['kld_p99']:.4f} | {r['ppl_ratio']:.4f} | "
-                   f"{r['top1_agreement_pct']:.1f} % |")
+        out.append(
+            f"| {name} | {ratio} | {repair} | {r['kld_mean']:.4f} | "
+            f"{r['kld_p99']:.4f} | {r['ppl_ratio']:.4f} | "
+            f"{r['top1_agreement_pct']:.1f} % |"
+        )
     return out
 
 
@@ -110,9 +118,14 @@ def measure_times(out: Path, repeats: int = 1, only: tuple[str, ...] = FORMATS) 
     cpu = cpu_model()
     import os
 
-    d = {"model": "smollm2-135m", "what": "seconds to build the policy's model (prune, calibrate, "
-         "quantize), the checkpoint already loaded", "cpu": cpu, "cores": os.cpu_count(),
-         "seconds": seconds}
+    d = {
+        "model": "smollm2-135m",
+        "what": "seconds to build the policy's model (prune, calibrate, "
+        "quantize), the checkpoint already loaded",
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "seconds": seconds,
+    }
     out.write_text(json.dumps(d, indent=1) + "\n")
     return d
 
@@ -123,38 +136,56 @@ def section() -> str:
 
     res = RESULTS
     root = ROOT
-    tables = subprocess.run([sys.executable, __file__, "markdown"], cwd=root,
-                            capture_output=True, text=True, check=True).stdout
+    tables = subprocess.run(
+        [sys.executable, __file__, "markdown"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
     mt, _, pt = tables.partition("\n\n")
     rows = {}
     facts = []
     for p in sorted(res.glob("accuracy*.json")) + sorted(res.glob("pruning*.json")):
         d = json.loads(p.read_text())
         rows.update({r["policy"]: r for r in d["rows"]})
-        facts.append(f"`{p.relative_to(root)}`: {d['chunks']} chunks of context 512 ({d['scored_tokens']:,} scored tokens)")
+        facts.append(
+            f"`{p.relative_to(root)}`: {d['chunks']} chunks of context 512 ({d['scored_tokens']:,} scored tokens)"
+        )
+
     def ratio(a, b):
         if a in rows and b in rows:
             return f"`{a}` / `{b}` KLD mean = {rows[a]['kld_mean'] / rows[b]['kld_mean']:.2f}x"
         return None
-    times = json.loads((res / "quantize_time.json").read_text()) if (res / "quantize_time.json").is_file() else None
+
+    times = (
+        json.loads((res / "quantize_time.json").read_text())
+        if (res / "quantize_time.json").is_file()
+        else None
+    )
     out = []
-    out.append("Scored by `harmony-ref accuracy --json` on the shipped held-out split "
-               "(`harmony_ref/data/lm_corpus/heldout.txt`) against the FP32 reference (the checkpoint's "
-               "weights dequantized exactly; SmolLM2's GGUF stores Q4_1, so every int4 row here is a "
-               "second 4-bit rounding); GPTQ and AWQ calibrated on the calibration split "
-               "(`calibration.txt`, 16 windows of 128 tokens, seed 0). Outputs: " + "; ".join(facts) + ".")
+    out.append(
+        "Scored by `harmony-ref accuracy --json` on the shipped held-out split "
+        "(`harmony_ref/data/lm_corpus/heldout.txt`) against the FP32 reference (the checkpoint's "
+        "weights dequantized exactly; SmolLM2's GGUF stores Q4_1, so every int4 row here is a "
+        "second 4-bit rounding); GPTQ and AWQ calibrated on the calibration split "
+        "(`calibration.txt`, 16 windows of 128 tokens, seed 0). Outputs: " + "; ".join(facts) + "."
+    )
     out.append("")
     out.append("<!-- quant methods table -->")
     out.append(mt.strip())
     out.append("<!-- /quant methods table -->")
     out.append("")
     if times:
-        out.append(f"quantize s: seconds to build the model from the loaded checkpoint (calibration "
-                   f"runs included), measured under `/work/bin/quiet` on {times['cpu']} ({times['cores']} cores).")
+        out.append(
+            f"quantize s: seconds to build the model from the loaded checkpoint (calibration "
+            f"runs included), measured under `/work/bin/quiet` on {times['cpu']} ({times['cores']} cores)."
+        )
     out.append("")
-    for a, b in (("int4-g128-gptq", "int4-g128"), ("int4-g128-awq", "int4-g128"),
-                 ("int4-g32-gptq", "int4-g32"), ("int4-g32-awq", "int4-g32"), ("int8-gptq", "int8"),
-                 ("int8-awq", "int8")):
+    for a, b in (
+        ("int4-g128-gptq", "int4-g128"),
+        ("int4-g128-awq", "int4-g128"),
+        ("int4-g32-gptq", "int4-g32"),
+        ("int4-g32-awq", "int4-g32"),
+        ("int8-gptq", "int8"),
+        ("int8-awq", "int8"),
+    ):
         r = ratio(a, b)
         if r:
             out.append(f"- {r}")
@@ -162,17 +193,21 @@ def section() -> str:
     out.append("## Pruning with and without repair")
     out.append("")
     if pt.strip():
-        out.append("FFN channels pruned in every block by the activation-aware score (32 calibration "
-                   "windows of 128 tokens), FP32 weights, no fine-tuning; repair = down_proj refitted "
-                   "as above, on the same windows:")
+        out.append(
+            "FFN channels pruned in every block by the activation-aware score (32 calibration "
+            "windows of 128 tokens), FP32 weights, no fine-tuning; repair = down_proj refitted "
+            "as above, on the same windows:"
+        )
         out.append("")
         out.append("<!-- pruning repair table -->")
         out.append(pt.strip())
         out.append("<!-- /pruning repair table -->")
         out.append("")
-        for a, b in (("prune-ffn0.1-act-repair", "prune-ffn0.1-act"),
-                     ("prune-ffn0.1-act-repair-r0.5", "prune-ffn0.1-act"),
-                     ("prune-ffn0.25-act-repair", "prune-ffn0.25-act")):
+        for a, b in (
+            ("prune-ffn0.1-act-repair", "prune-ffn0.1-act"),
+            ("prune-ffn0.1-act-repair-r0.5", "prune-ffn0.1-act"),
+            ("prune-ffn0.25-act-repair", "prune-ffn0.25-act"),
+        ):
             r = ratio(a, b)
             if r:
                 out.append(f"- {r}")

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import sys
 
-HEADER = ("| policy | Linear weights MB | mean / min cosine to FP32 | recall@1 | drop (points) |\n"
-          "|---|---|---|---|---|")
+HEADER = (
+    "| policy | Linear weights MB | mean / min cosine to FP32 | recall@1 | drop (points) |\n"
+    "|---|---|---|---|---|"
+)
 
 
 def _cos(x: float) -> str:
@@ -28,9 +30,11 @@ def accuracy_rows(report: dict) -> list[str]:
     for policy, m in report["policies"].items():
         v = {k: d["value"] for k, d in m.items()}
         drop = v["accuracy_drop_pct"]
-        rows.append(f"| {policy} | {v['linear_weights_mb']:.2f} | {_cos(v['cosine_mean'])} / "
-                    f"{_cos(v['cosine_min'])} | {v['recall_at_1']:.2f}% | "
-                    f"{'0' if policy == 'fp32' else f'{drop:.2f}'} |")
+        rows.append(
+            f"| {policy} | {v['linear_weights_mb']:.2f} | {_cos(v['cosine_mean'])} / "
+            f"{_cos(v['cosine_min'])} | {v['recall_at_1']:.2f}% | "
+            f"{'0' if policy == 'fp32' else f'{drop:.2f}'} |"
+        )
     return rows
 
 

@@ -41,5 +41,3 @@ def _measured(m: Metrics, name, value, unit, direction="lower", samples=(), desc
     if direction != "none" and unit in ("ms", "s", "tokens/s") and not value > 0:
         raise ValueError(f"{name} = {value!r} {unit}: a measured time or rate must be > 0")
     m.add(name, value, unit, direction, "measured", samples, description)
-
-

@@ -61,25 +61,42 @@ def _any_phone_checked(metrics: Metrics, profile, config):
         decoders = [get_spec(n) for n in list_specs() if get_spec(n).is_decoder]
         smallest = min(decoders, key=lambda s: s.param_count())
         config = RunConfig.from_names(smallest.name, "int4-g32")
-    profiles = [load_profile(profile)] if profile is not None else \
-        [load_profile(p) for p in sorted(shipped_profiles())]
+    profiles = (
+        [load_profile(profile)]
+        if profile is not None
+        else [load_profile(p) for p in sorted(shipped_profiles())]
+    )
     checked = [check(metrics, p, config) for p in profiles]
-    flagged = set.intersection(*({m.name for m in got if "implausible" in m.flags}
-                                 for got, _ in checked))
+    flagged = set.intersection(
+        *({m.name for m in got if "implausible" in m.flags} for got, _ in checked)
+    )
     if per_token:
         flagged &= {"decode_tokens_per_s", "prefill_tokens_per_s", "decode_step_ms"}
     if not flagged:
-        return metrics, (), (f"checked against every shipped profile for {config.spec.name} "
-                             "(no --profile/--model): 0 implausible")
+        return (
+            metrics,
+            (),
+            (
+                f"checked against every shipped profile for {config.spec.name} "
+                "(no --profile/--model): 0 implausible"
+            ),
+        )
     got, findings = checked[0]
     out = Metrics({n: (got[n] if n in flagged else m) for n, m in metrics.items.items()})
     kept = tuple(f for f in findings if f.split(" ", 1)[0] in flagged)
-    return out, kept, (f"checked against every shipped profile for {config.spec.name} (no "
-                       f"--profile/--model): {len(kept)} implausible on all of them")
+    return (
+        out,
+        kept,
+        (
+            f"checked against every shipped profile for {config.spec.name} (no "
+            f"--profile/--model): {len(kept)} implausible on all of them"
+        ),
+    )
 
 
-def physics_checked(metrics: Metrics, profile, config, any_phone: bool = False
-                    ) -> tuple[Metrics, tuple[str, ...], str]:
+def physics_checked(
+    metrics: Metrics, profile, config, any_phone: bool = False
+) -> tuple[Metrics, tuple[str, ...], str]:
     """(metrics with implausible ones flagged, findings, what was checked) against `profile`'s
     roofline (a DeviceProfile, shipped name or path). With no profile or config: unchecked, or
     with `any_phone` (a phone's benchmark output) against the loosest shipped-phone bound."""

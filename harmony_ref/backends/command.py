@@ -34,8 +34,14 @@ from harmony_ref.backends.base import BackendError, Measurement, physics_checked
 from harmony_ref.backends.parsers import FORMATS, ParseError, parse
 from harmony_ref.backends.process import CommandOutput, needs_shell, run_process, tail
 
-__all__ = ["CommandDevice", "CommandOutput", "command_provenance", "fill_template",
-           "needs_shell", "run_command"]
+__all__ = [
+    "CommandDevice",
+    "CommandOutput",
+    "command_provenance",
+    "fill_template",
+    "needs_shell",
+    "run_command",
+]
 
 PROVENANCE_KEYS = ("device_model", "os_build", "soc", "kernel", "build_fingerprint")
 _PROVENANCE_LINE = re.compile(r"^\s*(" + "|".join(PROVENANCE_KEYS) + r")=(.*?)\s*$", re.M)
@@ -51,17 +57,24 @@ def _config_values(config) -> dict[str, object]:
         from harmony_ref.runtime.loader import resolve_model_path
 
         model = str(resolve_model_path(config.checkpoint))
-    return {"model": model, "policy": config.policy.name,
-            "prompt_tokens": s.prompt_tokens, "new_tokens": s.new_tokens,
-            "context_tokens": s.context_tokens, "batch": s.batch}
+    return {
+        "model": model,
+        "policy": config.policy.name,
+        "prompt_tokens": s.prompt_tokens,
+        "new_tokens": s.new_tokens,
+        "context_tokens": s.context_tokens,
+        "batch": s.batch,
+    }
 
 
 def fill_template(template: str, values: dict[str, object]) -> str:
     names = [f for _, f, _, _ in string.Formatter().parse(template) if f]
     missing = sorted({n for n in names if n not in values})
     if missing:
-        raise ValueError(f"command template: no value for placeholder(s) {['{' + n + '}' for n in missing]}; "
-                         f"have {sorted(values)}")
+        raise ValueError(
+            f"command template: no value for placeholder(s) {['{' + n + '}' for n in missing]}; "
+            f"have {sorted(values)}"
+        )
     return template.format(**{k: shlex.quote(str(v)) for k, v in values.items()})
 
 
@@ -71,9 +84,17 @@ class CommandDevice:
     transport, pushes, cooldown, warm-up, repeats and telemetry (backends/session.py), and the
     session's own command, format, timeout and profile where none is given here."""
 
-    def __init__(self, command_template: str | None, format: str | None,
-                 timeout_s: float | None = 600.0, values: dict[str, object] | None = None,
-                 name: str = "command", profile=None, session=None, progress=None):
+    def __init__(
+        self,
+        command_template: str | None,
+        format: str | None,
+        timeout_s: float | None = 600.0,
+        values: dict[str, object] | None = None,
+        name: str = "command",
+        profile=None,
+        session=None,
+        progress=None,
+    ):
         if session is not None:
             b = session.benchmark
             command_template = command_template or b.command
@@ -81,11 +102,14 @@ class CommandDevice:
             timeout_s = timeout_s or b.timeout_s
             profile = profile if profile is not None else (session.device.profile or None)
             if not command_template:
-                raise ValueError(f"{session.path}: no benchmark command: set benchmark.command "
-                                 "or give one (--command)")
+                raise ValueError(
+                    f"{session.path}: no benchmark command: set benchmark.command "
+                    "or give one (--command)"
+                )
             if not format:
-                raise ValueError(f"{session.path}: no output format: set benchmark.format or "
-                                 "give one (--format)")
+                raise ValueError(
+                    f"{session.path}: no output format: set benchmark.format or give one (--format)"
+                )
         timeout_s = 600.0 if timeout_s is None else timeout_s
         if format not in FORMATS:
             raise ValueError(f"command format {format!r} unknown; known: {list(FORMATS)}")
@@ -106,8 +130,9 @@ class CommandDevice:
         from harmony_ref.backends.session import session_values
 
         extra = session_values(self.session) if self.session is not None else {}
-        return fill_template(self.command_template,
-                             {**_config_values(config), **extra, **self.values})
+        return fill_template(
+            self.command_template, {**_config_values(config), **extra, **self.values}
+        )
 
     def run(self, config=None) -> Measurement:
         """Run the command for `config` (a RunConfig; None: the template's own values only)."""
@@ -118,18 +143,24 @@ class CommandDevice:
         if done.returncode != 0:
             raise BackendError(
                 f"command {cmd!r} exited with code {done.returncode}; no result recorded. "
-                f"Last stderr:\n{tail(done.err) or '(empty)'}")
+                f"Last stderr:\n{tail(done.err) or '(empty)'}"
+            )
         try:
             parsed = parse(self.format, done.text)
         except ParseError as e:
             raise BackendError(f"command {cmd!r}: {e}") from e
-        prov = {"command": cmd, "format": self.format, "shell": str(done.shell).lower(),
-                "command_wall_s": f"{done.wall_s:.3f}"}
+        prov = {
+            "command": cmd,
+            "format": self.format,
+            "shell": str(done.shell).lower(),
+            "command_wall_s": f"{done.wall_s:.3f}",
+        }
         prov.update(parsed.provenance)
         prov.update(command_provenance(done.text))
         config = scenario_ran(config, parsed.ran)
-        metrics, findings, physics = physics_checked(parsed.metrics, self.profile, config,
-                                                     any_phone=True)
+        metrics, findings, physics = physics_checked(
+            parsed.metrics, self.profile, config, any_phone=True
+        )
         return Measurement(metrics, prov, findings, physics, config)
 
     def _run_session(self, config) -> Measurement:
@@ -153,18 +184,25 @@ class CommandDevice:
 
         spec = self.session
         if spec.benchmark.timeout_s != self.timeout_s:
-            spec = dataclasses.replace(spec, benchmark=dataclasses.replace(
-                spec.benchmark, timeout_s=self.timeout_s))
+            spec = dataclasses.replace(
+                spec, benchmark=dataclasses.replace(spec.benchmark, timeout_s=self.timeout_s)
+            )
             object.__setattr__(spec, "path", self.session.path)
         result = DeviceSession(spec, progress=self.progress).run(cmd, parse_one)
-        prov = {"command": cmd, "format": self.format, "session": spec.path,
-                "transport": result.transport, "serial": result.serial, **tool,
-                **result.identity}
+        prov = {
+            "command": cmd,
+            "format": self.format,
+            "session": spec.path,
+            "transport": result.transport,
+            "serial": result.serial,
+            **tool,
+            **result.identity,
+        }
         config = scenario_ran(config, ran)
         metrics, findings, physics = physics_checked(
-            result.metrics(), self.profile, config, any_phone=result.transport != "local")
-        return Measurement(metrics, prov, findings, physics, config,
-                           session=result.to_record())
+            result.metrics(), self.profile, config, any_phone=result.transport != "local"
+        )
+        return Measurement(metrics, prov, findings, physics, config, session=result.to_record())
 
 
 def scenario_ran(config, ran: dict[str, int]):
@@ -181,8 +219,12 @@ def scenario_ran(config, ran: dict[str, int]):
     context = max(s.context_tokens, prompt + new)
     if (prompt, new, context) == (s.prompt_tokens, s.new_tokens, s.context_tokens):
         return config
-    return dataclasses.replace(config, scenario=dataclasses.replace(
-        s, prompt_tokens=prompt, new_tokens=new, context_tokens=context))
+    return dataclasses.replace(
+        config,
+        scenario=dataclasses.replace(
+            s, prompt_tokens=prompt, new_tokens=new, context_tokens=context
+        ),
+    )
 
 
 def command_provenance(text: str) -> dict[str, str]:

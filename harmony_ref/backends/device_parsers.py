@@ -43,8 +43,20 @@ from harmony_ref.backends._parse import ParseError
 HDC_EMPTY = "[Empty]"
 HDC_FAIL = "[Fail]"
 ADB_HEADER = "List of devices attached"
-ADB_STATES = ("device", "offline", "unauthorized", "bootloader", "recovery", "sideload", "host",
-              "rescue", "authorizing", "connecting", "unknown", "no permissions")
+ADB_STATES = (
+    "device",
+    "offline",
+    "unauthorized",
+    "bootloader",
+    "recovery",
+    "sideload",
+    "host",
+    "rescue",
+    "authorizing",
+    "connecting",
+    "unknown",
+    "no permissions",
+)
 USABLE_STATES = ("device", "Connected")
 MILLI = 1e3
 
@@ -85,8 +97,11 @@ def parse_hdc_targets(text: str) -> list[AttachedDevice]:
                 info["name"] = parts[3].strip()
             out.append(AttachedDevice(serial, parts[2].strip(), info))
         else:
-            state = "Unauthorized" if len(parts) == 2 and parts[1].strip() == "Unauthorized" \
+            state = (
+                "Unauthorized"
+                if len(parts) == 2 and parts[1].strip() == "Unauthorized"
                 else "Connected"
+            )
             out.append(AttachedDevice(serial, state))
     return out
 
@@ -105,7 +120,7 @@ def parse_adb_devices(text: str) -> list[AttachedDevice]:
         serial, _, rest = s.partition(" ")
         rest = rest.strip()
         state = next((st for st in ADB_STATES if rest.startswith(st)), rest.split(" ", 1)[0])
-        rest = rest[len(state):]
+        rest = rest[len(state) :]
         info = {}
         for token in rest.split():
             key, sep, value = token.partition(":")
@@ -117,9 +132,11 @@ def parse_adb_devices(text: str) -> list[AttachedDevice]:
     return out
 
 
-_ADB_NOT_FOUND = re.compile(r"device '([^']*)' not found|no devices/emulators found|"
-                            r"no devices found|device offline|error: closed|"
-                            r"device unauthorized|device still authorizing")
+_ADB_NOT_FOUND = re.compile(
+    r"device '([^']*)' not found|no devices/emulators found|"
+    r"no devices found|device offline|error: closed|"
+    r"device unauthorized|device still authorizing"
+)
 
 
 def adb_failure(text: str) -> str | None:
@@ -146,24 +163,37 @@ def parse_param_get(text: str) -> dict[str, str]:
     return dict(_PARAM_LINE.findall(text))
 
 
-HIDUMPER_COLUMNS = ("pss_total_kb", "shared_clean_kb", "shared_dirty_kb", "private_clean_kb",
-                    "private_dirty_kb", "swap_total_kb", "swappss_total_kb", "heap_size_kb",
-                    "heap_alloc_kb", "heap_free_kb")
+HIDUMPER_COLUMNS = (
+    "pss_total_kb",
+    "shared_clean_kb",
+    "shared_dirty_kb",
+    "private_clean_kb",
+    "private_dirty_kb",
+    "swap_total_kb",
+    "swappss_total_kb",
+    "heap_size_kb",
+    "heap_alloc_kb",
+    "heap_free_kb",
+)
 _INT_ROW = re.compile(r"^\s*(.*?)\s+((?:\d+\s+){" + str(len(HIDUMPER_COLUMNS) - 1) + r"}\d+)\s*$")
 
 
 def parse_hidumper_mem(text: str) -> dict[str, int]:
     """The `Total` row of `hidumper --mem PID`, by column (kB); ParseError without one."""
     if "Pss" not in text or "Shared" not in text:
-        raise ParseError("hidumper --mem: expected the 'Pss / Total ... Heap / Free' table; "
-                         f"output was: {text.strip()[:200]!r}")
+        raise ParseError(
+            "hidumper --mem: expected the 'Pss / Total ... Heap / Free' table; "
+            f"output was: {text.strip()[:200]!r}"
+        )
     for line in text.splitlines():
         m = _INT_ROW.match(line)
         if m and m.group(1).strip() == "Total":
             values = [int(v) for v in m.group(2).split()]
             return dict(zip(HIDUMPER_COLUMNS, values))
-    raise ParseError("hidumper --mem: no 'Total' row with 10 values in kB "
-                     f"(columns {', '.join(HIDUMPER_COLUMNS)})")
+    raise ParseError(
+        "hidumper --mem: no 'Total' row with 10 values in kB "
+        f"(columns {', '.join(HIDUMPER_COLUMNS)})"
+    )
 
 
 _VMHWM = re.compile(r"VmHWM:\s*(\d+)\s*kB")
@@ -173,8 +203,10 @@ def parse_vmhwm_kb(text: str) -> int:
     """The `VmHWM:` line of /proc/PID/status (kB); ParseError without one."""
     m = _VMHWM.search(text)
     if not m:
-        raise ParseError("/proc/PID/status: no 'VmHWM: <n> kB' line (the process has exited, or "
-                         "the kernel does not report it)")
+        raise ParseError(
+            "/proc/PID/status: no 'VmHWM: <n> kB' line (the process has exited, or "
+            "the kernel does not report it)"
+        )
     return int(m.group(1))
 
 
@@ -194,8 +226,9 @@ def parse_uptime_s(text: str) -> float:
     try:
         value = float(parts[0])
     except (IndexError, ValueError):
-        raise ParseError(f"/proc/uptime: expected '<seconds> <idle seconds>', got {text!r}"
-                         ) from None
+        raise ParseError(
+            f"/proc/uptime: expected '<seconds> <idle seconds>', got {text!r}"
+        ) from None
     if not value >= 0 or value == float("inf"):
         raise ParseError(f"/proc/uptime: {value!r} is not a time")
     return value

@@ -55,8 +55,14 @@ import numpy as np
 
 from harmony_ref._threads import set_threads
 from harmony_ref.backends.base import E2E_METRICS, Measurement, physics_checked
-from harmony_ref.backends.host_timing import (ThermalGate, cpu_freq_mhz, cpu_temps_c, peak_rss_mb, reset_peak_rss,
-                                     time_call)
+from harmony_ref.backends.host_timing import (
+    ThermalGate,
+    cpu_freq_mhz,
+    cpu_temps_c,
+    peak_rss_mb,
+    reset_peak_rss,
+    time_call,
+)
 from harmony_ref.device.profile import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import MB, MS_PER_S
@@ -96,9 +102,14 @@ def scaled_spec(spec, divisor: int):
     while heads % kv or (heads * spec.head_dim) % ALIGN:
         heads += 1
     return dataclasses.replace(
-        spec, name=f"{spec.name}/w{divisor}", hidden=_align(spec.hidden / divisor),
-        n_heads=heads, n_kv_heads=kv, intermediate=_align(spec.intermediate / divisor),
-        vocab=_align(spec.vocab / divisor), published_params=0,
+        spec,
+        name=f"{spec.name}/w{divisor}",
+        hidden=_align(spec.hidden / divisor),
+        n_heads=heads,
+        n_kv_heads=kv,
+        intermediate=_align(spec.intermediate / divisor),
+        vocab=_align(spec.vocab / divisor),
+        published_params=0,
         source=f"{spec.name} scaled down by {divisor} in width for the host",
     )
 
@@ -116,7 +127,9 @@ def fit_to_host(config, max_weight_mb: float):
     while weight_mb(scaled) > max_weight_mb:
         divisor *= 2
         if divisor > 1024:
-            raise ValueError(f"host: {config.spec.name} does not fit {max_weight_mb} MB even scaled")
+            raise ValueError(
+                f"host: {config.spec.name} does not fit {max_weight_mb} MB even scaled"
+            )
         scaled = config.with_spec(scaled_spec(config.spec, divisor))
     return scaled
 
@@ -124,10 +137,18 @@ def fit_to_host(config, max_weight_mb: float):
 class HostDevice:
     name = "host"
 
-    def __init__(self, warmup: int = 1, repeats: int = 5, threads: int | None = 1,
-                 thermal_gate_c: float | None = None, thermal_timeout_s: float = 60.0,
-                 max_weight_mb: float = DEFAULT_MAX_WEIGHT_MB, auto_scale: bool = False, seed: int = 0,
-                 model_profile=None):
+    def __init__(
+        self,
+        warmup: int = 1,
+        repeats: int = 5,
+        threads: int | None = 1,
+        thermal_gate_c: float | None = None,
+        thermal_timeout_s: float = 60.0,
+        max_weight_mb: float = DEFAULT_MAX_WEIGHT_MB,
+        auto_scale: bool = False,
+        seed: int = 0,
+        model_profile=None,
+    ):
         if repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {repeats}")
         self.warmup, self.repeats, self.threads = warmup, repeats, threads
@@ -150,7 +171,9 @@ class HostDevice:
         out = []
         for phase, kw in phases:
             g = build_graph(config.spec, config.policy, phase, **kw, **common)
-            unfused = build_graph(config.spec, config.policy, phase, **kw, **{**common, "fused": False})
+            unfused = build_graph(
+                config.spec, config.policy, phase, **kw, **{**common, "fused": False}
+            )
             out.append((phase, g, {op.name: op for op in unfused.ops}))
         return out
 
@@ -163,11 +186,15 @@ class HostDevice:
             if not self.auto_scale:
                 raise ValueError(
                     f"host: {config.spec.name} under {config.policy.name} holds {weight_mb(config):.0f} MB of "
-                    f"weights, above max_weight_mb={self.max_weight_mb:g}; use a smaller model or auto_scale=True")
+                    f"weights, above max_weight_mb={self.max_weight_mb:g}; use a smaller model or auto_scale=True"
+                )
             config = fit_to_host(config, self.max_weight_mb)  # the Measurement's config says so
-        prov = {"host_model": config.spec.name, "machine": platform.machine(),
-                "processor": platform.processor() or platform.machine(),
-                "decode_context": "prompt_tokens + new_tokens // 2 + 1 (middle step, times new_tokens)"}
+        prov = {
+            "host_model": config.spec.name,
+            "machine": platform.machine(),
+            "processor": platform.processor() or platform.machine(),
+            "decode_context": "prompt_tokens + new_tokens // 2 + 1 (middle step, times new_tokens)",
+        }
         gate = None
         if self.thermal_gate_c is not None:
             gate = ThermalGate(self.thermal_gate_c, self.thermal_timeout_s)
@@ -181,7 +208,9 @@ class HostDevice:
         freq_before, temps_before = cpu_freq_mhz(), cpu_temps_c()
         if not reset_peak_rss():
             prov["peak_memory"] = "peak RSS could not be reset: covers the whole process lifetime"
-        ctx = HostContext(config.spec, config.policy, config.scenario.context_tokens, self.seed, config.kv_dtype)
+        ctx = HostContext(
+            config.spec, config.policy, config.scenario.context_tokens, self.seed, config.kv_dtype
+        )
         times: list[OpTime] = []
         graphs = self._graphs(config)
         for phase, graph, prims in graphs:
@@ -190,23 +219,42 @@ class HostDevice:
                 fn = build_op(op, chain, ctx, graph)
                 t = time_call(fn, self.warmup, self.repeats)
                 cd = compute_dtype(op.dtype, op.act_dtype, HOST_WEIGHT_ONLY_COMPUTE)
-                times.append(OpTime(phase, op.name, op.kind, cd, op.flops, op.vector_flops,
-                                    op.dram_bytes, len(chain), t.median_s, t.samples_s, op))
+                times.append(
+                    OpTime(
+                        phase,
+                        op.name,
+                        op.kind,
+                        cd,
+                        op.flops,
+                        op.vector_flops,
+                        op.dram_bytes,
+                        len(chain),
+                        t.median_s,
+                        t.samples_s,
+                        op,
+                    )
+                )
         freq_after, temps_after = cpu_freq_mhz(), cpu_temps_c()
         m = self._metrics(config, times)
         # environment, not performance: the provenance keeps what psutil saw
         freqs = [f for f in (freq_before, freq_after) if f]
         if freqs:
-            prov["cpu_freq_mhz"] = f"{np.mean(freqs):.0f} (psutil, before/after: {', '.join(f'{f:.0f}' for f in freqs)})"
+            prov["cpu_freq_mhz"] = (
+                f"{np.mean(freqs):.0f} (psutil, before/after: {', '.join(f'{f:.0f}' for f in freqs)})"
+            )
         else:
             prov["cpu_freq"] = "not exposed by psutil on this host"
-        temps = list(temps_before.values()) + list(temps_after.values()) + (gate.seen_c if gate else [])
+        temps = (
+            list(temps_before.values()) + list(temps_after.values()) + (gate.seen_c if gate else [])
+        )
         if temps:
             prov["cpu_temp_max_c"] = f"{max(temps):.1f} (psutil sensors, {len(temps)} readings)"
         else:
             prov["cpu_temperature"] = "not exposed by psutil on this host (no sensors)"
         self._add_breakdown(m, config, times, {phase: g for phase, g, _ in graphs}, prov)
-        prov["kernels"] = "; ".join(f"{k}: {' + '.join(sorted(v))}" for k, v in sorted(ctx.kernel_use.items()))
+        prov["kernels"] = "; ".join(
+            f"{k}: {' + '.join(sorted(v))}" for k, v in sorted(ctx.kernel_use.items())
+        )
         if self.model_profile is not None:
             self._add_model_error(m, config, prov)
         m, findings, physics = physics_checked(m, self.model_profile, config)
@@ -218,8 +266,10 @@ class HostDevice:
 
         from harmony_ref.backends.host_llm import add_counted_metrics, measure_checkpoint
 
-        prov = {"machine": platform.machine(),
-                "processor": platform.processor() or platform.machine()}
+        prov = {
+            "machine": platform.machine(),
+            "processor": platform.processor() or platform.machine(),
+        }
         if self.threads:
             prov["blas"] = set_threads(self.threads)
         prov["threads"] = str(numba.get_num_threads())
@@ -244,11 +294,13 @@ class HostDevice:
 
         return None if self.model_profile is None else load_profile(self.model_profile)
 
-    def _add_breakdown(self, m: Metrics, config, times: list[OpTime], graphs: dict, prov: dict) -> None:
+    def _add_breakdown(
+        self, m: Metrics, config, times: list[OpTime], graphs: dict, prov: dict
+    ) -> None:
         """The metrics SimulatedDevice adds beyond the standard names, for the model measured here
         (see the module docstring for each definition)."""
-        from harmony_ref.device.cost import op_roofline_s
         from harmony_ref.backends.host_timing import add_host_memory_metrics
+        from harmony_ref.device.cost import op_roofline_s
         from harmony_ref.units import GB, US_PER_S
 
         s = config.scenario
@@ -257,8 +309,14 @@ class HostDevice:
 
         pre = [t for t in times if t.phase == "prefill"]
         dec = [t for t in times if t.phase == "decode"]
-        m.add("prefill_kernel_launches", graphs["prefill"].kernel_launches, "launches", "lower", "exact",
-              description="ops of the prefill graph (model/graph.py)")
+        m.add(
+            "prefill_kernel_launches",
+            graphs["prefill"].kernel_launches,
+            "launches",
+            "lower",
+            "exact",
+            description="ops of the prefill graph (model/graph.py)",
+        )
         # launch overhead: every host call (a graph op the host has no fused kernel for takes more)
         if prof is not None:
             launch_s = prof.runtime.launch_overhead_us / US_PER_S
@@ -270,25 +328,50 @@ class HostDevice:
             src = f"measured: an empty Numba kernel call ({launch_s * US_PER_S:.2f} us)"
         calls = sum(t.launches for t in pre) + s.new_tokens * sum(t.launches for t in dec)
         pct = lambda e2e_ms: 100.0 * calls * launch_s / (e2e_ms / MS_PER_S)  # noqa: E731
-        m.add("launch_overhead_pct", pct(m.value("e2e_ms")), "%", "lower", "measured",
-              [pct(x) for x in m["e2e_ms"].samples], description=f"host calls x launch overhead / measured e2e; overhead: {src}")
+        m.add(
+            "launch_overhead_pct",
+            pct(m.value("e2e_ms")),
+            "%",
+            "lower",
+            "measured",
+            [pct(x) for x in m["e2e_ms"].samples],
+            description=f"host calls x launch overhead / measured e2e; overhead: {src}",
+        )
         if not dec:
             return
         step_s = m.value("decode_step_ms") / MS_PER_S
         dram = graphs["decode"].dram_bytes
-        m.add("decode_dram_mb_per_token", dram / s.batch / MB, "MB", "lower", "exact",
-              description="DRAM bytes of the measured decode-step graph (model/graph.py) / batch")
-        m.add("decode_bandwidth_gbps", dram / step_s / GB, "GB/s", "none", "measured",
-              [dram / (x / MS_PER_S) / GB for x in m["decode_step_ms"].samples],
-              description="counted DRAM bytes of the decode step / measured decode step")
+        m.add(
+            "decode_dram_mb_per_token",
+            dram / s.batch / MB,
+            "MB",
+            "lower",
+            "exact",
+            description="DRAM bytes of the measured decode-step graph (model/graph.py) / batch",
+        )
+        m.add(
+            "decode_bandwidth_gbps",
+            dram / step_s / GB,
+            "GB/s",
+            "none",
+            "measured",
+            [dram / (x / MS_PER_S) / GB for x in m["decode_step_ms"].samples],
+            description="counted DRAM bytes of the decode step / measured decode step",
+        )
         if prof is not None:
             bounds = [op_roofline_s(prof, t.op) for t in dec]
             how = f"the roofline of {prof.name}"
         else:
             bounds, how = self._measured_roofline(times, dec)
         mem_s = sum(t.median_s for t, (c, mm) in zip(dec, bounds) if mm > c)
-        m.add("decode_memory_bound_pct", 100.0 * mem_s / sum(t.median_s for t in dec), "%", "none", "measured",
-              description=f"share of measured decode time in ops {how} classifies memory-bound")
+        m.add(
+            "decode_memory_bound_pct",
+            100.0 * mem_s / sum(t.median_s for t in dec),
+            "%",
+            "none",
+            "measured",
+            description=f"share of measured decode time in ops {how} classifies memory-bound",
+        )
 
     @staticmethod
     def _measured_roofline(times: list[OpTime], dec: list[OpTime]):
@@ -308,10 +391,14 @@ class HostDevice:
                 vrate = max(vrate, t.vector_flops / t.median_s)
         out = []
         for t in dec:
-            c = (t.flops / rate[t.dtype] if t.flops else 0.0) + (t.vector_flops / vrate if vrate else 0.0)
+            c = (t.flops / rate[t.dtype] if t.flops else 0.0) + (
+                t.vector_flops / vrate if vrate else 0.0
+            )
             out.append((c, t.dram_bytes / bw))
-        how = (f"a roofline from this run (no host profile given: streaming read {bw / GB:.1f} GB/s, "
-               "best achieved op rates)")
+        how = (
+            f"a roofline from this run (no host profile given: streaming read {bw / GB:.1f} GB/s, "
+            "best achieved op rates)"
+        )
         return out, how
 
     def _add_model_error(self, m: Metrics, config, prov: dict) -> None:
@@ -321,9 +408,15 @@ class HostDevice:
         sim = SimulatedDevice(self.model_profile)
         pred = sim.predict(config)
         pairs = [(pred.value(k), m.value(k)) for k in E2E_METRICS if k in m and k in pred]
-        m.add("host_model_mape_pct", mape_pct(pairs), "%", "lower", "measured",
-              description=f"mean |model - measured| / measured over {', '.join(k for k in E2E_METRICS if k in m)}, "
-                          f"model = SimulatedDevice({sim.profile.name})")
+        m.add(
+            "host_model_mape_pct",
+            mape_pct(pairs),
+            "%",
+            "lower",
+            "measured",
+            description=f"mean |model - measured| / measured over {', '.join(k for k in E2E_METRICS if k in m)}, "
+            f"model = SimulatedDevice({sim.profile.name})",
+        )
         prov["model_profile"] = sim.profile.source
 
     def _metrics(self, config, times: list[OpTime]) -> Metrics:
@@ -337,29 +430,86 @@ class HostDevice:
             return med, samples, ops
 
         pre, pre_samples, _ = phase_total("prefill")
-        m.add("prefill_ms", pre * MS_PER_S, "ms", "lower", "measured", [x * MS_PER_S for x in pre_samples])
+        m.add(
+            "prefill_ms",
+            pre * MS_PER_S,
+            "ms",
+            "lower",
+            "measured",
+            [x * MS_PER_S for x in pre_samples],
+        )
         prompt = s.prompt_tokens * s.batch  # as SimulatedDevice counts them
-        m.add("prefill_tokens_per_s", prompt / pre, "tokens/s", "higher", "measured",
-              [prompt / x for x in pre_samples])
+        m.add(
+            "prefill_tokens_per_s",
+            prompt / pre,
+            "tokens/s",
+            "higher",
+            "measured",
+            [prompt / x for x in pre_samples],
+        )
         e2e_s, e2e_samples = pre, list(pre_samples)
         if any(t.phase == "decode" for t in times):
             step, step_samples, dec_ops = phase_total("decode")
             # as SimulatedDevice defines it: the prompt's prefill, then the step that emits a token
-            m.add("ttft_ms", (pre + step) * MS_PER_S, "ms", "lower", "measured",
-                  [(p + d) * MS_PER_S for p, d in zip(pre_samples, step_samples)],
-                  description="prefill + one decode step (the middle one)")
-            m.add("decode_step_ms", step * MS_PER_S, "ms", "lower", "measured",
-                  [x * MS_PER_S for x in step_samples])
-            m.add("decode_tokens_per_s", s.batch / step, "tokens/s", "higher", "measured",
-                  [s.batch / x for x in step_samples])
-            m.add("kernel_launches_per_token", len(dec_ops) / s.batch, "launches", "lower", "exact",
-                  description="graph ops per decode step / batch (the host may split a fused op into calls)")
+            m.add(
+                "ttft_ms",
+                (pre + step) * MS_PER_S,
+                "ms",
+                "lower",
+                "measured",
+                [(p + d) * MS_PER_S for p, d in zip(pre_samples, step_samples)],
+                description="prefill + one decode step (the middle one)",
+            )
+            m.add(
+                "decode_step_ms",
+                step * MS_PER_S,
+                "ms",
+                "lower",
+                "measured",
+                [x * MS_PER_S for x in step_samples],
+            )
+            m.add(
+                "decode_tokens_per_s",
+                s.batch / step,
+                "tokens/s",
+                "higher",
+                "measured",
+                [s.batch / x for x in step_samples],
+            )
+            m.add(
+                "kernel_launches_per_token",
+                len(dec_ops) / s.batch,
+                "launches",
+                "lower",
+                "exact",
+                description="graph ops per decode step / batch (the host may split a fused op into calls)",
+            )
             e2e_s = pre + s.new_tokens * step
             e2e_samples = [p + s.new_tokens * d for p, d in zip(pre_samples, step_samples)]
         else:
-            m.add("ttft_ms", pre * MS_PER_S, "ms", "lower", "measured", [x * MS_PER_S for x in pre_samples],
-                  description="the forward pass (no decode)")
-        m.add("e2e_ms", e2e_s * MS_PER_S, "ms", "lower", "measured", [x * MS_PER_S for x in e2e_samples])
-        m.add("peak_memory_mb", peak_rss_mb(), "MB", "lower", "measured",
-              description="peak RSS of this process (psutil/getrusage), weights, KV caches and all")
+            m.add(
+                "ttft_ms",
+                pre * MS_PER_S,
+                "ms",
+                "lower",
+                "measured",
+                [x * MS_PER_S for x in pre_samples],
+                description="the forward pass (no decode)",
+            )
+        m.add(
+            "e2e_ms",
+            e2e_s * MS_PER_S,
+            "ms",
+            "lower",
+            "measured",
+            [x * MS_PER_S for x in e2e_samples],
+        )
+        m.add(
+            "peak_memory_mb",
+            peak_rss_mb(),
+            "MB",
+            "lower",
+            "measured",
+            description="peak RSS of this process (psutil/getrusage), weights, KV caches and all",
+        )
         return m

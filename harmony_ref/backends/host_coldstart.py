@@ -58,8 +58,14 @@ DEFAULT_COLS = 4096  # 12 x 4096 x 4096 at INT4 g128 ~ 105 MB
 # The weights file.
 
 
-def write_model_file(path: Path, layers: int = DEFAULT_LAYERS, rows: int = DEFAULT_ROWS,
-                     cols: int = DEFAULT_COLS, group_size: int = 128, seed: int = 0) -> dict:
+def write_model_file(
+    path: Path,
+    layers: int = DEFAULT_LAYERS,
+    rows: int = DEFAULT_ROWS,
+    cols: int = DEFAULT_COLS,
+    group_size: int = 128,
+    seed: int = 0,
+) -> dict:
     """Quantize `layers` seeded random (rows, cols) matrices to INT4 and save them as safetensors,
     atomically. Returns {"path", "bytes", "layers", "rows", "cols", "group_size"}."""
     from safetensors.numpy import save
@@ -67,18 +73,27 @@ def write_model_file(path: Path, layers: int = DEFAULT_LAYERS, rows: int = DEFAU
     from harmony_ref.kernels.formats import FORMATS
 
     if layers < 1 or rows < 1 or cols < group_size or cols % group_size:
-        raise ValueError(f"layers={layers}, rows={rows}, cols={cols}: need >= 1 layer and cols a "
-                         f"multiple of group_size={group_size}")
+        raise ValueError(
+            f"layers={layers}, rows={rows}, cols={cols}: need >= 1 layer and cols a "
+            f"multiple of group_size={group_size}"
+        )
     rng = np.random.default_rng(seed)
     tensors = {}
     for i in range(layers):
-        w = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02)
+        w = rng.standard_normal((rows, cols), dtype=np.float32) * 0.02
         t = FORMATS["int4"].quantize(w, group_size)
         tensors.update({f"layers.{i}.weight{s}": a for s, a in FORMATS["int4"].arrays(t).items()})
-    path = write_bytes_atomic(path, save(tensors, metadata={"format": "int4-asym",
-                                                             "group_size": str(group_size)}))
-    return {"path": str(path), "bytes": path.stat().st_size, "layers": layers, "rows": rows,
-            "cols": cols, "group_size": group_size}
+    path = write_bytes_atomic(
+        path, save(tensors, metadata={"format": "int4-asym", "group_size": str(group_size)})
+    )
+    return {
+        "path": str(path),
+        "bytes": path.stat().st_size,
+        "layers": layers,
+        "rows": rows,
+        "cols": cols,
+        "group_size": group_size,
+    }
 
 
 def _layers_from(tensors: dict, group_size: int):
@@ -113,8 +128,14 @@ def resident_fraction(path: Path) -> float | None:
     page = mmap.PAGESIZE
     pages = (size + page - 1) // page
     libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
     with open(path, "rb") as f:
@@ -148,9 +169,12 @@ def evict(path: Path) -> dict:
         status = "confirmed"
     else:
         status = f"failed ({after:.0%} of pages still cached)"
-    return {"resident_before_pct": None if before is None else 100 * before,
-            "resident_after_pct": None if after is None else 100 * after,
-            "eviction": status, "method": "fsync + posix_fadvise(DONTNEED), checked with mincore(2)"}
+    return {
+        "resident_before_pct": None if before is None else 100 * before,
+        "resident_after_pct": None if after is None else 100 * after,
+        "eviction": status,
+        "method": "fsync + posix_fadvise(DONTNEED), checked with mincore(2)",
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -211,13 +235,19 @@ def _probe_load(mode: str, path: str, group_size: int, steady_repeats: int) -> d
     rss.append(_rss_mb())
     steady = [one_pass() for _ in range(steady_repeats)]
     rss.append(_rss_mb())
-    return {"mode": mode, "load_ms": load_s * MS_PER_S, "repack_ms": repack_s * MS_PER_S,
-            "first_gemv_ms": first_s * MS_PER_S,
-            "steady_gemv_ms": min(steady) * MS_PER_S,
-            "steady_gemv_median_ms": statistics.median(steady) * MS_PER_S,
-            "steady_gemv_samples_ms": [s * MS_PER_S for s in steady],
-            "peak_rss_mb": max(rss), "rss_samples_mb": rss, "rss_high_water_mb": _rss_high_water_mb(),
-            "layers": len(layers)}
+    return {
+        "mode": mode,
+        "load_ms": load_s * MS_PER_S,
+        "repack_ms": repack_s * MS_PER_S,
+        "first_gemv_ms": first_s * MS_PER_S,
+        "steady_gemv_ms": min(steady) * MS_PER_S,
+        "steady_gemv_median_ms": statistics.median(steady) * MS_PER_S,
+        "steady_gemv_samples_ms": [s * MS_PER_S for s in steady],
+        "peak_rss_mb": max(rss),
+        "rss_samples_mb": rss,
+        "rss_high_water_mb": _rss_high_water_mb(),
+        "layers": len(layers),
+    }
 
 
 def _probe_jit(group_size: int) -> dict:
@@ -228,7 +258,9 @@ def _probe_jit(group_size: int) -> dict:
     t = quantize_int4_ref(np.ones((2, group_size), np.float32), group_size, "asym")
     x = np.ones(group_size, np.float32)
     t0 = time.perf_counter()
-    from harmony_ref.kernels.matmul import matmul_w4  # imported inside the timing, as a runtime would
+    from harmony_ref.kernels.matmul import (
+        matmul_w4,  # imported inside the timing, as a runtime would
+    )
 
     matmul_w4(x, t)
     t1 = time.perf_counter()
@@ -244,17 +276,29 @@ def _run_probe(args: list[str], env_extra: dict | None = None) -> dict:
     env.setdefault("OMP_WAIT_POLICY", "active")
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    r = subprocess.run([sys.executable, "-m", "harmony_ref.backends.host_coldstart", *args],
-                       capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "harmony_ref.backends.host_coldstart", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     if r.returncode != 0:
-        raise RuntimeError(f"cold-start probe {args} failed (exit {r.returncode}): {r.stderr[-2000:]}")
+        raise RuntimeError(
+            f"cold-start probe {args} failed (exit {r.returncode}): {r.stderr[-2000:]}"
+        )
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def measure_host_coldstart(layers: int = DEFAULT_LAYERS, rows: int = DEFAULT_ROWS,
-                           cols: int = DEFAULT_COLS, group_size: int = 128,
-                           steady_repeats: int = 5, workdir: str | Path | None = None,
-                           progress=None) -> dict:
+def measure_host_coldstart(
+    layers: int = DEFAULT_LAYERS,
+    rows: int = DEFAULT_ROWS,
+    cols: int = DEFAULT_COLS,
+    group_size: int = 128,
+    steady_repeats: int = 5,
+    workdir: str | Path | None = None,
+    progress=None,
+) -> dict:
     """Run the whole measurement; returns plain numbers (ms, MB) plus how eviction went."""
     say = progress or (lambda msg: None)
     own_dir = workdir is None
@@ -276,16 +320,23 @@ def measure_host_coldstart(layers: int = DEFAULT_LAYERS, rows: int = DEFAULT_ROW
         say("warm read (page cache hot) for contrast")
         _ = path.read_bytes()
         warm = _run_probe(["--probe", "read", str(path), str(group_size), str(steady_repeats)])
-        warm.update({"resident_before_pct": resident_fraction(path), "eviction": "not evicted (warm)"})
+        warm.update(
+            {"resident_before_pct": resident_fraction(path), "eviction": "not evicted (warm)"}
+        )
         out["strategies"]["read_warm"] = warm
         say("Numba JIT: empty cache vs warm cache")
         with tempfile.TemporaryDirectory(prefix="harmony-numba-cache-") as cache:
             cold = _run_probe(["--probe-jit", str(group_size)], {"NUMBA_CACHE_DIR": cache})
             cached = _run_probe(["--probe-jit", str(group_size)], {"NUMBA_CACHE_DIR": cache})
-        out["jit"] = {"compile_ms": cold["gemv_first_call_ms"], "cached_ms": cached["gemv_first_call_ms"],
-                      "second_call_ms": cached["gemv_second_call_ms"]}
+        out["jit"] = {
+            "compile_ms": cold["gemv_first_call_ms"],
+            "cached_ms": cached["gemv_first_call_ms"],
+            "second_call_ms": cached["gemv_second_call_ms"],
+        }
         cold_read = out["strategies"]["read"]["load_ms"]
-        out["storage_read_gbps"] = info["bytes"] / (cold_read / MS_PER_S) / GB if cold_read > 0 else None
+        out["storage_read_gbps"] = (
+            info["bytes"] / (cold_read / MS_PER_S) / GB if cold_read > 0 else None
+        )
         return out
     finally:
         for p in (path,):
@@ -294,36 +345,68 @@ def measure_host_coldstart(layers: int = DEFAULT_LAYERS, rows: int = DEFAULT_ROW
             base.rmdir()
 
 
-def side_by_side(model_row_read: dict, model_row_mmap: dict, file_mb: float, host: dict,
-                 storage_gbps: float) -> list[dict]:
+def side_by_side(
+    model_row_read: dict, model_row_mmap: dict, file_mb: float, host: dict, storage_gbps: float
+) -> list[dict]:
     """Pair each modelled step (device/coldstart.py breakdown rows of one profile, cold start by
     read and by mmap) with its host measurement (different file sizes: both shown)."""
     r, m = host["strategies"]["read"], host["strategies"]["mmap"]
     return [
-        {"step": "model file (MB)", "modelled": file_mb, "host": host["file"]["bytes"] / MB,
-         "host_measured_as": "safetensors: packed INT4 + fp16 scales + int8 zero points"},
-        {"step": "load by read (ms)", "modelled": model_row_read["storage_read_ms"] + model_row_read["heap_copy_ms"],
-         "host": r["load_ms"], "host_measured_as": f"safetensors.numpy.load_file after eviction ({r['eviction']})"},
-        {"step": "load by mmap (ms)", "modelled": 0.0, "host": m["load_ms"],
-         "host_measured_as": f"header parse + np.memmap views after eviction ({m['eviction']})"},
-        {"step": "storage read (GB/s)", "modelled": storage_gbps, "host": host["storage_read_gbps"],
-         "host_measured_as": "file bytes / cold read load time"},
-        {"step": "first inference extra, mmap (ms)",
-         "modelled": model_row_mmap["storage_read_ms"] + model_row_mmap["page_fault_ms"],
-         "host": m["first_gemv_ms"] - m["steady_gemv_ms"],
-         "host_measured_as": "first pass (repack + GEMV, page faults) - steady pass"},
-        {"step": "first inference extra, read (ms)",
-         "modelled": model_row_read["first_touch_ms"] + model_row_read["kernel_load_ms"],
-         "host": r["first_gemv_ms"] - r["steady_gemv_ms"],
-         "host_measured_as": "first pass (repack + GEMV) - steady pass"},
-        {"step": "kernel compile / load (ms)", "modelled": model_row_read["kernel_load_ms"],
-         "host": host["jit"]["compile_ms"] - host["jit"]["cached_ms"],
-         "host_measured_as": "Numba GEMV first call: empty cache - warm cache"},
-        {"step": "warm inference (ms)", "modelled": model_row_read["first_token_ms"], "host": r["steady_gemv_ms"],
-         "host_measured_as": "steady GEMV pass over every layer (one token's weights), best of "
-                             f"{len(r['steady_gemv_samples_ms'])}"},
-        {"step": "peak RSS, read / mmap (MB)", "modelled": float("nan"),
-         "host": r["peak_rss_mb"], "host_measured_as": f"psutil RSS; mmap: {m['peak_rss_mb']:.0f} MB"},
+        {
+            "step": "model file (MB)",
+            "modelled": file_mb,
+            "host": host["file"]["bytes"] / MB,
+            "host_measured_as": "safetensors: packed INT4 + fp16 scales + int8 zero points",
+        },
+        {
+            "step": "load by read (ms)",
+            "modelled": model_row_read["storage_read_ms"] + model_row_read["heap_copy_ms"],
+            "host": r["load_ms"],
+            "host_measured_as": f"safetensors.numpy.load_file after eviction ({r['eviction']})",
+        },
+        {
+            "step": "load by mmap (ms)",
+            "modelled": 0.0,
+            "host": m["load_ms"],
+            "host_measured_as": f"header parse + np.memmap views after eviction ({m['eviction']})",
+        },
+        {
+            "step": "storage read (GB/s)",
+            "modelled": storage_gbps,
+            "host": host["storage_read_gbps"],
+            "host_measured_as": "file bytes / cold read load time",
+        },
+        {
+            "step": "first inference extra, mmap (ms)",
+            "modelled": model_row_mmap["storage_read_ms"] + model_row_mmap["page_fault_ms"],
+            "host": m["first_gemv_ms"] - m["steady_gemv_ms"],
+            "host_measured_as": "first pass (repack + GEMV, page faults) - steady pass",
+        },
+        {
+            "step": "first inference extra, read (ms)",
+            "modelled": model_row_read["first_touch_ms"] + model_row_read["kernel_load_ms"],
+            "host": r["first_gemv_ms"] - r["steady_gemv_ms"],
+            "host_measured_as": "first pass (repack + GEMV) - steady pass",
+        },
+        {
+            "step": "kernel compile / load (ms)",
+            "modelled": model_row_read["kernel_load_ms"],
+            "host": host["jit"]["compile_ms"] - host["jit"]["cached_ms"],
+            "host_measured_as": "Numba GEMV first call: empty cache - warm cache",
+        },
+        {
+            "step": "warm inference (ms)",
+            "modelled": model_row_read["first_token_ms"],
+            "host": r["steady_gemv_ms"],
+            "host_measured_as": "steady GEMV pass over every layer (one token's weights), best of "
+            f"{len(r['steady_gemv_samples_ms'])}",
+        },
+        {
+            "step": "peak RSS, read / mmap (MB)",
+            "modelled": float("nan"),
+            "host": r["peak_rss_mb"],
+            "host_measured_as": f"psutil RSS; mmap: {m['peak_rss_mb']:.0f} MB",
+        },
     ]
 
 
@@ -336,8 +419,13 @@ def host_metrics(result: dict):
         s = result["strategies"][mode]
         m.add(f"host_coldstart_{mode}_load_ms", s["load_ms"], "ms", kind="measured")
         m.add(f"host_coldstart_{mode}_first_gemv_ms", s["first_gemv_ms"], "ms", kind="measured")
-        m.add(f"host_coldstart_{mode}_steady_gemv_ms", s["steady_gemv_ms"], "ms", kind="measured",
-              samples=s["steady_gemv_samples_ms"])
+        m.add(
+            f"host_coldstart_{mode}_steady_gemv_ms",
+            s["steady_gemv_ms"],
+            "ms",
+            kind="measured",
+            samples=s["steady_gemv_samples_ms"],
+        )
         m.add(f"host_coldstart_{mode}_peak_rss_mb", s["peak_rss_mb"], "MB", kind="measured")
     m.add("host_numba_compile_ms", result["jit"]["compile_ms"], "ms", kind="measured")
     m.add("host_numba_cached_ms", result["jit"]["cached_ms"], "ms", kind="measured")

@@ -94,8 +94,9 @@ def _elementwise(op, ctx: HostContext):
         ctx.used("rope", "numpy rope")
 
         def rope():
-            x1, x2 = a[: n // 2], a[n // 2:]
+            x1, x2 = a[: n // 2], a[n // 2 :]
             return np.concatenate((x1 * cos - x2 * sin, x2 * cos + x1 * sin))
+
         return rope
     ctx.used(kind, "numpy")  # gate_mul, residual_add
     return (lambda: a * b) if kind == "gate_mul" else (lambda: a + b)
@@ -105,8 +106,9 @@ def _kv_cache(ctx: HostContext, length: int) -> KVCache:
     s = ctx.spec
     cache = KVCache(ctx.context_tokens, s.n_kv_heads, s.head_dim, ctx.kv_dtype)
     if length:
-        cache.append(ctx.rand(length, s.n_kv_heads, s.head_dim),
-                     ctx.rand(length, s.n_kv_heads, s.head_dim))
+        cache.append(
+            ctx.rand(length, s.n_kv_heads, s.head_dim), ctx.rand(length, s.n_kv_heads, s.head_dim)
+        )
     return cache
 
 
@@ -120,6 +122,7 @@ def _kv_write(op, ctx: HostContext):
     def append():
         cache.length = pos  # rewrite the same slot each repeat
         cache.append(kk, vv)
+
     return append
 
 
@@ -140,6 +143,7 @@ def _attention(op, ctx: HostContext, graph, fused_softmax_pv: bool):
         def decode():
             for qi, cache in zip(qs, caches):
                 decode_attention(qi, cache)
+
         return decode
     ctx.used("attention", "numpy attention")
     kf = np.repeat(k.astype(np.float32), group, axis=1)
@@ -151,6 +155,7 @@ def _attention(op, ctx: HostContext, graph, fused_softmax_pv: bool):
         sc = (q @ kf.swapaxes(-1, -2)) * scale
         sc = np.exp(sc - sc.max(axis=-1, keepdims=True))
         return (sc / sc.sum(axis=-1, keepdims=True)) @ vf
+
     return f
 
 
@@ -161,6 +166,7 @@ def _softmax(op, ctx: HostContext):
     def f():
         e = np.exp(x - x.max())
         return e / e.sum()
+
     return f
 
 
@@ -205,8 +211,11 @@ def build_op(op, prims: list, ctx: HostContext, graph):
     while i < len(prims):
         p = prims[i]
         if p.kind == "attn_qk":
-            fused = (i + 2 < len(prims) and prims[i + 1].kind == "softmax"
-                     and prims[i + 2].kind == "attn_pv")
+            fused = (
+                i + 2 < len(prims)
+                and prims[i + 1].kind == "softmax"
+                and prims[i + 2].kind == "attn_pv"
+            )
             calls.append(_attention(p, ctx, graph, fused))
             i += 3 if fused else 1
             continue
@@ -218,6 +227,7 @@ def build_op(op, prims: list, ctx: HostContext, graph):
     def chain():
         for c in calls:
             c()
+
     return chain
 
 

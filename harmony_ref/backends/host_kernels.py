@@ -84,26 +84,71 @@ def _host_metrics(config, rounds: int) -> Metrics:
     kernel, weight_bytes = _quantized_gemv(fmt, w)
     t_kernel, t_numpy = interleaved_times_s([lambda: kernel(x), lambda: w @ x], rounds)
     shape = f"{lin.n_out}x{lin.k_in} ({lin.name.split('.')[-1]}, {fmt.name})"
-    m.add("host_gemv_ms", MS_PER_S * min(t_kernel), "ms", "lower", "measured",
-          [MS_PER_S * t for t in t_kernel], description=f"decode GEMV {shape}, {HOST_THREADS} thread, best round")
-    m.add("host_gemv_numpy_fp32_ms", MS_PER_S * min(t_numpy), "ms", "none", "measured",
-          [MS_PER_S * t for t in t_numpy], description=f"NumPy FP32 W @ x, {lin.n_out}x{lin.k_in}, best round")
+    m.add(
+        "host_gemv_ms",
+        MS_PER_S * min(t_kernel),
+        "ms",
+        "lower",
+        "measured",
+        [MS_PER_S * t for t in t_kernel],
+        description=f"decode GEMV {shape}, {HOST_THREADS} thread, best round",
+    )
+    m.add(
+        "host_gemv_numpy_fp32_ms",
+        MS_PER_S * min(t_numpy),
+        "ms",
+        "none",
+        "measured",
+        [MS_PER_S * t for t in t_numpy],
+        description=f"NumPy FP32 W @ x, {lin.n_out}x{lin.k_in}, best round",
+    )
     ratios = [n / k for n, k in zip(t_numpy, t_kernel)]
-    m.add("host_gemv_speedup_x", min(t_numpy) / min(t_kernel), "x", "higher", "measured", ratios,
-          description=f"best NumPy FP32 time / best {fmt.name} kernel time (samples: per round)")
-    m.add("host_gemv_weight_gbps", weight_bytes / min(t_kernel) / GB, "GB/s", "none",
-          "measured", [weight_bytes / t / GB for t in t_kernel],
-          description="stored weight bytes / kernel time")
+    m.add(
+        "host_gemv_speedup_x",
+        min(t_numpy) / min(t_kernel),
+        "x",
+        "higher",
+        "measured",
+        ratios,
+        description=f"best NumPy FP32 time / best {fmt.name} kernel time (samples: per round)",
+    )
+    m.add(
+        "host_gemv_weight_gbps",
+        weight_bytes / min(t_kernel) / GB,
+        "GB/s",
+        "none",
+        "measured",
+        [weight_bytes / t / GB for t in t_kernel],
+        description="stored weight bytes / kernel time",
+    )
 
     d = spec.hidden
     xn = rng.standard_normal((NORM_ROWS, d)).astype(np.float32)
     gamma, beta, bias = (rng.standard_normal(d).astype(np.float32) for _ in range(3))
     t_fused, t_chain = interleaved_times_s(
-        [lambda: norm_bias_gelu(xn, gamma, beta, bias),
-         lambda: gelu(bias_add(layer_norm(xn, gamma, beta), bias))], rounds)
-    m.add("host_norm_fused_ms", MS_PER_S * min(t_fused), "ms", "lower", "measured",
-          [MS_PER_S * t for t in t_fused], description=f"LayerNorm+bias+GELU fused, ({NORM_ROWS}, {d}), best round")
+        [
+            lambda: norm_bias_gelu(xn, gamma, beta, bias),
+            lambda: gelu(bias_add(layer_norm(xn, gamma, beta), bias)),
+        ],
+        rounds,
+    )
+    m.add(
+        "host_norm_fused_ms",
+        MS_PER_S * min(t_fused),
+        "ms",
+        "lower",
+        "measured",
+        [MS_PER_S * t for t in t_fused],
+        description=f"LayerNorm+bias+GELU fused, ({NORM_ROWS}, {d}), best round",
+    )
     fusion = [c / f for c, f in zip(t_chain, t_fused)]
-    m.add("host_norm_fusion_speedup_x", min(t_chain) / min(t_fused), "x", "higher", "measured", fusion,
-          description="best three-kernel chain time / best fused time (samples: per round)")
+    m.add(
+        "host_norm_fusion_speedup_x",
+        min(t_chain) / min(t_fused),
+        "x",
+        "higher",
+        "measured",
+        fusion,
+        description="best three-kernel chain time / best fused time (samples: per round)",
+    )
     return m

@@ -93,7 +93,11 @@ def onchip_buffer_bytes() -> int:
     try:
         with open("/sys/devices/system/cpu/cpu0/cache/index2/size") as f:
             text = f.read().strip()
-        return int(text[:-1]) * (KIB if text.endswith("K") else KIB * KIB) if text[-1] in "KM" else int(text)
+        return (
+            int(text[:-1]) * (KIB if text.endswith("K") else KIB * KIB)
+            if text[-1] in "KM"
+            else int(text)
+        )
     except (OSError, ValueError, IndexError):
         return KIB * KIB
 
@@ -201,8 +205,10 @@ class ThermalGate:
                 self.outcome = f"cool: {t:.1f} C < {self.threshold_c:.1f} C"
                 break
             if clock() - t0 >= self.timeout_s:
-                self.outcome = (f"timeout: still {t:.1f} C >= {self.threshold_c:.1f} C after "
-                                f"{self.timeout_s:g} s; measured anyway")
+                self.outcome = (
+                    f"timeout: still {t:.1f} C >= {self.threshold_c:.1f} C after "
+                    f"{self.timeout_s:g} s; measured anyway"
+                )
                 break
             sleep(self.poll_s)
         self.waited_s = clock() - t0
@@ -222,10 +228,13 @@ def add_host_memory_metrics(m, prov: dict, profile, config) -> None:
         workspace = f"{profile.name}'s runtime_workspace_mb"
     else:
         ram = psutil.virtual_memory().total
-        mem_spec = types.SimpleNamespace(name="this host", memory=types.SimpleNamespace(
-            workspace_bytes=0.0, app_budget_bytes=float(ram)))
+        mem_spec = types.SimpleNamespace(
+            name="this host",
+            memory=types.SimpleNamespace(workspace_bytes=0.0, app_budget_bytes=float(ram)),
+        )
         budget = f"this host's total RAM (psutil, {ram / GB:.1f} GB): no host profile given"
         workspace = "0: NumPy/Numba scratch is in the measured peak RSS"
     prov["memory_budget"] = budget
-    add_memory_metrics(m, memory_estimate(mem_spec, config), budget_source=budget,
-                       workspace_source=workspace)
+    add_memory_metrics(
+        m, memory_estimate(mem_spec, config), budget_source=budget, workspace_source=workspace
+    )

@@ -14,10 +14,19 @@ from __future__ import annotations
 from harmony_ref.config import BACKENDS
 
 
-def make_backend(name: str, profile="harmony-flagship", command: str | None = None,
-                 fmt: str | None = None, timeout_s: float = 600.0, host_profile=None,
-                 auto_scale: bool = True, repeats: int = 5, values: dict | None = None,
-                 session: str | None = None, progress=None):
+def make_backend(
+    name: str,
+    profile="harmony-flagship",
+    command: str | None = None,
+    fmt: str | None = None,
+    timeout_s: float = 600.0,
+    host_profile=None,
+    auto_scale: bool = True,
+    repeats: int = 5,
+    values: dict | None = None,
+    session: str | None = None,
+    progress=None,
+):
     """The backend called `name` (one of BACKENDS); a bad name or missing argument is a ValueError.
 
     simulated: `profile` (shipped name, .toml path or DeviceProfile) is the device it predicts.
@@ -48,6 +57,13 @@ def make_backend(name: str, profile="harmony-flagship", command: str | None = No
             spec = load_session(session)
         elif not command or not fmt:
             raise ValueError("backend 'command' needs a command template and an output format")
-        return CommandDevice(command, fmt, None if spec else timeout_s, values=values,
-                             profile=profile, session=spec, progress=progress)
+        return CommandDevice(
+            command,
+            fmt,
+            None if spec else timeout_s,
+            values=values,
+            profile=profile,
+            session=spec,
+            progress=progress,
+        )
     raise ValueError(f"unknown backend {name!r}; known: {list(BACKENDS)}")

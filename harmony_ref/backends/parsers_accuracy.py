@@ -37,12 +37,15 @@ _MSLITE_BIAS = re.compile(r"^Mean bias of all nodes/tensors: " + _NUM + r"\s*%",
 _MSLITE_COSINE = re.compile(r"^Cosine distance of all nodes/tensors: " + _NUM, re.M)
 _MSLITE_DATA = re.compile(r"^Data of node (.+?) : (.*)$", re.M)
 _MSLITE_NODE_BIAS = re.compile(r"^Mean bias of node/tensor (.+?) : " + _NUM + r"\s*%", re.M)
-_MSLITE_NODE_COSINE = re.compile(r"^Mean cosine distance of node/tensor (.+?) : " + _NUM + r"\s*%",
-                                 re.M)
+_MSLITE_NODE_COSINE = re.compile(
+    r"^Mean cosine distance of node/tensor (.+?) : " + _NUM + r"\s*%", re.M
+)
 _MSLITE_ACC_FAIL = re.compile(
     r"^.*(?:Mean bias of all nodes/tensors is too big|cosine distance of all nodes/tensors is too "
     r"small|Output tensor has nan or inf data|Shape of mslite output.*are different|"
-    r"Error in CompareData|Compare output error).*$", re.M | re.I)
+    r"Error in CompareData|Compare output error).*$",
+    re.M | re.I,
+)
 
 
 @dataclass
@@ -79,26 +82,49 @@ def mslite_accuracy(text: str) -> MsliteAccuracy:
         values,
         {n.strip(): _num(v, f"mean bias of {n}", fmt) for n, v in _MSLITE_NODE_BIAS.findall(text)},
         {n.strip(): _num(v, f"cosine of {n}", fmt) for n, v in _MSLITE_NODE_COSINE.findall(text)},
-        None if fail is None else fail.group(0).strip())
+        None if fail is None else fail.group(0).strip(),
+    )
 
 
 # --- llama.cpp llama-perplexity ------------------------------------------------------------------
 
 _PPL_CHUNK = re.compile(r"\[(\d+)\]" + _NUM + r",")
 _PPL_FINAL = re.compile(r"Final estimate: PPL = " + _NUM + r" \+/- " + _NUM)
-_PPL_OVER = re.compile(r"(?:calculating perplexity|computing) over (\d+) chunks, n_ctx=(\d+), "
-                       r"batch_size=(\d+), n_seq=(\d+)")
+_PPL_OVER = re.compile(
+    r"(?:calculating perplexity|computing) over (\d+) chunks, n_ctx=(\d+), "
+    r"batch_size=(\d+), n_seq=(\d+)"
+)
 _PPL_PASS = re.compile(r"(?:perplexity|kl_divergence): " + _NUM + r" seconds per pass")
 _PM = r"\s*(?:±|\+/-)\s*"  # the KLD summary prints U+00B1
 _KLD_LINES = (  # (metric, regex of its summary line, unit, direction, description)
-    ("perplexity", r"Mean PPL\(Q\)\s*:\s*" + _NUM + _PM + _NUM, "1", "lower",
-     "Mean PPL(Q): the perplexity of the model under test"),
-    ("perplexity_base", r"Mean PPL\(base\)\s*:\s*" + _NUM + _PM + _NUM, "1", "none",
-     "Mean PPL(base): the model the --kl-divergence-base file was made with"),
-    ("ppl_ratio_to_base", r"Mean PPL\(Q\)/PPL\(base\)\s*:\s*" + _NUM + _PM + _NUM, "1", "lower",
-     ""),
-    ("ln_ppl_ratio_to_base", r"Mean ln\(PPL\(Q\)/PPL\(base\)\)\s*:\s*" + _NUM + _PM + _NUM, "1",
-     "lower", ""),
+    (
+        "perplexity",
+        r"Mean PPL\(Q\)\s*:\s*" + _NUM + _PM + _NUM,
+        "1",
+        "lower",
+        "Mean PPL(Q): the perplexity of the model under test",
+    ),
+    (
+        "perplexity_base",
+        r"Mean PPL\(base\)\s*:\s*" + _NUM + _PM + _NUM,
+        "1",
+        "none",
+        "Mean PPL(base): the model the --kl-divergence-base file was made with",
+    ),
+    (
+        "ppl_ratio_to_base",
+        r"Mean PPL\(Q\)/PPL\(base\)\s*:\s*" + _NUM + _PM + _NUM,
+        "1",
+        "lower",
+        "",
+    ),
+    (
+        "ln_ppl_ratio_to_base",
+        r"Mean ln\(PPL\(Q\)/PPL\(base\)\)\s*:\s*" + _NUM + _PM + _NUM,
+        "1",
+        "lower",
+        "",
+    ),
     ("kld_mean", r"Mean\s+KLD:\s*" + _NUM + _PM + _NUM, "nats", "lower", "KL(base || Q) per token"),
     ("kld_max", r"Maximum KLD:\s*" + _NUM, "nats", "lower", ""),
     ("kld_p99_9", r"99\.9%\s+KLD:\s*" + _NUM, "nats", "lower", ""),
@@ -111,21 +137,39 @@ _KLD_LINES = (  # (metric, regex of its summary line, unit, direction, descripti
     ("kld_p1", r" 1\.0%\s+KLD:\s*" + _NUM, "nats", "lower", ""),
     ("kld_p0_1", r" 0\.1%\s+KLD:\s*" + _NUM, "nats", "lower", ""),
     ("kld_min", r"Minimum KLD:\s*" + _NUM, "nats", "lower", ""),
-    ("rms_dp_pct", r"RMS Δp\s*:\s*" + _NUM + _PM + _NUM + r"\s*%", "%", "lower",
-     "RMS of the change in the probability of the right token"),
-    ("same_top_p_pct", r"Same top p:\s*" + _NUM + _PM + _NUM + r"\s*%", "%", "higher",
-     "share of tokens whose most likely next token is the base model's"),
+    (
+        "rms_dp_pct",
+        r"RMS Δp\s*:\s*" + _NUM + _PM + _NUM + r"\s*%",
+        "%",
+        "lower",
+        "RMS of the change in the probability of the right token",
+    ),
+    (
+        "same_top_p_pct",
+        r"Same top p:\s*" + _NUM + _PM + _NUM + r"\s*%",
+        "%",
+        "higher",
+        "share of tokens whose most likely next token is the base model's",
+    ),
 )
 _KLD_RE = tuple((n, re.compile(rx), u, d, desc) for n, rx, u, d, desc in _KLD_LINES)
 _PPL_PROMPT_EVAL = re.compile(
-    r"prompt eval time =\s*" + _NUM + r" ms /\s*(\d+) tokens \(\s*" + _NUM
-    + r" ms per token,\s*" + _NUM + r" tokens per second\)")
+    r"prompt eval time =\s*"
+    + _NUM
+    + r" ms /\s*(\d+) tokens \(\s*"
+    + _NUM
+    + r" ms per token,\s*"
+    + _NUM
+    + r" tokens per second\)"
+)
 _PPL_LOAD = re.compile(r"llama_perf_context_print:\s+load time =\s*" + _NUM + r" ms")
 _PPL_ERRORS = re.compile(
     r"^.*(?:you need at least \d+ tokens|tokenizes to only \d+ tokens|unable to load model|"
     r"failed to create context|failed to decode|failed reading|does not look like a file|"
     r"has been computed with|inconsistent vocabulary|Unexpected negative standard deviation|"
-    r"must provide a name of a file).*$", re.M)
+    r"must provide a name of a file).*$",
+    re.M,
+)
 _PPL_SYSTEM = re.compile(r"system_info: (.*?)\s*$", re.M)
 _PPL_BUILD = re.compile(r"^(?:.* )?build: (\d+ \([0-9a-f]+\).*?)\s*$", re.M)
 _PPL_MODEL = re.compile(r"llama_model_loader: loaded meta data with .* from (\S+)")
@@ -148,41 +192,72 @@ def parse_llama_perplexity(text: str) -> Parsed:
         if hit:
             kld[name] = hit
     if kld:
-        missing = [n for n in ("perplexity", "perplexity_base", "kld_mean", "same_top_p_pct")
-                   if n not in kld]
+        missing = [
+            n
+            for n in ("perplexity", "perplexity_base", "kld_mean", "same_top_p_pct")
+            if n not in kld
+        ]
         if missing:
-            raise ParseError(f"{fmt}: --kl-divergence summary incomplete, no line for {missing} "
-                             f"(truncated output?); output ends: {_tail(text)!r}")
+            raise ParseError(
+                f"{fmt}: --kl-divergence summary incomplete, no line for {missing} "
+                f"(truncated output?); output ends: {_tail(text)!r}"
+            )
         for name, _rx, unit, direction, desc in _KLD_RE:
             if name in kld:
-                m.add(name, _num(kld[name].group(1), name, fmt), unit, direction, "exact",
-                      description=desc)
+                m.add(
+                    name,
+                    _num(kld[name].group(1), name, fmt),
+                    unit,
+                    direction,
+                    "exact",
+                    description=desc,
+                )
                 if name in ("perplexity", "kld_mean", "same_top_p_pct"):
-                    m.add(f"{name}_uncertainty", _num(kld[name].group(2), name, fmt), unit, "none",
-                          "exact")
+                    m.add(
+                        f"{name}_uncertainty",
+                        _num(kld[name].group(2), name, fmt),
+                        unit,
+                        "none",
+                        "exact",
+                    )
         prov["mode"] = "kl-divergence"
     else:
         final = _PPL_FINAL.search(text)
         if not final:
-            raise ParseError(f"{fmt}: expected 'Final estimate: PPL = <f> +/- <f>' (or a "
-                             f"--kl-divergence summary); output was: {_tail(text)!r}")
+            raise ParseError(
+                f"{fmt}: expected 'Final estimate: PPL = <f> +/- <f>' (or a "
+                f"--kl-divergence summary); output was: {_tail(text)!r}"
+            )
         ppl = _num(final.group(1), "Final estimate PPL", fmt)
         chunks = [(int(i), _num(v, f"chunk [{i}]", fmt)) for i, v in _PPL_CHUNK.findall(text)]
         if not chunks:
-            raise ParseError(f"{fmt}: no per-chunk estimates '[1]<f>,[2]<f>,...' before the final "
-                             "estimate")
+            raise ParseError(
+                f"{fmt}: no per-chunk estimates '[1]<f>,[2]<f>,...' before the final estimate"
+            )
         if [i for i, _ in chunks] != list(range(1, len(chunks) + 1)):
-            raise ParseError(f"{fmt}: per-chunk estimates are not numbered 1..{len(chunks)} "
-                             "(output of two runs mixed?)")
+            raise ParseError(
+                f"{fmt}: per-chunk estimates are not numbered 1..{len(chunks)} "
+                "(output of two runs mixed?)"
+            )
         if over and int(over.group(1)) != len(chunks):
-            raise ParseError(f"{fmt}: the tool announced {over.group(1)} chunks but printed "
-                             f"{len(chunks)} estimates")
+            raise ParseError(
+                f"{fmt}: the tool announced {over.group(1)} chunks but printed "
+                f"{len(chunks)} estimates"
+            )
         # Both are printed with 4 decimals from the same running sum: they must agree.
         if abs(chunks[-1][1] - ppl) > 1.5e-4:
-            raise ParseError(f"{fmt}: the last running estimate [{chunks[-1][0]}]{chunks[-1][1]} "
-                             f"disagrees with the final estimate {ppl}")
-        m.add("perplexity", ppl, "1", "lower", "exact",
-              description=f"Final estimate over {len(chunks)} chunks")
+            raise ParseError(
+                f"{fmt}: the last running estimate [{chunks[-1][0]}]{chunks[-1][1]} "
+                f"disagrees with the final estimate {ppl}"
+            )
+        m.add(
+            "perplexity",
+            ppl,
+            "1",
+            "lower",
+            "exact",
+            description=f"Final estimate over {len(chunks)} chunks",
+        )
         m.add("perplexity_uncertainty", _num(final.group(2), "PPL +/-", fmt), "1", "none", "exact")
         m.add("perplexity_chunks", len(chunks), "chunks", "none", "exact")
         prov["mode"] = "perplexity"
@@ -190,24 +265,49 @@ def parse_llama_perplexity(text: str) -> Parsed:
     pe = _PPL_PROMPT_EVAL.search(text)
     per_pass = _PPL_PASS.search(text)
     if per_pass:
-        _measured(m, "ppl_first_pass_s", _num(per_pass.group(1), "seconds per pass", fmt), "s",
-                  description="the tool's timing of its first batch of n_seq chunks")
+        _measured(
+            m,
+            "ppl_first_pass_s",
+            _num(per_pass.group(1), "seconds per pass", fmt),
+            "s",
+            description="the tool's timing of its first batch of n_seq chunks",
+        )
     if pe:  # printed when llama's own log level lets it through (e.g. -lv 3 or --verbose)
         total_ms, n_tok, _per_tok, tps = pe.groups()
-        _measured(m, "prefill_tokens_per_s", _num(tps, "tokens per second", fmt), "tokens/s",
-                  "higher", description=f"prompt eval over {n_tok} tokens (llama_perf)")
-        _measured(m, "prompt_eval_ms", _num(total_ms, "prompt eval time", fmt), "ms",
-                  description=f"all {n_tok} tokens")
+        _measured(
+            m,
+            "prefill_tokens_per_s",
+            _num(tps, "tokens per second", fmt),
+            "tokens/s",
+            "higher",
+            description=f"prompt eval over {n_tok} tokens (llama_perf)",
+        )
+        _measured(
+            m,
+            "prompt_eval_ms",
+            _num(total_ms, "prompt eval time", fmt),
+            "ms",
+            description=f"all {n_tok} tokens",
+        )
     elif per_pass and over and m.value("ppl_first_pass_s") > 0:
         tokens = int(over.group(2)) * min(int(over.group(4)), int(over.group(1)))
-        _measured(m, "prefill_tokens_per_s", tokens / m.value("ppl_first_pass_s"), "tokens/s",
-                  "higher", description=f"first pass: {tokens} tokens (n_ctx x n_seq) / its "
-                  "seconds per pass")
+        _measured(
+            m,
+            "prefill_tokens_per_s",
+            tokens / m.value("ppl_first_pass_s"),
+            "tokens/s",
+            "higher",
+            description=f"first pass: {tokens} tokens (n_ctx x n_seq) / its seconds per pass",
+        )
     load = _PPL_LOAD.search(text)
     if load:
         _measured(m, "model_load_ms", _num(load.group(1), "load time", fmt), "ms")
-    for key, rx in (("system_info", _PPL_SYSTEM), ("build", _PPL_BUILD), ("model_file", _PPL_MODEL),
-                    ("file_type", _PPL_FTYPE)):
+    for key, rx in (
+        ("system_info", _PPL_SYSTEM),
+        ("build", _PPL_BUILD),
+        ("model_file", _PPL_MODEL),
+        ("file_type", _PPL_FTYPE),
+    ):
         hit = rx.search(text)
         if hit:
             prov[key] = hit.group(1).strip()

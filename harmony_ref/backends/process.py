@@ -66,22 +66,34 @@ class CommandOutput:
 class Running:
     """A started process: `wait(s)` polls, `result()` collects, `kill()` ends its group."""
 
-    def __init__(self, argv: list[str], label: str, shell: bool = False, cwd=None,
-                 stdin_data: bytes | None = None):
+    def __init__(
+        self,
+        argv: list[str],
+        label: str,
+        shell: bool = False,
+        cwd=None,
+        stdin_data: bytes | None = None,
+    ):
         self.label = label
         self.shell = shell
         self._t0 = time.perf_counter()
         try:
             self._proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-                start_new_session=True, cwd=cwd)
+                start_new_session=True,
+                cwd=cwd,
+            )
         except OSError as e:
             raise BackendError(f"command {label!r} could not start: {e}") from e
         self.pid = self._proc.pid
         self._chunks: dict[str, list[bytes]] = {"out": [], "err": []}
-        self._readers = [threading.Thread(target=self._read, args=(s, k), daemon=True)
-                         for s, k in ((self._proc.stdout, "out"), (self._proc.stderr, "err"))]
+        self._readers = [
+            threading.Thread(target=self._read, args=(s, k), daemon=True)
+            for s, k in ((self._proc.stdout, "out"), (self._proc.stderr, "err"))
+        ]
         for r in self._readers:
             r.start()
         if stdin_data is not None:
@@ -138,8 +150,15 @@ class Running:
         for r in self._readers:
             r.join(KILL_GRACE_S)
         out, err = self.output()
-        return CommandOutput(self.label, self._status if self._status is not None else -1, out,
-                             err, self._wall_s or self.elapsed_s, self.shell, self.max_rss_kb)
+        return CommandOutput(
+            self.label,
+            self._status if self._status is not None else -1,
+            out,
+            err,
+            self._wall_s or self.elapsed_s,
+            self.shell,
+            self.max_rss_kb,
+        )
 
     def timed_out(self, timeout_s: float) -> BackendError:
         """Kill the group and return the error to raise (with the tail of stderr)."""
@@ -147,18 +166,30 @@ class Running:
         _out, err = self.output()
         return BackendError(
             f"command {self.label!r} timed out after {timeout_s:g} s; its process group was "
-            f"killed; no result recorded. Last stderr:\n{tail(err) or '(empty)'}")
+            f"killed; no result recorded. Last stderr:\n{tail(err) or '(empty)'}"
+        )
 
 
-def start_process(argv: list[str], label: str | None = None, shell: bool = False, cwd=None,
-                  stdin_data: bytes | None = None) -> Running:
+def start_process(
+    argv: list[str],
+    label: str | None = None,
+    shell: bool = False,
+    cwd=None,
+    stdin_data: bytes | None = None,
+) -> Running:
     if not argv:
         raise BackendError("command is empty")
     return Running(argv, label or " ".join(argv), shell, cwd, stdin_data)
 
 
-def run_process(argv: list[str], timeout_s: float, label: str | None = None, shell: bool = False,
-                cwd=None, stdin_data: bytes | None = None) -> CommandOutput:
+def run_process(
+    argv: list[str],
+    timeout_s: float,
+    label: str | None = None,
+    shell: bool = False,
+    cwd=None,
+    stdin_data: bytes | None = None,
+) -> CommandOutput:
     """Run to completion; BackendError when it cannot start or outlives `timeout_s` (its whole
     process group killed first)."""
     if not timeout_s > 0:

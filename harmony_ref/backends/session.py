@@ -36,32 +36,66 @@ import secrets
 import shlex
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from harmony_ref.backends.base import BackendError
 from harmony_ref.backends.process import needs_shell, tail
 from harmony_ref.backends.session_spec import SessionSpec
-from harmony_ref.backends.telemetry import (PID_FILE, Sample, Telemetry, Verdict, kb_to_mb,
-                                            sample_table)
+from harmony_ref.backends.telemetry import (
+    PID_FILE,
+    Sample,
+    Telemetry,
+    Verdict,
+    kb_to_mb,
+    sample_table,
+)
 from harmony_ref.backends.transport import ShellResult, Transport, make_transport
 from harmony_ref.metrics import MEASURED, Metric, MetricDef, Metrics
 
-SESSION_METRICS = {d.name: d for d in (
-    MetricDef("device_temp_start_c", "C", "none", MEASURED,
-              "watched thermal zone at the start of the first measured repeat (after cooldown)"),
-    MetricDef("device_temp_peak_c", "C", "lower", MEASURED,
-              "hottest reading of the watched zone during or right after a measured repeat "
-              "(samples: each repeat's peak)"),
-    MetricDef("throttled_repeats", "runs", "none", MEASURED,
-              "measured repeats marked throttled (kept in the record, left out of the metrics)"),
-    MetricDef("cooldown_s", "s", "none", MEASURED,
-              "time waited for the watched zone to cool, over all measured repeats"),
-    MetricDef("device_peak_memory_mb", "MB", "lower", MEASURED,
-              "the benchmark process's peak memory over the valid repeats (samples: each "
-              "repeat's peak)"),
-)}
+SESSION_METRICS = {
+    d.name: d
+    for d in (
+        MetricDef(
+            "device_temp_start_c",
+            "C",
+            "none",
+            MEASURED,
+            "watched thermal zone at the start of the first measured repeat (after cooldown)",
+        ),
+        MetricDef(
+            "device_temp_peak_c",
+            "C",
+            "lower",
+            MEASURED,
+            "hottest reading of the watched zone during or right after a measured repeat "
+            "(samples: each repeat's peak)",
+        ),
+        MetricDef(
+            "throttled_repeats",
+            "runs",
+            "none",
+            MEASURED,
+            "measured repeats marked throttled (kept in the record, left out of the metrics)",
+        ),
+        MetricDef(
+            "cooldown_s",
+            "s",
+            "none",
+            MEASURED,
+            "time waited for the watched zone to cool, over all measured repeats",
+        ),
+        MetricDef(
+            "device_peak_memory_mb",
+            "MB",
+            "lower",
+            MEASURED,
+            "the benchmark process's peak memory over the valid repeats (samples: each "
+            "repeat's peak)",
+        ),
+    )
+}
 
 
 class CooldownTimeout(BackendError):
@@ -86,14 +120,18 @@ class Repeat:
         hot = [t for t in hot if t is not None]
         before = next((s for s in self.samples if s.phase == "before"), None)
         return {
-            "repeat": self.index, "kind": self.kind, "throttled": self.verdict.throttled,
-            "reasons": list(self.verdict.reasons), "cooldown_s": round(self.cooldown_s, 3),
+            "repeat": self.index,
+            "kind": self.kind,
+            "throttled": self.verdict.throttled,
+            "reasons": list(self.verdict.reasons),
+            "cooldown_s": round(self.cooldown_s, 3),
             "wall_s": round(self.wall_s, 3),
             "temp_before_c": None if before is None else telemetry.watched_c(before),
             "temp_peak_c": max(hot) if hot else (max(temps) if temps else None),
             "battery_pct": None if before is None else before.battery_pct,
             "battery_status": None if before is None else before.battery_status,
-            "peak_memory_mb": None if self.peak_mem_kb is None
+            "peak_memory_mb": None
+            if self.peak_mem_kb is None
             else round(kb_to_mb(self.peak_mem_kb), 3),
             "memory_source": self.mem_source,
             "metrics": {m.name: m.value for m in self.metrics},
@@ -137,9 +175,18 @@ class SessionResult:
                 pooled = [s for m in ms for s in (m.samples or (m.value,))]
                 first = ms[0]
                 what = f"median of {len(ms)} valid repeat{'s' if len(ms) > 1 else ''}"
-                out.put(Metric(name, statistics.median(m.value for m in ms), first.unit,
-                               first.direction, first.kind, tuple(pooled), first.flags,
-                               f"{first.description}; {what}" if first.description else what))
+                out.put(
+                    Metric(
+                        name,
+                        statistics.median(m.value for m in ms),
+                        first.unit,
+                        first.direction,
+                        first.kind,
+                        tuple(pooled),
+                        first.flags,
+                        f"{first.description}; {what}" if first.description else what,
+                    )
+                )
         for metric in self.session_metrics().values():
             out.put(metric)
         return out
@@ -148,7 +195,8 @@ class SessionResult:
         d, tel, out = SESSION_METRICS, self.telemetry, {}
         measured = self.measured
         out["throttled_repeats"] = d["throttled_repeats"].make(
-            sum(r.verdict.throttled for r in measured))
+            sum(r.verdict.throttled for r in measured)
+        )
         if self.spec.cooldown.enabled and tel.can_watch:
             out["cooldown_s"] = d["cooldown_s"].make(sum(r.cooldown_s for r in measured))
         rows = [r.row(tel) for r in measured]
@@ -161,29 +209,41 @@ class SessionResult:
         if mems:
             src = sorted({r.mem_source for r in self.valid if r.peak_mem_kb is not None})
             out["device_peak_memory_mb"] = d["device_peak_memory_mb"].make(
-                max(mems), mems, f"{d['device_peak_memory_mb'].description}; from "
-                + ", ".join(src))
+                max(mems), mems, f"{d['device_peak_memory_mb'].description}; from " + ", ".join(src)
+            )
         return out
 
     def to_record(self) -> dict:
         """The block a run record keeps (under its part's `session`)."""
         b = self.spec.benchmark
         return {
-            "file": self.spec.path, "transport": self.transport, "serial": self.serial,
-            "identity": dict(self.identity), "work_dir": self.spec.device.work_dir,
-            "profile": self.spec.device.profile, "command": self.command,
-            "pushes": list(self.pushes), "warmup_runs": b.warmup_runs, "repeats": b.repeats,
-            "valid_repeats": len(self.valid), "min_valid_repeats": b.required_valid,
+            "file": self.spec.path,
+            "transport": self.transport,
+            "serial": self.serial,
+            "identity": dict(self.identity),
+            "work_dir": self.spec.device.work_dir,
+            "profile": self.spec.device.profile,
+            "command": self.command,
+            "pushes": list(self.pushes),
+            "warmup_runs": b.warmup_runs,
+            "repeats": b.repeats,
+            "valid_repeats": len(self.valid),
+            "min_valid_repeats": b.required_valid,
             "throttled_repeats": sum(r.verdict.throttled for r in self.measured),
             "keep_throttled": self.spec.throttle.keep_throttled,
-            "cooldown": {"enabled": self.spec.cooldown.enabled,
-                         "zone": self.spec.telemetry.watch_zone,
-                         "threshold_c": self.spec.cooldown.threshold_c,
-                         "max_wait_s": self.spec.cooldown.max_wait_s},
-            "throttle": {"temp_c": self.spec.throttle.temp_c,
-                         "min_big_freq_fraction": self.spec.throttle.min_big_freq_fraction,
-                         "big_cpus": list(self.spec.telemetry.big_cpus)},
-            "clock": self.telemetry.clock, "unreadable": list(self.telemetry.unreadable),
+            "cooldown": {
+                "enabled": self.spec.cooldown.enabled,
+                "zone": self.spec.telemetry.watch_zone,
+                "threshold_c": self.spec.cooldown.threshold_c,
+                "max_wait_s": self.spec.cooldown.max_wait_s,
+            },
+            "throttle": {
+                "temp_c": self.spec.throttle.temp_c,
+                "min_big_freq_fraction": self.spec.throttle.min_big_freq_fraction,
+                "big_cpus": list(self.spec.telemetry.big_cpus),
+            },
+            "clock": self.telemetry.clock,
+            "unreadable": list(self.telemetry.unreadable),
             "max_freq_mhz": {str(c): k / 1e3 for c, k in self.telemetry.max_khz.items()},
             "notes": list(self.notes),
             "telemetry": [r.row(self.telemetry) for r in self.repeats],
@@ -198,14 +258,20 @@ def session_values(spec: SessionSpec) -> dict[str, str]:
 class DeviceSession:
     """Runs benchmarks through a session (see the module docstring)."""
 
-    def __init__(self, spec: SessionSpec, transport: Transport | None = None,
-                 progress: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        spec: SessionSpec,
+        transport: Transport | None = None,
+        progress: Callable[[str], None] | None = None,
+    ):
         self.spec = spec
         d = spec.device
-        self.transport = transport or make_transport(d.transport, d.serial, d.executable,
-                                                     d.command_timeout_s)
-        self.telemetry = Telemetry(self.transport, spec.telemetry, spec.throttle, d.work_dir,
-                                   spec.memory_source)
+        self.transport = transport or make_transport(
+            d.transport, d.serial, d.executable, d.command_timeout_s
+        )
+        self.telemetry = Telemetry(
+            self.transport, spec.telemetry, spec.throttle, d.work_dir, spec.memory_source
+        )
         self.say = progress or (lambda text: None)
         self.identity: dict = {}
         self.pushes: list[dict] = []
@@ -241,8 +307,10 @@ class DeviceSession:
 
     def _ok(self, r: ShellResult, what: str) -> ShellResult:
         if r.returncode != 0:
-            raise BackendError(f"{self.transport.label}: `{what}` failed (exit {r.returncode}): "
-                               f"{tail(r.err) or tail(r.out) or '(no output)'}")
+            raise BackendError(
+                f"{self.transport.label}: `{what}` failed (exit {r.returncode}): "
+                f"{tail(r.err) or tail(r.out) or '(no output)'}"
+            )
         return r
 
     def push(self, local, name: str, executable: bool = False) -> dict:
@@ -254,15 +322,21 @@ class DeviceSession:
                 h.update(block)
         want = h.hexdigest()
         target = self.remote(name)
-        entry = {"local": str(local), "remote": target, "bytes": local.stat().st_size,
-                 "sha256": want}
+        entry = {
+            "local": str(local),
+            "remote": target,
+            "bytes": local.stat().st_size,
+            "sha256": want,
+        }
         have = self.transport.sha256(target)
         if have == want:
             self.say(f"push {name}: skipped, the device holds the same SHA-256")
             return {**entry, "action": "skipped (same SHA-256 on the device)"}
         tmp = f"{target}.tmp-{secrets.token_hex(4)}"
-        self.say(f"push {name}: {entry['bytes']:,} bytes"
-                 + (" (replacing a different file)" if have else ""))
+        self.say(
+            f"push {name}: {entry['bytes']:,} bytes"
+            + (" (replacing a different file)" if have else "")
+        )
         self.transport.push(local, tmp)
         got = self.transport.sha256(tmp)
         if got != want:
@@ -270,12 +344,19 @@ class DeviceSession:
             kept = "keeps its previous file" if have else "has no such file"
             raise BackendError(
                 f"push of {local} to {self.transport.label}:{target} arrived "
-                + ("incomplete" if got is None else f"with SHA-256 {got[:16]}..., not "
-                   f"{want[:16]}...") + f" (truncated or corrupted); refused: the device {kept} "
-                f"at {target}")
+                + (
+                    "incomplete"
+                    if got is None
+                    else f"with SHA-256 {got[:16]}..., not {want[:16]}..."
+                )
+                + f" (truncated or corrupted); refused: the device {kept} "
+                f"at {target}"
+            )
         mode = f" && chmod 755 {shlex.quote(target)}" if executable else ""
-        self._ok(self.transport.shell(f"mv -f {shlex.quote(tmp)} {shlex.quote(target)}{mode}"),
-                 f"mv {tmp} {target}")
+        self._ok(
+            self.transport.shell(f"mv -f {shlex.quote(tmp)} {shlex.quote(target)}{mode}"),
+            f"mv {tmp} {target}",
+        )
         return {**entry, "action": "pushed" + (" (replaced a different file)" if have else "")}
 
     # --- cooling down --------------------------------------------------------------------------
@@ -303,12 +384,16 @@ class DeviceSession:
                     f"cooldown: thermal zone {zone} of {self.transport.label} is at {temp:.1f} C "
                     f"after {waited:.0f} s, above the {c.threshold_c:g} C threshold "
                     f"(cooldown.max_wait_s = {c.max_wait_s:g}): it never cooled; no result "
-                    "recorded")
-            self.say(f"cooldown: zone {zone} at {temp:.1f} C, waiting for {c.threshold_c:g} C "
-                     f"({waited:.0f} s so far)")
+                    "recorded"
+                )
+            self.say(
+                f"cooldown: zone {zone} at {temp:.1f} C, waiting for {c.threshold_c:g} C "
+                f"({waited:.0f} s so far)"
+            )
             step = min(c.check_interval_s, max(c.max_wait_s - waited, 0.001))
-            self.transport.shell(f"sleep {step:g}",
-                                 timeout_s=step + self.spec.device.command_timeout_s)
+            self.transport.shell(
+                f"sleep {step:g}", timeout_s=step + self.spec.device.command_timeout_s
+            )
             s = tel.read("before")
 
     # --- one run -------------------------------------------------------------------------------
@@ -317,9 +402,9 @@ class DeviceSession:
         inner = f"echo $$ > {PID_FILE}; {exe}{command}"
         return f"cd {shlex.quote(self.work_dir)} && sh -c {shlex.quote(inner)}"
 
-    def run_once(self, command: str, timeout_s: float | None = None,
-                 before: Sample | None = None
-                 ) -> tuple[ShellResult, list[Sample], Verdict, float | None, str]:
+    def run_once(
+        self, command: str, timeout_s: float | None = None, before: Sample | None = None
+    ) -> tuple[ShellResult, list[Sample], Verdict, float | None, str]:
         """One benchmark run with telemetry: (result, samples, verdict, peak memory kB or None,
         where the memory came from); `before`: a reading just taken (cooldown's last), else one
         is read. BackendError on a timeout, DeviceGone when the device left; a non-zero exit is
@@ -346,9 +431,11 @@ class DeviceSession:
         peak = None
         if mem:
             peak = float(max(mem))
-            sources.append({"hidumper": "hidumper --mem Pss, sampled",
-                            "proc_status": "VmHWM, sampled"}.get(tel.memory_source,
-                                                                 tel.memory_source))
+            sources.append(
+                {"hidumper": "hidumper --mem Pss, sampled", "proc_status": "VmHWM, sampled"}.get(
+                    tel.memory_source, tel.memory_source
+                )
+            )
         if self.transport.kind == "local" and result.max_rss_kb:
             peak = max(peak or 0.0, float(result.max_rss_kb))
             sources.append("wait4 ru_maxrss")
@@ -363,13 +450,16 @@ class DeviceSession:
             return
         pid = shlex.quote(self.remote(PID_FILE))
         try:
-            self.transport.shell(f"kill -9 $(cat {pid}) 2>/dev/null; rm -f {pid}",
-                                 timeout_s=min(10.0, self.spec.device.command_timeout_s))
+            self.transport.shell(
+                f"kill -9 $(cat {pid}) 2>/dev/null; rm -f {pid}",
+                timeout_s=min(10.0, self.spec.device.command_timeout_s),
+            )
         except BackendError:
             pass  # the device may be gone too: the local group is dead either way
 
-    def run_single(self, command: str, timeout_s: float | None = None
-                   ) -> tuple[ShellResult, Callable[[Metrics], SessionResult]]:
+    def run_single(
+        self, command: str, timeout_s: float | None = None
+    ) -> tuple[ShellResult, Callable[[Metrics], SessionResult]]:
         """One cooled-down run with telemetry (an accuracy check needs no repeats): its result,
         and a function that makes the SessionResult once the caller has judged the output into
         metrics (one measured repeat; valid when not throttled)."""
@@ -379,15 +469,29 @@ class DeviceSession:
         waited, before = self.cooldown()
         self.say(f"run: {command}")
         result, samples, verdict, peak, source = self.run_once(command, timeout_s, before)
-        spec = dataclasses.replace(self.spec, benchmark=dataclasses.replace(
-            self.spec.benchmark, warmup_runs=0, repeats=1, min_valid_repeats=1))
+        spec = dataclasses.replace(
+            self.spec,
+            benchmark=dataclasses.replace(
+                self.spec.benchmark, warmup_runs=0, repeats=1, min_valid_repeats=1
+            ),
+        )
         object.__setattr__(spec, "path", self.spec.path)
 
         def finish(metrics: Metrics) -> SessionResult:
-            rep = Repeat(1, "measured", metrics, samples, verdict, waited, result.wall_s, peak,
-                         source)
-            return SessionResult(spec, self.transport.kind, self.transport.serial, self.identity,
-                                 self.pushes, [rep], self.telemetry, command, list(self.notes))
+            rep = Repeat(
+                1, "measured", metrics, samples, verdict, waited, result.wall_s, peak, source
+            )
+            return SessionResult(
+                spec,
+                self.transport.kind,
+                self.transport.serial,
+                self.identity,
+                self.pushes,
+                [rep],
+                self.telemetry,
+                command,
+                list(self.notes),
+            )
 
         return result, finish
 
@@ -407,19 +511,34 @@ class DeviceSession:
                     raise BackendError(
                         f"{self.transport.label}: the benchmark exited with code "
                         f"{result.returncode} ({kind} {i}); no result recorded. Last stderr:\n"
-                        f"{tail(result.err) or '(empty)'}")
+                        f"{tail(result.err) or '(empty)'}"
+                    )
                 metrics = parse(result.text)
-                repeats.append(Repeat(i, kind, metrics, samples, verdict, waited, result.wall_s,
-                                      peak, source))
+                repeats.append(
+                    Repeat(i, kind, metrics, samples, verdict, waited, result.wall_s, peak, source)
+                )
                 if verdict.throttled:
                     more = len(verdict.reasons) - 1
-                    self.say(f"{kind} {i}: THROTTLED ({verdict.reasons[0]}"
-                             + (f"; {more} more" if more else "") + ")")
-        out = SessionResult(self.spec, self.transport.kind, self.transport.serial,
-                            self.identity, self.pushes, repeats, self.telemetry, command,
-                            list(self.notes))
+                    self.say(
+                        f"{kind} {i}: THROTTLED ({verdict.reasons[0]}"
+                        + (f"; {more} more" if more else "")
+                        + ")"
+                    )
+        out = SessionResult(
+            self.spec,
+            self.transport.kind,
+            self.transport.serial,
+            self.identity,
+            self.pushes,
+            repeats,
+            self.telemetry,
+            command,
+            list(self.notes),
+        )
         if not out.enough_valid:
-            out.notes.append(f"only {len(out.valid)} of {b.repeats} repeats ran unthrottled; "
-                             f"the session asks for {b.required_valid}: the gate will refuse "
-                             "this measurement")
+            out.notes.append(
+                f"only {len(out.valid)} of {b.repeats} repeats ran unthrottled; "
+                f"the session asks for {b.required_valid}: the gate will refuse "
+                "this measurement"
+            )
         return out

@@ -174,8 +174,12 @@ def check_session(spec: SessionSpec, source: str) -> None:
 
     d, b, t = spec.device, spec.benchmark, spec.telemetry
     if d.transport in ("hdc", "adb") and not d.serial.strip():
-        raise _bad(source, "device.serial", d.serial, f"a {d.transport} session needs the "
-                   "device's serial (`harmony-ref devices` lists them)")
+        raise _bad(
+            source,
+            "device.serial",
+            d.serial,
+            f"a {d.transport} session needs the device's serial (`harmony-ref devices` lists them)",
+        )
     if d.transport != "local" and not PurePosixPath(d.work_dir).is_absolute():
         raise _bad(source, "device.work_dir", d.work_dir, "must be an absolute path on the device")
     if b.format and b.format not in FORMATS:
@@ -184,28 +188,52 @@ def check_session(spec: SessionSpec, source: str) -> None:
         try:
             list(string.Formatter().parse(b.command))
         except ValueError as e:
-            raise _bad(source, "benchmark.command", b.command, f"malformed template ({e}); "
-                       "literal braces are written {{ and }}") from None
+            raise _bad(
+                source,
+                "benchmark.command",
+                b.command,
+                f"malformed template ({e}); literal braces are written {{{{ and }}}}",
+            ) from None
     if b.min_valid_repeats > b.repeats:
-        raise _bad(source, "benchmark.min_valid_repeats", b.min_valid_repeats,
-                   f"must be <= benchmark.repeats = {b.repeats}")
+        raise _bad(
+            source,
+            "benchmark.min_valid_repeats",
+            b.min_valid_repeats,
+            f"must be <= benchmark.repeats = {b.repeats}",
+        )
     if spec.cooldown.enabled and not t.thermal_zones:
-        raise _bad(source, "telemetry.thermal_zones", [], "cooldown needs a thermal zone to "
-                   "watch (or set cooldown.enabled = false)")
+        raise _bad(
+            source,
+            "telemetry.thermal_zones",
+            [],
+            "cooldown needs a thermal zone to watch (or set cooldown.enabled = false)",
+        )
     if t.thermal_zones and t.watch_zone not in t.thermal_zones:
-        raise _bad(source, "telemetry.watch_zone", t.watch_zone,
-                   f"must be one of telemetry.thermal_zones = {list(t.thermal_zones)}")
+        raise _bad(
+            source,
+            "telemetry.watch_zone",
+            t.watch_zone,
+            f"must be one of telemetry.thermal_zones = {list(t.thermal_zones)}",
+        )
     for name in ("thermal_zones", "cpus", "big_cpus"):
         values = getattr(t, name)
         if len(set(values)) != len(values):
             raise _bad(source, f"telemetry.{name}", list(values), "lists a number twice")
     missing = [c for c in t.big_cpus if c not in t.cpus]
     if missing:
-        raise _bad(source, "telemetry.big_cpus", list(t.big_cpus),
-                   f"cpu {missing[0]} is not in telemetry.cpus = {list(t.cpus)}")
+        raise _bad(
+            source,
+            "telemetry.big_cpus",
+            list(t.big_cpus),
+            f"cpu {missing[0]} is not in telemetry.cpus = {list(t.cpus)}",
+        )
     if t.memory == "hidumper" and d.transport != "hdc":
-        raise _bad(source, "telemetry.memory", t.memory, "hidumper is HarmonyOS's: use "
-                   "proc_status (VmHWM) over adb or locally")
+        raise _bad(
+            source,
+            "telemetry.memory",
+            t.memory,
+            "hidumper is HarmonyOS's: use proc_status (VmHWM) over adb or locally",
+        )
     remotes = set()
     for i, item in enumerate(spec.push):
         where = f"push[{i}]"
@@ -214,8 +242,12 @@ def check_session(spec: SessionSpec, source: str) -> None:
             raise _bad(source, f"{where}.local", item.local, f"no such file ({local})")
         r = PurePosixPath(item.remote)
         if not item.remote or r.is_absolute() or ".." in r.parts:
-            raise _bad(source, f"{where}.remote", item.remote,
-                       "must be a relative name inside device.work_dir")
+            raise _bad(
+                source,
+                f"{where}.remote",
+                item.remote,
+                "must be a relative name inside device.work_dir",
+            )
         if item.remote in remotes:
             raise _bad(source, f"{where}.remote", item.remote, "is pushed twice")
         remotes.add(item.remote)

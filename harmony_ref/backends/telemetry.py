@@ -32,9 +32,13 @@ import time
 from dataclasses import dataclass, field
 
 from harmony_ref.backends._parse import ParseError
-from harmony_ref.backends.device_parsers import (millidegrees_c, parse_grep_h,
-                                                 parse_hidumper_mem, parse_uptime_s,
-                                                 parse_vmhwm_kb)
+from harmony_ref.backends.device_parsers import (
+    millidegrees_c,
+    parse_grep_h,
+    parse_hidumper_mem,
+    parse_uptime_s,
+    parse_vmhwm_kb,
+)
 from harmony_ref.units import KIB, MB
 
 PID_FILE = ".harmony-ref-bench.pid"
@@ -133,8 +137,10 @@ class Telemetry:
         if self.unreadable:
             self.notes.append("could not read on this device: " + ", ".join(self.unreadable))
         if self.cfg.thermal_zones and zone_path(self.cfg.watch_zone) in self.unreadable:
-            self.notes.append(f"thermal zone {self.cfg.watch_zone} (the watched zone) is not "
-                              "readable: no cooldown and no temperature throttle check")
+            self.notes.append(
+                f"thermal zone {self.cfg.watch_zone} (the watched zone) is not "
+                "readable: no cooldown and no temperature throttle check"
+            )
         big = [c for c in self.cfg.big_cpus if c in self.max_khz]
         if self.cfg.big_cpus and not big:
             self.notes.append("no big core's cpufreq is readable: no frequency throttle check")
@@ -147,7 +153,9 @@ class Telemetry:
 
     @property
     def can_watch(self) -> bool:
-        return bool(self.cfg.thermal_zones) and zone_path(self.cfg.watch_zone) not in self.unreadable
+        return (
+            bool(self.cfg.thermal_zones) and zone_path(self.cfg.watch_zone) not in self.unreadable
+        )
 
     def read(self, phase: str, with_memory: bool = False) -> Sample:
         r = self.transport.shell(self.script(with_memory))
@@ -187,8 +195,11 @@ class Telemetry:
         mem = sections.get("mem")
         if mem:
             try:
-                s.mem_kb = (parse_hidumper_mem(mem)["pss_total_kb"]
-                            if self.memory_source == "hidumper" else parse_vmhwm_kb(mem))
+                s.mem_kb = (
+                    parse_hidumper_mem(mem)["pss_total_kb"]
+                    if self.memory_source == "hidumper"
+                    else parse_vmhwm_kb(mem)
+                )
             except ParseError:
                 s.mem_kb = None  # the process had exited, or has not started yet
         return s
@@ -212,21 +223,37 @@ class Telemetry:
                 if not top:
                     continue
                 cur, cap = s.cur_khz.get(c), s.cap_khz.get(c)
-                if s.phase == "during" and s.running and cur is not None \
-                        and cur < th.min_big_freq_fraction * top:
-                    note(("ran", c), -cur / top,
-                         f"cpu{c} ran at {cur / KHZ_PER_GHZ:.2f} of {top / KHZ_PER_GHZ:.2f} GHz "
-                         f"({cur / top:.0%} < {th.min_big_freq_fraction:.0%}) at t={s.t_s:.1f} s")
-                if s.phase in ("during", "after") and cap is not None \
-                        and cap < th.min_big_freq_fraction * top:
-                    note(("cap", c), -cap / top,
-                         f"cpu{c} capped at {cap / KHZ_PER_GHZ:.2f} of {top / KHZ_PER_GHZ:.2f} "
-                         f"GHz ({cap / top:.0%}) at t={s.t_s:.1f} s ({s.phase})")
+                if (
+                    s.phase == "during"
+                    and s.running
+                    and cur is not None
+                    and cur < th.min_big_freq_fraction * top
+                ):
+                    note(
+                        ("ran", c),
+                        -cur / top,
+                        f"cpu{c} ran at {cur / KHZ_PER_GHZ:.2f} of {top / KHZ_PER_GHZ:.2f} GHz "
+                        f"({cur / top:.0%} < {th.min_big_freq_fraction:.0%}) at t={s.t_s:.1f} s",
+                    )
+                if (
+                    s.phase in ("during", "after")
+                    and cap is not None
+                    and cap < th.min_big_freq_fraction * top
+                ):
+                    note(
+                        ("cap", c),
+                        -cap / top,
+                        f"cpu{c} capped at {cap / KHZ_PER_GHZ:.2f} of {top / KHZ_PER_GHZ:.2f} "
+                        f"GHz ({cap / top:.0%}) at t={s.t_s:.1f} s ({s.phase})",
+                    )
             temp = self.watched_c(s)
             if s.phase in ("during", "after") and temp is not None and temp >= th.temp_c:
-                note(("temp", self.cfg.watch_zone), temp,
-                     f"zone {self.cfg.watch_zone} at {temp:.1f} C >= {th.temp_c:g} C at "
-                     f"t={s.t_s:.1f} s ({s.phase})")
+                note(
+                    ("temp", self.cfg.watch_zone),
+                    temp,
+                    f"zone {self.cfg.watch_zone} at {temp:.1f} C >= {th.temp_c:g} C at "
+                    f"t={s.t_s:.1f} s ({s.phase})",
+                )
         reasons = tuple(text for _, text in worst.values())
         return Verdict(bool(reasons), reasons)
 
@@ -254,19 +281,24 @@ def sample_table(samples: list[Sample]) -> dict[str, list]:
     cpu<N>_mhz, cpu<N>_cap_mhz, battery_pct, mem_mb; a value not read is null."""
     zones = sorted({z for s in samples for z in s.temps_c})
     cpus = sorted({c for s in samples for c in s.cur_khz} | {c for s in samples for c in s.cap_khz})
-    cols: dict[str, list] = {"t_s": [round(s.t_s, 3) for s in samples],
-                             "phase": [s.phase for s in samples]}
+    cols: dict[str, list] = {
+        "t_s": [round(s.t_s, 3) for s in samples],
+        "phase": [s.phase for s in samples],
+    }
     for z in zones:
         cols[f"zone{z}_c"] = [s.temps_c.get(z) for s in samples]
     for c in cpus:
-        cols[f"cpu{c}_mhz"] = [None if s.cur_khz.get(c) is None else s.cur_khz[c] / 1e3
-                               for s in samples]
-        cols[f"cpu{c}_cap_mhz"] = [None if s.cap_khz.get(c) is None else s.cap_khz[c] / 1e3
-                                   for s in samples]
+        cols[f"cpu{c}_mhz"] = [
+            None if s.cur_khz.get(c) is None else s.cur_khz[c] / 1e3 for s in samples
+        ]
+        cols[f"cpu{c}_cap_mhz"] = [
+            None if s.cap_khz.get(c) is None else s.cap_khz[c] / 1e3 for s in samples
+        ]
     if any(s.battery_pct is not None for s in samples):
         cols["battery_pct"] = [s.battery_pct for s in samples]
         cols["battery_status"] = [s.battery_status for s in samples]
     if any(s.mem_kb is not None for s in samples):
-        cols["mem_mb"] = [None if s.mem_kb is None else round(kb_to_mb(s.mem_kb), 3)
-                          for s in samples]
+        cols["mem_mb"] = [
+            None if s.mem_kb is None else round(kb_to_mb(s.mem_kb), 3) for s in samples
+        ]
     return cols

@@ -44,11 +44,16 @@ from pathlib import Path
 
 from harmony_ref.backends._parse import ParseError
 from harmony_ref.backends.base import BackendError
-from harmony_ref.backends.device_parsers import (AttachedDevice, adb_failure, hdc_failure,
-                                                 parse_adb_devices, parse_getprop,
-                                                 parse_hdc_targets, parse_param_get)
-from harmony_ref.backends.process import (CommandOutput, Running, run_process, start_process,
-                                          tail)
+from harmony_ref.backends.device_parsers import (
+    AttachedDevice,
+    adb_failure,
+    hdc_failure,
+    parse_adb_devices,
+    parse_getprop,
+    parse_hdc_targets,
+    parse_param_get,
+)
+from harmony_ref.backends.process import CommandOutput, Running, run_process, start_process, tail
 
 RC_MARK = "__HARMONY_REF_RC="
 _RC_LINE = re.compile(r"^" + re.escape(RC_MARK) + r"(-?\d+)\s*$", re.M)
@@ -80,7 +85,7 @@ def _quote(path: str) -> str:
 class RemoteRun:
     """A started script: `wait(s)` polls; `finish()` returns its ShellResult (or raises)."""
 
-    def __init__(self, transport: "Transport", script: str, running: Running):
+    def __init__(self, transport: Transport, script: str, running: Running):
         self.transport, self.script, self._running = transport, script, running
 
     def wait(self, timeout_s: float) -> bool:
@@ -105,8 +110,9 @@ class Transport:
 
     kind = "?"
 
-    def __init__(self, serial: str = "", executable: str = "",
-                 timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(
+        self, serial: str = "", executable: str = "", timeout_s: float = DEFAULT_TIMEOUT_S
+    ):
         self.serial = serial
         self.executable = executable or self.kind
         self.timeout_s = float(timeout_s)
@@ -134,8 +140,10 @@ class Transport:
     # --- shared ---------------------------------------------------------------------------------
     def _check_executable(self, argv: list[str]) -> None:
         if not shutil.which(argv[0]) and not Path(argv[0]).is_file():
-            raise BackendError(f"{self.kind}: executable {argv[0]!r} not found (install it or "
-                               "set device.executable in the session file)")
+            raise BackendError(
+                f"{self.kind}: executable {argv[0]!r} not found (install it or "
+                "set device.executable in the session file)"
+            )
 
     def _host(self, argv: list[str], timeout_s: float | None, label: str) -> CommandOutput:
         self._check_executable(argv)
@@ -162,8 +170,10 @@ class Transport:
         except BackendError:
             d = None
         if d is None or not d.usable:
-            raise DeviceGone(f"{self.kind} device {self.serial} is no longer attached ({when}); "
-                             "no result recorded")
+            raise DeviceGone(
+                f"{self.kind} device {self.serial} is no longer attached ({when}); "
+                "no result recorded"
+            )
 
     def start(self, script: str) -> RemoteRun:
         argv = self.shell_argv(self._wrap(script))
@@ -176,7 +186,7 @@ class Transport:
             pass
         if m is None:
             self._gone_or_error(done, when or f"during `{script}`")
-        out = done.out[:m.start()] + done.out[m.end():].lstrip("\n")
+        out = done.out[: m.start()] + done.out[m.end() :].lstrip("\n")
         return ShellResult(script, int(m.group(1)), out, done.err, done.wall_s, done.max_rss_kb)
 
     def attached(self, timeout_s: float | None = None) -> AttachedDevice | None:
@@ -191,8 +201,10 @@ class Transport:
         if d is None or not d.usable:
             seen = ", ".join(f"{x.serial} ({x.state})" for x in self.list_devices()) or "none"
             state = "not attached" if d is None else f"{d.state}, not usable"
-            raise DeviceGone(f"{self.kind} device {self.serial} is {state} (attached: {seen}); "
-                             "no result recorded")
+            raise DeviceGone(
+                f"{self.kind} device {self.serial} is {state} (attached: {seen}); "
+                "no result recorded"
+            )
         return d
 
     def _gone_or_error(self, done: CommandOutput, when: str) -> None:
@@ -203,14 +215,20 @@ class Transport:
             d, said = None, said or str(e).splitlines()[0]
         if d is None or not d.usable:
             what = "disappeared" if d is None else f"went {d.state}"
-            raise DeviceGone(f"{self.kind} device {self.serial} {what} {when}"
-                             + (f" ({said})" if said else "") + "; no result recorded")
-        raise BackendError(f"{self.label}: the shell ended without the script's exit status "
-                           f"{when} (client exit {done.returncode}){': ' + said if said else ''}; "
-                           f"last stderr:\n{tail(done.err) or '(empty)'}")
+            raise DeviceGone(
+                f"{self.kind} device {self.serial} {what} {when}"
+                + (f" ({said})" if said else "")
+                + "; no result recorded"
+            )
+        raise BackendError(
+            f"{self.label}: the shell ended without the script's exit status "
+            f"{when} (client exit {done.returncode}){': ' + said if said else ''}; "
+            f"last stderr:\n{tail(done.err) or '(empty)'}"
+        )
 
-    def _send(self, argv: list[str], local: Path, remote: str, timeout_s: float | None, ok,
-              what: str) -> None:
+    def _send(
+        self, argv: list[str], local: Path, remote: str, timeout_s: float | None, ok, what: str
+    ) -> None:
         """Run a push command; the tool saying the device is not there is DeviceGone (or an
         error if it still is), a push that `ok(done)` does not accept is a BackendError."""
         done = self._host(argv, timeout_s, " ".join(argv))
@@ -219,8 +237,10 @@ class Transport:
             return
         if failed:
             self._gone_or_error(done, f"while pushing {local.name}")
-        raise BackendError(f"{self.kind}: push {local} -> {self.serial}:{remote} {what} (exit "
-                           f"{done.returncode}): {tail(done.text) or '(no output)'}")
+        raise BackendError(
+            f"{self.kind}: push {local} -> {self.serial}:{remote} {what} (exit "
+            f"{done.returncode}): {tail(done.text) or '(no output)'}"
+        )
 
     def sha256(self, remote: str, timeout_s: float | None = None) -> str | None:
         """The SHA-256 of a file on the device, None when it has no such file."""
@@ -229,8 +249,9 @@ class Transport:
             return None
         first = r.out.strip().split()
         if not first or not re.fullmatch(r"[0-9a-f]{64}", first[0]):
-            raise BackendError(f"{self.label}: `sha256sum {remote}` printed {r.out.strip()!r}, "
-                               "not a SHA-256")
+            raise BackendError(
+                f"{self.label}: `sha256sum {remote}` printed {r.out.strip()!r}, not a SHA-256"
+            )
         return first[0]
 
 
@@ -239,7 +260,9 @@ class LocalTransport(Transport):
 
     kind = "local"
 
-    def __init__(self, serial: str = "", executable: str = "", timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(
+        self, serial: str = "", executable: str = "", timeout_s: float = DEFAULT_TIMEOUT_S
+    ):
         super().__init__(serial or platform.node() or "localhost", "/bin/sh", timeout_s)
 
     @property
@@ -256,8 +279,9 @@ class LocalTransport(Transport):
         return None
 
     def _finish(self, script: str, done: CommandOutput, when: str) -> ShellResult:
-        return ShellResult(script, done.returncode, done.out, done.err, done.wall_s,
-                           done.max_rss_kb)
+        return ShellResult(
+            script, done.returncode, done.out, done.err, done.wall_s, done.max_rss_kb
+        )
 
     def list_devices(self, timeout_s: float | None = None) -> list[AttachedDevice]:
         return [AttachedDevice(self.serial, "device", {"model": platform.machine()})]
@@ -279,9 +303,13 @@ class LocalTransport(Transport):
     def identity(self) -> dict[str, str]:
         from harmony_ref.backends.host_timing import cpu_model
 
-        return {"device_model": platform.node(), "soc": cpu_model(),
-                "os_build": platform.platform(), "kernel": platform.release(),
-                "cpu_cores": str(os.cpu_count())}
+        return {
+            "device_model": platform.node(),
+            "soc": cpu_model(),
+            "os_build": platform.platform(),
+            "kernel": platform.release(),
+            "cpu_cores": str(os.cpu_count()),
+        }
 
 
 class HdcTransport(Transport):
@@ -303,19 +331,29 @@ class HdcTransport(Transport):
             raise BackendError(str(e)) from e
 
     def push(self, local: Path, remote: str, timeout_s: float | None = None) -> None:
-        self._send([self.executable, "-t", self.serial, "file", "send", str(local), remote],
-                   local, remote, timeout_s, lambda done: "FileTransfer finish" in done.text,
-                   "did not report 'FileTransfer finish'")
+        self._send(
+            [self.executable, "-t", self.serial, "file", "send", str(local), remote],
+            local,
+            remote,
+            timeout_s,
+            lambda done: "FileTransfer finish" in done.text,
+            "did not report 'FileTransfer finish'",
+        )
 
     def identity(self) -> dict[str, str]:
         r = self.shell("param get")
         p = parse_param_get(r.out)
         soc = next((p[k] for k in ("const.product.soc", "ohos.boot.hardware") if p.get(k)), "")
-        return _present({"device_model": p.get("const.product.model", ""),
-                         "brand": p.get("const.product.brand", ""),
-                         "manufacturer": p.get("const.product.manufacturer", ""),
-                         "soc": soc, "os_build": p.get("const.product.software.version", ""),
-                         "api_version": p.get("const.ohos.apiversion", "")})
+        return _present(
+            {
+                "device_model": p.get("const.product.model", ""),
+                "brand": p.get("const.product.brand", ""),
+                "manufacturer": p.get("const.product.manufacturer", ""),
+                "soc": soc,
+                "os_build": p.get("const.product.software.version", ""),
+                "api_version": p.get("const.ohos.apiversion", ""),
+            }
+        )
 
 
 class AdbTransport(Transport):
@@ -336,19 +374,31 @@ class AdbTransport(Transport):
         return parse_adb_devices(done.out)
 
     def push(self, local: Path, remote: str, timeout_s: float | None = None) -> None:
-        self._send([self.executable, "-s", self.serial, "push", str(local), remote], local,
-                   remote, timeout_s, lambda done: done.returncode == 0, "failed")
+        self._send(
+            [self.executable, "-s", self.serial, "push", str(local), remote],
+            local,
+            remote,
+            timeout_s,
+            lambda done: done.returncode == 0,
+            "failed",
+        )
 
     def identity(self) -> dict[str, str]:
         r = self.shell("getprop")
         p = parse_getprop(r.out)
-        soc = next((p[k] for k in ("ro.soc.model", "ro.board.platform", "ro.hardware")
-                    if p.get(k)), "")
-        return _present({"device_model": p.get("ro.product.model", ""),
-                         "manufacturer": p.get("ro.product.manufacturer", ""), "soc": soc,
-                         "os_build": p.get("ro.build.display.id", ""),
-                         "android_version": p.get("ro.build.version.release", ""),
-                         "build_fingerprint": p.get("ro.build.fingerprint", "")})
+        soc = next(
+            (p[k] for k in ("ro.soc.model", "ro.board.platform", "ro.hardware") if p.get(k)), ""
+        )
+        return _present(
+            {
+                "device_model": p.get("ro.product.model", ""),
+                "manufacturer": p.get("ro.product.manufacturer", ""),
+                "soc": soc,
+                "os_build": p.get("ro.build.display.id", ""),
+                "android_version": p.get("ro.build.version.release", ""),
+                "build_fingerprint": p.get("ro.build.fingerprint", ""),
+            }
+        )
 
 
 def _present(d: dict[str, str]) -> dict[str, str]:
@@ -358,8 +408,9 @@ def _present(d: dict[str, str]) -> dict[str, str]:
 TRANSPORT_CLASSES = {"local": LocalTransport, "hdc": HdcTransport, "adb": AdbTransport}
 
 
-def make_transport(kind: str, serial: str = "", executable: str = "",
-                   timeout_s: float = DEFAULT_TIMEOUT_S) -> Transport:
+def make_transport(
+    kind: str, serial: str = "", executable: str = "", timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Transport:
     if kind not in TRANSPORT_CLASSES:
         raise ValueError(f"transport {kind!r} unknown; known: {list(TRANSPORT_CLASSES)}")
     return TRANSPORT_CLASSES[kind](serial, executable, timeout_s)

@@ -37,18 +37,26 @@ CALL_OPS = {
     "kv_store": (r"\.self_attn\.kv_write$",),
     "attention": (r"\.self_attn\.(attn_qk|softmax|attn_pv)$",),
     "o": (r"\.o_proj(\.bias)?$",),
-    "add_norm": (r"\.residual_(attn|mlp)$", r"\.post_attention_layernorm$",
-                 r"^model\.layers\.([1-9]\d*)\.input_layernorm$", r"^model\.norm$"),
+    "add_norm": (
+        r"\.residual_(attn|mlp)$",
+        r"\.post_attention_layernorm$",
+        r"^model\.layers\.([1-9]\d*)\.input_layernorm$",
+        r"^model\.norm$",
+    ),
     "gate_up": (r"\.(gate|up)_proj$",),
     "silu_gate": (r"\.mlp\.(act_fn|gate_mul)$",),
     "down": (r"\.down_proj$",),
     "lm_head": (r"^lm_head$",),
 }
 CALL_KINDS = tuple(CALL_OPS)
-_MODULE_FUNCS = {"rms_norm_rows": "embed", "rope_rows": "rope",
-                 "decode_attention_unchecked": "attention",
-                 "prefill_attention_unchecked": "attention", "add_rms_norm_rows": "add_norm",
-                 "silu_gate_rows": "silu_gate"}
+_MODULE_FUNCS = {
+    "rms_norm_rows": "embed",
+    "rope_rows": "rope",
+    "decode_attention_unchecked": "attention",
+    "prefill_attention_unchecked": "attention",
+    "add_rms_norm_rows": "add_norm",
+    "silu_gate_rows": "silu_gate",
+}
 _BLOCK_LINEARS = {"qkv": "qkv", "o": "o", "gate_up": "gate_up", "down": "down"}
 
 
@@ -64,6 +72,7 @@ def _timed_calls(model, acc: dict, calls: dict):
             acc[kind] += time.perf_counter() - t0
             calls[kind] += 1
             return out
+
         return timed
 
     saved_funcs = {name: getattr(llama, name) for name in _MODULE_FUNCS}
@@ -112,16 +121,31 @@ def _kind_of(name: str) -> str | None:
     return None
 
 
-def call_samples(config, phase: str, tokens: int, context: int, seconds: dict, calls: dict,
-                 tag: str = "", holdout: bool = False) -> list[OpSample]:
+def call_samples(
+    config,
+    phase: str,
+    tokens: int,
+    context: int,
+    seconds: dict,
+    calls: dict,
+    tag: str = "",
+    holdout: bool = False,
+) -> list[OpSample]:
     """One OpSample per call kind of one forward: its measured seconds (summed over layers)
     against the work of the unfused graph ops it covers (see the module docstring)."""
     from harmony_ref.device.cost import dram_bytes
     from harmony_ref.device.profile import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
     from harmony_ref.model.graph import build_graph
 
-    g = build_graph(config.spec, config.policy, phase, tokens=tokens, context=context,
-                    fused=False, kv_dtype=config.kv_dtype)
+    g = build_graph(
+        config.spec,
+        config.policy,
+        phase,
+        tokens=tokens,
+        context=context,
+        fused=False,
+        kv_dtype=config.kv_dtype,
+    )
     work: dict = defaultdict(lambda: {"flops": 0.0, "vflops": 0.0, "bytes": 0.0, "dtype": None})
     for op in g.ops:
         kind = _kind_of(op.name)
@@ -138,7 +162,9 @@ def call_samples(config, phase: str, tokens: int, context: int, seconds: dict, c
         if kind not in work or s <= 0:
             continue
         w = work[kind]
-        one_row = tokens == 1  # a decode step: its GEMVs and one-row attention (profile.py op_class)
+        one_row = (
+            tokens == 1
+        )  # a decode step: its GEMVs and one-row attention (profile.py op_class)
         if kind == "attention":
             cls, ops, vec = "attention_decode" if one_row else "attention", w["flops"], w["vflops"]
         elif w["dtype"] is not None:
@@ -146,6 +172,16 @@ def call_samples(config, phase: str, tokens: int, context: int, seconds: dict, c
             ops, vec = w["flops"], w["vflops"]
         else:
             cls, ops, vec = "vector", w["vflops"], 0.0
-        out.append(OpSample(f"{tag}{phase}@{context}:{kind}", cls, ops, w["bytes"],
-                            int(calls.get(kind, 1)), float(s), holdout=holdout, vector_ops=vec))
+        out.append(
+            OpSample(
+                f"{tag}{phase}@{context}:{kind}",
+                cls,
+                ops,
+                w["bytes"],
+                int(calls.get(kind, 1)),
+                float(s),
+                holdout=holdout,
+                vector_ops=vec,
+            )
+        )
     return out

@@ -42,11 +42,16 @@ FIT_WORKLOADS = [
 ]
 
 
-QUICK_FIT_WORKLOADS = [("qwen2.5-0.5b", 8, "int4-g32", 32, 8, 64, False), ("llama-3.2-1b", 8, "int8", 16, 8, 32, False)]
+QUICK_FIT_WORKLOADS = [
+    ("qwen2.5-0.5b", 8, "int4-g32", 32, 8, 64, False),
+    ("llama-3.2-1b", 8, "int8", 16, 8, 32, False),
+]
 
 
-QUICK_WORKLOADS = [("qwen2.5-0.5b", 4, "int4-g128", 16, 8, 32, False),
-                   ("qwen2.5-0.5b", 4, "int4-g128", 16, 8, 32, True)]
+QUICK_WORKLOADS = [
+    ("qwen2.5-0.5b", 4, "int4-g128", 16, 8, 32, False),
+    ("qwen2.5-0.5b", 4, "int4-g128", 16, 8, 32, True),
+]
 
 
 @dataclass
@@ -61,8 +66,13 @@ class Calibration:
     notes: dict[str, str] = field(default_factory=dict)
 
     def _e2e_mape(self, fused: bool, quiet_only: bool = False) -> float | None:
-        rows = [r for r in self.e2e if r["metric"] == "e2e_ms" and r["fused"] == fused
-                and not (quiet_only and r.get("contended"))]
+        rows = [
+            r
+            for r in self.e2e
+            if r["metric"] == "e2e_ms"
+            and r["fused"] == fused
+            and not (quiet_only and r.get("contended"))
+        ]
         return mape_pct((r["model"], r["measured"]) for r in rows) if rows else None
 
     @property
@@ -82,15 +92,32 @@ class Calibration:
     def op_table(self):
         import pandas as pd
 
-        return pd.DataFrame([{
-            "op": op.name, "set": "held-out" if op.holdout else "fit", "regime": self.fit.regimes[op.name],
-            "measured_us": op.time_s * US_PER_S, "model_us": self.fit.predict_s(op) * US_PER_S,
-            "ape_pct": ape_pct(self.fit.predict_s(op), op.time_s)} for op in self.ops])
+        return pd.DataFrame(
+            [
+                {
+                    "op": op.name,
+                    "set": "held-out" if op.holdout else "fit",
+                    "regime": self.fit.regimes[op.name],
+                    "measured_us": op.time_s * US_PER_S,
+                    "model_us": self.fit.predict_s(op) * US_PER_S,
+                    "ape_pct": ape_pct(self.fit.predict_s(op), op.time_s),
+                }
+                for op in self.ops
+            ]
+        )
 
 
-def calibrate_ops(ops: list[OpSample], stream_gbps: float, nominal: dict[str, float], onchip_bytes: int,
-                  ram_bytes: float, description: str, name: str = "host", phase_runs=(),
-                  stat: str = "min") -> Calibration:
+def calibrate_ops(
+    ops: list[OpSample],
+    stream_gbps: float,
+    nominal: dict[str, float],
+    onchip_bytes: int,
+    ram_bytes: float,
+    description: str,
+    name: str = "host",
+    phase_runs=(),
+    stat: str = "min",
+) -> Calibration:
     """Fit on the non-held-out ops, score on the held-out ones, write the profile text. With
     `phase_runs` (host Measurements of fit workloads) the launch overhead is refitted on their phases."""
     f = fit(ops, seed_bandwidth=stream_gbps * GB, seed_rates=seed_rates(ops))
@@ -125,8 +152,14 @@ def workload_config(model, div, policy, prompt, new, ctx, fused):
     from harmony_ref.backends.host import scaled_spec
     from harmony_ref.config import RunConfig
 
-    cfg = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
-                               context_tokens=ctx, fused=fused)
+    cfg = RunConfig.from_names(
+        model=model,
+        policy=policy,
+        prompt_tokens=prompt,
+        new_tokens=new,
+        context_tokens=ctx,
+        fused=fused,
+    )
     return cfg.with_spec(scaled_spec(cfg.spec, div))
 
 
@@ -152,8 +185,17 @@ def heldout_e2e(profile, workloads, host_device, stat: str = "min", canary=None)
         for metric in E2E_METRICS:
             if metric in measured and metric in predicted:
                 mv, pv = measured[metric], predicted.value(metric)
-                rows.append({"workload": cfg.label, "fused": fused, "metric": metric, "measured": mv,
-                             "measured_median": run.metrics.value(metric), "model": pv,
-                             "ape_pct": ape_pct(pv, mv), "load_ratio": load,
-                             "contended": bool(load is not None and load > CONTENDED_RATIO)})
+                rows.append(
+                    {
+                        "workload": cfg.label,
+                        "fused": fused,
+                        "metric": metric,
+                        "measured": mv,
+                        "measured_median": run.metrics.value(metric),
+                        "model": pv,
+                        "ape_pct": ape_pct(pv, mv),
+                        "load_ratio": load,
+                        "contended": bool(load is not None and load > CONTENDED_RATIO),
+                    }
+                )
     return rows

@@ -77,8 +77,12 @@ def load_figures(path=None) -> tuple[Figure, ...]:
         if f.id in seen:
             raise ValueError(f"{where}.id' = {f.id!r}: another figure has that id")
         seen.add(f.id)
-        for key, load in (("profile", load_soc), ("runtime", load_runtime), ("model", get_spec),
-                          ("policy", load_policy)):
+        for key, load in (
+            ("profile", load_soc),
+            ("runtime", load_runtime),
+            ("model", get_spec),
+            ("policy", load_policy),
+        ):
             try:
                 load(getattr(f, key))
             except (ValueError, OSError) as e:
@@ -92,10 +96,31 @@ def figure_config(f: Figure):
 
     spec = get_spec(f.model)
     context = f.context_tokens or min(max(2048, f.prompt_tokens + f.new_tokens), spec.max_positions)
-    return RunConfig.from_names(f.model, f.policy, f.prompt_tokens, f.new_tokens, context,
-                                kv_dtype=f.kv_dtype, profile=f.profile)
+    return RunConfig.from_names(
+        f.model,
+        f.policy,
+        f.prompt_tokens,
+        f.new_tokens,
+        context,
+        kv_dtype=f.kv_dtype,
+        profile=f.profile,
+    )
 
 
 def figure_points(figures) -> list[Point]:
-    return [Point(f.id, "phones", f.profile, f.runtime, f.threads, figure_config(f), f.metric,
-                  f.value, f.split, source=f.source, note=f.device) for f in figures]
+    return [
+        Point(
+            f.id,
+            "phones",
+            f.profile,
+            f.runtime,
+            f.threads,
+            figure_config(f),
+            f.metric,
+            f.value,
+            f.split,
+            source=f.source,
+            note=f.device,
+        )
+        for f in figures
+    ]

@@ -45,8 +45,17 @@ from harmony_ref.device.cost import Roofline, dram_bytes, op_time_s
 from harmony_ref.device.profile import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
 from harmony_ref.units import GIGA, US_PER_S
 
-RATE_CLASSES = ("int4", "int8", "fp16", "vector", "attention", "attention_decode", "gemv_int4",
-                "gemv_int8", "gemv_fp16")
+RATE_CLASSES = (
+    "int4",
+    "int8",
+    "fp16",
+    "vector",
+    "attention",
+    "attention_decode",
+    "gemv_int4",
+    "gemv_int8",
+    "gemv_fp16",
+)
 BASIC_CLASSES = ("int4", "int8", "fp16", "vector")  # what the microbenchmarks measure
 
 
@@ -72,7 +81,9 @@ class OpSample:
 
     def __post_init__(self):
         if self.rate_class not in RATE_CLASSES:
-            raise ValueError(f"op {self.name}: rate_class {self.rate_class!r} not in {RATE_CLASSES}")
+            raise ValueError(
+                f"op {self.name}: rate_class {self.rate_class!r} not in {RATE_CLASSES}"
+            )
         if not self.time_s > 0:
             raise ValueError(f"op {self.name}: time_s must be > 0, got {self.time_s!r}")
 
@@ -94,10 +105,20 @@ class HostFit:
 
     def times_s(self, op: OpSample) -> tuple[float, float, float]:
         """(time, compute, memory) of `op` at the fitted rates, by the cost model's formula."""
-        matmul, vector = (0.0, op.ops + op.vector_ops) if op.rate_class == "vector" else (op.ops, op.vector_ops)
+        matmul, vector = (
+            (0.0, op.ops + op.vector_ops) if op.rate_class == "vector" else (op.ops, op.vector_ops)
+        )
         rate = self.rates[op.rate_class]
-        t, c, m = op_time_s(matmul, vector, op.nbytes, rate, self.rates["vector"],
-                            self.bandwidth_bytes_per_s, self.launch_s, op.launches)
+        t, c, m = op_time_s(
+            matmul,
+            vector,
+            op.nbytes,
+            rate,
+            self.rates["vector"],
+            self.bandwidth_bytes_per_s,
+            self.launch_s,
+            op.launches,
+        )
         return float(t), float(c), float(m)
 
     def compute_s(self, op: OpSample) -> float:
@@ -153,8 +174,10 @@ def fit(ops: list[OpSample], seed_bandwidth: float, seed_rates: dict[str, float]
         for it in range(1, MAX_ITERATIONS + 1):
             x, used = _solve(train, regimes)
             fitted = tuple(n for n, u, v in zip(names, used, x) if u and v > 0)
-            rates = {c: (1.0 / x[1 + i] if x[1 + i] > 0 else seed_rates.get(c, GIGA))
-                     for i, c in enumerate(RATE_CLASSES)}
+            rates = {
+                c: (1.0 / x[1 + i] if x[1 + i] > 0 else seed_rates.get(c, GIGA))
+                for i, c in enumerate(RATE_CLASSES)
+            }
             bw = 1.0 / x[-1] if x[-1] > 0 else seed_bandwidth
             current = HostFit(float(x[0]), rates, bw, fitted, it)
             err = _rel_sse(current, train)
@@ -164,8 +187,14 @@ def fit(ops: list[OpSample], seed_bandwidth: float, seed_rates: dict[str, float]
             if new == regimes:
                 break
             regimes = new
-    return HostFit(best.launch_s, best.rates, best.bandwidth_bytes_per_s, best.fitted, best.iterations,
-                   {op.name: best.regime(op) for op in ops})
+    return HostFit(
+        best.launch_s,
+        best.rates,
+        best.bandwidth_bytes_per_s,
+        best.fitted,
+        best.iterations,
+        {op.name: best.regime(op) for op in ops},
+    )
 
 
 def seed_rates(ops: list[OpSample]) -> dict[str, float]:
@@ -189,7 +218,6 @@ def load_op_times(path) -> list[OpSample]:
     import csv
     from pathlib import Path
 
-
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"op times file {path} does not exist")
@@ -201,18 +229,31 @@ def load_op_times(path) -> list[OpSample]:
             raise ValueError(f"{path}: missing column(s) {missing}; need {list(OP_FILE_COLUMNS)}")
         for i, row in enumerate(reader, start=2):
             try:
-                out.append(OpSample(
-                    row["name"], row["rate_class"], float(row["ops"]), float(row["bytes"]),
-                    int(row["launches"]), float(row["time_us"]) / US_PER_S,
-                    holdout=row.get("holdout", "0").strip() in ("1", "true", "yes"),
-                    vector_ops=float(row.get("vector_ops") or 0.0)))
+                out.append(
+                    OpSample(
+                        row["name"],
+                        row["rate_class"],
+                        float(row["ops"]),
+                        float(row["bytes"]),
+                        int(row["launches"]),
+                        float(row["time_us"]) / US_PER_S,
+                        holdout=row.get("holdout", "0").strip() in ("1", "true", "yes"),
+                        vector_ops=float(row.get("vector_ops") or 0.0),
+                    )
+                )
             except (ValueError, TypeError) as e:
                 raise ValueError(f"{path}: line {i}: {e}") from e
     return out
 
 
-def samples_from_op_times(op_times, onchip_bytes: int, holdout: bool = False, tag: str = "",
-                          dedupe: bool = True, stat: str = "min") -> list[OpSample]:
+def samples_from_op_times(
+    op_times,
+    onchip_bytes: int,
+    holdout: bool = False,
+    tag: str = "",
+    dedupe: bool = True,
+    stat: str = "min",
+) -> list[OpSample]:
     """OpSamples from a host Measurement's `ops`: the graph ops the host executed, counted as the cost model counts
     them (matrix flops at the op's dtype, vector flops, streamed bytes x on-chip passes + other
     bytes). Ops repeated across layers are merged into one sample at their median time."""
@@ -228,15 +269,39 @@ def samples_from_op_times(op_times, onchip_bytes: int, holdout: bool = False, ta
     for (phase, name), ts in groups.items():
         op = ts[0].op
         nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, onchip_bytes)
-        cls = (compute_dtype(op.dtype, op.act_dtype, HOST_WEIGHT_ONLY_COMPUTE) if op.flops
-               else "vector")
+        cls = (
+            compute_dtype(op.dtype, op.act_dtype, HOST_WEIGHT_ONLY_COMPUTE)
+            if op.flops
+            else "vector"
+        )
         times = tuple(pick(t, stat) for t in ts)
         if op.flops:
-            out.append(OpSample(f"{tag}{phase}:{name}", cls, float(op.flops), float(nbytes), 1,
-                                statistics.median(times), times, holdout, float(op.vector_flops)))
+            out.append(
+                OpSample(
+                    f"{tag}{phase}:{name}",
+                    cls,
+                    float(op.flops),
+                    float(nbytes),
+                    1,
+                    statistics.median(times),
+                    times,
+                    holdout,
+                    float(op.vector_flops),
+                )
+            )
         else:
-            out.append(OpSample(f"{tag}{phase}:{name}", "vector", float(op.vector_flops), float(nbytes), 1,
-                                statistics.median(times), times, holdout))
+            out.append(
+                OpSample(
+                    f"{tag}{phase}:{name}",
+                    "vector",
+                    float(op.vector_flops),
+                    float(nbytes),
+                    1,
+                    statistics.median(times),
+                    times,
+                    holdout,
+                )
+            )
     return out
 
 
@@ -254,8 +319,10 @@ def fit_launch_on_phases(f: HostFit, runs, onchip_bytes: int, stat: str = "min")
                 continue
             n = sum(t.launches for t in ts)
             measured = sum(pick(t, stat) for t in ts)
-            bound = sum(max(f.compute_s(s), f.memory_s(s))
-                        for s in samples_from_op_times(ts, onchip_bytes, dedupe=False, stat=stat))
+            bound = sum(
+                max(f.compute_s(s), f.memory_s(s))
+                for s in samples_from_op_times(ts, onchip_bytes, dedupe=False, stat=stat)
+            )
             num += n * (measured - bound)
             den += n * n
     if den == 0:
@@ -286,15 +353,28 @@ def phase_terms(profile, config, phase: str) -> tuple[int, np.ndarray, np.ndarra
     if phase == "prefill":
         g = build_graph(config.spec, config.policy, "prefill", tokens=s.prompt_tokens, **kw)
     else:
-        g = build_graph(config.spec, config.policy, "decode", context=s.prompt_tokens + s.new_tokens // 2 + 1, **kw)
+        g = build_graph(
+            config.spec,
+            config.policy,
+            "decode",
+            context=s.prompt_tokens + s.new_tokens // 2 + 1,
+            **kw,
+        )
     r = Roofline.of(profile, efficiencies=False)
     comp, memt, count = [], [], []
     for op, n in g.unique_ops():
         nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, r.onchip_bytes)
         cd = profile.compute.op_compute_dtype(op)
         rate = r.class_ops_per_s[profile.compute.op_class(op, cd)] if op.flops else 1.0
-        _, c, m = op_time_s(op.flops, op.vector_flops, nbytes, rate,
-                            r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
+        _, c, m = op_time_s(
+            op.flops,
+            op.vector_flops,
+            nbytes,
+            rate,
+            r.vector_ops_per_s,
+            r.bandwidth_bytes_per_s,
+            r.launch_s,
+        )
         comp.append(c)
         memt.append(m)
         count.append(n)
@@ -310,8 +390,11 @@ class PhaseFit:
 
     def predict_s(self, terms) -> float:
         n, comp, memt, count = terms
-        return n * self.launch_s + float((np.maximum(comp / self.compute_efficiency,
-                                                     memt / self.memory_efficiency) * count).sum())
+        return n * self.launch_s + float(
+            (
+                np.maximum(comp / self.compute_efficiency, memt / self.memory_efficiency) * count
+            ).sum()
+        )
 
 
 def fit_phase_efficiencies(rows, start: PhaseFit) -> PhaseFit:
@@ -319,7 +402,9 @@ def fit_phase_efficiencies(rows, start: PhaseFit) -> PhaseFit:
     from scipy.optimize import nnls
 
     if len(rows) < 3:
-        raise ValueError(f"calibration: need at least 3 measured phases to fit 3 numbers, got {len(rows)}")
+        raise ValueError(
+            f"calibration: need at least 3 measured phases to fit 3 numbers, got {len(rows)}"
+        )
     cur, best, best_err = start, None, float("inf")
     for it in range(1, MAX_ITERATIONS + 1):
         a = np.zeros((len(rows), 3))
@@ -332,13 +417,18 @@ def fit_phase_efficiencies(rows, start: PhaseFit) -> PhaseFit:
         x = np.zeros(3)
         xs, _ = nnls(a[:, used] / norms[used], np.ones(len(rows)))
         x[used] = xs / norms[used]
-        new = PhaseFit(1.0 / x[1] if x[1] > 0 else cur.compute_efficiency,
-                       1.0 / x[2] if x[2] > 0 else cur.memory_efficiency, float(x[0]), it)
+        new = PhaseFit(
+            1.0 / x[1] if x[1] > 0 else cur.compute_efficiency,
+            1.0 / x[2] if x[2] > 0 else cur.memory_efficiency,
+            float(x[0]),
+            it,
+        )
         err = sum(((new.predict_s(terms) - t) / t) ** 2 for terms, t in rows)
         if err < best_err:
             best, best_err = new, err
-        if np.isclose(new.compute_efficiency, cur.compute_efficiency, rtol=1e-9) and \
-                np.isclose(new.memory_efficiency, cur.memory_efficiency, rtol=1e-9):
+        if np.isclose(new.compute_efficiency, cur.compute_efficiency, rtol=1e-9) and np.isclose(
+            new.memory_efficiency, cur.memory_efficiency, rtol=1e-9
+        ):
             break
         cur = new
     return best

@@ -47,7 +47,12 @@ PARAMS = {
     "fp16_widen_ns": ("overhead", "fp16_widen_ns_per_weight", 0.0, 100.0),
 }
 _SENSITIVITY = 0.01  # a probe step moving no prediction by 1%: the points do not pin the parameter
-PROBE = {"launch_us": 1.0, "forward_us": 100.0, "workspace_mb": 10.0, "fp16_widen_ns": 0.5}  # probe sizes from 0
+PROBE = {
+    "launch_us": 1.0,
+    "forward_us": 100.0,
+    "workspace_mb": 10.0,
+    "fp16_widen_ns": 0.5,
+}  # probe sizes from 0
 
 
 def get_param(rt: RuntimeProfile, name: str) -> float:
@@ -57,9 +62,10 @@ def get_param(rt: RuntimeProfile, name: str) -> float:
         from harmony_ref.device.profile import FALLBACK
 
         chain = FALLBACK.get(name, ())
-        v = next((getattr(rt.efficiency, c) for c in chain
-                  if not math.isnan(getattr(rt.efficiency, c))),
-                 rt.efficiency.memory if name == "cache" else rt.efficiency.matmul)
+        v = next(
+            (getattr(rt.efficiency, c) for c in chain if not math.isnan(getattr(rt.efficiency, c))),
+            rt.efficiency.memory if name == "cache" else rt.efficiency.matmul,
+        )
     return float(v)
 
 
@@ -68,8 +74,12 @@ def with_params(rt: RuntimeProfile, values: dict[str, float]) -> RuntimeProfile:
     for name, v in values.items():
         sec, key, _, _ = PARAMS[name]
         {"efficiency": eff, "overhead": over, "": top}[sec][key] = float(v)
-    out = dataclasses.replace(rt, efficiency=dataclasses.replace(rt.efficiency, **eff),
-                              overhead=dataclasses.replace(rt.overhead, **over), **top)
+    out = dataclasses.replace(
+        rt,
+        efficiency=dataclasses.replace(rt.efficiency, **eff),
+        overhead=dataclasses.replace(rt.overhead, **over),
+        **top,
+    )
     object.__setattr__(out, "source", rt.source)
     return out
 
@@ -83,16 +93,19 @@ class FitReport:
     cost: float
 
 
-def fit_on_points(rt: RuntimeProfile, points, params: tuple[str, ...],
-                  multistart: bool = True) -> tuple[RuntimeProfile, FitReport]:
+def fit_on_points(
+    rt: RuntimeProfile, points, params: tuple[str, ...], multistart: bool = True
+) -> tuple[RuntimeProfile, FitReport]:
     """Fit `params` of `rt` on `points` (all split "fit"; see the module docstring).
     `multistart=False`: start from `rt`'s numbers only (a start that is already close)."""
     from scipy.optimize import least_squares
 
     held = [p.id for p in points if p.split != "fit"]
     if held:
-        raise ValueError(f"fit of {rt.name}: point(s) {held} are held out (split 'score'): "
-                         "held-out points are never fitted on")
+        raise ValueError(
+            f"fit of {rt.name}: point(s) {held} are held out (split 'score'): "
+            "held-out points are never fitted on"
+        )
     if not points:
         raise ValueError(f"fit of {rt.name}: no fit points")
     unknown = [p for p in params if p not in PARAMS]
@@ -114,10 +127,18 @@ def fit_on_points(rt: RuntimeProfile, points, params: tuple[str, ...],
     # A roofline's max() makes basins (an op memory- or compute-bound): start from the prior and
     # from a tenth of it in every parameter, keep the best
     best = None
-    for corner in itertools.product((1.0, 0.1), repeat=len(params)) if multistart else [(1.0,) * len(params)]:
+    for corner in (
+        itertools.product((1.0, 0.1), repeat=len(params)) if multistart else [(1.0,) * len(params)]
+    ):
         start = np.clip(first * np.array(corner), lo + 1e-12, hi)
-        sol = least_squares(residuals, start, bounds=(lo, hi), x_scale=np.maximum(start, 1e-4),
-                            xtol=1e-10, ftol=1e-10)
+        sol = least_squares(
+            residuals,
+            start,
+            bounds=(lo, hi),
+            x_scale=np.maximum(start, 1e-4),
+            xtol=1e-10,
+            ftol=1e-10,
+        )
         if best is None or sol.cost < best.cost - 1e-12:
             best = sol
     x = best.x
@@ -135,18 +156,42 @@ def fit_on_points(rt: RuntimeProfile, points, params: tuple[str, ...],
     fitted = tuple(params[i] for i in moved)
     out = with_params(rt, {params[i]: x[i] for i in moved})  # unpinned ones keep their prior
     pred = np.array([p.predicted(out) for p in points])
-    rows = [{"id": p.id, "metric": p.metric, "measured": float(m), "predicted": float(v),
-             "error_pct": float(100 * (v - m) / m)} for p, m, v in zip(points, measured, pred)]
+    rows = [
+        {
+            "id": p.id,
+            "metric": p.metric,
+            "measured": float(m),
+            "predicted": float(v),
+            "error_pct": float(100 * (v - m) / m),
+        }
+        for p, m, v in zip(points, measured, pred)
+    ]
     mape = float(np.mean(np.abs(pred - measured) / measured) * 100)
-    return out, FitReport(fitted, tuple(n for n in params if n not in fitted), rows, mape,
-                          float(np.sum(np.log(pred / measured) ** 2)))
+    return out, FitReport(
+        fitted,
+        tuple(n for n in params if n not in fitted),
+        rows,
+        mape,
+        float(np.sum(np.log(pred / measured) ** 2)),
+    )
 
 
-def calibrated(rt: RuntimeProfile, method: str, fitted_on, scored_on, fit_mape_pct: float,
-               held_out_mape_pct: float = math.nan) -> RuntimeProfile:
-    cal = RuntimeCalibration(method, tuple(fitted_on), tuple(scored_on), float(fit_mape_pct),
-                             float(held_out_mape_pct),
-                             datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+def calibrated(
+    rt: RuntimeProfile,
+    method: str,
+    fitted_on,
+    scored_on,
+    fit_mape_pct: float,
+    held_out_mape_pct: float = math.nan,
+) -> RuntimeProfile:
+    cal = RuntimeCalibration(
+        method,
+        tuple(fitted_on),
+        tuple(scored_on),
+        float(fit_mape_pct),
+        float(held_out_mape_pct),
+        datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )
     out = dataclasses.replace(rt, calibration=cal)
     object.__setattr__(out, "source", rt.source)
     return out
@@ -164,7 +209,9 @@ def _value(v) -> str:
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def runtime_toml(rt: RuntimeProfile, comments: dict[str, str] | None = None, header: str = "") -> str:
+def runtime_toml(
+    rt: RuntimeProfile, comments: dict[str, str] | None = None, header: str = ""
+) -> str:
     """TOML of `rt` (device/runtime.py's schema), a comment beside each field from `comments`
     (keys "field" or "section.field": where the number comes from)."""
     comments = comments or {}
@@ -174,8 +221,15 @@ def runtime_toml(rt: RuntimeProfile, comments: dict[str, str] | None = None, hea
         return f"{key} = {_value(value)}" + (f"  # {c}" if c else "")
 
     out = [f"# {h}" if h else "#" for h in header.splitlines()] if header else []
-    for f in ("name", "description", "unit", "weight_only_compute", "threads", "thread_split",
-              "workspace_mb"):
+    for f in (
+        "name",
+        "description",
+        "unit",
+        "weight_only_compute",
+        "threads",
+        "thread_split",
+        "workspace_mb",
+    ):
         out.append(line(f, getattr(rt, f), f))
     for sec in ("efficiency", "overhead"):
         out += ["", f"[{sec}]"]
@@ -187,9 +241,14 @@ def runtime_toml(rt: RuntimeProfile, comments: dict[str, str] | None = None, hea
             out.append(line(f.name, v, f"{sec}.{f.name}"))
     if rt.calibration is not None:
         c = rt.calibration
-        out += ["", "# which measurements these numbers were fitted on, and which scored them",
-                "[calibration]", line("method", c.method, ""), line("fitted_on", list(c.fitted_on), ""),
-                line("scored_on", list(c.scored_on), "")]
+        out += [
+            "",
+            "# which measurements these numbers were fitted on, and which scored them",
+            "[calibration]",
+            line("method", c.method, ""),
+            line("fitted_on", list(c.fitted_on), ""),
+            line("scored_on", list(c.scored_on), ""),
+        ]
         if not math.isnan(c.fit_mape_pct):
             out.append(line("fit_mape_pct", c.fit_mape_pct, ""))
         if not math.isnan(c.held_out_mape_pct):

@@ -82,11 +82,17 @@ def sessions(manifest: HostManifest) -> list[dict]:
 
 
 def run_config(run: HostRun):
-    from harmony_ref.config import RunConfig
     from harmony_ref.calibrate.points import checkpoint_spec
+    from harmony_ref.config import RunConfig
 
-    return RunConfig.from_names(checkpoint_spec(HOST_MODEL), run.policy, run.prompt_tokens,
-                                run.new_tokens, run.context_tokens, checkpoint=HOST_MODEL)
+    return RunConfig.from_names(
+        checkpoint_spec(HOST_MODEL),
+        run.policy,
+        run.prompt_tokens,
+        run.new_tokens,
+        run.context_tokens,
+        checkpoint=HOST_MODEL,
+    )
 
 
 def run_values(manifest: HostManifest, run_id: str, metric: str) -> list[float]:
@@ -103,10 +109,22 @@ def host_points(manifest: HostManifest | None = None) -> list[Point]:
             vals = run_values(manifest, run.id, metric)
             if not vals:
                 raise ValueError(f"{manifest.source}: run {run.id!r} was measured in no session")
-            out.append(Point(f"{run.id}:{metric}", "host", manifest.profile, manifest.runtime,
-                             run.threads, cfg, metric, statistics.median(vals), run.split,
-                             source=f"{len(vals)} session(s): " + ", ".join(f"{v:.4g}" for v in vals),
-                             samples=tuple(vals), note=run.differs_in))
+            out.append(
+                Point(
+                    f"{run.id}:{metric}",
+                    "host",
+                    manifest.profile,
+                    manifest.runtime,
+                    run.threads,
+                    cfg,
+                    metric,
+                    statistics.median(vals),
+                    run.split,
+                    source=f"{len(vals)} session(s): " + ", ".join(f"{v:.4g}" for v in vals),
+                    samples=tuple(vals),
+                    note=run.differs_in,
+                )
+            )
     return out
 
 
@@ -128,8 +146,9 @@ def fit_samples(manifest: HostManifest):
             for phase, tokens, context, reps in steps:
                 kinds = reps[0]["s"]
                 seconds = {k: statistics.median(r["s"][k] for r in reps) for k in kinds}
-                out += call_samples(cfg, phase, tokens, context, seconds, reps[0]["calls"],
-                                    tag=f"s{sess_i}:{rid}:")
+                out += call_samples(
+                    cfg, phase, tokens, context, seconds, reps[0]["calls"], tag=f"s{sess_i}:{rid}:"
+                )
     return out
 
 
@@ -149,19 +168,37 @@ def _profiles(manifest: HostManifest):
 def profiled_points(manifest: HostManifest) -> list[Point]:
     """Each profiled forward of a fit run (median over repeats) as a kernels-only point: a
     prefill of the prompt, a decode step at the profiled context."""
-    from harmony_ref.config import RunConfig
     from harmony_ref.calibrate.points import checkpoint_spec
+    from harmony_ref.config import RunConfig
 
     out = []
     for i, (run, phase, _tokens, context, reps) in enumerate(_profiles(manifest)):
         prompt = context if phase == "prefill" else context - 1
-        cfg = RunConfig.from_names(checkpoint_spec(HOST_MODEL), run.policy, prompt, 1,
-                                   max(run.context_tokens, prompt + 1), checkpoint=HOST_MODEL)
+        cfg = RunConfig.from_names(
+            checkpoint_spec(HOST_MODEL),
+            run.policy,
+            prompt,
+            1,
+            max(run.context_tokens, prompt + 1),
+            checkpoint=HOST_MODEL,
+        )
         metric = "prefill_ms" if phase == "prefill" else "decode_step_ms"
         value = statistics.median(r["forward_s"] for r in reps) * 1e3
-        out.append(Point(f"{run.id}:{phase}@{context}:profiled#{i}", "host", manifest.profile,
-                         manifest.runtime, run.threads, cfg, metric, value, "fit",
-                         source="per-call profile (decoder_ops.profile_forward)", kernels_only=True))
+        out.append(
+            Point(
+                f"{run.id}:{phase}@{context}:profiled#{i}",
+                "host",
+                manifest.profile,
+                manifest.runtime,
+                run.threads,
+                cfg,
+                metric,
+                value,
+                "fit",
+                source="per-call profile (decoder_ops.profile_forward)",
+                kernels_only=True,
+            )
+        )
     return out
 
 
@@ -206,8 +243,11 @@ def widen_from_decode(samples, cache_read_bytes_per_s: float) -> float | None:
     without the widen microbenchmark): an fp16 decode matmul call is the widening plus a GEMV
     over the float32 copy it just wrote, which is memory-bound at the measured cache read (4 B
     per weight); the widening is the rest. Median over the fp16 GEMV samples; None without any."""
-    per = [s.time_s / s.launches / (s.nbytes / 2 / s.launches) - 4.0 / cache_read_bytes_per_s
-           for s in samples if s.rate_class == "gemv_fp16" and s.nbytes > 0]
+    per = [
+        s.time_s / s.launches / (s.nbytes / 2 / s.launches) - 4.0 / cache_read_bytes_per_s
+        for s in samples
+        if s.rate_class == "gemv_fp16" and s.nbytes > 0
+    ]
     return max(0.0, statistics.median(per)) * 1e9 if per else None
 
 
@@ -226,20 +266,34 @@ def fit_host_runtime(manifest: HostManifest | None = None):
     if not samples:
         raise ValueError(f"{manifest.source}: no per-call profile of a fit run: nothing to fit")
     machine = _machine(manifest)
-    f = fit(samples, seed_bandwidth=machine["cache_read_gbps_t1"] * GB, seed_rates=seed_rates(samples))
+    f = fit(
+        samples, seed_bandwidth=machine["cache_read_gbps_t1"] * GB, seed_rates=seed_rates(samples)
+    )
     peaks = core_peaks(machine)
     cache_t1 = machine["cache_read_gbps_t1"] * GB
+
     # each fitted class's rate against its one-core peak (attention: fp16's; device/profile.py
     # class_peak_ops_per_s); a class no sample had keeps its fallback (profile.py FALLBACK)
-    peak_of = lambda c: peaks["vector"] if c == "vector" else peaks["fp16"] if c.startswith("attention") \
-        else peaks[c.rpartition("_")[2]]  # noqa: E731
+    def peak_of(c):
+        if c == "vector":
+            return peaks["vector"]
+        return peaks["fp16"] if c.startswith("attention") else peaks[c.rpartition("_")[2]]
+
     eff = {c: min(1.0, f.rates[c] / peak_of(c)) for c in f.fitted if c in RATE_CLASSES}
     eff["cache"] = min(1.0, f.bandwidth_bytes_per_s / cache_t1)
     base = load_runtime(manifest.runtime)
     rt = dataclasses.replace(
-        base, efficiency=dataclasses.replace(base.efficiency, matmul=eff.get("int4", base.efficiency.matmul),
-                                             memory=eff["cache"], **eff),
-        overhead=dataclasses.replace(base.overhead, launch_us=f.launch_s * US_PER_S, forward_us=0.0))
+        base,
+        efficiency=dataclasses.replace(
+            base.efficiency,
+            matmul=eff.get("int4", base.efficiency.matmul),
+            memory=eff["cache"],
+            **eff,
+        ),
+        overhead=dataclasses.replace(
+            base.overhead, launch_us=f.launch_s * US_PER_S, forward_us=0.0
+        ),
+    )
     # the per-forward overhead: generation's loop beyond the kernels (sampling, the argmax over
     # the vocabulary), measured: a fit run's decode step minus its profiled forward
     fit_points = [p for p in host_points(manifest) if p.split == "fit"]
@@ -252,21 +306,35 @@ def fit_host_runtime(manifest: HostManifest | None = None):
     # fp16 GEMM rate (any value fits the fit runs equally well)
     widen_ns = machine.get("fp16_widen_ns_per_weight", widen_from_decode(samples, cache_t1))
     if widen_ns is not None and rt.overhead.fp16_widen_ns_per_weight:
-        rt = dataclasses.replace(rt, overhead=dataclasses.replace(
-            rt.overhead, fp16_widen_ns_per_weight=widen_ns))
+        rt = dataclasses.replace(
+            rt, overhead=dataclasses.replace(rt.overhead, fp16_widen_ns_per_weight=widen_ns)
+        )
     rt, report = fit_on_points(rt, forwards, params, multistart=False)
     rt = dataclasses.replace(rt, overhead=dataclasses.replace(rt.overhead, forward_us=forward_us))
     pairs = [(p.predicted(rt), p.measured) for p in fit_points]
     scored = [p.id for p in host_points(manifest) if p.split == "score"]
-    rt = calibrated(rt, "per-call profiles of the fit runs' prefill and decode steps: NNLS per "
-                        "class, refined on the profiled forwards (calibrate/host_runs.py)",
-                    [p.id for p in fit_points], scored, mape_pct(pairs))
-    info = {"samples": len(samples), "rates_gops": {k: v / 1e9 for k, v in f.rates.items()},
-            "bandwidth_gbps": f.bandwidth_bytes_per_s / GB, "launch_us": f.launch_s * US_PER_S,
-            "forward_us": forward_us, "fitted": list(f.fitted), "per_call_efficiency": eff,
-            "refined": list(report.fitted), "profiled_forward_fit_mape_pct": report.fit_mape_pct,
-            "per_call_fit_mape_pct": mape_pct((f.predict_s(s), s.time_s) for s in samples),
-            "fit_runs_mape_pct": mape_pct(pairs), "machine": machine}
+    rt = calibrated(
+        rt,
+        "per-call profiles of the fit runs' prefill and decode steps: NNLS per "
+        "class, refined on the profiled forwards (calibrate/host_runs.py)",
+        [p.id for p in fit_points],
+        scored,
+        mape_pct(pairs),
+    )
+    info = {
+        "samples": len(samples),
+        "rates_gops": {k: v / 1e9 for k, v in f.rates.items()},
+        "bandwidth_gbps": f.bandwidth_bytes_per_s / GB,
+        "launch_us": f.launch_s * US_PER_S,
+        "forward_us": forward_us,
+        "fitted": list(f.fitted),
+        "per_call_efficiency": eff,
+        "refined": list(report.fitted),
+        "profiled_forward_fit_mape_pct": report.fit_mape_pct,
+        "per_call_fit_mape_pct": mape_pct((f.predict_s(s), s.time_s) for s in samples),
+        "fit_runs_mape_pct": mape_pct(pairs),
+        "machine": machine,
+    }
     return rt, info
 
 
@@ -284,57 +352,130 @@ def host_soc_toml(manifest: HostManifest | None = None) -> str:
     l3_mb = _size_mb(m["l3"])
     sync = max(0.0, m["parallel_call_us_t2"] - m["parallel_call_us_t1"])
     thermal = read_toml("profile", PROFILES_FOLDER, THERMAL_TEMPLATE)[0]["thermal"]
-    head = "\n".join([
-        "# This machine as a SoC profile, written by harmony_ref/calibrate/host_runs.py from the",
-        f"# microbenchmarks in {', '.join(manifest.sessions)} ({manifest.cpu}).",
-        f'name = "{manifest.profile}"',
-        f'description = "{manifest.cpu}; no NPU: the machine of the fidelity fixtures"',
-        'soc = "host CPU (KVM guest)"',
-        f'default_runtime = "{manifest.runtime}"',
-    ])
-    compute = _toml_table("compute", [
-        ("cube_fp16_tops", 0.0, "no NPU"), ("cube_int8_tops", 0.0, "no NPU"), ("cube_int4_tops", 0.0, "no NPU"),
-        ("vector_fp16_gflops", 2 * peaks["vector"] / 1e9, "2 cores x the nominal fp32 SIMD peak"),
-        ("cpu_fp16_gflops", 2 * peaks["fp16"] / 1e9, "2 cores x nominal (calibrate/write.py nominal_host_peaks)"),
-        ("cpu_int8_gops", 2 * peaks["int8"] / 1e9, "2 cores x nominal (VNNI when the flags have it)"),
-        ("cpu_int4_gops", 2 * peaks["int4"] / 1e9, "2 cores x nominal (int4 unpacked to int8)"),
-    ])
-    memory = _toml_table("memory", [
-        ("dram_type", "host DRAM", ""),
-        ("dram_bandwidth_gbps", m["dram_read_gbps_t2"], "measured: 2-thread read of 2 GiB (larger than the L3)"),
-        ("onchip_buffer_kib", m["l2_bytes"] / 1024, "measured: L2 of cpu0 (sysfs)"),
-        ("ram_gb", 24.0, "the machine's 24 GiB, as free -g reports it (rounded)"),
-        ("app_memory_share", 0.5, "assumption"),
-        ("runtime_workspace_mb", 0.0, "assumption (a runtime profile's workspace_mb replaces it)"),
-        ("cache_mb", l3_mb, f"measured: L3 {m['l3']} (sysfs)"),
-        ("cache_bandwidth_gbps", m["cache_read_gbps_t2"], "measured: 2-thread read of 64 MiB (in the L3)"),
-        ("core_cache_gbps", m["cache_read_gbps_t1"], "measured: 1-thread read of 64 MiB"),
-        ("cpu_read_gbps", m["dram_read_gbps_t2"], "measured: 2-thread read of 2 GiB"),
-        ("core_read_gbps", m["dram_read_gbps_t1"], "measured: 1-thread read of 2 GiB"),
-    ])
-    runtime = _toml_table("runtime", [
-        ("storage_read_gbps", 1.0, "assumption: not measured"), ("npu_init_ms", 0.0, "no NPU"),
-        ("graph_parse_ms_per_mb", 0.0, "assumption: no graph compile"),
-    ])
-    cpu = _toml_table("cpu", [
-        ("launch_us", 0.0, "unused by the runtime path (the runtime profile's launch_us applies)"),
-        ("sync_us_per_thread", sync, "measured: a Numba parallel call at 2 threads minus at 1"),
-    ])
-    cluster = _toml_table("[cpu.clusters]", [
-        ("name", "core", ""), ("cores", 2, "lscpu"),
-        ("freq_ghz", ghz, "psutil cpu_freq"),
-        ("fp16_flops_per_cycle", peaks["fp16"] / (ghz * 1e9), "nominal: 2 FMA pipes x fp32 lanes x 2"),
-        ("int8_ops_per_cycle", peaks["int8"] / (ghz * 1e9), "nominal: VNNI 4 MACs per 32-bit lane"),
-        ("int4_ops_per_cycle", peaks["int4"] / (ghz * 1e9), "nominal: as int8 (nibbles unpacked)"),
-    ])
+    head = "\n".join(
+        [
+            "# This machine as a SoC profile, written by harmony_ref/calibrate/host_runs.py from the",
+            f"# microbenchmarks in {', '.join(manifest.sessions)} ({manifest.cpu}).",
+            f'name = "{manifest.profile}"',
+            f'description = "{manifest.cpu}; no NPU: the machine of the fidelity fixtures"',
+            'soc = "host CPU (KVM guest)"',
+            f'default_runtime = "{manifest.runtime}"',
+        ]
+    )
+    compute = _toml_table(
+        "compute",
+        [
+            ("cube_fp16_tops", 0.0, "no NPU"),
+            ("cube_int8_tops", 0.0, "no NPU"),
+            ("cube_int4_tops", 0.0, "no NPU"),
+            (
+                "vector_fp16_gflops",
+                2 * peaks["vector"] / 1e9,
+                "2 cores x the nominal fp32 SIMD peak",
+            ),
+            (
+                "cpu_fp16_gflops",
+                2 * peaks["fp16"] / 1e9,
+                "2 cores x nominal (calibrate/write.py nominal_host_peaks)",
+            ),
+            (
+                "cpu_int8_gops",
+                2 * peaks["int8"] / 1e9,
+                "2 cores x nominal (VNNI when the flags have it)",
+            ),
+            ("cpu_int4_gops", 2 * peaks["int4"] / 1e9, "2 cores x nominal (int4 unpacked to int8)"),
+        ],
+    )
+    memory = _toml_table(
+        "memory",
+        [
+            ("dram_type", "host DRAM", ""),
+            (
+                "dram_bandwidth_gbps",
+                m["dram_read_gbps_t2"],
+                "measured: 2-thread read of 2 GiB (larger than the L3)",
+            ),
+            ("onchip_buffer_kib", m["l2_bytes"] / 1024, "measured: L2 of cpu0 (sysfs)"),
+            ("ram_gb", 24.0, "the machine's 24 GiB, as free -g reports it (rounded)"),
+            ("app_memory_share", 0.5, "assumption"),
+            (
+                "runtime_workspace_mb",
+                0.0,
+                "assumption (a runtime profile's workspace_mb replaces it)",
+            ),
+            ("cache_mb", l3_mb, f"measured: L3 {m['l3']} (sysfs)"),
+            (
+                "cache_bandwidth_gbps",
+                m["cache_read_gbps_t2"],
+                "measured: 2-thread read of 64 MiB (in the L3)",
+            ),
+            ("core_cache_gbps", m["cache_read_gbps_t1"], "measured: 1-thread read of 64 MiB"),
+            ("cpu_read_gbps", m["dram_read_gbps_t2"], "measured: 2-thread read of 2 GiB"),
+            ("core_read_gbps", m["dram_read_gbps_t1"], "measured: 1-thread read of 2 GiB"),
+        ],
+    )
+    runtime = _toml_table(
+        "runtime",
+        [
+            ("storage_read_gbps", 1.0, "assumption: not measured"),
+            ("npu_init_ms", 0.0, "no NPU"),
+            ("graph_parse_ms_per_mb", 0.0, "assumption: no graph compile"),
+        ],
+    )
+    cpu = _toml_table(
+        "cpu",
+        [
+            (
+                "launch_us",
+                0.0,
+                "unused by the runtime path (the runtime profile's launch_us applies)",
+            ),
+            ("sync_us_per_thread", sync, "measured: a Numba parallel call at 2 threads minus at 1"),
+        ],
+    )
+    cluster = _toml_table(
+        "[cpu.clusters]",
+        [
+            ("name", "core", ""),
+            ("cores", 2, "lscpu"),
+            ("freq_ghz", ghz, "psutil cpu_freq"),
+            (
+                "fp16_flops_per_cycle",
+                peaks["fp16"] / (ghz * 1e9),
+                "nominal: 2 FMA pipes x fp32 lanes x 2",
+            ),
+            (
+                "int8_ops_per_cycle",
+                peaks["int8"] / (ghz * 1e9),
+                "nominal: VNNI 4 MACs per 32-bit lane",
+            ),
+            (
+                "int4_ops_per_cycle",
+                peaks["int4"] / (ghz * 1e9),
+                "nominal: as int8 (nibbles unpacked)",
+            ),
+        ],
+    )
     th = _toml_table("thermal", [(k, v, "") for k, v in thermal.items()])
-    return "\n\n".join([head, compute, memory, runtime, cpu, cluster,
-                        f"# not calibrated: {THERMAL_TEMPLATE}'s thermal constants\n" + th]) + "\n"
+    return (
+        "\n\n".join(
+            [
+                head,
+                compute,
+                memory,
+                runtime,
+                cpu,
+                cluster,
+                f"# not calibrated: {THERMAL_TEMPLATE}'s thermal constants\n" + th,
+            ]
+        )
+        + "\n"
+    )
 
 
 def _size_mb(text: str) -> float:
     text = text.strip().upper()
-    for unit, mult in (("K", 1024), ("M", 1024 ** 2), ("G", 1024 ** 3)):
+    for unit, mult in (("K", 1024), ("M", 1024**2), ("G", 1024**3)):
         if text.endswith(unit):
             return float(text[:-1]) * mult / 1e6
     return float(text) / 1e6

@@ -60,7 +60,11 @@ class LlamacppManifest:
 def load_llamacpp_manifest(path=None) -> LlamacppManifest:
     from harmony_ref._toml import loads
 
-    p = Path(path) if path else Path(str(resources.files("harmony_ref") / "data" / "fidelity")) / LLAMACPP_MANIFEST
+    p = (
+        Path(path)
+        if path
+        else Path(str(resources.files("harmony_ref") / "data" / "fidelity")) / LLAMACPP_MANIFEST
+    )
     if not p.is_file():
         raise ValueError(f"llama.cpp set manifest {p} does not exist")
     m = from_table(LlamacppManifest, loads(p.read_text(), str(p)), str(p))
@@ -68,8 +72,10 @@ def load_llamacpp_manifest(path=None) -> LlamacppManifest:
     quants = {q.name for q in m.quant}
     for i, r in enumerate(m.run):
         if r.quant not in quants:
-            raise ValueError(f"{p}: field 'run[{i}].quant' = {r.quant!r}: not a [[quant]] name "
-                             f"({sorted(quants)})")
+            raise ValueError(
+                f"{p}: field 'run[{i}].quant' = {r.quant!r}: not a [[quant]] name "
+                f"({sorted(quants)})"
+            )
     return m
 
 
@@ -91,20 +97,22 @@ def _tests(manifest: LlamacppManifest, run: BenchRun) -> list[dict]:
 
 
 def _config_and_metric(test: dict, policy: str):
-    from harmony_ref.config import RunConfig
     from harmony_ref.calibrate.points import checkpoint_spec
+    from harmony_ref.config import RunConfig
 
     spec = checkpoint_spec(MODEL)
     depth, n_prompt, n_gen = int(test.get("n_depth", 0)), int(test["n_prompt"]), int(test["n_gen"])
     if n_prompt and not n_gen:  # pp: the new rows after `depth` cached ones
         prompt = depth + n_prompt
-        cfg = RunConfig.from_names(spec, policy, prompt, 1, max(prompt + 1, 512), prefix_tokens=depth,
-                                   checkpoint=MODEL)
+        cfg = RunConfig.from_names(
+            spec, policy, prompt, 1, max(prompt + 1, 512), prefix_tokens=depth, checkpoint=MODEL
+        )
         return cfg, "prefill_ms", float(test["avg_ns"]) / 1e6
     if n_gen and not n_prompt:  # tg: n_gen steps after `depth` cached tokens
         prompt = max(depth, 1)
-        cfg = RunConfig.from_names(spec, policy, prompt, n_gen, max(prompt + n_gen, 512),
-                                   checkpoint=MODEL)
+        cfg = RunConfig.from_names(
+            spec, policy, prompt, n_gen, max(prompt + n_gen, 512), checkpoint=MODEL
+        )
         return cfg, "decode_step_ms", float(test["avg_ns"]) / 1e6 / n_gen
     raise ValueError(f"llama-bench test pp{n_prompt}/tg{n_gen}: expected a pp or a tg test")
 
@@ -118,11 +126,23 @@ def llamacpp_points(manifest: LlamacppManifest | None = None) -> list[Point]:
         cfg, metric, _ = _config_and_metric(tests[0], quants[run.quant].policy)
         vals = [_config_and_metric(t, quants[run.quant].policy)[2] for t in tests]
         threads = int(tests[0]["n_threads"])
-        out.append(Point(run.id, "llama.cpp", manifest.profile, manifest.runtime, threads, cfg,
-                         metric, statistics.median(vals), run.split,
-                         source=f"llama-bench {tests[0].get('build_commit', '?')}, {len(vals)} "
-                                "session(s): " + ", ".join(f"{v:.4g}" for v in vals),
-                         samples=tuple(vals), note=run.differs_in))
+        out.append(
+            Point(
+                run.id,
+                "llama.cpp",
+                manifest.profile,
+                manifest.runtime,
+                threads,
+                cfg,
+                metric,
+                statistics.median(vals),
+                run.split,
+                source=f"llama-bench {tests[0].get('build_commit', '?')}, {len(vals)} "
+                "session(s): " + ", ".join(f"{v:.4g}" for v in vals),
+                samples=tuple(vals),
+                note=run.differs_in,
+            )
+        )
     return out
 
 
@@ -135,8 +155,12 @@ def fit_llamacpp_runtime(manifest: LlamacppManifest | None = None):
     points = llamacpp_points(manifest)
     fit_pts = [p for p in points if p.split == "fit"]
     rt, report = fit_on_points(load_runtime(manifest.runtime), fit_pts, manifest.fit_params)
-    rt = calibrated(rt, f"least squares on log error over {list(report.fitted)} "
-                        "(calibrate/fit_runtime.py) on llama-bench fit runs",
-                    [p.id for p in fit_pts], [p.id for p in points if p.split == "score"],
-                    report.fit_mape_pct)
+    rt = calibrated(
+        rt,
+        f"least squares on log error over {list(report.fitted)} "
+        "(calibrate/fit_runtime.py) on llama-bench fit runs",
+        [p.id for p in fit_pts],
+        [p.id for p in points if p.split == "score"],
+        report.fit_mape_pct,
+    )
     return rt, report

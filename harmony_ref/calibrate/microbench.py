@@ -26,21 +26,52 @@ from harmony_ref.quant.policy import WeightFormat
 
 # per element, as model/graph.py counts them (a bias add is one add)
 NORM_FLOPS, BIAS_FLOPS, GELU_FLOPS = NORM_FLOPS_PER_ELEMENT, 1, GELU_FLOPS_PER_ELEMENT
-BENCH_FORMATS = {"int4": WeightFormat("int4", 32, "asym"), "int4-g128": WeightFormat("int4", 128, "asym"),
-                 "int8": WeightFormat("int8"), "fp16": WeightFormat("fp16")}
+BENCH_FORMATS = {
+    "int4": WeightFormat("int4", 32, "asym"),
+    "int4-g128": WeightFormat("int4", 128, "asym"),
+    "int8": WeightFormat("int8"),
+    "fp16": WeightFormat("fp16"),
+}
 # (N, K) weight shapes: square and the rectangular shapes of attention and FFN projections
-SHAPES = [(512, 512), (1024, 1024), (2048, 512), (1536, 1536), (512, 2048), (2048, 2048),
-          (4096, 1024), (3072, 3072), (1024, 4096), (4096, 4096)]
+SHAPES = [
+    (512, 512),
+    (1024, 1024),
+    (2048, 512),
+    (1536, 1536),
+    (512, 2048),
+    (2048, 2048),
+    (4096, 1024),
+    (3072, 3072),
+    (1024, 4096),
+    (4096, 4096),
+]
 ROWS = (1, 8, 64)  # GEMV (decode) and small / medium GEMM (prefill)
-NORM_SHAPES = [(1, 512), (1, 1024), (16, 1024), (64, 2048), (128, 384), (256, 1024), (512, 768),
-               (512, 2048), (32, 4096)]
+NORM_SHAPES = [
+    (1, 512),
+    (1, 1024),
+    (16, 1024),
+    (64, 2048),
+    (128, 384),
+    (256, 1024),
+    (512, 768),
+    (512, 2048),
+    (32, 4096),
+]
 QUICK_SHAPES = SHAPES[:6]
 QUICK_NORM = NORM_SHAPES[:6]
 
 
-def matmul_samples(formats=("int4", "int4-g128", "int8", "fp16"), shapes=SHAPES, rows=ROWS,
-                   warmup: int = 1, repeats: int = 5, seed: int = 0, onchip: int | None = None,
-                   progress=None, stat: str = "min") -> list[OpSample]:
+def matmul_samples(
+    formats=("int4", "int4-g128", "int8", "fp16"),
+    shapes=SHAPES,
+    rows=ROWS,
+    warmup: int = 1,
+    repeats: int = 5,
+    seed: int = 0,
+    onchip: int | None = None,
+    progress=None,
+    stat: str = "min",
+) -> list[OpSample]:
     rng = np.random.default_rng(seed)
     onchip = onchip or onchip_buffer_bytes()
     out = []
@@ -56,16 +87,34 @@ def matmul_samples(formats=("int4", "int4-g128", "int8", "fp16"), shapes=SHAPES,
                 call = lambda x=x, w=w, fn=f.matmul: fn(x, w)  # noqa: E731
                 t = time_call(call, warmup, repeats, min_sample_s=2e-3)
                 tile = m * k * ACT_BYTES  # the activation block the weights stream past
-                nbytes = float(dram_bytes(fmt.nbytes(n, k), (m * k + m * n) * ACT_BYTES, tile, onchip))
-                out.append(OpSample(f"matmul_{fname}_m{m}_n{n}_k{k}", cls, 2.0 * m * n * k, nbytes, 1,
-                                    pick(t, stat), t.samples_s, holdout=i % 3 == 2))
+                nbytes = float(
+                    dram_bytes(fmt.nbytes(n, k), (m * k + m * n) * ACT_BYTES, tile, onchip)
+                )
+                out.append(
+                    OpSample(
+                        f"matmul_{fname}_m{m}_n{n}_k{k}",
+                        cls,
+                        2.0 * m * n * k,
+                        nbytes,
+                        1,
+                        pick(t, stat),
+                        t.samples_s,
+                        holdout=i % 3 == 2,
+                    )
+                )
                 if progress:
                     progress()
     return out
 
 
-def norm_samples(shapes=NORM_SHAPES, warmup: int = 1, repeats: int = 5, seed: int = 0,
-                 progress=None, stat: str = "min") -> list[OpSample]:
+def norm_samples(
+    shapes=NORM_SHAPES,
+    warmup: int = 1,
+    repeats: int = 5,
+    seed: int = 0,
+    progress=None,
+    stat: str = "min",
+) -> list[OpSample]:
     """The LayerNorm + bias + GELU chain: one fused kernel, and the three unfused kernels."""
     rng = np.random.default_rng(seed)
     out = []
@@ -75,16 +124,35 @@ def norm_samples(shapes=NORM_SHAPES, warmup: int = 1, repeats: int = 5, seed: in
         e = r * h
         hold = i % 3 == 2
         cases = [
-            ("norm_bias_gelu", lambda: norm_bias_gelu(x, g, b, bias),
-             (NORM_FLOPS + BIAS_FLOPS + GELU_FLOPS) * e, (2 * e + 3 * h) * ACT_BYTES),
-            ("layer_norm", lambda: layer_norm(x, g, b), NORM_FLOPS * e, (2 * e + 2 * h) * ACT_BYTES),
+            (
+                "norm_bias_gelu",
+                lambda: norm_bias_gelu(x, g, b, bias),
+                (NORM_FLOPS + BIAS_FLOPS + GELU_FLOPS) * e,
+                (2 * e + 3 * h) * ACT_BYTES,
+            ),
+            (
+                "layer_norm",
+                lambda: layer_norm(x, g, b),
+                NORM_FLOPS * e,
+                (2 * e + 2 * h) * ACT_BYTES,
+            ),
             ("bias_add", lambda: bias_add(x, bias), BIAS_FLOPS * e, (2 * e + h) * ACT_BYTES),
             ("gelu", lambda: gelu(x), GELU_FLOPS * e, 2 * e * ACT_BYTES),
         ]
         for name, fn, ops, nbytes in cases:
             t = time_call(fn, warmup, repeats, min_sample_s=2e-3)
-            out.append(OpSample(f"{name}_{r}x{h}", "vector", float(ops), float(nbytes), 1, pick(t, stat),
-                                t.samples_s, holdout=hold))
+            out.append(
+                OpSample(
+                    f"{name}_{r}x{h}",
+                    "vector",
+                    float(ops),
+                    float(nbytes),
+                    1,
+                    pick(t, stat),
+                    t.samples_s,
+                    holdout=hold,
+                )
+            )
             if progress:
                 progress()
     return out
@@ -96,8 +164,9 @@ def launch_sample(warmup: int = 3, repeats: int = 7) -> OpSample:
     return OpSample("empty_kernel", "vector", 0.0, 0.0, 1, t.median_s, t.samples_s)
 
 
-def measure_host_ops(quick: bool = False, repeats: int = 5, progress=None,
-                     stat: str = "min") -> tuple[list[OpSample], OpSample]:
+def measure_host_ops(
+    quick: bool = False, repeats: int = 5, progress=None, stat: str = "min"
+) -> tuple[list[OpSample], OpSample]:
     """All calibration microbenchmarks (quick: fewer sizes, for tests). Returns (samples to fit
     and score, the empty-kernel launch). The empty kernel is kept out of the fit: it measures the
     bare Numba dispatch (~0.1 us), while every real kernel call also pays its Python wrapper
@@ -138,7 +207,9 @@ class LoadCanary:
         self.base_s = min(self.base_s, t)
         return t / self.base_s
 
-    def wait_quiet(self, max_ratio: float = 1.2, timeout_s: float = 20.0, poll_s: float = 1.0) -> float:
+    def wait_quiet(
+        self, max_ratio: float = 1.2, timeout_s: float = 20.0, poll_s: float = 1.0
+    ) -> float:
         """Poll until the canary is within `max_ratio` of its baseline or `timeout_s` passes;
         returns the last ratio seen."""
         import time

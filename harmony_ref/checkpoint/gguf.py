@@ -45,17 +45,33 @@ from harmony_ref.model.decoder import (
 
 # in-memory LayerWeights field -> GGUF tensor name inside blk.{i}
 LAYER_TENSORS = {
-    "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight",
-    "wv": "attn_v.weight", "wo": "attn_output.weight", "ffn_norm": "ffn_norm.weight",
-    "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
-    "bq": "attn_q.bias", "bk": "attn_k.bias", "bv": "attn_v.bias",
-    "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
-    "post_attn_norm": "post_attention_norm.weight", "post_ffn_norm": "post_ffw_norm.weight",
+    "attn_norm": "attn_norm.weight",
+    "wq": "attn_q.weight",
+    "wk": "attn_k.weight",
+    "wv": "attn_v.weight",
+    "wo": "attn_output.weight",
+    "ffn_norm": "ffn_norm.weight",
+    "w_gate": "ffn_gate.weight",
+    "w_up": "ffn_up.weight",
+    "w_down": "ffn_down.weight",
+    "bq": "attn_q.bias",
+    "bk": "attn_k.bias",
+    "bv": "attn_v.bias",
+    "q_norm": "attn_q_norm.weight",
+    "k_norm": "attn_k_norm.weight",
+    "post_attn_norm": "post_attention_norm.weight",
+    "post_ffn_norm": "post_ffw_norm.weight",
 }
 # LayerWeights fields present only when the config says so
-OPTIONAL_TENSORS = {"bq": "attention_bias", "bk": "attention_bias", "bv": "attention_bias",
-                    "q_norm": "qk_norm", "k_norm": "qk_norm", "post_attn_norm": "post_norms",
-                    "post_ffn_norm": "post_norms"}
+OPTIONAL_TENSORS = {
+    "bq": "attention_bias",
+    "bk": "attention_bias",
+    "bv": "attention_bias",
+    "q_norm": "qk_norm",
+    "k_norm": "qk_norm",
+    "post_attn_norm": "post_norms",
+    "post_ffn_norm": "post_norms",
+}
 PERMUTED_ARCHS = ("llama",)  # Q/K stored for adjacent-pair RoPE
 GEMMA3_SWA_PATTERN = 6  # llama.cpp's default: five local layers, then one global
 GEMMA3_ROPE_BASE_SWA = 10000.0  # llama.cpp's default rope_freq_base_train_swa
@@ -74,8 +90,9 @@ def _open(path: Path):
     try:
         reader = gguf.GGUFReader(str(path))
     except Exception as e:  # the reader raises ValueError, struct/IndexError on garbage
-        raise CheckpointError(f"{path}: not a readable GGUF file (truncated or corrupt?): "
-                              f"{type(e).__name__}: {e}") from e
+        raise CheckpointError(
+            f"{path}: not a readable GGUF file (truncated or corrupt?): {type(e).__name__}: {e}"
+        ) from e
     _READERS.clear()
     _READERS[key] = reader
     return reader
@@ -97,17 +114,25 @@ def _field(reader, key: str):
 def gguf_metadata(path) -> dict:
     """Every metadata field except the big tokenizer arrays, as Python values."""
     reader = _open(Path(path))
-    big = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
-           "tokenizer.ggml.scores")
-    return {k: _field(reader, k) for k in reader.fields if k not in big and not k.startswith("GGUF.")}
+    big = (
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.merges",
+        "tokenizer.ggml.token_type",
+        "tokenizer.ggml.scores",
+    )
+    return {
+        k: _field(reader, k) for k in reader.fields if k not in big and not k.startswith("GGUF.")
+    }
 
 
 def config_from_metadata(reader, path: Path, tensor_shapes: dict) -> DecoderConfig:
     """The spec from the file's own metadata keys ({arch}.block_count, ...)."""
     arch = _field(reader, "general.architecture")
     if arch not in ARCHITECTURES:
-        raise CheckpointError(f"{path}: general.architecture = {arch!r} is not supported "
-                              f"(supported: {', '.join(ARCHITECTURES)})")
+        raise CheckpointError(
+            f"{path}: general.architecture = {arch!r} is not supported "
+            f"(supported: {', '.join(ARCHITECTURES)})"
+        )
 
     def need(key):
         v = _field(reader, f"{arch}.{key}")
@@ -123,17 +148,22 @@ def config_from_metadata(reader, path: Path, tensor_shapes: dict) -> DecoderConf
         """An integer metadata value >= minimum, else an error naming the key."""
         v = need(key) if default is None else opt(key, default)
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
-            raise CheckpointError(f"{path}: metadata key {arch}.{key} = {v!r}: must be an "
-                                  f"integer >= {minimum}")
+            raise CheckpointError(
+                f"{path}: metadata key {arch}.{key} = {v!r}: must be an integer >= {minimum}"
+            )
         return int(v)
 
     def number(key, default=None):
         """A finite positive metadata number, else an error naming the key."""
         v = need(key) if default is None else opt(key, default)
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not (
-                np.isfinite(v) and v > 0):
-            raise CheckpointError(f"{path}: metadata key {arch}.{key} = {v!r}: must be a "
-                                  "positive number")
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float, np.number))
+            or not (np.isfinite(v) and v > 0)
+        ):
+            raise CheckpointError(
+                f"{path}: metadata key {arch}.{key} = {v!r}: must be a positive number"
+            )
         return float(v)
 
     scaling = opt("rope.scaling.type", "none")
@@ -145,16 +175,23 @@ def config_from_metadata(reader, path: Path, tensor_shapes: dict) -> DecoderConf
     head_dim = count("attention.key_length", dim // n_heads)
     value_dim = count("attention.value_length", head_dim)
     if value_dim != head_dim:
-        raise CheckpointError(f"{path}: {arch}.attention.value_length = {value_dim} != key_length "
-                              f"{head_dim} (not supported)")
+        raise CheckpointError(
+            f"{path}: {arch}.attention.value_length = {value_dim} != key_length "
+            f"{head_dim} (not supported)"
+        )
     rope_dims = count("rope.dimension_count", head_dim)
     if rope_dims != head_dim:
-        raise CheckpointError(f"{path}: {arch}.rope.dimension_count = {rope_dims} != head dim "
-                              f"{head_dim} (partial rotary embeddings are not supported)")
+        raise CheckpointError(
+            f"{path}: {arch}.rope.dimension_count = {rope_dims} != head dim "
+            f"{head_dim} (partial rotary embeddings are not supported)"
+        )
     tokens = reader.fields.get("tokenizer.ggml.tokens")
     embed_rows = tensor_shapes.get("token_embd.weight", (None,))[0]
     vocab = opt("vocab_size", len(tokens.data) if tokens is not None else embed_rows)
-    bos, eos = _field(reader, "tokenizer.ggml.bos_token_id"), _field(reader, "tokenizer.ggml.eos_token_id")
+    bos, eos = (
+        _field(reader, "tokenizer.ggml.bos_token_id"),
+        _field(reader, "tokenizer.ggml.eos_token_id"),
+    )
     extra: dict = {}
     if arch == "qwen3":
         extra = dict(qk_norm=True)
@@ -187,25 +224,35 @@ def _gemma3_fields(reader, path, n_layers, dim, n_heads, head_dim, count, number
     """The Gemma 3 parts of the config, read as llama.cpp reads them (module docstring)."""
     cap = opt("final_logit_softcapping", 0.0)
     if cap:
-        raise CheckpointError(f"{path}: metadata key gemma3.final_logit_softcapping = {cap!r} is "
-                              "not supported")
+        raise CheckpointError(
+            f"{path}: metadata key gemma3.final_logit_softcapping = {cap!r} is not supported"
+        )
     window = count("attention.sliding_window", 0, minimum=0)
     local: tuple = ()
     if window:
         pattern = opt("attention.sliding_window_pattern", GEMMA3_SWA_PATTERN)
         if isinstance(pattern, list):
-            if len(pattern) != n_layers or not all(isinstance(v, (bool, np.bool_)) for v in pattern):
-                raise CheckpointError(f"{path}: metadata key gemma3.attention.sliding_window_pattern"
-                                      f" = {pattern!r}: must be {n_layers} booleans or an integer")
+            if len(pattern) != n_layers or not all(
+                isinstance(v, (bool, np.bool_)) for v in pattern
+            ):
+                raise CheckpointError(
+                    f"{path}: metadata key gemma3.attention.sliding_window_pattern"
+                    f" = {pattern!r}: must be {n_layers} booleans or an integer"
+                )
             local = tuple(i for i, v in enumerate(pattern) if v)
         else:
             n = count("attention.sliding_window_pattern", GEMMA3_SWA_PATTERN, minimum=0)
             local = tuple(i for i in range(n_layers) if n == 0 or i % n < n - 1)
     scale_dim = dim // n_heads if n_layers == 62 else head_dim
-    return dict(qk_norm=True, post_norms=True, embed_scale=float(np.sqrt(dim)),
-                attn_scale=1.0 / float(np.sqrt(scale_dim)), sliding_window=window,
-                local_layers=local,
-                rope_theta_local=number("rope.freq_base_swa", GEMMA3_ROPE_BASE_SWA) if window else 0.0)
+    return dict(
+        qk_norm=True,
+        post_norms=True,
+        embed_scale=float(np.sqrt(dim)),
+        attn_scale=1.0 / float(np.sqrt(scale_dim)),
+        sliding_window=window,
+        local_layers=local,
+        rope_theta_local=number("rope.freq_base_swa", GEMMA3_ROPE_BASE_SWA) if window else 0.0,
+    )
 
 
 def unpermute_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
@@ -213,14 +260,14 @@ def unpermute_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
     GGUF row order within a head is (pair j, half h) -> HF's (half h, pair j)."""
     rest = w.shape[1:]
     hd = w.shape[0] // n_heads
-    return (w.reshape(n_heads, hd // 2, 2, *rest).swapaxes(1, 2).reshape(w.shape))
+    return w.reshape(n_heads, hd // 2, 2, *rest).swapaxes(1, 2).reshape(w.shape)
 
 
 def permute_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
     """convert_hf_to_gguf.py's `permute` (HF rotate-half rows -> GGUF adjacent pairs)."""
     rest = w.shape[1:]
     hd = w.shape[0] // n_heads
-    return (w.reshape(n_heads, 2, hd // 2, *rest).swapaxes(1, 2).reshape(w.shape))
+    return w.reshape(n_heads, 2, hd // 2, *rest).swapaxes(1, 2).reshape(w.shape)
 
 
 def _dequantize(t, path: Path) -> np.ndarray:
@@ -229,14 +276,17 @@ def _dequantize(t, path: Path) -> np.ndarray:
     shape = tuple(int(d) for d in reversed(t.shape.tolist()))
     block, type_size = gguf.GGML_QUANT_SIZES[t.tensor_type]
     if t.data.nbytes != t.n_elements * type_size // block:
-        raise CheckpointError(f"{path}: tensor {t.name} has {t.data.nbytes} bytes, its "
-                              f"{t.tensor_type.name} shape {shape} needs "
-                              f"{t.n_elements * type_size // block} (truncated file?)")
+        raise CheckpointError(
+            f"{path}: tensor {t.name} has {t.data.nbytes} bytes, its "
+            f"{t.tensor_type.name} shape {shape} needs "
+            f"{t.n_elements * type_size // block} (truncated file?)"
+        )
     try:
         a = gguf.quants.dequantize(t.data, t.tensor_type)
     except NotImplementedError as e:
-        raise CheckpointError(f"{path}: tensor {t.name} is {t.tensor_type.name}, which gguf "
-                              f"cannot dequantize") from e
+        raise CheckpointError(
+            f"{path}: tensor {t.name} is {t.tensor_type.name}, which gguf cannot dequantize"
+        ) from e
     return np.asarray(a, dtype=np.float32).reshape(shape)
 
 
@@ -251,8 +301,15 @@ def read_gguf_config(path) -> DecoderConfig:
 # GGUF tensor types kept as stored for the `as-stored` policy -> our format name
 STORED_TYPES = {"F32": "fp32", "F16": "fp16", "Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0"}
 # LayerWeights field -> HF short name of the Linear (the name a policy matches)
-LINEAR_FIELDS = {"wq": "q_proj", "wk": "k_proj", "wv": "v_proj", "wo": "o_proj",
-                 "w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}
+LINEAR_FIELDS = {
+    "wq": "q_proj",
+    "wk": "k_proj",
+    "wv": "v_proj",
+    "wo": "o_proj",
+    "w_gate": "gate_proj",
+    "w_up": "up_proj",
+    "w_down": "down_proj",
+}
 
 
 def _stored_matrix(t, path: Path, rows=None):
@@ -283,7 +340,9 @@ def read_gguf(path, keep_stored: bool = False) -> DecoderWeights:
     path = Path(path)
     reader = _open(path)
     tensors = {t.name: t for t in reader.tensors}
-    shapes = {name: tuple(int(d) for d in reversed(t.shape.tolist())) for name, t in tensors.items()}
+    shapes = {
+        name: tuple(int(d) for d in reversed(t.shape.tolist())) for name, t in tensors.items()
+    }
     config = config_from_metadata(reader, path, shapes)
     stored: dict[str, str] = {}
 
@@ -349,8 +408,9 @@ def _stored_linears(tensors: dict, config: DecoderConfig, path: Path) -> dict:
 
 def _unpermute_checked(a, n_heads, path, name):
     if a.shape[0] % (2 * n_heads):
-        raise CheckpointError(f"{path}: tensor {name} has shape {a.shape}: rows not a multiple "
-                              f"of 2 x {n_heads} heads")
+        raise CheckpointError(
+            f"{path}: tensor {name} has shape {a.shape}: rows not a multiple of 2 x {n_heads} heads"
+        )
     return unpermute_rope_rows(a, n_heads)
 
 
@@ -359,16 +419,29 @@ def _gguf_name(key: str) -> str:
     parts = key.split()
     if parts[0] == "layer":
         return f"blk.{parts[1]}.{LAYER_TENSORS[parts[2]]}"
-    return {"embed": "token_embd.weight", "final_norm": "output_norm.weight",
-            "lm_head": "output.weight"}[parts[0]]
+    return {
+        "embed": "token_embd.weight",
+        "final_norm": "output_norm.weight",
+        "lm_head": "output.weight",
+    }[parts[0]]
 
 
 # ----------------------------------------------------------------------------------------------
 # Writing (tests and tools): FP32 weights -> a GGUF file llama.cpp can read
 
 
-def write_gguf(weights: DecoderWeights, path, *, tokens=None, token_types=None, merges=None,
-               pre: str = "smollm", qtype: str = "F32", scores=None, add_bos: bool = False) -> None:
+def write_gguf(
+    weights: DecoderWeights,
+    path,
+    *,
+    tokens=None,
+    token_types=None,
+    merges=None,
+    pre: str = "smollm",
+    qtype: str = "F32",
+    scores=None,
+    add_bos: bool = False,
+) -> None:
     """Write `weights` as a GGUF of its architecture (Q/K permuted back for llama), F32 or F16
     tensors. With `scores` the vocabulary is a SentencePiece one (tokenizer.ggml.model = llama),
     else byte-level BPE over `merges`."""

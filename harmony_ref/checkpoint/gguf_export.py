@@ -44,16 +44,27 @@ import numpy as np
 
 from harmony_ref._io import TMP_PREFIX, _umask, check_output_file, write_text_atomic
 from harmony_ref.checkpoint.assets import sha256_file
-from harmony_ref.checkpoint.gguf import (LAYER_TENSORS, LINEAR_FIELDS, PERMUTED_ARCHS, _open,
-                                         permute_rope_rows, read_gguf)
+from harmony_ref.checkpoint.gguf import (
+    LAYER_TENSORS,
+    LINEAR_FIELDS,
+    PERMUTED_ARCHS,
+    _open,
+    permute_rope_rows,
+    read_gguf,
+)
 from harmony_ref.kernels.formats import FORMATS
 from harmony_ref.model.decoder import CheckpointError, layer_name
 from harmony_ref.quant.ggml import GGMLTensor
 from harmony_ref.quant.policy import Policy, WeightFormat, load_policy
 
 GGUF_TYPE = {"fp32": "F32", "fp16": "F16", "q4_0": "Q4_0", "q4_1": "Q4_1", "q8_0": "Q8_0"}
-FILE_TYPE = {"fp32": "ALL_F32", "fp16": "MOSTLY_F16", "q4_0": "MOSTLY_Q4_0",
-             "q4_1": "MOSTLY_Q4_1", "q8_0": "MOSTLY_Q8_0"}
+FILE_TYPE = {
+    "fp32": "ALL_F32",
+    "fp16": "MOSTLY_F16",
+    "q4_0": "MOSTLY_Q4_0",
+    "q4_1": "MOSTLY_Q4_1",
+    "q8_0": "MOSTLY_Q8_0",
+}
 GGML_QNT_VERSION = 2
 WRITER_KEYS = ("general.architecture", "general.file_type", "general.quantization_version")
 TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.tokens")
@@ -73,8 +84,10 @@ def nearest_gguf_type(fmt: WeightFormat) -> str:
 def gguf_type_for(fmt: WeightFormat, tensor: str, layer: str, source: str) -> str:
     """GGUF type name of `fmt`, or ValueError naming the tensor and the nearest GGUF type."""
     if fmt.kind not in GGUF_TYPE:
-        raise ValueError(f"--policy {source}: {tensor} ({layer}) is {fmt.name}, which GGUF has no "
-                         f"type for; the nearest GGUF type is {nearest_gguf_type(fmt)}")
+        raise ValueError(
+            f"--policy {source}: {tensor} ({layer}) is {fmt.name}, which GGUF has no "
+            f"type for; the nearest GGUF type is {nearest_gguf_type(fmt)}"
+        )
     return GGUF_TYPE[fmt.kind]
 
 
@@ -110,8 +123,12 @@ def _plan_tensors(weights, policy: Policy, source: str) -> list[tuple[str, str, 
             fmt = policy.format_for(layer)
             linears.append((name, gguf_type_for(fmt, name, layer, source), fmt, lw, key))
     head_fmt = policy.format_for("lm_head")
-    head_type = gguf_type_for(head_fmt, "output.weight" if weights.lm_head is not None
-                              else "token_embd.weight", "lm_head", source)
+    head_type = gguf_type_for(
+        head_fmt,
+        "output.weight" if weights.lm_head is not None else "token_embd.weight",
+        "lm_head",
+        source,
+    )
     out = [("token_embd.weight", head_type, _quantize(weights.embed, head_fmt))]
     vectors = {}
     for i, lw in enumerate(weights.layers):
@@ -169,13 +186,17 @@ def export_gguf(model_path, policy, out, version: str | None = None) -> GGUFExpo
     src = policy.source
     if policy.prune is not None or policy.activations is not None:
         table = "prune" if policy.prune is not None else "activations"
-        raise ValueError(f"--policy {src}: field '{table}': a GGUF file stores weights only; "
-                         "export a policy without [prune] / [activations]")
+        raise ValueError(
+            f"--policy {src}: field '{table}': a GGUF file stores weights only; "
+            "export a policy without [prune] / [activations]"
+        )
     reader = _open(model_path)
     missing = [k for k in TOKENIZER_KEYS if k not in reader.fields]
     if missing:
-        raise CheckpointError(f"--model {model_path}: metadata key {missing[0]} is missing: the "
-                              "exported file would have no tokenizer")
+        raise CheckpointError(
+            f"--model {model_path}: metadata key {missing[0]} is missing: the "
+            "exported file would have no tokenizer"
+        )
     weights = read_gguf(model_path)
     tensors = _plan_tensors(weights, policy, src)
 
@@ -211,8 +232,9 @@ def export_gguf(model_path, policy, out, version: str | None = None) -> GGUFExpo
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         _check_read_back(tmp, tensors)
-        digests = {name: hashlib.sha256(_tensor_bytes(s).tobytes()).hexdigest()
-                   for name, _, s in tensors}
+        digests = {
+            name: hashlib.sha256(_tensor_bytes(s).tobytes()).hexdigest() for name, _, s in tensors
+        }
         file_sha = sha256_file(tmp)
         os.replace(tmp, out)
         writer_path = out
@@ -222,9 +244,14 @@ def export_gguf(model_path, policy, out, version: str | None = None) -> GGUFExpo
     for _, gtype, _ in tensors:
         types[gtype] = types.get(gtype, 0) + 1
     manifest = {
-        "format_version": MANIFEST_VERSION, "file": out.name, "file_sha256": file_sha,
-        "file_bytes": out.stat().st_size, "source": model_path.name, "policy": policy.name,
-        "policy_toml": policy.to_toml(), "harmony_ref_version": version,
+        "format_version": MANIFEST_VERSION,
+        "file": out.name,
+        "file_sha256": file_sha,
+        "file_bytes": out.stat().st_size,
+        "source": model_path.name,
+        "policy": policy.name,
+        "policy_toml": policy.to_toml(),
+        "harmony_ref_version": version,
         "tensor_types": {name: gtype for name, gtype, _ in tensors},
         "tensor_sha256": digests,
     }

@@ -33,25 +33,45 @@ from harmony_ref.model.decoder import (
     validate_weights,
 )
 
-ARCH_BY_CLASS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
-                 "Qwen3ForCausalLM": "qwen3", "Gemma3ForCausalLM": "gemma3"}
+ARCH_BY_CLASS = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Gemma3ForCausalLM": "gemma3",
+}
 MODEL_TYPE = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text"}
 # in-memory LayerWeights field -> HF tensor name inside model.layers.{i}
 LAYER_TENSORS = {
-    "attn_norm": "input_layernorm.weight", "wq": "self_attn.q_proj.weight",
-    "wk": "self_attn.k_proj.weight", "wv": "self_attn.v_proj.weight",
-    "wo": "self_attn.o_proj.weight", "ffn_norm": "post_attention_layernorm.weight",
-    "w_gate": "mlp.gate_proj.weight", "w_up": "mlp.up_proj.weight",
-    "w_down": "mlp.down_proj.weight", "bq": "self_attn.q_proj.bias",
-    "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias",
-    "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
+    "attn_norm": "input_layernorm.weight",
+    "wq": "self_attn.q_proj.weight",
+    "wk": "self_attn.k_proj.weight",
+    "wv": "self_attn.v_proj.weight",
+    "wo": "self_attn.o_proj.weight",
+    "ffn_norm": "post_attention_layernorm.weight",
+    "w_gate": "mlp.gate_proj.weight",
+    "w_up": "mlp.up_proj.weight",
+    "w_down": "mlp.down_proj.weight",
+    "bq": "self_attn.q_proj.bias",
+    "bk": "self_attn.k_proj.bias",
+    "bv": "self_attn.v_proj.bias",
+    "q_norm": "self_attn.q_norm.weight",
+    "k_norm": "self_attn.k_norm.weight",
 }
-GEMMA3_LAYER_TENSORS = dict(LAYER_TENSORS, ffn_norm="pre_feedforward_layernorm.weight",
-                            post_attn_norm="post_attention_layernorm.weight",
-                            post_ffn_norm="post_feedforward_layernorm.weight")
-OPTIONAL_TENSORS = {"bq": "attention_bias", "bk": "attention_bias", "bv": "attention_bias",
-                    "q_norm": "qk_norm", "k_norm": "qk_norm", "post_attn_norm": "post_norms",
-                    "post_ffn_norm": "post_norms"}
+GEMMA3_LAYER_TENSORS = dict(
+    LAYER_TENSORS,
+    ffn_norm="pre_feedforward_layernorm.weight",
+    post_attn_norm="post_attention_layernorm.weight",
+    post_ffn_norm="post_feedforward_layernorm.weight",
+)
+OPTIONAL_TENSORS = {
+    "bq": "attention_bias",
+    "bk": "attention_bias",
+    "bv": "attention_bias",
+    "q_norm": "qk_norm",
+    "k_norm": "qk_norm",
+    "post_attn_norm": "post_norms",
+    "post_ffn_norm": "post_norms",
+}
 NORM_FIELDS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")
 GEMMA3_SWA_PATTERN = 6  # transformers' default: five sliding-window layers, then one full
 
@@ -60,8 +80,13 @@ def layer_tensors(arch: str) -> dict[str, str]:
     return GEMMA3_LAYER_TENSORS if arch == "gemma3" else LAYER_TENSORS
 
 
-def _rope_theta(cfg: dict, where: str, layer_type: str | None = None,
-                legacy_key: str = "rope_theta", default: float = 10000.0) -> float:
+def _rope_theta(
+    cfg: dict,
+    where: str,
+    layer_type: str | None = None,
+    legacy_key: str = "rope_theta",
+    default: float = 10000.0,
+) -> float:
     """The RoPE base from `rope_parameters` (per layer type when nested) or the older top-level
     key; any rope_type but "default" (a stretch of the frequencies) is refused."""
     params = cfg.get("rope_parameters")
@@ -70,8 +95,10 @@ def _rope_theta(cfg: dict, where: str, layer_type: str | None = None,
     if isinstance(params, dict) and "rope_theta" in params:
         kind = params.get("rope_type", "default")
         if kind != "default":
-            raise CheckpointError(f"{where}: field 'rope_parameters' rope_type = {kind!r} is not "
-                                  "supported (only 'default')")
+            raise CheckpointError(
+                f"{where}: field 'rope_parameters' rope_type = {kind!r} is not "
+                "supported (only 'default')"
+            )
         return float(params["rope_theta"])
     return float(cfg.get(legacy_key, default))
 
@@ -80,8 +107,9 @@ def config_from_hf(cfg: dict, where: str) -> DecoderConfig:
     archs = cfg.get("architectures") or []
     arch = next((ARCH_BY_CLASS[a] for a in archs if a in ARCH_BY_CLASS), None)
     if arch is None:
-        raise CheckpointError(f"{where}: field 'architectures' = {archs!r}: supported "
-                              f"{sorted(ARCH_BY_CLASS)}")
+        raise CheckpointError(
+            f"{where}: field 'architectures' = {archs!r}: supported {sorted(ARCH_BY_CLASS)}"
+        )
 
     def need(key):
         if key not in cfg:
@@ -89,11 +117,14 @@ def config_from_hf(cfg: dict, where: str) -> DecoderConfig:
         return cfg[key]
 
     if cfg.get("rope_scaling") not in (None, {}):
-        raise CheckpointError(f"{where}: field 'rope_scaling' = {cfg['rope_scaling']!r} is not "
-                              "supported")
+        raise CheckpointError(
+            f"{where}: field 'rope_scaling' = {cfg['rope_scaling']!r} is not supported"
+        )
     if cfg.get("use_sliding_window"):
         raise CheckpointError(f"{where}: field 'use_sliding_window' = true is not supported")
-    act_key = "hidden_activation" if arch == "gemma3" and "hidden_activation" in cfg else "hidden_act"
+    act_key = (
+        "hidden_activation" if arch == "gemma3" and "hidden_activation" in cfg else "hidden_act"
+    )
     act = cfg.get(act_key, "gelu_pytorch_tanh" if arch == "gemma3" else "silu")
     want = "gelu_pytorch_tanh" if arch == "gemma3" else "silu"
     if act != want:
@@ -138,30 +169,45 @@ def _gemma3_fields(cfg: dict, where: str, n_layers: int, dim: int) -> dict:
         if cfg.get(key) is not None:
             raise CheckpointError(f"{where}: field {key!r} = {cfg[key]!r} is not supported")
     if cfg.get("use_bidirectional_attention"):
-        raise CheckpointError(f"{where}: field 'use_bidirectional_attention' = true is not "
-                              "supported (a causal decoder only)")
+        raise CheckpointError(
+            f"{where}: field 'use_bidirectional_attention' = true is not "
+            "supported (a causal decoder only)"
+        )
     window = cfg.get("sliding_window") or 0
     if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-        raise CheckpointError(f"{where}: field 'sliding_window' = {window!r}: must be an integer "
-                              ">= 0")
+        raise CheckpointError(
+            f"{where}: field 'sliding_window' = {window!r}: must be an integer >= 0"
+        )
     types = cfg.get("layer_types")
     if types is None:
-        n = cfg.get("sliding_window_pattern", cfg.get("_sliding_window_pattern", GEMMA3_SWA_PATTERN))
-        types = ["full_attention" if (i + 1) % n == 0 else "sliding_attention"
-                 for i in range(n_layers)]
+        n = cfg.get(
+            "sliding_window_pattern", cfg.get("_sliding_window_pattern", GEMMA3_SWA_PATTERN)
+        )
+        types = [
+            "full_attention" if (i + 1) % n == 0 else "sliding_attention" for i in range(n_layers)
+        ]
     known = ("sliding_attention", "full_attention")
     if len(types) != n_layers or any(t not in known for t in types):
-        raise CheckpointError(f"{where}: field 'layer_types' = {types!r}: must be {n_layers} of "
-                              f"{known}")
+        raise CheckpointError(
+            f"{where}: field 'layer_types' = {types!r}: must be {n_layers} of {known}"
+        )
     local = tuple(i for i, t in enumerate(types) if t == "sliding_attention") if window else ()
     scalar = cfg.get("query_pre_attn_scalar", 256)
     if isinstance(scalar, bool) or not isinstance(scalar, (int, float)) or not scalar > 0:
-        raise CheckpointError(f"{where}: field 'query_pre_attn_scalar' = {scalar!r}: must be a "
-                              "positive number")
-    return dict(qk_norm=True, post_norms=True, embed_scale=float(np.sqrt(dim)),
-                attn_scale=float(scalar) ** -0.5, sliding_window=int(window), local_layers=local,
-                rope_theta_local=_rope_theta(cfg, where, "sliding_attention",
-                                             "rope_local_base_freq", 10000.0))
+        raise CheckpointError(
+            f"{where}: field 'query_pre_attn_scalar' = {scalar!r}: must be a positive number"
+        )
+    return dict(
+        qk_norm=True,
+        post_norms=True,
+        embed_scale=float(np.sqrt(dim)),
+        attn_scale=float(scalar) ** -0.5,
+        sliding_window=int(window),
+        local_layers=local,
+        rope_theta_local=_rope_theta(
+            cfg, where, "sliding_attention", "rope_local_base_freq", 10000.0
+        ),
+    )
 
 
 def _bf16_to_f32(raw: np.ndarray) -> np.ndarray:
@@ -258,9 +304,15 @@ def read_hf_dir(directory) -> DecoderWeights:
         layers.append(LayerWeights(**fields))
     # a tied checkpoint may still carry lm_head.weight (a copy): the config decides
     lm_head = None if config.tied_embeddings else tensors.get("lm_head.weight")
-    weights = DecoderWeights(config, tensors.get("model.embed_tokens.weight"), layers,
-                             tensors.get("model.norm.weight") + shift, lm_head, source=str(d),
-                             stored_formats=tensors.stored)
+    weights = DecoderWeights(
+        config,
+        tensors.get("model.embed_tokens.weight"),
+        layers,
+        tensors.get("model.norm.weight") + shift,
+        lm_head,
+        source=str(d),
+        stored_formats=tensors.stored,
+    )
     arch = config.arch
     validate_weights(weights, lambda key: _hf_name(key, arch))
     return weights
@@ -271,20 +323,34 @@ def _hf_name(key: str, arch: str = "llama") -> str:
     parts = key.split()
     if parts[0] == "layer":
         return f"model.layers.{parts[1]}.{layer_tensors(arch)[parts[2]]}"
-    return {"embed": "model.embed_tokens.weight", "final_norm": "model.norm.weight",
-            "lm_head": "lm_head.weight"}[parts[0]]
+    return {
+        "embed": "model.embed_tokens.weight",
+        "final_norm": "model.norm.weight",
+        "lm_head": "lm_head.weight",
+    }[parts[0]]
 
 
 def hf_config_dict(c: DecoderConfig) -> dict:
     cls = {v: k for k, v in ARCH_BY_CLASS.items()}[c.arch]
     d = {
-        "architectures": [cls], "model_type": MODEL_TYPE[c.arch], "hidden_size": c.dim,
-        "intermediate_size": c.ffn_dim, "num_hidden_layers": c.n_layers,
-        "num_attention_heads": c.n_heads, "num_key_value_heads": c.n_kv_heads,
-        "head_dim": c.head_dim, "vocab_size": c.vocab_size, "rope_theta": c.rope_theta,
-        "rms_norm_eps": c.norm_eps, "hidden_act": "silu", "tie_word_embeddings": c.tied_embeddings,
-        "max_position_embeddings": c.max_positions, "bos_token_id": c.bos_id,
-        "eos_token_id": c.eos_id, "rope_scaling": None, "torch_dtype": "float32",
+        "architectures": [cls],
+        "model_type": MODEL_TYPE[c.arch],
+        "hidden_size": c.dim,
+        "intermediate_size": c.ffn_dim,
+        "num_hidden_layers": c.n_layers,
+        "num_attention_heads": c.n_heads,
+        "num_key_value_heads": c.n_kv_heads,
+        "head_dim": c.head_dim,
+        "vocab_size": c.vocab_size,
+        "rope_theta": c.rope_theta,
+        "rms_norm_eps": c.norm_eps,
+        "hidden_act": "silu",
+        "tie_word_embeddings": c.tied_embeddings,
+        "max_position_embeddings": c.max_positions,
+        "bos_token_id": c.bos_id,
+        "eos_token_id": c.eos_id,
+        "rope_scaling": None,
+        "torch_dtype": "float32",
     }
     if c.arch == "llama":
         d["attention_bias"] = c.attention_bias
@@ -294,17 +360,25 @@ def hf_config_dict(c: DecoderConfig) -> dict:
         d["use_sliding_window"] = False
     if c.arch == "gemma3":  # transformers 5's form: rope_parameters and layer_types
         del d["hidden_act"], d["rope_theta"]
-        scalar = c.query_scale ** -2  # transformers wants an int where it is one
-        d.update(hidden_activation="gelu_pytorch_tanh",
-                 query_pre_attn_scalar=round(scalar) if abs(scalar - round(scalar)) < 1e-6 else scalar,
-                 sliding_window=c.sliding_window or None, final_logit_softcapping=None,
-                 attn_logit_softcapping=None,
-                 layer_types=["sliding_attention" if c.is_local(i) else "full_attention"
-                              for i in range(c.n_layers)],
-                 rope_parameters={
-                     "full_attention": {"rope_type": "default", "rope_theta": c.rope_theta},
-                     "sliding_attention": {"rope_type": "default",
-                                           "rope_theta": c.rope_theta_local or c.rope_theta}})
+        scalar = c.query_scale**-2  # transformers wants an int where it is one
+        d.update(
+            hidden_activation="gelu_pytorch_tanh",
+            query_pre_attn_scalar=round(scalar) if abs(scalar - round(scalar)) < 1e-6 else scalar,
+            sliding_window=c.sliding_window or None,
+            final_logit_softcapping=None,
+            attn_logit_softcapping=None,
+            layer_types=[
+                "sliding_attention" if c.is_local(i) else "full_attention"
+                for i in range(c.n_layers)
+            ],
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": c.rope_theta},
+                "sliding_attention": {
+                    "rope_type": "default",
+                    "rope_theta": c.rope_theta_local or c.rope_theta,
+                },
+            },
+        )
     return d
 
 
@@ -316,7 +390,10 @@ def write_hf_dir(weights: DecoderWeights, directory, dtype=np.float32) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     c = weights.config
     shift = np.float32(1.0 if c.arch == "gemma3" else 0.0)  # Gemma stores norms as w - 1
-    t = {"model.embed_tokens.weight": weights.embed, "model.norm.weight": weights.final_norm - shift}
+    t = {
+        "model.embed_tokens.weight": weights.embed,
+        "model.norm.weight": weights.final_norm - shift,
+    }
     for i, lw in enumerate(weights.layers):
         for key, suffix in layer_tensors(c.arch).items():
             a = getattr(lw, key)
@@ -324,7 +401,10 @@ def write_hf_dir(weights: DecoderWeights, directory, dtype=np.float32) -> Path:
                 t[f"model.layers.{i}.{suffix}"] = a - shift if key in NORM_FIELDS else a
     if weights.lm_head is not None:
         t["lm_head.weight"] = weights.lm_head
-    save_file({k: np.ascontiguousarray(v, dtype=dtype) for k, v in t.items()},
-              str(d / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        {k: np.ascontiguousarray(v, dtype=dtype) for k, v in t.items()},
+        str(d / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     (d / "config.json").write_text(json.dumps(hf_config_dict(c), indent=2) + "\n")
     return d

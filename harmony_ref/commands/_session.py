@@ -9,10 +9,13 @@ KEY_METRICS = ("decode_tokens_per_s", "e2e_ms", "ttft_ms")  # the one each run r
 
 
 def add_session_argument(p) -> None:
-    p.add_argument("--session", metavar="FILE",
-                   help="run through a device session (TOML: transport local/hdc/adb, serial, "
-                        "pushes, cooldown, warm-up, repeats, telemetry, throttle detection; see "
-                        "harmony_ref/backends/session_spec.py)")
+    p.add_argument(
+        "--session",
+        metavar="FILE",
+        help="run through a device session (TOML: transport local/hdc/adb, serial, "
+        "pushes, cooldown, warm-up, repeats, telemetry, throttle detection; see "
+        "harmony_ref/backends/session_spec.py)",
+    )
 
 
 def load(path: str | None):
@@ -46,18 +49,27 @@ def telemetry_frame(block: dict):
     for r in block.get("telemetry", []):
         samples = r.get("samples", {})
         during = [i for i, ph in enumerate(samples.get("phase", [])) if ph == "during"]
-        fracs = [samples[f"cpu{c}_mhz"][i] / top[str(c)] for c in big
-                 if f"cpu{c}_mhz" in samples and str(c) in top for i in during
-                 if samples[f"cpu{c}_mhz"][i] is not None]
-        rows.append({"run": f"{r['kind']} {r['repeat']}",
-                     "throttled": "THROTTLED" if r["throttled"] else "no",
-                     "cooldown_s": r["cooldown_s"],
-                     "temp_before_c": _dash(r["temp_before_c"]),
-                     "temp_peak_c": _dash(r["temp_peak_c"]),
-                     "big_freq_min": f"{min(fracs):.0%}" if fracs else "-",
-                     "samples": len(samples.get("t_s", [])),
-                     "peak_memory_mb": _dash(r["peak_memory_mb"]),
-                     "wall_s": r["wall_s"], **({key: r["metrics"][key]} if key else {})})
+        fracs = [
+            samples[f"cpu{c}_mhz"][i] / top[str(c)]
+            for c in big
+            if f"cpu{c}_mhz" in samples and str(c) in top
+            for i in during
+            if samples[f"cpu{c}_mhz"][i] is not None
+        ]
+        rows.append(
+            {
+                "run": f"{r['kind']} {r['repeat']}",
+                "throttled": "THROTTLED" if r["throttled"] else "no",
+                "cooldown_s": r["cooldown_s"],
+                "temp_before_c": _dash(r["temp_before_c"]),
+                "temp_peak_c": _dash(r["temp_peak_c"]),
+                "big_freq_min": f"{min(fracs):.0%}" if fracs else "-",
+                "samples": len(samples.get("t_s", [])),
+                "peak_memory_mb": _dash(r["peak_memory_mb"]),
+                "wall_s": r["wall_s"],
+                **({key: r["metrics"][key]} if key else {}),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -71,15 +83,24 @@ def print_block(block: dict, file=None) -> None:
 
     out = file or sys.stdout
     ident = ", ".join(f"{k} {v}" for k, v in block.get("identity", {}).items())
-    print(f"device: {block['transport']} {block['serial']}" + (f" ({ident})" if ident else ""),
-          file=out)
+    print(
+        f"device: {block['transport']} {block['serial']}" + (f" ({ident})" if ident else ""),
+        file=out,
+    )
     for p in block.get("pushes", []):
-        print(f"  push {p['remote']}: {p['action']} ({p['bytes']:,} bytes, sha256 "
-              f"{p['sha256'][:12]}...)", file=out)
+        print(
+            f"  push {p['remote']}: {p['action']} ({p['bytes']:,} bytes, sha256 "
+            f"{p['sha256'][:12]}...)",
+            file=out,
+        )
     if block.get("telemetry"):
-        print_table(telemetry_frame(block), title=f"runs: {block['valid_repeats']} of "
-                    f"{block['repeats']} measured repeats valid (session asks for "
-                    f"{block['min_valid_repeats']}); clock: {block['clock']}", file=out)
+        print_table(
+            telemetry_frame(block),
+            title=f"runs: {block['valid_repeats']} of "
+            f"{block['repeats']} measured repeats valid (session asks for "
+            f"{block['min_valid_repeats']}); clock: {block['clock']}",
+            file=out,
+        )
     for r in block.get("telemetry", []):
         if r["throttled"]:
             print(f"  THROTTLED {r['kind']} {r['repeat']}: " + "; ".join(r["reasons"]), file=out)

@@ -10,11 +10,21 @@
 from __future__ import annotations
 
 NAME = "accuracy"
-HELP = ("accuracy of policies on a real model: LM perplexity/KLD (SmolLM2 or a checkpoint), or "
-        "MiniLM recall@1 (--model all-minilm-l6)")
+HELP = (
+    "accuracy of policies on a real model: LM perplexity/KLD (SmolLM2 or a checkpoint), or "
+    "MiniLM recall@1 (--model all-minilm-l6)"
+)
 MINILM = "all-minilm-l6"
-COLUMNS = ["weights_mb", "linear_weights_mb", "cosine_mean", "cosine_min", "cosine_p5",
-           "recall_at_1", "accuracy_drop_pct", "top1_agreement_pct"]
+COLUMNS = [
+    "weights_mb",
+    "linear_weights_mb",
+    "cosine_mean",
+    "cosine_min",
+    "cosine_p5",
+    "recall_at_1",
+    "accuracy_drop_pct",
+    "top1_agreement_pct",
+]
 
 
 def add_arguments(p) -> None:
@@ -22,23 +32,44 @@ def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
     add_checkpoint_argument(p, minilm=MINILM)
-    p.add_argument("--policy", action="append", metavar="P",
-                   help="shipped policy name or policy TOML path; repeat to compare several "
-                        "(default: int4-g32)")
-    p.add_argument("--corpus", metavar="FILE",
-                   help="decoder: score this UTF-8 text file instead of the shipped held-out "
-                        "corpus")
+    p.add_argument(
+        "--policy",
+        action="append",
+        metavar="P",
+        help="shipped policy name or policy TOML path; repeat to compare several "
+        "(default: int4-g32)",
+    )
+    p.add_argument(
+        "--corpus",
+        metavar="FILE",
+        help="decoder: score this UTF-8 text file instead of the shipped held-out corpus",
+    )
     add_scoring_arguments(p)
-    p.add_argument("--kv-dtype", action="append", choices=["fp16", "int8"], default=None,
-                   help="decoder: KV cache dtype; repeat for both (default fp16)")
-    p.add_argument("--artifact", metavar="FILE",
-                   help=f"{MINILM}: evaluate an exported artifact (verified on load)")
+    p.add_argument(
+        "--kv-dtype",
+        action="append",
+        choices=["fp16", "int8"],
+        default=None,
+        help="decoder: KV cache dtype; repeat for both (default fp16)",
+    )
+    p.add_argument(
+        "--artifact",
+        metavar="FILE",
+        help=f"{MINILM}: evaluate an exported artifact (verified on load)",
+    )
     p.add_argument("--pairs", metavar="TSV", help=f"{MINILM}: evaluation pairs (default: shipped)")
-    p.add_argument("--backend", choices=["auto", "kernels", "dequant"], default=None,
-                   help=f"{MINILM}: int8/int4 matmuls through harmony_ref.kernels (int8 "
-                        "activations too), or dequantize + float32 matmul; default auto")
-    p.add_argument("--markdown", action="store_true",
-                   help="decoder: print the table as Markdown (the README's form)")
+    p.add_argument(
+        "--backend",
+        choices=["auto", "kernels", "dequant"],
+        default=None,
+        help=f"{MINILM}: int8/int4 matmuls through harmony_ref.kernels (int8 "
+        "activations too), or dequantize + float32 matmul; default auto",
+    )
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="decoder: print the table as Markdown (the README's form)",
+    )
     from harmony_ref.commands._args import add_allow_unmatched
 
     add_allow_unmatched(p)
@@ -49,15 +80,17 @@ def run(args) -> int:
     if args.model.lower() == MINILM:
         for flag in ("corpus", "chunks", "kv_dtype"):
             if getattr(args, flag) is not None:
-                raise ValueError(f"--{flag.replace('_', '-')} applies to a decoder model, not "
-                                 f"--model {MINILM}")
+                raise ValueError(
+                    f"--{flag.replace('_', '-')} applies to a decoder model, not --model {MINILM}"
+                )
         if args.context != 512:
             raise ValueError(f"--context applies to a decoder model, not --model {MINILM}")
         return run_minilm(args)
     for flag in ("artifact", "pairs", "backend"):
         if getattr(args, flag) is not None:
-            raise ValueError(f"--{flag} applies to --model {MINILM} only (got --model "
-                             f"{args.model})")
+            raise ValueError(
+                f"--{flag} applies to --model {MINILM} only (got --model {args.model})"
+            )
     return run_decoder(args)
 
 
@@ -77,13 +110,17 @@ def run_decoder(args) -> int:
     from harmony_ref.commands._args import check_policies
     from harmony_ref.runtime.loader import checkpoint_spec
 
-    check_policies(args.policy or ["int4-g32"], checkpoint_spec(args.model),
-                   args.allow_unmatched)
-    variants = [(p, kv) for p in (args.policy or ["int4-g32"])
-                for kv in (args.kv_dtype or ["fp16"])]
-    acc = progress_run(lambda progress: lm_accuracy(args.model, variants, corpus, args.context,
-                                                    args.chunks, progress), args.json,
-                       f"scoring {len(variants)} variant(s) + the FP32 reference")
+    check_policies(args.policy or ["int4-g32"], checkpoint_spec(args.model), args.allow_unmatched)
+    variants = [
+        (p, kv) for p in (args.policy or ["int4-g32"]) for kv in (args.kv_dtype or ["fp16"])
+    ]
+    acc = progress_run(
+        lambda progress: lm_accuracy(
+            args.model, variants, corpus, args.context, args.chunks, progress
+        ),
+        args.json,
+        f"scoring {len(variants)} variant(s) + the FP32 reference",
+    )
     if args.json:
         print_json(acc.to_dict())
         return 0
@@ -96,8 +133,10 @@ def run_decoder(args) -> int:
         return 0
     df = pd.DataFrame(acc.rows())
     print_table(df, title=acc.title())
-    print("ppl_ratio: PPL / the FP32 reference's; kld: KL(FP32 || policy) per scored token, in "
-          "nats; top1_agreement_pct: scored tokens whose argmax equals the reference's.")
+    print(
+        "ppl_ratio: PPL / the FP32 reference's; kld: KL(FP32 || policy) per scored token, in "
+        "nats; top1_agreement_pct: scored tokens whose argmax equals the reference's."
+    )
     return 0
 
 
@@ -106,21 +145,28 @@ def progress_run(work, quiet: bool, what: str):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True,
-                  disable=quiet) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=quiet,
+    ) as bar:
         task = bar.add_task(f"{what}: loading the model", total=None)
 
         def progress(done, total):
             bar.update(task, completed=done, total=total, description=f"{what}: chunks")
+
         return work(progress)
 
 
 def run_minilm(args) -> int:
     import pandas as pd
 
-    from harmony_ref.eval.embedding import evaluate, load_pairs
     from harmony_ref.commands._output import print_json, print_table
+    from harmony_ref.eval.embedding import evaluate, load_pairs
     from harmony_ref.runtime.minilm import real_model
 
     backend = args.backend or "auto"
@@ -141,24 +187,37 @@ def run_minilm(args) -> int:
     from rich.progress import Progress
 
     with Progress(console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(f"encoding {len(evalset.sentences)} sentences per policy",
-                            total=len(policies))
+        task = bar.add_task(
+            f"encoding {len(evalset.sentences)} sentences per policy", total=len(policies)
+        )
         for policy in policies:
             results[policy] = evaluate(policy, model=model, evalset=evalset)
             bar.advance(task)
     fp32_recall = next(iter(results.values())).value("recall_at_1_fp32")
     if args.json:
-        print_json({"model": "all-MiniLM-L6-v2", "pairs": evalset.source,
-                    "linear_backend": model.resolved_backend(),
-                    "sentences": len(evalset.sentences),
-                    "policies": {k: m.to_dict() for k, m in results.items()}})
+        print_json(
+            {
+                "model": "all-MiniLM-L6-v2",
+                "pairs": evalset.source,
+                "linear_backend": model.resolved_backend(),
+                "sentences": len(evalset.sentences),
+                "policies": {k: m.to_dict() for k, m in results.items()},
+            }
+        )
         return 0
-    df = pd.DataFrame([{"policy": k, **{c: m.value(c) for c in COLUMNS}} for k, m in results.items()])
-    print_table(df, title=f"all-MiniLM-L6-v2 on {len(evalset.sentences)} sentences "
-                          f"({len(evalset.sentences) // 2} paraphrase pairs); "
-                          f"FP32 recall@1 = {fp32_recall:.2f} %; int8/int4 matmuls: "
-                          f"{model.resolved_backend()}")
-    print("cosine: of each sentence's embedding to its FP32 embedding; recall_at_1 (%): the "
-          "paraphrase is the nearest neighbour; accuracy_drop_pct: FP32 recall@1 minus the "
-          "policy's, in points; weights_mb: Linears in the policy's formats + FP32 embeddings.")
+    df = pd.DataFrame(
+        [{"policy": k, **{c: m.value(c) for c in COLUMNS}} for k, m in results.items()]
+    )
+    print_table(
+        df,
+        title=f"all-MiniLM-L6-v2 on {len(evalset.sentences)} sentences "
+        f"({len(evalset.sentences) // 2} paraphrase pairs); "
+        f"FP32 recall@1 = {fp32_recall:.2f} %; int8/int4 matmuls: "
+        f"{model.resolved_backend()}",
+    )
+    print(
+        "cosine: of each sentence's embedding to its FP32 embedding; recall_at_1 (%): the "
+        "paraphrase is the nearest neighbour; accuracy_drop_pct: FP32 recall@1 minus the "
+        "policy's, in points; weights_mb: Linears in the policy's formats + FP32 embeddings."
+    )
     return 0

@@ -8,63 +8,117 @@ import sys
 from harmony_ref.commands._output import add_json_flag, print_json, print_table
 
 NAME = "calibrate"
-HELP = ("fit efficiency factors + launch overhead to measured ops, write a profile, "
-        "report held-out MAPE")
+HELP = (
+    "fit efficiency factors + launch overhead to measured ops, write a profile, "
+    "report held-out MAPE"
+)
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.backends.parsers import FORMATS
     from harmony_ref.commands._args import number
 
-    from harmony_ref.backends.parsers import FORMATS
-
-    p.add_argument("--backend", choices=("host", "command"), default="host",
-                   help="host: run the microbenchmarks here; command: measured op times (--ops) "
-                        "or phase times from a benchmark command (--command)")
-    p.add_argument("--ops", metavar="CSV",
-                   help="--backend command: op times measured on the device (columns name, "
-                        "rate_class, ops, bytes, launches, time_us[, holdout, vector_ops])")
-    p.add_argument("--command", dest="command_template", metavar="CMD",
-                   help="--backend command: a benchmark command template run once per workload; "
-                        "{model} {policy} {prompt_tokens} {new_tokens} {context_tokens} are filled in")
-    p.add_argument("--format", choices=FORMATS,
-                   help="output format of --command (it must report prefill_ms and decode_step_ms)")
-    p.add_argument("--session", metavar="FILE",
-                   help="--command: run each workload through a device session (transport, "
-                        "pushes, cooldown, repeats, telemetry; throttled repeats left out); its "
-                        "benchmark command and format are the default")
-    p.add_argument("--workloads", metavar="M:P:PROMPT:NEW;...",
-                   help="--command: workloads as model:policy:prompt_tokens:new_tokens separated "
-                        "by ';' (at least 4: every third is held out)")
-    p.add_argument("--profile", default="harmony-flagship",
-                   help="--command: base profile whose efficiencies and launch overhead are fitted")
-    p.add_argument("--timeout", type=number(0, above=True), default=600.0, metavar="S",
-                   help="--command: kill a run after S seconds (default 600)")
-    p.add_argument("--stream-gbps", type=number(0, above=True),
-                   help="--backend command: the device's measured read bandwidth (GB/s); "
-                        "default: the fit's")
+    p.add_argument(
+        "--backend",
+        choices=("host", "command"),
+        default="host",
+        help="host: run the microbenchmarks here; command: measured op times (--ops) "
+        "or phase times from a benchmark command (--command)",
+    )
+    p.add_argument(
+        "--ops",
+        metavar="CSV",
+        help="--backend command: op times measured on the device (columns name, "
+        "rate_class, ops, bytes, launches, time_us[, holdout, vector_ops])",
+    )
+    p.add_argument(
+        "--command",
+        dest="command_template",
+        metavar="CMD",
+        help="--backend command: a benchmark command template run once per workload; "
+        "{model} {policy} {prompt_tokens} {new_tokens} {context_tokens} are filled in",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="output format of --command (it must report prefill_ms and decode_step_ms)",
+    )
+    p.add_argument(
+        "--session",
+        metavar="FILE",
+        help="--command: run each workload through a device session (transport, "
+        "pushes, cooldown, repeats, telemetry; throttled repeats left out); its "
+        "benchmark command and format are the default",
+    )
+    p.add_argument(
+        "--workloads",
+        metavar="M:P:PROMPT:NEW;...",
+        help="--command: workloads as model:policy:prompt_tokens:new_tokens separated "
+        "by ';' (at least 4: every third is held out)",
+    )
+    p.add_argument(
+        "--profile",
+        default="harmony-flagship",
+        help="--command: base profile whose efficiencies and launch overhead are fitted",
+    )
+    p.add_argument(
+        "--timeout",
+        type=number(0, above=True),
+        default=600.0,
+        metavar="S",
+        help="--command: kill a run after S seconds (default 600)",
+    )
+    p.add_argument(
+        "--stream-gbps",
+        type=number(0, above=True),
+        help="--backend command: the device's measured read bandwidth (GB/s); default: the fit's",
+    )
     p.add_argument("--out", default="host.toml", help="profile TOML to write (default host.toml)")
     p.add_argument("--name", default="host", help="profile name (default host)")
-    p.add_argument("--quick", action="store_true",
-                   help="fewer sizes and one held-out workload (CI)")
-    p.add_argument("--repeats", type=_positive_int, default=5,
-                   help="timed repeats per microbenchmark (default 5)")
-    p.add_argument("--threads", type=_positive_int, default=1,
-                   help="Numba and BLAS threads (default 1: on a shared machine a preempted worker "
-                        "thread stalls a parallel kernel for a scheduler slice)")
-    p.add_argument("--stat", choices=("min", "median"), default="min",
-                   help="time per op used to fit and score: min (default: the least disturbed "
-                        "repeat on a shared machine) or median")
-    p.add_argument("--launch-from-workloads", action="store_true",
-                   help="refit the launch overhead on the phase totals of a few whole-model fit "
-                        "workloads (the real op mix) instead of taking it from the microbenchmarks")
+    p.add_argument(
+        "--quick", action="store_true", help="fewer sizes and one held-out workload (CI)"
+    )
+    p.add_argument(
+        "--repeats",
+        type=_positive_int,
+        default=5,
+        help="timed repeats per microbenchmark (default 5)",
+    )
+    p.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=1,
+        help="Numba and BLAS threads (default 1: on a shared machine a preempted worker "
+        "thread stalls a parallel kernel for a scheduler slice)",
+    )
+    p.add_argument(
+        "--stat",
+        choices=("min", "median"),
+        default="min",
+        help="time per op used to fit and score: min (default: the least disturbed "
+        "repeat on a shared machine) or median",
+    )
+    p.add_argument(
+        "--launch-from-workloads",
+        action="store_true",
+        help="refit the launch overhead on the phase totals of a few whole-model fit "
+        "workloads (the real op mix) instead of taking it from the microbenchmarks",
+    )
     p.add_argument("--no-e2e", action="store_true", help="skip the held-out whole-model runs")
-    p.add_argument("--set", dest="fit_set", choices=("host", "llama.cpp", "phones"),
-                   help="fit a runtime profile (--runtime) on the fit points of a measured set "
-                        "(the committed host runs, llama-bench runs, or published figures) and "
-                        "write it to --out")
+    p.add_argument(
+        "--set",
+        dest="fit_set",
+        choices=("host", "llama.cpp", "phones"),
+        help="fit a runtime profile (--runtime) on the fit points of a measured set "
+        "(the committed host runs, llama-bench runs, or published figures) and "
+        "write it to --out",
+    )
     p.add_argument("--runtime", help="--set / --command: the runtime profile to fit (name or path)")
-    p.add_argument("--figures", metavar="TOML",
-                   help="--set phones: a file of published figures (default the shipped ones)")
+    p.add_argument(
+        "--figures",
+        metavar="TOML",
+        help="--set phones: a file of published figures (default the shipped ones)",
+    )
     p.add_argument("--params", help="--set: comma-separated parameters to fit (e.g. matmul,memory)")
     add_json_flag(p)
 
@@ -96,33 +150,47 @@ def run(args) -> int:
         return _run_phase_calibration(args)
     if args.backend == "command":
         if not args.ops:
-            raise ValueError("--backend command needs --ops CSV (op times measured on the device) "
-                             "or --command/--format/--workloads (phase times from repeated runs)")
-        result, summary = calibrate.calibrate_op_file(args.ops, args.out, args.name,
-                                                      args.stream_gbps, args.stat)
+            raise ValueError(
+                "--backend command needs --ops CSV (op times measured on the device) "
+                "or --command/--format/--workloads (phase times from repeated runs)"
+            )
+        result, summary = calibrate.calibrate_op_file(
+            args.ops, args.out, args.name, args.stream_gbps, args.stat
+        )
     else:
-        from harmony_ref.calibrate.microbench import count_host_ops
-
         from rich.console import Console
+
+        from harmony_ref.calibrate.microbench import count_host_ops
 
         with Progress(console=Console(stderr=True), transient=True) as prog:
             task = prog.add_task("microbenchmarks", total=count_host_ops(args.quick))
             result, summary = calibrate.calibrate_host(
-                args.out, args.name, args.quick, args.repeats, args.threads, args.stat,
-                args.launch_from_workloads, e2e=not args.no_e2e,
-                progress=lambda: prog.advance(task))
+                args.out,
+                args.name,
+                args.quick,
+                args.repeats,
+                args.threads,
+                args.stat,
+                args.launch_from_workloads,
+                e2e=not args.no_e2e,
+                progress=lambda: prog.advance(task),
+            )
     if args.json:
-        print_json({**summary, "ops": result.op_table().to_dict(orient="records"),
-                    "e2e": result.e2e})
+        print_json(
+            {**summary, "ops": result.op_table().to_dict(orient="records"), "e2e": result.e2e}
+        )
         return 0
     table = result.op_table()
-    print_table(table[table["set"] == "held-out"],
-                title="held-out microbenchmarks: measured vs model")
+    print_table(
+        table[table["set"] == "held-out"], title="held-out microbenchmarks: measured vs model"
+    )
     if result.e2e:
         import pandas as pd
 
-        print_table(pd.DataFrame(result.e2e),
-                    title="held-out whole-model runs: HostDevice vs SimulatedDevice(profile)")
+        print_table(
+            pd.DataFrame(result.e2e),
+            title="held-out whole-model runs: HostDevice vs SimulatedDevice(profile)",
+        )
     for k, v in summary.items():
         if k != "notes":
             print(f"{k}: {v}")
@@ -138,15 +206,17 @@ def _parse_workloads(text: str) -> list[tuple[str, str, int, int]]:
             continue
         parts = item.strip().split(":")
         if len(parts) != 4:
-            raise ValueError(f"--workloads item {item!r}: "
-                             "expected model:policy:prompt_tokens:new_tokens")
+            raise ValueError(
+                f"--workloads item {item!r}: expected model:policy:prompt_tokens:new_tokens"
+            )
         try:
             out.append((parts[0], parts[1], int(parts[2]), int(parts[3])))
         except ValueError as e:
             raise ValueError(f"--workloads item {item!r}: {e}") from e
     if len(out) < 4:
-        raise ValueError("--workloads: need at least 4 (3 to fit, every third held out), "
-                         f"got {len(out)}")
+        raise ValueError(
+            f"--workloads: need at least 4 (3 to fit, every third held out), got {len(out)}"
+        )
     return out
 
 
@@ -161,8 +231,9 @@ def _run_phase_calibration(args) -> int:
     command = args.command_template or (session.benchmark.command if session else "")
     fmt = args.format or (session.benchmark.format if session else "")
     if not command:
-        raise ValueError("--backend command needs --command (or a --session with a benchmark "
-                         "command)")
+        raise ValueError(
+            "--backend command needs --command (or a --session with a benchmark command)"
+        )
     if not fmt:
         raise ValueError("--command needs --format")
     workloads = _parse_workloads(args.workloads)
@@ -172,13 +243,29 @@ def _run_phase_calibration(args) -> int:
         if args.runtime:
             from harmony_ref.calibrate.run import calibrate_runtime_phases
 
-            table, summary = calibrate_runtime_phases(command, fmt, workloads, args.profile,
-                                                      args.runtime, timeout, args.out,
-                                                      session=session, progress=progress)
+            table, summary = calibrate_runtime_phases(
+                command,
+                fmt,
+                workloads,
+                args.profile,
+                args.runtime,
+                timeout,
+                args.out,
+                session=session,
+                progress=progress,
+            )
         else:
-            table, summary = calibrate_phases(command, fmt, workloads, args.profile, timeout,
-                                              args.out, args.name, session=session,
-                                              progress=progress)
+            table, summary = calibrate_phases(
+                command,
+                fmt,
+                workloads,
+                args.profile,
+                timeout,
+                args.out,
+                args.name,
+                session=session,
+                progress=progress,
+            )
     except DeviceGone as e:
         return _session.gone_exit(NAME, e)
     except BackendError as e:
@@ -189,8 +276,9 @@ def _run_phase_calibration(args) -> int:
         return 0
     import pandas as pd
 
-    print_table(pd.DataFrame(table),
-                title="phase and end-to-end times: measured vs calibrated model")
+    print_table(
+        pd.DataFrame(table), title="phase and end-to-end times: measured vs calibrated model"
+    )
     for k, v in summary.items():
         print(f"{k}: {v}")
     return 0
@@ -209,7 +297,10 @@ def _run_set_calibration(args) -> int:
     import pandas as pd
 
     if summary["rows"]:
-        print_table(pd.DataFrame(summary["rows"]), title=f"fit points of {args.runtime}: measured vs fitted model")
+        print_table(
+            pd.DataFrame(summary["rows"]),
+            title=f"fit points of {args.runtime}: measured vs fitted model",
+        )
     for k in ("runtime", "set", "out", "fitted", "fit_mape_pct", "fitted_on", "scored_on"):
         print(f"{k}: {summary[k]}")
     return 0

@@ -4,8 +4,10 @@ types the profile's NPU runs, which fall back to the CPU, which run nowhere (exi
 from __future__ import annotations
 
 NAME = "check-ops"
-HELP = ("list a model's op types the profile's NPU does not run (CPU fallback) or no backend runs "
-        "(exit 1), before deployment")
+HELP = (
+    "list a model's op types the profile's NPU does not run (CPU fallback) or no backend runs "
+    "(exit 1), before deployment"
+)
 
 
 def add_arguments(p) -> None:
@@ -29,35 +31,53 @@ def run(args) -> int:
     from harmony_ref.config import RunConfig
     from harmony_ref.device.ops import check_ops
     from harmony_ref.device.profile import load_profile
-
     from harmony_ref.runtime.loader import checkpoint_spec, is_checkpoint
 
     profile = load_profile(args.profile)
     model = checkpoint_spec(args.model) if is_checkpoint(args.model) else args.model
-    config = RunConfig.from_names(model=model, policy=args.policy, prompt_tokens=args.prompt,
-                                  context_tokens=max(2048, args.prompt + 128),
-                                  allow_unmatched=args.allow_unmatched)
+    config = RunConfig.from_names(
+        model=model,
+        policy=args.policy,
+        prompt_tokens=args.prompt,
+        context_tokens=max(2048, args.prompt + 128),
+        allow_unmatched=args.allow_unmatched,
+    )
     rows = check_ops(profile, config)
     fallback = [r["op"] for r in rows if r["runs_on"] == "fallback"]
     none = [r["op"] for r in rows if r["runs_on"] == "none"]
     code = 1 if none else 0
     if args.json:
-        print_json({"profile": profile.name, "profile_file": profile.source,
-                    "model": config.spec.name, "ops": rows, "fallback": fallback,
-                    "unsupported": none, "exit_code": code})
+        print_json(
+            {
+                "profile": profile.name,
+                "profile_file": profile.source,
+                "model": config.spec.name,
+                "ops": rows,
+                "fallback": fallback,
+                "unsupported": none,
+                "exit_code": code,
+            }
+        )
         return code
     print_table(pd.DataFrame(rows), title=f"{config.spec.name} op types on {profile.name}")
     if none:
-        print(f"FAIL: {', '.join(none)}: in neither npu.ops nor npu.cpu_ops of {profile.source}; "
-              f"no backend of {profile.name} runs {'it' if len(none) == 1 else 'them'}")
+        print(
+            f"FAIL: {', '.join(none)}: in neither npu.ops nor npu.cpu_ops of {profile.source}; "
+            f"no backend of {profile.name} runs {'it' if len(none) == 1 else 'them'}"
+        )
     if fallback:
-        print(f"CPU fallback: {', '.join(fallback)} (not in npu.ops): each run pays CPU time, the "
-              "NPU <-> CPU copy of its inputs and outputs and a launch on each side; "
-              "`harmony-ref predict --breakdown` shows the cost")
+        print(
+            f"CPU fallback: {', '.join(fallback)} (not in npu.ops): each run pays CPU time, the "
+            "NPU <-> CPU copy of its inputs and outputs and a launch on each side; "
+            "`harmony-ref predict --breakdown` shows the cost"
+        )
     if not none and not fallback:
         from harmony_ref.device.ops import has_npu
 
-        where = f"the NPU of {profile.name}" if has_npu(profile) else \
-            f"{profile.name} has no NPU; its CPU runtime"
+        where = (
+            f"the NPU of {profile.name}"
+            if has_npu(profile)
+            else f"{profile.name} has no NPU; its CPU runtime"
+        )
         print(f"ok: {where} runs every op type {config.spec.name} uses")
     return code

@@ -12,47 +12,86 @@ several --command, one that fails is an "error" row (no record) and the others s
 from __future__ import annotations
 
 NAME = "check-runtime"
-HELP = ("check that a runtime still computes the model (perplexity vs harmony-ref's FP32 "
-        "reference, or MindSpore Lite's cosine / mean bias); speed beside accuracy")
+HELP = (
+    "check that a runtime still computes the model (perplexity vs harmony-ref's FP32 "
+    "reference, or MindSpore Lite's cosine / mean bias); speed beside accuracy"
+)
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import number
-
-    from harmony_ref.commands._args import add_checkpoint_argument, add_scoring_arguments
+    from harmony_ref.commands._args import add_checkpoint_argument, add_scoring_arguments, number
     from harmony_ref.commands._output import add_json_flag
     from harmony_ref.track.runtime_check import CHECK_FORMATS, DEFAULT_CONTEXT, DEFAULT_EXPECT
 
-    p.add_argument("--command", dest="commands", action="append", default=[], metavar="TEMPLATE",
-                   help="command template with {model} {corpus} {context} {chunks} (repeatable: "
-                        "one row each, e.g. two builds of one runtime)")
-    p.add_argument("--label", action="append", default=[],
-                   help="name of each --command in the table (in order; default cmd1, cmd2, ...)")
-    p.add_argument("--compare", nargs="+", metavar="RECORD",
-                   help="print the table from check-runtime records instead of running anything")
-    add_checkpoint_argument(p, extra="the model the runtime runs (the reference is computed "
-                                      "from it); for mslite, any text")
+    p.add_argument(
+        "--command",
+        dest="commands",
+        action="append",
+        default=[],
+        metavar="TEMPLATE",
+        help="command template with {model} {corpus} {context} {chunks} (repeatable: "
+        "one row each, e.g. two builds of one runtime)",
+    )
+    p.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        help="name of each --command in the table (in order; default cmd1, cmd2, ...)",
+    )
+    p.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="RECORD",
+        help="print the table from check-runtime records instead of running anything",
+    )
+    add_checkpoint_argument(
+        p,
+        extra="the model the runtime runs (the reference is computed "
+        "from it); for mslite, any text",
+    )
     add_scoring_arguments(p, context=DEFAULT_CONTEXT)
-    p.add_argument("--corpus", default=None, metavar="FILE",
-                   help="score this UTF-8 text file (wikitext, your app's prompts) instead of "
-                        "the shipped held-out corpus; the runtime's {corpus} is a copy of it")
-    p.add_argument("--format", default="llama-perplexity", choices=CHECK_FORMATS,
-                   help="output format of the runtime (default llama-perplexity)")
-    p.add_argument("--expect", default=DEFAULT_EXPECT, metavar="POLICY",
-                   help="arithmetic a correct runtime may use, measured by harmony-ref to derive "
-                        f"the bound (default {DEFAULT_EXPECT}; e.g. int4-g32 if it re-quantizes; "
-                        "as-stored: a GGUF file's tensors exactly as stored)")
-    p.add_argument("--device", default="host",
-                   help="where the runtime runs, a label for the record (default host)")
-    p.add_argument("--timeout", type=number(0, above=True), default=3600.0, metavar="S",
-                   help="kill each command (and its children) after S seconds (default 3600)")
+    p.add_argument(
+        "--corpus",
+        default=None,
+        metavar="FILE",
+        help="score this UTF-8 text file (wikitext, your app's prompts) instead of "
+        "the shipped held-out corpus; the runtime's {corpus} is a copy of it",
+    )
+    p.add_argument(
+        "--format",
+        default="llama-perplexity",
+        choices=CHECK_FORMATS,
+        help="output format of the runtime (default llama-perplexity)",
+    )
+    p.add_argument(
+        "--expect",
+        default=DEFAULT_EXPECT,
+        metavar="POLICY",
+        help="arithmetic a correct runtime may use, measured by harmony-ref to derive "
+        f"the bound (default {DEFAULT_EXPECT}; e.g. int4-g32 if it re-quantizes; "
+        "as-stored: a GGUF file's tensors exactly as stored)",
+    )
+    p.add_argument(
+        "--device",
+        default="host",
+        help="where the runtime runs, a label for the record (default host)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=number(0, above=True),
+        default=3600.0,
+        metavar="S",
+        help="kill each command (and its children) after S seconds (default 3600)",
+    )
     from harmony_ref.commands._session import add_session_argument
 
     add_session_argument(p)
-    p.add_argument("--out-dir", default="results/runs",
-                   help="where the run records go (default results/runs)")
-    p.add_argument("--no-cache", action="store_true",
-                   help="recompute the FP32 reference even when cached")
+    p.add_argument(
+        "--out-dir", default="results/runs", help="where the run records go (default results/runs)"
+    )
+    p.add_argument(
+        "--no-cache", action="store_true", help="recompute the FP32 reference even when cached"
+    )
     add_json_flag(p)
 
 
@@ -61,7 +100,16 @@ def _print_rows(rows, title):
 
     from harmony_ref.commands._output import print_table
 
-    cols = ["runtime", "speed", "perplexity", "ppl_ratio", "bound", "vs_harmony_ref", "cosine", "verdict"]
+    cols = [
+        "runtime",
+        "speed",
+        "perplexity",
+        "ppl_ratio",
+        "bound",
+        "vs_harmony_ref",
+        "cosine",
+        "verdict",
+    ]
     df = pd.DataFrame(rows)
     keep = [c for c in cols if c in df and (c in ("runtime", "verdict") or (df[c] != "-").any())]
     print_table(df[keep], title=title)
@@ -88,8 +136,13 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json
     from harmony_ref.metrics import Metrics
     from harmony_ref.track.record import write_record
-    from harmony_ref.track.runtime_check import (RuntimeCheck, reference_for, result_record,
-                                                 run_check, table_row)
+    from harmony_ref.track.runtime_check import (
+        RuntimeCheck,
+        reference_for,
+        result_record,
+        run_check,
+        table_row,
+    )
 
     if args.compare:
         if args.commands:
@@ -98,8 +151,10 @@ def run(args) -> int:
     if not args.commands:
         raise ValueError("give at least one --command TEMPLATE (or --compare RECORD...)")
     if args.label and len(args.label) != len(args.commands):
-        raise ValueError(f"--label given {len(args.label)} times for {len(args.commands)} "
-                         "--command: give one per command or none")
+        raise ValueError(
+            f"--label given {len(args.label)} times for {len(args.commands)} "
+            "--command: give one per command or none"
+        )
     labels = args.label or [f"cmd{i + 1}" for i in range(len(args.commands))]
     from harmony_ref.backends.transport import DeviceGone
     from harmony_ref.commands import _session
@@ -108,27 +163,51 @@ def run(args) -> int:
     device = args.device
     if session is not None and device == "host":
         device = f"{session.transport}:{session.device.serial or 'host'}"
-    checks = [RuntimeCheck(t, args.format, args.model, args.context, args.chunks, args.expect,
-                           args.timeout, label, device, session, args.corpus)
-              for t, label in zip(args.commands, labels)]  # every template checked before work
+    checks = [
+        RuntimeCheck(
+            t,
+            args.format,
+            args.model,
+            args.context,
+            args.chunks,
+            args.expect,
+            args.timeout,
+            label,
+            device,
+            session,
+            args.corpus,
+        )
+        for t, label in zip(args.commands, labels)
+    ]  # every template checked before work
 
     ref = None
     if args.format == "llama-perplexity":
         from rich.console import Console
         from rich.progress import Progress
 
-        with Progress(console=Console(stderr=True), transient=True,
-                      disable=args.json or not sys.stderr.isatty()) as bar:
+        with Progress(
+            console=Console(stderr=True),
+            transient=True,
+            disable=args.json or not sys.stderr.isatty(),
+        ) as bar:
             task = bar.add_task("FP32 reference perplexity", total=None)
-            ref = reference_for(checks[0], lambda done, total: bar.update(
-                task, completed=done, total=total), use_cache=not args.no_cache)
+            ref = reference_for(
+                checks[0],
+                lambda done, total: bar.update(task, completed=done, total=total),
+                use_cache=not args.no_cache,
+            )
         if not args.json:
             cached = " (cached)" if ref.cached else ""
-            print(f"reference: FP32 perplexity {ref.ppl:.4f} over {ref.chunks} chunks of "
-                  f"{ref.context} ({ref.scored_tokens} scored tokens){cached}")
+            print(
+                f"reference: FP32 perplexity {ref.ppl:.4f} over {ref.chunks} chunks of "
+                f"{ref.context} ({ref.scored_tokens} scored tokens){cached}"
+            )
             print(f"bound: {ref.bound.how()}")
-            what = ("the file as stored" if args.expect == "as-stored"
-                    else f"with --expect {args.expect}")
+            what = (
+                "the file as stored"
+                if args.expect == "as-stored"
+                else f"with --expect {args.expect}"
+            )
             print(f"harmony-ref, {what}: perplexity {ref.ppl * ref.bound.expected_ratio:.4f}")
 
     out, errors = [], []
@@ -137,8 +216,9 @@ def run(args) -> int:
             if not args.json:
                 print(f"running {check.label}: {check.template}", file=sys.stderr)
             try:
-                result = run_check(check, ref, work,
-                                   _session.progress(args.json) if session else None)
+                result = run_check(
+                    check, ref, work, _session.progress(args.json) if session else None
+                )
             except DeviceGone as e:  # the phone left: nothing more can run on it
                 return _session.gone_exit(NAME, e)
             except BackendError as e:  # no result, no record; the others still run
@@ -151,14 +231,26 @@ def run(args) -> int:
     rows = [table_row(c.label, r.metrics) for c, r, _ in out]
     rows += [dict(table_row(c.label, Metrics()), verdict="error (no result)") for c, _ in errors]
     if args.json:
-        print_json({"reference": ref.to_dict() if ref else None,
-                    "runs": [{"label": c.label, "command": r.command, "verdict": r.verdict,
-                              "reasons": r.reasons, "record": str(p),
-                              "metrics": r.metrics.to_dict(), "provenance": r.provenance,
-                              "session": r.session}
-                             for c, r, p in out],
-                    "errors": [{"label": c.label, "error": e} for c, e in errors],
-                    "rows": rows})
+        print_json(
+            {
+                "reference": ref.to_dict() if ref else None,
+                "runs": [
+                    {
+                        "label": c.label,
+                        "command": r.command,
+                        "verdict": r.verdict,
+                        "reasons": r.reasons,
+                        "record": str(p),
+                        "metrics": r.metrics.to_dict(),
+                        "provenance": r.provenance,
+                        "session": r.session,
+                    }
+                    for c, r, p in out
+                ],
+                "errors": [{"label": c.label, "error": e} for c, e in errors],
+                "rows": rows,
+            }
+        )
     else:
         _print_rows(rows, "speed and accuracy")
         for c, r, p in out:

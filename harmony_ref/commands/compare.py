@@ -11,7 +11,9 @@ DEFAULT_PROFILES = "harmony-flagship,harmony-midrange,harmony-lowend"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--profiles", default=DEFAULT_PROFILES, help=f"comma-separated (default {DEFAULT_PROFILES})")
+    p.add_argument(
+        "--profiles", default=DEFAULT_PROFILES, help=f"comma-separated (default {DEFAULT_PROFILES})"
+    )
     from harmony_ref.commands._args import add_model_arguments, add_scenario_arguments
 
     add_model_arguments(p, profile=None)
@@ -19,15 +21,23 @@ def add_arguments(p) -> None:
     add_scenario_arguments(p, batch=1, long_dest=True)
     p.add_argument("--format", choices=("table", "md", "csv", "json"), default="table")
     p.add_argument("--json", action="store_true", help="same as --format json")
-    p.add_argument("--plot", metavar="PNG",
-                   help="also write a PNG: one panel per metric, in its own unit")
-    p.add_argument("--metrics", metavar="A,B,...",
-                   help="with --plot: the metrics to draw, one panel each (default: "
-                        "ttft_ms, decode_tokens_per_s, peak_memory_mb, sustained_peak_ratio_10min,"
-                        " energy_per_token_mj, coldstart_cold_ms)")
-    p.add_argument("--plot-view", choices=("panels", "normalised"), default="panels",
-                   help="with --plot: 'panels' (default) or 'normalised' (every metric on one "
-                        "axis as a share of its largest value, real values printed)")
+    p.add_argument(
+        "--plot", metavar="PNG", help="also write a PNG: one panel per metric, in its own unit"
+    )
+    p.add_argument(
+        "--metrics",
+        metavar="A,B,...",
+        help="with --plot: the metrics to draw, one panel each (default: "
+        "ttft_ms, decode_tokens_per_s, peak_memory_mb, sustained_peak_ratio_10min,"
+        " energy_per_token_mj, coldstart_cold_ms)",
+    )
+    p.add_argument(
+        "--plot-view",
+        choices=("panels", "normalised"),
+        default="panels",
+        help="with --plot: 'panels' (default) or 'normalised' (every metric on one "
+        "axis as a share of its largest value, real values printed)",
+    )
 
 
 def run(args) -> int:
@@ -42,29 +52,50 @@ def run(args) -> int:
         check_output_file(args.plot, "--plot")
     profiles = [s.strip() for s in args.profiles.split(",") if s.strip()]
     metrics = _plot_metrics(args)
-    frame, notes = compare_profiles(profiles, args.model, args.policy, args.prompt_tokens,
-                                    args.new_tokens, args.context_tokens, args.batch)
+    frame, notes = compare_profiles(
+        profiles,
+        args.model,
+        args.policy,
+        args.prompt_tokens,
+        args.new_tokens,
+        args.context_tokens,
+        args.batch,
+    )
     if metrics is not None:
         unknown = [m for m in metrics if m not in frame.index]
         if unknown:
-            raise ValueError(f"--metrics: {', '.join(unknown)} not in this comparison; it has: "
-                             + ", ".join(frame.index))
+            raise ValueError(
+                f"--metrics: {', '.join(unknown)} not in this comparison; it has: "
+                + ", ".join(frame.index)
+            )
     fmt = "json" if args.json else args.format
-    title = (f"{args.model}, policy {args.policy}: {args.prompt_tokens} prompt + "
-             f"{args.new_tokens} new tokens, context {args.context_tokens}, batch {args.batch}")
+    title = (
+        f"{args.model}, policy {args.policy}: {args.prompt_tokens} prompt + "
+        f"{args.new_tokens} new tokens, context {args.context_tokens}, batch {args.batch}"
+    )
     if fmt == "table":
         print_table(marked_frame(frame), title=title)
-        print("* best value of the row (direction-aware; rows with better=none or a tie across all profiles are not marked)")
+        print(
+            "* best value of the row (direction-aware; rows with better=none or a tie across all profiles are not marked)"
+        )
     elif fmt == "md":
         print(to_markdown(frame), end="")
     elif fmt == "csv":
         sys.stdout.write(frame.to_csv())
     else:
-        out = {"model": args.model, "policy": args.policy, "profiles": profiles,
-               "metrics": [{"metric": name, **{k: (None if isinstance(v, float) and v != v else v)
-                                               for k, v in row.items()}}
-                           for name, row in frame.to_dict(orient="index").items()],
-               "notes": notes}
+        out = {
+            "model": args.model,
+            "policy": args.policy,
+            "profiles": profiles,
+            "metrics": [
+                {
+                    "metric": name,
+                    **{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()},
+                }
+                for name, row in frame.to_dict(orient="index").items()
+            ],
+            "notes": notes,
+        }
         from harmony_ref.commands._output import print_json
 
         print_json(out)
@@ -83,8 +114,9 @@ def _plot_metrics(args) -> list[str] | None:
     if not args.plot:
         raise ValueError("--metrics: picks the panels of --plot; give --plot PNG too")
     if args.plot_view != "panels":
-        raise ValueError("--metrics: the normalised view draws every metric; "
-                         "use --plot-view panels")
+        raise ValueError(
+            "--metrics: the normalised view draws every metric; use --plot-view panels"
+        )
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     if not metrics:
         raise ValueError(f"--metrics {args.metrics!r}: give at least one metric name")
@@ -109,6 +141,13 @@ def _plot(args, frame, profiles, metrics, title):
         metrics = [m for m in DEFAULT_PANELS if m in frame.index]
     phases = None
     if any(coldstart_strategy(m) for m in metrics):
-        phases = coldstart_phases(profiles, args.model, args.policy, args.prompt_tokens,
-                                  args.new_tokens, args.context_tokens, args.batch)
+        phases = coldstart_phases(
+            profiles,
+            args.model,
+            args.policy,
+            args.prompt_tokens,
+            args.new_tokens,
+            args.context_tokens,
+            args.batch,
+        )
     return compare_panels(frame, args.plot, title, metrics, phases)

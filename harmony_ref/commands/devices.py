@@ -12,14 +12,25 @@ HELP = "list attached devices (hdc, adb, this host): serial, model, SoC, OS buil
 def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
-    p.add_argument("--transport", choices=("all", "hdc", "adb", "local"), default="all",
-                   help="which to list (default all)")
-    p.add_argument("--hdc", default="hdc", metavar="PATH", help="the hdc executable (default: "
-                                                                 "hdc on PATH)")
-    p.add_argument("--adb", default="adb", metavar="PATH", help="the adb executable (default: "
-                                                                 "adb on PATH)")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                   help="kill each tool call after S seconds (default 30)")
+    p.add_argument(
+        "--transport",
+        choices=("all", "hdc", "adb", "local"),
+        default="all",
+        help="which to list (default all)",
+    )
+    p.add_argument(
+        "--hdc", default="hdc", metavar="PATH", help="the hdc executable (default: hdc on PATH)"
+    )
+    p.add_argument(
+        "--adb", default="adb", metavar="PATH", help="the adb executable (default: adb on PATH)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="kill each tool call after S seconds (default 30)",
+    )
     add_json_flag(p)
 
 

@@ -1,21 +1,23 @@
 """`harmony-ref export`: a model quantized by a policy, written where a runtime can load it.
 
-    harmony-ref export --policy P out.safetensors              all-MiniLM-L6-v2, a verified
-                                                               safetensors artifact (format:
-                                                               harmony_ref/checkpoint/artifact.py)
-    harmony-ref export --model M --policy P --format gguf --out FILE
-                                                               a decoder (smollm2-135m or a .gguf
-                                                               file) as GGUF, each Linear in its
-                                                               policy's GGUF type, with a SHA-256
-                                                               manifest beside it
-                                                               (checkpoint/gguf_export.py)
+harmony-ref export --policy P out.safetensors              all-MiniLM-L6-v2, a verified
+                                                           safetensors artifact (format:
+                                                           harmony_ref/checkpoint/artifact.py)
+harmony-ref export --model M --policy P --format gguf --out FILE
+                                                           a decoder (smollm2-135m or a .gguf
+                                                           file) as GGUF, each Linear in its
+                                                           policy's GGUF type, with a SHA-256
+                                                           manifest beside it
+                                                           (checkpoint/gguf_export.py)
 """
 
 from __future__ import annotations
 
 NAME = "export"
-HELP = ("write a model quantized by --policy: all-MiniLM-L6-v2 as a verified safetensors "
-        "artifact, or a decoder as GGUF (--format gguf)")
+HELP = (
+    "write a model quantized by --policy: all-MiniLM-L6-v2 as a verified safetensors "
+    "artifact, or a decoder as GGUF (--format gguf)"
+)
 EXPORT_FORMATS = ("safetensors", "gguf")
 
 
@@ -23,16 +25,30 @@ def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
     p.add_argument("--policy", required=True, help="shipped policy name or policy TOML path")
-    p.add_argument("--format", default="safetensors", choices=EXPORT_FORMATS,
-                   help="safetensors (MiniLM artifact, default) or gguf (a decoder llama.cpp "
-                        "runs)")
-    p.add_argument("--model", default=None,
-                   help="gguf: the source decoder, smollm2-135m or a .gguf file (its metadata "
-                        "and tokenizer are copied)")
-    p.add_argument("--out", default=None, metavar="FILE",
-                   help="output path (written atomically); or give it as the positional OUT")
-    p.add_argument("out_positional", nargs="?", metavar="OUT",
-                   help="output .safetensors path (written atomically)")
+    p.add_argument(
+        "--format",
+        default="safetensors",
+        choices=EXPORT_FORMATS,
+        help="safetensors (MiniLM artifact, default) or gguf (a decoder llama.cpp runs)",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="gguf: the source decoder, smollm2-135m or a .gguf file (its metadata "
+        "and tokenizer are copied)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="output path (written atomically); or give it as the positional OUT",
+    )
+    p.add_argument(
+        "out_positional",
+        nargs="?",
+        metavar="OUT",
+        help="output .safetensors path (written atomically)",
+    )
     add_json_flag(p)
 
 
@@ -50,29 +66,34 @@ def run(args) -> int:
     if args.format == "gguf":
         return run_gguf(args, out)
     if args.model is not None:
-        raise ValueError(f"--model {args.model}: --format safetensors exports all-MiniLM-L6-v2 "
-                         "only; a decoder exports with --format gguf")
+        raise ValueError(
+            f"--model {args.model}: --format safetensors exports all-MiniLM-L6-v2 "
+            "only; a decoder exports with --format gguf"
+        )
     from pathlib import Path
 
+    from harmony_ref._io import check_output_file
+    from harmony_ref.checkpoint.artifact import export_artifact, verify_artifact
     from harmony_ref.commands._output import print_json
     from harmony_ref.runtime.minilm import real_model
-    from harmony_ref.checkpoint.artifact import export_artifact, verify_artifact
     from harmony_ref.units import MB
-
-    from harmony_ref._io import check_output_file
 
     check_output_file(out, "output")
     export_artifact(real_model(), args.policy, out)
     v = verify_artifact(out)  # what we wrote must pass what every load checks
-    info = {"path": out, "policy": args.policy, "tensors": v.n_tensors,
-            "file_mb": Path(out).stat().st_size / MB, "file_sha256": v.file_sha256,
-            "payload_sha256": v.metadata["payload_sha256"],
-            "format_version": v.metadata["format_version"]}
+    info = {
+        "path": out,
+        "policy": args.policy,
+        "tensors": v.n_tensors,
+        "file_mb": Path(out).stat().st_size / MB,
+        "file_sha256": v.file_sha256,
+        "payload_sha256": v.metadata["payload_sha256"],
+        "format_version": v.metadata["format_version"],
+    }
     if args.json:
         print_json(info)
     else:
-        print(f"wrote {out}: {v.n_tensors} tensors, {info['file_mb']:.2f} MB, "
-              f"policy {args.policy}")
+        print(f"wrote {out}: {v.n_tensors} tensors, {info['file_mb']:.2f} MB, policy {args.policy}")
         print(f"payload sha256 {info['payload_sha256']}")
         print(f"file    sha256 {info['file_sha256']}")
     return 0
@@ -88,18 +109,29 @@ def run_gguf(args, out: str) -> int:
         raise ValueError("--format gguf: --model is missing (smollm2-135m or a .gguf file)")
     path = resolve_model_path(args.model)
     if path.is_dir():
-        raise ValueError(f"--model {args.model}: --format gguf exports from a GGUF file (its "
-                         "tokenizer and metadata are copied); this is a directory")
+        raise ValueError(
+            f"--model {args.model}: --format gguf exports from a GGUF file (its "
+            "tokenizer and metadata are copied); this is a directory"
+        )
     r = export_gguf(path, args.policy, out)
-    info = {"path": str(r.path), "manifest": str(r.manifest_path), "policy": args.policy,
-            "source": str(path), "tensors": r.tensors, "tensor_types": r.types,
-            "file_mb": r.nbytes / MB, "file_sha256": r.file_sha256}
+    info = {
+        "path": str(r.path),
+        "manifest": str(r.manifest_path),
+        "policy": args.policy,
+        "source": str(path),
+        "tensors": r.tensors,
+        "tensor_types": r.types,
+        "file_mb": r.nbytes / MB,
+        "file_sha256": r.file_sha256,
+    }
     if args.json:
         print_json(info)
     else:
         types = ", ".join(f"{n} {t}" for t, n in sorted(r.types.items()))
-        print(f"wrote {r.path}: {r.tensors} tensors ({types}), {info['file_mb']:.2f} MB, "
-              f"policy {args.policy}")
+        print(
+            f"wrote {r.path}: {r.tensors} tensors ({types}), {info['file_mb']:.2f} MB, "
+            f"policy {args.policy}"
+        )
         print(f"manifest {r.manifest_path}")
         print(f"file sha256 {r.file_sha256}")
     return 0

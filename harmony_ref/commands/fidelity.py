@@ -5,27 +5,46 @@ and the MAPE per set on the held-out points only (track/fidelity.py)."""
 from __future__ import annotations
 
 NAME = "fidelity"
-HELP = ("predicted vs measured for host runs, llama-bench runs, published phone figures and "
-        "records; MAPE per set on held-out points; --plot, --json, record metrics")
+HELP = (
+    "predicted vs measured for host runs, llama-bench runs, published phone figures and "
+    "records; MAPE per set on held-out points; --plot, --json, record metrics"
+)
 
 
 def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
     from harmony_ref.track.fidelity import DEFAULT_SETS, SETS
 
-    p.add_argument("--sets", default=",".join(DEFAULT_SETS),
-                   help=f"comma-separated sets of {', '.join(SETS)} (default {','.join(DEFAULT_SETS)})")
-    p.add_argument("--figures", metavar="TOML",
-                   help="a file of published figures (harmony_ref/data/fidelity/published.toml's "
-                        "shape); its split = \"score\" figures are scored")
-    p.add_argument("--records", nargs="+", default=[], metavar="RECORD",
-                   help="run records of measured phones (measure / run --backend command): scored")
-    p.add_argument("--runtime", help="--records: the runtime profile they ran (default: the "
-                                     "profile's own)")
-    p.add_argument("--plot", metavar="PNG", help="write predicted vs measured (log axes, y = x, ±25%%)")
+    p.add_argument(
+        "--sets",
+        default=",".join(DEFAULT_SETS),
+        help=f"comma-separated sets of {', '.join(SETS)} (default {','.join(DEFAULT_SETS)})",
+    )
+    p.add_argument(
+        "--figures",
+        metavar="TOML",
+        help="a file of published figures (harmony_ref/data/fidelity/published.toml's "
+        'shape); its split = "score" figures are scored',
+    )
+    p.add_argument(
+        "--records",
+        nargs="+",
+        default=[],
+        metavar="RECORD",
+        help="run records of measured phones (measure / run --backend command): scored",
+    )
+    p.add_argument(
+        "--runtime", help="--records: the runtime profile they ran (default: the profile's own)"
+    )
+    p.add_argument(
+        "--plot", metavar="PNG", help="write predicted vs measured (log axes, y = x, ±25%%)"
+    )
     p.add_argument("--points", action="store_true", help="print every point, not only the summary")
-    p.add_argument("--markdown", action="store_true",
-                   help="print the README's tables (host, llama.cpp, phones) as Markdown")
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the README's tables (host, llama.cpp, phones) as Markdown",
+    )
     add_json_flag(p)
 
 
@@ -59,9 +78,13 @@ def run(args) -> int:
     else:
         held = pts[pts["split"] == "score"]
         if len(held):
-            print_table(held[["set", "id", "metric", "measured", "predicted", "error_pct"]],
-                        title="held-out points (scored): predicted vs measured")
-    print_table(pd.DataFrame(rows), title="MAPE per set: fitted points apart, held-out points scored")
+            print_table(
+                held[["set", "id", "metric", "measured", "predicted", "error_pct"]],
+                title="held-out points (scored): predicted vs measured",
+            )
+    print_table(
+        pd.DataFrame(rows), title="MAPE per set: fitted points apart, held-out points scored"
+    )
     for name in metrics.names():
         print(f"{name}: {metrics.value(name):.2f} %")
     if args.plot:

@@ -15,21 +15,32 @@ HELP = "compare a run with the baseline (exit 0 pass, 1 regression, 2 bad input)
 def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
-    p.add_argument("--baseline", required=True,
-                   help="baseline run record (e.g. results/baseline.json)")
-    p.add_argument("--current", help="run record to judge ('latest': the newest record in "
-                                     "--out-dir); without it a fresh `run` of the baseline's "
-                                     "config is made")
-    p.add_argument("--tolerances",
-                   help="tolerance TOML (default: harmony_ref/data/gate_tolerances.toml)")
+    p.add_argument(
+        "--baseline", required=True, help="baseline run record (e.g. results/baseline.json)"
+    )
+    p.add_argument(
+        "--current",
+        help="run record to judge ('latest': the newest record in "
+        "--out-dir); without it a fresh `run` of the baseline's "
+        "config is made",
+    )
+    p.add_argument(
+        "--tolerances", help="tolerance TOML (default: harmony_ref/data/gate_tolerances.toml)"
+    )
     p.add_argument("--summary", help="also write the Markdown summary to this file")
-    p.add_argument("--out-dir", default="results/runs",
-                   help="where a fresh run's record goes (default results/runs)")
-    p.add_argument("--no-rerun", action="store_true",
-                   help="never re-measure a failing measured metric")
-    p.add_argument("--update-baseline", action="store_true",
-                   help="make the current record the new baseline (the previous one is kept as "
-                        ".prev.json)")
+    p.add_argument(
+        "--out-dir",
+        default="results/runs",
+        help="where a fresh run's record goes (default results/runs)",
+    )
+    p.add_argument(
+        "--no-rerun", action="store_true", help="never re-measure a failing measured metric"
+    )
+    p.add_argument(
+        "--update-baseline",
+        action="store_true",
+        help="make the current record the new baseline (the previous one is kept as .prev.json)",
+    )
     add_json_flag(p)
 
 
@@ -43,8 +54,13 @@ def run(args) -> int:
     from harmony_ref.commands.run import DEFAULTS
     from harmony_ref.config import RunConfig
     from harmony_ref.track.gate import compare, load_tolerances, to_json, to_markdown
-    from harmony_ref.track.gate_run import (current_record, failed_parts, read_baseline,
-                                            remeasure_policy, replace_baseline)
+    from harmony_ref.track.gate_run import (
+        current_record,
+        failed_parts,
+        read_baseline,
+        remeasure_policy,
+        replace_baseline,
+    )
 
     note = partial(print, file=sys.stderr)
     tolerances = load_tolerances(args.tolerances)
@@ -57,8 +73,8 @@ def run(args) -> int:
         check_output_dir(args.out_dir, "--out-dir")
     baseline = read_baseline(baseline_path, args.update_baseline, note)
     current, current_path, fresh = current_record(
-        args.current, args.out_dir, baseline, baseline_path, RunConfig.from_names(**DEFAULTS),
-        note)
+        args.current, args.out_dir, baseline, baseline_path, RunConfig.from_names(**DEFAULTS), note
+    )
     names = (str(baseline_path), str(current_path))
 
     if args.update_baseline:
@@ -70,9 +86,14 @@ def run(args) -> int:
                 note(f"note: not comparable with the old baseline ({e})")
         kept = replace_baseline(baseline_path, current, current_path)
         if args.json:
-            print_json({"baseline_updated": str(baseline_path), "from": str(current_path),
-                        "previous_kept_as": str(kept) if kept else None,
-                        "comparison": to_json(comparison, *names) if comparison else None})
+            print_json(
+                {
+                    "baseline_updated": str(baseline_path),
+                    "from": str(current_path),
+                    "previous_kept_as": str(kept) if kept else None,
+                    "comparison": to_json(comparison, *names) if comparison else None,
+                }
+            )
             return 0
         if comparison is not None:
             print(to_markdown(comparison, *names))
@@ -84,8 +105,14 @@ def run(args) -> int:
     failed = failed_parts(current)
     if failed:
         if args.json:
-            print_json({"verdict": "FAIL", "exit_code": 1, "failed_parts": failed,
-                        "current": {"path": str(current_path)}})
+            print_json(
+                {
+                    "verdict": "FAIL",
+                    "exit_code": 1,
+                    "failed_parts": failed,
+                    "current": {"path": str(current_path)},
+                }
+            )
         print(f"error: parts of the current run failed: {failed}", file=sys.stderr)
         return 1
     remeasure, reason = remeasure_policy(current, fresh, args.no_rerun)

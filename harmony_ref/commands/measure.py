@@ -13,40 +13,70 @@ import sys
 from harmony_ref.commands._output import add_json_flag, print_json, print_table
 
 NAME = "measure"
-HELP = ("run an external benchmark command (e.g. over hdc/adb shell, or through a device "
-        "session) and print its parsed metrics")
+HELP = (
+    "run an external benchmark command (e.g. over hdc/adb shell, or through a device "
+    "session) and print its parsed metrics"
+)
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import number
-
     from harmony_ref.backends.parsers import FORMATS
-    from harmony_ref.commands._args import add_scenario_arguments
+    from harmony_ref.commands._args import add_scenario_arguments, number
     from harmony_ref.commands._session import add_session_argument
 
-    p.add_argument("--command", dest="command_template", metavar="CMD",
-                   help="command to run; placeholders {name} filled from --set name=value "
-                        "(with --session: default the session's benchmark.command, and "
-                        "{work_dir}, {python} are known)")
-    p.add_argument("--format", choices=FORMATS,
-                   help="output format of the command (with --session: default the session's)")
-    p.add_argument("--timeout", type=number(0, above=True), default=None, metavar="S",
-                   help="kill the command (and its children) after S seconds (default 600, or "
-                        "the session's benchmark.timeout_s)")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="value for a {NAME} placeholder in the command (repeatable)")
+    p.add_argument(
+        "--command",
+        dest="command_template",
+        metavar="CMD",
+        help="command to run; placeholders {name} filled from --set name=value "
+        "(with --session: default the session's benchmark.command, and "
+        "{work_dir}, {python} are known)",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="output format of the command (with --session: default the session's)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=number(0, above=True),
+        default=None,
+        metavar="S",
+        help="kill the command (and its children) after S seconds (default 600, or "
+        "the session's benchmark.timeout_s)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="value for a {NAME} placeholder in the command (repeatable)",
+    )
     add_session_argument(p)
-    p.add_argument("--out-dir", default="results/runs",
-                   help="with --session: where the run record goes (default results/runs)")
+    p.add_argument(
+        "--out-dir",
+        default="results/runs",
+        help="with --session: where the run record goes (default results/runs)",
+    )
     p.add_argument("--no-record", action="store_true", help="with --session: write no record")
     g = p.add_argument_group(
-        "physics sanity (flag measurements faster than the profile's roofline)")
-    g.add_argument("--profile", help="device profile to check against (name or .toml path; "
-                                     "default the session's device.profile)")
-    g.add_argument("--model", help="model the command runs (required with --profile; default "
-                                   "the session's benchmark.model)")
-    g.add_argument("--policy", default=None,
-                   help="quantization policy it runs (default the session's, else int4-g128)")
+        "physics sanity (flag measurements faster than the profile's roofline)"
+    )
+    g.add_argument(
+        "--profile",
+        help="device profile to check against (name or .toml path; "
+        "default the session's device.profile)",
+    )
+    g.add_argument(
+        "--model",
+        help="model the command runs (required with --profile; default "
+        "the session's benchmark.model)",
+    )
+    g.add_argument(
+        "--policy",
+        default=None,
+        help="quantization policy it runs (default the session's, else int4-g128)",
+    )
     add_scenario_arguments(g, long_dest=True)
     from harmony_ref.commands._args import add_allow_unmatched
 
@@ -76,18 +106,27 @@ def _config(args, session):
     profile_name = args.profile or (session.device.profile if session else "")
     profile = load_profile(profile_name) if profile_name else None
     if args.profile and not model:
-        raise ValueError("--profile needs --model (the model the command runs) for the "
-                         "roofline bound")
+        raise ValueError(
+            "--profile needs --model (the model the command runs) for the roofline bound"
+        )
     if not model:
         return None, profile
     checkpoint = model if is_checkpoint(model) else ""
     spec = checkpoint_spec(model) if checkpoint else model
-    where = profile_name or (f"{session.transport}:{session.device.serial or 'host'}"
-                             if session else "unspecified")
-    config = RunConfig.from_names(model=spec, policy=policy, prompt_tokens=args.prompt_tokens,
-                                  new_tokens=args.new_tokens, context_tokens=args.context_tokens,
-                                  profile=where, backend="command", checkpoint=checkpoint,
-                                  allow_unmatched=args.allow_unmatched)
+    where = profile_name or (
+        f"{session.transport}:{session.device.serial or 'host'}" if session else "unspecified"
+    )
+    config = RunConfig.from_names(
+        model=spec,
+        policy=policy,
+        prompt_tokens=args.prompt_tokens,
+        new_tokens=args.new_tokens,
+        context_tokens=args.context_tokens,
+        profile=where,
+        backend="command",
+        checkpoint=checkpoint,
+        allow_unmatched=args.allow_unmatched,
+    )
     return config, profile
 
 
@@ -106,9 +145,15 @@ def run(args) -> int:
 
         check_output_dir(args.out_dir, "--out-dir")
     config, profile = _config(args, session)
-    dev = CommandDevice(args.command_template, args.format, args.timeout,
-                        values=_values(args.set), profile=profile, session=session,
-                        progress=_session.progress(args.json) if session else None)
+    dev = CommandDevice(
+        args.command_template,
+        args.format,
+        args.timeout,
+        values=_values(args.set),
+        profile=profile,
+        session=session,
+        progress=_session.progress(args.json) if session else None,
+    )
     dev.command_for(config)  # a missing placeholder is bad input now, before any work
     try:
         m = dev.run(config)
@@ -120,18 +165,28 @@ def run(args) -> int:
     metrics, findings = m.metrics, list(m.findings)
     if config is not None and m.config is not None and m.config.scenario != config.scenario:
         s, asked = m.config.scenario, config.scenario
-        print(f"note: the command ran {s.prompt_tokens} prompt / {s.new_tokens} new tokens (its "
-              f"own output says so), not the {asked.prompt_tokens} / {asked.new_tokens} of --prompt / "
-              "--new: "
-              "the record and the physics check take what ran", file=sys.stderr)
+        print(
+            f"note: the command ran {s.prompt_tokens} prompt / {s.new_tokens} new tokens (its "
+            f"own output says so), not the {asked.prompt_tokens} / {asked.new_tokens} of --prompt / "
+            "--new: "
+            "the record and the physics check take what ran",
+            file=sys.stderr,
+        )
         config = m.config
     path = None
     if session is not None and not args.no_record:
         path = _write_record(m, config, dev, args)
     if args.json:
-        print_json({"backend": "command", "metrics": metrics.to_dict(), "provenance": m.provenance,
-                    "implausible": findings, "session": m.session,
-                    "record": str(path) if path else None})
+        print_json(
+            {
+                "backend": "command",
+                "metrics": metrics.to_dict(),
+                "provenance": m.provenance,
+                "implausible": findings,
+                "session": m.session,
+                "record": str(path) if path else None,
+            }
+        )
     else:
         print_table(metrics.to_frame(), title=f"measured ({dev.format})")
         for k, v in m.provenance.items():
@@ -143,10 +198,12 @@ def run(args) -> int:
         if path is not None:
             print(f"record: {path}")
     if m.session is not None and m.session["valid_repeats"] < m.session["min_valid_repeats"]:
-        print(f"harmony-ref measure: only {m.session['valid_repeats']} of "
-              f"{m.session['repeats']} repeats ran unthrottled (the session asks for "
-              f"{m.session['min_valid_repeats']}): not a result the gate will take",
-              file=sys.stderr)
+        print(
+            f"harmony-ref measure: only {m.session['valid_repeats']} of "
+            f"{m.session['repeats']} repeats ran unthrottled (the session asks for "
+            f"{m.session['min_valid_repeats']}): not a result the gate will take",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -156,21 +213,39 @@ def _write_record(m, config, dev, args):
     the metrics, the session block in its `session` part."""
     from harmony_ref.track.record import Record, collect_provenance, write_record
 
-    opts = {"command": dev.command_template, "format": dev.format, "session": dev.session.path,
-            "transport": dev.session.transport}
+    opts = {
+        "command": dev.command_template,
+        "format": dev.format,
+        "session": dev.session.path,
+        "transport": dev.session.transport,
+    }
     if config is not None:
         cfg = config.to_dict()
         cfg["backend_options"] = opts
     else:
-        cfg = {"model": "unspecified", "policy": "unspecified",
-               "profile": dev.session.device.profile or f"{dev.session.transport}:"
-               f"{dev.session.device.serial or 'host'}", "backend": "command",
-               "scenario": {"prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
-                            "context_tokens": args.context_tokens, "batch": 1},
-               "backend_options": opts}
-    part = {"status": "ok", "detail": f"{len(m.metrics)} metrics from "
-            f"{m.session['valid_repeats']} valid of {m.session['repeats']} repeats",
-            "metrics": m.metrics.names(), "backend_provenance": dict(m.provenance),
-            "physics": m.physics, "implausible": list(m.findings), "session": m.session}
+        cfg = {
+            "model": "unspecified",
+            "policy": "unspecified",
+            "profile": dev.session.device.profile
+            or f"{dev.session.transport}:{dev.session.device.serial or 'host'}",
+            "backend": "command",
+            "scenario": {
+                "prompt_tokens": args.prompt_tokens,
+                "new_tokens": args.new_tokens,
+                "context_tokens": args.context_tokens,
+                "batch": 1,
+            },
+            "backend_options": opts,
+        }
+    part = {
+        "status": "ok",
+        "detail": f"{len(m.metrics)} metrics from "
+        f"{m.session['valid_repeats']} valid of {m.session['repeats']} repeats",
+        "metrics": m.metrics.names(),
+        "backend_provenance": dict(m.provenance),
+        "physics": m.physics,
+        "implausible": list(m.findings),
+        "session": m.session,
+    }
     prov = collect_provenance()
     return write_record(Record(cfg, m.metrics, prov, {"session": part}), args.out_dir)

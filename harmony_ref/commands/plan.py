@@ -18,28 +18,55 @@ def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
     add_checkpoint_argument(p, minilm="all-minilm-l6")
-    p.add_argument("--budget-mb", type=float, required=True,
-                   help="budget for the Linear weights in MB (1e6 bytes), scales included")
+    p.add_argument(
+        "--budget-mb",
+        type=float,
+        required=True,
+        help="budget for the Linear weights in MB (1e6 bytes), scales included",
+    )
     add_scoring_arguments(p, chunks_of="each corpus part")
-    p.add_argument("--formats", metavar="F,F,...", default=None,
-                   help="decoder: the formats to choose among (default fp16,int8,int4-g128,"
-                        "int4-g32); GGUF's q4_0,q4_1,q8_0,f16 make a policy `export --format "
-                        "gguf` writes")
-    p.add_argument("--prune-ffn", metavar="R,R,...", default=None,
-                   help="decoder: FFN pruning ratios to choose from, uniform across blocks "
-                        "(e.g. 0,0.1,0.25; default: no pruning)")
-    p.add_argument("--prune-heads", metavar="R,R,...", default=None,
-                   help="decoder: head pruning ratios to choose from (e.g. 0,0.25)")
-    p.add_argument("--prune-score", choices=["l1", "activation"], default=None,
-                   help="decoder: how pruned units are chosen (default l1)")
-    p.add_argument("--activations", choices=["per-tensor", "per-channel", "smooth"],
-                   default=None,
-                   help="decoder: plan a W8A8 model: int8 measured with static activation "
-                        "scales of this granularity, the policy carries [activations]")
-    p.add_argument("--methods", metavar="M,M,...", default=None,
-                   help="decoder: fitting methods the planner may pick per type and format "
-                        "(rtn, gptq, awq; default rtn): the knapsack chooses among (format, "
-                        "method) pairs, the policy carries [quantize.methods]")
+    p.add_argument(
+        "--formats",
+        metavar="F,F,...",
+        default=None,
+        help="decoder: the formats to choose among (default fp16,int8,int4-g128,"
+        "int4-g32); GGUF's q4_0,q4_1,q8_0,f16 make a policy `export --format "
+        "gguf` writes",
+    )
+    p.add_argument(
+        "--prune-ffn",
+        metavar="R,R,...",
+        default=None,
+        help="decoder: FFN pruning ratios to choose from, uniform across blocks "
+        "(e.g. 0,0.1,0.25; default: no pruning)",
+    )
+    p.add_argument(
+        "--prune-heads",
+        metavar="R,R,...",
+        default=None,
+        help="decoder: head pruning ratios to choose from (e.g. 0,0.25)",
+    )
+    p.add_argument(
+        "--prune-score",
+        choices=["l1", "activation"],
+        default=None,
+        help="decoder: how pruned units are chosen (default l1)",
+    )
+    p.add_argument(
+        "--activations",
+        choices=["per-tensor", "per-channel", "smooth"],
+        default=None,
+        help="decoder: plan a W8A8 model: int8 measured with static activation "
+        "scales of this granularity, the policy carries [activations]",
+    )
+    p.add_argument(
+        "--methods",
+        metavar="M,M,...",
+        default=None,
+        help="decoder: fitting methods the planner may pick per type and format "
+        "(rtn, gptq, awq; default rtn): the knapsack chooses among (format, "
+        "method) pairs, the policy carries [quantize.methods]",
+    )
     p.add_argument("--out", metavar="TOML", help="also write the policy to this file (atomically)")
     p.add_argument("--pairs", metavar="TSV", help="evaluation pairs (default: the shipped set)")
     add_json_flag(p)
@@ -50,8 +77,11 @@ def run(args) -> int:
         from harmony_ref._io import check_output_file
 
         check_output_file(args.out, "--out")
-    compress = [f for f in ("prune_ffn", "prune_heads", "prune_score", "activations")
-                if getattr(args, f) is not None]
+    compress = [
+        f
+        for f in ("prune_ffn", "prune_heads", "prune_score", "activations")
+        if getattr(args, f) is not None
+    ]
     if args.model.lower() != "all-minilm-l6":
         if args.pairs:
             raise ValueError("--pairs applies to --model all-minilm-l6 only")
@@ -116,36 +146,63 @@ def run_decoder(args) -> int:
     if not (math.isfinite(args.budget_mb) and args.budget_mb > 0):  # before any progress bar
         raise ValueError(f"--budget-mb must be a finite number > 0, got {args.budget_mb!r}")
     formats = _format_list(args.formats)
-    plan = progress_run(lambda progress: lm_plan(
-        args.model, args.budget_mb, formats=formats, context=args.context, chunks=args.chunks, progress=progress,
-        prune_ffn=args.ffn_ratios, prune_heads=args.head_ratios,
-        prune_score=args.prune_score or "l1", activations=args.activations,
-        methods=tuple(m.strip() for m in (args.methods or "rtn").split(","))),
-        args.json, "plan: each Linear type alone in each format (calibration)")
-    acc = progress_run(lambda progress: lm_accuracy(
-        args.model, [(plan.policy, "fp16")], Corpus.shipped("heldout"), args.context,
-        max_chunks=args.chunks, progress=progress), args.json,
-        "plan: scoring the planned policy (held-out)")
+    plan = progress_run(
+        lambda progress: lm_plan(
+            args.model,
+            args.budget_mb,
+            formats=formats,
+            context=args.context,
+            chunks=args.chunks,
+            progress=progress,
+            prune_ffn=args.ffn_ratios,
+            prune_heads=args.head_ratios,
+            prune_score=args.prune_score or "l1",
+            activations=args.activations,
+            methods=tuple(m.strip() for m in (args.methods or "rtn").split(",")),
+        ),
+        args.json,
+        "plan: each Linear type alone in each format (calibration)",
+    )
+    acc = progress_run(
+        lambda progress: lm_accuracy(
+            args.model,
+            [(plan.policy, "fp16")],
+            Corpus.shipped("heldout"),
+            args.context,
+            max_chunks=args.chunks,
+            progress=progress,
+        ),
+        args.json,
+        "plan: scoring the planned policy (held-out)",
+    )
     row = acc.rows()[1]
     toml = plan.policy.to_toml()
     if args.out:
         write_text_atomic(args.out, toml)
-    summary = {"model": args.model, "budget_mb": args.budget_mb,
-               "linear_weights_mb": plan.linear_bytes / MB,
-               "predicted_kld_mean": plan.predicted_kld,
-               "calibration_scored_tokens": plan.calibration_scored_tokens,
-               "heldout": acc.title(), "heldout_kld_mean": row["kld_mean"],
-               "heldout_kld_p99": row["kld_p99"], "heldout_ppl_ratio": row["ppl_ratio"],
-               "heldout_top1_agreement_pct": row["top1_agreement_pct"],
-               "formats_per_type": plan.choices}
+    summary = {
+        "model": args.model,
+        "budget_mb": args.budget_mb,
+        "linear_weights_mb": plan.linear_bytes / MB,
+        "predicted_kld_mean": plan.predicted_kld,
+        "calibration_scored_tokens": plan.calibration_scored_tokens,
+        "heldout": acc.title(),
+        "heldout_kld_mean": row["kld_mean"],
+        "heldout_kld_p99": row["kld_p99"],
+        "heldout_ppl_ratio": row["ppl_ratio"],
+        "heldout_top1_agreement_pct": row["top1_agreement_pct"],
+        "formats_per_type": plan.choices,
+    }
     if plan.methods:
         summary["methods_per_type"] = plan.methods
     pruning = plan.predicted_parts is not None
     if pruning:
-        summary.update(prune=plan.prune, prune_score=args.prune_score or "l1",
-                       prune_ffn_choices=list(args.ffn_ratios),
-                       prune_heads_choices=list(args.head_ratios),
-                       predicted_kld_parts=plan.predicted_parts)
+        summary.update(
+            prune=plan.prune,
+            prune_score=args.prune_score or "l1",
+            prune_ffn_choices=list(args.ffn_ratios),
+            prune_heads_choices=list(args.head_ratios),
+            predicted_kld_parts=plan.predicted_parts,
+        )
     if plan.activations is not None:
         summary["activations"] = plan.activations.to_dict()
     if args.json:
@@ -153,21 +210,31 @@ def run_decoder(args) -> int:
         return 0
     print(toml, end="")
     print()
-    print(f"# planned within {args.budget_mb:g} MB: Linear weights "
-          f"{summary['linear_weights_mb']:.3f} MB (embedding table and norms FP32, not counted)")
+    print(
+        f"# planned within {args.budget_mb:g} MB: Linear weights "
+        f"{summary['linear_weights_mb']:.3f} MB (embedding table and norms FP32, not counted)"
+    )
     print("# per type: " + ", ".join(f"{t} {f}" for t, f in plan.choices.items()))
     if pruning:
         chosen = ", ".join(f"{k} {v:g}" for k, v in plan.prune.items()) or "none"
-        print(f"# pruning ({args.prune_score or 'l1'}, no fine-tuning): {chosen}; predicted KLD "
-              "by group: " + ", ".join(f"{k} {v:.4f}" for k, v in plan.predicted_parts.items()))
+        print(
+            f"# pruning ({args.prune_score or 'l1'}, no fine-tuning): {chosen}; predicted KLD "
+            "by group: " + ", ".join(f"{k} {v:.4f}" for k, v in plan.predicted_parts.items())
+        )
     if plan.activations is not None:
-        print(f"# W8A8: int8 Linears with static {plan.activations.granularity} activation "
-              "scales (calibration part)")
-    print(f"# KLD mean: predicted {plan.predicted_kld:.4f} (sum of types alone, calibration "
-          f"part, {plan.calibration_scored_tokens} scored tokens)")
+        print(
+            f"# W8A8: int8 Linears with static {plan.activations.granularity} activation "
+            "scales (calibration part)"
+        )
+    print(
+        f"# KLD mean: predicted {plan.predicted_kld:.4f} (sum of types alone, calibration "
+        f"part, {plan.calibration_scored_tokens} scored tokens)"
+    )
     print(f"# held out ({acc.title()}):")
-    print(f"#   KLD mean {row['kld_mean']:.4f}, p99 {row['kld_p99']:.4f}, PPL / FP32 "
-          f"{row['ppl_ratio']:.4f}, top-1 {row['top1_agreement_pct']:.1f} %")
+    print(
+        f"#   KLD mean {row['kld_mean']:.4f}, p99 {row['kld_p99']:.4f}, PPL / FP32 "
+        f"{row['ppl_ratio']:.4f}, top-1 {row['top1_agreement_pct']:.1f} %"
+    )
     if args.out:
         print(f"# written to {args.out}")
     return 0
@@ -175,10 +242,10 @@ def run_decoder(args) -> int:
 
 def run_minilm(args) -> int:
 
+    from harmony_ref._io import write_text_atomic
+    from harmony_ref.commands._output import print_json
     from harmony_ref.eval.embedding import evaluate, load_pairs
     from harmony_ref.eval.plan import PLANNER_FORMATS, plan_policy
-    from harmony_ref.commands._output import print_json
-    from harmony_ref._io import write_text_atomic
     from harmony_ref.units import MB
 
     evalset = load_pairs(args.pairs)
@@ -205,13 +272,19 @@ def run_minilm(args) -> int:
         return 0
     print(toml, end="")
     print()
-    print(f"# planned within {args.budget_mb:g} MB: Linear weights {summary['linear_weights_mb']:.3f} MB "
-          f"(all weights {summary['weights_mb']:.2f} MB with FP32 embeddings)")
+    print(
+        f"# planned within {args.budget_mb:g} MB: Linear weights {summary['linear_weights_mb']:.3f} MB "
+        f"(all weights {summary['weights_mb']:.2f} MB with FP32 embeddings)"
+    )
     print("# layers per format: " + ", ".join(f"{f} {n}" for f, n in counts.items()))
-    print(f"# cosine loss: predicted {summary['predicted_cosine_loss']:.5f} (sum of layers alone), "
-          f"measured {summary['measured_cosine_loss']:.5f}; cosine_min {summary['cosine_min']:.4f}")
-    print(f"# recall@1 {summary['recall_at_1']:.2f} % vs FP32 {summary['recall_at_1_fp32']:.2f} %: "
-          f"accuracy_drop_pct {summary['accuracy_drop_pct']:.2f} points")
+    print(
+        f"# cosine loss: predicted {summary['predicted_cosine_loss']:.5f} (sum of layers alone), "
+        f"measured {summary['measured_cosine_loss']:.5f}; cosine_min {summary['cosine_min']:.4f}"
+    )
+    print(
+        f"# recall@1 {summary['recall_at_1']:.2f} % vs FP32 {summary['recall_at_1_fp32']:.2f} %: "
+        f"accuracy_drop_pct {summary['accuracy_drop_pct']:.2f} points"
+    )
     if args.out:
         print(f"# written to {args.out}")
     return 0

@@ -22,11 +22,22 @@ def run(args) -> int:
 
     df = format_report(args.rows, args.cols, args.seed)
     if args.json:
-        print_json({"rows": args.rows, "cols": args.cols, "seed": args.seed,
-                    "formats": df.to_dict(orient="records")})
+        print_json(
+            {
+                "rows": args.rows,
+                "cols": args.cols,
+                "seed": args.seed,
+                "formats": df.to_dict(orient="records"),
+            }
+        )
     else:
-        print_table(df, title=f"weight formats on a seeded {args.rows}x{args.cols} matrix "
-                              "(N(0, 0.02) with 0.1% 8x outliers)")
-        print("overhead_pct: storage beyond the nominal 4 or 8 bits (scales, zero points), "
-              "computed from the real arrays.")
+        print_table(
+            df,
+            title=f"weight formats on a seeded {args.rows}x{args.cols} matrix "
+            "(N(0, 0.02) with 0.1% 8x outliers)",
+        )
+        print(
+            "overhead_pct: storage beyond the nominal 4 or 8 bits (scales, zero points), "
+            "computed from the real arrays."
+        )
     return 0

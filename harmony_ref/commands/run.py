@@ -7,29 +7,57 @@ from __future__ import annotations
 NAME = "run"
 HELP = "measure one config (predicted, host kernels, accuracy, cold start, thermal) and write a run record"
 
-DEFAULTS = {"model": "llama-3.2-3b", "policy": "int4-g128", "profile": "harmony-flagship", "backend": "simulated"}
+DEFAULTS = {
+    "model": "llama-3.2-3b",
+    "policy": "int4-g128",
+    "profile": "harmony-flagship",
+    "backend": "simulated",
+}
 
 
 def add_config_arguments(p) -> None:
     from harmony_ref.commands._args import add_model_arguments
 
-    add_model_arguments(p, model=DEFAULTS["model"], policy=DEFAULTS["policy"],
-                        profile=DEFAULTS["profile"], checkpoints=True,
-                        model_help="the host backend runs it, accuracy scores it")
-    p.add_argument("--backend", default=DEFAULTS["backend"], choices=("simulated", "host", "command"),
-                   help="backend for the device metrics (default simulated)")
-    p.add_argument("--command", help="with --backend command: the benchmark command to run (e.g. over hdc shell)")
-    p.add_argument("--command-format", help="with --backend command: its output format "
-                                            "(mslite, tflite, llama-bench, executorch, ...)")
-    p.add_argument("--session", metavar="FILE",
-                   help="with --backend command: run it through a device session (transport, "
-                        "pushes, cooldown, repeats, telemetry, throttled repeats left out); its "
-                        "benchmark command and format are the default")
+    add_model_arguments(
+        p,
+        model=DEFAULTS["model"],
+        policy=DEFAULTS["policy"],
+        profile=DEFAULTS["profile"],
+        checkpoints=True,
+        model_help="the host backend runs it, accuracy scores it",
+    )
+    p.add_argument(
+        "--backend",
+        default=DEFAULTS["backend"],
+        choices=("simulated", "host", "command"),
+        help="backend for the device metrics (default simulated)",
+    )
+    p.add_argument(
+        "--command",
+        help="with --backend command: the benchmark command to run (e.g. over hdc shell)",
+    )
+    p.add_argument(
+        "--command-format",
+        help="with --backend command: its output format "
+        "(mslite, tflite, llama-bench, executorch, ...)",
+    )
+    p.add_argument(
+        "--session",
+        metavar="FILE",
+        help="with --backend command: run it through a device session (transport, "
+        "pushes, cooldown, repeats, telemetry, throttled repeats left out); its "
+        "benchmark command and format are the default",
+    )
     from harmony_ref.commands._args import add_scenario_arguments, count
 
     add_scenario_arguments(p, batch=1, long_dest=True)
-    p.add_argument("--prefix-tokens", type=count(0), default=0, metavar="N",
-                   help="of the prompt, already in the KV cache (prefix reuse; default 0)")
+    p.add_argument(
+        "--prefix-tokens",
+        type=count(0),
+        default=0,
+        metavar="N",
+        help="of the prompt, already in the KV cache (prefix reuse; default 0)",
+    )
     from harmony_ref.commands._args import add_allow_unmatched
 
     add_allow_unmatched(p)
@@ -42,12 +70,14 @@ def config_from_args(args):
     for key in ("prompt_tokens", "new_tokens", "context_tokens", "batch"):
         lo = 0 if key == "new_tokens" else 1
         if getattr(args, key) < lo:
-            raise ValueError(f"--{key.replace('_', '-')} must be an integer >= {lo}, got {getattr(args, key)}")
+            raise ValueError(
+                f"--{key.replace('_', '-')} must be an integer >= {lo}, got {getattr(args, key)}"
+            )
     opts = None
     session = getattr(args, "session", None)
     if args.backend == "command":
-        from harmony_ref.backends.parsers import FORMATS
         from harmony_ref._format import did_you_mean
+        from harmony_ref.backends.parsers import FORMATS
 
         command, fmt = args.command, args.command_format
         if session:
@@ -56,11 +86,15 @@ def config_from_args(args):
             spec = load_session(session)  # bad input is exit 2 now, before any part runs
             command, fmt = command or spec.benchmark.command, fmt or spec.benchmark.format
         if not (command and fmt):
-            raise ValueError("--backend command needs --command and --command-format (or a "
-                             "--session whose benchmark has them)")
+            raise ValueError(
+                "--backend command needs --command and --command-format (or a "
+                "--session whose benchmark has them)"
+            )
         if fmt not in FORMATS:
-            raise ValueError(f"--command-format {fmt!r}: unknown output format"
-                             f"{did_you_mean(fmt, FORMATS)}; formats are " + ", ".join(FORMATS))
+            raise ValueError(
+                f"--command-format {fmt!r}: unknown output format"
+                f"{did_you_mean(fmt, FORMATS)}; formats are " + ", ".join(FORMATS)
+            )
         opts = {"command": command, "format": fmt}
         if session:
             opts["session"] = str(session)
@@ -71,11 +105,20 @@ def config_from_args(args):
 
     checkpoint = args.model if is_checkpoint(args.model) else ""
     model = checkpoint_spec(checkpoint) if checkpoint else args.model
-    config = RunConfig.from_names(model, args.policy, args.prompt_tokens, args.new_tokens,
-                                  args.context_tokens, args.batch, profile=args.profile,
-                                  backend=args.backend, backend_options=opts,
-                                  prefix_tokens=args.prefix_tokens, checkpoint=checkpoint,
-                                  allow_unmatched=args.allow_unmatched)
+    config = RunConfig.from_names(
+        model,
+        args.policy,
+        args.prompt_tokens,
+        args.new_tokens,
+        args.context_tokens,
+        args.batch,
+        profile=args.profile,
+        backend=args.backend,
+        backend_options=opts,
+        prefix_tokens=args.prefix_tokens,
+        checkpoint=checkpoint,
+        allow_unmatched=args.allow_unmatched,
+    )
     load_profile(args.profile)  # a bad profile is exit 2 now, not a failed part later
     return config
 
@@ -84,9 +127,15 @@ def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
     add_config_arguments(p)
-    p.add_argument("--skip", default="", metavar="PARTS",
-                   help="comma-separated parts to skip: predicted,host,accuracy,coldstart,thermal")
-    p.add_argument("--out-dir", default="results/runs", help="where the record goes (default results/runs)")
+    p.add_argument(
+        "--skip",
+        default="",
+        metavar="PARTS",
+        help="comma-separated parts to skip: predicted,host,accuracy,coldstart,thermal",
+    )
+    p.add_argument(
+        "--out-dir", default="results/runs", help="where the record goes (default results/runs)"
+    )
     p.add_argument("--no-record", action="store_true", help="do not write a record")
     add_json_flag(p)
 
@@ -107,15 +156,19 @@ def print_record(record, path=None, file=None) -> None:
     out = file or sys.stdout
     c = record.config
     sc = c["scenario"]
-    title = (f"{c['model']} / {c['policy']} / {c['profile']} ({c['backend']}), "
-             f"{sc['prompt_tokens']} prompt + {sc['new_tokens']} new tokens, context {sc['context_tokens']}, "
-             f"batch {sc['batch']}")
+    title = (
+        f"{c['model']} / {c['policy']} / {c['profile']} ({c['backend']}), "
+        f"{sc['prompt_tokens']} prompt + {sc['new_tokens']} new tokens, context {sc['context_tokens']}, "
+        f"batch {sc['batch']}"
+    )
     pred = record.parts.get("predicted", {})
     if pred.get("measured_model"):  # on its own line: a table title would wrap it mid-word
-        print(f"MEASURED ON A SCALED COPY {pred['measured_model']} of {c['model']} "
-              f"({pred['measured_weights_mb']:,.0f} MB of weights instead of "
-              f"{pred['model_weights_mb']:,.0f}): the device metrics are of the smaller model",
-              file=out)
+        print(
+            f"MEASURED ON A SCALED COPY {pred['measured_model']} of {c['model']} "
+            f"({pred['measured_weights_mb']:,.0f} MB of weights instead of "
+            f"{pred['model_weights_mb']:,.0f}): the device metrics are of the smaller model",
+            file=out,
+        )
     if len(record.metrics):
         print_table(record_frame(record), title=title, file=out)
     else:
@@ -158,13 +211,19 @@ def run(args) -> int:
 
         print_block(block, file=sys.stderr if args.json else None)
         if block["valid_repeats"] < block["min_valid_repeats"]:
-            print(f"note: only {block['valid_repeats']} of {block['repeats']} repeats ran "
-                  f"unthrottled (the session asks for {block['min_valid_repeats']}): the gate "
-                  "will refuse this record", file=sys.stderr)
+            print(
+                f"note: only {block['valid_repeats']} of {block['repeats']} repeats ran "
+                f"unthrottled (the session asks for {block['min_valid_repeats']}): the gate "
+                "will refuse this record",
+                file=sys.stderr,
+            )
             return 1
     if path is not None and path.parent.name == "failed":
         import sys
 
-        print(f"note: no part succeeded; the record is kept in {path.parent}, where "
-              "`gate --current latest` does not look", file=sys.stderr)
+        print(
+            f"note: no part succeeded; the record is kept in {path.parent}, where "
+            "`gate --current latest` does not look",
+            file=sys.stderr,
+        )
     return 1 if failed else 0

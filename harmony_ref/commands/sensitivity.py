@@ -8,8 +8,10 @@ format, as W8A8 (`--format w8a8[-per-tensor|-per-channel|-smooth]`) or pruned in
 from __future__ import annotations
 
 NAME = "sensitivity"
-HELP = ("rank layer types / blocks (decoder, by KLD) or MiniLM's Linears (by cosine loss) by the "
-        "loss each causes alone in INT4 (or --format)")
+HELP = (
+    "rank layer types / blocks (decoder, by KLD) or MiniLM's Linears (by cosine loss) by the "
+    "loss each causes alone in INT4 (or --format)"
+)
 MINILM = "all-minilm-l6"
 
 
@@ -18,23 +20,42 @@ def add_arguments(p) -> None:
     from harmony_ref.commands._output import add_json_flag
 
     add_checkpoint_argument(p, minilm=MINILM)
-    p.add_argument("--format", default=None,
-                   help="format to put one group at a time in (default int4-g32); decoder: "
-                        "also w8a8 (= w8a8-per-channel), w8a8-per-tensor, w8a8-smooth (int8 "
-                        "weights and static int8 activations calibrated on the calibration part)")
-    p.add_argument("--prune", metavar="KIND=RATIO", default=None,
-                   help="decoder: prune instead of quantizing (FP32 weights): ffn=R and/or "
-                        "heads=R; --by type: rows ffn / heads (every block), --by block: one "
-                        "block at a time")
-    p.add_argument("--prune-score", choices=["l1", "activation"], default=None,
-                   help="decoder, with --prune: L1 weight norms (default) or activation-aware "
-                        "(||activation|| on calibration windows x L1 of the unit's output)")
-    p.add_argument("--method", choices=["rtn", "gptq", "awq"], default=None,
-                   help="decoder: how the group's int4 / int8 weights are fitted: round to "
-                        "nearest (default), GPTQ or AWQ, calibrated on the calibration part's "
-                        "unscored tokens ([quantize] defaults)")
-    p.add_argument("--by", choices=["type", "block"], default=None,
-                   help="decoder: one Linear type across blocks (default), or one block")
+    p.add_argument(
+        "--format",
+        default=None,
+        help="format to put one group at a time in (default int4-g32); decoder: "
+        "also w8a8 (= w8a8-per-channel), w8a8-per-tensor, w8a8-smooth (int8 "
+        "weights and static int8 activations calibrated on the calibration part)",
+    )
+    p.add_argument(
+        "--prune",
+        metavar="KIND=RATIO",
+        default=None,
+        help="decoder: prune instead of quantizing (FP32 weights): ffn=R and/or "
+        "heads=R; --by type: rows ffn / heads (every block), --by block: one "
+        "block at a time",
+    )
+    p.add_argument(
+        "--prune-score",
+        choices=["l1", "activation"],
+        default=None,
+        help="decoder, with --prune: L1 weight norms (default) or activation-aware "
+        "(||activation|| on calibration windows x L1 of the unit's output)",
+    )
+    p.add_argument(
+        "--method",
+        choices=["rtn", "gptq", "awq"],
+        default=None,
+        help="decoder: how the group's int4 / int8 weights are fitted: round to "
+        "nearest (default), GPTQ or AWQ, calibrated on the calibration part's "
+        "unscored tokens ([quantize] defaults)",
+    )
+    p.add_argument(
+        "--by",
+        choices=["type", "block"],
+        default=None,
+        help="decoder: one Linear type across blocks (default), or one block",
+    )
     add_scoring_arguments(p, chunks_of="the calibration part")
     p.add_argument("--top", type=int, default=0, help="show only the N most sensitive")
     p.add_argument("--pairs", metavar="TSV", help=f"{MINILM}: evaluation pairs (default: shipped)")
@@ -51,11 +72,14 @@ def run(args) -> int:
         if args.by or args.chunks is not None or args.context != 512:
             raise ValueError(f"--by/--chunks/--context apply to a decoder, not --model {MINILM}")
         if args.prune or args.prune_score or args.method:
-            raise ValueError(f"--prune/--prune-score/--method apply to a decoder, not --model "
-                             f"{MINILM}")
+            raise ValueError(
+                f"--prune/--prune-score/--method apply to a decoder, not --model {MINILM}"
+            )
         if str(args.format or "").lower().startswith("w8a8"):
-            raise ValueError(f"--format {args.format}: W8A8 sensitivity applies to a decoder, "
-                             f"not --model {MINILM}")
+            raise ValueError(
+                f"--format {args.format}: W8A8 sensitivity applies to a decoder, "
+                f"not --model {MINILM}"
+            )
         return run_minilm(args, parse_format(args.format or "int4-g32", "--format"))
     if args.pairs:
         raise ValueError(f"--pairs applies to --model {MINILM} only")
@@ -63,11 +87,14 @@ def run(args) -> int:
         raise ValueError("--prune-score applies with --prune only")
     if args.prune:
         if args.method:
-            raise ValueError(f"--method {args.method} fits quantized weights: --prune measures "
-                             "pruning alone (FP32 weights)")
+            raise ValueError(
+                f"--method {args.method} fits quantized weights: --prune measures "
+                "pruning alone (FP32 weights)"
+            )
         if args.format:
-            raise ValueError(f"--prune measures pruning alone (FP32 weights): drop --format "
-                             f"{args.format}")
+            raise ValueError(
+                f"--prune measures pruning alone (FP32 weights): drop --format {args.format}"
+            )
         args.prune_ratios = parse_prune(args.prune)
         return run_decoder(args, "fp32")
     args.prune_ratios = None
@@ -90,12 +117,26 @@ def run_decoder(args, fmt: str) -> int:
     by = args.by or "type"
     prune, score = args.prune_ratios, args.prune_score or "l1"
     method = args.method or "rtn"
-    what = (f"pruned {', '.join(f'{k} {v:g}' for k, v in prune.items())} by {score}"
-            if prune else f"in {name}" + ("" if method == "rtn" else f" by {method.upper()}"))
-    rows = progress_run(lambda progress: lm_sensitivity(args.model, name, by, args.context,
-                                                        args.chunks, progress, prune=prune,
-                                                        prune_score=score, method=method),
-                        args.json, f"sensitivity: each {by} alone {what}")
+    what = (
+        f"pruned {', '.join(f'{k} {v:g}' for k, v in prune.items())} by {score}"
+        if prune
+        else f"in {name}" + ("" if method == "rtn" else f" by {method.upper()}")
+    )
+    rows = progress_run(
+        lambda progress: lm_sensitivity(
+            args.model,
+            name,
+            by,
+            args.context,
+            args.chunks,
+            progress,
+            prune=prune,
+            prune_score=score,
+            method=method,
+        ),
+        args.json,
+        f"sensitivity: each {by} alone {what}",
+    )
     df = pd.DataFrame(rows).sort_values("kld_mean", ascending=False, kind="stable")
     df.insert(0, "rank", range(1, len(df) + 1))
     if args.top:
@@ -103,37 +144,55 @@ def run_decoder(args, fmt: str) -> int:
     scored = f"calibration corpus ({rows[0]['corpus']}), {rows[0]['scored_tokens']} scored tokens"
     if args.json:
         extra = {"prune": prune, "prune_score": score} if prune else {"method": method}
-        print_json({"model": args.model, "format": rows[0]["format"], **extra, "by": by,
-                    "ranked_by": "kld_mean", "scored_on": scored,
-                    "groups": df.to_dict(orient="records")})
+        print_json(
+            {
+                "model": args.model,
+                "format": rows[0]["format"],
+                **extra,
+                "by": by,
+                "ranked_by": "kld_mean",
+                "scored_on": scored,
+                "groups": df.to_dict(orient="records"),
+            }
+        )
         return 0
     df = df.assign(saved_mb=(df["bytes_fp32"] - df["bytes"]) / MB)
-    cols = ["rank", "group", "kld_mean", "kld_p99", "ppl_ratio", "top1_agreement_pct",
-            "saved_mb"]
+    cols = ["rank", "group", "kld_mean", "kld_p99", "ppl_ratio", "top1_agreement_pct", "saved_mb"]
     rest = "FP32 weights" if prune else "the rest FP32"
-    print_table(df[cols], title=f"{args.model}: one {by} at a time {what}, {rest}; "
-                                f"scored on the {scored}, context {args.context}")
-    print("kld: KL(FP32 || policy) per scored token, in nats, against the checkpoint's weights "
-          "dequantized exactly; the held-out corpus is not used (it scores plans).")
-    unscored = ("calibrated on the corpus tokens these rows never score (each chunk's context "
-                "half and the tail; 10 windows of 128 tokens)")
+    print_table(
+        df[cols],
+        title=f"{args.model}: one {by} at a time {what}, {rest}; "
+        f"scored on the {scored}, context {args.context}",
+    )
+    print(
+        "kld: KL(FP32 || policy) per scored token, in nats, against the checkpoint's weights "
+        "dequantized exactly; the held-out corpus is not used (it scores plans)."
+    )
+    unscored = (
+        "calibrated on the corpus tokens these rows never score (each chunk's context "
+        "half and the tail; 10 windows of 128 tokens)"
+    )
     if prune:
-        print("pruned without fine-tuning (the drop before the recovery training the literature "
-              "prescribes); saved_mb: the group's FP32 Linears, unpruned minus pruned shapes.")
+        print(
+            "pruned without fine-tuning (the drop before the recovery training the literature "
+            "prescribes); saved_mb: the group's FP32 Linears, unpruned minus pruned shapes."
+        )
         if score == "activation":
             print(f"activation score {unscored}.")
     elif method != "rtn":
-        print(f"{method}: weights fitted ([quantize] defaults) on the corpus tokens these rows "
-              "never score (each chunk's context half and the tail; 16 windows of 128 tokens).")
+        print(
+            f"{method}: weights fitted ([quantize] defaults) on the corpus tokens these rows "
+            "never score (each chunk's context half and the tail; 16 windows of 128 tokens)."
+        )
     elif name.startswith("w8a8"):
         print(f"w8a8: static activation scales ([activations] defaults) {unscored}.")
     return 0
 
 
 def run_minilm(args, fmt) -> int:
+    from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.eval.embedding import load_pairs
     from harmony_ref.eval.sensitivity import sensitivity
-    from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.units import MB
 
     evalset = load_pairs(args.pairs)
@@ -141,14 +200,25 @@ def run_minilm(args, fmt) -> int:
     if args.top:
         df = df.head(args.top)
     if args.json:
-        print_json({"format": fmt.name, "ranked_by": "cosine_loss",
-                    "layers": df.to_dict(orient="records")})
+        print_json(
+            {"format": fmt.name, "ranked_by": "cosine_loss", "layers": df.to_dict(orient="records")}
+        )
         return 0
     df = df.assign(saved_mb=(df["bytes_fp32"] - df["bytes"]) / MB)
-    cols = ["rank", "layer", "cosine_loss", "cosine_min", "accuracy_drop_pct", "drop_rank",
-            "top1_agreement_pct", "saved_mb"]
+    cols = [
+        "rank",
+        "layer",
+        "cosine_loss",
+        "cosine_min",
+        "accuracy_drop_pct",
+        "drop_rank",
+        "top1_agreement_pct",
+        "saved_mb",
+    ]
     print_table(df[cols], title=f"one Linear at a time in {fmt.name}, all others FP32")
-    print("rank: by cosine_loss = 1 - mean cosine to FP32 embeddings (continuous); drop_rank: by "
-          "accuracy_drop_pct (recall@1 points, coarse: one sentence = "
-          f"{100 / len(evalset.sentences):.2f} points here).")
+    print(
+        "rank: by cosine_loss = 1 - mean cosine to FP32 embeddings (continuous); drop_rank: by "
+        "accuracy_drop_pct (recall@1 points, coarse: one sentence = "
+        f"{100 / len(evalset.sentences):.2f} points here)."
+    )
     return 0

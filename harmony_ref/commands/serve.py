@@ -3,45 +3,90 @@
 from __future__ import annotations
 
 NAME = "serve"
-HELP = ("simulate requests (Poisson or a trace) at one on-device session: latency and TTFT "
-        "percentiles, busy and timeout rates, utilisation")
+HELP = (
+    "simulate requests (Poisson or a trace) at one on-device session: latency and TTFT "
+    "percentiles, busy and timeout rates, utilisation"
+)
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import add_model_arguments, number
-
-    from harmony_ref.commands._args import add_scenario_arguments
+    from harmony_ref.commands._args import add_model_arguments, add_scenario_arguments, number
     from harmony_ref.commands._output import add_json_flag
     from harmony_ref.device.serve import DEFAULT_QUEUE_LIMIT, DEFAULT_TIMEOUT_S
 
-    p.add_argument("--rate", type=number(0, above=True), default=0.2, help="Poisson arrivals per second (default 0.2)")
-    p.add_argument("--minutes", type=number(0, above=True),
-                   help="arrival window in minutes (default 10; with --trace: the trace's own span)")
-    p.add_argument("--trace", metavar="CSV", help="arrival_s,prompt_tokens,new_tokens per line (replaces --rate)")
-    p.add_argument("--seed", type=int, default=0, help="RNG seed of the Poisson arrivals (default 0)")
-    p.add_argument("--queue", type=int, default=DEFAULT_QUEUE_LIMIT,
-                   help=f"requests allowed to wait (default {DEFAULT_QUEUE_LIMIT})")
-    p.add_argument("--timeout-s", type=number(0, above=True), default=DEFAULT_TIMEOUT_S,
-                   help=f"per-request timeout from arrival (default {DEFAULT_TIMEOUT_S:g})")
+    p.add_argument(
+        "--rate",
+        type=number(0, above=True),
+        default=0.2,
+        help="Poisson arrivals per second (default 0.2)",
+    )
+    p.add_argument(
+        "--minutes",
+        type=number(0, above=True),
+        help="arrival window in minutes (default 10; with --trace: the trace's own span)",
+    )
+    p.add_argument(
+        "--trace",
+        metavar="CSV",
+        help="arrival_s,prompt_tokens,new_tokens per line (replaces --rate)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="RNG seed of the Poisson arrivals (default 0)"
+    )
+    p.add_argument(
+        "--queue",
+        type=int,
+        default=DEFAULT_QUEUE_LIMIT,
+        help=f"requests allowed to wait (default {DEFAULT_QUEUE_LIMIT})",
+    )
+    p.add_argument(
+        "--timeout-s",
+        type=number(0, above=True),
+        default=DEFAULT_TIMEOUT_S,
+        help=f"per-request timeout from arrival (default {DEFAULT_TIMEOUT_S:g})",
+    )
     add_model_arguments(p)
     add_scenario_arguments(p, context=None, what="per Poisson request")
     from harmony_ref.device.sessions import OVERFLOW
 
     g = p.add_argument_group("sessions and prefix reuse (device/sessions.py)")
-    g.add_argument("--prefix-tokens", type=int, default=0,
-                   help="shared system prompt before every conversation, cached once (default 0)")
-    g.add_argument("--sessions", type=int, default=0,
-                   help="conversations the requests belong to (uniform, seeded); 0 = no session "
-                        "cache (default)")
-    g.add_argument("--kv-budget-tokens", type=int, default=8192,
-                   help="KV positions the session cache may hold, prefix included (default 8192)")
-    g.add_argument("--context-limit", type=int, default=4096,
-                   help="a request past prefix + history + prompt + new > this is handled by "
-                        "--overflow (default 4096)")
-    g.add_argument("--overflow", choices=OVERFLOW, default="truncate",
-                   help="past the context limit: drop the history (truncate) or refuse (default truncate)")
-    p.add_argument("--plot", metavar="PNG",
-                   help="write each request's latency by arrival time and the wait queue")
+    g.add_argument(
+        "--prefix-tokens",
+        type=int,
+        default=0,
+        help="shared system prompt before every conversation, cached once (default 0)",
+    )
+    g.add_argument(
+        "--sessions",
+        type=int,
+        default=0,
+        help="conversations the requests belong to (uniform, seeded); 0 = no session "
+        "cache (default)",
+    )
+    g.add_argument(
+        "--kv-budget-tokens",
+        type=int,
+        default=8192,
+        help="KV positions the session cache may hold, prefix included (default 8192)",
+    )
+    g.add_argument(
+        "--context-limit",
+        type=int,
+        default=4096,
+        help="a request past prefix + history + prompt + new > this is handled by "
+        "--overflow (default 4096)",
+    )
+    g.add_argument(
+        "--overflow",
+        choices=OVERFLOW,
+        default="truncate",
+        help="past the context limit: drop the history (truncate) or refuse (default truncate)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="write each request's latency by arrival time and the wait queue",
+    )
     from harmony_ref.commands._args import add_allow_unmatched
 
     add_allow_unmatched(p)
@@ -49,6 +94,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    import math
+
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
@@ -62,10 +109,11 @@ def run(args) -> int:
     )
     from harmony_ref.units import MS_PER_S
 
-    import math
-
-    for flag, value in (("--rate", args.rate), ("--minutes", args.minutes),
-                        ("--timeout-s", args.timeout_s)):
+    for flag, value in (
+        ("--rate", args.rate),
+        ("--minutes", args.minutes),
+        ("--timeout-s", args.timeout_s),
+    ):
         if value is not None and not (0 < value < math.inf):
             raise ValueError(f"{flag} {value}: must be finite and > 0")
     if args.queue < 0:
@@ -75,10 +123,14 @@ def run(args) -> int:
 
         check_output_file(args.plot, "--plot")
     profile = load_profile(args.profile)
-    config = RunConfig.from_names(model=args.model, policy=args.policy, prompt_tokens=args.prompt,
-                                  new_tokens=args.new,
-                                  context_tokens=max(2048, args.prompt + args.new),
-                                  allow_unmatched=args.allow_unmatched)
+    config = RunConfig.from_names(
+        model=args.model,
+        policy=args.policy,
+        prompt_tokens=args.prompt,
+        new_tokens=args.new,
+        context_tokens=max(2048, args.prompt + args.new),
+        allow_unmatched=args.allow_unmatched,
+    )
     # A trace's utilisation is over its own span unless a window is asked for: a default
     # 10 minutes around a 2-second trace would report an idle phone.
     minutes = args.minutes if args.minutes is not None else (0.0 if args.trace else 10.0)
@@ -99,14 +151,28 @@ def run(args) -> int:
 
         if args.sessions < 0:
             raise ValueError(f"--sessions {args.sessions}: must be >= 0")
-        ids = assign_sessions(len(requests), args.sessions, args.seed) if args.sessions else \
-            list(range(len(requests)))  # prefix only: every request its own conversation
+        ids = (
+            assign_sessions(len(requests), args.sessions, args.seed)
+            if args.sessions
+            else list(range(len(requests)))
+        )  # prefix only: every request its own conversation
         requests = [dataclasses.replace(r, session=i) for r, i in zip(requests, ids)]
-        cache = SessionCache(args.kv_budget_tokens, args.context_limit, args.overflow, args.prefix_tokens)
+        cache = SessionCache(
+            args.kv_budget_tokens, args.context_limit, args.overflow, args.prefix_tokens
+        )
         sessions = SessionService(cache, profile, config)
-        kv_per_token = config.spec.n_layers * kv_bytes_per_token_per_layer(config.spec, config.kv_dtype)
-    result = simulate_serving(requests, service, args.queue, args.timeout_s, duration_s,
-                              keep_outcomes=bool(args.plot), admit=sessions)
+        kv_per_token = config.spec.n_layers * kv_bytes_per_token_per_layer(
+            config.spec, config.kv_dtype
+        )
+    result = simulate_serving(
+        requests,
+        service,
+        args.queue,
+        args.timeout_s,
+        duration_s,
+        keep_outcomes=bool(args.plot),
+        admit=sessions,
+    )
     summary = result.summary()
     session_summary = sessions.summary(kv_per_token) if sessions else None
     metrics = result.metrics()
@@ -115,37 +181,69 @@ def run(args) -> int:
 
         metrics.update(session_metrics(session_summary))
     typical = service(args.prompt, args.new)
-    info = {"profile": profile.name, "model": config.spec.name, "policy": config.policy.name,
-            "arrivals": source, "service_ttft_ms": typical.ttft_s * MS_PER_S,
-            "service_e2e_ms": typical.total_s * MS_PER_S}
+    info = {
+        "profile": profile.name,
+        "model": config.spec.name,
+        "policy": config.policy.name,
+        "arrivals": source,
+        "service_ttft_ms": typical.ttft_s * MS_PER_S,
+        "service_e2e_ms": typical.total_s * MS_PER_S,
+    }
     if args.plot:
         from harmony_ref.track.plots import serve_plot
 
-        serve_plot(result, f"{profile.name}, {config.spec.name} {config.policy.name}; {source}; "
-                           f"queue {args.queue}, timeout {args.timeout_s:g} s", args.plot)
+        serve_plot(
+            result,
+            f"{profile.name}, {config.spec.name} {config.policy.name}; {source}; "
+            f"queue {args.queue}, timeout {args.timeout_s:g} s",
+            args.plot,
+        )
     if args.json:
-        print_json({**info, "summary": summary, "metrics": metrics.to_dict(), "plot": args.plot,
-                    **({"sessions": session_summary} if session_summary else {})})
+        print_json(
+            {
+                **info,
+                "summary": summary,
+                "metrics": metrics.to_dict(),
+                "plot": args.plot,
+                **({"sessions": session_summary} if session_summary else {}),
+            }
+        )
         return 0
-    print(f"{profile.name}, {config.spec.name} {config.policy.name}; arrivals: {source}; one "
-          f"session, queue {args.queue}, timeout {args.timeout_s:g} s")
-    print(f"service time of a {args.prompt}+{args.new} request on the device model: "
-          f"TTFT {typical.ttft_s * MS_PER_S:,.0f} ms, end to end {typical.total_s * MS_PER_S:,.0f} ms")
-    rows = [{"metric": k, "value": (float("nan") if v is None else float(v))} for k, v in summary.items()]
+    print(
+        f"{profile.name}, {config.spec.name} {config.policy.name}; arrivals: {source}; one "
+        f"session, queue {args.queue}, timeout {args.timeout_s:g} s"
+    )
+    print(
+        f"service time of a {args.prompt}+{args.new} request on the device model: "
+        f"TTFT {typical.ttft_s * MS_PER_S:,.0f} ms, end to end {typical.total_s * MS_PER_S:,.0f} ms"
+    )
+    rows = [
+        {"metric": k, "value": (float("nan") if v is None else float(v))}
+        for k, v in summary.items()
+    ]
     print_table(pd.DataFrame(rows), title="serving summary")
-    print("latency: completed requests; TTFT: every request that got a first token (including "
-          "ones cut off later); busy/timeout rates: fraction of arrivals")
+    print(
+        "latency: completed requests; TTFT: every request that got a first token (including "
+        "ones cut off later); busy/timeout rates: fraction of arrivals"
+    )
     if session_summary:
         ss = session_summary
-        rows = [{"metric": k, "value": (float("nan") if v is None else float(v))} for k, v in ss.items()]
-        print_table(pd.DataFrame(rows), title=f"session KV cache: prefix {args.prefix_tokens}, "
-                                              f"{args.sessions or 'no'} sessions, budget "
-                                              f"{args.kv_budget_tokens} tokens, context limit "
-                                              f"{args.context_limit} ({args.overflow})")
+        rows = [
+            {"metric": k, "value": (float("nan") if v is None else float(v))} for k, v in ss.items()
+        ]
+        print_table(
+            pd.DataFrame(rows),
+            title=f"session KV cache: prefix {args.prefix_tokens}, "
+            f"{args.sessions or 'no'} sessions, budget "
+            f"{args.kv_budget_tokens} tokens, context limit "
+            f"{args.context_limit} ({args.overflow})",
+        )
         if ss["ttft_reuse_mean_ms"] is not None:
-            print(f"service TTFT (no queueing), mean over {ss['hits'] + ss['misses']} admitted "
-                  f"requests: {ss['ttft_reuse_mean_ms']:,.0f} ms with reuse vs "
-                  f"{ss['ttft_no_reuse_mean_ms']:,.0f} ms prefilling everything again")
+            print(
+                f"service TTFT (no queueing), mean over {ss['hits'] + ss['misses']} admitted "
+                f"requests: {ss['ttft_reuse_mean_ms']:,.0f} ms with reuse vs "
+                f"{ss['ttft_no_reuse_mean_ms']:,.0f} ms prefilling everything again"
+            )
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0

@@ -7,13 +7,22 @@ from __future__ import annotations
 NAME = "sweep"
 HELP = "measure a grid of configs on Dask, resumably, into results/sweeps/<name>/ (parquet)"
 
-AXIS_FLAGS = ("models", "policies", "profiles", "parts", "backend", "prompt", "new", "context",
-              "batch", "kv_dtype")
+AXIS_FLAGS = (
+    "models",
+    "policies",
+    "profiles",
+    "parts",
+    "backend",
+    "prompt",
+    "new",
+    "context",
+    "batch",
+    "kv_dtype",
+)
 
 
 def add_arguments(p) -> None:
     from harmony_ref.commands._args import number
-
     from harmony_ref.commands._output import add_json_flag
 
     p.add_argument("--name", required=True, help="the sweep: results/sweeps/NAME/")
@@ -21,24 +30,41 @@ def add_arguments(p) -> None:
     p.add_argument("--models", help="comma-separated model presets or spec TOML paths")
     p.add_argument("--policies", help="comma-separated policies")
     p.add_argument("--profiles", help="comma-separated device profiles (default: the shipped)")
-    p.add_argument("--parts", help="comma-separated parts of `run` (default predicted): "
-                                   "predicted,host,accuracy,coldstart,thermal")
+    p.add_argument(
+        "--parts",
+        help="comma-separated parts of `run` (default predicted): "
+        "predicted,host,accuracy,coldstart,thermal",
+    )
     p.add_argument("--backend", choices=("simulated", "host"), help="default simulated")
     p.add_argument("--prompt", help="prompt tokens, comma-separated (default 512)")
     p.add_argument("--new", help="new tokens, comma-separated (default 128)")
     p.add_argument("--context", help="context tokens, comma-separated (default 2048)")
     p.add_argument("--batch", help="batch sizes, comma-separated (default 1)")
     p.add_argument("--kv-dtype", help="KV cache dtypes, comma-separated: fp16,int8 (default fp16)")
-    p.add_argument("--scheduler", metavar="ADDR", help="a running Dask scheduler, tcp://HOST:8786 "
-                                                       "(default: a LocalCluster here)")
-    p.add_argument("--workers", type=int, help="LocalCluster worker processes (default: one per "
-                                               "core); 0 runs the points in this process")
-    p.add_argument("--points-per-task", type=int, help="points per Dask task (default: cheap "
-                                                       "points batched, a few tasks per worker)")
-    p.add_argument("--timeout-s", type=number(0, above=True), help="a task running longer fails its points "
-                                                   "and its worker is restarted (Dask only)")
-    p.add_argument("--retry-failed", action="store_true",
-                   help="compute again the points that failed before")
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDR",
+        help="a running Dask scheduler, tcp://HOST:8786 (default: a LocalCluster here)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="LocalCluster worker processes (default: one per "
+        "core); 0 runs the points in this process",
+    )
+    p.add_argument(
+        "--points-per-task",
+        type=int,
+        help="points per Dask task (default: cheap points batched, a few tasks per worker)",
+    )
+    p.add_argument(
+        "--timeout-s",
+        type=number(0, above=True),
+        help="a task running longer fails its points and its worker is restarted (Dask only)",
+    )
+    p.add_argument(
+        "--retry-failed", action="store_true", help="compute again the points that failed before"
+    )
     p.add_argument("--out-dir", default="results/sweeps", help="default results/sweeps")
     add_json_flag(p)
 
@@ -49,8 +75,10 @@ def grid_from_args(args):
     given = [f for f in AXIS_FLAGS if getattr(args, f) is not None]
     if args.grid:
         if given:
-            raise ValueError(f"--grid {args.grid}: give the grid in the file or as flags, not both "
-                             f"(--{given[0].replace('_', '-')} given)")
+            raise ValueError(
+                f"--grid {args.grid}: give the grid in the file or as flags, not both "
+                f"(--{given[0].replace('_', '-')} given)"
+            )
         return grid_from_toml(args.grid)
     for flag in ("models", "policies"):
         if getattr(args, flag) is None:
@@ -58,17 +86,29 @@ def grid_from_args(args):
     from harmony_ref.device.profile import shipped_profiles
 
     scenario = dict(DEFAULT_SCENARIO)
-    for flag, axis in (("prompt", "prompt_tokens"), ("new", "new_tokens"),
-                       ("context", "context_tokens"), ("batch", "batch")):
+    for flag, axis in (
+        ("prompt", "prompt_tokens"),
+        ("new", "new_tokens"),
+        ("context", "context_tokens"),
+        ("batch", "batch"),
+    ):
         if getattr(args, flag) is not None:
             scenario[axis] = split_list(getattr(args, flag), f"--{flag}", int)
     if args.kv_dtype is not None:
         scenario["kv_dtype"] = split_list(args.kv_dtype, "--kv-dtype")
-    profiles = split_list(args.profiles, "--profiles") if args.profiles else \
-        tuple(shipped_profiles())
+    profiles = (
+        split_list(args.profiles, "--profiles") if args.profiles else tuple(shipped_profiles())
+    )
     parts = split_list(args.parts, "--parts") if args.parts else ("predicted",)
-    return Grid(split_list(args.models, "--models"), split_list(args.policies, "--policies"),
-                profiles, parts, args.backend or "simulated", scenario, source="flags")
+    return Grid(
+        split_list(args.models, "--models"),
+        split_list(args.policies, "--policies"),
+        profiles,
+        parts,
+        args.backend or "simulated",
+        scenario,
+        source="flags",
+    )
 
 
 def run(args) -> int:
@@ -87,10 +127,16 @@ def run(args) -> int:
 
     if args.scheduler:
         check_scheduler_address(args.scheduler)
-    summary = run_sweep(grid, SweepStore(args.name, args.out_dir), workers=args.workers,
-                        scheduler=args.scheduler, retry_failed=args.retry_failed,
-                        show_progress=not args.json, batch_size=args.points_per_task,
-                        timeout_s=args.timeout_s)
+    summary = run_sweep(
+        grid,
+        SweepStore(args.name, args.out_dir),
+        workers=args.workers,
+        scheduler=args.scheduler,
+        retry_failed=args.retry_failed,
+        show_progress=not args.json,
+        batch_size=args.points_per_task,
+        timeout_s=args.timeout_s,
+    )
     if args.json:
         print_json(summary.to_dict())
     else:

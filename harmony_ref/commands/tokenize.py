@@ -40,8 +40,14 @@ def run(args) -> int:
     tok = load_tokenizer(args.model)
     ids = tok.encode(text, add_bos=True if args.bos else None)
     if args.json:
-        print_json({"model": args.model, "n_tokens": len(ids), "ids": ids,
-                    "tokens": [tok.token_text(i) for i in ids]})
+        print_json(
+            {
+                "model": args.model,
+                "n_tokens": len(ids),
+                "ids": ids,
+                "tokens": [tok.token_text(i) for i in ids],
+            }
+        )
         return 0
     print(" ".join(map(str, ids)))
     print(f"{len(ids)} tokens", file=sys.stderr)

@@ -19,8 +19,8 @@ def run(args) -> int:
     import sys
     from pathlib import Path
 
-    from harmony_ref.commands._output import print_json
     from harmony_ref.checkpoint.artifact import ArtifactError, verify_artifact
+    from harmony_ref.commands._output import print_json
 
     if not Path(args.path).is_file():
         raise ValueError(f"{args.path}: no such file")
@@ -35,11 +35,20 @@ def run(args) -> int:
     for info in v.layers.values():
         formats[info["format"]] = formats.get(info["format"], 0) + 1
     if args.json:
-        print_json({"path": args.path, "ok": True, "tensors": v.n_tensors,
-                    "file_sha256": v.file_sha256, "payload_sha256": v.metadata["payload_sha256"],
-                    "layers_per_format": formats})
+        print_json(
+            {
+                "path": args.path,
+                "ok": True,
+                "tensors": v.n_tensors,
+                "file_sha256": v.file_sha256,
+                "payload_sha256": v.metadata["payload_sha256"],
+                "layers_per_format": formats,
+            }
+        )
     else:
-        print(f"OK {args.path}: {v.n_tensors} tensors verified (SHA-256 of the header, each tensor and the payload), "
-              f"layers: " + ", ".join(f"{n} {f}" for f, n in formats.items()))
+        print(
+            f"OK {args.path}: {v.n_tensors} tensors verified (SHA-256 of the header, each tensor and the payload), "
+            f"layers: " + ", ".join(f"{n} {f}" for f, n in formats.items())
+        )
         print(f"file sha256 {v.file_sha256}")
     return 0

@@ -41,14 +41,28 @@ ANON_FAULT_US = 0.5  # assumption: anonymous page fault on an arm64 big core, ex
 KERNEL_FIRST_LOAD_MS = 1.0  # assumption: loading one kernel binary + descriptors to the NPU
 LOADERS = ("read", "mmap")
 STRATEGIES = ("cold", "preload", "preload_warmup")
-STEPS = ("storage_read", "heap_copy", "page_fault", "graph_parse", "npu_init", "first_touch",
-         "kernel_load", "first_token")
+STEPS = (
+    "storage_read",
+    "heap_copy",
+    "page_fault",
+    "graph_parse",
+    "npu_init",
+    "first_touch",
+    "kernel_load",
+    "first_token",
+)
 # Steps left on the user's clock, per strategy and loader.
 _PAID = {
     ("cold", "read"): STEPS,
     ("cold", "mmap"): STEPS,
     ("preload", "read"): ("first_touch", "kernel_load", "first_token"),
-    ("preload", "mmap"): ("storage_read", "page_fault", "first_touch", "kernel_load", "first_token"),
+    ("preload", "mmap"): (
+        "storage_read",
+        "page_fault",
+        "first_touch",
+        "kernel_load",
+        "first_token",
+    ),
     ("preload_warmup", "read"): ("first_token",),
     ("preload_warmup", "mmap"): ("first_token",),
 }
@@ -91,18 +105,27 @@ def step_times_ms(profile: DeviceProfile, inputs: ColdStartInputs) -> dict[str, 
     return {
         "storage_read": inputs.file_bytes / (rt.storage_read_gbps * GB) * MS_PER_S,
         "heap_copy": 2 * inputs.file_bytes / dram_bps * MS_PER_S,
-        "page_fault": inputs.file_bytes / (READAHEAD_KIB * KIB) * MAJOR_FAULT_US / US_PER_S * MS_PER_S,
+        "page_fault": inputs.file_bytes
+        / (READAHEAD_KIB * KIB)
+        * MAJOR_FAULT_US
+        / US_PER_S
+        * MS_PER_S,
         "graph_parse": rt.graph_parse_ms_per_mb * file_mb,
         "npu_init": rt.npu_init_ms,
-        "first_touch": (inputs.alloc_bytes / PAGE_BYTES * ANON_FAULT_US / US_PER_S
-                        + inputs.alloc_bytes / dram_bps) * MS_PER_S,
+        "first_touch": (
+            inputs.alloc_bytes / PAGE_BYTES * ANON_FAULT_US / US_PER_S
+            + inputs.alloc_bytes / dram_bps
+        )
+        * MS_PER_S,
         "kernel_load": inputs.kernel_types * KERNEL_FIRST_LOAD_MS,
         "first_token": inputs.first_token_s * MS_PER_S,
     }
 
 
 def _applicable(step: str, loader: str) -> bool:
-    return not ((step == "heap_copy" and loader == "mmap") or (step == "page_fault" and loader == "read"))
+    return not (
+        (step == "heap_copy" and loader == "mmap") or (step == "page_fault" and loader == "read")
+    )
 
 
 def breakdown(profile: DeviceProfile, config: RunConfig) -> list[dict]:
@@ -118,7 +141,9 @@ def breakdown(profile: DeviceProfile, config: RunConfig) -> list[dict]:
             paid = _PAID[(strategy, loader)]
             row = {"strategy": strategy, "loader": loader}
             for step in STEPS:
-                row[f"{step}_ms"] = times[step] if step in paid and _applicable(step, loader) else 0.0
+                row[f"{step}_ms"] = (
+                    times[step] if step in paid and _applicable(step, loader) else 0.0
+                )
             row["total_ms"] = sum(row[f"{s}_ms"] for s in STEPS)
             rows.append(row)
     return rows
@@ -131,6 +156,12 @@ def coldstart_metrics(profile: DeviceProfile, config: RunConfig, loader: str = "
     rows = {r["strategy"]: r for r in breakdown(profile, config) if r["loader"] == loader}
     m = Metrics()
     for strategy in STRATEGIES:
-        m.add(f"coldstart_{strategy}_ms", rows[strategy]["total_ms"], "ms", "lower", "exact",
-              description=f"tap to first token, {strategy.replace('_', ' + ')}, {loader} loading")
+        m.add(
+            f"coldstart_{strategy}_ms",
+            rows[strategy]["total_ms"],
+            "ms",
+            "lower",
+            "exact",
+            description=f"tap to first token, {strategy.replace('_', ' + ')}, {loader} loading",
+        )
     return m

@@ -57,8 +57,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import DTYPES, EFFICIENCY_CLASSES, DeviceProfile, compute_dtype
 from harmony_ref.device.ops import fallback_ops, placement
+from harmony_ref.device.profile import DTYPES, EFFICIENCY_CLASSES, DeviceProfile, compute_dtype
 from harmony_ref.model.graph import Graph, Segment, build_graph
 from harmony_ref.units import GB, GIGA, MB, MS_PER_S, US_PER_S
 
@@ -115,8 +115,13 @@ class Roofline:
     widen_s_per_weight: float = 0.0  # per fp16 weight per call, before its matmul
 
     @classmethod
-    def of(cls, profile: DeviceProfile, compute_freq_scale: float = 1.0,
-           memory_freq_scale: float = 1.0, efficiencies: bool = True) -> "Roofline":
+    def of(
+        cls,
+        profile: DeviceProfile,
+        compute_freq_scale: float = 1.0,
+        memory_freq_scale: float = 1.0,
+        efficiencies: bool = True,
+    ) -> Roofline:
         """`profile`'s rates at the given DVFS scales; `efficiencies=False` uses the bare peaks."""
         c, m = profile.compute, profile.memory
         eff = (lambda cls_: c.efficiency(cls_)) if efficiencies else (lambda cls_: 1.0)  # noqa: E731
@@ -125,18 +130,25 @@ class Roofline:
         fc, fm = compute_freq_scale, memory_freq_scale
         cpu = {"fp16": c.cpu_fp16_gflops, "int8": c.cpu_int8_gops, "int4": c.cpu_int4_gops}
         npu, rt = profile.npu, profile.runtime
-        cache_eff = (me if math.isnan(m.cache_efficiency) else m.cache_efficiency) if efficiencies else 1.0
-        return cls({d: c.matmul_ops_per_s(d) * eff(d) * fc for d in DTYPES},
-                   c.vector_fp16_gflops * GIGA * eff("vector") * fc,
-                   m.dram_bandwidth_gbps * GB * me * fm,
-                   m.onchip_buffer_bytes, rt.launch_overhead_us / US_PER_S,
-                   {d: cpu[d] * GIGA * ce * fc for d in DTYPES}, c.cpu_fp16_gflops * GIGA * ce * fc,
-                   (npu.transfer_gbps if npu else m.dram_bandwidth_gbps) * GB,
-                   (profile.cpu.launch_us if profile.cpu else rt.launch_overhead_us) / US_PER_S,
-                   m.cache_bytes, m.cache_bandwidth_gbps * GB * cache_eff * fm,
-                   rt.forward_overhead_us / US_PER_S,
-                   {k: c.class_peak_ops_per_s(k) * eff(k) * fc for k in EFFICIENCY_CLASSES},
-                   rt.fp16_widen_ns_per_weight * 1e-9 / fc)
+        cache_eff = (
+            (me if math.isnan(m.cache_efficiency) else m.cache_efficiency) if efficiencies else 1.0
+        )
+        return cls(
+            {d: c.matmul_ops_per_s(d) * eff(d) * fc for d in DTYPES},
+            c.vector_fp16_gflops * GIGA * eff("vector") * fc,
+            m.dram_bandwidth_gbps * GB * me * fm,
+            m.onchip_buffer_bytes,
+            rt.launch_overhead_us / US_PER_S,
+            {d: cpu[d] * GIGA * ce * fc for d in DTYPES},
+            c.cpu_fp16_gflops * GIGA * ce * fc,
+            (npu.transfer_gbps if npu else m.dram_bandwidth_gbps) * GB,
+            (profile.cpu.launch_us if profile.cpu else rt.launch_overhead_us) / US_PER_S,
+            m.cache_bytes,
+            m.cache_bandwidth_gbps * GB * cache_eff * fm,
+            rt.forward_overhead_us / US_PER_S,
+            {k: c.class_peak_ops_per_s(k) * eff(k) * fc for k in EFFICIENCY_CLASSES},
+            rt.fp16_widen_ns_per_weight * 1e-9 / fc,
+        )
 
     def memory_bytes_per_s(self, streamed_per_step):
         """The bandwidth a phase reads at when it streams `streamed_per_step` bytes (weights,
@@ -145,7 +157,9 @@ class Roofline:
         for the rest. Works on arrays."""
         if not self.cache_bytes or not self.cache_bytes_per_s:
             return self.bandwidth_bytes_per_s + 0.0 * np.asarray(streamed_per_step, dtype=float)
-        hit = np.minimum(1.0, self.cache_bytes / np.maximum(np.asarray(streamed_per_step, dtype=float), 1.0))
+        hit = np.minimum(
+            1.0, self.cache_bytes / np.maximum(np.asarray(streamed_per_step, dtype=float), 1.0)
+        )
         return 1.0 / (hit / self.cache_bytes_per_s + (1.0 - hit) / self.bandwidth_bytes_per_s)
 
 
@@ -156,8 +170,16 @@ def dram_bytes(streamed, other, tile, onchip_bytes):
     return streamed * passes + other
 
 
-def op_time_s(flops, vector_flops, nbytes, matmul_ops_per_s, vector_ops_per_s,
-              bandwidth_bytes_per_s, launch_s, launches=1):
+def op_time_s(
+    flops,
+    vector_flops,
+    nbytes,
+    matmul_ops_per_s,
+    vector_ops_per_s,
+    bandwidth_bytes_per_s,
+    launch_s,
+    launches=1,
+):
     """(time_s, compute_s, memory_s) of an op: time = max(compute, memory) + launches x launch_s."""
     compute = flops / matmul_ops_per_s + vector_flops / vector_ops_per_s
     memory = nbytes / bandwidth_bytes_per_s
@@ -192,8 +214,12 @@ def _make_op_arrays(graph: Graph) -> dict[str, np.ndarray]:
         "act_in": [op.act_in_bytes for op, _ in rows],
         "act_out": [op.act_out_bytes for op, _ in rows],
         # weights a runtime that widens fp16 per call passes over (fp16-stored matmul weights)
-        "fp16_weights": [op.n * op.k if op.kind == "matmul" and op.dtype == "fp16"
-                         and op.weight_bytes == 2 * op.n * op.k else 0 for op, _ in rows],
+        "fp16_weights": [
+            op.n * op.k
+            if op.kind == "matmul" and op.dtype == "fp16" and op.weight_bytes == 2 * op.n * op.k
+            else 0
+            for op, _ in rows
+        ],
     }
     out = {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
     out["dtype"] = np.asarray([DTYPES.index(op.dtype) for op, _ in rows])  # the weight's
@@ -211,12 +237,18 @@ ATTENTION_KINDS = frozenset({"attn_qk", "attn_pv", "attention"})
 def _compute_dtypes(profile: DeviceProfile, a: dict[str, np.ndarray]) -> np.ndarray:
     """Index into DTYPES of the dtype each op of op columns `a` computes in on `profile`."""
     mode = profile.compute.weight_only_compute
-    return np.asarray([DTYPES.index(compute_dtype(DTYPES[w], x, mode))
-                       for w, x in zip(a["dtype"], a["act_dtype"])], dtype=np.int64)
+    return np.asarray(
+        [
+            DTYPES.index(compute_dtype(DTYPES[w], x, mode))
+            for w, x in zip(a["dtype"], a["act_dtype"])
+        ],
+        dtype=np.int64,
+    )
 
 
-def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.ndarray,
-              fc: float, fm: float) -> dict[str, np.ndarray]:
+def _evaluate(
+    profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.ndarray, fc: float, fm: float
+) -> dict[str, np.ndarray]:
     """Per-step totals for graphs whose op quantities are affine in the step index: the value at
     step s is g0's + s x (g1's - g0's). With g1 None, one step: g0 itself. Ops the profile's NPU
     does not run are costed as CPU fallbacks (the module docstring)."""
@@ -242,16 +274,25 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
     n = a0["count"][:, None]
     dram = dram_bytes(q["streamed"], q["other"], q["tile"], r.onchip_bytes)
     bandwidth = r.memory_bytes_per_s((q["streamed"] * n).sum(axis=0))[None, :]  # (1, S)
-    time, compute, memory = op_time_s(q["flops"], q["vflops"], dram, rates,
-                                      r.vector_ops_per_s, bandwidth, r.launch_s)
+    time, compute, memory = op_time_s(
+        q["flops"], q["vflops"], dram, rates, r.vector_ops_per_s, bandwidth, r.launch_s
+    )
     if r.widen_s_per_weight:  # a conversion pass before the matmul: added, not overlapped
         time = time + q["fp16_weights"] * r.widen_s_per_weight
-    cpu = np.asarray([placement(profile, t) == "fallback" for t in a0["op_type"]], dtype=bool)[:, None]
+    cpu = np.asarray([placement(profile, t) == "fallback" for t in a0["op_type"]], dtype=bool)[
+        :, None
+    ]
     if cpu.any():  # fallback ops: CPU rates, the NPU <-> CPU copy, a launch on each side
         cpu_rates = np.array([r.cpu_matmul_ops_per_s[d] for d in DTYPES])
-        c_time, c_compute, _ = op_time_s(q["flops"], q["vflops"], dram, cpu_rates[cd][:, None],
-                                         r.cpu_vector_ops_per_s, bandwidth,
-                                         r.launch_s + r.cpu_launch_s)
+        c_time, c_compute, _ = op_time_s(
+            q["flops"],
+            q["vflops"],
+            dram,
+            cpu_rates[cd][:, None],
+            r.cpu_vector_ops_per_s,
+            bandwidth,
+            r.launch_s + r.cpu_launch_s,
+        )
         c_time = c_time + (q["act_in"] + q["act_out"]) / r.transfer_bytes_per_s
         time, compute = np.where(cpu, c_time, time), np.where(cpu, c_compute, compute)
     fallback_runs = float((n * cpu).sum())
@@ -261,15 +302,18 @@ def _evaluate(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.nda
         "time_s": (time * n).sum(axis=0) + r.forward_s,
         "compute_s": (compute * n).sum(axis=0),
         "memory_s": (memory * n).sum(axis=0),
-        "launch_s": np.full(steps.shape, r.launch_s * a0["count"].sum() + r.cpu_launch_s * fallback_runs
-                            + r.forward_s),
+        "launch_s": np.full(
+            steps.shape,
+            r.launch_s * a0["count"].sum() + r.cpu_launch_s * fallback_runs + r.forward_s,
+        ),
         "memory_bound_s": (((memory >= compute) * time) * n).sum(axis=0),
         "flops": sum(per_dtype.values()) + vector,
         "fp16_ops": per_dtype["fp16"],
         "int8_ops": per_dtype["int8"],
         "int4_ops": per_dtype["int4"],
         "vector_ops": vector,
-        "int8_equiv_ops": sum(INT8_EQUIV[d] * v for d, v in per_dtype.items()) + VECTOR_INT8_EQUIV * vector,
+        "int8_equiv_ops": sum(INT8_EQUIV[d] * v for d, v in per_dtype.items())
+        + VECTOR_INT8_EQUIV * vector,
         "dram_bytes": (dram * n).sum(axis=0),
         "fallback_s": (time * n * cpu).sum(axis=0),
         "fallback_runs": np.full(steps.shape, fallback_runs),
@@ -290,48 +334,87 @@ def decode_contexts(config: RunConfig) -> np.ndarray:
     return s.prompt_tokens + 1 + np.arange(n)
 
 
-def config_graph(profile: DeviceProfile, config: RunConfig, phase: str, tokens: int = 1,
-                 context: int | None = None) -> Graph:
+def config_graph(
+    profile: DeviceProfile,
+    config: RunConfig,
+    phase: str,
+    tokens: int = 1,
+    context: int | None = None,
+) -> Graph:
     """`config`'s graph of one phase as it runs on `profile`: its fallback ops left unfused."""
-    return build_graph(config.spec, config.policy, phase, tokens=tokens, context=context,
-                       fused=config.fused, kv_dtype=config.kv_dtype, batch=config.scenario.batch,
-                       cpu_ops=fallback_ops(profile, config))
+    return build_graph(
+        config.spec,
+        config.policy,
+        phase,
+        tokens=tokens,
+        context=context,
+        fused=config.fused,
+        kv_dtype=config.kv_dtype,
+        batch=config.scenario.batch,
+        cpu_ops=fallback_ops(profile, config),
+    )
 
 
 def _decode_graphs(profile: DeviceProfile, config: RunConfig):
     """Decode graphs at contexts 1 and 2: every other context follows from them (op quantities
     are affine in the context, tests/model/test_graph.py holds that), so all scenarios share
     them."""
-    return (config_graph(profile, config, "decode", context=1),
-            config_graph(profile, config, "decode", context=2))
+    return (
+        config_graph(profile, config, "decode", context=1),
+        config_graph(profile, config, "decode", context=2),
+    )
 
 
-def decode_step_times(profile: DeviceProfile, config: RunConfig, compute_freq_scale: float = 1.0,
-                      memory_freq_scale: float = 1.0) -> dict[str, np.ndarray]:
+def decode_step_times(
+    profile: DeviceProfile,
+    config: RunConfig,
+    compute_freq_scale: float = 1.0,
+    memory_freq_scale: float = 1.0,
+) -> dict[str, np.ndarray]:
     """Per-step arrays (time_s, dram_bytes, ...) for every generated token of the scenario."""
     if not config.spec.is_decoder:
         raise ValueError(f"model {config.spec.name!r} is an encoder: it has no decode phase")
     g1, g2 = _decode_graphs(profile, config)
-    return _evaluate(profile, g1, g2, decode_contexts(config) - 1, compute_freq_scale, memory_freq_scale)
+    return _evaluate(
+        profile, g1, g2, decode_contexts(config) - 1, compute_freq_scale, memory_freq_scale
+    )
 
 
-def graph_cost(profile: DeviceProfile, graph: Graph, compute_freq_scale: float = 1.0,
-               memory_freq_scale: float = 1.0) -> PhaseCost:
+def graph_cost(
+    profile: DeviceProfile,
+    graph: Graph,
+    compute_freq_scale: float = 1.0,
+    memory_freq_scale: float = 1.0,
+) -> PhaseCost:
     """Cost of one graph as it stands."""
-    per = _evaluate(profile, graph, None, np.zeros(1), _check_scale("compute_freq_scale", compute_freq_scale),
-                    _check_scale("memory_freq_scale", memory_freq_scale))
+    per = _evaluate(
+        profile,
+        graph,
+        None,
+        np.zeros(1),
+        _check_scale("compute_freq_scale", compute_freq_scale),
+        _check_scale("memory_freq_scale", memory_freq_scale),
+    )
     return _phase(graph.phase, per, graph.kernel_launches, graph.tokens * graph.batch)
 
 
-def phase_cost(profile: DeviceProfile, config: RunConfig, phase: str, compute_freq_scale: float = 1.0,
-               memory_freq_scale: float = 1.0, context: int | None = None) -> PhaseCost:
+def phase_cost(
+    profile: DeviceProfile,
+    config: RunConfig,
+    phase: str,
+    compute_freq_scale: float = 1.0,
+    memory_freq_scale: float = 1.0,
+    context: int | None = None,
+) -> PhaseCost:
     """The cost of one phase of `config` on `profile` (see the module docstring)."""
     fc = _check_scale("compute_freq_scale", compute_freq_scale)
     fm = _check_scale("memory_freq_scale", memory_freq_scale)
     s = config.scenario
     if phase == "prefill":
         # A cached prefix (s.prefix_tokens) leaves only the new rows, attending over the prompt.
-        g = config_graph(profile, config, "prefill", tokens=s.new_prompt_tokens, context=s.prompt_tokens)
+        g = config_graph(
+            profile, config, "prefill", tokens=s.new_prompt_tokens, context=s.prompt_tokens
+        )
         return graph_cost(profile, g, fc, fm)
     if phase != "decode":
         raise ValueError(f"phase {phase!r}: must be 'prefill' or 'decode'")
@@ -375,13 +458,19 @@ class Timing:
         return 100.0 * self.launch_s / self.e2e_s
 
 
-def scenario_timing(profile: DeviceProfile, config: RunConfig, compute_freq_scale: float = 1.0,
-                    memory_freq_scale: float = 1.0) -> Timing:
+def scenario_timing(
+    profile: DeviceProfile,
+    config: RunConfig,
+    compute_freq_scale: float = 1.0,
+    memory_freq_scale: float = 1.0,
+) -> Timing:
     prefill = phase_cost(profile, config, "prefill", compute_freq_scale, memory_freq_scale)
     if not config.spec.is_decoder:
         return Timing(prefill, None, 0.0, 0.0)
     per = decode_step_times(profile, config, compute_freq_scale, memory_freq_scale)
-    decode = _phase("decode", per, _decode_graphs(profile, config)[0].kernel_launches, config.scenario.batch)
+    decode = _phase(
+        "decode", per, _decode_graphs(profile, config)[0].kernel_launches, config.scenario.batch
+    )
     total = float(per["time_s"].sum()) if config.scenario.new_tokens else 0.0
     return Timing(prefill, decode, float(per["time_s"][0]), total)
 
@@ -394,13 +483,32 @@ def op_breakdown(profile: DeviceProfile, graph: Graph) -> list[dict]:
     rows: dict[str, dict] = {}
     dtypes: dict[str, set[str]] = {}
     for op, count in graph.unique_ops():
-        one = Graph(graph.spec, graph.policy, graph.phase, graph.tokens, graph.context, graph.batch,
-                    graph.fused, graph.kv_dtype, (Segment((op,)),))
+        one = Graph(
+            graph.spec,
+            graph.policy,
+            graph.phase,
+            graph.tokens,
+            graph.context,
+            graph.batch,
+            graph.fused,
+            graph.kv_dtype,
+            (Segment((op,)),),
+        )
         c = graph_cost(profile, one)
         kind = f"{op.op_type} (cpu)" if c.fallback_runs else op.kind
-        r = rows.setdefault(kind, {"kind": kind, "computes_in": "", "time_ms": 0.0,
-                                   "launch_ms": 0.0, "launches": 0, "dram_mb": 0.0, "gflop": 0.0,
-                                   "memory_bound": 0})
+        r = rows.setdefault(
+            kind,
+            {
+                "kind": kind,
+                "computes_in": "",
+                "time_ms": 0.0,
+                "launch_ms": 0.0,
+                "launches": 0,
+                "dram_mb": 0.0,
+                "gflop": 0.0,
+                "memory_bound": 0,
+            },
+        )
         if op.flops:
             dtypes.setdefault(kind, set()).add(profile.compute.op_compute_dtype(op))
         r["computes_in"] = "+".join(d for d in DTYPES if d in dtypes.get(kind, ())) or "vector"
@@ -423,8 +531,15 @@ def op_roofline_s(profile: DeviceProfile, op) -> tuple[float, float]:
     nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, r.onchip_bytes)
     cd = profile.compute.op_compute_dtype(op)
     rate = r.class_ops_per_s[profile.compute.op_class(op, cd)] if op.flops else 1.0
-    _, compute, memory = op_time_s(op.flops, op.vector_flops, nbytes, rate,
-                                   r.vector_ops_per_s, r.bandwidth_bytes_per_s, r.launch_s)
+    _, compute, memory = op_time_s(
+        op.flops,
+        op.vector_flops,
+        nbytes,
+        rate,
+        r.vector_ops_per_s,
+        r.bandwidth_bytes_per_s,
+        r.launch_s,
+    )
     return float(compute), float(memory)
 
 
@@ -432,9 +547,15 @@ def scenario_breakdown(profile: DeviceProfile, config: RunConfig) -> dict[str, l
     """Per-kind tables (op_breakdown) for the prefill graph and the decode step at the middle
     generated token, keyed by their titles (`harmony-ref predict --breakdown`)."""
     s = config.scenario
-    prefill = config_graph(profile, config, "prefill", tokens=s.new_prompt_tokens, context=s.prompt_tokens)
+    prefill = config_graph(
+        profile, config, "prefill", tokens=s.new_prompt_tokens, context=s.prompt_tokens
+    )
     cached = f" after a cached prefix of {s.prefix_tokens}" if s.prefix_tokens else ""
-    out = {f"prefill of {s.new_prompt_tokens} tokens{cached}, by op kind": op_breakdown(profile, prefill)}
+    out = {
+        f"prefill of {s.new_prompt_tokens} tokens{cached}, by op kind": op_breakdown(
+            profile, prefill
+        )
+    }
     graphs = [("prefill", prefill)]
     if config.spec.is_decoder:
         ctx = s.prompt_tokens + max(s.new_tokens, 1) // 2 + 1
@@ -457,14 +578,34 @@ def fallback_rows(profile: DeviceProfile, graphs: list[tuple[str, Graph]]) -> li
         for op, count in graph.unique_ops():
             if placement(profile, op.op_type) != "fallback":
                 continue
-            one = Graph(graph.spec, graph.policy, graph.phase, graph.tokens, graph.context,
-                        graph.batch, graph.fused, graph.kv_dtype, (Segment((op,)),))
+            one = Graph(
+                graph.spec,
+                graph.policy,
+                graph.phase,
+                graph.tokens,
+                graph.context,
+                graph.batch,
+                graph.fused,
+                graph.kv_dtype,
+                (Segment((op,)),),
+            )
             c = graph_cost(profile, one)
-            row = by.setdefault(op.op_type, {"op": op.op_type, "graph": label, "runs": 0, "time_ms": 0.0,
-                                             "transfer_ms": 0.0, "launch_ms": 0.0})
+            row = by.setdefault(
+                op.op_type,
+                {
+                    "op": op.op_type,
+                    "graph": label,
+                    "runs": 0,
+                    "time_ms": 0.0,
+                    "transfer_ms": 0.0,
+                    "launch_ms": 0.0,
+                },
+            )
             row["runs"] += count
             row["time_ms"] += count * c.time_s * MS_PER_S
-            row["transfer_ms"] += count * (op.act_in_bytes + op.act_out_bytes) / r.transfer_bytes_per_s * MS_PER_S
+            row["transfer_ms"] += (
+                count * (op.act_in_bytes + op.act_out_bytes) / r.transfer_bytes_per_s * MS_PER_S
+            )
             row["launch_ms"] += count * (r.launch_s + r.cpu_launch_s) * MS_PER_S
         out.extend(by.values())
     return out

@@ -49,8 +49,9 @@ def leak_fail_entry(budget_mb: float, one_mb: float) -> int:
 
 def _start_ms(profile: DeviceProfile, config: RunConfig) -> dict[str, float]:
     """Tap to first token per coldstart strategy, read loading."""
-    return {r["strategy"]: r["total_ms"] for r in breakdown(profile, config)
-            if r["loader"] == "read"}
+    return {
+        r["strategy"]: r["total_ms"] for r in breakdown(profile, config) if r["loader"] == "read"
+    }
 
 
 @dataclass(frozen=True)
@@ -72,17 +73,24 @@ class Lifecycle:
 
     def summary(self) -> dict:
         ok = [e for e in self.entries if e.status == "ok"]
-        return {"strategy": self.strategy, "entries": len(self.entries), "succeeded": len(ok),
-                "fail_entry": self.fail_entry, "total_enter_ms": sum(e.enter_ms for e in ok),
-                "first_enter_ms": ok[0].enter_ms if ok else None,
-                "later_enter_ms": ok[1].enter_ms if len(ok) > 1 else None,
-                "peak_npu_mb": max(e.npu_mb_open for e in self.entries),
-                "held_after_last_mb": self.entries[-1].npu_mb_closed,
-                "instance_mb": self.instance_mb, "budget_mb": self.budget_mb}
+        return {
+            "strategy": self.strategy,
+            "entries": len(self.entries),
+            "succeeded": len(ok),
+            "fail_entry": self.fail_entry,
+            "total_enter_ms": sum(e.enter_ms for e in ok),
+            "first_enter_ms": ok[0].enter_ms if ok else None,
+            "later_enter_ms": ok[1].enter_ms if len(ok) > 1 else None,
+            "peak_npu_mb": max(e.npu_mb_open for e in self.entries),
+            "held_after_last_mb": self.entries[-1].npu_mb_closed,
+            "instance_mb": self.instance_mb,
+            "budget_mb": self.budget_mb,
+        }
 
 
-def simulate_lifecycle(profile: DeviceProfile, config: RunConfig, strategy: str,
-                       entries: int = DEFAULT_ENTRIES) -> Lifecycle:
+def simulate_lifecycle(
+    profile: DeviceProfile, config: RunConfig, strategy: str, entries: int = DEFAULT_ENTRIES
+) -> Lifecycle:
     """The timeline of `entries` open/close cycles under `strategy` (the module docstring)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy = {strategy!r}: must be one of {list(STRATEGIES)}")
@@ -112,12 +120,32 @@ def lifecycle_metrics(profile: DeviceProfile, config: RunConfig) -> Metrics:
     budget, one = npu_budget_mb(profile), instance_mb(profile, config)
     rows = _start_ms(profile, config)
     m = Metrics()
-    m.add("lifecycle_instance_npu_mb", one, "MB", "lower",
-          description=f"NPU memory one loaded instance holds, of npu.memory_mb = {budget:g}")
-    m.add("lifecycle_leak_fail_entry", leak_fail_entry(budget, one), "entries", "higher",
-          description="create-without-destroy: the entry at which NPU memory runs out")
-    m.add("lifecycle_destroy_enter_ms", rows["cold"], "ms", "lower",
-          description="load on enter, destroy on exit: a cold start on every entry")
-    m.add("lifecycle_resident_reenter_ms", rows["preload_warmup"], "ms", "lower",
-          description="one resident instance: every entry after the first (warm first token)")
+    m.add(
+        "lifecycle_instance_npu_mb",
+        one,
+        "MB",
+        "lower",
+        description=f"NPU memory one loaded instance holds, of npu.memory_mb = {budget:g}",
+    )
+    m.add(
+        "lifecycle_leak_fail_entry",
+        leak_fail_entry(budget, one),
+        "entries",
+        "higher",
+        description="create-without-destroy: the entry at which NPU memory runs out",
+    )
+    m.add(
+        "lifecycle_destroy_enter_ms",
+        rows["cold"],
+        "ms",
+        "lower",
+        description="load on enter, destroy on exit: a cold start on every entry",
+    )
+    m.add(
+        "lifecycle_resident_reenter_ms",
+        rows["preload_warmup"],
+        "ms",
+        "lower",
+        description="one resident instance: every entry after the first (warm first token)",
+    )
     return m

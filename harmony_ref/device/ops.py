@@ -55,7 +55,8 @@ def fallback_ops(profile: DeviceProfile, config: RunConfig) -> frozenset[str]:
         raise OpsUnsupported(
             f"{profile.source}: field 'npu' does not list op {missing[0]!r} (used by "
             f"{config.spec.name}) in ops or cpu_ops: no backend of {profile.name} runs it "
-            "(harmony-ref check-ops lists every such op)")
+            "(harmony-ref check-ops lists every such op)"
+        )
     return frozenset(t for t, w in where.items() if w == "fallback")
 
 
@@ -66,12 +67,21 @@ def check_ops(profile: DeviceProfile, config: RunConfig) -> list[dict]:
     kw = dict(fused=False, kv_dtype=config.kv_dtype, batch=s.batch)
     spec, policy = config.spec, config.policy
     prefill = op_counts(build_graph(spec, policy, "prefill", tokens=s.prompt_tokens, **kw))
-    decode = (op_counts(build_graph(spec, policy, "decode", context=s.prompt_tokens + 1, **kw))
-              if spec.is_decoder else {})
+    decode = (
+        op_counts(build_graph(spec, policy, "decode", context=s.prompt_tokens + 1, **kw))
+        if spec.is_decoder
+        else {}
+    )
     rows = []
     for t in op_types_used(config.spec, config.policy):
-        rows.append({"op": t, "runs_on": placement(profile, t),
-                     "in_npu_ops": profile.npu is None or t in profile.npu.ops,
-                     "in_cpu_ops": profile.npu is not None and t in profile.npu.cpu_ops,
-                     "prefill_runs": prefill.get(t, 0), "decode_runs_per_step": decode.get(t, 0)})
+        rows.append(
+            {
+                "op": t,
+                "runs_on": placement(profile, t),
+                "in_npu_ops": profile.npu is None or t in profile.npu.ops,
+                "in_cpu_ops": profile.npu is not None and t in profile.npu.cpu_ops,
+                "prefill_runs": prefill.get(t, 0),
+                "decode_runs_per_step": decode.get(t, 0),
+            }
+        )
     return rows

@@ -43,8 +43,10 @@ class Bounds:
 
 def weight_bytes(config) -> int:
     """Stored bytes of every matmul weight under the config's policy (scales included)."""
-    return sum(config.policy.format_for(lin.name).nbytes(lin.n_out, lin.k_in)
-               for lin in config.spec.linears())
+    return sum(
+        config.policy.format_for(lin.name).nbytes(lin.n_out, lin.k_in)
+        for lin in config.spec.linears()
+    )
 
 
 def linear_params(config) -> int:
@@ -89,25 +91,55 @@ def op_floor_s(ops: float, nbytes: float, dtype: str, profile) -> float:
     return max(ops / peak_ops_per_s(profile, dtype), nbytes / bandwidth_bytes_per_s(profile))
 
 
-def op_is_implausible(measured_s: float, ops: float, nbytes: float, dtype: str, profile,
-                      tolerance: float = ROOFLINE_TOLERANCE) -> bool:
+def op_is_implausible(
+    measured_s: float,
+    ops: float,
+    nbytes: float,
+    dtype: str,
+    profile,
+    tolerance: float = ROOFLINE_TOLERANCE,
+) -> bool:
     return measured_s * tolerance < op_floor_s(ops, nbytes, dtype, profile)
 
 
-def check(metrics: Metrics, profile, config, tolerance: float = ROOFLINE_TOLERANCE) -> tuple[Metrics, list[str]]:
+def check(
+    metrics: Metrics, profile, config, tolerance: float = ROOFLINE_TOLERANCE
+) -> tuple[Metrics, list[str]]:
     """Return (metrics with implausible ones flagged, one finding per flag)."""
     b = bounds(profile, config)
     profile_name = profile.name
     # (metric, bound, True when the metric must stay <= bound, what the bound is)
     rules = [
-        ("decode_tokens_per_s", b.decode_tokens_per_s_max, True,
-         f"bandwidth {b.bandwidth_bytes_per_s / GB:g} GB/s / {b.weight_bytes / GB:.3f} GB of weights per token"),
-        ("decode_step_ms", b.decode_step_ms_min, False, "one read of the weights at peak bandwidth"),
-        ("prefill_ms", b.prefill_ms_min, False, "prompt matmul ops at peak compute, or one weight read"),
-        ("prefill_tokens_per_s",
-         config.scenario.prompt_tokens * config.scenario.batch / (b.prefill_ms_min / 1000.0), True,
-         "prompt tokens over the prefill floor (prompt matmul ops at peak compute)"),
-        ("ttft_ms", b.prefill_ms_min, False, "prompt matmul ops at peak compute, or one weight read"),
+        (
+            "decode_tokens_per_s",
+            b.decode_tokens_per_s_max,
+            True,
+            f"bandwidth {b.bandwidth_bytes_per_s / GB:g} GB/s / {b.weight_bytes / GB:.3f} GB of weights per token",
+        ),
+        (
+            "decode_step_ms",
+            b.decode_step_ms_min,
+            False,
+            "one read of the weights at peak bandwidth",
+        ),
+        (
+            "prefill_ms",
+            b.prefill_ms_min,
+            False,
+            "prompt matmul ops at peak compute, or one weight read",
+        ),
+        (
+            "prefill_tokens_per_s",
+            config.scenario.prompt_tokens * config.scenario.batch / (b.prefill_ms_min / 1000.0),
+            True,
+            "prompt tokens over the prefill floor (prompt matmul ops at peak compute)",
+        ),
+        (
+            "ttft_ms",
+            b.prefill_ms_min,
+            False,
+            "prompt matmul ops at peak compute, or one weight read",
+        ),
         ("e2e_ms", b.e2e_ms_min, False, "prefill floor + (new_tokens - 1) decode floors"),
     ]
     out = Metrics(dict(metrics.items))
@@ -120,8 +152,10 @@ def check(metrics: Metrics, profile, config, tolerance: float = ROOFLINE_TOLERAN
         if not broken:
             continue
         rel = "above the maximum" if is_max else "below the minimum"
-        msg = (f"{name} = {m.value:.4g} {m.unit} is {rel} {bound:.4g} {m.unit} possible on "
-               f"{profile_name} for {config.label} ({why})")
+        msg = (
+            f"{name} = {m.value:.4g} {m.unit} is {rel} {bound:.4g} {m.unit} possible on "
+            f"{profile_name} for {config.label} ({why})"
+        )
         flagged = m.flagged(IMPLAUSIBLE)
         out.put(replace(flagged, description=(m.description + "; " if m.description else "") + msg))
         findings.append(msg)

@@ -49,8 +49,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harmony_ref._toml import read_toml, shipped_names
 from harmony_ref._schema import from_table, nonneg
+from harmony_ref._toml import read_toml, shipped_names
 from harmony_ref.device.thermal_config import ThermalConfig
 from harmony_ref.model.graph import OP_TYPES
 from harmony_ref.units import GB, GIGA, KIB, MB, TERA
@@ -70,8 +70,10 @@ def compute_dtype(weight_dtype: str, act_dtype: str, weight_only_compute: str) -
     act_dtype: "int8" when the policy gives it static int8 activations (W8A8), else "fp16";
     weight_only_compute: the profile's [compute] field (WEIGHT_ONLY_COMPUTES)."""
     if weight_dtype not in DTYPES or weight_only_compute not in WEIGHT_ONLY_COMPUTES:
-        raise ValueError(f"compute_dtype: weight dtype {weight_dtype!r} / weight_only_compute "
-                         f"{weight_only_compute!r}: must be in {DTYPES} / {WEIGHT_ONLY_COMPUTES}")
+        raise ValueError(
+            f"compute_dtype: weight dtype {weight_dtype!r} / weight_only_compute "
+            f"{weight_only_compute!r}: must be in {DTYPES} / {WEIGHT_ONLY_COMPUTES}"
+        )
     if weight_dtype == "fp16":
         return "fp16"
     if act_dtype == "int8":  # W8A8 -> INT8; W4A8 -> INT8 too (INT4 needs int4 activations)
@@ -161,19 +163,39 @@ class ComputeSpec:
 
     def matmul_ops_per_s(self, dtype: str) -> float:
         """Peak matmul ops/s for a compute dtype: the Cube's when it has one, else the CPU's."""
-        cube = {"fp16": self.cube_fp16_tops, "int8": self.cube_int8_tops, "int4": self.cube_int4_tops}[dtype]
+        cube = {
+            "fp16": self.cube_fp16_tops,
+            "int8": self.cube_int8_tops,
+            "int4": self.cube_int4_tops,
+        }[dtype]
         if cube > 0:
             return cube * TERA
-        return {"fp16": self.cpu_fp16_gflops, "int8": self.cpu_int8_gops, "int4": self.cpu_int4_gops}[dtype] * GIGA
+        return {
+            "fp16": self.cpu_fp16_gflops,
+            "int8": self.cpu_int8_gops,
+            "int4": self.cpu_int4_gops,
+        }[dtype] * GIGA
 
     def on_npu(self, dtype: str) -> bool:
-        return {"fp16": self.cube_fp16_tops, "int8": self.cube_int8_tops, "int4": self.cube_int4_tops}[dtype] > 0
+        return {
+            "fp16": self.cube_fp16_tops,
+            "int8": self.cube_int8_tops,
+            "int4": self.cube_int4_tops,
+        }[dtype] > 0
 
 
 # Efficiency classes and where an unset one takes its value from (then compute_efficiency).
-FALLBACK = {"int4": (), "int8": (), "fp16": (), "vector": (),
-            "gemv_int4": ("gemv", "int4"), "gemv_int8": ("gemv", "int8"), "gemv_fp16": ("gemv", "fp16"),
-            "attention": ("fp16",), "attention_decode": ("attention", "fp16")}
+FALLBACK = {
+    "int4": (),
+    "int8": (),
+    "fp16": (),
+    "vector": (),
+    "gemv_int4": ("gemv", "int4"),
+    "gemv_int8": ("gemv", "int8"),
+    "gemv_fp16": ("gemv", "fp16"),
+    "attention": ("fp16",),
+    "attention_decode": ("attention", "fp16"),
+}
 EFFICIENCY_CLASSES = tuple(FALLBACK)
 
 
@@ -253,8 +275,11 @@ class CpuCluster:
     int4_ops_per_cycle: float = _positive()  # nibbles unpacked to int8, then SDOT
 
     def core_ops_per_s(self, dtype: str) -> float:
-        per_cycle = {"fp16": self.fp16_flops_per_cycle, "int8": self.int8_ops_per_cycle,
-                     "int4": self.int4_ops_per_cycle}[dtype]
+        per_cycle = {
+            "fp16": self.fp16_flops_per_cycle,
+            "int8": self.int8_ops_per_cycle,
+            "int4": self.int4_ops_per_cycle,
+        }[dtype]
         return self.freq_ghz * GIGA * per_cycle
 
 
@@ -270,12 +295,17 @@ class CpuSpec:
     def cores(self) -> int:
         return sum(c.cores for c in self.clusters)
 
-    def cores_used(self, threads: int) -> list["CpuCluster"]:
+    def cores_used(self, threads: int) -> list[CpuCluster]:
         """The cluster of each of `threads` threads, fastest cores first (what the scheduler
         gives a busy thread pool)."""
-        if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= self.cores:
-            raise ValueError(f"threads = {threads!r}: must be an int in 1..{self.cores} "
-                             "(the profile's cores)")
+        if (
+            not isinstance(threads, int)
+            or isinstance(threads, bool)
+            or not 1 <= threads <= self.cores
+        ):
+            raise ValueError(
+                f"threads = {threads!r}: must be an int in 1..{self.cores} (the profile's cores)"
+            )
         order = sorted(self.clusters, key=lambda c: -c.core_ops_per_s("fp16"))
         return [c for c in order for _ in range(c.cores)][:threads]
 
@@ -292,6 +322,7 @@ class GpuSpec:
 @dataclass(frozen=True)
 class CalibrationInfo:
     """How well this (calibrated) profile's model predicted measurements it was not fitted on."""
+
     held_out_per_op_mape_pct: float = nonneg()  # held-out microbenchmark ops
     n_fit: int = nonneg()  # ops the fit used
     n_held_out: int = nonneg()  # ops held out and scored
@@ -309,8 +340,14 @@ class CalibrationInfo:
         """(the model's held-out error, what it was measured on): end to end when whole-model runs
         were held out, else per op."""
         if self.e2e_mape_pct is not None:
-            return self.e2e_mape_pct, f"held-out end-to-end MAPE over {self.n_held_out_e2e} whole-model runs"
-        return self.held_out_per_op_mape_pct, f"held-out per-op MAPE over {self.n_held_out} ops (no e2e runs)"
+            return (
+                self.e2e_mape_pct,
+                f"held-out end-to-end MAPE over {self.n_held_out_e2e} whole-model runs",
+            )
+        return (
+            self.held_out_per_op_mape_pct,
+            f"held-out per-op MAPE over {self.n_held_out} ops (no e2e runs)",
+        )
 
 
 @dataclass(frozen=True)
@@ -328,7 +365,9 @@ class DeviceProfile:
     gpu: GpuSpec | None = None  # [gpu]: for a runtime whose unit is "gpu"
     npu: NpuSpec | None = None  # [npu]: op support and NPU memory; None = every op on the NPU
     cpu: CpuSpec | None = None  # [cpu]: clusters for the thread model; None = no thread model
-    calibration: CalibrationInfo | None = field(default=None, compare=False)  # [calibration], optional
+    calibration: CalibrationInfo | None = field(
+        default=None, compare=False
+    )  # [calibration], optional
     source: str = field(default="<memory>", compare=False, init=False)  # file it was read from
 
     def summary(self) -> dict:
@@ -363,8 +402,12 @@ def profile_from_dict(data: dict, source: str) -> DeviceProfile:
     return profile
 
 
-RUNTIME_FIELDS = (("compute", "compute_efficiency"), ("compute", "weight_only_compute"),
-                  ("memory", "memory_efficiency"), ("runtime", "launch_overhead_us"))
+RUNTIME_FIELDS = (
+    ("compute", "compute_efficiency"),
+    ("compute", "weight_only_compute"),
+    ("memory", "memory_efficiency"),
+    ("runtime", "launch_overhead_us"),
+)
 
 
 def _check_cross_fields(p: DeviceProfile, source: str) -> None:
@@ -373,18 +416,23 @@ def _check_cross_fields(p: DeviceProfile, source: str) -> None:
         for sec, key in RUNTIME_FIELDS:
             v = getattr(getattr(p, sec), key)
             if v == "" or (isinstance(v, float) and math.isnan(v)):
-                raise ValueError(f"{source}: missing field '{sec}.{key}': a profile that names no "
-                                 "`default_runtime` must give it")
+                raise ValueError(
+                    f"{source}: missing field '{sec}.{key}': a profile that names no "
+                    "`default_runtime` must give it"
+                )
     if p.cpu is not None:
         names = [c.name for c in p.cpu.clusters]
         dup = next((n for n in names if names.count(n) > 1), None)
         if dup is not None:
             i = len(names) - 1 - names[::-1].index(dup)
-            raise ValueError(f"{source}: field 'cpu.clusters[{i}].name' = {dup!r}: another "
-                             "cluster has that name")
+            raise ValueError(
+                f"{source}: field 'cpu.clusters[{i}].name' = {dup!r}: another cluster has that name"
+            )
     if p.npu is not None and not any(p.compute.on_npu(d) for d in DTYPES) and p.npu.ops:
-        raise ValueError(f"{source}: field 'npu.ops' = {list(p.npu.ops)!r}: this profile has no "
-                         "NPU (every cube_*_tops is 0): list no NPU ops")
+        raise ValueError(
+            f"{source}: field 'npu.ops' = {list(p.npu.ops)!r}: this profile has no "
+            "NPU (every cube_*_tops is 0): list no NPU ops"
+        )
 
 
 PROFILES_FOLDER = "device/profiles"
@@ -394,7 +442,7 @@ def shipped_profiles() -> list[str]:
     return shipped_names(PROFILES_FOLDER)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _shipped_profile(name: str) -> DeviceProfile:
     """Shipped profiles are package data: parsed once per process (a sweep loads one per point;
     DeviceProfile is frozen, so sharing one is safe)."""
@@ -413,8 +461,9 @@ def load_soc(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
     return profile_from_dict(data, source)
 
 
-def load_profile(name_or_path: str | Path | DeviceProfile, runtime=None,
-                 threads: int | None = None) -> DeviceProfile:
+def load_profile(
+    name_or_path: str | Path | DeviceProfile, runtime=None, threads: int | None = None
+) -> DeviceProfile:
     """A shipped profile by name ("harmony-flagship") or a profile TOML by path, ready for the
     cost model: with `runtime` (a runtime profile name, path or RuntimeProfile) that runtime on
     the SoC, else the profile's own `runtime` when it names one, else the profile as written.
@@ -500,7 +549,7 @@ def shipped_runtimes() -> list[str]:
     return shipped_names(RUNTIMES_FOLDER)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _shipped_runtime(name: str) -> RuntimeProfile:
     data, source = read_toml("runtime profile", RUNTIMES_FOLDER, name)
     return runtime_from_dict(data, source)
@@ -539,21 +588,30 @@ def performant_cores(cpu: CpuSpec) -> int:
 
 def _threads(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None) -> int:
     if soc.cpu is None:
-        raise ValueError(f"{soc.source}: runtime {rt.name!r} runs on the CPU, and this profile "
-                         "has no [cpu] clusters")
+        raise ValueError(
+            f"{soc.source}: runtime {rt.name!r} runs on the CPU, and this profile "
+            "has no [cpu] clusters"
+        )
     n = threads or rt.threads or performant_cores(soc.cpu)
     if not 1 <= n <= soc.cpu.cores:
-        raise ValueError(f"runtime {rt.name!r}: threads = {n}: must be in 1..{soc.cpu.cores} "
-                         f"({soc.name}'s cores)")
+        raise ValueError(
+            f"runtime {rt.name!r}: threads = {n}: must be in 1..{soc.cpu.cores} "
+            f"({soc.name}'s cores)"
+        )
     return n
 
 
-def apply_runtime(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None = None) -> DeviceProfile:
+def apply_runtime(
+    soc: DeviceProfile, rt: RuntimeProfile, threads: int | None = None
+) -> DeviceProfile:
     """`rt` on `soc` as one DeviceProfile (see the module docstring). Raises ValueError when
     the SoC lacks the unit the runtime needs (a GPU runtime on a profile without [gpu])."""
     e, c, m = rt.efficiency, soc.compute, soc.memory
-    compute = dict(compute_efficiency=e.matmul, weight_only_compute=rt.weight_only_compute,
-                   **{f"{k}_efficiency": getattr(e, k) for k in EFFICIENCY_CLASSES + ("gemv",)})
+    compute = dict(
+        compute_efficiency=e.matmul,
+        weight_only_compute=rt.weight_only_compute,
+        **{f"{k}_efficiency": getattr(e, k) for k in EFFICIENCY_CLASSES + ("gemv",)},
+    )
     launch_us, read_gbps, npu = rt.overhead.launch_us, m.dram_bandwidth_gbps, None
     cache_gbps = m.cache_bandwidth_gbps
     label = rt.name
@@ -561,9 +619,15 @@ def apply_runtime(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None = 
         n = _threads(soc, rt, threads)
         assert soc.cpu is not None  # _threads refused a profile without [cpu]
         rates = cpu_rates(soc.cpu, n, rt.thread_split)
-        compute.update(cube_fp16_tops=0.0, cube_int8_tops=0.0, cube_int4_tops=0.0,
-                       cpu_fp16_gflops=rates["fp16"] / GIGA, cpu_int8_gops=rates["int8"] / GIGA,
-                       cpu_int4_gops=rates["int4"] / GIGA, vector_fp16_gflops=rates["fp16"] / GIGA)
+        compute.update(
+            cube_fp16_tops=0.0,
+            cube_int8_tops=0.0,
+            cube_int4_tops=0.0,
+            cpu_fp16_gflops=rates["fp16"] / GIGA,
+            cpu_int8_gops=rates["int8"] / GIGA,
+            cpu_int4_gops=rates["int4"] / GIGA,
+            vector_fp16_gflops=rates["fp16"] / GIGA,
+        )
         read_gbps = m.cpu_read_gbps or read_gbps
         if m.core_read_gbps:
             read_gbps = min(read_gbps, n * m.core_read_gbps)
@@ -573,34 +637,63 @@ def apply_runtime(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None = 
         label = f"{rt.name} x{n}"
     elif rt.unit == "gpu":
         if soc.gpu is None:
-            raise ValueError(f"{soc.source}: runtime {rt.name!r} runs on the GPU, and this "
-                             "profile has no [gpu] section")
+            raise ValueError(
+                f"{soc.source}: runtime {rt.name!r} runs on the GPU, and this "
+                "profile has no [gpu] section"
+            )
         fp16 = soc.gpu.fp16_gflops * GIGA / TERA
         int8 = (soc.gpu.int8_gops * GIGA / TERA) or fp16  # no int8 path: at the fp16 rate
-        compute.update(cube_fp16_tops=fp16, cube_int8_tops=int8, cube_int4_tops=int8,
-                       vector_fp16_gflops=soc.gpu.fp16_gflops)
+        compute.update(
+            cube_fp16_tops=fp16,
+            cube_int8_tops=int8,
+            cube_int4_tops=int8,
+            vector_fp16_gflops=soc.gpu.fp16_gflops,
+        )
         read_gbps = m.gpu_read_gbps or read_gbps
     else:
         if not any(c.on_npu(d) for d in DTYPES):
-            raise ValueError(f"{soc.source}: runtime {rt.name!r} runs on the NPU, and this "
-                             "profile has no NPU (every cube_*_tops is 0)")
+            raise ValueError(
+                f"{soc.source}: runtime {rt.name!r} runs on the NPU, and this "
+                "profile has no NPU (every cube_*_tops is 0)"
+            )
         read_gbps = m.npu_read_gbps or read_gbps
         npu = soc.npu
-    memory = dataclasses.replace(m, dram_bandwidth_gbps=read_gbps, memory_efficiency=e.memory,
-                                 cache_bandwidth_gbps=cache_gbps,
-                                 cache_efficiency=e.cache, runtime_workspace_mb=rt.workspace_mb)
-    runtime = dataclasses.replace(soc.runtime, launch_overhead_us=launch_us,
-                                  forward_overhead_us=rt.overhead.forward_us,
-                                  fp16_widen_ns_per_weight=rt.overhead.fp16_widen_ns_per_weight)
+    memory = dataclasses.replace(
+        m,
+        dram_bandwidth_gbps=read_gbps,
+        memory_efficiency=e.memory,
+        cache_bandwidth_gbps=cache_gbps,
+        cache_efficiency=e.cache,
+        runtime_workspace_mb=rt.workspace_mb,
+    )
+    runtime = dataclasses.replace(
+        soc.runtime,
+        launch_overhead_us=launch_us,
+        forward_overhead_us=rt.overhead.forward_us,
+        fp16_widen_ns_per_weight=rt.overhead.fp16_widen_ns_per_weight,
+    )
     cal = soc.calibration
     rc = rt.calibration
     if rc is not None and not math.isnan(rc.held_out_mape_pct):
         # the runtime's held-out error is this merged profile's model error (SimulatedDevice
         # reports it as host_model_mape_pct); no per-op microbenchmarks: the same number
-        cal = CalibrationInfo(rc.held_out_mape_pct, len(rc.fitted_on), len(rc.scored_on),
-                              rc.fitted_at, rc.held_out_mape_pct, len(rc.scored_on))
-    out = dataclasses.replace(soc, name=f"{soc.name}+{label}", compute=dataclasses.replace(c, **compute),
-                              memory=memory, runtime=runtime, npu=npu, default_runtime="",
-                              calibration=cal)
+        cal = CalibrationInfo(
+            rc.held_out_mape_pct,
+            len(rc.fitted_on),
+            len(rc.scored_on),
+            rc.fitted_at,
+            rc.held_out_mape_pct,
+            len(rc.scored_on),
+        )
+    out = dataclasses.replace(
+        soc,
+        name=f"{soc.name}+{label}",
+        compute=dataclasses.replace(c, **compute),
+        memory=memory,
+        runtime=runtime,
+        npu=npu,
+        default_runtime="",
+        calibration=cal,
+    )
     object.__setattr__(out, "source", soc.source)
     return out

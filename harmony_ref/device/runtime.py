@@ -31,7 +31,18 @@ from __future__ import annotations
 # The runtime-profile schema, loader and merge live in device/profile.py (load_profile merges a
 # SoC with its runtime, so the two cannot be apart without an import cycle); this module is
 # their documented home for callers.
-from harmony_ref.device.profile import (RUNTIMES_FOLDER, THREAD_SPLITS, UNITS,  # noqa: F401
-                                        RuntimeCalibration, RuntimeEfficiency, RuntimeOverhead,
-                                        RuntimeProfile, apply_runtime, cpu_rates, load_runtime,
-                                        performant_cores, runtime_from_dict, shipped_runtimes)
+from harmony_ref.device.profile import (  # noqa: F401
+    RUNTIMES_FOLDER,
+    THREAD_SPLITS,
+    UNITS,
+    RuntimeCalibration,
+    RuntimeEfficiency,
+    RuntimeOverhead,
+    RuntimeProfile,
+    apply_runtime,
+    cpu_rates,
+    load_runtime,
+    performant_cores,
+    runtime_from_dict,
+    shipped_runtimes,
+)

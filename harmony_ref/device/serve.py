@@ -30,13 +30,14 @@ can serve in any window asked for (at 0.2 requests/s, 58 days).
 from __future__ import annotations
 
 import csv
+import functools
 import heapq
 import math
 from array import array
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -157,16 +158,23 @@ class ServeResult:
         return m
 
 
-def simulate_serving(requests: Sequence[Request], service: ServiceModel,
-                     queue_limit: int = DEFAULT_QUEUE_LIMIT, timeout_s: float = DEFAULT_TIMEOUT_S,
-                     duration_s: float = 0.0, keep_outcomes: bool = True,
-                     admit: Callable[[Request], ServiceTime | None] | None = None) -> ServeResult:
+def simulate_serving(
+    requests: Sequence[Request],
+    service: ServiceModel,
+    queue_limit: int = DEFAULT_QUEUE_LIMIT,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    duration_s: float = 0.0,
+    keep_outcomes: bool = True,
+    admit: Callable[[Request], ServiceTime | None] | None = None,
+) -> ServeResult:
     """Run the event loop over `requests` (any order; served by arrival time, ties by index).
     keep_outcomes=False keeps only the streamed statistics (no per-request outcomes); `admit`,
     when given, replaces `service` (see the module docstring)."""
     if len(requests) > MAX_REQUESTS:
-        raise ValueError(f"{len(requests):,} requests: more than the limit of {MAX_REQUESTS:,} "
-                         "requests per serving run")
+        raise ValueError(
+            f"{len(requests):,} requests: more than the limit of {MAX_REQUESTS:,} "
+            "requests per serving run"
+        )
     if queue_limit < 0:
         raise ValueError(f"queue_limit = {queue_limit}: must be >= 0")
     if not timeout_s > 0:
@@ -184,6 +192,7 @@ def simulate_serving(requests: Sequence[Request], service: ServiceModel,
             ttft_ms.append(outcome.ttft_s * MS_PER_S)
         if keep_outcomes:
             outcomes[i] = outcome
+
     events: list[tuple[float, int, int]] = [(requests[i].arrival_s, _EV_ARRIVAL, i) for i in order]
     heapq.heapify(events)
     queue: deque[int] = deque()
@@ -244,33 +253,60 @@ def simulate_serving(requests: Sequence[Request], service: ServiceModel,
             s, first, stop, completes = service_of[i]
             got_token = first <= stop
             del service_of[i]
-            finish(i, RequestOutcome(r, "completed" if completes else "timeout", start_s=s,
-                                     end_s=stop, first_token_s=first if got_token else math.nan))
+            finish(
+                i,
+                RequestOutcome(
+                    r,
+                    "completed" if completes else "timeout",
+                    start_s=s,
+                    end_s=stop,
+                    first_token_s=first if got_token else math.nan,
+                ),
+            )
             serve_next(t)
         max_q = max(max_q, len(queue))
         if keep_outcomes:
             q_samples.append(len(queue))
-    if sum(counts.values()) != len(requests):  # every arrival ends completed, busy, timed out or refused
+    if sum(counts.values()) != len(
+        requests
+    ):  # every arrival ends completed, busy, timed out or refused
         raise AssertionError(f"{len(requests) - sum(counts.values())} requests have no outcome")
     horizon = max(duration_s, last_t)
-    return ServeResult(outcomes, queue_limit, timeout_s, horizon, busy_time, max_q, q_samples,
-                       counts, np.frombuffer(latency_ms, dtype=np.float64),
-                       np.frombuffer(ttft_ms, dtype=np.float64))
+    return ServeResult(
+        outcomes,
+        queue_limit,
+        timeout_s,
+        horizon,
+        busy_time,
+        max_q,
+        q_samples,
+        counts,
+        np.frombuffer(latency_ms, dtype=np.float64),
+        np.frombuffer(ttft_ms, dtype=np.float64),
+    )
 
 
-def poisson_arrivals(rate_per_s: float, duration_s: float, seed: int = 0,
-                     prompt_tokens: int = 512, new_tokens: int = 128) -> list[Request]:
+def poisson_arrivals(
+    rate_per_s: float,
+    duration_s: float,
+    seed: int = 0,
+    prompt_tokens: int = 512,
+    new_tokens: int = 128,
+) -> list[Request]:
     """Arrivals of a Poisson process over [0, duration_s): exponential gaps from a seeded RNG."""
     if not (0 < rate_per_s < math.inf) or not (0 < duration_s < math.inf):
-        raise ValueError(f"rate_per_s = {rate_per_s} and duration_s = {duration_s} must be "
-                         "finite and > 0")
+        raise ValueError(
+            f"rate_per_s = {rate_per_s} and duration_s = {duration_s} must be finite and > 0"
+        )
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed = {seed!r}: must be an int >= 0")
     expected = rate_per_s * duration_s
     if expected > MAX_REQUESTS:
-        raise ValueError(f"{rate_per_s:g} requests/s over {duration_s:g} s is {expected:,.0f} "
-                         f"expected arrivals: more than the limit of {MAX_REQUESTS:,} requests "
-                         "per serving run (lower the rate or the window)")
+        raise ValueError(
+            f"{rate_per_s:g} requests/s over {duration_s:g} s is {expected:,.0f} "
+            f"expected arrivals: more than the limit of {MAX_REQUESTS:,} requests "
+            "per serving run (lower the rate or the window)"
+        )
     rng = np.random.default_rng(seed)
     out, t = [], 0.0
     while True:
@@ -278,8 +314,10 @@ def poisson_arrivals(rate_per_s: float, duration_s: float, seed: int = 0,
         if t >= duration_s:
             return out
         if len(out) == MAX_REQUESTS:
-            raise ValueError(f"more than the limit of {MAX_REQUESTS:,} requests per serving run "
-                             f"arrived in {duration_s:g} s at {rate_per_s:g}/s")
+            raise ValueError(
+                f"more than the limit of {MAX_REQUESTS:,} requests per serving run "
+                f"arrived in {duration_s:g} s at {rate_per_s:g}/s"
+            )
         out.append(Request(t, prompt_tokens, new_tokens))
 
 
@@ -298,10 +336,13 @@ def load_trace(path: str | Path) -> list[Request]:
                 continue
             where = f"{path}: line {lineno}"
             if len(out) == MAX_REQUESTS:
-                raise ValueError(f"{where}: more than the limit of {MAX_REQUESTS:,} requests per "
-                                 "serving run")
+                raise ValueError(
+                    f"{where}: more than the limit of {MAX_REQUESTS:,} requests per serving run"
+                )
             if len(cells) != 3:
-                raise ValueError(f"{where}: expected 3 fields {TRACE_COLUMNS}, got {len(cells)}: {row!r}")
+                raise ValueError(
+                    f"{where}: expected 3 fields {TRACE_COLUMNS}, got {len(cells)}: {row!r}"
+                )
             try:
                 arrival = float(cells[0])
             except ValueError:
@@ -309,8 +350,10 @@ def load_trace(path: str | Path) -> list[Request]:
             if not (math.isfinite(arrival) and arrival >= 0):
                 raise ValueError(f"{where}: arrival_s = {cells[0]!r}: must be finite and >= 0")
             if out and arrival < out[-1].arrival_s:
-                raise ValueError(f"{where}: arrival_s = {arrival} is earlier than the previous "
-                                 f"line's {out[-1].arrival_s}: arrivals must be non-decreasing")
+                raise ValueError(
+                    f"{where}: arrival_s = {arrival} is earlier than the previous "
+                    f"line's {out[-1].arrival_s}: arrivals must be non-decreasing"
+                )
             lengths = []
             for name, cell in zip(TRACE_COLUMNS[1:], cells[1:]):
                 try:
@@ -329,6 +372,7 @@ def load_trace(path: str | Path) -> list[Request]:
 def constant_rate_service(prefill_tokens_per_s: float, decode_tokens_per_s: float) -> ServiceModel:
     """A service model with fixed prefill and decode speeds: ttft = prompt / prefill rate (+ one
     decode step), total = ttft + (new - 1) / decode rate. Used by tests and as a fallback."""
+
     def service(prompt_tokens: int, new_tokens: int) -> ServiceTime:
         ttft = prompt_tokens / prefill_tokens_per_s + 1.0 / decode_tokens_per_s
         return ServiceTime(ttft, ttft + (new_tokens - 1) / decode_tokens_per_s)
@@ -341,17 +385,20 @@ def device_service_model(profile, config) -> ServiceModel:
     with that scenario (context grown to fit), TTFT and end-to-end from `scenario_timing`.
     Memoised per length pair: the cost model is exact, so repeats cost nothing."""
     import dataclasses
-    from functools import lru_cache
 
     from harmony_ref.config import Scenario
     from harmony_ref.device.cost import scenario_timing
 
     base = config.scenario
 
-    @lru_cache(maxsize=None)
+    @functools.cache
     def service(prompt_tokens: int, new_tokens: int) -> ServiceTime:
-        sc = Scenario(prompt_tokens, new_tokens, max(base.context_tokens, prompt_tokens + new_tokens),
-                      base.batch)
+        sc = Scenario(
+            prompt_tokens,
+            new_tokens,
+            max(base.context_tokens, prompt_tokens + new_tokens),
+            base.batch,
+        )
         t = scenario_timing(profile, dataclasses.replace(config, scenario=sc))
         return ServiceTime(t.ttft_s, t.e2e_s)
 

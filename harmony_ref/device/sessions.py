@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,28 +51,47 @@ class Admission:
 class SessionCache:
     """The LRU cache of KV states (the module docstring). Counts everything it decides."""
 
-    def __init__(self, budget_tokens: int, context_limit: int, overflow: str = "truncate",
-                 prefix_tokens: int = 0):
-        for name, v, lo in (("budget_tokens", budget_tokens, 1),
-                            ("context_limit", context_limit, 2),
-                            ("prefix_tokens", prefix_tokens, 0)):
+    def __init__(
+        self,
+        budget_tokens: int,
+        context_limit: int,
+        overflow: str = "truncate",
+        prefix_tokens: int = 0,
+    ):
+        for name, v, lo in (
+            ("budget_tokens", budget_tokens, 1),
+            ("context_limit", context_limit, 2),
+            ("prefix_tokens", prefix_tokens, 0),
+        ):
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"{name} = {v!r}: must be an int >= {lo}")
         if overflow not in OVERFLOW:
             raise ValueError(f"overflow = {overflow!r}: must be one of {list(OVERFLOW)}")
         if prefix_tokens > budget_tokens:
-            raise ValueError(f"prefix_tokens = {prefix_tokens} exceeds budget_tokens = "
-                             f"{budget_tokens}: the shared prefix could not be cached")
+            raise ValueError(
+                f"prefix_tokens = {prefix_tokens} exceeds budget_tokens = "
+                f"{budget_tokens}: the shared prefix could not be cached"
+            )
         if prefix_tokens >= context_limit:
-            raise ValueError(f"prefix_tokens = {prefix_tokens}: must be less than context_limit = "
-                             f"{context_limit}")
+            raise ValueError(
+                f"prefix_tokens = {prefix_tokens}: must be less than context_limit = "
+                f"{context_limit}"
+            )
         self.budget_tokens, self.context_limit = budget_tokens, context_limit
         self.overflow, self.prefix_tokens = overflow, prefix_tokens
         self._cached: OrderedDict[int, int] = OrderedDict()  # session -> its history's tokens
         self._history: dict[int, int] = {}  # session -> history tokens (cached or not)
-        self.counts = {"requests": 0, "hits": 0, "misses": 0, "truncated": 0, "refused": 0,
-                       "evicted_sessions": 0, "reused_tokens": 0, "prefilled_tokens": 0,
-                       "prefill_without_reuse_tokens": 0}
+        self.counts = {
+            "requests": 0,
+            "hits": 0,
+            "misses": 0,
+            "truncated": 0,
+            "refused": 0,
+            "evicted_sessions": 0,
+            "reused_tokens": 0,
+            "prefilled_tokens": 0,
+            "prefill_without_reuse_tokens": 0,
+        }
         self.max_held_tokens = self.held_tokens
 
     @property
@@ -115,11 +134,15 @@ class SessionCache:
     def stats(self, kv_bytes_per_token: float = 0.0) -> dict:
         c = self.counts
         admitted = c["hits"] + c["misses"]
-        return {**c, "hit_rate": c["hits"] / admitted if admitted else 0.0,
-                "cached_sessions": len(self._cached), "held_tokens": self.held_tokens,
-                "max_held_tokens": self.max_held_tokens,
-                "max_held_mb": self.max_held_tokens * kv_bytes_per_token / MB,
-                "budget_mb": self.budget_tokens * kv_bytes_per_token / MB}
+        return {
+            **c,
+            "hit_rate": c["hits"] / admitted if admitted else 0.0,
+            "cached_sessions": len(self._cached),
+            "held_tokens": self.held_tokens,
+            "max_held_tokens": self.max_held_tokens,
+            "max_held_mb": self.max_held_tokens * kv_bytes_per_token / MB,
+            "budget_mb": self.budget_tokens * kv_bytes_per_token / MB,
+        }
 
 
 def session_metrics(summary: dict) -> Metrics:
@@ -127,17 +150,37 @@ def session_metrics(summary: dict) -> Metrics:
     from harmony_ref.metrics import Metrics
 
     m = Metrics()
-    m.add("serve_session_hit_rate", summary["hit_rate"], "fraction", "higher",
-          description="requests whose session KV state was cached, of those admitted")
-    m.add("serve_kv_held_max_mb", summary["max_held_mb"], "MB", "none",
-          description="most KV cache the session cache held (prefix + cached histories)")
+    m.add(
+        "serve_session_hit_rate",
+        summary["hit_rate"],
+        "fraction",
+        "higher",
+        description="requests whose session KV state was cached, of those admitted",
+    )
+    m.add(
+        "serve_kv_held_max_mb",
+        summary["max_held_mb"],
+        "MB",
+        "none",
+        description="most KV cache the session cache held (prefix + cached histories)",
+    )
     m.add("serve_truncated", summary["truncated"], "requests", "lower")
     m.add("serve_refused", summary["refused"], "requests", "lower")
     if summary["ttft_reuse_mean_ms"] is not None:
-        m.add("serve_ttft_reuse_mean_ms", summary["ttft_reuse_mean_ms"], "ms", "lower",
-              description="service TTFT (no queueing) with the cached prefix and history reused")
-        m.add("serve_ttft_no_reuse_mean_ms", summary["ttft_no_reuse_mean_ms"], "ms", "none",
-              description="the same requests prefilling everything again")
+        m.add(
+            "serve_ttft_reuse_mean_ms",
+            summary["ttft_reuse_mean_ms"],
+            "ms",
+            "lower",
+            description="service TTFT (no queueing) with the cached prefix and history reused",
+        )
+        m.add(
+            "serve_ttft_no_reuse_mean_ms",
+            summary["ttft_no_reuse_mean_ms"],
+            "ms",
+            "none",
+            description="the same requests prefilling everything again",
+        )
     return m
 
 
@@ -159,11 +202,15 @@ def prefix_service(profile, config):
 
     base = config.scenario
 
-    @lru_cache(maxsize=None)
+    @cache
     def service(prefill_tokens: int, context_tokens: int, new_tokens: int) -> tuple[float, float]:
-        sc = Scenario(context_tokens, new_tokens,
-                      max(base.context_tokens, context_tokens + new_tokens), base.batch,
-                      context_tokens - prefill_tokens)
+        sc = Scenario(
+            context_tokens,
+            new_tokens,
+            max(base.context_tokens, context_tokens + new_tokens),
+            base.batch,
+            context_tokens - prefill_tokens,
+        )
         t = scenario_timing(profile, dataclasses.replace(config, scenario=sc))
         return t.ttft_s, t.e2e_s
 
@@ -193,7 +240,9 @@ class SessionService:
 
     def summary(self, kv_bytes_per_token: float) -> dict:
         out = self.cache.stats(kv_bytes_per_token)
-        for key, vals in (("ttft_reuse_mean_ms", self.ttft_reuse_ms),
-                          ("ttft_no_reuse_mean_ms", self.ttft_no_reuse_ms)):
+        for key, vals in (
+            ("ttft_reuse_mean_ms", self.ttft_reuse_ms),
+            ("ttft_no_reuse_mean_ms", self.ttft_no_reuse_ms),
+        ):
             out[key] = float(np.mean(vals)) if vals else None
         return out

@@ -57,7 +57,11 @@ if TYPE_CHECKING:  # annotations only; imported where used
 GOV_OFF = 0
 GOV_STEP_WISE = 1
 GOV_POWER_ALLOCATOR = 2
-GOVERNOR_CODES = {"off": GOV_OFF, "step_wise": GOV_STEP_WISE, "power_allocator": GOV_POWER_ALLOCATOR}
+GOVERNOR_CODES = {
+    "off": GOV_OFF,
+    "step_wise": GOV_STEP_WISE,
+    "power_allocator": GOV_POWER_ALLOCATOR,
+}
 KERNEL_FRAC_SCALE = 1024.0  # FRAC_BITS = 10 in gov_power_allocator.c
 DEFAULT_DT_S = 0.010
 # Bound on one run (a day at the default 10 ms step): the trace keeps ~6 float64 arrays of n,
@@ -71,8 +75,9 @@ P_K_I, P_K_D, P_POLL_MS, P_T0_DIE, P_T0_SKIN = 9, 10, 11, 12, 13
 N_PARAMS = 14
 
 
-def pack_params(cfg: ThermalConfig, t0_die_c: float | None = None,
-                t0_skin_c: float | None = None) -> np.ndarray:
+def pack_params(
+    cfg: ThermalConfig, t0_die_c: float | None = None, t0_skin_c: float | None = None
+) -> np.ndarray:
     """The float64 parameter vector the steppers read; starting temperatures default to ambient."""
     p = np.zeros(N_PARAMS)
     p[P_R_DS] = cfg.die_to_skin_k_per_w
@@ -194,8 +199,9 @@ def simulate_ref(power_w, n_steps, dt_s, governor, prm):
     r_ds, r_sa = prm[P_R_DS], prm[P_R_SA]
     c_die, c_skin, amb = prm[P_C_DIE], prm[P_C_SKIN], prm[P_AMBIENT]
     # Backward Euler as a 2x2 linear solve: A @ T_next = C/dt * T + [P, T_amb / R_sa].
-    a = np.array([[c_die / dt_s + 1 / r_ds, -1 / r_ds],
-                  [-1 / r_ds, c_skin / dt_s + 1 / r_ds + 1 / r_sa]])
+    a = np.array(
+        [[c_die / dt_s + 1 / r_ds, -1 / r_ds], [-1 / r_ds, c_skin / dt_s + 1 / r_ds + 1 / r_sa]]
+    )
     poll = max(1, int(round(prm[P_POLL_MS] / (dt_s * MS_PER_S))))
     passive, critical, skin_limit = prm[P_PASSIVE], prm[P_CRITICAL], prm[P_SKIN_LIMIT]
     window = critical - passive
@@ -259,16 +265,25 @@ class ThermalTrace:
         return float((idx[0] + 1) * self.dt_s) if len(idx) else float("inf")
 
 
-def simulate(cfg: ThermalConfig, power_w, rate, duration_s: float, dt_s: float = DEFAULT_DT_S,
-             governor: str | None = None, t0_die_c: float | None = None,
-             t0_skin_c: float | None = None) -> ThermalTrace:
+def simulate(
+    cfg: ThermalConfig,
+    power_w,
+    rate,
+    duration_s: float,
+    dt_s: float = DEFAULT_DT_S,
+    governor: str | None = None,
+    t0_die_c: float | None = None,
+    t0_skin_c: float | None = None,
+) -> ThermalTrace:
     """Run the model for `duration_s`. power_w[s], rate[s]: device power and throughput at each
     frequency step of cfg.freq_steps (state 0 = 1.0). governor: None -> cfg.governor, or "off"."""
     power_w = np.ascontiguousarray(power_w, dtype=np.float64)
     rate = np.ascontiguousarray(rate, dtype=np.float64)
     if power_w.shape != (len(cfg.freq_steps),) or rate.shape != power_w.shape:
-        raise ValueError(f"power_w and rate need one value per freq step ({len(cfg.freq_steps)}), "
-                         f"got {power_w.shape} and {rate.shape}")
+        raise ValueError(
+            f"power_w and rate need one value per freq step ({len(cfg.freq_steps)}), "
+            f"got {power_w.shape} and {rate.shape}"
+        )
     if not (np.all(np.isfinite(power_w)) and np.all(power_w >= 0)):
         raise ValueError(f"power_w must be finite and >= 0, got {power_w.tolist()}")
     if dt_s <= 0 or duration_s <= 0:
@@ -278,12 +293,22 @@ def simulate(cfg: ThermalConfig, power_w, rate, duration_s: float, dt_s: float =
         raise ValueError(f"governor = {name!r}: must be one of {list(GOVERNOR_CODES)}")
     n = int(round(duration_s / dt_s))
     if not 1 <= n <= MAX_STEPS:
-        raise ValueError(f"duration_s = {duration_s} at dt_s = {dt_s} is {n} steps: must be 1..{MAX_STEPS}")
+        raise ValueError(
+            f"duration_s = {duration_s} at dt_s = {dt_s} is {n} steps: must be 1..{MAX_STEPS}"
+        )
     die = np.empty(n)
     skin = np.empty(n)
     state = np.empty(n, dtype=np.int32)
-    _simulate_core(power_w, n, dt_s, GOVERNOR_CODES[name], pack_params(cfg, t0_die_c, t0_skin_c),
-                   die, skin, state)
+    _simulate_core(
+        power_w,
+        n,
+        dt_s,
+        GOVERNOR_CODES[name],
+        pack_params(cfg, t0_die_c, t0_skin_c),
+        die,
+        skin,
+        state,
+    )
     steps = np.asarray(cfg.freq_steps)
     return ThermalTrace(dt_s, die, skin, state, steps[state], power_w[state], rate[state])
 
@@ -291,7 +316,6 @@ def simulate(cfg: ThermalConfig, power_w, rate, duration_s: float, dt_s: float =
 def steady_state_die_c(cfg: ThermalConfig, power_w: float) -> float:
     """Die temperature at constant power with no throttling: ambient + P * (R_ds + R_sa)."""
     return cfg.ambient_c + power_w * (cfg.die_to_skin_k_per_w + cfg.skin_to_ambient_k_per_w)
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -324,8 +348,10 @@ def decode_operating_points(profile, config) -> DecodeOperatingPoints:
     step_s, power, rate = [], [], []
     for f in steps:
         c = phase_cost(profile, config, "decode", float(f), float(f))
-        dyn_j = (c.int8_equiv_ops * th.energy_per_int8_op_pj * f**2
-                 + c.dram_bytes * th.energy_per_dram_byte_pj) * J_PER_PJ
+        dyn_j = (
+            c.int8_equiv_ops * th.energy_per_int8_op_pj * f**2
+            + c.dram_bytes * th.energy_per_dram_byte_pj
+        ) * J_PER_PJ
         step_s.append(c.time_s)
         power.append(th.static_power_w + dyn_j / c.time_s)
         rate.append(c.tokens / c.time_s)
@@ -383,13 +409,18 @@ class SustainedResult:
         def bucket(a):
             return a[:cut].reshape(n, per).mean(axis=1)
 
-        return {"time_s": (np.arange(n) + 1) * per * tr.dt_s, "tokens_per_s": bucket(tr.rate),
-                "die_c": bucket(tr.die_c), "skin_c": bucket(tr.skin_c),
-                "freq_fraction": bucket(tr.freq_fraction)}
+        return {
+            "time_s": (np.arange(n) + 1) * per * tr.dt_s,
+            "tokens_per_s": bucket(tr.rate),
+            "die_c": bucket(tr.die_c),
+            "skin_c": bucket(tr.skin_c),
+            "freq_fraction": bucket(tr.freq_fraction),
+        }
 
 
-def sustained_generation(profile, config, minutes: float = 30.0, dt_s: float = DEFAULT_DT_S,
-                         governor: str | None = None) -> SustainedResult:
+def sustained_generation(
+    profile, config, minutes: float = 30.0, dt_s: float = DEFAULT_DT_S, governor: str | None = None
+) -> SustainedResult:
     """Back-to-back decode for `minutes` from ambient, throttled by the profile's governor."""
     from harmony_ref.device.profile import load_profile
 
@@ -410,13 +441,23 @@ def thermal_summary(profile, config, minutes: float = 10.0) -> Metrics:
         raise ValueError(f"minutes = {minutes}: the 10-minute ratio needs a run of >= 10 minutes")
     s = sustained_generation(profile, config, minutes).summary()
     m = Metrics()
-    m.add("sustained_peak_ratio_10min", s["sustained_peak_ratio_10min"], "ratio", "higher",
-          description=f"decode tokens/s over the {SUSTAINED_WINDOW_S:.0f} s before 10 min / peak")
+    m.add(
+        "sustained_peak_ratio_10min",
+        s["sustained_peak_ratio_10min"],
+        "ratio",
+        "higher",
+        description=f"decode tokens/s over the {SUSTAINED_WINDOW_S:.0f} s before 10 min / peak",
+    )
     # Never throttling is reported as the simulated span (a finite number for the gate).
     throttle_s = s["time_to_first_throttle_s"]
     never = not np.isfinite(throttle_s)
-    m.add("time_to_first_throttle_s", s["duration_s"] if never else throttle_s, "s", "higher",
-          description="never throttled within the run" if never else "")
+    m.add(
+        "time_to_first_throttle_s",
+        s["duration_s"] if never else throttle_s,
+        "s",
+        "higher",
+        description="never throttled within the run" if never else "",
+    )
     m.add("peak_die_c", s["peak_die_c"], "C", "lower")
     m.add("peak_skin_c", s["peak_skin_c"], "C", "lower")
     m.add("energy_per_token_mj", s["energy_per_token_mj"], "mJ", "lower")

@@ -26,7 +26,9 @@ class ThermalConfig:
     # Governor: discrete frequency steps (fractions of peak, descending from 1.0), trip points.
     freq_steps: tuple[float, ...] = field(metadata={"min": 0.01, "max": 1.0})
     passive_trip_c: float = field(metadata={"min": 0.0})  # step-wise starts; IPA switch_on
-    critical_trip_c: float = field(metadata={"min": 0.0})  # step-wise: lowest step forced; IPA control temp
+    critical_trip_c: float = field(
+        metadata={"min": 0.0}
+    )  # step-wise: lowest step forced; IPA control temp
     sustainable_power_w: float = field(metadata={"min": 1e-9})  # IPA's budget at the control trip
     skin_limit_c: float = field(default=45.0, metadata={"min": 0.0})
     # IPA PID gains (Linux docs: k_po, k_pu derived from sustainable power when absent).

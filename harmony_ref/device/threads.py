@@ -40,8 +40,10 @@ class NoThreadModel(ValueError):
 
 def require_cpu(profile: DeviceProfile) -> CpuSpec:
     if profile.cpu is None:
-        raise NoThreadModel(f"{profile.source}: no [cpu] section (clusters): the thread model "
-                            f"needs one; the shipped profiles have it")
+        raise NoThreadModel(
+            f"{profile.source}: no [cpu] section (clusters): the thread model "
+            f"needs one; the shipped profiles have it"
+        )
     return profile.cpu
 
 
@@ -56,8 +58,9 @@ def thread_rates(cpu: CpuSpec, threads: int) -> dict[str, float]:
     return {d: threads * min(c.core_ops_per_s(d) for c in used) for d in DTYPES}
 
 
-def op_time_threads_s(flops, vector_flops, nbytes, dtype: str, profile: DeviceProfile, threads: int,
-                      launches: int = 1):
+def op_time_threads_s(
+    flops, vector_flops, nbytes, dtype: str, profile: DeviceProfile, threads: int, launches: int = 1
+):
     """(time_s, compute_s, memory_s, sync_s) of an op run by `threads` threads (the module
     docstring); works on NumPy arrays as on numbers."""
     cpu = require_cpu(profile)
@@ -78,13 +81,19 @@ def _quantities(graph: Graph, profile: DeviceProfile) -> list[tuple[str, int, np
     for op, count in graph.unique_ops():
         passes = max(1.0, float(np.ceil(op.tile_bytes / onchip_bytes)))
         dtype = profile.compute.op_compute_dtype(op, cpu_path=True)
-        out.append((dtype, count, np.array([op.flops, op.vector_flops,
-                                            op.streamed_bytes * passes + op.other_bytes])))
+        out.append(
+            (
+                dtype,
+                count,
+                np.array([op.flops, op.vector_flops, op.streamed_bytes * passes + op.other_bytes]),
+            )
+        )
     return out
 
 
-def _graphs_time_s(profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.ndarray,
-                   threads: int) -> np.ndarray:
+def _graphs_time_s(
+    profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.ndarray, threads: int
+) -> np.ndarray:
     """Time of each step s of graphs affine in the step: quantities g0 + s x (g1 - g0)."""
     q0 = _quantities(g0, profile)
     q1 = q0 if g1 is None else _quantities(g1, profile)
@@ -120,24 +129,38 @@ def cpu_path(profile: DeviceProfile, config: RunConfig, threads: int) -> ThreadP
     cpu = require_cpu(profile)
     s = config.scenario
     kw = dict(fused=config.fused, kv_dtype=config.kv_dtype, batch=s.batch)
-    prefill = build_graph(config.spec, config.policy, "prefill", tokens=s.new_prompt_tokens,
-                          context=s.prompt_tokens, **kw)
+    prefill = build_graph(
+        config.spec,
+        config.policy,
+        "prefill",
+        tokens=s.new_prompt_tokens,
+        context=s.prompt_tokens,
+        **kw,
+    )
     prefill_s = float(_graphs_time_s(profile, prefill, None, np.zeros(1), threads)[0])
     step_s, sync_s = 0.0, 0.0
     if config.spec.is_decoder:  # every generated token, exactly (as device/cost.py integrates it)
-        g1, g2 = (build_graph(config.spec, config.policy, "decode", context=c, **kw)
-                  for c in (1, 2))
+        g1, g2 = (
+            build_graph(config.spec, config.policy, "decode", context=c, **kw) for c in (1, 2)
+        )
         contexts = s.prompt_tokens + 1 + np.arange(max(s.new_tokens, 1))
         step_s = float(_graphs_time_s(profile, g1, g2, contexts - 1, threads).mean())
         sync_s = g1.kernel_launches * cpu.sync_us_per_thread * (threads - 1) / US_PER_S
     tokens = s.new_prompt_tokens * s.batch
-    return ThreadPoint(threads, _cores_label(cpu, threads), prefill_s * MS_PER_S,
-                       tokens / prefill_s, step_s * MS_PER_S,
-                       s.batch / step_s if step_s else 0.0, sync_s * MS_PER_S)
+    return ThreadPoint(
+        threads,
+        _cores_label(cpu, threads),
+        prefill_s * MS_PER_S,
+        tokens / prefill_s,
+        step_s * MS_PER_S,
+        s.batch / step_s if step_s else 0.0,
+        sync_s * MS_PER_S,
+    )
 
 
-def thread_sweep(profile: DeviceProfile,
-                 config: RunConfig) -> tuple[list[ThreadPoint], ThreadPoint]:
+def thread_sweep(
+    profile: DeviceProfile, config: RunConfig
+) -> tuple[list[ThreadPoint], ThreadPoint]:
     """Every thread count 1..cores and the best one (most decode tokens/s, or prefill tokens/s
     for an encoder; fewer threads on a tie)."""
     cpu = require_cpu(profile)

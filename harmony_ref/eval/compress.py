@@ -22,9 +22,17 @@ from harmony_ref.quant.policy import load_policy
 from harmony_ref.runtime.llama import Llama, LlamaRef
 
 
-def evaluate_policies(weights, tokens, policies, context: int = DEFAULT_CONTEXT,
-                      max_chunks: int | None = None, add_bos: bool = False, kv_dtype="fp16",
-                      calibration_tokens=None, progress=None) -> dict:
+def evaluate_policies(
+    weights,
+    tokens,
+    policies,
+    context: int = DEFAULT_CONTEXT,
+    max_chunks: int | None = None,
+    add_bos: bool = False,
+    kv_dtype="fp16",
+    calibration_tokens=None,
+    progress=None,
+) -> dict:
     """{"results": {"reference": ..., policy name: summary + build_s, weight_mb}, facts}.
     `progress(done, total, label, summary)` is called after the reference and each policy."""
     c = weights.config
@@ -41,10 +49,9 @@ def evaluate_policies(weights, tokens, policies, context: int = DEFAULT_CONTEXT,
     for chunk in chunks:
         ref.reset()
         lp = log_softmax(ref.prefill(chunk, all_logits=True)[first:-1])  # (S, V) float64
-        target = chunk[first + 1:]
+        target = chunk[first + 1 :]
         rows = np.arange(target.shape[0])
-        ref_scores.add(-lp[rows, target], np.zeros(target.shape[0]),
-                       np.ones(target.shape[0], bool))
+        ref_scores.add(-lp[rows, target], np.zeros(target.shape[0]), np.ones(target.shape[0], bool))
         ref_lp.append(lp)
     del ref
     ref_summary = ref_scores.summary(None)
@@ -54,24 +61,33 @@ def evaluate_policies(weights, tokens, policies, context: int = DEFAULT_CONTEXT,
         progress(1, total, "reference", ref_summary)
     for i, pol in enumerate(pols):
         t0 = time.perf_counter()
-        model = Llama(weights, pol, kv_dtype, max_context=context,
-                      calibration_tokens=calibration_tokens)
+        model = Llama(
+            weights, pol, kv_dtype, max_context=context, calibration_tokens=calibration_tokens
+        )
         build_s = time.perf_counter() - t0
         s = Scores([], [], [])
         for chunk, lp_ref in zip(chunks, ref_lp):
             model.reset()
             lp = log_softmax(model.prefill(chunk, all_logits=True)[first:-1])
-            target = chunk[first + 1:]
+            target = chunk[first + 1 :]
             rows = np.arange(target.shape[0])
             kld = (np.exp(lp_ref) * (lp_ref - lp)).sum(axis=1)
             s.add(-lp[rows, target], kld, lp.argmax(axis=1) == lp_ref.argmax(axis=1))
         summary = s.summary(ref_summary["ppl"])
         wb = model.weight_bytes()
-        summary.update(build_s=build_s, linear_weight_mb=wb["linear"] / 1e6,
-                       blocks=[(b.n_heads, b.n_kv_heads, b.ffn_dim) for b in model.blocks[:1]])
+        summary.update(
+            build_s=build_s,
+            linear_weight_mb=wb["linear"] / 1e6,
+            blocks=[(b.n_heads, b.n_kv_heads, b.ffn_dim) for b in model.blocks[:1]],
+        )
         out[pol.name] = summary
         del model
         if progress is not None:
             progress(i + 2, total, pol.name, summary)
-    return {"context": context, "chunks": int(len(chunks)), "tokens": int(len(tokens)),
-            "scored_tokens_per_chunk": context - 1 - first, "results": out}
+    return {
+        "context": context,
+        "chunks": int(len(chunks)),
+        "tokens": int(len(tokens)),
+        "scored_tokens_per_chunk": context - 1 - first,
+        "results": out,
+    }

@@ -70,8 +70,9 @@ def load_pairs(path: str | Path | None = None) -> EvalSet:
     seen = {}
     for i, s in enumerate(sentences):
         if s in seen:
-            raise ValueError(f"{source}: sentence {s!r} appears twice (rows {seen[s] % n + 2} "
-                             f"and {i % n + 2})")
+            raise ValueError(
+                f"{source}: sentence {s!r} appears twice (rows {seen[s] % n + 2} and {i % n + 2})"
+            )
         seen[s] = i
     partner = np.concatenate([np.arange(n, 2 * n), np.arange(n)])
     return EvalSet(sentences, partner, cats + cats, source)
@@ -91,13 +92,31 @@ def compare(ref: np.ndarray, emb: np.ndarray, partner: np.ndarray) -> Metrics:
     recall_ref = 100.0 * np.mean(nn_ref == partner)
     recall = 100.0 * np.mean(nn == partner)
     m = Metrics()
-    m.add("accuracy_drop_pct", recall_ref - recall, "pct_points", "lower", NUMERICAL,
-          description="FP32 recall@1 minus the policy's")
-    m.add("recall_at_1", recall, "%", "higher", NUMERICAL,
-          description="paraphrase is the nearest neighbour")
+    m.add(
+        "accuracy_drop_pct",
+        recall_ref - recall,
+        "pct_points",
+        "lower",
+        NUMERICAL,
+        description="FP32 recall@1 minus the policy's",
+    )
+    m.add(
+        "recall_at_1",
+        recall,
+        "%",
+        "higher",
+        NUMERICAL,
+        description="paraphrase is the nearest neighbour",
+    )
     m.add("recall_at_1_fp32", recall_ref, "%", "none", NUMERICAL)
-    m.add("top1_agreement_pct", 100.0 * np.mean(nn == nn_ref), "%", "higher", NUMERICAL,
-          description="nearest neighbour same as FP32's")
+    m.add(
+        "top1_agreement_pct",
+        100.0 * np.mean(nn == nn_ref),
+        "%",
+        "higher",
+        NUMERICAL,
+        description="nearest neighbour same as FP32's",
+    )
     m.add("cosine_mean", float(cos.mean()), "cosine", "higher", NUMERICAL)
     m.add("cosine_min", float(cos.min()), "cosine", "higher", NUMERICAL)
     m.add("cosine_p5", float(np.percentile(cos, 5)), "cosine", "higher", NUMERICAL)
@@ -121,21 +140,37 @@ def fp32_embeddings(model, evalset: EvalSet) -> np.ndarray:
     return cache[key]
 
 
-def evaluate(policy: str | Path | Policy = "fp32", model=None, evalset: EvalSet | None = None,
-             artifact_model=None) -> Metrics:
+def evaluate(
+    policy: str | Path | Policy = "fp32",
+    model=None,
+    evalset: EvalSet | None = None,
+    artifact_model=None,
+) -> Metrics:
     """Accuracy metrics of `policy` (or of an exported artifact's model) against FP32."""
     model = model_or_default(model)
     evalset = evalset or load_pairs()
     ref = fp32_embeddings(model, evalset)
     if artifact_model is not None:
-        emb, linear_bytes = artifact_model.encode(evalset.sentences, None), \
-            artifact_model.linear_nbytes(None)
+        emb, linear_bytes = (
+            artifact_model.encode(evalset.sentences, None),
+            artifact_model.linear_nbytes(None),
+        )
     else:
         emb, linear_bytes = model.encode(evalset.sentences, policy), model.linear_nbytes(policy)
     m = compare(ref, emb, evalset.partner)
-    m.add("linear_weights_mb", linear_bytes / MB, "MB", "lower",
-          description="the Linear weights in the policy's formats, scales and zero points included")
-    m.add("weights_mb", (linear_bytes + model.other_nbytes()) / MB, "MB", "lower",
-          description="all weights: Linears as above, embeddings/LayerNorm/bias in FP32")
+    m.add(
+        "linear_weights_mb",
+        linear_bytes / MB,
+        "MB",
+        "lower",
+        description="the Linear weights in the policy's formats, scales and zero points included",
+    )
+    m.add(
+        "weights_mb",
+        (linear_bytes + model.other_nbytes()) / MB,
+        "MB",
+        "lower",
+        description="all weights: Linears as above, embeddings/LayerNorm/bias in FP32",
+    )
     m.add("sentences", len(evalset.sentences), "count", "none")
     return m

@@ -23,8 +23,10 @@ def format_report(rows: int = 1024, cols: int = 4096, seed: int = 0):
     import pandas as pd
 
     if rows < 1 or cols < 1 or cols % max(GROUP_SIZES):
-        raise ValueError(f"--rows {rows} --cols {cols}: need rows >= 1 and cols a positive multiple "
-                         f"of {max(GROUP_SIZES)} (every group size {list(GROUP_SIZES)} must divide it)")
+        raise ValueError(
+            f"--rows {rows} --cols {cols}: need rows >= 1 and cols a positive multiple "
+            f"of {max(GROUP_SIZES)} (every group size {list(GROUP_SIZES)} must divide it)"
+        )
     rng = np.random.default_rng(seed)
     # LLM projection weights are roughly Gaussian with std ~0.02 plus a few outliers.
     w = (rng.standard_normal((rows, cols)) * 0.02).astype(np.float32)

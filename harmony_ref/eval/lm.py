@@ -47,8 +47,10 @@ def load_corpus(part: str = "heldout") -> str:
     data = (resources.files("harmony_ref") / "data" / CORPUS_DIR / f"{part}.txt").read_bytes()
     got = hashlib.sha256(data).hexdigest()
     if got != CORPUS_SHA256[part]:
-        raise ValueError(f"harmony_ref/data/{CORPUS_DIR}/{part}.txt has SHA-256 {got}, expected "
-                         f"{CORPUS_SHA256[part]}: the shipped corpus was modified")
+        raise ValueError(
+            f"harmony_ref/data/{CORPUS_DIR}/{part}.txt has SHA-256 {got}, expected "
+            f"{CORPUS_SHA256[part]}: the shipped corpus was modified"
+        )
     return data.decode("utf-8")
 
 
@@ -59,8 +61,9 @@ def chunk_tokens(tokens, context: int, bos_id: int | None = None) -> np.ndarray:
         raise ValueError(f"context must be an even number >= 4, got {context}")
     n = tokens.shape[0] // context
     if n < 1:
-        raise ValueError(f"the text has {tokens.shape[0]} tokens, fewer than one chunk of "
-                         f"context {context}")
+        raise ValueError(
+            f"the text has {tokens.shape[0]} tokens, fewer than one chunk of context {context}"
+        )
     chunks = tokens[: n * context].reshape(n, context).copy()
     if bos_id is not None:
         chunks[:, 0] = bos_id
@@ -74,8 +77,8 @@ def unscored_tokens(tokens, context: int, n_chunks: int) -> np.ndarray:
     activation norms) keeps every scored token out of what it is scored with."""
     tokens = np.asarray(tokens, dtype=np.int64)
     first = context // 2
-    parts = [tokens[c * context: c * context + first + 1] for c in range(n_chunks)]
-    return np.concatenate(parts + [tokens[n_chunks * context:]])
+    parts = [tokens[c * context : c * context + first + 1] for c in range(n_chunks)]
+    return np.concatenate(parts + [tokens[n_chunks * context :]])
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -100,19 +103,31 @@ class Scores:
     def summary(self, ref_ppl: float | None) -> dict:
         nll, kld, top1 = (np.concatenate(a) for a in (self.nll, self.kld, self.top1))
         ppl = float(np.exp(nll.mean()))
-        out = {"ppl": ppl, "ppl_ratio": ppl / ref_ppl if ref_ppl else 1.0,
-               "kld_mean": float(kld.mean()), f"kld_p{KLD_PERCENTILE:g}":
-               float(np.percentile(kld, KLD_PERCENTILE)),
-               "top1_agreement_pct": 100.0 * float(top1.mean()), "scored_tokens": int(nll.size)}
+        out = {
+            "ppl": ppl,
+            "ppl_ratio": ppl / ref_ppl if ref_ppl else 1.0,
+            "kld_mean": float(kld.mean()),
+            f"kld_p{KLD_PERCENTILE:g}": float(np.percentile(kld, KLD_PERCENTILE)),
+            "top1_agreement_pct": 100.0 * float(top1.mean()),
+            "scored_tokens": int(nll.size),
+        }
         bad = [k for k, v in out.items() if isinstance(v, float) and not np.isfinite(v)]
         if bad:
             raise ValueError(f"LM metrics not finite: {', '.join(bad)} ({out})")
         return out
 
 
-def evaluate_lm(weights, tokens, context: int = DEFAULT_CONTEXT, variants=(("fp32", "fp16"),),
-                add_bos: bool = False, progress=None, max_chunks: int | None = None,
-                reference_cache=None, calibration_tokens=None) -> dict:
+def evaluate_lm(
+    weights,
+    tokens,
+    context: int = DEFAULT_CONTEXT,
+    variants=(("fp32", "fp16"),),
+    add_bos: bool = False,
+    progress=None,
+    max_chunks: int | None = None,
+    reference_cache=None,
+    calibration_tokens=None,
+) -> dict:
     """{"reference": summary, "<policy>[+kv-int8]": summary, ...} plus run facts.
 
     variants: (policy name or Policy, kv dtype) pairs, each run on the kernel path. `progress`,
@@ -132,12 +147,14 @@ def evaluate_lm(weights, tokens, context: int = DEFAULT_CONTEXT, variants=(("fp3
     first = context // 2
     n_scored = context - 1 - first
     ref = None
-    models = [Llama(weights, p, kv, max_context=context, calibration_tokens=calibration_tokens)
-              for p, kv in variants]
+    models = [
+        Llama(weights, p, kv, max_context=context, calibration_tokens=calibration_tokens)
+        for p, kv in variants
+    ]
     scores = {"reference": Scores([], [], [])} | {m.name: Scores([], [], []) for m in models}
     cached = 0
     for ci, chunk in enumerate(chunks):
-        target = chunk[first + 1:]  # (context - 1 - first,)
+        target = chunk[first + 1 :]  # (context - 1 - first,)
         lp_ref = None
         if reference_cache is not None:
             lp_ref = reference_cache.get(ci, (n_scored, c.vocab_size))
@@ -153,8 +170,9 @@ def evaluate_lm(weights, tokens, context: int = DEFAULT_CONTEXT, variants=(("fp3
         lp_ref = lp_ref.astype(np.float64)  # (S, V)
         top_ref = lp_ref.argmax(axis=1)
         rows = np.arange(target.shape[0])
-        scores["reference"].add(-lp_ref[rows, target], np.zeros(target.shape[0]),
-                                np.ones(target.shape[0], bool))
+        scores["reference"].add(
+            -lp_ref[rows, target], np.zeros(target.shape[0]), np.ones(target.shape[0], bool)
+        )
         p_ref = np.exp(lp_ref)
         for m in models:
             m.reset()
@@ -168,13 +186,27 @@ def evaluate_lm(weights, tokens, context: int = DEFAULT_CONTEXT, variants=(("fp3
     for name, s in scores.items():
         if name != "reference":
             out[name] = s.summary(ref_summary["ppl"])
-    return {"context": context, "chunks": int(len(chunks)), "chunks_in_text": int(total_chunks),
-            "tokens": int(len(tokens)), "scored_tokens_per_chunk": n_scored,
-            "reference_chunks_cached": cached, "results": out}
+    return {
+        "context": context,
+        "chunks": int(len(chunks)),
+        "chunks_in_text": int(total_chunks),
+        "tokens": int(len(tokens)),
+        "scored_tokens_per_chunk": n_scored,
+        "reference_chunks_cached": cached,
+        "results": out,
+    }
 
 
-LAYER_TYPES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-               "lm_head")
+LAYER_TYPES = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "lm_head",
+)
 
 
 def one_type_policies(fmt: str = "int4-g32"):
@@ -185,6 +217,13 @@ def one_type_policies(fmt: str = "int4-g32"):
     out = []
     for t in LAYER_TYPES:
         pattern = "lm_head" if t == "lm_head" else f"*.{t}"
-        out.append((policy_from_dict({"name": f"{t}@{fmt}", "default": "fp32",
-                                      "layers": {pattern: fmt}}, f"<{t} alone in {fmt}>"), "fp16"))
+        out.append(
+            (
+                policy_from_dict(
+                    {"name": f"{t}@{fmt}", "default": "fp32", "layers": {pattern: fmt}},
+                    f"<{t} alone in {fmt}>",
+                ),
+                "fp16",
+            )
+        )
     return out

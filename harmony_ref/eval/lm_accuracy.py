@@ -19,8 +19,13 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harmony_ref.eval.lm import (CORPUS_SHA256, DEFAULT_CONTEXT, KLD_PERCENTILE, evaluate_lm,
-                                 load_corpus)
+from harmony_ref.eval.lm import (
+    CORPUS_SHA256,
+    DEFAULT_CONTEXT,
+    KLD_PERCENTILE,
+    evaluate_lm,
+    load_corpus,
+)
 from harmony_ref.eval.lm_cache import ReferenceCache
 from harmony_ref.metrics import NUMERICAL, Metrics
 
@@ -36,11 +41,11 @@ class Corpus:
     sha256: str
 
     @classmethod
-    def shipped(cls, part: str = "heldout") -> "Corpus":
+    def shipped(cls, part: str = "heldout") -> Corpus:
         return cls(part, load_corpus(part), CORPUS_SHA256[part])
 
     @classmethod
-    def from_file(cls, path) -> "Corpus":
+    def from_file(cls, path) -> Corpus:
         p = Path(path)
         if not p.is_file():
             raise ValueError(f"--corpus {p}: no such file")
@@ -56,7 +61,7 @@ class Corpus:
     @property
     def label(self) -> str:
         shipped = self.name in CORPUS_SHA256
-        return (f"harmony_ref/data/lm_corpus/{self.name}.txt" if shipped else self.name)
+        return f"harmony_ref/data/lm_corpus/{self.name}.txt" if shipped else self.name
 
 
 @dataclass
@@ -74,32 +79,54 @@ class LMAccuracy:
 
     def title(self) -> str:
         r = self.result
-        subset = ("" if r["chunks"] == r["chunks_in_text"]
-                  else f" (the first {r['chunks']} of {r['chunks_in_text']} chunks)")
-        return (f"{self.model_label}; reference: {REFERENCE_NOTE}; corpus {self.corpus.label}, "
-                f"{r['tokens']} tokens; context {r['context']}, {r['chunks']} chunks{subset}, "
-                f"{self.scored_tokens} scored tokens (second half of each chunk)")
+        subset = (
+            ""
+            if r["chunks"] == r["chunks_in_text"]
+            else f" (the first {r['chunks']} of {r['chunks_in_text']} chunks)"
+        )
+        return (
+            f"{self.model_label}; reference: {REFERENCE_NOTE}; corpus {self.corpus.label}, "
+            f"{r['tokens']} tokens; context {r['context']}, {r['chunks']} chunks{subset}, "
+            f"{self.scored_tokens} scored tokens (second half of each chunk)"
+        )
 
     def rows(self) -> list[dict]:
         kinds = {name: (pol, kv) for name, pol, kv in self.variants}
         out = []
         for name, s in self.result["results"].items():
             pol, kv = ("FP32 reference (NumPy)", "fp32") if name == "reference" else kinds[name]
-            out.append({"policy": pol, "kv_cache": kv, "ppl": s["ppl"], "ppl_ratio": s["ppl_ratio"],
-                        "kld_mean": s["kld_mean"], "kld_p99": s[f"kld_p{KLD_PERCENTILE:g}"],
-                        "top1_agreement_pct": s["top1_agreement_pct"],
-                        "scored_tokens": s["scored_tokens"]})
+            out.append(
+                {
+                    "policy": pol,
+                    "kv_cache": kv,
+                    "ppl": s["ppl"],
+                    "ppl_ratio": s["ppl_ratio"],
+                    "kld_mean": s["kld_mean"],
+                    "kld_p99": s[f"kld_p{KLD_PERCENTILE:g}"],
+                    "top1_agreement_pct": s["top1_agreement_pct"],
+                    "scored_tokens": s["scored_tokens"],
+                }
+            )
         return out
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "model_label": self.model_label, "reference": REFERENCE_NOTE,
-                "corpus": self.corpus.label, "corpus_sha256": self.corpus.sha256,
-                "context": self.context, **{k: v for k, v in self.result.items() if k != "results"},
-                "scored_tokens": self.scored_tokens, "rows": self.rows()}
+        return {
+            "model": self.model,
+            "model_label": self.model_label,
+            "reference": REFERENCE_NOTE,
+            "corpus": self.corpus.label,
+            "corpus_sha256": self.corpus.sha256,
+            "context": self.context,
+            **{k: v for k, v in self.result.items() if k != "results"},
+            "scored_tokens": self.scored_tokens,
+            "rows": self.rows(),
+        }
 
 
-MARKDOWN_HEADER = ("| policy | KV cache | PPL | PPL / FP32 | KLD mean | KLD p99 | top-1 agreement "
-                   "|\n|---|---|---|---|---|---|---|")
+MARKDOWN_HEADER = (
+    "| policy | KV cache | PPL | PPL / FP32 | KLD mean | KLD p99 | top-1 agreement "
+    "|\n|---|---|---|---|---|---|---|"
+)
 
 
 def markdown_rows(d: dict, skip_reference: bool = False) -> list[str]:
@@ -109,9 +136,11 @@ def markdown_rows(d: dict, skip_reference: bool = False) -> list[str]:
     for i, r in enumerate(d["rows"]):
         if i == 0 and skip_reference:
             continue
-        out.append(f"| {r['policy']} | {r['kv_cache']} | {r['ppl']:.3f} | {r['ppl_ratio']:.4f} | "
-                   f"{r['kld_mean']:.4f} | {r['kld_p99']:.4f} | "
-                   f"{r['top1_agreement_pct']:.1f} % |")
+        out.append(
+            f"| {r['policy']} | {r['kv_cache']} | {r['ppl']:.3f} | {r['ppl_ratio']:.4f} | "
+            f"{r['kld_mean']:.4f} | {r['kld_p99']:.4f} | "
+            f"{r['top1_agreement_pct']:.1f} % |"
+        )
     return out
 
 
@@ -142,17 +171,27 @@ def variant_name(policy, kv: str) -> str:
     return name + ("" if kv == "fp16" else f"+kv-{kv}")
 
 
-def lm_accuracy(model: str = DEFAULT_LM_MODEL, variants=(("int4-g32", "fp16"),),
-                corpus: Corpus | None = None, context: int = DEFAULT_CONTEXT,
-                max_chunks: int | None = None, progress=None, loaded=None,
-                use_cache: bool = True) -> LMAccuracy:
+def lm_accuracy(
+    model: str = DEFAULT_LM_MODEL,
+    variants=(("int4-g32", "fp16"),),
+    corpus: Corpus | None = None,
+    context: int = DEFAULT_CONTEXT,
+    max_chunks: int | None = None,
+    progress=None,
+    loaded=None,
+    use_cache: bool = True,
+) -> LMAccuracy:
     """Score `variants` ((policy, kv dtype) pairs) of `model` on `corpus` (default: the shipped
     held-out part). `loaded`: (weights, tokenizer) already read, to skip reading the checkpoint.
     Bad input (unknown model, unreadable checkpoint, a corpus shorter than one chunk, a bad
     policy) raises ValueError before any scoring."""
     from harmony_ref.quant.policy import AS_STORED, load_policy
-    from harmony_ref.runtime.loader import (load_decoder, model_label, resolve_model_path,
-                                            stored_policy)
+    from harmony_ref.runtime.loader import (
+        load_decoder,
+        model_label,
+        resolve_model_path,
+        stored_policy,
+    )
 
     corpus = corpus or Corpus.shipped("heldout")
     as_stored = any(p == AS_STORED for p, _ in variants)
@@ -170,17 +209,28 @@ def lm_accuracy(model: str = DEFAULT_LM_MODEL, variants=(("int4-g32", "fp16"),),
         policies = [(stored if p == AS_STORED else p, kv) for p, kv in policies]
     ids = tok.encode(corpus.text)
     if context > weights.config.max_positions:
-        raise ValueError(f"--context {context} exceeds {model}'s {weights.config.max_positions} "
-                         "positions")
+        raise ValueError(
+            f"--context {context} exceeds {model}'s {weights.config.max_positions} positions"
+        )
     if len(ids) < context:
-        raise ValueError(f"corpus {corpus.label}: {len(ids)} tokens, fewer than one chunk of "
-                         f"context {context}")
+        raise ValueError(
+            f"corpus {corpus.label}: {len(ids)} tokens, fewer than one chunk of context {context}"
+        )
     cache = None
     if use_cache:
-        cache = ReferenceCache.for_run(model_sha256(model, path), corpus.sha256, context,
-                                       tok.add_bos)
-    result = evaluate_lm(weights, ids, context, policies, add_bos=tok.add_bos, progress=progress,
-                         max_chunks=max_chunks, reference_cache=cache)
+        cache = ReferenceCache.for_run(
+            model_sha256(model, path), corpus.sha256, context, tok.add_bos
+        )
+    result = evaluate_lm(
+        weights,
+        ids,
+        context,
+        policies,
+        add_bos=tok.add_bos,
+        progress=progress,
+        max_chunks=max_chunks,
+        reference_cache=cache,
+    )
     rows = [(variant_name(p, kv), p.name, kv) for p, kv in policies]
     return LMAccuracy(model, model_label(model, weights), corpus, context, result, rows)
 
@@ -191,8 +241,12 @@ LM_METRICS = {
     "lm_ppl_ratio": ("ppl_ratio", "x", "lower", "perplexity / the FP32 reference's"),
     "lm_kld_mean": ("kld_mean", "nats", "lower", "mean KL(FP32 || policy) per scored token"),
     "lm_kld_p99": ("kld_p99", "nats", "lower", "99th percentile of KL(FP32 || policy)"),
-    "lm_top1_agreement_pct": ("top1_agreement_pct", "%", "higher",
-                              "scored tokens whose argmax equals the FP32 reference's"),
+    "lm_top1_agreement_pct": (
+        "top1_agreement_pct",
+        "%",
+        "higher",
+        "scored tokens whose argmax equals the FP32 reference's",
+    ),
 }
 
 
@@ -205,14 +259,34 @@ def lm_metrics(acc: LMAccuracy, variant: str | None = None) -> Metrics:
         raise ValueError(f"no variant {variant!r} was scored (scored: {', '.join(names)})")
     rows = acc.rows()
     row, ref = rows[1 + names.index(variant)], rows[0]
-    where = (f"{acc.model_label}, {acc.corpus.label}, context {acc.context}, "
-             f"{acc.result['chunks']} chunks, {acc.scored_tokens} scored tokens")
+    where = (
+        f"{acc.model_label}, {acc.corpus.label}, context {acc.context}, "
+        f"{acc.result['chunks']} chunks, {acc.scored_tokens} scored tokens"
+    )
     m = Metrics()
     for name, (key, unit, direction, what) in LM_METRICS.items():
-        m.add(name, row[key], unit, direction, LM_METRIC_KIND,
-              description=f"{what}; {variant} on {where}; {REFERENCE_NOTE}")
-    m.add("lm_ppl_fp32", ref["ppl"], "ppl", "none", LM_METRIC_KIND,
-          description=f"perplexity of the FP32 reference on {where}")
-    m.add("lm_scored_tokens", acc.scored_tokens, "tokens", "none", "exact",
-          description=f"tokens scored: {where}")
+        m.add(
+            name,
+            row[key],
+            unit,
+            direction,
+            LM_METRIC_KIND,
+            description=f"{what}; {variant} on {where}; {REFERENCE_NOTE}",
+        )
+    m.add(
+        "lm_ppl_fp32",
+        ref["ppl"],
+        "ppl",
+        "none",
+        LM_METRIC_KIND,
+        description=f"perplexity of the FP32 reference on {where}",
+    )
+    m.add(
+        "lm_scored_tokens",
+        acc.scored_tokens,
+        "tokens",
+        "none",
+        "exact",
+        description=f"tokens scored: {where}",
+    )
     return m

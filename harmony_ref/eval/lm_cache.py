@@ -34,8 +34,15 @@ from harmony_ref._io import write_bytes_atomic
 CACHE_FOLDER = "lm-reference"
 SCORING_RULE = "llama-perplexity chunks: second half of each chunk scored, log-softmax float32"
 # The modules whose code the cached numbers come from (the reference forward and its inputs).
-CODE_MODULES = ("runtime/llama.py", "kernels/rope.py", "model/decoder.py", "checkpoint/gguf.py",
-                "checkpoint/hf.py", "eval/lm.py", "eval/lm_cache.py")
+CODE_MODULES = (
+    "runtime/llama.py",
+    "kernels/rope.py",
+    "model/decoder.py",
+    "checkpoint/gguf.py",
+    "checkpoint/hf.py",
+    "eval/lm.py",
+    "eval/lm_cache.py",
+)
 
 
 def code_version() -> str:
@@ -61,11 +68,21 @@ class ReferenceCache:
     key: str
 
     @classmethod
-    def for_run(cls, model_sha256: str, corpus_sha256: str, context: int, add_bos: bool,
-                root: Path | None = None) -> "ReferenceCache":
-        fields = (model_sha256, corpus_sha256, str(int(context)),
-                  f"{SCORING_RULE}; bos={'replaces first token' if add_bos else 'no'}",
-                  code_version())
+    def for_run(
+        cls,
+        model_sha256: str,
+        corpus_sha256: str,
+        context: int,
+        add_bos: bool,
+        root: Path | None = None,
+    ) -> ReferenceCache:
+        fields = (
+            model_sha256,
+            corpus_sha256,
+            str(int(context)),
+            f"{SCORING_RULE}; bos={'replaces first token' if add_bos else 'no'}",
+            code_version(),
+        )
         key = hashlib.sha256("|".join(fields).encode()).hexdigest()[:32]
         root = root if root is not None else cache_root()
         return cls(None if root is None else root / key, key)

@@ -17,12 +17,11 @@ and biases stay FP32 and are reported separately.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 import numpy as np
 
-from harmony_ref.eval.embedding import EvalSet, model_or_default, load_pairs
+from harmony_ref.eval.embedding import EvalSet, load_pairs, model_or_default
 from harmony_ref.eval.sensitivity import layer_losses
 from harmony_ref.quant.policy import Policy, parse_format
 from harmony_ref.units import MB
@@ -73,9 +72,14 @@ class Plan:
     choices: dict[str, str]
 
 
-def plan_policy(budget_mb: float, model=None, evalset: EvalSet | None = None,
-                formats: tuple[str, ...] = PLANNER_FORMATS, progress: bool = False,
-                name: str | None = None) -> Plan:
+def plan_policy(
+    budget_mb: float,
+    model=None,
+    evalset: EvalSet | None = None,
+    formats: tuple[str, ...] = PLANNER_FORMATS,
+    progress: bool = False,
+    name: str | None = None,
+) -> Plan:
     """The per-Linear formats minimising the summed measured cosine loss within `budget_mb` MB of
     Linear weights (multiple-choice knapsack by dynamic programming, see the module docstring)."""
     model = model_or_default(model)
@@ -89,11 +93,17 @@ def plan_policy(budget_mb: float, model=None, evalset: EvalSet | None = None,
     shapes = [model.params[n + ".weight"].shape for n in names]
     smallest = sum(min(parse_format(f).nbytes(*shape) for f in formats) for shape in shapes)
     if smallest > budget:
-        raise ValueError(f"budget {budget_mb} MB is below the smallest possible Linear weights "
-                         f"({smallest / MB:.3f} MB with every layer in its smallest format)")
-    tables = {f: {r["layer"]: r for r in layer_losses(f, model, evalset, progress)} for f in formats}
+        raise ValueError(
+            f"budget {budget_mb} MB is below the smallest possible Linear weights "
+            f"({smallest / MB:.3f} MB with every layer in its smallest format)"
+        )
+    tables = {
+        f: {r["layer"]: r for r in layer_losses(f, model, evalset, progress)} for f in formats
+    }
     # (layers, formats) cost in steps (rounded up) and loss
-    cost = np.array([[-(-tables[f][n]["bytes"] // PLANNER_STEP_BYTES) for f in formats] for n in names])
+    cost = np.array(
+        [[-(-tables[f][n]["bytes"] // PLANNER_STEP_BYTES) for f in formats] for n in names]
+    )
     loss = np.array([[max(tables[f][n]["cosine_loss"], 0.0) for f in formats] for n in names])
     cap = budget // PLANNER_STEP_BYTES
     picks = choose_formats(cost, loss, cap)  # ValueError if rounding up to steps no longer fits
@@ -104,7 +114,9 @@ def plan_policy(budget_mb: float, model=None, evalset: EvalSet | None = None,
         name=name or f"plan-{budget_mb:g}mb",
         default=parse_format(formats[-1]),
         layers=tuple((n, parse_format(f)) for n, f in choices.items()),
-        description=(f"harmony-ref plan --budget-mb {budget_mb:g}: per-Linear formats minimising "
-                     f"the summed measured cosine loss on {len(evalset.sentences)} sentences"),
+        description=(
+            f"harmony-ref plan --budget-mb {budget_mb:g}: per-Linear formats minimising "
+            f"the summed measured cosine loss on {len(evalset.sentences)} sentences"
+        ),
     )
     return Plan(policy, budget, total, predicted, choices)

@@ -21,8 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from harmony_ref._io import write_text_atomic
-from harmony_ref.eval.embedding import (EvalSet, compare, fp32_embeddings, load_pairs,
-                                        model_or_default)
+from harmony_ref.eval.embedding import (
+    EvalSet,
+    compare,
+    fp32_embeddings,
+    load_pairs,
+    model_or_default,
+)
 from harmony_ref.quant.policy import WeightFormat, parse_format
 
 LOSS_CACHE_VERSION = 2  # bump when the forward or the loss definition changes
@@ -33,13 +38,19 @@ def _loss_cache_path(model, evalset: EvalSet, fmt: WeightFormat) -> Path | None:
         return None
     from harmony_ref.checkpoint.assets import cache_dir
 
-    key = hashlib.sha256(f"{LOSS_CACHE_VERSION}|{model.weights_fingerprint()}|"
-                         f"{evalset.fingerprint}|{fmt.name}|{model.resolved_backend()}".encode()).hexdigest()[:32]
+    key = hashlib.sha256(
+        f"{LOSS_CACHE_VERSION}|{model.weights_fingerprint()}|"
+        f"{evalset.fingerprint}|{fmt.name}|{model.resolved_backend()}".encode()
+    ).hexdigest()[:32]
     return cache_dir() / "layer-losses" / f"{fmt.name}-{key}.json"
 
 
-def layer_losses(fmt: str | WeightFormat = "int4-g32", model=None,
-                 evalset: EvalSet | None = None, progress: bool = False) -> list[dict]:
+def layer_losses(
+    fmt: str | WeightFormat = "int4-g32",
+    model=None,
+    evalset: EvalSet | None = None,
+    progress: bool = False,
+) -> list[dict]:
     """One row per Linear: that layer alone in `fmt`, all others FP32, measured on the eval set.
     Keys: layer, format, cosine_loss, cosine_min, accuracy_drop_pct, top1_agreement_pct,
     bytes_fp32, bytes."""
@@ -90,14 +101,18 @@ def layer_losses(fmt: str | WeightFormat = "int4-g32", model=None,
                 emb[b.index] = model.pool(model.run_layers(per[i], b.mask, lin, start=i), b.mask)
             m = compare(ref, emb, evalset.partner)
             n, k = model.params[name + ".weight"].shape
-            rows.append({
-                "layer": name, "format": fmt.name,
-                "cosine_loss": 1.0 - m.value("cosine_mean"),
-                "cosine_min": m.value("cosine_min"),
-                "accuracy_drop_pct": m.value("accuracy_drop_pct"),
-                "top1_agreement_pct": m.value("top1_agreement_pct"),
-                "bytes_fp32": 4 * n * k, "bytes": lin[name].nbytes,
-            })
+            rows.append(
+                {
+                    "layer": name,
+                    "format": fmt.name,
+                    "cosine_loss": 1.0 - m.value("cosine_mean"),
+                    "cosine_min": m.value("cosine_min"),
+                    "accuracy_drop_pct": m.value("accuracy_drop_pct"),
+                    "top1_agreement_pct": m.value("top1_agreement_pct"),
+                    "bytes_fp32": 4 * n * k,
+                    "bytes": lin[name].nbytes,
+                }
+            )
             if task is not None:
                 bar.advance(task)
     finally:
@@ -108,8 +123,9 @@ def layer_losses(fmt: str | WeightFormat = "int4-g32", model=None,
     return rows
 
 
-def sensitivity(fmt: str = "int4-g32", model=None, evalset: EvalSet | None = None,
-                progress: bool = False):
+def sensitivity(
+    fmt: str = "int4-g32", model=None, evalset: EvalSet | None = None, progress: bool = False
+):
     """Layers ranked by cosine loss (most sensitive first), as a pandas DataFrame."""
     import pandas as pd
 

@@ -14,7 +14,9 @@ def float32_array(a, name: str, ndims: tuple[int, ...]) -> np.ndarray:
             f"{name} has dtype {a.dtype} (shape {a.shape}); expected float16, float32 or float64"
         )
     if a.ndim not in ndims:
-        raise ValueError(f"{name} must have {' or '.join(map(str, ndims))} dims, got shape {a.shape}")
+        raise ValueError(
+            f"{name} must have {' or '.join(map(str, ndims))} dims, got shape {a.shape}"
+        )
     if a.size == 0:
         raise ValueError(f"{name} is empty: shape {a.shape}")
     finite = np.isfinite(a)

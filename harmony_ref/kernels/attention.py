@@ -44,15 +44,19 @@ from harmony_ref.quant.int8 import symmetric_int8_scale
 from harmony_ref.quant.kv import KV_DTYPES, KV_INT8_MAX_LEVEL
 
 
-
 class KVCache:
     """One layer's K and V cache, preallocated to `max_context` tokens (or to the last `window`
     tokens: a ring, see the module docstring). `length` is the number of valid slots, `pos` the
     number of tokens appended since the last reset (the next token's position)."""
 
-    def __init__(self, max_context: int, n_kv_heads: int, head_dim: int, dtype: str = "fp16",
-                 window: int = 0):
-        for name, value in (("max_context", max_context), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim)):
+    def __init__(
+        self, max_context: int, n_kv_heads: int, head_dim: int, dtype: str = "fp16", window: int = 0
+    ):
+        for name, value in (
+            ("max_context", max_context),
+            ("n_kv_heads", n_kv_heads),
+            ("head_dim", head_dim),
+        ):
             if not isinstance(value, (int, np.integer)) or value <= 0:
                 raise ValueError(f"KVCache {name} must be a positive integer, got {value!r}")
         if not isinstance(window, (int, np.integer)) or window < 0:
@@ -105,7 +109,10 @@ class KVCache:
                 f"KVCache full: {self.length} + {k.shape[0]} tokens > max_context {self.max_context}"
             )
         if self.dtype == "fp16":
-            if np.abs(k).max() > np.finfo(np.float16).max or np.abs(v).max() > np.finfo(np.float16).max:
+            if (
+                np.abs(k).max() > np.finfo(np.float16).max
+                or np.abs(v).max() > np.finfo(np.float16).max
+            ):
                 raise ValueError("k/v values overflow float16 (|x| > 65504); use dtype='int8'")
         self.store(k, v)
 
@@ -115,7 +122,7 @@ class KVCache:
         t = k.shape[0]
         if self.window:  # the ring keeps the last `window` of them
             keep = min(t, self.max_context)
-            k, v = k[t - keep:], v[t - keep:]
+            k, v = k[t - keep :], v[t - keep :]
             slots = (self.pos + t - keep + np.arange(keep)) % self.max_context
             self.pos += t
             self.length = min(self.pos, self.max_context)
@@ -287,7 +294,9 @@ def decode_attention(q, cache: KVCache) -> np.ndarray:
     """Attention of one query token q (n_heads, head_dim) over the cache -> (n_heads, head_dim)."""
     q = _check_query(q, cache)
     if cache.dtype == "int8":
-        return _decode_attention(q, cache.k, cache.v, cache.k_scale, cache.v_scale, cache.length, True)
+        return _decode_attention(
+            q, cache.k, cache.v, cache.k_scale, cache.v_scale, cache.length, True
+        )
     dummy = np.zeros((1, 1), dtype=np.float32)
     k_bits, v_bits = cache.k.view(np.uint16), cache.v.view(np.uint16)
     return _decode_attention(q, k_bits, v_bits, dummy, dummy, cache.length, False)
@@ -305,11 +314,15 @@ def _check_prefill(q, cache: KVCache) -> np.ndarray:
     q = float32_array(q, "q", (3,))
     t, n_heads, head_dim = q.shape
     if head_dim != cache.head_dim or n_heads % cache.n_kv_heads:
-        raise ValueError(f"q has shape {q.shape}; the cache has {cache.n_kv_heads} kv heads of "
-                         f"head_dim {cache.head_dim}")
+        raise ValueError(
+            f"q has shape {q.shape}; the cache has {cache.n_kv_heads} kv heads of "
+            f"head_dim {cache.head_dim}"
+        )
     if t > cache.length:
-        raise ValueError(f"q has {t} tokens but the cache holds only {cache.length}: append the "
-                         "new tokens' k and v first")
+        raise ValueError(
+            f"q has {t} tokens but the cache holds only {cache.length}: append the "
+            "new tokens' k and v first"
+        )
     return q
 
 
@@ -385,8 +398,10 @@ def window_prefill_attention_ref(q, k, v, window: int) -> np.ndarray:
     t, n_heads, head_dim = q.shape
     length = k.shape[0]
     if k.shape != v.shape or k.shape[2] != head_dim or n_heads % k.shape[1] or t > length:
-        raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape}: need k == v shape (L >= T, Hkv "
-                         "dividing H, the same head_dim)")
+        raise ValueError(
+            f"q {q.shape}, k {k.shape}, v {v.shape}: need k == v shape (L >= T, Hkv "
+            "dividing H, the same head_dim)"
+        )
     group = n_heads // k.shape[1]
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # (L, H, D)
     scores = np.einsum("thd,lhd->htl", q, k) / np.float32(math.sqrt(head_dim))  # (H, T, L)
@@ -414,10 +429,18 @@ def prefill_attention(q, cache: KVCache) -> np.ndarray:
 def decode_attention_unchecked(q, cache: KVCache) -> np.ndarray:
     """`decode_attention` without input checks: q (H, D) float32 C-contiguous, cache non-empty."""
     if cache.dtype == "int8":
-        return _decode_attention(q, cache.k, cache.v, cache.k_scale, cache.v_scale, cache.length,
-                                 True)
-    return _decode_attention(q, cache.k.view(np.uint16), cache.v.view(np.uint16), _NO_SCALE,
-                             _NO_SCALE, cache.length, False)
+        return _decode_attention(
+            q, cache.k, cache.v, cache.k_scale, cache.v_scale, cache.length, True
+        )
+    return _decode_attention(
+        q,
+        cache.k.view(np.uint16),
+        cache.v.view(np.uint16),
+        _NO_SCALE,
+        _NO_SCALE,
+        cache.length,
+        False,
+    )
 
 
 _NO_SCALE = np.zeros((1, 1), dtype=np.float32)

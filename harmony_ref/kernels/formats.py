@@ -30,13 +30,19 @@ table: round trip, fast vs `_ref`, quantized dot vs float dot.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from harmony_ref.kernels.matmul import (matmul_w4, matmul_w4_ref, matmul_w8, matmul_w8_ref, prepare_w4,
-                                        prepare_w8)
+from harmony_ref.kernels.matmul import (
+    matmul_w4,
+    matmul_w4_ref,
+    matmul_w8,
+    matmul_w8_ref,
+    prepare_w4,
+    prepare_w8,
+)
 from harmony_ref.kernels.matmul_ggml import matmul_ggml, matmul_ggml_ref, prepare_ggml
 from harmony_ref.quant.ggml import QUANTIZERS, QUANTIZERS_REF, GGMLTensor, dequantize_ggml
 from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4, quantize_int4, quantize_int4_ref
@@ -78,11 +84,16 @@ def _float_format(name: str, dtype) -> Format:
         return np.ascontiguousarray(w, dtype=dtype)
 
     return Format(
-        name=name, kind=name, quantize=quantize, quantize_ref=quantize,
+        name=name,
+        kind=name,
+        quantize=quantize,
+        quantize_ref=quantize,
         dequantize=lambda s: np.asarray(s, dtype=np.float32),
         # (K, N) view of a C-contiguous float32 copy: x @ W.T without materialising W.T
         prepare=lambda s: np.ascontiguousarray(s, dtype=np.float32).T,
-        matmul=_float_matmul, matmul_ref=_float_matmul_ref, kernel="numpy float32 matmul",
+        matmul=_float_matmul,
+        matmul_ref=_float_matmul_ref,
+        kernel="numpy float32 matmul",
         nbytes=lambda n, k, group_size=None: WeightFormat(name).nbytes(n, k),
         arrays=lambda s: {"": s},
         from_arrays=lambda a, shape, group_size=None: a[""],
@@ -91,8 +102,9 @@ def _float_format(name: str, dtype) -> Format:
 
 def _int4_format(scheme: str) -> Format:
     def from_arrays(a, shape, group_size):
-        return Int4Tensor(a[".packed"], a[".scale"], a.get(".zero_point"), tuple(shape),
-                          int(group_size), scheme)
+        return Int4Tensor(
+            a[".packed"], a[".scale"], a.get(".zero_point"), tuple(shape), int(group_size), scheme
+        )
 
     def arrays(t):
         out = {".packed": t.packed, ".scale": t.scale}
@@ -101,54 +113,73 @@ def _int4_format(scheme: str) -> Format:
         return out
 
     return Format(
-        name="int4" if scheme == "asym" else "int4-sym", kind="int4",
+        name="int4" if scheme == "asym" else "int4-sym",
+        kind="int4",
         quantize=lambda w, group_size: quantize_int4(w, group_size, scheme),
         quantize_ref=lambda w, group_size: quantize_int4_ref(w, group_size, scheme),
-        dequantize=dequantize_int4, prepare=prepare_w4, matmul=matmul_w4, matmul_ref=matmul_w4_ref,
+        dequantize=dequantize_int4,
+        prepare=prepare_w4,
+        matmul=matmul_w4,
+        matmul_ref=matmul_w4_ref,
         kernel="numba matmul_w4",
         nbytes=lambda n, k, group_size: WeightFormat("int4", group_size, scheme).nbytes(n, k),
-        arrays=arrays, from_arrays=from_arrays,
+        arrays=arrays,
+        from_arrays=from_arrays,
     )
 
 
-GGML_KERNELS = {"q4_0": "numba matmul_w4 (q4_0 repacked as int4-g32-sym)",
-                "q4_1": "numba matmul_w4 + block-constant BLAS (q4_1)",
-                "q8_0": "numba q8_0 block-dot loop"}
+GGML_KERNELS = {
+    "q4_0": "numba matmul_w4 (q4_0 repacked as int4-g32-sym)",
+    "q4_1": "numba matmul_w4 + block-constant BLAS (q4_1)",
+    "q8_0": "numba q8_0 block-dot loop",
+}
 
 
 def _ggml_format(qtype: str) -> Format:
     return Format(
-        name=qtype, kind=qtype,
+        name=qtype,
+        kind=qtype,
         quantize=lambda w, group_size=None: QUANTIZERS[qtype](w),
         quantize_ref=lambda w, group_size=None: QUANTIZERS_REF[qtype](w),
-        dequantize=dequantize_ggml, prepare=prepare_ggml, matmul=matmul_ggml,
-        matmul_ref=matmul_ggml_ref, kernel=GGML_KERNELS[qtype],
+        dequantize=dequantize_ggml,
+        prepare=prepare_ggml,
+        matmul=matmul_ggml,
+        matmul_ref=matmul_ggml_ref,
+        kernel=GGML_KERNELS[qtype],
         nbytes=lambda n, k, group_size=None: WeightFormat(qtype).nbytes(n, k),
         arrays=lambda t: {".blocks": t.data},
         from_arrays=lambda a, shape, group_size=None: GGMLTensor(qtype, a[".blocks"], tuple(shape)),
     )
 
 
-FORMATS: dict[str, Format] = {f.name: f for f in [
-    _float_format("fp32", np.float32),
-    _float_format("fp16", np.float16),
-    Format(
-        name="int8", kind="int8",
-        quantize=lambda w, group_size=None: quantize_int8(w),
-        quantize_ref=lambda w, group_size=None: quantize_int8_ref(w),
-        dequantize=dequantize_int8, prepare=prepare_w8, matmul=matmul_w8, matmul_ref=matmul_w8_ref,
-        kernel="numba matmul_w8",
-        nbytes=lambda n, k, group_size=None: WeightFormat("int8").nbytes(n, k),
-        arrays=lambda t: {".values": t.values, ".scale": t.scale},
-        from_arrays=lambda a, shape, group_size=None: Int8Tensor(a[".values"], a[".scale"],
-                                                                 tuple(shape)),
-    ),
-    _int4_format("asym"),
-    _int4_format("sym"),
-    _ggml_format("q4_0"),
-    _ggml_format("q4_1"),
-    _ggml_format("q8_0"),
-]}
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in [
+        _float_format("fp32", np.float32),
+        _float_format("fp16", np.float16),
+        Format(
+            name="int8",
+            kind="int8",
+            quantize=lambda w, group_size=None: quantize_int8(w),
+            quantize_ref=lambda w, group_size=None: quantize_int8_ref(w),
+            dequantize=dequantize_int8,
+            prepare=prepare_w8,
+            matmul=matmul_w8,
+            matmul_ref=matmul_w8_ref,
+            kernel="numba matmul_w8",
+            nbytes=lambda n, k, group_size=None: WeightFormat("int8").nbytes(n, k),
+            arrays=lambda t: {".values": t.values, ".scale": t.scale},
+            from_arrays=lambda a, shape, group_size=None: Int8Tensor(
+                a[".values"], a[".scale"], tuple(shape)
+            ),
+        ),
+        _int4_format("asym"),
+        _int4_format("sym"),
+        _ggml_format("q4_0"),
+        _ggml_format("q4_1"),
+        _ggml_format("q8_0"),
+    ]
+}
 
 
 def format_of(fmt: WeightFormat) -> Format:
@@ -174,5 +205,6 @@ def stored_format(stored) -> WeightFormat:
         return parse_format(stored.qtype)
     if isinstance(stored, np.ndarray) and stored.dtype in (np.float16, np.float32):
         return parse_format("fp16" if stored.dtype == np.float16 else "fp32")
-    raise ValueError(f"not a stored weight matrix: {type(stored).__name__} "
-                     f"{getattr(stored, 'dtype', '')}")
+    raise ValueError(
+        f"not a stored weight matrix: {type(stored).__name__} {getattr(stored, 'dtype', '')}"
+    )

@@ -209,8 +209,10 @@ def _already_prepared(t, tensor_type, prepared_type):
     if isinstance(t, prepared_type):
         return t
     if not isinstance(t, tensor_type):
-        raise ValueError(f"w must be an {tensor_type.__name__} or {prepared_type.__name__}, "
-                         f"got {type(t).__name__}")
+        raise ValueError(
+            f"w must be an {tensor_type.__name__} or {prepared_type.__name__}, "
+            f"got {type(t).__name__}"
+        )
     return _prepared.get(t)
 
 
@@ -233,7 +235,9 @@ def _prepare_w4(t: Int4Tensor, isa: int) -> PreparedW4:
     if isa != ISA_PORTABLE and ab % 8 == 0:
         packed, scale, zero = x86.layout_w4(t.packed, t.scale, t.zero_point)
         return PreparedW4("x86", packed, scale, zero, t.shape, t.group_size, ab)
-    zp = np.zeros(t.scale.shape, np.int32) if t.zero_point is None else t.zero_point.astype(np.int32)
+    zp = (
+        np.zeros(t.scale.shape, np.int32) if t.zero_point is None else t.zero_point.astype(np.int32)
+    )
     return PreparedW4(
         "rows",
         # Stored nibbles are two's complement (q & 0xF); flipping bit 3 gives u = q + 8 (0..15).
@@ -329,7 +333,9 @@ def matmul_w8_ref(x, w: Int8Tensor) -> np.ndarray:
         xq.reshape(m, b, ab).astype(np.int64),
         w.values.reshape(n, b, ab).astype(np.int64),
     )
-    y = np.einsum("mnb,mb,n->mn", isum.astype(np.float64), xs.astype(np.float64), w.scale.astype(np.float64))
+    y = np.einsum(
+        "mnb,mb,n->mn", isum.astype(np.float64), xs.astype(np.float64), w.scale.astype(np.float64)
+    )
     y = y.astype(np.float32)
     return y[0] if vector else y
 

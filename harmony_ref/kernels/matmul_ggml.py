@@ -31,8 +31,13 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from harmony_ref.kernels.matmul import (ACT_BLOCK, _as_activations, matmul_w4, prepare_w4,
-                                        quantize_activations_ref)
+from harmony_ref.kernels.matmul import (
+    ACT_BLOCK,
+    _as_activations,
+    matmul_w4,
+    prepare_w4,
+    quantize_activations_ref,
+)
 from harmony_ref.kernels.matmul_portable import _quantize_activations
 from harmony_ref.quant.ggml import QK, GGMLTensor
 from harmony_ref.quant.int4 import Int4Tensor
@@ -54,7 +59,9 @@ class PreparedGGML:
     c: np.ndarray | None = None
     q: np.ndarray | None = None
     d: np.ndarray | None = None
-    nbytes: int = 0  # the GGUF bytes it was built from (prepare_q4_rows: no single tensor holds them)
+    nbytes: int = (
+        0  # the GGUF bytes it was built from (prepare_q4_rows: no single tensor holds them)
+    )
 
 
 _prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -66,8 +73,9 @@ def as_int4(t: GGMLTensor) -> Int4Tensor:
     q = t.levels().astype(np.int16) - Q4_OFFSET  # (N, K) in [-8, 7]
     nib = (q & 0x0F).astype(np.uint8)
     packed = (nib[:, 0::2] << 4) | nib[:, 1::2]  # (N, K // 2): even index -> high nibble
-    return Int4Tensor(np.ascontiguousarray(packed), np.ascontiguousarray(t.d), None, (n, k), QK,
-                      "sym")
+    return Int4Tensor(
+        np.ascontiguousarray(packed), np.ascontiguousarray(t.d), None, (n, k), QK, "sym"
+    )
 
 
 def prepare_ggml(t) -> PreparedGGML:
@@ -84,8 +92,9 @@ def prepare_ggml(t) -> PreparedGGML:
 
 def _prepare(t: GGMLTensor) -> PreparedGGML:
     if t.qtype == "q8_0":
-        return PreparedGGML(t.qtype, t.shape, q=np.ascontiguousarray(t.levels()),
-                            d=t.d.astype(np.float32))
+        return PreparedGGML(
+            t.qtype, t.shape, q=np.ascontiguousarray(t.levels()), d=t.d.astype(np.float32)
+        )
     c = None
     if t.qtype == "q4_1":
         d = t.d.astype(np.float32)
@@ -102,20 +111,38 @@ def prepare_q4_rows(tensors: list[GGMLTensor]) -> PreparedGGML:
     gate|up runs as one matmul_w4 call plus one constant pass instead of one call per part. Each
     output row is computed exactly as its own type's call computes it (its c is added as +0.0 for
     Q4_0), so the result equals the separate calls bit for bit."""
-    if not tensors or any(not isinstance(t, GGMLTensor) or t.qtype not in Q4_TYPES
-                          for t in tensors):
+    if not tensors or any(
+        not isinstance(t, GGMLTensor) or t.qtype not in Q4_TYPES for t in tensors
+    ):
         raise ValueError("prepare_q4_rows takes GGMLTensors of types q4_0 / q4_1")
     k = tensors[0].shape[1]
     if any(t.shape[1] != k for t in tensors):
         raise ValueError(f"prepare_q4_rows: row lengths differ: {[t.shape[1] for t in tensors]}")
     parts = [as_int4(t) for t in tensors]
     n = sum(t.shape[0] for t in tensors)
-    w4 = Int4Tensor(np.concatenate([t.packed for t in parts]),
-                    np.concatenate([t.scale for t in parts]), None, (n, k), QK, "sym")
-    c = np.concatenate([_prepare(t).c if t.qtype == "q4_1"
-                        else np.zeros((t.shape[0], k // QK), dtype=np.float32) for t in tensors])
-    return PreparedGGML("q4_1", (n, k), w4=prepare_w4(w4), c=np.ascontiguousarray(c),
-                        nbytes=sum(t.nbytes for t in tensors))
+    w4 = Int4Tensor(
+        np.concatenate([t.packed for t in parts]),
+        np.concatenate([t.scale for t in parts]),
+        None,
+        (n, k),
+        QK,
+        "sym",
+    )
+    c = np.concatenate(
+        [
+            _prepare(t).c
+            if t.qtype == "q4_1"
+            else np.zeros((t.shape[0], k // QK), dtype=np.float32)
+            for t in tensors
+        ]
+    )
+    return PreparedGGML(
+        "q4_1",
+        (n, k),
+        w4=prepare_w4(w4),
+        c=np.ascontiguousarray(c),
+        nbytes=sum(t.nbytes for t in tensors),
+    )
 
 
 # ----------------------------------------------------------------------------------------------

@@ -30,15 +30,21 @@ GGML_TYPES = {"f32": 0, "q4_0": 2, "q4_1": 3, "q8_0": 8}
 # What each buffer type takes on x86 (ggml-cpu/repack.cpp ggml_repack_get_optimal_repack_type:
 # only Q4_0 is repacked there, to q4_0_8x8; amx/amx.cpp supports_op: Q4_0, Q4_1, Q8_0). Setting a
 # tensor of another format in CPU_REPACK crashes the process, so `matmul` refuses it.
-BUFFER_FORMATS = {"CPU": ("q4_0", "q4_1", "q8_0"), "CPU_REPACK": ("q4_0",),
-                  "AMX": ("q4_0", "q4_1", "q8_0")}
+BUFFER_FORMATS = {
+    "CPU": ("q4_0", "q4_1", "q8_0"),
+    "CPU_REPACK": ("q4_0",),
+    "AMX": ("q4_0", "q4_1", "q8_0"),
+}
 _DEVICE_TYPE_CPU = 0
 _OBJECT_SLACK_BYTES = 1 << 20
 
 
 class _InitParams(ctypes.Structure):
-    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p),
-                ("no_alloc", ctypes.c_bool)]
+    _fields_ = [
+        ("mem_size", ctypes.c_size_t),
+        ("mem_buffer", ctypes.c_void_p),
+        ("no_alloc", ctypes.c_bool),
+    ]
 
 
 _P = ctypes.c_void_p
@@ -52,8 +58,10 @@ _SIGNATURES = {  # name: (restype, argtypes)
     "ggml_new_graph": (_P, [_P]),
     "ggml_build_forward_expand": (None, [_P, _P]),
     "ggml_row_size": (ctypes.c_size_t, [ctypes.c_int, ctypes.c_int64]),
-    "ggml_quantize_chunk": (ctypes.c_size_t, [ctypes.c_int, _P, _P, ctypes.c_int64, ctypes.c_int64,
-                                              ctypes.c_int64, _P]),
+    "ggml_quantize_chunk": (
+        ctypes.c_size_t,
+        [ctypes.c_int, _P, _P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _P],
+    ),
     "ggml_backend_cpu_init": (_P, []),
     "ggml_backend_cpu_set_n_threads": (None, [_P, ctypes.c_int]),
     "ggml_backend_free": (None, [_P]),
@@ -123,16 +131,32 @@ class GgmlPeer:
                 i += 1
         return found
 
-    def matmul(self, w: np.ndarray, x: np.ndarray, fmt: str, buffer_type: str = "CPU",
-               copies: int = 1, threads: int = 2) -> PeerMatmul:
+    def matmul(
+        self,
+        w: np.ndarray,
+        x: np.ndarray,
+        fmt: str,
+        buffer_type: str = "CPU",
+        copies: int = 1,
+        threads: int = 2,
+    ) -> PeerMatmul:
         """x (M, K) @ w (N, K).T with w quantized by ggml to `fmt` in `buffer_type`."""
         if buffer_type not in self.buffer_types:
-            raise ValueError(f"ggml buffer type {buffer_type!r} not in this build "
-                             f"({', '.join(self.buffer_types)})")
+            raise ValueError(
+                f"ggml buffer type {buffer_type!r} not in this build "
+                f"({', '.join(self.buffer_types)})"
+            )
         if fmt not in BUFFER_FORMATS.get(buffer_type, ()):
             raise ValueError(f"ggml buffer type {buffer_type!r} does not take {fmt} on x86")
-        return PeerMatmul(self, np.asarray(w, np.float32), np.asarray(x, np.float32), fmt,
-                          buffer_type, copies, threads)
+        return PeerMatmul(
+            self,
+            np.asarray(w, np.float32),
+            np.asarray(x, np.float32),
+            fmt,
+            buffer_type,
+            copies,
+            threads,
+        )
 
 
 @dataclass
@@ -166,8 +190,9 @@ class PeerMatmul:
         self.weight_bytes = qbytes
         for t in weights:
             lib.ggml_backend_tensor_set(t, q.ctypes.data, 0, qbytes)
-        size = (overhead * (2 * copies + 1) + lib.ggml_graph_overhead() * copies
-                + _OBJECT_SLACK_BYTES)
+        size = (
+            overhead * (2 * copies + 1) + lib.ggml_graph_overhead() * copies + _OBJECT_SLACK_BYTES
+        )
         self._a = _Ctx(lib.ggml_init(_InitParams(size, None, True)))
         self._x = lib.ggml_new_tensor_2d(self._a.ctx, GGML_TYPES["f32"], k, m)
         self._ys, self._graphs = [], []
@@ -243,8 +268,16 @@ class Probe:
     detail: str  # "rel err 0.086" or why not
 
 
-def probe(peer: GgmlPeer, fmt: str, buffer_type: str, m: int, n: int, k: int,
-          threads: int = 2, timeout_s: float = 300) -> Probe:
+def probe(
+    peer: GgmlPeer,
+    fmt: str,
+    buffer_type: str,
+    m: int,
+    n: int,
+    k: int,
+    threads: int = 2,
+    timeout_s: float = 300,
+) -> Probe:
     """Run one peer matmul of this shape in a subprocess and check its result (see above)."""
     import json
     import subprocess
@@ -254,8 +287,18 @@ def probe(peer: GgmlPeer, fmt: str, buffer_type: str, m: int, n: int, k: int,
         return Probe(False, f"no {buffer_type} buffer type in this build")
     if fmt not in BUFFER_FORMATS.get(buffer_type, ()):
         return Probe(False, f"{buffer_type} does not take {fmt} on x86")
-    args = [sys.executable, "-c", _PROBE, fmt, buffer_type, str(m), str(n), str(k), str(threads),
-            peer.lib_dir]
+    args = [
+        sys.executable,
+        "-c",
+        _PROBE,
+        fmt,
+        buffer_type,
+        str(m),
+        str(n),
+        str(k),
+        str(threads),
+        peer.lib_dir,
+    ]
     try:
         out = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:

@@ -101,8 +101,14 @@ def _matmul_w4_tiles(xq, xs, xsum, packed, scale, zp_offset, group_size, block):
                             u2 = np.int32(p2[r])
                             u3 = np.int32(p3[r])
                             iacc[r] += (
-                                (u0 >> 4) * x0 + (u0 & 15) * x1 + (u1 >> 4) * x2 + (u1 & 15) * x3
-                                + (u2 >> 4) * x4 + (u2 & 15) * x5 + (u3 >> 4) * x6 + (u3 & 15) * x7
+                                (u0 >> 4) * x0
+                                + (u0 & 15) * x1
+                                + (u1 >> 4) * x2
+                                + (u1 & 15) * x3
+                                + (u2 >> 4) * x4
+                                + (u2 & 15) * x5
+                                + (u3 >> 4) * x6
+                                + (u3 & 15) * x7
                             )
                     for j in range(j0 + unrolled, j0 + half):
                         xe = xq[i, 2 * j]
@@ -161,8 +167,14 @@ def _matmul_w4_tiles_mblock(xq, xs, xsum, packed, scale, zp_offset, group_size, 
                             h2, l2, h3, l3 = u2 >> 4, u2 & 15, u3 >> 4, u3 & 15
                             for i in range(M_BLOCK):
                                 iacc[i, r] += (
-                                    h0 * xv[i, 0] + l0 * xv[i, 1] + h1 * xv[i, 2] + l1 * xv[i, 3]
-                                    + h2 * xv[i, 4] + l2 * xv[i, 5] + h3 * xv[i, 6] + l3 * xv[i, 7]
+                                    h0 * xv[i, 0]
+                                    + l0 * xv[i, 1]
+                                    + h1 * xv[i, 2]
+                                    + l1 * xv[i, 3]
+                                    + h2 * xv[i, 4]
+                                    + l2 * xv[i, 5]
+                                    + h3 * xv[i, 6]
+                                    + l3 * xv[i, 7]
                                 )
                     for i in range(M_BLOCK):
                         xsb = xs[i0 + i, b]
@@ -203,8 +215,10 @@ def _matmul_w8_tiles(xq, xs, values, scale, block):
                     w3 = values[t, j + 3]
                     for r in range(ROW_TILE):
                         iacc[r] += (
-                            np.int32(w0[r]) * x0 + np.int32(w1[r]) * x1
-                            + np.int32(w2[r]) * x2 + np.int32(w3[r]) * x3
+                            np.int32(w0[r]) * x0
+                            + np.int32(w1[r]) * x1
+                            + np.int32(w2[r]) * x2
+                            + np.int32(w3[r]) * x3
                         )
                 for j in range(j0 + unrolled, j0 + block):
                     x0 = xq[i, j]

@@ -92,17 +92,20 @@ def _matmul_w8a8(x, act_scale: np.ndarray, p: PreparedW8, isa: int) -> np.ndarra
     ones = np.ones(xsum.shape, dtype=np.float32)  # every block's activation scale is folded
     m = x.shape[0]
     if p.layout != "x86":
-        return _finish([_matmul_w8_tiles(xq.astype(np.int32), ones, p.values, p.scale, block)],
-                       n, vector)
+        return _finish(
+            [_matmul_w8_tiles(xq.astype(np.int32), ones, p.values, p.scale, block)], n, vector
+        )
     xw = xq.view(np.int32)
     blocked = _rows_split(m, GEMM_ROWS, True)
     parts = []
     if blocked:
-        parts.append(_w8_gemm(isa, xw[:blocked], ones[:blocked], xsum[:blocked], p.values,
-                              p.scale, block))
+        parts.append(
+            _w8_gemm(isa, xw[:blocked], ones[:blocked], xsum[:blocked], p.values, p.scale, block)
+        )
     if blocked < m:
-        parts.append(_w8_gemv(isa, xw[blocked:], ones[blocked:], xsum[blocked:], p.values,
-                              p.scale, block))
+        parts.append(
+            _w8_gemv(isa, xw[blocked:], ones[blocked:], xsum[blocked:], p.values, p.scale, block)
+        )
     return _finish(parts, n, vector)
 
 

@@ -65,11 +65,18 @@ def _typeof_isa(val, c):
 
 
 ISA_PORTABLE, ISA_AVX2, ISA_AVX_VNNI, ISA_AVX512_VNNI = (Isa(i) for i in range(4))
-ISA_NAMES = {ISA_PORTABLE: "portable", ISA_AVX2: "avx2", ISA_AVX_VNNI: "avxvnni",
-             ISA_AVX512_VNNI: "avx512vnni"}
+ISA_NAMES = {
+    ISA_PORTABLE: "portable",
+    ISA_AVX2: "avx2",
+    ISA_AVX_VNNI: "avxvnni",
+    ISA_AVX512_VNNI: "avx512vnni",
+}
 # LLVM target features each path's instructions need (beyond x86-64).
-ISA_FEATURES = {ISA_AVX2: ("avx2", "f16c"), ISA_AVX_VNNI: ("avx2", "f16c", "avxvnni"),
-                ISA_AVX512_VNNI: ("avx512f", "avx512bw", "avx512vnni")}
+ISA_FEATURES = {
+    ISA_AVX2: ("avx2", "f16c"),
+    ISA_AVX_VNNI: ("avx2", "f16c", "avxvnni"),
+    ISA_AVX512_VNNI: ("avx512f", "avx512bw", "avx512vnni"),
+}
 
 LANES = 64  # output rows per tile: matmul.ROW_TILE
 STEP = 4 * LANES  # bytes of one 4-value step of a tile
@@ -106,8 +113,12 @@ class Vec(types.Type):
         super().__init__(name=f"Vec({kind} x {count})")
 
 
-_IR_ELEM = {"i8": ir.IntType(8), "i16": ir.IntType(16), "i32": ir.IntType(32),
-            "f32": ir.FloatType()}
+_IR_ELEM = {
+    "i8": ir.IntType(8),
+    "i16": ir.IntType(16),
+    "i32": ir.IntType(32),
+    "f32": ir.FloatType(),
+}
 
 
 @register_model(Vec)
@@ -139,13 +150,17 @@ def _load(builder, ptr, vty):
 def _splat(builder, val, count):
     vty = ir.VectorType(val.type, count)
     v = builder.insert_element(ir.Constant(vty, ir.Undefined), val, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(v, ir.Constant(vty, ir.Undefined),
-                                  ir.Constant(_vty("i32", count), [0] * count))
+    return builder.shuffle_vector(
+        v, ir.Constant(vty, ir.Undefined), ir.Constant(_vty("i32", count), [0] * count)
+    )
 
 
 def _slice(builder, v, start, n):
-    return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
-                                  ir.Constant(_vty("i32", n), list(range(start, start + n))))
+    return builder.shuffle_vector(
+        v,
+        ir.Constant(v.type, ir.Undefined),
+        ir.Constant(_vty("i32", n), list(range(start, start + n))),
+    )
 
 
 def _concat(builder, parts):
@@ -171,8 +186,10 @@ def _scalar(context, builder, val, fromty, toty):
 @intrinsic
 def load_bytes(typingctx, arr, idx):
     """STEP bytes at arr.ravel()[idx:]: one 4-value step of a tile."""
+
     def codegen(context, builder, sig, args):
         return _load(builder, _ptr(context, builder, sig.args[0], *args), _vty("i8", STEP))
+
     return BYTES(arr, idx), codegen
 
 
@@ -182,6 +199,7 @@ def store_bytes(typingctx, arr, idx, v):
         ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
         builder.store(args[2], builder.bitcast(ptr, _vty("i8", STEP).as_pointer()), align=1)
         return context.get_dummy_value()
+
     return types.none(arr, idx, BYTES), codegen
 
 
@@ -189,21 +207,29 @@ def store_bytes(typingctx, arr, idx, v):
 def prefetch(typingctx, arr, idx):
     """Hint the cache line of arr.ravel()[idx] into L1 (prefetcht0): the GEMV's weight stream
     runs ahead of the hardware prefetchers' reach otherwise."""
+
     def codegen(context, builder, sig, args):
         ptr = _ptr(context, builder, sig.args[0], *args)
         ptr = builder.bitcast(ptr, ir.IntType(8).as_pointer())
-        _call(builder, "llvm.prefetch.p0", ir.VoidType(),
-              [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+        _call(
+            builder,
+            "llvm.prefetch.p0",
+            ir.VoidType(),
+            [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)],
+        )
         return context.get_dummy_value()
+
     return types.none(arr, idx), codegen
 
 
 @intrinsic
 def bcast_word(typingctx, arr, idx):
     """int32 arr[idx] (4 activation bytes) in every lane."""
+
     def codegen(context, builder, sig, args):
         word = builder.load(_ptr(context, builder, sig.args[0], *args))
         return builder.bitcast(_splat(builder, word, LANES), _vty("i8", STEP))
+
     return BYTES(arr, idx), codegen
 
 
@@ -211,6 +237,7 @@ def bcast_word(typingctx, arr, idx):
 def low_nibbles(typingctx, v):
     def codegen(context, builder, sig, args):
         return builder.and_(args[0], ir.Constant(args[0].type, [15] * STEP))
+
     return BYTES(BYTES), codegen
 
 
@@ -218,6 +245,7 @@ def low_nibbles(typingctx, v):
 def high_nibbles(typingctx, v):
     def codegen(context, builder, sig, args):
         return builder.lshr(args[0], ir.Constant(args[0].type, [4] * STEP))
+
     return BYTES(BYTES), codegen
 
 
@@ -225,8 +253,14 @@ def _dot_pieces(builder, acc, u, s, width, piece_dot):
     """acc (LANES x i32) += 4-byte dots, `width` lanes at a time through piece_dot."""
     u32 = builder.bitcast(u, _vty("i32", LANES))
     s32 = builder.bitcast(s, _vty("i32", LANES))
-    parts = [piece_dot(_slice(builder, acc, p, width), _slice(builder, u32, p, width),
-                       _slice(builder, s32, p, width)) for p in range(0, LANES, width)]
+    parts = [
+        piece_dot(
+            _slice(builder, acc, p, width),
+            _slice(builder, u32, p, width),
+            _slice(builder, s32, p, width),
+        )
+        for p in range(0, LANES, width)
+    ]
     return _concat(builder, parts)
 
 
@@ -241,12 +275,16 @@ def _dot_codegen(isa: int, signed_weights: bool):
     def codegen(context, builder, sig, args):
         acc, u, s = args[1:]
         if isa == ISA_AVX512_VNNI:
+
             def piece(a, b, c):
                 return _call(builder, "llvm.x86.avx512.vpdpbusd.512", _vty("i32", 16), [a, b, c])
+
             return _dot_pieces(builder, acc, u, s, 16, piece)
         if isa == ISA_AVX_VNNI:
+
             def piece(a, b, c):
                 return _call(builder, "llvm.x86.avx512.vpdpbusd.256", _vty("i32", 8), [a, b, c])
+
             return _dot_pieces(builder, acc, u, s, 8, piece)
 
         def piece(a, b, c):
@@ -257,7 +295,9 @@ def _dot_codegen(isa: int, signed_weights: bool):
                 b8 = _call(builder, "llvm.abs.v32i8", b8.type, [c8, ir.Constant(ir.IntType(1), 0)])
                 c8 = _call(builder, "llvm.x86.avx2.psign.b", w8.type, [w8, c8])
             return builder.add(a, _maddubs_pairs(builder, b8, c8))
+
         return _dot_pieces(builder, acc, u, s, 8, piece)
+
     return codegen
 
 
@@ -296,6 +336,7 @@ def w8_bias(typingctx, isa):
 
     def codegen(context, builder, sig, args):
         return ir.Constant(_I32, bias)
+
     return types.int32(isa), codegen
 
 
@@ -303,6 +344,7 @@ def w8_bias(typingctx, isa):
 def zero_ints(typingctx):
     def codegen(context, builder, sig, args):
         return ir.Constant(_vty("i32", LANES), None)
+
     return INTS(), codegen
 
 
@@ -310,6 +352,7 @@ def zero_ints(typingctx):
 def zero_floats(typingctx):
     def codegen(context, builder, sig, args):
         return ir.Constant(_vty("f32", LANES), None)
+
     return FLOATS(), codegen
 
 
@@ -325,8 +368,10 @@ def load_floats(typingctx, arr, idx):
         if not half:
             return _load(builder, ptr, _vty("f32", LANES))
         bits = _load(builder, ptr, _vty("i16", LANES))
-        return builder.fpext(builder.bitcast(bits, ir.VectorType(ir.HalfType(), LANES)),
-                             _vty("f32", LANES))
+        return builder.fpext(
+            builder.bitcast(bits, ir.VectorType(ir.HalfType(), LANES)), _vty("f32", LANES)
+        )
+
     return FLOATS(arr, idx), codegen
 
 
@@ -336,54 +381,65 @@ def store_floats(typingctx, arr, idx, v):
         ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
         builder.store(args[2], builder.bitcast(ptr, _vty("f32", LANES).as_pointer()), align=1)
         return context.get_dummy_value()
+
     return types.none(arr, idx, FLOATS), codegen
 
 
 @intrinsic
 def load_int8_offset(typingctx, arr, idx, offset):
     """LANES int8 values at arr.ravel()[idx:], widened to int32, plus `offset`."""
+
     def codegen(context, builder, sig, args):
         v = _load(builder, _ptr(context, builder, sig.args[0], args[0], args[1]), _vty("i8", LANES))
         off = _scalar(context, builder, args[2], sig.args[2], types.int32)
         return builder.add(builder.sext(v, _vty("i32", LANES)), _splat(builder, off, LANES))
+
     return INTS(arr, idx, offset), codegen
 
 
 @intrinsic
 def minus_times(typingctx, d, zo, xsum):
     """d - zo * xsum, xsum an int32 scalar: a block's zero-point / offset correction."""
+
     def codegen(context, builder, sig, args):
         xs = _scalar(context, builder, args[2], sig.args[2], types.int32)
         return builder.sub(args[0], builder.mul(args[1], _splat(builder, xs, LANES)))
+
     return INTS(INTS, INTS, xsum), codegen
 
 
 @intrinsic
 def minus_scalar_times(typingctx, d, bias, xsum):
     """d - bias * xsum, both int32 scalars."""
+
     def codegen(context, builder, sig, args):
         b = _scalar(context, builder, args[1], sig.args[1], types.int32)
         xs = _scalar(context, builder, args[2], sig.args[2], types.int32)
         return builder.sub(args[0], _splat(builder, builder.mul(b, xs), LANES))
+
     return INTS(INTS, bias, xsum), codegen
 
 
 @intrinsic
 def add_scaled_w4(typingctx, facc, sc, xs, c):
     """facc + (sc * xs) * float(c): the portable W4 loop's operations in its order."""
+
     def codegen(context, builder, sig, args):
         xsv = _splat(builder, _scalar(context, builder, args[2], sig.args[2], types.float32), LANES)
         t = builder.fmul(builder.fmul(args[1], xsv), builder.sitofp(args[3], _vty("f32", LANES)))
         return builder.fadd(args[0], t)
+
     return FLOATS(FLOATS, FLOATS, xs, INTS), codegen
 
 
 @intrinsic
 def add_scaled_w8(typingctx, facc, xs, c):
     """facc + xs * float(c): the portable W8 loop's operations in its order."""
+
     def codegen(context, builder, sig, args):
         xsv = _splat(builder, _scalar(context, builder, args[1], sig.args[1], types.float32), LANES)
         return builder.fadd(args[0], builder.fmul(xsv, builder.sitofp(args[2], _vty("f32", LANES))))
+
     return FLOATS(FLOATS, xs, INTS), codegen
 
 
@@ -391,6 +447,7 @@ def add_scaled_w8(typingctx, facc, xs, c):
 def times(typingctx, a, b):
     def codegen(context, builder, sig, args):
         return builder.fmul(*args)
+
     return FLOATS(FLOATS, FLOATS), codegen
 
 
@@ -611,6 +668,7 @@ def store_ints(typingctx, arr, idx, v):
         ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
         builder.store(args[2], builder.bitcast(ptr, _vty("i32", LANES).as_pointer()), align=1)
         return context.get_dummy_value()
+
     return types.none(arr, idx, INTS), codegen
 
 

@@ -95,7 +95,11 @@ def _tanh(v0):
 
 @numba.njit(inline="always", fastmath=True)
 def _gelu1(v):
-    return np.float32(0.5) * v * (np.float32(1.0) + _tanh(GELU_TANH_SCALE * (v + GELU_CUBIC * v * v * v)))
+    return (
+        np.float32(0.5)
+        * v
+        * (np.float32(1.0) + _tanh(GELU_TANH_SCALE * (v + GELU_CUBIC * v * v * v)))
+    )
 
 
 @numba.njit(inline="always", fastmath=True)

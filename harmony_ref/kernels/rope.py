@@ -37,8 +37,10 @@ def _check(x, positions, theta):
     x = float32_array(x, "x", (3,))
     positions = np.asarray(positions)
     if positions.shape != (x.shape[0],) or positions.dtype.kind not in "iu":
-        raise ValueError(f"positions must be {x.shape[0]} integers (one per row of x "
-                         f"{x.shape}), got {positions.dtype} {positions.shape}")
+        raise ValueError(
+            f"positions must be {x.shape[0]} integers (one per row of x "
+            f"{x.shape}), got {positions.dtype} {positions.shape}"
+        )
     if (positions < 0).any():
         raise ValueError(f"positions must be >= 0, got min {positions.min()}")
     if x.shape[2] % 2:
@@ -80,4 +82,6 @@ def rope(x, positions, theta: float) -> np.ndarray:
     x, cos, sin = _check(x, positions, theta)
     t, h, hd = x.shape
     y = x.reshape(t, h * hd).copy()
-    return rope_rows(y, h, hd, np.ascontiguousarray(cos), np.ascontiguousarray(sin)).reshape(x.shape)
+    return rope_rows(y, h, hd, np.ascontiguousarray(cos), np.ascontiguousarray(sin)).reshape(
+        x.shape
+    )

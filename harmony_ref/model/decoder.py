@@ -66,8 +66,16 @@ class DecoderConfig:
     rope_theta_local: float = 0.0  # RoPE base of the local layers; 0 means rope_theta
 
     def __post_init__(self):
-        ints = ("n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab_size",
-                "max_positions")
+        ints = (
+            "n_layers",
+            "dim",
+            "n_heads",
+            "n_kv_heads",
+            "head_dim",
+            "ffn_dim",
+            "vocab_size",
+            "max_positions",
+        )
         for key in ints:
             v = getattr(self, key)
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
@@ -75,10 +83,13 @@ class DecoderConfig:
         if self.arch not in ARCHITECTURES:
             raise CheckpointError(f"unknown architecture {self.arch!r}; supported: {ARCHITECTURES}")
         if self.activation not in ACTIVATIONS:
-            raise CheckpointError(f"unknown activation {self.activation!r}; supported: {ACTIVATIONS}")
+            raise CheckpointError(
+                f"unknown activation {self.activation!r}; supported: {ACTIVATIONS}"
+            )
         if self.n_heads % self.n_kv_heads:
-            raise CheckpointError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads "
-                                  f"{self.n_kv_heads}")
+            raise CheckpointError(
+                f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}"
+            )
         if self.head_dim % 2:
             raise CheckpointError(f"head_dim must be even for RoPE, got {self.head_dim}")
         for key in ("rope_theta", "norm_eps", "embed_scale"):
@@ -89,14 +100,20 @@ class DecoderConfig:
             v = getattr(self, key)
             if not (np.isfinite(v) and v >= 0):
                 raise CheckpointError(f"config field {key} must be a number >= 0, got {v!r}")
-        if (not isinstance(self.sliding_window, (int, np.integer)) or isinstance(self.sliding_window, bool)
-                or self.sliding_window < 0):
-            raise CheckpointError(f"config field sliding_window must be an integer >= 0, got "
-                                  f"{self.sliding_window!r}")
+        if (
+            not isinstance(self.sliding_window, (int, np.integer))
+            or isinstance(self.sliding_window, bool)
+            or self.sliding_window < 0
+        ):
+            raise CheckpointError(
+                f"config field sliding_window must be an integer >= 0, got {self.sliding_window!r}"
+            )
         bad = [i for i in self.local_layers if not 0 <= int(i) < self.n_layers]
         if bad or (self.local_layers and not self.sliding_window):
-            raise CheckpointError(f"config field local_layers = {list(self.local_layers)}: needs "
-                                  f"sliding_window > 0 and layers in 0..{self.n_layers - 1}")
+            raise CheckpointError(
+                f"config field local_layers = {list(self.local_layers)}: needs "
+                f"sliding_window > 0 and layers in 0..{self.n_layers - 1}"
+            )
 
     def is_local(self, layer: int) -> bool:
         """Whether `layer` attends only to the last `sliding_window` positions."""
@@ -132,15 +149,24 @@ class DecoderConfig:
         from harmony_ref.model.spec import DECODER, ModelSpec
 
         return ModelSpec(
-            name=name or self.name or self.arch, kind=DECODER, n_layers=int(self.n_layers),
-            hidden=int(self.dim), n_heads=int(self.n_heads), n_kv_heads=int(self.n_kv_heads),
-            head_dim=int(self.head_dim), intermediate=int(self.ffn_dim),
-            vocab=int(self.vocab_size), max_positions=int(self.max_positions),
-            tie_embeddings=bool(self.tied_embeddings), qkv_bias=bool(self.attention_bias),
+            name=name or self.name or self.arch,
+            kind=DECODER,
+            n_layers=int(self.n_layers),
+            hidden=int(self.dim),
+            n_heads=int(self.n_heads),
+            n_kv_heads=int(self.n_kv_heads),
+            head_dim=int(self.head_dim),
+            intermediate=int(self.ffn_dim),
+            vocab=int(self.vocab_size),
+            max_positions=int(self.max_positions),
+            tie_embeddings=bool(self.tied_embeddings),
+            qkv_bias=bool(self.attention_bias),
             published_params=int(self.n_params()),
             source=source or "derived from the checkpoint's own metadata",
-            norm_eps=float(self.norm_eps), activation=self.activation,
-            rope_theta=float(self.rope_theta))
+            norm_eps=float(self.norm_eps),
+            activation=self.activation,
+            rope_theta=float(self.rope_theta),
+        )
 
     def n_params(self) -> int:
         d, f = self.dim, self.ffn_dim
@@ -178,8 +204,15 @@ class LayerWeights:
 
     def linears(self) -> dict[str, np.ndarray]:
         """HF short name -> weight, in forward order."""
-        return {"q_proj": self.wq, "k_proj": self.wk, "v_proj": self.wv, "o_proj": self.wo,
-                "gate_proj": self.w_gate, "up_proj": self.w_up, "down_proj": self.w_down}
+        return {
+            "q_proj": self.wq,
+            "k_proj": self.wk,
+            "v_proj": self.wv,
+            "o_proj": self.wo,
+            "gate_proj": self.w_gate,
+            "up_proj": self.w_up,
+            "down_proj": self.w_down,
+        }
 
 
 @dataclass
@@ -209,10 +242,17 @@ def layer_name(i: int, short: str) -> str:
 
 def expected_shapes(c: DecoderConfig) -> dict[str, tuple[int, ...]]:
     """LayerWeights field -> shape."""
-    shapes = {"attn_norm": (c.dim,), "wq": (c.q_dim, c.dim), "wk": (c.kv_dim, c.dim),
-              "wv": (c.kv_dim, c.dim), "wo": (c.dim, c.q_dim), "ffn_norm": (c.dim,),
-              "w_gate": (c.ffn_dim, c.dim), "w_up": (c.ffn_dim, c.dim),
-              "w_down": (c.dim, c.ffn_dim)}
+    shapes = {
+        "attn_norm": (c.dim,),
+        "wq": (c.q_dim, c.dim),
+        "wk": (c.kv_dim, c.dim),
+        "wv": (c.kv_dim, c.dim),
+        "wo": (c.dim, c.q_dim),
+        "ffn_norm": (c.dim,),
+        "w_gate": (c.ffn_dim, c.dim),
+        "w_up": (c.ffn_dim, c.dim),
+        "w_down": (c.dim, c.ffn_dim),
+    }
     if c.attention_bias:
         shapes.update(bq=(c.q_dim,), bk=(c.kv_dim,), bv=(c.kv_dim,))
     if c.qk_norm:
@@ -225,14 +265,17 @@ def expected_shapes(c: DecoderConfig) -> dict[str, tuple[int, ...]]:
 def check_tensor(a: np.ndarray, shape: tuple[int, ...], where: str) -> np.ndarray:
     """`a` as C-contiguous float32 of `shape`, all finite, else CheckpointError naming `where`."""
     if tuple(a.shape) != tuple(shape):
-        raise CheckpointError(f"{where}: shape {tuple(a.shape)} does not match the config's "
-                              f"{tuple(shape)}")
+        raise CheckpointError(
+            f"{where}: shape {tuple(a.shape)} does not match the config's {tuple(shape)}"
+        )
     a = np.ascontiguousarray(a, dtype=np.float32)
     finite = np.isfinite(a)
     if not finite.all():
         idx = tuple(int(i) for i in np.argwhere(~finite)[0])
-        raise CheckpointError(f"{where}: value {a[idx]} at {list(idx)} is not finite "
-                              f"({int((~finite).sum())} non-finite values)")
+        raise CheckpointError(
+            f"{where}: value {a[idx]} at {list(idx)} is not finite "
+            f"({int((~finite).sum())} non-finite values)"
+        )
     return a
 
 

@@ -65,14 +65,34 @@ SOFTMAX_FLOPS_PER_ELEMENT = 5  # max, subtract, exp, sum, divide
 SILU_FLOPS_PER_ELEMENT = 4  # exp, add, divide, multiply
 GELU_FLOPS_PER_ELEMENT = 8  # tanh approximation
 ROPE_FLOPS_PER_ELEMENT = 3  # two multiplies and an add per rotated element
-KV_INT8_SCALE_BYTES = 4  # one float32 scale per token per KV head, for K and for V, as kernels.KVCache stores it
+KV_INT8_SCALE_BYTES = (
+    4  # one float32 scale per token per KV head, for K and for V, as kernels.KVCache stores it
+)
 
 # What a runtime must implement: every `Op.op` a graph can hold.
-OP_TYPES = ("matmul", "embedding", "rms_norm", "layer_norm", "rope", "attn_qk", "softmax",
-            "attn_pv", "bias", "silu", "gelu", "gelu_tanh", "gate_mul", "residual_add", "kv_write",
-            "pool")
-ACTIVATION_FLOPS = {"silu": SILU_FLOPS_PER_ELEMENT, "gelu": GELU_FLOPS_PER_ELEMENT,
-                    "gelu_tanh": GELU_FLOPS_PER_ELEMENT}
+OP_TYPES = (
+    "matmul",
+    "embedding",
+    "rms_norm",
+    "layer_norm",
+    "rope",
+    "attn_qk",
+    "softmax",
+    "attn_pv",
+    "bias",
+    "silu",
+    "gelu",
+    "gelu_tanh",
+    "gate_mul",
+    "residual_add",
+    "kv_write",
+    "pool",
+)
+ACTIVATION_FLOPS = {
+    "silu": SILU_FLOPS_PER_ELEMENT,
+    "gelu": GELU_FLOPS_PER_ELEMENT,
+    "gelu_tanh": GELU_FLOPS_PER_ELEMENT,
+}
 
 EPILOGUE_KINDS = frozenset(
     {"bias", "activation", "gate_mul", "residual_add", "kv_write", "softmax", "attn_pv"}
@@ -109,8 +129,13 @@ class Op:
 
     @property
     def dram_bytes(self) -> float:
-        return (self.weight_bytes + self.act_in_bytes + self.act_out_bytes
-                + self.kv_read_bytes + self.kv_write_bytes)
+        return (
+            self.weight_bytes
+            + self.act_in_bytes
+            + self.act_out_bytes
+            + self.kv_read_bytes
+            + self.kv_write_bytes
+        )
 
     @property
     def streamed_bytes(self) -> float:
@@ -150,9 +175,14 @@ class Segment:
         for i in self.layers:
             r = f"{self.prefix}{i}."
             out.extend(
-                op if i == self.layers[0] else dataclasses.replace(
-                    op, name=op.name.replace(t, r), layer=op.layer.replace(t, r),
-                    fused=tuple(f.replace(t, r) for f in op.fused))
+                op
+                if i == self.layers[0]
+                else dataclasses.replace(
+                    op,
+                    name=op.name.replace(t, r),
+                    layer=op.layer.replace(t, r),
+                    fused=tuple(f.replace(t, r) for f in op.fused),
+                )
                 for op in self.ops
             )
         return out
@@ -216,8 +246,16 @@ def kv_bytes_per_token_per_layer(spec: ModelSpec, kv_dtype: str) -> int:
 
 
 class _Builder:
-    def __init__(self, spec: ModelSpec, policy: Policy, rows: int, context: int, batch: int,
-                 kv_dtype: str, phase: str):
+    def __init__(
+        self,
+        spec: ModelSpec,
+        policy: Policy,
+        rows: int,
+        context: int,
+        batch: int,
+        kv_dtype: str,
+        phase: str,
+    ):
         self.spec, self.policy, self.rows, self.ctx, self.batch = spec, policy, rows, context, batch
         self.kv_dtype, self.phase = kv_dtype, phase
         self.ops: list[Op] = []
@@ -225,7 +263,9 @@ class _Builder:
     def add(self, **kw) -> None:
         self.ops.append(Op(**kw))
 
-    def matmul(self, layer: str, n: int, k: int, rows: int, bias: bool, fmt: WeightFormat | None = None):
+    def matmul(
+        self, layer: str, n: int, k: int, rows: int, bias: bool, fmt: WeightFormat | None = None
+    ):
         fmt = fmt or self.policy.format_for(layer)
         a = ACT_BYTES
         # [activations] gives every int8 Linear static int8 activations (runtime/llama.py);
@@ -233,30 +273,68 @@ class _Builder:
         static = self.policy.activations is not None and fmt.kind == "int8"
         dynamic = self.policy.dynamic_activations == "int8" and fmt.kind in ("int8", "int4")
         act = "int8" if static or dynamic else "fp16"
-        self.add(name=layer, kind="matmul", layer=layer, dtype=fmt.compute_dtype, act_dtype=act,
-                 flops=2.0 * rows * n * k, weight_bytes=weight_nbytes(fmt, n, k, layer),
-                 act_in_bytes=rows * k * a, act_out_bytes=rows * n * a, tile_bytes=rows * k * a,
-                 m=rows, n=n, k=k)
+        self.add(
+            name=layer,
+            kind="matmul",
+            layer=layer,
+            dtype=fmt.compute_dtype,
+            act_dtype=act,
+            flops=2.0 * rows * n * k,
+            weight_bytes=weight_nbytes(fmt, n, k, layer),
+            act_in_bytes=rows * k * a,
+            act_out_bytes=rows * n * a,
+            tile_bytes=rows * k * a,
+            m=rows,
+            n=n,
+            k=k,
+        )
         if bias:
             self.elementwise(f"{layer}.bias", "bias", layer, rows, n, 1, extra_weight=n * a)
 
-    def elementwise(self, name: str, kind: str, layer: str, m: int, n: int, flops_per: float,
-                    n_inputs: int = 1, extra_weight: float = 0.0, reads_prev: bool = True,
-                    op: str = ""):
+    def elementwise(
+        self,
+        name: str,
+        kind: str,
+        layer: str,
+        m: int,
+        n: int,
+        flops_per: float,
+        n_inputs: int = 1,
+        extra_weight: float = 0.0,
+        reads_prev: bool = True,
+        op: str = "",
+    ):
         """An op reading `n_inputs` (m, n) tensors of fp16 values (the first being the previous
         op's output, unless `reads_prev` is False) and writing one."""
         a, elements = ACT_BYTES, m * n
-        self.add(name=name, kind=kind, layer=layer, vector_flops=float(elements * flops_per),
-                 weight_bytes=extra_weight, act_in_bytes=n_inputs * elements * a,
-                 act_out_bytes=elements * a, reads_prev_bytes=elements * a if reads_prev else 0.0,
-                 m=m, n=n, op=op)
+        self.add(
+            name=name,
+            kind=kind,
+            layer=layer,
+            vector_flops=float(elements * flops_per),
+            weight_bytes=extra_weight,
+            act_in_bytes=n_inputs * elements * a,
+            act_out_bytes=elements * a,
+            reads_prev_bytes=elements * a if reads_prev else 0.0,
+            m=m,
+            n=n,
+            op=op,
+        )
 
     def norm(self, name: str, rows: int, with_bias: bool):
         h, a = self.spec.hidden, ACT_BYTES
-        self.add(name=name, kind="norm", layer=name, op="rms_norm" if self.spec.is_decoder else "layer_norm",
-                 vector_flops=float(rows * h * NORM_FLOPS_PER_ELEMENT),
-                 weight_bytes=h * a * (2 if with_bias else 1),
-                 act_in_bytes=rows * h * a, act_out_bytes=rows * h * a, m=rows, n=h)
+        self.add(
+            name=name,
+            kind="norm",
+            layer=name,
+            op="rms_norm" if self.spec.is_decoder else "layer_norm",
+            vector_flops=float(rows * h * NORM_FLOPS_PER_ELEMENT),
+            weight_bytes=h * a * (2 if with_bias else 1),
+            act_in_bytes=rows * h * a,
+            act_out_bytes=rows * h * a,
+            m=rows,
+            n=h,
+        )
 
     def attention(self, p: str, rows: int, kv_from_cache: bool):
         """QK^T, softmax, P.V for `rows` queries over `ctx` positions, per request."""
@@ -271,17 +349,46 @@ class _Builder:
         else:  # an encoder reads K and V as activations
             k_bytes, k_act = 0.0, b * ctx * s.kv_dim * a
             dequant = 0.0
-        self.add(name=f"{p}.attn_qk", kind="attn_qk", layer=p, flops=2.0 * b * rows * ctx * s.q_dim,
-                 vector_flops=dequant, kv_read_bytes=k_bytes, act_in_bytes=q_elems * a + k_act,
-                 act_out_bytes=scores * a, tile_bytes=q_elems * a, m=b * rows, n=ctx, k=s.head_dim)
-        self.add(name=f"{p}.softmax", kind="softmax", layer=p,
-                 vector_flops=float(scores * SOFTMAX_FLOPS_PER_ELEMENT),
-                 act_in_bytes=scores * a, act_out_bytes=scores * a, reads_prev_bytes=scores * a,
-                 m=b * s.n_heads * rows, n=ctx)
-        self.add(name=f"{p}.attn_pv", kind="attn_pv", layer=p, flops=2.0 * b * rows * ctx * s.q_dim,
-                 vector_flops=dequant, kv_read_bytes=k_bytes, act_in_bytes=scores * a + k_act,
-                 act_out_bytes=q_elems * a, reads_prev_bytes=scores * a, tile_bytes=scores * a,
-                 m=b * rows, n=ctx, k=s.head_dim)
+        self.add(
+            name=f"{p}.attn_qk",
+            kind="attn_qk",
+            layer=p,
+            flops=2.0 * b * rows * ctx * s.q_dim,
+            vector_flops=dequant,
+            kv_read_bytes=k_bytes,
+            act_in_bytes=q_elems * a + k_act,
+            act_out_bytes=scores * a,
+            tile_bytes=q_elems * a,
+            m=b * rows,
+            n=ctx,
+            k=s.head_dim,
+        )
+        self.add(
+            name=f"{p}.softmax",
+            kind="softmax",
+            layer=p,
+            vector_flops=float(scores * SOFTMAX_FLOPS_PER_ELEMENT),
+            act_in_bytes=scores * a,
+            act_out_bytes=scores * a,
+            reads_prev_bytes=scores * a,
+            m=b * s.n_heads * rows,
+            n=ctx,
+        )
+        self.add(
+            name=f"{p}.attn_pv",
+            kind="attn_pv",
+            layer=p,
+            flops=2.0 * b * rows * ctx * s.q_dim,
+            vector_flops=dequant,
+            kv_read_bytes=k_bytes,
+            act_in_bytes=scores * a + k_act,
+            act_out_bytes=q_elems * a,
+            reads_prev_bytes=scores * a,
+            tile_bytes=scores * a,
+            m=b * rows,
+            n=ctx,
+            k=s.head_dim,
+        )
 
     def decoder_layer(self, i: int):
         s, a, m = self.spec, ACT_BYTES, self.rows * self.batch
@@ -290,13 +397,28 @@ class _Builder:
         for lin in s.layer_linears(i)[:3]:
             self.matmul(lin.name, lin.n_out, lin.k_in, m, lin.bias)
         # rope rotates q and k; the KV write stores k (from rope) and v (from v_proj) in the cache.
-        self.elementwise(f"{p}.self_attn.rope", "rope", f"{p}.self_attn", m, s.q_dim + s.kv_dim,
-                         ROPE_FLOPS_PER_ELEMENT, reads_prev=False)  # q and k, not v_proj's output
+        self.elementwise(
+            f"{p}.self_attn.rope",
+            "rope",
+            f"{p}.self_attn",
+            m,
+            s.q_dim + s.kv_dim,
+            ROPE_FLOPS_PER_ELEMENT,
+            reads_prev=False,
+        )  # q and k, not v_proj's output
         kv_w = m * kv_bytes_per_token_per_layer(s, self.kv_dtype)
         quant = 0.0 if self.kv_dtype == "fp16" else m * 2 * s.kv_dim * 3.0  # absmax, scale, round
-        self.add(name=f"{p}.self_attn.kv_write", kind="kv_write", layer=f"{p}.self_attn",
-                 vector_flops=quant, act_in_bytes=m * 2 * s.kv_dim * a, kv_write_bytes=kv_w,
-                 reads_prev_bytes=m * s.kv_dim * a, m=m, n=2 * s.kv_dim)
+        self.add(
+            name=f"{p}.self_attn.kv_write",
+            kind="kv_write",
+            layer=f"{p}.self_attn",
+            vector_flops=quant,
+            act_in_bytes=m * 2 * s.kv_dim * a,
+            kv_write_bytes=kv_w,
+            reads_prev_bytes=m * s.kv_dim * a,
+            m=m,
+            n=2 * s.kv_dim,
+        )
         self.attention(f"{p}.self_attn", self.rows, kv_from_cache=True)
         o = s.layer_linears(i)[3]
         self.matmul(o.name, o.n_out, o.k_in, m, o.bias)
@@ -304,10 +426,19 @@ class _Builder:
         self.norm(f"{p}.post_attention_layernorm", m, with_bias=False)
         gate, up, down = s.layer_linears(i)[4:]
         self.matmul(gate.name, gate.n_out, gate.k_in, m, gate.bias)
-        self.elementwise(f"{p}.mlp.act_fn", "activation", f"{p}.mlp", m, s.intermediate,
-                         ACTIVATION_FLOPS[s.activation], op=s.activation)
+        self.elementwise(
+            f"{p}.mlp.act_fn",
+            "activation",
+            f"{p}.mlp",
+            m,
+            s.intermediate,
+            ACTIVATION_FLOPS[s.activation],
+            op=s.activation,
+        )
         self.matmul(up.name, up.n_out, up.k_in, m, up.bias)
-        self.elementwise(f"{p}.mlp.gate_mul", "gate_mul", f"{p}.mlp", m, s.intermediate, 1, n_inputs=2)
+        self.elementwise(
+            f"{p}.mlp.gate_mul", "gate_mul", f"{p}.mlp", m, s.intermediate, 1, n_inputs=2
+        )
         self.matmul(down.name, down.n_out, down.k_in, m, down.bias)
         self.elementwise(f"{p}.residual_mlp", "residual_add", p, m, s.hidden, 1, n_inputs=2)
 
@@ -319,11 +450,20 @@ class _Builder:
             self.matmul(lin.name, lin.n_out, lin.k_in, m, lin.bias)
         self.attention(f"{p}.attention.self", self.rows, kv_from_cache=False)
         self.matmul(o.name, o.n_out, o.k_in, m, o.bias)
-        self.elementwise(f"{p}.attention.output.residual", "residual_add", p, m, s.hidden, 1, n_inputs=2)
+        self.elementwise(
+            f"{p}.attention.output.residual", "residual_add", p, m, s.hidden, 1, n_inputs=2
+        )
         self.norm(f"{p}.attention.output.LayerNorm", m, with_bias=True)
         self.matmul(inter.name, inter.n_out, inter.k_in, m, inter.bias)
-        self.elementwise(f"{p}.intermediate.gelu", "activation", p, m, s.intermediate,
-                         ACTIVATION_FLOPS[s.activation], op=s.activation)
+        self.elementwise(
+            f"{p}.intermediate.gelu",
+            "activation",
+            p,
+            m,
+            s.intermediate,
+            ACTIVATION_FLOPS[s.activation],
+            op=s.activation,
+        )
         self.matmul(out.name, out.n_out, out.k_in, m, out.bias)
         self.elementwise(f"{p}.output.residual", "residual_add", p, m, s.hidden, 1, n_inputs=2)
         self.norm(f"{p}.output.LayerNorm", m, with_bias=True)
@@ -334,15 +474,27 @@ class _Builder:
             # A tied table is stored once, in lm_head's format; a gather reads one row per token.
             table = "lm_head" if s.tie_embeddings else s.embed_name
             fmt = self.policy.format_for(table)
-            self.add(name=s.embed_name, kind="embedding", layer=s.embed_name,
-                     weight_bytes=weight_nbytes(fmt, m, s.hidden, table), act_out_bytes=m * s.hidden * a,
-                     m=m, n=s.hidden)
+            self.add(
+                name=s.embed_name,
+                kind="embedding",
+                layer=s.embed_name,
+                weight_bytes=weight_nbytes(fmt, m, s.hidden, table),
+                act_out_bytes=m * s.hidden * a,
+                m=m,
+                n=s.hidden,
+            )
             return
         fmt = self.policy.format_for(s.embed_name)
-        self.add(name=s.embed_name, kind="embedding", layer=s.embed_name,
-                 vector_flops=float(2 * m * s.hidden),  # word + position + token type
-                 weight_bytes=weight_nbytes(fmt, m, s.hidden, s.embed_name) + 2 * m * s.hidden * a,
-                 act_out_bytes=m * s.hidden * a, m=m, n=s.hidden)
+        self.add(
+            name=s.embed_name,
+            kind="embedding",
+            layer=s.embed_name,
+            vector_flops=float(2 * m * s.hidden),  # word + position + token type
+            weight_bytes=weight_nbytes(fmt, m, s.hidden, s.embed_name) + 2 * m * s.hidden * a,
+            act_out_bytes=m * s.hidden * a,
+            m=m,
+            n=s.hidden,
+        )
         self.norm("embeddings.LayerNorm", m, with_bias=True)
 
     def head(self):
@@ -354,8 +506,16 @@ class _Builder:
             return
         # sentence-transformers mean pooling over the tokens (the BERT pooler is unused).
         m = self.rows * b
-        self.add(name="pooling.mean", kind="pool", layer="pooling", vector_flops=float(m * s.hidden),
-                 act_in_bytes=m * s.hidden * a, act_out_bytes=b * s.hidden * a, m=m, n=s.hidden)
+        self.add(
+            name="pooling.mean",
+            kind="pool",
+            layer="pooling",
+            vector_flops=float(m * s.hidden),
+            act_in_bytes=m * s.hidden * a,
+            act_out_bytes=b * s.hidden * a,
+            m=m,
+            n=s.hidden,
+        )
 
     def take(self) -> tuple[Op, ...]:
         ops, self.ops = tuple(self.ops), []
@@ -363,7 +523,9 @@ class _Builder:
 
 
 @functools.lru_cache(maxsize=64)
-def layer_groups(spec: ModelSpec, policy: Policy) -> tuple[tuple[tuple[WeightFormat, ...], tuple[int, ...]], ...]:
+def layer_groups(
+    spec: ModelSpec, policy: Policy
+) -> tuple[tuple[tuple[WeightFormat, ...], tuple[int, ...]], ...]:
     """Blocks grouped by the weight formats the policy gives their projections:
     ((formats of layer_linears in order, block indices), ...)."""
     groups: dict[tuple, list[int]] = {}
@@ -380,8 +542,11 @@ def merge(a: Op, b: Op) -> Op:
     saved = b.reads_prev_bytes
     first = a if a.flops or not b.flops else b  # the op whose matrix work the kernel does
     return Op(
-        name=a.name, kind="attention" if a.kind == "attn_qk" else a.kind, layer=a.layer,
-        dtype=first.dtype, act_dtype=first.act_dtype,
+        name=a.name,
+        kind="attention" if a.kind == "attn_qk" else a.kind,
+        layer=a.layer,
+        dtype=first.dtype,
+        act_dtype=first.act_dtype,
         flops=a.flops + b.flops,
         vector_flops=a.vector_flops + b.vector_flops,
         weight_bytes=a.weight_bytes + b.weight_bytes,
@@ -394,7 +559,10 @@ def merge(a: Op, b: Op) -> Op:
         tile_bytes=a.tile_bytes,
         reads_prev_bytes=a.reads_prev_bytes,
         fused=a.fused + (b.name,) + b.fused,
-        m=a.m, n=a.n, k=a.k, op=a.op,
+        m=a.m,
+        n=a.n,
+        k=a.k,
+        op=a.op,
     )
 
 
@@ -403,10 +571,18 @@ def fuse(ops: list[Op] | tuple[Op, ...], cpu_ops: frozenset[str] = frozenset()) 
     `cpu_ops` (run on the CPU, not the NPU) neither fold nor take an epilogue."""
     out: list[Op] = []
     for op in ops:
-        if (out and op.kind in EPILOGUE_KINDS and op.reads_prev_bytes > 0
-                and op.op_type not in cpu_ops and out[-1].op_type not in cpu_ops
-                and not (op.flops and out[-1].flops
-                         and (op.dtype, op.act_dtype) != (out[-1].dtype, out[-1].act_dtype))):
+        if (
+            out
+            and op.kind in EPILOGUE_KINDS
+            and op.reads_prev_bytes > 0
+            and op.op_type not in cpu_ops
+            and out[-1].op_type not in cpu_ops
+            and not (
+                op.flops
+                and out[-1].flops
+                and (op.dtype, op.act_dtype) != (out[-1].dtype, out[-1].act_dtype)
+            )
+        ):
             out[-1] = merge(out[-1], op)
         else:
             out.append(op)
@@ -414,9 +590,17 @@ def fuse(ops: list[Op] | tuple[Op, ...], cpu_ops: frozenset[str] = frozenset()) 
 
 
 @functools.lru_cache(maxsize=512)
-def build_graph(spec: ModelSpec, policy: Policy, phase: str, tokens: int = 1, context: int | None = None,
-                fused: bool = True, kv_dtype: str = "fp16", batch: int = 1,
-                cpu_ops: frozenset[str] = frozenset()) -> Graph:
+def build_graph(
+    spec: ModelSpec,
+    policy: Policy,
+    phase: str,
+    tokens: int = 1,
+    context: int | None = None,
+    fused: bool = True,
+    kv_dtype: str = "fp16",
+    batch: int = 1,
+    cpu_ops: frozenset[str] = frozenset(),
+) -> Graph:
     """Ops of one phase. prefill: `tokens` prompt tokens attending to `context` positions
     (default: tokens; more when a cached prefix precedes them). decode: one token per request
     attending to `context` positions (the cached ones plus itself). `cpu_ops`: op types left
@@ -435,8 +619,9 @@ def build_graph(spec: ModelSpec, policy: Policy, phase: str, tokens: int = 1, co
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"graph: {name} = {v!r}: must be an int >= 1")
     if ctx < rows:
-        raise ValueError(f"graph: context = {ctx} < tokens = {rows}: a prefill attends to at "
-                         "least its own rows")
+        raise ValueError(
+            f"graph: context = {ctx} < tokens = {rows}: a prefill attends to at least its own rows"
+        )
     b = _Builder(spec, policy, rows, ctx, batch, kv_dtype, phase)
     finish = functools.partial(fuse, cpu_ops=frozenset(cpu_ops)) if fused else tuple
     b.embedding()

@@ -68,8 +68,14 @@ def _l1_rows(w: np.ndarray) -> np.ndarray:
     return np.abs(w).sum(axis=1, dtype=np.float64)
 
 
-def ffn_keep(gate: np.ndarray | None, up: np.ndarray, down: np.ndarray, ratio: float,
-             up_bias: np.ndarray | None = None, act: np.ndarray | None = None) -> np.ndarray:
+def ffn_keep(
+    gate: np.ndarray | None,
+    up: np.ndarray,
+    down: np.ndarray,
+    ratio: float,
+    up_bias: np.ndarray | None = None,
+    act: np.ndarray | None = None,
+) -> np.ndarray:
     """Kept FFN channels: rows of gate/up (F, D), columns of down (D, F), by summed L1 norm, or
     with `act` (F,) (each channel's activation norm) by act x L1 of its down column."""
     if act is not None:
@@ -90,8 +96,9 @@ def _head_scores(w_rows: np.ndarray, o: np.ndarray, n: int, hd: int) -> np.ndarr
     return rows + cols
 
 
-def decoder_heads_keep(lw: LayerWeights, head_dim: int, ratio: float, unit: str,
-                       act: np.ndarray | None = None):
+def decoder_heads_keep(
+    lw: LayerWeights, head_dim: int, ratio: float, unit: str, act: np.ndarray | None = None
+):
     """(kept query heads, kept KV heads) of one block, GQA-consistent (see the module doc).
     `act` (H,): each query head's attention-output norm (the activation-aware score)."""
     hd = head_dim
@@ -107,8 +114,9 @@ def decoder_heads_keep(lw: LayerWeights, head_dim: int, ratio: float, unit: str,
         return np.arange(nh), np.arange(nkv)
     if unit == "query" and group > 1:  # (one query head per KV head: whole groups go)
         per_group = _kept_count(group, ratio, 1)
-        q_keep = np.concatenate([g * group + _top(q_score[g * group:(g + 1) * group], per_group)
-                                 for g in range(nkv)])
+        q_keep = np.concatenate(
+            [g * group + _top(q_score[g * group : (g + 1) * group], per_group) for g in range(nkv)]
+        )
         return q_keep, np.arange(nkv)
     kv_score = q_score.reshape(nkv, group).sum(axis=1)
     if act is None:
@@ -143,10 +151,16 @@ def repair_next(w: np.ndarray, keep: np.ndarray, gram: np.ndarray, ridge: float)
     return np.ascontiguousarray(w64[:, keep] + delta_t.T, np.float32)
 
 
-def prune_layer(lw: LayerWeights, head_dim: int, ffn_ratio: float, heads_ratio: float,
-                unit: str, norms: tuple[np.ndarray, np.ndarray] | None = None,
-                grams: tuple[np.ndarray, np.ndarray] | None = None,
-                ridge: float = 0.01) -> LayerWeights:
+def prune_layer(
+    lw: LayerWeights,
+    head_dim: int,
+    ffn_ratio: float,
+    heads_ratio: float,
+    unit: str,
+    norms: tuple[np.ndarray, np.ndarray] | None = None,
+    grams: tuple[np.ndarray, np.ndarray] | None = None,
+    ridge: float = 0.01,
+) -> LayerWeights:
     """One block pruned; `norms` = (FFN channel norms (F,), query head norms (H,)) for the
     activation-aware score, None for L1; `grams` = (down_proj input Gram (F, F), o_proj input
     Gram (H hd, H hd)) to repair down_proj and o_proj (`repair_next`), None for no repair."""
@@ -159,35 +173,58 @@ def prune_layer(lw: LayerWeights, head_dim: int, ffn_ratio: float, heads_ratio: 
         down = repair_next(lw.w_down, ch, grams[0], ridge)
         wo = repair_next(lw.wo, qr, grams[1], ridge)
     return dataclasses.replace(
-        lw, wq=_take(lw.wq, qr), wk=_take(lw.wk, kvr), wv=_take(lw.wv, kvr),
-        wo=wo, w_gate=_take(lw.w_gate, ch), w_up=_take(lw.w_up, ch),
-        w_down=down, bq=_take(lw.bq, qr), bk=_take(lw.bk, kvr),
-        bv=_take(lw.bv, kvr))
+        lw,
+        wq=_take(lw.wq, qr),
+        wk=_take(lw.wk, kvr),
+        wv=_take(lw.wv, kvr),
+        wo=wo,
+        w_gate=_take(lw.w_gate, ch),
+        w_up=_take(lw.w_up, ch),
+        w_down=down,
+        bq=_take(lw.bq, qr),
+        bk=_take(lw.bk, kvr),
+        bv=_take(lw.bv, kvr),
+    )
 
 
-def prune_decoder(weights: DecoderWeights, spec: PruneSpec, norms=None,
-                  grams=None) -> DecoderWeights:
+def prune_decoder(
+    weights: DecoderWeights, spec: PruneSpec, norms=None, grams=None
+) -> DecoderWeights:
     """A new DecoderWeights with every block pruned at its ratios (the input is not changed).
     `norms`: per block (FFN channel norms, query head norms) of the unpruned model on the
     calibration windows, required when spec.score is "activation"; `grams`: per block (down_proj
     input Gram, o_proj input Gram) of the same, required when spec.repair."""
     if spec.repair and (grams is None or len(grams) != weights.config.n_layers):
-        raise ValueError("prune.repair = true needs the input Gram matrices of every block "
-                         "(runtime/calibration.py: activation_grams)")
+        raise ValueError(
+            "prune.repair = true needs the input Gram matrices of every block "
+            "(runtime/calibration.py: activation_grams)"
+        )
     c = weights.config
     bad = [i for i, _, _ in spec.blocks if i >= c.n_layers]
     if bad:
-        raise ValueError(f"prune.blocks names block {bad[0]}, the model has {c.n_layers} "
-                         f"(0-{c.n_layers - 1})")
+        raise ValueError(
+            f"prune.blocks names block {bad[0]}, the model has {c.n_layers} (0-{c.n_layers - 1})"
+        )
     if spec.score == "activation" and (norms is None or len(norms) != c.n_layers):
-        raise ValueError("prune.score = \"activation\" needs the activation norms of every "
-                         "block (runtime/calibration.py: activation_norms)")
+        raise ValueError(
+            'prune.score = "activation" needs the activation norms of every '
+            "block (runtime/calibration.py: activation_norms)"
+        )
     layers = []
     for i, lw in enumerate(weights.layers):
         f, h = spec.ratios(i)
-        layers.append(prune_layer(lw, c.head_dim, f, h, spec.head_unit,
-                                  norms[i] if spec.score == "activation" else None,
-                                  grams[i] if spec.repair else None, spec.repair_ridge))
+        layers.append(
+            prune_layer(
+                lw,
+                c.head_dim,
+                f,
+                h,
+                spec.head_unit,
+                norms[i] if spec.score == "activation" else None,
+                grams[i] if spec.repair else None,
+                spec.repair_ridge,
+            )
+        )
     return dataclasses.replace(weights, layers=layers)
 
 
@@ -195,32 +232,48 @@ def prune_decoder(weights: DecoderWeights, spec: PruneSpec, norms=None,
 # MiniLM (BERT): the checkpoint's own dict of arrays
 
 
-def prune_minilm(params: dict[str, np.ndarray], n_heads: int, spec: PruneSpec
-                 ) -> dict[str, np.ndarray]:
+def prune_minilm(
+    params: dict[str, np.ndarray], n_heads: int, spec: PruneSpec
+) -> dict[str, np.ndarray]:
     """A new params dict with every encoder layer pruned (heads: BERT has no GQA, head_unit
     "kv" is the same as "query" there). L1 only: the activation score is a decoder's."""
     if spec.score != "l1":
-        raise ValueError(f"prune.score = {spec.score!r}: MiniLM prunes by L1 only (score = "
-                         "\"activation\" calibrates on a decoder's corpus)")
+        raise ValueError(
+            f"prune.score = {spec.score!r}: MiniLM prunes by L1 only (score = "
+            '"activation" calibrates on a decoder\'s corpus)'
+        )
     out = dict(params)
     hidden = params["embeddings.word_embeddings.weight"].shape[1]
     hd = hidden // n_heads
     n_layers = 1 + max(int(k.split(".")[2]) for k in params if k.startswith("encoder.layer."))
     bad = [i for i, _, _ in spec.blocks if i >= n_layers]
     if bad:
-        raise ValueError(f"prune.blocks names block {bad[0]}, the model has {n_layers} "
-                         f"(0-{n_layers - 1})")
+        raise ValueError(
+            f"prune.blocks names block {bad[0]}, the model has {n_layers} (0-{n_layers - 1})"
+        )
     for i in range(n_layers):
         p = f"encoder.layer.{i}."
         f_ratio, h_ratio = spec.ratios(i)
         inter, out_d = p + "intermediate.dense", p + "output.dense"
-        ch = ffn_keep(None, params[inter + ".weight"], params[out_d + ".weight"], f_ratio,
-                      params[inter + ".bias"])
+        ch = ffn_keep(
+            None,
+            params[inter + ".weight"],
+            params[out_d + ".weight"],
+            f_ratio,
+            params[inter + ".bias"],
+        )
         out[inter + ".weight"] = _take(params[inter + ".weight"], ch)
         out[inter + ".bias"] = _take(params[inter + ".bias"], ch)
         out[out_d + ".weight"] = _take(params[out_d + ".weight"], ch, axis=1)
-        q, k, v, o = (p + s for s in ("attention.self.query", "attention.self.key",
-                                      "attention.self.value", "attention.output.dense"))
+        q, k, v, o = (
+            p + s
+            for s in (
+                "attention.self.query",
+                "attention.self.key",
+                "attention.self.value",
+                "attention.output.dense",
+            )
+        )
         nh = params[q + ".weight"].shape[0] // hd
         stacked = np.concatenate([params[n + ".weight"] for n in (q, k, v)], axis=1)  # (nh hd, 3H)
         score = _head_scores(stacked, params[o + ".weight"], nh, hd)
@@ -246,8 +299,10 @@ def pruned_spec(spec: ModelSpec, prune: PruneSpec | None) -> ModelSpec:
         return spec
     ratios = {prune.ratios(i) for i in range(spec.n_layers)}
     if len(ratios) > 1:
-        raise ValueError(f"prune.blocks: blocks with different ratios {sorted(ratios)}: the "
-                         "device model's op graph has one block shape per model")
+        raise ValueError(
+            f"prune.blocks: blocks with different ratios {sorted(ratios)}: the "
+            "device model's op graph has one block shape per model"
+        )
     ffn, heads = ratios.pop()
     group = spec.n_heads // spec.n_kv_heads
     nh, nkv = spec.n_heads, spec.n_kv_heads
@@ -257,17 +312,33 @@ def pruned_spec(spec: ModelSpec, prune: PruneSpec | None) -> ModelSpec:
         nkv = _kept_count(nkv, heads, 1)
         nh = nkv * group
     label = prune.label
-    return dataclasses.replace(spec, name=f"{spec.name}+{label}", n_heads=nh, n_kv_heads=nkv,
-                               intermediate=_kept_count(spec.intermediate, ffn, FFN_MULTIPLE),
-                               published_params=0)
+    return dataclasses.replace(
+        spec,
+        name=f"{spec.name}+{label}",
+        n_heads=nh,
+        n_kv_heads=nkv,
+        intermediate=_kept_count(spec.intermediate, ffn, FFN_MULTIPLE),
+        published_params=0,
+    )
 
 
 def decoder_spec(config: DecoderConfig) -> ModelSpec:
     """The ModelSpec (device-model shapes) of a decoder read from a checkpoint."""
     return ModelSpec(
-        name=config.name or config.arch, kind=DECODER, n_layers=config.n_layers,
-        hidden=config.dim, n_heads=config.n_heads, n_kv_heads=config.n_kv_heads,
-        head_dim=config.head_dim, intermediate=config.ffn_dim, vocab=config.vocab_size,
-        max_positions=config.max_positions, tie_embeddings=config.tied_embeddings,
-        qkv_bias=config.attention_bias, norm_eps=config.norm_eps, activation=config.activation,
-        rope_theta=config.rope_theta, source="checkpoint metadata")
+        name=config.name or config.arch,
+        kind=DECODER,
+        n_layers=config.n_layers,
+        hidden=config.dim,
+        n_heads=config.n_heads,
+        n_kv_heads=config.n_kv_heads,
+        head_dim=config.head_dim,
+        intermediate=config.ffn_dim,
+        vocab=config.vocab_size,
+        max_positions=config.max_positions,
+        tie_embeddings=config.tied_embeddings,
+        qkv_bias=config.attention_bias,
+        norm_eps=config.norm_eps,
+        activation=config.activation,
+        rope_theta=config.rope_theta,
+        source="checkpoint metadata",
+    )

@@ -36,9 +36,16 @@ SPECS_FOLDER = "model/specs"
 # open models (Llama 3.1 405B: 126 layers, hidden 16,384, FFN 53,248, 128 heads; Gemma 3's
 # 262,144-token vocabulary; Llama 4 Scout's 10M-token context), so a typo such as 10^8 layers is
 # an error here instead of an op graph that takes hours to build.
-SPEC_LIMITS = {"n_layers": 1024, "hidden": 131_072, "n_heads": 1024, "n_kv_heads": 1024,
-               "head_dim": 2048, "intermediate": 524_288, "vocab": 2_097_152,
-               "max_positions": 16_777_216}
+SPEC_LIMITS = {
+    "n_layers": 1024,
+    "hidden": 131_072,
+    "n_heads": 1024,
+    "n_kv_heads": 1024,
+    "head_dim": 2048,
+    "intermediate": 524_288,
+    "vocab": 2_097_152,
+    "max_positions": 16_777_216,
+}
 
 
 @dataclass(frozen=True)
@@ -94,34 +101,48 @@ class ModelSpec:
         for f, limit in SPEC_LIMITS.items():
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"model spec {self.name!r}: field '{f}' = {v!r}: must be a positive int")
+                raise ValueError(
+                    f"model spec {self.name!r}: field '{f}' = {v!r}: must be a positive int"
+                )
             if v > limit:
-                raise ValueError(f"model spec {self.name!r}: field '{f}' = {v:,}: at most {limit:,} "
-                                 "(8x beyond the largest open models; model/spec.py SPEC_LIMITS)")
+                raise ValueError(
+                    f"model spec {self.name!r}: field '{f}' = {v:,}: at most {limit:,} "
+                    "(8x beyond the largest open models; model/spec.py SPEC_LIMITS)"
+                )
         if self.kind not in (DECODER, ENCODER):
-            raise ValueError(f"model spec {self.name!r}: field 'kind' = {self.kind!r}: must be decoder or encoder")
+            raise ValueError(
+                f"model spec {self.name!r}: field 'kind' = {self.kind!r}: must be decoder or encoder"
+            )
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"model spec {self.name!r}: n_heads = {self.n_heads} is not a multiple of "
                 f"n_kv_heads = {self.n_kv_heads}"
             )
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"model spec {self.name!r}: field 'activation' = {self.activation!r}: "
-                             f"must be one of {list(ACTIVATIONS)}")
+            raise ValueError(
+                f"model spec {self.name!r}: field 'activation' = {self.activation!r}: "
+                f"must be one of {list(ACTIVATIONS)}"
+            )
         for f in ("norm_eps", "rope_theta"):
             v = getattr(self, f)
             if not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ValueError(f"model spec {self.name!r}: field '{f}' = {v!r}: must be a finite "
-                                 "number")
+                raise ValueError(
+                    f"model spec {self.name!r}: field '{f}' = {v!r}: must be a finite number"
+                )
         if not self.norm_eps > 0:
-            raise ValueError(f"model spec {self.name!r}: field 'norm_eps' = {self.norm_eps!r}: "
-                             "must be > 0")
+            raise ValueError(
+                f"model spec {self.name!r}: field 'norm_eps' = {self.norm_eps!r}: must be > 0"
+            )
         if self.kind == DECODER and not self.rope_theta > 0:
-            raise ValueError(f"model spec {self.name!r}: field 'rope_theta' = {self.rope_theta!r}: "
-                             "a decoder needs rope_theta > 0")
+            raise ValueError(
+                f"model spec {self.name!r}: field 'rope_theta' = {self.rope_theta!r}: "
+                "a decoder needs rope_theta > 0"
+            )
         if self.kind == ENCODER and (self.rope_theta or self.rope_scaling is not None):
-            raise ValueError(f"model spec {self.name!r}: an encoder has learned positions: "
-                             "no rope_theta or rope_scaling")
+            raise ValueError(
+                f"model spec {self.name!r}: an encoder has learned positions: "
+                "no rope_theta or rope_scaling"
+            )
 
     @property
     def q_dim(self) -> int:
@@ -207,8 +228,10 @@ class ModelSpec:
 
 
 # What a spec file must state even where the dataclass has a default (a forward reads them).
-REQUIRED_IN_FILES = {DECODER: ("norm_eps", "activation", "rope_theta"),
-                     ENCODER: ("norm_eps", "activation")}
+REQUIRED_IN_FILES = {
+    DECODER: ("norm_eps", "activation", "rope_theta"),
+    ENCODER: ("norm_eps", "activation"),
+}
 
 
 def spec_from_dict(data: dict, source: str) -> ModelSpec:
@@ -231,13 +254,14 @@ def list_specs() -> list[str]:
     return shipped_names(SPECS_FOLDER)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _shipped(name: str) -> ModelSpec:
     data, source = read_toml("model spec", SPECS_FOLDER, name)
     spec = spec_from_dict(data, source)
     if spec.name != name:
-        raise ValueError(f"{source}: field 'name' = {spec.name!r}: must be the file's name "
-                         f"{name!r}")
+        raise ValueError(
+            f"{source}: field 'name' = {spec.name!r}: must be the file's name {name!r}"
+        )
     return spec
 
 
@@ -252,6 +276,8 @@ def get_spec(name: str | Path | ModelSpec) -> ModelSpec:
     if key not in list_specs():
         from harmony_ref._format import did_you_mean
 
-        raise ValueError(f"unknown model {name!r}{did_you_mean(name, list_specs())}; known "
-                         f"models: {list_specs()}")
+        raise ValueError(
+            f"unknown model {name!r}{did_you_mean(name, list_specs())}; known "
+            f"models: {list_specs()}"
+        )
     return _shipped(key)

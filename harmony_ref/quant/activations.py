@@ -75,7 +75,9 @@ def scales_from_amax(amax: np.ndarray, granularity: str) -> np.ndarray:
         raise ValueError(f"granularity must be per-tensor or per-channel, got {granularity!r}")
     scale = (amax / np.float32(ACT_LEVELS)).astype(np.float32)
     # zero, or so small (subnormal) that max|x| / 127 underflows to 0: a zero channel's scale
-    return np.where(scale > 0, scale, np.float32(ZERO_CHANNEL_SCALE / ACT_LEVELS)).astype(np.float32)
+    return np.where(scale > 0, scale, np.float32(ZERO_CHANNEL_SCALE / ACT_LEVELS)).astype(
+        np.float32
+    )
 
 
 def check_scale(scale, k: int) -> np.ndarray:

@@ -51,12 +51,18 @@ def scales_for(mean_abs: np.ndarray, alpha: float) -> np.ndarray:
 
 def output_loss(w: np.ndarray, deq: np.ndarray, gram: np.ndarray) -> float:
     """tr(D G D^T), D = deq - w: the output error on the inputs whose X^T X is `gram`."""
-    d = (np.asarray(deq, np.float32) - np.asarray(w, np.float32))
+    d = np.asarray(deq, np.float32) - np.asarray(w, np.float32)
     return float(np.einsum("ij,ij->", d @ gram.astype(np.float32), d, dtype=np.float64))
 
 
-def awq_search(parts: list[np.ndarray], fmts: list[WeightFormat], gram: np.ndarray,
-               mean_abs: np.ndarray, grid: int = 20, tie=None):
+def awq_search(
+    parts: list[np.ndarray],
+    fmts: list[WeightFormat],
+    gram: np.ndarray,
+    mean_abs: np.ndarray,
+    grid: int = 20,
+    tie=None,
+):
     """(s (K,), alpha, losses per alpha) minimising the summed output error of `parts` (each
     (N_i, K) sharing one input) stored as round(W s) / s in its format. `tie` (optional): a
     function mapping mean|x| (K,) to the per-channel statistic the scales must follow and back

@@ -65,51 +65,70 @@ HEAD_UNITS = ("query", "kv")
 PRUNE_SCORES = ("l1", "activation")
 GRANULARITIES = ("per-tensor", "per-channel", "smooth")
 CALIBRATIONS = ("corpus", "random")
-PRUNE_KEYS = {"ffn", "heads", "head_unit", "blocks", "score", "samples", "sample_tokens", "seed",
-              "repair", "repair_ridge"}
+PRUNE_KEYS = {
+    "ffn",
+    "heads",
+    "head_unit",
+    "blocks",
+    "score",
+    "samples",
+    "sample_tokens",
+    "seed",
+    "repair",
+    "repair_ridge",
+}
 PRUNE_SAMPLE_KEYS = ("samples", "sample_tokens", "seed")  # activation score or repair only
 BLOCK_KEYS = {"ffn", "heads"}
 METHODS = ("rtn", "gptq", "awq")
-QUANTIZE_KEYS = {"method", "methods", "calibration", "samples", "sample_tokens", "seed", "damp",
-                 "block_size", "act_order", "grid"}
+QUANTIZE_KEYS = {
+    "method",
+    "methods",
+    "calibration",
+    "samples",
+    "sample_tokens",
+    "seed",
+    "damp",
+    "block_size",
+    "act_order",
+    "grid",
+}
 ACTIVATION_KEYS = {"granularity", "calibration", "samples", "sample_tokens", "seed", "alpha"}
 # What each field of [prune], [prune.blocks] and [activations] means: docs/reference/policy.md is
 # generated from these (tools/docs_reference.py), and the build fails on a key they do not describe.
 PRUNE_FIELD_DOCS = {
     "ffn": "fraction of FFN channels removed in every block (0 to < 1)",
     "heads": "fraction of attention heads removed in every block (0 to < 1)",
-    "head_unit": "\"query\": query heads, the same count in every KV group; \"kv\": whole KV "
-                 "groups",
-    "blocks": "table: block index (\"3\") or inclusive range (\"0-3\") -> { ffn = r, heads = r }",
-    "score": "\"l1\": L1 norms of the unit's weights (default); \"activation\": ||activation|| x "
-             "L1 of what the unit writes, on the calibration split",
-    "samples": "score = \"activation\" only: calibration windows (default 10)",
-    "sample_tokens": "score = \"activation\" only: tokens per window (default 128)",
-    "seed": "score = \"activation\" only: the windows' seed (default 0)",
+    "head_unit": '"query": query heads, the same count in every KV group; "kv": whole KV groups',
+    "blocks": 'table: block index ("3") or inclusive range ("0-3") -> { ffn = r, heads = r }',
+    "score": '"l1": L1 norms of the unit\'s weights (default); "activation": ||activation|| x '
+    "L1 of what the unit writes, on the calibration split",
+    "samples": 'score = "activation" only: calibration windows (default 10)',
+    "sample_tokens": 'score = "activation" only: tokens per window (default 128)',
+    "seed": 'score = "activation" only: the windows\' seed (default 0)',
     "repair": "true: refit the Linear after each pruned unit (down_proj, o_proj) on calibration "
-              "activations, a ridge fit of the correction to the kept columns (default false)",
+    "activations, a ridge fit of the correction to the kept columns (default false)",
     "repair_ridge": "repair only: the ridge, x mean(diag) of the kept Gram (default 0.01)",
 }
 BLOCK_FIELD_DOCS = {"ffn": "this block's FFN ratio", "heads": "this block's heads ratio"}
 ACTIVATION_FIELD_DOCS = {
-    "granularity": "\"per-tensor\", \"per-channel\" (one scale per input channel) or \"smooth\" "
-                   "(SmoothQuant factors into the weight, then one per-tensor scale)",
-    "calibration": "\"corpus\" (the corpus's calibration split) or \"random\" token ids",
+    "granularity": '"per-tensor", "per-channel" (one scale per input channel) or "smooth" '
+    "(SmoothQuant factors into the weight, then one per-tensor scale)",
+    "calibration": '"corpus" (the corpus\'s calibration split) or "random" token ids',
     "alpha": "smooth only: SmoothQuant's migration strength, in [0, 1] (default 0.5)",
     "samples": "calibration windows (default 10)",
     "sample_tokens": "tokens per window (default 128)",
     "seed": "the windows' seed (default 0)",
 }
 QUANTIZE_FIELD_DOCS = {
-    "method": "\"rtn\" (round to nearest, default), \"gptq\" (Frantar et al. 2022) or \"awq\" "
-              "(Lin et al. 2023): how every Linear's format is fitted",
+    "method": '"rtn" (round to nearest, default), "gptq" (Frantar et al. 2022) or "awq" '
+    "(Lin et al. 2023): how every Linear's format is fitted",
     "methods": "table: layer-name pattern or format name -> method, overriding `method`",
-    "calibration": "\"corpus\" (the corpus's calibration split) or \"random\" token ids",
+    "calibration": '"corpus" (the corpus\'s calibration split) or "random" token ids',
     "samples": "calibration windows (default 16)",
     "sample_tokens": "tokens per window (default 128)",
     "seed": "the windows' seed (default 0)",
     "damp": "gptq: dampening, a fraction of mean(diag H) added to H's diagonal, in (0, 1) "
-            "(default 0.01)",
+    "(default 0.01)",
     "block_size": "gptq: columns per lazy block update (default 128)",
     "act_order": "gptq: columns in order of decreasing diag H (default false)",
     "grid": "awq: points of the alpha grid in [0, 1) (default 20)",
@@ -141,13 +160,16 @@ class PruneSpec:
     @property
     def is_empty(self) -> bool:
         """True when nothing is removed in any block."""
-        return self.ffn == 0 and self.heads == 0 and all(
-            not f and not h for _, f, h in self.blocks)
+        return self.ffn == 0 and self.heads == 0 and all(not f and not h for _, f, h in self.blocks)
 
-    def calibration(self) -> "ActivationSpec":
+    def calibration(self) -> ActivationSpec:
         """The calibration windows of the activation score, as an [activations] sampling."""
-        return ActivationSpec(calibration="corpus", samples=self.samples,
-                              sample_tokens=self.sample_tokens, seed=self.seed)
+        return ActivationSpec(
+            calibration="corpus",
+            samples=self.samples,
+            sample_tokens=self.sample_tokens,
+            seed=self.seed,
+        )
 
     def ratios(self, block: int) -> tuple[float, float]:
         """(ffn ratio, heads ratio) of block `block`: its [prune.blocks] entry, else the
@@ -171,14 +193,14 @@ class PruneSpec:
         if self.score != "l1":
             parts.append(f"act-n{self.samples}x{self.sample_tokens}")
         if self.repair:
-            parts.append("repair" + ("" if self.score != "l1" else
-                                     f"-n{self.samples}x{self.sample_tokens}"))
+            parts.append(
+                "repair" + ("" if self.score != "l1" else f"-n{self.samples}x{self.sample_tokens}")
+            )
         return "prune-" + "-".join(parts) if parts else "prune-none"
 
     def to_dict(self) -> dict:
         """Every field, JSON-ready (records and sweep rows carry it)."""
-        d = {"ffn": self.ffn, "heads": self.heads, "head_unit": self.head_unit,
-             "score": self.score}
+        d = {"ffn": self.ffn, "heads": self.heads, "head_unit": self.head_unit, "score": self.score}
         if self.calibrates:
             d.update(samples=self.samples, sample_tokens=self.sample_tokens, seed=self.seed)
         if self.repair:
@@ -188,20 +210,29 @@ class PruneSpec:
         return d
 
     def to_toml(self) -> list[str]:
-        lines = ["", "[prune]", f"ffn = {self.ffn!r}", f"heads = {self.heads!r}",
-                 f'head_unit = "{self.head_unit}"']
+        lines = [
+            "",
+            "[prune]",
+            f"ffn = {self.ffn!r}",
+            f"heads = {self.heads!r}",
+            f'head_unit = "{self.head_unit}"',
+        ]
         if self.score != "l1":
             lines.append(f'score = "{self.score}"')
         if self.calibrates:
-            lines += [f"samples = {self.samples}", f"sample_tokens = {self.sample_tokens}",
-                      f"seed = {self.seed}"]
+            lines += [
+                f"samples = {self.samples}",
+                f"sample_tokens = {self.sample_tokens}",
+                f"seed = {self.seed}",
+            ]
         if self.repair:
             lines += ["repair = true", f"repair_ridge = {self.repair_ridge!r}"]
         if self.blocks:
             lines += ["", "[prune.blocks]"]
             for i, f, h in self.blocks:
-                items = ([f"ffn = {f!r}"] if f is not None else []) + \
-                        ([f"heads = {h!r}"] if h is not None else [])
+                items = ([f"ffn = {f!r}"] if f is not None else []) + (
+                    [f"heads = {h!r}"] if h is not None else []
+                )
                 lines.append(f'"{i}" = {{ {", ".join(items)} }}')
         return lines
 
@@ -221,15 +252,26 @@ class ActivationSpec:
 
     def to_dict(self) -> dict:
         """Every field, JSON-ready (records and sweep rows carry it)."""
-        return {"granularity": self.granularity, "calibration": self.calibration,
-                "samples": self.samples, "sample_tokens": self.sample_tokens,
-                "seed": self.seed, "alpha": self.alpha}
+        return {
+            "granularity": self.granularity,
+            "calibration": self.calibration,
+            "samples": self.samples,
+            "sample_tokens": self.sample_tokens,
+            "seed": self.seed,
+            "alpha": self.alpha,
+        }
 
     def to_toml(self) -> list[str]:
-        return ["", "[activations]", f'granularity = "{self.granularity}"',
-                f'calibration = "{self.calibration}"', f"samples = {self.samples}",
-                f"sample_tokens = {self.sample_tokens}", f"seed = {self.seed}",
-                f"alpha = {self.alpha!r}"]
+        return [
+            "",
+            "[activations]",
+            f'granularity = "{self.granularity}"',
+            f'calibration = "{self.calibration}"',
+            f"samples = {self.samples}",
+            f"sample_tokens = {self.sample_tokens}",
+            f"seed = {self.seed}",
+            f"alpha = {self.alpha!r}",
+        ]
 
 
 @dataclass(frozen=True)
@@ -252,27 +294,47 @@ class QuantizeSpec:
         used = sorted({self.method, *(m for _, m in self.methods)} - {"rtn"})
         return "+".join(used) + f"-n{self.samples}x{self.sample_tokens}" if used else "rtn"
 
-    def activations(self) -> "ActivationSpec":
+    def activations(self) -> ActivationSpec:
         """The calibration windows, as an [activations] sampling (runtime/calibration.py)."""
-        return ActivationSpec(calibration=self.calibration, samples=self.samples,
-                              sample_tokens=self.sample_tokens, seed=self.seed)
+        return ActivationSpec(
+            calibration=self.calibration,
+            samples=self.samples,
+            sample_tokens=self.sample_tokens,
+            seed=self.seed,
+        )
 
     def to_dict(self) -> dict:
         """Every field, JSON-ready (records and sweep rows carry it)."""
-        return {"method": self.method, "methods": [list(m) for m in self.methods],
-                "calibration": self.calibration, "samples": self.samples,
-                "sample_tokens": self.sample_tokens, "seed": self.seed, "damp": self.damp,
-                "block_size": self.block_size, "act_order": self.act_order, "grid": self.grid}
+        return {
+            "method": self.method,
+            "methods": [list(m) for m in self.methods],
+            "calibration": self.calibration,
+            "samples": self.samples,
+            "sample_tokens": self.sample_tokens,
+            "seed": self.seed,
+            "damp": self.damp,
+            "block_size": self.block_size,
+            "act_order": self.act_order,
+            "grid": self.grid,
+        }
 
     def to_toml(self) -> list[str]:
         def q(s: str) -> str:
             return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
-        lines = ["", "[quantize]", f"method = {q(self.method)}",
-                 f"calibration = {q(self.calibration)}", f"samples = {self.samples}",
-                 f"sample_tokens = {self.sample_tokens}", f"seed = {self.seed}",
-                 f"damp = {self.damp!r}", f"block_size = {self.block_size}",
-                 f"act_order = {'true' if self.act_order else 'false'}", f"grid = {self.grid}"]
+        lines = [
+            "",
+            "[quantize]",
+            f"method = {q(self.method)}",
+            f"calibration = {q(self.calibration)}",
+            f"samples = {self.samples}",
+            f"sample_tokens = {self.sample_tokens}",
+            f"seed = {self.seed}",
+            f"damp = {self.damp!r}",
+            f"block_size = {self.block_size}",
+            f"act_order = {'true' if self.act_order else 'false'}",
+            f"grid = {self.grid}",
+        ]
         if self.methods:
             lines += ["", "[quantize.methods]"] + [f"{q(p)} = {q(m)}" for p, m in self.methods]
         return lines
@@ -285,8 +347,9 @@ def quantize_from_dict(data, source: str) -> QuantizeSpec:
     table = data.get("methods", {})
     if not isinstance(table, dict):
         raise ValueError(f"{where}.methods' must be a table, got {table!r}")
-    methods = tuple((str(k), _choice(v, f"{where}.methods.{k}'", METHODS))
-                    for k, v in table.items())
+    methods = tuple(
+        (str(k), _choice(v, f"{where}.methods.{k}'", METHODS)) for k, v in table.items()
+    )
     act_order = data.get("act_order", d.act_order)
     if not isinstance(act_order, bool):
         raise ValueError(f"{where}.act_order' = {act_order!r}: must be true or false")
@@ -294,9 +357,11 @@ def quantize_from_dict(data, source: str) -> QuantizeSpec:
     if isinstance(damp, bool) or not isinstance(damp, (int, float)) or not 0 < damp < 1:
         raise ValueError(f"{where}.damp' = {damp!r}: must be a number in (0, 1)")
     return QuantizeSpec(
-        method=method, methods=methods,
-        calibration=_choice(data.get("calibration", d.calibration), f"{where}.calibration'",
-                            CALIBRATIONS),
+        method=method,
+        methods=methods,
+        calibration=_choice(
+            data.get("calibration", d.calibration), f"{where}.calibration'", CALIBRATIONS
+        ),
         damp=float(damp),
         block_size=_int(data.get("block_size", d.block_size), f"{where}.block_size'", 1, 65536),
         act_order=act_order,
@@ -339,21 +404,25 @@ def _no_unknown(data: dict, allowed, where: str) -> None:
 
     unknown = sorted(set(data) - set(allowed))
     if unknown:
-        raise ValueError(f"{where}': unknown field {unknown[0]!r}"
-                         f"{did_you_mean(unknown[0], sorted(allowed))}; allowed: {sorted(allowed)}")
+        raise ValueError(
+            f"{where}': unknown field {unknown[0]!r}"
+            f"{did_you_mean(unknown[0], sorted(allowed))}; allowed: {sorted(allowed)}"
+        )
 
 
 def _block_range(key: str, where: str) -> range:
     text = str(key).strip()
     lo, _, hi = text.partition("-")
     if not (lo.isdigit() and (not hi or hi.isdigit())):
-        raise ValueError(f"{where}: key {key!r}: must be a block index (\"3\") or range (\"0-3\")")
+        raise ValueError(f'{where}: key {key!r}: must be a block index ("3") or range ("0-3")')
     a, b = int(lo), int(hi or lo)
     if b < a:
         raise ValueError(f"{where}: key {key!r}: range end before its start")
     if b >= MAX_BLOCKS:
-        raise ValueError(f"{where}: key {key!r}: block {b:,} is past the largest model a spec may "
-                         f"describe ({MAX_BLOCKS:,} blocks)")
+        raise ValueError(
+            f"{where}: key {key!r}: block {b:,} is past the largest model a spec may "
+            f"describe ({MAX_BLOCKS:,} blocks)"
+        )
     return range(a, b + 1)
 
 
@@ -384,22 +453,34 @@ def prune_from_dict(data, source: str) -> PruneSpec:
         raise ValueError(f"{where}.repair_ridge' = {ridge!r}: applies with repair = true only")
     given = [k for k in PRUNE_SAMPLE_KEYS if k in data]
     if score == "l1" and not repair and given:
-        raise ValueError(f"{where}.{given[0]}' = {data[given[0]]!r}: applies to "
-                         "score = \"activation\" or repair = true only (the L1 score reads no "
-                         "data)")
-    return PruneSpec(ffn, heads, unit, tuple(blocks), score,
-                     **_sampling(data, where, PruneSpec()), repair=repair,
-                     repair_ridge=float(ridge))
+        raise ValueError(
+            f"{where}.{given[0]}' = {data[given[0]]!r}: applies to "
+            'score = "activation" or repair = true only (the L1 score reads no '
+            "data)"
+        )
+    return PruneSpec(
+        ffn,
+        heads,
+        unit,
+        tuple(blocks),
+        score,
+        **_sampling(data, where, PruneSpec()),
+        repair=repair,
+        repair_ridge=float(ridge),
+    )
 
 
 def _sampling(data: dict, where: str, defaults) -> dict:
     """The calibration-window fields (samples, sample_tokens, seed) of a [prune] or
     [activations] table, validated, each defaulting to `defaults`' value."""
     return {
-        "samples": _int(data.get("samples", defaults.samples), f"{where}.samples'", 1,
-                        MAX_SAMPLES),
-        "sample_tokens": _int(data.get("sample_tokens", defaults.sample_tokens),
-                              f"{where}.sample_tokens'", 2, MAX_SAMPLE_TOKENS),
+        "samples": _int(data.get("samples", defaults.samples), f"{where}.samples'", 1, MAX_SAMPLES),
+        "sample_tokens": _int(
+            data.get("sample_tokens", defaults.sample_tokens),
+            f"{where}.sample_tokens'",
+            2,
+            MAX_SAMPLE_TOKENS,
+        ),
         "seed": _int(data.get("seed", defaults.seed), f"{where}.seed'", 0, 2**32 - 1),
     }
 
@@ -408,10 +489,12 @@ def activations_from_dict(data, source: str) -> ActivationSpec:
     where = _table_where(data, source, "activations", ACTIVATION_KEYS)
     d = ActivationSpec()
     return ActivationSpec(
-        granularity=_choice(data.get("granularity", d.granularity), f"{where}.granularity'",
-                            GRANULARITIES),
-        calibration=_choice(data.get("calibration", d.calibration), f"{where}.calibration'",
-                            CALIBRATIONS),
+        granularity=_choice(
+            data.get("granularity", d.granularity), f"{where}.granularity'", GRANULARITIES
+        ),
+        calibration=_choice(
+            data.get("calibration", d.calibration), f"{where}.calibration'", CALIBRATIONS
+        ),
         alpha=_unit(data.get("alpha", d.alpha), f"{where}.alpha'"),
         **_sampling(data, where, d),
     )

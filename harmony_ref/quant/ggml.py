@@ -73,8 +73,10 @@ class GGMLTensor:
             raise ValueError(f"K = {k} (shape {self.shape}) is not a multiple of {QK}")
         want = (n, k // QK * BLOCK_BYTES[self.qtype])
         if self.data.dtype != np.uint8 or self.data.shape != want:
-            raise ValueError(f"{self.qtype} data must be uint8 of shape {want}, got "
-                             f"{self.data.dtype} {self.data.shape}")
+            raise ValueError(
+                f"{self.qtype} data must be uint8 of shape {want}, got "
+                f"{self.data.dtype} {self.data.shape}"
+            )
 
     @property
     def blocks(self) -> np.ndarray:
@@ -99,7 +101,7 @@ class GGMLTensor:
         b = self.blocks
         if self.qtype == "q8_0":
             return np.ascontiguousarray(b[:, :, 2:]).view(np.int8).reshape(n, k)
-        qs = b[:, :, BLOCK_BYTES[self.qtype] - HALF:]  # (N, B, 16)
+        qs = b[:, :, BLOCK_BYTES[self.qtype] - HALF :]  # (N, B, 16)
         u = np.concatenate([qs & 0x0F, qs >> 4], axis=2)  # weight j, then j + 16
         return u.astype(np.int8).reshape(n, k)
 
@@ -115,7 +117,7 @@ class GGMLTensor:
     def format_name(self) -> str:
         return self.qtype
 
-    def rows(self, index) -> "GGMLTensor":
+    def rows(self, index) -> GGMLTensor:
         """The rows `index` (a permutation or a slice) as a new tensor: blocks never span rows,
         so reordering rows is exact (GGUF's Q/K row permutation)."""
         data = np.ascontiguousarray(self.data[index])
@@ -127,7 +129,9 @@ def concat_rows(tensors: list[GGMLTensor]) -> GGMLTensor:
     qtypes = {t.qtype for t in tensors}
     ks = {t.shape[1] for t in tensors}
     if len(qtypes) != 1 or len(ks) != 1:
-        raise ValueError(f"concat_rows needs one qtype and one K, got {sorted(qtypes)}, {sorted(ks)}")
+        raise ValueError(
+            f"concat_rows needs one qtype and one K, got {sorted(qtypes)}, {sorted(ks)}"
+        )
     data = np.concatenate([t.data for t in tensors], axis=0)
     return GGMLTensor(tensors[0].qtype, data, (data.shape[0], ks.pop()))
 
@@ -135,8 +139,10 @@ def concat_rows(tensors: list[GGMLTensor]) -> GGMLTensor:
 def _check(w, qtype: str) -> np.ndarray:
     w = as_float32_matrix(w)
     if w.shape[1] % QK:
-        raise ValueError(f"K = {w.shape[1]} (shape {w.shape}) is not a multiple of {QK}: "
-                         f"{qtype} stores blocks of {QK} weights along K")
+        raise ValueError(
+            f"K = {w.shape[1]} (shape {w.shape}) is not a multiple of {QK}: "
+            f"{qtype} stores blocks of {QK} weights along K"
+        )
     return w
 
 
@@ -190,7 +196,9 @@ def quantize_q4_1_ref(w) -> GGMLTensor:
     d = ((mx - mn) / np.float32(NIBBLE_MAX)).astype(np.float32)
     inv = _safe_inverse(d)[:, :, None]
     u = np.minimum(np.trunc((blocks - mn[:, :, None]) * inv + Q4_1_ROUND), NIBBLE_MAX)
-    return _assemble("q4_1", n, k, _fp16_bytes(d), _fp16_bytes(mn), _pack_nibbles(u.astype(np.uint8)))
+    return _assemble(
+        "q4_1", n, k, _fp16_bytes(d), _fp16_bytes(mn), _pack_nibbles(u.astype(np.uint8))
+    )
 
 
 def _roundf(v: np.ndarray) -> np.ndarray:

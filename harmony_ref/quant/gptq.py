@@ -39,8 +39,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from harmony_ref.quant._checks import as_float32_matrix
-from harmony_ref.quant.int4 import (INT4_MAX, INT4_MIN, SYM_MAX_LEVEL, Int4Tensor,
-                                    _group_params, dequantize_int4)
+from harmony_ref.quant.int4 import (
+    INT4_MAX,
+    INT4_MIN,
+    SYM_MAX_LEVEL,
+    Int4Tensor,
+    _group_params,
+    dequantize_int4,
+)
 from harmony_ref.quant.int8 import INT8_MAX_LEVEL, Int8Tensor, quantize_int8_ref
 from harmony_ref.quant.policy import WeightFormat
 
@@ -81,14 +87,19 @@ class _Grid:
             self.groups = self.k // g
             self.scale = np.empty((self.n, self.groups), np.float16)
             self.scale_f32 = np.zeros((self.n, self.groups), np.float64)
-            self.zp = (np.zeros((self.n, self.groups), np.int8) if fmt.scheme == "asym" else None)
+            self.zp = np.zeros((self.n, self.groups), np.int8) if fmt.scheme == "asym" else None
         self.q = np.zeros((self.n, self.k), np.int8)
 
     def fit_group(self, gi: int, cols: np.ndarray) -> None:
         """Fit group gi's scale and zero point on its (N, g) columns (the recipe's rule)."""
         c = cols.astype(np.float32)
-        s, s32, zp = _group_params(c.min(axis=1, keepdims=True), c.max(axis=1, keepdims=True),
-                                   self.fmt.scheme, np.float16, self.fmt.group_size)
+        s, s32, zp = _group_params(
+            c.min(axis=1, keepdims=True),
+            c.max(axis=1, keepdims=True),
+            self.fmt.scheme,
+            np.float16,
+            self.fmt.group_size,
+        )
         self.scale[:, gi] = s[:, 0]
         self.scale_f32[:, gi] = s32[:, 0]
         if zp is not None:
@@ -121,9 +132,14 @@ class _Grid:
             return Int8Tensor(self.q.copy(), self.int8_scale.copy(), (self.n, self.k))
         high = (self.q[:, 0::2] & 0x0F).astype(np.uint8)
         low = (self.q[:, 1::2] & 0x0F).astype(np.uint8)
-        return Int4Tensor((high << 4) | low, self.scale.copy(),
-                          None if self.zp is None else self.zp.copy(), (self.n, self.k),
-                          int(self.fmt.group_size), self.fmt.scheme)
+        return Int4Tensor(
+            (high << 4) | low,
+            self.scale.copy(),
+            None if self.zp is None else self.zp.copy(),
+            (self.n, self.k),
+            int(self.fmt.group_size),
+            self.fmt.scheme,
+        )
 
 
 def _check(w, h, fmt: WeightFormat, damp: float):
@@ -131,14 +147,18 @@ def _check(w, h, fmt: WeightFormat, damp: float):
     n, k = w.shape
     h = np.asarray(h, dtype=np.float64)
     if h.shape != (k, k):
-        raise ValueError(f"hessian has shape {h.shape}, expected ({k}, {k}) for w of shape {w.shape}")
+        raise ValueError(
+            f"hessian has shape {h.shape}, expected ({k}, {k}) for w of shape {w.shape}"
+        )
     if not np.isfinite(h).all():
         raise ValueError("hessian contains NaN/Inf")
     if fmt.kind not in ("int4", "int8"):
         raise ValueError(f"GPTQ quantizes to int4-gNN or int8, not {fmt.name}")
     if fmt.kind == "int4" and (k % fmt.group_size or k % 2):
-        raise ValueError(f"K = {k} (shape {w.shape}) is not a multiple of group_size = "
-                         f"{fmt.group_size} (and even)")
+        raise ValueError(
+            f"K = {k} (shape {w.shape}) is not a multiple of group_size = "
+            f"{fmt.group_size} (and even)"
+        )
     if not (isinstance(damp, (int, float)) and 0 < damp < 1):
         raise ValueError(f"damp = {damp!r}: must be a number in (0, 1)")
     return w, h
@@ -156,8 +176,7 @@ def _prepare(w, h, damp: float):
 
 
 def _order(h: np.ndarray, act_order: bool) -> np.ndarray:
-    return (np.argsort(-np.diag(h), kind="stable") if act_order
-            else np.arange(h.shape[0]))
+    return np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(h.shape[0])
 
 
 def _inverse_upper_factor(h: np.ndarray) -> np.ndarray:
@@ -177,9 +196,15 @@ def _loss(w0, deq, h) -> float:
     return float(((e @ h) * e).sum())
 
 
-def gptq_quantize(w, h, fmt: WeightFormat, damp: float = DEFAULT_DAMP,
-                  block_size: int = DEFAULT_BLOCK, act_order: bool = False,
-                  dtype=np.float32) -> GPTQResult:
+def gptq_quantize(
+    w,
+    h,
+    fmt: WeightFormat,
+    damp: float = DEFAULT_DAMP,
+    block_size: int = DEFAULT_BLOCK,
+    act_order: bool = False,
+    dtype=np.float32,
+) -> GPTQResult:
     """GPTQ of w (N, K) on hessian h (K, K) into `fmt` (see the module doc)."""
     w_in, h_in = _check(w, h, fmt, damp)
     if not (isinstance(block_size, (int, np.integer)) and block_size > 0):
@@ -191,7 +216,7 @@ def gptq_quantize(w, h, fmt: WeightFormat, damp: float = DEFAULT_DAMP,
     g = fmt.group_size if fmt.kind == "int4" else 0
     if g and act_order:  # static groups: fitted on the weights as read
         for gi in range(k // g):
-            grid.fit_group(gi, w64[:, gi * g:(gi + 1) * g])
+            grid.fit_group(gi, w64[:, gi * g : (gi + 1) * g])
     if g and not act_order and block_size % g:
         block_size = g * max(1, block_size // g)  # a group never straddles two blocks
     u = _inverse_upper_factor(hd[np.ix_(perm, perm)])
@@ -205,7 +230,7 @@ def gptq_quantize(w, h, fmt: WeightFormat, damp: float = DEFAULT_DAMP,
         for i in range(i2 - i1):
             j = int(perm[i1 + i])
             if g and not act_order and j % g == 0:
-                grid.fit_group(j // g, w1[:, i:i + g])
+                grid.fit_group(j // g, w1[:, i : i + g])
             col = w1[:, i]
             d = grid.quantize(j, col)
             e = (col - d) / u1[i, i]
@@ -223,8 +248,9 @@ def _dequantize(stored) -> np.ndarray:
     return dequantize_int4(stored)
 
 
-def gptq_quantize_ref(w, h, fmt: WeightFormat, damp: float = DEFAULT_DAMP,
-                      act_order: bool = False) -> GPTQResult:
+def gptq_quantize_ref(
+    w, h, fmt: WeightFormat, damp: float = DEFAULT_DAMP, act_order: bool = False
+) -> GPTQResult:
     """The slow reference from the paper's equations: before each column, the not yet quantized
     columns are re-solved from scratch (e_F = -e_Q H_QF H_FF^-1, float64), then the column is
     quantized at its updated value and fixed. O(K^4): tiny matrices only."""
@@ -236,7 +262,7 @@ def gptq_quantize_ref(w, h, fmt: WeightFormat, damp: float = DEFAULT_DAMP,
     g = fmt.group_size if fmt.kind == "int4" else 0
     if g and act_order:
         for gi in range(k // g):
-            grid.fit_group(gi, w64[:, gi * g:(gi + 1) * g])
+            grid.fit_group(gi, w64[:, gi * g : (gi + 1) * g])
     fixed = np.zeros(k, bool)
     e = np.zeros_like(w64)  # e[:, fixed] = quantized - original
 
@@ -253,7 +279,7 @@ def gptq_quantize_ref(w, h, fmt: WeightFormat, damp: float = DEFAULT_DAMP,
         j = int(j)
         cur = current()
         if g and not act_order and j % g == 0:
-            grid.fit_group(j // g, cur[:, j:j + g])
+            grid.fit_group(j // g, cur[:, j : j + g])
         d = grid.quantize(j, cur[:, j])
         e[:, j] = d - w64[:, j]
         fixed[j] = True

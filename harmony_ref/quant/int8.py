@@ -62,8 +62,9 @@ def symmetric_int8_scale(amax: np.ndarray) -> np.ndarray:
     127 * s >= max|x|, and s = 0 only where max|x| = 0. The KV cache's int8 rows use it too."""
     amax = np.asarray(amax, dtype=np.float32)
     scale = (amax / np.float32(INT8_MAX_LEVEL)).astype(np.float32)
-    low = (scale < MIN_NORMAL) & (scale.astype(np.float64) * INT8_MAX_LEVEL
-                                  < amax.astype(np.float64))
+    low = (scale < MIN_NORMAL) & (
+        scale.astype(np.float64) * INT8_MAX_LEVEL < amax.astype(np.float64)
+    )
     return np.where(low, scale + MIN_STEP, scale).astype(np.float32)
 
 

@@ -46,9 +46,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony_ref._toml import read_toml, shipped_names
-from harmony_ref.quant.compress import (ActivationSpec, PruneSpec, QuantizeSpec,
-                                        activations_from_dict, prune_from_dict,
-                                        quantize_from_dict)
+from harmony_ref.quant.compress import (
+    ActivationSpec,
+    PruneSpec,
+    QuantizeSpec,
+    activations_from_dict,
+    prune_from_dict,
+    quantize_from_dict,
+)
 
 FORMAT_KINDS = ("fp32", "fp16", "int8", "int4", "q4_0", "q4_1", "q8_0")
 GGML_KINDS = ("q4_0", "q4_1", "q8_0")  # GGUF's own block formats (quant/ggml.py)
@@ -56,8 +61,18 @@ GGML_BLOCK = 32  # weights per block along K
 GGML_BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}  # quant/ggml.py's BLOCK_BYTES
 FORMAT_ALIASES = {"f16": "fp16"}  # GGUF's type name for the same float16
 _FORMAT_RE = re.compile(r"^(fp32|fp16|int8|q4_0|q4_1|q8_0|int4-g(\d+)(-(asym|sym))?)$")
-POLICY_KEYS = {"name", "description", "default", "keep_fp16_layers", "keep_int8_layers", "layers",
-               "prune", "activations", "dynamic_activations", "quantize"}
+POLICY_KEYS = {
+    "name",
+    "description",
+    "default",
+    "keep_fp16_layers",
+    "keep_int8_layers",
+    "layers",
+    "prune",
+    "activations",
+    "dynamic_activations",
+    "quantize",
+}
 DYNAMIC_ACTIVATIONS = ("", "int8")
 # What each field of a policy TOML means: docs/reference/policy.md is generated from this table
 # (tools/docs_reference.py), and the docs build fails on a key of POLICY_KEYS it does not describe.
@@ -65,17 +80,17 @@ POLICY_FIELD_DOCS = {
     "name": "the policy's name (default: the file's stem)",
     "description": "one line saying what the policy is for",
     "default": "required: the weight format of every Linear no other field names: fp32, fp16 "
-               "(f16), int8, int4-g<G> (asymmetric), int4-g<G>-sym, or GGUF's q4_0, q4_1, q8_0",
+    "(f16), int8, int4-g<G> (asymmetric), int4-g<G>-sym, or GGUF's q4_0, q4_1, q8_0",
     "keep_fp16_layers": "list of layer-name patterns kept in fp16",
     "keep_int8_layers": "list of layer-name patterns kept in int8",
     "layers": "table: layer-name pattern (`*.q_proj`, `lm_head`) -> weight format",
     "prune": "table: structured pruning ([prune], below)",
     "activations": "table: W8A8, int8 activations with static calibrated scales ([activations], "
-                   "below)",
+    "below)",
     "quantize": "table: how each format is fitted, rtn, gptq or awq, on calibration windows "
-                "([quantize], below)",
-    "dynamic_activations": "\"\" (none) or \"int8\": activations quantized per call (the kernels' "
-                           "per-32-block int8)",
+    "([quantize], below)",
+    "dynamic_activations": '"" (none) or "int8": activations quantized per call (the kernels\' '
+    "per-32-block int8)",
 }
 
 
@@ -118,8 +133,15 @@ class WeightFormat:
     @property
     def compute_dtype(self) -> str:
         """Dtype the NPU multiplies in: fp32 weights still run in fp16 on a phone NPU."""
-        return {"fp32": "fp16", "fp16": "fp16", "int8": "int8", "int4": "int4", "q4_0": "int4",
-                "q4_1": "int4", "q8_0": "int8"}[self.kind]
+        return {
+            "fp32": "fp16",
+            "fp16": "fp16",
+            "int8": "int8",
+            "int4": "int4",
+            "q4_0": "int4",
+            "q4_1": "int4",
+            "q8_0": "int8",
+        }[self.kind]
 
     @property
     def ggml(self) -> bool:
@@ -250,32 +272,41 @@ def _closest(pattern: str, names: list[str]) -> str:
     return hint or f" (its layers are named like {names[0]!r}, ..., {names[-1]!r})"
 
 
-def unmatched(policy: Policy, layers: list[tuple[str, int]], n_blocks: int,
-              model: str = "the model") -> list[str]:
+def unmatched(
+    policy: Policy, layers: list[tuple[str, int]], n_blocks: int, model: str = "the model"
+) -> list[str]:
     """Why `policy` does not fit a model with these (weight name, row length K) layers and
     `n_blocks` blocks: one line per pattern that matches nothing, [prune.blocks] index past the
     last block, or INT4 group longer than every row it applies to ([] when it fits)."""
     names = [n for n, _ in layers]
     out = []
-    for field_name, patterns in (("keep_fp16_layers", policy.keep_fp16_layers),
-                                 ("keep_int8_layers", policy.keep_int8_layers),
-                                 ("layers", tuple(p for p, _ in policy.layers))):
+    for field_name, patterns in (
+        ("keep_fp16_layers", policy.keep_fp16_layers),
+        ("keep_int8_layers", policy.keep_int8_layers),
+        ("layers", tuple(p for p, _ in policy.layers)),
+    ):
         for pattern in patterns:
             if not any(pattern == n or _matches(pattern, n) for n in names):
-                out.append(f"{policy.source}: field '{field_name}' has {pattern!r}, which matches "
-                           f"no layer of {model}{_closest(pattern, names)}")
+                out.append(
+                    f"{policy.source}: field '{field_name}' has {pattern!r}, which matches "
+                    f"no layer of {model}{_closest(pattern, names)}"
+                )
     if policy.quantize is not None:
         for key, _ in policy.quantize.methods:
             if _FORMAT_RE.match(key):
                 continue
             if not any(key == n or _matches(key, n) for n in names):
-                out.append(f"{policy.source}: field 'quantize.methods' has {key!r}, which "
-                           f"matches no layer of {model}{_closest(key, names)}")
+                out.append(
+                    f"{policy.source}: field 'quantize.methods' has {key!r}, which "
+                    f"matches no layer of {model}{_closest(key, names)}"
+                )
     if policy.prune is not None:
         past = sorted({b for b, _, _ in policy.prune.blocks if b >= n_blocks})
         if past:
-            out.append(f"{policy.source}: field 'prune.blocks' names block {past[0]}, but "
-                       f"{model} has {n_blocks} blocks (0-{n_blocks - 1})")
+            out.append(
+                f"{policy.source}: field 'prune.blocks' names block {past[0]}, but "
+                f"{model} has {n_blocks} blocks (0-{n_blocks - 1})"
+            )
     widths: dict[WeightFormat, int] = {}
     for name, k in layers:
         fmt = policy.format_for(name)
@@ -283,19 +314,28 @@ def unmatched(policy: Policy, layers: list[tuple[str, int]], n_blocks: int,
             widths[fmt] = max(widths.get(fmt, 0), k)
     for fmt, k in widths.items():
         if fmt.group_size > k:
-            out.append(f"{policy.source}: format {fmt.name}: group of {fmt.group_size} is longer "
-                       f"than every row of {model} it applies to (the longest has K = {k})")
+            out.append(
+                f"{policy.source}: format {fmt.name}: group of {fmt.group_size} is longer "
+                f"than every row of {model} it applies to (the longest has K = {k})"
+            )
     for name, k in layers:
         fmt = policy.format_for(name)
         if fmt.ggml and k % GGML_BLOCK:
-            out.append(f"{policy.source}: format {fmt.name} for {name}: its rows have K = {k}, "
-                       f"not a multiple of GGUF's block of {GGML_BLOCK}")
+            out.append(
+                f"{policy.source}: format {fmt.name} for {name}: its rows have K = {k}, "
+                f"not a multiple of GGUF's block of {GGML_BLOCK}"
+            )
             break
     return out
 
 
-def check_applies(policy: Policy, layers: list[tuple[str, int]], n_blocks: int, model: str,
-                  allow_unmatched: bool = False) -> None:
+def check_applies(
+    policy: Policy,
+    layers: list[tuple[str, int]],
+    n_blocks: int,
+    model: str,
+    allow_unmatched: bool = False,
+) -> None:
     """Raise ValueError (its first `unmatched` line, naming `model`) unless `policy` fits the
     model or `allow_unmatched` says a mismatch is deliberate."""
     problems = [] if allow_unmatched else unmatched(policy, layers, n_blocks, repr(model))
@@ -310,9 +350,11 @@ def policy_from_dict(data: dict, source: str) -> Policy:
     if unknown:
         from harmony_ref._format import did_you_mean
 
-        raise ValueError(f"{source}: unknown field {unknown[0]!r}"
-                         f"{did_you_mean(unknown[0], sorted(POLICY_KEYS))}; allowed: "
-                         f"{sorted(POLICY_KEYS)}")
+        raise ValueError(
+            f"{source}: unknown field {unknown[0]!r}"
+            f"{did_you_mean(unknown[0], sorted(POLICY_KEYS))}; allowed: "
+            f"{sorted(POLICY_KEYS)}"
+        )
     if "default" not in data:
         raise ValueError(f"{source}: missing field 'default' (e.g. default = \"int4-g32\")")
     default = parse_format(data["default"], f"{source}: field 'default'")
@@ -320,7 +362,9 @@ def policy_from_dict(data: dict, source: str) -> Policy:
     for key in ("keep_fp16_layers", "keep_int8_layers"):
         value = data.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise ValueError(f"{source}: field '{key}' must be a list of non-empty strings, got {value!r}")
+            raise ValueError(
+                f"{source}: field '{key}' must be a list of non-empty strings, got {value!r}"
+            )
         lists[key] = tuple(value)
     layers_table = data.get("layers", {})
     if not isinstance(layers_table, dict):
@@ -331,8 +375,10 @@ def policy_from_dict(data: dict, source: str) -> Policy:
     )
     dynamic = data.get("dynamic_activations", "")
     if dynamic not in DYNAMIC_ACTIVATIONS:
-        raise ValueError(f"{source}: field 'dynamic_activations' = {dynamic!r}: must be one of "
-                         f"{list(DYNAMIC_ACTIVATIONS)}")
+        raise ValueError(
+            f"{source}: field 'dynamic_activations' = {dynamic!r}: must be one of "
+            f"{list(DYNAMIC_ACTIVATIONS)}"
+        )
     name = data.get("name", Path(source).stem)
     if not isinstance(name, str) or not name:
         raise ValueError(f"{source}: field 'name' must be a non-empty string, got {name!r}")
@@ -345,8 +391,9 @@ def policy_from_dict(data: dict, source: str) -> Policy:
         description=str(data.get("description", "")),
         source=source,
         prune=prune_from_dict(data["prune"], source) if "prune" in data else None,
-        activations=(activations_from_dict(data["activations"], source)
-                     if "activations" in data else None),
+        activations=(
+            activations_from_dict(data["activations"], source) if "activations" in data else None
+        ),
         dynamic_activations=dynamic,
         quantize=(quantize_from_dict(data["quantize"], source) if "quantize" in data else None),
     )
@@ -358,8 +405,13 @@ AS_STORED = "as-stored"  # --policy as-stored: every Linear in the format its GG
 def as_stored_policy(formats: dict[str, WeightFormat], source: str) -> Policy:
     """The policy that runs each Linear (name -> the format the checkpoint file stores it in)
     exactly as stored: the runtime uses the file's bytes (DecoderWeights.stored), no requantizing."""
-    return Policy(name=AS_STORED, default=FP32, layers=tuple(sorted(formats.items())),
-                  description=f"every Linear as {source} stores it", source=source)
+    return Policy(
+        name=AS_STORED,
+        default=FP32,
+        layers=tuple(sorted(formats.items())),
+        description=f"every Linear as {source} stores it",
+        source=source,
+    )
 
 
 POLICIES_FOLDER = "policies"

@@ -35,12 +35,15 @@ CALIBRATION_SHA256 = "e950a9dacfb3d219cde8321763adcb03c3c614173141b5741f6736fa99
 
 
 def calibration_text() -> str:
-    data = (resources.files("harmony_ref") / "data" / "lm_corpus" /
-            f"{CALIBRATION_PART}.txt").read_bytes()
+    data = (
+        resources.files("harmony_ref") / "data" / "lm_corpus" / f"{CALIBRATION_PART}.txt"
+    ).read_bytes()
     got = hashlib.sha256(data).hexdigest()
     if got != CALIBRATION_SHA256:
-        raise ValueError(f"harmony_ref/data/lm_corpus/{CALIBRATION_PART}.txt has SHA-256 {got}, "
-                         f"expected {CALIBRATION_SHA256}: the shipped corpus was modified")
+        raise ValueError(
+            f"harmony_ref/data/lm_corpus/{CALIBRATION_PART}.txt has SHA-256 {got}, "
+            f"expected {CALIBRATION_SHA256}: the shipped corpus was modified"
+        )
     return data.decode("utf-8")
 
 
@@ -50,9 +53,11 @@ def corpus_calibration_tokens(weights) -> list[int]:
 
     src = Path(weights.source) if weights.source else None
     if src is None or not src.exists():
-        raise ValueError(f"corpus calibration needs the model's tokenizer, but the weights come "
-                         f"from {weights.source or '<memory>'!r}: pass calibration_tokens, or "
-                         "use calibration = \"random\"")
+        raise ValueError(
+            f"corpus calibration needs the model's tokenizer, but the weights come "
+            f"from {weights.source or '<memory>'!r}: pass calibration_tokens, or "
+            'use calibration = "random"'
+        )
     tok = Tokenizer.from_hf_dir(src) if src.is_dir() else Tokenizer.from_gguf(src)
     return tok.encode(calibration_text())
 
@@ -63,13 +68,15 @@ def calibration_windows(weights, spec: ActivationSpec, tokens=None) -> np.ndarra
     n, length = spec.samples, spec.sample_tokens
     if spec.calibration == "random":
         return rng.integers(0, weights.config.vocab_size, size=(n, length), dtype=np.int64)
-    tokens = np.asarray(corpus_calibration_tokens(weights) if tokens is None else tokens,
-                        dtype=np.int64)
+    tokens = np.asarray(
+        corpus_calibration_tokens(weights) if tokens is None else tokens, dtype=np.int64
+    )
     if tokens.ndim != 1 or tokens.shape[0] < length:
-        raise ValueError(f"calibration text has {tokens.shape[0]} tokens, fewer than "
-                         f"sample_tokens = {length}")
+        raise ValueError(
+            f"calibration text has {tokens.shape[0]} tokens, fewer than sample_tokens = {length}"
+        )
     starts = rng.integers(0, tokens.shape[0] - length + 1, size=n)
-    return np.stack([tokens[s:s + length] for s in starts])
+    return np.stack([tokens[s : s + length] for s in starts])
 
 
 class _Watch:
@@ -95,8 +102,9 @@ def _weight_amax(lin) -> np.ndarray:
     return np.abs(np.asarray(lin.stored, dtype=np.float32)).max(axis=0)
 
 
-def observe_scales(model, windows: np.ndarray, granularity: str,
-                   alpha: float = 0.5) -> dict[str, np.ndarray]:
+def observe_scales(
+    model, windows: np.ndarray, granularity: str, alpha: float = 0.5
+) -> dict[str, np.ndarray]:
     """Run `model` (a runtime.llama.Llama, FP32) on every window with every Linear's input
     observed; Linear name -> (K,) float32 static scale. The model's Linears are restored."""
     observers: dict[str, AbsMaxObserver] = {}
@@ -146,8 +154,9 @@ class _SumSquares:
         return self.inner(x)
 
 
-def activation_norms(model, windows: np.ndarray, head_dim: int
-                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+def activation_norms(
+    model, windows: np.ndarray, head_dim: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per block of `model` (a runtime.llama.Llama, FP32, unpruned): (FFN channel norms (F,),
     query head norms (H,)), L2 over every token of every window of the inputs of down_proj and
     o_proj (a head's norm over its head_dim columns too). The model's Linears are restored."""

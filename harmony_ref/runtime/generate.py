@@ -81,11 +81,16 @@ class Generation:
         return self.decode_steps / self.decode_s if self.decode_s > 0 else float("nan")
 
     def metrics(self) -> dict:
-        return {"prompt_tokens": self.prompt_tokens, "new_tokens": len(self.tokens),
-                "stopped_at_eos": self.stopped_at_eos, "ttft_ms": 1e3 * self.ttft_s,
-                "prefill_tokens_per_s": self.prefill_tokens_per_s,
-                "decode_tokens_per_s": self.decode_tokens_per_s,
-                "decode_steps": self.decode_steps, "peak_rss_mb": peak_rss_mb()}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "new_tokens": len(self.tokens),
+            "stopped_at_eos": self.stopped_at_eos,
+            "ttft_ms": 1e3 * self.ttft_s,
+            "prefill_tokens_per_s": self.prefill_tokens_per_s,
+            "decode_tokens_per_s": self.decode_tokens_per_s,
+            "decode_steps": self.decode_steps,
+            "peak_rss_mb": peak_rss_mb(),
+        }
 
 
 def peak_rss_mb() -> float:
@@ -94,16 +99,19 @@ def peak_rss_mb() -> float:
     return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
 
 
-def generate(model, prompt_ids, max_new: int, sampler: Sampler | None = None,
-             stop_ids=(), on_token=None) -> Generation:
+def generate(
+    model, prompt_ids, max_new: int, sampler: Sampler | None = None, stop_ids=(), on_token=None
+) -> Generation:
     """Prefill `prompt_ids` (model reset first), then sample up to `max_new` tokens."""
     if len(prompt_ids) == 0:
         raise ValueError("the prompt has no tokens")
     if max_new < 1:
         raise ValueError(f"max_new must be >= 1, got {max_new}")
     if len(prompt_ids) + max_new > model.max_context:
-        raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_new ({max_new}) exceeds the "
-                         f"model's max context {model.max_context}")
+        raise ValueError(
+            f"prompt ({len(prompt_ids)} tokens) + max_new ({max_new}) exceeds the "
+            f"model's max context {model.max_context}"
+        )
     sampler = sampler or Sampler()
     stop = frozenset(int(i) for i in stop_ids)
     model.reset()

@@ -22,8 +22,8 @@ of rows per call instead of keeping a float32 copy (runtime/llama.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -49,8 +49,9 @@ class QuantLinear:
 
     def __post_init__(self):
         if self.backend not in LINEAR_BACKENDS:
-            raise ValueError(f"{self.name}: backend must be one of {LINEAR_BACKENDS}, "
-                             f"got {self.backend!r}")
+            raise ValueError(
+                f"{self.name}: backend must be one of {LINEAR_BACKENDS}, got {self.backend!r}"
+            )
         f = format_of(self.fmt)
         if self.backend == "dequant" and f.quantized:
             if self.matmul is not None:

@@ -64,8 +64,13 @@ from harmony_ref.kernels.attention import (
 )
 from harmony_ref.kernels.matmul_ggml import Q4_TYPES, prepare_q4_rows
 from harmony_ref.kernels.matmul_w8a8 import matmul_w8a8, quantize_w8a8
-from harmony_ref.kernels.norm import (GELU_CUBIC, GELU_TANH_SCALE, add_rms_norm_rows,
-                                     rms_norm_heads_rows, rms_norm_rows)
+from harmony_ref.kernels.norm import (
+    GELU_CUBIC,
+    GELU_TANH_SCALE,
+    add_rms_norm_rows,
+    rms_norm_heads_rows,
+    rms_norm_rows,
+)
 from harmony_ref.kernels.rope import rope_rows, rope_table
 from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, layer_name
 from harmony_ref.model.prune import prune_decoder
@@ -74,11 +79,16 @@ from harmony_ref.quant.ggml import GGMLTensor
 from harmony_ref.quant.ggml import concat_rows as concat_ggml_rows
 from harmony_ref.quant.int4 import Int4Tensor, quantize_int4
 from harmony_ref.quant.int8 import Int8Tensor, quantize_int8
-from harmony_ref.quant.policy import (FP32, Policy, WeightFormat, int4_format_for_rows, load_policy,
-                                      parse_format)
+from harmony_ref.quant.policy import (
+    FP32,
+    Policy,
+    WeightFormat,
+    int4_format_for_rows,
+    load_policy,
+    parse_format,
+)
+from harmony_ref.runtime.calibration import activation_norms, calibration_windows, observe_scales
 from harmony_ref.runtime.linear import QuantLinear
-from harmony_ref.runtime.calibration import (activation_norms, calibration_windows,
-                                             observe_scales)
 from harmony_ref.runtime.sequential import activation_grams, calibrate_weights
 
 DEFAULT_MAX_CONTEXT = 2048
@@ -96,8 +106,10 @@ class LlamaRef:
         self.w = weights
         self.config = c = weights.config
         self.max_context = min(max_context, c.max_positions)
-        self.rope = {theta: rope_table(self.max_context, c.head_dim, theta)  # cos, sin
-                     for theta in {c.layer_rope_theta(i) for i in range(c.n_layers)}}
+        self.rope = {
+            theta: rope_table(self.max_context, c.head_dim, theta)  # cos, sin
+            for theta in {c.layer_rope_theta(i) for i in range(c.n_layers)}
+        }
         shape = (c.n_layers, self.max_context, c.n_kv_heads, c.head_dim)
         self.k_cache = np.zeros(shape, np.float32)  # (layers, L, Hkv, hd): every position kept
         self.v_cache = np.zeros(shape, np.float32)
@@ -108,13 +120,17 @@ class LlamaRef:
         self.pos = 0
 
     def _rms_norm(self, x, weight):
-        return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(self.config.norm_eps)) * weight
+        return (
+            x
+            / np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(self.config.norm_eps))
+            * weight
+        )
 
     def _rope(self, x, p0, theta):  # x (T, heads, hd)
         t, _, hd = x.shape
         cos, sin = self.rope[theta]
-        c, s = cos[p0:p0 + t, None, :], sin[p0:p0 + t, None, :]  # (T, 1, hd/2)
-        x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+        c, s = cos[p0 : p0 + t, None, :], sin[p0 : p0 + t, None, :]  # (T, 1, hd/2)
+        x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
         return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
     def forward(self, tokens, all_logits: bool = True) -> np.ndarray:
@@ -160,8 +176,16 @@ class LlamaRef:
             h = self._rms_norm(x, lw.ffn_norm)
             g, u = h @ lw.w_gate.T, h @ lw.w_up.T  # (T, F)
             if c.activation == "gelu_tanh":
-                act = np.float32(0.5) * g * (1 + np.tanh(np.float32(GELU_TANH_SCALE) * (
-                    g + np.float32(GELU_CUBIC) * g * g * g)))
+                act = (
+                    np.float32(0.5)
+                    * g
+                    * (
+                        1
+                        + np.tanh(
+                            np.float32(GELU_TANH_SCALE) * (g + np.float32(GELU_CUBIC) * g * g * g)
+                        )
+                    )
+                )
             else:
                 act = g / (1 + np.exp(-g))
             f = (act * u) @ lw.w_down.T
@@ -190,7 +214,7 @@ def _matmul_f16(x, w16):
     n = w16.shape[0]
     out = np.empty((x.shape[0], n), dtype=np.float32)
     for n0 in range(0, n, F16_CHUNK_ROWS):
-        out[:, n0:n0 + F16_CHUNK_ROWS] = x @ w16[n0:n0 + F16_CHUNK_ROWS].astype(np.float32).T
+        out[:, n0 : n0 + F16_CHUNK_ROWS] = x @ w16[n0 : n0 + F16_CHUNK_ROWS].astype(np.float32).T
     return out
 
 
@@ -206,12 +230,15 @@ def _stored_in(stored, fmt: WeightFormat):
     if isinstance(stored, GGMLTensor):
         return stored if stored.qtype == fmt.kind else None
     if isinstance(stored, np.ndarray) and fmt.kind in ("fp32", "fp16"):
-        return stored if stored.dtype == (np.float16 if fmt.kind == "fp16" else np.float32) else None
+        return (
+            stored if stored.dtype == (np.float16 if fmt.kind == "fp16" else np.float32) else None
+        )
     return None
 
 
-def make_linear(name: str, w: np.ndarray, fmt: WeightFormat, act_scale=None,
-                stored=None) -> QuantLinear:
+def make_linear(
+    name: str, w: np.ndarray, fmt: WeightFormat, act_scale=None, stored=None
+) -> QuantLinear:
     """Quantize (or cast) an FP32 (N, K) weight into `fmt` and prepare its kernel layout; an
     int8 weight with a static activation scale (K,) runs W8A8 (kernels/matmul_w8a8.py).
     `stored`: the weight already in a stored form. An int4 / int8 tensor fitted on calibration
@@ -265,28 +292,44 @@ def concat_rows(tensors):
     t0 = tensors[0]
     n = sum(t.shape[0] for t in tensors)
     if isinstance(t0, Int8Tensor):
-        return Int8Tensor(np.concatenate([t.values for t in tensors]),
-                          np.concatenate([t.scale for t in tensors]), (n, t0.shape[1]))
+        return Int8Tensor(
+            np.concatenate([t.values for t in tensors]),
+            np.concatenate([t.scale for t in tensors]),
+            (n, t0.shape[1]),
+        )
     zp = None if t0.zero_point is None else np.concatenate([t.zero_point for t in tensors])
-    return Int4Tensor(np.concatenate([t.packed for t in tensors]),
-                      np.concatenate([t.scale for t in tensors]), zp, (n, t0.shape[1]),
-                      t0.group_size, t0.scheme)
+    return Int4Tensor(
+        np.concatenate([t.packed for t in tensors]),
+        np.concatenate([t.scale for t in tensors]),
+        zp,
+        (n, t0.shape[1]),
+        t0.group_size,
+        t0.scheme,
+    )
 
 
 class Fused:
     """Several Linears over one input, outputs concatenated along N: one matmul when they share
     a format (weights concatenated row-wise before quantizing), else one call each."""
 
-    def __init__(self, name: str, parts: list[tuple[str, np.ndarray]], policy: Policy,
-                 act_scales: dict | None = None, stored: dict | None = None):
+    def __init__(
+        self,
+        name: str,
+        parts: list[tuple[str, np.ndarray]],
+        policy: Policy,
+        act_scales: dict | None = None,
+        stored: dict | None = None,
+    ):
         fmts = [policy.format_for(n) for n, _ in parts]
         scales = [(act_scales or {}).get(n) for n, _ in parts]  # one input: the same scale
         given = [(stored or {}).get(n) for n, _ in parts]
         fitted = [t if isinstance(t, (Int4Tensor, Int8Tensor)) else None for t in given]
         if all(f == fmts[0] for f in fmts) and any(t is not None for t in fitted):
             # some parts fitted (GPTQ), the rest rounded: rows of one stored tensor
-            ts = [t if t is not None else quantize_stored(a, f)
-                  for (_, a), f, t in zip(parts, fmts, fitted)]
+            ts = [
+                t if t is not None else quantize_stored(a, f)
+                for (_, a), f, t in zip(parts, fmts, fitted)
+            ]
             w = np.concatenate([a for _, a in parts], axis=0)
             self.linears = [make_linear(name, w, fmts[0], scales[0], concat_rows(ts))]
         elif all(f == fmts[0] for f in fmts):
@@ -294,20 +337,30 @@ class Fused:
             kept = [_stored_in(t, fmts[0]) for t in given]
             fused = None
             if all(t is not None for t in kept):  # rows concatenate exactly, as stored
-                fused = (concat_ggml_rows(kept) if isinstance(kept[0], GGMLTensor)
-                         else np.concatenate(kept, axis=0))
+                fused = (
+                    concat_ggml_rows(kept)
+                    if isinstance(kept[0], GGMLTensor)
+                    else np.concatenate(kept, axis=0)
+                )
             self.linears = [make_linear(name, w, fmts[0], scales[0], fused)]
-        elif len(parts) > 1 and all(f.kind in Q4_TYPES for f in fmts) and \
-                all(s is None for s in scales) and not any(t is not None for t in fitted):
+        elif (
+            len(parts) > 1
+            and all(f.kind in Q4_TYPES for f in fmts)
+            and all(s is None for s in scales)
+            and not any(t is not None for t in fitted)
+        ):
             # Q4_0 and Q4_1 parts (a mixed GGUF plan): one matmul, rows concatenated
             ts = [_stored_in(t, f) if t is not None else None for t, f in zip(given, fmts)]
-            ts = [t if t is not None else GGML_QUANTIZERS[f.kind](a)
-                  for t, f, (_, a) in zip(ts, fmts, parts)]
+            ts = [
+                t if t is not None else GGML_QUANTIZERS[f.kind](a)
+                for t, f, (_, a) in zip(ts, fmts, parts)
+            ]
             p = prepare_q4_rows(ts)
             self.linears = [QuantLinear(name, parse_format("q4_1"), p, operand=p)]
         else:
-            self.linears = [make_linear(n, a, f, s, t)
-                            for (n, a), f, s, t in zip(parts, fmts, scales, given)]
+            self.linears = [
+                make_linear(n, a, f, s, t) for (n, a), f, s, t in zip(parts, fmts, scales, given)
+            ]
         self.formats = {n: f.name for (n, _), f in zip(parts, fmts)}
         self.single = self.linears[0] if len(self.linears) == 1 else None
 
@@ -345,9 +398,14 @@ class Block:
 class Llama:
     """The decoder on our kernels under a quantization policy (see the module docstring)."""
 
-    def __init__(self, weights: DecoderWeights, policy: str | Policy = "fp32",
-                 kv_dtype: str = "fp16", max_context: int = DEFAULT_MAX_CONTEXT,
-                 calibration_tokens=None):
+    def __init__(
+        self,
+        weights: DecoderWeights,
+        policy: str | Policy = "fp32",
+        kv_dtype: str = "fp16",
+        max_context: int = DEFAULT_MAX_CONTEXT,
+        calibration_tokens=None,
+    ):
         self.config = c = weights.config
         self.policy = load_policy(policy)
         prune = self.policy.prune
@@ -357,17 +415,20 @@ class Llama:
             if prune.repair:  # Gram matrices (and norms) of the unpruned model in FP32
                 act = prune.calibration()
                 base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
-                grams = activation_grams(base, calibration_windows(weights, act,
-                                                                   calibration_tokens))
-                norms = [(np.sqrt(np.diag(gf)), np.sqrt(np.diag(go).reshape(-1, c.head_dim)
-                                                        .sum(axis=1))) for gf, go in grams]
+                grams = activation_grams(
+                    base, calibration_windows(weights, act, calibration_tokens)
+                )
+                norms = [
+                    (np.sqrt(np.diag(gf)), np.sqrt(np.diag(go).reshape(-1, c.head_dim).sum(axis=1)))
+                    for gf, go in grams
+                ]
                 del base
             elif prune.score == "activation":  # scored by the unpruned model run in FP32
                 act = prune.calibration()
                 base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
-                norms = activation_norms(base, calibration_windows(weights, act,
-                                                                   calibration_tokens),
-                                         c.head_dim)
+                norms = activation_norms(
+                    base, calibration_windows(weights, act, calibration_tokens), c.head_dim
+                )
                 del base
             weights = prune_decoder(weights, prune, norms, grams)
         act = self.policy.activations
@@ -383,8 +444,10 @@ class Llama:
             q = self.policy.quantize
             windows = calibration_windows(weights, q.activations(), calibration_tokens)
             if scales and "awq" in {q.method, *(m for _, m in q.methods)}:
-                raise ValueError(f"{self.policy.source}: [quantize] awq with [activations]: the "
-                                 "static activation scales would no longer fit the folded model")
+                raise ValueError(
+                    f"{self.policy.source}: [quantize] awq with [activations]: the "
+                    "static activation scales would no longer fit the folded model"
+                )
             base = Llama(weights, Policy("fp32", FP32), max_context=q.sample_tokens)
             # the fitted tensors replace the file's (AWQ rescales the weights it folds into)
             weights, stored = calibrate_weights(base, weights, self.policy, windows)
@@ -392,8 +455,10 @@ class Llama:
         self.kv_dtype = kv_dtype
         self.max_context = min(max_context, c.max_positions)
         self.eps = np.float32(c.norm_eps)
-        tables = {theta: rope_table(self.max_context, c.head_dim, theta)
-                  for theta in {c.layer_rope_theta(i) for i in range(c.n_layers)}}
+        tables = {
+            theta: rope_table(self.max_context, c.head_dim, theta)
+            for theta in {c.layer_rope_theta(i) for i in range(c.n_layers)}
+        }
         self.embed = weights.embed  # (V, D) FP32 lookup table
         self.embed_scale = np.float32(c.embed_scale)
         # the kernels scale scores by 1 / sqrt(hd); another scale is folded into q
@@ -404,30 +469,65 @@ class Llama:
             n = lambda short, i=i: layer_name(i, short)  # noqa: E731
             bias = np.concatenate([lw.bq, lw.bk, lw.bv]) if c.attention_bias else None
             nh, nkv, ffn = lw.dims(c.head_dim)
-            self.blocks.append(Block(
-                attn_norm=lw.attn_norm,
-                qkv=Fused(f"model.layers.{i}.self_attn.qkv_proj",
-                          [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
-                          self.policy, scales, stored),
-                qkv_bias=None if bias is None else bias.astype(np.float32),
-                o=make_linear(n("o_proj"), lw.wo, self.policy.format_for(n("o_proj")),
-                              scales.get(n("o_proj")), stored.get(n("o_proj"))),
-                ffn_norm=lw.ffn_norm,
-                gate_up=Fused(f"model.layers.{i}.mlp.gate_up_proj",
-                              [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)], self.policy,
-                              scales, stored),
-                down=make_linear(n("down_proj"), lw.w_down, self.policy.format_for(n("down_proj")),
-                                 scales.get(n("down_proj")), stored.get(n("down_proj"))),
-                cache=KVCache(self.max_context, nkv, c.head_dim, kv_dtype,
-                              window=c.sliding_window if c.is_local(i) else 0),
-                n_heads=nh, n_kv_heads=nkv, ffn_dim=ffn, rope=tables[c.layer_rope_theta(i)],
-                window=c.sliding_window if c.is_local(i) else 0,
-                q_norm=lw.q_norm, k_norm=lw.k_norm, post_attn_norm=lw.post_attn_norm,
-                post_ffn_norm=lw.post_ffn_norm,
-            ))
+            self.blocks.append(
+                Block(
+                    attn_norm=lw.attn_norm,
+                    qkv=Fused(
+                        f"model.layers.{i}.self_attn.qkv_proj",
+                        [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
+                        self.policy,
+                        scales,
+                        stored,
+                    ),
+                    qkv_bias=None if bias is None else bias.astype(np.float32),
+                    o=make_linear(
+                        n("o_proj"),
+                        lw.wo,
+                        self.policy.format_for(n("o_proj")),
+                        scales.get(n("o_proj")),
+                        stored.get(n("o_proj")),
+                    ),
+                    ffn_norm=lw.ffn_norm,
+                    gate_up=Fused(
+                        f"model.layers.{i}.mlp.gate_up_proj",
+                        [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)],
+                        self.policy,
+                        scales,
+                        stored,
+                    ),
+                    down=make_linear(
+                        n("down_proj"),
+                        lw.w_down,
+                        self.policy.format_for(n("down_proj")),
+                        scales.get(n("down_proj")),
+                        stored.get(n("down_proj")),
+                    ),
+                    cache=KVCache(
+                        self.max_context,
+                        nkv,
+                        c.head_dim,
+                        kv_dtype,
+                        window=c.sliding_window if c.is_local(i) else 0,
+                    ),
+                    n_heads=nh,
+                    n_kv_heads=nkv,
+                    ffn_dim=ffn,
+                    rope=tables[c.layer_rope_theta(i)],
+                    window=c.sliding_window if c.is_local(i) else 0,
+                    q_norm=lw.q_norm,
+                    k_norm=lw.k_norm,
+                    post_attn_norm=lw.post_attn_norm,
+                    post_ffn_norm=lw.post_ffn_norm,
+                )
+            )
         self.final_norm = weights.final_norm
-        self.lm_head = make_linear("lm_head", weights.head, self.policy.format_for("lm_head"),
-                                   scales.get("lm_head"), stored.get("lm_head"))
+        self.lm_head = make_linear(
+            "lm_head",
+            weights.head,
+            self.policy.format_for("lm_head"),
+            scales.get("lm_head"),
+            stored.get("lm_head"),
+        )
         self.pos = 0
         self.name = f"{self.policy.name}" + ("" if kv_dtype == "fp16" else f"+kv-{kv_dtype}")
 
@@ -450,13 +550,28 @@ class Llama:
         return out
 
     def weight_bytes(self) -> dict[str, int]:
-        linear = sum(b.qkv.nbytes + b.o.nbytes + b.gate_up.nbytes + b.down.nbytes
-                     for b in self.blocks) + self.lm_head.nbytes
-        norms = sum(a.nbytes for b in self.blocks
-                    for a in (b.attn_norm, b.ffn_norm, b.q_norm, b.k_norm, b.post_attn_norm,
-                              b.post_ffn_norm) if a is not None)
-        return {"linear": linear, "embedding": self.embed.nbytes,
-                "norms": norms + self.final_norm.nbytes}
+        linear = (
+            sum(b.qkv.nbytes + b.o.nbytes + b.gate_up.nbytes + b.down.nbytes for b in self.blocks)
+            + self.lm_head.nbytes
+        )
+        norms = sum(
+            a.nbytes
+            for b in self.blocks
+            for a in (
+                b.attn_norm,
+                b.ffn_norm,
+                b.q_norm,
+                b.k_norm,
+                b.post_attn_norm,
+                b.post_ffn_norm,
+            )
+            if a is not None
+        )
+        return {
+            "linear": linear,
+            "embedding": self.embed.nbytes,
+            "norms": norms + self.final_norm.nbytes,
+        }
 
     def kv_cache_bytes(self) -> int:
         return sum(b.cache.nbytes for b in self.blocks)
@@ -494,11 +609,11 @@ class Llama:
             rms_norm_heads_rows(qkv, 0, nh, hd, b.q_norm, self.eps)
             rms_norm_heads_rows(qkv, nh, nkv, hd, b.k_norm, self.eps)
         cos, sin = b.rope
-        rope_rows(qkv, nh + nkv, hd, cos[p0:p0 + t], sin[p0:p0 + t])  # q and k heads, in place
+        rope_rows(qkv, nh + nkv, hd, cos[p0 : p0 + t], sin[p0 : p0 + t])  # q and k heads, in place
         if self.q_factor != 1:
             qkv[:, :qd] *= self.q_factor
-        k_new = qkv[:, qd:qd + kvd].reshape(t, nkv, hd)
-        v_new = qkv[:, qd + kvd:].reshape(t, nkv, hd)
+        k_new = qkv[:, qd : qd + kvd].reshape(t, nkv, hd)
+        v_new = qkv[:, qd + kvd :].reshape(t, nkv, hd)
         if t == 1:
             b.cache.store(k_new, v_new)
             a = decode_attention_unchecked(qkv[0, :qd].reshape(nh, hd), b.cache)
@@ -507,8 +622,9 @@ class Llama:
             new_k, new_v = b.cache.roundtrip(k_new, v_new)
             b.cache.store(k_new, v_new)
             q = np.ascontiguousarray(qkv[:, :qd]).reshape(t, nh, hd)
-            a = window_prefill_attention(q, np.concatenate([past_k, new_k]),
-                                         np.concatenate([past_v, new_v]), b.window)
+            a = window_prefill_attention(
+                q, np.concatenate([past_k, new_k]), np.concatenate([past_v, new_v]), b.window
+            )
         else:
             b.cache.store(k_new, v_new)
             q = np.ascontiguousarray(qkv[:, :qd]).reshape(t, nh, hd)
@@ -524,8 +640,9 @@ class Llama:
             rms_norm_rows(d, b.post_ffn_norm, self.eps, d)
         add_rms_norm_rows(x, d, nxt, self.eps, h)  # x += d; h = next norm of x
 
-    def set_stage(self, i: int, stage: str, lw, policy: Policy, stored: dict,
-                  act_scales: dict | None = None) -> None:
+    def set_stage(
+        self, i: int, stage: str, lw, policy: Policy, stored: dict, act_scales: dict | None = None
+    ) -> None:
         """Rebuild stage `stage` (qkv, o, gate_up, down) of block i from layer weights `lw` in
         `policy`'s formats, GPTQ-fitted tensors from `stored`; the norms and the q|k|v bias
         follow `lw` (AWQ folds its scales into them)."""
@@ -534,22 +651,40 @@ class Llama:
         scales = act_scales or {}
         if stage == "qkv":
             b.attn_norm = lw.attn_norm
-            b.qkv = Fused(f"model.layers.{i}.self_attn.qkv_proj",
-                          [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
-                          policy, scales, stored)
+            b.qkv = Fused(
+                f"model.layers.{i}.self_attn.qkv_proj",
+                [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
+                policy,
+                scales,
+                stored,
+            )
             if c.attention_bias:
                 b.qkv_bias = np.concatenate([lw.bq, lw.bk, lw.bv]).astype(np.float32)
         elif stage == "o":
-            b.o = make_linear(n("o_proj"), lw.wo, policy.format_for(n("o_proj")),
-                              scales.get(n("o_proj")), stored.get(n("o_proj")))
+            b.o = make_linear(
+                n("o_proj"),
+                lw.wo,
+                policy.format_for(n("o_proj")),
+                scales.get(n("o_proj")),
+                stored.get(n("o_proj")),
+            )
         elif stage == "gate_up":
             b.ffn_norm = lw.ffn_norm
-            b.gate_up = Fused(f"model.layers.{i}.mlp.gate_up_proj",
-                              [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)], policy,
-                              scales, stored)
+            b.gate_up = Fused(
+                f"model.layers.{i}.mlp.gate_up_proj",
+                [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)],
+                policy,
+                scales,
+                stored,
+            )
         elif stage == "down":
-            b.down = make_linear(n("down_proj"), lw.w_down, policy.format_for(n("down_proj")),
-                                 scales.get(n("down_proj")), stored.get(n("down_proj")))
+            b.down = make_linear(
+                n("down_proj"),
+                lw.w_down,
+                policy.format_for(n("down_proj")),
+                scales.get(n("down_proj")),
+                stored.get(n("down_proj")),
+            )
         else:
             raise ValueError(f"unknown stage {stage!r}")
 
@@ -573,8 +708,13 @@ class Llama:
         return self.forward(np.array([token], dtype=np.int64))[0]
 
 
-def build_model(weights: DecoderWeights, policy: str = "fp32", kv_dtype: str = "fp16",
-                max_context: int = DEFAULT_MAX_CONTEXT, reference: bool = False):
+def build_model(
+    weights: DecoderWeights,
+    policy: str = "fp32",
+    kv_dtype: str = "fp16",
+    max_context: int = DEFAULT_MAX_CONTEXT,
+    reference: bool = False,
+):
     """The oracle (`reference=True`, or policy "reference") or the kernel path."""
     if reference or policy == "reference":
         return LlamaRef(weights, max_context)

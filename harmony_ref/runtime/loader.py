@@ -33,8 +33,10 @@ def resolve_model_path(model: str) -> Path:
         if not p.exists():
             raise CheckpointError(f"{p}: no such file or directory")
         return p
-    raise CheckpointError(f"--model {model!r}: not a shipped model ({', '.join(SHIPPED_MODELS)}), "
-                          "a .gguf file or a Hugging Face model directory")
+    raise CheckpointError(
+        f"--model {model!r}: not a shipped model ({', '.join(SHIPPED_MODELS)}), "
+        "a .gguf file or a Hugging Face model directory"
+    )
 
 
 def load_decoder(model: str, keep_stored: bool = False) -> tuple[DecoderWeights, Tokenizer]:
@@ -49,27 +51,37 @@ def stored_policy(weights: DecoderWeights, model: str):
     """--policy as-stored for `weights` read with keep_stored: each Linear in the format its
     file stores it in; ValueError when a Linear is in a type the runtime cannot run as stored."""
     from harmony_ref.checkpoint.gguf import STORED_TYPES, _gguf_name
-    from harmony_ref.model.decoder import layer_name
     from harmony_ref.kernels.formats import stored_format
+    from harmony_ref.model.decoder import layer_name
     from harmony_ref.quant.policy import AS_STORED, as_stored_policy
 
     if not str(weights.source).endswith(".gguf"):
-        raise ValueError(f"--policy {AS_STORED}: --model {model} is not a GGUF file; as-stored "
-                         "scores a GGUF file's tensors as they are stored")
-    names = [layer_name(i, s) for i in range(weights.config.n_layers)
-             for s in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                       "down_proj")] + ["lm_head"]
+        raise ValueError(
+            f"--policy {AS_STORED}: --model {model} is not a GGUF file; as-stored "
+            "scores a GGUF file's tensors as they are stored"
+        )
+    names = [
+        layer_name(i, s)
+        for i in range(weights.config.n_layers)
+        for s in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    ] + ["lm_head"]
     formats = {}
     for name in names:
         m = weights.stored.get(name)
         if m is None:
-            tensor = (_gguf_name("lm_head") if name == "lm_head" and weights.lm_head is not None
-                      else "token_embd.weight" if name == "lm_head"
-                      else _gguf_name(_memory_key(name)))
+            tensor = (
+                _gguf_name("lm_head")
+                if name == "lm_head" and weights.lm_head is not None
+                else "token_embd.weight"
+                if name == "lm_head"
+                else _gguf_name(_memory_key(name))
+            )
             kind = weights.stored_formats.get(tensor, "?")
-            raise ValueError(f"--policy {AS_STORED}: {model}: tensor {tensor} is {kind}, which "
-                             f"harmony-ref cannot run as stored (it runs "
-                             f"{', '.join(STORED_TYPES)})")
+            raise ValueError(
+                f"--policy {AS_STORED}: {model}: tensor {tensor} is {kind}, which "
+                f"harmony-ref cannot run as stored (it runs "
+                f"{', '.join(STORED_TYPES)})"
+            )
         formats[name] = stored_format(m)
     return as_stored_policy(formats, str(model))
 

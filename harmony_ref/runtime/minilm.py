@@ -122,17 +122,27 @@ class Batch:
 class MiniLM:
     """A BERT encoder + mean pooling over NumPy arrays named as in the HF checkpoint."""
 
-    def __init__(self, params: dict[str, np.ndarray], tokenizer, n_heads: int = MINILM_HEADS,
-                 max_seq_len: int = MAX_SEQ_LEN, source: str = "<memory>",
-                 fixed_linears: dict[str, QuantLinear] | None = None, gelu: str = "erf",
-                 linear_backend: str = "auto"):
+    def __init__(
+        self,
+        params: dict[str, np.ndarray],
+        tokenizer,
+        n_heads: int = MINILM_HEADS,
+        max_seq_len: int = MAX_SEQ_LEN,
+        source: str = "<memory>",
+        fixed_linears: dict[str, QuantLinear] | None = None,
+        gelu: str = "erf",
+        linear_backend: str = "auto",
+    ):
         self.params = {k: np.asarray(v) for k, v in params.items()}
         self.source = source
-        self.n_layers = 1 + max(int(k.split(".")[2]) for k in params if k.startswith("encoder.layer."))
+        self.n_layers = 1 + max(
+            int(k.split(".")[2]) for k in params if k.startswith("encoder.layer.")
+        )
         self.hidden = self.params["embeddings.word_embeddings.weight"].shape[1]
         if self.hidden % n_heads:
-            raise ValueError(f"{source}: hidden size {self.hidden} is not a multiple of "
-                             f"n_heads = {n_heads}")
+            raise ValueError(
+                f"{source}: hidden size {self.hidden} is not a multiple of n_heads = {n_heads}"
+            )
         self.n_heads = n_heads
         self.max_seq_len = max_seq_len
         self.tokenizer = tokenizer
@@ -142,7 +152,9 @@ class MiniLM:
         self.tokenizer.enable_padding(pad_id=self._pad_id, pad_token="[PAD]")
         self.gelu = {"erf": gelu_erf, "tanh": gelu_tanh}[gelu]
         if linear_backend not in LINEAR_BACKENDS:
-            raise ValueError(f"linear_backend must be one of {LINEAR_BACKENDS}, got {linear_backend!r}")
+            raise ValueError(
+                f"linear_backend must be one of {LINEAR_BACKENDS}, got {linear_backend!r}"
+            )
         self.linear_backend = linear_backend
         if fixed_linears is not None:
             for q in fixed_linears.values():
@@ -151,16 +163,19 @@ class MiniLM:
         self._cache: dict[str, dict[str, QuantLinear]] = {}
 
     @classmethod
-    def from_files(cls, weights: Path, tokenizer: Path, **kw) -> "MiniLM":
+    def from_files(cls, weights: Path, tokenizer: Path, **kw) -> MiniLM:
         from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
-        params = {k: v for k, v in load_file(str(weights)).items()
-                  if not k.startswith("pooler.") and k != "embeddings.position_ids"}
+        params = {
+            k: v
+            for k, v in load_file(str(weights)).items()
+            if not k.startswith("pooler.") and k != "embeddings.position_ids"
+        }
         return cls(params, Tokenizer.from_file(str(tokenizer)), source=str(weights), **kw)
 
     @classmethod
-    def from_artifact(cls, path: Path, **kw) -> "MiniLM":
+    def from_artifact(cls, path: Path, **kw) -> MiniLM:
         """A model whose Linears come from an exported artifact (verified while loading); the
         artifact carries its tokenizer."""
         from tokenizers import Tokenizer
@@ -172,13 +187,18 @@ class MiniLM:
         kw.setdefault("n_heads", int(meta["n_heads"]))
         kw.setdefault("max_seq_len", int(meta["max_seq_len"]))
         linears = {n: QuantLinear(n, s.fmt, s.stored, s.bias) for n, s in art.linears.items()}
-        return cls(art.params, Tokenizer.from_str(meta["tokenizer_json"]), source=str(path),
-                   fixed_linears=linears, **kw)
+        return cls(
+            art.params,
+            Tokenizer.from_str(meta["tokenizer_json"]),
+            source=str(path),
+            fixed_linears=linears,
+            **kw,
+        )
 
     # -- layers ------------------------------------------------------------------------------
 
     def resolved_backend(self) -> str:
-        """"kernels" or "dequant": what int8/int4 Linears of this model actually run."""
+        """ "kernels" or "dequant": what int8/int4 Linears of this model actually run."""
         return "kernels" if self.linear_backend == "auto" else self.linear_backend
 
     def linear_names(self) -> list[str]:
@@ -194,26 +214,35 @@ class MiniLM:
             raise ValueError(f"{self.source} is an exported artifact: its policy is fixed")
         pol = load_policy(policy)
         if pol.activations is not None:
-            raise ValueError(f"{pol.source}: [activations] (static INT8 activations) runs on the "
-                             "decoder runtime only, not on MiniLM")
+            raise ValueError(
+                f"{pol.source}: [activations] (static INT8 activations) runs on the "
+                "decoder runtime only, not on MiniLM"
+            )
         if pol.calibrated or (pol.prune is not None and pol.prune.repair):
-            raise ValueError(f"{pol.source}: [quantize] gptq / awq and [prune] repair calibrate "
-                             "on a decoder's corpus: they run on the decoder runtime only, not "
-                             "on MiniLM")
+            raise ValueError(
+                f"{pol.source}: [quantize] gptq / awq and [prune] repair calibrate "
+                "on a decoder's corpus: they run on the decoder runtime only, not "
+                "on MiniLM"
+            )
         key = pol.to_toml()
         if key not in self._cache:
             # A [prune] table: smaller matrices (model/prune.py); layer() reads their shapes.
-            params = (self.params if pol.prune is None
-                      else prune_minilm(self.params, self.n_heads, pol.prune))
-            self._cache[key] = {n: self.make_linear(n, pol.format_for(n), params)
-                                for n in self.linear_names()}
+            params = (
+                self.params
+                if pol.prune is None
+                else prune_minilm(self.params, self.n_heads, pol.prune)
+            )
+            self._cache[key] = {
+                n: self.make_linear(n, pol.format_for(n), params) for n in self.linear_names()
+            }
         return self._cache[key]
 
     def make_linear(self, name: str, fmt: WeightFormat, params=None) -> QuantLinear:
         params = self.params if params is None else params
         w = params[f"{name}.weight"]
-        return QuantLinear(name, fmt, quantize(w, fmt), params[f"{name}.bias"],
-                           backend=self.linear_backend)
+        return QuantLinear(
+            name, fmt, quantize(w, fmt), params[f"{name}.bias"], backend=self.linear_backend
+        )
 
     # -- forward -----------------------------------------------------------------------------
 
@@ -237,20 +266,24 @@ class MiniLM:
         out = []
         for idx in groups:
             encs = self.tokenizer.encode_batch([sentences[i] for i in idx])
-            out.append(Batch(
-                ids=np.array([e.ids for e in encs], dtype=np.int64),
-                type_ids=np.array([e.type_ids for e in encs], dtype=np.int64),
-                mask=np.array([e.attention_mask for e in encs], dtype=np.float32),
-                index=np.array(idx),
-            ))
+            out.append(
+                Batch(
+                    ids=np.array([e.ids for e in encs], dtype=np.int64),
+                    type_ids=np.array([e.type_ids for e in encs], dtype=np.int64),
+                    mask=np.array([e.attention_mask for e in encs], dtype=np.float32),
+                    index=np.array(idx),
+                )
+            )
         return out
 
     def embed(self, b: Batch) -> np.ndarray:  # -> (B, T, H)
         p = self.params
         t = b.ids.shape[1]
-        h = (p["embeddings.word_embeddings.weight"][b.ids]
-             + p["embeddings.position_embeddings.weight"][:t][None]
-             + p["embeddings.token_type_embeddings.weight"][b.type_ids])
+        h = (
+            p["embeddings.word_embeddings.weight"][b.ids]
+            + p["embeddings.position_embeddings.weight"][:t][None]
+            + p["embeddings.token_type_embeddings.weight"][b.type_ids]
+        )
         return layer_norm(h, p["embeddings.LayerNorm.weight"], p["embeddings.LayerNorm.bias"])
 
     def layer(self, h: np.ndarray, mask: np.ndarray, i: int, lin: dict[str, QuantLinear]):
@@ -275,8 +308,11 @@ class MiniLM:
         probs /= probs.sum(axis=-1, keepdims=True)
         ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(bsz * t, nh * hd)
         a = lin[pre + "attention.output.dense"](ctx) + x
-        a = layer_norm(a, p[pre + "attention.output.LayerNorm.weight"],
-                       p[pre + "attention.output.LayerNorm.bias"])
+        a = layer_norm(
+            a,
+            p[pre + "attention.output.LayerNorm.weight"],
+            p[pre + "attention.output.LayerNorm.bias"],
+        )
         f = self.gelu(lin[pre + "intermediate.dense"](a))
         o = lin[pre + "output.dense"](f) + a
         o = layer_norm(o, p[pre + "output.LayerNorm.weight"], p[pre + "output.LayerNorm.bias"])
@@ -296,8 +332,12 @@ class MiniLM:
             h = self.layer(h, mask, i, lin)
         return h
 
-    def encode(self, sentences: list[str], policy: str | Path | Policy | None = "fp32",
-               batch_size: int = BATCH_SIZE) -> np.ndarray:
+    def encode(
+        self,
+        sentences: list[str],
+        policy: str | Path | Policy | None = "fp32",
+        batch_size: int = BATCH_SIZE,
+    ) -> np.ndarray:
         """(n, hidden) float32 L2-normalised sentence embeddings."""
         lin = self.linears(policy)
         out = np.empty((len(sentences), self.hidden), dtype=np.float32)

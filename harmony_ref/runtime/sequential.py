@@ -38,9 +38,12 @@ from harmony_ref.quant.gptq import gptq_quantize
 from harmony_ref.quant.policy import int4_format_for_rows
 
 STAGES = ("qkv", "o", "gate_up", "down")
-STAGE_PARTS = {"qkv": (("q_proj", "wq"), ("k_proj", "wk"), ("v_proj", "wv")),
-               "o": (("o_proj", "wo"),), "gate_up": (("gate_proj", "w_gate"), ("up_proj", "w_up")),
-               "down": (("down_proj", "w_down"),)}
+STAGE_PARTS = {
+    "qkv": (("q_proj", "wq"), ("k_proj", "wk"), ("v_proj", "wv")),
+    "o": (("o_proj", "wo"),),
+    "gate_up": (("gate_proj", "w_gate"), ("up_proj", "w_up")),
+    "down": (("down_proj", "w_down"),),
+}
 
 
 class _Stop(Exception):
@@ -142,12 +145,19 @@ def _awq_block(model, i, lw, xs, policy, methods, config):
         quant = [(n, w) for n, w in parts if policy.format_for(n).kind in ("int4", "int8")]
         tie = None
         if st == "o":  # one scale per v channel: the query heads of a KV group share it
+
             def tie(m):
                 kv = np.asarray(m).reshape(nkv, group, hd).mean(axis=1, keepdims=True)
                 return np.broadcast_to(kv, (nkv, group, hd)).reshape(-1)
-        s, _, _ = awq_search([w for _, w in quant], [_fmt_for(policy, n, w.shape[1])
-                                                     for n, w in quant],
-                             stats[st].gram, stats[st].mean_abs, q.grid, tie)
+
+        s, _, _ = awq_search(
+            [w for _, w in quant],
+            [_fmt_for(policy, n, w.shape[1]) for n, w in quant],
+            stats[st].gram,
+            stats[st].mean_abs,
+            q.grid,
+            tie,
+        )
         for _, a in STAGE_PARTS[st]:
             new[a] = getattr(lw, a) * s  # columns: W diag(s)
         if st == "qkv":
@@ -161,8 +171,9 @@ def _awq_block(model, i, lw, xs, policy, methods, config):
                 new["bv"] = lw.bv / sv
         else:  # down: its input is act(gate) x up
             new["w_up"] = new.get("w_up", lw.w_up) / s[:, None]
-    return dataclasses.replace(lw, **{k: np.ascontiguousarray(v, np.float32)
-                                      for k, v in new.items()})
+    return dataclasses.replace(
+        lw, **{k: np.ascontiguousarray(v, np.float32) for k, v in new.items()}
+    )
 
 
 def calibrate_weights(model, weights, policy, windows):
@@ -174,8 +185,9 @@ def calibrate_weights(model, weights, policy, windows):
     stored: dict = {}
     layers = []
     for i, lw in enumerate(weights.layers):
-        methods = {p: policy.method_for(layer_name(i, p)) for st in STAGES
-                   for p, _ in STAGE_PARTS[st]}
+        methods = {
+            p: policy.method_for(layer_name(i, p)) for st in STAGES for p, _ in STAGE_PARTS[st]
+        }
         lw = _awq_block(model, i, lw, xs, policy, methods, c)
         if lw is not weights.layers[i]:
             for st in STAGES:  # the folded weights, still FP32
@@ -189,8 +201,14 @@ def calibrate_weights(model, weights, policy, windows):
                     name, w = layer_name(i, p), getattr(lw, a)
                     by_fmt.setdefault(_fmt_for(policy, name, w.shape[1]), []).append((name, w))
                 for fmt, parts in by_fmt.items():
-                    t = gptq_quantize(np.concatenate([w for _, w in parts]), h, fmt, q.damp,
-                                      q.block_size, q.act_order).stored
+                    t = gptq_quantize(
+                        np.concatenate([w for _, w in parts]),
+                        h,
+                        fmt,
+                        q.damp,
+                        q.block_size,
+                        q.act_order,
+                    ).stored
                     r0 = 0
                     for name, w in parts:
                         stored[name] = row_slice(t, r0, r0 + w.shape[0])
@@ -202,21 +220,25 @@ def calibrate_weights(model, weights, policy, windows):
     method = policy.method_for("lm_head")
     if method != "rtn":
         eps = np.float32(c.norm_eps)
-        hs = [x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * weights.final_norm
-              for x in xs]
+        hs = [
+            x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * weights.final_norm for x in xs
+        ]
         st = InputStats()
         for h in hs:
             st.add(h)
         head = weights.head
         fmt = _fmt_for(policy, "lm_head", head.shape[1])
         if method == "gptq":
-            stored["lm_head"] = gptq_quantize(head, st.hessian, fmt, q.damp, q.block_size,
-                                              q.act_order).stored
+            stored["lm_head"] = gptq_quantize(
+                head, st.hessian, fmt, q.damp, q.block_size, q.act_order
+            ).stored
         else:
             s, _, _ = awq_search([head], [fmt], st.gram, st.mean_abs, q.grid)
             weights = dataclasses.replace(
-                weights, lm_head=np.ascontiguousarray(head * s, np.float32),
-                final_norm=np.ascontiguousarray(weights.final_norm / s, np.float32))
+                weights,
+                lm_head=np.ascontiguousarray(head * s, np.float32),
+                final_norm=np.ascontiguousarray(weights.final_norm / s, np.float32),
+            )
     return weights, stored
 
 
@@ -229,8 +251,9 @@ def row_slice(t, a: int, b: int):
     if isinstance(t, Int8Tensor):
         return Int8Tensor(t.values[a:b].copy(), t.scale[a:b].copy(), (b - a, k))
     zp = None if t.zero_point is None else t.zero_point[a:b].copy()
-    return Int4Tensor(t.packed[a:b].copy(), t.scale[a:b].copy(), zp, (b - a, k), t.group_size,
-                      t.scheme)
+    return Int4Tensor(
+        t.packed[a:b].copy(), t.scale[a:b].copy(), zp, (b - a, k), t.group_size, t.scheme
+    )
 
 
 def _fp32(policy):

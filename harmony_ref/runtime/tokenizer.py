@@ -111,13 +111,16 @@ class Tokenizer:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = raise_exception
         return env.from_string(self.chat_template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token, eos_token=self.eos_token)
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+        )
 
     # -- construction ----------------------------------------------------------------------------
 
     @classmethod
-    def from_gguf(cls, path) -> "Tokenizer":
+    def from_gguf(cls, path) -> Tokenizer:
         from harmony_ref.checkpoint.gguf import open_reader
 
         path = Path(path)
@@ -129,8 +132,10 @@ class Tokenizer:
 
         model = get("tokenizer.ggml.model")
         if model not in ("gpt2", "llama"):
-            raise CheckpointError(f"{path}: tokenizer.ggml.model = {model!r}: supported 'gpt2' "
-                                  "(byte-level BPE) and 'llama' (SentencePiece)")
+            raise CheckpointError(
+                f"{path}: tokenizer.ggml.model = {model!r}: supported 'gpt2' "
+                "(byte-level BPE) and 'llama' (SentencePiece)"
+            )
         tokens = get("tokenizer.ggml.tokens")
         if tokens is None:
             raise CheckpointError(f"{path}: tokenizer.ggml.tokens missing")
@@ -139,11 +144,15 @@ class Tokenizer:
         if model == "llama":  # SentencePiece: scores, cut tokens, BOS by default
             scores = get("tokenizer.ggml.scores")
             if scores is None or len(scores) != len(tokens):
-                raise CheckpointError(f"{path}: tokenizer.ggml.scores missing or not one per "
-                                      "token (a SentencePiece model needs them)")
+                raise CheckpointError(
+                    f"{path}: tokenizer.ggml.scores missing or not one per "
+                    "token (a SentencePiece model needs them)"
+                )
             tk = build_spm(tokens, scores, types, where=f"{path}: tokenizer.ggml.tokens")
-            extra = dict(specials=special_pieces(tokens, types),
-                         add_space_prefix=bool(get("tokenizer.ggml.add_space_prefix", True)))
+            extra = dict(
+                specials=special_pieces(tokens, types),
+                add_space_prefix=bool(get("tokenizer.ggml.add_space_prefix", True)),
+            )
         else:
             merges = get("tokenizer.ggml.merges")
             if merges is None:
@@ -151,20 +160,28 @@ class Tokenizer:
             pre = get("tokenizer.ggml.pre", "default")
             tk = build_bpe(tokens, merges, types, pre, where=f"{path}: tokenizer.ggml.pre")
         bos, eos = get("tokenizer.ggml.bos_token_id"), get("tokenizer.ggml.eos_token_id")
-        eog = {i for i, t in enumerate(tokens)
-               if types[i] == TOKEN_TYPE_CONTROL and t in EOG_TOKEN_TEXTS}
+        eog = {
+            i
+            for i, t in enumerate(tokens)
+            if types[i] == TOKEN_TYPE_CONTROL and t in EOG_TOKEN_TEXTS
+        }
         if eos is not None:
             eog.add(int(eos))
-        return cls(tk, bos_id=None if bos is None else int(bos),
-                   eos_id=None if eos is None else int(eos),
-                   add_bos=bool(get("tokenizer.ggml.add_bos_token", model == "llama")),
-                   chat_template=get("tokenizer.chat_template"),
-                   bos_token="" if bos is None else tokens[int(bos)],
-                   eos_token="" if eos is None else tokens[int(eos)],
-                   source=str(path), eog_ids=frozenset(eog), **extra)
+        return cls(
+            tk,
+            bos_id=None if bos is None else int(bos),
+            eos_id=None if eos is None else int(eos),
+            add_bos=bool(get("tokenizer.ggml.add_bos_token", model == "llama")),
+            chat_template=get("tokenizer.chat_template"),
+            bos_token="" if bos is None else tokens[int(bos)],
+            eos_token="" if eos is None else tokens[int(eos)],
+            source=str(path),
+            eog_ids=frozenset(eog),
+            **extra,
+        )
 
     @classmethod
-    def from_hf_dir(cls, directory) -> "Tokenizer":
+    def from_hf_dir(cls, directory) -> Tokenizer:
         """tokenizer.json as it is; BOS/EOS and the chat template from tokenizer_config.json."""
         from tokenizers import Tokenizer as TK
 
@@ -188,25 +205,38 @@ class Tokenizer:
         template = cfg.get("chat_template")
         if template is None and (d / "chat_template.jinja").is_file():
             template = (d / "chat_template.jinja").read_text(encoding="utf-8")
-        return cls(tk, bos_id=bos, eos_id=eos, add_bos=bool(cfg.get("add_bos_token", False)),
-                   chat_template=template, bos_token=bos_t or "", eos_token=eos_t or "",
-                   source=str(d), eog_ids=frozenset(eog))
+        return cls(
+            tk,
+            bos_id=bos,
+            eos_id=eos,
+            add_bos=bool(cfg.get("add_bos_token", False)),
+            chat_template=template,
+            bos_token=bos_t or "",
+            eos_token=eos_t or "",
+            source=str(d),
+            eog_ids=frozenset(eog),
+        )
 
 
 def build_bpe(tokens, merges, types, pre: str, where: str = "tokenizer"):
     """A byte-level BPE `tokenizers.Tokenizer` from GGUF-style vocabulary lists."""
-    from tokenizers import AddedToken, Tokenizer as TK, decoders, models, pre_tokenizers
+    from tokenizers import AddedToken, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as TK
 
     if pre in DIGIT_SPLIT_PRE:
-        pre_tok = pre_tokenizers.Sequence([
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ])
+        pre_tok = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Digits(individual_digits=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            ]
+        )
     elif pre in GPT2_PRE:
         pre_tok = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
-        raise CheckpointError(f"{where} = {pre!r} is not supported (supported: "
-                              f"{', '.join(DIGIT_SPLIT_PRE + GPT2_PRE)})")
+        raise CheckpointError(
+            f"{where} = {pre!r} is not supported (supported: "
+            f"{', '.join(DIGIT_SPLIT_PRE + GPT2_PRE)})"
+        )
     vocab = {t: i for i, t in enumerate(tokens)}
     pairs = []
     for m in merges:
@@ -217,10 +247,16 @@ def build_bpe(tokens, merges, types, pre: str, where: str = "tokenizer"):
     tk = TK(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
     tk.pre_tokenizer = pre_tok
     tk.decoder = decoders.ByteLevel()
-    special = [AddedToken(t, special=True, normalized=False)
-               for t, ty in zip(tokens, types) if ty == TOKEN_TYPE_CONTROL]
-    user = [AddedToken(t, special=False, normalized=False)
-            for t, ty in zip(tokens, types) if ty == TOKEN_TYPE_USER_DEFINED]
+    special = [
+        AddedToken(t, special=True, normalized=False)
+        for t, ty in zip(tokens, types)
+        if ty == TOKEN_TYPE_CONTROL
+    ]
+    user = [
+        AddedToken(t, special=False, normalized=False)
+        for t, ty in zip(tokens, types)
+        if ty == TOKEN_TYPE_USER_DEFINED
+    ]
     if special:
         tk.add_special_tokens(special)
     if user:
@@ -280,7 +316,8 @@ def build_spm(tokens, scores, types, where: str = "tokenizer"):
     """A `tokenizers.Tokenizer` for a SentencePiece vocabulary with scores and <0xXX> byte tokens
     (see the module docstring); control tokens registered as special (dropped by decode with
     skip_special), user-defined ones as added tokens."""
-    from tokenizers import AddedToken, Tokenizer as TK, decoders, models, normalizers
+    from tokenizers import AddedToken, decoders, models, normalizers
+    from tokenizers import Tokenizer as TK
 
     vocab = {}
     for i, t in enumerate(tokens):
@@ -289,18 +326,30 @@ def build_spm(tokens, scores, types, where: str = "tokenizer"):
         vocab[t] = i
     missing = [f"<0x{b:02X}>" for b in range(256) if f"<0x{b:02X}>" not in vocab]
     if missing:
-        raise CheckpointError(f"{where}: no byte-fallback tokens {', '.join(missing[:4])}"
-                              f"{' ...' if len(missing) > 4 else ''} (needed for characters "
-                              "outside the vocabulary)")
-    tk = TK(models.BPE(vocab=vocab, merges=spm_merges(tokens, scores), fuse_unk=False,
-                       byte_fallback=True))
+        raise CheckpointError(
+            f"{where}: no byte-fallback tokens {', '.join(missing[:4])}"
+            f"{' ...' if len(missing) > 4 else ''} (needed for characters "
+            "outside the vocabulary)"
+        )
+    tk = TK(
+        models.BPE(
+            vocab=vocab, merges=spm_merges(tokens, scores), fuse_unk=False, byte_fallback=True
+        )
+    )
     tk.normalizer = normalizers.Replace(" ", SPM_SPACE)
-    tk.decoder = decoders.Sequence([decoders.Replace(SPM_SPACE, " "), decoders.ByteFallback(),
-                                    decoders.Fuse()])
-    special = [AddedToken(t, special=True, normalized=False)
-               for t, ty in zip(tokens, types) if ty == TOKEN_TYPE_CONTROL]
-    user = [AddedToken(t, special=False, normalized=False)
-            for t, ty in zip(tokens, types) if ty in (TOKEN_TYPE_USER_DEFINED, TOKEN_TYPE_UNKNOWN)]
+    tk.decoder = decoders.Sequence(
+        [decoders.Replace(SPM_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+    special = [
+        AddedToken(t, special=True, normalized=False)
+        for t, ty in zip(tokens, types)
+        if ty == TOKEN_TYPE_CONTROL
+    ]
+    user = [
+        AddedToken(t, special=False, normalized=False)
+        for t, ty in zip(tokens, types)
+        if ty in (TOKEN_TYPE_USER_DEFINED, TOKEN_TYPE_UNKNOWN)
+    ]
     if special:
         tk.add_special_tokens(special)
     if user:

@@ -77,13 +77,16 @@ def run_shared(part: str, config: dict, key: str, after=None) -> dict:
     _trace("shared", key)
     by_name = {p.name: p for p in PARTS}
     got, entry = run_part_entry(by_name[part], RunConfig.from_dict(config, "sweep point"))
-    entry = {k: v for k, v in entry.items() if k != "traceback"} | {"shared_key": key,
-                                                                    "worker": worker_name()}
+    entry = {k: v for k, v in entry.items() if k != "traceback"} | {
+        "shared_key": key,
+        "worker": worker_name(),
+    }
     return {"metrics": got.to_dict(), "entry": entry}
 
 
-def run_batch(points: list[dict], shared: dict | None = None,
-              shared_parts: tuple[str, ...] = SHARED_PARTS) -> list[dict]:
+def run_batch(
+    points: list[dict], shared: dict | None = None, shared_parts: tuple[str, ...] = SHARED_PARTS
+) -> list[dict]:
     """Evaluate points (Point fields as dicts) and return one result each:
     {"key", "record": Record.to_dict(), "status", "error", "seconds", "worker"}.
     `shared`: shared_key -> run_shared result, for the points' `shared_parts`."""
@@ -93,11 +96,11 @@ def run_batch(points: list[dict], shared: dict | None = None,
     return [run_point(p, provenance, shared or {}, shared_parts) for p in points]
 
 
-def run_point(point: dict, provenance: dict, shared: dict,
-              shared_parts: tuple[str, ...] = SHARED_PARTS) -> dict:
+def run_point(
+    point: dict, provenance: dict, shared: dict, shared_parts: tuple[str, ...] = SHARED_PARTS
+) -> dict:
     from harmony_ref.config import RunConfig
-    from harmony_ref.track.job import (PARTS, add_part, record_config, run_part_entry,
-                                      skipped_entry)
+    from harmony_ref.track.job import PARTS, add_part, record_config, run_part_entry, skipped_entry
 
     _trace("point", point["key"])
     t0 = time.perf_counter()
@@ -116,8 +119,11 @@ def run_point(point: dict, provenance: dict, shared: dict,
         elif part.name in shared_parts:
             got = shared.get(shared_key(part.name, point["config"]))
             if got is None:
-                parts[part.name] = {"status": "failed", "metrics": [],
-                                    "detail": "its shared task did not run"}
+                parts[part.name] = {
+                    "status": "failed",
+                    "metrics": [],
+                    "detail": "its shared task did not run",
+                }
                 continue
             parts[part.name] = got["entry"]
             if got["entry"]["status"] == "ok":
@@ -127,11 +133,18 @@ def run_point(point: dict, provenance: dict, shared: dict,
             parts[part.name] = entry
             if entry["status"] == "ok":
                 add_part(metrics, part, got)
-    record = Record(record_config(config) if config else point["config"], metrics, provenance,
-                    parts)
+    record = Record(
+        record_config(config) if config else point["config"], metrics, provenance, parts
+    )
     status, error = point_status(parts, point["parts"])
-    return {"key": point["key"], "record": record.to_dict(), "status": status, "error": error,
-            "seconds": time.perf_counter() - t0, "worker": worker_name()}
+    return {
+        "key": point["key"],
+        "record": record.to_dict(),
+        "status": status,
+        "error": error,
+        "seconds": time.perf_counter() - t0,
+        "worker": worker_name(),
+    }
 
 
 def point_status(parts: dict, requested) -> tuple[str, str]:

@@ -43,8 +43,13 @@ from pathlib import Path
 from harmony_ref.config import KV_DTYPES, SCENARIO_FIELDS, RunConfig
 
 SCENARIO_AXES = SCENARIO_FIELDS + ("kv_dtype",)
-DEFAULT_SCENARIO = {"prompt_tokens": (512,), "new_tokens": (128,), "context_tokens": (2048,),
-                    "batch": (1,), "kv_dtype": ("fp16",)}
+DEFAULT_SCENARIO = {
+    "prompt_tokens": (512,),
+    "new_tokens": (128,),
+    "context_tokens": (2048,),
+    "batch": (1,),
+    "kv_dtype": ("fp16",),
+}
 GRID_FIELDS = ("models", "policies", "profiles", "parts", "backend", "scenario")
 # What each field of a sweep TOML means: docs/reference/grid.md is generated from this table
 # (tools/docs_reference.py), and the build fails on a field of GRID_FIELDS it does not describe.
@@ -54,10 +59,10 @@ GRID_FIELD_DOCS = {
     "policies": "required list: shipped policy names or policy TOML paths",
     "profiles": "required list: device profile names or profile TOML paths",
     "parts": "list of `harmony-ref run`'s parts: predicted, host, accuracy, coldstart, thermal "
-             "(default [\"predicted\"])",
-    "backend": "\"simulated\" (default) or \"host\"",
+    '(default ["predicted"])',
+    "backend": '"simulated" (default) or "host"',
     "scenario": "table of axes, each a list or one value: prompt_tokens, new_tokens, "
-                "context_tokens, batch, kv_dtype (defaults 512, 128, 2048, 1, fp16)",
+    "context_tokens, batch, kv_dtype (defaults 512, 128, 2048, 1, fp16)",
 }
 # Points one grid may hold: a point takes milliseconds (predicted) to minutes (host, accuracy),
 # so 100,000 is already days of work; a larger grid is a typo in an axis, refused up front.
@@ -98,33 +103,54 @@ class Grid:
         code = code_version()
         files = {v: file_digest(v) for v in (*self.models, *self.policies, *self.profiles)}
         out = []
-        axes = [self.models, self.policies, self.profiles,
-                *(self.scenario[a] for a in SCENARIO_AXES)]
+        axes = [
+            self.models,
+            self.policies,
+            self.profiles,
+            *(self.scenario[a] for a in SCENARIO_AXES),
+        ]
         for model, policy, profile, *sc in itertools.product(*axes):
             values = dict(zip(SCENARIO_AXES, sc))
             error = ""
             try:
-                config = RunConfig.from_names(model_spec(model), policy, profile=profile,
-                                              backend=self.backend, **values,
-                                              checkpoint=checkpoint_name(model)).to_dict()
+                config = RunConfig.from_names(
+                    model_spec(model),
+                    policy,
+                    profile=profile,
+                    backend=self.backend,
+                    **values,
+                    checkpoint=checkpoint_name(model),
+                ).to_dict()
             except ValueError as e:
                 error = f"bad config: {e}"
-                config = {"model": model, "policy": policy, "profile": profile,
-                          "backend": self.backend,
-                          "scenario": {k: values[k] for k in SCENARIO_FIELDS},
-                          "kv_dtype": values["kv_dtype"]}
-            ident = {"config": config, "parts": sorted(self.parts),
-                     "files": [files[model], files[policy], files[profile]]}
+                config = {
+                    "model": model,
+                    "policy": policy,
+                    "profile": profile,
+                    "backend": self.backend,
+                    "scenario": {k: values[k] for k in SCENARIO_FIELDS},
+                    "kv_dtype": values["kv_dtype"],
+                }
+            ident = {
+                "config": config,
+                "parts": sorted(self.parts),
+                "files": [files[model], files[policy], files[profile]],
+            }
             config_key = _digest(ident)
-            out.append(Point(_digest({**ident, "code": code}), config_key, config,
-                             self.parts, error))
+            out.append(
+                Point(_digest({**ident, "code": code}), config_key, config, self.parts, error)
+            )
         return out
 
     def to_dict(self) -> dict:
-        return {"models": list(self.models), "policies": list(self.policies),
-                "profiles": list(self.profiles), "parts": list(self.parts),
-                "backend": self.backend,
-                "scenario": {k: list(v) for k, v in self.scenario.items()}}
+        return {
+            "models": list(self.models),
+            "policies": list(self.policies),
+            "profiles": list(self.profiles),
+            "parts": list(self.parts),
+            "backend": self.backend,
+            "scenario": {k: list(v) for k, v in self.scenario.items()},
+        }
 
 
 def _digest(obj) -> str:
@@ -172,9 +198,13 @@ def code_version() -> str:
 
 # --- checking and reading ---------------------------------------------------------------------
 
-FLAG_OF = {"scenario.prompt_tokens": "--prompt", "scenario.new_tokens": "--new",
-           "scenario.context_tokens": "--context", "scenario.batch": "--batch",
-           "scenario.kv_dtype": "--kv-dtype"}
+FLAG_OF = {
+    "scenario.prompt_tokens": "--prompt",
+    "scenario.new_tokens": "--new",
+    "scenario.context_tokens": "--context",
+    "scenario.batch": "--batch",
+    "scenario.kv_dtype": "--kv-dtype",
+}
 
 
 def _fail(source: str, where: str, value, msg: str):
@@ -190,10 +220,12 @@ def check_grid(grid: Grid) -> None:
     from harmony_ref.track.job import part_names
 
     src = grid.source
-    for where, values, load in (("models", grid.models, model_spec),
-                                ("policies", grid.policies, load_policy),
-                                ("profiles", grid.profiles, load_profile),
-                                ("parts", grid.parts, None)):
+    for where, values, load in (
+        ("models", grid.models, model_spec),
+        ("policies", grid.policies, load_policy),
+        ("profiles", grid.profiles, load_profile),
+        ("parts", grid.parts, None),
+    ):
         if not values:
             _fail(src, where, list(values), "must list at least one")
         if len(set(values)) != len(values):
@@ -214,12 +246,21 @@ def check_grid(grid: Grid) -> None:
     if grid.backend not in BACKENDS:
         _fail(src, "backend", grid.backend, f"must be one of {list(BACKENDS)}")
     if grid.backend == "command":
-        _fail(src, "backend", grid.backend, "a sweep runs simulated or host backends (a command "
-              "backend needs one command line per phone: use `harmony-ref run`)")
+        _fail(
+            src,
+            "backend",
+            grid.backend,
+            "a sweep runs simulated or host backends (a command "
+            "backend needs one command line per phone: use `harmony-ref run`)",
+        )
     extra = set(grid.scenario) - set(SCENARIO_AXES)
     if extra:
-        _fail(src, f"scenario.{sorted(extra)[0]}", grid.scenario[sorted(extra)[0]],
-              f"not a scenario axis; axes are {list(SCENARIO_AXES)}")
+        _fail(
+            src,
+            f"scenario.{sorted(extra)[0]}",
+            grid.scenario[sorted(extra)[0]],
+            f"not a scenario axis; axes are {list(SCENARIO_AXES)}",
+        )
     for axis in SCENARIO_AXES:
         values = grid.scenario.get(axis)
         if not values:
@@ -233,9 +274,13 @@ def check_grid(grid: Grid) -> None:
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 _fail(src, f"scenario.{axis}", v, f"must be an integer >= {lo}")
     if grid.size > MAX_GRID_POINTS:
-        _fail(src, "scenario", {a: len(v) for a, v in grid.scenario.items()},
-              f"the grid has {grid.size:,} points, more than {MAX_GRID_POINTS:,} "
-              "(sweep/grid.py MAX_GRID_POINTS: days of work; split it)")
+        _fail(
+            src,
+            "scenario",
+            {a: len(v) for a, v in grid.scenario.items()},
+            f"the grid has {grid.size:,} points, more than {MAX_GRID_POINTS:,} "
+            "(sweep/grid.py MAX_GRID_POINTS: days of work; split it)",
+        )
     _check_policies_fit_models(grid)
 
 
@@ -278,9 +323,13 @@ def grid_from_toml(path: str | Path) -> Grid:
     if unknown:
         from harmony_ref._format import did_you_mean
 
-        _fail(src, unknown[0], data[unknown[0]],
-              f"not a grid field{did_you_mean(unknown[0], GRID_FIELDS)}; fields are "
-              f"{list(GRID_FIELDS)}")
+        _fail(
+            src,
+            unknown[0],
+            data[unknown[0]],
+            f"not a grid field{did_you_mean(unknown[0], GRID_FIELDS)}; fields are "
+            f"{list(GRID_FIELDS)}",
+        )
     for key in ("models", "policies", "profiles"):
         if key not in data:
             _fail(src, key, None, "missing")
@@ -300,5 +349,12 @@ def grid_from_toml(path: str | Path) -> Grid:
         return tuple(v)
 
     backend = data.get("backend", "simulated")
-    return Grid(listed("models"), listed("policies"), listed("profiles"),
-                listed("parts", ["predicted"]), backend, scenario, source=src)
+    return Grid(
+        listed("models"),
+        listed("policies"),
+        listed("profiles"),
+        listed("parts", ["predicted"]),
+        backend,
+        scenario,
+        source=src,
+    )

@@ -61,25 +61,52 @@ def pareto_figure(answer, title: str | None = None):
             if not (math.isfinite(x) and math.isfinite(y)):
                 continue
             grey = r.verdict == "infeasible"
-            ax.scatter([x], [y], s=_area(r.peak_memory_mb, lo, hi), marker=shapes[r.policy],
-                       c=["#c8c8c8" if grey else colors[r.model]],
-                       edgecolors="#9a9a9a" if grey else "black", linewidths=0.6,
-                       alpha=0.6 if grey else 0.9, zorder=2 if grey else 3)
+            ax.scatter(
+                [x],
+                [y],
+                s=_area(r.peak_memory_mb, lo, hi),
+                marker=shapes[r.policy],
+                c=["#c8c8c8" if grey else colors[r.model]],
+                edgecolors="#9a9a9a" if grey else "black",
+                linewidths=0.6,
+                alpha=0.6 if grey else 0.9,
+                zorder=2 if grey else 3,
+            )
         front = df[df["pareto"]].sort_values("accuracy_loss")
         if len(front) > 1:
-            ax.step(front["accuracy_loss"], front["decode_tokens_per_s"], where="post",
-                    color="black", lw=1.2, ls="--", zorder=1)
+            ax.step(
+                front["accuracy_loss"],
+                front["decode_tokens_per_s"],
+                where="post",
+                color="black",
+                lw=1.2,
+                ls="--",
+                zorder=1,
+            )
         if answer.best is not None:
             b = answer.best
-            ax.scatter([b["accuracy_loss"]], [b["decode_tokens_per_s"]], s=1400, facecolors="none",
-                       edgecolors="red", linewidths=2.0, zorder=4)
+            ax.scatter(
+                [b["accuracy_loss"]],
+                [b["decode_tokens_per_s"]],
+                s=1400,
+                facecolors="none",
+                edgecolors="red",
+                linewidths=2.0,
+                zorder=4,
+            )
             xs = df["accuracy_loss"].astype(float)
             right = b["accuracy_loss"] > (xs.min() + xs.max()) / 2  # label towards the middle
-            ax.annotate(f"pick: {b['model']} / {b['policy']}",
-                        (b["accuracy_loss"], b["decode_tokens_per_s"]),
-                        xytext=(-24 if right else 24, -6), textcoords="offset points",
-                        ha="right" if right else "left", va="top", color="red", fontsize=12,
-                        zorder=5)
+            ax.annotate(
+                f"pick: {b['model']} / {b['policy']}",
+                (b["accuracy_loss"], b["decode_tokens_per_s"]),
+                xytext=(-24 if right else 24, -6),
+                textcoords="offset points",
+                ha="right" if right else "left",
+                va="top",
+                color="red",
+                fontsize=12,
+                zorder=5,
+            )
         ax.set_xlabel(_loss_label(answer.loss_metric), fontsize=12)
         ax.set_ylabel("decode tokens/s (predicted; log scale)", fontsize=12)
         ax.set_yscale("log")
@@ -92,20 +119,73 @@ def pareto_figure(answer, title: str | None = None):
         ax.grid(True, which="both", alpha=0.3)
         ax.tick_params(labelsize=11)
         s = answer.scenario
-        ax.set_title(title or f"{answer.profile}: {s['prompt_tokens']} prompt + {s['new_tokens']} "
-                     f"new tokens, batch {s['batch']} ({s['backend']})", fontsize=14)
-        handles = [Line2D([], [], marker="o", ls="", color=colors[m], markeredgecolor="black",
-                          markersize=10, label=m) for m in models]
-        handles += [Line2D([], [], marker=shapes[p], ls="", color="white", markeredgecolor="black",
-                           markersize=10, label=p) for p in policies]
-        handles += [Line2D([], [], marker="o", ls="", color="#c8c8c8", markeredgecolor="#9a9a9a",
-                           markersize=10, label="infeasible"),
-                    Line2D([], [], color="black", ls="--", label="Pareto front (feasible)")]
+        ax.set_title(
+            title
+            or f"{answer.profile}: {s['prompt_tokens']} prompt + {s['new_tokens']} "
+            f"new tokens, batch {s['batch']} ({s['backend']})",
+            fontsize=14,
+        )
+        handles = [
+            Line2D(
+                [],
+                [],
+                marker="o",
+                ls="",
+                color=colors[m],
+                markeredgecolor="black",
+                markersize=10,
+                label=m,
+            )
+            for m in models
+        ]
+        handles += [
+            Line2D(
+                [],
+                [],
+                marker=shapes[p],
+                ls="",
+                color="white",
+                markeredgecolor="black",
+                markersize=10,
+                label=p,
+            )
+            for p in policies
+        ]
+        handles += [
+            Line2D(
+                [],
+                [],
+                marker="o",
+                ls="",
+                color="#c8c8c8",
+                markeredgecolor="#9a9a9a",
+                markersize=10,
+                label="infeasible",
+            ),
+            Line2D([], [], color="black", ls="--", label="Pareto front (feasible)"),
+        ]
         for mb in (lo, hi):
-            handles.append(Line2D([], [], marker="o", ls="", color="white", markeredgecolor="black",
-                                  markersize=math.sqrt(_area(mb, lo, hi)),
-                                  label=f"peak memory {mb:,.0f} MB"))
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=11,
-                  title="model (colour), policy (shape)", title_fontsize=11, labelspacing=1.0,
-                  borderaxespad=0.0, frameon=False)
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    marker="o",
+                    ls="",
+                    color="white",
+                    markeredgecolor="black",
+                    markersize=math.sqrt(_area(mb, lo, hi)),
+                    label=f"peak memory {mb:,.0f} MB",
+                )
+            )
+        ax.legend(
+            handles=handles,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            fontsize=11,
+            title="model (colour), policy (shape)",
+            title_fontsize=11,
+            labelspacing=1.0,
+            borderaxespad=0.0,
+            frameon=False,
+        )
     return fig

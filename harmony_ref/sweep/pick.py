@@ -47,11 +47,15 @@ class Answer:
 
     def to_dict(self) -> dict:
         rows = [{k: _plain(v) for k, v in r.items()} for r in self.frame.to_dict("records")]
-        return {"profile": self.profile, "scenario": self.scenario,
-                "objective": self.objective, "constraints": self.constraints,
-                "loss_metric": self.loss_metric,
-                "best": None if self.best is None else {k: _plain(v) for k, v in self.best.items()},
-                "candidates": rows}
+        return {
+            "profile": self.profile,
+            "scenario": self.scenario,
+            "objective": self.objective,
+            "constraints": self.constraints,
+            "loss_metric": self.loss_metric,
+            "best": None if self.best is None else {k: _plain(v) for k, v in self.best.items()},
+            "candidates": rows,
+        }
 
 
 def _plain(v):
@@ -76,55 +80,74 @@ def loss_metric(df) -> str | None:
 def read_points(store):
     """The sweep's rows; a sweep that does not exist or has no ok point is a ValueError."""
     if not store.exists():
-        raise ValueError(f"--sweep {store.name}: no sweep at {store.dir} "
-                         f"(run `harmony-ref sweep --name {store.name} ...` first)")
+        raise ValueError(
+            f"--sweep {store.name}: no sweep at {store.dir} "
+            f"(run `harmony-ref sweep --name {store.name} ...` first)"
+        )
     df = store.read()
     ok = df[df["status"] == "ok"]
     if ok.empty:
-        raise ValueError(f"--sweep {store.name}: {store.points_path} has no successful point "
-                         f"({len(df)} rows, all failed)")
+        raise ValueError(
+            f"--sweep {store.name}: {store.points_path} has no successful point "
+            f"({len(df)} rows, all failed)"
+        )
     return ok.reset_index(drop=True)
 
 
 def _need(df, column: str, flag: str) -> None:
     if column not in df.columns or df[column].isna().all():
-        raise ValueError(f"{flag}: the sweep has no {column!r} metric (run its part: "
-                         f"{'accuracy' if column != DECODE else 'predicted'})")
+        raise ValueError(
+            f"{flag}: the sweep has no {column!r} metric (run its part: "
+            f"{'accuracy' if column != DECODE else 'predicted'})"
+        )
 
 
 def check_machines(df, columns: list[str], machine: str | None):
     """Rows of one machine where a used metric was measured; a ValueError when it is ambiguous."""
     if machine is not None:
         if machine not in set(df["machine"]):
-            raise ValueError(f"--machine {machine!r}: not in the sweep; its machines are "
-                             f"{sorted(set(df['machine']))}")
+            raise ValueError(
+                f"--machine {machine!r}: not in the sweep; its machines are "
+                f"{sorted(set(df['machine']))}"
+            )
         return df[df["machine"] == machine]
     measured = df["measured_metrics"].fillna("").str.split(",")
     uses = measured.apply(lambda names: any(c in names for c in columns))
     machines = sorted(set(df.loc[uses, "machine"]))
     if len(machines) > 1:
-        raise ValueError(f"the metrics used ({', '.join(columns)}) were measured on "
-                         f"{len(machines)} machines {machines}: timings of different machines "
-                         "are not compared; choose one with --machine")
+        raise ValueError(
+            f"the metrics used ({', '.join(columns)}) were measured on "
+            f"{len(machines)} machines {machines}: timings of different machines "
+            "are not compared; choose one with --machine"
+        )
     return df
 
 
-def pick(df, profiles: list[str] | None = None, budget_mb: float | None = None,
-         max_kld: float | None = None, max_accuracy_drop: float | None = None,
-         min_decode_tps: float | None = None, objective: str = "decode",
-         machine: str | None = None, models: list[str] | None = None) -> list[Answer]:
+def pick(
+    df,
+    profiles: list[str] | None = None,
+    budget_mb: float | None = None,
+    max_kld: float | None = None,
+    max_accuracy_drop: float | None = None,
+    min_decode_tps: float | None = None,
+    objective: str = "decode",
+    machine: str | None = None,
+    models: list[str] | None = None,
+) -> list[Answer]:
     if models:
         known_models = sorted(set(df["model"]))
         for m in models:
             if m not in known_models:
-                raise ValueError(f"--models {m!r}: not in the sweep; its models are "
-                                 f"{known_models}")
+                raise ValueError(f"--models {m!r}: not in the sweep; its models are {known_models}")
         df = df[df["model"].isin(models)]
     if objective not in OBJECTIVES:
         raise ValueError(f"--objective {objective!r}: must be one of {list(OBJECTIVES)}")
-    for flag, v in (("--budget-mb", budget_mb), ("--max-kld", max_kld),
-                    ("--max-accuracy-drop", max_accuracy_drop),
-                    ("--min-decode-tps", min_decode_tps)):
+    for flag, v in (
+        ("--budget-mb", budget_mb),
+        ("--max-kld", max_kld),
+        ("--max-accuracy-drop", max_accuracy_drop),
+        ("--min-decode-tps", min_decode_tps),
+    ):
         if v is not None and not (math.isfinite(v) and v >= 0):
             raise ValueError(f"{flag} {v}: must be a finite number >= 0")
     known = sorted(set(df["profile"]))
@@ -135,9 +158,11 @@ def pick(df, profiles: list[str] | None = None, budget_mb: float | None = None,
     loss = loss_metric(df)
     kld = loss if loss and loss.endswith(KLD_SUFFIX) else None
     if max_kld is not None and kld is None:
-        raise ValueError(f"--max-kld {max_kld}: the sweep has no KL divergence metric (*_"
-                         f"{KLD_SUFFIX}); its accuracy loss is "
-                         f"{loss or 'not measured'}: use --max-accuracy-drop")
+        raise ValueError(
+            f"--max-kld {max_kld}: the sweep has no KL divergence metric (*_"
+            f"{KLD_SUFFIX}); its accuracy loss is "
+            f"{loss or 'not measured'}: use --max-accuracy-drop"
+        )
     if max_accuracy_drop is not None:
         _need(df, DROP_METRIC, "--max-accuracy-drop")
     if objective == "accuracy" and loss is None:
@@ -146,17 +171,34 @@ def pick(df, profiles: list[str] | None = None, budget_mb: float | None = None,
     if min_decode_tps is not None or objective == "decode":
         _need(df, DECODE, "--min-decode-tps" if min_decode_tps is not None else "--objective")
     df = check_machines(df, used, machine)
-    constraints = {k: v for k, v in (("budget_mb", budget_mb), ("max_kld", max_kld),
-                                     ("max_accuracy_drop", max_accuracy_drop),
-                                     ("min_decode_tps", min_decode_tps)) if v is not None}
+    constraints = {
+        k: v
+        for k, v in (
+            ("budget_mb", budget_mb),
+            ("max_kld", max_kld),
+            ("max_accuracy_drop", max_accuracy_drop),
+            ("min_decode_tps", min_decode_tps),
+        )
+        if v is not None
+    }
     out = []
     for profile in profiles:
         sub = df[df["profile"] == profile]
         for scen, group in sub.groupby(list(SCENARIO_COLUMNS), sort=True):
-            frame, best = _rank(group, loss, kld, budget_mb, max_kld, max_accuracy_drop,
-                                min_decode_tps, objective)
-            out.append(Answer(profile, dict(zip(SCENARIO_COLUMNS, map(_plain, scen))), frame,
-                              best, loss, constraints, objective))
+            frame, best = _rank(
+                group, loss, kld, budget_mb, max_kld, max_accuracy_drop, min_decode_tps, objective
+            )
+            out.append(
+                Answer(
+                    profile,
+                    dict(zip(SCENARIO_COLUMNS, map(_plain, scen))),
+                    frame,
+                    best,
+                    loss,
+                    constraints,
+                    objective,
+                )
+            )
     return out
 
 
@@ -172,8 +214,9 @@ def _reasons(row, loss, kld, budget_mb, max_kld, max_drop, min_tps) -> list[str]
         if not mem <= budget_mb:
             out.append(f"peak memory {mem:.0f} MB > budget {budget_mb:g} MB")
     elif _col(row, "fits_memory") == 0.0:
-        out.append(f"peak memory {mem:.0f} MB > the phone's app budget "
-                   f"{_col(row, 'app_budget_mb'):.0f} MB")
+        out.append(
+            f"peak memory {mem:.0f} MB > the phone's app budget {_col(row, 'app_budget_mb'):.0f} MB"
+        )
     if max_kld is not None and not _col(row, kld) <= max_kld:
         out.append(f"{kld} {_col(row, kld):.4g} > {max_kld:g}")
     if max_drop is not None and not _col(row, DROP_METRIC) <= max_drop:
@@ -191,8 +234,11 @@ def pareto_mask(tps: list[float], loss: list[float]) -> list[bool]:
     """True where no other point has decode >= and loss <= with one of them strictly better."""
     out = []
     for i, (t, lo) in enumerate(zip(tps, loss)):
-        beaten = any(t2 >= t and l2 <= lo and (t2 > t or l2 < lo)
-                     for j, (t2, l2) in enumerate(zip(tps, loss)) if j != i)
+        beaten = any(
+            t2 >= t and l2 <= lo and (t2 > t or l2 < lo)
+            for j, (t2, l2) in enumerate(zip(tps, loss))
+            if j != i
+        )
         out.append(not beaten and math.isfinite(t) and math.isfinite(lo))
     return out
 
@@ -208,52 +254,82 @@ def _rank(group, loss, kld, budget_mb, max_kld, max_drop, min_tps, objective):
     mem = [_col(r, MEMORY) for r in rows]
 
     def score(i):  # smaller is better; NaN last
-        key = {"decode": (-tps[i], lossv[i]), "accuracy": (lossv[i], -tps[i]),
-               "memory": (mem[i], -tps[i])}[objective]
+        key = {
+            "decode": (-tps[i], lossv[i]),
+            "accuracy": (lossv[i], -tps[i]),
+            "memory": (mem[i], -tps[i]),
+        }[objective]
         return tuple(math.inf if math.isnan(k) else k for k in key)
 
     ok = [i for i in range(len(rows)) if feasible[i]]
     best_i = min(ok, key=score) if ok else None
     front_idx = list(ok)
-    front = pareto_mask([tps[i] for i in front_idx], [lossv[i] for i in front_idx]) if loss \
+    front = (
+        pareto_mask([tps[i] for i in front_idx], [lossv[i] for i in front_idx])
+        if loss
         else [False] * len(front_idx)
+    )
     on_front = {i for i, f in zip(front_idx, front) if f}
-    what = {"decode": ("decode", tps, "tokens/s"), "accuracy": ("accuracy loss", lossv, ""),
-            "memory": ("peak memory", mem, "MB")}[objective]
+    what = {
+        "decode": ("decode", tps, "tokens/s"),
+        "accuracy": ("accuracy loss", lossv, ""),
+        "memory": ("peak memory", mem, "MB"),
+    }[objective]
     out = []
     for i, r in enumerate(rows):
         if i == best_i:
-            verdict, why = "best", f"highest {what[0]} of {len(ok)} feasible" \
-                if objective == "decode" else f"least {what[0]} of {len(ok)} feasible"
+            verdict, why = (
+                "best",
+                f"highest {what[0]} of {len(ok)} feasible"
+                if objective == "decode"
+                else f"least {what[0]} of {len(ok)} feasible",
+            )
         elif not feasible[i]:
             verdict, why = "infeasible", "; ".join(reasons[i])
         else:
             verdict = "loses"
-            why = (f"feasible, {what[0]} {what[1][i]:.4g} vs {what[1][best_i]:.4g} "
-                   f"{what[2]}").rstrip()
+            why = (
+                f"feasible, {what[0]} {what[1][i]:.4g} vs {what[1][best_i]:.4g} {what[2]}"
+            ).rstrip()
             if i in on_front:
                 why += " (Pareto: less accuracy loss than faster points)"
-        out.append({**{c: r[c] for c in CANDIDATE_COLUMNS}, DECODE: tps[i],
-                    "accuracy_loss": lossv[i], MEMORY: mem[i], "pareto": i in on_front,
-                    "verdict": verdict, "why": why})
+        out.append(
+            {
+                **{c: r[c] for c in CANDIDATE_COLUMNS},
+                DECODE: tps[i],
+                "accuracy_loss": lossv[i],
+                MEMORY: mem[i],
+                "pareto": i in on_front,
+                "verdict": verdict,
+                "why": why,
+            }
+        )
     frame = pd.DataFrame(out)
     order = {"best": 0, "loses": 1, "infeasible": 2}
-    frame = frame.assign(_o=frame["verdict"].map(order), _t=-frame[DECODE].fillna(-1)) \
-        .sort_values(["_o", "_t"]).drop(columns=["_o", "_t"]).reset_index(drop=True)
+    frame = (
+        frame.assign(_o=frame["verdict"].map(order), _t=-frame[DECODE].fillna(-1))
+        .sort_values(["_o", "_t"])
+        .drop(columns=["_o", "_t"])
+        .reset_index(drop=True)
+    )
     best = None if best_i is None else {**out[best_i]}
     return frame, best
 
 
 def answer_line(a: Answer) -> str:
     s = a.scenario
-    head = (f"{a.profile} ({s['prompt_tokens']} prompt + {s['new_tokens']} new tokens, "
-            f"context {s['context_tokens']}, batch {s['batch']}, {s['backend']})")
+    head = (
+        f"{a.profile} ({s['prompt_tokens']} prompt + {s['new_tokens']} new tokens, "
+        f"context {s['context_tokens']}, batch {s['batch']}, {s['backend']})"
+    )
     if a.best is None:
         return f"{head}: nothing feasible"
     b = a.best
     loss = "" if a.loss_metric is None else f", {a.loss_metric} {b['accuracy_loss']:.4g}"
-    return (f"{head}: best {b['model']} / {b['policy']} / KV {b['kv_dtype']}: "
-            f"{b[DECODE]:.4g} decode tokens/s, peak {b[MEMORY]:.0f} MB{loss}")
+    return (
+        f"{head}: best {b['model']} / {b['policy']} / KV {b['kv_dtype']}: "
+        f"{b[DECODE]:.4g} decode tokens/s, peak {b[MEMORY]:.0f} MB{loss}"
+    )
 
 
 def to_markdown(frame) -> str:

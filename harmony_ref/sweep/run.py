@@ -35,13 +35,16 @@ import os
 import time
 from dataclasses import dataclass
 
-from harmony_ref.sweep.execute import (SHARED_PARTS, run_batch, run_shared, shared_key,
-                                       warm_key)
+from harmony_ref.sweep.execute import SHARED_PARTS, run_batch, run_shared, shared_key, warm_key
 from harmony_ref.sweep.grid import Grid, Point
 from harmony_ref.sweep.store import SweepStore
 
-WORKER_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-              "MKL_NUM_THREADS": "1"}
+WORKER_ENV = {
+    "NUMBA_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
 CONNECT_TIMEOUT_S = 5
 POLL_S = 0.1  # how often running tasks are checked against --timeout-s
 TASKS_PER_WORKER = 4
@@ -63,9 +66,11 @@ class SweepSummary:
     points_path: str
 
     def line(self) -> str:
-        return (f"sweep {self.name}: {self.points} points: {self.computed} computed, "
-                f"{self.reused} reused, {self.failed} failed in {self.seconds:.1f} s "
-                f"({self.tasks} tasks on {self.where}) -> {self.points_path}")
+        return (
+            f"sweep {self.name}: {self.points} points: {self.computed} computed, "
+            f"{self.reused} reused, {self.failed} failed in {self.seconds:.1f} s "
+            f"({self.tasks} tasks on {self.where}) -> {self.points_path}"
+        )
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -82,8 +87,9 @@ def points_per_task(points: list[Point], grid: Grid, workers: int) -> int:
 def check_scheduler_address(address: str) -> str:
     host = address.split("://", 1)[-1]
     if "://" not in address or ":" not in host or not host.rsplit(":", 1)[1].isdigit():
-        raise ValueError(f"--scheduler {address!r}: give a Dask scheduler address such as "
-                         "tcp://HOST:8786")
+        raise ValueError(
+            f"--scheduler {address!r}: give a Dask scheduler address such as tcp://HOST:8786"
+        )
     return address
 
 
@@ -98,20 +104,37 @@ def open_client(scheduler: str | None, workers: int):
         try:
             client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
         except (OSError, TimeoutError) as e:
-            raise ValueError(f"--scheduler {scheduler}: no Dask scheduler answered within "
-                             f"{CONNECT_TIMEOUT_S} s ({type(e).__name__}: {e})") from None
+            raise ValueError(
+                f"--scheduler {scheduler}: no Dask scheduler answered within "
+                f"{CONNECT_TIMEOUT_S} s ({type(e).__name__}: {e})"
+            ) from None
         n = len(client.scheduler_info().get("workers", {}))
         return client, f"{scheduler} ({n} workers)"
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           dashboard_address=":0", silence_logs=logging.ERROR, env=WORKER_ENV)
+    cluster = LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
+        silence_logs=logging.ERROR,
+        env=WORKER_ENV,
+    )
     return Client(cluster), f"LocalCluster({workers} workers)"
 
 
-def run_sweep(grid: Grid, store: SweepStore, workers: int | None = None,
-              scheduler: str | None = None, retry_failed: bool = False, console=None,
-              show_progress: bool = True, client=None, on_result=None,
-              batch_size: int | None = None, shared_parts: tuple[str, ...] = SHARED_PARTS,
-              timeout_s: float | None = None) -> SweepSummary:
+def run_sweep(
+    grid: Grid,
+    store: SweepStore,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    retry_failed: bool = False,
+    console=None,
+    show_progress: bool = True,
+    client=None,
+    on_result=None,
+    batch_size: int | None = None,
+    shared_parts: tuple[str, ...] = SHARED_PARTS,
+    timeout_s: float | None = None,
+) -> SweepSummary:
     """Compute the grid's points that `store` lacks and write them (see the module doc).
     `client`: an open distributed.Client to use (not closed here); `on_result(n_done, client)`
     is called in the driver after each finished task (client None in this process; the tests
@@ -123,10 +146,13 @@ def run_sweep(grid: Grid, store: SweepStore, workers: int | None = None,
         workers = os.cpu_count() or 1
     if workers < 0:
         raise ValueError(f"--workers {workers}: must be >= 0 (0: in this process, no Dask)")
-    if timeout_s is not None and (not timeout_s > 0 or (workers == 0 and client is None
-                                                          and scheduler is None)):
-        raise ValueError(f"--timeout-s {timeout_s}: must be > 0, and needs Dask workers (a "
-                         "point running in this process cannot be stopped)")
+    if timeout_s is not None and (
+        not timeout_s > 0 or (workers == 0 and client is None and scheduler is None)
+    ):
+        raise ValueError(
+            f"--timeout-s {timeout_s}: must be > 0, and needs Dask workers (a "
+            "point running in this process cannot be stopped)"
+        )
     points = grid.points()
     own_client, where = None, "in-process"
     if scheduler is not None and client is None:  # unreachable: an error before anything
@@ -152,7 +178,7 @@ def run_sweep(grid: Grid, store: SweepStore, workers: int | None = None,
         if not todo:
             where = "nothing to compute"
         size = batch_size or points_per_task(todo, grid, n_workers)
-        batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+        batches = [todo[i : i + size] for i in range(0, len(todo), size)]
         shared = shared_tasks(todo, shared_parts)
         with _progress(console, show_progress, len(points), len(points) - len(todo)) as bar:
             task = bar.tasks[0].id
@@ -169,8 +195,7 @@ def run_sweep(grid: Grid, store: SweepStore, workers: int | None = None,
             if dask_client is None:
                 _run_here(batches, shared, shared_parts, record, on_result)
             else:
-                _run_dask(dask_client, batches, shared, shared_parts, record, on_result,
-                          timeout_s)
+                _run_dask(dask_client, batches, shared, shared_parts, record, on_result, timeout_s)
     finally:
         try:
             if own_client is not None:
@@ -178,9 +203,18 @@ def run_sweep(grid: Grid, store: SweepStore, workers: int | None = None,
             store.compact()
         finally:
             store.unlock()
-    return SweepSummary(store.name, len(points), counts["ok"] + counts["unavailable"],
-                        len(points) - len(todo), counts["failed"], len(batches) + len(shared),
-                        n_workers, time.perf_counter() - t0, where, str(store.points_path))
+    return SweepSummary(
+        store.name,
+        len(points),
+        counts["ok"] + counts["unavailable"],
+        len(points) - len(todo),
+        counts["failed"],
+        len(batches) + len(shared),
+        n_workers,
+        time.perf_counter() - t0,
+        where,
+        str(store.points_path),
+    )
 
 
 def shared_tasks(points: list[Point], shared_parts=SHARED_PARTS) -> dict:
@@ -197,8 +231,13 @@ def shared_tasks(points: list[Point], shared_parts=SHARED_PARTS) -> dict:
 
 
 def _needed(batch: list[Point], shared_parts) -> set[str]:
-    return {shared_key(part, p.config) for p in batch if not p.error
-            for part in shared_parts if part in p.parts}
+    return {
+        shared_key(part, p.config)
+        for p in batch
+        if not p.error
+        for part in shared_parts
+        if part in p.parts
+    }
 
 
 def _failed_results(batch: list[Point], message: str) -> list[dict]:
@@ -229,14 +268,18 @@ def _run_here(batches, shared, shared_parts, record, on_result) -> None:
         results[key] = run_shared(part, config, key)
     for i, batch in enumerate(batches):
         need = _needed(batch, shared_parts)
-        record(run_batch([dataclasses.asdict(p) for p in batch],
-                         {k: results[k] for k in need}, shared_parts))
+        record(
+            run_batch(
+                [dataclasses.asdict(p) for p in batch], {k: results[k] for k in need}, shared_parts
+            )
+        )
         if on_result:
             on_result(i + 1, None)
 
 
-def _run_dask(client, batches, shared, shared_parts, record, on_result,
-              timeout_s: float | None = None) -> None:
+def _run_dask(
+    client, batches, shared, shared_parts, record, on_result, timeout_s: float | None = None
+) -> None:
     from distributed import wait
 
     shared_futures, first_of = {}, {}
@@ -248,16 +291,20 @@ def _run_dask(client, batches, shared, shared_parts, record, on_result,
     futures = {}
     for batch in batches:
         need = {k: shared_futures[k] for k in _needed(batch, shared_parts)}
-        fut = client.submit(run_batch, [dataclasses.asdict(p) for p in batch], need,
-                            shared_parts, pure=False)
+        fut = client.submit(
+            run_batch, [dataclasses.asdict(p) for p in batch], need, shared_parts, pure=False
+        )
         futures[fut] = batch
     done = 0
     started: dict[str, tuple[float, str]] = {}  # task key -> (first seen processing, worker)
     try:
         while futures:
             try:
-                finished, _ = wait(list(futures), timeout=POLL_S if timeout_s else None,
-                                   return_when="FIRST_COMPLETED")
+                finished, _ = wait(
+                    list(futures),
+                    timeout=POLL_S if timeout_s else None,
+                    return_when="FIRST_COMPLETED",
+                )
             except TimeoutError:
                 finished = set()
             for fut in finished:
@@ -289,8 +336,13 @@ def _time_out(client, futures, started, timeout_s, record) -> int:
     late = [f for f in futures if f.key in started and now - started[f.key][0] > timeout_s]
     for fut in late:
         batch = futures.pop(fut)
-        record(_failed_results(batch, f"timed out: the task ran longer than {timeout_s:g} s "
-                                      f"(--timeout-s) on {started[fut.key][1]}"))
+        record(
+            _failed_results(
+                batch,
+                f"timed out: the task ran longer than {timeout_s:g} s "
+                f"(--timeout-s) on {started[fut.key][1]}",
+            )
+        )
         client.cancel([fut])
         client.restart_workers([started[fut.key][1]], raise_for_error=False)
     return len(late)
@@ -305,12 +357,25 @@ def _close(client) -> None:
 
 def _progress(console, show: bool, total: int, already: int):
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("points, {task.fields[failed]} failed"), TimeElapsedColumn(),
-                   TextColumn("ETA"), TimeRemainingColumn(),
-                   console=console or Console(stderr=True), disable=not show)
+    bar = Progress(
+        TextColumn("sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("points, {task.fields[failed]} failed"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console or Console(stderr=True),
+        disable=not show,
+    )
     bar.add_task("sweep", total=total, completed=already, failed=0)
     return bar

@@ -31,12 +31,36 @@ from pathlib import Path
 # for a policy without [prune] / [activations]; prune_blocks is the per-block table as JSON.
 PRUNE_FIELDS = ("ffn", "heads", "head_unit", "score", "samples", "sample_tokens", "seed")
 ACTIVATION_FIELDS = ("granularity", "calibration", "samples", "sample_tokens", "seed", "alpha")
-COMPRESSION_FIELDS = (*(f"prune_{f}" for f in PRUNE_FIELDS), "prune_blocks",
-                      *(f"activations_{f}" for f in ACTIVATION_FIELDS))
-ROW_FIELDS = ("key", "config_key", "code_version", "status", "error", "model", "policy",
-              "profile", "backend", "prompt_tokens", "new_tokens", "context_tokens", "batch",
-              "kv_dtype", *COMPRESSION_FIELDS, "parts", "machine", "cpu_model", "worker",
-              "seconds", "utc_time", "measured_metrics", "record")
+COMPRESSION_FIELDS = (
+    *(f"prune_{f}" for f in PRUNE_FIELDS),
+    "prune_blocks",
+    *(f"activations_{f}" for f in ACTIVATION_FIELDS),
+)
+ROW_FIELDS = (
+    "key",
+    "config_key",
+    "code_version",
+    "status",
+    "error",
+    "model",
+    "policy",
+    "profile",
+    "backend",
+    "prompt_tokens",
+    "new_tokens",
+    "context_tokens",
+    "batch",
+    "kv_dtype",
+    *COMPRESSION_FIELDS,
+    "parts",
+    "machine",
+    "cpu_model",
+    "worker",
+    "seconds",
+    "utc_time",
+    "measured_metrics",
+    "record",
+)
 FLUSH_EVERY_S = 2.0
 
 
@@ -89,8 +113,9 @@ class SweepStore:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise ValueError(f"{self.dir}: sweep {self.name!r} is running in another process "
-                             "(its .lock is held)") from None
+            raise ValueError(
+                f"{self.dir}: sweep {self.name!r} is running in another process (its .lock is held)"
+            ) from None
         self._lock_fd = fd
 
     def unlock(self) -> None:
@@ -190,18 +215,33 @@ def make_row(point, result: dict, record_path: str) -> dict:
     rec = result["record"]
     cfg = rec["config"]
     prov = rec["provenance"]
-    row = {"key": point.key, "config_key": point.config_key, "code_version": code_version(),
-           "status": result["status"], "error": result["error"],
-           "model": cfg["model"], "policy": cfg["policy"], "profile": cfg["profile"],
-           "backend": cfg["backend"]}
+    row = {
+        "key": point.key,
+        "config_key": point.config_key,
+        "code_version": code_version(),
+        "status": result["status"],
+        "error": result["error"],
+        "model": cfg["model"],
+        "policy": cfg["policy"],
+        "profile": cfg["profile"],
+        "backend": cfg["backend"],
+    }
     for axis in SCENARIO_AXES:
         row[axis] = cfg.get(axis, "fp16") if axis == "kv_dtype" else cfg["scenario"][axis]
     row.update(compression_columns(cfg.get("compression", {})))
     measured = [n for n, m in rec["metrics"].items() if m["kind"] == "measured"]
-    row.update({"parts": ",".join(point.parts), "machine": prov["hostname"],
-                "cpu_model": prov["cpu_model"], "worker": result["worker"],
-                "seconds": float(result["seconds"]), "utc_time": prov["utc_time"],
-                "measured_metrics": ",".join(measured), "record": record_path})
+    row.update(
+        {
+            "parts": ",".join(point.parts),
+            "machine": prov["hostname"],
+            "cpu_model": prov["cpu_model"],
+            "worker": result["worker"],
+            "seconds": float(result["seconds"]),
+            "utc_time": prov["utc_time"],
+            "measured_metrics": ",".join(measured),
+            "record": record_path,
+        }
+    )
     for name, m in rec["metrics"].items():
         if name in row:
             raise RuntimeError(f"metric {name!r} has the name of a points.parquet column")

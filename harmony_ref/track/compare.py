@@ -19,9 +19,16 @@ COMPARE_PARTS = ("predicted", "coldstart", "thermal")
 COLDSTART_LOADER = "read"  # the loader the coldstart part reports (device.coldstart default)
 
 
-def compare_profiles(profiles: list[str], model: str, policy: str, prompt_tokens: int = 512,
-                     new_tokens: int = 128, context_tokens: int = 2048, batch: int = 1,
-                     parts: tuple[str, ...] = COMPARE_PARTS):
+def compare_profiles(
+    profiles: list[str],
+    model: str,
+    policy: str,
+    prompt_tokens: int = 512,
+    new_tokens: int = 128,
+    context_tokens: int = 2048,
+    batch: int = 1,
+    parts: tuple[str, ...] = COMPARE_PARTS,
+):
     """(frame, notes): the frame is indexed by metric with columns unit, better, <profiles...>,
     best; notes say which parts could not run here (an input out of reach)."""
     import pandas as pd
@@ -38,8 +45,9 @@ def compare_profiles(profiles: list[str], model: str, policy: str, prompt_tokens
     notes: list[str] = []
     by_name = {p.name: p for p in PARTS}
     for profile in profiles:
-        config = RunConfig.from_names(model, policy, prompt_tokens, new_tokens, context_tokens, batch,
-                                      profile=profile)
+        config = RunConfig.from_names(
+            model, policy, prompt_tokens, new_tokens, context_tokens, batch, profile=profile
+        )
         values: dict[str, float] = {}
         for name in parts:
             try:
@@ -56,7 +64,9 @@ def compare_profiles(profiles: list[str], model: str, policy: str, prompt_tokens
     if not meta:
         raise ValueError("no metrics to compare: " + "; ".join(notes))
     rows = list(meta)
-    frame = pd.DataFrame({p: [columns[p].get(r, math.nan) for r in rows] for p in profiles}, index=rows)
+    frame = pd.DataFrame(
+        {p: [columns[p].get(r, math.nan) for r in rows] for p in profiles}, index=rows
+    )
     frame.index.name = "metric"
     frame.insert(0, "unit", [meta[r][0] for r in rows])
     frame.insert(1, "better", [meta[r][1] for r in rows])
@@ -64,9 +74,16 @@ def compare_profiles(profiles: list[str], model: str, policy: str, prompt_tokens
     return frame, notes
 
 
-def coldstart_phases(profiles: list[str], model: str, policy: str, prompt_tokens: int = 512,
-                     new_tokens: int = 128, context_tokens: int = 2048, batch: int = 1,
-                     loader: str = COLDSTART_LOADER) -> dict:
+def coldstart_phases(
+    profiles: list[str],
+    model: str,
+    policy: str,
+    prompt_tokens: int = 512,
+    new_tokens: int = 128,
+    context_tokens: int = 2048,
+    batch: int = 1,
+    loader: str = COLDSTART_LOADER,
+) -> dict:
     """{strategy: frame} of the cold-start model's steps on the user's clock: rows are the steps
     (ms) any profile pays for that strategy, in the order they happen, columns the profiles. Each
     column sums to the frame's `coldstart_<strategy>_ms` (same model, same loader)."""
@@ -76,14 +93,17 @@ def coldstart_phases(profiles: list[str], model: str, policy: str, prompt_tokens
 
     rows = {}
     for profile in profiles:
-        config = RunConfig.from_names(model, policy, prompt_tokens, new_tokens, context_tokens,
-                                      batch, profile=profile)
-        rows[profile] = {r["strategy"]: r for r in breakdown(profile, config)
-                         if r["loader"] == loader}
+        config = RunConfig.from_names(
+            model, policy, prompt_tokens, new_tokens, context_tokens, batch, profile=profile
+        )
+        rows[profile] = {
+            r["strategy"]: r for r in breakdown(profile, config) if r["loader"] == loader
+        }
     out = {}
     for strategy in STRATEGIES:
-        f = pd.DataFrame({p: [rows[p][strategy][f"{s}_ms"] for s in STEPS] for p in profiles},
-                         index=list(STEPS))
+        f = pd.DataFrame(
+            {p: [rows[p][strategy][f"{s}_ms"] for s in STEPS] for p in profiles}, index=list(STEPS)
+        )
         f.index.name = "step"
         out[strategy] = f[(f != 0).any(axis=1)]
     return out
@@ -125,7 +145,12 @@ def to_markdown(frame) -> str:
     profiles = profile_columns(frame)
     for p in profiles:  # "1.2**" -> "**1.2**"
         m[p] = [f"**{v[:-2]}**" if v.endswith("**") else v for v in m[p]]
-    lines = ["| " + " | ".join(m.columns) + " |",
-             "|" + "|".join(["---"] * 3 + ["---:"] * len(profiles)) + "|"]
+    lines = [
+        "| " + " | ".join(m.columns) + " |",
+        "|" + "|".join(["---"] * 3 + ["---:"] * len(profiles)) + "|",
+    ]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in m.itertuples(index=False)]
-    return "\n".join(lines) + "\n\nBest value per row in bold (direction-aware; `none` rows and all-equal rows are not marked).\n"
+    return (
+        "\n".join(lines)
+        + "\n\nBest value per row in bold (direction-aware; `none` rows and all-equal rows are not marked).\n"
+    )

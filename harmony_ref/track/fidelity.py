@@ -30,13 +30,21 @@ from harmony_ref.metrics import Metrics
 
 SETS = ("host", "llama.cpp", "phones", "records")
 DEFAULT_SETS = ("host", "llama.cpp", "phones")
-PHASE_OF = {"prefill_ms": "prefill", "prefill_tokens_per_s": "prefill", "ttft_ms": "prefill",
-            "decode_step_ms": "decode", "decode_tokens_per_s": "decode", "e2e_ms": "e2e",
-            "peak_memory_mb": "memory"}
+PHASE_OF = {
+    "prefill_ms": "prefill",
+    "prefill_tokens_per_s": "prefill",
+    "ttft_ms": "prefill",
+    "decode_step_ms": "decode",
+    "decode_tokens_per_s": "decode",
+    "e2e_ms": "e2e",
+    "peak_memory_mb": "memory",
+}
 BAND = 0.25  # the plot's +-25% band
 
 
-def collect(sets=DEFAULT_SETS, figures=None, records=(), records_runtime: str | None = None) -> list[Point]:
+def collect(
+    sets=DEFAULT_SETS, figures=None, records=(), records_runtime: str | None = None
+) -> list[Point]:
     """The points of the named sets; `figures`: a figures file whose figures join the phones set
     (default: only the shipped calibration figures); `records`: run record paths (set records)."""
     from harmony_ref.calibrate.figures import figure_points, load_figures
@@ -77,8 +85,20 @@ def record_points(paths, runtime: str | None) -> list[Point]:
         cfg = RunConfig.from_dict(rec.config, str(path))
         for metric in ("prefill_ms", "decode_step_ms", "peak_memory_mb"):
             if metric in rec.metrics and rec.metrics[metric].kind == "measured":
-                out.append(Point(f"{path}:{metric}", "records", cfg.profile, runtime or "", 0, cfg,
-                                 metric, rec.metrics.value(metric), "score", source=str(path)))
+                out.append(
+                    Point(
+                        f"{path}:{metric}",
+                        "records",
+                        cfg.profile,
+                        runtime or "",
+                        0,
+                        cfg,
+                        metric,
+                        rec.metrics.value(metric),
+                        "score",
+                        source=str(path),
+                    )
+                )
     return out
 
 
@@ -99,8 +119,10 @@ def score(points: list[Point]) -> list[Scored]:
     for p in points:
         fitted = _fitted_ids(p)
         if p.split == "score" and p.id in fitted:
-            raise ValueError(f"point {p.id} is held out (split 'score') but runtime "
-                             f"{p.runtime}'s [calibration] fitted_on lists it: held out means held out")
+            raise ValueError(
+                f"point {p.id} is held out (split 'score') but runtime "
+                f"{p.runtime}'s [calibration] fitted_on lists it: held out means held out"
+            )
         out.append(Scored(p, p.predicted(), fitted=p.id in fitted))
     return out
 
@@ -115,8 +137,12 @@ def _session_spread(rows: list[Scored]) -> float | None:
     if not per or len(per) != len(rows):
         return None
     n = min(len(r.point.samples) for r in per)
-    mapes = [statistics.mean(abs(r.predicted - r.point.samples[i]) / r.point.samples[i] * 100
-                             for r in per) for i in range(n)]
+    mapes = [
+        statistics.mean(
+            abs(r.predicted - r.point.samples[i]) / r.point.samples[i] * 100 for r in per
+        )
+        for i in range(n)
+    ]
     return max(mapes) - min(mapes)
 
 
@@ -128,23 +154,34 @@ def summary(scored: list[Scored]) -> list[dict]:
         mine = [r for r in scored if r.point.set == s]
         if not mine:
             continue
-        groups = [("all", mine)] + [(ph, [r for r in mine if PHASE_OF[r.point.metric] == ph])
-                                    for ph in ("prefill", "decode", "memory")]
+        groups = [("all", mine)] + [
+            (ph, [r for r in mine if PHASE_OF[r.point.metric] == ph])
+            for ph in ("prefill", "decode", "memory")
+        ]
         for phase, rs in groups:
             if not rs:
                 continue
             fit = [r for r in rs if r.point.split == "fit"]
             held = [r for r in rs if r.point.split == "score"]
-            factor = max((max(r.predicted / r.point.measured, r.point.measured / r.predicted)
-                          for r in held), default=None)
-            rows.append({
-                "set": s, "phase": phase, "fitted": len(fit), "scored": len(held),
-                "fit_mape_pct": _mape(fit), "mape_pct": _mape(held),
-                "median_ape_pct": statistics.median(r.ape_pct for r in held) if held else None,
-                "max_ape_pct": max((r.ape_pct for r in held), default=None),
-                "fit_max_ape_pct": max((r.ape_pct for r in fit), default=None),
-                "max_factor": factor, "session_spread_pct": _session_spread(held) if held else None,
-            })
+            factor = max(
+                (max(r.predicted / r.point.measured, r.point.measured / r.predicted) for r in held),
+                default=None,
+            )
+            rows.append(
+                {
+                    "set": s,
+                    "phase": phase,
+                    "fitted": len(fit),
+                    "scored": len(held),
+                    "fit_mape_pct": _mape(fit),
+                    "mape_pct": _mape(held),
+                    "median_ape_pct": statistics.median(r.ape_pct for r in held) if held else None,
+                    "max_ape_pct": max((r.ape_pct for r in held), default=None),
+                    "fit_max_ape_pct": max((r.ape_pct for r in fit), default=None),
+                    "max_factor": factor,
+                    "session_spread_pct": _session_spread(held) if held else None,
+                }
+            )
     return rows
 
 
@@ -164,19 +201,39 @@ def fidelity_metrics(rows: list[dict]) -> Metrics:
     for r in rows:
         for (s, phase, col), name in METRIC_NAMES.items():
             if r["set"] == s and r["phase"] == phase and r[col] is not None:
-                split = "calibration (fit) figures" if col.startswith("fit") else \
-                    f"{r['scored']} held-out points"
-                m.add(name, float(r[col]), "%", "lower", "exact",
-                      description=f"device model vs measured, {s} set, {phase}: {col} over {split} "
-                                  "(committed measurements; harmony-ref fidelity)")
+                split = (
+                    "calibration (fit) figures"
+                    if col.startswith("fit")
+                    else f"{r['scored']} held-out points"
+                )
+                m.add(
+                    name,
+                    float(r[col]),
+                    "%",
+                    "lower",
+                    "exact",
+                    description=f"device model vs measured, {s} set, {phase}: {col} over {split} "
+                    "(committed measurements; harmony-ref fidelity)",
+                )
     return m
 
 
 def table_rows(scored: list[Scored]) -> list[dict]:
-    return [{"set": r.point.set, "id": r.point.id, "split": r.point.split,
-             "runtime": r.point.runtime, "profile": r.point.profile, "metric": r.point.metric,
-             "measured": r.point.measured, "predicted": r.predicted,
-             "error_pct": r.error_pct, "differs_in": r.point.note} for r in scored]
+    return [
+        {
+            "set": r.point.set,
+            "id": r.point.id,
+            "split": r.point.split,
+            "runtime": r.point.runtime,
+            "profile": r.point.profile,
+            "metric": r.point.metric,
+            "measured": r.point.measured,
+            "predicted": r.predicted,
+            "error_pct": r.error_pct,
+            "differs_in": r.point.note,
+        }
+        for r in scored
+    ]
 
 
 def plot(scored: list[Scored], path) -> None:
@@ -192,16 +249,30 @@ def plot(scored: list[Scored], path) -> None:
         vals = [v for r in scored for v in (r.predicted, r.point.measured) if v > 0]
         lo, hi = min(vals) / 2, max(vals) * 2
         xs = [lo, hi]
-        ax.fill_between(xs, [x * (1 - BAND) for x in xs], [x * (1 + BAND) for x in xs],
-                        color=REFERENCE_COLOUR, alpha=0.12, lw=0, label="±25%")
+        ax.fill_between(
+            xs,
+            [x * (1 - BAND) for x in xs],
+            [x * (1 + BAND) for x in xs],
+            color=REFERENCE_COLOUR,
+            alpha=0.12,
+            lw=0,
+            label="±25%",
+        )
         ax.plot(xs, xs, color=REFERENCE_COLOUR, lw=1.2, label="y = x")
         for r in scored:
             rt = _runtime_name(r.point)
             colour = PALETTE[sets.index(r.point.set) % len(PALETTE)]
             marker = markers[runtimes.index(rt) % len(markers)]
-            ax.scatter(r.point.measured, r.predicted, s=70, marker=marker,
-                       facecolors=colour if r.point.split == "score" else "none",
-                       edgecolors=colour, linewidths=1.6, zorder=3)
+            ax.scatter(
+                r.point.measured,
+                r.predicted,
+                s=70,
+                marker=marker,
+                facecolors=colour if r.point.split == "score" else "none",
+                edgecolors=colour,
+                linewidths=1.6,
+                zorder=3,
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)
@@ -213,10 +284,22 @@ def plot(scored: list[Scored], path) -> None:
         ax.set_title("Device model fidelity: filled = held out (scored), hollow = fitted")
         from matplotlib.lines import Line2D
 
-        handles = [Line2D([], [], marker=markers[i % len(markers)], ls="", color="#333333",
-                          markerfacecolor="#333333", label=rt) for i, rt in enumerate(runtimes)]
-        handles += [Line2D([], [], marker="o", ls="", color=PALETTE[i % len(PALETTE)], label=f"set: {s}")
-                    for i, s in enumerate(sets)]
+        handles = [
+            Line2D(
+                [],
+                [],
+                marker=markers[i % len(markers)],
+                ls="",
+                color="#333333",
+                markerfacecolor="#333333",
+                label=rt,
+            )
+            for i, rt in enumerate(runtimes)
+        ]
+        handles += [
+            Line2D([], [], marker="o", ls="", color=PALETTE[i % len(PALETTE)], label=f"set: {s}")
+            for i, s in enumerate(sets)
+        ]
         handles += ax.get_legend_handles_labels()[0]
         ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
         save_png(fig, path)
@@ -246,31 +329,49 @@ def markdown_tables(scored: list[Scored], rows: list[dict]) -> str:
     by_set = {s: [r for r in scored if r.point.set == s] for s in ("host", "llama.cpp", "phones")}
     host = by_set["host"]
     if host:
-        out += ["| run | split | differs from the fit runs in | prefill ms: measured / predicted (error) | "
-                "decode step ms: measured / predicted (error) |", "|---|---|---|---|---|"]
+        out += [
+            "| run | split | differs from the fit runs in | prefill ms: measured / predicted (error) | "
+            "decode step ms: measured / predicted (error) |",
+            "|---|---|---|---|---|",
+        ]
         runs: dict[str, dict] = {}
         for r in host:
             run_id = r.point.id.rsplit(":", 1)[0]
-            runs.setdefault(run_id, {"split": r.point.split, "note": r.point.note})[r.point.metric] = r
+            runs.setdefault(run_id, {"split": r.point.split, "note": r.point.note})[
+                r.point.metric
+            ] = r
         for run_id, d in runs.items():
-            cells = [f"{_num(d[m].point.measured)} / {_num(d[m].predicted)} ({d[m].error_pct:+.1f}%)"
-                     for m in ("prefill_ms", "decode_step_ms")]
-            out.append(f"| {run_id} | {d['split']} | {d['note'] or '-'} | {cells[0]} | {cells[1]} |")
+            cells = [
+                f"{_num(d[m].point.measured)} / {_num(d[m].predicted)} ({d[m].error_pct:+.1f}%)"
+                for m in ("prefill_ms", "decode_step_ms")
+            ]
+            out.append(
+                f"| {run_id} | {d['split']} | {d['note'] or '-'} | {cells[0]} | {cells[1]} |"
+            )
         out += ["", _mape_line(rows, "host"), ""]
     llama = by_set["llama.cpp"]
     if llama:
-        out += ["| llama-bench run | split | differs in | metric | measured | predicted | error |",
-                "|---|---|---|---|---|---|---|"]
-        out += [f"| {r.point.id} | {r.point.split} | {r.point.note or '-'} | {r.point.metric} | "
-                f"{_num(r.point.measured)} | {_num(r.predicted)} | {r.error_pct:+.1f}% |" for r in llama]
+        out += [
+            "| llama-bench run | split | differs in | metric | measured | predicted | error |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {r.point.id} | {r.point.split} | {r.point.note or '-'} | {r.point.metric} | "
+            f"{_num(r.point.measured)} | {_num(r.predicted)} | {r.error_pct:+.1f}% |"
+            for r in llama
+        ]
         out += ["", _mape_line(rows, "llama.cpp"), ""]
     phones = by_set["phones"]
     if phones:
-        out += ["| published figure | phone (SoC profile) | runtime | metric | published | predicted | error |",
-                "|---|---|---|---|---|---|---|"]
-        out += [f"| {r.point.id} | {r.point.note} ({r.point.profile}) | {r.point.runtime} | "
-                f"{r.point.metric} | {_num(r.point.measured)} | {_num(r.predicted)} | {r.error_pct:+.1f}% |"
-                for r in phones]
+        out += [
+            "| published figure | phone (SoC profile) | runtime | metric | published | predicted | error |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {r.point.id} | {r.point.note} ({r.point.profile}) | {r.point.runtime} | "
+            f"{r.point.metric} | {_num(r.point.measured)} | {_num(r.predicted)} | {r.error_pct:+.1f}% |"
+            for r in phones
+        ]
         out += ["", _mape_line(rows, "phones")]
     return "\n".join(out).rstrip() + "\n"
 
@@ -280,7 +381,15 @@ def _mape_line(rows: list[dict], s: str) -> str:
     for r in rows:
         if r["set"] != s or r["phase"] == "memory":
             continue
-        held = f"held-out MAPE {r['mape_pct']:.1f}% over {r['scored']}" if r["scored"] else "no held-out points"
-        fit = f"fit MAPE {r['fit_mape_pct']:.1f}% over {r['fitted']}" if r["fitted"] else "nothing fitted"
+        held = (
+            f"held-out MAPE {r['mape_pct']:.1f}% over {r['scored']}"
+            if r["scored"]
+            else "no held-out points"
+        )
+        fit = (
+            f"fit MAPE {r['fit_mape_pct']:.1f}% over {r['fitted']}"
+            if r["fitted"]
+            else "nothing fitted"
+        )
         parts.append(f"{r['phase']}: {held}, {fit}")
     return f"{s}: " + "; ".join(parts) + "."

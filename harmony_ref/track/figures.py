@@ -29,20 +29,33 @@ DPI = 100
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies. The shipped profiles
 # keep their colour in every plot; other profiles take the rest in the order they are given.
-PALETTE = ("#0072B2", "#009E73", "#D55E00", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442",
-           "#000000")
-SHIPPED_COLOURS = {"harmony-flagship": PALETTE[0], "harmony-midrange": PALETTE[1],
-                   "harmony-lowend": PALETTE[2]}
+PALETTE = ("#0072B2", "#009E73", "#D55E00", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
+SHIPPED_COLOURS = {
+    "harmony-flagship": PALETTE[0],
+    "harmony-midrange": PALETTE[1],
+    "harmony-lowend": PALETTE[2],
+}
 REFERENCE_COLOUR = "#444444"  # limits, budgets and trips drawn against the data
 HEADROOM = 0.18  # share of the data range kept free above (and below) bars for their labels
 
 _RC = {
-    "font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "xtick.labelsize": 11,
-    "ytick.labelsize": 11, "legend.fontsize": 11, "figure.titlesize": 15,
-    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
-    "axes.grid.axis": "y", "grid.alpha": 0.3, "axes.axisbelow": True,
-    "axes.formatter.use_locale": False, "axes.formatter.limits": (-4, 6),
-    "savefig.dpi": DPI, "figure.dpi": DPI,
+    "font.size": 12,
+    "axes.titlesize": 13,
+    "axes.labelsize": 12,
+    "xtick.labelsize": 11,
+    "ytick.labelsize": 11,
+    "legend.fontsize": 11,
+    "figure.titlesize": 15,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "axes.grid.axis": "y",
+    "grid.alpha": 0.3,
+    "axes.axisbelow": True,
+    "axes.formatter.use_locale": False,
+    "axes.formatter.limits": (-4, 6),
+    "savefig.dpi": DPI,
+    "figure.dpi": DPI,
 }
 
 
@@ -55,8 +68,9 @@ def style():
         yield
 
 
-def figure(width_px: int = WIDTH_PX, height_px: int = 800, nrows: int = 1, ncols: int = 1,
-           **subplots_kw):
+def figure(
+    width_px: int = WIDTH_PX, height_px: int = 800, nrows: int = 1, ncols: int = 1, **subplots_kw
+):
     """(fig, axes) of exactly width_px x height_px pixels when saved by `save_png`; `axes` as
     `Figure.subplots` returns it (one Axes, or an array for a grid; `squeeze=False`: always a
     2-D array)."""
@@ -112,8 +126,9 @@ def label_bars(ax, bars, values, unit: str = "", bold=(), inside: bool = False, 
     """Print each bar's value (with its unit) at its end, outside the bar (inside for stacked
     totals that would collide); `bold`: indices whose label is bold (the best bar)."""
     labels = [fmt_value(v, unit) for v in values]
-    texts = ax.bar_label(bars, labels=labels, padding=3, label_type="center" if inside else "edge",
-                         **text_kw)
+    texts = ax.bar_label(
+        bars, labels=labels, padding=3, label_type="center" if inside else "edge", **text_kw
+    )
     for i, t in enumerate(texts):
         if i in bold:
             t.set_fontweight("bold")
@@ -132,8 +147,14 @@ def pad_limits(ax, values, axis: str = "y", zero: bool = True, headroom: float =
     (ax.set_ylim if axis == "y" else ax.set_xlim)(lo, hi)
 
 
-def profile_ticks(ax, positions, profiles, colours: dict[str, str], axis: str = "x",
-                  extra: dict[str, str] | None = None) -> None:
+def profile_ticks(
+    ax,
+    positions,
+    profiles,
+    colours: dict[str, str],
+    axis: str = "x",
+    extra: dict[str, str] | None = None,
+) -> None:
     """Category ticks naming the profiles, each label in its profile's colour (long names wrapped;
     `extra`: a second line per profile, e.g. its budget)."""
     labels = [wrap_name(p) + (f"\n{extra[p]}" if extra and p in extra else "") for p in profiles]
@@ -192,8 +213,13 @@ def layout_problems(fig) -> list[str]:
         def ticks(axis):  # the labels drawn: ticks inside the view limits
             lo, hi = sorted(axis.get_view_interval())
             tol = 1e-9 * max(1.0, abs(hi - lo))
-            return shown([t for loc, t in zip(axis.get_majorticklocs(), axis.get_majorticklabels())
-                          if lo - tol <= loc <= hi + tol])
+            return shown(
+                [
+                    t
+                    for loc, t in zip(axis.get_majorticklocs(), axis.get_majorticklabels())
+                    if lo - tol <= loc <= hi + tol
+                ]
+            )
 
         titles = shown([fig._suptitle] if fig._suptitle else [])
         for ax in axes:
@@ -205,8 +231,12 @@ def layout_problems(fig) -> list[str]:
             everything += ticks(ax.xaxis) + ticks(ax.yaxis)
         for t in everything:
             b = extent(t)
-            if b.x0 < edge.x0 - 0.5 or b.y0 < edge.y0 - 0.5 or b.x1 > edge.x1 + 0.5 \
-                    or b.y1 > edge.y1 + 0.5:
+            if (
+                b.x0 < edge.x0 - 0.5
+                or b.y0 < edge.y0 - 0.5
+                or b.x1 > edge.x1 + 0.5
+                or b.y1 > edge.y1 + 0.5
+            ):
                 out.append(f"{named(t)} reaches past the figure's edge")
         for leg in legends:
             for ax in axes:
@@ -219,8 +249,12 @@ def layout_problems(fig) -> list[str]:
             labels = shown(ax.texts)
             for t in labels:
                 b = extent(t)
-                if not (ax.bbox.x0 <= b.x0 and b.x1 <= ax.bbox.x1 and ax.bbox.y0 <= b.y0
-                        and b.y1 <= ax.bbox.y1):
+                if not (
+                    ax.bbox.x0 <= b.x0
+                    and b.x1 <= ax.bbox.x1
+                    and ax.bbox.y0 <= b.y0
+                    and b.y1 <= ax.bbox.y1
+                ):
                     out.append(f"label {named(t)} crosses the frame of {ax.get_title()!r}")
             groups = [labels, ticks(ax.xaxis), ticks(ax.yaxis)]
             for group in groups:

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import fnmatch
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Callable
 
 from harmony_ref._format import did_you_mean, fmt_number
 from harmony_ref._toml import loads
@@ -81,7 +81,8 @@ class Tolerances:
         if pct is not None:
             return pct
         return {"exact": self.exact_pct, "numerical": self.numerical_pct}.get(
-            metric.kind, self.measured_pct)
+            metric.kind, self.measured_pct
+        )
 
     def limit_abs(self, metric: Metric) -> float:
         """The absolute floor of an exact or numerical metric's limit (0: none)."""
@@ -92,13 +93,18 @@ class Tolerances:
         improvement of an exact or numerical `metric`: within its relative limit or its
         absolute floor, either way (what tests of documented numbers hold)."""
         change = change_pct(baseline, current)
-        return abs(change) <= self.limit_pct(metric) or \
-            abs(current - baseline) <= self.limit_abs(metric)
+        return abs(change) <= self.limit_pct(metric) or abs(current - baseline) <= self.limit_abs(
+            metric
+        )
 
 
 def _pct(value, source: str, where: str, upper: float | None = None) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0 \
-            or (upper is not None and value > upper):
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not value >= 0
+        or (upper is not None and value > upper)
+    ):
         bound = f" and <= {upper}" if upper is not None else ""
         raise ValueError(f"{source}: field '{where}' = {value!r}: must be a number >= 0{bound}")
     return float(value)
@@ -122,27 +128,39 @@ def load_tolerances(path: str | Path | None = None) -> Tolerances:
     allowed = ("exact_pct", "numerical_pct", "measured_pct", "alpha")
     bad = sorted(set(defaults) - set(allowed))
     if bad:
-        raise ValueError(f"{source}: unknown field 'defaults.{bad[0]}'"
-                         f"{did_you_mean(bad[0], allowed)}; allowed: " + ", ".join(allowed))
+        raise ValueError(
+            f"{source}: unknown field 'defaults.{bad[0]}'"
+            f"{did_you_mean(bad[0], allowed)}; allowed: " + ", ".join(allowed)
+        )
     overrides, floors = [], []
     for name, table in data.get("metrics", {}).items():
         fields = ("tolerance_pct", "tolerance_abs", "reason")
         extra = sorted(set(table) - set(fields)) if isinstance(table, dict) else []
         if extra:
-            raise ValueError(f"{source}: unknown field 'metrics.{name}.{extra[0]}'"
-                             f"{did_you_mean(extra[0], fields)}; allowed: {', '.join(fields)}")
+            raise ValueError(
+                f"{source}: unknown field 'metrics.{name}.{extra[0]}'"
+                f"{did_you_mean(extra[0], fields)}; allowed: {', '.join(fields)}"
+            )
         if not isinstance(table, dict) or "tolerance_pct" not in table:
-            raise ValueError(f"{source}: field 'metrics.{name}' must be a table with tolerance_pct "
-                             f"(and a reason), got {table!r}")
-        overrides.append((name, _pct(table["tolerance_pct"], source, f"metrics.{name}.tolerance_pct")))
+            raise ValueError(
+                f"{source}: field 'metrics.{name}' must be a table with tolerance_pct "
+                f"(and a reason), got {table!r}"
+            )
+        overrides.append(
+            (name, _pct(table["tolerance_pct"], source, f"metrics.{name}.tolerance_pct"))
+        )
         if "tolerance_abs" in table:
-            floors.append((name, _pct(table["tolerance_abs"], source,
-                                      f"metrics.{name}.tolerance_abs")))
+            floors.append(
+                (name, _pct(table["tolerance_abs"], source, f"metrics.{name}.tolerance_abs"))
+            )
     return Tolerances(
         exact_pct=_pct(defaults.get("exact_pct", DEFAULT_EXACT_PCT), source, "defaults.exact_pct"),
-        numerical_pct=_pct(defaults.get("numerical_pct", DEFAULT_NUMERICAL_PCT), source,
-                           "defaults.numerical_pct"),
-        measured_pct=_pct(defaults.get("measured_pct", DEFAULT_MEASURED_PCT), source, "defaults.measured_pct"),
+        numerical_pct=_pct(
+            defaults.get("numerical_pct", DEFAULT_NUMERICAL_PCT), source, "defaults.numerical_pct"
+        ),
+        measured_pct=_pct(
+            defaults.get("measured_pct", DEFAULT_MEASURED_PCT), source, "defaults.measured_pct"
+        ),
         alpha=_pct(defaults.get("alpha", DEFAULT_ALPHA), source, "defaults.alpha", upper=1.0),
         overrides=tuple(overrides),
         source=source,
@@ -210,35 +228,63 @@ def too_few_valid_repeats(record: Record) -> str:
     for name, part in record.parts.items():
         s = part.get("session") if isinstance(part, dict) else None
         if isinstance(s, dict) and s.get("valid_repeats", 0) < s.get("min_valid_repeats", 0):
-            return (f"only {s['valid_repeats']} of {s.get('repeats')} repeats ran unthrottled "
-                    f"on {s.get('transport')} {s.get('serial')} (part {name}); the session asks "
-                    f"for {s['min_valid_repeats']}")
+            return (
+                f"only {s['valid_repeats']} of {s.get('repeats')} repeats ran unthrottled "
+                f"on {s.get('transport')} {s.get('serial')} (part {name}); the session asks "
+                f"for {s['min_valid_repeats']}"
+            )
     return ""
 
 
-def check_comparable(baseline: Record, current: Record, baseline_name: str, current_name: str,
-                     same_metrics: bool = True) -> None:
+def check_comparable(
+    baseline: Record,
+    current: Record,
+    baseline_name: str,
+    current_name: str,
+    same_metrics: bool = True,
+) -> None:
     """Raise ValueError (bad input) when the two records are not the same config and metric set
     (with same_metrics=False only the shared metrics must agree), or either is a session
     measurement with too few valid repeats."""
     for record, name in ((baseline, baseline_name), (current, current_name)):
         why = too_few_valid_repeats(record)
         if why:
-            raise ValueError(f"{name}: {why}: not compared (cool the phone down or lower "
-                             "benchmark.min_valid_repeats, and measure again)")
-    diffs = [f"{k}: {baseline.config.get(k)!r} vs {current.config.get(k)!r}"
-             for k in ("model", "policy", "profile", "backend", "scenario", "backend_options", "fused",
-                       "kv_dtype", "model_spec", "accuracy_model")
-             if baseline.config.get(k) != current.config.get(k)]
+            raise ValueError(
+                f"{name}: {why}: not compared (cool the phone down or lower "
+                "benchmark.min_valid_repeats, and measure again)"
+            )
+    diffs = [
+        f"{k}: {baseline.config.get(k)!r} vs {current.config.get(k)!r}"
+        for k in (
+            "model",
+            "policy",
+            "profile",
+            "backend",
+            "scenario",
+            "backend_options",
+            "fused",
+            "kv_dtype",
+            "model_spec",
+            "accuracy_model",
+        )
+        if baseline.config.get(k) != current.config.get(k)
+    ]
     if diffs:
-        raise ValueError(f"{current_name} measures a different config than {baseline_name} ("
-                         + "; ".join(diffs) + ")")
-    measured = [r.parts.get("predicted", {}).get("measured_model") or r.config.get("model")
-                for r in (baseline, current)]
+        raise ValueError(
+            f"{current_name} measures a different config than {baseline_name} ("
+            + "; ".join(diffs)
+            + ")"
+        )
+    measured = [
+        r.parts.get("predicted", {}).get("measured_model") or r.config.get("model")
+        for r in (baseline, current)
+    ]
     if measured[0] != measured[1]:
-        raise ValueError(f"{current_name} was measured on {measured[1]!r} but {baseline_name} on "
-                         f"{measured[0]!r}: a width-scaled host measurement is never gated "
-                         "against one of another size")
+        raise ValueError(
+            f"{current_name} was measured on {measured[1]!r} but {baseline_name} on "
+            f"{measured[0]!r}: a width-scaled host measurement is never gated "
+            "against one of another size"
+        )
     only_base = [n for n in baseline.metrics.names() if n not in current.metrics]
     only_cur = [n for n in current.metrics.names() if n not in baseline.metrics]
     if (only_base or only_cur) and same_metrics:
@@ -247,8 +293,10 @@ def check_comparable(baseline: Record, current: Record, baseline_name: str, curr
             parts.append(f"missing from {current_name}: {', '.join(only_base)}")
         if only_cur:
             parts.append(f"missing from {baseline_name}: {', '.join(only_cur)}")
-        raise ValueError("metric sets differ (" + "; ".join(parts) + "); if the change is intended, "
-                         "promote a new record with `harmony-ref gate --update-baseline`")
+        raise ValueError(
+            "metric sets differ (" + "; ".join(parts) + "); if the change is intended, "
+            "promote a new record with `harmony-ref gate --update-baseline`"
+        )
     for name in baseline.metrics.names():
         if name not in current.metrics:
             continue
@@ -257,16 +305,21 @@ def check_comparable(baseline: Record, current: Record, baseline_name: str, curr
             if attr == "kind" and {b.kind, c.kind} == {"exact", "numerical"}:
                 continue  # an older record's accuracy metric: judged as numerical
             if getattr(b, attr) != getattr(c, attr):
-                raise ValueError(f"metric {name}: {attr} is {getattr(b, attr)!r} in {baseline_name} "
-                                 f"but {getattr(c, attr)!r} in {current_name}")
+                raise ValueError(
+                    f"metric {name}: {attr} is {getattr(b, attr)!r} in {baseline_name} "
+                    f"but {getattr(c, attr)!r} in {current_name}"
+                )
 
 
 def different_machine(baseline: Record, current: Record) -> str:
     """Why timings of the two records are not comparable ('' when they are): measured metrics
     are gated only against a baseline measured on the same kind of machine."""
     keys = ("cpu_model", "cpu_cores", "numba_threads")
-    diffs = [f"{k} {baseline.provenance.get(k)!r} vs {current.provenance.get(k)!r}"
-             for k in keys if baseline.provenance.get(k) != current.provenance.get(k)]
+    diffs = [
+        f"{k} {baseline.provenance.get(k)!r} vs {current.provenance.get(k)!r}"
+        for k in keys
+        if baseline.provenance.get(k) != current.provenance.get(k)
+    ]
     return ("baseline measured on a different machine (" + "; ".join(diffs) + ")") if diffs else ""
 
 
@@ -286,9 +339,15 @@ def _judge_measured(b: Metric, c: Metric, limit: float, alpha: float) -> tuple[s
     return REGRESSION, f"worse by {worse:.1f}%, U test p={p:.3g}"
 
 
-def compare(baseline: Record, current: Record, tolerances: Tolerances | None = None,
-            remeasure: Callable[[str], Metric] | None = None, no_remeasure_reason: str = "",
-            baseline_name: str = "baseline", current_name: str = "current") -> GateReport:
+def compare(
+    baseline: Record,
+    current: Record,
+    tolerances: Tolerances | None = None,
+    remeasure: Callable[[str], Metric] | None = None,
+    no_remeasure_reason: str = "",
+    baseline_name: str = "baseline",
+    current_name: str = "current",
+) -> GateReport:
     """Judge every metric of `current` against `baseline`. `remeasure(name)` re-measures one
     measured metric on this machine (confirm-on-rerun); without it the verdict of a failing
     measured metric says it could not be confirmed, and why (`no_remeasure_reason`)."""
@@ -308,12 +367,15 @@ def compare(baseline: Record, current: Record, tolerances: Tolerances | None = N
         wrong = [side for side, m in (("baseline", b), ("current", c)) if INACCURATE in m.flags]
         if wrong:
             status, limit_text = REGRESSION, "-"
-            verdict = (f"REGRESSION: from a run flagged {INACCURATE} ({', '.join(wrong)}): "
-                       "not a result")
+            verdict = (
+                f"REGRESSION: from a run flagged {INACCURATE} ({', '.join(wrong)}): not a result"
+            )
             if name == "runtime_accurate":
-                verdict += "; " + "; ".join(_inaccurate_reason(r) for side, r in
-                                            (("baseline", baseline), ("current", current))
-                                            if side in wrong)
+                verdict += "; " + "; ".join(
+                    _inaccurate_reason(r)
+                    for side, r in (("baseline", baseline), ("current", current))
+                    if side in wrong
+                )
         elif c.direction == "none":
             status, verdict, limit_text = INFO, "info (not gated)", "-"
         elif c.kind == "measured" and machine_note:
@@ -334,8 +396,10 @@ def compare(baseline: Record, current: Record, tolerances: Tolerances | None = N
             status, verdict = _judge_measured(b, c, limit, tol.alpha)
             if status == REGRESSION:
                 if remeasure is None:
-                    verdict = (f"REGRESSION: {verdict}; not confirmed on rerun: "
-                               f"{no_remeasure_reason or 'the gate has no way to re-measure it'}")
+                    verdict = (
+                        f"REGRESSION: {verdict}; not confirmed on rerun: "
+                        f"{no_remeasure_reason or 'the gate has no way to re-measure it'}"
+                    )
                 else:
                     again = remeasure(name)
                     status2, verdict2 = _judge_measured(b, again, limit, tol.alpha)
@@ -346,11 +410,25 @@ def compare(baseline: Record, current: Record, tolerances: Tolerances | None = N
                     else:
                         status = NOISE
                         verdict = f"first run {verdict}; rerun {verdict2}: not confirmed"
-        flagged = [f"{side} {flag}" for side, m in (("baseline", b), ("current", c)) for flag in m.flags]
+        flagged = [
+            f"{side} {flag}" for side, m in (("baseline", b), ("current", c)) for flag in m.flags
+        ]
         if flagged:
             verdict += " [" + ", ".join(flagged) + "]"
-        report.rows.append(Row(name, c.unit, c.kind, c.direction, b.value, c.value, change,
-                               limit_text, status, verdict))
+        report.rows.append(
+            Row(
+                name,
+                c.unit,
+                c.kind,
+                c.direction,
+                b.value,
+                c.value,
+                change,
+                limit_text,
+                status,
+                verdict,
+            )
+        )
     return report
 
 
@@ -363,7 +441,9 @@ def _num(v: float) -> str:
     return fmt_number(float(v))
 
 
-def to_markdown(report: GateReport, baseline_name: str = "baseline", current_name: str = "current") -> str:
+def to_markdown(
+    report: GateReport, baseline_name: str = "baseline", current_name: str = "current"
+) -> str:
     """A Markdown summary suitable for a CI job summary."""
     cfg = report.current.config
     sc = cfg["scenario"]
@@ -384,36 +464,56 @@ def to_markdown(report: GateReport, baseline_name: str = "baseline", current_nam
     ]
     for r in report.rows:
         verdict = f"**{r.verdict}**" if r.status == REGRESSION else r.verdict
-        lines.append(f"| `{r.metric}` ({r.kind}) | {_num(r.baseline)} {r.unit} | {_num(r.current)} {r.unit} | "
-                     f"{_fmt_pct(r.change_pct)} | {r.limit} | {verdict} |")
+        lines.append(
+            f"| `{r.metric}` ({r.kind}) | {_num(r.baseline)} {r.unit} | {_num(r.current)} {r.unit} | "
+            f"{_fmt_pct(r.change_pct)} | {r.limit} | {verdict} |"
+        )
     lines.append("")
     counts = status_counts(report)
-    lines.append(", ".join(f"{v} {k}" for k, v in counts.items()) + f" of {len(report.rows)} metrics.")
+    lines.append(
+        ", ".join(f"{v} {k}" for k, v in counts.items()) + f" of {len(report.rows)} metrics."
+    )
     return "\n".join(lines) + "\n"
 
 
 def status_counts(report: GateReport) -> dict[str, int]:
-    return {s: sum(r.status == s for r in report.rows)
-            for s in (PASS, IMPROVED, NOISE, INFO, REGRESSION)}
+    return {
+        s: sum(r.status == s for r in report.rows)
+        for s in (PASS, IMPROVED, NOISE, INFO, REGRESSION)
+    }
 
 
-def to_json(report: GateReport, baseline_name: str = "baseline",
-            current_name: str = "current") -> dict:
+def to_json(
+    report: GateReport, baseline_name: str = "baseline", current_name: str = "current"
+) -> dict:
     """The report for machines: verdict, exit code, counts and one entry per metric (a change
     that is infinite, from a zero baseline, is null)."""
+
     def finite(x: float):
         return float(x) if math.isfinite(x) else None
 
     return {
-        "verdict": "FAIL" if report.regressions else "PASS", "exit_code": report.exit_code,
+        "verdict": "FAIL" if report.regressions else "PASS",
+        "exit_code": report.exit_code,
         "baseline": {"path": baseline_name, "commit": report.baseline.provenance.get("git_commit")},
         "current": {"path": current_name, "commit": report.current.provenance.get("git_commit")},
-        "tolerances": report.tolerances.source, "counts": status_counts(report),
-        "metrics": [{"metric": r.metric, "unit": r.unit, "kind": r.kind,
-                     "direction": r.direction, "baseline": finite(r.baseline),
-                     "current": finite(r.current), "change_pct": finite(r.change_pct),
-                     "limit": r.limit, "status": r.status, "verdict": r.verdict}
-                    for r in report.rows],
+        "tolerances": report.tolerances.source,
+        "counts": status_counts(report),
+        "metrics": [
+            {
+                "metric": r.metric,
+                "unit": r.unit,
+                "kind": r.kind,
+                "direction": r.direction,
+                "baseline": finite(r.baseline),
+                "current": finite(r.current),
+                "change_pct": finite(r.change_pct),
+                "limit": r.limit,
+                "status": r.status,
+                "verdict": r.verdict,
+            }
+            for r in report.rows
+        ],
     }
 
 

@@ -15,16 +15,21 @@ whose parts failed or whose runtime was flagged inaccurate.
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from harmony_ref._io import write_text_atomic
 from harmony_ref.config import RunConfig
 from harmony_ref.metrics import Metric
 from harmony_ref.track.gate import too_few_valid_repeats
 from harmony_ref.track.job import ran_parts, remeasure_fn, run_job
-from harmony_ref.track.record import (Record, latest_record, load_record, write_json_atomic,
-                                      write_record)
+from harmony_ref.track.record import (
+    Record,
+    latest_record,
+    load_record,
+    write_json_atomic,
+    write_record,
+)
 
 
 def prev_path(baseline: Path) -> Path:
@@ -37,35 +42,46 @@ def read_baseline(path: Path, updating: bool, note=print) -> Record | None:
     if not path.exists():
         if updating:
             return None
-        raise ValueError(f"{path}: baseline does not exist; make one with `harmony-ref run` "
-                         f"then `harmony-ref gate --baseline {path} --current <record> "
-                         "--update-baseline`")
+        raise ValueError(
+            f"{path}: baseline does not exist; make one with `harmony-ref run` "
+            f"then `harmony-ref gate --baseline {path} --current <record> "
+            "--update-baseline`"
+        )
     try:
         return load_record(path)
     except ValueError:
         if not updating:
             raise
-        note(f"note: the existing baseline {path} is not a valid record; it is kept as "
-             f"{prev_path(path)}")
+        note(
+            f"note: the existing baseline {path} is not a valid record; it is kept as "
+            f"{prev_path(path)}"
+        )
         return None
 
 
-def current_record(current: str | None, out_dir: str, baseline: Record | None,
-                   baseline_path: Path, default_config: RunConfig, note=print
-                   ) -> tuple[Record, Path, bool]:
+def current_record(
+    current: str | None,
+    out_dir: str,
+    baseline: Record | None,
+    baseline_path: Path,
+    default_config: RunConfig,
+    note=print,
+) -> tuple[Record, Path, bool]:
     """(record, its path, made fresh here?). `current`: a record file, "latest" (the newest in
     `out_dir`), or None: a fresh run of the baseline's config and parts (the default config
     without a baseline), written to `out_dir`."""
     if current == "latest":
         found = latest_record(out_dir)
         if found is None:
-            raise ValueError(f"--current latest: no run record in {out_dir}; run "
-                             "`harmony-ref run` first")
+            raise ValueError(
+                f"--current latest: no run record in {out_dir}; run `harmony-ref run` first"
+            )
         current = str(found)
     if current:
         return load_record(current), Path(current), False
-    config = (RunConfig.from_dict(baseline.config, str(baseline_path)) if baseline
-              else default_config)
+    config = (
+        RunConfig.from_dict(baseline.config, str(baseline_path)) if baseline else default_config
+    )
     record = run_job(config, only=ran_parts(baseline) if baseline else None)
     path = write_record(record, out_dir)
     note(f"fresh run record: {path}")
@@ -76,8 +92,9 @@ def failed_parts(record: Record) -> dict[str, str]:
     return {n: p["detail"] for n, p in record.parts.items() if p["status"] == "failed"}
 
 
-def remeasure_policy(current: Record, fresh: bool, no_rerun: bool
-                     ) -> tuple[Callable[[str], Metric] | None, str]:
+def remeasure_policy(
+    current: Record, fresh: bool, no_rerun: bool
+) -> tuple[Callable[[str], Metric] | None, str]:
     """How a failing measured metric is re-measured (confirm-on-rerun), or None and why not:
     only on the machine that made the record, never for a check-runtime record."""
     if no_rerun:
@@ -88,8 +105,10 @@ def remeasure_policy(current: Record, fresh: bool, no_rerun: bool
         return None, "a `measure --session` record (re-run `harmony-ref measure --session`)"
     if fresh or current.provenance.get("hostname") == socket.gethostname():
         return remeasure_fn(current), ""
-    return None, (f"the record was made on {current.provenance.get('hostname')!r}, "
-                  f"this is {socket.gethostname()!r}")
+    return None, (
+        f"the record was made on {current.provenance.get('hostname')!r}, "
+        f"this is {socket.gethostname()!r}"
+    )
 
 
 def replace_baseline(baseline_path: Path, current: Record, current_path: Path) -> Path | None:
@@ -97,15 +116,18 @@ def replace_baseline(baseline_path: Path, current: Record, current_path: Path) -
     <baseline>.prev.json, whose path is returned. Refuses a failed or inaccurate record."""
     failed = failed_parts(current)
     if failed:
-        raise ValueError(f"{current_path}: parts failed ({failed}); refusing to make it the "
-                         "baseline")
+        raise ValueError(
+            f"{current_path}: parts failed ({failed}); refusing to make it the baseline"
+        )
     why = too_few_valid_repeats(current)
     if why:
         raise ValueError(f"{current_path}: {why}; refusing to make it the baseline")
     inaccurate = current.metrics.items.get("runtime_accurate")
     if inaccurate is not None and "inaccurate" in inaccurate.flags:
-        raise ValueError(f"{current_path}: the runtime was flagged inaccurate "
-                         f"({inaccurate.description}); refusing to make it the baseline")
+        raise ValueError(
+            f"{current_path}: the runtime was flagged inaccurate "
+            f"({inaccurate.description}); refusing to make it the baseline"
+        )
     kept = None
     if baseline_path.exists():
         kept = prev_path(baseline_path)
@@ -114,5 +136,11 @@ def replace_baseline(baseline_path: Path, current: Record, current_path: Path) -
     return kept
 
 
-__all__ = ["current_record", "failed_parts", "prev_path", "read_baseline", "remeasure_policy",
-           "replace_baseline"]
+__all__ = [
+    "current_record",
+    "failed_parts",
+    "prev_path",
+    "read_baseline",
+    "remeasure_policy",
+    "replace_baseline",
+]

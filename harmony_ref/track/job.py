@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from harmony_ref.checkpoint.assets import AssetUnavailable
 from harmony_ref.config import RunConfig
@@ -47,7 +47,7 @@ from harmony_ref.track.record import Record, collect_provenance
 class Part:
     name: str
     title: str
-    func: Callable[[RunConfig], "Metrics | tuple[Metrics, dict]"]  # dict: extra record facts
+    func: Callable[[RunConfig], Metrics | tuple[Metrics, dict]]  # dict: extra record facts
 
 
 def _predicted(config: RunConfig):
@@ -56,9 +56,14 @@ def _predicted(config: RunConfig):
     from harmony_ref.backends.make import make_backend
 
     opts = config.options
-    dev = make_backend(config.backend, profile=config.profile, command=opts.get("command"),
-                       fmt=opts.get("format"), host_profile=_host_model_profile(config),
-                       session=opts.get("session"))
+    dev = make_backend(
+        config.backend,
+        profile=config.profile,
+        command=opts.get("command"),
+        fmt=opts.get("format"),
+        host_profile=_host_model_profile(config),
+        session=opts.get("session"),
+    )
     m = dev.run(config)
     if config.backend == "simulated":
         info = _runtime_calibration(config.profile)
@@ -66,8 +71,11 @@ def _predicted(config: RunConfig):
             return (m.metrics, info) if info else m.metrics
         return m.metrics, {"backend_provenance": _simulated_host_provenance(config), **info}
     prov = {"backend": dev.name, **m.provenance, "physics": m.physics}
-    info = {"backend_provenance": prov, "implausible": list(m.findings),
-            **(_runtime_calibration(config.profile) if config.backend == "host" else {})}
+    info = {
+        "backend_provenance": prov,
+        "implausible": list(m.findings),
+        **(_runtime_calibration(config.profile) if config.backend == "host" else {}),
+    }
     if m.session is not None:  # a device session: identity, pushes, per-repeat telemetry
         info["session"] = m.session
     measured = prov.get("host_model")
@@ -90,8 +98,11 @@ def _runtime_calibration(profile: str) -> dict:
     cal = load_runtime(name).calibration if name else None
     if cal is None:
         return {}
-    return {"model_runtime": name, "model_fitted_on": list(cal.fitted_on),
-            "model_scored_on": list(cal.scored_on)}
+    return {
+        "model_runtime": name,
+        "model_fitted_on": list(cal.fitted_on),
+        "model_scored_on": list(cal.scored_on),
+    }
 
 
 def _is_shipped(profile: str) -> bool:
@@ -107,9 +118,13 @@ def _simulated_host_provenance(cfg: RunConfig) -> dict:
     from harmony_ref.backends.host import DEFAULT_MAX_WEIGHT_MB, fit_to_host
 
     measured = fit_to_host(cfg, DEFAULT_MAX_WEIGHT_MB).spec.name
-    return {"backend": "simulated", "model_predicted": cfg.spec.name,
-            "host_backend_measures": measured if measured != cfg.spec.name
-            else f"{measured} (same model: fits max_weight_mb={DEFAULT_MAX_WEIGHT_MB:g})"}
+    return {
+        "backend": "simulated",
+        "model_predicted": cfg.spec.name,
+        "host_backend_measures": measured
+        if measured != cfg.spec.name
+        else f"{measured} (same model: fits max_weight_mb={DEFAULT_MAX_WEIGHT_MB:g})",
+    }
 
 
 def _host_model_profile(config: RunConfig) -> str | None:
@@ -152,8 +167,11 @@ def accuracy_inputs(config: dict) -> dict:
     it scores, the policy and the KV dtype. Not the preset model spec, the scenario or the phone:
     every point agreeing on these has the same accuracy (a sweep computes it once for them)."""
     model = config["model"] if "model_spec" in config else ACCURACY_MODEL  # a checkpoint's, inline
-    return {"accuracy_model": model, "policy": config["policy"],
-            "kv_dtype": config.get("kv_dtype", "fp16")}
+    return {
+        "accuracy_model": model,
+        "policy": config["policy"],
+        "kv_dtype": config.get("kv_dtype", "fp16"),
+    }
 
 
 def lm_accuracy_part(config: RunConfig, chunks: int | None = ACCURACY_CHUNKS):
@@ -165,13 +183,23 @@ def lm_accuracy_part(config: RunConfig, chunks: int | None = ACCURACY_CHUNKS):
     from harmony_ref.runtime.loader import load_decoder_shared
 
     model = accuracy_model(config)
-    acc = lm_accuracy(model, [(config.policy, config.kv_dtype)], Corpus.shipped("heldout"),
-                      ACCURACY_CONTEXT, chunks, loaded=load_decoder_shared(model))
+    acc = lm_accuracy(
+        model,
+        [(config.policy, config.kv_dtype)],
+        Corpus.shipped("heldout"),
+        ACCURACY_CONTEXT,
+        chunks,
+        loaded=load_decoder_shared(model),
+    )
     r = acc.result
-    facts = {"model": acc.model_label, "corpus": acc.corpus.label, "context": acc.context,
-             "chunks": f"{r['chunks']} of {r['chunks_in_text']}",
-             "scored_tokens": acc.scored_tokens,
-             "reference_chunks_cached": r["reference_chunks_cached"]}
+    facts = {
+        "model": acc.model_label,
+        "corpus": acc.corpus.label,
+        "context": acc.context,
+        "chunks": f"{r['chunks']} of {r['chunks_in_text']}",
+        "scored_tokens": acc.scored_tokens,
+        "reference_chunks_cached": r["reference_chunks_cached"],
+    }
     return lm_metrics(acc), facts
 
 
@@ -185,9 +213,14 @@ def minilm_accuracy_part(config: RunConfig) -> Metrics:
     out = Metrics()
     for m in got:
         # MiniLM's own sizes must not be read as the LLM's (`weights_mb` of the predicted part).
-        name = f"minilm_{m.name}" if m.name.endswith("_mb") else \
-            ("accuracy_sentences" if m.name == "sentences" else m.name)
-        out.put(Metric(name, m.value, m.unit, m.direction, m.kind, m.samples, m.flags, m.description))
+        name = (
+            f"minilm_{m.name}"
+            if m.name.endswith("_mb")
+            else ("accuracy_sentences" if m.name == "sentences" else m.name)
+        )
+        out.put(
+            Metric(name, m.value, m.unit, m.direction, m.kind, m.samples, m.flags, m.description)
+        )
     return out
 
 
@@ -216,19 +249,24 @@ def _fidelity(config: RunConfig):
     from harmony_ref.track.fidelity import collect, fidelity_metrics, score, summary
 
     rows = summary(score(collect()))
-    facts = {"sets": sorted({r["set"] for r in rows}),
-             "held_out_points": {r["set"]: r["scored"] for r in rows if r["phase"] == "all"},
-             "fitted_points": {r["set"]: r["fitted"] for r in rows if r["phase"] == "all"},
-             "measurements": "committed fixtures (harmony_ref/data/fidelity/): independent of "
-                             "this run's config; MAPE on the held-out points only"}
+    facts = {
+        "sets": sorted({r["set"] for r in rows}),
+        "held_out_points": {r["set"]: r["scored"] for r in rows if r["phase"] == "all"},
+        "fitted_points": {r["set"]: r["fitted"] for r in rows if r["phase"] == "all"},
+        "measurements": "committed fixtures (harmony_ref/data/fidelity/): independent of "
+        "this run's config; MAPE on the held-out points only",
+    }
     return fidelity_metrics(rows), facts
 
 
 PARTS: list[Part] = [
     Part("predicted", "device metrics (backend)", _predicted),
     Part("host", "host kernels vs NumPy (timed)", _host),
-    Part("accuracy", "accuracy: SmolLM2-135M (or the checkpoint) and MiniLM-L6, real weights",
-         _accuracy),
+    Part(
+        "accuracy",
+        "accuracy: SmolLM2-135M (or the checkpoint) and MiniLM-L6, real weights",
+        _accuracy,
+    ),
     Part("coldstart", "cold start (device model)", _coldstart),
     Part("thermal", "10-minute thermal summary", _thermal),
     Part("fidelity", "device model vs real runtimes (committed measurements)", _fidelity),
@@ -245,7 +283,9 @@ def parse_skip(text: str | None) -> tuple[str, ...]:
     names = tuple(s.strip() for s in text.split(",") if s.strip())
     unknown = [n for n in names if n not in part_names()]
     if unknown:
-        raise ValueError(f"--skip: unknown part {unknown[0]!r}; parts are {', '.join(part_names())}")
+        raise ValueError(
+            f"--skip: unknown part {unknown[0]!r}; parts are {', '.join(part_names())}"
+        )
     return names
 
 
@@ -270,14 +310,26 @@ def run_part_entry(part: Part, config: RunConfig) -> tuple[Metrics, dict]:
     except DeviceGone:  # the phone left mid-session: the run stops, nothing is recorded
         raise
     except AssetUnavailable as e:  # the registry is out of reach: not this code's failure
-        return Metrics(), {"status": "unavailable", "detail": f"input not available: {e}",
-                           "metrics": []}
+        return Metrics(), {
+            "status": "unavailable",
+            "detail": f"input not available: {e}",
+            "metrics": [],
+        }
     except Exception as e:  # noqa: BLE001 - one broken part must not hide the others
-        return Metrics(), {"status": "failed", "detail": f"{type(e).__name__}: {e}",
-                           "traceback": traceback.format_exc(limit=5), "metrics": []}
+        return Metrics(), {
+            "status": "failed",
+            "detail": f"{type(e).__name__}: {e}",
+            "traceback": traceback.format_exc(limit=5),
+            "metrics": [],
+        }
     elapsed = time.perf_counter() - t0
-    return got, {"status": "ok", "detail": f"{len(got)} metrics in {elapsed:.1f} s",
-                 "seconds": round(elapsed, 3), "metrics": got.names(), **info}
+    return got, {
+        "status": "ok",
+        "detail": f"{len(got)} metrics in {elapsed:.1f} s",
+        "seconds": round(elapsed, 3),
+        "metrics": got.names(),
+        **info,
+    }
 
 
 def skipped_entry() -> dict:
@@ -292,8 +344,14 @@ def add_part(metrics: Metrics, part: Part, got: Metrics) -> None:
     metrics.update(got)
 
 
-def run_job(config: RunConfig, skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None,
-            console=None, show_progress: bool = True, provenance: dict | None = None) -> Record:
+def run_job(
+    config: RunConfig,
+    skip: tuple[str, ...] = (),
+    only: tuple[str, ...] | None = None,
+    console=None,
+    show_progress: bool = True,
+    provenance: dict | None = None,
+) -> Record:
     """Run every part not skipped and return the record (not yet written). `provenance`: one
     collected already (a sweep collects it once per batch of points), else collected here."""
     from rich.console import Console
@@ -302,8 +360,14 @@ def run_job(config: RunConfig, skip: tuple[str, ...] = (), only: tuple[str, ...]
     console = console or Console(stderr=True)
     metrics = Metrics()
     parts: dict[str, dict] = {}
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=console, disable=not show_progress, transient=False) as progress:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not show_progress,
+        transient=False,
+    ) as progress:
         for part in PARTS:
             if part.name in skip or (only is not None and part.name not in only):
                 parts[part.name] = skipped_entry()
@@ -317,11 +381,17 @@ def run_job(config: RunConfig, skip: tuple[str, ...] = (), only: tuple[str, ...]
                 note = f"{len(got)} metrics"
             else:
                 color = "yellow" if status == "unavailable" else "red"
-                note = f"[{color}]{'not available' if color == 'yellow' else 'failed'}[/] " \
-                       f"({entry['detail']})"
+                note = (
+                    f"[{color}]{'not available' if color == 'yellow' else 'failed'}[/] "
+                    f"({entry['detail']})"
+                )
             progress.update(task, completed=1, description=f"{part.title}: {note}")
-    return Record(config=record_config(config), metrics=metrics,
-                  provenance=provenance or collect_provenance(), parts=parts)
+    return Record(
+        config=record_config(config),
+        metrics=metrics,
+        provenance=provenance or collect_provenance(),
+        parts=parts,
+    )
 
 
 def record_config(config: RunConfig) -> dict:
@@ -353,7 +423,9 @@ def remeasure_fn(record: Record) -> Callable[[str], Metric]:
     def remeasure(metric: str) -> Metric:
         part = owner.get(metric)
         if part is None or part not in by_name:
-            raise ValueError(f"cannot re-measure {metric}: the record does not say which part made it")
+            raise ValueError(
+                f"cannot re-measure {metric}: the record does not say which part made it"
+            )
         if part not in reruns:
             reruns[part] = run_part(by_name[part], config)
         return reruns[part][metric]

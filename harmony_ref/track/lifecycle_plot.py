@@ -31,20 +31,42 @@ def lifecycle_figure(runs, title: str, width_px: int = WIDTH_PX):
                 xs += [e.entry, e.entry + 0.5]
                 ys += [e.npu_mb_open, e.npu_mb_closed]
             top = max(top, max(ys))
-            ax.step(xs, ys, where="post", color=COLOURS[r.strategy], linewidth=WIDTHS[r.strategy],
-                    alpha=0.6 if r.strategy == "resident" else 1.0,
-                    label=r.strategy + (f" (fails at entry {r.fail_entry})" if r.fail_entry else ""))
+            ax.step(
+                xs,
+                ys,
+                where="post",
+                color=COLOURS[r.strategy],
+                linewidth=WIDTHS[r.strategy],
+                alpha=0.6 if r.strategy == "resident" else 1.0,
+                label=r.strategy + (f" (fails at entry {r.fail_entry})" if r.fail_entry else ""),
+            )
             if r.fail_entry:
-                ax.plot([r.fail_entry], [budget], marker="x", markersize=12, ls="",
-                        color=COLOURS[r.strategy])
-        ax.axhline(budget, color="black", linestyle="--", linewidth=1,
-                   label=f"NPU budget {budget:,.0f} MB\n(profile npu.memory_mb)")
+                ax.plot(
+                    [r.fail_entry],
+                    [budget],
+                    marker="x",
+                    markersize=12,
+                    ls="",
+                    color=COLOURS[r.strategy],
+                )
+        ax.axhline(
+            budget,
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label=f"NPU budget {budget:,.0f} MB\n(profile npu.memory_mb)",
+        )
         ax.set_xlim(0.5, len(runs[0].entries) + 1)
         ax.set_ylim(0, top * 1.1)
         ax.set_xlabel("entry (the user opens the feature at k, closes it at k + 0.5)")
         ax.set_ylabel("NPU memory held (MB)")
         ax.set_title(f"Model lifecycle: NPU memory per strategy, {title}")
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
-                  frameon=False, title="strategy")
+        ax.legend(
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            borderaxespad=0.0,
+            frameon=False,
+            title="strategy",
+        )
     return fig

@@ -59,11 +59,18 @@ def previous_runs(storage: Path = STORAGE) -> list[Path]:
     return sorted((storage / get_machine_id()).glob("[0-9][0-9][0-9][0-9]_*.json"))
 
 
-def pytest_args(extra: list[str], storage: Path = STORAGE, json_out: Path | None = None,
-                save: bool = True) -> list[str]:
-    args = ["--benchmark-enable", "--benchmark-save-data", "--benchmark-sort=name",
-            f"--benchmark-timer={TIMER}",
-            "--benchmark-columns=min,median,mean,stddev,rounds", "-p", "no:cacheprovider"]
+def pytest_args(
+    extra: list[str], storage: Path = STORAGE, json_out: Path | None = None, save: bool = True
+) -> list[str]:
+    args = [
+        "--benchmark-enable",
+        "--benchmark-save-data",
+        "--benchmark-sort=name",
+        f"--benchmark-timer={TIMER}",
+        "--benchmark-columns=min,median,mean,stddev,rounds",
+        "-p",
+        "no:cacheprovider",
+    ]
     if save:
         args += ["--benchmark-autosave", f"--benchmark-storage=file://{storage}"]
     if json_out is not None:
@@ -89,8 +96,14 @@ def load_metrics(path: Path) -> dict:
             extra, name = b.get("extra_info") or {}, b["fullname"]
             b["stats"]["median"]  # a pytest-benchmark result has stats, gated or not
             if "gate_samples" in extra:
-                out[name] = Metric(name, float(extra["gate_value"]), str(extra["gate_unit"]),
-                                   "lower", "measured", tuple(map(float, extra["gate_samples"])))
+                out[name] = Metric(
+                    name,
+                    float(extra["gate_value"]),
+                    str(extra["gate_unit"]),
+                    "lower",
+                    "measured",
+                    tuple(map(float, extra["gate_samples"])),
+                )
         return out
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: not a pytest-benchmark result ({type(e).__name__}: {e})") from e
@@ -107,8 +120,14 @@ def pooled(runs: list[dict]) -> dict:
     out = {}
     for name, last in runs[-1].items():
         same = [r[name] for r in runs if name in r and r[name].unit == last.unit]
-        out[name] = Metric(name, float(statistics.median(m.value for m in same)), last.unit,
-                           last.direction, last.kind, tuple(s for m in same for s in m.samples))
+        out[name] = Metric(
+            name,
+            float(statistics.median(m.value for m in same)),
+            last.unit,
+            last.direction,
+            last.kind,
+            tuple(s for m in same for s in m.samples),
+        )
     return out
 
 
@@ -122,8 +141,9 @@ def _record(metrics: dict, names: list[str]):
     from harmony_ref.metrics import Metrics
     from harmony_ref.track.record import Record
 
-    return Record(config={"benchmarks": TESTS}, metrics=Metrics({n: metrics[n] for n in names}),
-                  provenance={})
+    return Record(
+        config={"benchmarks": TESTS}, metrics=Metrics({n: metrics[n] for n in names}), provenance={}
+    )
 
 
 def judge(previous: dict, current: dict, rerun=None, tolerances=None):
@@ -133,8 +153,12 @@ def judge(previous: dict, current: dict, rerun=None, tolerances=None):
 
     names = [n for n in current if n in previous]
     tol = tolerances or perf_tolerances()
-    first = gate.compare(_record(previous, names), _record(current, names), tol,
-                         no_remeasure_reason="no re-run asked for")
+    first = gate.compare(
+        _record(previous, names),
+        _record(current, names),
+        tol,
+        no_remeasure_reason="no re-run asked for",
+    )
     flagged = [r.metric for r in first.rows if r.status == gate.REGRESSION]
     if not flagged or rerun is None:
         return first
@@ -142,8 +166,12 @@ def judge(previous: dict, current: dict, rerun=None, tolerances=None):
     missing = [n for n in flagged if n not in again]
     if missing:
         raise RuntimeError(f"the re-run did not measure {', '.join(missing)}")
-    return gate.compare(_record(previous, names), _record(current, names), tol,
-                        remeasure=lambda name: again[name] if name in again else current[name])
+    return gate.compare(
+        _record(previous, names),
+        _record(current, names),
+        tol,
+        remeasure=lambda name: again[name] if name in again else current[name],
+    )
 
 
 def summary_line(report, previous_name: str, new: list[str], gone: list[str]) -> tuple[str, int]:
@@ -155,12 +183,15 @@ def summary_line(report, previous_name: str, new: list[str], gone: list[str]) ->
     bad = [r for r in rows if r.status == gate.REGRESSION]
     noise = [r for r in rows if r.status == gate.NOISE and "not confirmed" in r.verdict]
     better = [r for r in rows if r.status == gate.IMPROVED]
-    rule = (f"rule: median worse by > {report.tolerances.measured_pct:g}%, U test "
-            f"p < {report.tolerances.alpha:g}, both again on a re-run")
+    rule = (
+        f"rule: median worse by > {report.tolerances.measured_pct:g}%, U test "
+        f"p < {report.tolerances.alpha:g}, both again on a re-run"
+    )
     extra = []
     if noise:
-        extra.append(f"{len(noise)} not confirmed on re-run: "
-                     + ", ".join(_short(r.metric) for r in noise))
+        extra.append(
+            f"{len(noise)} not confirmed on re-run: " + ", ".join(_short(r.metric) for r in noise)
+        )
     if better:
         extra.append(f"{len(better)} faster")
     if new:
@@ -170,10 +201,13 @@ def summary_line(report, previous_name: str, new: list[str], gone: list[str]) ->
     tail = ("; " + "; ".join(extra)) if extra else ""
     if bad:
         named = "; ".join(f"{_short(r.metric)} {_changes(r.verdict)}" for r in bad)
-        return (f"perf: FAIL {named} | {len(bad)} of {len(rows)} gated benchmarks slower than "
-                f"{previous_name} ({rule}){tail}"), 1
-    return (f"perf: PASS {len(rows)} gated benchmarks vs {previous_name}: no regression "
-            f"({rule}){tail}"), 0
+        return (
+            f"perf: FAIL {named} | {len(bad)} of {len(rows)} gated benchmarks slower than "
+            f"{previous_name} ({rule}){tail}"
+        ), 1
+    return (
+        f"perf: PASS {len(rows)} gated benchmarks vs {previous_name}: no regression ({rule}){tail}"
+    ), 0
 
 
 def _changes(verdict: str) -> str:
@@ -194,10 +228,15 @@ def main(argv: list[str] | None = None) -> int:
     extra = sys.argv[1:] if argv is None else list(argv)
     before = previous_runs()
     baseline_runs = before[-BASELINE_RUNS:]
-    print("perf: " + (f"will compare with {_runs_name(baseline_runs)} by the gate's rule"
-                      if baseline_runs else
-                      "no previous run for this machine: recording only (the next run compares)"),
-          flush=True)
+    print(
+        "perf: "
+        + (
+            f"will compare with {_runs_name(baseline_runs)} by the gate's rule"
+            if baseline_runs
+            else "no previous run for this machine: recording only (the next run compares)"
+        ),
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="harmony-perf-") as tmp:
         current_json = Path(tmp) / "current.json"
         rc = _pytest([TESTS, *pytest_args(extra, json_out=current_json)])
@@ -209,8 +248,10 @@ def main(argv: list[str] | None = None) -> int:
             if not baseline_runs:
                 saved = previous_runs()
                 name = saved[-1].name if saved else "not saved"
-                print(f"perf: RECORDED {len(current)} gated benchmarks as the first run of this "
-                      f"machine ({name}); the next run compares")
+                print(
+                    f"perf: RECORDED {len(current)} gated benchmarks as the first run of this "
+                    f"machine ({name}); the next run compares"
+                )
                 return 0
             prior = pooled([load_metrics(p) for p in baseline_runs])
         except ValueError as e:
@@ -218,8 +259,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
         def rerun(names: list[str]) -> dict:
-            print(f"perf: re-measuring {len(names)} flagged: {', '.join(map(_short, names))}",
-                  flush=True)
+            print(
+                f"perf: re-measuring {len(names)} flagged: {', '.join(map(_short, names))}",
+                flush=True,
+            )
             again_json = Path(tmp) / "rerun.json"
             code = _pytest([*names, *pytest_args(extra, json_out=again_json, save=False)])
             if code != 0 or not again_json.is_file():
@@ -256,8 +299,10 @@ def set_aside(saved: list[Path]) -> str:
         path.replace(path.parent / "failed" / path.name)
     if not saved:
         return "nothing saved"
-    return (f"this run is kept in .../{saved[0].parent.name}/failed/; the next run compares "
-            "with the last run that passed")
+    return (
+        f"this run is kept in .../{saved[0].parent.name}/failed/; the next run compares "
+        "with the last run that passed"
+    )
 
 
 if __name__ == "__main__":

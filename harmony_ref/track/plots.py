@@ -32,8 +32,14 @@ PLOT_BUCKET_S = 5.0  # thermal: the governor dithers between adjacent steps; a s
 # better than the raw trace
 
 # compare --plot without --metrics: the answers a person picking a phone asks first.
-DEFAULT_PANELS = ("ttft_ms", "decode_tokens_per_s", "peak_memory_mb",
-                  "sustained_peak_ratio_10min", "energy_per_token_mj", "coldstart_cold_ms")
+DEFAULT_PANELS = (
+    "ttft_ms",
+    "decode_tokens_per_s",
+    "peak_memory_mb",
+    "sustained_peak_ratio_10min",
+    "energy_per_token_mj",
+    "coldstart_cold_ms",
+)
 PANEL_TITLES = {
     "ttft_ms": "Time to first token",
     "decode_tokens_per_s": "Decode speed",
@@ -58,9 +64,14 @@ AXIS_UNITS = {  # where the metric's unit alone would not say what is counted
     "fits_memory": "1 = fits, 0 = does not",
 }
 COLDSTART_STEP_LABELS = {
-    "storage_read": "storage read", "heap_copy": "copy to app heap", "page_fault": "page faults",
-    "graph_parse": "graph parse", "npu_init": "NPU init", "first_touch": "first touch of buffers",
-    "kernel_load": "kernel load", "first_token": "first token (warm TTFT)",
+    "storage_read": "storage read",
+    "heap_copy": "copy to app heap",
+    "page_fault": "page faults",
+    "graph_parse": "graph parse",
+    "npu_init": "NPU init",
+    "first_touch": "first touch of buffers",
+    "kernel_load": "kernel load",
+    "first_token": "first token (warm TTFT)",
 }
 _DIRECTION = {"lower": "lower is better", "higher": "higher is better", "none": ""}
 
@@ -68,7 +79,7 @@ _DIRECTION = {"lower": "lower is better", "higher": "higher is better", "none": 
 def coldstart_strategy(metric: str) -> str | None:
     """'cold' for coldstart_cold_ms (the strategy a cold-start metric totals), else None."""
     if metric.startswith("coldstart_") and metric.endswith("_ms"):
-        return metric[len("coldstart_"):-len("_ms")]
+        return metric[len("coldstart_") : -len("_ms")]
     return None
 
 
@@ -99,8 +110,15 @@ def _bar_panel(ax, frame, metric: str, profiles, colours) -> None:
     shown = list(values)
     if unit == "ratio" and metric.startswith("sustained"):
         ax.axhline(1.0, ls="--", lw=1.2, c=REFERENCE_COLOUR)
-        ax.annotate("peak = 1", (0, 1.0), xycoords=("axes fraction", "data"), xytext=(4, 3),
-                    textcoords="offset points", fontsize=10, color=REFERENCE_COLOUR)
+        ax.annotate(
+            "peak = 1",
+            (0, 1.0),
+            xycoords=("axes fraction", "data"),
+            xytext=(4, 3),
+            textcoords="offset points",
+            fontsize=10,
+            color=REFERENCE_COLOUR,
+        )
         shown.append(1.0)
     pad_limits(ax, shown)
     if np.nanmin(values) < 0:
@@ -118,17 +136,36 @@ def _memory_panel(ax, frame, metric: str, profiles, colours) -> None:
     budget = frame.loc["app_budget_mb", profiles].to_numpy(dtype=float)
     x = np.arange(len(profiles))
     over = values > budget
-    bars = ax.bar(x, np.nan_to_num(values), width=0.6, color=[colours[p] for p in profiles],
-                  hatch=["//" if o else "" for o in over], edgecolor="white", linewidth=0)
+    bars = ax.bar(
+        x,
+        np.nan_to_num(values),
+        width=0.6,
+        color=[colours[p] for p in profiles],
+        hatch=["//" if o else "" for o in over],
+        edgecolor="white",
+        linewidth=0,
+    )
     label_bars(ax, bars, values, "MB", bold=_best(frame, metric, profiles))
     for i in np.flatnonzero(over):
-        ax.text(x[i], values[i] / 2, f"over budget\nby {fmt_value(values[i] - budget[i], 'MB')}",
-                ha="center", va="center", color="white", fontweight="bold",
-                bbox={"boxstyle": "round", "fc": colours[profiles[i]], "ec": "none"})
+        ax.text(
+            x[i],
+            values[i] / 2,
+            f"over budget\nby {fmt_value(values[i] - budget[i], 'MB')}",
+            ha="center",
+            va="center",
+            color="white",
+            fontweight="bold",
+            bbox={"boxstyle": "round", "fc": colours[profiles[i]], "ec": "none"},
+        )
     ax.hlines(budget, x - 0.42, x + 0.42, colors=REFERENCE_COLOUR, linestyles="--", lw=2)
     pad_limits(ax, list(values) + list(budget), headroom=0.28)
-    profile_ticks(ax, x, profiles, colours,
-                  extra={p: f"budget\n{fmt_value(b, 'MB')}" for p, b in zip(profiles, budget)})
+    profile_ticks(
+        ax,
+        x,
+        profiles,
+        colours,
+        extra={p: f"budget\n{fmt_value(b, 'MB')}" for p, b in zip(profiles, budget)},
+    )
     ax.set_xlim(-0.6, len(profiles) - 0.4)
 
 
@@ -141,9 +178,16 @@ def _stacked_panel(ax, frame, metric: str, phases, profiles, colours, step_colou
     bottom = np.zeros(len(profiles))
     handles = []
     for step, row in phases.iterrows():
-        h = ax.bar(x, row[profiles].to_numpy(dtype=float), 0.6, bottom=bottom,
-                   color=step_colours[step], edgecolor="white", linewidth=0.8,
-                   label=COLDSTART_STEP_LABELS.get(step, step))
+        h = ax.bar(
+            x,
+            row[profiles].to_numpy(dtype=float),
+            0.6,
+            bottom=bottom,
+            color=step_colours[step],
+            edgecolor="white",
+            linewidth=0.8,
+            label=COLDSTART_STEP_LABELS.get(step, step),
+        )
         bottom = bottom + row[profiles].to_numpy(dtype=float)
         handles.append(h)
     total = frame.loc[metric, profiles].to_numpy(dtype=float)
@@ -156,14 +200,21 @@ def _stacked_panel(ax, frame, metric: str, phases, profiles, colours, step_colou
     return handles
 
 
-def compare_panels(frame, path: str | Path, title: str, metrics=DEFAULT_PANELS,
-                   phases: dict | None = None, width_px: int = WIDTH_PX) -> Path:
+def compare_panels(
+    frame,
+    path: str | Path,
+    title: str,
+    metrics=DEFAULT_PANELS,
+    phases: dict | None = None,
+    width_px: int = WIDTH_PX,
+) -> Path:
     """`compare --plot`: `compare_figure` written to `path`."""
     return save_png(compare_figure(frame, title, metrics, phases, width_px), path)
 
 
-def compare_figure(frame, title: str, metrics=DEFAULT_PANELS, phases: dict | None = None,
-                   width_px: int = WIDTH_PX):
+def compare_figure(
+    frame, title: str, metrics=DEFAULT_PANELS, phases: dict | None = None, width_px: int = WIDTH_PX
+):
     """One panel per metric of `frame` (a track.compare frame), three to a row.
     `phases`: {strategy: frame} from track.compare.coldstart_phases; with it, cold-start metrics
     are stacked bars of their phases. Every metric must be a row of the frame (ValueError)."""
@@ -174,8 +225,10 @@ def compare_figure(frame, title: str, metrics=DEFAULT_PANELS, phases: dict | Non
 
     missing = [m for m in metrics if m not in frame.index]
     if missing:
-        raise ValueError(f"--metrics: {', '.join(missing)} not in this comparison; it has: "
-                         + ", ".join(frame.index))
+        raise ValueError(
+            f"--metrics: {', '.join(missing)} not in this comparison; it has: "
+            + ", ".join(frame.index)
+        )
     profiles = profile_columns(frame)
     colours = profile_colours(profiles)
     # pastel, distinct hues: the phases read apart and never pass for a profile's colour
@@ -190,8 +243,9 @@ def compare_figure(frame, title: str, metrics=DEFAULT_PANELS, phases: dict | Non
         for ax, metric in zip(axes.flat, metrics):
             strategy = coldstart_strategy(metric)
             if phases and strategy in phases:
-                handles = _stacked_panel(ax, frame, metric, phases[strategy], profiles, colours,
-                                         step_colours)
+                handles = _stacked_panel(
+                    ax, frame, metric, phases[strategy], profiles, colours, step_colours
+                )
                 legend.update(zip(phases[strategy].index, handles))
             elif metric == "peak_memory_mb" and "app_budget_mb" in frame.index:
                 _memory_panel(ax, frame, metric, profiles, colours)
@@ -200,12 +254,17 @@ def compare_figure(frame, title: str, metrics=DEFAULT_PANELS, phases: dict | Non
             ax.set_title(_panel_title(frame, metric), fontsize=12)
             ax.set_ylabel(_axis_label(frame, metric))
             thousands(ax)
-        for ax in axes.flat[len(metrics):]:
+        for ax in axes.flat[len(metrics) :]:
             ax.set_visible(False)
         if legend:
             legend = [legend[s] for s in STEPS if s in legend]
-            fig.legend(handles=legend, title="cold start phases, bottom to top of each bar",
-                       loc="outside lower center", ncols=min(4, len(legend)), frameon=False)
+            fig.legend(
+                handles=legend,
+                title="cold start phases, bottom to top of each bar",
+                loc="outside lower center",
+                ncols=min(4, len(legend)),
+                frameon=False,
+            )
         fig.suptitle(title)
         return fig
 
@@ -235,25 +294,36 @@ def normalised_figure(frame, title: str, width_px: int = WIDTH_PX):
     with style():
         fig, ax = figure(width_px, 160 + n_metrics * (16 * n_prof + 14))
         for j, p in enumerate(profiles):
-            bars = ax.barh(y + (j - (n_prof - 1) / 2) * height, np.nan_to_num(norm[:, j]), height,
-                           color=colours[p], label=p)
-            texts = ax.bar_label(bars, labels=[fmt_value(v, u) for v, u in
-                                               zip(values[:, j], frame["unit"])],
-                                 padding=3, fontsize=9)
+            bars = ax.barh(
+                y + (j - (n_prof - 1) / 2) * height,
+                np.nan_to_num(norm[:, j]),
+                height,
+                color=colours[p],
+                label=p,
+            )
+            texts = ax.bar_label(
+                bars,
+                labels=[fmt_value(v, u) for v, u in zip(values[:, j], frame["unit"])],
+                padding=3,
+                fontsize=9,
+            )
             for t, best in zip(texts, frame["best"]):
                 if p in str(best).split(","):
                     t.set_fontweight("bold")
         arrows = {"lower": "lower is better", "higher": "higher is better", "none": "no direction"}
-        ax.set_yticks(y, [f"{m}\n({arrows[d]})" for m, d in zip(frame.index, frame["better"])],
-                      fontsize=10)
+        ax.set_yticks(
+            y, [f"{m}\n({arrows[d]})" for m, d in zip(frame.index, frame["better"])], fontsize=10
+        )
         lo = min(0.0, float(np.nanmin(norm)))
         ax.set_xlim(lo - (0.15 if lo < 0 else 0.0), 1.3)
         ax.set_ylim(n_metrics - 0.5, -0.5)
         ax.axvline(0, color=REFERENCE_COLOUR, linewidth=0.8)
         ax.grid(True, axis="x")
         ax.grid(False, axis="y")
-        ax.set_xlabel("value / largest |value| of that metric across profiles (1 = largest); "
-                      "the printed number is the real value")
+        ax.set_xlabel(
+            "value / largest |value| of that metric across profiles (1 = largest); "
+            "the printed number is the real value"
+        )
         fig.legend(loc="outside lower center", ncols=n_prof, frameon=False)
         fig.suptitle(title)
         return fig
@@ -276,34 +346,61 @@ def thermal_figure(result, cfg, title: str, width_px: int = WIDTH_PX):
     peak = result.peak_tokens_per_s
     with style():
         fig, (ax1, ax2) = figure(width_px, 800, 2, 1, sharex=True)
-        ax1.plot(minutes, s["tokens_per_s"], c="#0072B2", lw=2,
-                 label=f"decode tokens/s ({PLOT_BUCKET_S:g} s mean)")
+        ax1.plot(
+            minutes,
+            s["tokens_per_s"],
+            c="#0072B2",
+            lw=2,
+            label=f"decode tokens/s ({PLOT_BUCKET_S:g} s mean)",
+        )
         ax1.axhline(peak, ls="--", c=REFERENCE_COLOUR, label=f"peak {fmt_value(peak, 'tokens/s')}")
         throttle_s = summary["time_to_first_throttle_s"]
         if np.isfinite(throttle_s):
             for ax in (ax1, ax2):
                 ax.axvline(throttle_s / 60.0, ls=":", c=REFERENCE_COLOUR)
-            ax1.plot([], [], ls=":", c=REFERENCE_COLOUR,
-                     label=f"first throttle at {fmt_value(throttle_s, 's')}")
+            ax1.plot(
+                [],
+                [],
+                ls=":",
+                c=REFERENCE_COLOUR,
+                label=f"first throttle at {fmt_value(throttle_s, 's')}",
+            )
         at_10 = summary["sustained_tokens_per_s_10min"]
         if at_10 is not None:
-            ax1.plot([10.0], [at_10], "o", c="#D55E00", ms=8,
-                     label=f"10 min: {fmt_value(at_10, 'tokens/s')} "
-                           f"({summary['sustained_peak_ratio_10min']:.2f} of peak)")
+            ax1.plot(
+                [10.0],
+                [at_10],
+                "o",
+                c="#D55E00",
+                ms=8,
+                label=f"10 min: {fmt_value(at_10, 'tokens/s')} "
+                f"({summary['sustained_peak_ratio_10min']:.2f} of peak)",
+            )
         ax1.set_ylabel("decode tokens/s")
         ax1.set_ylim(0, peak * 1.12)
         ax1.set_title("Decode speed")
         ax1.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         ax2.plot(minutes, s["die_c"], label="die", c="#D55E00", lw=2)
         ax2.plot(minutes, s["skin_c"], label="skin", c="#E69F00", lw=2)
-        ax2.axhline(cfg.passive_trip_c, ls=":", c="#D55E00",
-                    label=f"passive trip {cfg.passive_trip_c:g} °C")
-        ax2.axhline(cfg.critical_trip_c, ls="--", c="#D55E00",
-                    label=f"critical / control {cfg.critical_trip_c:g} °C")
-        ax2.axhline(cfg.skin_limit_c, ls="--", c="#E69F00",
-                    label=f"skin limit {cfg.skin_limit_c:g} °C")
-        temps = [float(np.min(s["skin_c"])), float(np.max(s["die_c"])), cfg.critical_trip_c,
-                 cfg.passive_trip_c, cfg.skin_limit_c]
+        ax2.axhline(
+            cfg.passive_trip_c, ls=":", c="#D55E00", label=f"passive trip {cfg.passive_trip_c:g} °C"
+        )
+        ax2.axhline(
+            cfg.critical_trip_c,
+            ls="--",
+            c="#D55E00",
+            label=f"critical / control {cfg.critical_trip_c:g} °C",
+        )
+        ax2.axhline(
+            cfg.skin_limit_c, ls="--", c="#E69F00", label=f"skin limit {cfg.skin_limit_c:g} °C"
+        )
+        temps = [
+            float(np.min(s["skin_c"])),
+            float(np.max(s["die_c"])),
+            cfg.critical_trip_c,
+            cfg.passive_trip_c,
+            cfg.skin_limit_c,
+        ]
         span = max(temps) - min(temps)
         ax2.set_ylim(min(temps) - 0.08 * span, max(temps) + 0.08 * span)
         ax2.set_ylabel("temperature (°C)")
@@ -350,8 +447,9 @@ def serve_figure(result, title: str, width_px: int = WIDTH_PX):
     outs = result.outcomes
     horizon_min = result.horizon_s / 60.0
     with style():
-        fig, (ax1, ax2) = figure(width_px, 800, 2, 1, sharex=True,
-                                 gridspec_kw={"height_ratios": [3, 2]})
+        fig, (ax1, ax2) = figure(
+            width_px, 800, 2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]}
+        )
         done = [o for o in outs if o.status == "completed"]
         cut = [o for o in outs if o.status == "timeout"]
         busy = [o for o in outs if o.status == "busy"]
@@ -359,17 +457,46 @@ def serve_figure(result, title: str, width_px: int = WIDTH_PX):
         def arrival_min(group):
             return np.array([o.request.arrival_s for o in group]) / 60.0
 
-        ax1.plot(arrival_min(done), [o.latency_s for o in done], "o", c="#0072B2", ms=6,
-                 label=f"completed: end-to-end latency ({len(done)})")
+        ax1.plot(
+            arrival_min(done),
+            [o.latency_s for o in done],
+            "o",
+            c="#0072B2",
+            ms=6,
+            label=f"completed: end-to-end latency ({len(done)})",
+        )
         first = [o for o in outs if not math.isnan(o.first_token_s)]
-        ax1.plot(arrival_min(first), [o.ttft_s for o in first], ".", c="#56B4E9", ms=6,
-                 label=f"time to first token ({len(first)})")
-        ax1.plot(arrival_min(cut), [o.latency_s for o in cut], "v", c="#D55E00", ms=8,
-                 label=f"timed out ({len(cut)})")
-        ax1.plot(arrival_min(busy), np.zeros(len(busy)), "x", c="#CC79A7", ms=8, mew=2,
-                 label=f"answered busy ({len(busy)})")
-        ax1.axhline(result.timeout_s, ls="--", c=REFERENCE_COLOUR,
-                    label=f"timeout {fmt_value(result.timeout_s, 's')}")
+        ax1.plot(
+            arrival_min(first),
+            [o.ttft_s for o in first],
+            ".",
+            c="#56B4E9",
+            ms=6,
+            label=f"time to first token ({len(first)})",
+        )
+        ax1.plot(
+            arrival_min(cut),
+            [o.latency_s for o in cut],
+            "v",
+            c="#D55E00",
+            ms=8,
+            label=f"timed out ({len(cut)})",
+        )
+        ax1.plot(
+            arrival_min(busy),
+            np.zeros(len(busy)),
+            "x",
+            c="#CC79A7",
+            ms=8,
+            mew=2,
+            label=f"answered busy ({len(busy)})",
+        )
+        ax1.axhline(
+            result.timeout_s,
+            ls="--",
+            c=REFERENCE_COLOUR,
+            label=f"timeout {fmt_value(result.timeout_s, 's')}",
+        )
         top = max([result.timeout_s] + [o.latency_s for o in done + cut])
         ax1.set_ylim(-0.06 * top, top * 1.12)
         ax1.set_ylabel("seconds from arrival")
@@ -379,14 +506,21 @@ def serve_figure(result, title: str, width_px: int = WIDTH_PX):
         times = np.array(times + [result.horizon_s]) / 60.0
         waiting = waiting + [waiting[-1]]
         ax2.step(times, waiting, where="post", c="#009E73", lw=2, label="requests waiting")
-        ax2.axhline(result.queue_limit, ls="--", c=REFERENCE_COLOUR,
-                    label=f"queue limit {result.queue_limit}")
+        ax2.axhline(
+            result.queue_limit,
+            ls="--",
+            c=REFERENCE_COLOUR,
+            label=f"queue limit {result.queue_limit}",
+        )
         ax2.set_ylim(-0.3, max(result.queue_limit, max(waiting)) + 0.8)
         ax2.yaxis.get_major_locator().set_params(integer=True)
         ax2.set_ylabel("requests waiting")
         ax2.set_xlabel("time (min)")
-        ax2.set_title(f"Wait queue (session busy {result.busy_time_s / result.horizon_s:.0%} "
-                      "of the time)" if result.horizon_s > 0 else "Wait queue")
+        ax2.set_title(
+            f"Wait queue (session busy {result.busy_time_s / result.horizon_s:.0%} of the time)"
+            if result.horizon_s > 0
+            else "Wait queue"
+        )
         ax2.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         ax2.set_xlim(-0.01 * horizon_min, horizon_min * 1.01)
         ax1.grid(True, axis="x")

@@ -35,9 +35,19 @@ from harmony_ref.metrics import DIRECTIONS, KINDS, Metrics, domain_error
 
 SCHEMA_VERSION = 1
 PART_STATUSES = ("ok", "skipped", "unavailable", "failed")
-PROVENANCE_FIELDS = ("git_commit", "git_dirty", "harmony_ref_version", "python_version",
-                     "numpy_version", "numba_version", "cpu_model", "cpu_cores", "numba_threads",
-                     "hostname", "utc_time")
+PROVENANCE_FIELDS = (
+    "git_commit",
+    "git_dirty",
+    "harmony_ref_version",
+    "python_version",
+    "numpy_version",
+    "numba_version",
+    "cpu_model",
+    "cpu_cores",
+    "numba_threads",
+    "hostname",
+    "utc_time",
+)
 
 
 @dataclass
@@ -59,6 +69,7 @@ class Record:
 
 
 # --- provenance -------------------------------------------------------------------------------
+
 
 def _git(*args: str, cwd: Path) -> str | None:
     try:
@@ -105,6 +116,7 @@ def collect_provenance() -> dict:
 
 # --- validation -------------------------------------------------------------------------------
 
+
 def _require(cond: bool, source: str, where: str, msg: str) -> None:
     if not cond:
         raise ValueError(f"{source}: field '{where}': {msg}")
@@ -120,47 +132,91 @@ def validate_record_dict(data, source: str) -> None:
         raise ValueError(f"{source}: a run record must be a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")
     _require("schema_version" in data, source, "schema_version", "missing")
-    _require(version == SCHEMA_VERSION, source, "schema_version",
-             f"is {version!r}, this harmony-ref reads version {SCHEMA_VERSION} "
-             "(re-create the record with `harmony-ref run`)")
+    _require(
+        version == SCHEMA_VERSION,
+        source,
+        "schema_version",
+        f"is {version!r}, this harmony-ref reads version {SCHEMA_VERSION} "
+        "(re-create the record with `harmony-ref run`)",
+    )
     for key in ("config", "metrics", "provenance"):
-        _require(isinstance(data.get(key), dict), source, key, f"missing or not an object: {data.get(key)!r}")
+        _require(
+            isinstance(data.get(key), dict),
+            source,
+            key,
+            f"missing or not an object: {data.get(key)!r}",
+        )
     check_config_dict(data["config"], source)
     for name, m in data["metrics"].items():
         where = f"metrics.{name}"
         _require(isinstance(m, dict), source, where, f"must be an object, got {m!r}")
-        _require(_is_number(m.get("value")), source, f"{where}.value", f"must be a number, got {m.get('value')!r}")
-        _require(isinstance(m.get("unit"), str), source, f"{where}.unit", f"must be a string, got {m.get('unit')!r}")
-        _require(m.get("direction") in DIRECTIONS, source, f"{where}.direction",
-                 f"must be one of {DIRECTIONS}, got {m.get('direction')!r}")
-        _require(m.get("kind") in KINDS, source, f"{where}.kind", f"must be one of {KINDS}, got {m.get('kind')!r}")
+        _require(
+            _is_number(m.get("value")),
+            source,
+            f"{where}.value",
+            f"must be a number, got {m.get('value')!r}",
+        )
+        _require(
+            isinstance(m.get("unit"), str),
+            source,
+            f"{where}.unit",
+            f"must be a string, got {m.get('unit')!r}",
+        )
+        _require(
+            m.get("direction") in DIRECTIONS,
+            source,
+            f"{where}.direction",
+            f"must be one of {DIRECTIONS}, got {m.get('direction')!r}",
+        )
+        _require(
+            m.get("kind") in KINDS,
+            source,
+            f"{where}.kind",
+            f"must be one of {KINDS}, got {m.get('kind')!r}",
+        )
         unit = m["unit"]
         problem = domain_error(name, unit, m["value"])
         if problem:
             raise ValueError(f"{source}: field '{where}.value' = {problem}")
         samples = m.get("samples", [])
-        _require(isinstance(samples, list) and all(_is_number(s) for s in samples), source,
-                 f"{where}.samples", "must be a list of numbers")
+        _require(
+            isinstance(samples, list) and all(_is_number(s) for s in samples),
+            source,
+            f"{where}.samples",
+            "must be a list of numbers",
+        )
         bad = [domain_error(name, unit, s) for s in samples if domain_error(name, unit, s)]
         if bad:
             raise ValueError(f"{source}: field '{where}.samples': a sample = {bad[0]}")
         flags = m.get("flags", [])
-        _require(isinstance(flags, list) and all(isinstance(f, str) for f in flags), source,
-                 f"{where}.flags", "must be a list of strings")
+        _require(
+            isinstance(flags, list) and all(isinstance(f, str) for f in flags),
+            source,
+            f"{where}.flags",
+            "must be a list of strings",
+        )
     for key in PROVENANCE_FIELDS:
         _require(key in data["provenance"], source, f"provenance.{key}", "missing")
     parts = data.get("parts", {})
     _require(isinstance(parts, dict), source, "parts", "must be an object")
     for name, p in parts.items():
-        _require(isinstance(p, dict) and p.get("status") in PART_STATUSES, source, f"parts.{name}.status",
-                 f"must be one of {PART_STATUSES}, got {p!r}")
+        _require(
+            isinstance(p, dict) and p.get("status") in PART_STATUSES,
+            source,
+            f"parts.{name}.status",
+            f"must be one of {PART_STATUSES}, got {p!r}",
+        )
 
 
 def record_from_dict(data: dict, source: str = "<record>") -> Record:
     validate_record_dict(data, source)
-    return Record(config=data["config"], metrics=Metrics.from_dict(data["metrics"]),
-                  provenance=data["provenance"], parts=data.get("parts", {}),
-                  schema_version=data["schema_version"])
+    return Record(
+        config=data["config"],
+        metrics=Metrics.from_dict(data["metrics"]),
+        provenance=data["provenance"],
+        parts=data.get("parts", {}),
+        schema_version=data["schema_version"],
+    )
 
 
 def load_record(path: str | Path) -> Record:
@@ -177,10 +233,12 @@ def load_record(path: str | Path) -> Record:
 
 # --- atomic writing (harmony_ref/_io.py) -----------------------------------------------------
 
+
 def write_json_atomic(path: str | Path, data, overwrite: bool = True) -> Path:
     """Write `data` as JSON to `path` atomically (see write_text_atomic)."""
-    return write_text_atomic(path, json.dumps(data, indent=2, default=float, allow_nan=False) + "\n",
-                             overwrite)
+    return write_text_atomic(
+        path, json.dumps(data, indent=2, default=float, allow_nan=False) + "\n", overwrite
+    )
 
 
 def record_filename(config: dict) -> str:
@@ -209,7 +267,9 @@ def write_record(record: Record, out_dir: str | Path) -> Path:
         out_dir = out_dir / FAILED_DIR
     for _attempt in range(100):
         try:
-            return write_json_atomic(out_dir / record_filename(record.config), data, overwrite=False)
+            return write_json_atomic(
+                out_dir / record_filename(record.config), data, overwrite=False
+            )
         except FileExistsError:
             continue
     raise RuntimeError(f"could not find a free record name in {out_dir}")  # pragma: no cover

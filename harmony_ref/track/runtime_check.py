@@ -68,8 +68,7 @@ from pathlib import Path
 from harmony_ref.metrics import Metrics
 
 CHECK_FORMATS = ("llama-perplexity", "mslite")
-PLACEHOLDERS = {"llama-perplexity": ("model", "corpus", "context", "chunks"),
-                "mslite": ("model",)}
+PLACEHOLDERS = {"llama-perplexity": ("model", "corpus", "context", "chunks"), "mslite": ("model",)}
 DEFAULT_EXPECT = "int8"
 DEFAULT_CONTEXT = 512
 MARGIN_FACTOR = 2.0
@@ -101,11 +100,14 @@ class RuntimeCheck:
             raise ValueError(f"--format {self.fmt!r}: check-runtime reads {list(CHECK_FORMATS)}")
         if self.corpus is not None:
             if self.fmt != "llama-perplexity":
-                raise ValueError(f"--corpus {self.corpus}: applies to --format llama-perplexity "
-                                 f"only (got --format {self.fmt})")
+                raise ValueError(
+                    f"--corpus {self.corpus}: applies to --format llama-perplexity "
+                    f"only (got --format {self.fmt})"
+                )
             corpus_text(self)  # missing, not UTF-8, empty: bad input before any work
-        check_template(self.template, self.fmt,
-                       SESSION_PLACEHOLDERS if self.session is not None else ())
+        check_template(
+            self.template, self.fmt, SESSION_PLACEHOLDERS if self.session is not None else ()
+        )
         if self.context < 4 or self.context % 2:
             raise ValueError(f"--context {self.context}: must be an even number >= 4")
         if self.chunks is not None and self.chunks < 1:
@@ -125,20 +127,27 @@ def check_template(template: str, fmt: str, extra: tuple[str, ...] = ()) -> list
     try:
         names = [f for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
     except ValueError as e:
-        raise ValueError(f"--command {template!r}: malformed template ({e}); literal braces are "
-                         "written {{ and }}") from e
+        raise ValueError(
+            f"--command {template!r}: malformed template ({e}); literal braces are "
+            "written {{ and }}"
+        ) from e
     allowed = PLACEHOLDERS[fmt] + tuple(extra)
     bad = [n for n in names if n not in allowed]
     if bad:
-        raise ValueError(f"--command {template!r}: unknown placeholder {{{bad[0]}}}; with --format "
-                         f"{fmt} the template may use {', '.join('{' + a + '}' for a in allowed)}")
+        raise ValueError(
+            f"--command {template!r}: unknown placeholder {{{bad[0]}}}; with --format "
+            f"{fmt} the template may use {', '.join('{' + a + '}' for a in allowed)}"
+        )
     if fmt == "llama-perplexity" and "corpus" not in names:
-        raise ValueError(f"--command {template!r}: has no {{corpus}}: the runtime must score the "
-                         "corpus file harmony-ref writes, or the reference is for another text")
+        raise ValueError(
+            f"--command {template!r}: has no {{corpus}}: the runtime must score the "
+            "corpus file harmony-ref writes, or the reference is for another text"
+        )
     return names
 
 
 # --- the reference and the bound ---------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Bound:
@@ -148,15 +157,17 @@ class Bound:
     low: float
 
     @classmethod
-    def from_expected(cls, expect: str, expected_ratio: float) -> "Bound":
+    def from_expected(cls, expect: str, expected_ratio: float) -> Bound:
         high = 1.0 + max(MARGIN_FACTOR * (expected_ratio - 1.0), MIN_EXCESS)
         return cls(expect, expected_ratio, high, 1.0 / high)
 
     def how(self) -> str:
-        return (f"bound = 1 + max({MARGIN_FACTOR:g} x ({self.expected_ratio:.4f} - 1), "
-                f"{MIN_EXCESS:g}) = {self.high:.4f} (ratio {self.expected_ratio:.4f} measured "
-                f"for {self.expect} by harmony-ref on the same model, text and context); "
-                f"lower bound 1 / {self.high:.4f} = {self.low:.4f}")
+        return (
+            f"bound = 1 + max({MARGIN_FACTOR:g} x ({self.expected_ratio:.4f} - 1), "
+            f"{MIN_EXCESS:g}) = {self.high:.4f} (ratio {self.expected_ratio:.4f} measured "
+            f"for {self.expect} by harmony-ref on the same model, text and context); "
+            f"lower bound 1 / {self.high:.4f} = {self.low:.4f}"
+        )
 
 
 @dataclass(frozen=True)
@@ -172,12 +183,20 @@ class Reference:
     cached: bool = False
 
     def to_dict(self) -> dict:
-        return {"ppl": self.ppl, "expect": self.bound.expect,
-                "expected_ratio": self.bound.expected_ratio, "bound_high": self.bound.high,
-                "bound_low": self.bound.low, "chunks": self.chunks, "context": self.context,
-                "scored_tokens": self.scored_tokens, "tokens": self.tokens,
-                "model_sha256": self.model_sha256, "corpus_sha256": self.corpus_sha256,
-                "rule_version": RULE_VERSION}
+        return {
+            "ppl": self.ppl,
+            "expect": self.bound.expect,
+            "expected_ratio": self.bound.expected_ratio,
+            "bound_high": self.bound.high,
+            "bound_low": self.bound.low,
+            "chunks": self.chunks,
+            "context": self.context,
+            "scored_tokens": self.scored_tokens,
+            "tokens": self.tokens,
+            "model_sha256": self.model_sha256,
+            "corpus_sha256": self.corpus_sha256,
+            "rule_version": RULE_VERSION,
+        }
 
 
 def corpus_text(check: RuntimeCheck | None = None) -> str:
@@ -225,49 +244,79 @@ def reference_for(check: RuntimeCheck, progress=None, use_cache: bool = True) ->
     text = corpus_text(check)
     model_sha = model_sha256(check.model, path)
     corpus_sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    key_src = json.dumps([model_sha, corpus_sha, check.context, check.chunks, check.expect,
-                          RULE_VERSION])
+    key_src = json.dumps(
+        [model_sha, corpus_sha, check.context, check.chunks, check.expect, RULE_VERSION]
+    )
     key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
     cache = cache_dir() / "runtime-check" / f"{key}.json"
     if use_cache and cache.is_file():
         try:
             d = json.loads(cache.read_text())
-            return Reference(d["ppl"], Bound.from_expected(d["expect"], d["expected_ratio"]),
-                             d["chunks"], d["context"], d["scored_tokens"], d["tokens"],
-                             d["model_sha256"], d["corpus_sha256"], cached=True)
+            return Reference(
+                d["ppl"],
+                Bound.from_expected(d["expect"], d["expected_ratio"]),
+                d["chunks"],
+                d["context"],
+                d["scored_tokens"],
+                d["tokens"],
+                d["model_sha256"],
+                d["corpus_sha256"],
+                cached=True,
+            )
         except (ValueError, KeyError, TypeError):
             cache.unlink(missing_ok=True)  # a corrupt cache entry is recomputed
     weights, tok = load_decoder(check.model, keep_stored=as_stored)
     expect = stored_policy(weights, check.model) if as_stored else check.expect
     if check.context > weights.config.max_positions:
-        raise ValueError(f"--context {check.context}: exceeds {check.model}'s "
-                         f"{weights.config.max_positions} positions")
+        raise ValueError(
+            f"--context {check.context}: exceeds {check.model}'s "
+            f"{weights.config.max_positions} positions"
+        )
     ids = tok.encode(text)
     n_tokens = len(ids)
     if n_tokens < check.context:
         where = f"--corpus {check.corpus}" if check.corpus else "the corpus"
-        raise ValueError(f"{where}: {n_tokens} tokens, fewer than one chunk of --context "
-                         f"{check.context}")
+        raise ValueError(
+            f"{where}: {n_tokens} tokens, fewer than one chunk of --context {check.context}"
+        )
     n_chunks = len(chunk_tokens(ids, check.context))
     if check.chunks is not None:
         n_chunks = min(n_chunks, check.chunks)
         ids = ids[: n_chunks * check.context]
-    shared = (ReferenceCache.for_run(model_sha, corpus_sha, check.context, tok.add_bos)
-              if use_cache else None)
-    r = evaluate_lm(weights, ids, check.context, variants=[(expect, "fp16")],
-                    add_bos=tok.add_bos, progress=progress, reference_cache=shared)
+    shared = (
+        ReferenceCache.for_run(model_sha, corpus_sha, check.context, tok.add_bos)
+        if use_cache
+        else None
+    )
+    r = evaluate_lm(
+        weights,
+        ids,
+        check.context,
+        variants=[(expect, "fp16")],
+        add_bos=tok.add_bos,
+        progress=progress,
+        reference_cache=shared,
+    )
     res = r["results"]
     ref = res["reference"]
     (variant,) = [v for k, v in res.items() if k != "reference"]
-    out = Reference(ref["ppl"], Bound.from_expected(check.expect, variant["ppl_ratio"]),
-                    r["chunks"], check.context, ref["scored_tokens"], n_tokens,
-                    model_sha, corpus_sha)
+    out = Reference(
+        ref["ppl"],
+        Bound.from_expected(check.expect, variant["ppl_ratio"]),
+        r["chunks"],
+        check.context,
+        ref["scored_tokens"],
+        n_tokens,
+        model_sha,
+        corpus_sha,
+    )
     if use_cache:
         write_text_atomic(cache, json.dumps(out.to_dict(), indent=1) + "\n")
     return out
 
 
 # --- running the runtime and judging it --------------------------------------------------------
+
 
 @dataclass
 class CheckResult:
@@ -288,18 +337,27 @@ def _values(check: RuntimeCheck, corpus: Path | None, ref: Reference | None) -> 
     if check.fmt == "llama-perplexity":
         from harmony_ref.runtime.loader import resolve_model_path
 
-        v.update(model=str(resolve_model_path(check.model)), corpus=str(corpus),
-                 context=check.context, chunks=ref.chunks if ref else -1)
+        v.update(
+            model=str(resolve_model_path(check.model)),
+            corpus=str(corpus),
+            context=check.context,
+            chunks=ref.chunks if ref else -1,
+        )
     return v
 
 
-def run_check(check: RuntimeCheck, ref: Reference | None, workdir: str | Path,
-              progress=None) -> CheckResult:
+def run_check(
+    check: RuntimeCheck, ref: Reference | None, workdir: str | Path, progress=None
+) -> CheckResult:
     """Run the template once and judge its output (BackendError: it did not run or its output is
     not the format; ValueError: it scored something other than the reference; DeviceGone: the
     session's device left)."""
-    from harmony_ref.backends.command import (CommandOutput, command_provenance, fill_template,
-                                              run_command)
+    from harmony_ref.backends.command import (
+        CommandOutput,
+        command_provenance,
+        fill_template,
+        run_command,
+    )
 
     corpus = write_corpus(workdir, check) if check.fmt == "llama-perplexity" else None
     values = _values(check, corpus, ref)
@@ -323,8 +381,12 @@ def run_check(check: RuntimeCheck, ref: Reference | None, workdir: str | Path,
     else:
         result = _judge_mslite(done)
     result.command = cmd
-    result.provenance.update(command=cmd, format=check.fmt, command_wall_s=f"{done.wall_s:.3f}",
-                             exit_code=str(done.returncode))
+    result.provenance.update(
+        command=cmd,
+        format=check.fmt,
+        command_wall_s=f"{done.wall_s:.3f}",
+        exit_code=str(done.returncode),
+    )
     result.provenance.update(command_provenance(done.text))
     if finish is not None:
         sr = finish(result.metrics)
@@ -347,8 +409,10 @@ def _judge_perplexity(check: RuntimeCheck, ref: Reference, done) -> CheckResult:
     from harmony_ref.backends.parsers import ParseError, parse_llama_perplexity
 
     if done.returncode != 0:
-        raise BackendError(f"command {done.command!r} exited with code {done.returncode}; no "
-                           f"result recorded. Last stderr:\n{done.stderr_tail()}")
+        raise BackendError(
+            f"command {done.command!r} exited with code {done.returncode}; no "
+            f"result recorded. Last stderr:\n{done.stderr_tail()}"
+        )
     try:
         parsed = parse_llama_perplexity(done.text)
     except ParseError as e:
@@ -356,36 +420,72 @@ def _judge_perplexity(check: RuntimeCheck, ref: Reference, done) -> CheckResult:
     prov = dict(parsed.provenance)
     for key, want in (("n_ctx", ref.context), ("n_chunks", ref.chunks)):
         if key in prov and int(prov[key]) != want:
-            raise ValueError(f"the runtime scored {key}={prov[key]} but the reference has "
-                             f"{key}={want}: not the same text and context (pass {{context}} and "
-                             f"{{chunks}} to the runtime, e.g. -c {{context}} --chunks {{chunks}})")
+            raise ValueError(
+                f"the runtime scored {key}={prov[key]} but the reference has "
+                f"{key}={want}: not the same text and context (pass {{context}} and "
+                f"{{chunks}} to the runtime, e.g. -c {{context}} --chunks {{chunks}})"
+            )
     m = parsed.metrics
     ppl = m.value("perplexity")
     if not ppl > 0:
         raise BackendError(f"command {done.command!r}: perplexity {ppl} is not > 0")
     ratio = ppl / ref.ppl
     b = ref.bound
-    m.add("reference_perplexity", ref.ppl, "1", "none", "exact",
-          description=f"harmony-ref FP32 (NumPy) over {ref.chunks} chunks of {ref.context}")
-    m.add("ppl_ratio_to_reference", ratio, "1", "lower", "exact",
-          description=f"runtime PPL / FP32 reference PPL; allowed {b.low:.4f} .. {b.high:.4f}")
+    m.add(
+        "reference_perplexity",
+        ref.ppl,
+        "1",
+        "none",
+        "exact",
+        description=f"harmony-ref FP32 (NumPy) over {ref.chunks} chunks of {ref.context}",
+    )
+    m.add(
+        "ppl_ratio_to_reference",
+        ratio,
+        "1",
+        "lower",
+        "exact",
+        description=f"runtime PPL / FP32 reference PPL; allowed {b.low:.4f} .. {b.high:.4f}",
+    )
     m.add("ppl_ratio_bound", b.high, "1", "none", "exact", description=b.how())
     ours = ref.ppl * b.expected_ratio
-    m.add("expected_perplexity", ours, "1", "none", "exact",
-          description=f"harmony-ref's own perplexity with --expect {b.expect} (same text, context "
-                      "and scoring rule)")
-    m.add("ppl_ratio_to_expected", ppl / ours, "1", "none", "exact",
-          description=f"runtime PPL / harmony-ref's PPL with --expect {b.expect}")
+    m.add(
+        "expected_perplexity",
+        ours,
+        "1",
+        "none",
+        "exact",
+        description=f"harmony-ref's own perplexity with --expect {b.expect} (same text, context "
+        "and scoring rule)",
+    )
+    m.add(
+        "ppl_ratio_to_expected",
+        ppl / ours,
+        "1",
+        "none",
+        "exact",
+        description=f"runtime PPL / harmony-ref's PPL with --expect {b.expect}",
+    )
     reasons = []
     if ratio > b.high:
-        reasons.append(f"perplexity {ppl:.4f} is {ratio:.3f}x the FP32 reference {ref.ppl:.4f}, "
-                       f"beyond the bound {b.high:.4f} ({b.how()})")
+        reasons.append(
+            f"perplexity {ppl:.4f} is {ratio:.3f}x the FP32 reference {ref.ppl:.4f}, "
+            f"beyond the bound {b.high:.4f} ({b.how()})"
+        )
     elif ratio < b.low:
-        reasons.append(f"perplexity {ppl:.4f} is {ratio:.3f}x the FP32 reference {ref.ppl:.4f}, "
-                       f"below 1 / bound = {b.low:.4f}: it did not score the same model and text")
+        reasons.append(
+            f"perplexity {ppl:.4f} is {ratio:.3f}x the FP32 reference {ref.ppl:.4f}, "
+            f"below 1 / bound = {b.low:.4f}: it did not score the same model and text"
+        )
     accurate = not reasons
-    m.add("runtime_accurate", 1.0 if accurate else 0.0, "bool", "higher", "exact",
-          description="; ".join(reasons) or f"ratio {ratio:.4f} within {b.low:.4f} .. {b.high:.4f}")
+    m.add(
+        "runtime_accurate",
+        1.0 if accurate else 0.0,
+        "bool",
+        "higher",
+        "exact",
+        description="; ".join(reasons) or f"ratio {ratio:.4f} within {b.low:.4f} .. {b.high:.4f}",
+    )
     return CheckResult(accurate, reasons, m, prov)
 
 
@@ -394,15 +494,23 @@ def _judge_mslite(done) -> CheckResult:
     from harmony_ref.backends.parsers import ParseError, mslite_accuracy, parse_mslite
 
     acc = mslite_accuracy(done.text)
-    if acc.mean_bias_pct is None and acc.cosine is None and acc.failure is None \
-            and not acc.printed_values:
+    if (
+        acc.mean_bias_pct is None
+        and acc.cosine is None
+        and acc.failure is None
+        and not acc.printed_values
+    ):
         if done.returncode != 0:
-            raise BackendError(f"command {done.command!r} exited with code {done.returncode}; no "
-                               f"result recorded. Last stderr:\n{done.stderr_tail()}")
-        raise BackendError(f"command {done.command!r}: mslite output has no accuracy lines "
-                           "('Mean bias of all nodes/tensors' / 'Cosine distance of all "
-                           "nodes/tensors'): run benchmark with --benchmarkDataFile=<calibration "
-                           "outputs> (and --cosineDistanceThreshold=-1 for the cosine)")
+            raise BackendError(
+                f"command {done.command!r} exited with code {done.returncode}; no "
+                f"result recorded. Last stderr:\n{done.stderr_tail()}"
+            )
+        raise BackendError(
+            f"command {done.command!r}: mslite output has no accuracy lines "
+            "('Mean bias of all nodes/tensors' / 'Cosine distance of all "
+            "nodes/tensors'): run benchmark with --benchmarkDataFile=<calibration "
+            "outputs> (and --cosineDistanceThreshold=-1 for the cosine)"
+        )
     reasons = []
     if acc.failure:
         reasons.append(f"the benchmark's own comparison failed: {acc.failure!r}")
@@ -410,13 +518,20 @@ def _judge_mslite(done) -> CheckResult:
         if vals and all(v == 0 for v in vals):
             reasons.append(f"output tensor {name}: all {len(vals)} printed values are 0")
     if acc.mean_bias_pct is not None and acc.mean_bias_pct >= ZERO_OUTPUT_BIAS_PCT:
-        note = (" (its cosine reads 1 only because the tool scores an all-zero output as 1)"
-                if acc.cosine == 1.0 else "")
-        reasons.append(f"mean bias {acc.mean_bias_pct:g}% >= {ZERO_OUTPUT_BIAS_PCT:g}%: no closer "
-                       f"to the calibration outputs than all zeros{note}")
+        note = (
+            " (its cosine reads 1 only because the tool scores an all-zero output as 1)"
+            if acc.cosine == 1.0
+            else ""
+        )
+        reasons.append(
+            f"mean bias {acc.mean_bias_pct:g}% >= {ZERO_OUTPUT_BIAS_PCT:g}%: no closer "
+            f"to the calibration outputs than all zeros{note}"
+        )
     if acc.cosine is not None and acc.cosine < MSLITE_MIN_COSINE:
-        reasons.append(f"cosine {acc.cosine:.4f} < {MSLITE_MIN_COSINE:.2f}: not the model (below "
-                       f"twice the loss of our lossiest format, cosine {LOWEST_MEASURED_COSINE})")
+        reasons.append(
+            f"cosine {acc.cosine:.4f} < {MSLITE_MIN_COSINE:.2f}: not the model (below "
+            f"twice the loss of our lossiest format, cosine {LOWEST_MEASURED_COSINE})"
+        )
     m = Metrics()
     if done.returncode == 0 and acc.failure is None:
         try:
@@ -425,31 +540,55 @@ def _judge_mslite(done) -> CheckResult:
             if not reasons:
                 raise BackendError(f"command {done.command!r}: {e}") from e
     elif not reasons:
-        raise BackendError(f"command {done.command!r} exited with code {done.returncode}; no "
-                           f"result recorded. Last stderr:\n{done.stderr_tail()}")
-    for name, unit, direction, v in (("mslite_mean_bias_pct", "%", "lower", acc.mean_bias_pct),
-                                     ("mslite_cosine_distance", "1", "higher", acc.cosine)):
+        raise BackendError(
+            f"command {done.command!r} exited with code {done.returncode}; no "
+            f"result recorded. Last stderr:\n{done.stderr_tail()}"
+        )
+    for name, unit, direction, v in (
+        ("mslite_mean_bias_pct", "%", "lower", acc.mean_bias_pct),
+        ("mslite_cosine_distance", "1", "higher", acc.cosine),
+    ):
         if v is not None:
             m.add(name, v, unit, direction, "exact")
     accurate = not reasons
-    m.add("runtime_accurate", 1.0 if accurate else 0.0, "bool", "higher", "exact",
-          description="; ".join(reasons) or "outputs match the calibration data")
+    m.add(
+        "runtime_accurate",
+        1.0 if accurate else 0.0,
+        "bool",
+        "higher",
+        "exact",
+        description="; ".join(reasons) or "outputs match the calibration data",
+    )
     return CheckResult(accurate, reasons, m, {})
 
 
 # --- the run record and the side-by-side table -------------------------------------------------
 
+
 def result_record(check: RuntimeCheck, result: CheckResult, ref: Reference | None):
     from harmony_ref.track.record import Record, collect_provenance
 
-    config = {"model": check.model, "policy": f"runtime-check:{check.expect}"
-              if check.fmt == "llama-perplexity" else "runtime-check:mslite",
-              "profile": check.device, "backend": "command",
-              "scenario": {"prompt_tokens": check.context, "new_tokens": 0,
-                           "context_tokens": check.context, "batch": 1},
-              "backend_options": {"command": check.template, "format": check.fmt,
-                                  "check": "runtime", "corpus": CORPUS_PART,
-                                  "label": check.label}}
+    config = {
+        "model": check.model,
+        "policy": f"runtime-check:{check.expect}"
+        if check.fmt == "llama-perplexity"
+        else "runtime-check:mslite",
+        "profile": check.device,
+        "backend": "command",
+        "scenario": {
+            "prompt_tokens": check.context,
+            "new_tokens": 0,
+            "context_tokens": check.context,
+            "batch": 1,
+        },
+        "backend_options": {
+            "command": check.template,
+            "format": check.fmt,
+            "check": "runtime",
+            "corpus": CORPUS_PART,
+            "label": check.label,
+        },
+    }
     prov = collect_provenance()
     prov["runtime"] = dict(result.provenance)
     if ref is not None:
@@ -470,16 +609,28 @@ def table_row(label: str, metrics: Metrics) -> dict:
     number, only as what it is."""
     accurate = metrics.value("runtime_accurate") == 1.0 if "runtime_accurate" in metrics else None
     speed_name = next((n for n in SPEED_METRICS if n in metrics), None)
-    row = {"runtime": label, "speed": "-", "speed_metric": speed_name or "-",
-           "perplexity": "-", "ppl_ratio": "-", "bound": "-", "vs_harmony_ref": "-", "cosine": "-",
-           "verdict": {True: "accurate", False: INACCURATE, None: "unchecked"}[accurate]}
+    row = {
+        "runtime": label,
+        "speed": "-",
+        "speed_metric": speed_name or "-",
+        "perplexity": "-",
+        "ppl_ratio": "-",
+        "bound": "-",
+        "vs_harmony_ref": "-",
+        "cosine": "-",
+        "verdict": {True: "accurate", False: INACCURATE, None: "unchecked"}[accurate],
+    }
     if speed_name:
         s = metrics[speed_name]
         shown = f"{s.value:.4g} {s.unit}"
         row["speed"] = shown if accurate else f"not a result ({shown}, run {row['verdict']})"
-    for col, name in (("perplexity", "perplexity"), ("ppl_ratio", "ppl_ratio_to_reference"),
-                      ("bound", "ppl_ratio_bound"), ("vs_harmony_ref", "ppl_ratio_to_expected"),
-                      ("cosine", "mslite_cosine_distance")):
+    for col, name in (
+        ("perplexity", "perplexity"),
+        ("ppl_ratio", "ppl_ratio_to_reference"),
+        ("bound", "ppl_ratio_bound"),
+        ("vs_harmony_ref", "ppl_ratio_to_expected"),
+        ("cosine", "mslite_cosine_distance"),
+    ):
         if name in metrics:
             row[col] = f"{metrics.value(name):.4f}"
     return row
@@ -488,7 +639,9 @@ def table_row(label: str, metrics: Metrics) -> dict:
 def row_from_record(record, source: str) -> dict:
     opts = record.config.get("backend_options", {})
     if opts.get("check") != "runtime":
-        raise ValueError(f"{source}: not a check-runtime record (config.backend_options.check is "
-                         f"{opts.get('check')!r})")
+        raise ValueError(
+            f"{source}: not a check-runtime record (config.backend_options.check is "
+            f"{opts.get('check')!r})"
+        )
     label = opts.get("label") or record.provenance.get("runtime", {}).get("build") or source
     return table_row(label, record.metrics)

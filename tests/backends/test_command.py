@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harmony_ref.cli import main
 from harmony_ref.backends.base import Backend, BackendError
 from harmony_ref.backends.command import CommandDevice, fill_template, needs_shell
+from harmony_ref.cli import main
 from tests.fake_device.fakephone import process_alive
 
 FAKE = Path(__file__).parents[1] / "fake_device"
@@ -23,11 +23,29 @@ def fake(script, *args):
     return " ".join([PY, shlex.quote(str(FAKE / script)), *args])
 
 
-@pytest.mark.parametrize("fmt,metric", [("mslite", "e2e_ms"), ("tflite", "inference_avg_ms"),
-                                        ("llama-bench", "decode_tokens_per_s"), ("executorch", "ttft_ms")])
+@pytest.mark.parametrize(
+    "fmt,metric",
+    [
+        ("mslite", "e2e_ms"),
+        ("tflite", "inference_avg_ms"),
+        ("llama-bench", "decode_tokens_per_s"),
+        ("executorch", "ttft_ms"),
+    ],
+)
 def test_real_format_end_to_end(fmt, metric):
-    dev = CommandDevice(fake("benchmark.py", "--format", fmt, "--device-model", "'ALN-AL00'",
-                             "--os-build", "HarmonyOS-5.0.1.120"), fmt, timeout_s=30)
+    dev = CommandDevice(
+        fake(
+            "benchmark.py",
+            "--format",
+            fmt,
+            "--device-model",
+            "'ALN-AL00'",
+            "--os-build",
+            "HarmonyOS-5.0.1.120",
+        ),
+        fmt,
+        timeout_s=30,
+    )
     assert isinstance(dev, Backend)
     m = dev.run()
     assert m.metrics.value(metric) > 0
@@ -83,7 +101,9 @@ def test_shell_template_and_placeholders():
     dev = CommandDevice(tpl, "executorch", 30, values={"fmt": "executorch", "build": "5.0 (beta)"})
     m = dev.run()
     assert m.provenance["shell"] == "true"
-    assert m.provenance["os_build"] == "5.0 (beta)"  # quoted, so the parentheses reached echo intact
+    assert (
+        m.provenance["os_build"] == "5.0 (beta)"
+    )  # quoted, so the parentheses reached echo intact
     assert m.metrics.value("generated_tokens") == 96
 
 
@@ -102,8 +122,18 @@ def test_bad_arguments():
 
 
 def test_cli_measure_json(capsys):
-    rc = main(["measure", "--command", fake("benchmark.py", "--format", "tflite", "--device-model", "P60"),
-               "--format", "tflite", "--timeout", "30", "--json"])
+    rc = main(
+        [
+            "measure",
+            "--command",
+            fake("benchmark.py", "--format", "tflite", "--device-model", "P60"),
+            "--format",
+            "tflite",
+            "--timeout",
+            "30",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert out["metrics"]["inference_avg_ms"]["value"] == pytest.approx(42.2043)
@@ -111,14 +141,19 @@ def test_cli_measure_json(capsys):
     assert out["provenance"]["device_model"] == "P60"
 
 
-@pytest.mark.parametrize("script, timeout, says", [
-    ("crash.py", "30", "exited with code 3"),
-    ("garbage.py", "30", "expected a line 'Model = <name>"),
-    ("hang.py", "1", "timed out after 1 s"),
-])
+@pytest.mark.parametrize(
+    "script, timeout, says",
+    [
+        ("crash.py", "30", "exited with code 3"),
+        ("garbage.py", "30", "expected a line 'Model = <name>"),
+        ("hang.py", "1", "timed out after 1 s"),
+    ],
+)
 def test_cli_measure_failure_is_clean(capsys, tmp_path, script, timeout, says):
     args = [shlex.quote(str(tmp_path / "child.pid"))] if script == "hang.py" else []
-    rc = main(["measure", "--command", fake(script, *args), "--format", "mslite", "--timeout", timeout])
+    rc = main(
+        ["measure", "--command", fake(script, *args), "--format", "mslite", "--timeout", timeout]
+    )
     captured = capsys.readouterr()
     assert rc == 1
     assert captured.err.startswith("harmony-ref measure: error: command") and says in captured.err
@@ -127,7 +162,18 @@ def test_cli_measure_failure_is_clean(capsys, tmp_path, script, timeout, says):
 
 
 def test_cli_measure_table(capsys):
-    assert main(["measure", "--command", fake("benchmark.py", "--format", "mslite"), "--format", "mslite"]) == 0
+    assert (
+        main(
+            [
+                "measure",
+                "--command",
+                fake("benchmark.py", "--format", "mslite"),
+                "--format",
+                "mslite",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "mslite_avg_run_ms" in out and "model_file: qwen2_0_5b_int4.ms" in out
 
@@ -141,9 +187,16 @@ def test_cli_measure_bad_template_names_the_subcommand(capsys):
 
 def test_cli_measure_llama_perplexity(capsys):
     # measure --format llama-perplexity works like the other formats (the real recorded output)
-    rc = main(["measure", "--command", fake("benchmark.py", "--format", "llama-perplexity",
-                                            "--device-model", "HOST"),
-               "--format", "llama-perplexity", "--json"])
+    rc = main(
+        [
+            "measure",
+            "--command",
+            fake("benchmark.py", "--format", "llama-perplexity", "--device-model", "HOST"),
+            "--format",
+            "llama-perplexity",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert out["metrics"]["perplexity"]["value"] == pytest.approx(12.5579)

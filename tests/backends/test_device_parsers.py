@@ -6,11 +6,19 @@ from pathlib import Path
 import pytest
 
 from harmony_ref.backends._parse import ParseError
-from harmony_ref.backends.device_parsers import (adb_failure, hdc_failure, millidegrees_c,
-                                                 parse_adb_devices, parse_getprop,
-                                                 parse_grep_h, parse_hdc_targets,
-                                                 parse_hidumper_mem, parse_param_get,
-                                                 parse_uptime_s, parse_vmhwm_kb)
+from harmony_ref.backends.device_parsers import (
+    adb_failure,
+    hdc_failure,
+    millidegrees_c,
+    parse_adb_devices,
+    parse_getprop,
+    parse_grep_h,
+    parse_hdc_targets,
+    parse_hidumper_mem,
+    parse_param_get,
+    parse_uptime_s,
+    parse_vmhwm_kb,
+)
 
 FIX = Path(__file__).parents[1] / "fixtures" / "device_outputs"
 
@@ -22,10 +30,14 @@ def text(name):
 def test_hdc_list_targets_plain_verbose_empty_and_failure():
     plain = parse_hdc_targets(text("hdc_list_targets.txt"))
     assert [(d.serial, d.state, d.usable) for d in plain] == [
-        ("FMR0223C13000649", "Connected", True), ("192.168.3.17:5555", "Unauthorized", False)]
+        ("FMR0223C13000649", "Connected", True),
+        ("192.168.3.17:5555", "Unauthorized", False),
+    ]
     verbose = parse_hdc_targets(text("hdc_list_targets_v.txt"))
     assert [(d.serial, d.state, d.info["connection"]) for d in verbose] == [
-        ("FMR0223C13000649", "Connected", "USB"), ("192.168.3.17:5555", "Offline", "TCP")]
+        ("FMR0223C13000649", "Connected", "USB"),
+        ("192.168.3.17:5555", "Offline", "TCP"),
+    ]
     assert not verbose[1].usable
     assert parse_hdc_targets(text("hdc_list_targets_empty.txt")) == []
     gone = text("hdc_device_gone.txt")
@@ -37,11 +49,18 @@ def test_hdc_list_targets_plain_verbose_empty_and_failure():
 def test_adb_devices_short_and_long():
     short = parse_adb_devices(text("adb_devices.txt"))
     assert [(d.serial, d.state, d.usable) for d in short] == [
-        ("38011FDJH0008X", "device", True), ("emulator-5554", "offline", False)]
+        ("38011FDJH0008X", "device", True),
+        ("emulator-5554", "offline", False),
+    ]
     long = parse_adb_devices(text("adb_devices_l.txt"))
     assert [d.serial for d in long] == ["38011FDJH0008X", "emulator-5554", "R5CT40XXXXX"]
-    assert long[0].info == {"usb": "1-1.4", "product": "shiba", "model": "Pixel_8",
-                            "device": "shiba", "transport_id": "3"}
+    assert long[0].info == {
+        "usb": "1-1.4",
+        "product": "shiba",
+        "model": "Pixel_8",
+        "device": "shiba",
+        "transport_id": "3",
+    }
     assert long[2].state == "unauthorized" and not long[2].usable
     assert adb_failure("adb: device '38011FDJH0008X' not found\n")
     assert adb_failure("error: no devices/emulators found")
@@ -63,8 +82,11 @@ def test_hidumper_mem_total_row():
     got = parse_hidumper_mem(text("hidumper_mem.txt"))
     assert got["pss_total_kb"] == 829948  # the sum of the class rows' Pss in the fixture
     assert got["private_dirty_kb"] == 820184
-    assert (got["heap_size_kb"], got["heap_alloc_kb"], got["heap_free_kb"]) == (823296, 811872,
-                                                                                11424)
+    assert (got["heap_size_kb"], got["heap_alloc_kb"], got["heap_free_kb"]) == (
+        823296,
+        811872,
+        11424,
+    )
     with pytest.raises(ParseError, match="Total"):
         parse_hidumper_mem(text("hidumper_mem.txt").replace("Total  ", "Totl   "))
     with pytest.raises(ParseError, match="Pss"):
@@ -79,7 +101,9 @@ def test_vmhwm_uptime_and_sysfs_lines():
     assert parse_uptime_s("35642.17 281003.55\n") == pytest.approx(35642.17)
     with pytest.raises(ParseError):
         parse_uptime_s("cat: /proc/uptime: Permission denied")
-    got = parse_grep_h("/sys/class/thermal/thermal_zone0/temp:41250\n"
-                       "/sys/devices/system/cpu/cpu7/cpufreq/scaling_cur_freq:3130000\n")
+    got = parse_grep_h(
+        "/sys/class/thermal/thermal_zone0/temp:41250\n"
+        "/sys/devices/system/cpu/cpu7/cpufreq/scaling_cur_freq:3130000\n"
+    )
     assert millidegrees_c(got["/sys/class/thermal/thermal_zone0/temp"]) == 41.25
     assert got["/sys/devices/system/cpu/cpu7/cpufreq/scaling_cur_freq"] == "3130000"

@@ -53,16 +53,32 @@ def test_host_probes_do_not_fail():
 
 import dataclasses  # noqa: E402
 
-from harmony_ref.config import RunConfig  # noqa: E402
 from harmony_ref.backends.host import HostDevice, scaled_spec, weight_mb  # noqa: E402
+from harmony_ref.config import RunConfig  # noqa: E402
 
-STANDARD = {"ttft_ms", "prefill_ms", "prefill_tokens_per_s", "decode_step_ms", "decode_tokens_per_s",
-            "e2e_ms", "peak_memory_mb", "weights_mb", "kv_cache_mb", "kernel_launches_per_token"}
+STANDARD = {
+    "ttft_ms",
+    "prefill_ms",
+    "prefill_tokens_per_s",
+    "decode_step_ms",
+    "decode_tokens_per_s",
+    "e2e_ms",
+    "peak_memory_mb",
+    "weights_mb",
+    "kv_cache_mb",
+    "kernel_launches_per_token",
+}
 
 
 def tiny(fused=True, policy="int4-g32", model="qwen2.5-0.5b", div=8, prompt=8, new=4):
-    c = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
-                             context_tokens=32, fused=fused)
+    c = RunConfig.from_names(
+        model=model,
+        policy=policy,
+        prompt_tokens=prompt,
+        new_tokens=new,
+        context_tokens=32,
+        fused=fused,
+    )
     return dataclasses.replace(c, spec=scaled_spec(c.spec, div))
 
 
@@ -81,7 +97,9 @@ def test_same_metric_names_as_simulated(run):
     for name in ("weights_mb", "kv_cache_mb"):
         assert run.metrics.value(name) == pytest.approx(sim.value(name), rel=1e-9), name
     m = run.metrics
-    assert m.value("prefill_tokens_per_s") == pytest.approx(8 / (m.value("prefill_ms") / 1e3))  # 8-token prompt
+    assert m.value("prefill_tokens_per_s") == pytest.approx(
+        8 / (m.value("prefill_ms") / 1e3)
+    )  # 8-token prompt
 
 
 def test_breakdown_metrics_match_simulated_definitions(run):
@@ -89,14 +107,19 @@ def test_breakdown_metrics_match_simulated_definitions(run):
     measured model (budget: this machine's RAM), the measured ones follow their definitions."""
     import psutil
 
-    from harmony_ref.device.profile import load_profile
     from harmony_ref.backends.simulated import SimulatedDevice, phone_only
+    from harmony_ref.device.profile import load_profile
 
     m, c = run.metrics, run.config
     sim = SimulatedDevice("harmony-flagship").predict(c)
     assert set(m.names()) == {n for n in sim.names() if not phone_only(n)}
-    for name in ("weights_mb", "kv_cache_mb", "activations_mb", "prefill_kernel_launches",
-                 "kernel_launches_per_token"):
+    for name in (
+        "weights_mb",
+        "kv_cache_mb",
+        "activations_mb",
+        "prefill_kernel_launches",
+        "kernel_launches_per_token",
+    ):
         assert m[name].kind == "exact"
         assert m.value(name) == pytest.approx(sim.value(name), rel=1e-9), name
     # DRAM per token: the device model's count for the step the host ran (the middle one, context
@@ -105,15 +128,22 @@ def test_breakdown_metrics_match_simulated_definitions(run):
 
     step = phase_cost(load_profile("harmony-flagship"), c, "decode", context=11)
     assert m.value("decode_dram_mb_per_token") == pytest.approx(step.dram_bytes / 1e6, rel=1e-9)
-    assert m.value("decode_dram_mb_per_token") == pytest.approx(sim.value("decode_dram_mb_per_token"), rel=1e-2)
+    assert m.value("decode_dram_mb_per_token") == pytest.approx(
+        sim.value("decode_dram_mb_per_token"), rel=1e-2
+    )
     assert m.value("workspace_mb") == 0.0
     assert m.value("app_budget_mb") == pytest.approx(psutil.virtual_memory().total / 1e6)
     assert "total RAM" in run.provenance["memory_budget"]
     assert m.value("memory_headroom_mb") == pytest.approx(
-        m.value("app_budget_mb") - m.value("weights_mb") - m.value("kv_cache_mb") - m.value("activations_mb"))
+        m.value("app_budget_mb")
+        - m.value("weights_mb")
+        - m.value("kv_cache_mb")
+        - m.value("activations_mb")
+    )
     assert m.value("fits_memory") == 1.0
     assert m.value("decode_bandwidth_gbps") == pytest.approx(
-        m.value("decode_dram_mb_per_token") * 1e6 / (m.value("decode_step_ms") / 1e3) / 1e9)
+        m.value("decode_dram_mb_per_token") * 1e6 / (m.value("decode_step_ms") / 1e3) / 1e9
+    )
     for name in ("launch_overhead_pct", "decode_memory_bound_pct"):
         assert m[name].kind == "measured" and 0 < m.value(name) < 100, (name, m.value(name))
     assert "empty Numba kernel" in m["launch_overhead_pct"].description
@@ -129,7 +159,9 @@ def test_every_op_timed_with_samples(run):
     m = run.metrics
     assert m["prefill_ms"].kind == "measured" and len(m["prefill_ms"].samples) == 3
     # the phase is the sum of its ops' medians
-    assert m.value("prefill_ms") == pytest.approx(1e3 * sum(t.median_s for t in run.ops if t.phase == "prefill"))
+    assert m.value("prefill_ms") == pytest.approx(
+        1e3 * sum(t.median_s for t in run.ops if t.phase == "prefill")
+    )
     assert m.value("decode_tokens_per_s") == pytest.approx(1e3 / m.value("decode_step_ms"))
     assert m.value("e2e_ms") == pytest.approx(m.value("prefill_ms") + 4 * m.value("decode_step_ms"))
     # TTFT as SimulatedDevice defines it: prefill + the step that emits the first token
@@ -149,8 +181,9 @@ def test_kernels_and_environment_reported(run):
 
 
 def test_too_large_model_refused_or_scaled():
-    big = RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128", prompt_tokens=8, new_tokens=2,
-                               context_tokens=16)
+    big = RunConfig.from_names(
+        model="llama-3.2-3b", policy="int4-g128", prompt_tokens=8, new_tokens=2, context_tokens=16
+    )
     assert weight_mb(big) > 1000
     with pytest.raises(ValueError, match="max_weight_mb"):
         HostDevice(repeats=1).run(big)
@@ -196,7 +229,10 @@ def test_backends_by_name_same_names_and_physics(tmp_path):
     assert STANDARD <= set(sim.names()) and STANDARD <= set(host.names())
     assert physics.startswith("not checked") and findings == []
     fake = Path(__file__).parents[1] / "fake_device" / "benchmark.py"
-    cmd = " ".join(shlex.quote(s) for s in (sys.executable, str(fake), "--format", "llama-bench", "--scale", "0.1"))
+    cmd = " ".join(
+        shlex.quote(s)
+        for s in (sys.executable, str(fake), "--format", "llama-bench", "--scale", "0.1")
+    )
     phone = RunConfig.from_names(model="llama-3.2-1b", policy="int4-g32")
     dev = make_backend("command", "harmony-flagship", command=cmd, fmt="llama-bench")
     measured = dev.run(phone)
@@ -215,7 +251,10 @@ def test_launch_refit_on_phase_totals(run):
     num = den = 0.0
     for phase in ("prefill", "decode"):
         ts = [t for t in run.ops if t.phase == phase]
-        bound = sum(max(f.compute_s(s), f.memory_s(s)) for s in samples_from_op_times(ts, 1 << 20, dedupe=False))
+        bound = sum(
+            max(f.compute_s(s), f.memory_s(s))
+            for s in samples_from_op_times(ts, 1 << 20, dedupe=False)
+        )
         n = sum(t.launches for t in ts)
         num += n * (sum(t.median_s for t in ts) - bound)
         den += n * n
@@ -238,8 +277,12 @@ def test_load_canary_wait_is_bounded():
 def test_make_backend_command_fills_config_and_values():
     from harmony_ref.backends.make import make_backend
 
-    dev = make_backend("command", command="hdc -t {serial} shell bench --model {model} -p {prompt_tokens}",
-                       fmt="llama-bench", values={"serial": "ABC123"})
+    dev = make_backend(
+        "command",
+        command="hdc -t {serial} shell bench --model {model} -p {prompt_tokens}",
+        fmt="llama-bench",
+        values={"serial": "ABC123"},
+    )
     cfg = RunConfig.from_names(model="llama-3.2-1b", policy="int4-g32", prompt_tokens=64)
     assert dev.command_for(cfg) == "hdc -t ABC123 shell bench --model llama-3.2-1b -p 64"
     with pytest.raises(ValueError, match="needs a command template"):

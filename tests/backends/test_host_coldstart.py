@@ -14,6 +14,7 @@ from harmony_ref.backends.host_coldstart import (
     write_model_file,
 )
 
+
 def test_file_round_trips_through_read_and_mmap(tmp_path):
     info = write_model_file(tmp_path / "m.safetensors", layers=2, rows=16, cols=256, group_size=128)
     assert info["bytes"] == (tmp_path / "m.safetensors").stat().st_size
@@ -47,7 +48,9 @@ def small_measurement(tmp_path_factory):
     # One real (small) run shared by the tests below: each run spawns five interpreters and
     # compiles the GEMV kernels once from an empty Numba cache.
     workdir = tmp_path_factory.mktemp("coldstart")
-    return workdir, measure_host_coldstart(layers=2, rows=64, cols=256, steady_repeats=2, workdir=workdir)
+    return workdir, measure_host_coldstart(
+        layers=2, rows=64, cols=256, steady_repeats=2, workdir=workdir
+    )
 
 
 def test_measure_end_to_end_small(small_measurement):

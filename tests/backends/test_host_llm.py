@@ -5,7 +5,6 @@ config naming the checkpoint and carrying its spec."""
 
 import json
 
-
 from harmony_ref.backends import host_llm
 from harmony_ref.backends.host import HostDevice
 from harmony_ref.backends.simulated import SimulatedDevice
@@ -17,17 +16,29 @@ from tests.fixtures.decoder.tiny import tiny_config
 
 
 def _config(path, policy="int4-g32"):
-    return RunConfig.from_names(checkpoint_spec(str(path)), policy, prompt_tokens=16,
-                                new_tokens=6, context_tokens=64, checkpoint=str(path),
-                                backend="host")
+    return RunConfig.from_names(
+        checkpoint_spec(str(path)),
+        policy,
+        prompt_tokens=16,
+        new_tokens=6,
+        context_tokens=64,
+        checkpoint=str(path),
+        backend="host",
+    )
 
 
 def test_spec_from_checkpoint_matches_its_config(tiny_gguf):
     spec = checkpoint_spec(str(tiny_gguf))
     c = tiny_config()
-    assert (spec.n_layers, spec.hidden, spec.n_heads, spec.n_kv_heads, spec.head_dim,
-            spec.intermediate, spec.vocab) == (c.n_layers, c.dim, c.n_heads, c.n_kv_heads,
-                                              c.head_dim, c.ffn_dim, c.vocab_size)
+    assert (
+        spec.n_layers,
+        spec.hidden,
+        spec.n_heads,
+        spec.n_kv_heads,
+        spec.head_dim,
+        spec.intermediate,
+        spec.vocab,
+    ) == (c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim, c.vocab_size)
     assert spec.param_count() == c.n_params() and spec.is_decoder
     cfg = _config(tiny_gguf)
     d = cfg.to_dict()
@@ -41,17 +52,27 @@ def test_host_measures_the_real_generation(tiny_gguf, monkeypatch):
     cfg = _config(tiny_gguf)
     got = HostDevice(repeats=3).run(cfg)
     m = got.metrics
-    for name in ("ttft_ms", "prefill_ms", "decode_step_ms", "e2e_ms", "decode_tokens_per_s",
-                 "prefill_tokens_per_s"):
+    for name in (
+        "ttft_ms",
+        "prefill_ms",
+        "decode_step_ms",
+        "e2e_ms",
+        "decode_tokens_per_s",
+        "prefill_tokens_per_s",
+    ):
         assert m[name].kind == "measured" and len(m[name].samples) == 3 and m.value(name) > 0
     assert m.value("prefill_ms") < m.value("e2e_ms")
-    assert {n for n in m.names() if "_ctx" in n} == {"decode_tokens_per_s_ctx16",
-                                                      "decode_tokens_per_s_ctx48"}
+    assert {n for n in m.names() if "_ctx" in n} == {
+        "decode_tokens_per_s_ctx16",
+        "decode_tokens_per_s_ctx48",
+    }
     sim = SimulatedDevice("harmony-flagship").predict(cfg)
     from harmony_ref.backends.simulated import phone_only
 
     # the phone-only metrics (NPU fallback, CPU clusters, lifecycle) are not host measurements
-    assert {n for n in sim.names() if not phone_only(n)} == {n for n in m.names() if "_ctx" not in n}
+    assert {n for n in sim.names() if not phone_only(n)} == {
+        n for n in m.names() if "_ctx" not in n
+    }
     assert "tiny.gguf" in got.provenance["host_model"]
     assert m.value("weights_mb") == sim.value("weights_mb")  # the same counted model
 
@@ -59,9 +80,20 @@ def test_host_measures_the_real_generation(tiny_gguf, monkeypatch):
 def test_run_command_host_and_simulated_on_a_checkpoint(tiny_gguf, tmp_path, monkeypatch):
     monkeypatch.setattr(host_llm, "DECODE_CONTEXTS", (16,))
     # int4-g32: the default int4-g128's group is longer than the tiny model's rows (K = 96)
-    args = ["--model", str(tiny_gguf), "--policy", "int4-g32", "--prompt-tokens", "16",
-            "--new-tokens", "4", "--context-tokens", "64", "--skip",
-            "host,accuracy,coldstart,thermal"]
+    args = [
+        "--model",
+        str(tiny_gguf),
+        "--policy",
+        "int4-g32",
+        "--prompt-tokens",
+        "16",
+        "--new-tokens",
+        "4",
+        "--context-tokens",
+        "64",
+        "--skip",
+        "host,accuracy,coldstart,thermal",
+    ]
     for backend in ("host", "simulated"):
         out = tmp_path / backend
         assert main(["run", "--backend", backend, *args, "--out-dir", str(out)]) == 0

@@ -33,8 +33,9 @@ def test_negative_or_zero_tokens_per_s_is_an_error(tmp_path, capsys, value):
 
 
 def test_absurd_prefill_is_flagged_without_profile_or_model(tmp_path, capsys):
-    rc = main(["measure", "--command", _bench(tmp_path, prefill=9e7), "--format", "llama-bench",
-               "--json"])
+    rc = main(
+        ["measure", "--command", _bench(tmp_path, prefill=9e7), "--format", "llama-bench", "--json"]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert "implausible" in out["metrics"]["prefill_tokens_per_s"].get("flags", [])

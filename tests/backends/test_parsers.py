@@ -42,11 +42,18 @@ def test_mslite_line_variants_across_versions():
     # integer in versions dividing uint64 microseconds by 1000, a float (default 6 significant
     # digits, so possibly 1.23457e+06) in others; newer versions append " threshold is:<f>" to the
     # mean-bias line, and net_train prints "Exported model PrepareTime = ...".
-    run = ("Model = m.ms, NumThreads = 2, MinRunTime = 1.000000 ms, MaxRuntime = 3.000000 ms, "
-           "AvgRunTime = 2.000000 ms")
-    for prepare, want in (("PrepareTime = 412 ms", 412.0), ("PrepareTime = 1.23457e+06 ms", 1.23457e6),
-                          ("Exported model PrepareTime = 96 ms", 96.0)):
-        m = parse("mslite", f"{prepare}\nMean bias of all nodes/tensors: 0.5% threshold is:0.5\n{run}\n").metrics
+    run = (
+        "Model = m.ms, NumThreads = 2, MinRunTime = 1.000000 ms, MaxRuntime = 3.000000 ms, "
+        "AvgRunTime = 2.000000 ms"
+    )
+    for prepare, want in (
+        ("PrepareTime = 412 ms", 412.0),
+        ("PrepareTime = 1.23457e+06 ms", 1.23457e6),
+        ("Exported model PrepareTime = 96 ms", 96.0),
+    ):
+        m = parse(
+            "mslite", f"{prepare}\nMean bias of all nodes/tensors: 0.5% threshold is:0.5\n{run}\n"
+        ).metrics
         assert m.value("mslite_prepare_ms") == pytest.approx(want, rel=REL), prepare
         assert m.value("mslite_mean_bias_pct") == pytest.approx(0.5, rel=REL)
         assert m.value("e2e_ms") == pytest.approx(2.0, rel=REL)
@@ -129,16 +136,29 @@ def test_executorch_observer_line():
 
 
 def test_executorch_scaling_factor_respected():
-    s = {"prompt_tokens": 8, "generated_tokens": 10, "inference_start_ms": 0, "prompt_eval_end_ms": 500_000,
-         "first_token_ms": 500_000, "inference_end_ms": 1_500_000, "SCALING_FACTOR_UNITS_PER_SECOND": 1_000_000}
+    s = {
+        "prompt_tokens": 8,
+        "generated_tokens": 10,
+        "inference_start_ms": 0,
+        "prompt_eval_end_ms": 500_000,
+        "first_token_ms": 500_000,
+        "inference_end_ms": 1_500_000,
+        "SCALING_FACTOR_UNITS_PER_SECOND": 1_000_000,
+    }
     m = parse("executorch", "PyTorchObserver " + json.dumps(s)).metrics
     assert m.value("ttft_ms") == 500
     assert m.value("decode_tokens_per_s") == 10
 
 
 def test_executorch_timestamps_out_of_order():
-    s = {"prompt_tokens": 8, "generated_tokens": 10, "inference_start_ms": 100, "prompt_eval_end_ms": 50,
-         "first_token_ms": 50, "inference_end_ms": 200}
+    s = {
+        "prompt_tokens": 8,
+        "generated_tokens": 10,
+        "inference_start_ms": 100,
+        "prompt_eval_end_ms": 50,
+        "first_token_ms": 50,
+        "inference_end_ms": 200,
+    }
     with pytest.raises(ParseError, match="out of order"):
         parse("executorch", "PyTorchObserver " + json.dumps(s))
 
@@ -146,19 +166,29 @@ def test_executorch_timestamps_out_of_order():
 GARBAGE = "Segmentation fault\n\x00\x01 random bytes 1234 ms\n"
 
 
-@pytest.mark.parametrize("fmt,expected", [
-    ("mslite", "AvgRunTime"),
-    ("tflite", "Inference timings in us"),
-    ("llama-bench", "JSON array"),
-    ("executorch", "PyTorchObserver"),
-])
+@pytest.mark.parametrize(
+    "fmt,expected",
+    [
+        ("mslite", "AvgRunTime"),
+        ("tflite", "Inference timings in us"),
+        ("llama-bench", "JSON array"),
+        ("executorch", "PyTorchObserver"),
+    ],
+)
 def test_garbage_names_what_was_expected(fmt, expected):
     with pytest.raises(ParseError, match=expected):
         parse(fmt, GARBAGE)
 
 
-@pytest.mark.parametrize("fmt,name", [("mslite", "mslite_benchmark.txt"), ("tflite", "tflite_benchmark_model.txt"),
-                                      ("llama-bench", "llama_bench.json"), ("executorch", "executorch_llama_main.txt")])
+@pytest.mark.parametrize(
+    "fmt,name",
+    [
+        ("mslite", "mslite_benchmark.txt"),
+        ("tflite", "tflite_benchmark_model.txt"),
+        ("llama-bench", "llama_bench.json"),
+        ("executorch", "executorch_llama_main.txt"),
+    ],
+)
 def test_truncated_output_is_an_error(fmt, name):
     text = read(name)
     with pytest.raises(ParseError):
@@ -178,10 +208,12 @@ def test_harmony_ref_generate_json():
     m = parse("harmony-ref-generate", "device_model=host\n" + text).metrics
     assert m.value("ttft_ms") == g["ttft_ms"]
     assert m.value("decode_step_ms") == pytest.approx(1e3 / g["decode_tokens_per_s"])
-    assert m.value("prefill_ms") == pytest.approx(g["prompt_tokens"] / g["prefill_tokens_per_s"]
-                                                  * 1e3)
-    assert m.value("e2e_ms") == pytest.approx(g["ttft_ms"] + g["decode_steps"]
-                                              / g["decode_tokens_per_s"] * 1e3)
+    assert m.value("prefill_ms") == pytest.approx(
+        g["prompt_tokens"] / g["prefill_tokens_per_s"] * 1e3
+    )
+    assert m.value("e2e_ms") == pytest.approx(
+        g["ttft_ms"] + g["decode_steps"] / g["decode_tokens_per_s"] * 1e3
+    )
     assert m.value("peak_memory_mb") == pytest.approx(g["peak_rss_mb"] * MIB / MB)
     assert m["ttft_ms"].kind == "measured"
     with pytest.raises(ParseError, match="lacks field"):
@@ -190,11 +222,14 @@ def test_harmony_ref_generate_json():
         parse("harmony-ref-generate", "no json here")
 
 
-@pytest.mark.parametrize("fmt,fixture,ran", [
-    ("llama-bench", "llama_bench.json", {"prompt_tokens": 512, "new_tokens": 128}),
-    ("executorch", "executorch_llama_main.txt", {"prompt_tokens": 27, "new_tokens": 96}),
-    ("harmony-ref-generate", "harmony_ref_generate.json", None),
-])
+@pytest.mark.parametrize(
+    "fmt,fixture,ran",
+    [
+        ("llama-bench", "llama_bench.json", {"prompt_tokens": 512, "new_tokens": 128}),
+        ("executorch", "executorch_llama_main.txt", {"prompt_tokens": 27, "new_tokens": 96}),
+        ("harmony-ref-generate", "harmony_ref_generate.json", None),
+    ],
+)
 def test_parsers_say_which_token_counts_ran(fmt, fixture, ran):
     p = parse(fmt, read(fixture))
     if ran is None:  # the generate fixture's own counts

@@ -36,14 +36,30 @@ def test_llama_perplexity_real_output():
 
 def test_llama_perplexity_kl_divergence_real_output():
     m = parse("llama-perplexity", read("llama_perplexity_kld.txt")).metrics
-    want = {"perplexity": 12.575656, "perplexity_base": 12.547158, "ppl_ratio_to_base": 1.002271,
-            "ln_ppl_ratio_to_base": 0.002269, "kld_mean": 0.003525, "kld_max": 0.061081,
-            "kld_p99_9": 0.032402, "kld_p99": 0.017322, "kld_p95": 0.009885,
-            "kld_p90": 0.007497, "kld_median": 0.002682, "kld_p10": 0.000201,
-            "kld_p5": 0.000042, "kld_p1": 0.000002, "kld_p0_1": -0.000003,
-            "kld_min": -0.000004, "rms_dp_pct": 1.505, "same_top_p_pct": 97.124,
-            "perplexity_uncertainty": 0.602849, "kld_mean_uncertainty": 0.000069,
-            "same_top_p_pct_uncertainty": 0.302, "ppl_first_pass_s": 70.58}
+    want = {
+        "perplexity": 12.575656,
+        "perplexity_base": 12.547158,
+        "ppl_ratio_to_base": 1.002271,
+        "ln_ppl_ratio_to_base": 0.002269,
+        "kld_mean": 0.003525,
+        "kld_max": 0.061081,
+        "kld_p99_9": 0.032402,
+        "kld_p99": 0.017322,
+        "kld_p95": 0.009885,
+        "kld_p90": 0.007497,
+        "kld_median": 0.002682,
+        "kld_p10": 0.000201,
+        "kld_p5": 0.000042,
+        "kld_p1": 0.000002,
+        "kld_p0_1": -0.000003,
+        "kld_min": -0.000004,
+        "rms_dp_pct": 1.505,
+        "same_top_p_pct": 97.124,
+        "perplexity_uncertainty": 0.602849,
+        "kld_mean_uncertainty": 0.000069,
+        "same_top_p_pct_uncertainty": 0.302,
+        "ppl_first_pass_s": 70.58,
+    }
     for name, value in want.items():
         assert m.value(name) == pytest.approx(value, rel=REL), name
     assert m["same_top_p_pct"].direction == "higher" and m["kld_mean"].direction == "lower"
@@ -53,29 +69,39 @@ def test_llama_perplexity_kl_divergence_real_output():
 def test_llama_perplexity_in_other_log_forms():
     # llama_perf's prompt-eval line (printed at a higher log level) is preferred for the speed;
     # an unprefixed log works as well as the real build's "0.06.879.404 I " prefix.
-    text = ("perplexity: calculating perplexity over 2 chunks, n_ctx=128, batch_size=256, n_seq=2\n"
-            "perplexity: 1.00 seconds per pass - ETA 0.02 minutes\n[1]10.0000,[2]8.5000,\n"
-            "Final estimate: PPL = 8.5000 +/- 0.40000\n"
-            "llama_perf_context_print: prompt eval time =     200.00 ms /   256 tokens (    0.78 ms"
-            " per token,  1280.00 tokens per second)\n")
+    text = (
+        "perplexity: calculating perplexity over 2 chunks, n_ctx=128, batch_size=256, n_seq=2\n"
+        "perplexity: 1.00 seconds per pass - ETA 0.02 minutes\n[1]10.0000,[2]8.5000,\n"
+        "Final estimate: PPL = 8.5000 +/- 0.40000\n"
+        "llama_perf_context_print: prompt eval time =     200.00 ms /   256 tokens (    0.78 ms"
+        " per token,  1280.00 tokens per second)\n"
+    )
     m = parse("llama-perplexity", text).metrics
     assert m.value("perplexity") == 8.5 and m.value("prefill_tokens_per_s") == 1280.0
     assert m.value("prompt_eval_ms") == 200.0
 
 
-@pytest.mark.parametrize("text,msg", [
-    ("garbage 12.5 ms", "expected 'Final estimate"),
-    ("[1]10.0,[2]9.0,", "expected 'Final estimate"),
-    ("Final estimate: PPL = 9.0000 +/- 0.1\n", "no per-chunk estimates"),
-    ("[1]10.0,[3]9.0,\nFinal estimate: PPL = 9.0000 +/- 0.1\n", "not numbered 1..2"),
-    ("[1]10.0,[2]9.5,\nFinal estimate: PPL = 9.0000 +/- 0.1\n", "disagrees with the final"),
-    ("perplexity: calculating perplexity over 3 chunks, n_ctx=8, batch_size=8, n_seq=1\n"
-     "[1]10.0,[2]9.0,\nFinal estimate: PPL = 9.0000 +/- 0.1\n", "announced 3 chunks"),
-    ("[1]nan,\nFinal estimate: PPL = nan +/- nan\n", "expected a finite number"),
-    ("perplexity: you need at least 1024 tokens to evaluate perplexity with a context of 512\n",
-     "the tool reported an error"),
-    ("Mean PPL(Q)                   :  12.5 ±   0.6\n", "summary incomplete"),
-])
+@pytest.mark.parametrize(
+    "text,msg",
+    [
+        ("garbage 12.5 ms", "expected 'Final estimate"),
+        ("[1]10.0,[2]9.0,", "expected 'Final estimate"),
+        ("Final estimate: PPL = 9.0000 +/- 0.1\n", "no per-chunk estimates"),
+        ("[1]10.0,[3]9.0,\nFinal estimate: PPL = 9.0000 +/- 0.1\n", "not numbered 1..2"),
+        ("[1]10.0,[2]9.5,\nFinal estimate: PPL = 9.0000 +/- 0.1\n", "disagrees with the final"),
+        (
+            "perplexity: calculating perplexity over 3 chunks, n_ctx=8, batch_size=8, n_seq=1\n"
+            "[1]10.0,[2]9.0,\nFinal estimate: PPL = 9.0000 +/- 0.1\n",
+            "announced 3 chunks",
+        ),
+        ("[1]nan,\nFinal estimate: PPL = nan +/- nan\n", "expected a finite number"),
+        (
+            "perplexity: you need at least 1024 tokens to evaluate perplexity with a context of 512\n",
+            "the tool reported an error",
+        ),
+        ("Mean PPL(Q)                   :  12.5 ±   0.6\n", "summary incomplete"),
+    ],
+)
 def test_llama_perplexity_bad_output(text, msg):
     with pytest.raises(ParseError, match=msg):
         parse("llama-perplexity", text)

@@ -27,11 +27,21 @@ def phones(tmp_path_factory):
     by side (each imports Numba for the thermal model)."""
     import subprocess
 
-    made = {kind: FakePhone.create(tmp_path_factory.mktemp(kind) / "phone", kind)
-            for kind in ("hdc", "adb")}
-    starting = [subprocess.Popen([str(p.executable), "list" if k == "hdc" else "devices",
-                                  "targets" if k == "hdc" else "-l"],
-                                 stdout=subprocess.DEVNULL) for k, p in made.items()]
+    made = {
+        kind: FakePhone.create(tmp_path_factory.mktemp(kind) / "phone", kind)
+        for kind in ("hdc", "adb")
+    }
+    starting = [
+        subprocess.Popen(
+            [
+                str(p.executable),
+                "list" if k == "hdc" else "devices",
+                "targets" if k == "hdc" else "-l",
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        for k, p in made.items()
+    ]
     for proc in starting:
         proc.wait(timeout=120)
     yield made
@@ -90,19 +100,29 @@ def test_a_truncated_push_is_refused_and_the_old_file_kept(hdc_phone, tmp_path):
     old = remote.read_bytes()
     spec.local_path(spec.push[1]).write_bytes(os.urandom(5000))
     hdc_phone.reconfigure(faults={"truncate_pushes": 1})
-    with pytest.raises(BackendError, match=r"truncated or corrupted\); refused: the device "
-                                           r"keeps its previous file"):
+    with pytest.raises(
+        BackendError,
+        match=r"truncated or corrupted\); refused: the device "
+        r"keeps its previous file",
+    ):
         DeviceSession(spec).prepare()
     assert remote.read_bytes() == old
     assert [p.name for p in remote.parent.iterdir() if ".tmp-" in p.name] == []
 
 
 def test_cooldown_waits_for_the_threshold_in_simulated_time(hdc_phone, tmp_path):
-    spec = fresh(hdc_phone, tmp_path, die_c=70.0, skin_c=46.0, benchmark={"repeats": 1},
-                 cooldown={"threshold_c": 38.0, "check_interval_s": 60.0})
+    spec = fresh(
+        hdc_phone,
+        tmp_path,
+        die_c=70.0,
+        skin_c=46.0,
+        benchmark={"repeats": 1},
+        cooldown={"threshold_c": 38.0, "check_interval_s": 60.0},
+    )
     uptime0 = hdc_phone.state()["uptime_s"]
-    result = DeviceSession(spec).run(spec.benchmark.command.format(work_dir=spec.device.work_dir),
-                                     llama_bench)
+    result = DeviceSession(spec).run(
+        spec.benchmark.command.format(work_dir=spec.device.work_dir), llama_bench
+    )
     first = result.to_record()["telemetry"][0]
     assert first["cooldown_s"] >= 60.0  # the phone started at 70 C: it had to wait
     assert first["temp_before_c"] <= 38.0
@@ -115,8 +135,14 @@ def test_cooldown_waits_for_the_threshold_in_simulated_time(hdc_phone, tmp_path)
 
 
 def test_cooldown_fails_in_one_line_when_the_zone_never_cools(hdc_phone, tmp_path):
-    spec = fresh(hdc_phone, tmp_path, die_c=58.0, skin_c=44.0, faults={"stuck_zone": True},
-                 cooldown={"threshold_c": 38.0, "max_wait_s": 300.0, "check_interval_s": 100.0})
+    spec = fresh(
+        hdc_phone,
+        tmp_path,
+        die_c=58.0,
+        skin_c=44.0,
+        faults={"stuck_zone": True},
+        cooldown={"threshold_c": 38.0, "max_wait_s": 300.0, "check_interval_s": 100.0},
+    )
     with pytest.raises(CooldownTimeout) as e:
         DeviceSession(spec).run("true", llama_bench)
     msg = str(e.value)
@@ -130,8 +156,12 @@ def test_cooldown_fails_in_one_line_when_the_zone_never_cools(hdc_phone, tmp_pat
 
 
 def test_throttled_repeats_are_marked_and_left_out_of_the_metric(hdc_phone, tmp_path):
-    spec = fresh(hdc_phone, tmp_path, benchmark={"repeats": 5, "min_valid_repeats": 1},
-                 cooldown={"enabled": False})
+    spec = fresh(
+        hdc_phone,
+        tmp_path,
+        benchmark={"repeats": 5, "min_valid_repeats": 1},
+        cooldown={"enabled": False},
+    )
     work = spec.device.work_dir
     cmd = f"{work}/llama-bench -m {work}/model.gguf -p 64 -n 1024 -r 1 -o json"
     result = DeviceSession(spec).run(cmd, llama_bench)
@@ -149,18 +179,37 @@ def test_throttled_repeats_are_marked_and_left_out_of_the_metric(hdc_phone, tmp_
     assert m.value("throttled_repeats") == len(throttled)
     assert m.value("device_temp_peak_c") >= spec.throttle.temp_c
     assert result.to_record()["valid_repeats"] == len(valid)
-    asked = dataclasses.replace(spec, throttle=dataclasses.replace(spec.throttle,
-                                                                   keep_throttled=True))
+    asked = dataclasses.replace(
+        spec, throttle=dataclasses.replace(spec.throttle, keep_throttled=True)
+    )
     kept = dataclasses.replace(result, spec=asked).metrics()["decode_tokens_per_s"]
     assert len(kept.samples) == len(rows)  # unless the user asks: then every repeat counts
 
 
 def test_too_few_valid_repeats_are_recorded_and_refused_by_the_gate(hdc_phone, tmp_path):
-    spec = fresh(hdc_phone, tmp_path, die_c=66.0, skin_c=44.0,
-                 benchmark={"repeats": 2, "min_valid_repeats": 2}, cooldown={"enabled": False})
+    spec = fresh(
+        hdc_phone,
+        tmp_path,
+        die_c=66.0,
+        skin_c=44.0,
+        benchmark={"repeats": 2, "min_valid_repeats": 2},
+        cooldown={"enabled": False},
+    )
     runs = tmp_path / "runs"
-    rc = main(["measure", "--session", spec.path, "--out-dir", str(runs), "--model",
-               "llama-3.2-1b", "--policy", "int4-g32", "--json"])
+    rc = main(
+        [
+            "measure",
+            "--session",
+            spec.path,
+            "--out-dir",
+            str(runs),
+            "--model",
+            "llama-3.2-1b",
+            "--policy",
+            "int4-g32",
+            "--json",
+        ]
+    )
     assert rc == 1
     (record,) = runs.glob("run-*.json")
     block = json.loads(record.read_text())["parts"]["session"]["session"]
@@ -171,9 +220,15 @@ def test_too_few_valid_repeats_are_recorded_and_refused_by_the_gate(hdc_phone, t
 
 
 def test_a_device_that_vanishes_mid_run_is_exit_2_naming_it_with_nothing_recorded(
-        hdc_phone, tmp_path, capsys):
-    fresh(hdc_phone, tmp_path, faults={"vanish_on_run": 2},
-          benchmark={"repeats": 3}, cooldown={"enabled": False})
+    hdc_phone, tmp_path, capsys
+):
+    fresh(
+        hdc_phone,
+        tmp_path,
+        faults={"vanish_on_run": 2},
+        benchmark={"repeats": 3},
+        cooldown={"enabled": False},
+    )
     runs = tmp_path / "runs"
     rc = main(["measure", "--session", str(tmp_path / "phone.toml"), "--out-dir", str(runs)])
     err = capsys.readouterr().err
@@ -183,13 +238,21 @@ def test_a_device_that_vanishes_mid_run_is_exit_2_naming_it_with_nothing_recorde
 
 
 def test_a_hung_benchmark_is_killed_at_its_timeout(hdc_phone, tmp_path):
-    spec = fresh(hdc_phone, tmp_path, faults={"hang_on_run": 1},
-                 benchmark={"repeats": 1, "timeout_s": 1.5}, cooldown={"enabled": False})
+    spec = fresh(
+        hdc_phone,
+        tmp_path,
+        faults={"hang_on_run": 1},
+        benchmark={"repeats": 1, "timeout_s": 1.5},
+        cooldown={"enabled": False},
+    )
     pidfile = hdc_phone.root / "hang_child.pid"
     pidfile.unlink(missing_ok=True)
     dev = CommandDevice(None, None, None, session=spec)
-    with pytest.raises(BackendError, match=r"timed out after 1.5 s; its process group was "
-                                           r"killed"):
+    with pytest.raises(
+        BackendError,
+        match=r"timed out after 1.5 s; its process group was "
+        r"killed",
+    ):
         dev.run()
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 5
@@ -201,8 +264,20 @@ def test_a_hung_benchmark_is_killed_at_its_timeout(hdc_phone, tmp_path):
 def test_adb_session_identity_and_memory(adb_phone, tmp_path, capsys):
     fresh(adb_phone, tmp_path, benchmark={"repeats": 2}, cooldown={"threshold_c": 40.0})
     runs = tmp_path / "runs"
-    rc = main(["measure", "--session", str(tmp_path / "phone.toml"), "--out-dir", str(runs),
-               "--model", "llama-3.2-1b", "--policy", "int4-g32", "--json"])
+    rc = main(
+        [
+            "measure",
+            "--session",
+            str(tmp_path / "phone.toml"),
+            "--out-dir",
+            str(runs),
+            "--model",
+            "llama-3.2-1b",
+            "--policy",
+            "int4-g32",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     block = out["session"]
@@ -217,18 +292,26 @@ def test_adb_session_identity_and_memory(adb_phone, tmp_path, capsys):
     assert json.loads(record.read_text())["config"]["backend_options"]["transport"] == "adb"
 
 
-def test_mslite_on_hdc_memory_from_hidumper_and_the_devices_command(hdc_phone, tmp_path,
-                                                                    capsys):
+def test_mslite_on_hdc_memory_from_hidumper_and_the_devices_command(hdc_phone, tmp_path, capsys):
     bench = tmp_path / "benchmark"
     bench.write_text("#!fake MindSpore Lite benchmark\n")
     model = tmp_path / "model.ms"
     model.write_bytes(os.urandom(32 * 1024))
-    spec = fresh(hdc_phone, tmp_path, cooldown={"enabled": False},
-                 benchmark={"repeats": 1, "format": "mslite",
-                            "command": "{work_dir}/benchmark --modelFile={work_dir}/model.ms "
-                                       "--loopCount=20 --numThreads=4"},
-                 push=[{"local": str(bench), "remote": "benchmark", "executable": True},
-                       {"local": str(model), "remote": "model.ms"}])
+    spec = fresh(
+        hdc_phone,
+        tmp_path,
+        cooldown={"enabled": False},
+        benchmark={
+            "repeats": 1,
+            "format": "mslite",
+            "command": "{work_dir}/benchmark --modelFile={work_dir}/model.ms "
+            "--loopCount=20 --numThreads=4",
+        },
+        push=[
+            {"local": str(bench), "remote": "benchmark", "executable": True},
+            {"local": str(model), "remote": "model.ms"},
+        ],
+    )
     result = CommandDevice(None, None, None, session=spec).run()
     assert result.metrics.value("e2e_ms") > 0  # MindSpore Lite's AvgRunTime line
     assert result.provenance["model_file"] == "model.ms"
@@ -240,28 +323,31 @@ def test_mslite_on_hdc_memory_from_hidumper_and_the_devices_command(hdc_phone, t
     listed = json.loads(capsys.readouterr().out)["devices"]
     assert rc == 0
     assert [(d["serial"], d["device_model"], d["soc"]) for d in listed] == [
-        (hdc_phone.serial, "ALN-AL00", "kirin9000s")]
+        (hdc_phone.serial, "ALN-AL00", "kirin9000s")
+    ]
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"device": {"transport": "usb"}}, "device.transport"),
-    ({"device": {"serial": ""}}, "device.serial"),
-    ({"device": {"work_dir": "tmp/x"}}, "device.work_dir"),
-    ({"benchmark": {"repeats": 0}}, "benchmark.repeats"),
-    ({"benchmark": {"repeats": 2, "min_valid_repeats": 3}}, "benchmark.min_valid_repeats"),
-    ({"benchmark": {"format": "onnx"}}, "benchmark.format"),
-    ({"telemetry": {"watch_zone": 5}}, "telemetry.watch_zone"),
-    ({"telemetry": {"big_cpus": [9]}}, "telemetry.big_cpus"),
-    ({"telemetry": {"memory": "hidumper"}, "device": {"transport": "adb"}}, "telemetry.memory"),
-    ({"cooldown": {"threshold_c": 500.0}}, "cooldown.threshold_c"),
-    ({"throttle": {"min_big_freq_fraction": 1.5}}, "throttle.min_big_freq_fraction"),
-    ({"push": [{"local": "missing.bin", "remote": "m"}]}, "push[0].local"),
-    ({"push": [{"local": "phone.toml", "remote": "../escape"}]}, "push[0].remote"),
-    ({"device": {"profile": "no-such-phone"}}, "device.profile"),
-    ({"cooldown": {"wait": 3}}, "cooldown.wait"),
-])
-def test_a_bad_session_file_names_file_field_and_value(hdc_phone, tmp_path, capsys, change,
-                                                       field):
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"device": {"transport": "usb"}}, "device.transport"),
+        ({"device": {"serial": ""}}, "device.serial"),
+        ({"device": {"work_dir": "tmp/x"}}, "device.work_dir"),
+        ({"benchmark": {"repeats": 0}}, "benchmark.repeats"),
+        ({"benchmark": {"repeats": 2, "min_valid_repeats": 3}}, "benchmark.min_valid_repeats"),
+        ({"benchmark": {"format": "onnx"}}, "benchmark.format"),
+        ({"telemetry": {"watch_zone": 5}}, "telemetry.watch_zone"),
+        ({"telemetry": {"big_cpus": [9]}}, "telemetry.big_cpus"),
+        ({"telemetry": {"memory": "hidumper"}, "device": {"transport": "adb"}}, "telemetry.memory"),
+        ({"cooldown": {"threshold_c": 500.0}}, "cooldown.threshold_c"),
+        ({"throttle": {"min_big_freq_fraction": 1.5}}, "throttle.min_big_freq_fraction"),
+        ({"push": [{"local": "missing.bin", "remote": "m"}]}, "push[0].local"),
+        ({"push": [{"local": "phone.toml", "remote": "../escape"}]}, "push[0].remote"),
+        ({"device": {"profile": "no-such-phone"}}, "device.profile"),
+        ({"cooldown": {"wait": 3}}, "cooldown.wait"),
+    ],
+)
+def test_a_bad_session_file_names_file_field_and_value(hdc_phone, tmp_path, capsys, change, field):
     doc = hdc_phone.session_doc(tmp_path / "files")
     for name, table in change.items():
         doc[name] = table if isinstance(table, list) else {**doc.get(name, {}), **table}

@@ -4,15 +4,21 @@ import json
 
 import pytest
 
-from harmony_ref.cli import main
-from harmony_ref.config import RunConfig, Scenario
 from harmony_ref.backends.base import Backend
 from harmony_ref.backends.simulated import SimulatedDevice
+from harmony_ref.cli import main
+from harmony_ref.config import RunConfig, Scenario
 
 STANDARD = {
-    "ttft_ms": "lower", "prefill_ms": "lower", "decode_step_ms": "lower",
-    "decode_tokens_per_s": "higher", "e2e_ms": "lower", "peak_memory_mb": "lower",
-    "weights_mb": "lower", "kv_cache_mb": "lower", "kernel_launches_per_token": "lower",
+    "ttft_ms": "lower",
+    "prefill_ms": "lower",
+    "decode_step_ms": "lower",
+    "decode_tokens_per_s": "higher",
+    "e2e_ms": "lower",
+    "peak_memory_mb": "lower",
+    "weights_mb": "lower",
+    "kv_cache_mb": "lower",
+    "kernel_launches_per_token": "lower",
     "launch_overhead_pct": "lower",
 }
 
@@ -22,7 +28,11 @@ def test_standard_metrics_exact_with_directions():
     assert dev.name == "simulated" and isinstance(dev, Backend)
     m = dev.predict(RunConfig.from_names())
     run = dev.run(RunConfig.from_names())  # the backend interface: the prediction, as a Measurement
-    assert run.metrics.to_dict() == m.to_dict() and run.findings == () and run.config == RunConfig.from_names()
+    assert (
+        run.metrics.to_dict() == m.to_dict()
+        and run.findings == ()
+        and run.config == RunConfig.from_names()
+    )
     for name, direction in STANDARD.items():
         assert m[name].direction == direction, name
     assert all(metric.kind == "exact" for metric in m)
@@ -32,15 +42,18 @@ def test_standard_metrics_exact_with_directions():
 
 
 def test_prediction_is_pure_and_deterministic():
-    config = RunConfig.from_names(model="qwen2.5-1.5b", policy="mixed", prompt_tokens=200, new_tokens=50)
+    config = RunConfig.from_names(
+        model="qwen2.5-1.5b", policy="mixed", prompt_tokens=200, new_tokens=50
+    )
     a = SimulatedDevice("harmony-flagship").predict(config).to_dict()
     b = SimulatedDevice("harmony-flagship").run(config).metrics.to_dict()
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def test_encoder_predicts_a_forward_pass():
-    config = RunConfig.from_names(model="all-minilm-l6", policy="int8", prompt_tokens=128, new_tokens=0,
-                                  context_tokens=128)
+    config = RunConfig.from_names(
+        model="all-minilm-l6", policy="int8", prompt_tokens=128, new_tokens=0, context_tokens=128
+    )
     m = SimulatedDevice("harmony-lowend").predict(config)
     assert "decode_tokens_per_s" not in m and m.value("e2e_ms") == m.value("ttft_ms") > 0
 
@@ -70,8 +83,21 @@ def test_cli_profiles(capsys):
 
 
 def test_cli_predict(capsys):
-    args = ["predict", "--model", "llama-3.2-3b", "--policy", "int4-g128", "--profile", "harmony-flagship",
-            "--prompt", "256", "--new", "64", "--context", "1024"]
+    args = [
+        "predict",
+        "--model",
+        "llama-3.2-3b",
+        "--policy",
+        "int4-g128",
+        "--profile",
+        "harmony-flagship",
+        "--prompt",
+        "256",
+        "--new",
+        "64",
+        "--context",
+        "1024",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "decode_tokens_per_s" in out and "ttft_ms" in out
@@ -82,7 +108,8 @@ def test_cli_predict(capsys):
     launches = lambda d: d["metrics"]["kernel_launches_per_token"]["value"]  # noqa: E731
     assert launches(fused) < launches(raw)
     direct = SimulatedDevice("harmony-flagship").predict(
-        RunConfig.from_names(prompt_tokens=256, new_tokens=64, context_tokens=1024))
+        RunConfig.from_names(prompt_tokens=256, new_tokens=64, context_tokens=1024)
+    )
     assert fused["metrics"]["ttft_ms"]["value"] == direct.value("ttft_ms")
 
 
@@ -92,7 +119,9 @@ def test_cli_predict_breakdown(capsys):
     prefill, decode = out["breakdown"].values()
     assert prefill[0]["kind"] == "matmul"  # the projections dominate
     assert sum(r["time_pct"] for r in decode) == pytest.approx(100.0)
-    assert sum(r["launches"] for r in decode) == out["metrics"]["kernel_launches_per_token"]["value"]
+    assert (
+        sum(r["launches"] for r in decode) == out["metrics"]["kernel_launches_per_token"]["value"]
+    )
     assert "attention" in {r["kind"] for r in decode}
 
 

@@ -7,7 +7,9 @@ import pytest
 from harmony_ref.calibrate.fit import OpSample, fit
 from harmony_ref.metrics import mape_pct
 
-TRUE = dict(launch_s=20e-6, rates={"int4": 40e9, "int8": 30e9, "fp16": 80e9, "vector": 5e9}, bw=20e9)
+TRUE = dict(
+    launch_s=20e-6, rates={"int4": 40e9, "int8": 30e9, "fp16": 80e9, "vector": 5e9}, bw=20e9
+)
 SEED_RATES = {"int4": 10e9, "int8": 10e9, "fp16": 10e9, "vector": 1e9}
 RECOVER_REL = 1e-6  # noise-free data: exact up to nnls round-off
 NOISY_REL = 0.10  # 3% multiplicative noise: parameters within 10%
@@ -21,17 +23,39 @@ def synthetic(noise=0.0, seed=0):
     rng = np.random.default_rng(seed)
     out = []
     for cls, bpw in (("int4", 0.5625), ("int8", 1.0), ("fp16", 4.0)):
-        for i, (m, n, k) in enumerate([(1, 512, 512), (1, 2048, 2048), (1, 4096, 4096), (16, 2048, 2048),
-                                       (64, 2048, 2048), (1, 1024, 4096), (8, 4096, 1024)]):
+        for i, (m, n, k) in enumerate(
+            [
+                (1, 512, 512),
+                (1, 2048, 2048),
+                (1, 4096, 4096),
+                (16, 2048, 2048),
+                (64, 2048, 2048),
+                (1, 1024, 4096),
+                (8, 4096, 1024),
+            ]
+        ):
             ops, nbytes = 2.0 * m * n * k, n * k * bpw + 4 * m * (n + k)
             t = true_time(cls, ops, nbytes, 1) * (1 + noise * rng.standard_normal())
-            out.append(OpSample(f"{cls}_m{m}_n{n}_k{k}", cls, ops, nbytes, 1, t, holdout=i % 3 == 2))
+            out.append(
+                OpSample(f"{cls}_m{m}_n{n}_k{k}", cls, ops, nbytes, 1, t, holdout=i % 3 == 2)
+            )
     for i, (rows, h) in enumerate([(1, 1024), (16, 2048), (64, 4096), (256, 4096), (4, 512)]):
         ops, nbytes = 12.0 * rows * h, 8.0 * rows * h + 8 * h
         for launches in (1, 3):
-            t = true_time("vector", ops, nbytes * (1 if launches == 1 else 3), launches) * (1 + noise * rng.standard_normal())
-            out.append(OpSample(f"norm_l{launches}_{rows}x{h}", "vector", ops, nbytes * (1 if launches == 1 else 3),
-                                launches, t, holdout=i == 4))
+            t = true_time("vector", ops, nbytes * (1 if launches == 1 else 3), launches) * (
+                1 + noise * rng.standard_normal()
+            )
+            out.append(
+                OpSample(
+                    f"norm_l{launches}_{rows}x{h}",
+                    "vector",
+                    ops,
+                    nbytes * (1 if launches == 1 else 3),
+                    launches,
+                    t,
+                    holdout=i == 4,
+                )
+            )
     out.append(OpSample("empty", "vector", 0.0, 0.0, 1, TRUE["launch_s"]))
     return out
 
@@ -83,26 +107,37 @@ import csv  # noqa: E402
 import json  # noqa: E402
 
 import harmony_ref.device.profile as DEVICE  # noqa: E402
-
-from harmony_ref.cli import main  # noqa: E402
 from harmony_ref.calibrate.fit import HostFit, load_op_times  # noqa: E402
 from harmony_ref.calibrate.write import host_profile_toml  # noqa: E402
+from harmony_ref.cli import main  # noqa: E402
 
 
 def test_profile_reproduces_the_fit(tmp_path):
-    f = HostFit(20e-6, dict(TRUE["rates"]), TRUE["bw"], ("launch", "int4", "int8", "fp16", "vector", "bandwidth"), 1)
+    f = HostFit(
+        20e-6,
+        dict(TRUE["rates"]),
+        TRUE["bw"],
+        ("launch", "int4", "int8", "fp16", "vector", "bandwidth"),
+        1,
+    )
     nominal = {"int4": 400e9, "int8": 400e9, "fp16": 100e9, "vector": 100e9}
     path = tmp_path / "h.toml"
     path.write_text(host_profile_toml(f, 25.0, nominal, 1 << 20, 8e9, "test"))
     p = DEVICE.load_profile(str(path))
     c = p.compute
     for dtype in ("int4", "int8", "fp16"):
-        assert c.matmul_ops_per_s(dtype) * c.compute_efficiency == pytest.approx(TRUE["rates"][dtype], rel=1e-12)
-    assert c.vector_fp16_gflops * 1e9 * c.compute_efficiency == pytest.approx(TRUE["rates"]["vector"], rel=1e-12)
+        assert c.matmul_ops_per_s(dtype) * c.compute_efficiency == pytest.approx(
+            TRUE["rates"][dtype], rel=1e-12
+        )
+    assert c.vector_fp16_gflops * 1e9 * c.compute_efficiency == pytest.approx(
+        TRUE["rates"]["vector"], rel=1e-12
+    )
     assert c.compute_efficiency == pytest.approx(40e9 / 400e9)
     m = p.memory
     assert m.dram_bandwidth_gbps * 1e9 * m.memory_efficiency == pytest.approx(TRUE["bw"], rel=1e-12)
-    assert m.dram_bandwidth_gbps == 25.0 and m.memory_efficiency == pytest.approx(0.8)  # 20 of 25 GB/s
+    assert m.dram_bandwidth_gbps == 25.0 and m.memory_efficiency == pytest.approx(
+        0.8
+    )  # 20 of 25 GB/s
     assert p.runtime.launch_overhead_us == pytest.approx(20.0)
 
 
@@ -111,7 +146,17 @@ def write_ops_csv(path, ops):
         w = csv.writer(fh)
         w.writerow(["name", "rate_class", "ops", "bytes", "launches", "time_us", "holdout"])
         for op in ops:
-            w.writerow([op.name, op.rate_class, op.ops, op.nbytes, op.launches, op.time_s * 1e6, int(op.holdout)])
+            w.writerow(
+                [
+                    op.name,
+                    op.rate_class,
+                    op.ops,
+                    op.nbytes,
+                    op.launches,
+                    op.time_s * 1e6,
+                    int(op.holdout),
+                ]
+            )
 
 
 def test_cli_command_backend_from_op_times(tmp_path, capsys):
@@ -119,8 +164,23 @@ def test_cli_command_backend_from_op_times(tmp_path, capsys):
     write_ops_csv(src, synthetic(noise=0.02, seed=3))
     assert len(load_op_times(src)) == len(synthetic())
     out = tmp_path / "phone.toml"
-    assert main(["calibrate", "--backend", "command", "--ops", str(src), "--out", str(out),
-                 "--name", "phone", "--json"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--backend",
+                "command",
+                "--ops",
+                str(src),
+                "--out",
+                str(out),
+                "--name",
+                "phone",
+                "--json",
+            ]
+        )
+        == 0
+    )
     r = json.loads(capsys.readouterr().out)
     assert r["launch_overhead_us"] == pytest.approx(20.0, rel=NOISY_REL)
     assert r["rates_gops"]["int4"] == pytest.approx(40.0, rel=NOISY_REL)
@@ -131,7 +191,12 @@ def test_cli_command_backend_from_op_times(tmp_path, capsys):
     from harmony_ref.backends.simulated import SimulatedDevice
     from harmony_ref.config import RunConfig
 
-    assert SimulatedDevice(p).predict(RunConfig.from_names(model="llama-3.2-1b")).value("decode_tokens_per_s") > 0
+    assert (
+        SimulatedDevice(p)
+        .predict(RunConfig.from_names(model="llama-3.2-1b"))
+        .value("decode_tokens_per_s")
+        > 0
+    )
     # the text report prints plain numbers (numpy 2 scalars inside a dict print as np.float64(...))
     assert main(["calibrate", "--backend", "command", "--ops", str(src), "--out", str(out)]) == 0
     text = capsys.readouterr().out
@@ -141,16 +206,46 @@ def test_cli_command_backend_from_op_times(tmp_path, capsys):
 def test_cli_command_backend_bad_file(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("name,ops\nx,1\n")
-    assert main(["calibrate", "--backend", "command", "--ops", str(bad), "--out", str(tmp_path / "x.toml")]) == 2
+    assert (
+        main(
+            [
+                "calibrate",
+                "--backend",
+                "command",
+                "--ops",
+                str(bad),
+                "--out",
+                str(tmp_path / "x.toml"),
+            ]
+        )
+        == 2
+    )
     assert "missing column(s)" in capsys.readouterr().err
     assert not (tmp_path / "x.toml").exists()
 
 
 def test_cli_host_quick(tmp_path, capsys):
     out = tmp_path / "host.toml"
-    assert main(["calibrate", "--backend", "host", "--quick", "--repeats", "2", "--out", str(out), "--json"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--backend",
+                "host",
+                "--quick",
+                "--repeats",
+                "2",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     r = json.loads(capsys.readouterr().out)
-    assert DEVICE.load_profile(str(out)).runtime.launch_overhead_us == pytest.approx(r["launch_overhead_us"])
+    assert DEVICE.load_profile(str(out)).runtime.launch_overhead_us == pytest.approx(
+        r["launch_overhead_us"]
+    )
     assert r["ops_held_out"] > 0 and r["ops_fitted"] > r["ops_held_out"]
     held = [o for o in r["ops"] if o["set"] == "held-out"]
     assert r["per_op_mape_pct"] == pytest.approx(sum(o["ape_pct"] for o in held) / len(held))
@@ -161,19 +256,26 @@ def test_cli_host_quick(tmp_path, capsys):
     cal = DEVICE.load_profile(str(out)).calibration
     assert cal.e2e_mape_pct == pytest.approx(r["e2e_mape_pct"])
     assert cal.held_out_per_op_mape_pct == pytest.approx(r["per_op_mape_pct"])
-    assert (cal.n_fit, cal.n_held_out) == (r["ops_fitted"], r["ops_held_out"]) and cal.n_held_out_e2e == len(e2e)
-    from harmony_ref.config import RunConfig
+    assert (cal.n_fit, cal.n_held_out) == (
+        r["ops_fitted"],
+        r["ops_held_out"],
+    ) and cal.n_held_out_e2e == len(e2e)
     from harmony_ref.backends.simulated import SimulatedDevice
+    from harmony_ref.config import RunConfig
 
-    sim = SimulatedDevice(str(out)).predict(RunConfig.from_names(model="qwen2.5-0.5b", policy="int4-g128"))
+    sim = SimulatedDevice(str(out)).predict(
+        RunConfig.from_names(model="qwen2.5-0.5b", policy="int4-g128")
+    )
     assert sim.value("host_model_mape_pct") == pytest.approx(r["e2e_mape_pct"])
     # held-out workloads are not among the fitted ones
     fitted_names = {o["op"].split(":")[0] for o in r["ops"] if o["set"] == "fit"}
     assert not fitted_names & {row["workload"] for row in r["e2e"]}
 
 
-PHONE_WORKLOADS = ("llama-3.2-1b:int4-g32:512:128;qwen2.5-0.5b:int8:256:64;llama-3.2-3b:int4-g128:1024:32;"
-                   "qwen2.5-1.5b:mixed:128:128")
+PHONE_WORKLOADS = (
+    "llama-3.2-1b:int4-g32:512:128;qwen2.5-0.5b:int8:256:64;llama-3.2-3b:int4-g128:1024:32;"
+    "qwen2.5-1.5b:mixed:128:128"
+)
 
 
 def phone_command(*extra):
@@ -182,16 +284,42 @@ def phone_command(*extra):
     from pathlib import Path
 
     script = Path(__file__).parents[1] / "fake_device" / "phone.py"
-    return " ".join([shlex.quote(sys.executable), shlex.quote(str(script)), "--model {model} --policy {policy}",
-                     "--prompt {prompt_tokens} --new {new_tokens}", *extra])
+    return " ".join(
+        [
+            shlex.quote(sys.executable),
+            shlex.quote(str(script)),
+            "--model {model} --policy {policy}",
+            "--prompt {prompt_tokens} --new {new_tokens}",
+            *extra,
+        ]
+    )
 
 
 def test_cli_command_backend_recovers_hidden_efficiencies(tmp_path, capsys):
     """A fake phone times phases with hidden efficiencies and launch overhead; the phase-level
     fit through llama-bench output recovers them, and predicts the held-out workload."""
     out = tmp_path / "phone.toml"
-    assert main(["calibrate", "--backend", "command", "--command", phone_command(), "--format", "llama-bench",
-                 "--workloads", PHONE_WORKLOADS, "--out", str(out), "--name", "phone", "--json"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--backend",
+                "command",
+                "--command",
+                phone_command(),
+                "--format",
+                "llama-bench",
+                "--workloads",
+                PHONE_WORKLOADS,
+                "--out",
+                str(out),
+                "--name",
+                "phone",
+                "--json",
+            ]
+        )
+        == 0
+    )
     r = json.loads(capsys.readouterr().out)
     assert r["compute_efficiency"] == pytest.approx(0.31, rel=1e-3)
     assert r["memory_efficiency"] == pytest.approx(0.62, rel=1e-3)
@@ -205,19 +333,54 @@ def test_cli_command_backend_recovers_hidden_efficiencies(tmp_path, capsys):
     assert r["provenance"]["device_model"] == "FAKE-PHONE"
     p = DEVICE.load_profile(str(out))
     assert p.compute.compute_efficiency == pytest.approx(0.31, rel=1e-3)
-    assert p.compute.cube_int4_tops == DEVICE.load_profile("harmony-flagship").compute.cube_int4_tops
+    assert (
+        p.compute.cube_int4_tops == DEVICE.load_profile("harmony-flagship").compute.cube_int4_tops
+    )
 
 
 def test_cli_command_backend_faster_than_peak_is_implausible(tmp_path, capsys):
     out = tmp_path / "phone.toml"
-    assert main(["calibrate", "--backend", "command", "--command", phone_command("--compute-eff", "2.5"),
-                 "--format", "llama-bench", "--workloads", PHONE_WORKLOADS, "--out", str(out), "--json"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--backend",
+                "command",
+                "--command",
+                phone_command("--compute-eff", "2.5"),
+                "--format",
+                "llama-bench",
+                "--workloads",
+                PHONE_WORKLOADS,
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     r = json.loads(capsys.readouterr().out)
     assert any("implausible: fitted compute_efficiency" in n for n in r["notes"])
     assert DEVICE.load_profile(str(out)).compute.compute_efficiency == 1.0
 
 
 def test_cli_command_backend_needs_four_workloads(tmp_path, capsys):
-    assert main(["calibrate", "--backend", "command", "--command", phone_command(), "--format", "llama-bench",
-                 "--workloads", "llama-3.2-1b:int8:64:16", "--out", str(tmp_path / "x.toml")]) == 2
+    assert (
+        main(
+            [
+                "calibrate",
+                "--backend",
+                "command",
+                "--command",
+                phone_command(),
+                "--format",
+                "llama-bench",
+                "--workloads",
+                "llama-3.2-1b:int8:64:16",
+                "--out",
+                str(tmp_path / "x.toml"),
+            ]
+        )
+        == 2
+    )
     assert "at least 4" in capsys.readouterr().err

@@ -33,9 +33,14 @@ def _synthetic(rt, configs):
 def test_a_fit_recovers_the_numbers_that_made_the_points():
     truth = with_params(load_runtime("llama.cpp-cpu"), {"matmul": 0.17, "memory": 0.55})
     cfg = RunConfig.from_names("llama-2-7b", "int4-g32-sym", 64, 64, 2048)
-    points = _synthetic(truth, [("dimensity-9300", cfg, "prefill_tokens_per_s"),
-                                ("dimensity-9300", cfg, "decode_tokens_per_s"),
-                                ("kirin-9000e", cfg, "decode_tokens_per_s")])
+    points = _synthetic(
+        truth,
+        [
+            ("dimensity-9300", cfg, "prefill_tokens_per_s"),
+            ("dimensity-9300", cfg, "decode_tokens_per_s"),
+            ("kirin-9000e", cfg, "decode_tokens_per_s"),
+        ],
+    )
     start = with_params(truth, {"matmul": 0.4, "memory": 0.3})
     got, report = fit_on_points(start, points, ("matmul", "memory"))
     assert set(report.fitted) == {"matmul", "memory"}
@@ -47,7 +52,9 @@ def test_a_fit_recovers_the_numbers_that_made_the_points():
 def test_a_parameter_no_point_moves_is_reported_not_fitted():
     rt = load_runtime("mlc-gpu")
     cfg = RunConfig.from_names("llama-2-7b", "int4-g32-sym", 128, 1, 2048)
-    points = _synthetic(with_params(rt, {"matmul": 0.05}), [("snapdragon-8-gen-3", cfg, "prefill_tokens_per_s")])
+    points = _synthetic(
+        with_params(rt, {"matmul": 0.05}), [("snapdragon-8-gen-3", cfg, "prefill_tokens_per_s")]
+    )
     got, report = fit_on_points(rt, points, ("matmul", "memory"))
     assert report.fitted == ("matmul",) and report.not_fitted == ("memory",)
     assert get_param(got, "memory") == get_param(rt, "memory")
@@ -63,8 +70,12 @@ def test_the_shipped_figures_carry_their_citations():
     figures = load_figures()
     assert len(figures) >= 12 and all(f.split == "fit" for f in figures)
     ids = {f.id for f in figures}
-    for needed in ("xiao24-d9300-llama2-7b-prefill", "executorch-op12-llama3.2-1b-spinquant-decode",
-                   "powerinfer2-sd8g3-7b-int4-prefill-npu", "aihub-sd8elite-llama3.2-1b-w4a16-decode"):
+    for needed in (
+        "xiao24-d9300-llama2-7b-prefill",
+        "executorch-op12-llama3.2-1b-spinquant-decode",
+        "powerinfer2-sd8g3-7b-int4-prefill-npu",
+        "aihub-sd8elite-llama3.2-1b-w4a16-decode",
+    ):
         assert needed in ids
     assert all(("arXiv" in f.source or "/" in f.source) for f in figures)
     by_id = {f.id: f.value for f in figures}
@@ -86,14 +97,23 @@ split = "score"
 """
 
 
-@pytest.mark.parametrize("edit, message", [
-    (("value = 8.0", "value = -8.0"), "field 'figure[0].value' = -8.0: must be >= "),
-    (('metric = "decode_tokens_per_s"', 'metric = "speed"'), "field 'figure[0].metric' = 'speed'"),
-    (('profile = "dimensity-9300"', 'profile = "no-phone"'), "field 'figure[0].profile' = 'no-phone'"),
-    (('runtime = "llama.cpp-cpu"', 'runtime = "tvm"'), "field 'figure[0].runtime' = 'tvm'"),
-    (('split = "score"', 'split = "test"'), "field 'figure[0].split' = 'test'"),
-    (("prompt_tokens = 64\n", ""), "missing field 'figure[0].prompt_tokens'"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("value = 8.0", "value = -8.0"), "field 'figure[0].value' = -8.0: must be >= "),
+        (
+            ('metric = "decode_tokens_per_s"', 'metric = "speed"'),
+            "field 'figure[0].metric' = 'speed'",
+        ),
+        (
+            ('profile = "dimensity-9300"', 'profile = "no-phone"'),
+            "field 'figure[0].profile' = 'no-phone'",
+        ),
+        (('runtime = "llama.cpp-cpu"', 'runtime = "tvm"'), "field 'figure[0].runtime' = 'tvm'"),
+        (('split = "score"', 'split = "test"'), "field 'figure[0].split' = 'test'"),
+        (("prompt_tokens = 64\n", ""), "missing field 'figure[0].prompt_tokens'"),
+    ],
+)
 def test_bad_figure_files_name_file_field_and_value(tmp_path, edit, message):
     path = tmp_path / "f.toml"
     path.write_text(FIGURE.replace(*edit))
@@ -118,7 +138,9 @@ def test_held_out_figures_are_scored_and_fitted_ones_shown_apart(tmp_path, capsy
     assert row["scored"] == 1 and row["fitted"] == len(load_figures())
     held = [p for p in out["points"] if p["split"] == "score"]
     assert len(held) == 1 and row["mape_pct"] == pytest.approx(abs(held[0]["error_pct"]))
-    assert out["metrics"]["fidelity_phones_median_error_pct"]["value"] == pytest.approx(row["median_ape_pct"])
+    assert out["metrics"]["fidelity_phones_median_error_pct"]["value"] == pytest.approx(
+        row["median_ape_pct"]
+    )
 
 
 def test_a_scored_point_its_runtime_was_fitted_on_is_refused(monkeypatch):
@@ -143,8 +165,11 @@ def test_a_points_prediction_is_the_simulated_backends():
     from harmony_ref.calibrate.points import POINT_METRICS, predict_metric
 
     cfg = RunConfig.from_names("llama-3.2-1b", "w4a8-g32", 64, 32, 2048)
-    for soc, rt in (("snapdragon-8-gen-3", "executorch-xnnpack"), ("kirin-9000e", None),
-                    ("harmony-flagship", None)):
+    for soc, rt in (
+        ("snapdragon-8-gen-3", "executorch-xnnpack"),
+        ("kirin-9000e", None),
+        ("harmony-flagship", None),
+    ):
         from harmony_ref.device.profile import load_profile
 
         p = load_profile(soc, rt)

@@ -41,39 +41,54 @@ def test_every_run_was_measured_in_every_session(host, llama):
 
 
 def test_scored_runs_differ_from_every_fit_run(host):
-    fit = [(r.policy, r.prompt_tokens, r.context_tokens, r.threads) for r in host.run if r.split == "fit"]
+    fit = [
+        (r.policy, r.prompt_tokens, r.context_tokens, r.threads)
+        for r in host.run
+        if r.split == "fit"
+    ]
     scored = [r for r in host.run if r.split == "score"]
     assert len(fit) >= 3 and len(scored) >= 6
     for r in scored:
         assert (r.policy, r.prompt_tokens, r.context_tokens, r.threads) not in fit, r.id
-    assert {r.threads for r in scored} == {1, 2} and {r.threads for r in host.run if r.split == "fit"} == {1}
+    assert {r.threads for r in scored} == {1, 2} and {
+        r.threads for r in host.run if r.split == "fit"
+    } == {1}
     assert {r.policy for r in scored} - {r.policy for r in host.run if r.split == "fit"}
 
 
 def test_the_host_soc_profile_is_what_the_microbenchmarks_give(host):
     from importlib import resources
 
-    shipped = (resources.files("harmony_ref") / "device" / "profiles" / f"{host.profile}.toml").read_text()
+    shipped = (
+        resources.files("harmony_ref") / "device" / "profiles" / f"{host.profile}.toml"
+    ).read_text()
     assert shipped == host_soc_toml(host)
 
 
-@pytest.mark.parametrize("set_name, runtime", [("host", "harmony-ref-host"),
-                                               ("llama.cpp", "llama.cpp-host")])
+@pytest.mark.parametrize(
+    "set_name, runtime", [("host", "harmony-ref-host"), ("llama.cpp", "llama.cpp-host")]
+)
 def test_the_shipped_runtime_is_the_fit_of_its_fit_points(tmp_path, set_name, runtime):
     from harmony_ref.calibrate.run import calibrate_runtime_on_set
 
     shipped = load_runtime(runtime)
     out = tmp_path / f"{runtime}.toml"
-    summary = calibrate_runtime_on_set(set_name, runtime, out, multistart=False)  # from the shipped optimum
+    summary = calibrate_runtime_on_set(
+        set_name, runtime, out, multistart=False
+    )  # from the shipped optimum
     refit = load_runtime(out)
     for f in ("matmul", "memory", "cache", "int4", "int8", "gemv_int4", "attention_decode"):
         a, b = getattr(shipped.efficiency, f), getattr(refit.efficiency, f)
         assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=REFIT_REL), f
-    assert refit.overhead.launch_us == pytest.approx(shipped.overhead.launch_us, rel=REFIT_REL, abs=1e-3)
+    assert refit.overhead.launch_us == pytest.approx(
+        shipped.overhead.launch_us, rel=REFIT_REL, abs=1e-3
+    )
     points = host_points() if set_name == "host" else llamacpp_points()
     assert set(shipped.calibration.fitted_on) == {p.id for p in points if p.split == "fit"}
     assert set(shipped.calibration.scored_on) == {p.id for p in points if p.split == "score"}
-    assert summary["held_out_mape_pct"] == pytest.approx(shipped.calibration.held_out_mape_pct, rel=1e-2)
+    assert summary["held_out_mape_pct"] == pytest.approx(
+        shipped.calibration.held_out_mape_pct, rel=1e-2
+    )
 
 
 def test_fidelity_scores_only_the_held_out_points(capsys, tmp_path):
@@ -89,8 +104,12 @@ def test_fidelity_scores_only_the_held_out_points(capsys, tmp_path):
         rt = load_runtime("harmony-ref-host" if s == "host" else "llama.cpp-host")
         assert row["mape_pct"] == pytest.approx(rt.calibration.held_out_mape_pct, rel=1e-2)
     names = set(out["metrics"])
-    assert {"fidelity_host_prefill_mape_pct", "fidelity_host_decode_mape_pct",
-            "fidelity_llamacpp_mape_pct", "fidelity_phones_calibration_max_error_pct"} <= names
+    assert {
+        "fidelity_host_prefill_mape_pct",
+        "fidelity_host_decode_mape_pct",
+        "fidelity_llamacpp_mape_pct",
+        "fidelity_phones_calibration_max_error_pct",
+    } <= names
 
 
 def test_the_job_records_the_fidelity_metrics():
@@ -102,7 +121,8 @@ def test_the_job_records_the_fidelity_metrics():
     assert entry["status"] == "ok" and entry["held_out_points"]["host"] > 0
     rows = fd.summary(fd.score(fd.collect()))
     assert metrics.value("fidelity_llamacpp_mape_pct") == pytest.approx(
-        next(r["mape_pct"] for r in rows if r["set"] == "llama.cpp" and r["phase"] == "all"))
+        next(r["mape_pct"] for r in rows if r["set"] == "llama.cpp" and r["phase"] == "all")
+    )
 
 
 def test_calibrate_command_takes_a_gguf_workload(tmp_path, capsys):
@@ -119,16 +139,40 @@ def test_calibrate_command_takes_a_gguf_workload(tmp_path, capsys):
         pytest.skip(f"SmolLM2 weights unavailable (package registry unreachable): {e}")
     cfg = workload_run_config(gguf, "int4-g32", 64, 32)
     assert cfg.checkpoint == gguf and cfg.spec.n_layers == 30
-    assert CommandDevice("llama-bench -m {model} -p {prompt_tokens}", "llama-bench").command_for(cfg) \
+    assert (
+        CommandDevice("llama-bench -m {model} -p {prompt_tokens}", "llama-bench").command_for(cfg)
         == f"llama-bench -m {gguf} -p 64"
+    )
     fixture = load_llamacpp_manifest().source.rsplit("/", 1)[0] + "/llamacpp"
     # a recorded llama-bench pp and tg test, printed as one run's JSON array
-    cmd = (f"python -c \"import json,sys; a=json.load(open('{fixture}/s1-q4_1-t1-pp64.json'));"
-           f"b=json.load(open('{fixture}/s1-q4_1-t1-tg32.json')); print(json.dumps(a+b))\" {{model}}")
+    cmd = (
+        f"python -c \"import json,sys; a=json.load(open('{fixture}/s1-q4_1-t1-pp64.json'));"
+        f"b=json.load(open('{fixture}/s1-q4_1-t1-tg32.json')); print(json.dumps(a+b))\" {{model}}"
+    )
     workloads = ";".join(f"{gguf}:int4-g32:64:32" for _ in range(4))
     out = tmp_path / "rt.toml"
-    assert main(["calibrate", "--backend", "command", "--command", cmd, "--format", "llama-bench",
-                 "--workloads", workloads, "--runtime", "llama.cpp-host", "--profile",
-                 "xeon-2core-kvm", "--out", str(out), "--json"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--backend",
+                "command",
+                "--command",
+                cmd,
+                "--format",
+                "llama-bench",
+                "--workloads",
+                workloads,
+                "--runtime",
+                "llama.cpp-host",
+                "--profile",
+                "xeon-2core-kvm",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert load_runtime(out).calibration.fitted_on and summary["fitted"]

@@ -7,19 +7,21 @@ import struct
 import numpy as np
 import pytest
 
-from harmony_ref.cli import main
-from harmony_ref.runtime.minilm import MiniLM
 from harmony_ref.checkpoint.artifact import (
     ArtifactError,
     export_artifact,
     load_artifact,
     verify_artifact,
 )
+from harmony_ref.cli import main
+from harmony_ref.runtime.minilm import MiniLM
 
 SENTENCES = ["The train to Leeds leaves at five.", "I did not lock the door.", "a", "zzqx"]
-MIXED = ('name = "m"\ndefault = "int4-g32"\nkeep_int8_layers = ["attention.self.query"]\n'
-         '[layers]\n"encoder.layer.0.output.dense" = "fp16"\n"*.1.intermediate*" = "int4-g128"\n'
-         '"encoder.layer.1.attention.self.key" = "fp32"\n"encoder.layer.1.attention.self.value" = "int4-g64-sym"\n')
+MIXED = (
+    'name = "m"\ndefault = "int4-g32"\nkeep_int8_layers = ["attention.self.query"]\n'
+    '[layers]\n"encoder.layer.0.output.dense" = "fp16"\n"*.1.intermediate*" = "int4-g128"\n'
+    '"encoder.layer.1.attention.self.key" = "fp32"\n"encoder.layer.1.attention.self.value" = "int4-g64-sym"\n'
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +51,12 @@ def test_mixed_round_trip_and_manifest(tiny, artifact):
     assert v.metadata["format_version"] == "2"
     layers = v.layers
     assert layers["encoder.layer.0.output.dense"]["format"] == "fp16"
-    assert layers["encoder.layer.1.intermediate.dense"] == {"format": "int4-g128", "shape": [256, 128],
-                                                           "group_size": 128, "scheme": "asym"}
+    assert layers["encoder.layer.1.intermediate.dense"] == {
+        "format": "int4-g128",
+        "shape": [256, 128],
+        "group_size": 128,
+        "scheme": "asym",
+    }
     assert layers["encoder.layer.1.attention.self.value"]["scheme"] == "sym"
     assert layers["encoder.layer.0.attention.self.query"]["format"] == "int8"
     manifest = json.loads(v.metadata["tensor_sha256"])
@@ -63,13 +69,18 @@ def test_mixed_round_trip_and_manifest(tiny, artifact):
 def _tensor_range(path, name):
     blob = path.read_bytes()
     (n,) = struct.unpack("<Q", blob[:8])
-    begin, end = json.loads(blob[8:8 + n])[name]["data_offsets"]
+    begin, end = json.loads(blob[8 : 8 + n])[name]["data_offsets"]
     return 8 + n + begin, 8 + n + end
 
 
-@pytest.mark.parametrize("tensor", ["encoder.layer.1.intermediate.dense.weight.packed",
-                                    "encoder.layer.0.attention.self.key.weight.scale",
-                                    "embeddings.word_embeddings.weight"])
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        "encoder.layer.1.intermediate.dense.weight.packed",
+        "encoder.layer.0.attention.self.key.weight.scale",
+        "embeddings.word_embeddings.weight",
+    ],
+)
 def test_tampered_tensor_is_refused_by_name(artifact, tmp_path, tensor, capsys):
     path, _ = artifact
     begin, end = _tensor_range(path, tensor)
@@ -91,16 +102,21 @@ def test_tampered_tensor_is_refused_by_name(artifact, tmp_path, tensor, capsys):
 def test_truncated_file_is_refused(artifact, tmp_path, capsys):
     path, _ = artifact
     blob = path.read_bytes()
-    last = max(json.loads(blob[8:8 + struct.unpack("<Q", blob[:8])[0]]).items(),
-               key=lambda kv: kv[1]["data_offsets"][1] if kv[0] != "__metadata__" else -1)[0]
+    last = max(
+        json.loads(blob[8 : 8 + struct.unpack("<Q", blob[:8])[0]]).items(),
+        key=lambda kv: kv[1]["data_offsets"][1] if kv[0] != "__metadata__" else -1,
+    )[0]
     bad = tmp_path / "cut.safetensors"
     bad.write_bytes(blob[:-100])
     with pytest.raises(ArtifactError, match=f"tensor '{last}' is truncated"):
         verify_artifact(bad)
     assert main(["verify", str(bad)]) == 1
     assert "truncated" in capsys.readouterr().err
-    for cut, msg in [(len(blob) // 2, "is truncated"), (100, "truncated inside the header"),
-                     (5, "not even a header length")]:
+    for cut, msg in [
+        (len(blob) // 2, "is truncated"),
+        (100, "truncated inside the header"),
+        (5, "not even a header length"),
+    ]:
         bad.write_bytes(blob[:cut])
         with pytest.raises(ArtifactError, match=msg):
             load_artifact(bad)
@@ -128,9 +144,14 @@ def test_verify_cli_missing_file_is_bad_input(tmp_path):
     assert main(["verify", str(tmp_path / "nope.safetensors")]) == 2
 
 
-@pytest.mark.parametrize("old,new", [(b'\\"group_size\\": 32', b'\\"group_size\\": 64'),
-                                     (b'default = \\"int4-g32\\"', b'default = \\"int4-g64\\"'),
-                                     (b'"dtype":"F16"', b'"dtype":"I16"')])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        (b'\\"group_size\\": 32', b'\\"group_size\\": 64'),
+        (b'default = \\"int4-g32\\"', b'default = \\"int4-g64\\"'),
+        (b'"dtype":"F16"', b'"dtype":"I16"'),
+    ],
+)
 def test_tampered_header_is_refused(artifact, tmp_path, old, new, capsys):
     """A changed manifest or tensor entry (same length, so every offset still fits) is refused by
     the header hash, not misread as another format."""

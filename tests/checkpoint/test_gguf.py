@@ -15,8 +15,24 @@ def _same_weights(a, b, tol=0.0):
     for name in ("embed", "final_norm"):
         np.testing.assert_allclose(getattr(a, name), getattr(b, name), atol=tol, rtol=0)
     for la, lb in zip(a.layers, b.layers):
-        for key in ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down",
-                    "bq", "bk", "bv", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"):
+        for key in (
+            "attn_norm",
+            "wq",
+            "wk",
+            "wv",
+            "wo",
+            "ffn_norm",
+            "w_gate",
+            "w_up",
+            "w_down",
+            "bq",
+            "bk",
+            "bv",
+            "q_norm",
+            "k_norm",
+            "post_attn_norm",
+            "post_ffn_norm",
+        ):
             x, y = getattr(la, key), getattr(lb, key)
             assert (x is None) == (y is None), key
             if x is not None:
@@ -30,8 +46,15 @@ def test_round_trip_f32(tmp_path, arch, tied):
     _same_weights(w, r)
     assert (r.lm_head is None) == tied
     c = r.config
-    assert (c.arch, c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim) == \
-        (arch, 2, 64, 4, 2, 16, 96)
+    assert (c.arch, c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim) == (
+        arch,
+        2,
+        64,
+        4,
+        2,
+        16,
+        96,
+    )
     assert c.tied_embeddings == tied and c.attention_bias == (arch == "qwen2")
     assert (c.bos_id, c.eos_id, c.max_positions, c.rope_theta) == (1, 2, 128, 10000.0)
     assert c.norm_eps == pytest.approx(1e-5) and "im_start" in c.chat_template
@@ -45,8 +68,11 @@ def test_round_trip_qwen3_and_gemma3(tmp_path, arch):
     w = write_tiny_gguf(tmp_path / "m.gguf", c)
     r = g.read_gguf(tmp_path / "m.gguf")
     _same_weights(w, r)
-    differ = {k: (getattr(r.config, k), getattr(c, k)) for k in c.__dataclass_fields__
-              if getattr(r.config, k) != getattr(c, k) and k not in ("norm_eps", "chat_template")}
+    differ = {
+        k: (getattr(r.config, k), getattr(c, k))
+        for k in c.__dataclass_fields__
+        if getattr(r.config, k) != getattr(c, k) and k not in ("norm_eps", "chat_template")
+    }
     assert differ == {}
     assert r.config.norm_eps == pytest.approx(c.norm_eps)
 
@@ -66,8 +92,12 @@ def _gemma3_with(tmp_path, **keys):
         short = name.removeprefix("gemma3.")
         if short in keys:
             continue
-        w.add_key_value(name, field.contents(), field.types[0],
-                        field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None)
+        w.add_key_value(
+            name,
+            field.contents(),
+            field.types[0],
+            field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None,
+        )
     for short, value in keys.items():
         if isinstance(value, float):
             w.add_float32(f"gemma3.{short}", value)
@@ -90,13 +120,17 @@ def test_gemma3_metadata_rules_and_bad_values(tmp_path):
     assert c.local_layers == (0, 2) and c.rope_theta_local == 1e4
     c = g.read_gguf_config(_gemma3_with(tmp_path, **{"attention.sliding_window": 0}))
     assert c.local_layers == () and c.sliding_window == 0  # no window: every layer global
-    bad = [({"attention.sliding_window": -3}, r"gemma3\.attention\.sliding_window = -3"),
-           ({"attention.sliding_window_pattern": [True]},
-            r"gemma3\.attention\.sliding_window_pattern = \[True\]"),
-           ({"final_logit_softcapping": 30.0}, r"gemma3\.final_logit_softcapping = 30\.0"),
-           ({"rope.freq_base": float("nan")}, r"gemma3\.rope\.freq_base = nan"),
-           ({"attention.head_count": 0}, r"gemma3\.attention\.head_count = 0"),
-           ({"attention.value_length": 8}, r"gemma3\.attention\.value_length = 8")]
+    bad = [
+        ({"attention.sliding_window": -3}, r"gemma3\.attention\.sliding_window = -3"),
+        (
+            {"attention.sliding_window_pattern": [True]},
+            r"gemma3\.attention\.sliding_window_pattern = \[True\]",
+        ),
+        ({"final_logit_softcapping": 30.0}, r"gemma3\.final_logit_softcapping = 30\.0"),
+        ({"rope.freq_base": float("nan")}, r"gemma3\.rope\.freq_base = nan"),
+        ({"attention.head_count": 0}, r"gemma3\.attention\.head_count = 0"),
+        ({"attention.value_length": 8}, r"gemma3\.attention\.value_length = 8"),
+    ]
     for keys, message in bad:
         with pytest.raises(CheckpointError, match=r"bad\.gguf: .*" + message):
             g.read_gguf(_gemma3_with(tmp_path, **keys))
@@ -203,16 +237,23 @@ def test_missing_tensor(tmp_path):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(CheckpointError, match=r"bad\.gguf: tensor blk\.0\.attn_norm\.weight is "
-                                              r"missing"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"bad\.gguf: tensor blk\.0\.attn_norm\.weight is "
+        r"missing",
+    ):
         g.read_gguf(path)
 
 
 def test_shape_mismatch(tmp_path):
     def edit(w):
         w.layers[1].w_down = w.layers[1].w_down[:, :64]
-    with pytest.raises(CheckpointError, match=r"bad\.gguf: tensor blk\.1\.ffn_down\.weight: "
-                                              r"shape \(64, 64\) does not match .*\(64, 96\)"):
+
+    with pytest.raises(
+        CheckpointError,
+        match=r"bad\.gguf: tensor blk\.1\.ffn_down\.weight: "
+        r"shape \(64, 64\) does not match .*\(64, 96\)",
+    ):
         g.read_gguf(_rewrite(tmp_path, edit))
 
 
@@ -220,8 +261,12 @@ def test_shape_mismatch(tmp_path):
 def test_non_finite_weights(tmp_path, bad):
     def edit(w):
         w.layers[0].w_gate[5, 7] = bad
-    with pytest.raises(CheckpointError, match=r"bad\.gguf: tensor blk\.0\.ffn_gate\.weight: "
-                                              r"value .* at \[5, 7\] is not finite"):
+
+    with pytest.raises(
+        CheckpointError,
+        match=r"bad\.gguf: tensor blk\.0\.ffn_gate\.weight: "
+        r"value .* at \[5, 7\] is not finite",
+    ):
         g.read_gguf(_rewrite(tmp_path, edit))
 
 

@@ -20,11 +20,26 @@ from harmony_ref.runtime.loader import stored_policy
 from tests.fixtures.decoder.tiny import TEMPLATE, tiny_config, write_tiny_gguf
 
 SHORTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-FIELDS = {"q_proj": "wq", "k_proj": "wk", "v_proj": "wv", "o_proj": "wo", "gate_proj": "w_gate",
-          "up_proj": "w_up", "down_proj": "w_down"}
-MIXED = {"name": "gguf-mixed", "default": "q4_0", "keep_fp16_layers": ["lm_head"],
-         "layers": {"q_proj": "q8_0", "k_proj": "q8_0", "*.mlp.up_proj": "q4_1",
-                    "model.layers.1.self_attn.o_proj": "f16"}}
+FIELDS = {
+    "q_proj": "wq",
+    "k_proj": "wk",
+    "v_proj": "wv",
+    "o_proj": "wo",
+    "gate_proj": "w_gate",
+    "up_proj": "w_up",
+    "down_proj": "w_down",
+}
+MIXED = {
+    "name": "gguf-mixed",
+    "default": "q4_0",
+    "keep_fp16_layers": ["lm_head"],
+    "layers": {
+        "q_proj": "q8_0",
+        "k_proj": "q8_0",
+        "*.mlp.up_proj": "q4_1",
+        "model.layers.1.self_attn.o_proj": "f16",
+    },
+}
 POLICIES = ["q4_0", "q4_1", "q8_0", "fp16", "fp32", "mixed-gguf"]
 
 
@@ -57,19 +72,27 @@ def test_export_reads_back_as_the_quantizer_made_it(source, policy_name, tmp_pat
             fmt = policy.format_for(name)
             want = FORMATS[fmt.kind].quantize(getattr(lw, FIELDS[short]))
             got = back.stored[name]
-            assert np.array_equal(_stored_bytes(got).view(np.uint8),
-                                  _stored_bytes(want).view(np.uint8)), (policy_name, name)
+            assert np.array_equal(
+                _stored_bytes(got).view(np.uint8), _stored_bytes(want).view(np.uint8)
+            ), (policy_name, name)
     head_fmt = policy.format_for("lm_head")
     want = FORMATS[head_fmt.kind].quantize(w.head)
-    assert np.array_equal(_stored_bytes(back.stored["lm_head"]).view(np.uint8),
-                          _stored_bytes(want).view(np.uint8))
-    for a, b in ((back.final_norm, w.final_norm), (back.layers[1].attn_norm, w.layers[1].attn_norm)):
+    assert np.array_equal(
+        _stored_bytes(back.stored["lm_head"]).view(np.uint8), _stored_bytes(want).view(np.uint8)
+    )
+    for a, b in (
+        (back.final_norm, w.final_norm),
+        (back.layers[1].attn_norm, w.layers[1].attn_norm),
+    ):
         assert np.array_equal(a, b)  # vectors stay F32
     if w.config.attention_bias:
         assert np.array_equal(back.layers[0].bq, w.layers[0].bq)
     assert back.config == w.config.__class__(**{**back.config.__dict__})  # a valid config
     assert (back.config.arch, back.config.n_layers, back.config.tied_embeddings) == (
-        w.config.arch, w.config.n_layers, w.config.tied_embeddings)
+        w.config.arch,
+        w.config.n_layers,
+        w.config.tied_embeddings,
+    )
     meta = gguf_metadata(out)
     assert meta["tokenizer.chat_template"] == TEMPLATE
     assert meta["general.harmony_ref.policy"] == policy.name
@@ -136,16 +159,22 @@ def test_as_stored_accuracy_is_the_policy_accuracy(source, tmp_path, monkeypatch
     assert acc.result["results"]["as-stored"]["ppl"] == r["results"]["q4_1"]["ppl"]
 
 
-@pytest.mark.parametrize("fmt, nearest", [("int4-g32", "q4_1"), ("int4-g32-sym", "q4_0"),
-                                          ("int8", "q8_0")])
-def test_a_format_without_a_gguf_type_is_refused_naming_tensor_and_nearest(source, fmt, nearest,
-                                                                           tmp_path):
+@pytest.mark.parametrize(
+    "fmt, nearest", [("int4-g32", "q4_1"), ("int4-g32-sym", "q4_0"), ("int8", "q8_0")]
+)
+def test_a_format_without_a_gguf_type_is_refused_naming_tensor_and_nearest(
+    source, fmt, nearest, tmp_path
+):
     src, _ = source
-    policy = policy_from_dict({"name": "p", "default": "q4_0",
-                               "layers": {"model.layers.1.mlp.down_proj": fmt}}, "p.toml")
+    policy = policy_from_dict(
+        {"name": "p", "default": "q4_0", "layers": {"model.layers.1.mlp.down_proj": fmt}}, "p.toml"
+    )
     out = tmp_path / "out.gguf"
-    with pytest.raises(ValueError, match=rf"blk\.1\.ffn_down\.weight .*{fmt}.*nearest GGUF "
-                                         rf"type is {nearest}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"blk\.1\.ffn_down\.weight .*{fmt}.*nearest GGUF "
+        rf"type is {nearest}",
+    ):
         export_gguf(src, policy, out)
     assert list(tmp_path.iterdir()) == []
 
@@ -168,8 +197,22 @@ def test_bad_exports_exit_2_with_nothing_written(source, tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
         assert not out.exists()
-    assert main(["export", "--format", "gguf", "--model", str(src), "--policy", "q4_0",
-                 "--out", str(tmp_path)]) == 2  # a directory
+    assert (
+        main(
+            [
+                "export",
+                "--format",
+                "gguf",
+                "--model",
+                str(src),
+                "--policy",
+                "q4_0",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )  # a directory
     assert "is a directory" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) in (["bare.gguf"], ["bare.gguf", "o"])
 
@@ -177,8 +220,23 @@ def test_bad_exports_exit_2_with_nothing_written(source, tmp_path, capsys):
 def test_export_command_prints_and_writes_json(source, tmp_path, capsys):
     src, _ = source
     out = tmp_path / "x.gguf"
-    assert main(["export", "--format", "gguf", "--model", str(src), "--policy", "q8_0",
-                 "--out", str(out), "--json"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--format",
+                "gguf",
+                "--model",
+                str(src),
+                "--policy",
+                "q8_0",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     info = json.loads(capsys.readouterr().out)
     assert info["tensor_types"]["Q8_0"] in (15, 16) and info["path"] == str(out)
     assert (tmp_path / "x.gguf.manifest.json").is_file()
@@ -195,8 +253,25 @@ def test_accuracy_as_stored_command(source, tmp_path, capsys, monkeypatch):
     out = tmp_path / "x.gguf"
     export_gguf(src, "q4_0", out)
     text = _corpus(tmp_path)
-    assert main(["accuracy", "--model", str(out), "--policy", "as-stored", "--policy", "q4_0",
-                 "--corpus", str(text), "--context", "32", "--json"]) == 0
+    assert (
+        main(
+            [
+                "accuracy",
+                "--model",
+                str(out),
+                "--policy",
+                "as-stored",
+                "--policy",
+                "q4_0",
+                "--corpus",
+                str(text),
+                "--context",
+                "32",
+                "--json",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     rows = {r["policy"]: r for r in d["rows"]} if "rows" in d else None
     assert d and (rows is None or "as-stored" in rows)

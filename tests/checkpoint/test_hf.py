@@ -48,13 +48,20 @@ def test_round_trip_qwen3_and_gemma3(tmp_path, arch):
             if a is not None:
                 np.testing.assert_allclose(a, b, atol=1e-6, rtol=0, err_msg=key)
     if arch == "gemma3":
-        np.testing.assert_allclose(stored["model.layers.0.pre_feedforward_layernorm.weight"] + 1,
-                                   w.layers[0].ffn_norm, atol=1e-6)
-        np.testing.assert_allclose(stored["model.layers.0.post_attention_layernorm.weight"] + 1,
-                                   w.layers[0].post_attn_norm, atol=1e-6)
+        np.testing.assert_allclose(
+            stored["model.layers.0.pre_feedforward_layernorm.weight"] + 1,
+            w.layers[0].ffn_norm,
+            atol=1e-6,
+        )
+        np.testing.assert_allclose(
+            stored["model.layers.0.post_attention_layernorm.weight"] + 1,
+            w.layers[0].post_attn_norm,
+            atol=1e-6,
+        )
     a = LlamaRef(w).prefill(TOKENS, all_logits=True)
-    np.testing.assert_allclose(LlamaRef(r).prefill(TOKENS, all_logits=True), a,
-                               atol=SAME_MODEL_LOGITS_ABS_TOL * 10, rtol=0)
+    np.testing.assert_allclose(
+        LlamaRef(r).prefill(TOKENS, all_logits=True), a, atol=SAME_MODEL_LOGITS_ABS_TOL * 10, rtol=0
+    )
 
 
 def test_gemma3_older_config_form_and_bad_fields(tmp_path):
@@ -64,16 +71,27 @@ def test_gemma3_older_config_form_and_bad_fields(tmp_path):
     path = tmp_path / "config.json"
     cfg = json.loads(path.read_text())
     old = {k: v for k, v in cfg.items() if k not in ("rope_parameters", "layer_types")}
-    path.write_text(json.dumps(old | {"rope_theta": 1e6, "rope_local_base_freq": 1e4,
-                                      "sliding_window_pattern": 3}))
+    path.write_text(
+        json.dumps(
+            old | {"rope_theta": 1e6, "rope_local_base_freq": 1e4, "sliding_window_pattern": 3}
+        )
+    )
     c = read_hf_dir(tmp_path).config
     assert c.local_layers == (0, 1) and (c.rope_theta, c.rope_theta_local) == (1e6, 1e4)
-    bad = [({"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
-           ({"hidden_activation": "gelu"}, "'hidden_activation' = 'gelu'"),
-           ({"layer_types": ["sliding_attention"]}, "'layer_types'"),
-           ({"sliding_window": -1}, "'sliding_window' = -1"),
-           ({"rope_parameters": {"full_attention": {"rope_type": "linear", "rope_theta": 1e6,
-                                                    "factor": 8.0}}}, "rope_type = 'linear'")]
+    bad = [
+        ({"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
+        ({"hidden_activation": "gelu"}, "'hidden_activation' = 'gelu'"),
+        ({"layer_types": ["sliding_attention"]}, "'layer_types'"),
+        ({"sliding_window": -1}, "'sliding_window' = -1"),
+        (
+            {
+                "rope_parameters": {
+                    "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0}
+                }
+            },
+            "rope_type = 'linear'",
+        ),
+    ]
     for change, message in bad:
         path.write_text(json.dumps(cfg | change))
         with pytest.raises(CheckpointError, match=r"config\.json: .*" + message):
@@ -95,26 +113,39 @@ def test_sharded_index_f16_and_bf16(tmp_path):
     d.mkdir()
     (d / "config.json").write_text((tmp_path / "one" / "config.json").read_text())
     names = sorted(tensors)
-    a, b = names[: len(names) // 2], names[len(names) // 2:]
-    save_file({k: tensors[k].astype(np.float16) for k in a}, str(d / "model-00001-of-00002.safetensors"))
+    a, b = names[: len(names) // 2], names[len(names) // 2 :]
+    save_file(
+        {k: tensors[k].astype(np.float16) for k in a}, str(d / "model-00001-of-00002.safetensors")
+    )
     # BF16 by hand: the upper 16 bits of float32 (truncation), stored as a BF16 tensor
     import struct
 
     header, blobs, off = {}, [], 0
     for k in b:
         raw = (tensors[k].astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
-        header[k] = {"dtype": "BF16", "shape": list(tensors[k].shape), "data_offsets": [off, off + len(raw)]}
+        header[k] = {
+            "dtype": "BF16",
+            "shape": list(tensors[k].shape),
+            "data_offsets": [off, off + len(raw)],
+        }
         blobs.append(raw)
         off += len(raw)
     hjson = json.dumps(header).encode()
     hjson += b" " * (-len(hjson) % 8)
-    (d / "model-00002-of-00002.safetensors").write_bytes(struct.pack("<Q", len(hjson)) + hjson + b"".join(blobs))
-    index = {"weight_map": {k: "model-00001-of-00002.safetensors" for k in a}
-             | {k: "model-00002-of-00002.safetensors" for k in b}}
+    (d / "model-00002-of-00002.safetensors").write_bytes(
+        struct.pack("<Q", len(hjson)) + hjson + b"".join(blobs)
+    )
+    index = {
+        "weight_map": {k: "model-00001-of-00002.safetensors" for k in a}
+        | {k: "model-00002-of-00002.safetensors" for k in b}
+    }
     (d / "model.safetensors.index.json").write_text(json.dumps(index))
     r = read_hf_dir(d)
-    name_of = {"model.embed_tokens.weight": r.embed, "model.layers.1.mlp.down_proj.weight": r.layers[1].w_down,
-               "model.layers.0.self_attn.q_proj.weight": r.layers[0].wq}
+    name_of = {
+        "model.embed_tokens.weight": r.embed,
+        "model.layers.1.mlp.down_proj.weight": r.layers[1].w_down,
+        "model.layers.0.self_attn.q_proj.weight": r.layers[0].wq,
+    }
     for k, got in name_of.items():
         if k in a:
             np.testing.assert_array_equal(got, tensors[k].astype(np.float16))
@@ -142,19 +173,29 @@ def test_bad_directories(tmp_path):
         read_hf_dir(tmp_path)
     write_tiny_hf(tmp_path / "m")
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())
-    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg | {"architectures": ["GPT2LMHeadModel"]}))
+    (tmp_path / "m" / "config.json").write_text(
+        json.dumps(cfg | {"architectures": ["GPT2LMHeadModel"]})
+    )
     with pytest.raises(CheckpointError, match=r"config\.json: field 'architectures'"):
         read_hf_dir(tmp_path / "m")
-    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg | {"rope_scaling": {"type": "yarn"}}))
+    (tmp_path / "m" / "config.json").write_text(
+        json.dumps(cfg | {"rope_scaling": {"type": "yarn"}})
+    )
     with pytest.raises(CheckpointError, match="rope_scaling"):
         read_hf_dir(tmp_path / "m")
     (tmp_path / "m" / "config.json").write_text(json.dumps(cfg | {"intermediate_size": 97}))
-    with pytest.raises(CheckpointError, match=r"tensor model\.layers\.0\.mlp\.gate_proj\.weight: "
-                                              r"shape \(96, 64\) does not match"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tensor model\.layers\.0\.mlp\.gate_proj\.weight: "
+        r"shape \(96, 64\) does not match",
+    ):
         read_hf_dir(tmp_path / "m")
     (tmp_path / "m" / "config.json").write_text(json.dumps(cfg | {"num_hidden_layers": 3}))
-    with pytest.raises(CheckpointError, match=r"tensor model\.layers\.2\.input_layernorm\.weight "
-                                              r"is missing"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tensor model\.layers\.2\.input_layernorm\.weight "
+        r"is missing",
+    ):
         read_hf_dir(tmp_path / "m")
 
 
@@ -162,6 +203,9 @@ def test_nan_weight_named(tmp_path):
     w = tiny_weights()
     w.layers[1].wo[0, 3] = np.nan
     write_hf_dir(w, tmp_path)
-    with pytest.raises(CheckpointError, match=r"tensor model\.layers\.1\.self_attn\.o_proj\.weight"
-                                              r": value nan at \[0, 3\]"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tensor model\.layers\.1\.self_attn\.o_proj\.weight"
+        r": value nan at \[0, 3\]",
+    ):
         read_hf_dir(tmp_path)

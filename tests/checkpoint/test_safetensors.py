@@ -25,14 +25,18 @@ def test_split_read_header_and_mmap_agree_with_the_library(tmp_path):
         assert np.array_equal(t, tensors[name]) and t.tobytes() == data[begin:end], name
 
 
-@pytest.mark.parametrize("cut, message", [(5, "not even a header length"),
-                                          (20, "truncated inside the header")])
+@pytest.mark.parametrize(
+    "cut, message", [(5, "not even a header length"), (20, "truncated inside the header")]
+)
 def test_truncated_files_say_where(tmp_path, cut, message):
     _, blob = _blob()
     path = tmp_path / "cut.safetensors"
     path.write_bytes(blob[:cut])
-    calls = (lambda: split(blob[:cut], str(path)), lambda: read_header(path),
-             lambda: mmap_tensors(path))
+    calls = (
+        lambda: split(blob[:cut], str(path)),
+        lambda: read_header(path),
+        lambda: mmap_tensors(path),
+    )
     for call in calls:
         with pytest.raises(SafetensorsError, match=f"cut.safetensors: .*{message}"):
             call()

@@ -34,8 +34,18 @@ def cache(monkeypatch, tmp_path):
 
 
 def check(capsys, gguf, out_dir, *extra, commands=(PPL,)):
-    argv = ["check-runtime", "--model", str(gguf), "--context", str(CTX), "--chunks", str(CHUNKS),
-            "--out-dir", str(out_dir), "--json"]
+    argv = [
+        "check-runtime",
+        "--model",
+        str(gguf),
+        "--context",
+        str(CTX),
+        "--chunks",
+        str(CHUNKS),
+        "--out-dir",
+        str(out_dir),
+        "--json",
+    ]
     for c in commands:
         argv += ["--command", c]
     code = main(argv + list(extra))
@@ -43,8 +53,7 @@ def check(capsys, gguf, out_dir, *extra, commands=(PPL,)):
     return code, (json.loads(cap.out) if cap.out.strip() else None), cap.err
 
 
-def test_within_bound_passes_and_five_x_fails_the_gate(capsys, gguf, tmp_path, cache,
-                                                       monkeypatch):
+def test_within_bound_passes_and_five_x_fails_the_gate(capsys, gguf, tmp_path, cache, monkeypatch):
     out = tmp_path / "runs"
     monkeypatch.setenv("FAKE_PPL_FACTOR", "1.002")
     code, good, err = check(capsys, gguf, out)
@@ -88,8 +97,10 @@ def test_within_bound_passes_and_five_x_fails_the_gate(capsys, gguf, tmp_path, c
     assert main(["gate", "--baseline", str(baseline), "--current", str(baseline)]) == 0
     capsys.readouterr()
     promoted = tmp_path / "baseline.json"
-    assert main(["gate", "--baseline", str(promoted), "--current", run["record"],
-                 "--update-baseline"]) == 2
+    assert (
+        main(["gate", "--baseline", str(promoted), "--current", run["record"], "--update-baseline"])
+        == 2
+    )
     assert "flagged inaccurate" in capsys.readouterr().err and not promoted.exists()
 
     # --compare: speed and accuracy side by side from the two records
@@ -110,8 +121,9 @@ def test_no_lm_cache_writes_no_cache(capsys, gguf, tmp_path, cache, monkeypatch)
 
 def test_several_commands_one_table(capsys, gguf, tmp_path, cache):
     fast_wrong = PPL + " --factor 5 --tokens-per-s 4000"
-    code, out, err = check(capsys, gguf, tmp_path, "--label", "plain", "--label", "amx",
-                           commands=(PPL, fast_wrong))
+    code, out, err = check(
+        capsys, gguf, tmp_path, "--label", "plain", "--label", "amx", commands=(PPL, fast_wrong)
+    )
     assert code == 1, err
     got = [(r["runtime"], r["verdict"]) for r in out["rows"]]
     assert got == [("plain", "accurate"), ("amx", "inaccurate")]
@@ -119,8 +131,21 @@ def test_several_commands_one_table(capsys, gguf, tmp_path, cache):
     assert "4000 tokens/s" in out["rows"][1]["speed"]
     assert out["rows"][1]["speed"].startswith("not a result")
     # the table form names the verdict beside the speed
-    code = main(["check-runtime", "--model", str(gguf), "--context", str(CTX), "--chunks",
-                 str(CHUNKS), "--out-dir", str(tmp_path), "--command", fast_wrong])
+    code = main(
+        [
+            "check-runtime",
+            "--model",
+            str(gguf),
+            "--context",
+            str(CTX),
+            "--chunks",
+            str(CHUNKS),
+            "--out-dir",
+            str(tmp_path),
+            "--command",
+            fast_wrong,
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 1 and "INACCURATE cmd1: perplexity" in text and "not a result" in text
 
@@ -131,20 +156,26 @@ def test_a_lower_perplexity_than_the_reference_is_flagged(capsys, gguf, tmp_path
 
 
 def bench(name, exit_code=0):
-    return (f"{PY} {FAKE / 'benchmark.py'} --format mslite --file {name} --exit {exit_code}"
-            " --device-model FAKE-NPU")
+    return (
+        f"{PY} {FAKE / 'benchmark.py'} --format mslite --file {name} --exit {exit_code}"
+        " --device-model FAKE-NPU"
+    )
 
 
-@pytest.mark.parametrize("name,exit_code,code,why", [
-    ("mslite_cosine.txt", 0, 0, None),
-    ("mslite_benchmark.txt", 0, 0, None),
-    ("mslite_zeros.txt", 0, 1, "all 50 printed values are 0"),
-    ("mslite_not_the_model.txt", 1, 1, "Mean bias of all nodes/tensors is too big"),
-    ("mslite_low_cosine.txt", 0, 1, "cosine 0.3144 < 0.78: not the model"),
-])
+@pytest.mark.parametrize(
+    "name,exit_code,code,why",
+    [
+        ("mslite_cosine.txt", 0, 0, None),
+        ("mslite_benchmark.txt", 0, 0, None),
+        ("mslite_zeros.txt", 0, 1, "all 50 printed values are 0"),
+        ("mslite_not_the_model.txt", 1, 1, "Mean bias of all nodes/tensors is too big"),
+        ("mslite_low_cosine.txt", 0, 1, "cosine 0.3144 < 0.78: not the model"),
+    ],
+)
 def test_mslite_outputs(capsys, tmp_path, name, exit_code, code, why):
-    got, out, err = check(capsys, "model.ms", tmp_path, "--format", "mslite",
-                          commands=(bench(name, exit_code),))
+    got, out, err = check(
+        capsys, "model.ms", tmp_path, "--format", "mslite", commands=(bench(name, exit_code),)
+    )
     assert got == code, err
     run = out["runs"][0]
     if why is None:
@@ -154,21 +185,30 @@ def test_mslite_outputs(capsys, tmp_path, name, exit_code, code, why):
         assert run["verdict"] == "inaccurate" and any(why in r for r in run["reasons"])
     if name == "mslite_zeros.txt":  # the tool's cosine reads 1 for zeros; the bias catches it
         assert run["metrics"]["mslite_cosine_distance"]["value"] == 1.0
-        assert any("no closer to the calibration outputs than all zeros" in r
-                   for r in run["reasons"])
+        assert any(
+            "no closer to the calibration outputs than all zeros" in r for r in run["reasons"]
+        )
         assert run["metrics"]["e2e_ms"]["flags"] == ["inaccurate"]
 
 
-@pytest.mark.parametrize("template,fmt,msg", [
-    ("", "llama-perplexity", "template is empty"),
-    ("{model", "llama-perplexity", "malformed template"),
-    ("run -m {model} -f {corpus} -t {threads}", "llama-perplexity", "unknown placeholder {threads}"),
-    ("run -m {model}", "llama-perplexity", "has no {corpus}"),
-    ("bench --modelFile={model} {corpus}", "mslite", "unknown placeholder {corpus}"),
-])
+@pytest.mark.parametrize(
+    "template,fmt,msg",
+    [
+        ("", "llama-perplexity", "template is empty"),
+        ("{model", "llama-perplexity", "malformed template"),
+        (
+            "run -m {model} -f {corpus} -t {threads}",
+            "llama-perplexity",
+            "unknown placeholder {threads}",
+        ),
+        ("run -m {model}", "llama-perplexity", "has no {corpus}"),
+        ("bench --modelFile={model} {corpus}", "mslite", "unknown placeholder {corpus}"),
+    ],
+)
 def test_bad_templates(capsys, tmp_path, template, fmt, msg):
-    code = main(["check-runtime", "--command", template, "--format", fmt, "--out-dir",
-                 str(tmp_path)])
+    code = main(
+        ["check-runtime", "--command", template, "--format", fmt, "--out-dir", str(tmp_path)]
+    )
     err = capsys.readouterr().err
     assert code == 2 and msg in err and "Traceback" not in err
     assert not any(tmp_path.iterdir())  # checked before any work: nothing written
@@ -179,10 +219,16 @@ def test_runtime_failures_are_exit_2(capsys, gguf, tmp_path, cache):
         ("/no/such/llama-perplexity -f {corpus}", [], "could not start"),
         (f"{PY} {FAKE / 'garbage.py'} {{corpus}}", [], "expected 'Final estimate"),
         (f"{PY} {FAKE / 'crash.py'} {{corpus}}", [], "exited with code 3"),
-        (f"{PY} {FAKE / 'hang.py'} {tmp_path / 'pid'} {{corpus}}", ["--timeout", "1"],
-         "timed out after 1 s"),
-        (f"{PY} {FAKE / 'benchmark.py'} --format llama-perplexity && test -f {{corpus}}", [],
-         "the runtime scored n_ctx=512 but the reference has n_ctx=64"),
+        (
+            f"{PY} {FAKE / 'hang.py'} {tmp_path / 'pid'} {{corpus}}",
+            ["--timeout", "1"],
+            "timed out after 1 s",
+        ),
+        (
+            f"{PY} {FAKE / 'benchmark.py'} --format llama-perplexity && test -f {{corpus}}",
+            [],
+            "the runtime scored n_ctx=512 but the reference has n_ctx=64",
+        ),
     ]
     for template, extra, msg in cases:
         code, out, err = check(capsys, gguf, tmp_path / "runs", *extra, commands=(template,))
@@ -211,11 +257,14 @@ def test_compare_refuses_other_records(capsys, tmp_path):
 
 def test_one_failing_command_is_an_error_row(capsys, gguf, tmp_path, cache):
     crash = f"{PY} {FAKE / 'crash.py'} {{corpus}}"
-    code, out, err = check(capsys, gguf, tmp_path, "--label", "ok", "--label", "repack",
-                           commands=(PPL, crash))
+    code, out, err = check(
+        capsys, gguf, tmp_path, "--label", "ok", "--label", "repack", commands=(PPL, crash)
+    )
     assert code == 2 and "error: repack: command" in err and "exited with code 3" in err
-    assert [(r["runtime"], r["verdict"]) for r in out["rows"]] == [("ok", "accurate"),
-                                                                     ("repack", "error (no result)")]
+    assert [(r["runtime"], r["verdict"]) for r in out["rows"]] == [
+        ("ok", "accurate"),
+        ("repack", "error (no result)"),
+    ]
     assert out["errors"][0]["label"] == "repack" and len(out["runs"]) == 1
     assert len(list(tmp_path.glob("run-*.json"))) == 1  # only the run that ran is recorded
 

@@ -18,7 +18,20 @@ def test_thermal_json_and_plot(capsys, tmp_path):
 
 
 def test_thermal_table(capsys):
-    assert main(["thermal", "--profile", "harmony-midrange", "--minutes", "5", "--governor", "step_wise"]) == 0
+    assert (
+        main(
+            [
+                "thermal",
+                "--profile",
+                "harmony-midrange",
+                "--minutes",
+                "5",
+                "--governor",
+                "step_wise",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "time_to_first_throttle_s" in out and "step_wise" in out
 
@@ -109,8 +122,11 @@ def test_table_and_json_give_the_same_numbers(capsys):
     predict = ["predict", "--prompt", "256", "--new", "32", "--context", "1024"]
     serve = ["serve", "--rate", "0.3", "--minutes", "5"]
     thermal = ["thermal", "--minutes", "11"]
-    for args, numbers_of in ((predict, lambda j: {k: m["value"] for k, m in j["metrics"].items()}),
-                             (serve, lambda j: j["summary"]), (thermal, lambda j: j["summary"])):
+    for args, numbers_of in (
+        (predict, lambda j: {k: m["value"] for k, m in j["metrics"].items()}),
+        (serve, lambda j: j["summary"]),
+        (thermal, lambda j: j["summary"]),
+    ):
         assert main(args) == 0
         table = _table_cells(capsys.readouterr().out)
         assert main(args + ["--json"]) == 0

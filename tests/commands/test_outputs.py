@@ -21,20 +21,26 @@ FAST = ["--skip", "host,accuracy,coldstart,thermal"]
 @pytest.fixture
 def no_work(monkeypatch):
     """Any work started is a test failure: the check must come first."""
+
     def boom(*a, **k):
         raise AssertionError("the work started before the arguments were checked")
 
     monkeypatch.setattr(job, "run_job", boom)
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--model", "lama-3.2-3b"], "did you mean 'llama-3.2-3b'"),
-    (["--profile", "harmony-flagshp"], "did you mean 'harmony-flagship'"),
-    (["--policy", "int4-g12"], "did you mean 'int4-g128'"),
-    (["--context", "16"], "context_tokens = 16"),
-    (["--backend", "command", "--command", "echo", "--command-format", "mslit"],
-     "did you mean 'mslite'"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--model", "lama-3.2-3b"], "did you mean 'llama-3.2-3b'"),
+        (["--profile", "harmony-flagshp"], "did you mean 'harmony-flagship'"),
+        (["--policy", "int4-g12"], "did you mean 'int4-g128'"),
+        (["--context", "16"], "context_tokens = 16"),
+        (
+            ["--backend", "command", "--command", "echo", "--command-format", "mslit"],
+            "did you mean 'mslite'",
+        ),
+    ],
+)
 def test_run_validates_up_front(tmp_path, capsys, no_work, argv, says):
     out = tmp_path / "runs"
     assert main(["run", *argv, *FAST, "--out-dir", str(out)]) == 2
@@ -58,22 +64,47 @@ def test_a_run_where_everything_failed_is_not_latest(tmp_path, monkeypatch, caps
     assert main(["run", "--out-dir", str(out)]) == 1
     assert latest_record(out) is None
     assert len(list((out / "failed").glob("run-*.json"))) == 1
-    assert main(["gate", "--baseline", "results/baseline.json", "--current", "latest",
-                 "--out-dir", str(out)]) == 2
+    assert (
+        main(
+            [
+                "gate",
+                "--baseline",
+                "results/baseline.json",
+                "--current",
+                "latest",
+                "--out-dir",
+                str(out),
+            ]
+        )
+        == 2
+    )
 
 
-@pytest.mark.parametrize("make, argv", [
-    ("file", ["run", "--out-dir", "{p}"]),
-    ("dir", ["calibrate", "--out", "{p}"]),
-    ("dir", ["plan", "--budget-mb", "40", "--out", "{p}"]),
-    ("dir", ["export", "--policy", "int8", "{p}"]),
-    ("dir", ["thermal", "--plot", "{p}"]),
-    ("dir", ["compare", "--plot", "{p}"]),
-    ("dir", ["gate", "--baseline", "results/baseline.json", "--current",
-             "results/baseline.json", "--summary", "{p}"]),
-    ("file_parent", ["run", "--out-dir", "{p}"]),
-    ("file_parent", ["export", "--policy", "int8", "{p}"]),
-])
+@pytest.mark.parametrize(
+    "make, argv",
+    [
+        ("file", ["run", "--out-dir", "{p}"]),
+        ("dir", ["calibrate", "--out", "{p}"]),
+        ("dir", ["plan", "--budget-mb", "40", "--out", "{p}"]),
+        ("dir", ["export", "--policy", "int8", "{p}"]),
+        ("dir", ["thermal", "--plot", "{p}"]),
+        ("dir", ["compare", "--plot", "{p}"]),
+        (
+            "dir",
+            [
+                "gate",
+                "--baseline",
+                "results/baseline.json",
+                "--current",
+                "results/baseline.json",
+                "--summary",
+                "{p}",
+            ],
+        ),
+        ("file_parent", ["run", "--out-dir", "{p}"]),
+        ("file_parent", ["export", "--policy", "int8", "{p}"]),
+    ],
+)
 def test_output_paths_are_checked_before_the_work(tmp_path, capsys, monkeypatch, make, argv):
     import harmony_ref.calibrate.run as cal
     import harmony_ref.checkpoint.artifact as art
@@ -83,8 +114,13 @@ def test_output_paths_are_checked_before_the_work(tmp_path, capsys, monkeypatch,
     def boom(*a, **k):
         raise AssertionError("work started before the output path was checked")
 
-    for mod, name in ((job, "run_job"), (cal, "calibrate_host"), (plan, "plan_policy"),
-                      (art, "export_artifact"), (minilm, "real_model")):
+    for mod, name in (
+        (job, "run_job"),
+        (cal, "calibrate_host"),
+        (plan, "plan_policy"),
+        (art, "export_artifact"),
+        (minilm, "real_model"),
+    ):
         monkeypatch.setattr(mod, name, boom)
     p = tmp_path / "target"
     if make == "file":
@@ -112,8 +148,16 @@ def test_a_full_disk_is_one_line_and_keeps_the_old_file(tmp_path, capsys):
         base.write_text(open("results/baseline.json").read())
         before = base.read_bytes()
         (full / "filler").write_bytes(b"x" * (64 * 1024 - len(before) - 4096))
-        code = main(["gate", "--baseline", str(base), "--current", "results/baseline.json",
-                     "--update-baseline"])
+        code = main(
+            [
+                "gate",
+                "--baseline",
+                str(base),
+                "--current",
+                "results/baseline.json",
+                "--update-baseline",
+            ]
+        )
         err = capsys.readouterr().err
         assert code == 2 and "No space left on device" in err
         assert len(err.strip().splitlines()) == 1

@@ -34,7 +34,11 @@ def test_cold_ge_preload_ge_warmup_for_every_profile(profile, model, policy):
         t = {r["strategy"]: r["total_ms"] for r in rows if r["loader"] == loader}
         assert t["cold"] >= t["preload"] >= t["preload_warmup"] > 0, (profile, loader, t)
     m = coldstart_metrics(prof, config)
-    assert m.value("coldstart_cold_ms") >= m.value("coldstart_preload_ms") >= m.value("coldstart_preload_warmup_ms")
+    assert (
+        m.value("coldstart_cold_ms")
+        >= m.value("coldstart_preload_ms")
+        >= m.value("coldstart_preload_warmup_ms")
+    )
     assert all(x.kind == "exact" and x.direction == "lower" for x in m)
 
 
@@ -43,9 +47,13 @@ def test_storage_read_is_file_size_over_bandwidth():
     inp = coldstart_inputs(prof, CONFIG)
     assert inp.file_bytes == weights_bytes(CONFIG.spec, CONFIG.policy)
     t = step_times_ms(prof, inp)
-    assert t["storage_read"] == pytest.approx(inp.file_bytes / (prof.runtime.storage_read_gbps * GB) * MS_PER_S)
+    assert t["storage_read"] == pytest.approx(
+        inp.file_bytes / (prof.runtime.storage_read_gbps * GB) * MS_PER_S
+    )
     assert t["npu_init"] == prof.runtime.npu_init_ms
-    assert t["graph_parse"] == pytest.approx(prof.runtime.graph_parse_ms_per_mb * inp.file_bytes / 1e6)
+    assert t["graph_parse"] == pytest.approx(
+        prof.runtime.graph_parse_ms_per_mb * inp.file_bytes / 1e6
+    )
 
 
 def test_rows_sum_their_steps_and_loaders_differ_where_they_should():
@@ -62,7 +70,9 @@ def test_rows_sum_their_steps_and_loaders_differ_where_they_should():
 
 def test_faster_storage_only_shrinks_cold():
     prof = load_profile("harmony-midrange")
-    fast = dataclasses.replace(prof, runtime=dataclasses.replace(prof.runtime, storage_read_gbps=100.0))
+    fast = dataclasses.replace(
+        prof, runtime=dataclasses.replace(prof.runtime, storage_read_gbps=100.0)
+    )
     slow_m, fast_m = coldstart_metrics(prof, CONFIG), coldstart_metrics(fast, CONFIG)
     assert fast_m.value("coldstart_cold_ms") < slow_m.value("coldstart_cold_ms")
     assert fast_m.value("coldstart_preload_ms") == slow_m.value("coldstart_preload_ms")

@@ -11,8 +11,12 @@ import pytest
 from harmony_ref.calibrate.fit import phase_terms
 from harmony_ref.config import RunConfig
 from harmony_ref.device.cost import phase_cost, scenario_breakdown, scenario_timing
-from harmony_ref.device.profile import (WEIGHT_ONLY_COMPUTES, compute_dtype, load_profile,
-                                        shipped_profiles)
+from harmony_ref.device.profile import (
+    WEIGHT_ONLY_COMPUTES,
+    compute_dtype,
+    load_profile,
+    shipped_profiles,
+)
 from harmony_ref.device.threads import thread_sweep
 from harmony_ref.model.graph import build_graph
 from harmony_ref.model.spec import get_spec
@@ -24,14 +28,19 @@ W8A8 = {"activations": {"granularity": "per-channel", "samples": 1, "sample_toke
 
 def _policy(default, w8a8=False, **extra):
     name = default + (" w8a8" if w8a8 else "")
-    return policy_from_dict({"name": name, "default": default, **(W8A8 if w8a8 else {}), **extra},
-                            f"<{name}>")
+    return policy_from_dict(
+        {"name": name, "default": default, **(W8A8 if w8a8 else {}), **extra}, f"<{name}>"
+    )
 
 
 def _config(policy, model="qwen2.5-0.5b", prompt=512, new=64):
-    return RunConfig(spec=get_spec(model), policy=policy,
-                     scenario=RunConfig.from_names(prompt_tokens=prompt, new_tokens=new,
-                                                   context_tokens=1024).scenario)
+    return RunConfig(
+        spec=get_spec(model),
+        policy=policy,
+        scenario=RunConfig.from_names(
+            prompt_tokens=prompt, new_tokens=new, context_tokens=1024
+        ).scenario,
+    )
 
 
 def _profile_text(name):
@@ -40,8 +49,9 @@ def _profile_text(name):
 
 def _as_host(profile):
     """`profile` with host semantics (host.toml's weight_only_compute)."""
-    return dataclasses.replace(profile, compute=dataclasses.replace(
-        profile.compute, weight_only_compute="weight"))
+    return dataclasses.replace(
+        profile, compute=dataclasses.replace(profile.compute, weight_only_compute="weight")
+    )
 
 
 def test_the_rule_table():
@@ -61,12 +71,16 @@ def test_the_rule_table():
 
 def test_graph_marks_w8a8_matmuls_only_on_int8_weights():
     spec = get_spec("qwen2.5-0.5b")
-    mixed = _policy("int8", w8a8=True, keep_fp16_layers=["lm_head"],
-                    layers={"down_proj": "int4-g32"})
+    mixed = _policy(
+        "int8", w8a8=True, keep_fp16_layers=["lm_head"], layers={"down_proj": "int4-g32"}
+    )
     graph = build_graph(spec, mixed, "prefill", tokens=16)
     ops = {o.name: o for o in graph.ops if o.kind == "matmul"}
-    q, down, head = (ops["model.layers.0.self_attn.q_proj"], ops["model.layers.0.mlp.down_proj"],
-                     ops["lm_head"])
+    q, down, head = (
+        ops["model.layers.0.self_attn.q_proj"],
+        ops["model.layers.0.mlp.down_proj"],
+        ops["lm_head"],
+    )
     assert (q.dtype, q.act_dtype) == ("int8", "int8")
     assert (down.dtype, down.act_dtype) == ("int4", "fp16")  # [activations] covers int8 Linears
     assert (head.dtype, head.act_dtype) == ("fp16", "fp16")
@@ -110,10 +124,11 @@ def test_on_host_semantics_w8a8_equals_weight_only(name):
 
 
 def test_written_host_profile_says_weight():
-    from harmony_ref.calibrate.fit import HostFit, RATE_CLASSES
+    import tomllib
+
+    from harmony_ref.calibrate.fit import RATE_CLASSES, HostFit
     from harmony_ref.calibrate.write import host_profile_toml
     from harmony_ref.device.profile import profile_from_dict
-    import tomllib
 
     rates = {c: 1e10 for c in RATE_CLASSES}
     fit = HostFit(2e-6, rates, 1e10, tuple(RATE_CLASSES) + ("bandwidth", "launch"), 1)
@@ -134,7 +149,9 @@ def test_every_shipped_profile_states_the_field():
         text = _profile_text(name)
         runtime = load_soc(name).default_runtime
         if runtime:
-            text = (resources.files("harmony_ref") / "device" / "runtimes" / f"{runtime}.toml").read_text()
+            text = (
+                resources.files("harmony_ref") / "device" / "runtimes" / f"{runtime}.toml"
+            ).read_text()
         line = re.search(r"^weight_only_compute = \"(\w+)\"", text, flags=re.M)
         assert line and line.group(1) in WEIGHT_ONLY_COMPUTES, name
         assert load_profile(name).compute.weight_only_compute == line.group(1)
@@ -192,7 +209,6 @@ def test_cpu_path_runs_weight_only_at_the_weight_rate():
         assert x.prefill_tokens_per_s == pytest.approx(z.prefill_tokens_per_s, rel=1e-12)
 
 
-
 def test_a_compute_dtype_without_a_cube_path_falls_back_to_the_cpu_rate():
     """A profile whose Cube has no INT8 path: W8A8 matmuls run at the CPU's INT8 rate, while
     weight-only int8 (FP16 compute) stays on the Cube."""
@@ -205,4 +221,5 @@ def test_a_compute_dtype_without_a_cube_path_falls_back_to_the_cpu_rate():
     rate_ratio = p.compute.cube_int8_tops * 1e3 / p.compute.cpu_int8_gops  # 47.6x
     assert a8.compute_s > 0.5 * rate_ratio * a8_cube.compute_s
     assert phase_cost(no_int8, cfg_wo, "prefill").time_s == pytest.approx(
-        phase_cost(p, cfg_wo, "prefill").time_s, rel=1e-12)
+        phase_cost(p, cfg_wo, "prefill").time_s, rel=1e-12
+    )

@@ -28,8 +28,9 @@ def _single_op_graph(phase, **kw):
 
 def _weight_rate(profile):
     """`profile` with weight-only matmuls at their weight dtype's rate (as host.toml)."""
-    return dataclasses.replace(profile, compute=dataclasses.replace(
-        profile.compute, weight_only_compute="weight"))
+    return dataclasses.replace(
+        profile, compute=dataclasses.replace(profile.compute, weight_only_compute="weight")
+    )
 
 
 def test_hand_worked_decode_point():
@@ -68,7 +69,9 @@ def test_hand_worked_prefill_points():
     assert c.time_s == pytest.approx(358.23 * US, abs=0.01 * US)
     # With a 4 MiB buffer the block fits, weights stream once: 4,939,776 + 6,291,456 = 11,231,232 B
     # -> 234.91 us < 294.91 us: compute-bound, time = 294.91 + 20 = 314.91 us.
-    big = dataclasses.replace(flagship, memory=dataclasses.replace(flagship.memory, onchip_buffer_kib=4096.0))
+    big = dataclasses.replace(
+        flagship, memory=dataclasses.replace(flagship.memory, onchip_buffer_kib=4096.0)
+    )
     c = graph_cost(big, g)
     assert c.dram_bytes == 11_231_232
     assert c.time_s == pytest.approx(314.91 * US, abs=0.01 * US)
@@ -84,8 +87,14 @@ def _all_configs():
     # policy's patterns match (allow_unmatched: the cross-family pairs are deliberate here)
     for model in DECODERS:
         for policy in shipped_policies():
-            yield RunConfig.from_names(model=model, policy=policy, prompt_tokens=128, new_tokens=32,
-                                       context_tokens=1024, allow_unmatched=True)
+            yield RunConfig.from_names(
+                model=model,
+                policy=policy,
+                prompt_tokens=128,
+                new_tokens=32,
+                context_tokens=1024,
+                allow_unmatched=True,
+            )
 
 
 @pytest.mark.parametrize("profile", shipped_profiles())
@@ -105,9 +114,13 @@ def test_decode_never_beats_dram_bandwidth(profile):
 def test_int4_never_decodes_slower_than_int8(profile):
     p = load_profile(profile)
     for model in DECODERS:
-        int8 = scenario_timing(p, RunConfig.from_names(model=model, policy="int8")).decode_tokens_per_s
+        int8 = scenario_timing(
+            p, RunConfig.from_names(model=model, policy="int8")
+        ).decode_tokens_per_s
         for int4 in ("int4-g32", "int4-g128"):
-            got = scenario_timing(p, RunConfig.from_names(model=model, policy=int4)).decode_tokens_per_s
+            got = scenario_timing(
+                p, RunConfig.from_names(model=model, policy=int4)
+            ).decode_tokens_per_s
             assert got >= int8, (profile, model, int4, got, int8)
 
 
@@ -118,7 +131,9 @@ def test_fusion_never_slows_a_scenario(profile):
         kw = dict(model=model, prompt_tokens=128, new_tokens=16, context_tokens=512)
         fused = scenario_timing(p, RunConfig.from_names(**kw))
         raw = scenario_timing(p, RunConfig.from_names(fused=False, **kw))
-        assert fused.e2e_s <= raw.e2e_s and fused.prefill.kernel_launches < raw.prefill.kernel_launches
+        assert (
+            fused.e2e_s <= raw.e2e_s and fused.prefill.kernel_launches < raw.prefill.kernel_launches
+        )
 
 
 def test_phase_time_lies_between_roofline_bounds():
@@ -132,7 +147,9 @@ def test_phase_time_lies_between_roofline_bounds():
 
 def test_decode_is_integrated_over_every_generated_token():
     p = load_profile("harmony-flagship")
-    config = RunConfig.from_names(model="qwen2.5-1.5b", prompt_tokens=300, new_tokens=6, context_tokens=400)
+    config = RunConfig.from_names(
+        model="qwen2.5-1.5b", prompt_tokens=300, new_tokens=6, context_tokens=400
+    )
     steps = [phase_cost(p, config, "decode", context=300 + 1 + j).time_s for j in range(6)]
     assert np.allclose(decode_step_times(p, config)["time_s"], steps, rtol=1e-12)
     assert phase_cost(p, config, "decode").time_s == pytest.approx(np.mean(steps), rel=1e-12)
@@ -151,8 +168,11 @@ def test_frequency_scales_and_energy_ops():
     assert slow_mem.time_s > 1.8 * full.bound_s  # decode is memory-bound
     assert slow_cpu.compute_s == pytest.approx(2 * phase_cost(p, config, "prefill").compute_s)
     assert full.int8_equiv_ops == pytest.approx(
-        0.5 * full.int4_ops + full.int8_ops + 2 * full.fp16_ops + 2 * full.vector_ops)
-    assert full.flops == pytest.approx(full.int4_ops + full.int8_ops + full.fp16_ops + full.vector_ops)
+        0.5 * full.int4_ops + full.int8_ops + 2 * full.fp16_ops + 2 * full.vector_ops
+    )
+    assert full.flops == pytest.approx(
+        full.int4_ops + full.int8_ops + full.fp16_ops + full.vector_ops
+    )
     for bad in (0.0, 1.5, -1.0):
         with pytest.raises(ValueError, match="compute_freq_scale"):
             phase_cost(p, config, "decode", compute_freq_scale=bad)
@@ -162,7 +182,9 @@ def test_frequency_scales_and_energy_ops():
 
 def test_encoder_has_prefill_only():
     p = load_profile("harmony-lowend")
-    config = RunConfig.from_names(model="all-minilm-l6", prompt_tokens=128, new_tokens=0, context_tokens=128)
+    config = RunConfig.from_names(
+        model="all-minilm-l6", prompt_tokens=128, new_tokens=0, context_tokens=128
+    )
     t = scenario_timing(p, config)
     assert t.decode is None and t.e2e_s == t.ttft_s == t.prefill.time_s > 0
     with pytest.raises(ValueError, match="encoder"):
@@ -187,9 +209,16 @@ def test_graph_is_a_graph():
 )
 def test_physics_holds_for_random_scenarios(model, policy, profile, prompt, new, batch, kv_dtype):
     p = load_profile(profile)
-    config = RunConfig.from_names(model=model, policy=policy, prompt_tokens=prompt, new_tokens=new,
-                                  context_tokens=prompt + new + 1, batch=batch, kv_dtype=kv_dtype,
-                                  allow_unmatched=True)  # any policy on any model, deliberately
+    config = RunConfig.from_names(
+        model=model,
+        policy=policy,
+        prompt_tokens=prompt,
+        new_tokens=new,
+        context_tokens=prompt + new + 1,
+        batch=batch,
+        kv_dtype=kv_dtype,
+        allow_unmatched=True,
+    )  # any policy on any model, deliberately
     t = scenario_timing(p, config)
     bw = p.memory.dram_bandwidth_gbps * 1e9
     assert t.decode_tokens_per_s <= bw * t.decode.tokens / t.decode.dram_bytes

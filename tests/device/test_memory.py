@@ -53,12 +53,15 @@ def test_budget_check():
     flagship, lowend = load_profile("harmony-flagship"), load_profile("harmony-lowend")
     fits = memory_estimate(flagship, RunConfig.from_names(policy="int4-g128"))
     assert fits.fits and fits.peak_bytes == pytest.approx(
-        fits.weights_bytes + fits.kv_cache_bytes + fits.activations_bytes + fits.workspace_bytes)
+        fits.weights_bytes + fits.kv_cache_bytes + fits.activations_bytes + fits.workspace_bytes
+    )
     assert fits.budget_bytes == pytest.approx(12e9 * 0.33)
     too_big = memory_estimate(lowend, RunConfig.from_names(policy="mixed"))
     assert not too_big.fits and too_big.headroom_bytes < 0
     # A 7B at fp16 fits no phone's app budget.
-    assert not memory_estimate(flagship, RunConfig.from_names(model="qwen2.5-7b", policy="fp16")).fits
+    assert not memory_estimate(
+        flagship, RunConfig.from_names(model="qwen2.5-7b", policy="fp16")
+    ).fits
 
 
 def test_kv_cache_bytes_match_the_kernel_cache_byte_for_byte():

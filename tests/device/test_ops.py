@@ -9,7 +9,7 @@ import pytest
 
 from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
-from harmony_ref.device.cost import fallback_rows, config_graph, scenario_timing
+from harmony_ref.device.cost import config_graph, fallback_rows, scenario_timing
 from harmony_ref.device.ops import OpsUnsupported, check_ops, fallback_ops, placement
 from harmony_ref.device.profile import load_profile
 from harmony_ref.model.graph import OP_TYPES, op_types_used
@@ -40,8 +40,9 @@ def _without(profile, op):
 def test_a_fallback_ops_cost_worked_by_hand(tmp_path):
     path = tmp_path / "tiny.toml"
     path.write_text(TINY)
-    cfg = RunConfig.from_names(model=str(path), policy="fp16", prompt_tokens=8, new_tokens=1,
-                               context_tokens=16)
+    cfg = RunConfig.from_names(
+        model=str(path), policy="fp16", prompt_tokens=8, new_tokens=1, context_tokens=16
+    )
     prof = _without(load_profile("harmony-flagship"), "silu")
     assert fallback_ops(prof, cfg) == {"silu"}
     g = config_graph(prof, cfg, "decode", context=9)
@@ -60,8 +61,12 @@ def test_a_fallback_ops_cost_worked_by_hand(tmp_path):
     # The op is left unfused: on the NPU it rides on gate_proj (EPILOGUE_KINDS); here it cannot.
     kinds = [op.op_type for op, _ in g.unique_ops()]
     assert "silu" in kinds
-    assert "silu" not in [op.op_type for op, _ in config_graph(load_profile("harmony-flagship"), cfg,
-                                                                "decode", context=9).unique_ops()]
+    assert "silu" not in [
+        op.op_type
+        for op, _ in config_graph(
+            load_profile("harmony-flagship"), cfg, "decode", context=9
+        ).unique_ops()
+    ]
     t = scenario_timing(prof, cfg)
     assert t.decode.fallback_runs == 1
     assert t.decode.fallback_s == pytest.approx(want_ms / 1e3, rel=1e-9)
@@ -92,8 +97,11 @@ def test_the_shipped_op_lists():
 
 def test_an_op_no_backend_runs_is_refused(tmp_path, capsys):
     prof = load_profile("harmony-flagship")
-    npu = dataclasses.replace(prof.npu, ops=tuple(t for t in prof.npu.ops if t != "silu"),
-                              cpu_ops=tuple(t for t in prof.npu.cpu_ops if t != "silu"))
+    npu = dataclasses.replace(
+        prof.npu,
+        ops=tuple(t for t in prof.npu.ops if t != "silu"),
+        cpu_ops=tuple(t for t in prof.npu.cpu_ops if t != "silu"),
+    )
     bad = dataclasses.replace(prof, npu=npu)
     object.__setattr__(bad, "source", "phone.toml")
     cfg = RunConfig.from_names()
@@ -118,19 +126,42 @@ def test_an_op_no_backend_runs_is_refused(tmp_path, capsys):
 FLAGSHIP = "device/profiles/harmony-flagship.toml"
 
 
-@pytest.mark.parametrize("edit, message", [
-    (('"silu", "gelu", "gate_mul"', '"silu", "swish", "gate_mul"'),
-     r"field 'npu.ops' has 'swish': each item must be one of"),
-    (('"silu", "gelu", "gate_mul"', '"silu", "silu", "gate_mul"'), r"field 'npu.ops' lists 'silu' twice"),
-    (("transfer_gbps = 20.0", "transfer_gbps = -1.0"), r"field 'npu.transfer_gbps' = -1.0: must be >="),
-    (("memory_mb = 3072.0", 'memory_mb = "lots"'), r"field 'npu.memory_mb' = 'lots': expected float"),
-    (("cores = 3  #", "cores = 0  #"), r"field 'cpu.clusters\[1\].cores' = 0: must be >= 1"),
-    (("freq_ghz = 2.05", "freq_ghz = -2.05"), r"field 'cpu.clusters\[2\].freq_ghz' = -2.05"),
-    (('name = "little"', 'name = "big"'), r"field 'cpu.clusters\[2\].name' = 'big': another cluster"),
-    (("sync_us_per_thread = 0.5", "sync_us_per_thread = -0.5"), r"field 'cpu.sync_us_per_thread' = -0.5"),
-    (("sync_us_per_thread = 0.5", "sync_us = 0.5"), r"unknown field 'cpu.sync_us' = 0.5"),
-    (('name = "prime"', 'name = "prime"\nghz = 3.0'), r"unknown field 'cpu.clusters\[0\].ghz' = 3.0"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            ('"silu", "gelu", "gate_mul"', '"silu", "swish", "gate_mul"'),
+            r"field 'npu.ops' has 'swish': each item must be one of",
+        ),
+        (
+            ('"silu", "gelu", "gate_mul"', '"silu", "silu", "gate_mul"'),
+            r"field 'npu.ops' lists 'silu' twice",
+        ),
+        (
+            ("transfer_gbps = 20.0", "transfer_gbps = -1.0"),
+            r"field 'npu.transfer_gbps' = -1.0: must be >=",
+        ),
+        (
+            ("memory_mb = 3072.0", 'memory_mb = "lots"'),
+            r"field 'npu.memory_mb' = 'lots': expected float",
+        ),
+        (("cores = 3  #", "cores = 0  #"), r"field 'cpu.clusters\[1\].cores' = 0: must be >= 1"),
+        (("freq_ghz = 2.05", "freq_ghz = -2.05"), r"field 'cpu.clusters\[2\].freq_ghz' = -2.05"),
+        (
+            ('name = "little"', 'name = "big"'),
+            r"field 'cpu.clusters\[2\].name' = 'big': another cluster",
+        ),
+        (
+            ("sync_us_per_thread = 0.5", "sync_us_per_thread = -0.5"),
+            r"field 'cpu.sync_us_per_thread' = -0.5",
+        ),
+        (("sync_us_per_thread = 0.5", "sync_us = 0.5"), r"unknown field 'cpu.sync_us' = 0.5"),
+        (
+            ('name = "prime"', 'name = "prime"\nghz = 3.0'),
+            r"unknown field 'cpu.clusters\[0\].ghz' = 3.0",
+        ),
+    ],
+)
 def test_bad_new_profile_fields_name_file_field_value(tmp_path, edit, message):
     text = (resources.files("harmony_ref") / FLAGSHIP).read_text()
     assert edit[0] in text
@@ -144,7 +175,9 @@ def test_a_profile_without_an_npu_lists_no_npu_ops(tmp_path):
     text = (resources.files("harmony_ref") / "device/profiles/harmony-lowend.toml").read_text()
     path = tmp_path / "low.toml"
     path.write_text(text.replace("ops = []", 'ops = ["matmul"]'))
-    with pytest.raises(ValueError, match=r"low.toml: field 'npu.ops' = \['matmul'\]: this profile has no NPU"):
+    with pytest.raises(
+        ValueError, match=r"low.toml: field 'npu.ops' = \['matmul'\]: this profile has no NPU"
+    ):
         load_profile(str(path))
 
 

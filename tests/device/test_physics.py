@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import load_profile
-from harmony_ref.device import physics
 from harmony_ref.backends.command import CommandDevice
+from harmony_ref.config import RunConfig
+from harmony_ref.device import physics
+from harmony_ref.device.profile import load_profile
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB
 
@@ -25,7 +25,9 @@ def flagship():
 
 @pytest.fixture(scope="module")
 def cfg():
-    return RunConfig.from_names(model="llama-3.2-1b", policy="int4-g32", prompt_tokens=512, new_tokens=128)
+    return RunConfig.from_names(
+        model="llama-3.2-1b", policy="int4-g32", prompt_tokens=512, new_tokens=128
+    )
 
 
 def test_decode_bound_by_hand(flagship, cfg):
@@ -33,7 +35,9 @@ def test_decode_bound_by_hand(flagship, cfg):
     # every matmul weight once per token: sum of WeightFormat.nbytes over spec.linears()
     wb = sum(cfg.policy.format_for(w.name).nbytes(w.n_out, w.k_in) for w in cfg.spec.linears())
     assert b.weight_bytes == wb
-    assert b.decode_tokens_per_s_max == pytest.approx(flagship.memory.dram_bandwidth_gbps * GB / wb, rel=1e-12)
+    assert b.decode_tokens_per_s_max == pytest.approx(
+        flagship.memory.dram_bandwidth_gbps * GB / wb, rel=1e-12
+    )
     assert b.decode_step_ms_min == pytest.approx(1e3 / b.decode_tokens_per_s_max, rel=1e-12)
 
 
@@ -48,7 +52,9 @@ def measured(**values):
 
 def test_too_fast_decode_is_flagged(flagship, cfg):
     bound = physics.bounds(flagship, cfg).decode_tokens_per_s_max
-    m, findings = physics.check(measured(decode_tokens_per_s=bound * 1.5, ttft_ms=500.0), flagship, cfg)
+    m, findings = physics.check(
+        measured(decode_tokens_per_s=bound * 1.5, ttft_ms=500.0), flagship, cfg
+    )
     assert m["decode_tokens_per_s"].flags == ("implausible",)
     assert "above the maximum" in m["decode_tokens_per_s"].description
     assert m["ttft_ms"].flags == ()
@@ -57,7 +63,9 @@ def test_too_fast_decode_is_flagged(flagship, cfg):
 
 def test_plausible_measurement_untouched(flagship, cfg):
     bound = physics.bounds(flagship, cfg).decode_tokens_per_s_max
-    src = measured(decode_tokens_per_s=bound * 0.6, decode_step_ms=1e3 / (bound * 0.6), ttft_ms=900.0)
+    src = measured(
+        decode_tokens_per_s=bound * 0.6, decode_step_ms=1e3 / (bound * 0.6), ttft_ms=900.0
+    )
     m, findings = physics.check(src, flagship, cfg)
     assert findings == []
     assert all(x.flags == () for x in m)
@@ -86,8 +94,17 @@ def test_op_faster_than_its_compute_floor(flagship):
 
 def test_command_device_measurement_caught(flagship, cfg):
     """llama-bench output 10x too fast for a 1B INT4 model on the flagship's LPDDR5X."""
-    cmd = " ".join(shlex.quote(s) for s in (sys.executable, str(FAKE / "benchmark.py"),
-                                            "--format", "llama-bench", "--scale", "0.1"))
+    cmd = " ".join(
+        shlex.quote(s)
+        for s in (
+            sys.executable,
+            str(FAKE / "benchmark.py"),
+            "--format",
+            "llama-bench",
+            "--scale",
+            "0.1",
+        )
+    )
     m = CommandDevice(cmd, "llama-bench", 30).run(cfg).metrics
     checked, findings = physics.check(m, flagship, cfg)
     assert m.value("decode_tokens_per_s") > 150
@@ -102,9 +119,34 @@ def test_command_device_measurement_caught(flagship, cfg):
 def test_cli_measure_flags_implausible(capsys):
     from harmony_ref.cli import main
 
-    cmd = " ".join(shlex.quote(s) for s in (sys.executable, str(FAKE / "benchmark.py"),
-                                            "--format", "llama-bench", "--scale", "0.1"))
-    assert main(["measure", "--command", cmd, "--format", "llama-bench", "--profile", "harmony-flagship",
-                 "--model", "llama-3.2-1b", "--policy", "int4-g32"]) == 0
+    cmd = " ".join(
+        shlex.quote(s)
+        for s in (
+            sys.executable,
+            str(FAKE / "benchmark.py"),
+            "--format",
+            "llama-bench",
+            "--scale",
+            "0.1",
+        )
+    )
+    assert (
+        main(
+            [
+                "measure",
+                "--command",
+                cmd,
+                "--format",
+                "llama-bench",
+                "--profile",
+                "harmony-flagship",
+                "--model",
+                "llama-3.2-1b",
+                "--policy",
+                "int4-g32",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "IMPLAUSIBLE: decode_tokens_per_s" in out

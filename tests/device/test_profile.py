@@ -27,12 +27,31 @@ def test_shipped_profiles_load():
 
 
 # What counts as naming a source: a document kind or a publisher the reader can look up.
-SOURCE_WORDS = ("assumption", "issue", "source material", "jedec", "device tree", "docs", "hot chips",
-                "trm", "optimization guide", "spec sheet", "datasheet", "product brief", "arxiv",
-                "measured")
+SOURCE_WORDS = (
+    "assumption",
+    "issue",
+    "source material",
+    "jedec",
+    "device tree",
+    "docs",
+    "hot chips",
+    "trm",
+    "optimization guide",
+    "spec sheet",
+    "datasheet",
+    "product brief",
+    "arxiv",
+    "measured",
+)
 # The real SoCs (device profiles that name a default runtime) are held to the same rule.
-SOCS = ["snapdragon-8-gen-3", "snapdragon-8-elite", "snapdragon-8-gen-2", "dimensity-9300",
-        "kirin-9000e", "kirin-990-5g"]
+SOCS = [
+    "snapdragon-8-gen-3",
+    "snapdragon-8-elite",
+    "snapdragon-8-gen-2",
+    "dimensity-9300",
+    "kirin-9000e",
+    "kirin-990-5g",
+]
 NUMERIC_FIELD = re.compile(r"^\w+ = [\d\[-]")
 
 
@@ -60,12 +79,19 @@ def test_every_number_names_a_source_or_says_assumption():
             if NUMERIC_FIELD.match(line):  # a numeric (or list) value
                 assert line.partition("#")[2].strip(), f"{name}: no comment on: {line}"
                 context = _cited_comments(lines, i)
-                assert any(w in context for w in SOURCE_WORDS), f"{name}: no source or 'assumption' for: {line}"
+                assert any(w in context for w in SOURCE_WORDS), (
+                    f"{name}: no source or 'assumption' for: {line}"
+                )
 
 
 def test_source_check_catches_an_unsourced_number():
-    lines = ["[memory]", "dram_type = \"x\"", "ram_gb = 12.0  # a nice round number",
-             "# Arm A77 TRM: 32 flops/cycle", "cpu_fp16_gflops = 344.0  # 32 x 10.75"]
+    lines = [
+        "[memory]",
+        'dram_type = "x"',
+        "ram_gb = 12.0  # a nice round number",
+        "# Arm A77 TRM: 32 flops/cycle",
+        "cpu_fp16_gflops = 344.0  # 32 x 10.75",
+    ]
     assert not any(w in _cited_comments(lines, 2) for w in SOURCE_WORDS)
     assert "trm" in _cited_comments(lines, 4)
 
@@ -83,7 +109,9 @@ def test_issue_facts_in_the_profiles():
     flag = load_profile("harmony-flagship")
     assert flag.memory.dram_bandwidth_gbps == pytest.approx(8533e6 * 8 / 1e9, rel=1e-3)  # 68.3 GB/s
     assert flag.thermal.sustainable_power_w == 4.5  # HiSilicon device tree
-    assert load_profile("harmony-lowend").thermal.sustainable_power_w == 2.0  # small phone (IPA docs)
+    assert (
+        load_profile("harmony-lowend").thermal.sustainable_power_w == 2.0
+    )  # small phone (IPA docs)
     for name in SHIPPED:
         budget_gb = load_profile(name).memory.app_budget_bytes / 1e9
         assert 1.9 <= budget_gb <= 4.0  # "a phone leaves 2-4 GB to an app"
@@ -116,7 +144,9 @@ def test_missing_field(tmp_path, flagship_text):
 
 
 def test_negative_field(tmp_path, flagship_text):
-    text = re.sub(r"^launch_overhead_us = .*$", "launch_overhead_us = -5.0", flagship_text, flags=re.M)
+    text = re.sub(
+        r"^launch_overhead_us = .*$", "launch_overhead_us = -5.0", flagship_text, flags=re.M
+    )
     _expect(tmp_path, text, "'runtime.launch_overhead_us'", "-5.0", ">= 0")
 
 
@@ -133,14 +163,28 @@ def test_calibration_section_optional_and_validated(tmp_path, flagship_text):
     # phones carry none; a profile whose runtime was calibrated on held-out runs carries that
     assert all(load_profile(n).calibration is None for n in SHIPPED + SOCS)
     cal = load_profile(_write(tmp_path, flagship_text + CALIBRATION)).calibration
-    assert cal.model_mape_pct[0] == 7.5 and cal.e2e_mape_pct is None and "per-op" in cal.model_mape_pct[1]
+    assert (
+        cal.model_mape_pct[0] == 7.5
+        and cal.e2e_mape_pct is None
+        and "per-op" in cal.model_mape_pct[1]
+    )
     with_e2e = CALIBRATION + "held_out_e2e_mape_pct = 11.0\nn_held_out_e2e = 2\n"
     cal = load_profile(_write(tmp_path, flagship_text + with_e2e)).calibration
     assert cal.model_mape_pct[0] == 11.0 and "end-to-end" in cal.model_mape_pct[1]
-    _expect(tmp_path, flagship_text + CALIBRATION.replace("7.5", "-1.0"),
-            "'calibration.held_out_per_op_mape_pct'", ">= 0")
-    _expect(tmp_path, flagship_text + CALIBRATION + "mape = 3.0\n", "unknown field 'calibration.mape'")
-    _expect(tmp_path, flagship_text + CALIBRATION.replace("n_fit = 20\n", ""), "missing field 'calibration.n_fit'")
+    _expect(
+        tmp_path,
+        flagship_text + CALIBRATION.replace("7.5", "-1.0"),
+        "'calibration.held_out_per_op_mape_pct'",
+        ">= 0",
+    )
+    _expect(
+        tmp_path, flagship_text + CALIBRATION + "mape = 3.0\n", "unknown field 'calibration.mape'"
+    )
+    _expect(
+        tmp_path,
+        flagship_text + CALIBRATION.replace("n_fit = 20\n", ""),
+        "missing field 'calibration.n_fit'",
+    )
 
 
 def test_unknown_field(tmp_path, flagship_text):
@@ -153,12 +197,17 @@ def test_unknown_field_names_the_closest_known_one(tmp_path, flagship_text):
     _expect(tmp_path, text, "did you mean 'dram_bandwidth_gbps'")
 
 
-@pytest.mark.parametrize("field, value", [("dram_bandwidth_gbps", "inf"),
-                                          ("dram_bandwidth_gbps", "nan"),
-                                          ("npu_init_ms", "-inf"), ("ambient_c", "nan"),
-                                          ("freq_steps", "[1.0, nan]")])
-def test_non_finite_numbers_are_refused_where_they_are_read(tmp_path, flagship_text, field,
-                                                            value):
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("dram_bandwidth_gbps", "inf"),
+        ("dram_bandwidth_gbps", "nan"),
+        ("npu_init_ms", "-inf"),
+        ("ambient_c", "nan"),
+        ("freq_steps", "[1.0, nan]"),
+    ],
+)
+def test_non_finite_numbers_are_refused_where_they_are_read(tmp_path, flagship_text, field, value):
     text = re.sub(rf"^{field} = .*$", f"{field} = {value}", flagship_text, flags=re.M)
     _expect(tmp_path, text, f".{field}' = ", "must be a finite number")
 
@@ -190,10 +239,12 @@ def test_missing_file_and_unknown_name():
 
 
 def test_a_new_phone_is_a_data_file(tmp_path, flagship_text):
-    text = re.sub(r'^name = .*$', 'name = "my-phone"', flagship_text, count=1, flags=re.M)
+    text = re.sub(r"^name = .*$", 'name = "my-phone"', flagship_text, count=1, flags=re.M)
     text = re.sub(r"^dram_bandwidth_gbps = .*$", "dram_bandwidth_gbps = 100.0", text, flags=re.M)
     p = load_profile(_write(tmp_path, text))
     assert p.name == "my-phone" and p.memory.dram_bandwidth_gbps == 100.0
     flagship = load_profile("harmony-flagship")
     assert p != flagship
-    assert dataclasses.replace(p, name=flagship.name, memory=flagship.memory) == flagship  # `source` not compared
+    assert (
+        dataclasses.replace(p, name=flagship.name, memory=flagship.memory) == flagship
+    )  # `source` not compared

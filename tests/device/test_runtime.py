@@ -12,14 +12,30 @@ from harmony_ref.config import RunConfig
 from harmony_ref.device.cost import scenario_timing
 from harmony_ref.device.physics import bounds
 from harmony_ref.device.profile import load_profile, load_soc
-from harmony_ref.device.runtime import (apply_runtime, load_runtime, performant_cores,
-                                        shipped_runtimes)
+from harmony_ref.device.runtime import (
+    apply_runtime,
+    load_runtime,
+    performant_cores,
+    shipped_runtimes,
+)
 from harmony_ref.units import GB, GIGA
 
-REQUIRED = ("llama.cpp-cpu", "executorch-xnnpack", "qnn-npu", "mlc-gpu", "mslite-npu",
-            "harmony-ref-host")
-SOCS = ("snapdragon-8-gen-3", "snapdragon-8-elite", "snapdragon-8-gen-2", "dimensity-9300",
-        "kirin-9000e", "kirin-990-5g")
+REQUIRED = (
+    "llama.cpp-cpu",
+    "executorch-xnnpack",
+    "qnn-npu",
+    "mlc-gpu",
+    "mslite-npu",
+    "harmony-ref-host",
+)
+SOCS = (
+    "snapdragon-8-gen-3",
+    "snapdragon-8-elite",
+    "snapdragon-8-gen-2",
+    "dimensity-9300",
+    "kirin-9000e",
+    "kirin-990-5g",
+)
 
 
 def test_the_required_runtimes_ship_and_load():
@@ -44,9 +60,27 @@ def test_every_phone_runtime_predicts_on_every_soc(soc):
 
 
 def test_predict_json_prints_the_four_numbers_for_the_issue_example(capsys):
-    assert main(["predict", "--profile", "snapdragon-8-gen-3", "--runtime", "executorch-xnnpack",
-                 "--model", "llama-3.2-3b", "--policy", "w4a8-g32", "--prompt", "64", "--new",
-                 "128", "--json"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--profile",
+                "snapdragon-8-gen-3",
+                "--runtime",
+                "executorch-xnnpack",
+                "--model",
+                "llama-3.2-3b",
+                "--policy",
+                "w4a8-g32",
+                "--prompt",
+                "64",
+                "--new",
+                "128",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["runtime"] == "executorch-xnnpack"
     for k in ("prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "peak_memory_mb"):
@@ -70,7 +104,9 @@ def test_a_cpu_runtime_on_a_soc_worked_by_hand():
     assert p.compute.cpu_int8_gops * GIGA == pytest.approx(int8)
     assert p.compute.matmul_ops_per_s("int8") == pytest.approx(int8)  # no NPU path: the CPU's
     assert p.compute.efficiency("int8") == rt.efficiency.matmul
-    assert p.memory.dram_bandwidth_gbps == 76.8 and p.memory.memory_efficiency == rt.efficiency.memory
+    assert (
+        p.memory.dram_bandwidth_gbps == 76.8 and p.memory.memory_efficiency == rt.efficiency.memory
+    )
     # the SoC's measured CPU read bandwidth replaces the DRAM peak where it is known
     assert load_profile("snapdragon-8-gen-3", rt).memory.dram_bandwidth_gbps == 43.9
     # one decode step of a big memory-bound model is about its weight bytes at that bandwidth
@@ -112,14 +148,20 @@ launch_us = 5.0
 """
 
 
-@pytest.mark.parametrize("edit, message", [
-    (("matmul = 0.3", "matmul = 1.5"), "field 'efficiency.matmul' = 1.5: must be <= 1.0"),
-    (("unit = \"cpu\"", "unit = \"dsp\""), "field 'unit' = 'dsp': must be one of"),
-    (("launch_us = 5.0", "launch_us = -1.0"), "field 'overhead.launch_us' = -1.0: must be >= 0"),
-    (("memory = 0.5", "memory = 0.5\ncahce = 0.5"), "unknown field 'efficiency.cahce'"),
-    (("matmul = 0.3\n", ""), "missing field 'efficiency.matmul'"),
-    (("threads", "threads"), None),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("matmul = 0.3", "matmul = 1.5"), "field 'efficiency.matmul' = 1.5: must be <= 1.0"),
+        (('unit = "cpu"', 'unit = "dsp"'), "field 'unit' = 'dsp': must be one of"),
+        (
+            ("launch_us = 5.0", "launch_us = -1.0"),
+            "field 'overhead.launch_us' = -1.0: must be >= 0",
+        ),
+        (("memory = 0.5", "memory = 0.5\ncahce = 0.5"), "unknown field 'efficiency.cahce'"),
+        (("matmul = 0.3\n", ""), "missing field 'efficiency.matmul'"),
+        (("threads", "threads"), None),
+    ],
+)
 def test_bad_runtime_files_name_file_field_and_value(tmp_path, edit, message):
     path = tmp_path / "rt.toml"
     path.write_text(GOOD.replace(*edit))
@@ -141,7 +183,11 @@ def test_a_bad_runtime_is_exit_2_with_one_line(tmp_path, capsys):
 
 
 def test_a_soc_without_a_runtime_must_give_the_runtime_fields(tmp_path):
-    text = _shipped_path("dimensity-9300").read_text().replace('default_runtime = "llama.cpp-cpu"\n', "")
+    text = (
+        _shipped_path("dimensity-9300")
+        .read_text()
+        .replace('default_runtime = "llama.cpp-cpu"\n', "")
+    )
     path = tmp_path / "soc.toml"
     path.write_text(text)
     with pytest.raises(ValueError, match="missing field 'compute.compute_efficiency'"):

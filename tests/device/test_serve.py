@@ -15,7 +15,9 @@ from harmony_ref.device.serve import (
     simulate_serving,
 )
 
-FIXED = constant_rate_service(prefill_tokens_per_s=512.0, decode_tokens_per_s=16.0)  # 1.06 s + 7.9 s
+FIXED = constant_rate_service(
+    prefill_tokens_per_s=512.0, decode_tokens_per_s=16.0
+)  # 1.06 s + 7.9 s
 
 
 def fixed_service(seconds, ttft=0.0):
@@ -46,7 +48,10 @@ def test_timeout_cuts_off_waiting_and_running_requests():
     # r3 still waiting at its deadline 15 -> cut there without starting.
     reqs = [Request(0.0, 1, 1)] * 4
     res = simulate_serving(reqs, fixed_service(6.0, ttft=1.0), queue_limit=3, timeout_s=15.0)
-    by = sorted(res.outcomes, key=lambda o: (o.request.arrival_s, o.start_s if not math.isnan(o.start_s) else 1e9))
+    by = sorted(
+        res.outcomes,
+        key=lambda o: (o.request.arrival_s, o.start_s if not math.isnan(o.start_s) else 1e9),
+    )
     assert [o.status for o in by] == ["completed", "completed", "timeout", "timeout"]
     assert by[2].end_s == 15.0 and by[2].ttft_s == 13.0  # got a first token before the cut
     assert math.isnan(by[3].start_s) and by[3].end_s == 15.0
@@ -64,16 +69,29 @@ def test_zero_queue_means_busy_whenever_serving():
     reqs = [Request(0.0, 1, 1), Request(1.0, 1, 1), Request(3.0, 1, 1)]
     res = simulate_serving(reqs, fixed_service(2.0), queue_limit=0)
     assert [o.status for o in sorted(res.outcomes, key=lambda o: o.request.arrival_s)] == [
-        "completed", "busy", "completed"]
+        "completed",
+        "busy",
+        "completed",
+    ]
 
 
 @settings(max_examples=60, deadline=None)
-@given(rate=st.floats(0.05, 3.0), seed=st.integers(0, 2**16), limit=st.integers(0, 5),
-       timeout=st.floats(0.5, 30.0), service_s=st.floats(0.01, 20.0))
+@given(
+    rate=st.floats(0.05, 3.0),
+    seed=st.integers(0, 2**16),
+    limit=st.integers(0, 5),
+    timeout=st.floats(0.5, 30.0),
+    service_s=st.floats(0.01, 20.0),
+)
 def test_invariants_hold_for_any_load(rate, seed, limit, timeout, service_s):
     reqs = poisson_arrivals(rate, 120.0, seed)
-    res = simulate_serving(reqs, fixed_service(service_s, ttft=service_s / 3), queue_limit=limit,
-                           timeout_s=timeout, duration_s=120.0)
+    res = simulate_serving(
+        reqs,
+        fixed_service(service_s, ttft=service_s / 3),
+        queue_limit=limit,
+        timeout_s=timeout,
+        duration_s=120.0,
+    )
     s = res.summary()
     assert s["completed"] + s["busy"] + s["timed_out"] == s["arrived"] == len(reqs)
     assert max(res.queue_len_samples, default=0) <= limit
@@ -106,14 +124,17 @@ def test_trace_file_round_trip(tmp_path):
     assert reqs == [Request(0.0, 128, 32), Request(2.5, 64, 16)]
 
 
-@pytest.mark.parametrize("body,line,what", [
-    ("0.0,128,32\nabc,1,1\n", 2, "arrival_s = 'abc'"),
-    ("0.0,128\n", 1, "expected 3 fields"),
-    ("1.0,1,1\n0.5,1,1\n", 2, "non-decreasing"),
-    ("0.0,1,0\n", 1, "new_tokens = 0"),
-    ("0.0,1.5,3\n", 1, "prompt_tokens = '1.5'"),
-    ("-1,1,1\n", 1, "arrival_s = '-1'"),
-])
+@pytest.mark.parametrize(
+    "body,line,what",
+    [
+        ("0.0,128,32\nabc,1,1\n", 2, "arrival_s = 'abc'"),
+        ("0.0,128\n", 1, "expected 3 fields"),
+        ("1.0,1,1\n0.5,1,1\n", 2, "non-decreasing"),
+        ("0.0,1,0\n", 1, "new_tokens = 0"),
+        ("0.0,1.5,3\n", 1, "prompt_tokens = '1.5'"),
+        ("-1,1,1\n", 1, "arrival_s = '-1'"),
+    ],
+)
 def test_bad_trace_names_the_line(tmp_path, body, line, what):
     p = tmp_path / "bad.csv"
     p.write_text(body)

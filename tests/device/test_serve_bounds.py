@@ -16,16 +16,25 @@ from harmony_ref.device.serve import (
 FIXED = constant_rate_service(prefill_tokens_per_s=512.0, decode_tokens_per_s=16.0)
 
 
-@pytest.mark.parametrize("argv", [["--rate", "1e9"], ["--minutes", "1e9"],
-                                  ["--rate", "1000", "--minutes", "1e4"]])
+@pytest.mark.parametrize(
+    "argv", [["--rate", "1e9"], ["--minutes", "1e9"], ["--rate", "1000", "--minutes", "1e4"]]
+)
 def test_huge_serve_runs_are_refused_with_the_limit(argv, capsys):
     assert main(["serve", *argv]) == 2
     err = capsys.readouterr().err
     assert f"{MAX_REQUESTS:,}" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("argv", [["--rate", "nan"], ["--rate", "inf"], ["--rate", "-1"],
-                                  ["--minutes", "inf"], ["--minutes", "nan"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--rate", "nan"],
+        ["--rate", "inf"],
+        ["--rate", "-1"],
+        ["--minutes", "inf"],
+        ["--minutes", "nan"],
+    ],
+)
 def test_non_finite_serve_arguments_are_refused(argv, capsys):
     assert main(["serve", *argv]) == 2
     assert "must be" in capsys.readouterr().err

@@ -2,9 +2,9 @@
 
 import pytest
 
+from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import load_profile
-from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.device.serve import device_service_model, poisson_arrivals, simulate_serving
 from harmony_ref.units import MS_PER_S
 
@@ -26,8 +26,12 @@ def test_longer_requests_take_longer_and_fit_any_context():
 
 def test_slower_phone_has_more_timeouts():
     reqs = poisson_arrivals(0.2, 600.0, seed=3)
-    fast = simulate_serving(reqs, device_service_model(load_profile("harmony-flagship"), CONFIG), duration_s=600)
-    slow = simulate_serving(reqs, device_service_model(load_profile("harmony-midrange"), CONFIG), duration_s=600)
+    fast = simulate_serving(
+        reqs, device_service_model(load_profile("harmony-flagship"), CONFIG), duration_s=600
+    )
+    slow = simulate_serving(
+        reqs, device_service_model(load_profile("harmony-midrange"), CONFIG), duration_s=600
+    )
     f, s = fast.summary(), slow.summary()
     assert s["timeout_rate"] + s["busy_rate"] > f["timeout_rate"] + f["busy_rate"]
     assert s["utilisation"] >= f["utilisation"]

@@ -13,7 +13,6 @@ from harmony_ref.device.cost import scenario_timing
 from harmony_ref.device.profile import load_profile
 from harmony_ref.device.serve import Request, simulate_serving
 from harmony_ref.device.sessions import Admission, SessionCache, SessionService
-
 from tests.device.test_ops import TINY
 
 
@@ -22,11 +21,15 @@ def test_ttft_saved_by_a_cached_prefix_worked_by_hand(tmp_path):
     path.write_text(TINY)
     flag = load_profile("harmony-flagship")
     # Compute only: DRAM 1e9 GB/s (memory time ~1e-14 s per op) and no launch overhead.
-    prof = dataclasses.replace(flag, memory=dataclasses.replace(flag.memory, dram_bandwidth_gbps=1e9),
-                               runtime=dataclasses.replace(flag.runtime, launch_overhead_us=0.0))
+    prof = dataclasses.replace(
+        flag,
+        memory=dataclasses.replace(flag.memory, dram_bandwidth_gbps=1e9),
+        runtime=dataclasses.replace(flag.runtime, launch_overhead_us=0.0),
+    )
     P, N = 48, 16  # cached prefix, new prompt tokens
-    full = RunConfig.from_names(model=str(path), policy="fp16", prompt_tokens=P + N, new_tokens=1,
-                                context_tokens=128)
+    full = RunConfig.from_names(
+        model=str(path), policy="fp16", prompt_tokens=P + N, new_tokens=1, context_tokens=128
+    )
     reuse = dataclasses.replace(full, scenario=dataclasses.replace(full.scenario, prefix_tokens=P))
     # Prefill of n rows over C positions on the tiny decoder (1 layer, hidden 64, q_dim 64,
     # kv_dim 32, FFN 128, 4 heads), by hand:
@@ -45,10 +48,16 @@ def test_ttft_saved_by_a_cached_prefix_worked_by_hand(tmp_path):
 def test_prefix_metrics_on_the_shipped_flagship():
     m = SimulatedDevice().predict(RunConfig.from_names(prefix_tokens=384))
     assert m.value("ttft_ms") < m.value("ttft_without_reuse_ms")
-    assert m.value("prefix_ttft_saved_ms") == pytest.approx(m.value("ttft_without_reuse_ms") - m.value("ttft_ms"))
-    assert m.value("ttft_without_reuse_ms") == pytest.approx(SimulatedDevice().predict(RunConfig.from_names()).value("ttft_ms"))
+    assert m.value("prefix_ttft_saved_ms") == pytest.approx(
+        m.value("ttft_without_reuse_ms") - m.value("ttft_ms")
+    )
+    assert m.value("ttft_without_reuse_ms") == pytest.approx(
+        SimulatedDevice().predict(RunConfig.from_names()).value("ttft_ms")
+    )
     assert "prefix_ttft_saved_ms" not in SimulatedDevice().predict(RunConfig.from_names())
-    with pytest.raises(ValueError, match="field 'prefix_tokens' = 512: must be less than prompt_tokens"):
+    with pytest.raises(
+        ValueError, match="field 'prefix_tokens' = 512: must be less than prompt_tokens"
+    ):
         Scenario(512, 128, 2048, 1, 512)
     # A record's config keeps the prefix only when there is one (older records stay comparable).
     cfg = RunConfig.from_names(prefix_tokens=384)
@@ -75,20 +84,27 @@ def test_session_cache_step_by_step():
     assert c.admit(9, 550, 10) == Admission("refused", False, 0, 0, 0)  # 660 > 600 even so
     s = c.stats(kv_bytes_per_token=1000.0)
     assert (s["requests"], s["hits"], s["misses"], s["truncated"], s["refused"]) == (8, 1, 6, 1, 1)
-    assert s["hit_rate"] == pytest.approx(1 / 7) and s["max_held_tokens"] == 900  # after eviction, never above budget
+    assert (
+        s["hit_rate"] == pytest.approx(1 / 7) and s["max_held_tokens"] == 900
+    )  # after eviction, never above budget
     assert s["max_held_mb"] == pytest.approx(900 * 1000 / 1e6)
     r = SessionCache(1000, 600, "refuse", 100)
     r.admit(4, 300, 50)
     assert r.admit(4, 200, 50).status == "refused"  # 100 + 350 + 250 > 600
-    for kw, msg in (({"overflow": "drop"}, "overflow = 'drop'"), ({"prefix_tokens": 2000}, "exceeds budget"),
-                    ({"budget_tokens": 0}, "budget_tokens = 0")):
+    for kw, msg in (
+        ({"overflow": "drop"}, "overflow = 'drop'"),
+        ({"prefix_tokens": 2000}, "exceeds budget"),
+        ({"budget_tokens": 0}, "budget_tokens = 0"),
+    ):
         with pytest.raises(ValueError, match=msg):
             SessionCache(**{"budget_tokens": 1000, "context_limit": 600, **kw})
 
 
 def test_serve_with_sessions_counts_refusals():
     cfg = RunConfig.from_names(model="qwen2.5-0.5b", prompt_tokens=64, new_tokens=16)
-    svc = SessionService(SessionCache(4096, 256, "refuse", 64), load_profile("harmony-flagship"), cfg)
+    svc = SessionService(
+        SessionCache(4096, 256, "refuse", 64), load_profile("harmony-flagship"), cfg
+    )
     reqs = [Request(float(i), 64, 16, session=0) for i in range(4)]  # 64 + 80k + 80 > 256 at k = 2
     res = simulate_serving(reqs, None, admit=svc)
     assert [o.status for o in res.outcomes] == ["completed", "completed", "refused", "refused"]
@@ -97,9 +113,28 @@ def test_serve_with_sessions_counts_refusals():
 
 
 def test_serve_cli_sessions(capsys):
-    args = ["serve", "--model", "qwen2.5-0.5b", "--rate", "0.5", "--minutes", "2", "--prompt", "128",
-            "--new", "32", "--prefix-tokens", "256", "--sessions", "4", "--kv-budget-tokens", "2048",
-            "--context-limit", "1024", "--json"]
+    args = [
+        "serve",
+        "--model",
+        "qwen2.5-0.5b",
+        "--rate",
+        "0.5",
+        "--minutes",
+        "2",
+        "--prompt",
+        "128",
+        "--new",
+        "32",
+        "--prefix-tokens",
+        "256",
+        "--sessions",
+        "4",
+        "--kv-budget-tokens",
+        "2048",
+        "--context-limit",
+        "1024",
+        "--json",
+    ]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
     s = out["sessions"]

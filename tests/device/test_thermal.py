@@ -27,10 +27,20 @@ STEPS = (1.0, 0.85, 0.7, 0.55, 0.4)
 
 def make_cfg(**kw) -> ThermalConfig:
     base = dict(
-        governor="step_wise", ambient_c=25.0, die_to_skin_k_per_w=3.0, skin_to_ambient_k_per_w=9.0,
-        die_heat_capacity_j_per_k=2.0, skin_heat_capacity_j_per_k=40.0, static_power_w=0.3,
-        energy_per_int8_op_pj=0.5, energy_per_dram_byte_pj=20.0, freq_steps=STEPS,
-        passive_trip_c=65.0, critical_trip_c=75.0, sustainable_power_w=2.5, skin_limit_c=45.0,
+        governor="step_wise",
+        ambient_c=25.0,
+        die_to_skin_k_per_w=3.0,
+        skin_to_ambient_k_per_w=9.0,
+        die_heat_capacity_j_per_k=2.0,
+        skin_heat_capacity_j_per_k=40.0,
+        static_power_w=0.3,
+        energy_per_int8_op_pj=0.5,
+        energy_per_dram_byte_pj=20.0,
+        freq_steps=STEPS,
+        passive_trip_c=65.0,
+        critical_trip_c=75.0,
+        sustainable_power_w=2.5,
+        skin_limit_c=45.0,
     )
     base.update(kw)
     return ThermalConfig(**base)
@@ -47,9 +57,16 @@ def workload(power_at_full=6.0, static=0.3):
 def test_steady_state_is_ambient_plus_p_times_r_total(power):
     cfg = make_cfg()
     tau_s = (cfg.die_heat_capacity_j_per_k + cfg.skin_heat_capacity_j_per_k) * (
-        cfg.die_to_skin_k_per_w + cfg.skin_to_ambient_k_per_w)
-    tr = simulate(cfg, np.full(len(STEPS), power), np.ones(len(STEPS)), duration_s=40 * tau_s,
-                  dt_s=0.05, governor="off")
+        cfg.die_to_skin_k_per_w + cfg.skin_to_ambient_k_per_w
+    )
+    tr = simulate(
+        cfg,
+        np.full(len(STEPS), power),
+        np.ones(len(STEPS)),
+        duration_s=40 * tau_s,
+        dt_s=0.05,
+        governor="off",
+    )
     expected_die = cfg.ambient_c + power * (cfg.die_to_skin_k_per_w + cfg.skin_to_ambient_k_per_w)
     assert steady_state_die_c(cfg, power) == pytest.approx(expected_die)
     assert abs(tr.die_c[-1] - expected_die) < STEADY_STATE_ABS_TOL_C, (tr.die_c[-1], expected_die)
@@ -90,14 +107,15 @@ def test_step_wise_moves_one_discrete_step_per_poll_above_trip():
     assert tr.die_c[first] >= cfg.passive_trip_c, "no throttling below the trip"
     assert np.all(tr.state[tr.die_c < cfg.passive_trip_c - 5] == 0) or tr.state.max() > 0
     # Once throttled the die hovers around the trip instead of running to its free steady state.
-    late = tr.die_c[len(tr.die_c) // 2:]
+    late = tr.die_c[len(tr.die_c) // 2 :]
     assert late.max() < steady_state_die_c(cfg, power[0]) - 5
     assert abs(late.mean() - cfg.passive_trip_c) < 3.0
 
 
 def test_step_wise_forces_deepest_state_at_critical():
-    cfg = make_cfg(governor="step_wise", die_heat_capacity_j_per_k=0.05, skin_limit_c=200.0,
-                   polling_ms=1000.0)
+    cfg = make_cfg(
+        governor="step_wise", die_heat_capacity_j_per_k=0.05, skin_limit_c=200.0, polling_ms=1000.0
+    )
     power = np.array([60.0, 50.0, 40.0, 30.0, 2.0])
     tr = simulate(cfg, power, np.ones(5), duration_s=30, dt_s=0.01)
     hot = np.nonzero(tr.die_c >= cfg.critical_trip_c)[0]
@@ -134,7 +152,7 @@ def test_skin_zone_limits_sustained_power():
     power, rate = workload(power_at_full=5.0)
     tr = simulate(cfg, power, rate, duration_s=3600)
     assert tr.state.max() > 0
-    assert tr.skin_c[len(tr.skin_c) // 2:].max() < cfg.skin_limit_c + 1.5
+    assert tr.skin_c[len(tr.skin_c) // 2 :].max() < cfg.skin_limit_c + 1.5
 
 
 def test_rejects_bad_power_and_governor():
@@ -154,12 +172,18 @@ def test_numba_core_matches_reference(seed, governor):
     nsteps = int(rng.integers(1, 7))
     steps = tuple(np.sort(rng.uniform(0.2, 0.99, nsteps - 1))[::-1]) if nsteps > 1 else ()
     cfg = make_cfg(
-        die_to_skin_k_per_w=rng.uniform(0.5, 6), skin_to_ambient_k_per_w=rng.uniform(3, 15),
-        die_heat_capacity_j_per_k=rng.uniform(0.2, 5), skin_heat_capacity_j_per_k=rng.uniform(5, 80),
-        ambient_c=rng.uniform(15, 40), passive_trip_c=rng.uniform(45, 60),
-        critical_trip_c=rng.uniform(62, 80), skin_limit_c=rng.uniform(38, 46),
-        sustainable_power_w=rng.uniform(1, 5), freq_steps=(1.0,) + tuple(float(s) for s in steps),
-        k_d=float(rng.choice([0.0, 50.0])), polling_ms=float(rng.choice([10.0, 100.0, 250.0])),
+        die_to_skin_k_per_w=rng.uniform(0.5, 6),
+        skin_to_ambient_k_per_w=rng.uniform(3, 15),
+        die_heat_capacity_j_per_k=rng.uniform(0.2, 5),
+        skin_heat_capacity_j_per_k=rng.uniform(5, 80),
+        ambient_c=rng.uniform(15, 40),
+        passive_trip_c=rng.uniform(45, 60),
+        critical_trip_c=rng.uniform(62, 80),
+        skin_limit_c=rng.uniform(38, 46),
+        sustainable_power_w=rng.uniform(1, 5),
+        freq_steps=(1.0,) + tuple(float(s) for s in steps),
+        k_d=float(rng.choice([0.0, 50.0])),
+        polling_ms=float(rng.choice([10.0, 100.0, 250.0])),
     )
     f = np.asarray(cfg.freq_steps)
     power = rng.uniform(0, 1) + rng.uniform(3, 12) * f**2
@@ -181,13 +205,20 @@ def test_zero_steps_and_single_state():
     assert len(die) == len(skin) == len(state) == 0
 
 
-@pytest.mark.parametrize("t_die,expected_budget_w", [(66.0, 7.0), (70.0, 5.0), (75.0, 2.5), (80.0, 1.25)])
+@pytest.mark.parametrize(
+    "t_die,expected_budget_w", [(66.0, 7.0), (70.0, 5.0), (75.0, 2.5), (80.0, 1.25)]
+)
 def test_power_allocator_gains_follow_the_kernel_docs(t_die, expected_budget_w):
     # Die held at t_die (huge heat capacity), integral off: budget = sustainable + k_p * (75 - t_die)
     # with k_pu = 2 * sustainable / (75 - 65) below 75 (the P term is 2x sustainable at switch-on)
     # and k_po = sustainable / (75 - 65) above it. Sustainable = 2.5 W.
-    cfg = make_cfg(governor="power_allocator", die_heat_capacity_j_per_k=1e9, k_i=0.0,
-                   skin_heat_capacity_j_per_k=1e9, freq_steps=tuple(np.linspace(1.0, 0.1, 37)))
+    cfg = make_cfg(
+        governor="power_allocator",
+        die_heat_capacity_j_per_k=1e9,
+        k_i=0.0,
+        skin_heat_capacity_j_per_k=1e9,
+        freq_steps=tuple(np.linspace(1.0, 0.1, 37)),
+    )
     power = np.linspace(10.0, 0.1, 37)
     tr = simulate(cfg, power, np.ones(37), duration_s=0.1, t0_die_c=t_die, t0_skin_c=25.0)
     s = tr.state[-1]
@@ -200,10 +231,17 @@ def test_power_allocator_gains_follow_the_kernel_docs(t_die, expected_budget_w):
 def test_throttling_never_raises_throughput_for_random_phones(seed, governor):
     rng = np.random.default_rng(seed)
     cfg = make_cfg(
-        governor=governor, die_to_skin_k_per_w=rng.uniform(0.5, 12), skin_to_ambient_k_per_w=rng.uniform(2, 15),
-        die_heat_capacity_j_per_k=rng.uniform(0.5, 10), skin_heat_capacity_j_per_k=rng.uniform(10, 200),
-        ambient_c=rng.uniform(0, 40), passive_trip_c=rng.uniform(45, 70), critical_trip_c=rng.uniform(72, 95),
-        skin_limit_c=rng.uniform(40, 48), sustainable_power_w=rng.uniform(0.5, 6))
+        governor=governor,
+        die_to_skin_k_per_w=rng.uniform(0.5, 12),
+        skin_to_ambient_k_per_w=rng.uniform(2, 15),
+        die_heat_capacity_j_per_k=rng.uniform(0.5, 10),
+        skin_heat_capacity_j_per_k=rng.uniform(10, 200),
+        ambient_c=rng.uniform(0, 40),
+        passive_trip_c=rng.uniform(45, 70),
+        critical_trip_c=rng.uniform(72, 95),
+        skin_limit_c=rng.uniform(40, 48),
+        sustainable_power_w=rng.uniform(0.5, 6),
+    )
     f = np.asarray(cfg.freq_steps)
     power = rng.uniform(0, 1.5) + rng.uniform(0.5, 12) * f ** rng.uniform(1, 3)
     rate = rng.uniform(1, 40) * f

@@ -5,7 +5,11 @@ import pytest
 
 from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import load_profile, shipped_profiles
-from harmony_ref.device.thermal import decode_operating_points, sustained_generation, thermal_summary
+from harmony_ref.device.thermal import (
+    decode_operating_points,
+    sustained_generation,
+    thermal_summary,
+)
 
 CONFIG = RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128")
 # Published phones keep roughly half to two thirds of peak LLM decode throughput after 10 min.
@@ -26,8 +30,13 @@ def test_flagship_keeps_half_to_two_thirds_after_ten_minutes():
     assert lo <= m.value("sustained_peak_ratio_10min") <= hi
     assert 0 < m.value("time_to_first_throttle_s") < 600
     assert all(x.kind == "exact" for x in m)
-    assert set(m.names()) == {"sustained_peak_ratio_10min", "time_to_first_throttle_s", "peak_die_c",
-                              "peak_skin_c", "energy_per_token_mj"}
+    assert set(m.names()) == {
+        "sustained_peak_ratio_10min",
+        "time_to_first_throttle_s",
+        "peak_die_c",
+        "peak_skin_c",
+        "energy_per_token_mj",
+    }
 
 
 @pytest.mark.parametrize("profile", shipped_profiles())
@@ -47,7 +56,9 @@ def test_summary_is_deterministic_and_consistent():
     b = sustained_generation(prof, CONFIG, minutes=12)
     assert a.summary() == b.summary()
     s = a.summary()
-    assert s["energy_per_token_mj"] == pytest.approx(s["mean_power_w"] * s["duration_s"] / s["tokens_generated"] * 1e3)
+    assert s["energy_per_token_mj"] == pytest.approx(
+        s["mean_power_w"] * s["duration_s"] / s["tokens_generated"] * 1e3
+    )
     series = a.series(60.0)
     assert len(series["time_s"]) == 12 and series["tokens_per_s"][0] <= a.peak_tokens_per_s + 1e-9
 

@@ -10,14 +10,25 @@ import pytest
 from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import CpuCluster, CpuSpec, load_profile
-from harmony_ref.device.threads import (NoThreadModel, cores_used, op_time_threads_s, thread_rates,
-                                        thread_sweep)
+from harmony_ref.device.threads import (
+    NoThreadModel,
+    cores_used,
+    op_time_threads_s,
+    thread_rates,
+    thread_sweep,
+)
 
 # A stated cluster: 1 prime @ 3.0 GHz + 3 big @ 2.5 GHz (64 int8 ops/cycle) + 4 little @ 2.0 GHz
 # (32 int8 ops/cycle); 1 us launch, 1 us of barrier per extra thread per op.
-STATED = CpuSpec((CpuCluster("little", 4, 2.0, 16.0, 32.0, 24.0),  # listed out of order on purpose
-                  CpuCluster("prime", 1, 3.0, 32.0, 64.0, 48.0),
-                  CpuCluster("big", 3, 2.5, 32.0, 64.0, 48.0)), launch_us=1.0, sync_us_per_thread=1.0)
+STATED = CpuSpec(
+    (
+        CpuCluster("little", 4, 2.0, 16.0, 32.0, 24.0),  # listed out of order on purpose
+        CpuCluster("prime", 1, 3.0, 32.0, 64.0, 48.0),
+        CpuCluster("big", 3, 2.5, 32.0, 64.0, 48.0),
+    ),
+    launch_us=1.0,
+    sync_us_per_thread=1.0,
+)
 
 
 def _profile(cpu=STATED):
@@ -40,8 +51,13 @@ def test_the_winning_thread_count_on_the_stated_cluster_by_hand():
     #   N=8: 1e9 / 256e9  =  3.9063 ms (+ 8 us): 4 threads win; 8 are 25% slower than 4.
     prof = _profile()
     times = {n: float(op_time_threads_s(1e9, 0.0, 0.0, "int8", prof, n)[0]) for n in range(1, 9)}
-    hand = {1: 1e9 / 96e9 + 1e-6, 3: 1e9 / 240e9 + 3e-6, 4: 1e9 / 320e9 + 4e-6,
-            5: 1e9 / 160e9 + 5e-6, 8: 1e9 / 256e9 + 8e-6}
+    hand = {
+        1: 1e9 / 96e9 + 1e-6,
+        3: 1e9 / 240e9 + 3e-6,
+        4: 1e9 / 320e9 + 4e-6,
+        5: 1e9 / 160e9 + 5e-6,
+        8: 1e9 / 256e9 + 8e-6,
+    }
     for n, t in hand.items():
         assert times[n] == pytest.approx(t, rel=1e-12)
     assert min(times, key=times.get) == 4
@@ -76,9 +92,13 @@ def test_shipped_flagship_sweep_and_the_source_claim():
     # Fitting the barrier to the claim (not a check then): 6.3 us gives 15% in decode, but 3
     # threads then beat 4, so decode cannot match both halves of the claim.
     fitted = dataclasses.replace(load_profile("harmony-flagship"))
-    fitted = dataclasses.replace(fitted, cpu=dataclasses.replace(fitted.cpu, sync_us_per_thread=6.3))
+    fitted = dataclasses.replace(
+        fitted, cpu=dataclasses.replace(fitted.cpu, sync_us_per_thread=6.3)
+    )
     pts, b = thread_sweep(fitted, RunConfig.from_names())
-    assert 1 - pts[7].decode_tokens_per_s / pts[3].decode_tokens_per_s == pytest.approx(0.15, abs=0.005)
+    assert 1 - pts[7].decode_tokens_per_s / pts[3].decode_tokens_per_s == pytest.approx(
+        0.15, abs=0.005
+    )
     assert b.threads == 3
     for name in ("harmony-midrange", "harmony-lowend"):
         _, b = thread_sweep(load_profile(name), RunConfig.from_names(model="qwen2.5-0.5b"))

@@ -11,10 +11,10 @@ import pytest
 
 import harmony_ref.eval.plan as planner
 import harmony_ref.runtime.minilm as minilm
+from harmony_ref.cli import main
 from harmony_ref.eval.embedding import EvalSet, compare, evaluate, load_pairs
 from harmony_ref.eval.plan import choose_formats, plan_policy
 from harmony_ref.eval.sensitivity import layer_losses, sensitivity
-from harmony_ref.cli import main
 from harmony_ref.quant.policy import Policy, load_policy, parse_format
 
 SMALL_PAIRS = 24  # pairs of the shipped set used on the tiny model (keeps the tests fast)
@@ -26,7 +26,9 @@ def small_set():
     n = len(full.sentences) // 2
     idx = list(range(SMALL_PAIRS)) + list(range(n, n + SMALL_PAIRS))
     partner = np.concatenate([np.arange(SMALL_PAIRS, 2 * SMALL_PAIRS), np.arange(SMALL_PAIRS)])
-    return EvalSet([full.sentences[i] for i in idx], partner, [full.categories[i] for i in idx], "small")
+    return EvalSet(
+        [full.sentences[i] for i in idx], partner, [full.categories[i] for i in idx], "small"
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -42,12 +44,18 @@ def test_shipped_evaluation_set():
     assert all(es.partner[es.partner[i]] == i != es.partner[i] for i in range(2 * n))
 
 
-@pytest.mark.parametrize("text, msg", [
-    ("category\tgroup\tsentence_a\n", "header must be"),
-    ("category\tgroup\tsentence_a\tsentence_b\nx\tg\ta\t\nx\tg\tc\td\n", "line 2: field 'sentence_b' is empty"),
-    ("category\tgroup\tsentence_a\tsentence_b\nx\tg\ta\tb\nx\tg\ta\td\n", "appears twice"),
-    ("category\tgroup\tsentence_a\tsentence_b\nx\tg\ta\tb\n", "at least 2 pairs"),
-])
+@pytest.mark.parametrize(
+    "text, msg",
+    [
+        ("category\tgroup\tsentence_a\n", "header must be"),
+        (
+            "category\tgroup\tsentence_a\tsentence_b\nx\tg\ta\t\nx\tg\tc\td\n",
+            "line 2: field 'sentence_b' is empty",
+        ),
+        ("category\tgroup\tsentence_a\tsentence_b\nx\tg\ta\tb\nx\tg\ta\td\n", "appears twice"),
+        ("category\tgroup\tsentence_a\tsentence_b\nx\tg\ta\tb\n", "at least 2 pairs"),
+    ],
+)
 def test_bad_pairs_file(tmp_path, text, msg):
     p = tmp_path / "pairs.tsv"
     p.write_text(text)
@@ -71,7 +79,9 @@ def test_compare_by_hand():
     assert m.value("accuracy_drop_pct") == 75.0
     assert m.value("top1_agreement_pct") == 25.0
     assert m.value("cosine_min") == pytest.approx(float(ref[2] @ emb[2]))
-    assert m["accuracy_drop_pct"].kind == "numerical" and m["accuracy_drop_pct"].unit == "pct_points"
+    assert (
+        m["accuracy_drop_pct"].kind == "numerical" and m["accuracy_drop_pct"].unit == "pct_points"
+    )
 
 
 def test_evaluate_fp32_is_lossless(tiny, small_set):
@@ -87,7 +97,9 @@ def test_layer_losses_start_at_the_layer_and_equal_a_full_forward(tiny, small_se
     rows = layer_losses("int4-g32", model=tiny, evalset=small_set)
     assert [r["layer"] for r in rows] == tiny.linear_names()
     for r in (rows[1], rows[-1]):
-        alone = Policy("alone", parse_format("fp32"), layers=((r["layer"], parse_format("int4-g32")),))
+        alone = Policy(
+            "alone", parse_format("fp32"), layers=((r["layer"], parse_format("int4-g32")),)
+        )
         m = evaluate(alone, model=tiny, evalset=small_set)
         assert r["cosine_loss"] == pytest.approx(1 - m.value("cosine_mean"), abs=1e-7)
         assert r["accuracy_drop_pct"] == m.value("accuracy_drop_pct")
@@ -110,8 +122,11 @@ def test_choose_formats_is_optimal_against_brute_force():
         cap = int(rng.integers(cost.min(axis=1).sum(), cost.max(axis=1).sum() + 1))
         picks = choose_formats(cost, loss, cap)
         assert sum(cost[i, f] for i, f in enumerate(picks)) <= cap
-        best = min(sum(loss[i, f] for i, f in enumerate(c)) for c in itertools.product(range(3), repeat=4)
-                   if sum(cost[i, f] for i, f in enumerate(c)) <= cap)
+        best = min(
+            sum(loss[i, f] for i, f in enumerate(c))
+            for c in itertools.product(range(3), repeat=4)
+            if sum(cost[i, f] for i, f in enumerate(c)) <= cap
+        )
         assert sum(loss[i, f] for i, f in enumerate(picks)) == pytest.approx(best)
     with pytest.raises(ValueError, match="no choice fits"):
         choose_formats(np.array([[5, 6]]), np.array([[0.0, 0.0]]), 4)
@@ -137,8 +152,10 @@ def test_plan_fits_budget_and_is_a_loadable_policy(tiny, small_set, tmp_path):
 
 def test_impossible_budget_is_refused_before_measuring(tiny, small_set, monkeypatch):
     """On the real model the sensitivity runs take minutes: an impossible budget must not wait."""
+
     def no_measuring(*a, **k):
         raise AssertionError("measured layer losses for a budget that cannot fit")
+
     monkeypatch.setattr(planner, "layer_losses", no_measuring)
     int4 = tiny.linear_nbytes("int4-g128") / 1e6
     with pytest.raises(ValueError, match=r"below the smallest possible Linear weights \(0\.\d+ MB"):
@@ -155,41 +172,105 @@ def cli_tiny(tiny, monkeypatch):
 def test_cli_accuracy_sensitivity_plan_export(cli_tiny, small_set, tmp_path, capsys):
     pairs = tmp_path / "pairs.tsv"
     n = len(small_set.sentences) // 2
-    pairs.write_text("category\tgroup\tsentence_a\tsentence_b\n" + "".join(
-        f"c\tg\t{small_set.sentences[i]}\t{small_set.sentences[n + i]}\n" for i in range(n)))
-    assert main(["accuracy", "--model", "all-minilm-l6", "--policy", "int8", "--policy",
-                 "minilm-mixed", "--json",
-                 "--pairs", str(pairs)]) == 0
+    pairs.write_text(
+        "category\tgroup\tsentence_a\tsentence_b\n"
+        + "".join(
+            f"c\tg\t{small_set.sentences[i]}\t{small_set.sentences[n + i]}\n" for i in range(n)
+        )
+    )
+    assert (
+        main(
+            [
+                "accuracy",
+                "--model",
+                "all-minilm-l6",
+                "--policy",
+                "int8",
+                "--policy",
+                "minilm-mixed",
+                "--json",
+                "--pairs",
+                str(pairs),
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["sentences"] == 2 * SMALL_PAIRS
     assert out["policies"]["int8"]["accuracy_drop_pct"]["unit"] == "pct_points"
 
-    assert main(["sensitivity", "--model", "all-minilm-l6", "--format", "int4-g128", "--top", "3",
-                 "--json", "--pairs", str(pairs)]) == 0
+    assert (
+        main(
+            [
+                "sensitivity",
+                "--model",
+                "all-minilm-l6",
+                "--format",
+                "int4-g128",
+                "--top",
+                "3",
+                "--json",
+                "--pairs",
+                str(pairs),
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert len(out["layers"]) == 3 and out["format"] == "int4-g128"
 
     budget = cli_tiny.linear_nbytes("int8") / 1e6
     toml = tmp_path / "p.toml"
-    assert main(["plan", "--model", "all-minilm-l6", "--budget-mb", f"{budget:.4f}", "--out",
-                 str(toml),
-                 "--pairs", str(pairs)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "all-minilm-l6",
+                "--budget-mb",
+                f"{budget:.4f}",
+                "--out",
+                str(toml),
+                "--pairs",
+                str(pairs),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "[layers]" in text and "accuracy_drop_pct" in text
-    assert main(["accuracy", "--model", "all-minilm-l6", "--policy", str(toml), "--pairs",
-                 str(pairs)]) == 0
+    assert (
+        main(["accuracy", "--model", "all-minilm-l6", "--policy", str(toml), "--pairs", str(pairs)])
+        == 0
+    )
     capsys.readouterr()
 
     art = tmp_path / "a.safetensors"
     assert main(["export", "--policy", str(toml), str(art), "--json"]) == 0
     capsys.readouterr()
-    assert main(["accuracy", "--model", "all-minilm-l6", "--artifact", str(art), "--policy",
-                 str(toml), "--json",
-                 "--pairs", str(pairs)]) == 0
+    assert (
+        main(
+            [
+                "accuracy",
+                "--model",
+                "all-minilm-l6",
+                "--artifact",
+                str(art),
+                "--policy",
+                str(toml),
+                "--json",
+                "--pairs",
+                str(pairs),
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)["policies"]
     assert res[str(art)]["cosine_mean"] == res[str(toml)]["cosine_mean"]  # bit-identical path
-    assert main(["plan", "--model", "all-minilm-l6", "--budget-mb", "0.001", "--pairs",
-                 str(pairs)]) == 2
+    assert (
+        main(["plan", "--model", "all-minilm-l6", "--budget-mb", "0.001", "--pairs", str(pairs)])
+        == 2
+    )
     assert main(["sensitivity", "--format", "int3"]) == 2
     assert main(["plan", "--budget-mb", "-1"]) == 2
     # output directories are made when missing (one way in every command); a file in the way
@@ -221,12 +302,31 @@ def test_cli_accuracy_scores_a_pruned_minilm(cli_tiny, small_set, tmp_path, caps
     weights (the pruned shapes, not masked zeros) and embeddings that differ from FP32's."""
     pairs = tmp_path / "pairs.tsv"
     n = len(small_set.sentences) // 2
-    pairs.write_text("category\tgroup\tsentence_a\tsentence_b\n" + "".join(
-        f"c\tg\t{small_set.sentences[i]}\t{small_set.sentences[n + i]}\n" for i in range(n)))
+    pairs.write_text(
+        "category\tgroup\tsentence_a\tsentence_b\n"
+        + "".join(
+            f"c\tg\t{small_set.sentences[i]}\t{small_set.sentences[n + i]}\n" for i in range(n)
+        )
+    )
     pruned = tmp_path / "pruned.toml"
     pruned.write_text('name = "pruned"\ndefault = "int8"\n[prune]\nffn = 0.5\nheads = 0.5\n')
-    assert main(["accuracy", "--model", "all-minilm-l6", "--policy", "int8", "--policy",
-                 str(pruned), "--json", "--pairs", str(pairs)]) == 0
+    assert (
+        main(
+            [
+                "accuracy",
+                "--model",
+                "all-minilm-l6",
+                "--policy",
+                "int8",
+                "--policy",
+                str(pruned),
+                "--json",
+                "--pairs",
+                str(pairs),
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)["policies"]
     full, cut = res["int8"], res[str(pruned)]
     assert cut["linear_weights_mb"]["value"] < 0.8 * full["linear_weights_mb"]["value"]

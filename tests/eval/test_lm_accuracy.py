@@ -10,8 +10,10 @@ import pytest
 from harmony_ref.cli import main
 from harmony_ref.eval.lm_accuracy import LM_METRIC_KIND, Corpus, lm_accuracy, lm_metrics
 
-TEXT = ("the cat sat on the mat and then the dog ran in the sun. " * 12
-        + "Numbers 12, 345 and 6789; code: def f(x): return x * 2\n" * 4)
+TEXT = (
+    "the cat sat on the mat and then the dog ran in the sun. " * 12
+    + "Numbers 12, 345 and 6789; code: def f(x): return x * 2\n" * 4
+)
 
 
 @pytest.fixture()
@@ -47,8 +49,11 @@ def test_cache_is_reused_and_gives_the_same_numbers(tiny_gguf, corpus_file, cach
     assert c.result["reference_chunks_cached"] == 0 and c.result["chunks"] == 2
     m = lm_metrics(b, "int4-g32+kv-int8")
     assert {x.kind for x in m if x.name != "lm_scored_tokens"} == {LM_METRIC_KIND}
-    assert all("tiny.gguf" in x.description and "dequantized exactly" in x.description
-               for x in m if x.name.startswith("lm_kld"))
+    assert all(
+        "tiny.gguf" in x.description and "dequantized exactly" in x.description
+        for x in m
+        if x.name.startswith("lm_kld")
+    )
     assert m.value("lm_ppl_ratio") == pytest.approx(b.rows()[2]["ppl_ratio"])
 
 
@@ -63,36 +68,64 @@ def test_damaged_cache_file_is_recomputed(tiny_gguf, corpus_file, cache):
 
 
 def test_accuracy_command_table_and_json(tiny_gguf, corpus_file, capsys):
-    argv = ["accuracy", "--model", str(tiny_gguf), "--policy", "int8", "--policy", "int4-g32",
-            "--corpus", str(corpus_file), "--context", "32", "--kv-dtype", "fp16",
-            "--kv-dtype", "int8"]
+    argv = [
+        "accuracy",
+        "--model",
+        str(tiny_gguf),
+        "--policy",
+        "int8",
+        "--policy",
+        "int4-g32",
+        "--corpus",
+        str(corpus_file),
+        "--context",
+        "32",
+        "--kv-dtype",
+        "fp16",
+        "--kv-dtype",
+        "int8",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "dequantized exactly" in out and "context 32" in out and "scored tokens" in out
     assert main(argv + ["--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert [r["policy"] for r in d["rows"]] == ["FP32 reference (NumPy)", "int8", "int8",
-                                                 "int4-g32", "int4-g32"]
+    assert [r["policy"] for r in d["rows"]] == [
+        "FP32 reference (NumPy)",
+        "int8",
+        "int8",
+        "int4-g32",
+        "int4-g32",
+    ]
     assert [r["kv_cache"] for r in d["rows"]][1:] == ["fp16", "int8"] * 2
     assert d["context"] == 32 and d["scored_tokens"] == d["chunks"] * 15
     assert d["reference"] == "FP32 = the checkpoint's weights dequantized exactly"
 
 
-@pytest.mark.parametrize("argv,pattern", [
-    (["--corpus", "NOFILE"], "no such file"),
-    (["--corpus", "BINARY"], "not UTF-8"),
-    (["--policy", "no-such-policy"], "no-such-policy"),
-    (["--context", "7"], "even number"),
-    (["--context", "4096"], "fewer than one chunk|exceeds"),
-    (["--pairs", "x.tsv"], "applies to --model all-minilm-l6"),
-    (["--chunks", "0"], "--chunks"),
-])
+@pytest.mark.parametrize(
+    "argv,pattern",
+    [
+        (["--corpus", "NOFILE"], "no such file"),
+        (["--corpus", "BINARY"], "not UTF-8"),
+        (["--policy", "no-such-policy"], "no-such-policy"),
+        (["--context", "7"], "even number"),
+        (["--context", "4096"], "fewer than one chunk|exceeds"),
+        (["--pairs", "x.tsv"], "applies to --model all-minilm-l6"),
+        (["--chunks", "0"], "--chunks"),
+    ],
+)
 def test_accuracy_bad_input_exit_2(tiny_gguf, tmp_path, capsys, argv, pattern):
     import re
 
     (tmp_path / "bin.txt").write_bytes(b"\xff\xfe\x00bad")
-    argv = [str(tmp_path / "none.txt") if a == "NOFILE" else
-            str(tmp_path / "bin.txt") if a == "BINARY" else a for a in argv]
+    argv = [
+        str(tmp_path / "none.txt")
+        if a == "NOFILE"
+        else str(tmp_path / "bin.txt")
+        if a == "BINARY"
+        else a
+        for a in argv
+    ]
     assert main(["accuracy", "--model", str(tiny_gguf), *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(pattern, err), err

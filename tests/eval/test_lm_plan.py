@@ -9,8 +9,13 @@ import pytest
 import harmony_ref.eval.lm as lm
 from harmony_ref.cli import main
 from harmony_ref.eval.lm_accuracy import Corpus
-from harmony_ref.eval.lm_plan import (group_patterns, group_shapes, lm_plan, lm_sensitivity,
-                                      stored_bytes)
+from harmony_ref.eval.lm_plan import (
+    group_patterns,
+    group_shapes,
+    lm_plan,
+    lm_sensitivity,
+    stored_bytes,
+)
 from harmony_ref.quant.policy import parse_format
 from tests.fixtures.decoder.tiny import tiny_config
 
@@ -40,6 +45,7 @@ def test_sensitivity_scores_the_calibration_part_only(tiny_gguf, monkeypatch):
     def spy(tokens, *a, **k):
         seen.append(len(tokens))
         return real(tokens, *a, **k)
+
     monkeypatch.setattr(lm, "chunk_tokens", spy)
     from harmony_ref.runtime.loader import load_decoder
 
@@ -65,34 +71,93 @@ def test_plan_fits_the_budget_and_is_scored_held_out(tiny_gguf, tmp_path, capsys
     plan = lm_plan(str(tiny_gguf), budget, context=32, chunks=1)
     assert plan.linear_bytes <= plan.budget_bytes and set(plan.choices) == set(types)
     out = tmp_path / "plan.toml"
-    argv = ["plan", "--model", str(tiny_gguf), "--budget-mb", f"{budget:.6f}", "--context", "32",
-            "--chunks", "1", "--out", str(out), "--json"]
+    argv = [
+        "plan",
+        "--model",
+        str(tiny_gguf),
+        "--budget-mb",
+        f"{budget:.6f}",
+        "--context",
+        "32",
+        "--chunks",
+        "1",
+        "--out",
+        str(out),
+        "--json",
+    ]
     assert main(argv) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["formats_per_type"] == plan.choices and "heldout" in d["heldout"]
     assert d["linear_weights_mb"] <= budget and out.read_text() == d["policy_toml"]
-    assert main(["accuracy", "--model", str(tiny_gguf), "--policy", str(out), "--context", "32",
-                 "--chunks", "1", "--json"]) == 0
+    assert (
+        main(
+            [
+                "accuracy",
+                "--model",
+                str(tiny_gguf),
+                "--policy",
+                str(out),
+                "--context",
+                "32",
+                "--chunks",
+                "1",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["rows"][1]["kld_mean"] == d["heldout_kld_mean"]
 
 
 def test_sensitivity_command_by_block(tiny_gguf, capsys):
-    assert main(["sensitivity", "--model", str(tiny_gguf), "--by", "block", "--context", "32",
-                 "--chunks", "1", "--json"]) == 0
+    assert (
+        main(
+            [
+                "sensitivity",
+                "--model",
+                str(tiny_gguf),
+                "--by",
+                "block",
+                "--context",
+                "32",
+                "--chunks",
+                "1",
+                "--json",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert sorted(g["group"] for g in d["groups"]) == ["block 0", "block 1"]
     assert "calibration" in d["scored_on"]
-    assert main(["sensitivity", "--model", str(tiny_gguf), "--context", "32", "--chunks", "1",
-                 "--top", "3"]) == 0
+    assert (
+        main(
+            [
+                "sensitivity",
+                "--model",
+                str(tiny_gguf),
+                "--context",
+                "32",
+                "--chunks",
+                "1",
+                "--top",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert "calibration corpus" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv,pattern", [
-    (["plan", "--budget-mb", "0.000001"], "below the smallest possible"),
-    (["plan", "--budget-mb", "-1"], "must be a finite number > 0"),
-    (["sensitivity", "--format", "int3"], "unknown weight format"),
-    (["sensitivity", "--pairs", "x.tsv"], "applies to --model all-minilm-l6"),
-])
+@pytest.mark.parametrize(
+    "argv,pattern",
+    [
+        (["plan", "--budget-mb", "0.000001"], "below the smallest possible"),
+        (["plan", "--budget-mb", "-1"], "must be a finite number > 0"),
+        (["sensitivity", "--format", "int3"], "unknown weight format"),
+        (["sensitivity", "--pairs", "x.tsv"], "applies to --model all-minilm-l6"),
+    ],
+)
 def test_bad_input_exit_2(tiny_gguf, capsys, argv, pattern):
     assert main([*argv, "--model", str(tiny_gguf)]) == 2
     err = capsys.readouterr().err.strip()
@@ -108,30 +173,41 @@ def test_prune_sensitivity_rows_and_cache_key(tiny_gguf, monkeypatch):
     from harmony_ref.eval.lm_plan import pruned_shapes
 
     c = tiny_config()
-    rows = lm_sensitivity(str(tiny_gguf), "fp32", "type", context=32, chunks=1,
-                          prune={"ffn": 0.3, "heads": 0.5})
+    rows = lm_sensitivity(
+        str(tiny_gguf), "fp32", "type", context=32, chunks=1, prune={"ffn": 0.3, "heads": 0.5}
+    )
     assert [r["group"] for r in rows] == ["ffn", "heads"]
     fp32 = parse_format("fp32")
     cut, full = pruned_shapes(c, ffn=0.3), pruned_shapes(c)
     assert cut["up_proj"][0] == (64, c.dim)  # 96 * 0.7 -> 64 (multiples of 32)
     ffn = rows[0]
-    assert ffn["bytes"] == sum(stored_bytes(fp32, cut[t]) for t in
-                               ("gate_proj", "up_proj", "down_proj"))
-    assert ffn["bytes_fp32"] == sum(stored_bytes(fp32, full[t]) for t in
-                                    ("gate_proj", "up_proj", "down_proj"))
+    assert ffn["bytes"] == sum(
+        stored_bytes(fp32, cut[t]) for t in ("gate_proj", "up_proj", "down_proj")
+    )
+    assert ffn["bytes_fp32"] == sum(
+        stored_bytes(fp32, full[t]) for t in ("gate_proj", "up_proj", "down_proj")
+    )
     assert ffn["prune"]["ffn"] == 0.3 and ffn["prune"]["score"] == "l1"
     assert all(r["kld_mean"] > 0 and r["format"] == "fp32" for r in rows)
-    blocks = lm_sensitivity(str(tiny_gguf), "fp32", "block", context=32, chunks=1,
-                            prune={"ffn": 0.3})
+    blocks = lm_sensitivity(
+        str(tiny_gguf), "fp32", "block", context=32, chunks=1, prune={"ffn": 0.3}
+    )
     assert [r["group"] for r in blocks] == ["block 0", "block 1"]
     assert blocks[0]["prune"]["blocks"] == [[0, 0.3, None]]
     # every option is in the cache key: with the measuring gone, the cached call returns and
     # any other score / ratio / format / grouping must measure (and so fail here)
     monkeypatch.setattr(lm_plan_mod, "evaluate_lm", None)
-    assert lm_sensitivity(str(tiny_gguf), "fp32", "type", context=32, chunks=1,
-                          prune={"ffn": 0.3, "heads": 0.5}) == rows
-    for kw in [dict(prune={"ffn": 0.3, "heads": 0.5}, prune_score="activation"),
-               dict(prune={"ffn": 0.25, "heads": 0.5}), dict(prune={"ffn": 0.3})]:
+    assert (
+        lm_sensitivity(
+            str(tiny_gguf), "fp32", "type", context=32, chunks=1, prune={"ffn": 0.3, "heads": 0.5}
+        )
+        == rows
+    )
+    for kw in [
+        dict(prune={"ffn": 0.3, "heads": 0.5}, prune_score="activation"),
+        dict(prune={"ffn": 0.25, "heads": 0.5}),
+        dict(prune={"ffn": 0.3}),
+    ]:
         with pytest.raises(TypeError):
             lm_sensitivity(str(tiny_gguf), "fp32", "type", context=32, chunks=1, **kw)
     for fmt in ("w8a8-per-channel", "w8a8-per-tensor", "int8"):
@@ -140,10 +216,16 @@ def test_prune_sensitivity_rows_and_cache_key(tiny_gguf, monkeypatch):
 
 
 def test_activation_scored_rows_differ_from_l1(tiny_gguf):
-    l1 = lm_sensitivity(str(tiny_gguf), "fp32", "type", context=32, chunks=1,
-                        prune={"ffn": 0.3})[0]
-    act = lm_sensitivity(str(tiny_gguf), "fp32", "type", context=32, chunks=1,
-                         prune={"ffn": 0.3}, prune_score="activation")[0]
+    l1 = lm_sensitivity(str(tiny_gguf), "fp32", "type", context=32, chunks=1, prune={"ffn": 0.3})[0]
+    act = lm_sensitivity(
+        str(tiny_gguf),
+        "fp32",
+        "type",
+        context=32,
+        chunks=1,
+        prune={"ffn": 0.3},
+        prune_score="activation",
+    )[0]
     assert act["prune"]["score"] == "activation" and act["prune"]["samples"] == 10
     assert act["bytes"] == l1["bytes"] and act["kld_mean"] != l1["kld_mean"]
 
@@ -169,62 +251,139 @@ def test_plan_with_pruning_choices_below_the_unpruned_minimum(tiny_gguf, tmp_pat
     budget = (smallest - 2000) / 1e6
     with pytest.raises(ValueError, match="below the smallest"):
         lm_plan(str(tiny_gguf), budget, context=32, chunks=1)
-    plan = lm_plan(str(tiny_gguf), budget, context=32, chunks=1, prune_ffn=(0, 0.3),
-                   prune_heads=(0, 0.5), activations="per-channel")
+    plan = lm_plan(
+        str(tiny_gguf),
+        budget,
+        context=32,
+        chunks=1,
+        prune_ffn=(0, 0.3),
+        prune_heads=(0, 0.5),
+        activations="per-channel",
+    )
     assert plan.prune and plan.linear_bytes <= plan.budget_bytes
     assert plan.policy.prune.ffn == plan.prune.get("ffn", 0.0)
     assert plan.policy.activations.granularity == "per-channel"
     assert plan.predicted_kld == pytest.approx(sum(plan.predicted_parts.values()))
     assert set(plan.predicted_parts) == {"ffn", "attention", "lm_head"}
     out = tmp_path / "plan.toml"
-    argv = ["plan", "--model", str(tiny_gguf), "--budget-mb", f"{budget:.6f}", "--context", "32",
-            "--chunks", "1", "--prune-ffn", "0,0.3", "--prune-heads", "0,0.5", "--activations",
-            "per-channel", "--out", str(out), "--json"]
+    argv = [
+        "plan",
+        "--model",
+        str(tiny_gguf),
+        "--budget-mb",
+        f"{budget:.6f}",
+        "--context",
+        "32",
+        "--chunks",
+        "1",
+        "--prune-ffn",
+        "0,0.3",
+        "--prune-heads",
+        "0,0.5",
+        "--activations",
+        "per-channel",
+        "--out",
+        str(out),
+        "--json",
+    ]
     assert main(argv) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["prune"] == plan.prune and d["formats_per_type"] == plan.choices
     assert d["activations"]["granularity"] == "per-channel" and d["prune_score"] == "l1"
     assert d["prune_ffn_choices"] == [0.0, 0.3] and out.read_text() == d["policy_toml"]
     assert "[prune]" in d["policy_toml"] and "[activations]" in d["policy_toml"]
-    assert main(["accuracy", "--model", str(tiny_gguf), "--policy", str(out), "--context", "32",
-                 "--chunks", "1", "--json"]) == 0
+    assert (
+        main(
+            [
+                "accuracy",
+                "--model",
+                str(tiny_gguf),
+                "--policy",
+                str(out),
+                "--context",
+                "32",
+                "--chunks",
+                "1",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["rows"][1]["kld_mean"] == d["heldout_kld_mean"]
 
 
 def test_plan_default_flags_output_has_no_new_fields(tiny_gguf, capsys):
-    assert main(["plan", "--model", str(tiny_gguf), "--budget-mb", "1", "--context", "32",
-                 "--chunks", "1", "--json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                str(tiny_gguf),
+                "--budget-mb",
+                "1",
+                "--context",
+                "32",
+                "--chunks",
+                "1",
+                "--json",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
-    assert sorted(d) == sorted(["policy_toml", "model", "budget_mb", "linear_weights_mb",
-                                "predicted_kld_mean", "calibration_scored_tokens", "heldout",
-                                "heldout_kld_mean", "heldout_kld_p99", "heldout_ppl_ratio",
-                                "heldout_top1_agreement_pct", "formats_per_type"])
+    assert sorted(d) == sorted(
+        [
+            "policy_toml",
+            "model",
+            "budget_mb",
+            "linear_weights_mb",
+            "predicted_kld_mean",
+            "calibration_scored_tokens",
+            "heldout",
+            "heldout_kld_mean",
+            "heldout_kld_p99",
+            "heldout_ppl_ratio",
+            "heldout_top1_agreement_pct",
+            "formats_per_type",
+        ]
+    )
     assert "[prune]" not in d["policy_toml"] and "[activations]" not in d["policy_toml"]
 
 
-@pytest.mark.parametrize("argv,pattern", [
-    (["sensitivity", "--prune", "ffn=1.5"], "ratio must be in (0, 1)"),
-    (["sensitivity", "--prune", "mlp=0.1"], "expected ffn=<ratio>"),
-    (["sensitivity", "--prune-score", "activation"], "applies with --prune only"),
-    (["sensitivity", "--prune", "ffn=0.1", "--format", "int8"], "drop --format int8"),
-    (["sensitivity", "--format", "w8a8-per-row"], "unknown W8A8 variant"),
-    (["plan", "--budget-mb", "1", "--prune-ffn", "0,1.2"], "must be in [0, 1)"),
-    (["plan", "--budget-mb", "1", "--prune-heads", "x"], "'x' is not a number"),
-    (["plan", "--budget-mb", "1", "--prune-score", "activation"], "applies with --prune-ffn"),
-])
+@pytest.mark.parametrize(
+    "argv,pattern",
+    [
+        (["sensitivity", "--prune", "ffn=1.5"], "ratio must be in (0, 1)"),
+        (["sensitivity", "--prune", "mlp=0.1"], "expected ffn=<ratio>"),
+        (["sensitivity", "--prune-score", "activation"], "applies with --prune only"),
+        (["sensitivity", "--prune", "ffn=0.1", "--format", "int8"], "drop --format int8"),
+        (["sensitivity", "--format", "w8a8-per-row"], "unknown W8A8 variant"),
+        (["plan", "--budget-mb", "1", "--prune-ffn", "0,1.2"], "must be in [0, 1)"),
+        (["plan", "--budget-mb", "1", "--prune-heads", "x"], "'x' is not a number"),
+        (["plan", "--budget-mb", "1", "--prune-score", "activation"], "applies with --prune-ffn"),
+    ],
+)
 def test_bad_compression_input_exit_2(tiny_gguf, capsys, argv, pattern):
     assert main([*argv, "--model", str(tiny_gguf)]) == 2
     err = capsys.readouterr().err.strip()
     assert pattern in err and len(err.splitlines()) == 1, err
 
 
-@pytest.mark.parametrize("argv,pattern", [
-    (["sensitivity", "--prune", "ffn=0.1"], "--prune/--prune-score/--method apply to a decoder"),
-    (["sensitivity", "--format", "w8a8"], "W8A8 sensitivity applies to a decoder"),
-    (["plan", "--budget-mb", "5", "--prune-ffn", "0,0.1"], "--prune-ffn applies to a decoder"),
-    (["plan", "--budget-mb", "5", "--activations", "per-channel"],
-     "--activations applies to a decoder"),
-])
+@pytest.mark.parametrize(
+    "argv,pattern",
+    [
+        (
+            ["sensitivity", "--prune", "ffn=0.1"],
+            "--prune/--prune-score/--method apply to a decoder",
+        ),
+        (["sensitivity", "--format", "w8a8"], "W8A8 sensitivity applies to a decoder"),
+        (["plan", "--budget-mb", "5", "--prune-ffn", "0,0.1"], "--prune-ffn applies to a decoder"),
+        (
+            ["plan", "--budget-mb", "5", "--activations", "per-channel"],
+            "--activations applies to a decoder",
+        ),
+    ],
+)
 def test_minilm_refuses_the_decoder_compression_flags(capsys, argv, pattern):
     assert main([*argv, "--model", "all-minilm-l6"]) == 2
     err = capsys.readouterr().err.strip()
@@ -255,11 +414,19 @@ def test_w8a8_and_activation_rows_calibrate_on_tokens_they_never_score(tiny_gguf
     def spy(weights, spec, tokens=None):
         seen.append(None if tokens is None else np.asarray(tokens).copy())
         return real(weights, spec, tokens)
+
     monkeypatch.setattr(llama, "calibration_windows", spy)
     _, tok = load_decoder(str(tiny_gguf))
     ids = tok.encode(Corpus.shipped("calibration").text)
     lm_sensitivity(str(tiny_gguf), "w8a8", "type", context=32, chunks=2)
-    lm_sensitivity(str(tiny_gguf), "fp32", "type", context=32, chunks=2, prune={"ffn": 0.3},
-                   prune_score="activation")
+    lm_sensitivity(
+        str(tiny_gguf),
+        "fp32",
+        "type",
+        context=32,
+        chunks=2,
+        prune={"ffn": 0.3},
+        prune_score="activation",
+    )
     want = lm.unscored_tokens(ids, 32, 2)
     assert len(seen) >= 9 and all(s is not None and np.array_equal(s, want) for s in seen)

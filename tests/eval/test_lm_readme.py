@@ -20,13 +20,17 @@ PAGE = ROOT / "docs" / "explanations" / "decoders.md"  # where the tables live
 def readme_rows(marker: str = "lm accuracy table") -> list[str]:
     text = PAGE.read_text()
     block = text.split(f"<!-- {marker} -->")[1].split(f"<!-- /{marker} -->")[0]
-    return [line for line in block.splitlines() if line.startswith("| ") and "---" not in line
-            and not line.startswith("| policy |")]
+    return [
+        line
+        for line in block.splitlines()
+        if line.startswith("| ") and "---" not in line and not line.startswith("| policy |")
+    ]
 
 
 def outputs():
-    return [json.loads((FIXTURES / f"lm_accuracy_{n}.json").read_text())
-            for n in ("kv_fp16", "kv_int8")]
+    return [
+        json.loads((FIXTURES / f"lm_accuracy_{n}.json").read_text()) for n in ("kv_fp16", "kv_int8")
+    ]
 
 
 def test_readme_table_is_the_tools_output():
@@ -41,8 +45,11 @@ def test_outputs_name_model_corpus_reference_and_sizes():
         assert d["model"] == "smollm2-135m" and d["reference"] == REFERENCE_NOTE
         assert d["corpus_sha256"] == CORPUS_SHA256["heldout"] and d["context"] == 512
         assert d["chunks"] == d["chunks_in_text"]  # the whole corpus
-        for fact in (f"{d['tokens']:,} SmolLM2 tokens", f"{d['chunks']} chunks of context 512",
-                     f"{d['scored_tokens']:,} scored tokens"):
+        for fact in (
+            f"{d['tokens']:,} SmolLM2 tokens",
+            f"{d['chunks']} chunks of context 512",
+            f"{d['scored_tokens']:,} scored tokens",
+        ):
             assert fact in text, fact
 
 
@@ -55,8 +62,11 @@ def test_gemma3_table_is_the_tools_output():
     assert d["model"] == "gemma3-270m" and d["reference"] == REFERENCE_NOTE
     assert d["corpus_sha256"] == CORPUS_SHA256["heldout"] and d["context"] == 512
     text = PAGE.read_text()
-    for fact in (f"{d['tokens']:,} Gemma 3 tokens", f"{d['chunks']} chunks of context 512",
-                 f"{d['scored_tokens']:,} scored tokens"):
+    for fact in (
+        f"{d['tokens']:,} Gemma 3 tokens",
+        f"{d['chunks']} chunks of context 512",
+        f"{d['scored_tokens']:,} scored tokens",
+    ):
         assert fact in text, fact
 
 
@@ -67,10 +77,12 @@ def test_gemma3_decode_speed_sentence_is_the_benchmarks_output():
     text = " ".join(PAGE.read_text().split())
     assert d["model"] == "gemma3-270m" and d["threads"] == 2 and d["tokens"] == 64
     ours = d["ours"]
-    for fact in (f"tg64 on the Q4_K_M file {d['llama_cpp_median']:.1f} tokens/s",
-                 f"ours int8 {ours['int8']['median']:.1f} ({ours['int8']['ratio_to_llama_cpp']:.2f}x)",
-                 f"int4-g32 {ours['int4-g32']['median']:.1f} "
-                 f"({ours['int4-g32']['ratio_to_llama_cpp']:.2f}x)"):
+    for fact in (
+        f"tg64 on the Q4_K_M file {d['llama_cpp_median']:.1f} tokens/s",
+        f"ours int8 {ours['int8']['median']:.1f} ({ours['int8']['ratio_to_llama_cpp']:.2f}x)",
+        f"int4-g32 {ours['int4-g32']['median']:.1f} "
+        f"({ours['int4-g32']['ratio_to_llama_cpp']:.2f}x)",
+    ):
         assert fact in text, fact
 
 

@@ -6,9 +6,13 @@ import sys
 from pathlib import Path
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "device_outputs"
-FILES = {"mslite": "mslite_benchmark.txt", "tflite": "tflite_benchmark_model.txt",
-         "llama-bench": "llama_bench.json", "executorch": "executorch_llama_main.txt",
-         "llama-perplexity": "llama_perplexity.txt"}
+FILES = {
+    "mslite": "mslite_benchmark.txt",
+    "tflite": "tflite_benchmark_model.txt",
+    "llama-bench": "llama_bench.json",
+    "executorch": "executorch_llama_main.txt",
+    "llama-perplexity": "llama_perplexity.txt",
+}
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--format", required=True, choices=sorted(FILES))
@@ -16,7 +20,9 @@ ap.add_argument("--device-model")
 ap.add_argument("--os-build")
 ap.add_argument("--file", help="print this fixture instead of the format's default")
 ap.add_argument("--exit", type=int, default=0, help="exit with this code (a tool that failed)")
-ap.add_argument("--scale", type=float, default=1.0, help="multiply every time by this (llama-bench only)")
+ap.add_argument(
+    "--scale", type=float, default=1.0, help="multiply every time by this (llama-bench only)"
+)
 a = ap.parse_args()
 
 if a.device_model:

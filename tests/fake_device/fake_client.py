@@ -49,8 +49,13 @@ def _ensure_server(state: str):
         import subprocess
 
         with open(os.path.join(state, "server.log"), "ab") as log:
-            subprocess.Popen([sys.executable, SERVER, state], stdin=subprocess.DEVNULL,
-                             stdout=log, stderr=log, start_new_session=True)
+            subprocess.Popen(
+                [sys.executable, SERVER, state],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
@@ -84,8 +89,10 @@ def _through_the_run(state: str, then: dict) -> None:
     if then.get("vanish"):
         return
     while time.monotonic() - t0 < OBSERVED_CAP_S:
-        if _ask(state, {"tool": "_", "argv": [], "op": "run_status", "run": then["run"]})[
-                "reads"] != 0:
+        if (
+            _ask(state, {"tool": "_", "argv": [], "op": "run_status", "run": then["run"]})["reads"]
+            != 0
+        ):
             break
         time.sleep(0.02)
     _ask(state, {"tool": "_", "argv": [], "op": "run_done", "run": then["run"]})
@@ -93,8 +100,9 @@ def _through_the_run(state: str, then: dict) -> None:
 
 def main() -> int:
     tool, state, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
-    if argv[:1] in (["kill"], ["kill-server"]) and \
-            not os.path.exists(os.path.join(state, "server.sock")):
+    if argv[:1] in (["kill"], ["kill-server"]) and not os.path.exists(
+        os.path.join(state, "server.sock")
+    ):
         return 0
     req = {"tool": tool, "argv": argv}
     local = None
@@ -107,9 +115,12 @@ def main() -> int:
             with open(local, "rb") as f:
                 req["data"] = binascii.b2a_base64(f.read(), newline=False).decode()
         except OSError as e:
-            print(f"[Fail]Error opening file: {e}" if tool == "hdc" else
-                  f"adb: error: cannot stat '{local}': {e.strerror}",
-                  file=sys.stdout if tool == "hdc" else sys.stderr)
+            print(
+                f"[Fail]Error opening file: {e}"
+                if tool == "hdc"
+                else f"adb: error: cannot stat '{local}': {e.strerror}",
+                file=sys.stdout if tool == "hdc" else sys.stderr,
+            )
             return 0 if tool == "hdc" else 1
     reply = _ask(state, req)
     then = reply.get("then") or {}

@@ -22,16 +22,24 @@ CLIENT = HERE / "fake_client.py"
 WORK_DIR = "/data/local/tmp/hr"
 
 # Property names as the real tools list them (transport.py reads these); values are made up.
-HDC_PROPS = {"const.product.model": "ALN-AL00", "const.product.brand": "HUAWEI",
-             "const.product.manufacturer": "HUAWEI",
-             "const.product.software.version": "ALN-AL00 5.0.0.120(SP6C00E120R4P5)",
-             "const.ohos.apiversion": "12", "ohos.boot.hardware": "kirin9000s",
-             "const.debuggable": "0"}
-ADB_PROPS = {"ro.product.model": "Pixel 8", "ro.product.manufacturer": "Google",
-             "ro.soc.model": "Tensor G3", "ro.board.platform": "zuma",
-             "ro.build.display.id": "AP2A.240805.005", "ro.build.version.release": "14",
-             "ro.build.fingerprint": "google/shiba/shiba:14/AP2A.240805.005/12025142:user/"
-                                     "release-keys"}
+HDC_PROPS = {
+    "const.product.model": "ALN-AL00",
+    "const.product.brand": "HUAWEI",
+    "const.product.manufacturer": "HUAWEI",
+    "const.product.software.version": "ALN-AL00 5.0.0.120(SP6C00E120R4P5)",
+    "const.ohos.apiversion": "12",
+    "ohos.boot.hardware": "kirin9000s",
+    "const.debuggable": "0",
+}
+ADB_PROPS = {
+    "ro.product.model": "Pixel 8",
+    "ro.product.manufacturer": "Google",
+    "ro.soc.model": "Tensor G3",
+    "ro.board.platform": "zuma",
+    "ro.build.display.id": "AP2A.240805.005",
+    "ro.build.version.release": "14",
+    "ro.build.fingerprint": "google/shiba/shiba:14/AP2A.240805.005/12025142:user/release-keys",
+}
 SERIALS = {"hdc": "FMR0223C13000649", "adb": "38011FDJH0008X"}
 
 
@@ -81,19 +89,36 @@ class FakePhone:
     serial: str
 
     @classmethod
-    def create(cls, root: Path, kind: str = "hdc", serial: str | None = None, die_c: float = 30.0,
-               skin_c: float = 30.0, faults: dict | None = None) -> "FakePhone":
+    def create(
+        cls,
+        root: Path,
+        kind: str = "hdc",
+        serial: str | None = None,
+        die_c: float = 30.0,
+        skin_c: float = 30.0,
+        faults: dict | None = None,
+    ) -> FakePhone:
         root.mkdir(parents=True, exist_ok=True)
         serial = serial or SERIALS[kind]
-        (root / "phone.json").write_text(json.dumps({
-            "kind": kind, "serial": serial, "die_c": die_c, "skin_c": skin_c,
-            "faults": faults or {}, "props": HDC_PROPS if kind == "hdc" else ADB_PROPS}, indent=1))
+        (root / "phone.json").write_text(
+            json.dumps(
+                {
+                    "kind": kind,
+                    "serial": serial,
+                    "die_c": die_c,
+                    "skin_c": skin_c,
+                    "faults": faults or {},
+                    "props": HDC_PROPS if kind == "hdc" else ADB_PROPS,
+                },
+                indent=1,
+            )
+        )
         bindir = root / "bin"
         bindir.mkdir(exist_ok=True)
         for tool in ("hdc", "adb"):
             exe = bindir / tool
             # -S: no site packages, a faster start (the client needs the standard library only)
-            exe.write_text(f"#!/bin/sh\nexec {sys.executable} -S {CLIENT} {tool} {root} \"$@\"\n")
+            exe.write_text(f'#!/bin/sh\nexec {sys.executable} -S {CLIENT} {tool} {root} "$@"\n')
             exe.chmod(0o755)
         return cls(root, kind, serial)
 
@@ -102,8 +127,9 @@ class FakePhone:
         return self.root / "bin" / self.kind
 
     def tool(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.executable), *args], capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            [str(self.executable), *args], capture_output=True, text=True, timeout=timeout
+        )
 
     def reconfigure(self, **changes) -> None:
         """Change phone.json (faults, die_c, skin_c) and have the server start over from it."""
@@ -131,22 +157,41 @@ class FakePhone:
         return bench, model
 
     def session_doc(self, folder: Path, **sections) -> dict:
-        bench, model = self.files(folder) if not (folder / "model.gguf").exists() else \
-            (folder / "llama-bench", folder / "model.gguf")
+        bench, model = (
+            self.files(folder)
+            if not (folder / "model.gguf").exists()
+            else (folder / "llama-bench", folder / "model.gguf")
+        )
         doc = {
-            "device": {"transport": self.kind, "serial": self.serial, "work_dir": WORK_DIR,
-                       "profile": "harmony-flagship", "executable": str(self.executable),
-                       "command_timeout_s": 30.0},
-            "benchmark": {"command": "{work_dir}/llama-bench -m {work_dir}/model.gguf -p 64 "
-                                     "-n 1024 -r 1 -o json",
-                          "format": "llama-bench", "timeout_s": 30.0, "warmup_runs": 0,
-                          "repeats": 3},
-            "push": [{"local": str(bench), "remote": "llama-bench", "executable": True},
-                     {"local": str(model), "remote": "model.gguf"}],
+            "device": {
+                "transport": self.kind,
+                "serial": self.serial,
+                "work_dir": WORK_DIR,
+                "profile": "harmony-flagship",
+                "executable": str(self.executable),
+                "command_timeout_s": 30.0,
+            },
+            "benchmark": {
+                "command": "{work_dir}/llama-bench -m {work_dir}/model.gguf -p 64 "
+                "-n 1024 -r 1 -o json",
+                "format": "llama-bench",
+                "timeout_s": 30.0,
+                "warmup_runs": 0,
+                "repeats": 3,
+            },
+            "push": [
+                {"local": str(bench), "remote": "llama-bench", "executable": True},
+                {"local": str(model), "remote": "model.gguf"},
+            ],
             "cooldown": {"threshold_c": 38.0, "max_wait_s": 1800.0, "check_interval_s": 15.0},
-            "telemetry": {"thermal_zones": [0, 1], "watch_zone": 0, "cpus": [0, 4, 7],
-                          "big_cpus": [4, 7], "poll_interval_s": 0.05,
-                          "battery_dir": "/sys/class/power_supply/Battery"},
+            "telemetry": {
+                "thermal_zones": [0, 1],
+                "watch_zone": 0,
+                "cpus": [0, 4, 7],
+                "big_cpus": [4, 7],
+                "poll_interval_s": 0.05,
+                "battery_dir": "/sys/class/power_supply/Battery",
+            },
             "throttle": {"temp_c": 60.0, "min_big_freq_fraction": 0.9},
         }
         if self.kind == "adb":

@@ -32,14 +32,17 @@ if a.chunks > 0:
     chunks = chunks[: a.chunks]
 first = a.context // 2
 print("system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : FAKE = 1 |", file=sys.stderr)
-print(f"perplexity: calculating perplexity over {len(chunks)} chunks, n_ctx={a.context}, "
-      f"batch_size={a.context}, n_seq=1", file=sys.stderr)
+print(
+    f"perplexity: calculating perplexity over {len(chunks)} chunks, n_ctx={a.context}, "
+    f"batch_size={a.context}, n_seq=1",
+    file=sys.stderr,
+)
 ref = LlamaRef(weights, max_context=a.context)
 nll, n = [], 0
 for i, chunk in enumerate(chunks):
     ref.reset()
     lp = log_softmax(ref.prefill(chunk, all_logits=True)[first:-1])
-    target = chunk[first + 1:]
+    target = chunk[first + 1 :]
     nll.extend(-lp[np.arange(target.shape[0]), target])
     print(f"[{i + 1}]{np.exp(np.mean(nll)) * a.factor:.4f},", end="")
 print()
@@ -50,6 +53,8 @@ print(f"Final estimate: PPL = {ppl:.4f} +/- {sd * ppl:.5f}", file=sys.stderr)
 tokens = len(chunks) * a.context
 ms = tokens / a.tokens_per_s * 1e3
 print(f"llama_perf_context_print:        load time = {40.0:10.2f} ms", file=sys.stderr)
-print(f"llama_perf_context_print: prompt eval time = {ms:10.2f} ms / {tokens:5d} tokens "
-      f"({ms / tokens:8.2f} ms per token, {a.tokens_per_s:8.2f} tokens per second)",
-      file=sys.stderr)
+print(
+    f"llama_perf_context_print: prompt eval time = {ms:10.2f} ms / {tokens:5d} tokens "
+    f"({ms / tokens:8.2f} ms per token, {a.tokens_per_s:8.2f} tokens per second)",
+    file=sys.stderr,
+)

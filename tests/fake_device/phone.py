@@ -26,17 +26,50 @@ ap.add_argument("--launch-us", type=float, default=45.0)
 a = ap.parse_args()
 
 p = load_profile(a.base)
-p = dataclasses.replace(p, compute=dataclasses.replace(p.compute, compute_efficiency=a.compute_eff),
-                        memory=dataclasses.replace(p.memory, memory_efficiency=a.memory_eff),
-                        runtime=dataclasses.replace(p.runtime, launch_overhead_us=a.launch_us))
-cfg = RunConfig.from_names(model=a.model, policy=a.policy, prompt_tokens=a.prompt, new_tokens=a.new,
-                           context_tokens=max(2048, a.prompt + a.new))
+p = dataclasses.replace(
+    p,
+    compute=dataclasses.replace(p.compute, compute_efficiency=a.compute_eff),
+    memory=dataclasses.replace(p.memory, memory_efficiency=a.memory_eff),
+    runtime=dataclasses.replace(p.runtime, launch_overhead_us=a.launch_us),
+)
+cfg = RunConfig.from_names(
+    model=a.model,
+    policy=a.policy,
+    prompt_tokens=a.prompt,
+    new_tokens=a.new,
+    context_tokens=max(2048, a.prompt + a.new),
+)
 pre_ns = phase_cost(p, cfg, "prefill").time_s * 1e9
 step_ns = phase_cost(p, cfg, "decode").time_s * 1e9
-common = {"build_commit": "fake", "cpu_info": "fake phone", "model_type": f"{a.model} {a.policy}", "n_threads": 4}
-rows = [dict(common, n_prompt=a.prompt, n_gen=0, avg_ns=int(pre_ns), stddev_ns=0, avg_ts=a.prompt / pre_ns * 1e9,
-             stddev_ts=0.0, samples_ns=[int(pre_ns)], samples_ts=[a.prompt / pre_ns * 1e9]),
-        dict(common, n_prompt=0, n_gen=a.new, avg_ns=int(a.new * step_ns), stddev_ns=0,
-             avg_ts=1e9 / step_ns, stddev_ts=0.0, samples_ns=[int(a.new * step_ns)], samples_ts=[1e9 / step_ns])]
+common = {
+    "build_commit": "fake",
+    "cpu_info": "fake phone",
+    "model_type": f"{a.model} {a.policy}",
+    "n_threads": 4,
+}
+rows = [
+    dict(
+        common,
+        n_prompt=a.prompt,
+        n_gen=0,
+        avg_ns=int(pre_ns),
+        stddev_ns=0,
+        avg_ts=a.prompt / pre_ns * 1e9,
+        stddev_ts=0.0,
+        samples_ns=[int(pre_ns)],
+        samples_ts=[a.prompt / pre_ns * 1e9],
+    ),
+    dict(
+        common,
+        n_prompt=0,
+        n_gen=a.new,
+        avg_ns=int(a.new * step_ns),
+        stddev_ns=0,
+        avg_ts=1e9 / step_ns,
+        stddev_ts=0.0,
+        samples_ns=[int(a.new * step_ns)],
+        samples_ts=[1e9 / step_ns],
+    ),
+]
 print("device_model=FAKE-PHONE")
 print(json.dumps(rows, indent=1))

@@ -81,8 +81,9 @@ class Phone:
         self.power_w = pts.power_w
         self.decode_tps = pts.tokens_per_s
         steps = self.thermal.freq_steps
-        self.prefill_tps = np.array([128 / phase_cost(profile, cfg, "prefill", f, f).time_s
-                                     for f in steps])
+        self.prefill_tps = np.array(
+            [128 / phase_cost(profile, cfg, "prefill", f, f).time_s for f in steps]
+        )
         self.max_khz = {}
         cpu = 0
         for cluster in sorted(profile.cpu.clusters, key=lambda c: c.freq_ghz):
@@ -93,8 +94,16 @@ class Phone:
 
     def warmup(self) -> None:
         """Compile the thermal stepper before the first client waits on it."""
-        simulate(self.thermal, np.full(len(self.thermal.freq_steps), IDLE_W),
-                 np.zeros(len(self.thermal.freq_steps)), 1.0, DT_S, "off", 30.0, 30.0)
+        simulate(
+            self.thermal,
+            np.full(len(self.thermal.freq_steps), IDLE_W),
+            np.zeros(len(self.thermal.freq_steps)),
+            1.0,
+            DT_S,
+            "off",
+            30.0,
+            30.0,
+        )
 
     # --- state ----------------------------------------------------------------------------------
     def load(self) -> None:
@@ -115,9 +124,16 @@ class Phone:
         self.pushes = 0
 
     def save(self) -> None:
-        state = {"uptime_s": self.t, "die_c": self.die, "skin_c": self.skin,
-                 "gov_state": self.gov_state, "gone": self.gone, "runs": self.runs,
-                 "pushes": self.pushes, "log": self.log[-200:]}
+        state = {
+            "uptime_s": self.t,
+            "die_c": self.die,
+            "skin_c": self.skin,
+            "gov_state": self.gov_state,
+            "gone": self.gone,
+            "runs": self.runs,
+            "pushes": self.pushes,
+            "log": self.log[-200:],
+        }
         tmp = self.dir / "state.json.tmp"
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self.dir / "state.json")
@@ -148,8 +164,16 @@ class Phone:
         if self.faults.get("stuck_zone"):
             return
         n = len(self.thermal.freq_steps)
-        tr = simulate(self.thermal, np.full(n, IDLE_W), np.zeros(n), max(seconds, DT_S), DT_S,
-                      "off", self.die, self.skin)
+        tr = simulate(
+            self.thermal,
+            np.full(n, IDLE_W),
+            np.zeros(n),
+            max(seconds, DT_S),
+            DT_S,
+            "off",
+            self.die,
+            self.skin,
+        )
         self.die, self.skin = float(tr.die_c[-1]), float(tr.skin_c[-1])
         if self.die < self.thermal.passive_trip_c:  # step_wise/IPA release the cap below the trip
             self.gov_state = 0
@@ -166,8 +190,10 @@ class Phone:
             self.die, self.skin = float(tr.die_c[i]), float(tr.skin_c[i])
         self.gov_state = int(tr.state[i])
         self.t += seconds
-        return seconds, {"die": tr.die_c[: i + 1].tolist()[::20] or [self.die],
-                         "state": tr.state[: i + 1].tolist()[::20] or [self.gov_state]}
+        return seconds, {
+            "die": tr.die_c[: i + 1].tolist()[::20] or [self.die],
+            "state": tr.state[: i + 1].tolist()[::20] or [self.gov_state],
+        }
 
     def now(self):
         """(uptime, die, skin, governor state, running?) as a read sees them."""
@@ -215,7 +241,9 @@ class Phone:
             if a is None or a[1]["pid"] != int(m.group(1)):
                 return None
             kb = a[1]["mem_kb"]
-            return f"Name:\t{a[1]['name']}\nVmPeak:\t{kb + 9000} kB\nVmHWM:\t{kb} kB\nVmRSS:\t{kb} kB"
+            return (
+                f"Name:\t{a[1]['name']}\nVmPeak:\t{kb + 9000} kB\nVmHWM:\t{kb} kB\nVmRSS:\t{kb} kB"
+            )
         return None
 
     def read_file(self, path: str) -> str | None:
@@ -228,8 +256,9 @@ class Phone:
         return p.read_text(errors="replace") if p.is_file() else None
 
     # --- benchmarks -----------------------------------------------------------------------------
-    def benchmark(self, name: str, args: list[str], pid: int, cwd: str
-                  ) -> tuple[str, str, int, dict]:
+    def benchmark(
+        self, name: str, args: list[str], pid: int, cwd: str
+    ) -> tuple[str, str, int, dict]:
         """(stdout, stderr, exit code, what the client must do in real time)."""
         self.runs += 1
         k = self.runs
@@ -238,8 +267,9 @@ class Phone:
         if model and not model.startswith("/"):
             model = str(PurePosixPath(cwd) / model)
         if not model or self.read_file(model) is None:
-            what = "error: failed to load model" if name == "llama-bench" else \
-                "Read model file failed"
+            what = (
+                "error: failed to load model" if name == "llama-bench" else "Read model file failed"
+            )
             return "", f"{what} '{model}'\n", 1, {}
         model_kb = self.path(model).stat().st_size // 1024
         mem_kb = int(model_kb + MODEL_RUNTIME_MB * 1024)
@@ -249,8 +279,17 @@ class Phone:
             out = self._llama_bench(opts, model, trace)
         else:
             out = self._mslite(opts, model, trace)
-        self.active = {"real_t0": time.monotonic(), "t0": t0, "t1": self.t, "pid": pid,
-                       "mem_kb": mem_kb, "name": name, "run": k, "reads": 0, **trace}
+        self.active = {
+            "real_t0": time.monotonic(),
+            "t0": t0,
+            "t1": self.t,
+            "pid": pid,
+            "mem_kb": mem_kb,
+            "name": name,
+            "run": k,
+            "reads": 0,
+            **trace,
+        }
         then = {"sleep_s": REAL_RUN_S, "run": k}
         if self.faults.get("hang_on_run") == k:
             then = {"hang": True, "child_pid_file": str(self.dir / "hang_child.pid")}
@@ -270,9 +309,18 @@ class Phone:
     def _llama_bench(self, opts, model, trace) -> str:
         p, n, r = int(opts.get("-p", 512)), int(opts.get("-n", 128)), int(opts.get("-r", 5))
         rows = []
-        common = {"build_commit": "fake0c1", "build_number": 1, "cpu_info": "fake phone (Kirin-class)",
-                  "model_filename": model, "model_type": "llama 1B Q4_0", "n_threads": 4,
-                  "n_batch": 2048, "type_k": "f16", "type_v": "f16", "n_gpu_layers": 0}
+        common = {
+            "build_commit": "fake0c1",
+            "build_number": 1,
+            "cpu_info": "fake phone (Kirin-class)",
+            "model_filename": model,
+            "model_type": "llama 1B Q4_0",
+            "n_threads": 4,
+            "n_batch": 2048,
+            "type_k": "f16",
+            "type_v": "f16",
+            "n_gpu_layers": 0,
+        }
         for n_prompt, n_gen in ((p, 0), (0, n)):
             if not (n_prompt or n_gen):
                 continue
@@ -280,20 +328,32 @@ class Phone:
             units = n_prompt or n_gen
             ns = [int(self._run_trace(trace, units, rate) * 1e9) for _ in range(r)]
             ts = [units * 1e9 / x for x in ns]
-            rows.append(dict(common, n_prompt=n_prompt, n_gen=n_gen, avg_ns=int(np.mean(ns)),
-                             stddev_ns=int(np.std(ns)), avg_ts=float(np.mean(ts)),
-                             stddev_ts=float(np.std(ts)), samples_ns=ns, samples_ts=ts))
+            rows.append(
+                dict(
+                    common,
+                    n_prompt=n_prompt,
+                    n_gen=n_gen,
+                    avg_ns=int(np.mean(ns)),
+                    stddev_ns=int(np.std(ns)),
+                    avg_ts=float(np.mean(ts)),
+                    stddev_ts=float(np.std(ts)),
+                    samples_ns=ns,
+                    samples_ts=ts,
+                )
+            )
         return json.dumps(rows, indent=2) + "\n"
 
     def _mslite(self, opts, model, trace) -> str:
         loops = int(opts.get("--loopCount", 10))
         ms = [self._run_trace(trace, 128, self.prefill_tps) * 1e3 for _ in range(loops)]
-        return ("ModelPath = " + model + "\nModelType = MindIR\nInDataPath = \nConfigFilePath = \n"
-                "NumThreads = 4\nLoopCount = " + str(loops) + "\nstart unified benchmark run\n"
-                "PrepareTime = 41.337 ms\nRunning warm up loops...\nRunning benchmark loops...\n"
-                f"Model = {PurePosixPath(model).name}, NumThreads = 4, MinRunTime = {min(ms):f} ms, "
-                f"MaxRuntime = {max(ms):f} ms, AvgRunTime = {np.mean(ms):f} ms\n"
-                f"Run Benchmark {PurePosixPath(model).name} Success.\n")
+        return (
+            "ModelPath = " + model + "\nModelType = MindIR\nInDataPath = \nConfigFilePath = \n"
+            "NumThreads = 4\nLoopCount = " + str(loops) + "\nstart unified benchmark run\n"
+            "PrepareTime = 41.337 ms\nRunning warm up loops...\nRunning benchmark loops...\n"
+            f"Model = {PurePosixPath(model).name}, NumThreads = 4, MinRunTime = {min(ms):f} ms, "
+            f"MaxRuntime = {max(ms):f} ms, AvgRunTime = {np.mean(ms):f} ms\n"
+            f"Run Benchmark {PurePosixPath(model).name} Success.\n"
+        )
 
     def hidumper_mem(self, pid: str) -> tuple[str, int]:
         """`hidumper --mem PID` in memory_info.cpp's layout (device_parsers.py names it)."""
@@ -301,26 +361,61 @@ class Phone:
         if a is None or not pid.isdigit() or a[1]["pid"] != int(pid):
             return "", 0
         kb = a[1]["mem_kb"]
-        rows = [("native heap", kb - 9000, 0, 120, 0, kb - 9000, 0, 0, kb - 7000, kb - 8000, 1000),
-                ("AnonPage other", 4200, 0, 300, 0, 4200, 0, 0, 0, 0, 0),
-                ("stack", 300, 0, 0, 0, 300, 0, 0, 0, 0, 0),
-                (".so", 4500, 3800, 0, 200, 500, 0, 0, 0, 0, 0)]
+        rows = [
+            ("native heap", kb - 9000, 0, 120, 0, kb - 9000, 0, 0, kb - 7000, kb - 8000, 1000),
+            ("AnonPage other", 4200, 0, 300, 0, 4200, 0, 0, 0, 0, 0),
+            ("stack", 300, 0, 0, 0, 300, 0, 0, 0, 0, 0),
+            (".so", 4500, 3800, 0, 200, 500, 0, 0, 0, 0, 0),
+        ]
         title = max(len(r[0]) for r in rows)
-        head1 = ["Pss", "Shared", "Shared", "Private", "Private", "Swap", "SwapPss", "Heap", "Heap",
-                 "Heap"]
-        head2 = ["Total", "Clean", "Dirty", "Clean", "Dirty", "Total", "Total", "Size", "Alloc",
-                 "Free"]
-        lines = [" " * title + " " + "".join(f"{h:>14} " for h in head1),
-                 " " * title + " " + "".join(f"{h:>14} " for h in head2),
-                 " " * title + " " + "".join(f"{'( kB )':>14} " for _ in head1),
-                 " " * title + "".join("-" * 15 for _ in head1)]
+        head1 = [
+            "Pss",
+            "Shared",
+            "Shared",
+            "Private",
+            "Private",
+            "Swap",
+            "SwapPss",
+            "Heap",
+            "Heap",
+            "Heap",
+        ]
+        head2 = [
+            "Total",
+            "Clean",
+            "Dirty",
+            "Clean",
+            "Dirty",
+            "Total",
+            "Total",
+            "Size",
+            "Alloc",
+            "Free",
+        ]
+        lines = [
+            " " * title + " " + "".join(f"{h:>14} " for h in head1),
+            " " * title + " " + "".join(f"{h:>14} " for h in head2),
+            " " * title + " " + "".join(f"{'( kB )':>14} " for _ in head1),
+            " " * title + "".join("-" * 15 for _ in head1),
+        ]
         for r in rows:
             lines.append(f"{r[0]:>{title}} " + "".join(f"{v:>14} " for v in r[1:]))
-        total = [sum(r[i] for r in rows) for i in range(1, 8)] + [rows[0][8], rows[0][9], rows[0][10]]
+        total = [sum(r[i] for r in rows) for i in range(1, 8)] + [
+            rows[0][8],
+            rows[0][9],
+            rows[0][10],
+        ]
         lines.append("-" * (title + 1) + "-" * 15 * 9 + "-" * 14)
         lines.append(f"{'Total':>{title}} " + "".join(f"{v:>14} " for v in total))
-        lines += ["", "Purgeable:", f"{'PurgSum:':>16}0 kB", f"{'PurgPin:':>16}0 kB", "", "DMA:",
-                  f"{'Dma:':>16}0 kB"]
+        lines += [
+            "",
+            "Purgeable:",
+            f"{'PurgSum:':>16}0 kB",
+            f"{'PurgPin:':>16}0 kB",
+            "",
+            "DMA:",
+            f"{'Dma:':>16}0 kB",
+        ]
         return "\n".join(lines) + "\n", 0
 
 
@@ -357,8 +452,11 @@ class FakeShell:
                         break
                     rc = self.simple(simple)
                     self.rc = rc
-                    if self.then.get("exec_done") or self.then.get("vanish") \
-                            or self.then.get("hang"):
+                    if (
+                        self.then.get("exec_done")
+                        or self.then.get("vanish")
+                        or self.then.get("hang")
+                    ):
                         break
                 if self.then.get("vanish") or self.then.get("hang"):
                     return "".join(self.out), "".join(self.err), self.rc
@@ -371,11 +469,11 @@ class FakeShell:
             ch = text[i]
             if ch == "'":
                 j = text.index("'", i + 1)
-                cur.append(text[i + 1:j])
+                cur.append(text[i + 1 : j])
                 i, has = j + 1, True
             elif ch == '"':
                 j = text.index('"', i + 1)
-                cur.append(self._vars(text[i + 1:j]))
+                cur.append(self._vars(text[i + 1 : j]))
                 i, has = j + 1, True
             elif ch.isspace():
                 if cur or has:
@@ -390,7 +488,7 @@ class FakeShell:
                 i += 1
             elif text.startswith("$(", i):
                 j = text.index(")", i)
-                inner = [w for w in text[i + 2:j].split() if w != "2>/dev/null"]
+                inner = [w for w in text[i + 2 : j].split() if w != "2>/dev/null"]
                 val = ""
                 if inner[:1] == ["cat"] and len(inner) == 2:
                     val = (self.phone.read_file(self._abs(inner[1])) or "").strip()
@@ -582,6 +680,7 @@ def _split(text: str, sep: str) -> list[str]:
 
 # --- the host tools ----------------------------------------------------------------------------
 
+
 def handle(phone: Phone, req: dict) -> dict:
     tool, argv = req["tool"], req["argv"]
     if argv[:1] == ["_reload"]:
@@ -594,8 +693,7 @@ def handle(phone: Phone, req: dict) -> dict:
         if req["op"] == "run_done":
             phone.active = None
         return {"reads": a["reads"]}
-    if phone.active is not None and argv[2:3] == ["shell"] \
-            and "sh -c" not in " ".join(argv[3:]):
+    if phone.active is not None and argv[2:3] == ["shell"] and "sh -c" not in " ".join(argv[3:]):
         phone.active["reads"] += 1  # telemetry read while a benchmark runs
     if tool == "hdc":
         return hdc(phone, argv, req)
@@ -626,8 +724,10 @@ def hdc(phone: Phone, argv: list[str], req: dict) -> dict:
         return {"out": out, "err": err, "rc": 0, "then": sh.then}
     if rest[:2] == ["file", "send"]:
         data = _pushed(phone, req, rest[3])
-        return {"out": f"FileTransfer finish, Size:{len(data)}, File count = 1, time:3ms "
-                       f"rate:{len(data) / 3:.2f}kB/s\n"}
+        return {
+            "out": f"FileTransfer finish, Size:{len(data)}, File count = 1, time:3ms "
+            f"rate:{len(data) / 3:.2f}kB/s\n"
+        }
     return {"out": f"[Fail]Unknown command: {' '.join(rest)}\n"}
 
 
@@ -636,9 +736,11 @@ def adb(phone: Phone, argv: list[str], req: dict) -> dict:
         lines = ["List of devices attached\n"]
         if not phone.gone and phone.kind == "adb":
             if "-l" in argv:
-                lines.append(f"{phone.serial:<22} device usb:1-1 product:fake model:"
-                             f"{phone.cfg.get('props', {}).get('ro.product.model', 'Fake')}"
-                             " device:fake transport_id:1\n")
+                lines.append(
+                    f"{phone.serial:<22} device usb:1-1 product:fake model:"
+                    f"{phone.cfg.get('props', {}).get('ro.product.model', 'Fake')}"
+                    " device:fake transport_id:1\n"
+                )
             else:
                 lines.append(f"{phone.serial}\tdevice\n")
         return {"out": "".join(lines) + "\n"}
@@ -656,8 +758,9 @@ def adb(phone: Phone, argv: list[str], req: dict) -> dict:
         return {"out": out, "err": err, "rc": rc, "then": sh.then}
     if rest[:1] == ["push"]:
         data = _pushed(phone, req, rest[2])
-        return {"out": f"{rest[1]}: 1 file pushed, 0 skipped. 12.3 MB/s ({len(data)} bytes in "
-                       "0.001s)\n"}
+        return {
+            "out": f"{rest[1]}: 1 file pushed, 0 skipped. 12.3 MB/s ({len(data)} bytes in 0.001s)\n"
+        }
     return {"err": f"adb: unknown command {rest[:1]}\n", "rc": 1}
 
 
@@ -689,7 +792,7 @@ def serve(state_dir: Path) -> None:
     while True:
         try:
             conn, _ = srv.accept()
-        except socket.timeout:
+        except TimeoutError:
             break
         with conn:
             data = b""

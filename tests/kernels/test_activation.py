@@ -75,8 +75,9 @@ def test_gelu_tanh_gate_matches_ref_and_torch_formula(shape):
     ref = gelu_tanh_gate_ref(gate, up)
     assert_within(got, ref, GELU_GATE_ABS_TOL, "kernel vs twin")
     g = gate.astype(np.float64)  # PyTorch's gelu(approximate="tanh") in float64
-    exact = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3))) * up
+    exact = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g**3))) * up
     assert_within(ref, exact, 1e-5, "twin vs the float64 formula")
     big = np.array([-30.0, -9.5, 0.0, 9.5, 30.0], np.float32)
-    np.testing.assert_allclose(gelu_tanh_gate(big, np.ones(5, np.float32)),
-                               [0.0, 0.0, 0.0, 9.5, 30.0], atol=1e-6)
+    np.testing.assert_allclose(
+        gelu_tanh_gate(big, np.ones(5, np.float32)), [0.0, 0.0, 0.0, 9.5, 30.0], atol=1e-6
+    )

@@ -67,16 +67,31 @@ ROUNDTRIP_BOUND = {
 }
 # Kernel vs its `_ref`: the same integer (or float) arithmetic, differing only in float32 rounding
 # of the sums: this fraction of sum_k |x_k| |w_hat_k| (x_hat is within 1/254 of x per block).
-MAX_KERNEL_VS_REF_REL = {"fp32": 2.0**-16, "fp16": 2.0**-16, "int8": 2.0**-16, "int4": 2.0**-16,
-                         "int4-sym": 2.0**-16, "q4_0": 2.0**-16, "q4_1": 2.0**-16,
-                         "q8_0": 2.0**-16}
+MAX_KERNEL_VS_REF_REL = {
+    "fp32": 2.0**-16,
+    "fp16": 2.0**-16,
+    "int8": 2.0**-16,
+    "int4": 2.0**-16,
+    "int4-sym": 2.0**-16,
+    "q4_0": 2.0**-16,
+    "q4_1": 2.0**-16,
+    "q8_0": 2.0**-16,
+}
 # Quantized dot vs the float32 dot of the original weights (relative Frobenius error on Gaussian
 # weights with 1% 8x outliers): weight quantization, plus int8 activations for the integer kernels.
 # Measured on three seeds: fp32 1.4e-7, fp16 2.4e-4, int8 0.025, int4 0.10, int4-sym 0.154 (sym
 # spends a level on symmetry and cannot follow a row's offset); q4_0 0.139, q4_1 0.114, q8_0
 # 0.0102 (its scale per 32-block follows outliers that int8's per-row scale cannot).
-MAX_DOT_PRODUCT_ERROR = {"fp32": 1e-6, "fp16": 1e-3, "int8": 0.035, "int4": 0.14, "int4-sym": 0.20,
-                         "q4_0": 0.19, "q4_1": 0.16, "q8_0": 0.015}
+MAX_DOT_PRODUCT_ERROR = {
+    "fp32": 1e-6,
+    "fp16": 1e-3,
+    "int8": 0.035,
+    "int4": 0.14,
+    "int4-sym": 0.20,
+    "q4_0": 0.19,
+    "q4_1": 0.16,
+    "q8_0": 0.015,
+}
 
 
 def _weights(n, k, seed):
@@ -111,8 +126,12 @@ def test_round_trip_fast_vs_ref_size_and_layout(name, n, k):
     ref = f.quantize_ref(w, GROUP)
     for a, b in zip(f.arrays(stored).values(), f.arrays(ref).values()):  # fast == _ref, bit for bit
         assert a.dtype == b.dtype and np.array_equal(a, b), name
-    assert_within(f.dequantize(stored), w, ROUNDTRIP_BOUND[name](w.astype(np.float64), stored),
-                  f"{name} round trip ({n}x{k})")
+    assert_within(
+        f.dequantize(stored),
+        w,
+        ROUNDTRIP_BOUND[name](w.astype(np.float64), stored),
+        f"{name} round trip ({n}x{k})",
+    )
     arrays = f.arrays(stored)
     assert f.nbytes(n, k, GROUP) == stored.nbytes == sum(a.nbytes for a in arrays.values())
     back = f.from_arrays(f.arrays(stored), (n, k), GROUP)  # the layout artifacts store

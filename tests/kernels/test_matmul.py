@@ -9,7 +9,13 @@ import pytest
 
 from harmony_ref.kernels import matmul as mm
 from harmony_ref.kernels._testing import assert_within
-from harmony_ref.kernels.matmul import matmul_w4, matmul_w4_ref, matmul_w8, matmul_w8_ref, prepare_w4
+from harmony_ref.kernels.matmul import (
+    matmul_w4,
+    matmul_w4_ref,
+    matmul_w8,
+    matmul_w8_ref,
+    prepare_w4,
+)
 from harmony_ref.quant.int4 import dequantize_int4, quantize_int4
 from harmony_ref.quant.int8 import dequantize_int8, quantize_int8
 
@@ -55,8 +61,15 @@ def _abs_sum(x_hat, w_hat):
 @pytest.mark.parametrize("scheme", ["asym", "sym"])
 @pytest.mark.parametrize(
     "m, n, k, group",
-    [(1, 127, 256, 32), (3, 17, 128, 128), (17, 33, 64, 64), (33, 3, 96, 32), (127, 1, 32, 32),
-     (2, 65, 40, 8), (5, 130, 48, 48)],
+    [
+        (1, 127, 256, 32),
+        (3, 17, 128, 128),
+        (17, 33, 64, 64),
+        (33, 3, 96, 32),
+        (127, 1, 32, 32),
+        (2, 65, 40, 8),
+        (5, 130, 48, 48),
+    ],
 )
 @PATHS
 def test_matmul_w4_matches_ref(m, n, k, group, scheme, isa):
@@ -64,7 +77,9 @@ def test_matmul_w4_matches_ref(m, n, k, group, scheme, isa):
     t = quantize_int4(w, group, scheme)
     got, ref = w4_on(isa)(x, t), matmul_w4_ref(x, t)
     x_hat, _ = _x_hat(x, mm.act_block_for(group))
-    assert_within(got, ref, FAST_VS_REF_REL * _abs_sum(x_hat, dequantize_int4(t)), "matmul_w4 vs ref")
+    assert_within(
+        got, ref, FAST_VS_REF_REL * _abs_sum(x_hat, dequantize_int4(t)), "matmul_w4 vs ref"
+    )
 
 
 @pytest.mark.parametrize(
@@ -77,7 +92,9 @@ def test_matmul_w8_matches_ref(m, n, k, isa):
     got, ref = w8_on(isa)(x, t), matmul_w8_ref(x, t)
     block = mm.ACT_BLOCK if k % mm.ACT_BLOCK == 0 else k
     x_hat, _ = _x_hat(x, block)
-    assert_within(got, ref, FAST_VS_REF_REL * _abs_sum(x_hat, dequantize_int8(t)), "matmul_w8 vs ref")
+    assert_within(
+        got, ref, FAST_VS_REF_REL * _abs_sum(x_hat, dequantize_int8(t)), "matmul_w8 vs ref"
+    )
 
 
 @pytest.mark.parametrize("group, scheme", [(32, "asym"), (128, "asym"), (32, "sym")])
@@ -103,9 +120,10 @@ def test_matmul_w8_error_vs_float_weights_is_bounded():
     got = matmul_w8(x, t)
     exact = x.astype(np.float64) @ w.T.astype(np.float64)
     _, step_x = _x_hat(x, mm.ACT_BLOCK)
-    bound = np.abs(x) @ np.repeat(t.scale[:, None] / 2, 512, axis=1).T + (step_x / 2) @ np.abs(
-        dequantize_int8(t)
-    ).T
+    bound = (
+        np.abs(x) @ np.repeat(t.scale[:, None] / 2, 512, axis=1).T
+        + (step_x / 2) @ np.abs(dequantize_int8(t)).T
+    )
     bound = bound * (1 + QUANT_BOUND_SLACK_REL) + QUANT_BOUND_SLACK_REL * _abs_sum(x, w)
     assert_within(got, exact, bound, "matmul_w8 vs float32 x @ W.T")
     assert np.linalg.norm(got - exact) / np.linalg.norm(exact) < W8_REL_FROB_ERR
@@ -119,7 +137,9 @@ def test_prefill_rows_equal_decode_rows_bit_for_bit(m, isa):
     for fast, t in ((w4_on(isa), quantize_int4(w, 32)), (w8_on(isa), quantize_int8(w))):
         got = fast(x, t)
         for i in range(m):
-            np.testing.assert_array_equal(got[i], fast(x[i], t), err_msg=f"{mm.ISA_NAMES[isa]} row {i}")
+            np.testing.assert_array_equal(
+                got[i], fast(x[i], t), err_msg=f"{mm.ISA_NAMES[isa]} row {i}"
+            )
 
 
 @pytest.mark.parametrize("k", [32, 1028])
@@ -136,7 +156,10 @@ def test_w8_prefill_block_sums_stay_exact_at_full_scale(k):
     xq, xs, _ = mm._quantize_activations(x, p.act_block)
     assert p.act_block == (mm.ACT_BLOCK if k == 32 else k) and np.abs(xq).max() == mm.ACT_MAX_LEVEL
     blocked = mm._matmul_w8_tiles_mblock(xq, xs, p.values, p.scale, p.act_block)
-    np.testing.assert_array_equal(blocked, mm._matmul_w8_tiles(xq, xs, p.values, p.scale, p.act_block))
+    np.testing.assert_array_equal(
+        blocked, mm._matmul_w8_tiles(xq, xs, p.values, p.scale, p.act_block)
+    )
+
 
 def test_vector_input_and_zero_blocks():
     x, w = _data(1, 33, 128, seed=5)

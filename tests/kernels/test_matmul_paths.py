@@ -19,8 +19,16 @@ from harmony_ref.quant.int8 import Int8Tensor, quantize_int8
 X86_PATHS = [i for i in mm.SUPPORTED_ISAS if i != mm.ISA_PORTABLE]
 PATHS = pytest.mark.parametrize("isa", X86_PATHS, ids=lambda i: mm.ISA_NAMES[i])
 SHAPES = [  # m, n, k, group: GEMV and GEMM row counts, N around the 64-row tile, K chunk edges
-    (1, 1, 32, 32), (3, 63, 64, 32), (4, 65, 96, 32), (5, 130, 288, 32), (8, 64, 48, 48),
-    (9, 7, 512, 128), (17, 129, 40, 8), (128, 70, 544, 32), (6, 33, 320, 64), (13, 3, 16, 16),
+    (1, 1, 32, 32),
+    (3, 63, 64, 32),
+    (4, 65, 96, 32),
+    (5, 130, 288, 32),
+    (8, 64, 48, 48),
+    (9, 7, 512, 128),
+    (17, 129, 40, 8),
+    (128, 70, 544, 32),
+    (6, 33, 320, 64),
+    (13, 3, 16, 16),
 ]
 
 
@@ -55,8 +63,9 @@ def test_x86_paths_found_where_numba_targets_them():
 
 @PATHS
 @pytest.mark.parametrize("m, n, k, group", SHAPES)
-@pytest.mark.parametrize("scheme, scale_dtype", [("asym", np.float16), ("sym", np.float16),
-                                                 ("asym", np.float32)])
+@pytest.mark.parametrize(
+    "scheme, scale_dtype", [("asym", np.float16), ("sym", np.float16), ("asym", np.float32)]
+)
 def test_w4_path_equals_portable(isa, m, n, k, group, scheme, scale_dtype):
     x, w = _random(m, n, k, seed=m * 31 + n + k)
     t = quantize_int4(w, group, scheme, scale_dtype=scale_dtype)
@@ -136,8 +145,9 @@ def test_kernels_on_int8_extremes_fed_directly(isa, m, xval):
     p4x, p4 = mm._prepare_w4(t4, isa), mm._prepare_w4(t4, mm.ISA_PORTABLE)
     kern = x86._w4_gemm if m % x86.GEMM_ROWS == 0 else x86._w4_gemv
     got = kern(isa, xq.view(np.int32), xs, xsum, p4x.packed, p4x.scale, p4x.zero, 32, 32)
-    want = mm._matmul_w4_tiles(_portable_from_bytes(xq), xs, xsum, p4.packed, p4.scale, p4.zero,
-                               32, 32)
+    want = mm._matmul_w4_tiles(
+        _portable_from_bytes(xq), xs, xsum, p4.packed, p4.scale, p4.zero, 32, 32
+    )
     _same(got, want, f"w4 kernel {mm.ISA_NAMES[isa]} x {xval}")
     values = np.full((n, k), 127, np.int8)
     values[::2] = -127
@@ -172,8 +182,13 @@ def test_isa_choice_and_forcing():
 
 
 def _python(code, **env):
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -183,5 +198,7 @@ def test_env_var_forces_the_path_and_generic_cpu_gets_portable():
     assert _python(code, HARMONY_REF_MATMUL_ISA="portable") == "portable"
     # numba compiling for a generic x86-64 (no features) must not be handed x86 intrinsics (the
     # features emptied too: an emulated-CPU run, tests/emulated_cpus.py, sets its own list)
-    assert _python(code, NUMBA_CPU_NAME="generic", NUMBA_CPU_FEATURES="",
-                   HARMONY_REF_MATMUL_ISA="") == "portable"
+    assert (
+        _python(code, NUMBA_CPU_NAME="generic", NUMBA_CPU_FEATURES="", HARMONY_REF_MATMUL_ISA="")
+        == "portable"
+    )

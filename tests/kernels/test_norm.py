@@ -55,7 +55,11 @@ def test_shapes_1d_3d_and_eps():
     got = nm.norm_bias_gelu(x3, gamma, beta, bias, eps=1e-3)
     assert got.shape == x3.shape and got.dtype == np.float32
     _close(got, nm.norm_bias_gelu_ref(x3, gamma, beta, bias, eps=1e-3), "3-D input")
-    _close(nm.norm_bias_gelu(x[0], gamma, beta, bias), nm.norm_bias_gelu_ref(x[0], gamma, beta, bias), "1-D")
+    _close(
+        nm.norm_bias_gelu(x[0], gamma, beta, bias),
+        nm.norm_bias_gelu_ref(x[0], gamma, beta, bias),
+        "1-D",
+    )
 
 
 def test_constant_row_gives_gelu_of_shift():

@@ -9,12 +9,19 @@ from numba.core.registry import CPUDispatcher
 from harmony_ref.kernels import activation, attention, matmul, norm, rope
 
 # Compiled functions that may be serial, and why.
-_DECODE_ROW = ("decoder hot path over one row of 576-1536 values per call: a parallel launch "
-               "(2.5 us measured) costs more than the work; prefill rows are cheap too")
-SERIAL_OK = {"_tanh_vec": "norm.tanh_approx: exposes the kernels' tanh to its accuracy test",
-             "rms_norm_rows": _DECODE_ROW, "add_rms_norm_rows": _DECODE_ROW,
-             "rope_rows": _DECODE_ROW, "silu_gate_rows": _DECODE_ROW,
-             "gelu_tanh_gate_rows": _DECODE_ROW, "rms_norm_heads_rows": _DECODE_ROW}
+_DECODE_ROW = (
+    "decoder hot path over one row of 576-1536 values per call: a parallel launch "
+    "(2.5 us measured) costs more than the work; prefill rows are cheap too"
+)
+SERIAL_OK = {
+    "_tanh_vec": "norm.tanh_approx: exposes the kernels' tanh to its accuracy test",
+    "rms_norm_rows": _DECODE_ROW,
+    "add_rms_norm_rows": _DECODE_ROW,
+    "rope_rows": _DECODE_ROW,
+    "silu_gate_rows": _DECODE_ROW,
+    "gelu_tanh_gate_rows": _DECODE_ROW,
+    "rms_norm_heads_rows": _DECODE_ROW,
+}
 
 DISPATCHERS = [
     (mod.__name__.rsplit(".", 1)[-1], name, obj)
@@ -26,11 +33,16 @@ DISPATCHERS = [
 
 def test_kernels_found():
     assert {name for _, name, _ in DISPATCHERS} >= {
-        "_matmul_w4_tiles", "_matmul_w8_tiles", "_norm_bias_gelu_rows", "_decode_attention"}
+        "_matmul_w4_tiles",
+        "_matmul_w8_tiles",
+        "_norm_bias_gelu_rows",
+        "_decode_attention",
+    }
 
 
-@pytest.mark.parametrize("module, name, kernel", DISPATCHERS,
-                         ids=[f"{m}.{n}" for m, n, _ in DISPATCHERS])
+@pytest.mark.parametrize(
+    "module, name, kernel", DISPATCHERS, ids=[f"{m}.{n}" for m, n, _ in DISPATCHERS]
+)
 def test_kernel_is_cached_and_parallel(module, name, kernel):
     opts = kernel.targetoptions
     if opts.get("inline") == "always":

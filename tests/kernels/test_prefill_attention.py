@@ -61,8 +61,9 @@ def test_each_row_equals_decode_attention_at_its_position(dtype):
     for i in range(6):
         step = at.KVCache(cache.max_context, 2, 16, dtype)
         step.append(k[: 3 + i + 1], v[: 3 + i + 1])
-        assert_within(full[i], at.decode_attention(q[i], step), FAST_VS_REF_ABS_TOL,
-                      f"row {i} vs decode")
+        assert_within(
+            full[i], at.decode_attention(q[i], step), FAST_VS_REF_ABS_TOL, f"row {i} vs decode"
+        )
 
 
 def test_first_token_attends_only_to_itself_and_large_scores_are_stable():
@@ -100,15 +101,20 @@ def test_window_prefill_matches_ref_and_a_masked_float(window, past, new):
     v = rng.standard_normal((past + new, 2, 16)).astype(np.float32)
     q = rng.standard_normal((new, 6, 16)).astype(np.float32)
     got = at.window_prefill_attention(q, k, v, window)
-    assert_within(got, at.window_prefill_attention_ref(q, k, v, window), FAST_VS_REF_ABS_TOL,
-                  "fast vs ref")
+    assert_within(
+        got, at.window_prefill_attention_ref(q, k, v, window), FAST_VS_REF_ABS_TOL, "fast vs ref"
+    )
     for i in range(new):  # row i: the float attention over its last `window` keys only
         pos = past + i
         lo = max(0, pos - window + 1)
-        want = _float_causal(q[i:i + 1], k[lo:pos + 1], v[lo:pos + 1])
-        assert_within(got[i:i + 1], want, FAST_VS_REF_ABS_TOL * 10, f"row {i} window {window}")
-    assert_within(at.window_prefill_attention(q, k, v, 0), _float_causal(q, k, v),
-                  FAST_VS_REF_ABS_TOL * 10, "window 0 is plain causal attention")
+        want = _float_causal(q[i : i + 1], k[lo : pos + 1], v[lo : pos + 1])
+        assert_within(got[i : i + 1], want, FAST_VS_REF_ABS_TOL * 10, f"row {i} window {window}")
+    assert_within(
+        at.window_prefill_attention(q, k, v, 0),
+        _float_causal(q, k, v),
+        FAST_VS_REF_ABS_TOL * 10,
+        "window 0 is plain causal attention",
+    )
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "int8"])
@@ -126,8 +132,8 @@ def test_ring_cache_keeps_the_last_window_in_order(dtype):
         assert ring.pos == hi and ring.length == n
         rk, rv = ring.ordered_kv()
         fk, fv = at.cached_kv_ref(full)
-        np.testing.assert_array_equal(rk, fk[hi - n:hi])
-        np.testing.assert_array_equal(rv, fv[hi - n:hi])
+        np.testing.assert_array_equal(rk, fk[hi - n : hi])
+        np.testing.assert_array_equal(rv, fv[hi - n : hi])
         q = rng.standard_normal((4, 8)).astype(np.float32)  # decode reads the slots in any order
         window_ref = at.window_prefill_attention_ref(q[None], fk[:hi], fv[:hi], 5)[0]
         assert_within(at.decode_attention(q, ring), window_ref, FAST_VS_REF_ABS_TOL, "decode")

@@ -13,13 +13,16 @@ REL_TOL_VS_REF = 1e-5
 
 
 @pytest.mark.parametrize("m", [1, 7, 64])
-@pytest.mark.parametrize("types", [("q4_1", "q4_0", "q4_1"), ("q4_0", "q4_1"), ("q4_1", "q4_1"),
-                                   ("q4_0",)])
+@pytest.mark.parametrize(
+    "types", [("q4_1", "q4_0", "q4_1"), ("q4_0", "q4_1"), ("q4_1", "q4_1"), ("q4_0",)]
+)
 def test_mixed_rows_equal_separate_calls(m, types):
     rng = np.random.default_rng(len(types) * 100 + m)
     k = 96
-    ws = [rng.standard_normal((n, k)).astype(np.float32) * s
-          for n, s in zip((33, 5, 17), (1.0, 0.02, 30.0))][:len(types)]
+    ws = [
+        rng.standard_normal((n, k)).astype(np.float32) * s
+        for n, s in zip((33, 5, 17), (1.0, 0.02, 30.0))
+    ][: len(types)]
     ts = [QUANTIZERS[q](w) for q, w in zip(types, ws)]
     x = rng.standard_normal((m, k)).astype(np.float32)
     got = matmul_ggml(x, prepare_q4_rows(ts))
@@ -27,14 +30,16 @@ def test_mixed_rows_equal_separate_calls(m, types):
     np.testing.assert_array_equal(got, want)
     ref = np.concatenate([matmul_ggml_ref(x, t) for t in ts], axis=1)
     scale = np.abs(ref).max()
-    assert np.abs(got - ref).max() <= REL_TOL_VS_REF * scale * k ** 0.5
+    assert np.abs(got - ref).max() <= REL_TOL_VS_REF * scale * k**0.5
     assert got.shape == (m, sum(w.shape[0] for w in ws))
 
 
 def test_mixed_rows_vector_input_and_bytes():
     rng = np.random.default_rng(3)
-    ts = [QUANTIZERS["q4_0"](rng.standard_normal((4, 64)).astype(np.float32)),
-          QUANTIZERS["q4_1"](rng.standard_normal((6, 64)).astype(np.float32))]
+    ts = [
+        QUANTIZERS["q4_0"](rng.standard_normal((4, 64)).astype(np.float32)),
+        QUANTIZERS["q4_1"](rng.standard_normal((6, 64)).astype(np.float32)),
+    ]
     p = prepare_q4_rows(ts)
     assert p.shape == (10, 64) and p.nbytes == sum(t.nbytes for t in ts)
     x = rng.standard_normal(64).astype(np.float32)

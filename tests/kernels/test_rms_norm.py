@@ -23,7 +23,7 @@ def test_rms_norm_matches_ref(shape):
     assert_within(got, ref, RMS_ABS_TOL + RMS_REL_TOL * np.abs(ref), "rms_norm vs ref")
     # the definition, in float64
     x64 = x.astype(np.float64)
-    exact = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-5) * w
+    exact = x64 / np.sqrt((x64**2).mean(-1, keepdims=True) + 1e-5) * w
     assert_within(ref, exact, 1e-5 * (1 + np.abs(exact)), "ref vs float64 definition")
 
 
@@ -92,12 +92,13 @@ def test_head_norm_matches_ref_and_touches_only_its_heads(t, heads, hd):
     rng = np.random.default_rng(t * heads + hd)
     x = rng.standard_normal((t, heads, hd)).astype(np.float32) * 5
     w = (1 + 0.1 * rng.standard_normal(hd)).astype(np.float32)
-    assert_within(norm.rms_norm_heads(x, w, 1e-6), norm.rms_norm_heads_ref(x, w, 1e-6),
-                  RMS_ABS_TOL, "heads")
+    assert_within(
+        norm.rms_norm_heads(x, w, 1e-6), norm.rms_norm_heads_ref(x, w, 1e-6), RMS_ABS_TOL, "heads"
+    )
     row = rng.standard_normal((t, (heads + 2) * hd)).astype(np.float32)  # q heads, then 2 more
     before = row.copy()
     norm.rms_norm_heads_rows(row, 1, heads, hd, w, np.float32(1e-6))  # heads 1 .. heads
     np.testing.assert_array_equal(row[:, :hd], before[:, :hd])
-    np.testing.assert_array_equal(row[:, (heads + 1) * hd:], before[:, (heads + 1) * hd:])
-    want = norm.rms_norm_heads_ref(before[:, hd:(heads + 1) * hd].reshape(t, heads, hd), w, 1e-6)
-    assert_within(row[:, hd:(heads + 1) * hd].reshape(t, heads, hd), want, RMS_ABS_TOL, "rows")
+    np.testing.assert_array_equal(row[:, (heads + 1) * hd :], before[:, (heads + 1) * hd :])
+    want = norm.rms_norm_heads_ref(before[:, hd : (heads + 1) * hd].reshape(t, heads, hd), w, 1e-6)
+    assert_within(row[:, hd : (heads + 1) * hd].reshape(t, heads, hd), want, RMS_ABS_TOL, "rows")

@@ -28,8 +28,12 @@ def test_rotation_invariants():
     pos = np.arange(6)
     y = rp.rope(x, pos, 100000.0)
     # a rotation keeps each head's norm, and position 0 is the identity
-    assert_within(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1),
-                  ROPE_INVARIANT_REL_TOL * 10, "norm preserved")
+    assert_within(
+        np.linalg.norm(y, axis=-1),
+        np.linalg.norm(x, axis=-1),
+        ROPE_INVARIANT_REL_TOL * 10,
+        "norm preserved",
+    )
     np.testing.assert_array_equal(y[0], x[0])
     # q.k depends on the positions only through their difference
     q, k = x[:1, :1], x[1:2, :1]
@@ -58,7 +62,7 @@ def test_fused_rows_rotate_only_the_first_heads():
     expected[:, : (n_q + n_k) * hd] = rot.reshape(t, -1)
     rp.rope_rows(qkv, n_q + n_k, hd, cos[pos], sin[pos])
     assert_within(qkv, expected, ROPE_ABS_TOL, "fused rows")
-    np.testing.assert_array_equal(qkv[:, (n_q + n_k) * hd:], expected[:, (n_q + n_k) * hd:])
+    np.testing.assert_array_equal(qkv[:, (n_q + n_k) * hd :], expected[:, (n_q + n_k) * hd :])
 
 
 def test_zeros_stay_zero():

@@ -41,8 +41,9 @@ def _case(m, k, n, seed, granularity):
 
 @PATHS
 @pytest.mark.parametrize("granularity", ["per-tensor", "per-channel"])
-@pytest.mark.parametrize("m,k,n", [(1, 576, 1536), (4, 96, 65), (7, 1536, 130), (3, 40, 7),
-                                   (9, 64, 1)])
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 576, 1536), (4, 96, 65), (7, 1536, 130), (3, 40, 7), (9, 64, 1)]
+)
 def test_kernel_matches_ref_on_fresh_inputs(isa, granularity, m, k, n):
     x, w, q = _case(m, k, n, seed=m * 1000 + k + n, granularity=granularity)
     ref = matmul_w8a8_ref(x, q)

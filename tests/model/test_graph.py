@@ -35,8 +35,24 @@ def test_norm_bias_activation_become_one_kernel():
     n = 1000 * 2  # 1000 fp16 values
     ops = [
         Op("ln", "norm", "ln", vector_flops=5000, act_in_bytes=n, act_out_bytes=n),
-        Op("ln.bias", "bias", "ln", vector_flops=1000, act_in_bytes=n, act_out_bytes=n, reads_prev_bytes=n),
-        Op("gelu", "activation", "ln", vector_flops=8000, act_in_bytes=n, act_out_bytes=n, reads_prev_bytes=n),
+        Op(
+            "ln.bias",
+            "bias",
+            "ln",
+            vector_flops=1000,
+            act_in_bytes=n,
+            act_out_bytes=n,
+            reads_prev_bytes=n,
+        ),
+        Op(
+            "gelu",
+            "activation",
+            "ln",
+            vector_flops=8000,
+            act_in_bytes=n,
+            act_out_bytes=n,
+            reads_prev_bytes=n,
+        ),
     ]
     (one,) = fuse(ops)
     assert one.fused == ("ln.bias", "gelu")
@@ -87,7 +103,14 @@ def test_decode_is_affine_in_context():
     spec, pol = get_spec("qwen2.5-1.5b"), load_policy("int4-g32")
     g = [build_graph(spec, pol, "decode", context=c, kv_dtype="int8") for c in (100, 101, 357)]
     for a, b, c in zip(*(x.ops for x in g)):
-        for f in ("flops", "vector_flops", "kv_read_bytes", "act_in_bytes", "act_out_bytes", "tile_bytes"):
+        for f in (
+            "flops",
+            "vector_flops",
+            "kv_read_bytes",
+            "act_in_bytes",
+            "act_out_bytes",
+            "tile_bytes",
+        ):
             va, vb, vc = getattr(a, f), getattr(b, f), getattr(c, f)
             assert vc == pytest.approx(va + (vb - va) * 257, rel=1e-12), (a.name, f)
 
@@ -141,8 +164,15 @@ def test_ops_carry_the_shapes_their_counts_come_from(name, batch):
                 assert op.flops == 2.0 * op.m * op.n * op.k, op.name
                 assert op.act_in_bytes == op.m * op.k * a, op.name
                 assert op.act_out_bytes == op.m * op.n * a, op.name
-            elif op.kind in ("bias", "activation", "gate_mul", "residual_add", "rope", "norm",
-                             "embedding"):
+            elif op.kind in (
+                "bias",
+                "activation",
+                "gate_mul",
+                "residual_add",
+                "rope",
+                "norm",
+                "embedding",
+            ):
                 assert op.act_out_bytes == op.m * op.n * a, op.name
             elif op.kind in ("kv_write", "pool"):
                 assert op.act_in_bytes == op.m * op.n * a, op.name

@@ -36,8 +36,10 @@ def _zeroed(w, pruned, head_dim):
         lw.w_up[drop_ch] = 0
         lw.w_down[:, drop_ch] = 0
         q_rows = lw.wq.reshape(-1, head_dim, lw.wq.shape[1])
-        kept_h = [int(np.flatnonzero((q_rows == h).all((1, 2)))[0])
-                  for h in pw.wq.reshape(-1, head_dim, pw.wq.shape[1])]
+        kept_h = [
+            int(np.flatnonzero((q_rows == h).all((1, 2)))[0])
+            for h in pw.wq.reshape(-1, head_dim, pw.wq.shape[1])
+        ]
         drop_h = np.setdiff1d(np.arange(q_rows.shape[0]), kept_h)
         lw.wo = lw.wo.copy().reshape(lw.wo.shape[0], -1, head_dim)
         lw.wo[:, drop_h] = 0  # a head whose o columns are zero contributes nothing
@@ -55,8 +57,9 @@ def test_pruned_equals_zeroed(arch, ffn, heads):
     got = LlamaRef(pruned).prefill(TOKENS, all_logits=True)
     assert np.abs(got - ref).max() <= PRUNED_VS_ZEROED_ABS_TOL
     # the kernel path through the same runtime, with narrower matrices, follows it too
-    pol = policy_from_dict({"name": "p", "default": "fp32",
-                            "prune": {"ffn": ffn, "heads": heads}}, "<test>")
+    pol = policy_from_dict(
+        {"name": "p", "default": "fp32", "prune": {"ffn": ffn, "heads": heads}}, "<test>"
+    )
     m = Llama(w, pol)
     kern = m.prefill(TOKENS, all_logits=True)
     assert np.abs(kern - ref).max() <= 1e-3  # fp16 KV cache
@@ -86,8 +89,9 @@ def test_head_pruning_keeps_gqa_valid(unit):
 
 def test_l1_drops_the_smallest_units():
     rng = np.random.default_rng(0)
-    up, gate, down = (rng.standard_normal(s).astype(np.float32)
-                      for s in ((128, 16), (128, 16), (16, 128)))
+    up, gate, down = (
+        rng.standard_normal(s).astype(np.float32) for s in ((128, 16), (128, 16), (16, 128))
+    )
     small = rng.choice(128, 32, replace=False)  # 32 channels with norms 100x smaller
     for a in (up, gate):
         a[small] *= 0.01
@@ -104,8 +108,16 @@ def test_per_block_ratios_and_errors():
     spec = PruneSpec(ffn=0.25, blocks=((1, 0.5, None), (2, 0.0, None)))
     p = prune_decoder(w, spec)
     assert [lw.w_up.shape[0] for lw in p.layers] == [96, 64, 128]
-    Llama(w, policy_from_dict({"default": "int4-g32", "prune": {
-        "ffn": 0.25, "blocks": {"1": {"ffn": 0.5}, "2": {"ffn": 0.0}}}}, "x.toml"))
+    Llama(
+        w,
+        policy_from_dict(
+            {
+                "default": "int4-g32",
+                "prune": {"ffn": 0.25, "blocks": {"1": {"ffn": 0.5}, "2": {"ffn": 0.0}}},
+            },
+            "x.toml",
+        ),
+    )
     with pytest.raises(ValueError, match="block 5"):
         prune_decoder(w, PruneSpec(blocks=((5, 0.5, None),)))
 
@@ -119,15 +131,19 @@ def test_minilm_pruned_equals_zeroed(tiny):
     for i in range(tiny.n_layers):
         p = f"encoder.layer.{i}."
         inter = params[p + "intermediate.dense.weight"]
-        kept = [int(np.flatnonzero((inter == r).all(1))[0])
-                for r in pruned[p + "intermediate.dense.weight"]]
+        kept = [
+            int(np.flatnonzero((inter == r).all(1))[0])
+            for r in pruned[p + "intermediate.dense.weight"]
+        ]
         drop = np.setdiff1d(np.arange(inter.shape[0]), kept)
         od = params[p + "output.dense.weight"].copy()
         od[:, drop] = 0  # GELU(bias) of a dropped channel is multiplied by a zero column
         zeroed[p + "output.dense.weight"] = od
         q = params[p + "attention.self.query.weight"].reshape(nh, hd, -1)
-        kept_h = [int(np.flatnonzero((q == h).all((1, 2)))[0])
-                  for h in pruned[p + "attention.self.query.weight"].reshape(-1, hd, q.shape[2])]
+        kept_h = [
+            int(np.flatnonzero((q == h).all((1, 2)))[0])
+            for h in pruned[p + "attention.self.query.weight"].reshape(-1, hd, q.shape[2])
+        ]
         drop_h = np.setdiff1d(np.arange(nh), kept_h)
         o = params[p + "attention.output.dense.weight"].copy().reshape(-1, nh, hd)
         o[:, drop_h] = 0
@@ -141,13 +157,16 @@ def test_minilm_pruned_equals_zeroed(tiny):
     finally:
         tiny.params = params
         tiny._cache.clear()
-    pol = policy_from_dict({"name": "p", "default": "fp32", "prune": {"ffn": 0.5, "heads": 0.5}},
-                           "<test>")
+    pol = policy_from_dict(
+        {"name": "p", "default": "fp32", "prune": {"ffn": 0.5, "heads": 0.5}}, "<test>"
+    )
     got = tiny.encode(sentences, pol)
     assert np.abs(got - ref).max() <= PRUNED_VS_ZEROED_ABS_TOL
     lin = tiny.linears(pol)
-    assert lin["encoder.layer.0.intermediate.dense"].shape[0] == pruned[
-        "encoder.layer.0.intermediate.dense.weight"].shape[0]
+    assert (
+        lin["encoder.layer.0.intermediate.dense"].shape[0]
+        == pruned["encoder.layer.0.intermediate.dense.weight"].shape[0]
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -157,9 +176,21 @@ CAL_TOKENS = list(range(3, 200))  # tiny models have no tokenizer file: windows 
 
 
 def _act_policy(ffn, heads, unit="query"):
-    return policy_from_dict({"name": "act", "default": "fp32", "prune": {
-        "ffn": ffn, "heads": heads, "head_unit": unit, "score": "activation", "samples": 3,
-        "sample_tokens": 16}}, "<act>")
+    return policy_from_dict(
+        {
+            "name": "act",
+            "default": "fp32",
+            "prune": {
+                "ffn": ffn,
+                "heads": heads,
+                "head_unit": unit,
+                "score": "activation",
+                "samples": 3,
+                "sample_tokens": 16,
+            },
+        },
+        "<act>",
+    )
 
 
 def _norms(w, pol):
@@ -181,15 +212,19 @@ def test_activation_pruned_runtime_equals_zeroed(ffn, heads, unit):
     pol = _act_policy(ffn, heads, unit)
     pruned = prune_decoder(w, pol.prune, _norms(w, pol))
     ref = LlamaRef(_zeroed(w, pruned, c.head_dim)).prefill(TOKENS, all_logits=True)
-    assert np.abs(LlamaRef(pruned).prefill(TOKENS, all_logits=True) - ref).max() \
+    assert (
+        np.abs(LlamaRef(pruned).prefill(TOKENS, all_logits=True) - ref).max()
         <= PRUNED_VS_ZEROED_ABS_TOL
+    )
     m = Llama(w, pol, calibration_tokens=CAL_TOKENS)
     assert np.abs(m.prefill(TOKENS, all_logits=True) - ref).max() <= 1e-3  # fp16 KV cache
     assert m.blocks[0].ffn_dim == pruned.layers[0].w_up.shape[0]
     # a different criterion: the kept channels differ from L1's somewhere on this model
     l1 = prune_decoder(w, PruneSpec(ffn=ffn, heads=heads, head_unit=unit))
-    assert any(not np.array_equal(a.w_up, b.w_up) or not np.array_equal(a.wq, b.wq)
-               for a, b in zip(l1.layers, pruned.layers))
+    assert any(
+        not np.array_equal(a.w_up, b.w_up) or not np.array_equal(a.wq, b.wq)
+        for a, b in zip(l1.layers, pruned.layers)
+    )
 
 
 def test_activation_score_prefers_high_activation_channels():
@@ -240,10 +275,12 @@ def test_activation_norms_are_the_inputs_norms():
 
 
 def test_activation_score_fields_validated(tmp_path):
-    for prune, pattern in [({"score": "l2"}, "prune.score"),
-                           ({"samples": 4}, "prune.samples' = 4: applies to score"),
-                           ({"score": "activation", "samples": 0}, "prune.samples' = 0"),
-                           ({"score": "activation", "sample_tokens": 1}, "sample_tokens")]:
+    for prune, pattern in [
+        ({"score": "l2"}, "prune.score"),
+        ({"samples": 4}, "prune.samples' = 4: applies to score"),
+        ({"score": "activation", "samples": 0}, "prune.samples' = 0"),
+        ({"score": "activation", "sample_tokens": 1}, "sample_tokens"),
+    ]:
         with pytest.raises(ValueError, match=pattern) as e:
             policy_from_dict({"default": "fp32", "prune": prune}, "my.toml")
         assert "my.toml" in str(e.value)

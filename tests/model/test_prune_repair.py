@@ -14,8 +14,9 @@ from tests.fixtures.decoder.tiny import tiny_config, tiny_weights
 
 def _acts(seed, n=200, k=24):
     rng = np.random.default_rng(seed)
-    return rng.standard_normal((n, k)) @ rng.standard_normal((k, k)) * 0.5 + \
-        rng.standard_normal((n, k))
+    return rng.standard_normal((n, k)) @ rng.standard_normal((k, k)) * 0.5 + rng.standard_normal(
+        (n, k)
+    )
 
 
 def test_repair_is_the_ridge_least_squares_correction():
@@ -44,6 +45,7 @@ def test_repair_lowers_the_output_error():
 
     def err(wk):
         return float(((x[:, keep] @ wk.T - full) ** 2).sum())
+
     assert err(repair_next(w, keep, x.T @ x, 1e-3)) < 0.8 * err(w[:, keep])
     assert np.array_equal(repair_next(w, np.arange(24), x.T @ x, 0.01), w.astype(np.float32))
 
@@ -55,26 +57,40 @@ def test_repaired_decoder_runs_with_plain_pruning_shapes():
     base = {"ffn": 0.5, "heads": 0.5, "samples": 2, "sample_tokens": 16}
 
     def pol(repair):
-        return policy_from_dict({"name": "p", "default": "fp32",
-                                 "prune": {**base, "score": "activation", "repair": repair}},
-                                "<p>")
+        return policy_from_dict(
+            {
+                "name": "p",
+                "default": "fp32",
+                "prune": {**base, "score": "activation", "repair": repair},
+            },
+            "<p>",
+        )
+
     toks = np.arange(3, 60, 3)
     plain = Llama(w, pol(False), calibration_tokens=toks)
     fixed = Llama(w, pol(True), calibration_tokens=toks)
-    assert [(b.n_heads, b.ffn_dim) for b in fixed.blocks] == \
-        [(b.n_heads, b.ffn_dim) for b in plain.blocks] == [(4, 64)] * 2
+    assert (
+        [(b.n_heads, b.ffn_dim) for b in fixed.blocks]
+        == [(b.n_heads, b.ffn_dim) for b in plain.blocks]
+        == [(4, 64)] * 2
+    )
     assert not np.array_equal(fixed.blocks[0].down.stored, plain.blocks[0].down.stored)
     # the same channels kept: the activation norms are the Grams' diagonals
-    assert np.array_equal(fixed.blocks[0].gate_up.single.stored, plain.blocks[0].gate_up.single.stored)
+    assert np.array_equal(
+        fixed.blocks[0].gate_up.single.stored, plain.blocks[0].gate_up.single.stored
+    )
     assert np.isfinite(fixed.prefill([1, 40, 50, 260])).all()
 
 
-@pytest.mark.parametrize("table, match", [
-    ({"ffn": 0.1, "repair": 1}, r"field 'prune.repair' = 1: must be true or false"),
-    ({"ffn": 0.1, "repair_ridge": 0.1}, r"'prune.repair_ridge' = 0.1: applies with repair"),
-    ({"ffn": 0.1, "repair": True, "repair_ridge": 0}, r"'prune.repair_ridge' = 0: must be"),
-    ({"ffn": 0.1, "samples": 4}, r"'prune.samples' = 4: applies to score"),
-])
+@pytest.mark.parametrize(
+    "table, match",
+    [
+        ({"ffn": 0.1, "repair": 1}, r"field 'prune.repair' = 1: must be true or false"),
+        ({"ffn": 0.1, "repair_ridge": 0.1}, r"'prune.repair_ridge' = 0.1: applies with repair"),
+        ({"ffn": 0.1, "repair": True, "repair_ridge": 0}, r"'prune.repair_ridge' = 0: must be"),
+        ({"ffn": 0.1, "samples": 4}, r"'prune.samples' = 4: applies to score"),
+    ],
+)
 def test_bad_repair_fields(table, match):
     with pytest.raises(ValueError, match=match):
         policy_from_dict({"default": "fp32", "prune": table}, "<p>")
@@ -83,7 +99,9 @@ def test_bad_repair_fields(table, match):
 def test_repair_round_trips_and_labels():
     import tomllib
 
-    p = policy_from_dict({"name": "r", "default": "fp32", "prune": {
-        "ffn": 0.1, "repair": True, "samples": 32}}, "<r>")
+    p = policy_from_dict(
+        {"name": "r", "default": "fp32", "prune": {"ffn": 0.1, "repair": True, "samples": 32}},
+        "<r>",
+    )
     assert p.prune.calibrates and "repair" in p.prune.label
     assert policy_from_dict(tomllib.loads(p.to_toml()), "<r>") == p

@@ -39,17 +39,40 @@ def test_param_count_matches_published_total(name):
 
 def test_shapes_follow_the_published_configs():
     q05 = get_spec("qwen2.5-0.5b")
-    assert (q05.n_layers, q05.hidden, q05.n_heads, q05.n_kv_heads, q05.head_dim) == (24, 896, 14, 2, 64)
+    assert (q05.n_layers, q05.hidden, q05.n_heads, q05.n_kv_heads, q05.head_dim) == (
+        24,
+        896,
+        14,
+        2,
+        64,
+    )
     assert q05.qkv_bias and q05.tie_embeddings and q05.intermediate == 4864 and q05.vocab == 151936
     q7 = get_spec("qwen2.5-7b")
     assert q7.qkv_bias and not q7.tie_embeddings and q7.vocab == 152064 and q7.kv_dim == 512
     l3 = get_spec("llama-3.2-3b")
-    assert (l3.n_layers, l3.hidden, l3.n_heads, l3.n_kv_heads, l3.head_dim) == (28, 3072, 24, 8, 128)
+    assert (l3.n_layers, l3.hidden, l3.n_heads, l3.n_kv_heads, l3.head_dim) == (
+        28,
+        3072,
+        24,
+        8,
+        128,
+    )
     assert l3.tie_embeddings and not l3.qkv_bias and l3.intermediate == 8192
     l1 = get_spec("llama-3.2-1b")
-    assert (l1.n_layers, l1.hidden, l1.head_dim, l1.n_kv_heads) == (16, 2048, 64, 8) and l1.tie_embeddings
+    assert (l1.n_layers, l1.hidden, l1.head_dim, l1.n_kv_heads) == (
+        16,
+        2048,
+        64,
+        8,
+    ) and l1.tie_embeddings
     mini = get_spec("all-minilm-l6")
-    assert (mini.kind, mini.n_layers, mini.hidden, mini.n_heads, mini.intermediate) == ("encoder", 6, 384, 12, 1536)
+    assert (mini.kind, mini.n_layers, mini.hidden, mini.n_heads, mini.intermediate) == (
+        "encoder",
+        6,
+        384,
+        12,
+        1536,
+    )
     assert (mini.vocab, mini.max_positions, mini.type_vocab) == (30522, 512, 2)
 
 
@@ -123,17 +146,22 @@ def test_a_spec_file_by_path(tmp_path):
     assert spec == dataclasses.replace(spec)  # `file` is not part of the spec's identity
 
 
-@pytest.mark.parametrize("edit, message", [
-    (("n_layers = 2", "n_layers = -2"), "field 'n_layers' = -2"),
-    (("hidden = 64", "hidden = 64.5"), "field 'hidden' = 64.5: expected int"),
-    (("activation = \"silu\"", "activation = \"relu\""), "field 'activation' = 'relu'"),
-    (("rope_theta = 10000.0\n", ""), "missing field 'rope_theta'"),
-    (("norm_eps = 1e-5\n", ""), "missing field 'norm_eps'"),
-    (("n_kv_heads = 2", "n_kv_heads = 3"), "n_heads = 4 is not a multiple of n_kv_heads = 3"),
-    (("vocab = 1000", "vocab = 1000\nvocab_size = 1"), "unknown field 'vocab_size' = 1"),
-    (("rope_theta = 10000.0\n", "rope_theta = 10000.0\n[rope_scaling]\nkind = \"yarn\"\n"),
-     "field 'rope_scaling.kind' = 'yarn'"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("n_layers = 2", "n_layers = -2"), "field 'n_layers' = -2"),
+        (("hidden = 64", "hidden = 64.5"), "field 'hidden' = 64.5: expected int"),
+        (('activation = "silu"', 'activation = "relu"'), "field 'activation' = 'relu'"),
+        (("rope_theta = 10000.0\n", ""), "missing field 'rope_theta'"),
+        (("norm_eps = 1e-5\n", ""), "missing field 'norm_eps'"),
+        (("n_kv_heads = 2", "n_kv_heads = 3"), "n_heads = 4 is not a multiple of n_kv_heads = 3"),
+        (("vocab = 1000", "vocab = 1000\nvocab_size = 1"), "unknown field 'vocab_size' = 1"),
+        (
+            ("rope_theta = 10000.0\n", 'rope_theta = 10000.0\n[rope_scaling]\nkind = "yarn"\n'),
+            "field 'rope_scaling.kind' = 'yarn'",
+        ),
+    ],
+)
 def test_bad_spec_files_name_file_field_value(tmp_path, edit, message):
     path = tmp_path / "bad.toml"
     path.write_text(SPEC_TOML.replace(*edit))

@@ -49,11 +49,14 @@ def gate_relative(benchmark, target, reference, against: str) -> None:
     if not benchmark.enabled:
         return
     samples = relative_samples(target, reference)
-    benchmark.extra_info.update(gate_samples=samples, gate_value=float(np.median(samples)),
-                                gate_unit=f"x {against}")
+    benchmark.extra_info.update(
+        gate_samples=samples, gate_value=float(np.median(samples)), gate_unit=f"x {against}"
+    )
 
 
-def measure_copy_bandwidth_gbps(nbytes: int = COPY_BUFFER_BYTES, repeats: int = COPY_REPEATS) -> float:
+def measure_copy_bandwidth_gbps(
+    nbytes: int = COPY_BUFFER_BYTES, repeats: int = COPY_REPEATS
+) -> float:
     """Best-of-`repeats` numpy copyto bandwidth in GB/s (read + write bytes)."""
     src = np.ones(nbytes // 4, dtype=np.float32)
     dst = np.empty_like(src)
@@ -94,7 +97,9 @@ def one_thread():
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    session = getattr(config, "_benchmarksession", None)  # pytest-benchmark's; honours --benchmark-enable
+    session = getattr(
+        config, "_benchmarksession", None
+    )  # pytest-benchmark's; honours --benchmark-enable
     if not _summary_rows or session is None or session.disabled:
         return
     plain = [row for row in _summary_rows if "table" not in row]
@@ -103,8 +108,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for line in format_summary(plain):
             terminalreporter.write_line(line)
     for name in dict.fromkeys(row["table"] for row in _summary_rows if "table" in row):
-        rows = [{k: v for k, v in row.items() if k != "table"}
-                for row in _summary_rows if row.get("table") == name]
+        rows = [
+            {k: v for k, v in row.items() if k != "table"}
+            for row in _summary_rows
+            if row.get("table") == name
+        ]
         columns = list(dict.fromkeys(k for row in rows for k in row))
         rows = [{k: row.get(k, "") for k in columns} for row in rows]  # one table, blanks kept
         terminalreporter.write_sep("-", f"{name} (measured in this run)")
@@ -113,11 +121,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 # Column headers, shortened so a table fits SUMMARY_WIDTH.
-SHORT = {"kernel_ms": "ms", "numpy_ms": "numpy_ms", "speedup_vs_numpy": "vs_numpy",
-         "achieved_gbps": "GB/s", "fraction_of_copy_bw": "of_copy_bw",
-         "copy_bandwidth_gbps": "copy_GB/s", "separate_kernels_ms": "separate_ms",
-         "speedup_vs_separate": "vs_separate", "median_ms": "ms", "predictions_per_s": "pred/s",
-         "hour_at_10ms_ms": "hour_ms", "steps_per_s": "steps/s", "vs_python_ref": "vs_py_ref"}
+SHORT = {
+    "kernel_ms": "ms",
+    "numpy_ms": "numpy_ms",
+    "speedup_vs_numpy": "vs_numpy",
+    "achieved_gbps": "GB/s",
+    "fraction_of_copy_bw": "of_copy_bw",
+    "copy_bandwidth_gbps": "copy_GB/s",
+    "separate_kernels_ms": "separate_ms",
+    "speedup_vs_separate": "vs_separate",
+    "median_ms": "ms",
+    "predictions_per_s": "pred/s",
+    "hour_at_10ms_ms": "hour_ms",
+    "steps_per_s": "steps/s",
+    "vs_python_ref": "vs_py_ref",
+}
 NAME_WIDTH = 44
 NAME_KEYS = ("benchmark", "contender")  # the row's name: a benchmark, or a matmul table's contender
 
@@ -134,7 +152,9 @@ def format_summary(rows: list[dict], width: int = SUMMARY_WIDTH) -> list[str]:
         same = [k for k in keys if len(group) > 1 and len({_fmt(r[k]) for r in group}) == 1]
         cols = [k for k in keys if k not in same]
         title = ", ".join(f"{SHORT.get(k, k)} {_fmt(group[0][k])}" for k in same)
-        names = [_fit(str(next((r[k] for k in NAME_KEYS if k in r), "")), NAME_WIDTH) for r in group]
+        names = [
+            _fit(str(next((r[k] for k in NAME_KEYS if k in r), "")), NAME_WIDTH) for r in group
+        ]
         name_w = max(len("benchmark"), *(len(n) for n in names))
         chunks, chunk, used = [], [], name_w
         for k in cols:
@@ -150,10 +170,15 @@ def format_summary(rows: list[dict], width: int = SUMMARY_WIDTH) -> list[str]:
         if title:
             lines.append(_fit(title, width))
         for chunk in chunks:
-            lines.append("  ".join(["benchmark".ljust(name_w)]
-                                   + [SHORT.get(k, k).rjust(w) for k, w in chunk]).rstrip())
+            lines.append(
+                "  ".join(
+                    ["benchmark".ljust(name_w)] + [SHORT.get(k, k).rjust(w) for k, w in chunk]
+                ).rstrip()
+            )
             for n, r in zip(names, group):
-                lines.append("  ".join([n.ljust(name_w)] + [_fmt(r[k]).rjust(w) for k, w in chunk]).rstrip())
+                lines.append(
+                    "  ".join([n.ljust(name_w)] + [_fmt(r[k]).rjust(w) for k, w in chunk]).rstrip()
+                )
     return lines
 
 

@@ -25,8 +25,11 @@ def main() -> None:
             s = run_sweep(g, SweepStore("acc", root), workers=workers, show_progress=False)
             walls[workers] = time.perf_counter() - t0
         assert s.failed == 0 and s.computed == len(POLICIES), s
-        print(f"{workers} worker(s): {len(POLICIES)} points in {walls[workers]:.1f} s wall "
-              f"({s.tasks} tasks)", flush=True)
+        print(
+            f"{workers} worker(s): {len(POLICIES)} points in {walls[workers]:.1f} s wall "
+            f"({s.tasks} tasks)",
+            flush=True,
+        )
     print(f"speed-up 1 -> 2 workers: {walls[1] / walls[2]:.2f}x")
 
 

@@ -15,17 +15,32 @@ from harmony_ref.sweep.grid import Grid
 from harmony_ref.sweep.run import run_sweep
 from harmony_ref.sweep.store import SweepStore
 
-MODELS = ("llama-3.2-1b", "llama-3.2-3b", "llama-2-7b", "qwen2.5-0.5b", "qwen2.5-1.5b",
-          "qwen2.5-7b")
+MODELS = (
+    "llama-3.2-1b",
+    "llama-3.2-3b",
+    "llama-2-7b",
+    "qwen2.5-0.5b",
+    "qwen2.5-1.5b",
+    "qwen2.5-7b",
+)
 POLICIES = ("fp16", "int8", "int4-g128", "int4-g32", "mixed")
 PROFILES = ("harmony-flagship", "harmony-midrange", "harmony-lowend")
 
 
 def grid(models=MODELS) -> Grid:
-    return Grid(models, POLICIES, PROFILES, ("predicted",),
-                scenario={"prompt_tokens": (64, 128, 256, 512, 1024),
-                          "new_tokens": (32, 64, 128, 256), "context_tokens": (2048,),
-                          "batch": (1, 2, 4), "kv_dtype": ("fp16", "int8")})
+    return Grid(
+        models,
+        POLICIES,
+        PROFILES,
+        ("predicted",),
+        scenario={
+            "prompt_tokens": (64, 128, 256, 512, 1024),
+            "new_tokens": (32, 64, 128, 256),
+            "context_tokens": (2048,),
+            "batch": (1, 2, 4),
+            "kv_dtype": ("fp16", "int8"),
+        },
+    )
 
 
 def main() -> None:
@@ -41,12 +56,17 @@ def main() -> None:
                 wall = time.perf_counter() - t0
             assert s.computed == g.size and s.failed == 0, s
             times[label].append(wall)
-            print(f"round {r + 1} {label:>16}: {g.size} points in {wall:6.1f} s = "
-                  f"{g.size / wall:7.0f} points/s ({s.tasks} tasks)", flush=True)
+            print(
+                f"round {r + 1} {label:>16}: {g.size} points in {wall:6.1f} s = "
+                f"{g.size / wall:7.0f} points/s ({s.tasks} tasks)",
+                flush=True,
+            )
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"median: in-process {med['in-process']:.1f} s, LocalCluster(2) "
-          f"{med['LocalCluster(2)']:.1f} s; cluster speed / in-process speed = "
-          f"{med['in-process'] / med['LocalCluster(2)']:.2f}")
+    print(
+        f"median: in-process {med['in-process']:.1f} s, LocalCluster(2) "
+        f"{med['LocalCluster(2)']:.1f} s; cluster speed / in-process speed = "
+        f"{med['in-process'] / med['LocalCluster(2)']:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 least 1,000). Run with `python -m pytest tests/perf/test_perf_device.py --benchmark-enable`;
 predictions/s = 1 / mean (x 64 for the sweep). Not an assert: speed lives in benchmarks."""
 
-from harmony_ref.config import RunConfig
 from harmony_ref.backends.simulated import SimulatedDevice
+from harmony_ref.config import RunConfig
 from harmony_ref.model import graph
 from tests.perf.conftest import gate_relative, reference_probe
 
@@ -40,7 +40,9 @@ def test_predict_cold(benchmark, perf_summary):
     """Every prediction builds its graphs from scratch."""
     dev = SimulatedDevice("harmony-flagship")
     config = RunConfig.from_names(model="llama-3.2-3b", policy="mixed")
-    m = benchmark.pedantic(dev.predict, args=(config,), setup=_clear_caches, rounds=200, iterations=1)
+    m = benchmark.pedantic(
+        dev.predict, args=(config,), setup=_clear_caches, rounds=200, iterations=1
+    )
 
     def cold():
         _clear_caches()
@@ -54,8 +56,16 @@ def test_predict_cold(benchmark, perf_summary):
 def test_predict_sweep_of_distinct_scenarios(benchmark, perf_summary):
     """64 different prompt lengths per call (a planner's sweep): no two share a prefill graph."""
     dev = SimulatedDevice("harmony-midrange")
-    configs = [RunConfig.from_names(model="qwen2.5-1.5b", policy="int4-g32", prompt_tokens=64 + 16 * i,
-                                    new_tokens=64, context_tokens=4096) for i in range(SWEEP)]
+    configs = [
+        RunConfig.from_names(
+            model="qwen2.5-1.5b",
+            policy="int4-g32",
+            prompt_tokens=64 + 16 * i,
+            new_tokens=64,
+            context_tokens=4096,
+        )
+        for i in range(SWEEP)
+    ]
 
     def sweep():
         _clear_caches()

@@ -58,7 +58,8 @@ from tests.perf.conftest import gate_relative
 
 # HARMONY_REF_PERF_SLOW=<kernel> (tests/perf/_slow.py) slows that kernel by 30%; off by default.
 matmul_w4, matmul_w8, norm_bias_gelu, decode_attention = (
-    slowable(f) for f in (matmul_w4, matmul_w8, norm_bias_gelu, decode_attention))
+    slowable(f) for f in (matmul_w4, matmul_w8, norm_bias_gelu, decode_attention)
+)
 
 K = 4096
 PREFILL_M = 128
@@ -156,8 +157,15 @@ def test_perf_matmul_w4_gemv(benchmark, perf_summary, copy_bandwidth_gbps, reque
     ps = [prepare_w4(t) for t in cold_copies(benchmark, t4, t4.nbytes)]
     ws = cold_copies(benchmark, w, w.nbytes)
     nbytes = t4.nbytes + x.nbytes + 4 * n
-    record(benchmark, perf_summary, copy_bandwidth_gbps, f"matmul_w4 gemv N={n} g32",
-           cycling(lambda p: matmul_w4(x, p), ps), cycling(lambda w: w @ x, ws), nbytes)
+    record(
+        benchmark,
+        perf_summary,
+        copy_bandwidth_gbps,
+        f"matmul_w4 gemv N={n} g32",
+        cycling(lambda p: matmul_w4(x, p), ps),
+        cycling(lambda w: w @ x, ws),
+        nbytes,
+    )
     info = benchmark.extra_info
     info["numpy_fp32_gbps"] = w.nbytes / (info["numpy_ms"] / MS_PER_S) / GB
 
@@ -168,9 +176,15 @@ def test_perf_matmul_w8_gemv(benchmark, perf_summary, copy_bandwidth_gbps, reque
     x = _rng(4).standard_normal(K, dtype=np.float32)
     ps = [prepare_w8(t) for t in cold_copies(benchmark, t8, t8.nbytes)]
     ws = cold_copies(benchmark, w, w.nbytes)
-    record(benchmark, perf_summary, copy_bandwidth_gbps, f"matmul_w8 gemv N={n}",
-           cycling(lambda p: matmul_w8(x, p), ps), cycling(lambda w: w @ x, ws),
-           t8.nbytes + x.nbytes + 4 * n)
+    record(
+        benchmark,
+        perf_summary,
+        copy_bandwidth_gbps,
+        f"matmul_w8 gemv N={n}",
+        cycling(lambda p: matmul_w8(x, p), ps),
+        cycling(lambda w: w @ x, ws),
+        t8.nbytes + x.nbytes + 4 * n,
+    )
 
 
 @pytest.mark.parametrize("fmt", ["w4", "w8"])
@@ -181,9 +195,18 @@ def test_perf_matmul_prefill(benchmark, perf_summary, copy_bandwidth_gbps, weigh
     n = w.shape[0]
     nbytes = (t4 if fmt == "w4" else t8).nbytes + x.nbytes + 4 * PREFILL_M * n
     flops = 2 * PREFILL_M * n * K
-    record(benchmark, perf_summary, copy_bandwidth_gbps, f"matmul_{fmt} prefill M={PREFILL_M} N={n}",
-           lambda: fn(x, t), lambda: x @ w.T, nbytes)
-    benchmark.extra_info["kernel_gflops"] = flops / (benchmark.extra_info["kernel_ms"] / MS_PER_S) / 1e9
+    record(
+        benchmark,
+        perf_summary,
+        copy_bandwidth_gbps,
+        f"matmul_{fmt} prefill M={PREFILL_M} N={n}",
+        lambda: fn(x, t),
+        lambda: x @ w.T,
+        nbytes,
+    )
+    benchmark.extra_info["kernel_gflops"] = (
+        flops / (benchmark.extra_info["kernel_ms"] / MS_PER_S) / 1e9
+    )
 
 
 def _numpy_norm_chain(x, gamma, beta, bias, eps=np.float32(1e-5)):
@@ -192,7 +215,11 @@ def _numpy_norm_chain(x, gamma, beta, bias, eps=np.float32(1e-5)):
     var = x.var(axis=-1, keepdims=True)
     h = (x - mean) / np.sqrt(var + eps) * gamma + beta
     h = h + bias
-    return np.float32(0.5) * h * (1 + np.tanh(np.float32(0.7978845608) * (h + np.float32(0.044715) * h * h * h)))
+    return (
+        np.float32(0.5)
+        * h
+        * (1 + np.tanh(np.float32(0.7978845608) * (h + np.float32(0.044715) * h * h * h)))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -208,17 +235,30 @@ def test_perf_norm_bias_gelu_fused(benchmark, perf_summary, copy_bandwidth_gbps,
     fused = lambda: norm_bias_gelu(x, gamma, beta, bias)  # noqa: E731
     separate = lambda: gelu(bias_add(layer_norm(x, gamma, beta), bias))  # noqa: E731
     t_fused, t_sep = best_times_s([fused, separate], benchmark.enabled)
-    record(benchmark, perf_summary, copy_bandwidth_gbps, "norm_bias_gelu fused (128x4096)",
-           fused, lambda: _numpy_norm_chain(x, gamma, beta, bias), 2 * x.nbytes,
-           {"separate_kernels_ms": t_sep * MS_PER_S, "speedup_vs_separate": t_sep / t_fused})
+    record(
+        benchmark,
+        perf_summary,
+        copy_bandwidth_gbps,
+        "norm_bias_gelu fused (128x4096)",
+        fused,
+        lambda: _numpy_norm_chain(x, gamma, beta, bias),
+        2 * x.nbytes,
+        {"separate_kernels_ms": t_sep * MS_PER_S, "speedup_vs_separate": t_sep / t_fused},
+    )
 
 
 def test_perf_norm_separate_kernels(benchmark, perf_summary, copy_bandwidth_gbps, norm_inputs):
     x, gamma, beta, bias = norm_inputs
     # three kernels: each reads and writes the whole activation once
-    record(benchmark, perf_summary, copy_bandwidth_gbps, "layer_norm+bias_add+gelu separate",
-           lambda: gelu(bias_add(layer_norm(x, gamma, beta), bias)),
-           lambda: _numpy_norm_chain(x, gamma, beta, bias), 6 * x.nbytes)
+    record(
+        benchmark,
+        perf_summary,
+        copy_bandwidth_gbps,
+        "layer_norm+bias_add+gelu separate",
+        lambda: gelu(bias_add(layer_norm(x, gamma, beta), bias)),
+        lambda: _numpy_norm_chain(x, gamma, beta, bias),
+        6 * x.nbytes,
+    )
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "int8"])
@@ -227,13 +267,21 @@ def test_perf_decode_attention(benchmark, perf_summary, copy_bandwidth_gbps, dty
     rng = _rng(7)
     cache = KVCache(ATTN_MAX_CONTEXT, ATTN_KV_HEADS, ATTN_HEAD_DIM, dtype)
     shape = (context, ATTN_KV_HEADS, ATTN_HEAD_DIM)
-    cache.append(rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32))
+    cache.append(
+        rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32)
+    )
     q = rng.standard_normal((ATTN_HEADS, ATTN_HEAD_DIM), dtype=np.float32)
     nbytes = cache.bytes_read() + 2 * q.nbytes
     caches = cold_copies(benchmark, cache, cache.bytes_read())
-    record(benchmark, perf_summary, copy_bandwidth_gbps, f"decode_attention {dtype} ctx={context}",
-           cycling(lambda c: decode_attention(q, c), caches),
-           cycling(lambda c: decode_attention_ref(q, c), caches), nbytes)
+    record(
+        benchmark,
+        perf_summary,
+        copy_bandwidth_gbps,
+        f"decode_attention {dtype} ctx={context}",
+        cycling(lambda c: decode_attention(q, c), caches),
+        cycling(lambda c: decode_attention_ref(q, c), caches),
+        nbytes,
+    )
 
 
 def test_perf_thread_scaling(timing_enabled, perf_summary, weights_11008):
@@ -250,6 +298,7 @@ def test_perf_thread_scaling(timing_enabled, perf_summary, weights_11008):
         def call():
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
             matmul_w4(x, p)
+
         return call
 
     try:
@@ -257,6 +306,11 @@ def test_perf_thread_scaling(timing_enabled, perf_summary, weights_11008):
     finally:
         numba.set_num_threads(before)
     if timing_enabled:
-        perf_summary.append({"benchmark": "matmul_w4 gemv N=11008, 1 vs 2 threads (wall, best)",
-                             "ms_1_thread": t1 * MS_PER_S, "ms_2_threads": t2 * MS_PER_S,
-                             "speedup_2_threads": t1 / t2})
+        perf_summary.append(
+            {
+                "benchmark": "matmul_w4 gemv N=11008, 1 vs 2 threads (wall, best)",
+                "ms_1_thread": t1 * MS_PER_S,
+                "ms_2_threads": t2 * MS_PER_S,
+                "speedup_2_threads": t1 / t2,
+            }
+        )

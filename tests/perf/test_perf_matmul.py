@@ -49,8 +49,15 @@ THREADS = min(2, numba.config.NUMBA_NUM_THREADS)  # the tables' threads (1 on a 
 BLOCK_CALLS = {"gemv": 12, "prefill": 4}
 ROUNDS = {"gemv": 11, "prefill": 9}
 SETTLE_S = 0.4  # OpenBLAS threads spin ~0.1-0.3 s after a call: less and they steal a core
-PEERS = [("q4_0", "CPU"), ("q4_0", "CPU_REPACK"), ("q4_0", "AMX"), ("q4_1", "CPU"),
-         ("q4_1", "AMX"), ("q8_0", "CPU"), ("q8_0", "AMX")]
+PEERS = [
+    ("q4_0", "CPU"),
+    ("q4_0", "CPU_REPACK"),
+    ("q4_0", "AMX"),
+    ("q4_1", "CPU"),
+    ("q4_1", "AMX"),
+    ("q8_0", "CPU"),
+    ("q8_0", "AMX"),
+]
 PEER_BITS_PER_WEIGHT = {"q4_0": 4.5, "q4_1": 5.0, "q8_0": 8.5}  # ggml's block sizes (for copies)
 MIN_COLD_BYTES = 128 * MB
 
@@ -58,8 +65,11 @@ MIN_COLD_BYTES = 128 * MB
 def last_level_cache_bytes() -> int:
     """Size of the largest cache sysfs reports for cpu0 (0 when unknown)."""
     best = 0
-    for d in sorted(os.listdir("/sys/devices/system/cpu/cpu0/cache")) if os.path.isdir(
-            "/sys/devices/system/cpu/cpu0/cache") else []:
+    for d in (
+        sorted(os.listdir("/sys/devices/system/cpu/cpu0/cache"))
+        if os.path.isdir("/sys/devices/system/cpu/cpu0/cache")
+        else []
+    ):
         try:
             with open(f"/sys/devices/system/cpu/cpu0/cache/{d}/size") as f:
                 text = f.read().strip()
@@ -138,14 +148,19 @@ def _contenders(shape, w, x, peer, enabled):
     t4, t8 = quantize_int4(w, 32, "asym"), quantize_int8(w)
     for isa in reversed(mm.SUPPORTED_ISAS):
         name = mm.ISA_NAMES[isa]
-        for fmt, t, prep, fn in (("w4 g32", t4, mm._prepare_w4, mm._matmul_w4),
-                                 ("w8", t8, mm._prepare_w8, mm._matmul_w8)):
+        for fmt, t, prep, fn in (
+            ("w4 g32", t4, mm._prepare_w4, mm._matmul_w4),
+            ("w8", t8, mm._prepare_w8, mm._matmul_w8),
+        ):
             p = prep(t, isa)
             nbytes = sum(a.nbytes for a in vars(p).values() if isinstance(a, np.ndarray))
             count = max(1, -(-cold_bytes() // nbytes)) if cold else 1
             ps = itertools.cycle([p] + [copy.deepcopy(p) for _ in range(count - 1)])
-            out[f"ours {fmt} {name}"] = ((lambda ps=ps, fn=fn, isa=isa: fn(xv, next(ps), isa)),
-                                         nbytes, "")
+            out[f"ours {fmt} {name}"] = (
+                (lambda ps=ps, fn=fn, isa=isa: fn(xv, next(ps), isa)),
+                nbytes,
+                "",
+            )
     if peer is None:
         return out
     for fmt, buft in PEERS:
@@ -177,8 +192,11 @@ def test_perf_matmul_table(timing_enabled, perf_summary, machine_limits, peer, s
             runnable[READ_PROBE] = lambda: _read_sum(buf)
         for fn in runnable.values():
             fn()  # compile / load / first touch outside the timing
-        times = interleaved_medians(runnable, BLOCK_CALLS[shape] if timing_enabled else 2,
-                                    ROUNDS[shape] if timing_enabled else 1)
+        times = interleaved_medians(
+            runnable,
+            BLOCK_CALLS[shape] if timing_enabled else 2,
+            ROUNDS[shape] if timing_enabled else 1,
+        )
     finally:
         numba.set_num_threads(before)
     base = times["numpy fp32"]
@@ -203,12 +221,22 @@ def test_perf_matmul_table(timing_enabled, perf_summary, machine_limits, peer, s
             row["note"] = note
         rows.append(row)
         perf_summary.append(row)
-    perf_summary.append({"table": f"{shape} M={m} N={n} K={K}", "contender": "machine limits",
-                         "note": _limits_note(shape, machine_limits)})
+    perf_summary.append(
+        {
+            "table": f"{shape} M={m} N={n} K={K}",
+            "contender": "machine limits",
+            "note": _limits_note(shape, machine_limits),
+        }
+    )
 
 
 def _limits_note(shape, limits) -> str:
-    read = (f"read {limits['read_gbps']:.1f} GB/s ({THREADS} threads, {cold_bytes() / MB:.0f} MB); "
-            if shape == "gemv" else "")
-    return read + (f"int8 peak {limits['int8_peak_gops']:.0f} GOP/s "
-                   f"({limits['int8_peak_path']}, {THREADS} threads)")
+    read = (
+        f"read {limits['read_gbps']:.1f} GB/s ({THREADS} threads, {cold_bytes() / MB:.0f} MB); "
+        if shape == "gemv"
+        else ""
+    )
+    return read + (
+        f"int8 peak {limits['int8_peak_gops']:.0f} GOP/s "
+        f"({limits['int8_peak_path']}, {THREADS} threads)"
+    )

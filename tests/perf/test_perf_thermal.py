@@ -13,8 +13,8 @@ import pytest
 
 from harmony_ref.device.thermal import GOVERNOR_CODES, _simulate_core, pack_params, simulate_ref
 from harmony_ref.units import MS_PER_S
-from tests.perf.conftest import gate_relative, numba_probe
 from tests.device.test_thermal import make_cfg, workload
+from tests.perf.conftest import gate_relative, numba_probe
 
 HOUR_STEPS = 360_000
 REF_STEPS = 2_000  # the reference is ~500x slower; a short run is enough for its rate
@@ -34,9 +34,12 @@ def test_perf_thermal_steps_per_s(benchmark, perf_summary, governor):
     benchmark(_simulate_core, power, HOUR_STEPS, DT_S, code, prm, die, skin, state)
     # gated against a compiled yardstick: against the pure-Python probe this ratio moved by up
     # to 50% between runs of unchanged code (bench/common.numba_probe says why)
-    gate_relative(benchmark,
-                  lambda: _simulate_core(power, HOUR_STEPS, DT_S, code, prm, die, skin, state),
-                  numba_probe, "compiled probe")
+    gate_relative(
+        benchmark,
+        lambda: _simulate_core(power, HOUR_STEPS, DT_S, code, prm, die, skin, state),
+        numba_probe,
+        "compiled probe",
+    )
     assert np.isfinite(die).all()
     if not benchmark.stats:  # None with --benchmark-disable
         return
@@ -48,7 +51,12 @@ def test_perf_thermal_steps_per_s(benchmark, perf_summary, governor):
         ref_s.append(time.perf_counter() - t0)
     ref_steps_per_s = REF_STEPS / statistics.median(ref_s)
     benchmark.extra_info.update(steps_per_s=steps_per_s, ref_steps_per_s=ref_steps_per_s)
-    perf_summary.append({"benchmark": f"thermal stepper, {governor}",
-                         "hour_at_10ms_ms": benchmark.stats["median"] * MS_PER_S,
-                         "steps_per_s": steps_per_s, "vs_target": steps_per_s / TARGET_STEPS_PER_S,
-                         "vs_python_ref": steps_per_s / ref_steps_per_s})
+    perf_summary.append(
+        {
+            "benchmark": f"thermal stepper, {governor}",
+            "hour_at_10ms_ms": benchmark.stats["median"] * MS_PER_S,
+            "steps_per_s": steps_per_s,
+            "vs_target": steps_per_s / TARGET_STEPS_PER_S,
+            "vs_python_ref": steps_per_s / ref_steps_per_s,
+        }
+    )

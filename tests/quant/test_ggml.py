@@ -10,11 +10,20 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from harmony_ref.quant.ggml import (BLOCK_BYTES, QUANTIZERS, QUANTIZERS_REF, GGMLTensor,
-                                    concat_rows, dequantize_ggml)
+from harmony_ref.quant.ggml import (
+    BLOCK_BYTES,
+    QUANTIZERS,
+    QUANTIZERS_REF,
+    GGMLTensor,
+    concat_rows,
+    dequantize_ggml,
+)
 
-GGUF_TYPES = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
-              "q8_0": gguf.GGMLQuantizationType.Q8_0}
+GGUF_TYPES = {
+    "q4_0": gguf.GGMLQuantizationType.Q4_0,
+    "q4_1": gguf.GGMLQuantizationType.Q4_1,
+    "q8_0": gguf.GGMLQuantizationType.Q8_0,
+}
 AWKWARD_N = [1, 2, 3, 5, 7, 17, 33]
 AWKWARD_K = [32, 64, 96, 160, 576]
 
@@ -41,7 +50,7 @@ def _awkward_values(n, k, seed):
     ]
     for i, block in enumerate(specials):
         r, b = i % n, (i // n) % (k // 32)
-        w[r, b * 32:(b + 1) * 32] = np.asarray(block, np.float32)
+        w[r, b * 32 : (b + 1) * 32] = np.asarray(block, np.float32)
     return w
 
 
@@ -49,10 +58,10 @@ def _zero_sign_cleared(data: np.ndarray, qtype: str) -> np.ndarray:
     """Block bytes with every float16 field that is -0.0 made +0.0: the sign of a zero d or m is
     the reduction order's (quant/ggml.py's docstring), and it decodes to the same weights."""
     b = data.reshape(data.shape[0], -1, BLOCK_BYTES[qtype]).copy()
-    for off in ((0, 2) if qtype == "q4_1" else (0,)):
-        field = b[:, :, off:off + 2].copy().view(np.uint16)
+    for off in (0, 2) if qtype == "q4_1" else (0,):
+        field = b[:, :, off : off + 2].copy().view(np.uint16)
         field[field == 0x8000] = 0
-        b[:, :, off:off + 2] = field.view(np.uint8)
+        b[:, :, off : off + 2] = field.view(np.uint8)
     return b.reshape(data.shape)
 
 
@@ -60,8 +69,10 @@ def _same_bytes(ours: GGMLTensor, theirs: np.ndarray, what: str):
     theirs = _zero_sign_cleared(np.asarray(theirs).reshape(ours.data.shape), ours.qtype)
     ours = GGMLTensor(ours.qtype, _zero_sign_cleared(ours.data, ours.qtype), ours.shape)
     bad = np.argwhere(ours.data != theirs)
-    assert bad.size == 0, (f"{what}: first differing byte at {tuple(bad[0])}: ours "
-                           f"{ours.data[tuple(bad[0])]}, gguf {theirs[tuple(bad[0])]}")
+    assert bad.size == 0, (
+        f"{what}: first differing byte at {tuple(bad[0])}: ours "
+        f"{ours.data[tuple(bad[0])]}, gguf {theirs[tuple(bad[0])]}"
+    )
 
 
 @pytest.mark.parametrize("qtype", sorted(GGUF_TYPES))
@@ -75,14 +86,20 @@ def test_bit_exact_with_gguf_on_awkward_shapes(qtype, n, k):
     _same_bytes(fast, theirs, f"{qtype} fast vs gguf ({n}x{k})")
     assert ref.nbytes == n * k // 32 * BLOCK_BYTES[qtype]
     np.testing.assert_array_equal(  # equal values (+0.0 == -0.0)
-        dequantize_ggml(ref), gguf.quants.dequantize(theirs, GGUF_TYPES[qtype]).reshape(n, k))
+        dequantize_ggml(ref), gguf.quants.dequantize(theirs, GGUF_TYPES[qtype]).reshape(n, k)
+    )
     np.testing.assert_array_equal(ref.data, fast.data)  # fast == _ref, signs of zeros too
 
 
 @settings(deadline=None, max_examples=150)
-@given(qtype=st.sampled_from(sorted(GGUF_TYPES)),
-       w=arrays(np.float32, st.tuples(st.integers(1, 4), st.sampled_from([32, 64, 96])),
-                elements=st.floats(-6e4, 6e4, allow_nan=False, width=32)))
+@given(
+    qtype=st.sampled_from(sorted(GGUF_TYPES)),
+    w=arrays(
+        np.float32,
+        st.tuples(st.integers(1, 4), st.sampled_from([32, 64, 96])),
+        elements=st.floats(-6e4, 6e4, allow_nan=False, width=32),
+    ),
+)
 @example(qtype="q8_0", w=np.full((1, 32), 0.49999997 * 127 / 127, np.float32))
 @example(qtype="q4_0", w=np.r_[np.float32(-1e-45), np.zeros(31, np.float32)][None, :])
 def test_bit_exact_property(qtype, w):

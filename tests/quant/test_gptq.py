@@ -110,8 +110,10 @@ def test_output_error_never_above_rtn(fmt):
         h, _ = hessian(x)
         for act_order in (False, True):
             g = gptq_quantize(w, h, fmt, act_order=act_order)
-            assert output_error(w, g.dequantized, x) <= output_error(w, _rtn(w, fmt), x), \
-                (seed, act_order)
+            assert output_error(w, g.dequantized, x) <= output_error(w, _rtn(w, fmt), x), (
+                seed,
+                act_order,
+            )
 
 
 def test_stored_formats_and_dead_columns():

@@ -70,7 +70,9 @@ def assert_same(a: Int4Tensor, b: Int4Tensor):
         assert x.dtype == y.dtype, name
         if not np.array_equal(x.view(np.uint8), y.view(np.uint8)):
             idx = np.argwhere(x.view(np.uint8) != y.view(np.uint8))[0]
-            raise AssertionError(f"{name} differs at {tuple(idx)}: ref {x[tuple(idx)]} fast {y[tuple(idx)]}")
+            raise AssertionError(
+                f"{name} differs at {tuple(idx)}: ref {x[tuple(idx)]} fast {y[tuple(idx)]}"
+            )
 
 
 # -- hand-worked bytes -------------------------------------------------------------------------
@@ -192,7 +194,9 @@ def test_float16_and_float64_inputs():
 # -- storage ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("group,expected_bits", [(32, 4 + 24 / 32), (64, 4 + 24 / 64), (128, 4 + 24 / 128)])
+@pytest.mark.parametrize(
+    "group,expected_bits", [(32, 4 + 24 / 32), (64, 4 + 24 / 64), (128, 4 + 24 / 128)]
+)
 def test_bits_per_weight_is_true_storage(group, expected_bits):
     w = np.random.default_rng(0).standard_normal((16, 1024)).astype(np.float32)
     t = quantize_int4(w, group)
@@ -287,7 +291,10 @@ def test_quantize_report_rows_come_from_real_arrays(capsys):
     from harmony_ref.eval.formats import format_report
 
     df = format_report(rows=4, cols=256, seed=1).set_index("format")
-    assert df.loc["fp16", "bits_per_weight"] == 16.0 and df.loc["int8", "bits_per_weight"] == 8 + 32 / 256
+    assert (
+        df.loc["fp16", "bits_per_weight"] == 16.0
+        and df.loc["int8", "bits_per_weight"] == 8 + 32 / 256
+    )
     for group in (32, 64, 128):
         assert df.loc[f"int4-g{group}-asym", "bits_per_weight"] == pytest.approx(4 + 24 / group)
         assert df.loc[f"int4-g{group}-sym", "bits_per_weight"] == pytest.approx(4 + 16 / group)

@@ -31,8 +31,13 @@ def assert_same(a, b):
     np.testing.assert_array_equal(a.scale.view(np.uint32), b.scale.view(np.uint32))
 
 
-@given(arrays(np.float32, st.tuples(st.integers(1, 5), st.integers(1, 70)),
-              elements=st.floats(-1e6, 1e6, allow_nan=False, width=32)))
+@given(
+    arrays(
+        np.float32,
+        st.tuples(st.integers(1, 5), st.integers(1, 70)),
+        elements=st.floats(-1e6, 1e6, allow_nan=False, width=32),
+    )
+)
 @example(np.array([[1.156e-42]], np.float32))  # a subnormal row: its step rounded down clipped
 @example(np.array([[1e-45, -3e-45, 0.0]], np.float32))  # max|row| / 127 underflows to 0
 def test_roundtrip_property(w):
@@ -80,8 +85,16 @@ def test_subnormal_row_keeps_a_nonzero_step():
     assert_same(quantize_int8_ref(w), t)
 
 
-@pytest.mark.parametrize("row", [np.full(33, 0.1), np.full(33, -7.5), np.full(33, 0.0),
-                                 100 + np.linspace(0, 0.1, 33), -100 - np.linspace(0, 0.1, 33)])
+@pytest.mark.parametrize(
+    "row",
+    [
+        np.full(33, 0.1),
+        np.full(33, -7.5),
+        np.full(33, 0.0),
+        100 + np.linspace(0, 0.1, 33),
+        -100 - np.linspace(0, 0.1, 33),
+    ],
+)
 def test_constant_and_one_signed_rows(row):
     w = np.stack([row, -row, row * 3]).astype(np.float32)
     t = quantize_int8(w)

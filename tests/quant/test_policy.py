@@ -3,7 +3,14 @@ import pytest
 
 from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.int8 import quantize_int8
-from harmony_ref.quant.policy import FP16, INT8, load_policy, parse_format, policy_from_dict, shipped_policies
+from harmony_ref.quant.policy import (
+    FP16,
+    INT8,
+    load_policy,
+    parse_format,
+    policy_from_dict,
+    shipped_policies,
+)
 
 
 def test_shipped_policies_load():
@@ -23,8 +30,14 @@ def test_mixed_policy_recipe():
 
 
 def test_layers_table_precedence_and_roundtrip(tmp_path):
-    p = policy_from_dict({"default": "int4-g128", "keep_fp16_layers": ["mlp"],
-                          "layers": {"a.mlp.up": "int8", "*.down": "int4-g32-sym"}}, "x.toml")
+    p = policy_from_dict(
+        {
+            "default": "int4-g128",
+            "keep_fp16_layers": ["mlp"],
+            "layers": {"a.mlp.up": "int8", "*.down": "int4-g32-sym"},
+        },
+        "x.toml",
+    )
     assert p.format_for("a.mlp.up") == INT8  # exact [layers] beats keep_fp16
     assert p.format_for("b.mlp.down").name == "int4-g32-sym"
     assert p.format_for("b.mlp.gate") == FP16
@@ -34,7 +47,9 @@ def test_layers_table_precedence_and_roundtrip(tmp_path):
     assert load_policy(path) == p
 
 
-@pytest.mark.parametrize("fmt,shape", [("int4-g32", (64, 256)), ("int4-g128-sym", (8, 512)), ("int8", (7, 33))])
+@pytest.mark.parametrize(
+    "fmt,shape", [("int4-g32", (64, 256)), ("int4-g128-sym", (8, 512)), ("int8", (7, 33))]
+)
 def test_format_nbytes_matches_real_arrays(fmt, shape):
     f = parse_format(fmt)
     w = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -61,6 +76,7 @@ def test_bad_policies_name_file_field_value(tmp_path):
 
 # --- a policy resolved against the model it is applied to (check_applies) ---------------------
 
+
 def _rows(spec_name):
     from harmony_ref.model.spec import get_spec
 
@@ -82,25 +98,38 @@ def test_shipped_policies_fit_the_models_they_are_made_for():
     assert unmatched(load_policy("minilm-mixed"), *_rows("llama-3.2-1b"))
 
 
-@pytest.mark.parametrize("table, says", [
-    ({"keep_fp16_layers": ["gate_prj"]}, "'gate_prj', which matches no layer of M (did you mean "
-                                         "'gate_proj'?)"),
-    ({"keep_int8_layers": ["q_proj", "kv_proj"]}, "'kv_proj'"),
-    ({"layers": {"model.layers.99.mlp.gate_proj": "int8"}},
-     "did you mean 'model.layers.9.mlp.gate_proj'"),
-    ({"layers": {"*.attn.*": "int8"}}, "field 'layers' has '*.attn.*'"),
-    ({"prune": {"ffn": 0.1, "blocks": {"15-17": {"ffn": 0.5}}}}, "block 16, but M has 16 blocks"),
-    ({"default": "int4-g16384"}, "group of 16384 is longer than every row of M it applies to "
-                                 "(the longest has K = 8192)"),
-])
+@pytest.mark.parametrize(
+    "table, says",
+    [
+        (
+            {"keep_fp16_layers": ["gate_prj"]},
+            "'gate_prj', which matches no layer of M (did you mean 'gate_proj'?)",
+        ),
+        ({"keep_int8_layers": ["q_proj", "kv_proj"]}, "'kv_proj'"),
+        (
+            {"layers": {"model.layers.99.mlp.gate_proj": "int8"}},
+            "did you mean 'model.layers.9.mlp.gate_proj'",
+        ),
+        ({"layers": {"*.attn.*": "int8"}}, "field 'layers' has '*.attn.*'"),
+        (
+            {"prune": {"ffn": 0.1, "blocks": {"15-17": {"ffn": 0.5}}}},
+            "block 16, but M has 16 blocks",
+        ),
+        (
+            {"default": "int4-g16384"},
+            "group of 16384 is longer than every row of M it applies to (the longest has K = 8192)",
+        ),
+    ],
+)
 def test_a_policy_that_does_not_fit_names_what_and_the_closest(table, says):
     from harmony_ref.quant.policy import check_applies, unmatched
 
     p = policy_from_dict({"default": "int4-g32", **table}, "p.toml")
     rows, n = _rows("llama-3.2-1b")  # 16 blocks, K up to 8192
     problems = unmatched(p, rows, n, "M")
-    assert len(problems) == 1 and problems[0].startswith("p.toml: ") and says in problems[0], \
+    assert len(problems) == 1 and problems[0].startswith("p.toml: ") and says in problems[0], (
         problems
+    )
     with pytest.raises(ValueError, match="--allow-unmatched"):
         check_applies(p, rows, n, "M")
     check_applies(p, rows, n, "M", allow_unmatched=True)  # deliberate: applied as it is

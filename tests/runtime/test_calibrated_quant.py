@@ -23,8 +23,14 @@ FP16_KV_REL_TOL = 2e-3
 
 
 def _pol(default="int4-g32", **quantize):
-    return policy_from_dict({"name": "t", "default": default, "quantize": {
-        "calibration": "random", "samples": 4, "sample_tokens": 16, **quantize}}, "<t>")
+    return policy_from_dict(
+        {
+            "name": "t",
+            "default": default,
+            "quantize": {"calibration": "random", "samples": 4, "sample_tokens": 16, **quantize},
+        },
+        "<t>",
+    )
 
 
 def _rel(a, b):
@@ -41,6 +47,7 @@ def test_awq_folding_leaves_fp32_outputs_unchanged(arch, monkeypatch):
     def forced(parts, fmts, gram, mean_abs, grid=20, tie=None):
         stat = tie(mean_abs) if tie is not None else mean_abs
         return awq.scales_for(stat, 0.5), 0.5, []
+
     monkeypatch.setattr(seq, "awq_search", forced)
     w = tiny_weights(tiny_config(arch), seed=4)
     pol = _pol(method="awq")
@@ -49,16 +56,21 @@ def test_awq_folding_leaves_fp32_outputs_unchanged(arch, monkeypatch):
     # the search runs on the int4 policy; only the folding is kept, the rounding is not
     folded, stored = seq.calibrate_weights(base, w, pol, windows)
     assert stored == {}
-    changed = [not np.array_equal(a.attn_norm, b.attn_norm) and
-               not np.array_equal(a.wv, b.wv) and not np.array_equal(a.w_up, b.w_up)
-               for a, b in zip(folded.layers, w.layers)]
+    changed = [
+        not np.array_equal(a.attn_norm, b.attn_norm)
+        and not np.array_equal(a.wv, b.wv)
+        and not np.array_equal(a.w_up, b.w_up)
+        for a, b in zip(folded.layers, w.layers)
+    ]
     assert all(changed)  # every fold happened
     ref = LlamaRef(w, 64).prefill(TOKENS, all_logits=True)
     got = LlamaRef(folded, 64).prefill(TOKENS, all_logits=True)
     assert _rel(got, ref) <= FOLD_REL_TOL
     kern = Llama(folded, "fp32", max_context=64).prefill(TOKENS, all_logits=True)
-    assert _rel(kern, Llama(w, "fp32", max_context=64).prefill(TOKENS, all_logits=True)) \
+    assert (
+        _rel(kern, Llama(w, "fp32", max_context=64).prefill(TOKENS, all_logits=True))
         <= FP16_KV_REL_TOL
+    )
 
 
 def test_gptq_and_awq_policies_build_the_same_formats_and_bytes():
@@ -97,16 +109,30 @@ def test_gptq_layer_error_is_at_most_rtn_on_its_calibration_inputs():
 
 def test_mixed_methods_per_pattern_and_format():
     w = tiny_weights(tiny_config("llama"), seed=3)
-    pol = policy_from_dict({"name": "m", "default": "int4-g32", "keep_int8_layers": ["o_proj"],
-                            "quantize": {"method": "gptq", "calibration": "random",
-                                         "samples": 2, "sample_tokens": 16,
-                                         "methods": {"*.k_proj": "rtn", "int8": "awq"}}},
-                           "<m>")
+    pol = policy_from_dict(
+        {
+            "name": "m",
+            "default": "int4-g32",
+            "keep_int8_layers": ["o_proj"],
+            "quantize": {
+                "method": "gptq",
+                "calibration": "random",
+                "samples": 2,
+                "sample_tokens": 16,
+                "methods": {"*.k_proj": "rtn", "int8": "awq"},
+            },
+        },
+        "<m>",
+    )
     assert pol.method_for("model.layers.0.self_attn.k_proj") == "rtn"
     assert pol.method_for("model.layers.0.self_attn.q_proj") == "gptq"
     assert pol.method_for("model.layers.0.self_attn.o_proj") == "awq"
-    assert policy_from_dict({"default": "fp16", "quantize": {"method": "gptq"}},
-                            "<f>").method_for("lm_head") == "rtn"  # nothing to fit
+    assert (
+        policy_from_dict({"default": "fp16", "quantize": {"method": "gptq"}}, "<f>").method_for(
+            "lm_head"
+        )
+        == "rtn"
+    )  # nothing to fit
     m = Llama(w, pol)  # q, v fitted by GPTQ and k rounded: one fused q|k|v tensor
     assert m.blocks[0].qkv.single is not None
     assert np.isfinite(m.prefill(TOKENS)).all()
@@ -125,11 +151,18 @@ def test_calibration_windows_come_from_the_calibration_split(monkeypatch):
     def spy(weights, spec, tokens=None):
         seen.append((spec, None if tokens is None else np.asarray(tokens).copy()))
         return real(weights, spec, tokens)
+
     monkeypatch.setattr(llama, "calibration_windows", spy)
     w = tiny_weights(tiny_config("llama"), seed=5)
     text = np.arange(3, 200)
-    pol = policy_from_dict({"name": "g", "default": "int4-g32", "quantize": {
-        "method": "gptq", "samples": 3, "sample_tokens": 16, "seed": 7}}, "<g>")
+    pol = policy_from_dict(
+        {
+            "name": "g",
+            "default": "int4-g32",
+            "quantize": {"method": "gptq", "samples": 3, "sample_tokens": 16, "seed": 7},
+        },
+        "<g>",
+    )
     Llama(w, pol, calibration_tokens=text)
     assert len(seen) == 1 and seen[0][0] == pol.quantize.activations()
     assert np.array_equal(seen[0][1], text)
@@ -138,8 +171,9 @@ def test_calibration_windows_come_from_the_calibration_split(monkeypatch):
 
     ids = np.arange(3, 3 + 4 * 32)
     seen.clear()
-    evaluate_lm(w, ids, 32, [(pol, "fp16")], max_chunks=2,
-                calibration_tokens=unscored_tokens(ids, 32, 2))
+    evaluate_lm(
+        w, ids, 32, [(pol, "fp16")], max_chunks=2, calibration_tokens=unscored_tokens(ids, 32, 2)
+    )
     assert np.array_equal(seen[0][1], unscored_tokens(ids, 32, 2))
 
 
@@ -156,24 +190,35 @@ def test_corpus_windows_never_read_the_heldout_split(monkeypatch):
         def encode(self, text):
             assert text == "calibration text" and text != load_corpus("heldout")[:16]
             return list(range(3, 40))
-    monkeypatch.setattr("harmony_ref.runtime.tokenizer.Tokenizer.from_hf_dir",
-                        staticmethod(lambda p: Tok()))
+
+    monkeypatch.setattr(
+        "harmony_ref.runtime.tokenizer.Tokenizer.from_hf_dir", staticmethod(lambda p: Tok())
+    )
     w = dataclasses.replace(tiny_weights(tiny_config("llama"), seed=6), source="/")
-    pol = policy_from_dict({"name": "g", "default": "int8", "quantize": {
-        "method": "gptq", "samples": 2, "sample_tokens": 16}}, "<g>")
+    pol = policy_from_dict(
+        {
+            "name": "g",
+            "default": "int8",
+            "quantize": {"method": "gptq", "samples": 2, "sample_tokens": 16},
+        },
+        "<g>",
+    )
     Llama(w, pol)
     assert read == [1]
 
 
-@pytest.mark.parametrize("table, match", [
-    ({"method": "gptqq"}, r"<p>: field 'quantize.method' = 'gptqq': must be one of"),
-    ({"methods": {"*.q_proj": "x"}}, r"field 'quantize.methods.\*.q_proj' = 'x'"),
-    ({"damp": 0}, r"field 'quantize.damp' = 0: must be a number in \(0, 1\)"),
-    ({"act_order": 1}, r"field 'quantize.act_order' = 1: must be true or false"),
-    ({"samples": 0}, r"field 'quantize.samples' = 0"),
-    ({"calibration": "heldout"}, r"field 'quantize.calibration' = 'heldout'"),
-    ({"metod": "gptq"}, r"unknown field 'metod' \(did you mean 'method'"),
-])
+@pytest.mark.parametrize(
+    "table, match",
+    [
+        ({"method": "gptqq"}, r"<p>: field 'quantize.method' = 'gptqq': must be one of"),
+        ({"methods": {"*.q_proj": "x"}}, r"field 'quantize.methods.\*.q_proj' = 'x'"),
+        ({"damp": 0}, r"field 'quantize.damp' = 0: must be a number in \(0, 1\)"),
+        ({"act_order": 1}, r"field 'quantize.act_order' = 1: must be true or false"),
+        ({"samples": 0}, r"field 'quantize.samples' = 0"),
+        ({"calibration": "heldout"}, r"field 'quantize.calibration' = 'heldout'"),
+        ({"metod": "gptq"}, r"unknown field 'metod' \(did you mean 'method'"),
+    ],
+)
 def test_bad_quantize_tables_name_file_field_value(table, match):
     with pytest.raises(ValueError, match=match):
         policy_from_dict({"default": "int4-g32", "quantize": table}, "<p>")
@@ -182,8 +227,10 @@ def test_bad_quantize_tables_name_file_field_value(table, match):
 def test_unmatched_method_pattern_is_refused():
     from harmony_ref.quant.policy import unmatched
 
-    pol = policy_from_dict({"default": "int4-g32", "quantize": {
-        "methods": {"*.gate_prj": "gptq", "int8": "rtn"}}}, "<p>")
+    pol = policy_from_dict(
+        {"default": "int4-g32", "quantize": {"methods": {"*.gate_prj": "gptq", "int8": "rtn"}}},
+        "<p>",
+    )
     out = unmatched(pol, [("model.layers.0.mlp.gate_proj", 64)], 1)
     assert len(out) == 1 and "'quantize.methods' has '*.gate_prj'" in out[0]
 

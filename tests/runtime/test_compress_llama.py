@@ -33,15 +33,14 @@ def _pol(act=None, prune=None, default="int8", **kw):
 
 
 def _rel_rms(got, ref):
-    return float(np.sqrt(((got - ref) ** 2).mean() / (ref ** 2).mean()))
+    return float(np.sqrt(((got - ref) ** 2).mean() / (ref**2).mean()))
 
 
 @pytest.mark.parametrize("granularity", sorted(W8A8_VS_REF_REL_RMS))
 def test_w8a8_follows_the_oracle(granularity):
     w = tiny_weights(tiny_config("llama", tied=True), seed=4)
     ref = LlamaRef(w).prefill(TOKENS, all_logits=True)
-    act = {"granularity": granularity, "calibration": "random", "samples": 8,
-           "sample_tokens": 32}
+    act = {"granularity": granularity, "calibration": "random", "samples": 8, "sample_tokens": 32}
     m = Llama(w, _pol(act))
     assert isinstance(m.lm_head.stored, W8A8Weight)
     assert isinstance(m.blocks[0].qkv.single.stored, W8A8Weight)
@@ -64,8 +63,12 @@ def test_fused_and_unfused_w8a8_agree():
 
 def test_pruned_w8a8_runs_and_reports_narrow_blocks():
     w = tiny_weights(tiny_config("llama", n_heads=8, n_kv_heads=2, ffn_dim=128), seed=9)
-    m = Llama(w, _pol({"calibration": "random", "samples": 2, "sample_tokens": 16},
-                      {"ffn": 0.5, "heads": 0.5}))
+    m = Llama(
+        w,
+        _pol(
+            {"calibration": "random", "samples": 2, "sample_tokens": 16}, {"ffn": 0.5, "heads": 0.5}
+        ),
+    )
     assert [(b.n_heads, b.n_kv_heads, b.ffn_dim) for b in m.blocks] == [(4, 2, 64)] * 2
     full = m.prefill(TOKENS, all_logits=True)
     m.reset()
@@ -81,8 +84,9 @@ def test_calibration_windows():
     assert a.shape == (5, 8) and (a == cal.calibration_windows(w, spec, text)).all()
     for row in a:  # each window is a contiguous run of the given tokens
         assert (np.diff(row) == 1).all() and row[0] >= 100 and row[-1] < 150
-    r = cal.calibration_windows(w, ActivationSpec(calibration="random", samples=3,
-                                                  sample_tokens=8), None)
+    r = cal.calibration_windows(
+        w, ActivationSpec(calibration="random", samples=3, sample_tokens=8), None
+    )
     assert r.shape == (3, 8) and r.max() < w.config.vocab_size
     with pytest.raises(ValueError, match="fewer than sample_tokens"):
         cal.calibration_windows(w, spec, [1, 2, 3])
@@ -98,8 +102,9 @@ def test_scales_cover_observed_inputs():
     names = set(base.formats())
     assert names <= set(scales) and "lm_head" in scales
     # q, k and v read one input: one scale
-    assert (scales["model.layers.0.self_attn.q_proj"]
-            == scales["model.layers.0.self_attn.v_proj"]).all()
+    assert (
+        scales["model.layers.0.self_attn.q_proj"] == scales["model.layers.0.self_attn.v_proj"]
+    ).all()
     assert base.blocks[0].qkv.__class__.__name__ == "Fused"  # restored after observing
     h = base.embed[windows[0]]
     assert scales["model.layers.0.self_attn.q_proj"].shape == (w.config.dim,)

@@ -15,11 +15,25 @@ def test_corpus_calibration_beats_random(smollm2):
     from harmony_ref.quant.policy import policy_from_dict
 
     w, tok = smollm2
-    pols = [policy_from_dict({"name": src, "default": "int8", "activations": {
-        "granularity": "per-channel", "calibration": src, "samples": 10, "sample_tokens": 64}},
-        f"<{src}>") for src in ("corpus", "random")]
-    out = evaluate_policies(w, tok.encode(load_corpus("heldout")), pols, context=256,
-                            max_chunks=1)["results"]
+    pols = [
+        policy_from_dict(
+            {
+                "name": src,
+                "default": "int8",
+                "activations": {
+                    "granularity": "per-channel",
+                    "calibration": src,
+                    "samples": 10,
+                    "sample_tokens": 64,
+                },
+            },
+            f"<{src}>",
+        )
+        for src in ("corpus", "random")
+    ]
+    out = evaluate_policies(w, tok.encode(load_corpus("heldout")), pols, context=256, max_chunks=1)[
+        "results"
+    ]
     assert out["corpus"]["kld_mean"] < 0.7 * out["random"]["kld_mean"], out
 
 
@@ -28,8 +42,9 @@ def test_pruned_real_model_runs(smollm2):
     from harmony_ref.runtime.llama import Llama
 
     w, tok = smollm2
-    pol = policy_from_dict({"name": "p", "default": "int8",
-                            "prune": {"ffn": 0.25, "heads": 0.34}}, "<p>")
+    pol = policy_from_dict(
+        {"name": "p", "default": "int8", "prune": {"ffn": 0.25, "heads": 0.34}}, "<p>"
+    )
     m = Llama(w, pol, max_context=64)
     assert {(b.n_heads, b.n_kv_heads, b.ffn_dim) for b in m.blocks} == {(6, 3, 1152)}
     logits = m.prefill(tok.encode("The capital of France is"))
@@ -51,16 +66,18 @@ def test_pruned_real_model_equals_zeroed_channels(smollm2):
 
     w, tok = smollm2
     toks = np.array(tok.encode(load_corpus("heldout"))[:32])
-    pol = policy_from_dict({"name": "p", "default": "fp32",
-                            "prune": {"blocks": {"0": {"ffn": 0.1}}}}, "<p>")
+    pol = policy_from_dict(
+        {"name": "p", "default": "fp32", "prune": {"blocks": {"0": {"ffn": 0.1}}}}, "<p>"
+    )
     pruned = Llama(w, pol, max_context=64)
     assert [b.ffn_dim for b in pruned.blocks[:2]] == [1376, 1536]
     lw = w.layers[0]
     keep = ffn_keep(lw.w_gate, lw.w_up, lw.w_down, 0.1)
     mask = np.zeros(lw.w_up.shape[0], np.float32)
     mask[keep] = 1
-    zeroed = dataclasses.replace(w, layers=[dataclasses.replace(lw, w_down=lw.w_down * mask)]
-                                 + list(w.layers[1:]))
+    zeroed = dataclasses.replace(
+        w, layers=[dataclasses.replace(lw, w_down=lw.w_down * mask)] + list(w.layers[1:])
+    )
     ref = log_softmax(LlamaRef(zeroed, 64).prefill(toks, all_logits=True))
     got = log_softmax(pruned.prefill(toks, all_logits=True))
     kld = (np.exp(ref) * (ref - got)).sum(axis=1)

@@ -12,8 +12,25 @@ from tests.fixtures.decoder.tiny import tiny_vocab, tiny_weights, write_tiny_hf
 
 
 def test_generate_json(tiny_gguf, capsys):
-    assert main(["generate", "--model", str(tiny_gguf), "--policy", "int4-g32", "--prompt",
-                 "the cat", "--max-new", "5", "--threads", "1", "--json"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                str(tiny_gguf),
+                "--policy",
+                "int4-g32",
+                "--prompt",
+                "the cat",
+                "--max-new",
+                "5",
+                "--threads",
+                "1",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["new_tokens"] + out["stopped_at_eos"] >= 1 and out["prompt_tokens"] == 5
     for key in ("ttft_ms", "prefill_tokens_per_s", "decode_tokens_per_s", "peak_rss_mb"):
@@ -22,16 +39,45 @@ def test_generate_json(tiny_gguf, capsys):
 
 
 def test_generate_text_chat_seeded_and_hf(tiny_gguf, tmp_path, capsys):
-    argv = ["generate", "--model", str(tiny_gguf), "--policy", "int8", "--prompt", "hi",
-            "--chat", "--max-new", "4", "--seed", "3", "--kv", "int8"]
+    argv = [
+        "generate",
+        "--model",
+        str(tiny_gguf),
+        "--policy",
+        "int8",
+        "--prompt",
+        "hi",
+        "--chat",
+        "--max-new",
+        "4",
+        "--seed",
+        "3",
+        "--kv",
+        "int8",
+    ]
     assert main(argv) == 0
     first = capsys.readouterr().out
     assert "TTFT" in first and "decode" in first and "peak RSS" in first
     assert main(argv) == 0
     assert capsys.readouterr().out.splitlines()[0] == first.splitlines()[0]  # same seed
     write_tiny_hf(tmp_path / "hf")
-    assert main(["generate", "--model", str(tmp_path / "hf"), "--policy", "reference",
-                 "--prompt", "a", "--max-new", "2", "--json"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                str(tmp_path / "hf"),
+                "--policy",
+                "reference",
+                "--prompt",
+                "a",
+                "--max-new",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["policy"] == "fp32-reference"
 
 
@@ -58,11 +104,14 @@ def _bad(tmp_path, edit=None, truncate=False):
     return path
 
 
-@pytest.mark.parametrize("case,pattern", [
-    ("truncated", r"bad\.gguf: not a readable GGUF file"),
-    ("nan", r"bad\.gguf: tensor blk\.1\.attn_v\.weight: value nan"),
-    ("shape", r"bad\.gguf: tensor blk\.0\.ffn_up\.weight: shape"),
-])
+@pytest.mark.parametrize(
+    "case,pattern",
+    [
+        ("truncated", r"bad\.gguf: not a readable GGUF file"),
+        ("nan", r"bad\.gguf: tensor blk\.1\.attn_v\.weight: value nan"),
+        ("shape", r"bad\.gguf: tensor blk\.0\.ffn_up\.weight: shape"),
+    ],
+)
 def test_bad_checkpoint_is_one_line_exit_2(tmp_path, capsys, case, pattern):
     import re
 
@@ -71,6 +120,7 @@ def test_bad_checkpoint_is_one_line_exit_2(tmp_path, capsys, case, pattern):
 
     def shape(w):
         w.layers[0].w_up = w.layers[0].w_up[:64]
+
     path = _bad(tmp_path, edit={"nan": nan, "shape": shape}.get(case), truncate=case == "truncated")
     for argv in (["generate", "--prompt", "x"], ["tokenize", "--text", "x"]):
         if argv[0] == "tokenize" and case != "truncated":

@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from harmony_ref.kernels._testing import assert_within
-from harmony_ref.quant.policy import policy_from_dict
+from harmony_ref.quant.policy import parse_format, policy_from_dict
 from harmony_ref.runtime.llama import Llama, LlamaRef, int4_format_for_rows
-from harmony_ref.quant.policy import parse_format
 from tests.fixtures.decoder.tiny import tiny_config, tiny_weights
 
 TOKENS = [1, 40, 50, 260, 268, 35, 52, 53, 7, 2, 99, 100, 101]
@@ -68,7 +67,7 @@ def test_local_layers_keep_only_the_window_and_see_only_it():
 
 
 def _rel_rms(got, ref):
-    return float(np.sqrt(((got - ref) ** 2).mean() / (ref ** 2).mean()))
+    return float(np.sqrt(((got - ref) ** 2).mean() / (ref**2).mean()))
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3", "gemma3"])
@@ -85,8 +84,15 @@ def test_kernel_path_follows_the_oracle(policy, arch):
 def test_unfused_mixed_formats_match_separate_linears():
     w = tiny_weights(seed=5)
     # q int8, k/v int4: no fused qkv; gate fp16, up int4: no fused gate_up
-    mixed = policy_from_dict({"name": "mx", "default": "int4-g32", "keep_fp16_layers": ["gate_proj"],
-                              "keep_int8_layers": ["q_proj"]}, "test")
+    mixed = policy_from_dict(
+        {
+            "name": "mx",
+            "default": "int4-g32",
+            "keep_fp16_layers": ["gate_proj"],
+            "keep_int8_layers": ["q_proj"],
+        },
+        "test",
+    )
     m = Llama(w, mixed)
     assert len(m.blocks[0].qkv.linears) == 2 or len(m.blocks[0].qkv.linears) == 3
     f = m.formats()
@@ -104,8 +110,9 @@ def test_fused_qkv_equals_separate_quantization():
     """Row-wise quantization makes quantize(concat) == concat(quantize): fused == unfused."""
     w = tiny_weights(seed=6)
     fused = Llama(w, "int8")
-    forced = policy_from_dict({"name": "int8-split", "default": "int8",
-                               "layers": {"*k_proj": "int8"}}, "test")
+    forced = policy_from_dict(
+        {"name": "int8-split", "default": "int8", "layers": {"*k_proj": "int8"}}, "test"
+    )
     assert len(fused.blocks[0].qkv.linears) == 1
     m2 = Llama(w, forced)  # same formats: still fused, same numbers
     np.testing.assert_array_equal(fused.prefill(TOKENS), m2.prefill(TOKENS))
@@ -142,8 +149,10 @@ def test_mixed_q4_plan_runs_as_one_matmul_per_group():
     call each (kernels/matmul_ggml.prepare_q4_rows), reports each part's own format, and gives the
     same logits as the per-part calls (the kernel test holds that bit for bit)."""
     w = tiny_weights(seed=8)
-    mixed = policy_from_dict({"name": "q4-mix", "default": "q4_1",
-                              "layers": {"*k_proj": "q4_0", "*gate_proj": "q4_0"}}, "test")
+    mixed = policy_from_dict(
+        {"name": "q4-mix", "default": "q4_1", "layers": {"*k_proj": "q4_0", "*gate_proj": "q4_0"}},
+        "test",
+    )
     m = Llama(w, mixed)
     assert m.blocks[0].qkv.single is not None and m.blocks[0].gate_up.single is not None
     f = m.formats()

@@ -9,11 +9,11 @@ import pytest
 from harmony_ref.kernels._testing import assert_within
 from harmony_ref.kernels.formats import quantize
 from harmony_ref.kernels.matmul import matmul_w4_ref, matmul_w8_ref
-from harmony_ref.runtime.linear import QuantLinear
-from harmony_ref.runtime.minilm import GELU_ERF_ABS_ERROR, gelu_erf, gelu_erf_ref
 from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4
 from harmony_ref.quant.int8 import Int8Tensor, dequantize_int8
 from harmony_ref.quant.policy import Policy, load_policy, parse_format, shipped_policies
+from harmony_ref.runtime.linear import QuantLinear
+from harmony_ref.runtime.minilm import GELU_ERF_ABS_ERROR, gelu_erf, gelu_erf_ref
 from tests.fixtures.minilm.tiny import HEADS
 
 # Named tolerances.
@@ -43,8 +43,10 @@ def test_gelu_erf_matches_reference(shape):
 
 
 def test_gelu_erf_edge_values():
-    x = np.array([[0.0, -0.0, 1e-30, -1e-30, 30.0, -30.0, 1e30, -1e30, np.inf, -np.inf, np.nan]],
-                 dtype=np.float32)
+    x = np.array(
+        [[0.0, -0.0, 1e-30, -1e-30, 30.0, -30.0, 1e30, -1e30, np.inf, -np.inf, np.nan]],
+        dtype=np.float32,
+    )
     got = gelu_erf(x)
     assert got[0, 0] == 0 and got[0, 4] == 30.0 and got[0, 5] == 0 and got[0, 6] == np.float32(1e30)
     assert got[0, 7] == 0 and got[0, 8] == np.inf and np.isnan(got[0, 10])
@@ -53,9 +55,17 @@ def test_gelu_erf_edge_values():
         tol = GELU_ABS_TOL * np.maximum(1.0, np.abs(x))
         ok = np.isnan(ref) | (got == ref) | (np.abs(got - ref) <= tol)
     assert np.array_equal(np.isnan(got), np.isnan(ref)), (got, ref)
-    assert ok.all(), f"first bad index {np.argwhere(~ok)[:1].tolist()}: ref {ref[~ok][:1]} got {got[~ok][:1]}"
+    assert ok.all(), (
+        f"first bad index {np.argwhere(~ok)[:1].tolist()}: ref {ref[~ok][:1]} got {got[~ok][:1]}"
+    )
     # Exact GELU is not the tanh form: at x = 1 they differ by ~1.6e-4, far above our error.
-    assert abs(float(gelu_erf(np.ones((1, 1), np.float32))[0, 0]) - 0.5 * (1 + math.erf(1 / math.sqrt(2)))) < 1e-6
+    assert (
+        abs(
+            float(gelu_erf(np.ones((1, 1), np.float32))[0, 0])
+            - 0.5 * (1 + math.erf(1 / math.sqrt(2)))
+        )
+        < 1e-6
+    )
 
 
 def _plain_forward(model, sentence: str) -> np.ndarray:
@@ -72,8 +82,11 @@ def _plain_forward(model, sentence: str) -> np.ndarray:
     def lin(x, name):
         return x @ p[name + ".weight"].T + p[name + ".bias"]
 
-    h = p["embeddings.word_embeddings.weight"][ids] + p["embeddings.position_embeddings.weight"][:t] \
+    h = (
+        p["embeddings.word_embeddings.weight"][ids]
+        + p["embeddings.position_embeddings.weight"][:t]
         + p["embeddings.token_type_embeddings.weight"][0]
+    )
     h = ln(h, p["embeddings.LayerNorm.weight"], p["embeddings.LayerNorm.bias"])
     d = model.hidden // HEADS
     for i in range(model.n_layers):
@@ -85,12 +98,18 @@ def _plain_forward(model, sentence: str) -> np.ndarray:
             s = q[:, sl] @ k[:, sl].T / math.sqrt(d)
             s = np.exp(s - s.max(-1, keepdims=True))
             ctx[:, sl] = (s / s.sum(-1, keepdims=True)) @ v[:, sl]
-        a = ln(lin(ctx, pre + "attention.output.dense") + h, p[pre + "attention.output.LayerNorm.weight"],
-               p[pre + "attention.output.LayerNorm.bias"])
+        a = ln(
+            lin(ctx, pre + "attention.output.dense") + h,
+            p[pre + "attention.output.LayerNorm.weight"],
+            p[pre + "attention.output.LayerNorm.bias"],
+        )
         f = lin(a, pre + "intermediate.dense")
         f = 0.5 * f * (1 + np.vectorize(math.erf)(f / math.sqrt(2)))
-        h = ln(lin(f, pre + "output.dense") + a, p[pre + "output.LayerNorm.weight"],
-               p[pre + "output.LayerNorm.bias"])
+        h = ln(
+            lin(f, pre + "output.dense") + a,
+            p[pre + "output.LayerNorm.weight"],
+            p[pre + "output.LayerNorm.bias"],
+        )
     mean = h.mean(0)
     return mean / np.linalg.norm(mean)
 
@@ -108,8 +127,9 @@ def test_padding_and_batching_do_not_change_embeddings(tiny):
     for i, s in enumerate(SENTENCES):
         alone = tiny.encode([s], "fp32")[0]
         np.testing.assert_allclose(alone, together[i], atol=BATCH_INVARIANCE_ATOL, err_msg=s)
-    np.testing.assert_allclose(tiny.encode(SENTENCES, "fp32", batch_size=2), together,
-                               atol=BATCH_INVARIANCE_ATOL)
+    np.testing.assert_allclose(
+        tiny.encode(SENTENCES, "fp32", batch_size=2), together, atol=BATCH_INVARIANCE_ATOL
+    )
 
 
 def test_truncation_at_max_seq_len(tiny):
@@ -143,8 +163,10 @@ def test_cosine_orders_by_precision(tiny):
 
 def test_policy_formats_reach_the_real_layer_names(tiny, tmp_path):
     path = tmp_path / "p.toml"
-    path.write_text('name = "t"\ndefault = "int4-g128"\nkeep_int8_layers = ["attention.self"]\n'
-                    '[layers]\n"encoder.layer.1.output.dense" = "fp16"\n"*intermediate*" = "int4-g32"\n')
+    path.write_text(
+        'name = "t"\ndefault = "int4-g128"\nkeep_int8_layers = ["attention.self"]\n'
+        '[layers]\n"encoder.layer.1.output.dense" = "fp16"\n"*intermediate*" = "int4-g32"\n'
+    )
     lin = tiny.linears(str(path))
     for name, q in lin.items():
         fmt = load_policy(str(path)).format_for(name)
@@ -187,11 +209,13 @@ def test_linear_dispatch(fmt):
     np.testing.assert_allclose(got, want, rtol=DEQUANT_MATMUL_TOL, atol=DEQUANT_MATMUL_TOL)
     got = QuantLinear("l", f, stored, b, backend="kernels")(x)
     if isinstance(stored, Int4Tensor):
-        np.testing.assert_allclose(got, matmul_w4_ref(x, stored) + b,
-                                   rtol=KERNEL_VS_REF_TOL, atol=KERNEL_VS_REF_TOL)
+        np.testing.assert_allclose(
+            got, matmul_w4_ref(x, stored) + b, rtol=KERNEL_VS_REF_TOL, atol=KERNEL_VS_REF_TOL
+        )
     elif isinstance(stored, Int8Tensor):
-        np.testing.assert_allclose(got, matmul_w8_ref(x, stored) + b,
-                                   rtol=KERNEL_VS_REF_TOL, atol=KERNEL_VS_REF_TOL)
+        np.testing.assert_allclose(
+            got, matmul_w8_ref(x, stored) + b, rtol=KERNEL_VS_REF_TOL, atol=KERNEL_VS_REF_TOL
+        )
     err = np.abs(got - want).max() / np.abs(want).max()
     assert err <= KERNEL_VS_FLOAT_REL, f"{fmt}: kernels differ from the float product by {err:.3%}"
 

@@ -44,7 +44,8 @@ def test_fp32_matches_upstream_sentence_transformers(real, reference):
     cos = (got.astype(np.float64) * ref).sum(axis=1)
     worst = int(np.argmin(cos))
     assert cos.min() >= UPSTREAM_MIN_COSINE, (
-        f"sentence {worst} {meta['sentences'][worst][:60]!r}: cosine {cos[worst]:.7f}")
+        f"sentence {worst} {meta['sentences'][worst][:60]!r}: cosine {cos[worst]:.7f}"
+    )
 
 
 def test_module_level_encode(real, reference):
@@ -66,8 +67,8 @@ def test_quantized_policies_stay_close(real, reference):
 
 
 def test_real_artifact_round_trip_is_bit_identical(real, reference, tmp_path):
-    from harmony_ref.runtime.minilm import MiniLM
     from harmony_ref.checkpoint.artifact import export_artifact
+    from harmony_ref.runtime.minilm import MiniLM
 
     meta, _ = reference
     path = tmp_path / "minilm-mixed.safetensors"

@@ -19,8 +19,16 @@ pytestmark = pytest.mark.network
 def test_spec_from_metadata(smollm2):
     w, tok = smollm2
     c = w.config
-    assert (c.arch, c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim,
-            c.vocab_size) == ("llama", 30, 576, 9, 3, 64, 1536, 49152)
+    assert (
+        c.arch,
+        c.n_layers,
+        c.dim,
+        c.n_heads,
+        c.n_kv_heads,
+        c.head_dim,
+        c.ffn_dim,
+        c.vocab_size,
+    ) == ("llama", 30, 576, 9, 3, 64, 1536, 49152)
     assert c.rope_theta == 100000.0 and c.norm_eps == pytest.approx(1e-5)
     assert c.tied_embeddings and not c.attention_bias and (c.bos_id, c.eos_id) == (1, 2)
     assert set(w.stored_formats.values()) == {"F32", "Q4_1", "Q8_0"}
@@ -28,8 +36,7 @@ def test_spec_from_metadata(smollm2):
     assert tok.eog_ids == {0, 2} and "<|im_start|>" in c.chat_template
 
 
-PROMPTS = ("What is the capital of France?", "Why is the sky blue?",
-           "Name three primary colors.")
+PROMPTS = ("What is the capital of France?", "Why is the sky blue?", "Name three primary colors.")
 ANSWER_TOKENS = 24  # greedy steps per prompt (an answer stops earlier at EOS)
 FRANCE = "The capital of France is Paris."
 
@@ -77,7 +84,7 @@ def test_quantized_policy_follows_the_fp32_answers(smollm2, fp32_answers, policy
     agree = steps = worst = 0
     for ids, answer, _ in fp32_answers:
         m.reset()
-        logits = m.prefill(ids + answer[:-1], all_logits=True)[len(ids) - 1:]
+        logits = m.prefill(ids + answer[:-1], all_logits=True)[len(ids) - 1 :]
         agree += int((logits.argmax(1) == np.asarray(answer)).sum())
         steps += len(answer)
         worst = max(worst, max(int((lg > lg[t]).sum()) for lg, t in zip(logits, answer)))
@@ -104,8 +111,11 @@ def test_prefill_equals_decode_on_the_real_model(smollm2, policy):
     full = m.prefill(ids, all_logits=True)
     m.reset()
     steps = np.stack([m.decode(t) for t in ids])
-    tol = REAL_FP32_PREFILL_VS_DECODE_ABS_TOL if policy == "fp32" else \
-        REAL_INT_PREFILL_VS_DECODE_ABS_TOL
+    tol = (
+        REAL_FP32_PREFILL_VS_DECODE_ABS_TOL
+        if policy == "fp32"
+        else REAL_INT_PREFILL_VS_DECODE_ABS_TOL
+    )
     assert_within(steps, full, tol, f"real model {policy}: prefill vs decode logits")
     assert (steps.argmax(1) == full.argmax(1)).all()
 

@@ -17,8 +17,14 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "decoder"
 FIXTURE = json.loads((FIXTURES / "llamacpp_tokens.json").read_text(encoding="utf-8"))
 GEMMA_FIXTURE = json.loads((FIXTURES / "llamacpp_tokens_gemma3.json").read_text(encoding="utf-8"))
 ROUND_TRIP = [
-    "plain words and the theme", "digits 0123456789 and 3.14", "  runs   of\t\tspace\n\n\n x ",
-    "naïve café 日本語 😀🚀 👨‍👩‍👧", "def f(x):\n    return x**2\n", "", "\r\n\r\n", "a<|im_end|>b",
+    "plain words and the theme",
+    "digits 0123456789 and 3.14",
+    "  runs   of\t\tspace\n\n\n x ",
+    "naïve café 日本語 😀🚀 👨‍👩‍👧",
+    "def f(x):\n    return x**2\n",
+    "",
+    "\r\n\r\n",
+    "a<|im_end|>b",
 ]
 
 
@@ -72,9 +78,9 @@ def test_unknown_pre_tokenizer_and_model_are_refused(tmp_path):
 
 @pytest.mark.network
 def test_real_smollm2_ids_equal_llama_cpp():
-    from harmony_ref.eval.lm import load_corpus
     from harmony_ref.checkpoint.assets import AssetUnavailable
     from harmony_ref.checkpoint.smollm2 import GGUF_SHA256, smollm2_gguf
+    from harmony_ref.eval.lm import load_corpus
 
     try:
         path = smollm2_gguf()

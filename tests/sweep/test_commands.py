@@ -9,8 +9,19 @@ import pytest
 
 from harmony_ref.cli import main
 
-SWEEP = ["sweep", "--name", "s", "--models", "qwen2.5-0.5b,llama-3.2-1b", "--policies",
-         "int8,int4-g128", "--profiles", "harmony-flagship,harmony-lowend", "--workers", "0"]
+SWEEP = [
+    "sweep",
+    "--name",
+    "s",
+    "--models",
+    "qwen2.5-0.5b,llama-3.2-1b",
+    "--policies",
+    "int8,int4-g128",
+    "--profiles",
+    "harmony-flagship,harmony-lowend",
+    "--workers",
+    "0",
+]
 
 
 @pytest.fixture
@@ -21,14 +32,17 @@ def swept(tmp_path, capsys):
     return tmp_path
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--models", "nope"], "--models 'nope': unknown model"),
-    (["--prompt", "a"], "--prompt 'a': must be comma-separated integers"),
-    (["--grid", "x.toml"], "give the grid in the file or as flags, not both"),
-    (["--workers", "-1"], "--workers -1: must be >= 0"),
-    (["--scheduler", "tcp://h:1", "--workers", "2"], "--workers applies to the LocalCluster"),
-    (["--points-per-task", "0"], "--points-per-task 0: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--models", "nope"], "--models 'nope': unknown model"),
+        (["--prompt", "a"], "--prompt 'a': must be comma-separated integers"),
+        (["--grid", "x.toml"], "give the grid in the file or as flags, not both"),
+        (["--workers", "-1"], "--workers -1: must be >= 0"),
+        (["--scheduler", "tcp://h:1", "--workers", "2"], "--workers applies to the LocalCluster"),
+        (["--points-per-task", "0"], "--points-per-task 0: must be >= 1"),
+    ],
+)
 def test_bad_sweep_input_is_one_line_exit_2(tmp_path, capsys, extra, message):
     argv = SWEEP[:2] + ["x"] + SWEEP[3:]
     # later flags win in argparse: the bad value replaces the good one
@@ -61,12 +75,15 @@ def test_pick_json_md_csv_and_plots(swept, capsys):
     assert capsys.readouterr().out.startswith("model,policy,kv_dtype,decode_tokens_per_s")
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--max-kld", "0.1"], "--max-kld 0.1: the sweep has no KL divergence metric"),
-    (["--profile", "moon"], "--profile 'moon': not in the sweep"),
-    (["--plot", "x.jpg"], "--plot 'x.jpg': must name a .png file"),
-    (["--models", "nope"], "--models 'nope': not in the sweep"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--max-kld", "0.1"], "--max-kld 0.1: the sweep has no KL divergence metric"),
+        (["--profile", "moon"], "--profile 'moon': not in the sweep"),
+        (["--plot", "x.jpg"], "--plot 'x.jpg': must name a .png file"),
+        (["--models", "nope"], "--models 'nope': not in the sweep"),
+    ],
+)
 def test_bad_pick_input_is_exit_2(swept, capsys, extra, message):
     assert main(["pick", "--sweep", "s", "--out-dir", str(swept)] + extra) == 2
     assert message in capsys.readouterr().err

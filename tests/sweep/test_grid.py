@@ -10,14 +10,24 @@ from harmony_ref.sweep.grid import Grid, grid_from_toml, split_list
 
 
 def small(**kw):
-    base = dict(models=("llama-3.2-1b", "qwen2.5-0.5b"), policies=("int4-g128", "int8"),
-                profiles=("harmony-flagship",))
+    base = dict(
+        models=("llama-3.2-1b", "qwen2.5-0.5b"),
+        policies=("int4-g128", "int8"),
+        profiles=("harmony-flagship",),
+    )
     return Grid(**{**base, **kw})
 
 
 def test_points_are_the_cross_product_with_stable_distinct_keys():
-    g = small(scenario={"prompt_tokens": (128, 512), "new_tokens": (64,),
-                        "context_tokens": (2048,), "batch": (1,), "kv_dtype": ("fp16", "int8")})
+    g = small(
+        scenario={
+            "prompt_tokens": (128, 512),
+            "new_tokens": (64,),
+            "context_tokens": (2048,),
+            "batch": (1,),
+            "kv_dtype": ("fp16", "int8"),
+        }
+    )
     pts = g.points()
     assert len(pts) == g.size == 2 * 2 * 1 * 2 * 2
     assert len({p.key for p in pts}) == len(pts)
@@ -49,25 +59,55 @@ def test_code_version_is_in_the_key_but_not_the_config_key(monkeypatch):
 
 
 def test_an_invalid_combination_is_a_point_with_its_error():
-    g = small(scenario={"prompt_tokens": (512, 2000), "new_tokens": (128,),
-                        "context_tokens": (2048,), "batch": (1,), "kv_dtype": ("fp16",)})
+    g = small(
+        scenario={
+            "prompt_tokens": (512, 2000),
+            "new_tokens": (128,),
+            "context_tokens": (2048,),
+            "batch": (1,),
+            "kv_dtype": ("fp16",),
+        }
+    )
     bad = [p for p in g.points() if p.error]
     assert len(bad) == 4 and all("exceeds context_tokens = 2048" in p.error for p in bad)
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(models=("nope",)), "--models 'nope': unknown model 'nope'"),
-    (dict(policies=("int3",)), "--policies 'int3'"),
-    (dict(profiles=("harmony-moon",)), "--profiles 'harmony-moon'"),
-    (dict(parts=("predicted", "speed")), "--parts 'speed': not a part"),
-    (dict(models=()), "--models []: must list at least one"),
-    (dict(policies=("int8", "int8")), "lists a value twice"),
-    (dict(backend="command"), "--backend 'command'"),
-    (dict(scenario={"prompt_tokens": (0,), "new_tokens": (1,), "context_tokens": (8,),
-                    "batch": (1,), "kv_dtype": ("fp16",)}), "--prompt 0: must be an integer >= 1"),
-    (dict(scenario={"prompt_tokens": (1,), "new_tokens": (1,), "context_tokens": (8,),
-                    "batch": (1,), "kv_dtype": ("fp8",)}), "--kv-dtype 'fp8'"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(models=("nope",)), "--models 'nope': unknown model 'nope'"),
+        (dict(policies=("int3",)), "--policies 'int3'"),
+        (dict(profiles=("harmony-moon",)), "--profiles 'harmony-moon'"),
+        (dict(parts=("predicted", "speed")), "--parts 'speed': not a part"),
+        (dict(models=()), "--models []: must list at least one"),
+        (dict(policies=("int8", "int8")), "lists a value twice"),
+        (dict(backend="command"), "--backend 'command'"),
+        (
+            dict(
+                scenario={
+                    "prompt_tokens": (0,),
+                    "new_tokens": (1,),
+                    "context_tokens": (8,),
+                    "batch": (1,),
+                    "kv_dtype": ("fp16",),
+                }
+            ),
+            "--prompt 0: must be an integer >= 1",
+        ),
+        (
+            dict(
+                scenario={
+                    "prompt_tokens": (1,),
+                    "new_tokens": (1,),
+                    "context_tokens": (8,),
+                    "batch": (1,),
+                    "kv_dtype": ("fp8",),
+                }
+            ),
+            "--kv-dtype 'fp8'",
+        ),
+    ],
+)
 def test_bad_flags_name_the_flag_and_value(kw, message):
     with pytest.raises(ValueError, match=None) as e:
         small(**kw)
@@ -76,23 +116,27 @@ def test_bad_flags_name_the_flag_and_value(kw, message):
 
 def test_toml_grid_and_its_errors(tmp_path):
     f = tmp_path / "grid.toml"
-    f.write_text('models = ["qwen2.5-0.5b"]\npolicies = ["int8", "int4-g32"]\n'
-                 'profiles = ["harmony-lowend"]\nparts = ["predicted", "coldstart"]\n'
-                 '[scenario]\nprompt_tokens = [128, 256]\nkv_dtype = "int8"\n')
+    f.write_text(
+        'models = ["qwen2.5-0.5b"]\npolicies = ["int8", "int4-g32"]\n'
+        'profiles = ["harmony-lowend"]\nparts = ["predicted", "coldstart"]\n'
+        '[scenario]\nprompt_tokens = [128, 256]\nkv_dtype = "int8"\n'
+    )
     g = grid_from_toml(f)
     assert g.size == 4 and g.parts == ("predicted", "coldstart")
     assert g.scenario["kv_dtype"] == ("int8",)
     f.write_text('models = ["qwen2.5-0.5b"]\npolicies = ["int8"]\nprofiles = ["x"]\n')
     with pytest.raises(ValueError, match=rf"{f}: field 'profiles' = 'x'"):
         grid_from_toml(f)
-    f.write_text('models = ["qwen2.5-0.5b"]\npolicies = ["int8"]\nprofiles = ["harmony-lowend"]'
-                 '\n[scenario]\nprompt = [1]\n')
+    f.write_text(
+        'models = ["qwen2.5-0.5b"]\npolicies = ["int8"]\nprofiles = ["harmony-lowend"]'
+        "\n[scenario]\nprompt = [1]\n"
+    )
     with pytest.raises(ValueError, match=r"field 'scenario.prompt' .* not a scenario axis"):
         grid_from_toml(f)
     f.write_text('models = ["qwen2.5-0.5b"]\npolicies = ["int8"]\n')
     with pytest.raises(ValueError, match=r"field 'profiles' = None: missing"):
         grid_from_toml(f)
-    f.write_text('models = [')
+    f.write_text("models = [")
     with pytest.raises(ValueError, match="not valid TOML"):
         grid_from_toml(f)
 
@@ -116,4 +160,6 @@ def test_a_checkpoint_is_a_model_with_its_spec_from_the_file(tmp_path):
     assert points and not any(p.error for p in points)
     config = points[0].config
     assert config["model"] == str(path)
-    assert config["model_spec"]["activation"] == "gelu_tanh" and config["model_spec"]["n_layers"] == 3
+    assert (
+        config["model_spec"]["activation"] == "gelu_tanh" and config["model_spec"]["n_layers"] == 3
+    )

@@ -15,8 +15,13 @@ ALLOWED = {"sweep", "commands/sweep.py", "commands/pick.py"}
 
 def imports_distributed(path: Path) -> bool:
     for node in ast.walk(ast.parse(path.read_text())):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
         if any(n == "distributed" or n.startswith(("distributed.", "dask")) for n in names):
             return True
     return False
@@ -32,9 +37,11 @@ def test_only_the_sweep_imports_distributed():
 
 
 def test_the_cli_and_the_sweep_commands_modules_do_not_load_distributed():
-    code = ("import sys, harmony_ref.cli as c; c.build_parser(); "
-            "import harmony_ref.commands.sweep, harmony_ref.commands.pick, "
-            "harmony_ref.sweep.grid, harmony_ref.sweep.pick, harmony_ref.sweep.store; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('distributed', 'dask')))")
+    code = (
+        "import sys, harmony_ref.cli as c; c.build_parser(); "
+        "import harmony_ref.commands.sweep, harmony_ref.commands.pick, "
+        "harmony_ref.sweep.grid, harmony_ref.sweep.pick, harmony_ref.sweep.store; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('distributed', 'dask')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

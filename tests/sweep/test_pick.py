@@ -12,21 +12,53 @@ from harmony_ref.sweep.pick import pareto_mask, pick
 
 
 def frame(rows, **common):
-    base = dict(profile="phone", prompt_tokens=512, new_tokens=128, context_tokens=2048,
-                batch=1, backend="simulated", kv_dtype="fp16", fits_memory=1.0,
-                app_budget_mb=4000.0, machine="m1", measured_metrics="", status="ok")
+    base = dict(
+        profile="phone",
+        prompt_tokens=512,
+        new_tokens=128,
+        context_tokens=2048,
+        batch=1,
+        backend="simulated",
+        kv_dtype="fp16",
+        fits_memory=1.0,
+        app_budget_mb=4000.0,
+        machine="m1",
+        measured_metrics="",
+        status="ok",
+    )
     return pd.DataFrame([{**base, **common, **r} for r in rows])
 
 
 ROWS = [  # (model, policy): decode tokens/s, accuracy drop, peak memory
-    dict(model="big", policy="fp16", decode_tokens_per_s=5.0, accuracy_drop_pct=0.0,
-         peak_memory_mb=6000.0, fits_memory=0.0),
-    dict(model="big", policy="int4", decode_tokens_per_s=18.0, accuracy_drop_pct=3.0,
-         peak_memory_mb=2000.0),
-    dict(model="small", policy="int8", decode_tokens_per_s=25.0, accuracy_drop_pct=0.5,
-         peak_memory_mb=900.0),
-    dict(model="small", policy="int4", decode_tokens_per_s=40.0, accuracy_drop_pct=3.0,
-         peak_memory_mb=600.0),
+    dict(
+        model="big",
+        policy="fp16",
+        decode_tokens_per_s=5.0,
+        accuracy_drop_pct=0.0,
+        peak_memory_mb=6000.0,
+        fits_memory=0.0,
+    ),
+    dict(
+        model="big",
+        policy="int4",
+        decode_tokens_per_s=18.0,
+        accuracy_drop_pct=3.0,
+        peak_memory_mb=2000.0,
+    ),
+    dict(
+        model="small",
+        policy="int8",
+        decode_tokens_per_s=25.0,
+        accuracy_drop_pct=0.5,
+        peak_memory_mb=900.0,
+    ),
+    dict(
+        model="small",
+        policy="int4",
+        decode_tokens_per_s=40.0,
+        accuracy_drop_pct=3.0,
+        peak_memory_mb=600.0,
+    ),
 ]
 
 
@@ -76,8 +108,10 @@ def test_a_kld_metric_is_preferred_as_the_accuracy_loss():
 
 
 def test_timings_of_two_machines_are_never_ranked_together():
-    rows = [{**r, "machine": "m1" if i % 2 else "m2", "measured_metrics": "decode_tokens_per_s"}
-            for i, r in enumerate(ROWS)]
+    rows = [
+        {**r, "machine": "m1" if i % 2 else "m2", "measured_metrics": "decode_tokens_per_s"}
+        for i, r in enumerate(ROWS)
+    ]
     with pytest.raises(ValueError, match=r"measured on 2 machines \['m1', 'm2'\]"):
         pick(frame(rows))
     [a] = pick(frame(rows), machine="m1")
@@ -89,8 +123,11 @@ def test_timings_of_two_machines_are_never_ranked_together():
 def test_one_answer_per_phone_and_scenario():
     df = pd.concat([frame(ROWS), frame(ROWS, profile="other"), frame(ROWS, prompt_tokens=128)])
     answers = pick(df)
-    assert [(a.profile, a.scenario["prompt_tokens"]) for a in answers] == \
-        [("other", 512), ("phone", 128), ("phone", 512)]
+    assert [(a.profile, a.scenario["prompt_tokens"]) for a in answers] == [
+        ("other", 512),
+        ("phone", 128),
+        ("phone", 512),
+    ]
 
 
 def test_pareto_mask():

@@ -11,8 +11,11 @@ from harmony_ref.sweep.grid import Grid
 from harmony_ref.sweep.run import points_per_task, run_sweep
 from harmony_ref.sweep.store import SweepStore
 
-GRID = dict(models=("qwen2.5-0.5b", "llama-3.2-1b"), policies=("int8", "int4-g128", "mixed"),
-            profiles=("harmony-flagship", "harmony-lowend"))
+GRID = dict(
+    models=("qwen2.5-0.5b", "llama-3.2-1b"),
+    policies=("int8", "int4-g128", "mixed"),
+    profiles=("harmony-flagship", "harmony-lowend"),
+)
 
 
 def test_ctrl_c_leaves_a_consistent_sweep_that_a_rerun_completes(tmp_path):
@@ -23,8 +26,14 @@ def test_ctrl_c_leaves_a_consistent_sweep_that_a_rerun_completes(tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(grid, SweepStore("c", tmp_path), workers=0, show_progress=False,
-                  on_result=interrupt, batch_size=2)
+        run_sweep(
+            grid,
+            SweepStore("c", tmp_path),
+            workers=0,
+            show_progress=False,
+            on_result=interrupt,
+            batch_size=2,
+        )
     store = SweepStore("c", tmp_path)
     assert store.points_path.exists() and not list(store.pending.glob("*.parquet"))
     assert len(store.read()) == 6  # three batches of two
@@ -43,8 +52,9 @@ def test_accuracy_once_per_policy_not_per_phone_or_preset_model(tmp_path, monkey
         m.add("accuracy_drop_pct", float(len(config.policy.name)), "pct_points", "lower")
         return m
 
-    parts = [job.Part(p.name, p.title, fake_accuracy) if p.name == "accuracy" else p
-             for p in job.PARTS]
+    parts = [
+        job.Part(p.name, p.title, fake_accuracy) if p.name == "accuracy" else p for p in job.PARTS
+    ]
     monkeypatch.setattr(job, "PARTS", parts)
     grid = Grid(**GRID, parts=("predicted", "accuracy"))
     s = run_sweep(grid, SweepStore("a", tmp_path), workers=0, show_progress=False)
@@ -69,15 +79,19 @@ def test_a_failing_part_fails_its_points_only(tmp_path, monkeypatch):
             raise RuntimeError("out of memory (simulated)")
         return Metrics()
 
-    parts = [job.Part(p.name, p.title, broken) if p.name == "coldstart" else p
-             for p in job.PARTS]
+    parts = [job.Part(p.name, p.title, broken) if p.name == "coldstart" else p for p in job.PARTS]
     monkeypatch.setattr(job, "PARTS", parts)
-    s = run_sweep(Grid(**GRID, parts=("predicted", "coldstart")), SweepStore("f", tmp_path),
-                  workers=0, show_progress=False)
+    s = run_sweep(
+        Grid(**GRID, parts=("predicted", "coldstart")),
+        SweepStore("f", tmp_path),
+        workers=0,
+        show_progress=False,
+    )
     df = SweepStore("f", tmp_path).read()
     assert s.failed == 4 and set(df[df["status"] == "failed"]["policy"]) == {"mixed"}
-    assert set(df[df["status"] == "failed"]["error"]) == \
-        {"coldstart: RuntimeError: out of memory (simulated)"}
+    assert set(df[df["status"] == "failed"]["error"]) == {
+        "coldstart: RuntimeError: out of memory (simulated)"
+    }
 
 
 def test_cheap_points_are_batched_expensive_ones_are_not():

@@ -105,9 +105,11 @@ def test_records_and_rows_carry_the_compression(tmp_path):
     from harmony_ref.track.record import load_record
 
     pol = tmp_path / "w8a8-pruned.toml"
-    pol.write_text('name = "w8a8-pruned"\ndefault = "int8"\n[prune]\nffn = 0.25\nheads = 0.34\n'
-                   'score = "activation"\nsamples = 4\n[activations]\n'
-                   'granularity = "per-channel"\nsample_tokens = 64\n')
+    pol.write_text(
+        'name = "w8a8-pruned"\ndefault = "int8"\n[prune]\nffn = 0.25\nheads = 0.34\n'
+        'score = "activation"\nsamples = 4\n[activations]\n'
+        'granularity = "per-channel"\nsample_tokens = 64\n'
+    )
     g = Grid(("qwen2.5-0.5b",), ("int8", str(pol)), ("harmony-lowend",))
     pts = g.points()
     store = SweepStore("s", tmp_path / "sweeps")
@@ -118,18 +120,29 @@ def test_records_and_rows_carry_the_compression(tmp_path):
     store.unlock()
     df = store.read().set_index("policy")
     row, plain = df.loc[str(pol)], df.loc["int8"]
-    assert (row["prune_ffn"], row["prune_heads"], row["prune_score"]) == \
-        (0.25, 0.34, "activation")
-    assert (row["prune_samples"], row["prune_sample_tokens"], row["prune_head_unit"]) == \
-        (4, 128, "query")
-    assert (row["activations_granularity"], row["activations_sample_tokens"],
-            row["activations_calibration"]) == ("per-channel", 64, "corpus")
+    assert (row["prune_ffn"], row["prune_heads"], row["prune_score"]) == (0.25, 0.34, "activation")
+    assert (row["prune_samples"], row["prune_sample_tokens"], row["prune_head_unit"]) == (
+        4,
+        128,
+        "query",
+    )
+    assert (
+        row["activations_granularity"],
+        row["activations_sample_tokens"],
+        row["activations_calibration"],
+    ) == ("per-channel", 64, "corpus")
     assert (plain["prune_ffn"], plain["prune_heads"]) == (0.0, 0.0)
     assert pd.isna(plain["prune_score"]) and pd.isna(plain["activations_granularity"])
     cfg = load_record(store.dir / row["record"]).config
-    assert cfg["compression"]["prune"] == {"ffn": 0.25, "heads": 0.34, "head_unit": "query",
-                                           "score": "activation", "samples": 4,
-                                           "sample_tokens": 128, "seed": 0}
+    assert cfg["compression"]["prune"] == {
+        "ffn": 0.25,
+        "heads": 0.34,
+        "head_unit": "query",
+        "score": "activation",
+        "samples": 4,
+        "sample_tokens": 128,
+        "seed": 0,
+    }
     assert cfg["compression"]["activations"]["granularity"] == "per-channel"
     assert RunConfig.from_dict(cfg).policy.prune.ffn == 0.25  # reads back
     pol.write_text('name = "w8a8-pruned"\ndefault = "int8"\n[prune]\nffn = 0.5\n')

@@ -41,18 +41,33 @@ def cluster(tmp_path_factory):
         del os.environ["HARMONY_REF_SWEEP_TRACE"]
 
 
-GRID = dict(models=("qwen2.5-0.5b", "llama-3.2-1b", "llama-3.2-3b"),
-            policies=("int8", "int4-g128"),
-            profiles=("harmony-flagship", "harmony-midrange", "harmony-lowend"))
+GRID = dict(
+    models=("qwen2.5-0.5b", "llama-3.2-1b", "llama-3.2-3b"),
+    policies=("int8", "int4-g128"),
+    profiles=("harmony-flagship", "harmony-midrange", "harmony-lowend"),
+)
 
 
-def test_cli_sweep_on_its_own_local_cluster_then_a_rerun_computes_nothing(tmp_path, monkeypatch,
-                                                                         capsys):
+def test_cli_sweep_on_its_own_local_cluster_then_a_rerun_computes_nothing(
+    tmp_path, monkeypatch, capsys
+):
     trace = tmp_path / "trace.txt"
     monkeypatch.setenv("HARMONY_REF_SWEEP_TRACE", str(trace))
-    argv = ["sweep", "--name", "cli", "--models", "qwen2.5-0.5b,llama-3.2-1b", "--policies",
-            "int8,int4-g128", "--profiles", "harmony-flagship,harmony-lowend", "--workers", "2",
-            "--out-dir", str(tmp_path)]
+    argv = [
+        "sweep",
+        "--name",
+        "cli",
+        "--models",
+        "qwen2.5-0.5b,llama-3.2-1b",
+        "--policies",
+        "int8,int4-g128",
+        "--profiles",
+        "harmony-flagship,harmony-lowend",
+        "--workers",
+        "2",
+        "--out-dir",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "sweep cli: 8 points: 8 computed, 0 reused, 0 failed" in out
@@ -71,9 +86,17 @@ def test_cli_sweep_on_its_own_local_cluster_then_a_rerun_computes_nothing(tmp_pa
 
 def test_a_worker_killed_mid_sweep_loses_nothing_and_duplicates_nothing(cluster, tmp_path):
     client, trace = cluster
-    grid = Grid(**GRID, parts=("predicted", "thermal"),
-                scenario={"prompt_tokens": (128, 512), "new_tokens": (128,),
-                          "context_tokens": (2048,), "batch": (1,), "kv_dtype": ("fp16",)})
+    grid = Grid(
+        **GRID,
+        parts=("predicted", "thermal"),
+        scenario={
+            "prompt_tokens": (128, 512),
+            "new_tokens": (128,),
+            "context_tokens": (2048,),
+            "batch": (1,),
+            "kv_dtype": ("fp16",),
+        },
+    )
     killed = {}
 
     def kill_one(done, client):
@@ -86,8 +109,14 @@ def test_a_worker_killed_mid_sweep_loses_nothing_and_duplicates_nothing(cluster,
         os.kill(pids[victim], signal.SIGKILL)
 
     before = len(trace_lines(trace))
-    s = run_sweep(grid, SweepStore("kill", tmp_path), client=client, show_progress=False,
-                  on_result=kill_one, batch_size=2)
+    s = run_sweep(
+        grid,
+        SweepStore("kill", tmp_path),
+        client=client,
+        show_progress=False,
+        on_result=kill_one,
+        batch_size=2,
+    )
     assert killed and killed["done"] < s.tasks  # killed while tasks were left
     with pytest.raises(ProcessLookupError):
         os.kill(killed["pid"], 0)
@@ -103,9 +132,16 @@ def test_a_worker_killed_mid_sweep_loses_nothing_and_duplicates_nothing(cluster,
 
 def test_a_bad_point_is_a_recorded_failure_and_the_rest_go_on(cluster, tmp_path):
     client, _ = cluster
-    grid = Grid(**GRID, scenario={"prompt_tokens": (512, 2000), "new_tokens": (128,),
-                                  "context_tokens": (2048,), "batch": (1,),
-                                  "kv_dtype": ("fp16",)})
+    grid = Grid(
+        **GRID,
+        scenario={
+            "prompt_tokens": (512, 2000),
+            "new_tokens": (128,),
+            "context_tokens": (2048,),
+            "batch": (1,),
+            "kv_dtype": ("fp16",),
+        },
+    )
     s = run_sweep(grid, SweepStore("bad", tmp_path), client=client, show_progress=False)
     df = SweepStore("bad", tmp_path).read()
     assert (s.computed, s.failed, len(df)) == (18, 18, 36)
@@ -123,11 +159,20 @@ def test_shared_parts_run_once_per_key_on_the_workers(cluster, tmp_path):
     """coldstart stands in for the accuracy part here (cheap): treated as shared, it runs once
     per (model, policy), not once per phone, and every phone's record carries its result."""
     client, trace = cluster
-    grid = Grid(models=("qwen2.5-0.5b", "llama-3.2-1b"), policies=("int8", "int4-g128"),
-                profiles=("harmony-flagship", "harmony-lowend"), parts=("predicted", "coldstart"))
+    grid = Grid(
+        models=("qwen2.5-0.5b", "llama-3.2-1b"),
+        policies=("int8", "int4-g128"),
+        profiles=("harmony-flagship", "harmony-lowend"),
+        parts=("predicted", "coldstart"),
+    )
     before = len(trace_lines(trace, "shared"))
-    s = run_sweep(grid, SweepStore("shared", tmp_path), client=client, show_progress=False,
-                  shared_parts=("coldstart",))
+    s = run_sweep(
+        grid,
+        SweepStore("shared", tmp_path),
+        client=client,
+        show_progress=False,
+        shared_parts=("coldstart",),
+    )
     assert s.failed == 0
     ran = trace_lines(trace, "shared")[before:]
     assert len(ran) == 4  # 2 models x 2 policies
@@ -146,8 +191,12 @@ def test_shared_parts_run_once_per_key_on_the_workers(cluster, tmp_path):
 
 def test_the_cluster_and_this_process_give_the_same_metrics(cluster, tmp_path):
     client, _ = cluster
-    grid = Grid(models=("qwen2.5-0.5b",), policies=("int8", "mixed"),
-                profiles=("harmony-midrange",), parts=("predicted", "coldstart"))
+    grid = Grid(
+        models=("qwen2.5-0.5b",),
+        policies=("int8", "mixed"),
+        profiles=("harmony-midrange",),
+        parts=("predicted", "coldstart"),
+    )
     run_sweep(grid, SweepStore("a", tmp_path), client=client, show_progress=False)
     run_sweep(grid, SweepStore("b", tmp_path), workers=0, show_progress=False)
     a = SweepStore("a", tmp_path).read().sort_values("key").reset_index(drop=True)
@@ -157,14 +206,43 @@ def test_the_cluster_and_this_process_give_the_same_metrics(cluster, tmp_path):
 
 
 def test_an_unreachable_scheduler_is_exit_2_before_any_work(tmp_path, capsys):
-    rc = main(["sweep", "--name", "x", "--models", "qwen2.5-0.5b", "--policies", "int8",
-               "--scheduler", "tcp://127.0.0.1:9", "--out-dir", str(tmp_path)])
+    rc = main(
+        [
+            "sweep",
+            "--name",
+            "x",
+            "--models",
+            "qwen2.5-0.5b",
+            "--policies",
+            "int8",
+            "--scheduler",
+            "tcp://127.0.0.1:9",
+            "--out-dir",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "--scheduler tcp://127.0.0.1:9: no Dask scheduler answered" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "x").exists()
-    assert main(["sweep", "--name", "x", "--models", "qwen2.5-0.5b", "--policies", "int8",
-                 "--scheduler", "localhost", "--out-dir", str(tmp_path)]) == 2
+    assert (
+        main(
+            [
+                "sweep",
+                "--name",
+                "x",
+                "--models",
+                "qwen2.5-0.5b",
+                "--policies",
+                "int8",
+                "--scheduler",
+                "localhost",
+                "--out-dir",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
 
 
 def test_points_whose_worker_dies_past_allowed_failures_are_failed_rows(tmp_path):
@@ -185,8 +263,14 @@ def test_points_whose_worker_dies_past_allowed_failures_are_failed_rows(tmp_path
             os.kill(pid, signal.SIGKILL)
 
     try:
-        s = run_sweep(grid, SweepStore("oom", tmp_path), client=client, show_progress=False,
-                      on_result=kill, batch_size=1)
+        s = run_sweep(
+            grid,
+            SweepStore("oom", tmp_path),
+            client=client,
+            show_progress=False,
+            on_result=kill,
+            batch_size=1,
+        )
     finally:
         cluster = client.cluster
         client.close()
@@ -202,14 +286,21 @@ def test_points_whose_worker_dies_past_allowed_failures_are_failed_rows(tmp_path
 def test_a_task_past_its_timeout_fails_its_points_and_the_worker_is_restarted(cluster, tmp_path):
     client, _ = cluster
     grid = Grid(**GRID, parts=("predicted", "thermal"))  # 18 points, ~0.5 s as one task
-    s = run_sweep(grid, SweepStore("slow", tmp_path), client=client, show_progress=False,
-                  batch_size=grid.size, timeout_s=0.05)
+    s = run_sweep(
+        grid,
+        SweepStore("slow", tmp_path),
+        client=client,
+        show_progress=False,
+        batch_size=grid.size,
+        timeout_s=0.05,
+    )
     df = SweepStore("slow", tmp_path).read()
     assert s.failed == len(df) == 18
     assert all(e.startswith("timed out: the task ran longer than 0.05 s") for e in df["error"])
     client.wait_for_workers(1, timeout=120)  # the restarted one may still be starting
-    again = run_sweep(Grid(**GRID), SweepStore("after", tmp_path), client=client,
-                      show_progress=False)
+    again = run_sweep(
+        Grid(**GRID), SweepStore("after", tmp_path), client=client, show_progress=False
+    )
     assert (again.computed, again.failed) == (18, 0)
     with pytest.raises(ValueError, match="--timeout-s 1: .* needs Dask workers"):
         run_sweep(grid, SweepStore("x", tmp_path), workers=0, timeout_s=1)

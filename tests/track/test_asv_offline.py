@@ -35,11 +35,18 @@ REQUIRED = os.environ.get("HARMONY_REF_BROWSER_TESTS") == "required"
 GRAPHED_BENCHMARK = "bench_device.PredictedLlama32_3B.track_ttft_ms"
 WINDOW = (1280, 800)
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     # offline: nothing but the local server resolves, so a CDN tag left behind fails
     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-    "--virtual-time-budget=15000", f"--window-size={WINDOW[0]},{WINDOW[1]}",
+    "--virtual-time-budget=15000",
+    f"--window-size={WINDOW[0]},{WINDOW[1]}",
 ]
 
 
@@ -65,7 +72,8 @@ def test_rewrite_points_every_cdn_tag_of_asvs_template_at_a_vendored_file():
 
 def test_a_cdn_tag_the_table_does_not_know_is_bad_input():
     html = _asv_template().replace(
-        "</head>", '<script src="https://cdn.example.org/new-plugin.js"></script></head>')
+        "</head>", '<script src="https://cdn.example.org/new-plugin.js"></script></head>'
+    )
     with pytest.raises(BadInput, match="new-plugin.js"):
         asv_offline.rewrite_page(html)
 
@@ -114,8 +122,11 @@ def _chromium() -> str:
 
 def committed_machines() -> dict[str, list[Path]]:
     """Machine name -> its committed result files (not machine.json)."""
-    return {d.name: sorted(p for p in d.glob("*.json") if p.name != "machine.json")
-            for d in sorted(RESULTS.iterdir()) if (d / "machine.json").is_file()}
+    return {
+        d.name: sorted(p for p in d.glob("*.json") if p.name != "machine.json")
+        for d in sorted(RESULTS.iterdir())
+        if (d / "machine.json").is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +137,13 @@ def published(tmp_path_factory):
     conf = json.loads((ROOT / "asv.conf.json").read_text())
     conf.update(repo=str(ROOT), results_dir=str(RESULTS), html_dir=str(tmp / "html"))
     (tmp / "asv.conf.json").write_text(json.dumps(conf))
-    proc = subprocess.run([sys.executable, "-m", "asv", "publish", "--config",
-                           str(tmp / "asv.conf.json")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "asv", "publish", "--config", str(tmp / "asv.conf.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     shutil.copytree(tmp / "html", tmp / "cdn")
     try:
@@ -147,7 +162,8 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 def _serve(directory: Path):
     server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(directory)))
+        ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(directory))
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -157,8 +173,12 @@ def _browse(exe: str, directory: Path, fragment: str, *what: str) -> subprocess.
     url = f"http://127.0.0.1:{server.server_address[1]}/index.html#{fragment}"
     try:
         with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
-            return subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *what, url],
-                                  capture_output=True, text=True, timeout=120)
+            return subprocess.run(
+                [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *what, url],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
     finally:
         server.shutdown()
         server.server_close()
@@ -205,13 +225,15 @@ def test_offline_page_draws_the_committed_history_of_each_machine(published, mac
     files = committed_machines()[machine]
     commits = {json.loads(p.read_text())["commit_hash"] for p in files}
     assert len(commits) >= 2, f"{machine}: results of {len(commits)} commit(s); a history needs 2"
-    with_metric = [p.name for p in files if GRAPHED_BENCHMARK in json.loads(p.read_text())["results"]]
+    with_metric = [
+        p.name for p in files if GRAPHED_BENCHMARK in json.loads(p.read_text())["results"]
+    ]
     assert len(with_metric) >= 2, f"{machine}: {GRAPHED_BENCHMARK} in {with_metric} only"
 
     fragment = f"{GRAPHED_BENCHMARK}?machine={machine}"
     dom = _dom(exe, html, fragment)
     assert "failed to load" not in dom
-    main_graph = dom[dom.index('id="main-graph"'):dom.index('id="overview"')]
+    main_graph = dom[dom.index('id="main-graph"') : dom.index('id="overview"')]
     assert "No graphs to load" not in main_graph, f"{machine}: asv drew no graph"
     assert 'class="flot-base"' in main_graph and "flot-tick-label" in main_graph
 

@@ -23,7 +23,9 @@ def test_best_is_direction_aware():
     assert best_profiles(s, "lower") == "a"
     assert best_profiles(s, "higher") == "b,c"
     assert best_profiles(s, "none") == ""
-    assert best_profiles(pd.Series({"a": 2.0, "b": 2.0}), "lower") == ""  # a tie everywhere marks nothing
+    assert (
+        best_profiles(pd.Series({"a": 2.0, "b": 2.0}), "lower") == ""
+    )  # a tie everywhere marks nothing
 
 
 def test_frame_shape_and_best(frame):

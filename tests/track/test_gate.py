@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from harmony_ref.cli import main
+from harmony_ref.config import RunConfig
 from harmony_ref.metrics import Metric, Metrics
 from harmony_ref.track import gate
-from harmony_ref.config import RunConfig
 from harmony_ref.track.record import Record, collect_provenance, load_record, write_record
 
 PROV = collect_provenance()
@@ -26,8 +26,9 @@ def _rec(ttft=100.0, tps=20.0, host=None, host_samples=None, extra=None) -> Reco
     if extra:
         m.add(extra, 1.0, "ms")
     config = RunConfig.from_names("llama-3.2-3b", "int4-g128", profile="harmony-flagship").to_dict()
-    return Record(config, m, PROV,
-                  {"predicted": {"status": "ok", "detail": "", "metrics": m.names()}})
+    return Record(
+        config, m, PROV, {"predicted": {"status": "ok", "detail": "", "metrics": m.names()}}
+    )
 
 
 def _samples(center, n=7, spread=0.01, seed=0):
@@ -39,7 +40,10 @@ def _status(report, name):
 
 
 def test_unchanged_passes():
-    r = gate.compare(_rec(host=1.4, host_samples=_samples(1.4)), _rec(host=1.4, host_samples=_samples(1.4, seed=1)))
+    r = gate.compare(
+        _rec(host=1.4, host_samples=_samples(1.4)),
+        _rec(host=1.4, host_samples=_samples(1.4, seed=1)),
+    )
     assert report_ok(r)
     assert _status(r, "weights_mb").status == gate.INFO
 
@@ -48,12 +52,15 @@ def report_ok(r):
     return r.exit_code == 0 and not r.regressions
 
 
-@pytest.mark.parametrize("ttft, tps, status", [
-    (100.05, 20.0, gate.PASS),        # +0.05%: inside the 0.1% exact limit
-    (100.2, 20.0, gate.REGRESSION),   # +0.2% slower first token
-    (99.0, 20.0, gate.IMPROVED),      # better never fails
-    (100.0, 19.9, gate.REGRESSION),   # higher-is-better metric dropped 0.5%
-])
+@pytest.mark.parametrize(
+    "ttft, tps, status",
+    [
+        (100.05, 20.0, gate.PASS),  # +0.05%: inside the 0.1% exact limit
+        (100.2, 20.0, gate.REGRESSION),  # +0.2% slower first token
+        (99.0, 20.0, gate.IMPROVED),  # better never fails
+        (100.0, 19.9, gate.REGRESSION),  # higher-is-better metric dropped 0.5%
+    ],
+)
 def test_exact_rules(ttft, tps, status):
     r = gate.compare(_rec(), _rec(ttft=ttft, tps=tps))
     got = {row.metric: row.status for row in r.rows}
@@ -72,10 +79,15 @@ def test_measured_noise_is_not_a_regression():
 
 
 def test_measured_regression_without_rerun_says_so():
-    r = gate.compare(_rec(host=1.4, host_samples=_samples(1.4)), _rec(host=1.0, host_samples=_samples(1.0)),
-                     no_remeasure_reason="no backend here")
+    r = gate.compare(
+        _rec(host=1.4, host_samples=_samples(1.4)),
+        _rec(host=1.0, host_samples=_samples(1.0)),
+        no_remeasure_reason="no backend here",
+    )
     row = _status(r, "host_gemv_speedup_x")
-    assert row.status == gate.REGRESSION and "not confirmed on rerun: no backend here" in row.verdict
+    assert (
+        row.status == gate.REGRESSION and "not confirmed on rerun: no backend here" in row.verdict
+    )
     assert r.exit_code == 1
 
 
@@ -97,15 +109,22 @@ def test_confirm_on_rerun():
 
     r = gate.compare(base, cur, remeasure=bad_rerun)
     row = _status(r, "host_gemv_speedup_x")
-    assert row.status == gate.REGRESSION and "confirmed on rerun" in row.verdict and row.current == 0.95
+    assert (
+        row.status == gate.REGRESSION
+        and "confirmed on rerun" in row.verdict
+        and row.current == 0.95
+    )
 
 
 def test_measured_improvement_never_reruns():
     def boom(name):
         raise AssertionError("an improvement must not be re-measured")
 
-    r = gate.compare(_rec(host=1.0, host_samples=_samples(1.0)), _rec(host=2.0, host_samples=_samples(2.0)),
-                     remeasure=boom)
+    r = gate.compare(
+        _rec(host=1.0, host_samples=_samples(1.0)),
+        _rec(host=2.0, host_samples=_samples(2.0)),
+        remeasure=boom,
+    )
     assert _status(r, "host_gemv_speedup_x").status == gate.IMPROVED
 
 
@@ -122,7 +141,9 @@ def test_missing_metric_and_config_mismatch_are_bad_input():
     with pytest.raises(ValueError, match="missing from baseline: extra_ms"):
         gate.compare(_rec(), _rec(extra="extra_ms"))
     other = _rec()
-    other.config = RunConfig.from_names("llama-3.2-3b", "int8", profile="harmony-flagship").to_dict()
+    other.config = RunConfig.from_names(
+        "llama-3.2-3b", "int8", profile="harmony-flagship"
+    ).to_dict()
     with pytest.raises(ValueError, match="different config.*policy"):
         gate.compare(_rec(), other)
 
@@ -132,16 +153,20 @@ def test_tolerance_file(tmp_path):
     assert t.limit_pct(Metric("ttft_ms", 1.0, "ms")) == gate.DEFAULT_EXACT_PCT
     assert t.limit_pct(Metric("host_gemv_int4_ms", 1.0, "ms", kind="measured")) == 50.0
     f = tmp_path / "tol.toml"
-    f.write_text('[defaults]\nexact_pct = 1.0\n[metrics.ttft_ms]\ntolerance_pct = 5\nreason = "x"\n')
+    f.write_text(
+        '[defaults]\nexact_pct = 1.0\n[metrics.ttft_ms]\ntolerance_pct = 5\nreason = "x"\n'
+    )
     t = gate.load_tolerances(f)
     assert t.limit_pct(Metric("ttft_ms", 1.0, "ms")) == 5.0
     assert t.limit_pct(Metric("decode_tokens_per_s", 1.0, "x")) == 1.0
     r = gate.compare(_rec(), _rec(ttft=104.0), t)
     assert r.exit_code == 0
-    for bad, field in [('[defaults]\nexact_pct = -1\n', "defaults.exact_pct"),
-                       ('[metrics.ttft_ms]\ntolerance = 5\n', "metrics.ttft_ms"),
-                       ('[defaults]\nalpha = 2\n', "defaults.alpha"),
-                       ('[limits]\n', "limits")]:
+    for bad, field in [
+        ("[defaults]\nexact_pct = -1\n", "defaults.exact_pct"),
+        ("[metrics.ttft_ms]\ntolerance = 5\n", "metrics.ttft_ms"),
+        ("[defaults]\nalpha = 2\n", "defaults.alpha"),
+        ("[limits]\n", "limits"),
+    ]:
         f.write_text(bad)
         with pytest.raises(ValueError, match=field):
             gate.load_tolerances(f)
@@ -152,7 +177,10 @@ def test_markdown_table():
     md = gate.to_markdown(r)
     assert md.startswith("## harmony-ref gate: FAIL")
     assert "| metric | baseline | current | change | limit | verdict |" in md
-    assert "| `ttft_ms` (exact) | 100 ms | 120 ms | +20.00% | 0.1% | **REGRESSION: worse by 20.00%** |" in md
+    assert (
+        "| `ttft_ms` (exact) | 100 ms | 120 ms | +20.00% | 0.1% | **REGRESSION: worse by 20.00%** |"
+        in md
+    )
 
 
 def test_markdown_large_values_are_whole_numbers():
@@ -162,12 +190,16 @@ def test_markdown_large_values_are_whole_numbers():
 
 # --- the command --------------------------------------------------------------------------
 
+
 def test_cli_pass_fail_and_summary(tmp_path, capsys):
     base = write_record(_rec(), tmp_path)
     worse = write_record(_rec(ttft=130.0), tmp_path)
     summary = tmp_path / "summary.md"
     assert main(["gate", "--baseline", str(base), "--current", str(base)]) == 0
-    assert main(["gate", "--baseline", str(base), "--current", str(worse), "--summary", str(summary)]) == 1
+    assert (
+        main(["gate", "--baseline", str(base), "--current", str(worse), "--summary", str(summary)])
+        == 1
+    )
     assert "REGRESSION" in capsys.readouterr().out
     assert "REGRESSION" in summary.read_text()
 
@@ -211,8 +243,12 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     d["schema_version"] = 0
     old.write_text(json.dumps(d))
     missing_metric = write_record(_rec(extra="extra_ms"), tmp_path)
-    cases = [(tmp_path / "none.json", "does not exist"), (corrupt, "not valid JSON"),
-             (old, "schema_version"), (missing_metric, "missing from")]
+    cases = [
+        (tmp_path / "none.json", "does not exist"),
+        (corrupt, "not valid JSON"),
+        (old, "schema_version"),
+        (missing_metric, "missing from"),
+    ]
     for baseline, message in cases:
         assert main(["gate", "--baseline", str(baseline), "--current", str(good)]) == 2
         err = capsys.readouterr().err
@@ -223,9 +259,15 @@ def test_update_baseline_keeps_previous(tmp_path, capsys):
     baseline = tmp_path / "baseline.json"
     first = write_record(_rec(), tmp_path / "runs")
     second = write_record(_rec(ttft=90.0), tmp_path / "runs")
-    assert main(["gate", "--baseline", str(baseline), "--current", str(first), "--update-baseline"]) == 0
+    assert (
+        main(["gate", "--baseline", str(baseline), "--current", str(first), "--update-baseline"])
+        == 0
+    )
     assert load_record(baseline).metrics.value("ttft_ms") == 100.0
-    assert main(["gate", "--baseline", str(baseline), "--current", str(second), "--update-baseline"]) == 0
+    assert (
+        main(["gate", "--baseline", str(baseline), "--current", str(second), "--update-baseline"])
+        == 0
+    )
     assert load_record(baseline).metrics.value("ttft_ms") == 90.0
     assert load_record(tmp_path / "baseline.prev.json").metrics.value("ttft_ms") == 100.0
     # the gate itself never writes the baseline
@@ -239,7 +281,11 @@ def test_measured_metrics_not_gated_across_machines():
     other.provenance = {**PROV, "cpu_model": "Some Other CPU"}
     r = gate.compare(_rec(host=1.4, host_samples=_samples(1.4)), other)
     row = _status(r, "host_gemv_speedup_x")
-    assert row.status == gate.INFO and "different machine" in row.verdict and "Some Other CPU" in row.verdict
+    assert (
+        row.status == gate.INFO
+        and "different machine" in row.verdict
+        and "Some Other CPU" in row.verdict
+    )
     assert r.exit_code == 0
     # exact metrics are still gated across machines
     other = _rec(ttft=150.0)
@@ -250,13 +296,39 @@ def test_measured_metrics_not_gated_across_machines():
 def test_update_baseline_from_latest_record(tmp_path, capsys):
     runs = tmp_path / "runs"
     baseline = tmp_path / "baseline.json"
-    assert main(["gate", "--baseline", str(baseline), "--current", "latest", "--out-dir", str(runs),
-                 "--update-baseline"]) == 2
+    assert (
+        main(
+            [
+                "gate",
+                "--baseline",
+                str(baseline),
+                "--current",
+                "latest",
+                "--out-dir",
+                str(runs),
+                "--update-baseline",
+            ]
+        )
+        == 2
+    )
     assert "no run record" in capsys.readouterr().err
     write_record(_rec(ttft=100.0), runs)
     newest = write_record(_rec(ttft=95.0), runs)
-    assert main(["gate", "--baseline", str(baseline), "--current", "latest", "--out-dir", str(runs),
-                 "--update-baseline"]) == 0
+    assert (
+        main(
+            [
+                "gate",
+                "--baseline",
+                str(baseline),
+                "--current",
+                "latest",
+                "--out-dir",
+                str(runs),
+                "--update-baseline",
+            ]
+        )
+        == 0
+    )
     assert load_record(baseline).metrics.value("ttft_ms") == 95.0 and newest.exists()
 
 
@@ -271,15 +343,23 @@ def test_tox_envs_run_the_gates():
     tox.read(root / "tox.ini")
     assert "python -m harmony_ref.track.perf" in tox["testenv:perf"]["commands"]
     nightly = tox["testenv:nightly"]["commands"]
-    assert "harmony-ref gate --baseline results/baseline.json" in nightly and "--summary " in nightly
+    assert (
+        "harmony-ref gate --baseline results/baseline.json" in nightly and "--summary " in nightly
+    )
     assert (root / "results" / "baseline.json").is_file()
 
 
 def _checked(rec: Record, accurate: bool, why: str = "") -> Record:
     """`rec` as check-runtime writes it: runtime_accurate, and every metric flagged when wrong."""
     m = Metrics(dict(rec.metrics.items))
-    m.add("runtime_accurate", 1.0 if accurate else 0.0, "bool", "higher", "exact",
-          description=why or "within the bound")
+    m.add(
+        "runtime_accurate",
+        1.0 if accurate else 0.0,
+        "bool",
+        "higher",
+        "exact",
+        description=why or "within the bound",
+    )
     if not accurate:
         m = Metrics({n: x.flagged("inaccurate") for n, x in m.items.items()})
     return Record(rec.config, m, rec.provenance, rec.parts)

@@ -17,7 +17,12 @@ PROV = collect_provenance()
 
 def _record(profile, config) -> Record:
     m = SimulatedDevice(profile).predict(config)
-    return Record(config.to_dict(), m, PROV, {"predicted": {"status": "ok", "detail": "", "metrics": m.names()}})
+    return Record(
+        config.to_dict(),
+        m,
+        PROV,
+        {"predicted": {"status": "ok", "detail": "", "metrics": m.names()}},
+    )
 
 
 def _regressions(base, cur):
@@ -28,16 +33,35 @@ def _regressions(base, cur):
 FLAG = load_profile("harmony-flagship")
 
 
-@pytest.mark.parametrize("change, model, expected", [
-    (lambda p: dataclasses.replace(p, npu=dataclasses.replace(p.npu, transfer_gbps=10.0)), "gemma-2b",
-     {"npu_fallback_ms_per_token"}),
-    (lambda p: dataclasses.replace(p, npu=dataclasses.replace(p.npu, ops=tuple(o for o in p.npu.ops if o != "rope"))),
-     "qwen2.5-0.5b", {"npu_fallback_ops", "npu_fallback_ms_per_token"}),
-    (lambda p: dataclasses.replace(p, npu=dataclasses.replace(p.npu, memory_mb=1024.0)), "qwen2.5-0.5b",
-     {"lifecycle_leak_fail_entry"}),
-    (lambda p: dataclasses.replace(p, cpu=dataclasses.replace(p.cpu, sync_us_per_thread=2.0)), "qwen2.5-0.5b",
-     {"cpu_decode_tokens_per_s"}),
-])
+@pytest.mark.parametrize(
+    "change, model, expected",
+    [
+        (
+            lambda p: dataclasses.replace(p, npu=dataclasses.replace(p.npu, transfer_gbps=10.0)),
+            "gemma-2b",
+            {"npu_fallback_ms_per_token"},
+        ),
+        (
+            lambda p: dataclasses.replace(
+                p, npu=dataclasses.replace(p.npu, ops=tuple(o for o in p.npu.ops if o != "rope"))
+            ),
+            "qwen2.5-0.5b",
+            {"npu_fallback_ops", "npu_fallback_ms_per_token"},
+        ),
+        (
+            lambda p: dataclasses.replace(p, npu=dataclasses.replace(p.npu, memory_mb=1024.0)),
+            "qwen2.5-0.5b",
+            {"lifecycle_leak_fail_entry"},
+        ),
+        (
+            lambda p: dataclasses.replace(
+                p, cpu=dataclasses.replace(p.cpu, sync_us_per_thread=2.0)
+            ),
+            "qwen2.5-0.5b",
+            {"cpu_decode_tokens_per_s"},
+        ),
+    ],
+)
 def test_phone_metric_regressions_fail_the_gate(change, model, expected):
     cfg = RunConfig.from_names(model=model)
     base, cur = _record(FLAG, cfg), _record(change(FLAG), cfg)
@@ -48,7 +72,9 @@ def test_phone_metric_regressions_fail_the_gate(change, model, expected):
 
 def test_prefix_saving_is_gated():
     cfg = RunConfig.from_names(model="qwen2.5-0.5b", prefix_tokens=384)
-    slower = dataclasses.replace(FLAG, compute=dataclasses.replace(FLAG.compute, compute_efficiency=0.25))
+    slower = dataclasses.replace(
+        FLAG, compute=dataclasses.replace(FLAG.compute, compute_efficiency=0.25)
+    )
     got, _ = _regressions(_record(FLAG, cfg), _record(slower, cfg))
     assert "ttft_ms" in got and "prefix_ttft_saved_ms" not in got  # slower compute: more saved
     got, _ = _regressions(_record(slower, cfg), _record(FLAG, cfg))

@@ -50,6 +50,7 @@ def test_unavailable_part_is_reported_not_faked(tmp_path, monkeypatch):
 
 def test_a_part_with_a_broken_import_fails_loudly(tmp_path, monkeypatch):
     """Parts are never skipped as 'not in this checkout': a missing module is a failure."""
+
     def broken_import(config):
         import harmony_ref.no_such_module  # noqa: F401
 
@@ -92,7 +93,10 @@ def _baseline_with(tmp_path, profile: str, policy: str = "int4-g128") -> Path:
     assert main(args) == 0
     (record,) = runs.glob("run-*.json")
     baseline = tmp_path / "baseline.json"
-    assert main(["gate", "--baseline", str(baseline), "--current", str(record), "--update-baseline"]) == 0
+    assert (
+        main(["gate", "--baseline", str(baseline), "--current", str(record), "--update-baseline"])
+        == 0
+    )
     return baseline
 
 
@@ -109,8 +113,20 @@ def test_gate_fresh_run_unchanged_passes_and_worse_profile_fails(tmp_path, capsy
     assert "dram_bandwidth_gbps = 68.3" in text
     profile.write_text(text.replace("dram_bandwidth_gbps = 68.3", "dram_bandwidth_gbps = 51.2"))
     summary = tmp_path / "summary.md"
-    assert main(["gate", "--baseline", str(baseline), "--out-dir", str(tmp_path / "runs"),
-                 "--summary", str(summary)]) == 1
+    assert (
+        main(
+            [
+                "gate",
+                "--baseline",
+                str(baseline),
+                "--out-dir",
+                str(tmp_path / "runs"),
+                "--summary",
+                str(summary),
+            ]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
     assert "## harmony-ref gate: FAIL" in out and summary.read_text() == out
     row = next(line for line in out.splitlines() if line.startswith("| `decode_tokens_per_s`"))
@@ -125,7 +141,9 @@ def test_gate_worse_policy_fails(tmp_path, capsys):
     capsys.readouterr()
     assert main(["gate", "--baseline", str(baseline), "--out-dir", str(tmp_path / "runs")]) == 1
     out = capsys.readouterr().out
-    assert "REGRESSION" in next(line for line in out.splitlines() if line.startswith("| `weights_mb`"))
+    assert "REGRESSION" in next(
+        line for line in out.splitlines() if line.startswith("| `weights_mb`")
+    )
     # ... and putting the policy back passes again (the failing run did not move the baseline).
     policy.write_text('name = "mine"\ndefault = "int4-g128"\n')
     assert main(["gate", "--baseline", str(baseline), "--out-dir", str(tmp_path / "runs")]) == 0
@@ -133,11 +151,18 @@ def test_gate_worse_policy_fails(tmp_path, capsys):
 
 # --- the host part, and the gate's confirm-on-rerun through the real re-measure ----------------
 
+
 def _host_record(policy="int4-g32"):
     from harmony_ref.config import RunConfig
 
-    config = RunConfig.from_names("all-minilm-l6", policy, prompt_tokens=128, new_tokens=0,
-                                  context_tokens=128, profile="harmony-flagship")
+    config = RunConfig.from_names(
+        "all-minilm-l6",
+        policy,
+        prompt_tokens=128,
+        new_tokens=0,
+        context_tokens=128,
+        profile="harmony-flagship",
+    )
     return job.run_job(config, only=("host",), show_progress=False)
 
 
@@ -146,7 +171,12 @@ def test_host_part_measures_with_samples():
 
     rec = _host_record()
     assert rec.parts["host"]["status"] == "ok", rec.parts["host"]
-    for name in ("host_gemv_ms", "host_gemv_speedup_x", "host_norm_fused_ms", "host_norm_fusion_speedup_x"):
+    for name in (
+        "host_gemv_ms",
+        "host_gemv_speedup_x",
+        "host_norm_fused_ms",
+        "host_norm_fusion_speedup_x",
+    ):
         m = rec.metrics[name]
         assert m.kind == "measured" and len(m.samples) == ROUNDS and m.value > 0
     assert "int4-g32" in rec.metrics["host_gemv_ms"].description
@@ -162,8 +192,12 @@ def test_confirm_on_rerun_uses_the_real_remeasure():
     from harmony_ref.track.record import Record
 
     current = _host_record()
-    baseline = Record(current.config, type(current.metrics)(dict(current.metrics.items)),
-                      current.provenance, current.parts)
+    baseline = Record(
+        current.config,
+        type(current.metrics)(dict(current.metrics.items)),
+        current.provenance,
+        current.parts,
+    )
     for name in baseline.metrics.names():
         m = baseline.metrics[name]
         if m.direction != "none":
@@ -190,7 +224,9 @@ def test_confirm_on_rerun_uses_the_real_remeasure():
     finally:
         job.run_part = real_run_part
     regressed = {r.metric for r in report.regressions}
-    assert "host_gemv_speedup_x" in regressed, "\n".join(f"{r.metric} {r.status} {r.verdict}" for r in report.rows)
+    assert "host_gemv_speedup_x" in regressed, "\n".join(
+        f"{r.metric} {r.status} {r.verdict}" for r in report.rows
+    )
     assert regressed <= set(calls)
     assert all("confirmed on rerun" in r.verdict for r in report.regressions)
     assert len(rerun_parts) == 1  # one re-run of the host part serves every metric it made
@@ -205,15 +241,34 @@ def test_command_backend_run_and_gate(tmp_path, capsys):
     cmd = f"{sys.executable} {fake} --model llama-3.2-3b --policy int4-g128 --prompt 512 --new 128"
     skip = ",".join(n for n in job.part_names() if n != "predicted")
     runs = tmp_path / "runs"
-    assert main(["run", "--backend", "command", "--command", cmd, "--command-format", "llama-bench",
-                 "--skip", skip, "--out-dir", str(runs)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--backend",
+                "command",
+                "--command",
+                cmd,
+                "--command-format",
+                "llama-bench",
+                "--skip",
+                skip,
+                "--out-dir",
+                str(runs),
+            ]
+        )
+        == 0
+    )
     (path,) = runs.glob("run-*.json")
     rec = load_record(path)
     assert rec.config["backend_options"] == {"command": cmd, "format": "llama-bench"}
     assert rec.metrics["decode_tokens_per_s"].kind == "measured"
     assert "backend_provenance" in rec.parts["predicted"]
     baseline = tmp_path / "baseline.json"
-    assert main(["gate", "--baseline", str(baseline), "--current", str(path), "--update-baseline"]) == 0
+    assert (
+        main(["gate", "--baseline", str(baseline), "--current", str(path), "--update-baseline"])
+        == 0
+    )
     capsys.readouterr()
     assert main(["gate", "--baseline", str(baseline), "--out-dir", str(runs)]) == 0
     assert "## harmony-ref gate: PASS" in capsys.readouterr().out
@@ -228,9 +283,19 @@ def test_committed_baseline_is_a_full_default_run():
     base = load_record(Path(__file__).resolve().parents[2] / "results" / "baseline.json")
     assert {k: base.config[k] for k in DEFAULTS} == DEFAULTS
     assert {n: p["status"] for n, p in base.parts.items()} == {n: "ok" for n in job.part_names()}
-    for name in ("ttft_ms", "decode_tokens_per_s", "peak_memory_mb", "host_gemv_speedup_x",
-                 "accuracy_drop_pct", "coldstart_cold_ms", "sustained_peak_ratio_10min",
-                 "lm_ppl_ratio", "lm_kld_mean", "lm_kld_p99", "lm_top1_agreement_pct"):
+    for name in (
+        "ttft_ms",
+        "decode_tokens_per_s",
+        "peak_memory_mb",
+        "host_gemv_speedup_x",
+        "accuracy_drop_pct",
+        "coldstart_cold_ms",
+        "sustained_peak_ratio_10min",
+        "lm_ppl_ratio",
+        "lm_kld_mean",
+        "lm_kld_p99",
+        "lm_top1_agreement_pct",
+    ):
         assert name in base.metrics
     # the decoder the LM metrics were measured on is named in the config and the descriptions
     assert base.config["accuracy_model"] == "smollm2-135m"
@@ -247,16 +312,42 @@ def test_host_and_simulated_host_profile_records_have_the_same_metric_names(tmp_
     from harmony_ref.device.profile import load_profile
 
     host_profile = tmp_path / "host.toml"
-    assert main(["calibrate", "--quick", "--no-e2e", "--repeats", "2", "--out", str(host_profile)]) == 0
+    assert (
+        main(["calibrate", "--quick", "--no-e2e", "--repeats", "2", "--out", str(host_profile)])
+        == 0
+    )
     cal = load_profile(host_profile).calibration
     assert cal is not None and cal.n_held_out > 0 and cal.e2e_mape_pct is None  # --no-e2e: per-op
-    scenario = ["--model", "qwen2.5-0.5b", "--prompt-tokens", "8", "--new-tokens", "4",
-                "--context-tokens", "32", "--skip", ",".join(n for n in job.part_names() if n != "predicted")]
+    scenario = [
+        "--model",
+        "qwen2.5-0.5b",
+        "--prompt-tokens",
+        "8",
+        "--new-tokens",
+        "4",
+        "--context-tokens",
+        "32",
+        "--skip",
+        ",".join(n for n in job.part_names() if n != "predicted"),
+    ]
     records = {}
     for backend in ("host", "simulated"):
         out = tmp_path / backend
-        assert main(["run", "--backend", backend, "--profile", str(host_profile), *scenario,
-                     "--out-dir", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    "--backend",
+                    backend,
+                    "--profile",
+                    str(host_profile),
+                    *scenario,
+                    "--out-dir",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         (path,) = out.glob("run-*.json")
         records[backend] = load_record(path)
     # the calibrated host profile is the host run's model: physics-checked, model error recorded
@@ -264,16 +355,21 @@ def test_host_and_simulated_host_profile_records_have_the_same_metric_names(tmp_
     assert device_part["physics"].startswith("checked against host")
     assert device_part["model_profile"] == str(host_profile)
     assert "cpu_freq_mhz" in device_part or "not exposed" in device_part["cpu_freq"]
-    assert "host.toml" not in device_part["memory_budget"] and "host" in device_part["memory_budget"]
+    assert (
+        "host.toml" not in device_part["memory_budget"] and "host" in device_part["memory_budget"]
+    )
     sim_part = records["simulated"].parts["predicted"]["backend_provenance"]
     assert sim_part["model_predicted"] == "qwen2.5-0.5b"
     assert sim_part["host_backend_measures"].split()[0] == device_part["host_model"]
     host, sim = records["host"].metrics, records["simulated"].metrics
     assert sorted(host.names()) == sorted(sim.names()), (
         f"only host: {sorted(set(host.names()) - set(sim.names()))}; "
-        f"only simulated: {sorted(set(sim.names()) - set(host.names()))}")
+        f"only simulated: {sorted(set(sim.names()) - set(host.names()))}"
+    )
     for name in host.names():
-        assert (host[name].unit, host[name].direction) == (sim[name].unit, sim[name].direction), name
+        assert (host[name].unit, host[name].direction) == (sim[name].unit, sim[name].direction), (
+            name
+        )
     assert host["host_model_mape_pct"].kind == "measured" and host.value("host_model_mape_pct") >= 0
     assert sim["host_model_mape_pct"].kind == "exact"
     assert sim.value("host_model_mape_pct") == pytest.approx(cal.held_out_per_op_mape_pct)

@@ -24,8 +24,9 @@ def _rec(cos_min, kind, cpu="cpu A") -> Record:
     m.add("cosine_min", cos_min, "cosine", "higher", kind)
     config = RunConfig.from_names("llama-3.2-3b", "int4-g128", profile="harmony-flagship").to_dict()
     prov = {**collect_provenance(), "cpu_model": cpu}
-    return Record(config, m, prov, {"accuracy": {"status": "ok", "detail": "",
-                                                 "metrics": m.names()}})
+    return Record(
+        config, m, prov, {"accuracy": {"status": "ok", "detail": "", "metrics": m.names()}}
+    )
 
 
 def test_numerical_is_a_kind_between_exact_and_measured():
@@ -65,8 +66,11 @@ def test_committed_baseline_gates_a_record_with_numerical_kinds():
     base = load_record(ROOT / "results" / "baseline.json")
     new = Metrics()
     for m in base.metrics:
-        accuracy = m.name in base.parts["accuracy"]["metrics"] and m.unit != "MB" \
+        accuracy = (
+            m.name in base.parts["accuracy"]["metrics"]
+            and m.unit != "MB"
             and m.name != "accuracy_sentences"
+        )
         new.put(replace(m, kind=NUMERICAL) if accuracy else m)
     cur = Record(base.config, new, base.provenance, base.parts)
     r = gate.compare(base, cur, gate.load_tolerances())
@@ -84,8 +88,10 @@ def test_shipped_numerical_tolerance_is_above_the_measured_spread(spread_file):
     for row in data["spread"]:
         metric = Metric(row["metric"], 0.5, "", kind=NUMERICAL)
         # a margin of at least 2x the spread, relative or in the metric's unit (the floor)
-        assert tol.limit_pct(metric) >= 2 * row["spread_pct"] or \
-            tol.limit_abs(metric) >= 2 * row["spread_abs"], row
+        assert (
+            tol.limit_pct(metric) >= 2 * row["spread_pct"]
+            or tol.limit_abs(metric) >= 2 * row["spread_abs"]
+        ), row
 
 
 def test_tolerance_file_reads_numerical_pct(tmp_path):
@@ -98,11 +104,18 @@ def test_tolerance_file_reads_numerical_pct(tmp_path):
 
 
 def test_a_baseline_from_any_emulated_machine_gates_cleanly_on_any_other():
-    data = json.loads((resources.files("harmony_ref") / "data" / "numerical_spread.json")
-                      .read_text())
-    units = {"cosine_mean": "cosine", "cosine_min": "cosine", "cosine_p5": "cosine",
-             "recall_at_1": "%", "recall_at_1_fp32": "%", "top1_agreement_pct": "%",
-             "accuracy_drop_pct": "pct_points"}
+    data = json.loads(
+        (resources.files("harmony_ref") / "data" / "numerical_spread.json").read_text()
+    )
+    units = {
+        "cosine_mean": "cosine",
+        "cosine_min": "cosine",
+        "cosine_p5": "cosine",
+        "recall_at_1": "%",
+        "recall_at_1_fp32": "%",
+        "top1_agreement_pct": "%",
+        "accuracy_drop_pct": "pct_points",
+    }
     direction = {"recall_at_1_fp32": "none", "accuracy_drop_pct": "lower"}
     config = RunConfig.from_names("llama-3.2-3b", "int4-g128", profile="harmony-flagship").to_dict()
 
@@ -110,8 +123,12 @@ def test_a_baseline_from_any_emulated_machine_gates_cleanly_on_any_other():
         m = Metrics()
         for name, value in data["values"][machine][policy].items():
             m.add(name, value, units[name], direction.get(name, "higher"), NUMERICAL)
-        return Record(config, m, {**collect_provenance(), "cpu_model": machine},
-                      {"accuracy": {"status": "ok", "detail": "", "metrics": m.names()}})
+        return Record(
+            config,
+            m,
+            {**collect_provenance(), "cpu_model": machine},
+            {"accuracy": {"status": "ok", "detail": "", "metrics": m.names()}},
+        )
 
     tol = gate.load_tolerances()
     machines = list(data["values"])
@@ -125,26 +142,31 @@ def test_a_baseline_from_any_emulated_machine_gates_cleanly_on_any_other():
                 assert r.exit_code == 0, (policy, a, b, [x.verdict for x in r.regressions])
     # the same pair judged as exact (the old rule) fails: the class is what makes it pass
     exact = gate.Tolerances(numerical_pct=gate.DEFAULT_EXACT_PCT)
-    vnni, avx2 = (next(m for m in machines if m.endswith(end))
-                  for end in ("/icelake-vnni-1t", "/haswell"))
-    assert gate.compare(record(vnni, "int4-g128"), record(avx2, "int4-g128"),
-                        exact).exit_code == 1
+    vnni, avx2 = (
+        next(m for m in machines if m.endswith(end)) for end in ("/icelake-vnni-1t", "/haswell")
+    )
+    assert gate.compare(record(vnni, "int4-g128"), record(avx2, "int4-g128"), exact).exit_code == 1
 
 
 def test_an_lm_baseline_from_any_emulated_machine_gates_cleanly_on_any_other():
     """The main job's lm_* metrics as six emulated machines computed them: every pair passes."""
     from harmony_ref.eval.lm_accuracy import LM_METRICS
 
-    data = json.loads((resources.files("harmony_ref") / "data" / "lm_numerical_spread.json")
-                      .read_text())
+    data = json.loads(
+        (resources.files("harmony_ref") / "data" / "lm_numerical_spread.json").read_text()
+    )
     config = RunConfig.from_names("llama-3.2-3b", "int4-g128", profile="harmony-flagship").to_dict()
 
     def record(machine, policy):
         m = Metrics()
         for name, (_, unit, direction, _) in LM_METRICS.items():
             m.add(name, data["values"][machine][policy][name], unit, direction, NUMERICAL)
-        return Record(config, m, {**collect_provenance(), "cpu_model": machine},
-                      {"accuracy": {"status": "ok", "detail": "", "metrics": m.names()}})
+        return Record(
+            config,
+            m,
+            {**collect_provenance(), "cpu_model": machine},
+            {"accuracy": {"status": "ok", "detail": "", "metrics": m.names()}},
+        )
 
     tol = gate.load_tolerances()
     machines = list(data["values"])
@@ -159,5 +181,8 @@ def test_an_lm_baseline_from_any_emulated_machine_gates_cleanly_on_any_other():
                 assert r.exit_code == 0, (policy, a, b, [x.verdict for x in r.regressions])
     # the old blanket 1% fails one of those pairs: the derived limits are what make it pass
     old = gate.Tolerances(numerical_pct=1.0)
-    assert any(gate.compare(record(a, "int4-g128"), record(b, "int4-g128"), old).exit_code
-               for a in machines for b in machines)
+    assert any(
+        gate.compare(record(a, "int4-g128"), record(b, "int4-g128"), old).exit_code
+        for a in machines
+        for b in machines
+    )

@@ -39,8 +39,10 @@ def test_a_confirmed_30pct_slowdown_fails_with_one_line_naming_the_benchmark():
     assert code == 1 and asked == [KERNEL]
     assert "\n" not in line
     # the verdict starts with the benchmark and both measurements of its change
-    assert line.startswith("perf: FAIL test_perf_matmul_w8_gemv[4096] +29.8% (re-run +30.9%) | "
-                           "1 of 2 gated benchmarks slower than 0007_prev")
+    assert line.startswith(
+        "perf: FAIL test_perf_matmul_w8_gemv[4096] +29.8% (re-run +30.9%) | "
+        "1 of 2 gated benchmarks slower than 0007_prev"
+    )
     assert f"worse by > {perf.LIMIT_PCT:g}%" in line
     assert "test_perf_matmul_w4_gemv" not in line
 
@@ -50,7 +52,10 @@ def test_a_slowdown_the_rerun_does_not_repeat_passes_and_says_so():
     cur = {KERNEL: named(KERNEL, timings(1.5, seed=1))}
     line, code = perf.summary_line(
         perf.judge(prev, cur, lambda names: {KERNEL: named(KERNEL, timings(1.01, seed=2))}),
-        "0007_prev", [], [])
+        "0007_prev",
+        [],
+        [],
+    )
     assert code == 0 and line.startswith("perf: PASS 1 gated benchmarks")
     assert "1 not confirmed on re-run: test_perf_matmul_w8_gemv[4096]" in line
 
@@ -72,8 +77,18 @@ def test_a_file_that_is_not_a_benchmark_run_is_bad_input(tmp_path):
     with pytest.raises(ValueError, match="0001_x.json: not a pytest-benchmark result"):
         perf.load_metrics(bad)
     ungated = tmp_path / "0002_x.json"
-    ungated.write_text(json.dumps({"benchmarks": [
-        {"fullname": KERNEL, "stats": {"median": 0.002, "data": [0.002, 0.0021, 0.0019]}}]}))
+    ungated.write_text(
+        json.dumps(
+            {
+                "benchmarks": [
+                    {
+                        "fullname": KERNEL,
+                        "stats": {"median": 0.002, "data": [0.002, 0.0021, 0.0019]},
+                    }
+                ]
+            }
+        )
+    )
     assert perf.load_metrics(ungated) == {}  # an absolute time is saved, not gated
 
 
@@ -86,17 +101,37 @@ def test_runs_are_saved_with_raw_samples_and_compared_only_when_a_previous_one_e
 
 
 def test_summary_fits_100_columns():
-    kernel = {"benchmark": "decode_attention int8 ctx=4096 (a long benchmark name here)",
-              "kernel_ms": 1.234, "numpy_ms": 12.5, "speedup_vs_numpy": 10.1,
-              "achieved_gbps": 44.4, "copy_bandwidth_gbps": 21.9, "fraction_of_copy_bw": 2.03,
-              "threads": 1}
-    fused = {**kernel, "benchmark": "norm_bias_gelu fused (128x4096)", "separate_kernels_ms": 0.5,
-             "speedup_vs_separate": 2.9}
-    thermal = {"benchmark": "thermal stepper, power_allocator", "hour_at_10ms_ms": 4.8,
-               "steps_per_s": 7.5e7, "vs_target": 15.0, "vs_python_ref": 512.0}
+    kernel = {
+        "benchmark": "decode_attention int8 ctx=4096 (a long benchmark name here)",
+        "kernel_ms": 1.234,
+        "numpy_ms": 12.5,
+        "speedup_vs_numpy": 10.1,
+        "achieved_gbps": 44.4,
+        "copy_bandwidth_gbps": 21.9,
+        "fraction_of_copy_bw": 2.03,
+        "threads": 1,
+    }
+    fused = {
+        **kernel,
+        "benchmark": "norm_bias_gelu fused (128x4096)",
+        "separate_kernels_ms": 0.5,
+        "speedup_vs_separate": 2.9,
+    }
+    thermal = {
+        "benchmark": "thermal stepper, power_allocator",
+        "hour_at_10ms_ms": 4.8,
+        "steps_per_s": 7.5e7,
+        "vs_target": 15.0,
+        "vs_python_ref": 512.0,
+    }
     wide = {"benchmark": "many columns", **{f"column_number_{i}": 1000.0 * i for i in range(30)}}
-    rows = [kernel, {**kernel, "benchmark": "matmul_w4 gemv N=11008 g32", "kernel_ms": 0.9},
-            fused, thermal, wide]
+    rows = [
+        kernel,
+        {**kernel, "benchmark": "matmul_w4 gemv N=11008 g32", "kernel_ms": 0.9},
+        fused,
+        thermal,
+        wide,
+    ]
     lines = format_summary(rows)
     assert max(len(line) for line in lines) <= SUMMARY_WIDTH
     text = "\n".join(lines)
@@ -120,10 +155,23 @@ def test_a_failed_run_is_set_aside_so_the_next_run_compares_with_the_last_passin
 
 def test_a_benchmark_with_a_same_run_reference_is_gated_on_the_ratio(tmp_path):
     run = tmp_path / "0003_x.json"
-    run.write_text(json.dumps({"benchmarks": [{
-        "fullname": KERNEL, "stats": {"median": 0.002, "data": [0.002] * 3},
-        "extra_info": {"gate_samples": [0.5, 0.52, 0.49], "gate_value": 0.5,
-                       "gate_unit": "x NumPy baseline time"}}]}))
+    run.write_text(
+        json.dumps(
+            {
+                "benchmarks": [
+                    {
+                        "fullname": KERNEL,
+                        "stats": {"median": 0.002, "data": [0.002] * 3},
+                        "extra_info": {
+                            "gate_samples": [0.5, 0.52, 0.49],
+                            "gate_value": 0.5,
+                            "gate_unit": "x NumPy baseline time",
+                        },
+                    }
+                ]
+            }
+        )
+    )
     m = perf.load_metrics(run)[KERNEL]
     assert (m.value, m.unit, m.samples) == (0.5, "x NumPy baseline time", (0.5, 0.52, 0.49))
 
@@ -179,6 +227,7 @@ def test_relative_samples_cancel_a_linear_drift_within_a_round():
         def call():
             now[0] += cost * rate[0]
             rate[0] *= 1.001  # every call a little slower than the last
+
         return call
 
     real = common.time.process_time
@@ -245,8 +294,9 @@ def test_the_committed_spread_file_follows_its_rule():
         assert m["threshold"] >= 1.5 * m["spread"] - 1e-9, name
 
 
-@pytest.mark.parametrize("spread, want", [(0.0, 0.2), (0.1, 0.2), (0.14, 0.25), (0.36, 0.55),
-                                          (0.4, 0.6)])
+@pytest.mark.parametrize(
+    "spread, want", [(0.0, 0.2), (0.1, 0.2), (0.14, 0.25), (0.36, 0.55), (0.4, 0.6)]
+)
 def test_threshold_rule(spread, want):
     from tools import measure_spread as ms
 

@@ -34,8 +34,14 @@ def check_png(path, width: int, height: int) -> None:
     img = matplotlib.image.imread(path)  # decodes every row: a truncated file fails here
     assert img.shape[:2] == (height, width)
     rgb = img[..., :3]
-    border = np.concatenate([rgb[:2].reshape(-1, 3), rgb[-2:].reshape(-1, 3),
-                             rgb[:, :2].reshape(-1, 3), rgb[:, -2:].reshape(-1, 3)])
+    border = np.concatenate(
+        [
+            rgb[:2].reshape(-1, 3),
+            rgb[-2:].reshape(-1, 3),
+            rgb[:, :2].reshape(-1, 3),
+            rgb[:, -2:].reshape(-1, 3),
+        ]
+    )
     assert (border > 0.98).all(), f"{path}: something is drawn on the figure's edge"
     assert (rgb < 0.5).any(), f"{path}: blank"
 
@@ -61,8 +67,9 @@ def compared():
 def test_compare_panels(compared, tmp_path):
     frame, phases = compared
     png = tmp_path / "compare.png"
-    problems = render(lambda: plots.compare_figure(frame, "title", plots.DEFAULT_PANELS, phases),
-                      png)
+    problems = render(
+        lambda: plots.compare_figure(frame, "title", plots.DEFAULT_PANELS, phases), png
+    )
     assert problems == []
     check_png(png, 1400, 120 + 420 * 2)
 
@@ -86,8 +93,9 @@ def test_compare_panel_values_are_the_frame_values(compared):
     """The printed labels are the comparison's numbers, the best one bold; the memory panel
     draws each phone's own budget; the cold-start stack sums to its metric."""
     frame, phases = compared
-    fig = plots.compare_figure(frame, "t", ["decode_tokens_per_s", "peak_memory_mb",
-                                            "coldstart_cold_ms"], phases)
+    fig = plots.compare_figure(
+        frame, "t", ["decode_tokens_per_s", "peak_memory_mb", "coldstart_cold_ms"], phases
+    )
     tps, mem, cold = fig.axes[:3]
     labels = [t for t in tps.texts if t.get_text()]
     want = [figures.fmt_value(v, "tokens/s") for v in frame.loc["decode_tokens_per_s", PROFILES]]
@@ -105,9 +113,11 @@ def test_compare_panel_values_are_the_frame_values(compared):
 def test_coldstart_phases_sum_to_the_metrics(compared):
     frame, phases = compared
     for strategy, table in phases.items():
-        np.testing.assert_allclose(table.sum().to_numpy(dtype=float),
-                                   frame.loc[f"coldstart_{strategy}_ms", PROFILES].astype(float),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            table.sum().to_numpy(dtype=float),
+            frame.loc[f"coldstart_{strategy}_ms", PROFILES].astype(float),
+            rtol=1e-12,
+        )
         assert (table >= 0).all().all() and (table.sum(axis=1) > 0).all()
 
 
@@ -155,8 +165,9 @@ def test_serve_plot_and_queue_steps(tmp_path):
     _times, waiting = plots.queue_length_steps(result.outcomes)
     assert min(waiting) == 0 and max(waiting) == result.max_queue_len <= 3 and waiting[-1] == 0
     # Three at once at an idle session: one served, two wait until their turns.
-    three = simulate_serving([Request(0.0, 10, 10)] * 3, constant_rate_service(100.0, 10.0), 3,
-                             60.0)
+    three = simulate_serving(
+        [Request(0.0, 10, 10)] * 3, constant_rate_service(100.0, 10.0), 3, 60.0
+    )
     times, waiting = plots.queue_length_steps(three.outcomes)
     assert waiting == [0, 1, 2, 1, 0]
     assert times[1:3] == [0.0, 0.0]
@@ -165,8 +176,9 @@ def test_serve_plot_and_queue_steps(tmp_path):
 def test_commands_write_their_plots(tmp_path, capsys):
     """Each command's --plot, end to end, at the promised size."""
     png = tmp_path / "c.png"
-    assert main(["compare", "--plot", str(png), "--metrics", "ttft_ms,e2e_ms",
-                 "--format", "csv"]) == 0
+    assert (
+        main(["compare", "--plot", str(png), "--metrics", "ttft_ms,e2e_ms", "--format", "csv"]) == 0
+    )
     check_png(png, 1400, 120 + 420)
     png = tmp_path / "n.png"
     assert main(["compare", "--plot", str(png), "--plot-view", "normalised", "--json"]) == 0

@@ -16,8 +16,14 @@ import pytest
 from harmony_ref.config import RunConfig
 from harmony_ref.metrics import Metrics
 from harmony_ref.track import record as rec
-from harmony_ref.track.record import (SCHEMA_VERSION, Record, collect_provenance, load_record,
-                                      write_json_atomic, write_record)
+from harmony_ref.track.record import (
+    SCHEMA_VERSION,
+    Record,
+    collect_provenance,
+    load_record,
+    write_json_atomic,
+    write_record,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,9 +35,12 @@ def _record(n_metrics: int = 3) -> Record:
     for i in range(n_metrics - 2):
         m.add(f"extra_{i}_ms", float(i), "ms")
     config = RunConfig.from_names("llama-3.2-3b", "int4-g128", profile="harmony-flagship")
-    return Record(config=config.to_dict(),
-                  metrics=m, provenance=collect_provenance(),
-                  parts={"predicted": {"status": "ok", "detail": ""}})
+    return Record(
+        config=config.to_dict(),
+        metrics=m,
+        provenance=collect_provenance(),
+        parts={"predicted": {"status": "ok", "detail": ""}},
+    )
 
 
 def test_round_trip(tmp_path):
@@ -53,18 +62,24 @@ def test_provenance_fields():
     assert p["git_commit"] is None or len(p["git_commit"]) == 40
 
 
-@pytest.mark.parametrize("mutate, where", [
-    (lambda d: d.pop("schema_version"), "schema_version"),
-    (lambda d: d.update(schema_version=99), "schema_version"),
-    (lambda d: d["config"].pop("policy"), "config.policy"),
-    (lambda d: d["config"]["scenario"].update(batch=0), "config.scenario.batch"),
-    (lambda d: d["metrics"]["ttft_ms"].update(value="fast"), "metrics.ttft_ms.value"),
-    (lambda d: d["metrics"]["ttft_ms"].update(direction="up"), "metrics.ttft_ms.direction"),
-    (lambda d: d["metrics"]["gemv_speedup_vs_numpy_x"].update(samples=[1.0, "x"]), "metrics.gemv_speedup_vs_numpy_x.samples"),
-    (lambda d: d["config"].update(backend_options={"command": 3}), "config.backend_options"),
-    (lambda d: d["provenance"].pop("git_commit"), "provenance.git_commit"),
-    (lambda d: d["parts"].update(host={"status": "maybe"}), "parts.host.status"),
-])
+@pytest.mark.parametrize(
+    "mutate, where",
+    [
+        (lambda d: d.pop("schema_version"), "schema_version"),
+        (lambda d: d.update(schema_version=99), "schema_version"),
+        (lambda d: d["config"].pop("policy"), "config.policy"),
+        (lambda d: d["config"]["scenario"].update(batch=0), "config.scenario.batch"),
+        (lambda d: d["metrics"]["ttft_ms"].update(value="fast"), "metrics.ttft_ms.value"),
+        (lambda d: d["metrics"]["ttft_ms"].update(direction="up"), "metrics.ttft_ms.direction"),
+        (
+            lambda d: d["metrics"]["gemv_speedup_vs_numpy_x"].update(samples=[1.0, "x"]),
+            "metrics.gemv_speedup_vs_numpy_x.samples",
+        ),
+        (lambda d: d["config"].update(backend_options={"command": 3}), "config.backend_options"),
+        (lambda d: d["provenance"].pop("git_commit"), "provenance.git_commit"),
+        (lambda d: d["parts"].update(host={"status": "maybe"}), "parts.host.status"),
+    ],
+)
 def test_validation_names_file_and_field(tmp_path, mutate, where):
     d = _record().to_dict()
     mutate(d)
@@ -128,14 +143,16 @@ def test_killed_writer_leaves_no_half_file(tmp_path):
         mode = sys.argv[1]
         if mode == "stuck":
             os.fsync = lambda fd: (print("writing", flush=True), time.sleep(60))
-            write_record(_record(20000), {str(tmp_path / 'stuck')!r})
+            write_record(_record(20000), {str(tmp_path / "stuck")!r})
         else:
             print("writing", flush=True)
             while True:
-                write_record(_record(2000), {str(tmp_path / 'loop')!r})
+                write_record(_record(2000), {str(tmp_path / "loop")!r})
     """)
     for mode, delay in (("stuck", 0.0), ("loop", 1.0)):
-        proc = subprocess.Popen([sys.executable, "-c", child, mode], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", child, mode], stdout=subprocess.PIPE, text=True
+        )
         try:
             assert proc.stdout.readline().strip() == "writing"
             time.sleep(delay)

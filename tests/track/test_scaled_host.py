@@ -15,12 +15,14 @@ from harmony_ref.track.record import Record, collect_provenance
 def _rec(measured_model=None) -> Record:
     m = Metrics()
     m.add("decode_tokens_per_s", 20.0, "tokens/s", "higher", "measured")
-    config = RunConfig.from_names("llama-3.2-3b", "int4-g128", profile="harmony-flagship",
-                                  backend="host").to_dict()
+    config = RunConfig.from_names(
+        "llama-3.2-3b", "int4-g128", profile="harmony-flagship", backend="host"
+    ).to_dict()
     part = {"status": "ok", "detail": "", "metrics": m.names()}
     if measured_model:
-        part.update(measured_model=measured_model, measured_weights_mb=105.0,
-                    model_weights_mb=1682.0)
+        part.update(
+            measured_model=measured_model, measured_weights_mb=105.0, model_weights_mb=1682.0
+        )
     return Record(config, m, collect_provenance(), {"predicted": part})
 
 
@@ -58,6 +60,7 @@ def test_a_host_run_above_the_limit_records_the_measured_model(monkeypatch):
             return Measurement(m, {"host_model": got.spec.name})
 
     import harmony_ref.backends.make as make
+
     monkeypatch.setattr(make, "make_backend", lambda *a, **k: Fake())
     _, info = job._predicted(config)
     assert info["measured_model"] == got.spec.name
