@@ -23,7 +23,8 @@ NumPy arrays and on plain numbers alike.
 
 Decode cost depends on the context length (attention reads the whole KV cache). A scenario's
 decode is *integrated exactly*: step j (j = 0..new_tokens-1) attends to prompt + j + 1 positions,
-every step is costed (op quantities are affine in the context, so two graphs give them all), and
+every step is costed (op quantities are affine in the context, so two graphs give them all; a
+sliding-window layer's attention is affine until its window is full and flat after), and
 the decode `PhaseCost` reports the per-step mean; e2e = prefill + the sum of all steps.
 TTFT = prefill(prompt) + the first decode step; with a cached prefix of
 `prefix_tokens`, prefill runs the prompt's new rows only, attending over the whole prompt.
@@ -227,10 +228,11 @@ def _make_op_arrays(graph: Graph) -> dict[str, np.ndarray]:
     out["op_type"] = np.asarray([op.op_type for op, _ in rows], dtype=object)
     out["attention"] = np.asarray([op.kind in ATTENTION_KINDS for op, _ in rows], dtype=bool)
     out["one_row"] = np.asarray([op.m == 1 for op, _ in rows], dtype=bool)
+    out["window"] = np.asarray([op.window for op, _ in rows], dtype=np.int64)
     return out
 
 
-_STRUCTURE = ("count", "dtype", "act_dtype", "op_type", "attention", "one_row")
+_STRUCTURE = ("count", "dtype", "act_dtype", "op_type", "attention", "one_row", "window")
 ATTENTION_KINDS = frozenset({"attn_qk", "attn_pv", "attention"})
 
 
@@ -257,10 +259,14 @@ def _evaluate(
         slope = {k: np.zeros_like(v) for k, v in a0.items() if k not in _STRUCTURE}
     else:
         a1 = _op_arrays(g1)
-        if not all(np.array_equal(a0[k], a1[k]) for k in ("count", "dtype", "act_dtype")):
+        if not all(np.array_equal(a0[k], a1[k]) for k in ("count", "dtype", "act_dtype", "window")):
             raise AssertionError("decode graphs at neighbouring contexts differ in structure")
         slope = {k: a1[k] - a0[k] for k in a0 if k not in _STRUCTURE}
     s = np.asarray(steps, dtype=np.float64)[None, :]  # (1, S)
+    # a sliding-window layer's attention stops growing once its window is full: g0 is context 1,
+    # so step s sees 1 + min(s, window - 1) keys there (affine up to the window, flat after)
+    w = a0["window"][:, None]
+    s = np.where(w > 0, np.minimum(s, w - 1), s)  # (ops, S)
     q = {k: a0[k][:, None] + slope[k][:, None] * s for k in slope}  # (ops, S)
     r = Roofline.of(profile, fc, fm)
     cd = _compute_dtypes(profile, a0)  # (ops,) what each op computes in on this profile

@@ -5,7 +5,7 @@
   lm_head's format; norms, biases and BERT's position/type tables in fp16.
 - KV cache: 2 (K and V) x layers x kv_heads x head_dim x context x bytes per value, GQA-aware, for
   every request of the batch, allocated for the scenario's full `context_tokens` (runtimes reserve
-  it up front); int8 adds one float32 scale per token per KV head for K and for V (the layout
+  it up front; a sliding-window layer keeps only its window, ModelSpec.kv_positions); int8 adds one float32 scale per token per KV head for K and for V (the layout
   of harmony_ref.kernels.KVCache, so host and model agree byte for byte).
 - activations: the largest live set of the prefill graph (one op's inputs + outputs) plus the
   residual stream it must keep.
@@ -79,10 +79,12 @@ def weights_bytes(spec: ModelSpec, policy: Policy, include_scales: bool = True) 
 def kv_cache_bytes(
     spec: ModelSpec, context_tokens: int, kv_dtype: str = "fp16", batch: int = 1
 ) -> int:
-    """2 x layers x kv_heads x head_dim x context x bytes (+ int8 scales), per request x batch."""
+    """2 x kv_heads x head_dim x bytes (+ int8 scales) x the positions each layer keeps (the
+    context; a sliding-window layer's last window), per request x batch."""
     if not spec.is_decoder:
         return 0
-    return spec.n_layers * kv_bytes_per_token_per_layer(spec, kv_dtype) * context_tokens * batch
+    positions = sum(spec.kv_positions(i, context_tokens) for i in range(spec.n_layers))
+    return kv_bytes_per_token_per_layer(spec, kv_dtype) * positions * batch
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,8 @@ def op_time_threads_s(
     return np.maximum(compute, memory) + launch + sync, compute, memory, sync
 
 
-def _quantities(graph: Graph, profile: DeviceProfile) -> list[tuple[str, int, np.ndarray]]:
-    """(compute dtype, count, [flops, vector_flops, DRAM bytes]) per unique op. The CPU's caches
+def _quantities(graph: Graph, profile: DeviceProfile) -> list[tuple[str, int, int, np.ndarray]]:
+    """(compute dtype, count, window, [flops, vector_flops, DRAM bytes]) per unique op. The CPU's caches
     hold the activation block as the NPU buffer does (device/cost.py's tiling passes)."""
     onchip_bytes = profile.memory.onchip_buffer_bytes
     out = []
@@ -85,6 +85,7 @@ def _quantities(graph: Graph, profile: DeviceProfile) -> list[tuple[str, int, np
             (
                 dtype,
                 count,
+                op.window,
                 np.array([op.flops, op.vector_flops, op.streamed_bytes * passes + op.other_bytes]),
             )
         )
@@ -94,12 +95,15 @@ def _quantities(graph: Graph, profile: DeviceProfile) -> list[tuple[str, int, np
 def _graphs_time_s(
     profile: DeviceProfile, g0: Graph, g1: Graph | None, steps: np.ndarray, threads: int
 ) -> np.ndarray:
-    """Time of each step s of graphs affine in the step: quantities g0 + s x (g1 - g0)."""
+    """Time of each step s of graphs affine in the step: quantities g0 + s x (g1 - g0), a
+    sliding-window layer's attention flat once its window is full (device/cost.py _evaluate)."""
     q0 = _quantities(g0, profile)
     q1 = q0 if g1 is None else _quantities(g1, profile)
     total = np.zeros(len(steps))
-    for (dtype, count, a), (_, _, b) in zip(q0, q1):
-        v = a[:, None] + (b - a)[:, None] * np.asarray(steps, dtype=float)[None, :]
+    for (dtype, count, window, a), (_, _, _, b) in zip(q0, q1):
+        s = np.asarray(steps, dtype=float)
+        s = np.minimum(s, window - 1) if window else s
+        v = a[:, None] + (b - a)[:, None] * s[None, :]
         t, *_ = op_time_threads_s(v[0], v[1], v[2], dtype, profile, threads)
         total += count * t
     return total

@@ -166,6 +166,8 @@ class DecoderConfig:
             norm_eps=float(self.norm_eps),
             activation=self.activation,
             rope_theta=float(self.rope_theta),
+            sliding_window=int(self.sliding_window),
+            local_layers=tuple(int(i) for i in self.local_layers),
         )
 
     def n_params(self) -> int:

@@ -122,6 +122,9 @@ class Op:
     n: int = 0
     k: int = 0
     op: str = ""  # operator type (OP_TYPES); "" = the kind
+    # a sliding-window layer's attention: its keys stop growing with the context at this many
+    # (ModelSpec.sliding_window); 0: they grow with it
+    window: int = 0
 
     @property
     def op_type(self) -> str:
@@ -336,10 +339,12 @@ class _Builder:
             n=h,
         )
 
-    def attention(self, p: str, rows: int, kv_from_cache: bool):
-        """QK^T, softmax, P.V for `rows` queries over `ctx` positions, per request."""
+    def attention(self, p: str, rows: int, kv_from_cache: bool, layer: int = -1):
+        """QK^T, softmax, P.V for `rows` queries over `ctx` positions, per request (over the
+        span their windows cover on a sliding-window layer: ModelSpec.keys_seen)."""
         s, a, b = self.spec, ACT_BYTES, self.batch
-        ctx = self.ctx
+        ctx = s.keys_seen(layer, rows, self.ctx)
+        window = s.sliding_window if s.is_local(layer) else 0
         q_elems = b * rows * s.q_dim
         scores = b * s.n_heads * rows * ctx
         if kv_from_cache:
@@ -362,6 +367,7 @@ class _Builder:
             m=b * rows,
             n=ctx,
             k=s.head_dim,
+            window=window,
         )
         self.add(
             name=f"{p}.softmax",
@@ -373,6 +379,7 @@ class _Builder:
             reads_prev_bytes=scores * a,
             m=b * s.n_heads * rows,
             n=ctx,
+            window=window,
         )
         self.add(
             name=f"{p}.attn_pv",
@@ -388,6 +395,7 @@ class _Builder:
             m=b * rows,
             n=ctx,
             k=s.head_dim,
+            window=window,
         )
 
     def decoder_layer(self, i: int):
@@ -419,7 +427,7 @@ class _Builder:
             m=m,
             n=2 * s.kv_dim,
         )
-        self.attention(f"{p}.self_attn", self.rows, kv_from_cache=True)
+        self.attention(f"{p}.self_attn", self.rows, kv_from_cache=True, layer=i)
         o = s.layer_linears(i)[3]
         self.matmul(o.name, o.n_out, o.k_in, m, o.bias)
         self.elementwise(f"{p}.residual_attn", "residual_add", p, m, s.hidden, 1, n_inputs=2)
@@ -526,11 +534,13 @@ class _Builder:
 def layer_groups(
     spec: ModelSpec, policy: Policy
 ) -> tuple[tuple[tuple[WeightFormat, ...], tuple[int, ...]], ...]:
-    """Blocks grouped by the weight formats the policy gives their projections:
-    ((formats of layer_linears in order, block indices), ...)."""
+    """Blocks grouped by the weight formats the policy gives their projections and by whether
+    they attend through a sliding window: ((formats of layer_linears in order, block indices),
+    ...)."""
     groups: dict[tuple, list[int]] = {}
     for i in range(spec.n_layers):
         key = tuple(policy.format_for(lin.name) for lin in spec.layer_linears(i))
+        key += (spec.is_local(i),)
         groups.setdefault(key, []).append(i)
     return tuple((k, tuple(v)) for k, v in groups.items())
 
@@ -539,6 +549,8 @@ def merge(a: Op, b: Op) -> Op:
     """Op `b` run as the epilogue of `a`: b's input from a stays on chip (no write, no read)."""
     if b.flops and a.flops and (a.dtype, a.act_dtype) != (b.dtype, b.act_dtype):
         raise ValueError(f"cannot fuse {b.name} ({b.dtype}) into {a.name} ({a.dtype})")
+    if a.window and b.window and a.window != b.window:
+        raise ValueError(f"cannot fuse {b.name} (window {b.window}) into {a.name} ({a.window})")
     saved = b.reads_prev_bytes
     first = a if a.flops or not b.flops else b  # the op whose matrix work the kernel does
     return Op(
@@ -563,6 +575,7 @@ def merge(a: Op, b: Op) -> Op:
         n=a.n,
         k=a.k,
         op=a.op,
+        window=max(a.window, b.window),
     )
 
 

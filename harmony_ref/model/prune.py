@@ -46,7 +46,7 @@ import dataclasses
 import numpy as np
 
 from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, LayerWeights
-from harmony_ref.model.spec import DECODER, ModelSpec
+from harmony_ref.model.spec import ModelSpec
 from harmony_ref.quant.compress import FFN_MULTIPLE, PruneSpec
 
 
@@ -324,21 +324,4 @@ def pruned_spec(spec: ModelSpec, prune: PruneSpec | None) -> ModelSpec:
 
 def decoder_spec(config: DecoderConfig) -> ModelSpec:
     """The ModelSpec (device-model shapes) of a decoder read from a checkpoint."""
-    return ModelSpec(
-        name=config.name or config.arch,
-        kind=DECODER,
-        n_layers=config.n_layers,
-        hidden=config.dim,
-        n_heads=config.n_heads,
-        n_kv_heads=config.n_kv_heads,
-        head_dim=config.head_dim,
-        intermediate=config.ffn_dim,
-        vocab=config.vocab_size,
-        max_positions=config.max_positions,
-        tie_embeddings=config.tied_embeddings,
-        qkv_bias=config.attention_bias,
-        norm_eps=config.norm_eps,
-        activation=config.activation,
-        rope_theta=config.rope_theta,
-        source="checkpoint metadata",
-    )
+    return config.to_spec(source="checkpoint metadata")

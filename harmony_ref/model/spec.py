@@ -95,6 +95,11 @@ class ModelSpec:
     activation: str = "silu"  # of the feed-forward: "silu" (SwiGLU), "gelu", "gelu_tanh" (GeGLU)
     rope_theta: float = 0.0  # rope base frequency; 0 for models without rope (BERT)
     rope_scaling: RopeScaling | None = None
+    # keys a local (sliding-window) layer's query sees, itself included (config.json
+    # sliding_window; Gemma 3: 512); 0: every layer attends to the whole context
+    sliding_window: int = field(default=0, metadata={"min": 0})
+    # indices of the sliding-window layers (Gemma 3: all but every sixth; config.json layer_types)
+    local_layers: tuple[int, ...] = ()
     file: str = field(default="<memory>", compare=False, init=False)  # the TOML it was read from
 
     def __post_init__(self):
@@ -138,11 +143,54 @@ class ModelSpec:
                 f"model spec {self.name!r}: field 'rope_theta' = {self.rope_theta!r}: "
                 "a decoder needs rope_theta > 0"
             )
+        self._check_window()
         if self.kind == ENCODER and (self.rope_theta or self.rope_scaling is not None):
             raise ValueError(
                 f"model spec {self.name!r}: an encoder has learned positions: "
                 "no rope_theta or rope_scaling"
             )
+
+    def _check_window(self) -> None:
+        w, local = self.sliding_window, tuple(self.local_layers)
+        if not isinstance(w, int) or isinstance(w, bool) or w < 0:
+            raise ValueError(
+                f"model spec {self.name!r}: field 'sliding_window' = {w!r}: must be an int >= 0"
+            )
+        bad = [i for i in local if not isinstance(i, int) or isinstance(i, bool)]
+        bad += [i for i in local if isinstance(i, int) and not 0 <= i < self.n_layers]
+        if bad:
+            raise ValueError(
+                f"model spec {self.name!r}: field 'local_layers' lists {bad[0]!r}: layer indices "
+                f"are 0..{self.n_layers - 1}"
+            )
+        if len(set(local)) != len(local):
+            raise ValueError(f"model spec {self.name!r}: field 'local_layers' lists a layer twice")
+        if bool(w) != bool(local):
+            raise ValueError(
+                f"model spec {self.name!r}: sliding_window = {w} and local_layers = {list(local)}: "
+                "a sliding window needs the layers it applies to, and those layers a window"
+            )
+        if local and self.kind != DECODER:
+            raise ValueError(f"model spec {self.name!r}: an encoder has no sliding-window layers")
+
+    def is_local(self, layer: int) -> bool:
+        """Whether block `layer` attends only to the last `sliding_window` positions."""
+        return layer in self.local_layers
+
+    def keys_seen(self, layer: int, rows: int, context: int) -> int:
+        """Key positions block `layer` reads for `rows` new queries at the end of `context`
+        positions: all of them on a global layer; on a local one the span the queries' windows
+        cover, min(context, sliding_window + rows - 1) (a decode step: the window)."""
+        if not self.is_local(layer):
+            return context
+        return min(context, self.sliding_window + rows - 1)
+
+    def kv_positions(self, layer: int, context: int) -> int:
+        """Positions block `layer`'s KV cache holds at `context` tokens: a local layer keeps a
+        ring of the last `sliding_window` (kernels.KVCache(window=), what runtime/llama.py
+        allocates); llama.cpp's SWA cache keeps the window plus one ubatch
+        (llama-kv-cache-iswa.cpp, unless --swa-full)."""
+        return min(context, self.sliding_window) if self.is_local(layer) else context
 
     @property
     def q_dim(self) -> int:

@@ -95,3 +95,23 @@ def test_gemma3_generation_samples_are_the_commands_output():
         assert d["model"].startswith("gemma3-270m") and d["sampling"] == "greedy"
         cell = d["completion"].replace("\n", "\\n").replace("|", "\\|")
         assert f"| {cell} |" in text, (d["policy"], d["prompt"])
+
+
+def test_gemma3_plan_sentence_is_the_planners_output():
+    """The page's plan at the Q4_K_M file's size is `harmony-ref plan --json`'s committed output,
+    its policy the TOML beside it, scored on the held-out split."""
+    d = json.loads((ROOT / "results" / "gemma3-plan" / "plan-246.4mb.json").read_text())
+    toml = (ROOT / "results" / "gemma3-plan" / "plan-246.4mb.toml").read_text()
+    assert d["policy_toml"] == toml and d["model"] == "gemma3-270m" and d["budget_mb"] == 246.4
+    assert d["linear_weights_mb"] <= d["budget_mb"] and "12 chunks" in d["heldout"]
+    text = " ".join(PAGE.read_text().split())
+    f = d["formats_per_type"]
+    assert f["lm_head"] == "int4-g32" and f["q_proj"] == f["gate_proj"] == f["up_proj"] == "int8"
+    assert f["k_proj"] == f["v_proj"] == f["o_proj"] == f["down_proj"] == "fp16"
+    for fact in (
+        f"{d['linear_weights_mb']:.2f} MB of Linear weights",
+        f"KLD mean {d['heldout_kld_mean']:.4f} (p99 {d['heldout_kld_p99']:.4f})",
+        f"PPL x{d['heldout_ppl_ratio']:.4f}",
+        f"top-1 {d['heldout_top1_agreement_pct']:.1f} %",
+    ):
+        assert fact in text, fact
