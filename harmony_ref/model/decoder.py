@@ -166,7 +166,8 @@ class DecoderConfig:
             norm_eps=float(self.norm_eps),
             activation=self.activation,
             rope_theta=float(self.rope_theta),
-            sliding_window=int(self.sliding_window),
+            # a window no layer uses (a pattern of global layers only) changes nothing
+            sliding_window=int(self.sliding_window) if self.local_layers else 0,
             local_layers=tuple(int(i) for i in self.local_layers),
         )
 

@@ -104,6 +104,9 @@ def test_kv_cache_bytes_are_the_runtime_rings_byte_for_byte():
         for ctx in (3, 64):
             m = Llama(tiny_weights(c, seed=3), "fp32", kv_dtype=kv_dtype, max_context=ctx)
             assert kv_cache_bytes(spec, ctx, kv_dtype) == m.kv_cache_bytes(), (kv_dtype, ctx)
+    # a checkpoint whose window no layer uses (every layer global) models as all-global
+    all_global = tiny_config("gemma3", local_layers=()).to_spec()
+    assert (all_global.sliding_window, all_global.local_layers) == (0, ())
     plain = dataclasses.replace(spec, sliding_window=0, local_layers=())
     assert kv_cache_bytes(spec, 64) == kv_cache_bytes(plain, 64) * (2 * 4 + 64) // (3 * 64)
 
