@@ -60,7 +60,7 @@ import numpy as np
 from harmony_ref.config import RunConfig
 from harmony_ref.device.ops import fallback_ops, placement
 from harmony_ref.device.profile import DTYPES, EFFICIENCY_CLASSES, DeviceProfile, compute_dtype
-from harmony_ref.model.graph import Graph, Segment, build_graph
+from harmony_ref.model.graph import Graph, Segment, build_graph, window_steps
 from harmony_ref.units import GB, GIGA, MB, MS_PER_S, US_PER_S
 
 # Energy weight of one op relative to one INT8 Cube op (assumption: energy tracks the MAC-array
@@ -262,11 +262,8 @@ def _evaluate(
         if not all(np.array_equal(a0[k], a1[k]) for k in ("count", "dtype", "act_dtype", "window")):
             raise AssertionError("decode graphs at neighbouring contexts differ in structure")
         slope = {k: a1[k] - a0[k] for k in a0 if k not in _STRUCTURE}
-    s = np.asarray(steps, dtype=np.float64)[None, :]  # (1, S)
-    # a sliding-window layer's attention stops growing once its window is full: g0 is context 1,
-    # so step s sees 1 + min(s, window - 1) keys there (affine up to the window, flat after)
-    w = a0["window"][:, None]
-    s = np.where(w > 0, np.minimum(s, w - 1), s)  # (ops, S)
+    # (ops, S): a sliding-window op's quantities stop growing once its window is full
+    s = window_steps(np.asarray(steps, dtype=np.float64)[None, :], a0["window"][:, None])
     q = {k: a0[k][:, None] + slope[k][:, None] * s for k in slope}  # (ops, S)
     r = Roofline.of(profile, fc, fm)
     cd = _compute_dtypes(profile, a0)  # (ops,) what each op computes in on this profile

@@ -5,8 +5,9 @@
   lm_head's format; norms, biases and BERT's position/type tables in fp16.
 - KV cache: 2 (K and V) x layers x kv_heads x head_dim x context x bytes per value, GQA-aware, for
   every request of the batch, allocated for the scenario's full `context_tokens` (runtimes reserve
-  it up front; a sliding-window layer keeps only its window, ModelSpec.kv_positions); int8 adds one float32 scale per token per KV head for K and for V (the layout
-  of harmony_ref.kernels.KVCache, so host and model agree byte for byte).
+  it up front; a sliding-window layer keeps only its window, ModelSpec.kv_positions); int8 adds
+  one float32 scale per token per KV head for K and for V (the layout of
+  harmony_ref.kernels.KVCache, so host and model agree byte for byte).
 - activations: the largest live set of the prefill graph (one op's inputs + outputs) plus the
   residual stream it must keep.
 - workspace: the profile's `runtime_workspace_mb` (runtime, compiled graph, scratch).

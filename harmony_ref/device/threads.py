@@ -30,7 +30,7 @@ import numpy as np
 
 from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import DTYPES, CpuCluster, CpuSpec, DeviceProfile
-from harmony_ref.model.graph import Graph, build_graph
+from harmony_ref.model.graph import Graph, build_graph, window_steps
 from harmony_ref.units import GB, MS_PER_S, US_PER_S
 
 
@@ -74,8 +74,8 @@ def op_time_threads_s(
 
 
 def _quantities(graph: Graph, profile: DeviceProfile) -> list[tuple[str, int, int, np.ndarray]]:
-    """(compute dtype, count, window, [flops, vector_flops, DRAM bytes]) per unique op. The CPU's caches
-    hold the activation block as the NPU buffer does (device/cost.py's tiling passes)."""
+    """(compute dtype, count, window, [flops, vector_flops, DRAM bytes]) per unique op. The CPU's
+    caches hold the activation block as the NPU buffer does (device/cost.py's tiling passes)."""
     onchip_bytes = profile.memory.onchip_buffer_bytes
     out = []
     for op, count in graph.unique_ops():
@@ -101,9 +101,7 @@ def _graphs_time_s(
     q1 = q0 if g1 is None else _quantities(g1, profile)
     total = np.zeros(len(steps))
     for (dtype, count, window, a), (_, _, _, b) in zip(q0, q1):
-        s = np.asarray(steps, dtype=float)
-        s = np.minimum(s, window - 1) if window else s
-        v = a[:, None] + (b - a)[:, None] * s[None, :]
+        v = a[:, None] + (b - a)[:, None] * window_steps(steps, window)[None, :]
         t, *_ = op_time_threads_s(v[0], v[1], v[2], dtype, profile, threads)
         total += count * t
     return total

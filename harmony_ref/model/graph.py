@@ -54,6 +54,8 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
+import numpy as np
+
 from harmony_ref.model.prune import pruned_spec
 from harmony_ref.model.spec import ModelSpec
 from harmony_ref.quant.policy import Policy, WeightFormat, int4_format_for_rows
@@ -528,6 +530,16 @@ class _Builder:
     def take(self) -> tuple[Op, ...]:
         ops, self.ops = tuple(self.ops), []
         return ops
+
+
+def window_steps(steps, window):
+    """The decode steps an op's context-dependent quantities follow, for graphs built at contexts
+    1 and 2 (step s: context 1 + s): all of them, or on a sliding-window op (`Op.window` > 0)
+    none past the step where its window fills, min(s, window - 1). `window` may be an array of
+    ops' windows broadcast against `steps`."""
+    steps = np.asarray(steps, dtype=np.float64)
+    window = np.asarray(window)
+    return np.where(window > 0, np.minimum(steps, window - 1), steps)
 
 
 @functools.lru_cache(maxsize=64)

@@ -79,17 +79,7 @@ def test_decode_cost_past_the_window_equals_each_step_costed_alone():
     # the CPU-threads path integrates the same way
     cpu = load_profile("snapdragon-8-gen-3")
     point = cpu_path(cpu, config, threads=4)
-    unwindowed = cpu_path(
-        cpu,
-        RunConfig.from_names(
-            model="qwen2.5-0.5b",
-            policy="int4-g32",
-            prompt_tokens=40,
-            new_tokens=60,
-            context_tokens=256,
-        ),
-        threads=4,
-    )
+    unwindowed = cpu_path(cpu, dataclasses.replace(config, spec=get_spec("qwen2.5-0.5b")), 4)
     assert point.decode_step_ms < unwindowed.decode_step_ms
 
 
