@@ -54,6 +54,7 @@ class LlamacppManifest:
     quant: tuple[Quant, ...]
     run: tuple[BenchRun, ...]
     fit_params: tuple[str, ...] = ("matmul", "cache", "attention", "launch_us")
+    machine: str = ""  # the CPU the fixtures were measured on
     source: str = field(default="", compare=False)
 
 

@@ -146,8 +146,8 @@ def test_calibrate_command_takes_a_gguf_workload(tmp_path, capsys):
     fixture = load_llamacpp_manifest().source.rsplit("/", 1)[0] + "/llamacpp"
     # a recorded llama-bench pp and tg test, printed as one run's JSON array
     cmd = (
-        f"python -c \"import json,sys; a=json.load(open('{fixture}/s1-q4_1-t1-pp64.json'));"
-        f"b=json.load(open('{fixture}/s1-q4_1-t1-tg32.json')); print(json.dumps(a+b))\" {{model}}"
+        f"python -c \"import json,sys; a=json.load(open('{fixture}/s3-q4_1-t1-pp64.json'));"
+        f"b=json.load(open('{fixture}/s3-q4_1-t1-tg32.json')); print(json.dumps(a+b))\" {{model}}"
     )
     workloads = ";".join(f"{gguf}:int4-g32:64:32" for _ in range(4))
     out = tmp_path / "rt.toml"
