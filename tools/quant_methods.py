@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "quant-methods"
 POLICIES = RESULTS / "policies"
 FORMATS = ("int4-g32", "int4-g128", "int8")
+# model -> the folder of its accuracy outputs and timing (the policies are shared)
+MODELS = {"smollm2-135m": RESULTS, "gemma3-270m": RESULTS / "gemma3"}
 METHODS = ("rtn", "gptq", "awq")
 PRUNING = (  # (policy, FFN pruned, repair)
     ("prune-ffn0.1-act", "10%", "no"),
@@ -94,13 +96,15 @@ def prune_rows(accs: list[dict]) -> list[str]:
     return out
 
 
-def measure_times(out: Path, repeats: int = 1, only: tuple[str, ...] = FORMATS) -> dict:
+def measure_times(
+    out: Path, repeats: int = 1, only: tuple[str, ...] = FORMATS, model: str = "smollm2-135m"
+) -> dict:
     """Seconds to build (load excluded: prune, calibrate, quantize) every policy of the table."""
     from harmony_ref.quant.policy import load_policy
     from harmony_ref.runtime.llama import Llama
     from harmony_ref.runtime.loader import load_decoder
 
-    weights, _ = load_decoder("smollm2-135m")
+    weights, _ = load_decoder(model)
     Llama(weights, "int4-g32", max_context=64)  # compile the kernels first
     seconds = {}
     for fmt in only:
@@ -119,7 +123,7 @@ def measure_times(out: Path, repeats: int = 1, only: tuple[str, ...] = FORMATS) 
     import os
 
     d = {
-        "model": "smollm2-135m",
+        "model": model,
         "what": "seconds to build the policy's model (prune, calibrate, "
         "quantize), the checkpoint already loaded",
         "cpu": cpu,
@@ -214,27 +218,74 @@ def section() -> str:
     return "\n".join(out)
 
 
+def gemma_section() -> str:
+    """The Gemma 3 270M table and its ratios, from results/quant-methods/gemma3/."""
+    res = MODELS["gemma3-270m"]
+    accs = [json.loads(p.read_text()) for p in sorted(res.glob("accuracy*.json"))]
+    tpath = res / "quantize_time.json"
+    times = json.loads(tpath.read_text()) if tpath.is_file() else {}
+    rows = {r["policy"]: r for d in accs for r in d["rows"]}
+    facts = [
+        f"`{p.relative_to(ROOT)}`: {d['chunks']} chunks of context 512 "
+        f"({d['scored_tokens']:,} scored tokens)"
+        for p, d in zip(sorted(res.glob("accuracy*.json")), accs)
+    ]
+    out = [
+        "Scored and calibrated as above (the same policy files, the same held-out and "
+        "calibration splits, Gemma's own tokenizer), against Gemma's FP32 reference: the Q4_K_M "
+        "file's weights dequantized exactly, so every row here is a second rounding of weights "
+        "llama.cpp already stored in 4 to 6 bits. Outputs: " + "; ".join(facts) + ".",
+        "",
+        "<!-- gemma quant methods table -->",
+        METHOD_HEADER,
+        *method_rows(accs, times),
+        "<!-- /gemma quant methods table -->",
+        "",
+    ]
+    if times:
+        out += [
+            f"quantize s: as above, measured on {times['cpu']} ({times['cores']} cores), "
+            "nothing else running.",
+            "",
+        ]
+    for fmt in FORMATS:
+        for m in ("gptq", "awq"):
+            a, b = policy_name(fmt, m), fmt
+            if a in rows and b in rows:
+                r = rows[a]["kld_mean"] / rows[b]["kld_mean"]
+                out.append(f"- Gemma 3: `{a}` / `{b}` KLD mean = {r:.2f}x")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("time")
     t.add_argument("--out", type=Path, default=RESULTS / "quantize_time.json")
     t.add_argument("--formats", default=",".join(FORMATS))
-    sub.add_parser("markdown")
+    t.add_argument("--model", choices=list(MODELS), default="smollm2-135m")
+    md = sub.add_parser("markdown")
+    md.add_argument("--model", choices=list(MODELS), default="smollm2-135m")
     sub.add_parser("section")
+    sub.add_parser("gemma-section")
     args = p.parse_args(argv)
     if args.cmd == "time":
-        measure_times(args.out, only=tuple(args.formats.split(",")))
+        out = args.out if args.model == "smollm2-135m" else MODELS[args.model] / "quantize_time.json"
+        measure_times(out, only=tuple(args.formats.split(",")), model=args.model)
         return 0
     if args.cmd == "section":
         print(section())
         return 0
-    accs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("accuracy*.json"))]
-    tpath = RESULTS / "quantize_time.json"
+    if args.cmd == "gemma-section":
+        print(gemma_section())
+        return 0
+    res = MODELS[args.model]
+    accs = [json.loads(p.read_text()) for p in sorted(res.glob("accuracy*.json"))]
+    tpath = res / "quantize_time.json"
     times = json.loads(tpath.read_text()) if tpath.is_file() else {}
     print(METHOD_HEADER)
     print("\n".join(method_rows(accs, times)))
-    prunes = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("pruning*.json"))]
+    prunes = [json.loads(p.read_text()) for p in sorted(res.glob("pruning*.json"))]
     if prunes:
         print()
         print(PRUNE_HEADER)
