@@ -131,3 +131,24 @@ def test_table_policies_are_committed(name):
 
     p = load_policy(RESULTS / "policies" / f"{name}.toml")
     assert p.name == name
+
+
+def _sensitivity(method: str) -> dict:
+    d = json.loads((RESULTS / f"sensitivity-int4-g32-{method}.json").read_text())
+    assert d["model"] == "smollm2-135m" and d["format"] == "int4-g32" and d["by"] == "type"
+    assert d.get("method", "rtn") == method
+    assert "calibration" in d["scored_on"]  # sensitivity feeds planning: never the held-out part
+    return {g["group"]: g for g in d["groups"]}
+
+
+def test_gate_proj_table_is_the_sensitivity_outputs():
+    rtn, gptq = _sensitivity("rtn"), _sensitivity("gptq")
+    table = _table("gate_proj table")
+    assert {r["Linear type"] for r in table} == set(rtn) == set(gptq)
+    for r in table:
+        name = r["Linear type"]
+        assert _agrees("KLD mean", _num(r["RTN KLD mean"]), rtn[name]["kld_mean"]), name
+        assert _agrees("KLD mean", _num(r["GPTQ KLD mean"]), gptq[name]["kld_mean"]), name
+        assert int(r["RTN rank"]) == rtn[name]["rank"] and int(r["GPTQ rank"]) == gptq[name]["rank"]
+    # the sentence under the table: gate_proj fifth of eight under both methods
+    assert rtn["gate_proj"]["rank"] == gptq["gate_proj"]["rank"] == 5 and len(rtn) == 8

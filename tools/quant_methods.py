@@ -257,6 +257,34 @@ def gemma_section() -> str:
     return "\n".join(out)
 
 
+def sensitivity_section() -> str:
+    """One Linear type at a time in int4-g32 (the rest FP32), fitted by RTN and by GPTQ: the KLD
+    each type costs alone and its rank, from results/quant-methods/sensitivity-int4-g32-*.json
+    (`harmony-ref sensitivity --format int4-g32 [--method gptq] --json`)."""
+    by = {}
+    for m in ("rtn", "gptq"):
+        d = json.loads((RESULTS / f"sensitivity-int4-g32-{m}.json").read_text())
+        by[m] = {g["group"]: g for g in d["groups"]}
+        scored = d["scored_on"]
+    out = [
+        f"Scored on {scored} (sensitivity feeds planning, so it reads the calibration part: "
+        "GPTQ is fitted on its unscored tokens), SmolLM2-135M, one Linear type in int4-g32 at a "
+        "time, every other Linear FP32:",
+        "",
+        "<!-- gate_proj table -->",
+        "| Linear type | RTN KLD mean | RTN rank | GPTQ KLD mean | GPTQ rank | GPTQ / RTN |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in sorted(by["rtn"], key=lambda n: by["rtn"][n]["rank"]):
+        r, g = by["rtn"][name], by["gptq"][name]
+        out.append(
+            f"| {name} | {r['kld_mean']:.4f} | {r['rank']} | {g['kld_mean']:.4f} | "
+            f"{g['rank']} | {g['kld_mean'] / r['kld_mean']:.2f}x |"
+        )
+    out.append("<!-- /gate_proj table -->")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -268,6 +296,7 @@ def main(argv=None) -> int:
     md.add_argument("--model", choices=list(MODELS), default="smollm2-135m")
     sub.add_parser("section")
     sub.add_parser("gemma-section")
+    sub.add_parser("sensitivity-section")
     args = p.parse_args(argv)
     if args.cmd == "time":
         out = args.out if args.model == "smollm2-135m" else MODELS[args.model] / "quantize_time.json"
@@ -278,6 +307,9 @@ def main(argv=None) -> int:
         return 0
     if args.cmd == "gemma-section":
         print(gemma_section())
+        return 0
+    if args.cmd == "sensitivity-section":
+        print(sensitivity_section())
         return 0
     res = MODELS[args.model]
     accs = [json.loads(p.read_text()) for p in sorted(res.glob("accuracy*.json"))]
