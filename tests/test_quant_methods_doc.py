@@ -112,7 +112,7 @@ def test_stated_ratios_are_the_files():
     """The sentences that state each target's outcome quote ratios computed from the outputs."""
     rows = _rows()
     text = " ".join(DOC.read_text().split())
-    for m in re.finditer(r"(\S+) / (\S+) KLD mean = (\d+\.\d+)x", text):
+    for m in re.finditer(r"(?<!Gemma 3: )(`\S+`) / (\S+) KLD mean = (\d+\.\d+)x", text):
         a, b = (rows[p.strip("`")]["kld_mean"] for p in m.groups()[:2])
         assert f"{a / b:.2f}" == m.group(3), m.group(0)
 
@@ -152,3 +152,41 @@ def test_gate_proj_table_is_the_sensitivity_outputs():
         assert int(r["RTN rank"]) == rtn[name]["rank"] and int(r["GPTQ rank"]) == gptq[name]["rank"]
     # the sentence under the table: gate_proj fifth of eight under both methods
     assert rtn["gate_proj"]["rank"] == gptq["gate_proj"]["rank"] == 5 and len(rtn) == 8
+
+
+GEMMA = RESULTS / "gemma3"
+
+
+def _gemma_outputs() -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(GEMMA.glob("accuracy*.json"))]
+
+
+def test_gemma_outputs_are_gemma_on_the_heldout_split():
+    outs = _gemma_outputs()
+    assert outs
+    for d in outs:
+        assert d["model"] == "gemma3-270m" and d["reference"] == REFERENCE_NOTE
+        assert d["corpus_sha256"] == CORPUS_SHA256["heldout"] and d["context"] == 512
+        fact = f"{d['chunks']} chunks of context 512 ({d['scored_tokens']:,} scored tokens)"
+        assert fact in " ".join(DOC.read_text().split()), fact
+
+
+def test_gemma_table_and_ratios_are_the_tools_output():
+    rows = {r["policy"]: r for d in _gemma_outputs() for r in d["rows"]}
+    p = GEMMA / "quantize_time.json"
+    times = json.loads(p.read_text()) if p.is_file() else {"seconds": {}}
+    table = _table("gemma quant methods table")
+    assert len(table) == 9
+    for r in table:
+        name = _method_policy(r["format"], r["method"])
+        for col, (key, _, _) in COLUMNS.items():
+            assert _agrees(col, _num(r[col]), rows[name][key]), (name, col, r[col])
+        if r["quantize s"] != "-":
+            assert r["quantize s"] == f"{times['seconds'][name]:.1f}", name
+    if times["seconds"]:
+        assert times["model"] == "gemma3-270m" and times["cpu"] in DOC.read_text()
+    text = " ".join(DOC.read_text().split())
+    found = re.findall(r"Gemma 3: `(\S+)` / `(\S+)` KLD mean = (\d+\.\d+)x", text)
+    assert found
+    for a, b, ratio in found:
+        assert f"{rows[a]['kld_mean'] / rows[b]['kld_mean']:.2f}" == ratio, (a, b)

@@ -234,7 +234,7 @@ def gemma_section() -> str:
         "Scored and calibrated as above (the same policy files, the same held-out and "
         "calibration splits, Gemma's own tokenizer), against Gemma's FP32 reference: the Q4_K_M "
         "file's weights dequantized exactly, so every row here is a second rounding of weights "
-        "llama.cpp already stored in 4 to 6 bits. Outputs: " + "; ".join(facts) + ".",
+        "llama.cpp already stored in 4 to 8 bits (Q4_K, Q5_0, Q6_K, Q8_0). Outputs: " + "; ".join(facts) + ".",
         "",
         "<!-- gemma quant methods table -->",
         METHOD_HEADER,
