@@ -6,12 +6,14 @@ held-out split (calibration: the calibration split), beside the time each policy
 
     P=results/quant-methods/policies
     harmony-ref accuracy --policy int4-g32 --policy $P/int4-g32-gptq.toml --policy $P/int4-g32-awq.toml \\
-        --policy int4-g128 ... --chunks 4 --json > results/quant-methods/accuracy.json
-    harmony-ref accuracy --policy $P/prune-ffn0.1-act.toml ... --chunks 4 --json \\
+        --json > results/quant-methods/accuracy-int4-g32.json     # (and int4-g128, int8)
+    harmony-ref accuracy --policy $P/prune-ffn0.1-act.toml ... --json \\
         > results/quant-methods/pruning.json
-    /work/bin/quiet python tools/quant_methods.py time --out results/quant-methods/quantize_time.json
+    python tools/quant_methods.py time --out results/quant-methods/quantize_time.json  # idle machine
     python tools/quant_methods.py markdown        # both tables, from the committed JSON files
     python tools/quant_methods.py section         # the document's results section (tables + ratios)
+    python tools/quant_methods.py gemma-section   # Gemma 3 270M's (results/quant-methods/gemma3/)
+    python tools/quant_methods.py sensitivity-section   # the gate_proj table
 
 tests/test_quant_methods_doc.py holds the document's numbers to those files (within the gate's
 limit for each metric's class) and its stated targets to the numbers.
@@ -179,7 +181,7 @@ def section() -> str:
     if times:
         out.append(
             f"quantize s: seconds to build the model from the loaded checkpoint (calibration "
-            f"runs included), measured under `/work/bin/quiet` on {times['cpu']} ({times['cores']} cores)."
+            f"runs included), measured with nothing else running on {times['cpu']} ({times['cores']} cores)."
         )
     out.append("")
     for a, b in (
