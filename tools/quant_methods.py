@@ -236,7 +236,9 @@ def gemma_section() -> str:
         "Scored and calibrated as above (the same policy files, the same held-out and "
         "calibration splits, Gemma's own tokenizer), against Gemma's FP32 reference: the Q4_K_M "
         "file's weights dequantized exactly, so every row here is a second rounding of weights "
-        "llama.cpp already stored in 4 to 8 bits (Q4_K, Q5_0, Q6_K, Q8_0). Outputs: " + "; ".join(facts) + ".",
+        "llama.cpp already stored in 4 to 8 bits (Q4_K, Q5_0, Q6_K, Q8_0). Outputs: "
+        + "; ".join(facts)
+        + ".",
         "",
         "<!-- gemma quant methods table -->",
         METHOD_HEADER,
@@ -301,7 +303,9 @@ def main(argv=None) -> int:
     sub.add_parser("sensitivity-section")
     args = p.parse_args(argv)
     if args.cmd == "time":
-        out = args.out if args.model == "smollm2-135m" else MODELS[args.model] / "quantize_time.json"
+        out = (
+            args.out if args.model == "smollm2-135m" else MODELS[args.model] / "quantize_time.json"
+        )
         measure_times(out, only=tuple(args.formats.split(",")), model=args.model)
         return 0
     if args.cmd == "section":
