@@ -50,6 +50,13 @@ def _outputs() -> list[dict]:
     ]
 
 
+GEMMA = RESULTS / "gemma3"
+
+
+def _gemma_outputs() -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(GEMMA.glob("accuracy*.json"))]
+
+
 def _rows() -> dict:
     return {r["policy"]: r for d in _outputs() for r in d["rows"]}
 
@@ -68,11 +75,12 @@ def _method_policy(fmt: str, method: str) -> str:
     return fmt if method == "RTN" else f"{fmt}-{method.lower()}"
 
 
-def test_outputs_are_smollm2_on_the_heldout_split():
-    outs = _outputs()
+@pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
+def test_outputs_are_the_model_on_the_heldout_split(model):
+    outs = _outputs() if model == "smollm2-135m" else _gemma_outputs()
     assert outs
     for d in outs:
-        assert d["model"] == "smollm2-135m" and d["reference"] == REFERENCE_NOTE
+        assert d["model"] == model and d["reference"] == REFERENCE_NOTE
         assert d["corpus_sha256"] == CORPUS_SHA256["heldout"] and d["context"] == 512
         fact = f"{d['chunks']} chunks of context 512 ({d['scored_tokens']:,} scored tokens)"
         assert fact in " ".join(DOC.read_text().split()), fact
@@ -152,23 +160,6 @@ def test_gate_proj_table_is_the_sensitivity_outputs():
         assert int(r["RTN rank"]) == rtn[name]["rank"] and int(r["GPTQ rank"]) == gptq[name]["rank"]
     # the sentence under the table: gate_proj fifth of eight under both methods
     assert rtn["gate_proj"]["rank"] == gptq["gate_proj"]["rank"] == 5 and len(rtn) == 8
-
-
-GEMMA = RESULTS / "gemma3"
-
-
-def _gemma_outputs() -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(GEMMA.glob("accuracy*.json"))]
-
-
-def test_gemma_outputs_are_gemma_on_the_heldout_split():
-    outs = _gemma_outputs()
-    assert outs
-    for d in outs:
-        assert d["model"] == "gemma3-270m" and d["reference"] == REFERENCE_NOTE
-        assert d["corpus_sha256"] == CORPUS_SHA256["heldout"] and d["context"] == 512
-        fact = f"{d['chunks']} chunks of context 512 ({d['scored_tokens']:,} scored tokens)"
-        assert fact in " ".join(DOC.read_text().split()), fact
 
 
 def test_gemma_table_and_ratios_are_the_tools_output():
