@@ -214,8 +214,10 @@ class MemorySpec:
     cache_mb: float = field(default=0.0, metadata={"min": 0.0})
     cache_bandwidth_gbps: float = field(default=0.0, metadata={"min": 0.0})  # peak or measured
     cache_efficiency: float = _optional_fraction()  # achieved / cache bandwidth (NaN: memory's)
-    # Measured read bandwidth of each unit (a CPU cluster, the GPU, the NPU rarely reach the
-    # DRAM peak alone), and of one CPU core: 0 = not measured (the DRAM peak applies).
+    # Read bandwidth of each unit (a CPU cluster, the GPU, the NPU rarely reach the DRAM peak
+    # alone), and of one CPU core: measured, or an assumption the profile's comment names (the
+    # real SoCs without a measurement take the Snapdragon 8 Gen 3's measured shares of its
+    # peak); 0 = unknown (the DRAM peak applies). A runtime's memory efficiency is a share of it.
     cpu_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
     gpu_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
     npu_read_gbps: float = field(default=0.0, metadata={"min": 0.0})
