@@ -98,6 +98,33 @@ def prune_rows(accs: list[dict]) -> list[str]:
     return out
 
 
+def load_outputs(res: Path, pattern: str) -> list[tuple[Path, dict]]:
+    """Every committed `harmony-ref accuracy --json` output under `res` matching `pattern`."""
+    return [(p, json.loads(p.read_text())) for p in sorted(res.glob(pattern))]
+
+
+def load_times(res: Path) -> dict:
+    """The committed build times under `res` ({} when not measured)."""
+    p = res / "quantize_time.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def output_facts(outputs: list[tuple[Path, dict]]) -> list[str]:
+    """Each output file with the chunks and tokens it scored, as the document cites them."""
+    return [
+        f"`{p.relative_to(ROOT)}`: {d['chunks']} chunks of context 512 "
+        f"({d['scored_tokens']:,} scored tokens)"
+        for p, d in outputs
+    ]
+
+
+def ratio_line(rows: dict, a: str, b: str, prefix: str = "") -> str | None:
+    """ "- `a` / `b` KLD mean = r x", the form tests/test_quant_methods_doc.py recomputes."""
+    if a not in rows or b not in rows:
+        return None
+    return f"- {prefix}`{a}` / `{b}` KLD mean = {rows[a]['kld_mean'] / rows[b]['kld_mean']:.2f}x"
+
+
 def measure_times(
     out: Path, repeats: int = 1, only: tuple[str, ...] = FORMATS, model: str = "smollm2-135m"
 ) -> dict:
@@ -138,111 +165,79 @@ def measure_times(
 
 def section() -> str:
     """The document's results section: its tables and the ratios it states, from the JSON files."""
-    import subprocess
-
-    res = RESULTS
-    root = ROOT
-    tables = subprocess.run(
-        [sys.executable, __file__, "markdown"], cwd=root, capture_output=True, text=True, check=True
-    ).stdout
-    mt, _, pt = tables.partition("\n\n")
-    rows = {}
-    facts = []
-    for p in sorted(res.glob("accuracy*.json")) + sorted(res.glob("pruning*.json")):
-        d = json.loads(p.read_text())
-        rows.update({r["policy"]: r for r in d["rows"]})
-        facts.append(
-            f"`{p.relative_to(root)}`: {d['chunks']} chunks of context 512 ({d['scored_tokens']:,} scored tokens)"
-        )
-
-    def ratio(a, b):
-        if a in rows and b in rows:
-            return f"`{a}` / `{b}` KLD mean = {rows[a]['kld_mean'] / rows[b]['kld_mean']:.2f}x"
-        return None
-
-    times = (
-        json.loads((res / "quantize_time.json").read_text())
-        if (res / "quantize_time.json").is_file()
-        else None
-    )
-    out = []
-    out.append(
+    accs = load_outputs(RESULTS, "accuracy*.json")
+    prunes = load_outputs(RESULTS, "pruning*.json")
+    rows = {k: v for _, d in accs + prunes for k, v in _rows(d).items()}
+    times = load_times(RESULTS)
+    out = [
         "Scored by `harmony-ref accuracy --json` on the shipped held-out split "
         "(`harmony_ref/data/lm_corpus/heldout.txt`) against the FP32 reference (the checkpoint's "
         "weights dequantized exactly; SmolLM2's GGUF stores Q4_1, so every int4 row here is a "
         "second 4-bit rounding); GPTQ and AWQ calibrated on the calibration split "
-        "(`calibration.txt`, 16 windows of 128 tokens, seed 0). Outputs: " + "; ".join(facts) + "."
-    )
-    out.append("")
-    out.append("<!-- quant methods table -->")
-    out.append(mt.strip())
-    out.append("<!-- /quant methods table -->")
-    out.append("")
+        "(`calibration.txt`, 16 windows of 128 tokens, seed 0). Outputs: "
+        + "; ".join(output_facts(accs + prunes))
+        + ".",
+        "",
+        "<!-- quant methods table -->",
+        METHOD_HEADER,
+        *method_rows([d for _, d in accs], times),
+        "<!-- /quant methods table -->",
+        "",
+    ]
     if times:
         out.append(
             f"quantize s: seconds to build the model from the loaded checkpoint (calibration "
-            f"runs included), measured with nothing else running on {times['cpu']} ({times['cores']} cores)."
+            f"runs included), measured with nothing else running on {times['cpu']} "
+            f"({times['cores']} cores)."
         )
     out.append("")
-    for a, b in (
-        ("int4-g128-gptq", "int4-g128"),
-        ("int4-g128-awq", "int4-g128"),
-        ("int4-g32-gptq", "int4-g32"),
-        ("int4-g32-awq", "int4-g32"),
-        ("int8-gptq", "int8"),
-        ("int8-awq", "int8"),
-    ):
-        r = ratio(a, b)
-        if r:
-            out.append(f"- {r}")
-    out.append("")
-    out.append("## Pruning with and without repair")
-    out.append("")
-    if pt.strip():
-        out.append(
+    for fmt in ("int4-g128", "int4-g32", "int8"):
+        for m in ("gptq", "awq"):
+            line = ratio_line(rows, policy_name(fmt, m), fmt)
+            if line:
+                out.append(line)
+    out += ["", "## Pruning with and without repair", ""]
+    table = prune_rows([d for _, d in prunes])
+    if prunes:
+        out += [
             "FFN channels pruned in every block by the activation-aware score (32 calibration "
             "windows of 128 tokens), FP32 weights, no fine-tuning; repair = down_proj refitted "
-            "as above, on the same windows:"
-        )
-        out.append("")
-        out.append("<!-- pruning repair table -->")
-        out.append(pt.strip())
-        out.append("<!-- /pruning repair table -->")
-        out.append("")
+            "as above, on the same windows:",
+            "",
+            "<!-- pruning repair table -->",
+            PRUNE_HEADER,
+            *table,
+            "<!-- /pruning repair table -->",
+            "",
+        ]
         for a, b in (
             ("prune-ffn0.1-act-repair", "prune-ffn0.1-act"),
             ("prune-ffn0.1-act-repair-r0.5", "prune-ffn0.1-act"),
             ("prune-ffn0.25-act-repair", "prune-ffn0.25-act"),
         ):
-            r = ratio(a, b)
-            if r:
-                out.append(f"- {r}")
+            line = ratio_line(rows, a, b)
+            if line:
+                out.append(line)
     return "\n".join(out)
 
 
 def gemma_section() -> str:
     """The Gemma 3 270M table and its ratios, from results/quant-methods/gemma3/."""
     res = MODELS["gemma3-270m"]
-    accs = [json.loads(p.read_text()) for p in sorted(res.glob("accuracy*.json"))]
-    tpath = res / "quantize_time.json"
-    times = json.loads(tpath.read_text()) if tpath.is_file() else {}
-    rows = {r["policy"]: r for d in accs for r in d["rows"]}
-    facts = [
-        f"`{p.relative_to(ROOT)}`: {d['chunks']} chunks of context 512 "
-        f"({d['scored_tokens']:,} scored tokens)"
-        for p, d in zip(sorted(res.glob("accuracy*.json")), accs)
-    ]
+    accs = load_outputs(res, "accuracy*.json")
+    times = load_times(res)
+    rows = {k: v for _, d in accs for k, v in _rows(d).items()}
     out = [
         "Scored and calibrated as above (the same policy files, the same held-out and "
         "calibration splits, Gemma's own tokenizer), against Gemma's FP32 reference: the Q4_K_M "
         "file's weights dequantized exactly, so every row here is a second rounding of weights "
         "llama.cpp already stored in 4 to 8 bits (Q4_K, Q5_0, Q6_K, Q8_0). Outputs: "
-        + "; ".join(facts)
+        + "; ".join(output_facts(accs))
         + ".",
         "",
         "<!-- gemma quant methods table -->",
         METHOD_HEADER,
-        *method_rows(accs, times),
+        *method_rows([d for _, d in accs], times),
         "<!-- /gemma quant methods table -->",
         "",
     ]
@@ -254,10 +249,9 @@ def gemma_section() -> str:
         ]
     for fmt in FORMATS:
         for m in ("gptq", "awq"):
-            a, b = policy_name(fmt, m), fmt
-            if a in rows and b in rows:
-                r = rows[a]["kld_mean"] / rows[b]["kld_mean"]
-                out.append(f"- Gemma 3: `{a}` / `{b}` KLD mean = {r:.2f}x")
+            line = ratio_line(rows, policy_name(fmt, m), fmt, prefix="Gemma 3: ")
+            if line:
+                out.append(line)
     return "\n".join(out)
 
 
@@ -293,7 +287,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("time")
-    t.add_argument("--out", type=Path, default=RESULTS / "quantize_time.json")
+    t.add_argument("--out", type=Path, help="default: the model's results folder")
     t.add_argument("--formats", default=",".join(FORMATS))
     t.add_argument("--model", choices=list(MODELS), default="smollm2-135m")
     md = sub.add_parser("markdown")
@@ -303,9 +297,7 @@ def main(argv=None) -> int:
     sub.add_parser("sensitivity-section")
     args = p.parse_args(argv)
     if args.cmd == "time":
-        out = (
-            args.out if args.model == "smollm2-135m" else MODELS[args.model] / "quantize_time.json"
-        )
+        out = args.out or MODELS[args.model] / "quantize_time.json"
         measure_times(out, only=tuple(args.formats.split(",")), model=args.model)
         return 0
     if args.cmd == "section":
@@ -318,12 +310,11 @@ def main(argv=None) -> int:
         print(sensitivity_section())
         return 0
     res = MODELS[args.model]
-    accs = [json.loads(p.read_text()) for p in sorted(res.glob("accuracy*.json"))]
-    tpath = res / "quantize_time.json"
-    times = json.loads(tpath.read_text()) if tpath.is_file() else {}
     print(METHOD_HEADER)
-    print("\n".join(method_rows(accs, times)))
-    prunes = [json.loads(p.read_text()) for p in sorted(res.glob("pruning*.json"))]
+    print(
+        "\n".join(method_rows([d for _, d in load_outputs(res, "accuracy*.json")], load_times(res)))
+    )
+    prunes = [d for _, d in load_outputs(res, "pruning*.json")]
     if prunes:
         print()
         print(PRUNE_HEADER)
