@@ -15,6 +15,7 @@ Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.pr
     seed = 0                      #   [activations] defaults)
     repair = false                # refit the Linear after each pruned unit (down_proj, o_proj)
     repair_ridge = 0.01           #   on calibration activations (model/prune.py: repair_next)
+    calibration = "corpus"        # activation / repair: the windows' text, as [activations]
     [prune.blocks]                # per-block ratios: block index or range "a-b" (inclusive)
     "0-3" = { ffn = 0.5 }         #   a missing key keeps the top-level ratio
 
@@ -23,14 +24,16 @@ Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.pr
                                   # or "smooth" (SmoothQuant: per-channel factors max|x|^alpha /
                                   # max|w|^(1 - alpha) into the weight, then one per-tensor scale)
     alpha = 0.5                   # smooth only
-    calibration = "corpus"        # the corpus's calibration split, or "random" token ids
+    calibration = "corpus"        # the corpus's calibration split, "random" token ids, or
+                                  # "generated": text the model samples itself (below)
     samples = 10                  # N windows of `sample_tokens` tokens
     sample_tokens = 128
     seed = 0
 
     [quantize]                    # how int4 / int8 weights are fitted (quant/gptq.py, awq.py)
     method = "gptq"               # "rtn" (round to nearest, the default), "gptq" or "awq"
-    calibration = "corpus"        # the corpus's calibration split, or "random" token ids
+    calibration = "corpus"        # the corpus's calibration split, "random" token ids, or
+                                  # "generated": text the model samples itself (below)
     samples = 16                  # N windows of `sample_tokens` tokens, drawn with `seed`
     sample_tokens = 128
     seed = 0
@@ -49,7 +52,15 @@ read) and scores an FFN channel j by ||h_j|| (the L2 norm over every calibration
 SwiGLU output feeding down_proj) x ||down[:, j]||_1, a query head by ||its attention output||
 (over tokens and its head_dim values, the input of o_proj) x the L1 norm of its o_proj columns,
 a KV group by the sum of its query heads' scores. `samples`, `sample_tokens` and `seed` apply to
-that score only and are refused with score = "l1".
+that score only and are refused with score = "l1". `repair = true` refits down_proj (and o_proj)
+on the same windows (model/prune.py: repair_next).
+
+`calibration` picks the windows' text, in all three tables: "corpus" (the calibration split),
+"random" (uniform token ids), or "generated": each window is 4 calibration-split tokens the
+model continues itself, sampling its own next-token distribution (runtime/calibration.py:
+generated_windows; data-free calibration as in LLM-QAT, Liu et al. 2023). The shipped split has
+~1,600 tokens, so a fit with more unknowns per row than that (repair's ridge refit of a
+1,536-wide down_proj) overfits it; generated windows are as many distinct tokens as asked for.
 
 The ratio per layer type is `ffn` / `heads`, per block `[prune.blocks]`; kept counts are
 rounded (FFN channels to a multiple of FFN_MULTIPLE so every INT4 group size the policies use
@@ -64,7 +75,7 @@ from dataclasses import dataclass
 HEAD_UNITS = ("query", "kv")
 PRUNE_SCORES = ("l1", "activation")
 GRANULARITIES = ("per-tensor", "per-channel", "smooth")
-CALIBRATIONS = ("corpus", "random")
+CALIBRATIONS = ("corpus", "random", "generated")
 PRUNE_KEYS = {
     "ffn",
     "heads",
@@ -76,8 +87,14 @@ PRUNE_KEYS = {
     "seed",
     "repair",
     "repair_ridge",
+    "calibration",
 }
-PRUNE_SAMPLE_KEYS = ("samples", "sample_tokens", "seed")  # activation score or repair only
+PRUNE_SAMPLE_KEYS = (
+    "samples",
+    "sample_tokens",
+    "seed",
+    "calibration",
+)  # activation score or repair only
 BLOCK_KEYS = {"ffn", "heads"}
 METHODS = ("rtn", "gptq", "awq")
 QUANTIZE_KEYS = {
@@ -108,12 +125,15 @@ PRUNE_FIELD_DOCS = {
     "repair": "true: refit the Linear after each pruned unit (down_proj, o_proj) on calibration "
     "activations, a ridge fit of the correction to the kept columns (default false)",
     "repair_ridge": "repair only: the ridge, x mean(diag) of the kept Gram (default 0.01)",
+    "calibration": 'score = "activation" or repair only: the windows\' text, as [activations] '
+    'calibration (default "corpus")',
 }
 BLOCK_FIELD_DOCS = {"ffn": "this block's FFN ratio", "heads": "this block's heads ratio"}
 ACTIVATION_FIELD_DOCS = {
     "granularity": '"per-tensor", "per-channel" (one scale per input channel) or "smooth" '
     "(SmoothQuant factors into the weight, then one per-tensor scale)",
-    "calibration": '"corpus" (the corpus\'s calibration split) or "random" token ids',
+    "calibration": '"corpus" (the corpus\'s calibration split), "random" token ids, or '
+    '"generated" (text the model samples itself from calibration-split prompts)',
     "alpha": "smooth only: SmoothQuant's migration strength, in [0, 1] (default 0.5)",
     "samples": "calibration windows (default 10)",
     "sample_tokens": "tokens per window (default 128)",
@@ -123,7 +143,8 @@ QUANTIZE_FIELD_DOCS = {
     "method": '"rtn" (round to nearest, default), "gptq" (Frantar et al. 2022) or "awq" '
     "(Lin et al. 2023): how every Linear's format is fitted",
     "methods": "table: layer-name pattern or format name -> method, overriding `method`",
-    "calibration": '"corpus" (the corpus\'s calibration split) or "random" token ids',
+    "calibration": '"corpus" (the corpus\'s calibration split), "random" token ids, or '
+    '"generated" (text the model samples itself from calibration-split prompts)',
     "samples": "calibration windows (default 16)",
     "sample_tokens": "tokens per window (default 128)",
     "seed": "the windows' seed (default 0)",
@@ -151,6 +172,7 @@ class PruneSpec:
     seed: int = 0
     repair: bool = False  # refit the next Linear on calibration activations (model/prune.py)
     repair_ridge: float = 0.01  # ridge on the correction, x mean(diag) of the kept Gram
+    calibration: str = "corpus"  # activation score / repair: the windows' text (CALIBRATIONS)
 
     @property
     def calibrates(self) -> bool:
@@ -162,10 +184,11 @@ class PruneSpec:
         """True when nothing is removed in any block."""
         return self.ffn == 0 and self.heads == 0 and all(not f and not h for _, f, h in self.blocks)
 
-    def calibration(self) -> ActivationSpec:
-        """The calibration windows of the activation score, as an [activations] sampling."""
+    def windows(self) -> ActivationSpec:
+        """The calibration windows of the activation score and repair, as an [activations]
+        sampling."""
         return ActivationSpec(
-            calibration="corpus",
+            calibration=self.calibration,
             samples=self.samples,
             sample_tokens=self.sample_tokens,
             seed=self.seed,
@@ -190,11 +213,15 @@ class PruneSpec:
             parts.append(f"heads{self.heads:g}" + ("kv" if self.head_unit == "kv" else ""))
         if self.blocks:
             parts.append(f"{len({b for b, _, _ in self.blocks})}blocks")
+        gen = "-gen" if self.calibration == "generated" else ""
+        if self.calibration == "random":
+            gen = "-random"
         if self.score != "l1":
-            parts.append(f"act-n{self.samples}x{self.sample_tokens}")
+            parts.append(f"act{gen}-n{self.samples}x{self.sample_tokens}")
         if self.repair:
             parts.append(
-                "repair" + ("" if self.score != "l1" else f"-n{self.samples}x{self.sample_tokens}")
+                "repair"
+                + ("" if self.score != "l1" else f"{gen}-n{self.samples}x{self.sample_tokens}")
             )
         return "prune-" + "-".join(parts) if parts else "prune-none"
 
@@ -203,6 +230,8 @@ class PruneSpec:
         d = {"ffn": self.ffn, "heads": self.heads, "head_unit": self.head_unit, "score": self.score}
         if self.calibrates:
             d.update(samples=self.samples, sample_tokens=self.sample_tokens, seed=self.seed)
+            if self.calibration != "corpus":
+                d["calibration"] = self.calibration
         if self.repair:
             d.update(repair=True, repair_ridge=self.repair_ridge)
         if self.blocks:
@@ -225,6 +254,8 @@ class PruneSpec:
                 f"sample_tokens = {self.sample_tokens}",
                 f"seed = {self.seed}",
             ]
+            if self.calibration != "corpus":
+                lines.append(f'calibration = "{self.calibration}"')
         if self.repair:
             lines += ["repair = true", f"repair_ridge = {self.repair_ridge!r}"]
         if self.blocks:
@@ -467,6 +498,9 @@ def prune_from_dict(data, source: str) -> PruneSpec:
         **_sampling(data, where, PruneSpec()),
         repair=repair,
         repair_ridge=float(ridge),
+        calibration=_choice(
+            data.get("calibration", PruneSpec.calibration), f"{where}.calibration'", CALIBRATIONS
+        ),
     )
 
 

@@ -11,7 +11,9 @@ Samples (quant/compress.py: ActivationSpec): `calibration = "corpus"` takes N wi
 N x sample_tokens exceeds it), tokenized by the model's own tokenizer; the held-out split that
 `eval/lm.py` scores is never read here. `calibration = "random"` draws uniformly random token
 ids from the vocabulary (the unrealistic calibration the literature warns about), same seed
-rule. Each window runs from an empty KV cache through the (pruned) model in FP32 while every
+rule. `calibration = "generated"` starts each window from 4 calibration-split tokens and lets
+the model write the rest (generated_windows: sampled from its own distribution, int8 weights,
+seeded), so the windows hold as many distinct tokens as asked for. Each window runs from an empty KV cache through the (pruned) model in FP32 while every
 Linear's input is observed (max|x| per input channel, quant/activations.py); q|k|v and
 gate|up share their input and so their scale. `activation_norms` observes the inputs of o_proj
 (the attention output, head after head) and down_proj (the SwiGLU output) the same way, as L2
@@ -71,12 +73,66 @@ def calibration_windows(weights, spec: ActivationSpec, tokens=None) -> np.ndarra
     tokens = np.asarray(
         corpus_calibration_tokens(weights) if tokens is None else tokens, dtype=np.int64
     )
+    if spec.calibration == "generated":
+        return generated_windows(weights, spec, tokens)
     if tokens.ndim != 1 or tokens.shape[0] < length:
         raise ValueError(
             f"calibration text has {tokens.shape[0]} tokens, fewer than sample_tokens = {length}"
         )
     starts = rng.integers(0, tokens.shape[0] - length + 1, size=n)
     return np.stack([tokens[s : s + length] for s in starts])
+
+
+# calibration = "generated": what the model writes itself, started from calibration-split prompts
+GENERATED_PROMPT_TOKENS = 4  # each window's prompt: this many calibration-split tokens
+GENERATED_POLICY = "int8"  # the sampling model: a proxy of FP32 (KLD 0.006 on SmolLM2, 54x faster)
+GENERATED_TEMPERATURE = 1.0  # the model's own distribution ...
+GENERATED_TOP_P = 0.95  # ... without its least likely 5% tail
+_GENERATED: dict = {}  # (id(weights), samples, sample_tokens, seed, prompt text) -> (weights, ids)
+
+
+def generated_windows(weights, spec: ActivationSpec, tokens) -> np.ndarray:
+    """(N, sample_tokens) ids: window i starts with GENERATED_PROMPT_TOKENS tokens at a seeded
+    offset of `tokens` (the calibration split) and goes on with tokens the model samples from
+    its own next-token distribution (GENERATED_POLICY weights, temperature GENERATED_TEMPERATURE,
+    top-p GENERATED_TOP_P, seed `spec.seed`), one window after another from an empty cache.
+    Data-free calibration as LLM-QAT (Liu et al. 2023, section 2.1) builds it: as many distinct
+    tokens as asked for, where the shipped split has ~1,600. Kept per process (the same weights
+    and fields give the same windows, so a run's variants share one generation)."""
+    from harmony_ref.runtime.generate import Sampler
+    from harmony_ref.runtime.llama import Llama
+
+    n, length = spec.samples, spec.sample_tokens
+    prompt = GENERATED_PROMPT_TOKENS
+    if tokens.ndim != 1 or tokens.shape[0] < prompt:
+        raise ValueError(
+            f"calibration text has {tokens.shape[0]} tokens, fewer than the {prompt} a "
+            "generated window starts from"
+        )
+    if length <= prompt:
+        raise ValueError(
+            f'calibration = "generated": sample_tokens = {length} must exceed the '
+            f"{prompt}-token prompt"
+        )
+    key = (id(weights), n, length, spec.seed, hashlib.sha256(tokens.tobytes()).hexdigest())
+    hit = _GENERATED.get(key)
+    if hit is not None and hit[0] is weights:
+        return hit[1].copy()
+    rng = np.random.default_rng(spec.seed)
+    starts = rng.integers(0, tokens.shape[0] - prompt + 1, size=n)
+    sample = Sampler(temperature=GENERATED_TEMPERATURE, top_p=GENERATED_TOP_P, seed=spec.seed)
+    model = Llama(weights, GENERATED_POLICY, max_context=length)
+    out = np.empty((n, length), np.int64)
+    for i, s in enumerate(starts):
+        out[i, :prompt] = tokens[s : s + prompt]
+        model.reset()
+        logits = model.prefill(out[i, :prompt])
+        for t in range(prompt, length):
+            out[i, t] = sample(logits)
+            if t + 1 < length:
+                logits = model.decode(int(out[i, t]))
+    _GENERATED[key] = (weights, out)
+    return out.copy()
 
 
 class _Watch:

@@ -413,7 +413,7 @@ class Llama:
             norms = None
             grams = None
             if prune.repair:  # Gram matrices (and norms) of the unpruned model in FP32
-                act = prune.calibration()
+                act = prune.windows()
                 base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
                 grams = activation_grams(
                     base, calibration_windows(weights, act, calibration_tokens)
@@ -424,7 +424,7 @@ class Llama:
                 ]
                 del base
             elif prune.score == "activation":  # scored by the unpruned model run in FP32
-                act = prune.calibration()
+                act = prune.windows()
                 base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
                 norms = activation_norms(
                     base, calibration_windows(weights, act, calibration_tokens), c.head_dim

@@ -196,7 +196,7 @@ def _act_policy(ffn, heads, unit="query"):
 def _norms(w, pol):
     from harmony_ref.runtime.calibration import activation_norms, calibration_windows
 
-    act = pol.prune.calibration()
+    act = pol.prune.windows()
     base = Llama(w, "fp32", max_context=act.sample_tokens)
     return activation_norms(base, calibration_windows(w, act, CAL_TOKENS), w.config.head_dim)
 

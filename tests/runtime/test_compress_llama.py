@@ -117,3 +117,69 @@ def test_calibration_split_pin_matches_the_corpus_loader():
     assert cal.CALIBRATION_SHA256 == CORPUS_SHA256["calibration"]
     assert cal.calibration_text() == load_corpus("calibration")
     assert cal.calibration_text() != load_corpus("heldout")
+
+
+def _in_nucleus(logits, token, top_p):
+    """Whether `token` is among the most likely tokens whose probability first reaches top_p."""
+    z = np.asarray(logits, np.float64)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    order = np.argsort(-p, kind="stable")
+    keep = int(np.searchsorted(np.cumsum(p[order]), top_p) + 1)
+    return token in set(order[:keep].tolist())
+
+
+def test_generated_windows_are_the_models_own_text():
+    w = tiny_weights(tiny_config("llama"), seed=0)
+    text = np.arange(100, 150)
+    spec = ActivationSpec(calibration="generated", samples=3, sample_tokens=10, seed=1)
+    cal._GENERATED.clear()
+    a = cal.calibration_windows(w, spec, text)
+    assert a.shape == (3, 10) and a.dtype == np.int64 and a.max() < w.config.vocab_size
+    k = cal.GENERATED_PROMPT_TOKENS
+    for row in a:  # a prompt from the given (calibration) tokens, then the model's own tokens
+        assert (np.diff(row[:k]) == 1).all() and 100 <= row[0] and row[k - 1] < 150
+        m = Llama(w, cal.GENERATED_POLICY, max_context=10)
+        for t in range(k, 10):
+            m.reset()
+            logits = m.prefill(row[:t])
+            assert _in_nucleus(logits, int(row[t]), cal.GENERATED_TOP_P)
+    cached = cal.calibration_windows(w, spec, text)
+    cal._GENERATED.clear()
+    assert (cached == a).all() and (cal.calibration_windows(w, spec, text) == a).all()
+    other = ActivationSpec(calibration="generated", samples=3, sample_tokens=10, seed=2)
+    assert (cal.calibration_windows(w, other, text) != a).any()
+    too_short = ActivationSpec(calibration="generated", samples=1, sample_tokens=k)
+    with pytest.raises(ValueError, match="must exceed the"):
+        cal.calibration_windows(w, too_short, text)
+
+
+def test_generated_calibration_reaches_pruning_repair(monkeypatch):
+    w = tiny_weights(tiny_config("llama"), seed=2)
+    seen = []
+    real = cal.generated_windows
+
+    def spy(weights, spec, tokens):
+        out = real(weights, spec, tokens)
+        seen.append((spec.samples, spec.sample_tokens, out.shape))
+        return out
+
+    monkeypatch.setattr(cal, "generated_windows", spy)
+    prune = {
+        "ffn": 0.5,
+        "score": "activation",
+        "repair": True,
+        "calibration": "generated",
+        "samples": 2,
+        "sample_tokens": 8,
+    }
+    pol = _pol(prune=prune, default="fp32")
+    assert pol.prune.calibration == "generated" and "gen" in pol.prune.label
+    m = Llama(w, pol, calibration_tokens=list(range(100, 150)))
+    assert seen == [(2, 8, (2, 8))]
+    assert np.isfinite(m.prefill(TOKENS[:6])).all()
+    assert 'calibration = "generated"' in "\n".join(pol.prune.to_toml())
+    with pytest.raises(ValueError, match="calibration' = 'text': must be one of"):
+        _pol(prune={**prune, "calibration": "text"})
+    with pytest.raises(ValueError, match='applies to score = "activation" or repair'):
+        _pol(prune={"ffn": 0.5, "calibration": "generated"})
