@@ -30,6 +30,7 @@ import numpy as np
 
 from harmony_ref.quant.activations import AbsMaxObserver
 from harmony_ref.quant.compress import ActivationSpec
+from harmony_ref.runtime.generate import Sampler
 
 CALIBRATION_PART = "calibration"
 # The calibration split's pin; eval/lm.py pins the same file (tests hold the two equal).
@@ -64,8 +65,13 @@ def corpus_calibration_tokens(weights) -> list[int]:
     return tok.encode(calibration_text())
 
 
-def calibration_windows(weights, spec: ActivationSpec, tokens=None) -> np.ndarray:
-    """(N, sample_tokens) int64 token ids to calibrate on (see the module doc)."""
+def calibration_windows(
+    weights, spec: ActivationSpec, tokens=None, sampling_model=None
+) -> np.ndarray:
+    """(N, sample_tokens) int64 token ids to calibrate on (see the module doc).
+    `sampling_model(weights, max_context)` builds the model that writes `calibration =
+    "generated"` windows (runtime/llama.py passes its own decoder under GENERATED_POLICY: this
+    module sits below the decoder and does not import it)."""
     rng = np.random.default_rng(spec.seed)
     n, length = spec.samples, spec.sample_tokens
     if spec.calibration == "random":
@@ -74,7 +80,9 @@ def calibration_windows(weights, spec: ActivationSpec, tokens=None) -> np.ndarra
         corpus_calibration_tokens(weights) if tokens is None else tokens, dtype=np.int64
     )
     if spec.calibration == "generated":
-        return generated_windows(weights, spec, tokens)
+        if sampling_model is None:
+            raise ValueError('calibration = "generated" needs a model to sample the windows from')
+        return generated_windows(weights, spec, tokens, sampling_model)
     if tokens.ndim != 1 or tokens.shape[0] < length:
         raise ValueError(
             f"calibration text has {tokens.shape[0]} tokens, fewer than sample_tokens = {length}"
@@ -85,23 +93,22 @@ def calibration_windows(weights, spec: ActivationSpec, tokens=None) -> np.ndarra
 
 # calibration = "generated": what the model writes itself, started from calibration-split prompts
 GENERATED_PROMPT_TOKENS = 4  # each window's prompt: this many calibration-split tokens
-GENERATED_POLICY = "int8"  # the sampling model: a proxy of FP32 (KLD 0.006 on SmolLM2, 54x faster)
+GENERATED_POLICY = "int8"  # the sampling model: a proxy of FP32 (KLD 0.006 on SmolLM2)
 GENERATED_TEMPERATURE = 1.0  # the model's own distribution ...
 GENERATED_TOP_P = 0.95  # ... without its least likely 5% tail
-_GENERATED: dict = {}  # (id(weights), samples, sample_tokens, seed, prompt text) -> (weights, ids)
+_GENERATED: dict = {}  # (id(weights), sample_tokens, seed, prompt text) -> (weights, ids)
 
 
-def generated_windows(weights, spec: ActivationSpec, tokens) -> np.ndarray:
+def generated_windows(weights, spec: ActivationSpec, tokens, sampling_model) -> np.ndarray:
     """(N, sample_tokens) ids: window i starts with GENERATED_PROMPT_TOKENS tokens at a seeded
     offset of `tokens` (the calibration split) and goes on with tokens the model samples from
     its own next-token distribution (GENERATED_POLICY weights, temperature GENERATED_TEMPERATURE,
-    top-p GENERATED_TOP_P, seed `spec.seed`), one window after another from an empty cache.
+    top-p GENERATED_TOP_P, seed `spec.seed`), one window after another from an empty cache;
+    `sampling_model(weights, max_context)` builds that model (reset / prefill / decode).
     Data-free calibration as LLM-QAT (Liu et al. 2023, section 2.1) builds it: as many distinct
     tokens as asked for, where the shipped split has ~1,600. Kept per process (the same weights
-    and fields give the same windows, so a run's variants share one generation)."""
-    from harmony_ref.runtime.generate import Sampler
-    from harmony_ref.runtime.llama import Llama
-
+    and fields give the same windows, so a run's variants share one generation; the first n of
+    N windows are the N-window run's first n, so a smaller `samples` reuses a larger one)."""
     n, length = spec.samples, spec.sample_tokens
     prompt = GENERATED_PROMPT_TOKENS
     if tokens.ndim != 1 or tokens.shape[0] < prompt:
@@ -114,14 +121,14 @@ def generated_windows(weights, spec: ActivationSpec, tokens) -> np.ndarray:
             f'calibration = "generated": sample_tokens = {length} must exceed the '
             f"{prompt}-token prompt"
         )
-    key = (id(weights), n, length, spec.seed, hashlib.sha256(tokens.tobytes()).hexdigest())
+    key = (id(weights), length, spec.seed, hashlib.sha256(tokens.tobytes()).hexdigest())
     hit = _GENERATED.get(key)
-    if hit is not None and hit[0] is weights:
-        return hit[1].copy()
+    if hit is not None and hit[0] is weights and hit[1].shape[0] >= n:
+        return hit[1][:n].copy()
     rng = np.random.default_rng(spec.seed)
     starts = rng.integers(0, tokens.shape[0] - prompt + 1, size=n)
     sample = Sampler(temperature=GENERATED_TEMPERATURE, top_p=GENERATED_TOP_P, seed=spec.seed)
-    model = Llama(weights, GENERATED_POLICY, max_context=length)
+    model = sampling_model(weights, length)
     out = np.empty((n, length), np.int64)
     for i, s in enumerate(starts):
         out[i, :prompt] = tokens[s : s + prompt]

@@ -87,7 +87,12 @@ from harmony_ref.quant.policy import (
     load_policy,
     parse_format,
 )
-from harmony_ref.runtime.calibration import activation_norms, calibration_windows, observe_scales
+from harmony_ref.runtime.calibration import (
+    GENERATED_POLICY,
+    activation_norms,
+    calibration_windows,
+    observe_scales,
+)
 from harmony_ref.runtime.linear import QuantLinear
 from harmony_ref.runtime.sequential import activation_grams, calibrate_weights
 
@@ -409,6 +414,10 @@ class Llama:
         self.config = c = weights.config
         self.policy = load_policy(policy)
         prune = self.policy.prune
+
+        def sampler(weights: DecoderWeights, max_context: int) -> Llama:  # "generated" windows
+            return Llama(weights, GENERATED_POLICY, max_context=max_context)
+
         if prune is not None:
             norms = None
             grams = None
@@ -416,7 +425,7 @@ class Llama:
                 act = prune.windows()
                 base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
                 grams = activation_grams(
-                    base, calibration_windows(weights, act, calibration_tokens)
+                    base, calibration_windows(weights, act, calibration_tokens, sampler)
                 )
                 norms = [
                     (np.sqrt(np.diag(gf)), np.sqrt(np.diag(go).reshape(-1, c.head_dim).sum(axis=1)))
@@ -427,7 +436,7 @@ class Llama:
                 act = prune.windows()
                 base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
                 norms = activation_norms(
-                    base, calibration_windows(weights, act, calibration_tokens), c.head_dim
+                    base, calibration_windows(weights, act, calibration_tokens, sampler), c.head_dim
                 )
                 del base
             weights = prune_decoder(weights, prune, norms, grams)
@@ -435,14 +444,14 @@ class Llama:
         scales = {}
         if act is not None:  # static scales from this (pruned) model run in FP32
             base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
-            windows = calibration_windows(weights, act, calibration_tokens)
+            windows = calibration_windows(weights, act, calibration_tokens, sampler)
             scales = observe_scales(base, windows, act.granularity, act.alpha)
         # weights as the file stores them: used where the policy asks for that very format
         # (pruning changes the matrices, so a pruned model requantizes)
         stored = weights.stored if prune is None else {}
         if self.policy.calibrated:  # GPTQ / AWQ on this (pruned) model's calibration windows
             q = self.policy.quantize
-            windows = calibration_windows(weights, q.activations(), calibration_tokens)
+            windows = calibration_windows(weights, q.activations(), calibration_tokens, sampler)
             if scales and "awq" in {q.method, *(m for _, m in q.methods)}:
                 raise ValueError(
                     f"{self.policy.source}: [quantize] awq with [activations]: the "

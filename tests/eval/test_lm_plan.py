@@ -411,9 +411,9 @@ def test_w8a8_and_activation_rows_calibrate_on_tokens_they_never_score(tiny_gguf
     seen = []
     real = llama.calibration_windows
 
-    def spy(weights, spec, tokens=None):
+    def spy(weights, spec, tokens=None, sampling_model=None):
         seen.append(None if tokens is None else np.asarray(tokens).copy())
-        return real(weights, spec, tokens)
+        return real(weights, spec, tokens, sampling_model)
 
     monkeypatch.setattr(llama, "calibration_windows", spy)
     _, tok = load_decoder(str(tiny_gguf))

@@ -148,9 +148,9 @@ def test_calibration_windows_come_from_the_calibration_split(monkeypatch):
     seen = []
     real = llama.calibration_windows
 
-    def spy(weights, spec, tokens=None):
+    def spy(weights, spec, tokens=None, sampling_model=None):
         seen.append((spec, None if tokens is None else np.asarray(tokens).copy()))
-        return real(weights, spec, tokens)
+        return real(weights, spec, tokens, sampling_model)
 
     monkeypatch.setattr(llama, "calibration_windows", spy)
     w = tiny_weights(tiny_config("llama"), seed=5)

@@ -133,8 +133,17 @@ def test_generated_windows_are_the_models_own_text():
     w = tiny_weights(tiny_config("llama"), seed=0)
     text = np.arange(100, 150)
     spec = ActivationSpec(calibration="generated", samples=3, sample_tokens=10, seed=1)
+    built = []
+
+    def sampler(weights, max_context):
+        built.append(max_context)
+        return Llama(weights, cal.GENERATED_POLICY, max_context=max_context)
+
+    with pytest.raises(ValueError, match="needs a model to sample"):
+        cal.calibration_windows(w, spec, text)
     cal._GENERATED.clear()
-    a = cal.calibration_windows(w, spec, text)
+    a = cal.calibration_windows(w, spec, text, sampler)
+    assert built == [10]
     assert a.shape == (3, 10) and a.dtype == np.int64 and a.max() < w.config.vocab_size
     k = cal.GENERATED_PROMPT_TOKENS
     for row in a:  # a prompt from the given (calibration) tokens, then the model's own tokens
@@ -144,14 +153,19 @@ def test_generated_windows_are_the_models_own_text():
             m.reset()
             logits = m.prefill(row[:t])
             assert _in_nucleus(logits, int(row[t]), cal.GENERATED_TOP_P)
-    cached = cal.calibration_windows(w, spec, text)
+    cached = cal.calibration_windows(w, spec, text, sampler)
     cal._GENERATED.clear()
-    assert (cached == a).all() and (cal.calibration_windows(w, spec, text) == a).all()
+    assert (cached == a).all() and (cal.calibration_windows(w, spec, text, sampler) == a).all()
+    fewer = ActivationSpec(calibration="generated", samples=2, sample_tokens=10, seed=1)
+    cal._GENERATED.clear()
+    assert (
+        cal.calibration_windows(w, fewer, text, sampler) == a[:2]
+    ).all()  # a prefix of the larger run
     other = ActivationSpec(calibration="generated", samples=3, sample_tokens=10, seed=2)
-    assert (cal.calibration_windows(w, other, text) != a).any()
+    assert (cal.calibration_windows(w, other, text, sampler) != a).any()
     too_short = ActivationSpec(calibration="generated", samples=1, sample_tokens=k)
     with pytest.raises(ValueError, match="must exceed the"):
-        cal.calibration_windows(w, too_short, text)
+        cal.calibration_windows(w, too_short, text, sampler)
 
 
 def test_generated_calibration_reaches_pruning_repair(monkeypatch):
@@ -159,8 +173,8 @@ def test_generated_calibration_reaches_pruning_repair(monkeypatch):
     seen = []
     real = cal.generated_windows
 
-    def spy(weights, spec, tokens):
-        out = real(weights, spec, tokens)
+    def spy(weights, spec, tokens, sampling_model):
+        out = real(weights, spec, tokens, sampling_model)
         seen.append((spec.samples, spec.sample_tokens, out.shape))
         return out
 
