@@ -1,7 +1,9 @@
 """Published figures of real phones, as data: harmony_ref/data/fidelity/published.toml (the
-calibration figures, each with its citation) or any file of that shape.
+calibration figures, each with its citation), published-heldout.toml (published figures no
+runtime is fitted on, all split "score") or any file of that shape.
 
     figures = load_figures()                  # the shipped calibration figures
+    figures = load_figures(HELDOUT)           # the shipped held-out figures
     figures = load_figures("heldout.toml")    # someone's file of figures to score on
     points = figure_points(figures)           # calibrate/points.py Points, set "phones"
 
@@ -24,6 +26,7 @@ from harmony_ref._schema import from_table
 from harmony_ref.calibrate.points import POINT_METRICS, SPLITS, Point
 
 SHIPPED_FIGURES = "published.toml"
+HELDOUT = "shipped:published-heldout.toml"  # load_figures' name for the shipped held-out file
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,10 @@ class FigureFile:
 def _read(path) -> tuple[dict, str]:
     from harmony_ref._toml import loads
 
-    if path is None:
-        text = (resources.files("harmony_ref") / "data" / "fidelity" / SHIPPED_FIGURES).read_text()
-        return loads(text, f"data/fidelity/{SHIPPED_FIGURES}"), f"data/fidelity/{SHIPPED_FIGURES}"
+    if path is None or str(path).startswith("shipped:"):
+        name = SHIPPED_FIGURES if path is None else str(path).removeprefix("shipped:")
+        text = (resources.files("harmony_ref") / "data" / "fidelity" / name).read_text()
+        return loads(text, f"data/fidelity/{name}"), f"data/fidelity/{name}"
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"figures file {p} does not exist")
@@ -63,7 +67,8 @@ def _read(path) -> tuple[dict, str]:
 
 
 def load_figures(path=None) -> tuple[Figure, ...]:
-    """The figures of a file (default: the shipped calibration figures), every name checked."""
+    """The figures of a file (default: the shipped calibration figures; HELDOUT: the shipped
+    held-out ones), every name checked."""
     from harmony_ref.device.profile import load_soc
     from harmony_ref.device.runtime import load_runtime
     from harmony_ref.model.spec import get_spec

@@ -8,7 +8,8 @@
 
 Sets (calibrate/points.py Points): `host` (real SmolLM2 generations, calibrate/host_runs.py),
 `llama.cpp` (llama-bench runs on this kind of machine, calibrate/llamacpp.py), `phones`
-(published figures, calibrate/figures.py; a file of held-out figures adds its `score` ones) and
+(published figures, calibrate/figures.py: the calibration figures and the shipped held-out ones;
+a file of your own adds its figures) and
 `records` (run records of `measure` / `run --backend command`, all scored). Every point is
 predicted by SimulatedDevice on its SoC profile under its runtime profile.
 
@@ -46,8 +47,9 @@ def collect(
     sets=DEFAULT_SETS, figures=None, records=(), records_runtime: str | None = None
 ) -> list[Point]:
     """The points of the named sets; `figures`: a figures file whose figures join the phones set
-    (default: only the shipped calibration figures); `records`: run record paths (set records)."""
-    from harmony_ref.calibrate.figures import figure_points, load_figures
+    (beside the shipped calibration and held-out figures); `records`: run record paths (set
+    records)."""
+    from harmony_ref.calibrate.figures import HELDOUT, figure_points, load_figures
 
     unknown = [s for s in sets if s not in SETS]
     if unknown:
@@ -62,7 +64,7 @@ def collect(
 
         out += llamacpp_points()
     if "phones" in sets:
-        shipped = figure_points(load_figures())
+        shipped = figure_points(load_figures()) + figure_points(load_figures(HELDOUT))
         out += shipped
         if figures:
             ids = {p.id for p in shipped}
@@ -191,7 +193,9 @@ METRIC_NAMES = {  # (set, phase, column) -> record metric
     ("host", "decode", "mape_pct"): "fidelity_host_decode_mape_pct",
     ("llama.cpp", "all", "mape_pct"): "fidelity_llamacpp_mape_pct",
     ("phones", "all", "fit_max_ape_pct"): "fidelity_phones_calibration_max_error_pct",
+    ("phones", "all", "mape_pct"): "fidelity_phones_mape_pct",
     ("phones", "all", "median_ape_pct"): "fidelity_phones_median_error_pct",
+    ("phones", "all", "max_factor"): "fidelity_phones_max_factor",
 }
 
 
@@ -209,7 +213,7 @@ def fidelity_metrics(rows: list[dict]) -> Metrics:
                 m.add(
                     name,
                     float(r[col]),
-                    "%",
+                    "x" if col == "max_factor" else "%",
                     "lower",
                     "exact",
                     description=f"device model vs measured, {s} set, {phase}: {col} over {split} "
@@ -364,15 +368,25 @@ def markdown_tables(scored: list[Scored], rows: list[dict]) -> str:
     phones = by_set["phones"]
     if phones:
         out += [
-            "| published figure | phone (SoC profile) | runtime | metric | published | predicted | error |",
-            "|---|---|---|---|---|---|---|",
+            "| published figure | split | phone (SoC profile) | runtime | metric | published | "
+            "predicted | error |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         out += [
-            f"| {r.point.id} | {r.point.note} ({r.point.profile}) | {r.point.runtime} | "
-            f"{r.point.metric} | {_num(r.point.measured)} | {_num(r.predicted)} | {r.error_pct:+.1f}% |"
+            f"| {r.point.id} | {r.point.split} | {r.point.note} ({r.point.profile}) | "
+            f"{r.point.runtime} | {r.point.metric} | {_num(r.point.measured)} | "
+            f"{_num(r.predicted)} | {r.error_pct:+.1f}% |"
             for r in phones
         ]
         out += ["", _mape_line(rows, "phones")]
+        whole = next((r for r in rows if r["set"] == "phones" and r["phase"] == "all"), None)
+        if whole and whole["scored"]:
+            out += [
+                "",
+                f"phones, held out: median absolute error {whole['median_ape_pct']:.1f}%, "
+                f"largest {whole['max_ape_pct']:.1f}% (a factor {whole['max_factor']:.2f}), over "
+                f"{whole['scored']} figures no runtime was fitted on.",
+            ]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from harmony_ref.calibrate.figures import figure_points, load_figures
+from harmony_ref.calibrate.figures import HELDOUT, figure_points, load_figures
 from harmony_ref.calibrate.fit_runtime import fit_on_points, get_param, with_params
 from harmony_ref.calibrate.points import Point
 from harmony_ref.cli import main
@@ -135,12 +135,28 @@ def test_held_out_figures_are_scored_and_fitted_ones_shown_apart(tmp_path, capsy
     assert main(["fidelity", "--sets", "phones", "--figures", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     row = next(r for r in out["summary"] if r["set"] == "phones" and r["phase"] == "all")
-    assert row["scored"] == 1 and row["fitted"] == len(load_figures())
+    shipped_held = len(load_figures(HELDOUT))
+    assert row["scored"] == 1 + shipped_held and row["fitted"] == len(load_figures())
     held = [p for p in out["points"] if p["split"] == "score"]
-    assert len(held) == 1 and row["mape_pct"] == pytest.approx(abs(held[0]["error_pct"]))
+    assert len(held) == 1 + shipped_held and "a" in {p["id"] for p in held}
+    assert row["mape_pct"] == pytest.approx(sum(abs(p["error_pct"]) for p in held) / len(held))
     assert out["metrics"]["fidelity_phones_median_error_pct"]["value"] == pytest.approx(
         row["median_ape_pct"]
     )
+
+
+def test_the_shipped_held_out_figures_are_scored_and_never_fitted():
+    """published-heldout.toml: every figure split "score", none named by a runtime's
+    [calibration] fitted_on, no id shared with the calibration figures, each predicted finitely
+    and within a factor of 2 (the issue's bound on figures the model has not seen)."""
+    held = load_figures(HELDOUT)
+    assert len(held) >= 10 and {f.split for f in held} == {"score"}
+    assert not {f.id for f in held} & {f.id for f in load_figures()}
+    fitted = {i for f in held for i in load_runtime(f.runtime).calibration.fitted_on}
+    assert not {f.id for f in held} & fitted
+    for s in fd.score(figure_points(held)):
+        assert math.isfinite(s.predicted) and s.predicted > 0 and not s.fitted
+        assert 0.5 < s.predicted / s.point.measured < 2.0, s.point.id
 
 
 def test_a_scored_point_its_runtime_was_fitted_on_is_refused(monkeypatch):

@@ -109,7 +109,11 @@ def test_fidelity_scores_only_the_held_out_points(capsys, tmp_path):
         "fidelity_host_decode_mape_pct",
         "fidelity_llamacpp_mape_pct",
         "fidelity_phones_calibration_max_error_pct",
+        "fidelity_phones_mape_pct",
+        "fidelity_phones_median_error_pct",
+        "fidelity_phones_max_factor",
     } <= names
+    assert out["metrics"]["fidelity_phones_max_factor"]["unit"] == "x"
 
 
 def test_the_job_records_the_fidelity_metrics():
