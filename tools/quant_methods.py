@@ -34,12 +34,35 @@ FORMATS = ("int4-g32", "int4-g128", "int8")
 # model -> the folder of its accuracy outputs and timing (the policies are shared)
 MODELS = {"smollm2-135m": RESULTS, "gemma3-270m": RESULTS / "gemma3"}
 METHODS = ("rtn", "gptq", "awq")
-PRUNING = (  # (policy, FFN pruned, repair)
-    ("prune-ffn0.1-act", "10%", "no"),
-    ("prune-ffn0.1-act-repair", "10%", "ridge 0.01"),
-    ("prune-ffn0.1-act-repair-r0.5", "10%", "ridge 0.5"),
-    ("prune-ffn0.25-act", "25%", "no"),
-    ("prune-ffn0.25-act-repair", "25%", "ridge 0.01"),
+CORPUS_32 = "split, 32"  # the calibration split, 32 windows of 128 tokens
+GENERATED_512 = "generated, 512"  # calibration = "generated", 512 windows of 128 tokens
+ACT, OBS = "activation", "OBS"  # score = "activation" | "obs" (model/prune.py obs_keep)
+PRUNING = (  # (policy, FFN pruned, channels chosen by, calibration windows, repair)
+    ("prune-ffn0.1-act", "10%", ACT, CORPUS_32, "no"),
+    ("prune-ffn0.1-act-repair", "10%", ACT, CORPUS_32, "ridge 0.01"),
+    ("prune-ffn0.1-act-repair-r0.5", "10%", ACT, CORPUS_32, "ridge 0.5"),
+    ("prune-ffn0.1-act-gen", "10%", ACT, GENERATED_512, "no"),
+    ("prune-ffn0.1-act-gen-repair", "10%", ACT, GENERATED_512, "ridge 0.01"),
+    ("prune-ffn0.1-obs-gen-r0.01", "10%", OBS, GENERATED_512, "ridge 0.01"),
+    ("prune-ffn0.1-obs-gen-r0.1", "10%", OBS, GENERATED_512, "ridge 0.1"),
+    ("prune-ffn0.25-act", "25%", ACT, CORPUS_32, "no"),
+    ("prune-ffn0.25-act-repair", "25%", ACT, CORPUS_32, "ridge 0.01"),
+    ("prune-ffn0.25-act-gen", "25%", ACT, GENERATED_512, "no"),
+    ("prune-ffn0.25-act-gen-repair", "25%", ACT, GENERATED_512, "ridge 0.01"),
+    ("prune-ffn0.25-obs-gen-r0.01", "25%", OBS, GENERATED_512, "ridge 0.01"),
+    ("prune-ffn0.25-obs-gen-r0.1", "25%", OBS, GENERATED_512, "ridge 0.1"),
+)
+PRUNING_RATIOS = (  # (repaired, its unrepaired twin): the ratios the document states
+    ("prune-ffn0.1-act-repair", "prune-ffn0.1-act"),
+    ("prune-ffn0.1-act-repair-r0.5", "prune-ffn0.1-act"),
+    ("prune-ffn0.1-act-gen-repair", "prune-ffn0.1-act-gen"),
+    ("prune-ffn0.1-obs-gen-r0.01", "prune-ffn0.1-act-gen"),
+    ("prune-ffn0.1-obs-gen-r0.1", "prune-ffn0.1-act-gen"),
+    ("prune-ffn0.1-obs-gen-r0.1", "prune-ffn0.1-act"),
+    ("prune-ffn0.25-act-repair", "prune-ffn0.25-act"),
+    ("prune-ffn0.25-act-gen-repair", "prune-ffn0.25-act-gen"),
+    ("prune-ffn0.25-obs-gen-r0.01", "prune-ffn0.25-act-gen"),
+    ("prune-ffn0.25-obs-gen-r0.1", "prune-ffn0.25-act-gen"),
 )
 
 METHOD_HEADER = (
@@ -47,8 +70,8 @@ METHOD_HEADER = (
     "quantize s |\n|---|---|---|---|---|---|---|"
 )
 PRUNE_HEADER = (
-    "| policy | FFN pruned | repair | KLD mean | KLD p99 | PPL / FP32 | "
-    "top-1 agreement |\n|---|---|---|---|---|---|---|"
+    "| policy | FFN pruned | channels by | calibration windows | repair | KLD mean | KLD p99 | "
+    "PPL / FP32 | top-1 agreement |\n|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -86,12 +109,12 @@ def method_rows(accs: list[dict], times: dict) -> list[str]:
 def prune_rows(accs: list[dict]) -> list[str]:
     rows = {k: v for acc in accs for k, v in _rows(acc).items()}
     out = []
-    for name, ratio, repair in PRUNING:
+    for name, ratio, chosen, windows, repair in PRUNING:
         r = rows.get(name)
         if r is None:
             continue
         out.append(
-            f"| {name} | {ratio} | {repair} | {r['kld_mean']:.4f} | "
+            f"| {name} | {ratio} | {chosen} | {windows} | {repair} | {r['kld_mean']:.4f} | "
             f"{r['kld_p99']:.4f} | {r['ppl_ratio']:.4f} | "
             f"{r['top1_agreement_pct']:.1f} % |"
         )
@@ -200,9 +223,12 @@ def section() -> str:
     table = prune_rows([d for _, d in prunes])
     if prunes:
         out += [
-            "FFN channels pruned in every block by the activation-aware score (32 calibration "
-            "windows of 128 tokens), FP32 weights, no fine-tuning; repair = down_proj refitted "
-            "as above, on the same windows:",
+            "FFN channels pruned in every block, FP32 weights, no fine-tuning; channels chosen by "
+            'the activation-aware score, or by OBS (`score = "obs"`: greedy structured Optimal '
+            "Brain Surgeon on down_proj's input Gram, what each channel costs after the repair); "
+            "repair = down_proj refitted as above, on the windows that chose the channels "
+            "(windows of 128 tokens: 32 of the calibration split, or 512 the model generated "
+            'itself from 4-token prompts of the split, `calibration = "generated"`):',
             "",
             "<!-- pruning repair table -->",
             PRUNE_HEADER,
@@ -210,11 +236,7 @@ def section() -> str:
             "<!-- /pruning repair table -->",
             "",
         ]
-        for a, b in (
-            ("prune-ffn0.1-act-repair", "prune-ffn0.1-act"),
-            ("prune-ffn0.1-act-repair-r0.5", "prune-ffn0.1-act"),
-            ("prune-ffn0.25-act-repair", "prune-ffn0.25-act"),
-        ):
+        for a, b in PRUNING_RATIOS:
             line = ratio_line(rows, a, b)
             if line:
                 out.append(line)

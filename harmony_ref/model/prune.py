@@ -22,6 +22,9 @@ With `score = "activation"` (quant/compress.py) the weights alone do not decide:
 scores ||h_j|| x ||down[:, j]||_1 (h: the SwiGLU output feeding down_proj, its L2 norm over
 calibration tokens), query head h ||a_h|| x the L1 norm of its o_proj columns (a_h: the head's
 attention output), a KV group the sum of its query heads; the groupings above are unchanged.
+With `score = "obs"` (and repair) the FFN channels are chosen by what their removal costs after
+the repair (`obs_keep`: greedy structured Optimal Brain Surgeon on down_proj's input Gram, with
+that ridge on the whole diagonal), not before it; heads keep the activation score.
 With `repair = true` the Linear that reads the pruned units (down_proj after FFN channels,
 o_proj after heads) is refitted so that its output on calibration activations stays what the
 unpruned layer gave: the kept columns W_K take a correction Δ, the ridge solution of
@@ -135,9 +138,11 @@ def _take(a, idx, axis=0):
     return None if a is None else np.ascontiguousarray(np.take(a, idx, axis=axis))
 
 
-def repair_next(w: np.ndarray, keep: np.ndarray, gram: np.ndarray, ridge: float) -> np.ndarray:
+def repair_next(
+    w: np.ndarray, keep: np.ndarray, gram: np.ndarray, ridge: float, lam: float | None = None
+) -> np.ndarray:
     """The kept columns of w (N, K) refitted: W_K + Δ, Δ = W_R G_RK (G_KK + λ I)^-1, λ = ridge x
-    mean(diag G_KK) (see the module doc); float32 (N, |keep|)."""
+    mean(diag G_KK) unless `lam` gives it (see the module doc); float32 (N, |keep|)."""
     k = w.shape[1]
     removed = np.setdiff1d(np.arange(k), keep)
     w64 = np.asarray(w, np.float64)
@@ -145,10 +150,41 @@ def repair_next(w: np.ndarray, keep: np.ndarray, gram: np.ndarray, ridge: float)
         return np.ascontiguousarray(w[:, keep], np.float32)
     g = np.asarray(gram, np.float64)
     gkk = g[np.ix_(keep, keep)]
-    lam = ridge * float(np.mean(np.diag(gkk))) or ridge
+    if lam is None:
+        lam = ridge * float(np.mean(np.diag(gkk))) or ridge
     rhs = g[np.ix_(keep, removed)] @ w64[:, removed].T  # (|K|, N)
     delta_t = np.linalg.solve(gkk + lam * np.eye(keep.size), rhs)
     return np.ascontiguousarray(w64[:, keep] + delta_t.T, np.float32)
+
+
+def obs_keep(
+    w: np.ndarray, gram: np.ndarray, keep: int, lam: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(kept column indices, ascending; the compensated w (N, K) float64, removed columns 0):
+    the `keep` input columns of w (N, K) that survive a greedy structured Optimal Brain Surgeon
+    pass (Hassibi & Stork 1993; whole columns as Kurtic et al. 2023, ZipLM). On H = G + λ I,
+    removing column j once the others absorb it costs ||W[:, j]||^2 / [H^-1]_jj; the cheapest
+    goes, W takes the compensation -W[:, j] [H^-1]_j: / [H^-1]_jj and H^-1 loses row and column
+    j (rank-one downdate), until `keep` remain. The compensations add up to `repair_next` of the
+    kept set with the same λ (a test holds the two equal)."""
+    k = w.shape[1]
+    w64 = np.array(w, np.float64)
+    if keep >= k:
+        return np.arange(k), w64
+    hinv = np.linalg.inv(np.asarray(gram, np.float64) + lam * np.eye(k))
+    alive = np.ones(k, bool)
+    for _ in range(k - keep):
+        col_sq = (w64 * w64).sum(axis=0)
+        cost = np.where(alive, col_sq / np.where(alive, np.diag(hinv), 1.0), np.inf)
+        j = int(np.argmin(cost))
+        row = hinv[j] / hinv[j, j]
+        w64 -= np.outer(w64[:, j], row)
+        hinv -= np.outer(hinv[:, j], row)
+        alive[j] = False
+        w64[:, j] = 0.0
+        hinv[j, :] = 0.0
+        hinv[:, j] = 0.0
+    return np.flatnonzero(alive), w64
 
 
 def prune_layer(
@@ -160,17 +196,28 @@ def prune_layer(
     norms: tuple[np.ndarray, np.ndarray] | None = None,
     grams: tuple[np.ndarray, np.ndarray] | None = None,
     ridge: float = 0.01,
+    obs: bool = False,
 ) -> LayerWeights:
     """One block pruned; `norms` = (FFN channel norms (F,), query head norms (H,)) for the
     activation-aware score, None for L1; `grams` = (down_proj input Gram (F, F), o_proj input
-    Gram (H hd, H hd)) to repair down_proj and o_proj (`repair_next`), None for no repair."""
+    Gram (H hd, H hd)) to repair down_proj and o_proj (`repair_next`), None for no repair;
+    `obs`: FFN channels chosen by `obs_keep` on the down_proj Gram (heads by `norms`)."""
     f_act, h_act = norms if norms is not None else (None, None)
-    ch = ffn_keep(lw.w_gate, lw.w_up, lw.w_down, ffn_ratio, act=f_act)
+    down_lam = None
+    if obs:
+        if grams is None:
+            raise ValueError('prune.score = "obs" needs the down_proj input Gram (repair = true)')
+        g = np.asarray(grams[0], np.float64)
+        down_lam = ridge * float(np.mean(np.diag(g))) or ridge
+        kept = _kept_count(lw.w_up.shape[0], ffn_ratio, FFN_MULTIPLE)
+        ch, _ = obs_keep(lw.w_down, g, kept, down_lam)
+    else:
+        ch = ffn_keep(lw.w_gate, lw.w_up, lw.w_down, ffn_ratio, act=f_act)
     q_heads, kv_heads = decoder_heads_keep(lw, head_dim, heads_ratio, unit, act=h_act)
     qr, kvr = _rows(q_heads, head_dim), _rows(kv_heads, head_dim)
     down, wo = _take(lw.w_down, ch, axis=1), _take(lw.wo, qr, axis=1)
-    if grams is not None:
-        down = repair_next(lw.w_down, ch, grams[0], ridge)
+    if grams is not None:  # (obs: the λ its choice assumed, on the whole Gram's diagonal)
+        down = repair_next(lw.w_down, ch, grams[0], ridge, down_lam)
         wo = repair_next(lw.wo, qr, grams[1], ridge)
     return dataclasses.replace(
         lw,
@@ -205,9 +252,10 @@ def prune_decoder(
         raise ValueError(
             f"prune.blocks names block {bad[0]}, the model has {c.n_layers} (0-{c.n_layers - 1})"
         )
-    if spec.score == "activation" and (norms is None or len(norms) != c.n_layers):
+    scored = spec.score in ("activation", "obs")
+    if scored and (norms is None or len(norms) != c.n_layers):
         raise ValueError(
-            'prune.score = "activation" needs the activation norms of every '
+            f"prune.score = {spec.score!r} needs the activation norms of every "
             "block (runtime/calibration.py: activation_norms)"
         )
     layers = []
@@ -220,9 +268,10 @@ def prune_decoder(
                 f,
                 h,
                 spec.head_unit,
-                norms[i] if spec.score == "activation" else None,
+                norms[i] if scored else None,
                 grams[i] if spec.repair else None,
                 spec.repair_ridge,
+                obs=spec.score == "obs",
             )
         )
     return dataclasses.replace(weights, layers=layers)

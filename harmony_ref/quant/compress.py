@@ -9,7 +9,8 @@ Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.pr
     head_unit = "query"           # "query": query heads, the same count in every KV group
                                   # "kv": whole KV groups (a KV head with all its query heads)
     score = "l1"                  # "l1": the L1 norms of the unit's weights (default), or
-                                  # "activation": ||activation|| x L1 of what the unit writes
+                                  # "activation": ||activation|| x L1 of what the unit writes,
+                                  # "obs": FFN channels the repair reconstructs best (repair)
     samples = 10                  # activation only: N calibration windows of
     sample_tokens = 128           #   `sample_tokens` tokens, drawn with `seed` (the
     seed = 0                      #   [activations] defaults)
@@ -53,7 +54,9 @@ SwiGLU output feeding down_proj) x ||down[:, j]||_1, a query head by ||its atten
 (over tokens and its head_dim values, the input of o_proj) x the L1 norm of its o_proj columns,
 a KV group by the sum of its query heads' scores. `samples`, `sample_tokens` and `seed` apply to
 that score only and are refused with score = "l1". `repair = true` refits down_proj (and o_proj)
-on the same windows (model/prune.py: repair_next).
+on the same windows (model/prune.py: repair_next). `score = "obs"` (with repair = true) chooses
+the FFN channels by what they cost *after* that refit, greedily, Optimal Brain Surgeon on
+down_proj's input Gram (model/prune.py: obs_keep); heads keep the activation score.
 
 `calibration` picks the windows' text, in all three tables: "corpus" (the calibration split),
 "random" (uniform token ids), or "generated": each window is 4 calibration-split tokens the
@@ -73,7 +76,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 HEAD_UNITS = ("query", "kv")
-PRUNE_SCORES = ("l1", "activation")
+PRUNE_SCORES = ("l1", "activation", "obs")
 GRANULARITIES = ("per-tensor", "per-channel", "smooth")
 CALIBRATIONS = ("corpus", "random", "generated")
 PRUNE_KEYS = {
@@ -118,7 +121,9 @@ PRUNE_FIELD_DOCS = {
     "head_unit": '"query": query heads, the same count in every KV group; "kv": whole KV groups',
     "blocks": 'table: block index ("3") or inclusive range ("0-3") -> { ffn = r, heads = r }',
     "score": '"l1": L1 norms of the unit\'s weights (default); "activation": ||activation|| x '
-    "L1 of what the unit writes, on the calibration split",
+    'L1 of what the unit writes, on the calibration split; "obs" (repair = true): the FFN '
+    "channels whose removal the repair reconstructs best (greedy Optimal Brain Surgeon), heads "
+    "as activation",
     "samples": 'score = "activation" only: calibration windows (default 10)',
     "sample_tokens": 'score = "activation" only: tokens per window (default 128)',
     "seed": 'score = "activation" only: the windows\' seed (default 0)',
@@ -166,7 +171,7 @@ class PruneSpec:
     heads: float = 0.0
     head_unit: str = "query"
     blocks: tuple[tuple[int, float | None, float | None], ...] = ()  # (block, ffn, heads)
-    score: str = "l1"  # l1 | activation
+    score: str = "l1"  # l1 | activation | obs
     samples: int = 10  # activation score / repair: calibration windows (see the module doc)
     sample_tokens: int = 128
     seed: int = 0
@@ -176,8 +181,8 @@ class PruneSpec:
 
     @property
     def calibrates(self) -> bool:
-        """Whether pruning reads calibration windows (activation score or repair)."""
-        return self.score == "activation" or self.repair
+        """Whether pruning reads calibration windows (activation or obs score, or repair)."""
+        return self.score != "l1" or self.repair
 
     @property
     def is_empty(self) -> bool:
@@ -217,7 +222,8 @@ class PruneSpec:
         if self.calibration == "random":
             gen = "-random"
         if self.score != "l1":
-            parts.append(f"act{gen}-n{self.samples}x{self.sample_tokens}")
+            score = "act" if self.score == "activation" else self.score
+            parts.append(f"{score}{gen}-n{self.samples}x{self.sample_tokens}")
         if self.repair:
             parts.append(
                 "repair"
@@ -480,6 +486,11 @@ def prune_from_dict(data, source: str) -> PruneSpec:
     ridge = data.get("repair_ridge", PruneSpec.repair_ridge)
     if isinstance(ridge, bool) or not isinstance(ridge, (int, float)) or not 0 < ridge < 1e6:
         raise ValueError(f"{where}.repair_ridge' = {ridge!r}: must be a number > 0")
+    if score == "obs" and not repair:
+        raise ValueError(
+            f'{where}.score\' = "obs": chooses the channels the repair reconstructs best, '
+            "so it needs repair = true"
+        )
     if "repair_ridge" in data and not repair:
         raise ValueError(f"{where}.repair_ridge' = {ridge!r}: applies with repair = true only")
     given = [k for k in PRUNE_SAMPLE_KEYS if k in data]

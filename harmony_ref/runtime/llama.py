@@ -50,6 +50,7 @@ scales calibrated on the policy's samples by this same model in FP32 (runtime/ca
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -400,6 +401,26 @@ class Block:
     post_ffn_norm: np.ndarray | None = None
 
 
+_GRAMS: dict = {}  # (id(weights), windows' SHA-256) -> (weights, grams): the last one computed
+
+
+def unpruned_grams(weights: DecoderWeights, windows: np.ndarray) -> list:
+    """runtime/sequential.py activation_grams of `weights` run in FP32 on `windows`, kept for the
+    last (weights, windows) pair of the process: the policies of one run that repair on the same
+    windows (ridges, ratios, scores) share one pass (the Grams of SmolLM2 on 512 windows of 128
+    tokens take minutes; they hold ~0.6 GB)."""
+    windows = np.ascontiguousarray(windows, np.int64)
+    key = (id(weights), hashlib.sha256(windows.tobytes()).hexdigest())
+    hit = _GRAMS.get(key)
+    if hit is not None and hit[0] is weights:
+        return hit[1]
+    base = Llama(weights, Policy("fp32", FP32), max_context=windows.shape[1])
+    grams = activation_grams(base, windows)
+    _GRAMS.clear()
+    _GRAMS[key] = (weights, grams)
+    return grams
+
+
 class Llama:
     """The decoder on our kernels under a quantization policy (see the module docstring)."""
 
@@ -423,15 +444,13 @@ class Llama:
             grams = None
             if prune.repair:  # Gram matrices (and norms) of the unpruned model in FP32
                 act = prune.windows()
-                base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
-                grams = activation_grams(
-                    base, calibration_windows(weights, act, calibration_tokens, sampler)
+                grams = unpruned_grams(
+                    weights, calibration_windows(weights, act, calibration_tokens, sampler)
                 )
                 norms = [
                     (np.sqrt(np.diag(gf)), np.sqrt(np.diag(go).reshape(-1, c.head_dim).sum(axis=1)))
                     for gf, go in grams
                 ]
-                del base
             elif prune.score == "activation":  # scored by the unpruned model run in FP32
                 act = prune.windows()
                 base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)

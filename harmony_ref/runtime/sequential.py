@@ -51,22 +51,49 @@ class _Stop(Exception):
 
 
 class InputStats:
-    """Running X^T X (float64), sum |x| per channel and token count of one stage's inputs."""
+    """Running X^T X (float64), sum |x| per channel and token count of one stage's inputs.
+    Inputs are stacked until BATCH_ROWS rows before each product: one (K, ~2048) x (~2048, K)
+    GEMM instead of sixteen of 128 rows (a window each) keeps BLAS at its rate between the
+    Numba kernels of the forward."""
+
+    BATCH_ROWS = 2048
 
     def __init__(self):
-        self.gram, self.abs_sum, self.n = None, None, 0
+        self._gram, self._abs_sum, self.n = None, None, 0
+        self._pending: list[np.ndarray] = []
+        self._pending_rows = 0
 
     def add(self, x) -> None:
         x = np.asarray(x, np.float64).reshape(-1, np.shape(x)[-1])
         if not np.isfinite(x).all():
             raise ValueError("calibration activations contain NaN/Inf")
-        g, a = x.T @ x, np.abs(x).sum(axis=0)
-        if self.gram is None:
-            self.gram, self.abs_sum = g, a
-        else:
-            self.gram += g
-            self.abs_sum += a
+        self._pending.append(x)
+        self._pending_rows += x.shape[0]
         self.n += x.shape[0]
+        if self._pending_rows >= self.BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        x = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending, self._pending_rows = [], 0
+        g, a = x.T @ x, np.abs(x).sum(axis=0)
+        if self._gram is None:
+            self._gram, self._abs_sum = g, a
+        else:
+            self._gram += g
+            self._abs_sum += a
+
+    @property
+    def gram(self) -> np.ndarray | None:
+        self._flush()
+        return self._gram
+
+    @property
+    def abs_sum(self) -> np.ndarray | None:
+        self._flush()
+        return self._abs_sum
 
     @property
     def hessian(self) -> np.ndarray:

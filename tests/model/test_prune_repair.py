@@ -2,12 +2,15 @@
 repaired layer equals the ridge least-squares solution for the correction, computed here with
 lstsq on the stacked system; it never does worse than no repair on the calibration inputs; a
 pruned and repaired tiny decoder runs, with its down_proj changed and the shapes of plain
-pruning; the policy fields are validated."""
+pruning; the policy fields are validated. The OBS choice (obs_keep): one step removes the column
+a brute-force search over every candidate's refitted error removes, its compensations add up to
+repair_next of the kept set, a column its neighbours reproduce goes first however large, and a
+decoder pruned with score = "obs" runs."""
 
 import numpy as np
 import pytest
 
-from harmony_ref.model.prune import repair_next
+from harmony_ref.model.prune import obs_keep, repair_next
 from harmony_ref.quant.policy import policy_from_dict
 from tests.fixtures.decoder.tiny import tiny_config, tiny_weights
 
@@ -82,6 +85,78 @@ def test_repaired_decoder_runs_with_plain_pruning_shapes():
     assert np.isfinite(fixed.prefill([1, 40, 50, 260])).all()
 
 
+def _refit_error(x, w, keep, lam):
+    """||X W'^T - X W^T||^2 + lam ||W' - W_K||^2 after the ridge refit of `keep`: what OBS's
+    cost of removing the rest is, on H = X^T X + lam I."""
+    wk = repair_next(w, keep, x.T @ x, 0.0, lam).astype(np.float64)
+    full = np.zeros_like(w)
+    full[:, keep] = wk
+    d = full - w
+    return float(np.einsum("ij,jk,ik->", d, x.T @ x + lam * np.eye(w.shape[1]), d))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_obs_one_step_is_the_brute_force_choice(seed):
+    rng = np.random.default_rng(seed)
+    x = _acts(seed + 10, k=16)
+    w = rng.standard_normal((4, 16))
+    lam = 0.02 * np.mean(np.diag(x.T @ x))
+    kept, _ = obs_keep(w, x.T @ x, 15, lam)
+    errors = [_refit_error(x, w, np.delete(np.arange(16), j), lam) for j in range(16)]
+    assert np.setdiff1d(np.arange(16), kept).tolist() == [int(np.argmin(errors))]
+
+
+def test_obs_compensation_is_the_repair_of_what_it_keeps():
+    rng = np.random.default_rng(4)
+    x = _acts(5)
+    w = rng.standard_normal((6, 24))
+    g = x.T @ x
+    lam = 0.05 * np.mean(np.diag(g))
+    kept, compensated = obs_keep(w, g, 15, lam)
+    assert kept.size == 15 and (np.diff(kept) > 0).all()
+    removed = np.setdiff1d(np.arange(24), kept)
+    assert np.all(compensated[:, removed] == 0)
+    # float32 output of repair_next against the float64 downdates: float32 resolution
+    assert np.allclose(
+        compensated[:, kept], repair_next(w, kept, g, 0.0, lam), rtol=1e-5, atol=1e-5
+    )
+    assert np.array_equal(obs_keep(w, g, 24, lam)[0], np.arange(24))
+
+
+def test_obs_removes_a_reproducible_column_first():
+    rng = np.random.default_rng(6)
+    x = _acts(7, k=10)
+    x[:, 4] = 0.7 * x[:, 1] - 0.3 * x[:, 8]  # any of channels 1, 4, 8 is the others' sum
+    w = rng.standard_normal((5, 10))
+    w[:, [1, 4, 8]] *= 50.0  # and they write the most: every norm-based score keeps them
+    kept, _ = obs_keep(w, x.T @ x, 9, 1e-6 * np.mean(np.diag(x.T @ x)))
+    assert np.setdiff1d(np.arange(10), kept).tolist()[0] in (1, 4, 8)
+
+
+def test_obs_pruned_decoder_runs():
+    from harmony_ref.runtime.llama import Llama
+
+    w = tiny_weights(tiny_config("llama", n_heads=8, n_kv_heads=2, ffn_dim=128), seed=9)
+    pol = policy_from_dict(
+        {
+            "name": "o",
+            "default": "fp32",
+            "prune": {
+                "ffn": 0.5,
+                "score": "obs",
+                "repair": True,
+                "samples": 2,
+                "sample_tokens": 16,
+            },
+        },
+        "<o>",
+    )
+    assert "obs" in pol.prune.label and pol.prune.calibrates
+    m = Llama(w, pol, calibration_tokens=np.arange(3, 60, 3))
+    assert [b.ffn_dim for b in m.blocks] == [64, 64]
+    assert np.isfinite(m.prefill([1, 40, 50, 260])).all()
+
+
 @pytest.mark.parametrize(
     "table, match",
     [
@@ -89,6 +164,7 @@ def test_repaired_decoder_runs_with_plain_pruning_shapes():
         ({"ffn": 0.1, "repair_ridge": 0.1}, r"'prune.repair_ridge' = 0.1: applies with repair"),
         ({"ffn": 0.1, "repair": True, "repair_ridge": 0}, r"'prune.repair_ridge' = 0: must be"),
         ({"ffn": 0.1, "samples": 4}, r"'prune.samples' = 4: applies to score"),
+        ({"ffn": 0.1, "score": "obs"}, r"'prune.score' = \"obs\": .* needs repair = true"),
     ],
 )
 def test_bad_repair_fields(table, match):
@@ -105,3 +181,34 @@ def test_repair_round_trips_and_labels():
     )
     assert p.prune.calibrates and "repair" in p.prune.label
     assert policy_from_dict(tomllib.loads(p.to_toml()), "<r>") == p
+
+
+def test_repairs_on_the_same_windows_share_one_gram_pass(monkeypatch):
+    import harmony_ref.runtime.llama as llama
+
+    w = tiny_weights(tiny_config("llama", n_heads=8, n_kv_heads=2, ffn_dim=128), seed=3)
+    calls = []
+    real = llama.activation_grams
+
+    def spy(model, windows):
+        calls.append(np.asarray(windows).copy())
+        return real(model, windows)
+
+    monkeypatch.setattr(llama, "activation_grams", spy)
+    llama._GRAMS.clear()
+
+    def pol(**prune):
+        base = {"ffn": 0.25, "repair": True, "samples": 2, "sample_tokens": 16}
+        return policy_from_dict({"name": "g", "default": "fp32", "prune": {**base, **prune}}, "<g>")
+
+    toks = np.arange(3, 90, 2)
+    a = llama.Llama(w, pol(), calibration_tokens=toks)
+    b = llama.Llama(w, pol(repair_ridge=0.5, score="obs"), calibration_tokens=toks)
+    assert len(calls) == 1  # the same weights and windows: one pass
+    llama.Llama(w, pol(seed=1), calibration_tokens=toks)
+    assert len(calls) == 2 and not np.array_equal(calls[0], calls[1])  # other windows: a pass
+    # what the shared pass gave is what a fresh one gives
+    llama._GRAMS.clear()
+    again = llama.Llama(w, pol(), calibration_tokens=toks)
+    assert len(calls) == 3 and np.array_equal(again.blocks[0].down.stored, a.blocks[0].down.stored)
+    assert b.blocks[0].ffn_dim == a.blocks[0].ffn_dim
