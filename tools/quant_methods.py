@@ -52,13 +52,13 @@ PRUNING = (  # (policy, FFN pruned, channels chosen by, calibration windows, rep
     ("prune-ffn0.25-obs-gen-r0.01", "25%", OBS, GENERATED_512, "ridge 0.01"),
     ("prune-ffn0.25-obs-gen-r0.1", "25%", OBS, GENERATED_512, "ridge 0.1"),
 )
-PRUNING_RATIOS = (  # (repaired, its unrepaired twin): the ratios the document states
+PRUNING_RATIOS = (  # (a policy, the one it is compared with): the ratios the document states
     ("prune-ffn0.1-act-repair", "prune-ffn0.1-act"),
     ("prune-ffn0.1-act-repair-r0.5", "prune-ffn0.1-act"),
     ("prune-ffn0.1-act-gen-repair", "prune-ffn0.1-act-gen"),
+    ("prune-ffn0.1-act-gen-repair", "prune-ffn0.1-act"),
     ("prune-ffn0.1-obs-gen-r0.01", "prune-ffn0.1-act-gen"),
     ("prune-ffn0.1-obs-gen-r0.1", "prune-ffn0.1-act-gen"),
-    ("prune-ffn0.1-obs-gen-r0.1", "prune-ffn0.1-act"),
     ("prune-ffn0.25-act-repair", "prune-ffn0.25-act"),
     ("prune-ffn0.25-act-gen-repair", "prune-ffn0.25-act-gen"),
     ("prune-ffn0.25-obs-gen-r0.01", "prune-ffn0.25-act-gen"),
