@@ -141,7 +141,8 @@ def run_decoder(args) -> int:
 
 
 def progress_run(work, quiet: bool, what: str):
-    """Run work(progress) under a rich progress bar on stderr (chunks done / total)."""
+    """Run work(progress) under a rich progress bar on stderr (chunks done / total, and the long
+    steps of building each model: generated calibration windows, Gram and GPTQ/AWQ passes)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -154,12 +155,18 @@ def progress_run(work, quiet: bool, what: str):
         transient=True,
         disable=quiet,
     ) as bar:
+        from harmony_ref.runtime.progress import reporting
+
         task = bar.add_task(f"{what}: loading the model", total=None)
 
         def progress(done, total):
             bar.update(task, completed=done, total=total, description=f"{what}: chunks")
 
-        return work(progress)
+        def step(name, done, total):  # the long steps of a model build (runtime/progress.py)
+            bar.update(task, completed=done, total=total, description=f"{what}: {name}")
+
+        with reporting(step):
+            return work(progress)
 
 
 def run_minilm(args) -> int:

@@ -31,6 +31,7 @@ import numpy as np
 from harmony_ref.quant.activations import AbsMaxObserver
 from harmony_ref.quant.compress import ActivationSpec
 from harmony_ref.runtime.generate import Sampler
+from harmony_ref.runtime.progress import report
 
 CALIBRATION_PART = "calibration"
 # The calibration split's pin; eval/lm.py pins the same file (tests hold the two equal).
@@ -138,6 +139,7 @@ def generated_windows(weights, spec: ActivationSpec, tokens, sampling_model) -> 
             out[i, t] = sample(logits)
             if t + 1 < length:
                 logits = model.decode(int(out[i, t]))
+        report("generating calibration windows", i + 1, n)
     _GENERATED[key] = (weights, out)
     return out.copy()
 

@@ -36,6 +36,7 @@ from harmony_ref.model.decoder import layer_name
 from harmony_ref.quant.awq import awq_search
 from harmony_ref.quant.gptq import gptq_quantize
 from harmony_ref.quant.policy import int4_format_for_rows
+from harmony_ref.runtime.progress import report
 
 STAGES = ("qkv", "o", "gate_up", "down")
 STAGE_PARTS = {
@@ -148,6 +149,7 @@ def activation_grams(model, windows) -> list[tuple[np.ndarray, np.ndarray]]:
         st = stage_inputs(model, i, xs, ["o", "down"], stop=False)
         out.append((st["down"].gram, st["o"].gram))
         xs = [model.run_block(i, x) for x in xs]
+        report("Gram pass over the calibration windows (blocks)", i + 1, len(model.blocks))
     return out
 
 
@@ -243,6 +245,7 @@ def calibrate_weights(model, weights, policy, windows):
             model.set_stage(i, st, lw, policy, stored)
         xs = [model.run_block(i, x) for x in xs]
         layers.append(lw)
+        report("GPTQ / AWQ on the calibration windows (blocks)", i + 1, len(weights.layers))
     weights = dataclasses.replace(weights, layers=layers)
     method = policy.method_for("lm_head")
     if method != "rtn":
