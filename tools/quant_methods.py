@@ -34,24 +34,22 @@ FORMATS = ("int4-g32", "int4-g128", "int8")
 # model -> the folder of its accuracy outputs and timing (the policies are shared)
 MODELS = {"smollm2-135m": RESULTS, "gemma3-270m": RESULTS / "gemma3"}
 METHODS = ("rtn", "gptq", "awq")
-CORPUS_32 = "split, 32"  # the calibration split, 32 windows of 128 tokens
-GENERATED_512 = "generated, 512"  # calibration = "generated", 512 windows of 128 tokens
-ACT, OBS = "activation", "OBS"  # score = "activation" | "obs" (model/prune.py obs_keep)
-PRUNING = (  # (policy, FFN pruned, channels chosen by, calibration windows, repair)
-    ("prune-ffn0.1-act", "10%", ACT, CORPUS_32, "no"),
-    ("prune-ffn0.1-act-repair", "10%", ACT, CORPUS_32, "ridge 0.01"),
-    ("prune-ffn0.1-act-repair-r0.5", "10%", ACT, CORPUS_32, "ridge 0.5"),
-    ("prune-ffn0.1-act-gen", "10%", ACT, GENERATED_512, "no"),
-    ("prune-ffn0.1-act-gen-repair", "10%", ACT, GENERATED_512, "ridge 0.01"),
-    ("prune-ffn0.1-obs-gen-r0.01", "10%", OBS, GENERATED_512, "ridge 0.01"),
-    ("prune-ffn0.1-obs-gen-r0.1", "10%", OBS, GENERATED_512, "ridge 0.1"),
-    ("prune-ffn0.25-act", "25%", ACT, CORPUS_32, "no"),
-    ("prune-ffn0.25-act-repair", "25%", ACT, CORPUS_32, "ridge 0.01"),
-    ("prune-ffn0.25-act-gen", "25%", ACT, GENERATED_512, "no"),
-    ("prune-ffn0.25-act-gen-repair", "25%", ACT, GENERATED_512, "ridge 0.01"),
-    ("prune-ffn0.25-obs-gen-r0.01", "25%", OBS, GENERATED_512, "ridge 0.01"),
-    ("prune-ffn0.25-obs-gen-r0.1", "25%", OBS, GENERATED_512, "ridge 0.1"),
+PRUNING = (  # the pruning table's rows, in order; their columns are read from the policy files
+    "prune-ffn0.1-act",
+    "prune-ffn0.1-act-repair",
+    "prune-ffn0.1-act-repair-r0.5",
+    "prune-ffn0.1-act-gen",
+    "prune-ffn0.1-act-gen-repair",
+    "prune-ffn0.1-obs-gen-r0.01",
+    "prune-ffn0.1-obs-gen-r0.1",
+    "prune-ffn0.25-act",
+    "prune-ffn0.25-act-repair",
+    "prune-ffn0.25-act-gen",
+    "prune-ffn0.25-act-gen-repair",
+    "prune-ffn0.25-obs-gen-r0.01",
+    "prune-ffn0.25-obs-gen-r0.1",
 )
+CHOSEN_BY = {"l1": "L1", "activation": "activation", "obs": "OBS"}  # [prune] score
 PRUNING_RATIOS = (  # (a policy, the one it is compared with): the ratios the document states
     ("prune-ffn0.1-act-repair", "prune-ffn0.1-act"),
     ("prune-ffn0.1-act-repair-r0.5", "prune-ffn0.1-act"),
@@ -106,15 +104,30 @@ def method_rows(accs: list[dict], times: dict) -> list[str]:
     return out
 
 
+def prune_columns(name: str) -> tuple[str, str, str, str]:
+    """(FFN pruned, channels chosen by, calibration windows, repair) of a committed policy."""
+    from harmony_ref.quant.policy import load_policy
+
+    p = load_policy(POLICIES / f"{name}.toml").prune
+    text = "split" if p.calibration == "corpus" else p.calibration
+    return (
+        f"{p.ffn:.0%}",
+        CHOSEN_BY[p.score],
+        f"{text}, {p.samples}",
+        f"ridge {p.repair_ridge:g}" if p.repair else "no",
+    )
+
+
 def prune_rows(accs: list[dict]) -> list[str]:
     rows = {k: v for acc in accs for k, v in _rows(acc).items()}
     out = []
-    for name, ratio, chosen, windows, repair in PRUNING:
+    for name in PRUNING:
         r = rows.get(name)
         if r is None:
             continue
+        cells = " | ".join(prune_columns(name))
         out.append(
-            f"| {name} | {ratio} | {chosen} | {windows} | {repair} | {r['kld_mean']:.4f} | "
+            f"| {name} | {cells} | {r['kld_mean']:.4f} | "
             f"{r['kld_p99']:.4f} | {r['ppl_ratio']:.4f} | "
             f"{r['top1_agreement_pct']:.1f} % |"
         )
