@@ -43,7 +43,8 @@ the Linear `lm_head` and takes the policy's format for that name.
 A policy's `[prune]` table (model/prune.py) removes FFN channels and heads before quantizing, so
 the blocks are narrower matrices (each block reads its own head counts and FFN width; with
 `score = "activation"` the unpruned model first runs in FP32 on the calibration windows to score
-them, runtime/calibration.py: activation_norms); its
+them, runtime/calibration.py: activation_norms; with `repair` it records the inputs' Gram
+matrices instead, `unpruned_grams`, which also choose the channels of `score = "obs"`); its
 `[activations]` table (W8A8) runs every int8 Linear on `matmul_w8a8` with static activation
 scales calibrated on the policy's samples by this same model in FP32 (runtime/calibration.py).
 """
