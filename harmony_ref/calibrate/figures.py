@@ -3,7 +3,7 @@ calibration figures, each with its citation), published-heldout.toml (published 
 runtime is fitted on, all split "score") or any file of that shape.
 
     figures = load_figures()                  # the shipped calibration figures
-    figures = load_figures(HELDOUT)           # the shipped held-out figures
+    figures = load_figures(shipped=HELDOUT_FIGURES)   # the shipped held-out figures
     figures = load_figures("heldout.toml")    # someone's file of figures to score on
     points = figure_points(figures)           # calibrate/points.py Points, set "phones"
 
@@ -26,7 +26,7 @@ from harmony_ref._schema import from_table
 from harmony_ref.calibrate.points import POINT_METRICS, SPLITS, Point
 
 SHIPPED_FIGURES = "published.toml"
-HELDOUT = "shipped:published-heldout.toml"  # load_figures' name for the shipped held-out file
+HELDOUT_FIGURES = "published-heldout.toml"  # split "score" only: no runtime is fitted on them
 
 
 @dataclass(frozen=True)
@@ -53,28 +53,27 @@ class FigureFile:
     figure: tuple[Figure, ...]
 
 
-def _read(path) -> tuple[dict, str]:
+def _read(path, shipped: str) -> tuple[dict, str]:
     from harmony_ref._toml import loads
 
-    if path is None or str(path).startswith("shipped:"):
-        name = SHIPPED_FIGURES if path is None else str(path).removeprefix("shipped:")
-        text = (resources.files("harmony_ref") / "data" / "fidelity" / name).read_text()
-        return loads(text, f"data/fidelity/{name}"), f"data/fidelity/{name}"
+    if path is None:
+        text = (resources.files("harmony_ref") / "data" / "fidelity" / shipped).read_text()
+        return loads(text, f"data/fidelity/{shipped}"), f"data/fidelity/{shipped}"
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"figures file {p} does not exist")
     return loads(p.read_text(), str(p)), str(p)
 
 
-def load_figures(path=None) -> tuple[Figure, ...]:
-    """The figures of a file (default: the shipped calibration figures; HELDOUT: the shipped
-    held-out ones), every name checked."""
+def load_figures(path=None, shipped: str = SHIPPED_FIGURES) -> tuple[Figure, ...]:
+    """The figures of a file, or with no path of the shipped file `shipped` (the calibration
+    figures by default; HELDOUT_FIGURES: the held-out ones), every name checked."""
     from harmony_ref.device.profile import load_soc
     from harmony_ref.device.runtime import load_runtime
     from harmony_ref.model.spec import get_spec
     from harmony_ref.quant.policy import load_policy
 
-    data, source = _read(path)
+    data, source = _read(path, shipped)
     figures = from_table(FigureFile, data, source).figure
     seen = set()
     for i, f in enumerate(figures):

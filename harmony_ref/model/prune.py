@@ -138,6 +138,12 @@ def _take(a, idx, axis=0):
     return None if a is None else np.ascontiguousarray(np.take(a, idx, axis=axis))
 
 
+def ridge_lambda(gram: np.ndarray, ridge: float) -> float:
+    """λ = ridge x mean(diag gram) (ridge itself for an all-zero diagonal): the ridge of
+    `repair_next` and `obs_keep` in the units of the Gram it regularises."""
+    return ridge * float(np.mean(np.diag(gram))) or ridge
+
+
 def repair_next(
     w: np.ndarray, keep: np.ndarray, gram: np.ndarray, ridge: float, lam: float | None = None
 ) -> np.ndarray:
@@ -151,7 +157,7 @@ def repair_next(
     g = np.asarray(gram, np.float64)
     gkk = g[np.ix_(keep, keep)]
     if lam is None:
-        lam = ridge * float(np.mean(np.diag(gkk))) or ridge
+        lam = ridge_lambda(gkk, ridge)
     rhs = g[np.ix_(keep, removed)] @ w64[:, removed].T  # (|K|, N)
     delta_t = np.linalg.solve(gkk + lam * np.eye(keep.size), rhs)
     return np.ascontiguousarray(w64[:, keep] + delta_t.T, np.float32)
@@ -208,7 +214,7 @@ def prune_layer(
         if grams is None:
             raise ValueError('prune.score = "obs" needs the down_proj input Gram (repair = true)')
         g = np.asarray(grams[0], np.float64)
-        down_lam = ridge * float(np.mean(np.diag(g))) or ridge
+        down_lam = ridge_lambda(g, ridge)
         kept = _kept_count(lw.w_up.shape[0], ffn_ratio, FFN_MULTIPLE)
         ch, _ = obs_keep(lw.w_down, g, kept, down_lam)
     else:

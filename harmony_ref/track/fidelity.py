@@ -49,7 +49,7 @@ def collect(
     """The points of the named sets; `figures`: a figures file whose figures join the phones set
     (beside the shipped calibration and held-out figures); `records`: run record paths (set
     records)."""
-    from harmony_ref.calibrate.figures import HELDOUT, figure_points, load_figures
+    from harmony_ref.calibrate.figures import HELDOUT_FIGURES, figure_points, load_figures
 
     unknown = [s for s in sets if s not in SETS]
     if unknown:
@@ -64,7 +64,9 @@ def collect(
 
         out += llamacpp_points()
     if "phones" in sets:
-        shipped = figure_points(load_figures()) + figure_points(load_figures(HELDOUT))
+        shipped = figure_points(load_figures()) + figure_points(
+            load_figures(shipped=HELDOUT_FIGURES)
+        )
         out += shipped
         if figures:
             ids = {p.id for p in shipped}

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from harmony_ref.calibrate.figures import HELDOUT, figure_points, load_figures
+from harmony_ref.calibrate.figures import HELDOUT_FIGURES, figure_points, load_figures
 from harmony_ref.calibrate.fit_runtime import fit_on_points, get_param, with_params
 from harmony_ref.calibrate.points import Point
 from harmony_ref.cli import main
@@ -135,7 +135,7 @@ def test_held_out_figures_are_scored_and_fitted_ones_shown_apart(tmp_path, capsy
     assert main(["fidelity", "--sets", "phones", "--figures", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     row = next(r for r in out["summary"] if r["set"] == "phones" and r["phase"] == "all")
-    shipped_held = len(load_figures(HELDOUT))
+    shipped_held = len(load_figures(shipped=HELDOUT_FIGURES))
     assert row["scored"] == 1 + shipped_held and row["fitted"] == len(load_figures())
     held = [p for p in out["points"] if p["split"] == "score"]
     assert len(held) == 1 + shipped_held and "a" in {p["id"] for p in held}
@@ -149,7 +149,7 @@ def test_the_shipped_held_out_figures_are_scored_and_never_fitted():
     """published-heldout.toml: every figure split "score", none named by a runtime's
     [calibration] fitted_on, no id shared with the calibration figures, each predicted finitely
     and within a factor of 2 (the issue's bound on figures the model has not seen)."""
-    held = load_figures(HELDOUT)
+    held = load_figures(shipped=HELDOUT_FIGURES)
     assert len(held) >= 10 and {f.split for f in held} == {"score"}
     assert not {f.id for f in held} & {f.id for f in load_figures()}
     fitted = {i for f in held for i in load_runtime(f.runtime).calibration.fitted_on}
