@@ -86,7 +86,7 @@ def run(args) -> int:
         pd.DataFrame(rows), title="MAPE per set: fitted points apart, held-out points scored"
     )
     for name in metrics.names():
-        print(f"{name}: {metrics.value(name):.2f} %")
+        print(f"{name}: {metrics.value(name):.2f} {metrics.items[name].unit}")
     if args.plot:
         print(f"plot: {args.plot}")
     return 0

@@ -180,3 +180,11 @@ def test_calibrate_command_takes_a_gguf_workload(tmp_path, capsys):
     )
     summary = json.loads(capsys.readouterr().out)
     assert load_runtime(out).calibration.fitted_on and summary["fitted"]
+
+
+def test_the_text_output_prints_each_metric_in_its_own_unit(capsys):
+    assert main(["fidelity", "--sets", "phones"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("fidelity_")]
+    factor = next(ln for ln in lines if ln.startswith("fidelity_phones_max_factor:"))
+    assert factor.endswith(" x")
+    assert next(ln for ln in lines if ln.startswith("fidelity_phones_mape_pct:")).endswith(" %")
