@@ -86,7 +86,8 @@ def run(args) -> int:
         pd.DataFrame(rows), title="MAPE per set: fitted points apart, held-out points scored"
     )
     for name in metrics.names():
-        print(f"{name}: {metrics.value(name):.2f} {metrics.items[name].unit}")
+        m = metrics[name]
+        print(f"{name}: {m.value:.2f} {m.unit}")
     if args.plot:
         print(f"plot: {args.plot}")
     return 0
