@@ -137,7 +137,15 @@ def test_timings_name_the_cpu():
     assert times["cpu"] in DOC.read_text()
 
 
-@pytest.mark.parametrize("name", ["int4-g128-gptq", "int4-g128-awq", "prune-ffn0.1-act-repair"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "int4-g128-gptq",
+        "int4-g128-awq",
+        "prune-ffn0.1-act-repair",
+        "prune-ffn0.1-act-gen-repair-distill",
+    ],
+)
 def test_table_policies_are_committed(name):
     from harmony_ref.quant.policy import load_policy
 

@@ -40,6 +40,7 @@ PRUNING = (  # the pruning table's rows, in order; their columns are read from t
     "prune-ffn0.1-act-repair-r0.5",
     "prune-ffn0.1-act-gen",
     "prune-ffn0.1-act-gen-repair",
+    "prune-ffn0.1-act-gen-repair-distill",
     "prune-ffn0.1-obs-gen-r0.01",
     "prune-ffn0.1-obs-gen-r0.1",
     "prune-ffn0.25-act",
@@ -55,6 +56,8 @@ PRUNING_RATIOS = (  # (a policy, the one it is compared with): the ratios the do
     ("prune-ffn0.1-act-repair-r0.5", "prune-ffn0.1-act"),
     ("prune-ffn0.1-act-gen-repair", "prune-ffn0.1-act-gen"),
     ("prune-ffn0.1-act-gen-repair", "prune-ffn0.1-act"),
+    ("prune-ffn0.1-act-gen-repair-distill", "prune-ffn0.1-act-gen"),
+    ("prune-ffn0.1-act-gen-repair-distill", "prune-ffn0.1-act-gen-repair"),
     ("prune-ffn0.1-obs-gen-r0.01", "prune-ffn0.1-act-gen"),
     ("prune-ffn0.1-obs-gen-r0.1", "prune-ffn0.1-act-gen"),
     ("prune-ffn0.25-act-repair", "prune-ffn0.25-act"),
@@ -68,8 +71,8 @@ METHOD_HEADER = (
     "quantize s |\n|---|---|---|---|---|---|---|"
 )
 PRUNE_HEADER = (
-    "| policy | FFN pruned | channels by | calibration windows | repair | KLD mean | KLD p99 | "
-    "PPL / FP32 | top-1 agreement |\n|---|---|---|---|---|---|---|---|---|"
+    "| policy | FFN pruned | channels by | calibration windows | repair | distilled | KLD mean | "
+    "KLD p99 | PPL / FP32 | top-1 agreement |\n|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -104,8 +107,9 @@ def method_rows(accs: list[dict], times: dict) -> list[str]:
     return out
 
 
-def prune_columns(name: str) -> tuple[str, str, str, str]:
-    """(FFN pruned, channels chosen by, calibration windows, repair) of a committed policy."""
+def prune_columns(name: str) -> tuple[str, str, str, str, str]:
+    """(FFN pruned, channels chosen by, calibration windows, repair, distilled) of a committed
+    policy."""
     from harmony_ref.quant.policy import load_policy
 
     p = load_policy(POLICIES / f"{name}.toml").prune
@@ -115,6 +119,12 @@ def prune_columns(name: str) -> tuple[str, str, str, str]:
         CHOSEN_BY[p.score],
         f"{text}, {p.samples}",
         f"ridge {p.repair_ridge:g}" if p.repair else "no",
+        (
+            f"{p.distill_params}, {p.distill_epochs} epoch{'s' if p.distill_epochs > 1 else ''}, "
+            f"Adam {p.distill_lr:g}"
+            if p.distill_epochs
+            else "no"
+        ),
     )
 
 
@@ -236,12 +246,14 @@ def section() -> str:
     table = prune_rows([d for _, d in prunes])
     if prunes:
         out += [
-            "FFN channels pruned in every block, FP32 weights, no fine-tuning; channels chosen by "
+            "FFN channels pruned in every block, FP32 weights; channels chosen by "
             'the activation-aware score, or by OBS (`score = "obs"`: greedy structured Optimal '
             "Brain Surgeon on down_proj's input Gram, what each channel costs after the repair); "
             "repair = down_proj refitted as above, on the windows that chose the channels "
             "(windows of 128 tokens: 32 of the calibration split, or 512 the model generated "
-            'itself from 4-token prompts of the split, `calibration = "generated"`):',
+            'itself from 4-token prompts of the split, `calibration = "generated"`); distilled = '
+            "fine-tuned afterwards on the same windows, the unpruned model the teacher "
+            "(`distill_epochs`, below):",
             "",
             "<!-- pruning repair table -->",
             PRUNE_HEADER,

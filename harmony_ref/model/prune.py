@@ -34,8 +34,8 @@ input on the unpruned model and λ = repair_ridge x mean(diag G_KK) (`repair_nex
 on the correction, not on the weights: a plain ridge refit of the whole Linear overfits the few
 calibration tokens. Kept indices stay in their original order. Ratios come per layer type (ffn, heads) and per block
 (quant/compress.py: PruneSpec); kept FFN channels are rounded to a multiple of FFN_MULTIPLE,
-kept heads to whole heads (at least one). Nothing is fine-tuned afterwards: the accuracy drop a
-pruned model shows here is the drop before the fine-tuning the literature prescribes.
+kept heads to whole heads (at least one). Nothing here is fine-tuned: that is model/distill.py
+(`distill_epochs`), run on the pruned (and repaired) weights this module returns.
 
 The config of a pruned DecoderWeights stays the original architecture; each LayerWeights
 carries its own narrower matrices, and the forwards read a block's head counts and FFN width

@@ -3,7 +3,7 @@
 Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.prune` and
 `Policy.activations`):
 
-    [prune]                       # structured pruning, no fine-tuning afterwards
+    [prune]                       # structured pruning (fine-tuning only with distill_epochs)
     ffn = 0.25                    # fraction of FFN channels removed in every block
     heads = 0.0                   # fraction of attention heads removed in every block
     head_unit = "query"           # "query": query heads, the same count in every KV group
@@ -17,6 +17,9 @@ Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.pr
     repair = false                # refit the Linear after each pruned unit (down_proj, o_proj)
     repair_ridge = 0.01           #   on calibration activations (model/prune.py: repair_next)
     calibration = "corpus"        # activation / repair: the windows' text, as [activations]
+    distill_epochs = 0            # then train on the unpruned model's outputs over the same
+    distill_lr = 5e-5             #   windows (model/distill.py): passes, Adam step, and what
+    distill_params = "ffn"        #   is trained ("down": down_proj; "ffn": gate, up and down)
     [prune.blocks]                # per-block ratios: block index or range "a-b" (inclusive)
     "0-3" = { ffn = 0.5 }         #   a missing key keeps the top-level ratio
 
@@ -57,6 +60,10 @@ that score only and are refused with score = "l1". `repair = true` refits down_p
 on the same windows (model/prune.py: repair_next). `score = "obs"` (with repair = true) chooses
 the FFN channels by what they cost *after* that refit, greedily, Optimal Brain Surgeon on
 down_proj's input Gram (model/prune.py: obs_keep); heads keep the activation score.
+`distill_epochs = N` (N > 0) then fine-tunes the pruned model on the same windows: knowledge
+distillation with the unpruned model as the teacher, KL of its next-token distribution per
+position, Adam at `distill_lr`, N passes, training each block's down_proj ("down") or its whole
+FFN ("ffn"); shapes do not change (model/distill.py).
 
 `calibration` picks the windows' text, in all three tables: "corpus" (the calibration split),
 "random" (uniform token ids), or "generated": each window is 4 calibration-split tokens the
@@ -91,7 +98,12 @@ PRUNE_KEYS = {
     "repair",
     "repair_ridge",
     "calibration",
+    "distill_epochs",
+    "distill_lr",
+    "distill_params",
 }
+DISTILL_PARAMS = ("down", "ffn")  # model/distill.py: TRAINED_MATRICES
+MAX_DISTILL_EPOCHS = 100
 PRUNE_SAMPLE_KEYS = (
     "samples",
     "sample_tokens",
@@ -132,6 +144,11 @@ PRUNE_FIELD_DOCS = {
     "repair_ridge": "repair only: the ridge, x mean(diag) of the kept Gram (default 0.01)",
     "calibration": 'score = "activation" or repair only: the windows\' text, as [activations] '
     'calibration (default "corpus")',
+    "distill_epochs": "passes of knowledge distillation after pruning (and repair) on the same "
+    "calibration windows, the unpruned model the teacher (default 0: none)",
+    "distill_lr": "distill_epochs > 0 only: Adam's step size (default 5e-5)",
+    "distill_params": 'distill_epochs > 0 only: what is trained, "down" (each down_proj) or '
+    '"ffn" (gate_proj, up_proj and down_proj; default)',
 }
 BLOCK_FIELD_DOCS = {"ffn": "this block's FFN ratio", "heads": "this block's heads ratio"}
 ACTIVATION_FIELD_DOCS = {
@@ -178,11 +195,15 @@ class PruneSpec:
     repair: bool = False  # refit the next Linear on calibration activations (model/prune.py)
     repair_ridge: float = 0.01  # ridge on the correction, x mean(diag) of the kept Gram
     calibration: str = "corpus"  # activation score / repair: the windows' text (CALIBRATIONS)
+    distill_epochs: int = 0  # knowledge distillation afterwards (model/distill.py); 0: none
+    distill_lr: float = 5e-5
+    distill_params: str = "ffn"  # DISTILL_PARAMS
 
     @property
     def calibrates(self) -> bool:
-        """Whether pruning reads calibration windows (activation or obs score, or repair)."""
-        return self.score != "l1" or self.repair
+        """Whether pruning reads calibration windows (activation or obs score, repair or
+        distillation)."""
+        return self.score != "l1" or self.repair or self.distill_epochs > 0
 
     @property
     def is_empty(self) -> bool:
@@ -229,6 +250,8 @@ class PruneSpec:
                 "repair"
                 + ("" if self.score != "l1" else f"{gen}-n{self.samples}x{self.sample_tokens}")
             )
+        if self.distill_epochs:
+            parts.append(f"distill{self.distill_params}{self.distill_epochs}-lr{self.distill_lr:g}")
         return "prune-" + "-".join(parts) if parts else "prune-none"
 
     def to_dict(self) -> dict:
@@ -240,6 +263,12 @@ class PruneSpec:
                 d["calibration"] = self.calibration
         if self.repair:
             d.update(repair=True, repair_ridge=self.repair_ridge)
+        if self.distill_epochs:
+            d.update(
+                distill_epochs=self.distill_epochs,
+                distill_lr=self.distill_lr,
+                distill_params=self.distill_params,
+            )
         if self.blocks:
             d["blocks"] = [list(b) for b in self.blocks]
         return d
@@ -264,6 +293,12 @@ class PruneSpec:
                 lines.append(f'calibration = "{self.calibration}"')
         if self.repair:
             lines += ["repair = true", f"repair_ridge = {self.repair_ridge!r}"]
+        if self.distill_epochs:
+            lines += [
+                f"distill_epochs = {self.distill_epochs}",
+                f"distill_lr = {self.distill_lr!r}",
+                f'distill_params = "{self.distill_params}"',
+            ]
         if self.blocks:
             lines += ["", "[prune.blocks]"]
             for i, f, h in self.blocks:
@@ -493,12 +528,26 @@ def prune_from_dict(data, source: str) -> PruneSpec:
         )
     if "repair_ridge" in data and not repair:
         raise ValueError(f"{where}.repair_ridge' = {ridge!r}: applies with repair = true only")
+    epochs = _int(data.get("distill_epochs", 0), f"{where}.distill_epochs'", 0, MAX_DISTILL_EPOCHS)
+    lr = data.get("distill_lr", PruneSpec.distill_lr)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < 1:
+        raise ValueError(f"{where}.distill_lr' = {lr!r}: must be a number in (0, 1)")
+    params = _choice(
+        data.get("distill_params", PruneSpec.distill_params),
+        f"{where}.distill_params'",
+        DISTILL_PARAMS,
+    )
+    for key in ("distill_lr", "distill_params"):
+        if key in data and not epochs:
+            raise ValueError(
+                f"{where}.{key}' = {data[key]!r}: applies with distill_epochs > 0 only"
+            )
     given = [k for k in PRUNE_SAMPLE_KEYS if k in data]
-    if score == "l1" and not repair and given:
+    if score == "l1" and not repair and not epochs and given:
         raise ValueError(
             f"{where}.{given[0]}' = {data[given[0]]!r}: applies to "
-            'score = "activation" or repair = true only (the L1 score reads no '
-            "data)"
+            'score = "activation", repair = true or distill_epochs > 0 only (the L1 score '
+            "reads no data)"
         )
     return PruneSpec(
         ffn,
@@ -512,6 +561,9 @@ def prune_from_dict(data, source: str) -> PruneSpec:
         calibration=_choice(
             data.get("calibration", PruneSpec.calibration), f"{where}.calibration'", CALIBRATIONS
         ),
+        distill_epochs=epochs,
+        distill_lr=float(lr),
+        distill_params=params,
     )
 
 

@@ -75,6 +75,7 @@ from harmony_ref.kernels.norm import (
 )
 from harmony_ref.kernels.rope import rope_rows, rope_table
 from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, layer_name
+from harmony_ref.model.distill import distill_decoder
 from harmony_ref.model.prune import prune_decoder
 from harmony_ref.quant.ggml import QUANTIZERS as GGML_QUANTIZERS
 from harmony_ref.quant.ggml import GGMLTensor
@@ -96,6 +97,7 @@ from harmony_ref.runtime.calibration import (
     observe_scales,
 )
 from harmony_ref.runtime.linear import QuantLinear
+from harmony_ref.runtime.progress import report
 from harmony_ref.runtime.sequential import activation_grams, calibrate_weights
 
 DEFAULT_MAX_CONTEXT = 2048
@@ -422,6 +424,26 @@ def unpruned_grams(weights: DecoderWeights, windows: np.ndarray) -> list:
     return grams
 
 
+def distill_pruned(teacher: DecoderWeights, pruned: DecoderWeights, windows, prune):
+    """model/distill.py distill_decoder of `pruned` on `teacher` at the policy's settings, with
+    its progress shown."""
+
+    def show(done: int, total: int, kl: float) -> None:
+        report("distilling the pruned model (windows x epochs)", done, total)
+
+    trained, _ = distill_decoder(
+        teacher,
+        pruned,
+        windows,
+        prune.distill_epochs,
+        prune.distill_lr,
+        prune.distill_params,
+        prune.seed,
+        show,
+    )
+    return trained
+
+
 class Llama:
     """The decoder on our kernels under a quantization policy (see the module docstring)."""
 
@@ -459,7 +481,11 @@ class Llama:
                     base, calibration_windows(weights, act, calibration_tokens, sampler), c.head_dim
                 )
                 del base
-            weights = prune_decoder(weights, prune, norms, grams)
+            pruned = prune_decoder(weights, prune, norms, grams)
+            if prune.distill_epochs:  # fine-tuned on the unpruned model's outputs
+                windows = calibration_windows(weights, prune.windows(), calibration_tokens, sampler)
+                pruned = distill_pruned(weights, pruned, windows, prune)
+            weights = pruned
         act = self.policy.activations
         scales = {}
         if act is not None:  # static scales from this (pruned) model run in FP32

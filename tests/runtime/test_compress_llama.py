@@ -195,5 +195,7 @@ def test_generated_calibration_reaches_pruning_repair(monkeypatch):
     assert 'calibration = "generated"' in "\n".join(pol.prune.to_toml())
     with pytest.raises(ValueError, match="calibration' = 'text': must be one of"):
         _pol(prune={**prune, "calibration": "text"})
-    with pytest.raises(ValueError, match='applies to score = "activation" or repair'):
+    with pytest.raises(
+        ValueError, match='applies to score = "activation", repair = true or distill_epochs'
+    ):
         _pol(prune={"ffn": 0.5, "calibration": "generated"})
