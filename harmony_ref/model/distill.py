@@ -192,7 +192,7 @@ def log_softmax(z: np.ndarray) -> np.ndarray:
 
 def kl_loss(student_logits: np.ndarray, teacher_logp: np.ndarray) -> tuple[float, np.ndarray]:
     """Mean over positions of KL(teacher || student) (nats), and its gradient w.r.t. the
-    student's logits (float64 softmax; float32 gradient)."""
+    student's logits (softmax in float64; the gradient in the logits' dtype)."""
     lp = log_softmax(student_logits.astype(np.float64))
     pt = np.exp(teacher_logp)
     n = lp.shape[0]
@@ -208,12 +208,12 @@ def distill_decoder(
     lr: float,
     params: str = "ffn",
     seed: int = 0,
-    report: Callable[[int, int, float], None] | None = None,
+    report: Callable[[int, int], None] | None = None,
 ) -> tuple[DecoderWeights, list[float]]:
     """`student` (a pruned `teacher`) with its `params` matrices trained to match the teacher's
     next-token distributions on `windows` ((N, T) token ids; each a sequence from an empty
     cache), and the mean training KL of each epoch. Neither input is changed. `report(done,
-    total, mean KL so far)` after each window."""
+    total)` after each window."""
     if params not in TRAINED_MATRICES:
         raise ValueError(f"params = {params!r}: must be one of {sorted(TRAINED_MATRICES)}")
     windows = np.asarray(windows, np.int64)
@@ -253,6 +253,6 @@ def distill_decoder(
                 wt -= (lr * (a / corr1) / (np.sqrt(b / corr2) + ADAM_EPS)).astype(np.float32)
             kl_sum += kl
             if report is not None:
-                report(len(losses) * len(windows) + j + 1, total, kl_sum / (j + 1))
+                report(len(losses) * len(windows) + j + 1, total)
         losses.append(kl_sum / len(windows))
     return trained, losses

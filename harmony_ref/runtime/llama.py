@@ -54,6 +54,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -424,26 +425,6 @@ def unpruned_grams(weights: DecoderWeights, windows: np.ndarray) -> list:
     return grams
 
 
-def distill_pruned(teacher: DecoderWeights, pruned: DecoderWeights, windows, prune):
-    """model/distill.py distill_decoder of `pruned` on `teacher` at the policy's settings, with
-    its progress shown."""
-
-    def show(done: int, total: int, kl: float) -> None:
-        report("distilling the pruned model (windows x epochs)", done, total)
-
-    trained, _ = distill_decoder(
-        teacher,
-        pruned,
-        windows,
-        prune.distill_epochs,
-        prune.distill_lr,
-        prune.distill_params,
-        prune.seed,
-        show,
-    )
-    return trained
-
-
 class Llama:
     """The decoder on our kernels under a quantization policy (see the module docstring)."""
 
@@ -465,26 +446,33 @@ class Llama:
         if prune is not None:
             norms = None
             grams = None
+            windows = (  # the one set every calibrated step below reads
+                calibration_windows(weights, prune.windows(), calibration_tokens, sampler)
+                if prune.calibrates
+                else None
+            )
             if prune.repair:  # Gram matrices (and norms) of the unpruned model in FP32
-                act = prune.windows()
-                grams = unpruned_grams(
-                    weights, calibration_windows(weights, act, calibration_tokens, sampler)
-                )
+                grams = unpruned_grams(weights, windows)
                 norms = [
                     (np.sqrt(np.diag(gf)), np.sqrt(np.diag(go).reshape(-1, c.head_dim).sum(axis=1)))
                     for gf, go in grams
                 ]
             elif prune.score == "activation":  # scored by the unpruned model run in FP32
-                act = prune.windows()
-                base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
-                norms = activation_norms(
-                    base, calibration_windows(weights, act, calibration_tokens, sampler), c.head_dim
-                )
+                base = Llama(weights, Policy("fp32", FP32), max_context=prune.sample_tokens)
+                norms = activation_norms(base, windows, c.head_dim)
                 del base
             pruned = prune_decoder(weights, prune, norms, grams)
             if prune.distill_epochs:  # fine-tuned on the unpruned model's outputs
-                windows = calibration_windows(weights, prune.windows(), calibration_tokens, sampler)
-                pruned = distill_pruned(weights, pruned, windows, prune)
+                pruned, _ = distill_decoder(
+                    weights,
+                    pruned,
+                    windows,
+                    prune.distill_epochs,
+                    prune.distill_lr,
+                    prune.distill_params,
+                    prune.seed,
+                    partial(report, "distilling the pruned model (windows x epochs)"),
+                )
             weights = pruned
         act = self.policy.activations
         scales = {}
