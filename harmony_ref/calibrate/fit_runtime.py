@@ -10,7 +10,8 @@ figure counts as much as a fast one; scipy.optimize.least_squares within the bou
 prediction is the one the fidelity command makes: the SoC and the trial runtime merged
 (device/runtime.py apply_runtime) and priced by device/cost.py. A parameter the fit points do
 not move (no decode point for a memory efficiency) keeps its prior value and is reported as not
-fitted. The roofline's max() makes basins (an op memory- or compute-bound), so the fit starts
+fitted. `fit_soc_efficiencies` then gives a SoC its own matmul efficiency (a [[soc_efficiency]]
+entry) where the points span several SoCs and that SoC has a prompt figure of its own. The roofline's max() makes basins (an op memory- or compute-bound), so the fit starts
 from the prior and from a tenth of it in every parameter and keeps the best. Points with split
 "score" are refused: held out means held out.
 """
@@ -24,7 +25,7 @@ import math
 
 import numpy as np
 
-from harmony_ref.device.runtime import RuntimeCalibration, RuntimeProfile
+from harmony_ref.device.runtime import RuntimeCalibration, RuntimeProfile, SocEfficiency
 
 # parameter -> (section of RuntimeProfile or "" for a top-level field, field, lower, upper)
 PARAMS = {
@@ -176,6 +177,91 @@ def fit_on_points(
     )
 
 
+# the metrics a matmul efficiency moves: a prompt's rate or its time to first token
+PROMPT_METRICS = ("prefill_tokens_per_s", "ttft_ms")
+
+
+def shared_only(rt: RuntimeProfile) -> RuntimeProfile:
+    """`rt` without its [[soc_efficiency]] entries: every SoC at the shared efficiencies (what
+    a fit of the shared numbers starts from, so that no old entry hides a SoC from it)."""
+    out = dataclasses.replace(rt, soc_efficiency=())
+    object.__setattr__(out, "source", rt.source)
+    return out
+
+
+def fit_soc_efficiencies(rt: RuntimeProfile, points) -> tuple[RuntimeProfile, list[dict]]:
+    """`rt` (its shared numbers fitted on all of `points`) with a matmul efficiency of their
+    own for the SoCs that can pin one: when the points span more than one SoC, each SoC with a
+    prompt figure (PROMPT_METRICS) gets the matmul that fits its own points alone, every other
+    number held at the shared fit's. One SoC alone needs no entry (the shared fit is its own).
+    Returns the runtime and one row per SoC entry (soc, shared, own matmul, fitted_on)."""
+    from harmony_ref.device.profile import load_soc
+
+    by_soc: dict[str, list] = {}
+    for p in points:
+        by_soc.setdefault(load_soc(p.profile).name, []).append(p)
+    entries, rows = [], []
+    if len(by_soc) > 1:
+        for soc, pts in sorted(by_soc.items()):
+            if not any(p.metric in PROMPT_METRICS for p in pts):
+                continue
+            own, report = fit_on_points(rt, pts, ("matmul",), multistart=False)
+            if "matmul" not in report.fitted:
+                continue
+            matmul = _closest_to_shared(rt, pts, own.efficiency.matmul, report.cost)
+            ids = tuple(p.id for p in pts)
+            entries.append(SocEfficiency(soc, float(f"{matmul:.6g}"), ids))
+            rows.append(
+                {
+                    "soc": soc,
+                    "shared_matmul": rt.efficiency.matmul,
+                    "own_matmul": matmul,
+                    "fitted_on": list(ids),
+                }
+            )
+    out = dataclasses.replace(rt, soc_efficiency=tuple(entries))
+    object.__setattr__(out, "source", rt.source)
+    return out, rows
+
+
+def _closest_to_shared(rt: RuntimeProfile, points, best: float, best_cost: float) -> float:
+    """Of the matmul efficiencies that fit `points` as well as `best` does, the one closest to
+    the shared one. A roofline is flat where every op is memory-bound: a SoC whose prompt
+    figures only bound its efficiency from below (any value above some floor fits them alike)
+    gets that floor, not wherever the solver stopped. Bisection on the segment shared..best."""
+    shared = rt.efficiency.matmul
+
+    def cost(v: float) -> float:
+        r = with_params(rt, {"matmul": v})
+        return float(sum(math.log(p.predicted(r) / p.measured) ** 2 for p in points))
+
+    limit = best_cost * (1 + 1e-3) + 1e-12
+    if cost(shared) <= limit:
+        return shared
+    near, far = shared, best  # cost(near) > limit >= cost(far)
+    for _ in range(40):
+        mid = 0.5 * (near + far)
+        near, far = (mid, far) if cost(mid) > limit else (near, mid)
+    return far
+
+
+def point_rows(rt: RuntimeProfile, points) -> tuple[list[dict], float]:
+    """Measured beside `rt`'s prediction for each point, and their MAPE."""
+    rows = []
+    for p in points:
+        v = p.predicted(rt)
+        rows.append(
+            {
+                "id": p.id,
+                "metric": p.metric,
+                "measured": float(p.measured),
+                "predicted": float(v),
+                "error_pct": float(100 * (v - p.measured) / p.measured),
+            }
+        )
+    return rows, float(np.mean([abs(r["error_pct"]) for r in rows]))
+
+
 def calibrated(
     rt: RuntimeProfile,
     method: str,
@@ -239,6 +325,20 @@ def runtime_toml(
             if isinstance(v, float) and math.isnan(v):
                 continue
             out.append(line(f.name, v, f"{sec}.{f.name}"))
+    if rt.soc_efficiency:
+        out += [
+            "",
+            "# SoCs whose own calibration figures pin a matmul efficiency of their own; every",
+            "# other SoC takes [efficiency] matmul, the one pooled over all of them",
+        ]
+    for e in rt.soc_efficiency:
+        out += ["[[soc_efficiency]]", line("soc", e.soc, "")]
+        n = len(e.fitted_on)
+        out.append(
+            f"matmul = {_value(e.matmul)}"
+            + (f"  # fitted on this SoC's {n} point{'s' if n > 1 else ''} alone" if n else "")
+        )
+        out.append(line("fitted_on", list(e.fitted_on), ""))
     if rt.calibration is not None:
         c = rt.calibration
         out += [

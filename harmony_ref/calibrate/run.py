@@ -341,14 +341,19 @@ def calibrate_runtime_on_set(
     """Fit `runtime` on the fit points of a measured set (calibrate/points.py) and write the
     runtime profile to `out` (loaded back through the schema). Sets: "host" (the per-call NNLS
     of calibrate/host_runs.py), "llama.cpp" (calibrate/llamacpp.py), "phones" (the figures of
-    `figures`, default the shipped ones, whose runtime is `runtime`). Returns a summary."""
+    `figures`, default the shipped ones, whose runtime is `runtime`; the shared numbers over every
+    SoC, then each SoC's own matmul where its figures pin one: fit_runtime.fit_soc_efficiencies).
+    Returns a summary."""
     from harmony_ref.calibrate.fit_runtime import (
         PARAMS,
         calibrated,
         fit_on_points,
+        fit_soc_efficiencies,
         get_param,
         held_out_mape,
+        point_rows,
         runtime_toml,
+        shared_only,
     )
     from harmony_ref.device.runtime import load_runtime
 
@@ -373,21 +378,29 @@ def calibrate_runtime_on_set(
             points = [p for p in figure_points(load_figures(figures)) if p.runtime == runtime]
             wants_memory = any(p.metric == "peak_memory_mb" for p in points)
             params = params or (PHONE_PARAMS + (("workspace_mb",) if wants_memory else ()))
+            base = shared_only(base)  # the shared numbers are refitted over every SoC
         else:
             raise ValueError(f"--set {set_name!r}: must be host, llama.cpp or phones")
         fit_pts = [p for p in points if p.split == "fit"]
         if not fit_pts:
             raise ValueError(f"--set {set_name}: no fit points for runtime {runtime!r}")
         rt, report = fit_on_points(base, fit_pts, tuple(params), multistart)
+        method = f"least squares on log error (calibrate/fit_runtime.py), set {set_name}"
+        soc_rows: list[dict] = []
+        if set_name == "phones":
+            rt, soc_rows = fit_soc_efficiencies(rt, fit_pts)
+            if soc_rows:
+                method += "; then each SoC's own matmul on its own points"
+        rows, fit_mape = point_rows(rt, fit_pts)
         rt = calibrated(
             rt,
-            f"least squares on log error (calibrate/fit_runtime.py), set {set_name}",
+            method,
             [p.id for p in fit_pts],
             [p.id for p in points if p.split == "score"],
-            report.fit_mape_pct,
+            fit_mape,
         )
-        fitted, rows = report.fitted, report.rows
-        extra = {"not_fitted": list(report.not_fitted)}
+        fitted = report.fitted
+        extra = {"not_fitted": list(report.not_fitted), "soc_efficiency": soc_rows}
     held = held_out_mape(rt, points)
     rt = calibrated(
         rt,

@@ -301,6 +301,13 @@ def _run_set_calibration(args) -> int:
             pd.DataFrame(summary["rows"]),
             title=f"fit points of {args.runtime}: measured vs fitted model",
         )
+    if summary.get("soc_efficiency"):
+        print_table(
+            pd.DataFrame(summary["soc_efficiency"]).assign(
+                fitted_on=lambda d: d["fitted_on"].map(", ".join)
+            ),
+            title="SoCs with a matmul efficiency of their own (the rest take the shared one)",
+        )
     for k in ("runtime", "set", "out", "fitted", "fit_mape_pct", "fitted_on", "scored_on"):
         print(f"{k}: {summary[k]}")
     return 0

@@ -92,12 +92,14 @@ def run(args) -> int:
         }
     metrics = device.predict(config)
     breakdown = scenario_breakdown(device.profile, config) if args.breakdown else {}
+    matmul = _matmul_efficiency(load_soc(args.profile).name, runtime)
     if args.json:
         print_json(
             {
                 "backend": device.name,
                 "profile": device.profile.name,
                 "runtime": runtime,
+                **({"matmul_efficiency": matmul} if matmul else {}),
                 "config": config.label,
                 "metrics": metrics.to_dict(),
                 **({"breakdown": breakdown} if breakdown else {}),
@@ -109,6 +111,10 @@ def run(args) -> int:
     # The label is wider than the table: on its own line it does not wrap mid-word.
     print(f"{device.profile.name}: {config.label}")
     print_table(df, title="predicted (simulated device, exact)")
+    if matmul:
+        print(
+            f"{runtime}'s matmul efficiency on {matmul['soc']}: {matmul['value']:.4g} ({matmul['from']})"
+        )
     for title, rows in breakdown.items():
         print_table(pd.DataFrame(rows), title=title)
     if threads:
@@ -133,3 +139,21 @@ def run(args) -> int:
             f"{metrics.value('app_budget_mb'):,.0f} MB on {device.profile.name}"
         )
     return 0
+
+
+def _matmul_efficiency(soc: str, runtime: str | None) -> dict:
+    """Which matmul efficiency the prediction used: the SoC's own (a [[soc_efficiency]] entry
+    of the runtime, fitted on that SoC's figures) or the runtime's shared one."""
+    if not runtime:
+        return {}
+    from harmony_ref.device.runtime import load_runtime
+
+    rt = load_runtime(runtime)
+    entry = rt.soc_entry(soc)
+    if entry is None:
+        return {"soc": soc, "value": rt.efficiency.matmul, "from": "the runtime's shared value"}
+    return {
+        "soc": soc,
+        "value": entry.matmul,
+        "from": f"this SoC's own, fitted on {', '.join(entry.fitted_on) or 'figures of it'}",
+    }

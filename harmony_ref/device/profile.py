@@ -527,6 +527,18 @@ class RuntimeCalibration:
 
 
 @dataclass(frozen=True)
+class SocEfficiency:
+    """One SoC's own matmul efficiency for a runtime: fitted where calibration figures of that
+    SoC pin it (calibrate/run.py), used on that SoC in place of [efficiency] matmul (classes a
+    runtime sets explicitly keep their own numbers). A SoC without an entry takes the shared
+    one: the runtime's efficiency pooled over every SoC it was fitted on."""
+
+    soc: str  # a SoC profile's `name` ("dimensity-9300")
+    matmul: float = _fraction()
+    fitted_on: tuple[str, ...] = ()  # the measurement ids of that SoC it was fitted on
+
+
+@dataclass(frozen=True)
 class RuntimeProfile:
     name: str
     description: str
@@ -537,12 +549,32 @@ class RuntimeProfile:
     threads: int = field(default=0, metadata={"min": 0})  # cpu: threads (0: performant_cores)
     thread_split: str = field(default="even", metadata={"choices": THREAD_SPLITS})
     workspace_mb: float = field(default=0.0, metadata={"min": 0.0})  # runtime + scratch memory
+    # [[soc_efficiency]]: SoCs with a matmul efficiency of their own (SocEfficiency)
+    soc_efficiency: tuple[SocEfficiency, ...] = ()
     calibration: RuntimeCalibration | None = field(default=None, compare=False)
     source: str = field(default="<memory>", compare=False, init=False)
+
+    def soc_entry(self, soc_name: str) -> SocEfficiency | None:
+        """The [[soc_efficiency]] entry of SoC profile `soc_name`, or None."""
+        return next((s for s in self.soc_efficiency if s.soc == soc_name), None)
+
+    def matmul_on(self, soc_name: str) -> float:
+        """The matmul efficiency on SoC `soc_name`: its own entry's, else the shared one."""
+        entry = self.soc_entry(soc_name)
+        return self.efficiency.matmul if entry is None else entry.matmul
 
 
 def runtime_from_dict(data: dict, source: str) -> RuntimeProfile:
     rt = from_table(RuntimeProfile, data, source)
+    names = [s.soc for s in rt.soc_efficiency]
+    for i, name in enumerate(names):
+        if not name.strip():
+            raise ValueError(f"{source}: field 'soc_efficiency[{i}].soc' = {name!r}: empty")
+        if name in names[:i]:
+            raise ValueError(
+                f"{source}: field 'soc_efficiency[{i}].soc' = {name!r}: that SoC has an "
+                "entry already (one matmul efficiency per SoC)"
+            )
     object.__setattr__(rt, "source", source)
     return rt
 
@@ -610,7 +642,7 @@ def apply_runtime(
     the SoC lacks the unit the runtime needs (a GPU runtime on a profile without [gpu])."""
     e, c, m = rt.efficiency, soc.compute, soc.memory
     compute = dict(
-        compute_efficiency=e.matmul,
+        compute_efficiency=rt.matmul_on(soc.name),
         weight_only_compute=rt.weight_only_compute,
         **{f"{k}_efficiency": getattr(e, k) for k in EFFICIENCY_CLASSES + ("gemv",)},
     )

@@ -17,6 +17,11 @@ it, the CPU clusters, GPU and NPU peaks. A runtime profile says what a runtime m
   chunks: the op runs at the sum of its cores' rates);
 - [efficiency]: achieved / peak, on matmuls, per compute dtype, for attention and vector ops,
   on DRAM reads and on cache reads; [overhead]: per kernel launch and per forward pass;
+- [[soc_efficiency]]: a SoC's own matmul efficiency, where that SoC's calibration figures pin
+  one (`soc`, `matmul`, `fitted_on`); every other SoC takes [efficiency] matmul, the value
+  pooled over all the SoCs the runtime was fitted on. A runtime's achieved share of a CPU's
+  nominal peak is not one number across SoCs: the clocks cores hold with every thread busy, and
+  how a kernel fills each core's pipes, differ, and no spec sheet gives either;
 - [calibration]: which measurements the numbers were fitted on and which scored them
   (written by `harmony-ref calibrate`, read by `harmony-ref fidelity`).
 
@@ -39,6 +44,7 @@ from harmony_ref.device.profile import (  # noqa: F401
     RuntimeEfficiency,
     RuntimeOverhead,
     RuntimeProfile,
+    SocEfficiency,
     apply_runtime,
     cpu_rates,
     load_runtime,

@@ -10,7 +10,13 @@ import math
 import pytest
 
 from harmony_ref.calibrate.figures import HELDOUT_FIGURES, figure_points, load_figures
-from harmony_ref.calibrate.fit_runtime import fit_on_points, get_param, with_params
+from harmony_ref.calibrate.fit_runtime import (
+    fit_on_points,
+    fit_soc_efficiencies,
+    get_param,
+    shared_only,
+    with_params,
+)
 from harmony_ref.calibrate.points import Point
 from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
@@ -31,7 +37,9 @@ def _synthetic(rt, configs):
 
 
 def test_a_fit_recovers_the_numbers_that_made_the_points():
-    truth = with_params(load_runtime("llama.cpp-cpu"), {"matmul": 0.17, "memory": 0.55})
+    truth = with_params(
+        shared_only(load_runtime("llama.cpp-cpu")), {"matmul": 0.17, "memory": 0.55}
+    )
     cfg = RunConfig.from_names("llama-2-7b", "int4-g32-sym", 64, 64, 2048)
     points = _synthetic(
         truth,
@@ -47,6 +55,85 @@ def test_a_fit_recovers_the_numbers_that_made_the_points():
     assert get_param(got, "matmul") == pytest.approx(0.17, rel=1e-4)
     assert get_param(got, "memory") == pytest.approx(0.55, rel=1e-4)
     assert report.fit_mape_pct < 1e-3
+
+
+def test_each_soc_gets_the_matmul_its_own_points_give():
+    """Points made by a runtime whose Kirin 9000E runs matmuls at 0.25 of its peak and every
+    other SoC at 0.17: the shared fit compromises, then the Kirin gets 0.25 back from its own
+    points, the Dimensity (whose points agree with the shared numbers) about the shared value,
+    and the Snapdragon, with a decode figure only (no prompt to pin a matmul), no entry."""
+    from harmony_ref.device.runtime import SocEfficiency
+
+    shared = with_params(
+        shared_only(load_runtime("llama.cpp-cpu")), {"matmul": 0.17, "memory": 0.55}
+    )
+    truth = dataclasses.replace(shared, soc_efficiency=(SocEfficiency("kirin-9000e", 0.25),))
+    cfg = RunConfig.from_names("llama-2-7b", "int4-g32-sym", 64, 64, 2048)
+    points = _synthetic(
+        truth,
+        [
+            ("dimensity-9300", cfg, "prefill_tokens_per_s"),
+            ("dimensity-9300", cfg, "decode_tokens_per_s"),
+            ("kirin-9000e", cfg, "prefill_tokens_per_s"),
+            ("kirin-9000e", cfg, "decode_tokens_per_s"),
+            ("snapdragon-8-gen-3", cfg, "decode_tokens_per_s"),
+        ],
+    )
+    start = with_params(shared, {"matmul": 0.4, "memory": 0.3})
+    pooled, report = fit_on_points(start, points, ("matmul", "memory"))
+    assert report.fit_mape_pct > 5  # one shared matmul cannot fit both SoCs' prompts
+    got, rows = fit_soc_efficiencies(pooled, points)
+    own = {e.soc: e for e in got.soc_efficiency}
+    assert set(own) == {"dimensity-9300", "kirin-9000e"} == {r["soc"] for r in rows}
+    assert own["kirin-9000e"].matmul == pytest.approx(0.25, rel=0.01)
+    assert own["dimensity-9300"].matmul == pytest.approx(0.17, rel=0.01)
+    assert own["kirin-9000e"].fitted_on == ("p2", "p3")
+    for p in points:
+        assert p.predicted(got) == pytest.approx(p.measured, rel=0.01), p.id
+    # one SoC alone: the shared fit is that SoC's, no entry
+    alone, rows = fit_soc_efficiencies(pooled, points[:2])
+    assert alone.soc_efficiency == () and rows == []
+
+
+def test_a_soc_whose_points_only_bound_its_matmul_gets_the_bound_nearest_the_shared():
+    """A prompt that is memory-bound at any matmul efficiency above some floor (the 8 Elite's
+    1B TTFT on qnn-npu) pins the floor, not wherever a solver stops above it."""
+    shared = shared_only(load_runtime("qnn-npu"))
+    cfg = RunConfig.from_names("llama-3.2-1b", "int4-g32", 128, 128, 4096)
+    big = RunConfig.from_names("llama-2-7b", "int4-g32-sym", 128, 1, 2048)
+    made_at_09 = _synthetic(
+        with_params(shared, {"matmul": 0.9}), [("snapdragon-8-elite", cfg, "ttft_ms")]
+    )
+    other = _synthetic(shared, [("snapdragon-8-gen-3", big, "prefill_tokens_per_s")])
+    points = [made_at_09[0], dataclasses.replace(other[0], id="q")]
+    got, _ = fit_soc_efficiencies(shared, points)
+    floor = got.soc_entry("snapdragon-8-elite").matmul
+    assert shared.efficiency.matmul < floor < 0.9
+    ttft = made_at_09[0]
+    assert ttft.predicted(got) == pytest.approx(ttft.measured, rel=1e-3)
+    lower = dataclasses.replace(
+        got, soc_efficiency=(dataclasses.replace(got.soc_efficiency[0], matmul=floor * 0.97),)
+    )
+    assert ttft.predicted(lower) > ttft.measured * 1.001  # below the floor the prompt slows
+    # the Snapdragon 8 Gen 3's point agrees with the shared value: its entry is the shared one
+    assert got.matmul_on("snapdragon-8-gen-3") == pytest.approx(shared.efficiency.matmul, rel=1e-4)
+
+
+def test_the_shipped_phone_runtimes_are_the_fit_of_their_figures(tmp_path):
+    from harmony_ref.calibrate.run import calibrate_runtime_on_set
+
+    for name in ("llama.cpp-cpu", "qnn-npu", "executorch-xnnpack", "mlc-gpu"):
+        shipped = load_runtime(name)
+        out = tmp_path / f"{name}.toml"
+        calibrate_runtime_on_set("phones", name, out, multistart=False)
+        refit = load_runtime(out)
+        for f in ("matmul", "memory"):
+            a, b = getattr(shipped.efficiency, f), getattr(refit.efficiency, f)
+            assert a == pytest.approx(b, rel=1e-4), (name, f)
+        assert [e.soc for e in refit.soc_efficiency] == [e.soc for e in shipped.soc_efficiency]
+        for a, b in zip(shipped.soc_efficiency, refit.soc_efficiency):
+            assert a.matmul == pytest.approx(b.matmul, rel=1e-4) and a.fitted_on == b.fitted_on
+        assert refit.calibration.fitted_on == shipped.calibration.fitted_on
 
 
 def test_a_parameter_no_point_moves_is_reported_not_fitted():

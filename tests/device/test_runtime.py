@@ -103,7 +103,9 @@ def test_a_cpu_runtime_on_a_soc_worked_by_hand():
     int8 = (128 * 3.25 + 3 * 128 * 2.85 + 2 * 64 * 2.0) * GIGA
     assert p.compute.cpu_int8_gops * GIGA == pytest.approx(int8)
     assert p.compute.matmul_ops_per_s("int8") == pytest.approx(int8)  # no NPU path: the CPU's
-    assert p.compute.efficiency("int8") == rt.efficiency.matmul
+    # the Dimensity 9300 has a matmul efficiency of its own (its calibration figures pin one)
+    assert p.compute.efficiency("int8") == rt.matmul_on("dimensity-9300")
+    assert rt.matmul_on("dimensity-9300") == rt.soc_entry("dimensity-9300").matmul
     # the CPU's read bandwidth replaces the DRAM peak: measured on the Snapdragon 8 Gen 3
     # (PowerInfer-2), elsewhere assumed at that SoC's share of the peak (43.9 of 76.8)
     assert (
@@ -117,6 +119,32 @@ def test_a_cpu_runtime_on_a_soc_worked_by_hand():
     weights = bounds(p, cfg).weight_bytes
     floor = weights / (43.9 * GB * rt.efficiency.memory)
     assert floor <= t.decode.time_s <= floor * 1.15
+
+
+def test_a_socs_own_matmul_efficiency_applies_on_that_soc_only():
+    rt = load_runtime("llama.cpp-cpu")
+    own = {e.soc: e.matmul for e in rt.soc_efficiency}
+    assert {"dimensity-9300", "kirin-9000e"} <= set(own)
+    for soc in SOCS:
+        p = load_profile(soc, rt)
+        want = own.get(soc, rt.efficiency.matmul)
+        assert p.compute.compute_efficiency == want, soc
+        assert p.compute.efficiency("int4") == want, soc  # unset classes fall back to it
+    assert "snapdragon-8-elite" not in own  # no llama.cpp figure of its own: the shared one
+    # every entry names what it was fitted on, all of it among the runtime's fit points
+    for e in rt.soc_efficiency:
+        assert e.fitted_on and set(e.fitted_on) <= set(rt.calibration.fitted_on)
+
+
+def test_a_runtime_with_soc_entries_round_trips_through_its_toml(tmp_path):
+    from harmony_ref.calibrate.fit_runtime import runtime_toml
+
+    for name in ("llama.cpp-cpu", "qnn-npu"):
+        rt = load_runtime(name)
+        path = tmp_path / f"{name}.toml"
+        path.write_text(runtime_toml(rt))
+        again = load_runtime(path)
+        assert again.soc_efficiency == rt.soc_efficiency and again == rt
 
 
 def test_threads_default_to_the_performant_cores():
@@ -162,6 +190,30 @@ launch_us = 5.0
         (("memory = 0.5", "memory = 0.5\ncahce = 0.5"), "unknown field 'efficiency.cahce'"),
         (("matmul = 0.3\n", ""), "missing field 'efficiency.matmul'"),
         (("threads", "threads"), None),
+        (
+            ("launch_us = 5.0", 'launch_us = 5.0\n[[soc_efficiency]]\nsoc = "a"\nmatmul = 1.5'),
+            "field 'soc_efficiency\\[0\\].matmul' = 1.5: must be <= 1.0",
+        ),
+        (
+            ("launch_us = 5.0", 'launch_us = 5.0\n[[soc_efficiency]]\nsoc = "a"'),
+            "missing field 'soc_efficiency\\[0\\].matmul'",
+        ),
+        (
+            ("launch_us = 5.0", 'launch_us = 5.0\n[[soc_efficiency]]\nsoc = "a"\nmatmull = 0.2'),
+            "unknown field 'soc_efficiency\\[0\\].matmull'",
+        ),
+        (
+            (
+                "launch_us = 5.0",
+                'launch_us = 5.0\n[[soc_efficiency]]\nsoc = "a"\nmatmul = 0.2\n'
+                '[[soc_efficiency]]\nsoc = "a"\nmatmul = 0.3',
+            ),
+            "field 'soc_efficiency\\[1\\].soc' = 'a': that SoC has an entry already",
+        ),
+        (
+            ("launch_us = 5.0", 'launch_us = 5.0\n[[soc_efficiency]]\nsoc = " "\nmatmul = 0.2'),
+            "field 'soc_efficiency\\[0\\].soc' = ' ': empty",
+        ),
     ],
 )
 def test_bad_runtime_files_name_file_field_and_value(tmp_path, edit, message):
