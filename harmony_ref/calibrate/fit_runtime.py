@@ -10,10 +10,13 @@ figure counts as much as a fast one; scipy.optimize.least_squares within the bou
 prediction is the one the fidelity command makes: the SoC and the trial runtime merged
 (device/runtime.py apply_runtime) and priced by device/cost.py. A parameter the fit points do
 not move (no decode point for a memory efficiency) keeps its prior value and is reported as not
-fitted. `fit_soc_efficiencies` then gives a SoC its own matmul efficiency (a [[soc_efficiency]]
-entry) where the points span several SoCs and that SoC has a prompt figure of its own. The roofline's max() makes basins (an op memory- or compute-bound), so the fit starts
+fitted. The roofline's max() makes basins (an op memory- or compute-bound), so the fit starts
 from the prior and from a tenth of it in every parameter and keeps the best. Points with split
 "score" are refused: held out means held out.
+
+`fit_soc_efficiencies` then gives a SoC its own matmul efficiency (a [[soc_efficiency]] entry of
+the runtime profile) where the points span several SoCs and that SoC has a prompt figure of its
+own; `fit_on_points` itself moves only the shared numbers.
 """
 
 from __future__ import annotations
@@ -177,8 +180,8 @@ def fit_on_points(
     )
 
 
-# the metrics a matmul efficiency moves: a prompt's rate or its time to first token
-PROMPT_METRICS = ("prefill_tokens_per_s", "ttft_ms")
+# the metrics a matmul efficiency moves: a prompt's time or rate, or its time to first token
+PROMPT_METRICS = ("prefill_ms", "prefill_tokens_per_s", "ttft_ms")
 
 
 def shared_only(rt: RuntimeProfile) -> RuntimeProfile:

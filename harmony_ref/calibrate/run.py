@@ -485,11 +485,18 @@ def calibrate_runtime_phases(
     fit workloads (every third is held out), write the runtime profile, score the held-out
     ones. A run that fails raises BackendError; with `session`, as calibrate_phases."""
     from harmony_ref.backends.command import CommandDevice
-    from harmony_ref.calibrate.fit_runtime import calibrated, fit_on_points, runtime_toml
+    from harmony_ref.calibrate.fit_runtime import (
+        calibrated,
+        fit_on_points,
+        runtime_toml,
+        shared_only,
+    )
     from harmony_ref.calibrate.points import Point
     from harmony_ref.device.runtime import load_runtime
 
-    base = load_runtime(runtime)
+    # the fit is this device's: its numbers become the profile's shared ones, and no other
+    # SoC's [[soc_efficiency]] entry (fitted with the old shared numbers) is carried over
+    base = shared_only(load_runtime(runtime))
     load_profile(profile, base)  # the runtime must run on this SoC: checked before any run
     dev = CommandDevice(command_template, fmt, timeout_s, session=session, progress=progress)
     configs = [workload_run_config(*w) for w in workloads]

@@ -384,3 +384,39 @@ def test_cli_command_backend_needs_four_workloads(tmp_path, capsys):
         == 2
     )
     assert "at least 4" in capsys.readouterr().err
+
+
+def test_a_phase_calibration_fits_the_shared_numbers_of_a_runtime_with_soc_entries(
+    tmp_path, capsys
+):
+    """llama.cpp-cpu ships a matmul efficiency of the Dimensity 9300's own; a team's phone on
+    that SoC measured through the command backend refits the runtime for that phone: the fit
+    moves the shared numbers (no entry left to hide the SoC from them) and finds the phone's."""
+    from harmony_ref.device.runtime import load_runtime
+
+    assert load_runtime("llama.cpp-cpu").soc_entry("dimensity-9300") is not None
+    out = tmp_path / "rt.toml"
+    args = [
+        "calibrate",
+        "--backend",
+        "command",
+        "--command",
+        phone_command("--base dimensity-9300 --compute-eff 0.2 --memory-eff 0.5"),
+        "--format",
+        "llama-bench",
+        "--workloads",
+        PHONE_WORKLOADS,
+        "--runtime",
+        "llama.cpp-cpu",
+        "--profile",
+        "dimensity-9300",
+        "--out",
+        str(out),
+        "--json",
+    ]
+    assert main(args) == 0
+    capsys.readouterr()
+    rt = load_runtime(out)
+    assert rt.soc_efficiency == ()
+    assert rt.efficiency.matmul == pytest.approx(0.2, rel=1e-2)
+    assert rt.efficiency.memory == pytest.approx(0.5, rel=1e-2)
