@@ -534,7 +534,7 @@ class SocEfficiency:
     one: the runtime's efficiency pooled over every SoC it was fitted on."""
 
     soc: str  # a SoC profile's `name` ("dimensity-9300")
-    matmul: float = _fraction()
+    matmul: float = _fraction()  # achieved / the unit's peak on matmuls, on this SoC
     fitted_on: tuple[str, ...] = ()  # the measurement ids of that SoC it was fitted on
 
 
@@ -549,7 +549,8 @@ class RuntimeProfile:
     threads: int = field(default=0, metadata={"min": 0})  # cpu: threads (0: performant_cores)
     thread_split: str = field(default="even", metadata={"choices": THREAD_SPLITS})
     workspace_mb: float = field(default=0.0, metadata={"min": 0.0})  # runtime + scratch memory
-    # [[soc_efficiency]]: SoCs with a matmul efficiency of their own (SocEfficiency)
+    # SoCs with a matmul efficiency of their own, fitted on their own calibration figures;
+    # every other SoC takes [efficiency] matmul
     soc_efficiency: tuple[SocEfficiency, ...] = ()
     calibration: RuntimeCalibration | None = field(default=None, compare=False)
     source: str = field(default="<memory>", compare=False, init=False)
