@@ -159,18 +159,8 @@ def fit_on_points(
                 break
     fitted = tuple(params[i] for i in moved)
     out = with_params(rt, {params[i]: x[i] for i in moved})  # unpinned ones keep their prior
-    pred = np.array([p.predicted(out) for p in points])
-    rows = [
-        {
-            "id": p.id,
-            "metric": p.metric,
-            "measured": float(m),
-            "predicted": float(v),
-            "error_pct": float(100 * (v - m) / m),
-        }
-        for p, m, v in zip(points, measured, pred)
-    ]
-    mape = float(np.mean(np.abs(pred - measured) / measured) * 100)
+    rows, mape = point_rows(out, points)
+    pred = np.array([r["predicted"] for r in rows])
     return out, FitReport(
         fitted,
         tuple(n for n in params if n not in fitted),
@@ -184,12 +174,17 @@ def fit_on_points(
 PROMPT_METRICS = ("prefill_ms", "prefill_tokens_per_s", "ttft_ms")
 
 
+def with_soc_efficiency(rt: RuntimeProfile, entries) -> RuntimeProfile:
+    """`rt` with `entries` (SocEfficiency) as its [[soc_efficiency]], its source kept."""
+    out = dataclasses.replace(rt, soc_efficiency=tuple(entries))
+    object.__setattr__(out, "source", rt.source)
+    return out
+
+
 def shared_only(rt: RuntimeProfile) -> RuntimeProfile:
     """`rt` without its [[soc_efficiency]] entries: every SoC at the shared efficiencies (what
     a fit of the shared numbers starts from, so that no old entry hides a SoC from it)."""
-    out = dataclasses.replace(rt, soc_efficiency=())
-    object.__setattr__(out, "source", rt.source)
-    return out
+    return with_soc_efficiency(rt, ())
 
 
 def fit_soc_efficiencies(rt: RuntimeProfile, points) -> tuple[RuntimeProfile, list[dict]]:
@@ -222,9 +217,7 @@ def fit_soc_efficiencies(rt: RuntimeProfile, points) -> tuple[RuntimeProfile, li
                     "fitted_on": list(ids),
                 }
             )
-    out = dataclasses.replace(rt, soc_efficiency=tuple(entries))
-    object.__setattr__(out, "source", rt.source)
-    return out, rows
+    return with_soc_efficiency(rt, entries), rows
 
 
 def _closest_to_shared(rt: RuntimeProfile, points, best: float, best_cost: float) -> float:

@@ -76,7 +76,8 @@ def run(args) -> int:
     from harmony_ref.device.profile import load_profile, load_soc
 
     device = SimulatedDevice(load_profile(args.profile, args.runtime, args.runtime_threads))
-    runtime = args.runtime or load_soc(args.profile).default_runtime or None
+    soc = load_soc(args.profile)
+    runtime = args.runtime or soc.default_runtime or None
     threads = None
     if args.threads is not None:
         cores = require_cpu(device.profile).cores
@@ -92,7 +93,7 @@ def run(args) -> int:
         }
     metrics = device.predict(config)
     breakdown = scenario_breakdown(device.profile, config) if args.breakdown else {}
-    matmul = _matmul_efficiency(load_soc(args.profile).name, runtime)
+    matmul = _matmul_efficiency(soc.name, runtime)
     if args.json:
         print_json(
             {

@@ -36,11 +36,19 @@ def _synthetic(rt, configs):
     return out
 
 
+# llama.cpp-cpu at one matmul and one memory efficiency on every SoC (no entries), and a
+# Llama 2 7B workload of the published figures' kind: what the synthetic fits start from
+LLAMACPP_TRUTH = {"matmul": 0.17, "memory": 0.55}
+LLAMA2_CFG = RunConfig.from_names("llama-2-7b", "int4-g32-sym", 64, 64, 2048)
+
+
+def _llamacpp_shared():
+    return with_params(shared_only(load_runtime("llama.cpp-cpu")), LLAMACPP_TRUTH)
+
+
 def test_a_fit_recovers_the_numbers_that_made_the_points():
-    truth = with_params(
-        shared_only(load_runtime("llama.cpp-cpu")), {"matmul": 0.17, "memory": 0.55}
-    )
-    cfg = RunConfig.from_names("llama-2-7b", "int4-g32-sym", 64, 64, 2048)
+    truth = _llamacpp_shared()
+    cfg = LLAMA2_CFG
     points = _synthetic(
         truth,
         [
@@ -64,11 +72,9 @@ def test_each_soc_gets_the_matmul_its_own_points_give():
     and the Snapdragon, with a decode figure only (no prompt to pin a matmul), no entry."""
     from harmony_ref.device.runtime import SocEfficiency
 
-    shared = with_params(
-        shared_only(load_runtime("llama.cpp-cpu")), {"matmul": 0.17, "memory": 0.55}
-    )
+    shared = _llamacpp_shared()
     truth = dataclasses.replace(shared, soc_efficiency=(SocEfficiency("kirin-9000e", 0.25),))
-    cfg = RunConfig.from_names("llama-2-7b", "int4-g32-sym", 64, 64, 2048)
+    cfg = LLAMA2_CFG
     points = _synthetic(
         truth,
         [
