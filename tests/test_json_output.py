@@ -88,6 +88,8 @@ CASES = {
         lambda t, g, r: [
             "--backend",
             "host",
+            "--method",
+            "microbench",
             "--quick",
             "--repeats",
             "2",

@@ -46,6 +46,9 @@ class HostRun:
     threads: int = field(metadata={"min": 1})
     split: str = field(metadata={"choices": SPLITS})
     differs_in: str = ""  # what a scored run varies against the fit runs
+    # a fit run's per-call profile: its prefill, and decode steps at these contexts
+    profile_contexts: tuple[int, ...] = field(default=(), metadata={"min": 2})
+    quick: bool = False  # measured by `calibrate --backend host --quick` too
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,10 @@ class HostManifest:
     sessions: tuple[str, ...]  # fixture files (tools/fidelity_host.py outputs), beside this file
     run: tuple[HostRun, ...]
     cpu: str = ""
+    model: str = HOST_MODEL  # the checkpoint every run generates with
     source: str = field(default="", compare=False)
+    # sessions measured in this process (calibrate --backend host), in place of the files
+    session_data: tuple = field(default=(), compare=False)
 
 
 def _data_dir() -> Path:
@@ -77,22 +83,16 @@ def load_host_manifest(path=None) -> HostManifest:
 
 
 def sessions(manifest: HostManifest) -> list[dict]:
+    if manifest.session_data:
+        return list(manifest.session_data)
     base = Path(manifest.source).parent
     return [json.loads((base / s).read_text()) for s in manifest.sessions]
 
 
-def run_config(run: HostRun):
-    from harmony_ref.calibrate.points import checkpoint_spec
-    from harmony_ref.config import RunConfig
+def run_config(run: HostRun, model: str = HOST_MODEL):
+    from harmony_ref.calibrate.host_measure import run_config as config
 
-    return RunConfig.from_names(
-        checkpoint_spec(HOST_MODEL),
-        run.policy,
-        run.prompt_tokens,
-        run.new_tokens,
-        run.context_tokens,
-        checkpoint=HOST_MODEL,
-    )
+    return config(model, run.policy, run.prompt_tokens, run.new_tokens, run.context_tokens)
 
 
 def run_values(manifest: HostManifest, run_id: str, metric: str) -> list[float]:
@@ -104,7 +104,7 @@ def host_points(manifest: HostManifest | None = None) -> list[Point]:
     manifest = manifest or load_host_manifest()
     out = []
     for run in manifest.run:
-        cfg = run_config(run)
+        cfg = run_config(run, manifest.model)
         for metric in HOST_METRICS:
             vals = run_values(manifest, run.id, metric)
             if not vals:
@@ -140,7 +140,7 @@ def fit_samples(manifest: HostManifest):
             run = runs.get(rid)
             if run is None or run.split != "fit":
                 continue  # a profile of a run that is not fitted on is never used
-            cfg = run_config(run)
+            cfg = run_config(run, manifest.model)
             steps = [("prefill", run.prompt_tokens, run.prompt_tokens, prof["prefill"])]
             steps += [("decode", 1, int(c), reps) for c, reps in prof["decode"].items()]
             for phase, tokens, context, reps in steps:
@@ -175,12 +175,12 @@ def profiled_points(manifest: HostManifest) -> list[Point]:
     for i, (run, phase, _tokens, context, reps) in enumerate(_profiles(manifest)):
         prompt = context if phase == "prefill" else context - 1
         cfg = RunConfig.from_names(
-            checkpoint_spec(HOST_MODEL),
+            checkpoint_spec(manifest.model),
             run.policy,
             prompt,
             1,
             max(run.context_tokens, prompt + 1),
-            checkpoint=HOST_MODEL,
+            checkpoint=manifest.model,
         )
         metric = "prefill_ms" if phase == "prefill" else "decode_step_ms"
         value = statistics.median(r["forward_s"] for r in reps) * 1e3
@@ -338,9 +338,16 @@ def fit_host_runtime(manifest: HostManifest | None = None):
     return rt, info
 
 
-def host_soc_toml(manifest: HostManifest | None = None) -> str:
-    """The SoC profile of the machine the host fixtures were measured on: every number measured
-    by tools/fidelity_host.py (or derived from lscpu flags), thermal borrowed (not calibrated)."""
+def host_soc_toml(
+    manifest: HostManifest | None = None,
+    name: str = "",
+    default_runtime: str = "",
+    written_by: str = "",
+) -> str:
+    """The SoC profile of the machine the sessions were measured on: every number measured
+    (calibrate/host_measure.py machine()) or derived from lscpu flags, thermal borrowed (not
+    calibrated). `name` and `default_runtime` default to the manifest's profile and runtime;
+    `written_by` names what measured it (default: the committed fixtures)."""
     from harmony_ref._toml import read_toml
     from harmony_ref.calibrate.write import THERMAL_TEMPLATE, _toml_table
     from harmony_ref.device.profile import PROFILES_FOLDER
@@ -352,14 +359,17 @@ def host_soc_toml(manifest: HostManifest | None = None) -> str:
     l3_mb = _size_mb(m["l3"])
     sync = max(0.0, m["parallel_call_us_t2"] - m["parallel_call_us_t1"])
     thermal = read_toml("profile", PROFILES_FOLDER, THERMAL_TEMPLATE)[0]["thermal"]
+    where = written_by or f"microbenchmarks in {', '.join(manifest.sessions)}"
+    what = "this machine" if written_by else "the machine of the fidelity fixtures"
+    ram_gb = m.get("ram_bytes", 24 * 1024**3) / 1024**3
     head = "\n".join(
         [
             "# This machine as a SoC profile, written by harmony_ref/calibrate/host_runs.py from the",
-            f"# microbenchmarks in {', '.join(manifest.sessions)} ({manifest.cpu}).",
-            f'name = "{manifest.profile}"',
-            f'description = "{manifest.cpu}; no NPU: the machine of the fidelity fixtures"',
-            'soc = "host CPU (KVM guest)"',
-            f'default_runtime = "{manifest.runtime}"',
+            f"# {where} ({manifest.cpu}).",
+            f'name = "{name or manifest.profile}"',
+            f'description = "{manifest.cpu}; no NPU: {what}"',
+            f'soc = "host CPU{" (KVM guest)" if "hypervisor" in m.get("flags", []) else ""}"',
+            f'default_runtime = "{default_runtime or manifest.runtime}"',
         ]
     )
     compute = _toml_table(
@@ -396,7 +406,13 @@ def host_soc_toml(manifest: HostManifest | None = None) -> str:
                 "measured: 2-thread read of 2 GiB (larger than the L3)",
             ),
             ("onchip_buffer_kib", m["l2_bytes"] / 1024, "measured: L2 of cpu0 (sysfs)"),
-            ("ram_gb", 24.0, "the machine's 24 GiB, as free -g reports it (rounded)"),
+            (
+                "ram_gb",
+                round(ram_gb, 1),
+                "measured: the machine's memory (psutil), GiB"
+                if "ram_bytes" in m
+                else "the machine's 24 GiB, as free -g reports it (rounded)",
+            ),
             ("app_memory_share", 0.5, "assumption"),
             (
                 "runtime_workspace_mb",

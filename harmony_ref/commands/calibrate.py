@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from harmony_ref._io import check_output_file
 from harmony_ref.commands._output import add_json_flag, print_json, print_table
 
 NAME = "calibrate"
@@ -22,8 +23,22 @@ def add_arguments(p) -> None:
         "--backend",
         choices=("host", "command"),
         default="host",
-        help="host: run the microbenchmarks here; command: measured op times (--ops) "
-        "or phase times from a benchmark command (--command)",
+        help="host: measure and fit this machine (--method); command: measured op times "
+        "(--ops) or phase times from a benchmark command (--command)",
+    )
+    p.add_argument(
+        "--method",
+        choices=("runs", "microbench"),
+        default="runs",
+        help="--backend host: runs (default) times real prefill and decode steps of --model "
+        "per call, fits the harmony-ref-host runtime on the fit runs and scores the held-out "
+        "ones (writes OUT and OUT's .runtime.toml); microbench fits isolated GEMV/GEMM "
+        "microbenchmarks (the older, coarser method)",
+    )
+    p.add_argument(
+        "--model",
+        help="--backend host --method runs: the checkpoint to generate with (a shipped name, "
+        "a .gguf file or an HF directory; default smollm2-135m)",
     )
     p.add_argument(
         "--ops",
@@ -76,35 +91,41 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default="host.toml", help="profile TOML to write (default host.toml)")
     p.add_argument("--name", default="host", help="profile name (default host)")
     p.add_argument(
-        "--quick", action="store_true", help="fewer sizes and one held-out workload (CI)"
+        "--quick",
+        action="store_true",
+        help="runs: 6 of the 10 runs, 3 repeats (a few minutes); microbench: fewer sizes and "
+        "one held-out workload",
     )
     p.add_argument(
         "--repeats",
         type=_positive_int,
-        default=5,
-        help="timed repeats per microbenchmark (default 5)",
+        help="timed repeats per run or microbenchmark (default 5; runs --quick 3)",
     )
     p.add_argument(
         "--threads",
         type=_positive_int,
-        default=1,
-        help="Numba and BLAS threads (default 1: on a shared machine a preempted worker "
-        "thread stalls a parallel kernel for a scheduler slice)",
+        help="--method microbench: Numba and BLAS threads (default 1: on a shared machine a "
+        "preempted worker thread stalls a parallel kernel for a scheduler slice; the runs "
+        "method's plan sets each run's threads)",
     )
     p.add_argument(
         "--stat",
         choices=("min", "median"),
-        default="min",
-        help="time per op used to fit and score: min (default: the least disturbed "
-        "repeat on a shared machine) or median",
+        help="--method microbench: time per op used to fit and score: min (default: the "
+        "least disturbed repeat on a shared machine) or median",
     )
     p.add_argument(
         "--launch-from-workloads",
         action="store_true",
-        help="refit the launch overhead on the phase totals of a few whole-model fit "
-        "workloads (the real op mix) instead of taking it from the microbenchmarks",
+        help="--method microbench: refit the launch overhead on the phase totals of a few "
+        "whole-model fit workloads (the real op mix) instead of taking it from the "
+        "microbenchmarks",
     )
-    p.add_argument("--no-e2e", action="store_true", help="skip the held-out whole-model runs")
+    p.add_argument(
+        "--no-e2e",
+        action="store_true",
+        help="--method microbench: skip the held-out whole-model runs",
+    )
     p.add_argument(
         "--set",
         dest="fit_set",
@@ -138,14 +159,16 @@ def _positive_int(text: str) -> int:
 def run(args) -> int:
     from rich.progress import Progress
 
-    from harmony_ref._io import check_output_file
     from harmony_ref.calibrate import run as calibrate
 
     check_output_file(args.out, "--out")  # before minutes of measuring
     if args.session and args.backend != "command":
         raise ValueError("--session applies to --backend command")
+    _refuse_idle_flags(args)
     if args.fit_set:
         return _run_set_calibration(args)
+    if args.backend == "host" and args.method == "runs":
+        return _run_host_runs(args)
     if args.backend == "command" and (args.command_template or args.session):
         return _run_phase_calibration(args)
     if args.backend == "command":
@@ -155,7 +178,7 @@ def run(args) -> int:
                 "or --command/--format/--workloads (phase times from repeated runs)"
             )
         result, summary = calibrate.calibrate_op_file(
-            args.ops, args.out, args.name, args.stream_gbps, args.stat
+            args.ops, args.out, args.name, args.stream_gbps, args.stat or "min"
         )
     else:
         from rich.console import Console
@@ -168,9 +191,9 @@ def run(args) -> int:
                 args.out,
                 args.name,
                 args.quick,
-                args.repeats,
-                args.threads,
-                args.stat,
+                args.repeats or 5,
+                args.threads or 1,
+                args.stat or "min",
                 args.launch_from_workloads,
                 e2e=not args.no_e2e,
                 progress=lambda: prog.advance(task),
@@ -196,6 +219,64 @@ def run(args) -> int:
             print(f"{k}: {v}")
     for k, v in summary["notes"].items():
         print(f"note {k}: {v}")
+    return 0
+
+
+MICROBENCH_ONLY = (
+    ("threads", "--threads"),
+    ("stat", "--stat"),
+    ("launch_from_workloads", "--launch-from-workloads"),
+    ("no_e2e", "--no-e2e"),
+)
+
+
+def _refuse_idle_flags(args) -> None:
+    """A flag that does nothing in the chosen mode is refused, not ignored."""
+    host_runs = args.backend == "host" and args.method == "runs" and not args.fit_set
+    if host_runs:
+        for attr, flag in MICROBENCH_ONLY:
+            if getattr(args, attr):
+                raise ValueError(f"{flag} applies to --method microbench, not --method runs")
+    elif args.model:
+        raise ValueError("--model applies to --backend host --method runs")
+    if args.method != "runs" and args.backend != "host":
+        raise ValueError("--method applies to --backend host")
+
+
+def _run_host_runs(args) -> int:
+    """`calibrate --backend host` (the runs method): calibrate/host.py."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from harmony_ref.calibrate.host import calibrate_host_runs, runtime_path
+    from harmony_ref.calibrate.host_runs import load_host_manifest
+
+    check_output_file(runtime_path(args.out), "--out's runtime profile")
+    plan = [r for r in load_host_manifest().run if r.quick or not args.quick]
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as prog:
+        task = prog.add_task("calibrating", total=len(plan) + 2)
+
+        def report(label: str) -> None:
+            prog.update(task, description=label)
+            if not label.endswith("per-call profile"):
+                prog.advance(task)
+
+        summary = calibrate_host_runs(
+            args.out, args.name, args.model or "", args.quick, args.repeats, progress=report
+        )
+    if args.json:
+        print_json(summary)
+        return 0
+    import pandas as pd
+
+    print_table(
+        pd.DataFrame(summary["runs"]),
+        title=f"{summary['model']} on {summary['cpu']}: measured vs the fitted model",
+    )
+    for k, v in summary.items():
+        if k not in ("runs", "machine"):
+            print(f"{k}: {v}")
     return 0
 
 

@@ -401,6 +401,13 @@ def profile_from_dict(data: dict, source: str) -> DeviceProfile:
         raise e if str(e).startswith(source) else ValueError(f"{source}: {e}") from e
     _check_cross_fields(profile, source)
     object.__setattr__(profile, "source", source)
+    rt = profile.default_runtime
+    if rt.endswith(".toml") and not Path(rt).is_absolute():
+        # a relative runtime path is read beside the profile's file (`calibrate --backend host`
+        # writes host.toml naming host.runtime.toml), wherever the user runs from
+        beside = Path(source).parent / rt
+        if beside.is_file():
+            object.__setattr__(profile, "default_runtime", str(beside))
     return profile
 
 

@@ -106,6 +106,7 @@ def test_a_run_where_everything_failed_is_not_latest(tmp_path, monkeypatch, caps
     ],
 )
 def test_output_paths_are_checked_before_the_work(tmp_path, capsys, monkeypatch, make, argv):
+    import harmony_ref.calibrate.host as cal_host
     import harmony_ref.calibrate.run as cal
     import harmony_ref.checkpoint.artifact as art
     import harmony_ref.eval.plan as plan
@@ -117,6 +118,7 @@ def test_output_paths_are_checked_before_the_work(tmp_path, capsys, monkeypatch,
     for mod, name in (
         (job, "run_job"),
         (cal, "calibrate_host"),
+        (cal_host, "calibrate_host_runs"),
         (plan, "plan_policy"),
         (art, "export_artifact"),
         (minilm, "real_model"),

@@ -313,7 +313,19 @@ def test_host_and_simulated_host_profile_records_have_the_same_metric_names(tmp_
 
     host_profile = tmp_path / "host.toml"
     assert (
-        main(["calibrate", "--quick", "--no-e2e", "--repeats", "2", "--out", str(host_profile)])
+        main(
+            [
+                "calibrate",
+                "--method",
+                "microbench",
+                "--quick",
+                "--no-e2e",
+                "--repeats",
+                "2",
+                "--out",
+                str(host_profile),
+            ]
+        )
         == 0
     )
     cal = load_profile(host_profile).calibration
