@@ -183,17 +183,30 @@ def calibrate_host(
 def workload_run_config(model: str, policy: str, prompt: int, new: int):
     """The RunConfig of a `--workloads` item: `model` a spec preset or a checkpoint (a shipped
     decoder name, a .gguf file, an HF directory: its spec from its own metadata, and the
-    checkpoint what `{model}` fills in)."""
+    checkpoint what `{model}` fills in); `policy` a policy, or `as-stored` for a GGUF file
+    (runtime/loader.py file_policy: the types its tensor table names)."""
     from harmony_ref.config import RunConfig
+    from harmony_ref.model.spec import get_spec
+    from harmony_ref.quant.policy import AS_STORED
     from harmony_ref.runtime.loader import checkpoint_spec, is_checkpoint
 
     checkpoint = model if is_checkpoint(model) else ""
     spec = checkpoint_spec(model) if checkpoint else model
-    from harmony_ref.model.spec import get_spec
+    if policy == AS_STORED:  # the GGUF's own tensor types, read from its tensor table
+        from harmony_ref.runtime.loader import file_policy
 
+        policy = file_policy(model) if checkpoint else file_policy_refused(model)
     limit = get_spec(spec).max_positions
     context = max(prompt + new, min(2048, limit))
     return RunConfig.from_names(spec, policy, prompt, new, context, checkpoint=checkpoint)
+
+
+def file_policy_refused(model: str):
+    from harmony_ref.quant.policy import AS_STORED
+
+    raise ValueError(
+        f"--workloads: policy {AS_STORED} needs a GGUF checkpoint as the model, got {model!r}"
+    )
 
 
 def _check_valid_repeats(m, cfg) -> None:
@@ -466,104 +479,3 @@ def _inline_comments(path) -> dict[str, str]:
         if m:
             out[f"{section}.{m.group(1)}" if section else m.group(1)] = m.group(2).strip()
     return out
-
-
-def calibrate_runtime_phases(
-    command_template: str,
-    fmt: str,
-    workloads,
-    profile: str,
-    runtime: str,
-    timeout_s: float | None,
-    out,
-    params: tuple[str, ...] = ("matmul", "memory", "launch_us"),
-    session=None,
-    progress=None,
-) -> tuple[list[dict], dict]:
-    """The phase calibration of a runtime profile: run the command per workload on the device
-    `profile` describes, fit `runtime`'s `params` on the prefill and decode-step times of the
-    fit workloads (every third is held out), write the runtime profile, score the held-out
-    ones. A run that fails raises BackendError; with `session`, as calibrate_phases."""
-    from harmony_ref.backends.command import CommandDevice
-    from harmony_ref.calibrate.fit_runtime import (
-        calibrated,
-        fit_on_points,
-        runtime_toml,
-        shared_only,
-    )
-    from harmony_ref.calibrate.points import Point
-    from harmony_ref.device.runtime import load_runtime
-
-    # the fit is this device's: its numbers become the profile's shared ones, and no other
-    # SoC's [[soc_efficiency]] entry (fitted with the old shared numbers) is carried over
-    base = shared_only(load_runtime(runtime))
-    load_profile(profile, base)  # the runtime must run on this SoC: checked before any run
-    dev = CommandDevice(command_template, fmt, timeout_s, session=session, progress=progress)
-    configs = [workload_run_config(*w) for w in workloads]
-    points = []
-    for i, cfg in enumerate(configs):
-        m = dev.run(cfg)
-        _check_valid_repeats(m, cfg)
-        for metric in PHASE_METRICS.values():
-            if metric not in m.metrics:
-                raise ValueError(
-                    f"--format {fmt} output has no {metric}: phase calibration "
-                    f"needs {list(PHASE_METRICS.values())}"
-                )
-            points.append(
-                Point(
-                    f"w{i}:{cfg.label}:{metric}",
-                    "records",
-                    profile,
-                    runtime,
-                    0,
-                    cfg,
-                    metric,
-                    m.metrics.value(metric),
-                    "score" if i % 3 == 2 else "fit",
-                    source=m.provenance.get("command", ""),
-                )
-            )
-    fit_pts = [p for p in points if p.split == "fit"]
-    rt, report = fit_on_points(base, fit_pts, params)
-    rt = calibrated(
-        rt,
-        f"least squares on log error over {list(report.fitted)}, command {fmt} runs",
-        [p.id for p in fit_pts],
-        [p.id for p in points if p.split == "score"],
-        report.fit_mape_pct,
-    )
-    comments = {f"efficiency.{k}": "fitted" for k in ("matmul", "memory") if k in report.fitted}
-    if "launch_us" in report.fitted:
-        comments["overhead.launch_us"] = "fitted"
-    write_text_atomic(
-        out,
-        runtime_toml(
-            rt,
-            comments,
-            f"{rt.description}\nFitted by `harmony-ref "
-            f"calibrate --backend command --runtime {runtime}`.",
-        ),
-    )
-    load_runtime(out)
-    table = [
-        {
-            "id": p.id,
-            "split": p.split,
-            "metric": p.metric,
-            "measured": p.measured,
-            "model": p.predicted(rt),
-            "ape_pct": ape_pct(p.predicted(rt), p.measured),
-        }
-        for p in points
-    ]
-    held = [(r["model"], r["measured"]) for r in table if r["split"] == "score"]
-    summary = {
-        "runtime": str(out),
-        "backend": "command",
-        "profile": profile,
-        "fitted": list(report.fitted),
-        "fit_mape_pct": report.fit_mape_pct,
-        "held_out_phase_mape_pct": mape_pct(held) if held else None,
-    }
-    return table, summary

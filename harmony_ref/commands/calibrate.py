@@ -51,7 +51,8 @@ def add_arguments(p) -> None:
         dest="command_template",
         metavar="CMD",
         help="--backend command: a benchmark command template run once per workload; "
-        "{model} {policy} {prompt_tokens} {new_tokens} {context_tokens} are filled in",
+        "{model} {policy} {prompt_tokens} {new_tokens} {context_tokens} {threads} {depth} are "
+        "filled in",
     )
     p.add_argument(
         "--format",
@@ -67,14 +68,16 @@ def add_arguments(p) -> None:
     )
     p.add_argument(
         "--workloads",
-        metavar="M:P:PROMPT:NEW;...",
-        help="--command: workloads as model:policy:prompt_tokens:new_tokens separated "
-        "by ';' (at least 4: every third is held out)",
+        metavar="M:P:PROMPT:NEW[:THREADS[:DEPTH]];...",
+        help="--command: workloads as model:policy:prompt_tokens:new_tokens[:threads[:depth]] "
+        "separated by ';' (at least 4: every third is held out); threads and depth fill "
+        "{threads} and {depth}; policy as-stored: a GGUF model's own tensor types",
     )
     p.add_argument(
         "--profile",
-        default="harmony-flagship",
-        help="--command: base profile whose efficiencies and launch overhead are fitted",
+        help="--command: the SoC profile the runs ran on (default: a --session's profile; "
+        "else, for --format llama-bench, this machine's own, measured and written as "
+        "OUT.soc.toml; else harmony-flagship, whose efficiencies are fitted without --runtime)",
     )
     p.add_argument(
         "--timeout",
@@ -134,13 +137,21 @@ def add_arguments(p) -> None:
         "(the committed host runs, llama-bench runs, or published figures) and "
         "write it to --out",
     )
-    p.add_argument("--runtime", help="--set / --command: the runtime profile to fit (name or path)")
+    p.add_argument(
+        "--runtime",
+        help="--set / --command: the runtime profile to fit (name or path; --command on this "
+        "host with --format llama-bench: llama.cpp-host by default)",
+    )
     p.add_argument(
         "--figures",
         metavar="TOML",
         help="--set phones: a file of published figures (default the shipped ones)",
     )
-    p.add_argument("--params", help="--set: comma-separated parameters to fit (e.g. matmul,memory)")
+    p.add_argument(
+        "--params",
+        help="--set, --command with a runtime: comma-separated parameters to fit "
+        "(e.g. matmul,memory; default for --command: matmul,gemv,attention_decode,launch_us)",
+    )
     add_json_flag(p)
 
 
@@ -280,20 +291,27 @@ def _run_host_runs(args) -> int:
     return 0
 
 
-def _parse_workloads(text: str) -> list[tuple[str, str, int, int]]:
+def _parse_workloads(text: str) -> list[tuple]:
+    """model:policy:prompt:new[:threads[:depth]] items separated by ';' (at least 4)."""
     out = []
     for item in (text or "").split(";"):
         if not item.strip():
             continue
         parts = item.strip().split(":")
-        if len(parts) != 4:
+        if not 4 <= len(parts) <= 6:
             raise ValueError(
-                f"--workloads item {item!r}: expected model:policy:prompt_tokens:new_tokens"
+                f"--workloads item {item!r}: expected "
+                "model:policy:prompt_tokens:new_tokens[:threads[:depth]]"
             )
         try:
-            out.append((parts[0], parts[1], int(parts[2]), int(parts[3])))
+            nums = [int(x) for x in parts[2:]]
         except ValueError as e:
             raise ValueError(f"--workloads item {item!r}: {e}") from e
+        floors = (1, 1, 0, 0)  # prompt, new >= 1; threads (0: the runtime's), depth >= 0
+        bad = next((n for n, lo in zip(nums, floors) if n < lo), None)
+        if bad is not None:
+            raise ValueError(f"--workloads item {item!r}: {bad} is out of range")
+        out.append((parts[0], parts[1], *nums))
     if len(out) < 4:
         raise ValueError(
             f"--workloads: need at least 4 (3 to fit, every third held out), got {len(out)}"
@@ -302,10 +320,11 @@ def _parse_workloads(text: str) -> list[tuple[str, str, int, int]]:
 
 
 def _run_phase_calibration(args) -> int:
-    """Phase-level calibration of a phone profile from a benchmark command (calibrate/run.py)."""
+    """Phase-level calibration from a benchmark command: a runtime profile on a SoC
+    (calibrate/phases.py; on this host by default for llama-bench) or, without --runtime, a
+    device profile's efficiencies (calibrate/run.py calibrate_phases)."""
     from harmony_ref.backends.base import BackendError
     from harmony_ref.backends.transport import DeviceGone
-    from harmony_ref.calibrate.run import calibrate_phases
     from harmony_ref.commands import _session
 
     session = _session.load(args.session)
@@ -318,29 +337,29 @@ def _run_phase_calibration(args) -> int:
     if not fmt:
         raise ValueError("--command needs --format")
     workloads = _parse_workloads(args.workloads)
+    profile = args.profile or (session.device.profile if session else "") or ""
+    on_host = not profile and not session
+    runtime = args.runtime or (HOST_BENCH_RUNTIME if on_host and fmt == "llama-bench" else "")
+    params = _params(args.params)
+    if not runtime and (params or any(len(w) > 4 and any(w[4:]) for w in workloads)):
+        raise ValueError(
+            "--params and workload threads/depth apply to a runtime calibration (--runtime)"
+        )
     try:
         progress = _session.progress(args.json) if session else None
         timeout = None if session else args.timeout
-        if args.runtime:
-            from harmony_ref.calibrate.run import calibrate_runtime_phases
-
-            table, summary = calibrate_runtime_phases(
-                command,
-                fmt,
-                workloads,
-                args.profile,
-                args.runtime,
-                timeout,
-                args.out,
-                session=session,
-                progress=progress,
+        if runtime:
+            table, summary = _runtime_phases(
+                args, command, fmt, workloads, profile, runtime, timeout, params, session, progress
             )
         else:
+            from harmony_ref.calibrate.run import calibrate_phases
+
             table, summary = calibrate_phases(
                 command,
                 fmt,
-                workloads,
-                args.profile,
+                [w[:4] for w in workloads],
+                profile or "harmony-flagship",
                 timeout,
                 args.out,
                 args.name,
@@ -365,12 +384,61 @@ def _run_phase_calibration(args) -> int:
     return 0
 
 
+def _params(text: str | None) -> tuple[str, ...] | None:
+    """--params as a tuple, every name checked before any run."""
+    from harmony_ref.calibrate.fit_runtime import PARAMS
+
+    if not text:
+        return None
+    names = tuple(p.strip() for p in text.split(","))
+    bad = [n for n in names if n not in PARAMS]
+    if bad:
+        raise ValueError(f"--params: unknown parameter(s) {bad}; known {list(PARAMS)}")
+    return names
+
+
+HOST_BENCH_RUNTIME = "llama.cpp-host"  # llama-bench on this host, with no --runtime given
+
+
+def _runtime_phases(args, command, fmt, workloads, profile, runtime, timeout, params, *rest):
+    """calibrate/phases.py on `profile`, or (no profile, no session) on this host's own SoC
+    profile, measured first and written beside --out as OUT.soc.toml once the fit succeeded."""
+    import tempfile
+    from pathlib import Path
+
+    from harmony_ref._io import write_text_atomic
+    from harmony_ref.calibrate.phases import calibrate_runtime_phases
+
+    session, progress = rest
+    if profile:
+        return calibrate_runtime_phases(
+            command, fmt, workloads, profile, runtime, timeout, args.out, params, session, progress
+        )
+    from harmony_ref.calibrate.host import host_soc_profile
+
+    out = Path(args.out)
+    soc_out = check_output_file(out.with_name(out.stem + ".soc.toml"), "--out's SoC profile")
+    text, _ = host_soc_profile(
+        args.name, out.name, "microbenchmarks of `harmony-ref calibrate --backend command`"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        soc_tmp = Path(tmp) / soc_out.name
+        soc_tmp.write_text(text)
+        table, summary = calibrate_runtime_phases(
+            command, fmt, workloads, str(soc_tmp), runtime, timeout, out, params, None, progress
+        )
+    write_text_atomic(soc_out, text)
+    summary["profile"] = str(soc_out)
+    summary["profile_measured"] = "this machine (its microbenchmarks, before the runs)"
+    return table, summary
+
+
 def _run_set_calibration(args) -> int:
     from harmony_ref.calibrate.run import calibrate_runtime_on_set
 
     if not args.runtime:
         raise ValueError("--set needs --runtime (the runtime profile to fit)")
-    params = tuple(p.strip() for p in args.params.split(",")) if args.params else None
+    params = _params(args.params)
     summary = calibrate_runtime_on_set(args.fit_set, args.runtime, args.out, args.figures, params)
     if args.json:
         print_json(summary)

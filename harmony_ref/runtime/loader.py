@@ -86,6 +86,42 @@ def stored_policy(weights: DecoderWeights, model: str):
     return as_stored_policy(formats, str(model))
 
 
+def file_policy(model: str):
+    """--policy as-stored read from a GGUF file's tensor table alone (no tensor is read): each
+    Linear in the type its file stores it in, for the cost model (`predict`, the workloads of
+    `calibrate --backend command`); ValueError naming the tensor when a type is one harmony-ref
+    cannot run as stored (stored_policy's rule, which the runtime applies to the loaded file)."""
+    from harmony_ref.checkpoint.gguf import LINEAR_FIELDS, STORED_TYPES, _gguf_name, open_reader
+    from harmony_ref.kernels.formats import parse_format
+    from harmony_ref.model.decoder import layer_name
+    from harmony_ref.quant.policy import AS_STORED, as_stored_policy
+
+    p = resolve_model_path(model)
+    if p.is_dir() or p.suffix != ".gguf":
+        raise ValueError(
+            f"--policy {AS_STORED}: --model {model} is not a GGUF file; as-stored "
+            "prices a GGUF file's tensors as they are stored"
+        )
+    n_layers = checkpoint_config(model).n_layers
+    types = {t.name: t.tensor_type.name for t in open_reader(p).tensors}
+    tensors = {
+        layer_name(i, short): _gguf_name(f"layer {i} {field}")
+        for i in range(n_layers)
+        for field, short in LINEAR_FIELDS.items()
+    }
+    tensors["lm_head"] = "output.weight" if "output.weight" in types else "token_embd.weight"
+    formats = {}
+    for name, tensor in tensors.items():
+        kind = types.get(tensor, "missing")
+        if kind not in STORED_TYPES:
+            raise ValueError(
+                f"--policy {AS_STORED}: {model}: tensor {tensor} is {kind}, which harmony-ref "
+                f"cannot run as stored (it runs {', '.join(STORED_TYPES)})"
+            )
+        formats[name] = parse_format(STORED_TYPES[kind])
+    return as_stored_policy(formats, str(model))
+
+
 def _memory_key(name: str) -> str:
     """model.layers.3.self_attn.q_proj -> "layer 3 wq" (checkpoint/gguf.py's error keys)."""
     from harmony_ref.checkpoint.gguf import LINEAR_FIELDS
