@@ -42,6 +42,11 @@ SOURCE_WORDS = (
     "product brief",
     "arxiv",
     "measured",
+    "product page",
+    "announcement",
+    "teardown",
+    "tech specs",
+    "spec listing",
 )
 # The real SoCs (device profiles that name a default runtime) are held to the same rule.
 SOCS = [
@@ -51,6 +56,11 @@ SOCS = [
     "dimensity-9300",
     "kirin-9000e",
     "kirin-990-5g",
+    "snapdragon-8-elite-gen-5",
+    "dimensity-9400",
+    "kirin-9020",
+    "tensor-g4",
+    "exynos-2500",
 ]
 NUMERIC_FIELD = re.compile(r"^\w+ = [\d\[-]")
 

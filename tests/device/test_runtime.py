@@ -35,6 +35,11 @@ SOCS = (
     "dimensity-9300",
     "kirin-9000e",
     "kirin-990-5g",
+    "snapdragon-8-elite-gen-5",
+    "dimensity-9400",
+    "kirin-9020",
+    "tensor-g4",
+    "exynos-2500",
 )
 
 

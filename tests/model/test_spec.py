@@ -22,6 +22,16 @@ PUBLISHED = {
     "llama-2-7b": 6_738_415_616,  # Llama-2-7b-hf safetensors total
     "all-minilm-l6": 22.7e6,  # all-MiniLM-L6-v2 card: 22.7M params
     "gemma-2b": 2.51e9,  # google/gemma-2b model page: 2.51B params
+    "qwen3-0.6b": 0.6e9,  # Qwen3-0.6B card: "Number of Parameters: 0.6B"
+    "qwen3-4b": 4.0e9,  # Qwen3-4B card: "Number of Parameters: 4.0B"
+    # Gemma 3 technical report (arXiv 2503.19786) Table 1, 4B: 675M embedding + 3,209M
+    # non-embedding (its 417M vision encoder is not the language model)
+    "gemma-3-4b": 3.884e9,
+    "smollm2-135m": 135e6,  # SmolLM2-135M card: 135M
+}
+# Non-embedding totals, where a card's rounded total is coarser than 1% (Qwen3-1.7B: "1.7B")
+PUBLISHED_NON_EMBEDDING = {
+    "qwen3-1.7b": 1.4e9,  # Qwen3-1.7B card: non-embedding 1.4B
 }
 
 
@@ -35,6 +45,73 @@ def test_param_count_matches_published_total(name):
     got, want = spec.param_count(), PUBLISHED[name]
     print(f"{name}: {got:,} parameters from the shapes vs {want:,.0f} published")
     assert abs(got / want - 1) < PARAM_TOLERANCE
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_NON_EMBEDDING))
+def test_non_embedding_count_matches_published(name):
+    spec = get_spec(name)
+    got = spec.param_count() - spec.embedding_params()
+    assert abs(got / PUBLISHED_NON_EMBEDDING[name] - 1) < PARAM_TOLERANCE
+
+
+def test_the_2025_presets_follow_their_configs():
+    """Qwen3 (head_dim 128 beside a smaller hidden / heads, no q/k/v bias), Gemma 3 4B's
+    text model (1,024-token window, every sixth layer global), as their config.json say."""
+    shapes = {
+        "qwen3-0.6b": (28, 1024, 16, 8, 128, 3072, 151936, 40960),
+        "qwen3-1.7b": (28, 2048, 16, 8, 128, 6144, 151936, 40960),
+        "qwen3-4b": (36, 2560, 32, 8, 128, 9728, 151936, 40960),
+        "gemma-3-4b": (34, 2560, 8, 4, 256, 10240, 262208, 131072),
+        "smollm2-135m": (30, 576, 9, 3, 64, 1536, 49152, 8192),
+    }
+    for name, want in shapes.items():
+        s = get_spec(name)
+        got = (s.n_layers, s.hidden, s.n_heads, s.n_kv_heads, s.head_dim, s.intermediate)
+        assert got + (s.vocab, s.max_positions) == want, name
+        assert s.tie_embeddings and not s.qkv_bias, name
+    g = get_spec("gemma-3-4b")
+    assert g.sliding_window == 1024 and g.activation == "gelu_tanh"
+    assert [i for i in range(g.n_layers) if not g.is_local(i)] == [5, 11, 17, 23, 29]
+    assert all(get_spec(n).rope_theta == 1e6 for n in ("qwen3-0.6b", "qwen3-4b", "gemma-3-4b"))
+
+
+# What the cost model reads of a spec (model/graph.py builds the op graph from these).
+COST_FIELDS = (
+    "kind",
+    "n_layers",
+    "hidden",
+    "n_heads",
+    "n_kv_heads",
+    "head_dim",
+    "intermediate",
+    "vocab",
+    "max_positions",
+    "tie_embeddings",
+    "qkv_bias",
+    "activation",
+    "rope_theta",
+    "rope_scaling",
+    "sliding_window",
+    "local_layers",
+)
+
+
+def test_smollm2_preset_is_the_shipped_checkpoint():
+    """The preset `smollm2-135m` prices the model the shipped checkpoint of that name is: its
+    fields equal what checkpoint_spec derives from the GGUF's own metadata."""
+    from harmony_ref.checkpoint.assets import AssetUnavailable
+    from harmony_ref.runtime.loader import checkpoint_spec
+
+    try:
+        derived = checkpoint_spec("smollm2-135m")
+    except AssetUnavailable as e:
+        pytest.skip(f"SmolLM2 checkpoint unavailable (package registry unreachable): {e}")
+    preset = get_spec("smollm2-135m")
+    for f in COST_FIELDS:
+        assert getattr(preset, f) == getattr(derived, f), f
+    assert preset.norm_eps == pytest.approx(derived.norm_eps, rel=1e-6)  # GGUF stores float32
+    assert preset.linears() == derived.linears()
+    assert preset.param_count() == derived.param_count()
 
 
 def test_shapes_follow_the_published_configs():

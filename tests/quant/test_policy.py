@@ -15,7 +15,7 @@ from harmony_ref.quant.policy import (
 
 def test_shipped_policies_load():
     names = shipped_policies()
-    for required in ("fp16", "int8", "int4-g32", "int4-g128", "mixed"):
+    for required in ("fp16", "int8", "int4-g32", "int4-g128", "mixed", "w8a16", "w4a16"):
         assert required in names
     for name in names:
         assert load_policy(name).name == name
