@@ -513,6 +513,17 @@ def load_profile(
     return apply_runtime(soc, load_runtime(runtime), threads)
 
 
+def config_profile(config) -> DeviceProfile:
+    """The device a RunConfig runs on: its `profile` with its `runtime` (load_profile)."""
+    return load_profile(config.profile, config.runtime or None)
+
+
+def runtime_name(profile: str | Path | DeviceProfile, runtime: str = "") -> str:
+    """The runtime a profile runs on: `runtime` when given, else the SoC's default_runtime;
+    "" for a profile that names none (its own efficiencies: harmony-flagship)."""
+    return str(runtime) if runtime else load_soc(profile).default_runtime
+
+
 # --- runtime profiles (device/runtime.py documents them) -----------------------------------
 
 UNITS = ("cpu", "gpu", "npu")
