@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 from harmony_ref._format import fmt_number
 from harmony_ref.config import RunConfig
+from harmony_ref.track.figures import LABEL_SEP
 
 COMPARE_PARTS = ("predicted", "coldstart", "thermal")
 COLDSTART_LOADER = "read"  # the loader the coldstart part reports (device.coldstart default)
 OWN_RUNTIME = "own"  # a label's runtime for a profile that names none: its own efficiency fields
-LABEL_SEP = " · "
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ SHIPPED_COLOURS = {
     "harmony-midrange": PALETTE[1],
     "harmony-lowend": PALETTE[2],
 }
+# a compare column's label: `profile · runtime` (track/compare.py Column)
+LABEL_SEP = " · "
 REFERENCE_COLOUR = "#444444"  # limits, budgets and trips drawn against the data
 HEADROOM = 0.18  # share of the data range kept free above (and below) bars for their labels
 
@@ -86,8 +88,6 @@ def profile_colours(profiles) -> dict[str, str]:
     """Profile name (or compare label, `profile · runtime`) -> colour: the shipped profiles always
     alike (unless one is listed on several runtimes), the others from the palette in the order
     given (skipping colours the shipped ones use)."""
-    from harmony_ref.track.compare import LABEL_SEP
-
     # yellow last: as tick text on white it is the faintest
     spare = sorted((c for c in PALETTE if c not in SHIPPED_COLOURS.values()), key=_YELLOW.__eq__)
     phones = [p.partition(LABEL_SEP)[0] for p in profiles]
@@ -179,8 +179,6 @@ def profile_ticks(
 def wrap_name(name: str, width: int = 10) -> str:
     """A profile name as a tick label: broken after its first '-' when longer than `width`; a
     compare column's runtime (`profile · runtime`) on a line of its own."""
-    from harmony_ref.track.compare import LABEL_SEP
-
     profile, sep, runtime = name.partition(LABEL_SEP)
     if sep:
         return f"{wrap_name(profile, width)}\n{wrap_name(runtime, width + 4)}"
