@@ -136,8 +136,15 @@ def run(args) -> int:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.plot:
-        runtimes = {c.label.partition(LABEL_SEP)[2] for c in columns}
-        on = f"on {runtimes.pop()}" if len(runtimes) == 1 else "runtimes differ by column"
+        runtimes = list(dict.fromkeys(c.label.partition(LABEL_SEP)[2] for c in columns))
+        phones = list(dict.fromkeys(c.profile for c in columns))
+        on = (
+            f"on {runtimes[0]}"
+            if len(runtimes) == 1
+            else f"{phones[0]} on {len(runtimes)} runtimes"
+            if len(phones) == 1
+            else "runtimes differ by column"
+        )
         path = _plot(args, frame, profiles, metrics, f"{title}, {on} (device model)")
         print(f"plot: {path}", file=sys.stderr)
     return 0
