@@ -357,3 +357,27 @@ def test_predict_refuses_qnn_on_a_dimensity_with_exit_2(capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "qnn-npu" in err and "dimensity-9300" in err
     assert "Traceback" not in err
+
+
+def test_run_takes_a_runtime_refuses_a_mismatch_and_records_it(capsys):
+    assert main(["run", "--profile", "kirin-9000e", "--runtime", "qnn-npu", "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "qnn-npu" in err and "kirin-9000e" in err
+    argv = [
+        "run",
+        "--profile",
+        "kirin-9000e",
+        "--runtime",
+        "llama.cpp-cpu",
+        "--model",
+        "llama-3.2-1b",
+        "--policy",
+        "int4-g32",
+        "--skip",
+        "host,accuracy,coldstart,thermal",
+        "--json",
+    ]
+    assert main(argv) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["config"]["runtime"] == "llama.cpp-cpu"
+    assert rec["parts"]["predicted"]["model_runtime"] == "llama.cpp-cpu"
