@@ -215,7 +215,6 @@ def test_bad_runtimes_are_refused_before_any_work(runtimes, message):
 
 
 def test_runtimes_in_a_grid_file_and_as_a_flag(tmp_path, capsys):
-    from harmony_ref.cli import main
 
     path = tmp_path / "g.toml"
     path.write_text(
@@ -228,29 +227,9 @@ def test_runtimes_in_a_grid_file_and_as_a_flag(tmp_path, capsys):
     )
     with pytest.raises(ValueError, match=f"{path}: field 'runtimes' = 'qnn-npu': runs on none"):
         grid_from_toml(path)
-    argv = [
-        "sweep",
-        "--name",
-        "r",
-        "--out-dir",
-        str(tmp_path),
-        "--models",
-        "llama-3.2-1b",
-        "--policies",
-        "int4-g32",
-        "--profiles",
-        "snapdragon-8-gen-3,kirin-9000e",
-        "--runtimes",
-        "mslite-npu,llama.cpp-cpu",
-        "--workers",
-        "0",
-        "--json",
-    ]
-    assert main(argv) == 1  # mslite-npu on the Snapdragon: a failed point, the rest run
-    capsys.readouterr()
-    from harmony_ref.sweep.store import SweepStore
-
-    df = SweepStore("r", tmp_path).read().set_index(["profile", "runtime"])
+    # mslite-npu on the Snapdragon: a failed point (exit 1), the rest run
+    df = _sweep_rows(tmp_path, capsys, "snapdragon-8-gen-3,kirin-9000e", "mslite-npu,llama.cpp-cpu")
+    df = df.set_index(["profile", "runtime"])
     assert df.loc[("snapdragon-8-gen-3", "mslite-npu"), "status"] == "failed"
     assert "Hexagon NPU" in df.loc[("snapdragon-8-gen-3", "mslite-npu"), "error"]
     ok = df[df["status"] == "ok"]
@@ -267,27 +246,22 @@ def test_runtimes_in_a_grid_file_and_as_a_flag(tmp_path, capsys):
 
 
 def test_rows_name_the_profiles_own_runtime_without_the_axis(tmp_path, capsys):
+    df = _sweep_rows(tmp_path, capsys, "dimensity-9300,harmony-flagship").set_index("profile")
+    assert df.loc["dimensity-9300", "runtime"] == "llama.cpp-cpu"  # its default_runtime
+    assert df.loc["harmony-flagship", "runtime"] == ""  # names none: its own fields
+
+
+def _sweep_rows(tmp_path, capsys, profiles: str, runtimes: str | None = None):
+    """The rows of an in-process sweep of llama-3.2-1b int4-g32 over `profiles` (and
+    `runtimes`); exit 1 when some point failed, else 0."""
     from harmony_ref.cli import main
     from harmony_ref.sweep.store import SweepStore
 
-    argv = [
-        "sweep",
-        "--name",
-        "o",
-        "--out-dir",
-        str(tmp_path),
-        "--models",
-        "llama-3.2-1b",
-        "--policies",
-        "int4-g32",
-        "--profiles",
-        "dimensity-9300,harmony-flagship",
-        "--workers",
-        "0",
-        "--json",
-    ]
-    assert main(argv) == 0
+    argv = ["sweep", "--name", "s", "--out-dir", str(tmp_path), "--models", "llama-3.2-1b"]
+    argv += ["--policies", "int4-g32", "--profiles", profiles, "--workers", "0", "--json"]
+    argv += ["--runtimes", runtimes] if runtimes else []
+    rc = main(argv)
     capsys.readouterr()
-    df = SweepStore("o", tmp_path).read().set_index("profile")
-    assert df.loc["dimensity-9300", "runtime"] == "llama.cpp-cpu"  # its default_runtime
-    assert df.loc["harmony-flagship", "runtime"] == ""  # names none: its own fields
+    df = SweepStore("s", tmp_path).read()
+    assert rc == (1 if (df["status"] == "failed").any() else 0)
+    return df
