@@ -75,6 +75,29 @@ def test_compare_panels(compared, tmp_path):
     check_png(png, 1400, 120 + 420 * 2)
 
 
+def test_four_columns_each_naming_its_runtime_read_without_overlaps(tmp_path):
+    """Four phones on one runtime, then one phone on four: tick labels carry `profile ·
+    runtime` on two lines each, the figure widens so no value label meets its neighbour."""
+    from harmony_ref.track.compare import coldstart_phases, compare_profiles
+
+    for cols in (
+        ["snapdragon-8-gen-3", "dimensity-9300", "kirin-9000e", "snapdragon-8-elite"],
+        [f"snapdragon-8-gen-3:{r}" for r in ("llama.cpp-cpu", "executorch-xnnpack", "mlc-gpu")]
+        + ["snapdragon-8-gen-3:qnn-npu"],
+    ):
+        rt = "llama.cpp-cpu" if ":" not in cols[0] else None
+        frame, _ = compare_profiles(cols, "llama-3.2-1b", "int4-g32", runtime=rt)
+        phases = coldstart_phases(cols, "llama-3.2-1b", "int4-g32", runtime=rt)
+        png = tmp_path / "four.png"
+        fig = plots.compare_figure(frame, "title", plots.DEFAULT_PANELS, phases)
+        ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+        assert all(len(t.splitlines()) >= 2 for t in ticks)
+        assert [t.splitlines()[-1] for t in ticks][-1] in ("llama.cpp-cpu", "qnn-npu")
+        problems = render(lambda: fig, png)  # noqa: B023 - used at once
+        assert problems == []
+        check_png(png, 1400 + 3 * 200, 120 + 420 * 2)
+
+
 def test_compare_panels_other_metrics_and_one_panel(compared, tmp_path):
     frame, phases = compared
     picked = ["memory_headroom_mb", "coldstart_preload_ms", "peak_die_c", "fits_memory"]
