@@ -7,8 +7,10 @@
 
 A RunConfig is a model spec and a quantization policy (resolved: `spec`, `policy`), a `Scenario`,
 whether the op graph is fused, the KV cache dtype, the device profile it runs on (a shipped name
-or a profile TOML path, as given: a backend loads it) and the backend that measures it
-(simulated, host or command, with `backend_options` such as a command backend's command line).
+or a profile TOML path, as given: a backend loads it), the runtime profile that runs on it
+(`runtime`: a shipped name or a runtime TOML path; "" is the profile's own `default_runtime`)
+and the backend that measures it (simulated, host or command, with `backend_options` such as a
+command backend's command line).
 
 `Scenario` says what the app does: process a prompt of `prompt_tokens`, then generate
 `new_tokens`, with a KV cache allocated for `context_tokens` positions (what a phone runtime
@@ -17,8 +19,8 @@ first `prefix_tokens` of the prompt (a shared system prompt, default 0) may alre
 cache: prefill then runs only the rest, attending over the whole prompt.
 
 The dict form (`to_dict` / `from_dict`) is the serialisation run records hold: the model and
-policy by the name or path they load from, the scenario as a table, `fused` and `kv_dtype` only
-when they differ from their defaults (as in records written before they existed; so is the
+policy by the name or path they load from, the scenario as a table, `fused`, `kv_dtype` and
+`runtime` only when they differ from their defaults (as in records written before they existed; so is the
 scenario's `prefix_tokens`). A policy with `[prune]` / `[activations]` tables adds
 `compression = {"prune": {...}, "activations": {...}}` (every field of each, quant/compress.py's
 to_dict), so a record says what was pruned and how activations were calibrated without its
@@ -107,6 +109,9 @@ class RunConfig:
     # the policy may name layers, blocks or group sizes the model does not have (quant/policy.py
     # check_applies); off, such a policy is refused before any work
     allow_unmatched: bool = False
+    # the runtime profile on the device (device/runtimes/*.toml name or a path); "" = the
+    # profile's own default_runtime. device/profile.py load_profile merges the two
+    runtime: str = ""
 
     def __post_init__(self):
         if self.kv_dtype not in KV_DTYPES:
@@ -121,6 +126,8 @@ class RunConfig:
             raise ValueError(
                 f"config: field 'profile' = {self.profile!r}: must be a non-empty string"
             )
+        if not isinstance(self.runtime, str):
+            raise ValueError(f"config: field 'runtime' = {self.runtime!r}: must be a string")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.backend_options):
             raise ValueError(
                 f"config: field 'backend_options' = {self.backend_options!r}: "
@@ -182,6 +189,7 @@ class RunConfig:
         prefix_tokens: int = 0,
         checkpoint: str = "",
         allow_unmatched: bool = False,
+        runtime: str = "",
     ) -> RunConfig:
         """A config from names (or TOML paths) of the model spec and policy. A checkpoint's
         model passes its spec (DecoderConfig.to_spec()) as `model` and its name as
@@ -197,6 +205,7 @@ class RunConfig:
             tuple((backend_options or {}).items()),
             checkpoint,
             allow_unmatched,
+            runtime,
         )
 
     @property
@@ -243,6 +252,8 @@ class RunConfig:
             out["compression"] = comp
         if self.allow_unmatched:
             out["allow_unmatched"] = True
+        if self.runtime:
+            out["runtime"] = self.runtime
         return out
 
     @classmethod
@@ -277,6 +288,7 @@ class RunConfig:
                 tuple(data.get("backend_options", {}).items()),
                 data["model"] if inline is not None else "",
                 data.get("allow_unmatched", False),
+                data.get("runtime", ""),
             )
         except ValueError as e:
             raise ValueError(f"{source}: config: {e}") from e
@@ -369,6 +381,12 @@ def check_config_dict(cfg, source: str, prefix: str = "config.") -> None:
         source,
         f"{prefix}allow_unmatched",
         f"must be true or false, got {cfg.get('allow_unmatched')!r}",
+    )
+    _require(
+        isinstance(cfg.get("runtime", ""), str),
+        source,
+        f"{prefix}runtime",
+        f"must be a string, got {cfg.get('runtime')!r}",
     )
     _require(
         cfg.get("kv_dtype", "fp16") in KV_DTYPES,

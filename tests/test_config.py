@@ -106,3 +106,31 @@ def test_scenario_and_config_checks():
     with pytest.raises(ValueError, match="field 'profile'"):
         RunConfig(get_spec("llama-3.2-1b"), load_policy("int8"), Scenario(), profile="")
     assert RunConfig.from_names(fused=False, kv_dtype="int8").label.endswith("/unfused/kv-int8")
+
+
+def test_a_runtime_is_stored_only_when_given_and_reads_back():
+    plain = RunConfig.from_names("llama-3.2-1b", "int4-g32", profile="dimensity-9300")
+    assert "runtime" not in plain.to_dict()  # records written before the field are unchanged
+    cfg = RunConfig.from_names(
+        "llama-3.2-1b", "int4-g32", profile="snapdragon-8-gen-3", runtime="llama.cpp-cpu"
+    )
+    assert cfg.to_dict()["runtime"] == "llama.cpp-cpu"
+    assert RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    with pytest.raises(ValueError, match="field 'config.runtime': must be a string, got 3"):
+        RunConfig.from_dict({**cfg.to_dict(), "runtime": 3}, "rec.json")
+
+
+def test_the_parts_run_on_the_configs_runtime():
+    from harmony_ref.track.job import PARTS, run_part
+
+    by_name = {p.name: p for p in PARTS}
+    base = dict(model="llama-3.2-1b", policy="int4-g32", profile="snapdragon-8-gen-3")
+    npu = run_part(by_name["predicted"], RunConfig.from_names(**base))
+    cpu = run_part(by_name["predicted"], RunConfig.from_names(**base, runtime="llama.cpp-cpu"))
+    # QNN on the Hexagon NPU prefills far faster than llama.cpp on the CPU cores
+    assert npu["prefill_tokens_per_s"].value > 5 * cpu["prefill_tokens_per_s"].value
+    with pytest.raises(ValueError, match="runtime 'qnn-npu' runs on a Qualcomm Hexagon NPU"):
+        run_part(
+            by_name["coldstart"],
+            RunConfig.from_names(**{**base, "profile": "kirin-9000e"}, runtime="qnn-npu"),
+        )

@@ -156,6 +156,37 @@ def test_readme_run_excerpt_is_what_run_prints():
         assert printed.get(metric) == cells, (metric, cells, printed.get(metric))
 
 
+def test_readme_compare_examples_draw_its_figures(tmp_path):
+    """The README's "Compare phones" commands: real SoCs held on one runtime, then one phone
+    across runtimes; each run now draws the committed figure of the same name
+    (results/figures/), pixel for pixel up to anti-aliasing, and the README shows both."""
+    import matplotlib.image
+    import numpy as np
+
+    from harmony_ref.cli import main
+
+    text = README.read_text()
+    block = text.split("**Compare phones.**", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line.split()[1:] for line in block.splitlines() if line.startswith("harmony-ref")]
+    assert len(commands) == 2
+    socs = commands[0][commands[0].index("--profiles") + 1].split(",")
+    assert len(socs) >= 3 and not any(p.startswith("harmony-") for p in socs)
+    assert commands[0][commands[0].index("--runtime") + 1] == "llama.cpp-cpu"
+    pairs = commands[1][commands[1].index("--profiles") + 1].split(",")
+    assert len({p.split(":")[0] for p in pairs}) == 1 and len({p.split(":")[1] for p in pairs}) > 2
+    for argv in commands:
+        name = argv[argv.index("--plot") + 1]
+        committed = ROOT / "results" / "figures" / name
+        assert f"](results/figures/{name})" in text, name
+        argv = [*argv, "--json"]
+        argv[argv.index("--plot") + 1] = str(tmp_path / name)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert main(argv) == 0
+        new, old = (matplotlib.image.imread(p) for p in (tmp_path / name, committed))
+        assert new.shape == old.shape, name
+        assert float(np.abs(new - old).mean()) < 0.002, f"{committed}: rerun the README command"
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e .[docs])")
@@ -189,6 +220,7 @@ def test_site_builds_strict_with_every_page(site):
         "explanations/accuracy.html",
         "explanations/decoders.html",
         "figures/compare.png",
+        "figures/compare-runtimes.png",
     ):
         assert (site / rel).is_file(), rel
 

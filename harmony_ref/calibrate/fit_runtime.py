@@ -307,6 +307,7 @@ def runtime_toml(
         "name",
         "description",
         "unit",
+        *(["npu"] if rt.npu else []),
         "weight_only_compute",
         "threads",
         "thread_split",

@@ -112,6 +112,18 @@ def add_scenario_arguments(
         )
 
 
+RUNTIME_HELP = (
+    "runtime profile that runs on it (llama.cpp-cpu, executorch-xnnpack, qnn-npu, mlc-gpu, "
+    "mslite-npu, harmony-ref-host, or a .toml); default: the profile's own (its default_runtime)"
+)
+
+
+def add_runtime_argument(p, help: str = RUNTIME_HELP) -> None:
+    """--runtime (predict, run, compare): a runtime whose unit the SoC lacks is refused where the
+    two meet (device/profile.py apply_runtime)."""
+    p.add_argument("--runtime", metavar="RUNTIME", help=help)
+
+
 def add_allow_unmatched(p) -> None:
     """`--allow-unmatched`: apply a policy whose patterns, layer names or blocks do not all
     match the model (a deliberate cross-model policy); without it such a policy is exit 2."""

@@ -1,6 +1,9 @@
 """`harmony-ref compare`: one model and policy predicted on several device profiles, side by side
-(metrics as rows, profiles as columns, best value marked), optionally as a PNG: small multiples of
-the key metrics in their own units, or every metric normalised on one page."""
+(metrics as rows, one column per profile on a runtime, `profile · runtime`, best value marked),
+optionally as a PNG: small multiples of the key metrics in their own units, or every metric
+normalised on one page. `--runtime R` runs every profile on R; `PROFILE:RUNTIME` items choose
+per column (one phone may take several); one line above the table says when the columns differ
+in runtime (track/compare.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +15,23 @@ DEFAULT_PROFILES = "harmony-flagship,harmony-midrange,harmony-lowend"
 
 def add_arguments(p) -> None:
     p.add_argument(
-        "--profiles", default=DEFAULT_PROFILES, help=f"comma-separated (default {DEFAULT_PROFILES})"
+        "--profiles",
+        default=DEFAULT_PROFILES,
+        help="comma-separated PROFILE or PROFILE:RUNTIME (one phone on a chosen runtime; a phone "
+        f"may be listed on several; default {DEFAULT_PROFILES})",
     )
-    from harmony_ref.commands._args import add_model_arguments, add_scenario_arguments
+    from harmony_ref.commands._args import (
+        add_model_arguments,
+        add_runtime_argument,
+        add_scenario_arguments,
+    )
 
     add_model_arguments(p, profile=None)
+    add_runtime_argument(
+        p,
+        help="run every profile on this runtime profile (llama.cpp-cpu, executorch-xnnpack, "
+        "qnn-npu, mlc-gpu, mslite-npu, or a .toml); default: each profile's own",
+    )
 
     add_scenario_arguments(p, batch=1, long_dest=True)
     p.add_argument("--format", choices=("table", "md", "csv", "json"), default="table")
@@ -44,7 +59,14 @@ def run(args) -> int:
     import sys
 
     from harmony_ref.commands._output import print_table
-    from harmony_ref.track.compare import compare_profiles, marked_frame, to_markdown
+    from harmony_ref.track.compare import (
+        LABEL_SEP,
+        compare_columns,
+        compare_profiles,
+        marked_frame,
+        runtime_note,
+        to_markdown,
+    )
 
     if args.plot:
         from harmony_ref._io import check_output_file
@@ -52,6 +74,8 @@ def run(args) -> int:
         check_output_file(args.plot, "--plot")
     profiles = [s.strip() for s in args.profiles.split(",") if s.strip()]
     metrics = _plot_metrics(args)
+    columns = compare_columns(profiles, args.runtime)  # a refused runtime: exit 2, before work
+    note = runtime_note(columns)
     frame, notes = compare_profiles(
         profiles,
         args.model,
@@ -60,6 +84,7 @@ def run(args) -> int:
         args.new_tokens,
         args.context_tokens,
         args.batch,
+        runtime=args.runtime,
     )
     if metrics is not None:
         unknown = [m for m in metrics if m not in frame.index]
@@ -74,19 +99,28 @@ def run(args) -> int:
         f"{args.new_tokens} new tokens, context {args.context_tokens}, batch {args.batch}"
     )
     if fmt == "table":
+        if note:
+            print(f"note: {note}")
         print_table(marked_frame(frame), title=title)
         print(
             "* best value of the row (direction-aware; rows with better=none or a tie across all profiles are not marked)"
         )
     elif fmt == "md":
-        print(to_markdown(frame), end="")
+        print((f"> note: {note}\n\n" if note else "") + to_markdown(frame), end="")
     elif fmt == "csv":
+        if note:  # stdout stays one CSV table
+            print(f"note: {note}", file=sys.stderr)
         sys.stdout.write(frame.to_csv())
     else:
         out = {
             "model": args.model,
             "policy": args.policy,
-            "profiles": profiles,
+            "profiles": [c.profile for c in columns],
+            "columns": [
+                {"label": c.label, "profile": c.profile, "runtime": c.runtime or None}
+                for c in columns
+            ],
+            "runtime_note": note or None,
             "metrics": [
                 {
                     "metric": name,
@@ -102,7 +136,16 @@ def run(args) -> int:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.plot:
-        path = _plot(args, frame, profiles, metrics, f"{title} (device model)")
+        runtimes = list(dict.fromkeys(c.label.partition(LABEL_SEP)[2] for c in columns))
+        phones = list(dict.fromkeys(c.profile for c in columns))
+        on = (
+            f"on {runtimes[0]}"
+            if len(runtimes) == 1
+            else f"{phones[0]} on {len(runtimes)} runtimes"
+            if len(phones) == 1
+            else "runtimes differ by column"
+        )
+        path = _plot(args, frame, profiles, metrics, f"{title}, {on} (device model)")
         print(f"plot: {path}", file=sys.stderr)
     return 0
 
@@ -149,5 +192,6 @@ def _plot(args, frame, profiles, metrics, title):
             args.new_tokens,
             args.context_tokens,
             args.batch,
+            runtime=args.runtime,
         )
     return compare_panels(frame, args.plot, title, metrics, phases)

@@ -1,11 +1,15 @@
-"""`harmony-ref pick`: from a sweep, the best feasible (model, policy, KV dtype) per phone and why
+"""`harmony-ref pick`: from a sweep, the best feasible (model, policy, KV dtype) per phone and
+runtime, naming the runtime of each winner and each loser's reason, and why
 every other loses; tables as text, Markdown, CSV or JSON; --plot writes the Pareto plot per
 phone (decode tokens/s against accuracy loss, marker size = peak memory, infeasible grey)."""
 
 from __future__ import annotations
 
 NAME = "pick"
-HELP = "the best feasible model/policy per phone from a sweep, why the others lose; Pareto plot"
+HELP = (
+    "the best feasible model/policy per phone and runtime from a sweep, why the others lose; "
+    "Pareto plot"
+)
 
 
 def add_arguments(p) -> None:
@@ -14,6 +18,9 @@ def add_arguments(p) -> None:
     p.add_argument("--sweep", required=True, metavar="NAME", help="results/sweeps/NAME/")
     p.add_argument("--profile", help="comma-separated phones (default: every one in the sweep)")
     p.add_argument("--models", help="comma-separated: choose among these models only")
+    p.add_argument(
+        "--runtime", help="comma-separated runtimes: answers for these only (default: every one)"
+    )
     p.add_argument(
         "--budget-mb",
         type=number(0, above=True),
@@ -67,6 +74,7 @@ def run(args) -> int:
         args.objective,
         args.machine,
         [s.strip() for s in args.models.split(",") if s.strip()] if args.models else None,
+        [s.strip() for s in args.runtime.split(",") if s.strip()] if args.runtime else None,
     )
     fmt = "json" if args.json else args.format
     plots = _plots(answers, args.plot) if args.plot else []
@@ -110,7 +118,8 @@ def _plots(answers, png: str):
             base
             if len(answers) == 1
             else base.with_name(
-                f"{base.stem}-{a.profile}-p{a.scenario['prompt_tokens']}-b{a.scenario['batch']}.png"
+                f"{base.stem}-{a.profile}{'-' + a.runtime if a.runtime else ''}"
+                f"-p{a.scenario['prompt_tokens']}-b{a.scenario['batch']}.png"
             )
         )
         out.append(pareto_plot(a, path))

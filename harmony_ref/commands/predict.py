@@ -7,16 +7,15 @@ HELP = "predict TTFT, decode tokens/s, memory and launch overhead on a simulated
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import add_model_arguments, add_scenario_arguments
+    from harmony_ref.commands._args import (
+        add_model_arguments,
+        add_runtime_argument,
+        add_scenario_arguments,
+    )
     from harmony_ref.commands._output import add_json_flag
 
     add_model_arguments(p)
-    p.add_argument(
-        "--runtime",
-        help="runtime profile that runs on it (llama.cpp-cpu, executorch-xnnpack, "
-        "qnn-npu, mlc-gpu, mslite-npu, harmony-ref-host, or a .toml); "
-        "default: the profile's own (its default_runtime)",
-    )
+    add_runtime_argument(p)
     p.add_argument(
         "--runtime-threads",
         type=int,

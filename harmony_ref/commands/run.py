@@ -16,7 +16,7 @@ DEFAULTS = {
 
 
 def add_config_arguments(p) -> None:
-    from harmony_ref.commands._args import add_model_arguments
+    from harmony_ref.commands._args import add_model_arguments, add_runtime_argument
 
     add_model_arguments(
         p,
@@ -26,6 +26,7 @@ def add_config_arguments(p) -> None:
         checkpoints=True,
         model_help="the host backend runs it, accuracy scores it",
     )
+    add_runtime_argument(p)
     p.add_argument(
         "--backend",
         default=DEFAULTS["backend"],
@@ -118,8 +119,10 @@ def config_from_args(args):
         prefix_tokens=args.prefix_tokens,
         checkpoint=checkpoint,
         allow_unmatched=args.allow_unmatched,
+        runtime=args.runtime or "",
     )
-    load_profile(args.profile)  # a bad profile is exit 2 now, not a failed part later
+    # a bad profile, or a runtime whose unit the SoC lacks, is exit 2 now, not a failed part later
+    load_profile(args.profile, args.runtime)
     return config
 
 

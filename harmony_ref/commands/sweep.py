@@ -1,4 +1,5 @@
-"""`harmony-ref sweep`: a grid of run configs (models x policies x profiles x scenarios) measured
+"""`harmony-ref sweep`: a grid of run configs (models x policies x profiles x runtimes x
+scenarios) measured
 by the main job's parts on Dask (a LocalCluster here, or --scheduler), resumable; every point a
 run record and a row of results/sweeps/<name>/points.parquet. Ends with one summary line."""
 
@@ -11,6 +12,7 @@ AXIS_FLAGS = (
     "models",
     "policies",
     "profiles",
+    "runtimes",
     "parts",
     "backend",
     "prompt",
@@ -30,6 +32,11 @@ def add_arguments(p) -> None:
     p.add_argument("--models", help="comma-separated model presets or spec TOML paths")
     p.add_argument("--policies", help="comma-separated policies")
     p.add_argument("--profiles", help="comma-separated device profiles (default: the shipped)")
+    p.add_argument(
+        "--runtimes",
+        help="comma-separated runtime profiles, each run on every profile (default: each "
+        "profile's own); a pair whose unit the SoC lacks is a failed point",
+    )
     p.add_argument(
         "--parts",
         help="comma-separated parts of `run` (default predicted): "
@@ -108,6 +115,7 @@ def grid_from_args(args):
         args.backend or "simulated",
         scenario,
         source="flags",
+        runtimes=split_list(args.runtimes, "--runtimes") if args.runtimes else (),
     )
 
 

@@ -56,6 +56,27 @@ from harmony_ref.model.graph import OP_TYPES
 from harmony_ref.units import GB, GIGA, KIB, MB, TERA
 
 DTYPES = ("fp16", "int8", "int4")
+# The NPU families a SoC's NPU belongs to, and the vendor / product words of a SoC profile's
+# `soc` string that name it: an NPU runtime (qnn-npu, mslite-npu) is built for one family only
+# (QNN drives Qualcomm's Hexagon, MindSpore Lite's NPU path HiSilicon's Da Vinci), so a runtime
+# profile's `npu` must match the SoC's `npu_family` (apply_runtime). A SoC profile may set
+# `npu_family`; one that leaves it out takes the family its `soc` string names (npu_family_of).
+NPU_FAMILIES = {
+    "hexagon": ("Qualcomm Hexagon NPU", ("qualcomm", "snapdragon")),
+    "davinci": ("HiSilicon Da Vinci NPU", ("hisilicon", "kirin")),
+    "mediatek-apu": ("MediaTek APU", ("mediatek", "dimensity")),
+    "tensor-tpu": ("Google Tensor TPU", ("google", "tensor")),
+    "samsung-npu": ("Samsung Exynos NPU", ("samsung", "exynos")),
+}
+
+
+def npu_family_of(soc: str) -> str:
+    """The NPU family (NPU_FAMILIES) whose vendor or product word the `soc` string holds
+    ("Qualcomm SM8650" -> "hexagon", "HiSilicon Kirin 9000E" -> "davinci"), "" when none does."""
+    words = set(soc.lower().replace("-", " ").split())
+    return next((f for f, (_, names) in NPU_FAMILIES.items() if words & set(names)), "")
+
+
 WEIGHT_ONLY_COMPUTES = ("fp16", "weight")  # [compute] weight_only_compute (module docstring)
 HOST_WEIGHT_ONLY_COMPUTE = "weight"  # our host kernels: dynamic int8 activations per 32-block
 # The phone's CPU path (device/threads.py): its [cpu] clusters' int8 / int4 rates are SDOT kernels,
@@ -361,6 +382,9 @@ class DeviceProfile:
     runtime: RuntimeSpec
     thermal: ThermalConfig
     soc: str = ""
+    # The family of its NPU (NPU_FAMILIES); "" derives it from `soc` (npu_family_of) when the
+    # profile has an NPU; a profile without one has none
+    npu_family: str = field(default="", metadata={"choices": tuple(NPU_FAMILIES)})
     # A SoC profile names the runtime that runs on it by default (device/runtimes/*.toml); its
     # efficiencies, weight-only compute and launch overhead then come from that runtime
     default_runtime: str = ""
@@ -400,6 +424,8 @@ def profile_from_dict(data: dict, source: str) -> DeviceProfile:
         # Cross-field checks (ThermalConfig.__post_init__) do not know the file; add it.
         raise e if str(e).startswith(source) else ValueError(f"{source}: {e}") from e
     _check_cross_fields(profile, source)
+    if not profile.npu_family and has_npu_cube(profile.compute):
+        object.__setattr__(profile, "npu_family", npu_family_of(profile.soc))
     object.__setattr__(profile, "source", source)
     rt = profile.default_runtime
     if rt.endswith(".toml") and not Path(rt).is_absolute():
@@ -409,6 +435,11 @@ def profile_from_dict(data: dict, source: str) -> DeviceProfile:
         if beside.is_file():
             object.__setattr__(profile, "default_runtime", str(beside))
     return profile
+
+
+def has_npu_cube(c: ComputeSpec) -> bool:
+    """Whether the SoC has an NPU: a Cube peak above 0 for some dtype."""
+    return any(c.on_npu(d) for d in DTYPES)
 
 
 RUNTIME_FIELDS = (
@@ -437,7 +468,12 @@ def _check_cross_fields(p: DeviceProfile, source: str) -> None:
             raise ValueError(
                 f"{source}: field 'cpu.clusters[{i}].name' = {dup!r}: another cluster has that name"
             )
-    if p.npu is not None and not any(p.compute.on_npu(d) for d in DTYPES) and p.npu.ops:
+    if p.npu_family and not has_npu_cube(p.compute):
+        raise ValueError(
+            f"{source}: field 'npu_family' = {p.npu_family!r}: this profile has no "
+            "NPU (every cube_*_tops is 0)"
+        )
+    if p.npu is not None and not has_npu_cube(p.compute) and p.npu.ops:
         raise ValueError(
             f"{source}: field 'npu.ops' = {list(p.npu.ops)!r}: this profile has no "
             "NPU (every cube_*_tops is 0): list no NPU ops"
@@ -482,6 +518,17 @@ def load_profile(
     if runtime is None:
         return soc
     return apply_runtime(soc, load_runtime(runtime), threads)
+
+
+def config_profile(config) -> DeviceProfile:
+    """The device a RunConfig runs on: its `profile` with its `runtime` (load_profile)."""
+    return load_profile(config.profile, config.runtime or None)
+
+
+def runtime_name(profile: str | Path | DeviceProfile, runtime: str = "") -> str:
+    """The runtime a profile runs on: `runtime` when given, else the SoC's default_runtime;
+    "" for a profile that names none (its own efficiencies: harmony-flagship)."""
+    return str(runtime) if runtime else load_soc(profile).default_runtime
 
 
 # --- runtime profiles (device/runtime.py documents them) -----------------------------------
@@ -553,6 +600,8 @@ class RuntimeProfile:
     weight_only_compute: str = field(metadata={"choices": WEIGHT_ONLY_COMPUTES})
     efficiency: RuntimeEfficiency
     overhead: RuntimeOverhead
+    # unit "npu": the NPU family it runs on (NPU_FAMILIES; required); other units: none
+    npu: str = field(default="", metadata={"choices": tuple(NPU_FAMILIES)})
     threads: int = field(default=0, metadata={"min": 0})  # cpu: threads (0: performant_cores)
     thread_split: str = field(default="even", metadata={"choices": THREAD_SPLITS})
     workspace_mb: float = field(default=0.0, metadata={"min": 0.0})  # runtime + scratch memory
@@ -574,6 +623,16 @@ class RuntimeProfile:
 
 def runtime_from_dict(data: dict, source: str) -> RuntimeProfile:
     rt = from_table(RuntimeProfile, data, source)
+    if rt.unit == "npu" and not rt.npu:
+        raise ValueError(
+            f"{source}: missing field 'npu': a runtime on the NPU names the NPU family it "
+            f"runs on, one of {list(NPU_FAMILIES)}"
+        )
+    if rt.unit != "npu" and rt.npu:
+        raise ValueError(
+            f"{source}: field 'npu' = {rt.npu!r}: only a runtime with unit = \"npu\" runs on "
+            f"an NPU (this one's unit is {rt.unit!r})"
+        )
     names = [s.soc for s in rt.soc_efficiency]
     for i, name in enumerate(names):
         if not name.strip():
@@ -643,11 +702,33 @@ def _threads(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None) -> int
     return n
 
 
+def _check_npu_family(soc: DeviceProfile, rt: RuntimeProfile) -> None:
+    """An NPU runtime runs on its own family's NPU only (NPU_FAMILIES): QNN on a Snapdragon's
+    Hexagon, not on a MediaTek APU or a Kirin's Da Vinci."""
+    if not has_npu_cube(soc.compute):
+        raise ValueError(
+            f"{soc.source}: runtime {rt.name!r} runs on the NPU, and this "
+            "profile has no NPU (every cube_*_tops is 0)"
+        )
+    want = NPU_FAMILIES[rt.npu][0]
+    if not soc.npu_family:
+        raise ValueError(
+            f"{soc.source}: runtime {rt.name!r} runs on a {want}; {soc.name} names no NPU "
+            f"family (set field 'npu_family', one of {list(NPU_FAMILIES)})"
+        )
+    if soc.npu_family != rt.npu:
+        raise ValueError(
+            f"runtime {rt.name!r} runs on a {want} only; {soc.name} has a "
+            f"{NPU_FAMILIES[soc.npu_family][0]}"
+        )
+
+
 def apply_runtime(
     soc: DeviceProfile, rt: RuntimeProfile, threads: int | None = None
 ) -> DeviceProfile:
     """`rt` on `soc` as one DeviceProfile (see the module docstring). Raises ValueError when
-    the SoC lacks the unit the runtime needs (a GPU runtime on a profile without [gpu])."""
+    the SoC lacks the unit the runtime needs (a GPU runtime on a profile without [gpu], an NPU
+    runtime on another family's NPU: QNN on a Dimensity)."""
     e, c, m = rt.efficiency, soc.compute, soc.memory
     compute = dict(
         compute_efficiency=rt.matmul_on(soc.name),
@@ -693,11 +774,7 @@ def apply_runtime(
         )
         read_gbps = m.gpu_read_gbps or read_gbps
     else:
-        if not any(c.on_npu(d) for d in DTYPES):
-            raise ValueError(
-                f"{soc.source}: runtime {rt.name!r} runs on the NPU, and this "
-                "profile has no NPU (every cube_*_tops is 0)"
-            )
+        _check_npu_family(soc, rt)
         read_gbps = m.npu_read_gbps or read_gbps
         npu = soc.npu
     memory = dataclasses.replace(

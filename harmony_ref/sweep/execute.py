@@ -30,7 +30,8 @@ from harmony_ref.metrics import Metrics
 from harmony_ref.track.record import Record
 
 SHARED_PARTS = ("accuracy",)
-PHONE_FIELDS = ("profile", "backend", "backend_options")  # what a shared part does not read
+# what a shared part does not read
+PHONE_FIELDS = ("profile", "runtime", "backend", "backend_options")
 
 
 def shared_key(part: str, config: dict) -> str:

@@ -1,4 +1,4 @@
-"""A sweep's grid: the axes (models, policies, profiles, scenario values, KV dtypes), the parts
+"""A sweep's grid: the axes (models, policies, profiles, runtimes, scenario values, KV dtypes), the parts
 each point runs and the backend, from command-line lists or a sweep TOML file, checked before
 any work starts; and its points, each keyed by a hash of its config and the code's version.
 
@@ -10,6 +10,7 @@ A sweep TOML file:
     models = ["llama-3.2-1b", "qwen2.5-1.5b"]      # presets, spec TOML paths or checkpoints
     policies = ["int4-g128", "int8"]
     profiles = ["harmony-flagship", "harmony-lowend"]
+    runtimes = ["llama.cpp-cpu", "executorch-xnnpack"]  # optional: default each profile's own
     parts = ["predicted", "accuracy"]              # of track/job.py's parts
     backend = "simulated"                          # optional
     [scenario]                                     # optional; each a list (or one value)
@@ -19,10 +20,12 @@ A sweep TOML file:
     batch = [1]
     kv_dtype = ["fp16", "int8"]
 
-Every name is resolved up front (a spec, a policy, a profile, a part): a bad one is a ValueError
-naming the file (or flag), the field and the value. A combination of valid values that is not a
-valid config (a prompt longer than the context) is not bad input: it is a point that fails, and
-the sweep records it with its message.
+Every name is resolved up front (a spec, a policy, a profile, a runtime, a part): a bad one is a
+ValueError naming the file (or flag), the field and the value, and so is a runtime that runs on
+none of the grid's profiles (its unit or NPU family is on none of them). A combination of valid
+values that is not a valid config (a prompt longer than the context, QNN on a Dimensity among
+phones that run it) is not bad input: it is a point that fails, never predicted, and the sweep
+records it with its one-line message.
 
 A point's `key` is a SHA-256 of its config's dict form, its parts, the contents of any spec,
 policy or profile file given by path, and `code_version()` (a hash of the package's own files),
@@ -50,7 +53,7 @@ DEFAULT_SCENARIO = {
     "batch": (1,),
     "kv_dtype": ("fp16",),
 }
-GRID_FIELDS = ("models", "policies", "profiles", "parts", "backend", "scenario")
+GRID_FIELDS = ("models", "policies", "profiles", "runtimes", "parts", "backend", "scenario")
 # What each field of a sweep TOML means: docs/reference/grid.md is generated from this table
 # (tools/docs_reference.py), and the build fails on a field of GRID_FIELDS it does not describe.
 GRID_FIELD_DOCS = {
@@ -58,6 +61,8 @@ GRID_FIELD_DOCS = {
     "models": "required list: model presets, spec TOML paths or checkpoints (.gguf, HF directory)",
     "policies": "required list: shipped policy names or policy TOML paths",
     "profiles": "required list: device profile names or profile TOML paths",
+    "runtimes": "list of runtime profile names or runtime TOML paths, each run on every profile "
+    "(default: each profile on its own default_runtime); a pair whose unit the SoC lacks fails",
     "parts": "list of `harmony-ref run`'s parts: predicted, host, accuracy, coldstart, thermal "
     '(default ["predicted"])',
     "backend": '"simulated" (default) or "host"',
@@ -87,29 +92,41 @@ class Grid:
     backend: str = "simulated"
     scenario: dict = field(default_factory=lambda: dict(DEFAULT_SCENARIO))
     source: str = "flags"  # what errors name: the TOML file, or "flags"
+    runtimes: tuple[str, ...] = ()  # () = each profile on its own default_runtime
 
     def __post_init__(self):
         check_grid(self)
 
     @property
     def size(self) -> int:
-        n = len(self.models) * len(self.policies) * len(self.profiles)
+        n = len(self.models) * len(self.policies) * len(self.profiles) * len(self.runtime_axis)
         for axis in SCENARIO_AXES:
             n *= len(self.scenario[axis])
         return n
 
+    @property
+    def runtime_axis(self) -> tuple[str, ...]:
+        """The runtimes each profile runs: the grid's, or ("",): each profile's own."""
+        return self.runtimes or ("",)
+
     def points(self) -> list[Point]:
         """One Point per combination, in a stable order (models outermost)."""
+        from harmony_ref.device.profile import load_profile
+
         code = code_version()
-        files = {v: file_digest(v) for v in (*self.models, *self.policies, *self.profiles)}
+        files = {
+            v: file_digest(v)
+            for v in (*self.models, *self.policies, *self.profiles, *self.runtime_axis)
+        }
         out = []
         axes = [
             self.models,
             self.policies,
             self.profiles,
+            self.runtime_axis,
             *(self.scenario[a] for a in SCENARIO_AXES),
         ]
-        for model, policy, profile, *sc in itertools.product(*axes):
+        for model, policy, profile, runtime, *sc in itertools.product(*axes):
             values = dict(zip(SCENARIO_AXES, sc))
             error = ""
             try:
@@ -120,7 +137,9 @@ class Grid:
                     backend=self.backend,
                     **values,
                     checkpoint=checkpoint_name(model),
+                    runtime=runtime,
                 ).to_dict()
+                load_profile(profile, runtime or None)  # a unit the SoC lacks: never predicted
             except ValueError as e:
                 error = f"bad config: {e}"
                 config = {
@@ -130,11 +149,13 @@ class Grid:
                     "backend": self.backend,
                     "scenario": {k: values[k] for k in SCENARIO_FIELDS},
                     "kv_dtype": values["kv_dtype"],
+                    **({"runtime": runtime} if runtime else {}),
                 }
             ident = {
                 "config": config,
                 "parts": sorted(self.parts),
-                "files": [files[model], files[policy], files[profile]],
+                "files": [files[model], files[policy], files[profile]]
+                + ([files[runtime]] if runtime else []),
             }
             config_key = _digest(ident)
             out.append(
@@ -147,6 +168,7 @@ class Grid:
             "models": list(self.models),
             "policies": list(self.policies),
             "profiles": list(self.profiles),
+            **({"runtimes": list(self.runtimes)} if self.runtimes else {}),
             "parts": list(self.parts),
             "backend": self.backend,
             "scenario": {k: list(v) for k, v in self.scenario.items()},
@@ -173,7 +195,7 @@ def model_spec(model: str):
 
 
 def file_digest(value: str) -> str | None:
-    """SHA-256 of a spec/policy/profile given as a file path (None for a shipped name: the
+    """SHA-256 of a spec/policy/profile/runtime given as a file path (None for a shipped name: the
     shipped files are part of the code version)."""
     path = Path(value)
     if value.endswith(".toml") and path.is_file():
@@ -241,6 +263,7 @@ def check_grid(grid: Grid) -> None:
                 load(v)
             except ValueError as e:
                 _fail(src, where, v, str(e))
+    _check_runtimes(grid)
     from harmony_ref.config import BACKENDS
 
     if grid.backend not in BACKENDS:
@@ -282,6 +305,34 @@ def check_grid(grid: Grid) -> None:
             "(sweep/grid.py MAX_GRID_POINTS: days of work; split it)",
         )
     _check_policies_fit_models(grid)
+
+
+def _check_runtimes(grid: Grid) -> None:
+    """Each runtime loads and runs on at least one of the grid's profiles (one that runs on none
+    is a typo or a wrong grid, refused with the first profile's reason); a pair that does not
+    run leaves its points failing with the reason."""
+    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_runtime
+
+    src = grid.source
+    if len(set(grid.runtimes)) != len(grid.runtimes):
+        _fail(src, "runtimes", list(grid.runtimes), "lists a value twice")
+    for rt in grid.runtimes:
+        if not isinstance(rt, str) or not rt:
+            _fail(src, "runtimes", rt, "must be a non-empty string")
+        try:
+            load_runtime(rt)
+        except ValueError as e:
+            _fail(src, "runtimes", rt, str(e))
+        reasons = []
+        for profile in grid.profiles:
+            try:
+                load_profile(profile, rt)
+                break
+            except ValueError as e:
+                reasons.append(str(e))
+        else:
+            _fail(src, "runtimes", rt, f"runs on none of the grid's profiles: {reasons[0]}")
 
 
 def _check_policies_fit_models(grid: Grid) -> None:
@@ -357,4 +408,5 @@ def grid_from_toml(path: str | Path) -> Grid:
         backend,
         scenario,
         source=src,
+        runtimes=listed("runtimes", []),
     )

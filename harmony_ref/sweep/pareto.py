@@ -118,10 +118,13 @@ def pareto_figure(answer, title: str | None = None):
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.grid(True, which="both", alpha=0.3)
         ax.tick_params(labelsize=11)
+        from harmony_ref.sweep.pick import runtime_text
+
         s = answer.scenario
         ax.set_title(
             title
-            or f"{answer.profile}: {s['prompt_tokens']} prompt + {s['new_tokens']} "
+            or f"{answer.profile} {runtime_text(answer.runtime)}: {s['prompt_tokens']} prompt + "
+            f"{s['new_tokens']} "
             f"new tokens, batch {s['batch']} ({s['backend']})",
             fontsize=14,
         )

@@ -1,5 +1,5 @@
-"""The answer a sweep is for: per phone, the best feasible (model, policy, KV dtype) and why each
-other loses.
+"""The answer a sweep is for: per phone and runtime, the best feasible (model, policy, KV dtype)
+and why each other loses.
 
     answers = pick(read_points(store), profiles=["harmony-lowend"], budget_mb=3000,
                    max_accuracy_drop=2.0, min_decode_tps=10)
@@ -15,8 +15,10 @@ bad input. Among the feasible points the best has the highest decode tokens/s (`
 or, feasible, by the objective; `pareto` marks points no other feasible point beats on both
 decode tokens/s and accuracy loss.
 
-One answer per phone and scenario (prompt/new/context tokens, batch, backend): a sweep with two
-prompt lengths has two answers per phone. Measured metrics (a host part or backend) come from
+One answer per phone, runtime and scenario (prompt/new/context tokens, batch, backend): a sweep
+over two runtimes has two answers per phone, and every answer names its runtime, in its line
+(the winner's) and in each loser's reason (`runtime` filters them: --runtime). A sweep written
+before rows carried the runtime reads as each profile's own ("" = the profile's default). Measured metrics (a host part or backend) come from
 the machine that ran the point; `pick` never ranks timings of different machines together: when
 a metric it uses was measured on more than one, `machine` must choose one.
 """
@@ -38,6 +40,7 @@ CANDIDATE_COLUMNS = ("model", "policy", "kv_dtype")
 @dataclass
 class Answer:
     profile: str
+    runtime: str  # the runtime the phone ran ("" for a profile that names none)
     scenario: dict
     frame: object  # pandas: one row per candidate, verdict and why
     best: dict | None
@@ -49,6 +52,7 @@ class Answer:
         rows = [{k: _plain(v) for k, v in r.items()} for r in self.frame.to_dict("records")]
         return {
             "profile": self.profile,
+            "runtime": self.runtime or None,
             "scenario": self.scenario,
             "objective": self.objective,
             "constraints": self.constraints,
@@ -85,6 +89,9 @@ def read_points(store):
             f"(run `harmony-ref sweep --name {store.name} ...` first)"
         )
     df = store.read()
+    if "runtime" not in df.columns:  # a sweep written before rows carried it
+        df["runtime"] = ""
+    df["runtime"] = df["runtime"].fillna("")
     ok = df[df["status"] == "ok"]
     if ok.empty:
         raise ValueError(
@@ -133,7 +140,18 @@ def pick(
     objective: str = "decode",
     machine: str | None = None,
     models: list[str] | None = None,
+    runtimes: list[str] | None = None,
 ) -> list[Answer]:
+    if "runtime" not in df.columns:
+        df = df.assign(runtime="")
+    if runtimes:
+        known_runtimes = sorted(set(df["runtime"]))
+        for r in runtimes:
+            if r not in known_runtimes:
+                raise ValueError(
+                    f"--runtime {r!r}: not in the sweep; its runtimes are {known_runtimes}"
+                )
+        df = df[df["runtime"].isin(runtimes)]
     if models:
         known_models = sorted(set(df["model"]))
         for m in models:
@@ -184,13 +202,22 @@ def pick(
     out = []
     for profile in profiles:
         sub = df[df["profile"] == profile]
-        for scen, group in sub.groupby(list(SCENARIO_COLUMNS), sort=True):
+        for (runtime, *scen), group in sub.groupby(["runtime", *SCENARIO_COLUMNS], sort=True):
             frame, best = _rank(
-                group, loss, kld, budget_mb, max_kld, max_accuracy_drop, min_decode_tps, objective
+                group,
+                loss,
+                kld,
+                budget_mb,
+                max_kld,
+                max_accuracy_drop,
+                min_decode_tps,
+                objective,
+                runtime,
             )
             out.append(
                 Answer(
                     profile,
+                    runtime,
                     dict(zip(SCENARIO_COLUMNS, map(_plain, scen))),
                     frame,
                     best,
@@ -243,7 +270,12 @@ def pareto_mask(tps: list[float], loss: list[float]) -> list[bool]:
     return out
 
 
-def _rank(group, loss, kld, budget_mb, max_kld, max_drop, min_tps, objective):
+def runtime_text(runtime: str) -> str:
+    """How an answer names its runtime: "on qnn-npu", or the profile's own."""
+    return f"on {runtime}" if runtime else "on the profile's own runtime"
+
+
+def _rank(group, loss, kld, budget_mb, max_kld, max_drop, min_tps, objective, runtime=""):
     import pandas as pd
 
     rows = group.to_dict("records")
@@ -296,12 +328,13 @@ def _rank(group, loss, kld, budget_mb, max_kld, max_drop, min_tps, objective):
         out.append(
             {
                 **{c: r[c] for c in CANDIDATE_COLUMNS},
+                "runtime": runtime,
                 DECODE: tps[i],
                 "accuracy_loss": lossv[i],
                 MEMORY: mem[i],
                 "pareto": i in on_front,
                 "verdict": verdict,
-                "why": why,
+                "why": f"{runtime_text(runtime)}: {why}",
             }
         )
     frame = pd.DataFrame(out)
@@ -319,7 +352,8 @@ def _rank(group, loss, kld, budget_mb, max_kld, max_drop, min_tps, objective):
 def answer_line(a: Answer) -> str:
     s = a.scenario
     head = (
-        f"{a.profile} ({s['prompt_tokens']} prompt + {s['new_tokens']} new tokens, "
+        f"{a.profile} {runtime_text(a.runtime)} ({s['prompt_tokens']} prompt + "
+        f"{s['new_tokens']} new tokens, "
         f"context {s['context_tokens']}, batch {s['batch']}, {s['backend']})"
     )
     if a.best is None:

@@ -1,7 +1,8 @@
 """Where a sweep keeps its points: `results/sweeps/<name>/`.
 
     points.parquet     one row per point (pyarrow): its key, status and error, the config's
-                       fields as columns, every metric as a column, machine, worker, record path
+                       fields as columns (`runtime`: the config's, else the profile's
+                       default_runtime), every metric as a column, machine, worker, record path
     records/KEY.json   the point's run record (track/record.py's schema: the gate, compare and
                        `harmony-ref run`'s readers take it as it is)
     pending/*.parquet  rows written during a sweep, folded into points.parquet at its end
@@ -45,6 +46,7 @@ ROW_FIELDS = (
     "model",
     "policy",
     "profile",
+    "runtime",
     "backend",
     "prompt_tokens",
     "new_tokens",
@@ -209,6 +211,17 @@ def compression_columns(comp: dict) -> dict:
     return out
 
 
+def row_runtime(cfg: dict) -> str:
+    """The runtime a point ran on: its config's, else its profile's default_runtime ("" for a
+    profile that names none, or one that no longer loads)."""
+    from harmony_ref.device.profile import runtime_name
+
+    try:
+        return runtime_name(cfg["profile"], cfg.get("runtime", ""))
+    except ValueError:
+        return cfg.get("runtime", "")
+
+
 def make_row(point, result: dict, record_path: str) -> dict:
     from harmony_ref.sweep.grid import SCENARIO_AXES, code_version
 
@@ -224,6 +237,7 @@ def make_row(point, result: dict, record_path: str) -> dict:
         "model": cfg["model"],
         "policy": cfg["policy"],
         "profile": cfg["profile"],
+        "runtime": row_runtime(cfg),
         "backend": cfg["backend"],
     }
     for axis in SCENARIO_AXES:

@@ -1,9 +1,17 @@
-"""Device profiles side by side: one config predicted on several phones.
+"""Device profiles side by side: one config predicted on several phones, each on a runtime.
+
+A column is a profile on a runtime (`compare_columns`): "dimensity-9300" runs the profile's own
+`default_runtime`, "snapdragon-8-gen-3:llama.cpp-cpu" the runtime named after the colon, and
+`runtime` runs every profile given without one on it; one phone may appear on several runtimes.
+Each column is labelled `profile · runtime` ("· own" for a profile that names no runtime: its
+own efficiency fields), so no table or plot compares runtimes without saying so, and
+`runtime_note` is the one line that warns when the columns differ in runtime. A runtime whose
+unit the SoC lacks is refused before any work (device/profile.py apply_runtime).
 
 `compare_profiles` runs the device-dependent, exact parts of the main job (predicted metrics,
-cold start, 10-minute thermal summary) once per profile and returns a pandas frame with metrics
-as rows and profiles as columns, plus a `best` column naming the profile(s) with the best value
-of each row (direction-aware; `direction = "none"` rows and rows where every profile ties
+cold start, 10-minute thermal summary) once per column and returns a pandas frame with metrics
+as rows and column labels as columns, plus a `best` column naming the column(s) with the best
+value of each row (direction-aware; `direction = "none"` rows and rows where every column ties
 are not marked). `coldstart_phases` splits the cold-start totals into the model's steps, for the
 stacked bars of `compare --plot`.
 """
@@ -11,12 +19,86 @@ stacked bars of `compare --plot`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from harmony_ref._format import fmt_number
 from harmony_ref.config import RunConfig
+from harmony_ref.track.figures import LABEL_SEP
 
 COMPARE_PARTS = ("predicted", "coldstart", "thermal")
 COLDSTART_LOADER = "read"  # the loader the coldstart part reports (device.coldstart default)
+OWN_RUNTIME = "own"  # a label's runtime for a profile that names none: its own efficiency fields
+
+
+@dataclass(frozen=True)
+class Column:
+    profile: str  # a shipped profile name or a profile TOML path
+    runtime: str  # the runtime it runs: named, else the profile's default_runtime; "" for none
+    explicit: str  # the runtime as given ("" = the profile's own default)
+
+    @property
+    def label(self) -> str:
+        return f"{self.profile}{LABEL_SEP}{self.runtime or OWN_RUNTIME}"
+
+    def config(self, model, policy, prompt_tokens, new_tokens, context_tokens, batch) -> RunConfig:
+        return RunConfig.from_names(
+            model,
+            policy,
+            prompt_tokens,
+            new_tokens,
+            context_tokens,
+            batch,
+            profile=self.profile,
+            runtime=self.explicit,
+        )
+
+
+def compare_columns(profiles: list[str], runtime: str | None = None) -> list[Column]:
+    """The columns of `--profiles` items ("PROFILE" or "PROFILE:RUNTIME") and `--runtime`, each
+    profile loaded on its runtime here (a runtime whose unit the SoC lacks is a ValueError)."""
+    from harmony_ref.device.profile import load_profile, runtime_name
+
+    if len(profiles) < 1:
+        raise ValueError("--profiles: give at least one profile")
+    out = []
+    for item in profiles:
+        profile, _, rt = (s.strip() for s in item.partition(":"))
+        if not profile or (":" in item and not rt):
+            raise ValueError(f"--profiles {item!r}: give PROFILE or PROFILE:RUNTIME")
+        if rt and runtime:
+            raise ValueError(
+                f"--profiles {item!r} names its runtime and --runtime {runtime!r} names one for "
+                "every profile: give one or the other"
+            )
+        where = f"--profiles {item!r}" if rt else f"--runtime {runtime!r} on {profile}"
+        rt = rt or runtime or ""
+        try:
+            load_profile(profile, rt or None)
+        except ValueError as e:  # named by the flag, unless that makes the line too long
+            text = f"{where}: {e}"
+            raise ValueError(text if len(text) < 170 else str(e)) from None
+        out.append(Column(profile, runtime_name(profile, rt), rt))
+    labels = [c.label for c in out]
+    twice = next((c for c in labels if labels.count(c) > 1), None)
+    if twice:
+        raise ValueError(f"--profiles: a profile and runtime are listed twice: {twice}")
+    return out
+
+
+def runtime_note(columns: list[Column]) -> str:
+    """The one line that says the columns differ in runtime ("" when they all run one)."""
+    runtimes = list(dict.fromkeys(c.runtime or OWN_RUNTIME for c in columns))
+    if len(runtimes) < 2:
+        return ""
+    if len({c.profile for c in columns}) == 1:
+        return (
+            f"one phone on {len(runtimes)} runtimes ({', '.join(runtimes)}): the columns "
+            "compare runtimes"
+        )
+    return (
+        f"the columns run {len(runtimes)} different runtimes ({', '.join(runtimes)}): they "
+        "compare runtimes as well as phones; --runtime R runs every profile on one"
+    )
 
 
 def compare_profiles(
@@ -28,26 +110,24 @@ def compare_profiles(
     context_tokens: int = 2048,
     batch: int = 1,
     parts: tuple[str, ...] = COMPARE_PARTS,
+    runtime: str | None = None,
 ):
-    """(frame, notes): the frame is indexed by metric with columns unit, better, <profiles...>,
-    best; notes say which parts could not run here (an input out of reach)."""
+    """(frame, notes): the frame is indexed by metric with columns unit, better, <column
+    labels...>, best (`compare_columns` makes the columns of `profiles` and `runtime`); notes
+    say which parts could not run here (an input out of reach)."""
     import pandas as pd
 
     from harmony_ref.checkpoint.assets import AssetUnavailable
     from harmony_ref.track.job import PARTS, run_part
 
-    if len(profiles) < 1:
-        raise ValueError("--profiles: give at least one profile")
-    if len(set(profiles)) != len(profiles):
-        raise ValueError(f"--profiles: a profile is listed twice: {profiles}")
+    cols = compare_columns(profiles, runtime)
+    profiles = [c.label for c in cols]
     columns: dict[str, dict[str, float]] = {}
     meta: dict[str, tuple[str, str]] = {}
     notes: list[str] = []
     by_name = {p.name: p for p in PARTS}
-    for profile in profiles:
-        config = RunConfig.from_names(
-            model, policy, prompt_tokens, new_tokens, context_tokens, batch, profile=profile
-        )
+    for col in cols:
+        config = col.config(model, policy, prompt_tokens, new_tokens, context_tokens, batch)
         values: dict[str, float] = {}
         for name in parts:
             try:
@@ -60,7 +140,7 @@ def compare_profiles(
             for m in got:
                 values[m.name] = m.value
                 meta.setdefault(m.name, (m.unit, m.direction))
-        columns[profile] = values
+        columns[col.label] = values
     if not meta:
         raise ValueError("no metrics to compare: " + "; ".join(notes))
     rows = list(meta)
@@ -83,21 +163,26 @@ def coldstart_phases(
     context_tokens: int = 2048,
     batch: int = 1,
     loader: str = COLDSTART_LOADER,
+    runtime: str | None = None,
 ) -> dict:
     """{strategy: frame} of the cold-start model's steps on the user's clock: rows are the steps
-    (ms) any profile pays for that strategy, in the order they happen, columns the profiles. Each
-    column sums to the frame's `coldstart_<strategy>_ms` (same model, same loader)."""
+    (ms) any column pays for that strategy, in the order they happen, columns the column labels
+    (compare_columns). Each column sums to the frame's `coldstart_<strategy>_ms` (same model,
+    same loader)."""
     import pandas as pd
 
     from harmony_ref.device.coldstart import STEPS, STRATEGIES, breakdown
+    from harmony_ref.device.profile import config_profile
 
     rows = {}
-    for profile in profiles:
-        config = RunConfig.from_names(
-            model, policy, prompt_tokens, new_tokens, context_tokens, batch, profile=profile
-        )
-        rows[profile] = {
-            r["strategy"]: r for r in breakdown(profile, config) if r["loader"] == loader
+    cols = compare_columns(profiles, runtime)
+    profiles = [c.label for c in cols]
+    for col in cols:
+        config = col.config(model, policy, prompt_tokens, new_tokens, context_tokens, batch)
+        rows[col.label] = {
+            r["strategy"]: r
+            for r in breakdown(config_profile(config), config)
+            if r["loader"] == loader
         }
     out = {}
     for strategy in STRATEGIES:

@@ -35,6 +35,8 @@ SHIPPED_COLOURS = {
     "harmony-midrange": PALETTE[1],
     "harmony-lowend": PALETTE[2],
 }
+# a compare column's label: `profile · runtime` (track/compare.py Column)
+LABEL_SEP = " · "
 REFERENCE_COLOUR = "#444444"  # limits, budgets and trips drawn against the data
 HEADROOM = 0.18  # share of the data range kept free above (and below) bars for their labels
 
@@ -83,16 +85,24 @@ def figure(
 
 
 def profile_colours(profiles) -> dict[str, str]:
-    """Profile name -> colour: the shipped profiles always alike, the others from the palette in
-    the order given (skipping colours the shipped ones use)."""
-    spare = [c for c in PALETTE if c not in SHIPPED_COLOURS.values()]
+    """Profile name (or compare label, `profile · runtime`) -> colour: the shipped profiles always
+    alike (unless one is listed on several runtimes), the others from the palette in the order
+    given (skipping colours the shipped ones use)."""
+    # yellow last: as tick text on white it is the faintest
+    spare = sorted((c for c in PALETTE if c not in SHIPPED_COLOURS.values()), key=_YELLOW.__eq__)
+    phones = [p.partition(LABEL_SEP)[0] for p in profiles]
     out: dict[str, str] = {}
-    for p in profiles:
-        if p in SHIPPED_COLOURS:
-            out[p] = SHIPPED_COLOURS[p]
+    n = 0
+    for p, phone in zip(profiles, phones):
+        if phone in SHIPPED_COLOURS and phones.count(phone) == 1:  # `phone · runtime` too
+            out[p] = SHIPPED_COLOURS[phone]
         else:
-            out[p] = spare[sum(q not in SHIPPED_COLOURS for q in out) % len(spare)]
+            out[p] = spare[n % len(spare)]
+            n += 1
     return out
+
+
+_YELLOW = "#F0E442"
 
 
 def fmt_value(value: float, unit: str = "") -> str:
@@ -167,7 +177,11 @@ def profile_ticks(
 
 
 def wrap_name(name: str, width: int = 10) -> str:
-    """A profile name as a tick label: broken after its first '-' when longer than `width`."""
+    """A profile name as a tick label: broken after its first '-' when longer than `width`; a
+    compare column's runtime (`profile · runtime`) on a line of its own."""
+    profile, sep, runtime = name.partition(LABEL_SEP)
+    if sep:
+        return f"{wrap_name(profile, width)}\n{wrap_name(runtime, width + 4)}"
     if len(name) <= width or "-" not in name:
         return name
     head, tail = name.split("-", 1)

@@ -54,11 +54,12 @@ def _predicted(config: RunConfig):
     """The backend's metrics: predicted (simulated), or measured by HostDevice / CommandDevice
     and physics-checked; a measured backend's provenance goes into the part."""
     from harmony_ref.backends.make import make_backend
+    from harmony_ref.device.profile import config_profile
 
     opts = config.options
     dev = make_backend(
         config.backend,
-        profile=config.profile,
+        profile=config_profile(config),
         command=opts.get("command"),
         fmt=opts.get("format"),
         host_profile=_host_model_profile(config),
@@ -66,7 +67,7 @@ def _predicted(config: RunConfig):
     )
     m = dev.run(config)
     if config.backend == "simulated":
-        info = _runtime_calibration(config.profile)
+        info = _runtime_calibration(config)
         if _is_shipped(config.profile):
             return (m.metrics, info) if info else m.metrics
         return m.metrics, {"backend_provenance": _simulated_host_provenance(config), **info}
@@ -74,7 +75,7 @@ def _predicted(config: RunConfig):
     info = {
         "backend_provenance": prov,
         "implausible": list(m.findings),
-        **(_runtime_calibration(config.profile) if config.backend == "host" else {}),
+        **(_runtime_calibration(config) if config.backend == "host" else {}),
     }
     if m.session is not None:  # a device session: identity, pushes, per-repeat telemetry
         info["session"] = m.session
@@ -88,16 +89,19 @@ def _predicted(config: RunConfig):
     return m.metrics, info
 
 
-def _runtime_calibration(profile: str) -> dict:
-    """Which measurements the profile's runtime was fitted on and which scored it (its
-    [calibration]), for the record: `host_model_mape_pct` is the error on the scored ones."""
-    from harmony_ref.device.profile import load_soc
+def _runtime_calibration(config: RunConfig) -> dict:
+    """The runtime the config ran on (`model_runtime`: its own or the profile's default) and
+    which measurements it was fitted on and which scored it (its [calibration]), for the record:
+    `host_model_mape_pct` is the error on the scored ones."""
+    from harmony_ref.device.profile import runtime_name
     from harmony_ref.device.runtime import load_runtime
 
-    name = load_soc(profile).default_runtime
-    cal = load_runtime(name).calibration if name else None
-    if cal is None:
+    name = runtime_name(config.profile, config.runtime)
+    if not name:
         return {}
+    cal = load_runtime(name).calibration
+    if cal is None:
+        return {"model_runtime": name}
     return {
         "model_runtime": name,
         "model_fitted_on": list(cal.fitted_on),
@@ -233,16 +237,16 @@ def _accuracy(config: RunConfig):
 
 def _coldstart(config: RunConfig) -> Metrics:
     from harmony_ref.device.coldstart import coldstart_metrics
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.profile import config_profile
 
-    return coldstart_metrics(load_profile(config.profile), config)
+    return coldstart_metrics(config_profile(config), config)
 
 
 def _thermal(config: RunConfig) -> Metrics:
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.profile import config_profile
     from harmony_ref.device.thermal import thermal_summary
 
-    return thermal_summary(load_profile(config.profile), config, minutes=10)
+    return thermal_summary(config_profile(config), config, minutes=10)
 
 
 def _fidelity(config: RunConfig):

@@ -200,6 +200,9 @@ def _stacked_panel(ax, frame, metric: str, phases, profiles, colours, step_colou
     return handles
 
 
+EXTRA_COLUMN_PX = 200  # a compare panel's width per column past three
+
+
 def compare_panels(
     frame,
     path: str | Path,
@@ -237,6 +240,9 @@ def compare_figure(
     step_colours = dict(zip(STEPS, set2))
     ncols = min(3, len(metrics))
     nrows = math.ceil(len(metrics) / ncols)
+    # room for each bar's value label ("37.9 tokens/s") beside its neighbours' when a panel
+    # holds more than three columns
+    width_px += max(0, len(profiles) - 3) * ncols * EXTRA_COLUMN_PX
     with style():
         fig, axes = figure(width_px, 120 + 420 * nrows, nrows, ncols, squeeze=False)
         legend = {}  # step -> a handle: the union over every stacked panel, in step order

@@ -51,10 +51,19 @@ def test_the_required_runtimes_ship_and_load():
         assert load_runtime(rt) is rt
 
 
+# The one NPU runtime each SoC's NPU runs, by the SoC's product name (QNN: Qualcomm's Hexagon;
+# MindSpore Lite: HiSilicon's Da Vinci); a Dimensity's APU (or a Tensor's, an Exynos's) runs neither
+NPU_RUNTIME = {"snapdragon": "qnn-npu", "kirin": "mslite-npu"}
+
+
 @pytest.mark.parametrize("soc", SOCS)
-def test_every_phone_runtime_predicts_on_every_soc(soc):
+def test_every_phone_runtime_predicts_on_every_soc_with_its_unit(soc):
     cfg = RunConfig.from_names("llama-3.2-3b", "w4a8-g32", 64, 128, 2048)
     for rt in REQUIRED:
+        if rt.endswith("-npu") and rt != NPU_RUNTIME.get(soc.split("-")[0]):
+            with pytest.raises(ValueError, match=f"runtime '{rt}' runs on a .* only; {soc} has a"):
+                load_profile(soc, rt)
+            continue
         p = load_profile(soc, rt)
         t = scenario_timing(p, cfg)
         b = bounds(p, cfg)
@@ -257,3 +266,116 @@ def _shipped_path(name):
     from importlib import resources
 
     return resources.files("harmony_ref") / "device" / "profiles" / f"{name}.toml"
+
+
+# --- NPU families: a runtime on the NPU runs on its own vendor's NPU only ---------------------
+
+
+@pytest.mark.parametrize(
+    "soc, runtime, theirs",
+    [
+        ("dimensity-9300", "qnn-npu", "MediaTek APU"),
+        ("kirin-9000e", "qnn-npu", "HiSilicon Da Vinci NPU"),
+        ("snapdragon-8-gen-3", "mslite-npu", "Qualcomm Hexagon NPU"),
+        ("snapdragon-8-elite", "mslite-npu", "Qualcomm Hexagon NPU"),
+        ("harmony-flagship", "qnn-npu", "HiSilicon Da Vinci NPU"),
+    ],
+)
+def test_an_npu_runtime_on_another_vendors_npu_is_refused_naming_both(soc, runtime, theirs):
+    with pytest.raises(ValueError) as e:
+        load_profile(soc, runtime)
+    msg = str(e.value)
+    assert runtime in msg and soc in msg and theirs in msg and len(msg) < 200
+
+
+def test_each_npu_runtime_runs_on_its_own_family():
+    assert load_profile("snapdragon-8-gen-3", "qnn-npu").name == "snapdragon-8-gen-3+qnn-npu"
+    assert load_profile("kirin-990-5g", "mslite-npu").name == "kirin-990-5g+mslite-npu"
+    assert load_profile("harmony-flagship", "mslite-npu").npu_family == "davinci"
+
+
+@pytest.mark.parametrize(
+    "soc_string, family",
+    [
+        ("Qualcomm SM8850", "hexagon"),  # Snapdragon 8 Elite Gen 5, written as its part number
+        ("Snapdragon 8 Elite Gen 5", "hexagon"),
+        ("MediaTek MT6991", "mediatek-apu"),
+        ("MediaTek Dimensity 9400", "mediatek-apu"),
+        ("HiSilicon Kirin 9020", "davinci"),
+        ("Google Tensor G4", "tensor-tpu"),
+        ("Samsung Exynos 2500", "samsung-npu"),
+        ("Kirin 810-class (assumption)", "davinci"),
+        ("some phone", ""),
+    ],
+)
+def test_a_soc_profile_without_npu_family_takes_its_soc_strings(tmp_path, soc_string, family):
+    """SoC profiles written before the field (or without it) still load: the family comes from
+    the vendor or product word of `soc`; one naming no vendor has none, and an NPU runtime on it
+    asks for the field."""
+    text = (
+        _shipped_path("dimensity-9300")
+        .read_text()
+        .replace('npu_family = "mediatek-apu"', "")
+        .replace('soc = "MediaTek MT6989"', f"soc = {soc_string!r}")
+    )
+    path = tmp_path / "phone.toml"
+    path.write_text(text)
+    assert load_soc(path).npu_family == family
+    if not family:
+        with pytest.raises(ValueError, match="names no NPU family \\(set field 'npu_family'"):
+            load_profile(path, "qnn-npu")
+
+
+def test_npu_family_on_a_profile_without_an_npu_is_refused(tmp_path):
+    text = _shipped_path("harmony-lowend").read_text()
+    path = tmp_path / "phone.toml"
+    path.write_text(text.replace('name = "harmony-lowend"', 'name = "x"\nnpu_family = "hexagon"'))
+    with pytest.raises(ValueError, match="field 'npu_family' = 'hexagon': this profile has no NPU"):
+        load_soc(path)
+    assert load_soc("harmony-lowend").npu_family == ""
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (('unit = "cpu"', 'unit = "npu"'), "missing field 'npu': a runtime on the NPU names"),
+        (('unit = "cpu"', 'unit = "cpu"\nnpu = "hexagon"'), "field 'npu' = 'hexagon': only a"),
+        (('unit = "cpu"', 'unit = "npu"\nnpu = "apu"'), "field 'npu' = 'apu': must be one of"),
+    ],
+)
+def test_a_runtime_names_its_npu_family_exactly_when_it_runs_on_the_npu(tmp_path, edit, message):
+    path = tmp_path / "rt.toml"
+    path.write_text(GOOD.replace(*edit))
+    with pytest.raises(ValueError, match=message):
+        load_runtime(path)
+
+
+def test_predict_refuses_qnn_on_a_dimensity_with_exit_2(capsys):
+    assert main(["predict", "--profile", "dimensity-9300", "--runtime", "qnn-npu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "qnn-npu" in err and "dimensity-9300" in err
+    assert "Traceback" not in err
+
+
+def test_run_takes_a_runtime_refuses_a_mismatch_and_records_it(capsys):
+    assert main(["run", "--profile", "kirin-9000e", "--runtime", "qnn-npu", "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "qnn-npu" in err and "kirin-9000e" in err
+    argv = [
+        "run",
+        "--profile",
+        "kirin-9000e",
+        "--runtime",
+        "llama.cpp-cpu",
+        "--model",
+        "llama-3.2-1b",
+        "--policy",
+        "int4-g32",
+        "--skip",
+        "host,accuracy,coldstart,thermal",
+        "--json",
+    ]
+    assert main(argv) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["config"]["runtime"] == "llama.cpp-cpu"
+    assert rec["parts"]["predicted"]["model_runtime"] == "llama.cpp-cpu"

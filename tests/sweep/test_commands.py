@@ -72,7 +72,7 @@ def test_pick_json_md_csv_and_plots(swept, capsys):
     md = capsys.readouterr().out
     assert md.startswith("**harmony-lowend") and "| model | policy |" in md
     assert main(argv + ["--format", "csv"]) == 0
-    assert capsys.readouterr().out.startswith("model,policy,kv_dtype,decode_tokens_per_s")
+    assert capsys.readouterr().out.startswith("model,policy,kv_dtype,runtime,decode_tokens_per_s")
 
 
 @pytest.mark.parametrize(

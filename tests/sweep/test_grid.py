@@ -163,3 +163,105 @@ def test_a_checkpoint_is_a_model_with_its_spec_from_the_file(tmp_path):
     assert (
         config["model_spec"]["activation"] == "gelu_tanh" and config["model_spec"]["n_layers"] == 3
     )
+
+
+# --- the runtime axis -------------------------------------------------------------------------
+
+
+def test_runtimes_are_an_axis_and_reach_each_points_config():
+    g = small(
+        profiles=("snapdragon-8-gen-3", "dimensity-9300"),
+        runtimes=("llama.cpp-cpu", "executorch-xnnpack"),
+    )
+    pts = g.points()
+    assert len(pts) == g.size == 2 * 2 * 2 * 2
+    assert {(p.config["profile"], p.config["runtime"]) for p in pts} == {
+        (s, r)
+        for s in ("snapdragon-8-gen-3", "dimensity-9300")
+        for r in ("llama.cpp-cpu", "executorch-xnnpack")
+    }
+    assert not any(p.error for p in pts) and len({p.key for p in pts}) == len(pts)
+    assert g.to_dict()["runtimes"] == ["llama.cpp-cpu", "executorch-xnnpack"]
+    # without the axis each profile runs its own runtime and the config does not name one
+    assert all("runtime" not in p.config for p in small().points())
+    assert "runtimes" not in small().to_dict()
+
+
+def test_a_pair_whose_unit_the_soc_lacks_is_a_failed_point_never_predicted():
+    g = small(profiles=("snapdragon-8-gen-3", "dimensity-9300"), runtimes=("qnn-npu",))
+    by_phone = {p.config["profile"]: p for p in g.points()}
+    assert by_phone["snapdragon-8-gen-3"].error == ""
+    err = by_phone["dimensity-9300"].error
+    assert err.startswith("bad config: runtime 'qnn-npu' runs on a Qualcomm Hexagon NPU only")
+    assert "dimensity-9300 has a MediaTek APU" in err
+    assert by_phone["dimensity-9300"].config["runtime"] == "qnn-npu"
+
+
+@pytest.mark.parametrize(
+    "runtimes, message",
+    [
+        (
+            ("qnn-npu",),
+            "--runtimes 'qnn-npu': runs on none of the grid's profiles: runtime "
+            "'qnn-npu' runs on a Qualcomm Hexagon NPU only; dimensity-9300 has a MediaTek APU",
+        ),
+        (("llama.cpp-cpu", "llama.cpp-cpu"), "lists a value twice"),
+        (("no-such-runtime",), "--runtimes 'no-such-runtime': unknown runtime profile"),
+    ],
+)
+def test_bad_runtimes_are_refused_before_any_work(runtimes, message):
+    with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")):
+        small(profiles=("dimensity-9300",), runtimes=runtimes)
+
+
+def test_runtimes_in_a_grid_file_and_as_a_flag(tmp_path, capsys):
+
+    path = tmp_path / "g.toml"
+    path.write_text(
+        'models = ["llama-3.2-1b"]\npolicies = ["int4-g32"]\nprofiles = ["kirin-9000e"]\n'
+        'runtimes = ["llama.cpp-cpu", "mslite-npu"]\n'
+    )
+    assert grid_from_toml(path).runtimes == ("llama.cpp-cpu", "mslite-npu")
+    path.write_text(
+        path.read_text().replace('"mslite-npu"', '"qnn-npu"').replace('["llama.cpp-cpu", ', "[")
+    )
+    with pytest.raises(ValueError, match=f"{path}: field 'runtimes' = 'qnn-npu': runs on none"):
+        grid_from_toml(path)
+    # mslite-npu on the Snapdragon: a failed point (exit 1), the rest run
+    df = _sweep_rows(tmp_path, capsys, "snapdragon-8-gen-3,kirin-9000e", "mslite-npu,llama.cpp-cpu")
+    df = df.set_index(["profile", "runtime"])
+    assert df.loc[("snapdragon-8-gen-3", "mslite-npu"), "status"] == "failed"
+    assert "Hexagon NPU" in df.loc[("snapdragon-8-gen-3", "mslite-npu"), "error"]
+    ok = df[df["status"] == "ok"]
+    assert sorted(ok.index) == [
+        ("kirin-9000e", "llama.cpp-cpu"),
+        ("kirin-9000e", "mslite-npu"),
+        ("snapdragon-8-gen-3", "llama.cpp-cpu"),
+    ]
+    # the NPU prefills faster than the CPU on the same Kirin: the runtime reached the model
+    assert (
+        ok.loc[("kirin-9000e", "mslite-npu"), "prefill_tokens_per_s"]
+        > 5 * ok.loc[("kirin-9000e", "llama.cpp-cpu"), "prefill_tokens_per_s"]
+    )
+
+
+def test_rows_name_the_profiles_own_runtime_without_the_axis(tmp_path, capsys):
+    df = _sweep_rows(tmp_path, capsys, "dimensity-9300,harmony-flagship").set_index("profile")
+    assert df.loc["dimensity-9300", "runtime"] == "llama.cpp-cpu"  # its default_runtime
+    assert df.loc["harmony-flagship", "runtime"] == ""  # names none: its own fields
+
+
+def _sweep_rows(tmp_path, capsys, profiles: str, runtimes: str | None = None):
+    """The rows of an in-process sweep of llama-3.2-1b int4-g32 over `profiles` (and
+    `runtimes`); exit 1 when some point failed, else 0."""
+    from harmony_ref.cli import main
+    from harmony_ref.sweep.store import SweepStore
+
+    argv = ["sweep", "--name", "s", "--out-dir", str(tmp_path), "--models", "llama-3.2-1b"]
+    argv += ["--policies", "int4-g32", "--profiles", profiles, "--workers", "0", "--json"]
+    argv += ["--runtimes", runtimes] if runtimes else []
+    rc = main(argv)
+    capsys.readouterr()
+    df = SweepStore("s", tmp_path).read()
+    assert rc == (1 if (df["status"] == "failed").any() else 0)
+    return df

@@ -14,6 +14,7 @@ from harmony_ref.sweep.pick import pareto_mask, pick
 def frame(rows, **common):
     base = dict(
         profile="phone",
+        runtime="llama.cpp-cpu",
         prompt_tokens=512,
         new_tokens=128,
         context_tokens=2048,
@@ -70,7 +71,7 @@ def test_the_best_feasible_and_why_each_other_loses():
     why = f.loc[("big", "fp16"), "why"]
     assert "peak memory 6000 MB > the phone's app budget 4000 MB" in why
     assert "decode 5 tokens/s < 10" in why
-    assert f.loc[("small", "int4"), "why"] == "recall@1 drop 3 points > 1"
+    assert f.loc[("small", "int4"), "why"] == "on llama.cpp-cpu: recall@1 drop 3 points > 1"
     assert a.loss_metric == "accuracy_drop_pct"
 
 
@@ -78,7 +79,7 @@ def test_budget_objective_and_pareto():
     [a] = pick(frame(ROWS), budget_mb=1000)
     f = a.frame.set_index(["model", "policy"])
     assert (a.best["model"], a.best["policy"]) == ("small", "int4")  # fastest within 1000 MB
-    assert f.loc[("big", "int4"), "why"] == "peak memory 2000 MB > budget 1000 MB"
+    assert f.loc[("big", "int4"), "why"] == "on llama.cpp-cpu: peak memory 2000 MB > budget 1000 MB"
     assert f.loc[("small", "int8"), "pareto"]  # slower but more accurate: on the front
     assert "feasible, decode 25 vs 40 tokens/s" in f.loc[("small", "int8"), "why"]
     [acc] = pick(frame(ROWS), budget_mb=1000, objective="accuracy")
@@ -160,3 +161,49 @@ def test_pareto_figure_has_no_layout_problems(tmp_path):
         fig = pareto_figure(a)
         assert figures.layout_problems(fig) == []
         figures.save_png(fig, tmp_path / "p.png")
+
+
+def test_one_answer_per_phone_and_runtime_each_naming_its_runtime():
+    """Two phones x two runtimes: four answers; each winner's line and every loser's reason
+    say which runtime, and the winner differs by runtime where the numbers do."""
+    from harmony_ref.sweep.pick import answer_line
+
+    rows = []
+    for phone in ("sd8g3", "d9300"):
+        for runtime, speed in (("llama.cpp-cpu", 1.0), ("executorch-xnnpack", 1.5)):
+            for r in ROWS:
+                rows.append(
+                    {
+                        **r,
+                        "profile": phone,
+                        "runtime": runtime,
+                        "decode_tokens_per_s": r["decode_tokens_per_s"] * speed,
+                    }
+                )
+    df = frame(rows)
+    answers = pick(df, min_decode_tps=20)
+    assert [(a.profile, a.runtime) for a in answers] == [
+        ("d9300", "executorch-xnnpack"),
+        ("d9300", "llama.cpp-cpu"),
+        ("sd8g3", "executorch-xnnpack"),
+        ("sd8g3", "llama.cpp-cpu"),
+    ]
+    for a in answers:
+        assert answer_line(a).startswith(f"{a.profile} on {a.runtime} (512 prompt")
+        assert (a.frame["runtime"] == a.runtime).all()
+        assert a.frame["why"].str.startswith(f"on {a.runtime}: ").all()
+        assert a.to_dict()["runtime"] == a.runtime
+    # 18 tokens/s on llama.cpp fails the floor; x1.5 on XNNPACK (27) passes it
+    cpu = answers[1].frame.set_index(["model", "policy"])
+    xnn = answers[0].frame.set_index(["model", "policy"])
+    assert cpu.loc[("big", "int4"), "verdict"] == "infeasible"
+    assert xnn.loc[("big", "int4"), "verdict"] != "infeasible"
+    assert [a.runtime for a in pick(df, runtimes=["llama.cpp-cpu"])] == ["llama.cpp-cpu"] * 2
+    with pytest.raises(ValueError, match="--runtime 'qnn-npu': not in the sweep; its runtimes"):
+        pick(df, runtimes=["qnn-npu"])
+
+
+def test_a_sweep_without_the_runtime_column_reads_as_each_profiles_own():
+    df = frame(ROWS).drop(columns=["runtime"])
+    (a,) = pick(df)
+    assert a.runtime == "" and a.frame["why"].str.startswith("on the profile's own runtime").all()

@@ -15,6 +15,7 @@ from harmony_ref.cli import main
 from harmony_ref.track import figures, plots
 
 PROFILES = ["harmony-flagship", "harmony-midrange", "harmony-lowend"]
+LABELS = [f"{p} · own" for p in PROFILES]  # compare's columns: each profile on its own runtime
 MODEL, POLICY = "llama-3.2-3b", "int4-g128"
 
 
@@ -74,6 +75,29 @@ def test_compare_panels(compared, tmp_path):
     check_png(png, 1400, 120 + 420 * 2)
 
 
+def test_four_columns_each_naming_its_runtime_read_without_overlaps(tmp_path):
+    """Four phones on one runtime, then one phone on four: tick labels carry `profile ·
+    runtime` on two lines each, the figure widens so no value label meets its neighbour."""
+    from harmony_ref.track.compare import coldstart_phases, compare_profiles
+
+    for cols in (
+        ["snapdragon-8-gen-3", "dimensity-9300", "kirin-9000e", "snapdragon-8-elite"],
+        [f"snapdragon-8-gen-3:{r}" for r in ("llama.cpp-cpu", "executorch-xnnpack", "mlc-gpu")]
+        + ["snapdragon-8-gen-3:qnn-npu"],
+    ):
+        rt = "llama.cpp-cpu" if ":" not in cols[0] else None
+        frame, _ = compare_profiles(cols, "llama-3.2-1b", "int4-g32", runtime=rt)
+        phases = coldstart_phases(cols, "llama-3.2-1b", "int4-g32", runtime=rt)
+        png = tmp_path / "four.png"
+        fig = plots.compare_figure(frame, "title", plots.DEFAULT_PANELS, phases)
+        ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+        assert all(len(t.splitlines()) >= 2 for t in ticks)
+        assert [t.splitlines()[-1] for t in ticks][-1] in ("llama.cpp-cpu", "qnn-npu")
+        problems = render(lambda: fig, png)  # noqa: B023 - used at once
+        assert problems == []
+        check_png(png, 1400 + 3 * 200, 120 + 420 * 2)
+
+
 def test_compare_panels_other_metrics_and_one_panel(compared, tmp_path):
     frame, phases = compared
     picked = ["memory_headroom_mb", "coldstart_preload_ms", "peak_die_c", "fits_memory"]
@@ -98,16 +122,16 @@ def test_compare_panel_values_are_the_frame_values(compared):
     )
     tps, mem, cold = fig.axes[:3]
     labels = [t for t in tps.texts if t.get_text()]
-    want = [figures.fmt_value(v, "tokens/s") for v in frame.loc["decode_tokens_per_s", PROFILES]]
+    want = [figures.fmt_value(v, "tokens/s") for v in frame.loc["decode_tokens_per_s", LABELS]]
     assert [t.get_text() for t in labels] == want
     assert [t.get_fontweight() for t in labels][0] == "bold"  # the flagship decodes fastest
     budgets = sorted(float(seg[0][1]) for seg in mem.collections[0].get_segments())
-    assert budgets == sorted(frame.loc["app_budget_mb", PROFILES].astype(float))
+    assert budgets == sorted(frame.loc["app_budget_mb", LABELS].astype(float))
     assert any("over budget" in t.get_text() for t in mem.texts)  # the low-end phone: -132 MB
     tops = np.zeros(len(PROFILES))
     for container in cold.containers:
         tops = np.maximum(tops, [b.get_y() + b.get_height() for b in container])
-    np.testing.assert_allclose(tops, frame.loc["coldstart_cold_ms", PROFILES].astype(float))
+    np.testing.assert_allclose(tops, frame.loc["coldstart_cold_ms", LABELS].astype(float))
 
 
 def test_coldstart_phases_sum_to_the_metrics(compared):
@@ -115,7 +139,7 @@ def test_coldstart_phases_sum_to_the_metrics(compared):
     for strategy, table in phases.items():
         np.testing.assert_allclose(
             table.sum().to_numpy(dtype=float),
-            frame.loc[f"coldstart_{strategy}_ms", PROFILES].astype(float),
+            frame.loc[f"coldstart_{strategy}_ms", LABELS].astype(float),
             rtol=1e-12,
         )
         assert (table >= 0).all().all() and (table.sum(axis=1) > 0).all()
