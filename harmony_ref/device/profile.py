@@ -551,9 +551,9 @@ class RuntimeOverhead:
 
 @dataclass(frozen=True)
 class Float16Core:
-    """One core kind's own 16-bit paths: a [cpu] cluster of that `name` ("Cortex-A520") takes
-    these instead of the runtime's ("" keeps the runtime's); a SoC without such a cluster is
-    unaffected."""
+    """One core kind's own 16-bit paths: the SoC's [cpu] cluster of that `name` ("prime",
+    "silver": the SoC profile's cluster names) takes these instead of the runtime's ("" keeps
+    the runtime's); a SoC without such a cluster is unaffected."""
 
     name: str
     fp16: str = field(default="", metadata={"choices": ("",) + FLOAT16_PATHS})

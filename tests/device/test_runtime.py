@@ -27,6 +27,8 @@ REQUIRED = (
     "mlc-gpu",
     "mslite-npu",
     "harmony-ref-host",
+    "litert-lm-cpu",
+    "litert-lm-gpu",
 )
 SOCS = (
     "snapdragon-8-gen-3",
