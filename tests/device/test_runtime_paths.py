@@ -21,78 +21,7 @@ from harmony_ref.device.profile import (
 )
 from harmony_ref.device.runtime import apply_runtime, load_runtime, runtime_from_dict
 from harmony_ref.quant.policy import load_policy
-
-GOOD = """name = "x"
-description = "d"
-unit = "cpu"
-weight_only_compute = "weight"
-
-[efficiency]
-matmul = 0.3
-memory = 0.5
-
-[overhead]
-launch_us = 5.0
-"""
-
-
-@pytest.mark.parametrize(
-    "extra, message",
-    [
-        ('[float16]\nfp16 = "half"', "field 'float16.fp16' = 'half': must be one of"),
-        ('[float16]\nbf16 = "emulated"', "field 'float16.bf16' = 'emulated': must be one of"),
-        ('[float16]\nbf16f = "native"', "unknown field 'float16.bf16f'"),
-        (
-            '[[float16.core]]\nname = "silver"\nbf16 = "slow"',
-            "field 'float16.core\\[0\\].bf16' = 'slow': must be one of",
-        ),
-        (
-            '[[float16.core]]\nname = "silver"\n[[float16.core]]\nname = "silver"',
-            "field 'float16.core\\[1\\].name' = 'silver': another entry names that core kind",
-        ),
-        ('[[float16.core]]\nname = ""', "field 'float16.core\\[0\\].name' = '': empty"),
-    ],
-)
-def test_bad_float16_fields_name_file_field_and_value(tmp_path, extra, message):
-    path = tmp_path / "rt.toml"
-    path.write_text(GOOD + "\n" + extra + "\n")
-    with pytest.raises(ValueError, match=message) as e:
-        load_runtime(path)
-    assert str(path) in str(e.value) and len(str(e.value)) < 200
-
-
-@pytest.mark.parametrize(
-    "edit, message",
-    [
-        (
-            ("launch_us = 5.0", 'launch_us = 5.0\ngraph = "fused"'),
-            "field 'overhead.graph' = 'fused': must be one of",
-        ),
-        (
-            ("launch_us = 5.0", "launch_us = 5.0\ngraph_us = 100.0"),
-            "field 'overhead.graph_us' = 100.0: only a compiled graph",
-        ),
-        (
-            ("launch_us = 5.0", 'launch_us = 5.0\ngraph = "compiled"\ngraph_us = -1.0'),
-            "field 'overhead.graph_us' = -1.0: must be >= 0",
-        ),
-        (('unit = "cpu"', 'unit = "cpu"\nkv_cache = "ring"'), "field 'kv_cache' = 'ring'"),
-        (
-            ('unit = "cpu"', 'unit = "cpu"\nkv_context = 1024'),
-            "field 'kv_context' = 1024: only a static KV cache",
-        ),
-        (
-            ('unit = "cpu"', 'unit = "cpu"\nkv_cache = "static"\nkv_context = -5'),
-            "field 'kv_context' = -5: must be >= 0",
-        ),
-    ],
-)
-def test_bad_graph_and_kv_fields_name_file_field_and_value(tmp_path, edit, message):
-    path = tmp_path / "rt.toml"
-    path.write_text(GOOD.replace(*edit))
-    with pytest.raises(ValueError, match=message) as e:
-        load_runtime(path)
-    assert str(path) in str(e.value) and len(str(e.value)) < 200
+from tests.device.test_runtime import GOOD  # a valid cpu runtime profile
 
 
 def test_a_bad_field_is_exit_2_with_one_line(tmp_path, capsys):
