@@ -28,13 +28,13 @@ runs at the share of the fp16 peak its policy's 16-bit format takes on the runti
 (`ComputeSpec.float16_share`: 0.5 where the runtime widens that format to fp32).
 
 Decode cost depends on the context length (attention reads the whole KV cache). A scenario's
-decode is *integrated exactly*: step j (j = 0..new_tokens-1) attends to prompt + j + 1 positions,
-on a runtime with a static KV cache (`kv_cache = "static"`) every step attends over the whole
-cache, masked (`static_kv_positions`: the runtime's kv_context, else the configuration's
-context_tokens; the prompt's prefill still attends over the prompt only);
-every step is costed (op quantities are affine in the context, so two graphs give them all; a
-sliding-window layer's attention is affine until its window is full and flat after), and
-the decode `PhaseCost` reports the per-step mean; e2e = prefill + the sum of all steps.
+decode is *integrated exactly*: step j (j = 0..new_tokens-1) attends to prompt + j + 1 positions
+(on a runtime with a static KV cache, `kv_cache = "static"`, to the whole cache, masked:
+`static_kv_positions`, the runtime's kv_context, else the configuration's context_tokens; the
+prompt's prefill still attends over the prompt only), every step is costed (op quantities are
+affine in the context, so two graphs give them all; a sliding-window layer's attention is
+affine until its window is full and flat after), and the decode `PhaseCost` reports the
+per-step mean; e2e = prefill + the sum of all steps.
 TTFT = prefill(prompt) + the first decode step; with a cached prefix of
 `prefix_tokens`, prefill runs the prompt's new rows only, attending over the whole prompt.
 
@@ -452,11 +452,7 @@ def phase_cost(
     if phase == "prefill":
         # A cached prefix (s.prefix_tokens) leaves only the new rows, attending over the prompt.
         g = config_graph(
-            profile,
-            config,
-            "prefill",
-            tokens=s.new_prompt_tokens,
-            context=s.prompt_tokens,
+            profile, config, "prefill", tokens=s.new_prompt_tokens, context=s.prompt_tokens
         )
         return graph_cost(profile, g, fc, fm)
     if phase != "decode":
@@ -581,11 +577,7 @@ def scenario_breakdown(profile: DeviceProfile, config: RunConfig) -> dict[str, l
     generated token, keyed by their titles (`harmony-ref predict --breakdown`)."""
     s = config.scenario
     prefill = config_graph(
-        profile,
-        config,
-        "prefill",
-        tokens=s.new_prompt_tokens,
-        context=s.prompt_tokens,
+        profile, config, "prefill", tokens=s.new_prompt_tokens, context=s.prompt_tokens
     )
     cached = f" after a cached prefix of {s.prefix_tokens}" if s.prefix_tokens else ""
     out = {
@@ -595,7 +587,9 @@ def scenario_breakdown(profile: DeviceProfile, config: RunConfig) -> dict[str, l
     }
     graphs = [("prefill", prefill)]
     if config.spec.is_decoder:
-        ctx = s.prompt_tokens + max(s.new_tokens, 1) // 2 + 1
+        ctx = (
+            static_kv_positions(profile, config) or s.prompt_tokens + max(s.new_tokens, 1) // 2 + 1
+        )
         decode = config_graph(profile, config, "decode", context=ctx)
         out[f"one decode step at context {ctx}, by op kind"] = op_breakdown(profile, decode)
         graphs.append(("decode step", decode))
