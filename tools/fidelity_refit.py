@@ -21,7 +21,14 @@ from harmony_ref.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIMES = ROOT / "harmony_ref" / "device" / "runtimes"
-PHONE_RUNTIMES = ("llama.cpp-cpu", "executorch-xnnpack", "qnn-npu", "mlc-gpu")
+PHONE_RUNTIMES = (
+    "llama.cpp-cpu",
+    "executorch-xnnpack",
+    "qnn-npu",
+    "mlc-gpu",
+    "litert-lm-cpu",
+    "litert-lm-gpu",
+)
 
 
 def refit() -> None:

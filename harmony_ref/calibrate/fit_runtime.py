@@ -49,6 +49,7 @@ PARAMS = {
     "forward_us": ("overhead", "forward_us", 0.0, 1e6),
     "workspace_mb": ("", "workspace_mb", 0.0, 1e6),
     "fp16_widen_ns": ("overhead", "fp16_widen_ns_per_weight", 0.0, 100.0),
+    "graph_us": ("overhead", "graph_us", 0.0, 1e6),
 }
 _SENSITIVITY = 0.01  # a probe step moving no prediction by 1%: the points do not pin the parameter
 PROBE = {
@@ -56,6 +57,7 @@ PROBE = {
     "forward_us": 100.0,
     "workspace_mb": 10.0,
     "fp16_widen_ns": 0.5,
+    "graph_us": 100.0,
 }  # probe sizes from 0
 
 
@@ -312,7 +314,11 @@ def runtime_toml(
         "threads",
         "thread_split",
         "workspace_mb",
+        "kv_cache",
+        "kv_context",
     ):
+        if f == "kv_context" and rt.kv_cache != "static":
+            continue
         out.append(line(f, getattr(rt, f), f))
     for sec in ("efficiency", "overhead"):
         out += ["", f"[{sec}]"]
@@ -321,7 +327,15 @@ def runtime_toml(
             v = getattr(obj, f.name)
             if isinstance(v, float) and math.isnan(v):
                 continue
+            if sec == "overhead" and f.name == "graph_us" and obj.graph != "compiled":
+                continue
             out.append(line(f.name, v, f"{sec}.{f.name}"))
+    f16 = rt.float16
+    out += ["", "[float16]"]
+    out += [line(fmt, getattr(f16, fmt), f"float16.{fmt}") for fmt in ("fp16", "bf16")]
+    for c in f16.core:
+        out += ["[[float16.core]]", line("name", c.name, "")]
+        out += [line(fmt, getattr(c, fmt), "") for fmt in ("fp16", "bf16") if getattr(c, fmt)]
     if rt.soc_efficiency:
         out += [
             "",

@@ -390,7 +390,12 @@ def calibrate_runtime_on_set(
 
             points = [p for p in figure_points(load_figures(figures)) if p.runtime == runtime]
             wants_memory = any(p.metric == "peak_memory_mb" for p in points)
-            params = params or (PHONE_PARAMS + (("workspace_mb",) if wants_memory else ()))
+            compiled = base.overhead.graph == "compiled"  # its per-graph cost, not per-op
+            params = params or (
+                PHONE_PARAMS
+                + (("graph_us",) if compiled else ())
+                + (("workspace_mb",) if wants_memory else ())
+            )
             base = shared_only(base)  # the shared numbers are refitted over every SoC
         else:
             raise ValueError(f"--set {set_name!r}: must be host, llama.cpp or phones")

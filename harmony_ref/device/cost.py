@@ -21,11 +21,20 @@ roofline HostDevice classifies ops by (`op_roofline_s`), the calibration fit (`H
 fits the rates themselves) and the phase calibration (`phase_terms`) all call it; they work on
 NumPy arrays and on plain numbers alike.
 
+A runtime that runs the forward as one compiled graph (runtime profile `[overhead] graph =
+"compiled"`: QNN/HTP) pays no per-op launch, its `graph_us` once per forward instead (merged into
+the forward overhead by device/profile.py apply_runtime). A 16-bit float matmul (and attention)
+runs at the share of the fp16 peak its policy's 16-bit format takes on the runtime
+(`ComputeSpec.float16_share`: 0.5 where the runtime widens that format to fp32).
+
 Decode cost depends on the context length (attention reads the whole KV cache). A scenario's
-decode is *integrated exactly*: step j (j = 0..new_tokens-1) attends to prompt + j + 1 positions,
-every step is costed (op quantities are affine in the context, so two graphs give them all; a
-sliding-window layer's attention is affine until its window is full and flat after), and
-the decode `PhaseCost` reports the per-step mean; e2e = prefill + the sum of all steps.
+decode is *integrated exactly*: step j (j = 0..new_tokens-1) attends to prompt + j + 1 positions
+(on a runtime with a static KV cache, `kv_cache = "static"`, to the whole cache, masked:
+`static_kv_positions`, the runtime's kv_context, else the configuration's context_tokens; the
+prompt's prefill still attends over the prompt only), every step is costed (op quantities are
+affine in the context, so two graphs give them all; a sliding-window layer's attention is
+affine until its window is full and flat after), and the decode `PhaseCost` reports the
+per-step mean; e2e = prefill + the sum of all steps.
 TTFT = prefill(prompt) + the first decode step; with a cached prefix of
 `prefix_tokens`, prefill runs the prompt's new rows only, attending over the whole prompt.
 
@@ -52,6 +61,7 @@ one INT8: multiply by `thermal.energy_per_int8_op_pj` for dynamic energy.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -270,9 +280,13 @@ def _evaluate(
     # each op's matrix work at its efficiency class's rate (a prompt's GEMM, a decode GEMV,
     # attention over a prompt or for one row); vector work at the vector rate
     k = r.class_ops_per_s
-    gemm = np.array([k[d] for d in DTYPES])[cd]
-    gemv = np.array([k[f"gemv_{d}"] for d in DTYPES])[cd]
-    attention = np.where(a0["one_row"], k["attention_decode"], k["attention"])
+    # a 16-bit float matmul (and attention, in the same format) at its format's path: native,
+    # or widened to fp32 (profile.py ComputeSpec.float16_share)
+    f16 = profile.compute.float16_share(g0.float16)
+    share = np.array([f16 if d == "fp16" else 1.0 for d in DTYPES])
+    gemm = (np.array([k[d] for d in DTYPES]) * share)[cd]
+    gemv = (np.array([k[f"gemv_{d}"] for d in DTYPES]) * share)[cd]
+    attention = f16 * np.where(a0["one_row"], k["attention_decode"], k["attention"])
     rates = np.where(a0["attention"], attention, np.where(a0["one_row"], gemv, gemm))[:, None]
     n = a0["count"][:, None]
     dram = dram_bytes(q["streamed"], q["other"], q["tile"], r.onchip_bytes)
@@ -330,10 +344,32 @@ def _phase(name: str, per_step: dict[str, np.ndarray], launches: int, tokens: in
     return PhaseCost(phase=name, kernel_launches=launches, tokens=tokens, steps=steps, **means)
 
 
-def decode_contexts(config: RunConfig) -> np.ndarray:
-    """Positions attended to by each generated token: prompt + 1 ... prompt + new_tokens."""
+def static_kv_positions(profile: DeviceProfile, config: RunConfig) -> int:
+    """The positions a static KV cache holds (profile.runtime.kv_cache "static": its
+    kv_context, else the configuration's context_tokens), 0 for a dynamic one. Raises
+    ValueError when the scenario does not fit in it."""
+    rt = profile.runtime
+    if rt.kv_cache != "static":
+        return 0
+    s = config.scenario
+    n = rt.kv_context or s.context_tokens
+    if s.prompt_tokens + max(s.new_tokens, 1) > n:
+        raise ValueError(
+            f"{profile.source}: kv_context = {n}: the runtime's static KV cache holds fewer "
+            f"positions than prompt {s.prompt_tokens} + new {s.new_tokens}"
+        )
+    return n
+
+
+def decode_contexts(config: RunConfig, profile: DeviceProfile | None = None) -> np.ndarray:
+    """Positions attended to by each generated token: prompt + 1 ... prompt + new_tokens; on
+    a runtime with a static KV cache, all of it at every step (the graph attends over the
+    whole cache, masked)."""
     s = config.scenario
     n = max(s.new_tokens, 1)
+    static = static_kv_positions(profile, config) if profile is not None else 0
+    if static:
+        return np.full(n, static)
     return s.prompt_tokens + 1 + np.arange(n)
 
 
@@ -379,7 +415,7 @@ def decode_step_times(
         raise ValueError(f"model {config.spec.name!r} is an encoder: it has no decode phase")
     g1, g2 = _decode_graphs(profile, config)
     return _evaluate(
-        profile, g1, g2, decode_contexts(config) - 1, compute_freq_scale, memory_freq_scale
+        profile, g1, g2, decode_contexts(config, profile) - 1, compute_freq_scale, memory_freq_scale
     )
 
 
@@ -486,17 +522,7 @@ def op_breakdown(profile: DeviceProfile, graph: Graph) -> list[dict]:
     rows: dict[str, dict] = {}
     dtypes: dict[str, set[str]] = {}
     for op, count in graph.unique_ops():
-        one = Graph(
-            graph.spec,
-            graph.policy,
-            graph.phase,
-            graph.tokens,
-            graph.context,
-            graph.batch,
-            graph.fused,
-            graph.kv_dtype,
-            (Segment((op,)),),
-        )
+        one = dataclasses.replace(graph, segments=(Segment((op,)),))
         c = graph_cost(profile, one)
         kind = f"{op.op_type} (cpu)" if c.fallback_runs else op.kind
         r = rows.setdefault(
@@ -561,7 +587,9 @@ def scenario_breakdown(profile: DeviceProfile, config: RunConfig) -> dict[str, l
     }
     graphs = [("prefill", prefill)]
     if config.spec.is_decoder:
-        ctx = s.prompt_tokens + max(s.new_tokens, 1) // 2 + 1
+        ctx = (
+            static_kv_positions(profile, config) or s.prompt_tokens + max(s.new_tokens, 1) // 2 + 1
+        )
         decode = config_graph(profile, config, "decode", context=ctx)
         out[f"one decode step at context {ctx}, by op kind"] = op_breakdown(profile, decode)
         graphs.append(("decode step", decode))
@@ -581,17 +609,7 @@ def fallback_rows(profile: DeviceProfile, graphs: list[tuple[str, Graph]]) -> li
         for op, count in graph.unique_ops():
             if placement(profile, op.op_type) != "fallback":
                 continue
-            one = Graph(
-                graph.spec,
-                graph.policy,
-                graph.phase,
-                graph.tokens,
-                graph.context,
-                graph.batch,
-                graph.fused,
-                graph.kv_dtype,
-                (Segment((op,)),),
-            )
+            one = dataclasses.replace(graph, segments=(Segment((op,)),))
             c = graph_cost(profile, one)
             row = by.setdefault(
                 op.op_type,

@@ -77,6 +77,19 @@ def npu_family_of(soc: str) -> str:
     return next((f for f, (_, names) in NPU_FAMILIES.items() if words & set(names)), "")
 
 
+# The 16-bit float formats a weight may be stored in (a policy's `float16`: both compute dtype
+# "fp16" of DTYPES, 2 bytes a weight) and the paths a runtime runs them on (its [float16]):
+# "native" at the unit's fp16 rate, "widened" converted to fp32 and multiplied at the fp32 rate.
+FLOAT16_FORMATS = ("fp16", "bf16")
+FLOAT16_PATHS = ("native", "widened")
+KV_CACHES = ("dynamic", "static")
+GRAPH_KINDS = ("ops", "compiled")
+# The fp32 rate as a share of the fp16 one. A [cpu] cluster's fp16_flops_per_cycle counts a
+# 128-bit NEON pipe as 8 fp16 lanes x 2 (FMA); an fp32 FMLA fills the same pipe with 4 lanes
+# (Arm A64 ISA: FMLA .8H vs .4S), so a widened matmul runs at half of it. GPU and NPU units:
+# the same half (assumption: Adreno and Mali issue fp32 at half their fp16 rate, and an NPU
+# without an fp32 path is never "widened" by a runtime that ships).
+WIDENED_SHARE = 0.5
 WEIGHT_ONLY_COMPUTES = ("fp16", "weight")  # [compute] weight_only_compute (module docstring)
 HOST_WEIGHT_ONLY_COMPUTE = "weight"  # our host kernels: dynamic int8 activations per 32-block
 # The phone's CPU path (device/threads.py): its [cpu] clusters' int8 / int4 rates are SDOT kernels,
@@ -149,6 +162,18 @@ class ComputeSpec:
     attention_efficiency: float = _optional_fraction()
     attention_decode_efficiency: float = _optional_fraction()
     vector_efficiency: float = _optional_fraction()
+    # What a 16-bit float matmul (and attention) computes at, per 16-bit format (a policy's
+    # `float16`), as a share of the fp16 matmul peak above: 1.0 native (fp16 FMLA, bf16
+    # BFMMLA/BFDOT), 0.5 widened to fp32 (FLOAT16_PATHS); a runtime profile's [float16] sets them
+    fp16_rate_share: float = field(default=1.0, metadata={"min": 1e-6, "max": 1.0})
+    bf16_rate_share: float = field(default=1.0, metadata={"min": 1e-6, "max": 1.0})
+
+    def float16_share(self, fmt: str) -> float:
+        """The share of the fp16 matmul peak a 16-bit matmul in format `fmt` (FLOAT16_FORMATS)
+        runs at on this profile."""
+        if fmt not in FLOAT16_FORMATS:
+            raise ValueError(f"16-bit format {fmt!r}: must be one of {list(FLOAT16_FORMATS)}")
+        return self.fp16_rate_share if fmt == "fp16" else self.bf16_rate_share
 
     def efficiency(self, cls: str) -> float:
         """Achieved / peak of a class (EFFICIENCY_CLASSES), through its FALLBACK chain."""
@@ -274,6 +299,11 @@ class RuntimeSpec:
     # ns per fp16 weight on every matmul call before it (a runtime profile's [overhead]
     # fp16_widen_ns_per_weight)
     fp16_widen_ns_per_weight: float = field(default=0.0, metadata={"min": 0.0})
+    # the KV cache a decode step reads: "dynamic" (the positions filled so far) or "static"
+    # (a runtime that allocates the cache at a fixed length and attends over all of it, masked:
+    # a compiled NPU graph); kv_context: that length (0: the configuration's context_tokens)
+    kv_cache: str = field(default="dynamic", metadata={"choices": KV_CACHES})
+    kv_context: int = field(default=0, metadata={"min": 0})
 
 
 @dataclass(frozen=True)
@@ -566,6 +596,38 @@ class RuntimeOverhead:
     # runtime that widens float16 rows to float32 per call (harmony-ref's runtime/llama.py
     # _matmul_f16: a conversion pass, not a read at DRAM speed); 0 for kernels that read fp16
     fp16_widen_ns_per_weight: float = field(default=0.0, metadata={"min": 0.0})
+    # "ops": the runtime launches each op of the graph (launch_us per op); "compiled": it runs
+    # the forward as one compiled graph (QNN/HTP through Genie, ExecuTorch's Qualcomm backend):
+    # no per-op launch, graph_us once per forward (a prefill chunk, a decode step) instead
+    graph: str = field(default="ops", metadata={"choices": GRAPH_KINDS})
+    graph_us: float = field(default=0.0, metadata={"min": 0.0})
+
+
+@dataclass(frozen=True)
+class Float16Core:
+    """One core kind's own 16-bit paths: the SoC's [cpu] cluster of that `name` ("prime",
+    "silver": the SoC profile's cluster names) takes these instead of the runtime's ("" keeps
+    the runtime's); a SoC without such a cluster is unaffected."""
+
+    name: str
+    fp16: str = field(default="", metadata={"choices": ("",) + FLOAT16_PATHS})
+    bf16: str = field(default="", metadata={"choices": ("",) + FLOAT16_PATHS})
+
+
+@dataclass(frozen=True)
+class RuntimeFloat16:
+    """What a 16-bit float matmul computes in, per format (device/profile.py FLOAT16_PATHS):
+    "native" (fp16 FMLA; bf16 BFMMLA/BFDOT) at the unit's fp16 rate, "widened" (converted to
+    fp32 and multiplied there) at WIDENED_SHARE of it; `core`: per core kind, on a CPU unit."""
+
+    fp16: str = field(default="native", metadata={"choices": FLOAT16_PATHS})
+    bf16: str = field(default="native", metadata={"choices": FLOAT16_PATHS})
+    core: tuple[Float16Core, ...] = ()
+
+    def path(self, fmt: str, core: str = "") -> str:
+        """The path format `fmt` takes on core kind `core` ("": the runtime's own)."""
+        own = next((getattr(c, fmt) for c in self.core if c.name == core), "")
+        return own or getattr(self, fmt)
 
 
 @dataclass(frozen=True)
@@ -608,6 +670,11 @@ class RuntimeProfile:
     # SoCs with a matmul efficiency of their own, fitted on their own calibration figures;
     # every other SoC takes [efficiency] matmul
     soc_efficiency: tuple[SocEfficiency, ...] = ()
+    float16: RuntimeFloat16 = field(default_factory=RuntimeFloat16)  # [float16]
+    # the KV cache a decode step reads (RuntimeSpec.kv_cache): "static" = allocated at
+    # kv_context positions (0: the configuration's context_tokens) and read whole every step
+    kv_cache: str = field(default="dynamic", metadata={"choices": KV_CACHES})
+    kv_context: int = field(default=0, metadata={"min": 0})
     calibration: RuntimeCalibration | None = field(default=None, compare=False)
     source: str = field(default="<memory>", compare=False, init=False)
 
@@ -633,6 +700,22 @@ def runtime_from_dict(data: dict, source: str) -> RuntimeProfile:
             f"{source}: field 'npu' = {rt.npu!r}: only a runtime with unit = \"npu\" runs on "
             f"an NPU (this one's unit is {rt.unit!r})"
         )
+    o = rt.overhead
+    if o.graph_us and o.graph != "compiled":
+        raise ValueError(
+            f"{source}: field 'overhead.graph_us' = {o.graph_us!r}: only a compiled graph "
+            '(overhead.graph = "compiled") pays a per-graph cost'
+        )
+    if rt.kv_context and rt.kv_cache != "static":
+        raise ValueError(
+            f"{source}: field 'kv_context' = {rt.kv_context!r}: only a static KV cache "
+            '(kv_cache = "static") has a compiled length'
+        )
+    cores = [c.name for c in rt.float16.core]
+    for i, name in enumerate(cores):
+        if not name.strip() or name in cores[:i]:
+            why = "empty" if not name.strip() else "another entry names that core kind"
+            raise ValueError(f"{source}: field 'float16.core[{i}].name' = {name!r}: {why}")
     names = [s.soc for s in rt.soc_efficiency]
     for i, name in enumerate(names):
         if not name.strip():
@@ -674,6 +757,25 @@ def cpu_rates(cpu: CpuSpec, threads: int, split: str) -> dict[str, float]:
     if split == "even":  # each op waits for its slowest thread (device/threads.py)
         return {d: threads * min(c.core_ops_per_s(d) for c in used) for d in DTYPES}
     return {d: sum(c.core_ops_per_s(d) for c in used) for d in DTYPES}
+
+
+def float16_shares(cpu: CpuSpec, threads: int, split: str, f16: RuntimeFloat16) -> dict:
+    """Per 16-bit format, the share of the fp16 rate of `threads` threads (cpu_rates) a 16-bit
+    matmul runs at when each core kind takes its path of `f16` (widened: WIDENED_SHARE of the
+    core's fp16 rate)."""
+    used = cpu.cores_used(threads)
+    out = {}
+    for fmt in FLOAT16_FORMATS:
+
+        def rate(c, fmt=fmt):
+            share = WIDENED_SHARE if f16.path(fmt, c.name) == "widened" else 1.0
+            return c.core_ops_per_s("fp16") * share
+
+        if split == "even":
+            out[fmt] = min(rate(c) for c in used) / min(c.core_ops_per_s("fp16") for c in used)
+        else:
+            out[fmt] = sum(rate(c) for c in used) / sum(c.core_ops_per_s("fp16") for c in used)
+    return out
 
 
 PERFORMANT_SHARE = 0.4  # a core this far below the fastest one is not a "performant" core
@@ -757,6 +859,8 @@ def apply_runtime(
         if m.core_cache_gbps:  # n threads read the cache at most n cores' worth
             cache_gbps = min(cache_gbps, n * m.core_cache_gbps)
         launch_us += soc.cpu.sync_us_per_thread * (n - 1)  # every op's barrier
+        shares = float16_shares(soc.cpu, n, rt.thread_split, rt.float16)
+        compute.update(fp16_rate_share=shares["fp16"], bf16_rate_share=shares["bf16"])
         label = f"{rt.name} x{n}"
     elif rt.unit == "gpu":
         if soc.gpu is None:
@@ -777,6 +881,13 @@ def apply_runtime(
         _check_npu_family(soc, rt)
         read_gbps = m.npu_read_gbps or read_gbps
         npu = soc.npu
+    if rt.unit != "cpu":  # the whole unit takes the runtime's path (no core kinds)
+        compute.update(
+            {
+                f"{fmt}_rate_share": WIDENED_SHARE if rt.float16.path(fmt) == "widened" else 1.0
+                for fmt in FLOAT16_FORMATS
+            }
+        )
     memory = dataclasses.replace(
         m,
         dram_bandwidth_gbps=read_gbps,
@@ -785,11 +896,16 @@ def apply_runtime(
         cache_efficiency=e.cache,
         runtime_workspace_mb=rt.workspace_mb,
     )
+    forward_us = rt.overhead.forward_us
+    if rt.overhead.graph == "compiled":  # one graph per forward, no launch (or barrier) per op
+        launch_us, forward_us = 0.0, forward_us + rt.overhead.graph_us
     runtime = dataclasses.replace(
         soc.runtime,
         launch_overhead_us=launch_us,
-        forward_overhead_us=rt.overhead.forward_us,
+        forward_overhead_us=forward_us,
         fp16_widen_ns_per_weight=rt.overhead.fp16_widen_ns_per_weight,
+        kv_cache=rt.kv_cache,
+        kv_context=rt.kv_context,
     )
     cal = soc.calibration
     rc = rt.calibration

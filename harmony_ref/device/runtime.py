@@ -16,7 +16,16 @@ it, the CPU clusters, GPU and NPU peaks. A runtime profile says what a runtime m
   share, the op waits for its slowest core: device/threads.py) or "dynamic" (work-stealing
   chunks: the op runs at the sum of its cores' rates);
 - [efficiency]: achieved / peak, on matmuls, per compute dtype, for attention and vector ops,
-  on DRAM reads and on cache reads; [overhead]: per kernel launch and per forward pass;
+  on DRAM reads and on cache reads; [overhead]: per kernel launch and per forward pass, or
+  (`graph = "compiled"`: a compiled NPU graph, QNN/HTP) `graph_us` per forward and no per-op
+  launch;
+- [float16]: what a 16-bit float matmul computes in, per format (`fp16`, `bf16`: "native" at
+  the unit's fp16 rate, "widened" to fp32 at half of it, a NEON pipe holding 4 fp32 lanes for
+  8 fp16 ones), optionally per core kind (`[[float16.core]]` name = a [cpu] cluster's name);
+  a policy's `float16` names the format;
+- `kv_cache`: "dynamic" (a decode step reads the positions filled so far) or "static" (the
+  cache allocated at `kv_context` positions, 0: the configuration's context_tokens, and read
+  whole every step, masked);
 - [[soc_efficiency]]: a SoC's own matmul efficiency, where that SoC's calibration figures pin
   one (`soc`, `matmul`, `fitted_on`); every other SoC takes [efficiency] matmul, the value
   pooled over all the SoCs the runtime was fitted on. A runtime's achieved share of a CPU's
@@ -40,8 +49,10 @@ from harmony_ref.device.profile import (  # noqa: F401
     RUNTIMES_FOLDER,
     THREAD_SPLITS,
     UNITS,
+    Float16Core,
     RuntimeCalibration,
     RuntimeEfficiency,
+    RuntimeFloat16,
     RuntimeOverhead,
     RuntimeProfile,
     SocEfficiency,

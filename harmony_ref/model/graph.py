@@ -204,6 +204,7 @@ class Graph:
     fused: bool
     kv_dtype: str
     segments: tuple[Segment, ...]
+    float16: str = "fp16"  # the policy's 16-bit float format (fp16 | bf16): its fp16 ops' path
 
     @property
     def ops(self) -> list[Op]:
@@ -657,7 +658,18 @@ def build_graph(
         segments.append(Segment(finish(b.take()), layers, prefix))
     b.head()
     segments.append(Segment(finish(b.take())))
-    return Graph(spec.name, policy.name, phase, rows, ctx, batch, fused, kv_dtype, tuple(segments))
+    return Graph(
+        spec.name,
+        policy.name,
+        phase,
+        rows,
+        ctx,
+        batch,
+        fused,
+        kv_dtype,
+        tuple(segments),
+        policy.float16,
+    )
 
 
 @functools.lru_cache(maxsize=64)

@@ -28,6 +28,9 @@ int8 Linear to int8 on the fly (ExecuTorch's 8da4w, W4A8): the op graph then mar
 matmuls int8-activated, so a runtime computes them in int8 whatever it does for weight-only
 ones (device/profile.py `compute_dtype`). Our host kernels do that for every quantized Linear
 anyway (matmul_w4 / matmul_w8: int8 per 32-block), so on the host it changes nothing.
+`float16 = "bf16"` says its 16-bit float weights and activations are bfloat16 (policy `bf16`):
+the same 2 bytes, computed on the runtime's bf16 path (a runtime profile's [float16], native or
+widened to fp32); this project's own runtime stores and computes them as float16.
 
 A policy is checked against the model it is applied to before any work (`check_applies`): every
 pattern, layer name and [prune.blocks] index must match something of that model, and no INT4
@@ -72,8 +75,10 @@ POLICY_KEYS = {
     "activations",
     "dynamic_activations",
     "quantize",
+    "float16",
 }
 DYNAMIC_ACTIVATIONS = ("", "int8")
+FLOAT16 = ("fp16", "bf16")  # device/profile.py FLOAT16_FORMATS
 # What each field of a policy TOML means: docs/reference/policy.md is generated from this table
 # (tools/docs_reference.py), and the docs build fails on a key of POLICY_KEYS it does not describe.
 POLICY_FIELD_DOCS = {
@@ -91,6 +96,9 @@ POLICY_FIELD_DOCS = {
     "([quantize], below)",
     "dynamic_activations": '"" (none) or "int8": activations quantized per call (the kernels\' '
     "per-32-block int8)",
+    "float16": '"fp16" (default) or "bf16": the 16-bit float format of its fp16 Linears and '
+    "activations on a phone runtime (2 bytes a weight either way; a runtime profile's [float16] "
+    "says what each computes in); this project's own runtime stores both as float16",
 }
 
 
@@ -190,6 +198,9 @@ class Policy:
     activations: ActivationSpec | None = None  # static int8 activations for int8 Linears
     dynamic_activations: str = ""  # "int8": every int4/int8 Linear's activations, on the fly
     quantize: QuantizeSpec | None = None  # how int4/int8 weights are fitted (rtn, gptq, awq)
+    # the 16-bit float format of its fp16 weights and activations (FLOAT16): a phone runtime
+    # computes "bf16" on its bf16 path (runtime profile [float16]); our runtime stores float16
+    float16: str = "fp16"
 
     def method_for(self, layer_name: str) -> str:
         """How the Linear `layer_name` is fitted: "rtn", "gptq" or "awq" ("rtn" when it is not
@@ -246,6 +257,8 @@ class Policy:
         lines.append(f"default = {q(self.default.name)}")
         lines.append("keep_fp16_layers = [" + ", ".join(map(q, self.keep_fp16_layers)) + "]")
         lines.append("keep_int8_layers = [" + ", ".join(map(q, self.keep_int8_layers)) + "]")
+        if self.float16 != "fp16":
+            lines.append(f"float16 = {q(self.float16)}")
         if self.layers:
             lines.append("")
             lines.append("[layers]")
@@ -379,6 +392,9 @@ def policy_from_dict(data: dict, source: str) -> Policy:
             f"{source}: field 'dynamic_activations' = {dynamic!r}: must be one of "
             f"{list(DYNAMIC_ACTIVATIONS)}"
         )
+    float16 = data.get("float16", "fp16")
+    if float16 not in FLOAT16:
+        raise ValueError(f"{source}: field 'float16' = {float16!r}: must be one of {list(FLOAT16)}")
     name = data.get("name", Path(source).stem)
     if not isinstance(name, str) or not name:
         raise ValueError(f"{source}: field 'name' must be a non-empty string, got {name!r}")
@@ -395,6 +411,7 @@ def policy_from_dict(data: dict, source: str) -> Policy:
             activations_from_dict(data["activations"], source) if "activations" in data else None
         ),
         dynamic_activations=dynamic,
+        float16=float16,
         quantize=(quantize_from_dict(data["quantize"], source) if "quantize" in data else None),
     )
 

@@ -91,6 +91,37 @@ def test_the_shipped_runtime_is_the_fit_of_its_fit_points(tmp_path, set_name, ru
     )
 
 
+@pytest.mark.parametrize(
+    "runtime", ["qnn-npu", "executorch-xnnpack", "litert-lm-cpu", "litert-lm-gpu"]
+)
+def test_the_shipped_phone_runtime_is_the_fit_of_its_figures(tmp_path, runtime):
+    """`calibrate --set phones` (tools/fidelity_refit.py) reproduces the shipped phone runtime:
+    its shared numbers, a compiled graph's graph_us and each SoC's own matmul."""
+    from harmony_ref.calibrate.figures import figure_points, load_figures
+    from harmony_ref.calibrate.run import calibrate_runtime_on_set
+
+    shipped = load_runtime(runtime)
+    out = tmp_path / f"{runtime}.toml"
+    calibrate_runtime_on_set("phones", runtime, out, multistart=False)
+    refit = load_runtime(out)
+    assert refit.efficiency.matmul == pytest.approx(shipped.efficiency.matmul, rel=REFIT_REL)
+    assert refit.efficiency.memory == pytest.approx(shipped.efficiency.memory, rel=REFIT_REL)
+    assert refit.workspace_mb == pytest.approx(shipped.workspace_mb, rel=REFIT_REL)
+    assert refit.overhead.graph_us == pytest.approx(shipped.overhead.graph_us, rel=REFIT_REL)
+    assert (refit.overhead.graph, refit.kv_cache, refit.float16) == (
+        shipped.overhead.graph,
+        shipped.kv_cache,
+        shipped.float16,
+    )
+    assert [(e.soc, e.fitted_on) for e in refit.soc_efficiency] == [
+        (e.soc, e.fitted_on) for e in shipped.soc_efficiency
+    ]
+    for a, b in zip(refit.soc_efficiency, shipped.soc_efficiency):
+        assert a.matmul == pytest.approx(b.matmul, rel=REFIT_REL)
+    fit = {p.id for p in figure_points(load_figures()) if p.runtime == runtime}
+    assert set(shipped.calibration.fitted_on) == fit
+
+
 def test_fidelity_scores_only_the_held_out_points(capsys, tmp_path):
     png = tmp_path / "f.png"
     assert main(["fidelity", "--json", "--plot", str(png)]) == 0

@@ -27,6 +27,8 @@ REQUIRED = (
     "mlc-gpu",
     "mslite-npu",
     "harmony-ref-host",
+    "litert-lm-cpu",
+    "litert-lm-gpu",
 )
 SOCS = (
     "snapdragon-8-gen-3",
@@ -227,6 +229,54 @@ launch_us = 5.0
         (
             ("launch_us = 5.0", 'launch_us = 5.0\n[[soc_efficiency]]\nsoc = " "\nmatmul = 0.2'),
             "field 'soc_efficiency\\[0\\].soc' = ' ': empty",
+        ),
+        # issue 44: [float16], a compiled graph, a static KV cache
+        (
+            ("launch_us = 5.0", 'launch_us = 5.0\n[float16]\nfp16 = "half"'),
+            "field 'float16.fp16' = 'half': must be one of",
+        ),
+        (
+            ("launch_us = 5.0", 'launch_us = 5.0\n[float16]\nbf16f = "native"'),
+            "unknown field 'float16.bf16f'",
+        ),
+        (
+            (
+                "launch_us = 5.0",
+                'launch_us = 5.0\n[[float16.core]]\nname = "silver"\nbf16 = "slow"',
+            ),
+            "field 'float16.core\\[0\\].bf16' = 'slow': must be one of",
+        ),
+        (
+            (
+                "launch_us = 5.0",
+                'launch_us = 5.0\n[[float16.core]]\nname = "silver"\n[[float16.core]]\nname = "silver"',
+            ),
+            "field 'float16.core\\[1\\].name' = 'silver': another entry names that core kind",
+        ),
+        (
+            ("launch_us = 5.0", 'launch_us = 5.0\n[[float16.core]]\nname = ""'),
+            "field 'float16.core\\[0\\].name' = '': empty",
+        ),
+        (
+            ("launch_us = 5.0", 'launch_us = 5.0\ngraph = "fused"'),
+            "field 'overhead.graph' = 'fused': must be one of",
+        ),
+        (
+            ("launch_us = 5.0", "launch_us = 5.0\ngraph_us = 100.0"),
+            "field 'overhead.graph_us' = 100.0: only a compiled graph",
+        ),
+        (
+            ("launch_us = 5.0", 'launch_us = 5.0\ngraph = "compiled"\ngraph_us = -1.0'),
+            "field 'overhead.graph_us' = -1.0: must be >= 0",
+        ),
+        (('unit = "cpu"', 'unit = "cpu"\nkv_cache = "ring"'), "field 'kv_cache' = 'ring'"),
+        (
+            ('unit = "cpu"', 'unit = "cpu"\nkv_context = 1024'),
+            "field 'kv_context' = 1024: only a static KV cache",
+        ),
+        (
+            ('unit = "cpu"', 'unit = "cpu"\nkv_cache = "static"\nkv_context = -5'),
+            "field 'kv_context' = -5: must be >= 0",
         ),
     ],
 )
