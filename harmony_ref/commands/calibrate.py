@@ -150,7 +150,8 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--params",
         help="--set, --command with a runtime: comma-separated parameters to fit "
-        "(e.g. matmul,memory; default for --command: matmul,gemv,attention_decode,launch_us)",
+        "(e.g. matmul,memory; --command defaults: matmul,memory,launch_us on a phone profile, "
+        "matmul,gemv,attention_decode,launch_us on this host)",
     )
     add_json_flag(p)
 
@@ -407,7 +408,7 @@ def _runtime_phases(args, command, fmt, workloads, profile, runtime, timeout, pa
     from pathlib import Path
 
     from harmony_ref._io import write_text_atomic
-    from harmony_ref.calibrate.phases import calibrate_runtime_phases
+    from harmony_ref.calibrate.phases import HOST_PHASE_PARAMS, calibrate_runtime_phases
 
     session, progress = rest
     if profile:
@@ -425,7 +426,16 @@ def _runtime_phases(args, command, fmt, workloads, profile, runtime, timeout, pa
         soc_tmp = Path(tmp) / soc_out.name
         soc_tmp.write_text(text)
         table, summary = calibrate_runtime_phases(
-            command, fmt, workloads, str(soc_tmp), runtime, timeout, out, params, None, progress
+            command,
+            fmt,
+            workloads,
+            str(soc_tmp),
+            runtime,
+            timeout,
+            out,
+            params or HOST_PHASE_PARAMS,
+            None,
+            progress,
         )
     write_text_atomic(soc_out, text)
     summary["profile"] = str(soc_out)

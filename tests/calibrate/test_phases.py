@@ -47,7 +47,14 @@ def test_recovers_hidden_numbers_and_predicts_the_held_out_workloads(tmp_path, c
     from harmony_ref.device.profile import load_runtime
 
     code, out = calibrate(
-        tmp_path, tiny_gguf, "--profile", "xeon-2core-kvm", "--runtime", "llama.cpp-host"
+        tmp_path,
+        tiny_gguf,
+        "--profile",
+        "xeon-2core-kvm",
+        "--runtime",
+        "llama.cpp-host",
+        "--params",
+        "matmul,gemv,attention_decode,launch_us",
     )
     assert code == 0
     s = json.loads(capsys.readouterr().out)
