@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony_ref.backends.base import BackendError
-from harmony_ref.backends.process import needs_shell, tail
+from harmony_ref.backends.process import last_line, needs_shell, tail
 from harmony_ref.backends.session_spec import SessionSpec
 from harmony_ref.backends.telemetry import (
     PID_FILE,
@@ -270,7 +270,12 @@ class DeviceSession:
             d.transport, d.serial, d.executable, d.command_timeout_s
         )
         self.telemetry = Telemetry(
-            self.transport, spec.telemetry, spec.throttle, d.work_dir, spec.memory_source
+            self.transport,
+            spec.telemetry,
+            spec.throttle,
+            d.work_dir,
+            spec.memory_source,
+            spec.thermal_status_source,
         )
         self.say = progress or (lambda text: None)
         self.identity: dict = {}
@@ -294,7 +299,10 @@ class DeviceSession:
         if not self._prepared:
             t.check_attached()
             self.identity = t.identity()
-            self._ok(t.shell(f"mkdir -p {shlex.quote(self.work_dir)}"), "mkdir -p work_dir")
+            self._ok(
+                t.shell(f"mkdir -p {shlex.quote(self.work_dir)}", what="mkdir -p work_dir"),
+                "mkdir -p work_dir",
+            )
         items = [(self.spec.local_path(i), i.remote, i.executable) for i in self.spec.push]
         if self._prepared:
             items = []
@@ -309,7 +317,8 @@ class DeviceSession:
         if r.returncode != 0:
             raise BackendError(
                 f"{self.transport.label}: `{what}` failed (exit {r.returncode}): "
-                f"{tail(r.err) or tail(r.out) or '(no output)'}"
+                f"{last_line(r.err or r.out)}",
+                f"script: {r.script}\noutput:\n{tail(r.err) or tail(r.out)}",
             )
         return r
 
@@ -343,14 +352,14 @@ class DeviceSession:
             self.transport.shell(f"rm -f {shlex.quote(tmp)}")
             kept = "keeps its previous file" if have else "has no such file"
             raise BackendError(
-                f"push of {local} to {self.transport.label}:{target} arrived "
+                f"push of {local.name} to {self.transport.label}:{target} arrived "
                 + (
                     "incomplete"
                     if got is None
-                    else f"with SHA-256 {got[:16]}..., not {want[:16]}..."
+                    else f"with SHA-256 {got[:12]}..., not {want[:12]}..."
                 )
-                + f" (truncated or corrupted); refused: the device {kept} "
-                f"at {target}"
+                + f" (truncated or corrupted); refused: the device {kept}",
+                f"local: {local}",
             )
         mode = f" && chmod 755 {shlex.quote(target)}" if executable else ""
         self._ok(
@@ -376,23 +385,31 @@ class DeviceSession:
             if temp is None:
                 self.notes.append(f"cooldown: zone {zone} gave no reading at t={s.t_s:.1f} s")
                 return s.t_s - t0, s
-            if temp <= c.threshold_c:
+            status = s.thermal_status
+            hot_status = status is not None and status > self.spec.throttle.max_thermal_status
+            if temp <= c.threshold_c and not hot_status:
                 return s.t_s - t0, s
             waited = s.t_s - t0
             if waited >= c.max_wait_s:
+                where = (
+                    f"thermal zone {zone} of {self.transport.label} is at {temp:.1f} C after "
+                    f"{waited:.0f} s, above the {c.threshold_c:g} C threshold"
+                    if temp > c.threshold_c
+                    else f"{self.transport.label}'s Android thermal status is {status} after "
+                    f"{waited:.0f} s, above {self.spec.throttle.max_thermal_status}"
+                )
                 raise CooldownTimeout(
-                    f"cooldown: thermal zone {zone} of {self.transport.label} is at {temp:.1f} C "
-                    f"after {waited:.0f} s, above the {c.threshold_c:g} C threshold "
-                    f"(cooldown.max_wait_s = {c.max_wait_s:g}): it never cooled; no result "
-                    "recorded"
+                    f"cooldown: {where} (cooldown.max_wait_s = {c.max_wait_s:g}): it never "
+                    "cooled; no result recorded"
                 )
             self.say(
-                f"cooldown: zone {zone} at {temp:.1f} C, waiting for {c.threshold_c:g} C "
-                f"({waited:.0f} s so far)"
+                f"cooldown: zone {zone} at {temp:.1f} C"
+                + (f", thermal status {status}" if hot_status else "")
+                + f", waiting for {c.threshold_c:g} C ({waited:.0f} s so far)"
             )
             step = min(c.check_interval_s, max(c.max_wait_s - waited, 0.001))
             self.transport.shell(
-                f"sleep {step:g}", timeout_s=step + self.spec.device.command_timeout_s
+                f"sleep {step:g}", timeout_s=step + self.spec.device.command_timeout_s, what="sleep"
             )
             s = tel.read("before")
 
@@ -412,12 +429,14 @@ class DeviceSession:
         tel, poll = self.telemetry, self.spec.telemetry.poll_interval_s
         timeout = timeout_s or self.spec.benchmark.timeout_s
         samples = [before or tel.read("before")]
-        run = self.transport.start(self.launch_script(command))
+        run = self.transport.start(self.launch_script(command), what="the benchmark")
         try:
             while not run.wait(poll):
                 if run.elapsed_s > timeout:
                     err = run.timed_out(timeout)
-                    self.transport.check_still_there(f"after the benchmark hung for {timeout:g} s")
+                    self.transport.check_still_there(
+                        f"after the benchmark hung for {timeout:g} s", self.launch_script(command)
+                    )
                     self._kill_remote()
                     raise err
                 samples.append(tel.read("during", with_memory=True))
@@ -453,6 +472,7 @@ class DeviceSession:
             self.transport.shell(
                 f"kill -9 $(cat {pid}) 2>/dev/null; rm -f {pid}",
                 timeout_s=min(10.0, self.spec.device.command_timeout_s),
+                what="kill of the hung benchmark",
             )
         except BackendError:
             pass  # the device may be gone too: the local group is dead either way
@@ -510,8 +530,9 @@ class DeviceSession:
                 if result.returncode != 0:
                     raise BackendError(
                         f"{self.transport.label}: the benchmark exited with code "
-                        f"{result.returncode} ({kind} {i}); no result recorded. Last stderr:\n"
-                        f"{tail(result.err) or '(empty)'}"
+                        f"{result.returncode} ({kind} {i}); no result recorded (last stderr: "
+                        f"{last_line(result.err)})",
+                        f"command: {command}\nlast stderr:\n{tail(result.err) or '(empty)'}",
                     )
                 metrics = parse(result.text)
                 repeats.append(

@@ -38,11 +38,15 @@
     big_cpus = [7]                          # whose frequency marks a repeat throttled
     battery_dir = "/sys/class/power_supply/battery"   # capacity, status ("" for none)
     memory = "auto"                         # hidumper (hdc), proc_status (VmHWM), none, auto
+    thermal_status = "auto"                 # dumpsys (Android's thermal status), none, auto (adb)
     poll_interval_s = 1.0                   # telemetry while the benchmark runs
 
     [throttle]
     temp_c = 45.0                           # watched zone at or above: throttled
-    min_big_freq_fraction = 0.85            # a big core below this share of its max: throttled
+    min_big_freq_fraction = 0.85            # a big core capped, or loaded and running, below this
+    sustain_s = 5.0                         # ... running low while loaded this long: throttled
+    loaded_share = 0.5                      # a core busier than this share (/proc/stat) is loaded
+    max_thermal_status = 0                  # Android thermal status above this: throttled (NONE)
     keep_throttled = false                  # true: throttled repeats count (still marked)
 
 Every table but [device] may be left out (the defaults above). Checked at load, before any work:
@@ -63,6 +67,7 @@ from harmony_ref._toml import loads
 
 TRANSPORTS = ("local", "hdc", "adb")
 MEMORY_SOURCES = ("auto", "hidumper", "proc_status", "none")
+THERMAL_STATUS_SOURCES = ("auto", "dumpsys", "none")
 DEFAULT_WORK_DIR = "/data/local/tmp/harmony-ref"
 
 
@@ -115,6 +120,7 @@ class TelemetrySection:
     big_cpus: tuple[int, ...] = field(default=(), metadata={"min": 0})
     battery_dir: str = "/sys/class/power_supply/battery"
     memory: str = field(default="auto", metadata={"choices": MEMORY_SOURCES})
+    thermal_status: str = field(default="auto", metadata={"choices": THERMAL_STATUS_SOURCES})
     poll_interval_s: float = field(default=1.0, metadata={"min": 0.001})
 
 
@@ -122,6 +128,9 @@ class TelemetrySection:
 class ThrottleSection:
     temp_c: float = field(default=45.0, metadata={"min": -40.0, "max": 150.0})
     min_big_freq_fraction: float = field(default=0.85, metadata={"min": 0.0, "max": 1.0})
+    sustain_s: float = field(default=5.0, metadata={"min": 0.0})  # assumption: see telemetry.py
+    loaded_share: float = field(default=0.5, metadata={"min": 0.0, "max": 1.0})  # assumption
+    max_thermal_status: int = field(default=0, metadata={"min": 0, "max": 6})
     keep_throttled: bool = False
 
 
@@ -145,6 +154,14 @@ class SessionSpec:
         if m != "auto":
             return m
         return "hidumper" if self.transport == "hdc" else "proc_status"
+
+    @property
+    def thermal_status_source(self) -> str:
+        """dumpsys (Android's `dumpsys thermalservice`, API 29+) or none."""
+        t = self.telemetry.thermal_status
+        if t != "auto":
+            return t
+        return "dumpsys" if self.transport == "adb" else "none"
 
     def local_path(self, item: PushItem) -> Path:
         """A [[push]] item's local file (relative paths are relative to the session file)."""
@@ -226,6 +243,13 @@ def check_session(spec: SessionSpec, source: str) -> None:
             "telemetry.big_cpus",
             list(t.big_cpus),
             f"cpu {missing[0]} is not in telemetry.cpus = {list(t.cpus)}",
+        )
+    if t.thermal_status == "dumpsys" and d.transport != "adb":
+        raise _bad(
+            source,
+            "telemetry.thermal_status",
+            t.thermal_status,
+            "dumpsys thermalservice is Android's: use none over hdc or locally",
         )
     if t.memory == "hidumper" and d.transport != "hdc":
         raise _bad(

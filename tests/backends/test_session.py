@@ -59,10 +59,25 @@ def adb_phone(phones):
     return phones["adb"]
 
 
-def fresh(phone, tmp_path, die_c=30.0, skin_c=30.0, faults=None, **sections):
-    """The phone back at the given temperatures and faults, and a session file for it in its
-    own work directory (so tests do not share device files)."""
-    phone.reconfigure(die_c=die_c, skin_c=skin_c, faults=faults or {})
+def fresh(
+    phone,
+    tmp_path,
+    die_c=30.0,
+    skin_c=30.0,
+    faults=None,
+    load_s=0.0,
+    loaded_freq_fraction=1.0,
+    **sections,
+):
+    """The phone back at the given temperatures, faults, start window and running frequency,
+    and a session file for it in its own work directory (so tests do not share device files)."""
+    phone.reconfigure(
+        die_c=die_c,
+        skin_c=skin_c,
+        faults=faults or {},
+        load_s=load_s,
+        loaded_freq_fraction=loaded_freq_fraction,
+    )
     device = {"work_dir": f"/data/local/tmp/{tmp_path.name}"}
     device.update(sections.pop("device", {}))
     return load_session(phone.session_file(tmp_path / "phone.toml", device=device, **sections))

@@ -97,7 +97,12 @@ class FakePhone:
         die_c: float = 30.0,
         skin_c: float = 30.0,
         faults: dict | None = None,
+        load_s: float = 0.0,
+        loaded_freq_fraction: float = 1.0,
     ) -> FakePhone:
+        """`load_s`: each benchmark's start window (simulated seconds: process alive, model
+        loading, cores parked); `loaded_freq_fraction`: the big cores' running frequency while
+        computing, as a share of their cap (below 1: slow without a cap)."""
         root.mkdir(parents=True, exist_ok=True)
         serial = serial or SERIALS[kind]
         (root / "phone.json").write_text(
@@ -108,6 +113,8 @@ class FakePhone:
                     "die_c": die_c,
                     "skin_c": skin_c,
                     "faults": faults or {},
+                    "load_s": load_s,
+                    "loaded_freq_fraction": loaded_freq_fraction,
                     "props": HDC_PROPS if kind == "hdc" else ADB_PROPS,
                 },
                 indent=1,
