@@ -250,6 +250,26 @@ class SessionResult:
         }
 
 
+def session_id(block: dict, model: str, policy: str, scenario: dict) -> str:
+    """What a session measured, as a short SHA-256: the device (transport, serial, identity), the
+    command that ran, the pushed files' SHA-256 and the model, policy and scenario. Not the
+    session file's name: the same phone measured through a renamed copy is the same config."""
+    import json
+
+    key = {
+        "transport": block["transport"],
+        "serial": block["serial"],
+        "identity": block["identity"],
+        "command": block["command"],
+        "pushes": sorted((p["remote"], p["sha256"]) for p in block["pushes"]),
+        "model": model,
+        "policy": policy,
+        "scenario": scenario,
+    }
+    text = json.dumps(key, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def session_values(spec: SessionSpec) -> dict[str, str]:
     """The placeholders a session adds to a command template."""
     return {"work_dir": spec.device.work_dir, "python": sys.executable}

@@ -210,14 +210,16 @@ def run(args) -> int:
 
 def _write_record(m, config, dev, args):
     """A run record of a session measurement: the config (or what the command says it runs),
-    the metrics, the session block in its `session` part."""
+    the metrics, the session block in its `session` part. The config names the session by
+    what it measured (session_id), not by its file, which the session block keeps."""
+    from harmony_ref.backends.session import session_id
     from harmony_ref.track.record import Record, collect_provenance, write_record
 
     opts = {
         "command": dev.command_template,
         "format": dev.format,
-        "session": dev.session.path,
         "transport": dev.session.transport,
+        "device": f"{m.session['transport']}:{m.session['serial']}",
     }
     if config is not None:
         cfg = config.to_dict()
@@ -237,6 +239,7 @@ def _write_record(m, config, dev, args):
             },
             "backend_options": opts,
         }
+    opts["session_id"] = session_id(m.session, cfg["model"], cfg["policy"], cfg["scenario"])
     part = {
         "status": "ok",
         "detail": f"{len(m.metrics)} metrics from "
