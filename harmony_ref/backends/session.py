@@ -372,14 +372,12 @@ class DeviceSession:
             self.transport.shell(f"rm -f {shlex.quote(tmp)}")
             kept = "keeps its previous file" if have else "has no such file"
             raise BackendError(
-                f"push of {local.name} to {self.transport.label}:{target} arrived "
-                + (
-                    "incomplete"
-                    if got is None
-                    else f"with SHA-256 {got[:12]}..., not {want[:12]}..."
-                )
+                f"push of {local.name} to {self.transport.label}"
+                + (f" as {name}" if name != local.name else "")
+                + " arrived "
+                + ("incomplete" if got is None else f"with SHA-256 {got[:8]}..., not {want[:8]}...")
                 + f" (truncated or corrupted); refused: the device {kept}",
-                f"local: {local}",
+                f"local: {local}\nremote: {target}",
             )
         mode = f" && chmod 755 {shlex.quote(target)}" if executable else ""
         self._ok(
@@ -551,7 +549,7 @@ class DeviceSession:
                     raise BackendError(
                         f"{self.transport.label}: the benchmark exited with code "
                         f"{result.returncode} ({kind} {i}); no result recorded (last stderr: "
-                        f"{last_line(result.err)})",
+                        f"{last_line(result.err, 60)})",
                         f"command: {command}\nlast stderr:\n{tail(result.err) or '(empty)'}",
                     )
                 metrics = parse(result.text)

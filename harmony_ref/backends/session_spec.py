@@ -64,6 +64,7 @@ from pathlib import Path, PurePosixPath
 
 from harmony_ref._schema import from_table
 from harmony_ref._toml import loads
+from harmony_ref.backends.process import brief
 
 TRANSPORTS = ("local", "hdc", "adb")
 MEMORY_SOURCES = ("auto", "hidumper", "proc_status", "none")
@@ -169,8 +170,24 @@ class SessionSpec:
         return p if p.is_absolute() else Path(self.path).resolve().parent / p
 
 
+def short_path(p: Path, limit: int = 40) -> str:
+    """A path as an error line names it: relative to the working directory where it is inside,
+    else as given when short, else `.../<folder>/<name>` (or `.../<name>`)."""
+    try:
+        rel = str(p.resolve().relative_to(Path.cwd()))
+        if len(rel) <= limit:
+            return rel
+    except ValueError:
+        pass
+    if len(str(p)) <= limit:
+        return str(p)
+    tail = f".../{p.parent.name}/{p.name}"
+    return tail if len(tail) <= limit else f".../{p.name}"
+
+
 def _bad(source: str, where: str, value, why: str) -> ValueError:
-    return ValueError(f"{source}: field '{where}' = {value!r}: {why}")
+    """One line naming file, field and value (a long value cut short)."""
+    return ValueError(f"{source}: field '{where}' = {brief(repr(value), 50)}: {why}")
 
 
 def resolve_work_dir(spec: SessionSpec) -> SessionSpec:
@@ -195,12 +212,12 @@ def check_session(spec: SessionSpec, source: str) -> None:
             source,
             "device.serial",
             d.serial,
-            f"a {d.transport} session needs the device's serial (`harmony-ref devices` lists them)",
+            f"a {d.transport} session needs one (`harmony-ref devices` lists them)",
         )
     if d.transport != "local" and not PurePosixPath(d.work_dir).is_absolute():
         raise _bad(source, "device.work_dir", d.work_dir, "must be an absolute path on the device")
     if b.format and b.format not in FORMATS:
-        raise _bad(source, "benchmark.format", b.format, f"must be one of {list(FORMATS)}")
+        raise _bad(source, "benchmark.format", b.format, f"must be one of {', '.join(FORMATS)}")
     if b.command:
         try:
             list(string.Formatter().parse(b.command))
@@ -256,14 +273,14 @@ def check_session(spec: SessionSpec, source: str) -> None:
             source,
             "telemetry.memory",
             t.memory,
-            "hidumper is HarmonyOS's: use proc_status (VmHWM) over adb or locally",
+            "hidumper is HarmonyOS's: use proc_status over adb or locally",
         )
     remotes = set()
     for i, item in enumerate(spec.push):
         where = f"push[{i}]"
         local = spec.local_path(item)
         if not local.is_file():
-            raise _bad(source, f"{where}.local", item.local, f"no such file ({local})")
+            raise _bad(source, f"{where}.local", item.local, f"no such file ({short_path(local)})")
         r = PurePosixPath(item.remote)
         if not item.remote or r.is_absolute() or ".." in r.parts:
             raise _bad(
@@ -281,16 +298,16 @@ def check_session(spec: SessionSpec, source: str) -> None:
         try:
             load_profile(d.profile)
         except ValueError as e:
-            raise _bad(source, "device.profile", d.profile, str(e)) from None
+            raise _bad(source, "device.profile", d.profile, brief(str(e), 60)) from None
 
 
 def load_session(path: str | Path) -> SessionSpec:
     """Read, validate and resolve a session file (see the module docstring)."""
     p = Path(path)
+    source = short_path(p)
     if not p.is_file():
-        raise ValueError(f"session file {p} does not exist")
-    source = str(p)
+        raise ValueError(f"session file {source} does not exist")
     spec = from_table(SessionSpec, loads(p.read_text(), source), source)
-    object.__setattr__(spec, "path", source)
+    object.__setattr__(spec, "path", str(p))
     check_session(spec, source)
     return resolve_work_dir(spec)

@@ -16,6 +16,12 @@ def add_session_argument(p) -> None:
         "pushes, cooldown, warm-up, repeats, telemetry, throttle detection; see "
         "harmony_ref/backends/session_spec.py)",
     )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="with --session: after an error's one line, print its detail (the script sent "
+        "to the device, the last lines of stderr)",
+    )
 
 
 def load(path: str | None):
@@ -108,7 +114,15 @@ def print_block(block: dict, file=None) -> None:
         print(f"  note: {note}", file=out)
 
 
-def gone_exit(command: str, error) -> int:
-    """A device that left mid-session: one line, exit 2, nothing recorded."""
+def error_exit(command: str, error, code: int, verbose: bool = False) -> int:
+    """A session error: its one line on stderr (and, with --verbose, its detail), exit `code`."""
     print(f"harmony-ref {command}: error: {error}", file=sys.stderr)
-    return 2
+    detail = getattr(error, "detail", "")
+    if verbose and detail:
+        print(detail, file=sys.stderr)
+    return code
+
+
+def gone_exit(command: str, error, verbose: bool = False) -> int:
+    """A device that left mid-session: one line, exit 2, nothing recorded."""
+    return error_exit(command, error, 2, verbose)
