@@ -240,8 +240,12 @@ class SessionResult:
             "throttle": {
                 "temp_c": self.spec.throttle.temp_c,
                 "min_big_freq_fraction": self.spec.throttle.min_big_freq_fraction,
+                "sustain_s": self.spec.throttle.sustain_s,
+                "loaded_share": self.spec.throttle.loaded_share,
+                "max_thermal_status": self.spec.throttle.max_thermal_status,
                 "big_cpus": list(self.spec.telemetry.big_cpus),
             },
+            "telemetry_script": self.telemetry.script(True),
             "clock": self.telemetry.clock,
             "unreadable": list(self.telemetry.unreadable),
             "max_freq_mhz": {str(c): k / 1e3 for c, k in self.telemetry.max_khz.items()},

@@ -387,7 +387,8 @@ def kb_to_mb(kb: float) -> float:
 
 def sample_table(samples: list[Sample]) -> dict[str, list]:
     """A repeat's samples as columns (compact in a JSON record): t_s, phase, zone<N>_c,
-    cpu<N>_mhz, cpu<N>_cap_mhz, cpu<N>_busy (share since the previous read), thermal_status,
+    cpu<N>_mhz, cpu<N>_cap_mhz, alive (the benchmark's process, during the run), cpu<N>_busy
+    (share since the previous read), thermal_status,
     battery_pct, mem_mb; a value not read is null."""
     zones = sorted({z for s in samples for z in s.temps_c})
     cpus = sorted({c for s in samples for c in s.cur_khz} | {c for s in samples for c in s.cap_khz})
@@ -404,6 +405,8 @@ def sample_table(samples: list[Sample]) -> dict[str, list]:
         cols[f"cpu{c}_cap_mhz"] = [
             None if s.cap_khz.get(c) is None else s.cap_khz[c] / 1e3 for s in samples
         ]
+    if any(s.running is not None for s in samples):
+        cols["alive"] = [s.running for s in samples]
     for c in sorted({c for s in samples for c in s.ticks}):
         shares = [busy_share(p, s, c) for p, s in zip([None, *samples[:-1]], samples)]
         cols[f"cpu{c}_busy"] = [None if x is None else round(x, 3) for x in shares]

@@ -222,7 +222,10 @@ if __name__ == "__main__":  # python tests/fake_device/fakephone.py DIR [hdc|adb
     ap.add_argument("folder", type=Path)
     ap.add_argument("kind", nargs="?", default="hdc", choices=("hdc", "adb"))
     ap.add_argument("--die-c", type=float, default=30.0, help="starting die temperature")
+    ap.add_argument(
+        "--load-s", type=float, default=0.0, help="each benchmark's start window (simulated s)"
+    )
     a = ap.parse_args()
-    phone = FakePhone.create(a.folder.resolve() / "phone", a.kind, die_c=a.die_c)
+    phone = FakePhone.create(a.folder.resolve() / "phone", a.kind, die_c=a.die_c, load_s=a.load_s)
     session = phone.session_file(a.folder.resolve() / f"{a.kind}-phone.toml")
     print(f"{phone.kind}: {phone.executable}\nsession: {session}")
