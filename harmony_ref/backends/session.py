@@ -87,6 +87,22 @@ SESSION_METRICS = {
             "time waited for the watched zone to cool, over all measured repeats",
         ),
         MetricDef(
+            "device_avg_power_w",
+            "W",
+            "lower",
+            MEASURED,
+            "battery power while the benchmark ran (current_now x voltage_now, averaged over "
+            "the run; median of the valid repeats)",
+        ),
+        MetricDef(
+            "device_energy_per_token_mj",
+            "mJ",
+            "lower",
+            MEASURED,
+            "(battery power while it ran - idle power before the run) / decode tokens per "
+            "second (median of the valid repeats; backends/energy.py)",
+        ),
+        MetricDef(
             "device_peak_memory_mb",
             "MB",
             "lower",
@@ -113,6 +129,7 @@ class Repeat:
     wall_s: float
     peak_mem_kb: float | None
     mem_source: str
+    power: dict = field(default_factory=dict)  # avg_power_w, energy_per_token_mj or why not
 
     def row(self, telemetry: Telemetry) -> dict:
         temps = [t for s in self.samples if (t := telemetry.watched_c(s)) is not None]
@@ -134,6 +151,7 @@ class Repeat:
             if self.peak_mem_kb is None
             else round(kb_to_mb(self.peak_mem_kb), 3),
             "memory_source": self.mem_source,
+            **self.power,
             "metrics": {m.name: m.value for m in self.metrics},
             "samples": sample_table(self.samples),
         }
@@ -150,6 +168,7 @@ class SessionResult:
     telemetry: Telemetry
     command: str
     notes: list[str] = field(default_factory=list)
+    power: dict = field(default_factory=dict)  # idle power, the current's sign, or why none
 
     @property
     def measured(self) -> list[Repeat]:
@@ -205,6 +224,13 @@ class SessionResult:
         peaks = [row["temp_peak_c"] for row in rows if row["temp_peak_c"] is not None]
         if peaks:
             out["device_temp_peak_c"] = d["device_temp_peak_c"].make(max(peaks), peaks)
+        for name, key in (
+            ("device_avg_power_w", "avg_power_w"),
+            ("device_energy_per_token_mj", "energy_per_token_mj"),
+        ):
+            values = [r.power[key] for r in self.valid if r.power.get(key) is not None]
+            if values and len(values) == len(self.valid):  # a charging repeat: none at all
+                out[name] = d[name].make(statistics.median(values), values)
         mems = [kb_to_mb(r.peak_mem_kb) for r in self.valid if r.peak_mem_kb is not None]
         if mems:
             src = sorted({r.mem_source for r in self.valid if r.peak_mem_kb is not None})
@@ -250,6 +276,7 @@ class SessionResult:
             "unreadable": list(self.telemetry.unreadable),
             "max_freq_mhz": {str(c): k / 1e3 for c, k in self.telemetry.max_khz.items()},
             "notes": list(self.notes),
+            "power": dict(self.power),
             "telemetry": [r.row(self.telemetry) for r in self.repeats],
         }
 
@@ -300,6 +327,7 @@ class DeviceSession:
             d.work_dir,
             spec.memory_source,
             spec.thermal_status_source,
+            spec.power.enabled and bool(spec.telemetry.battery_dir),
         )
         self.say = progress or (lambda text: None)
         self.identity: dict = {}
@@ -537,12 +565,60 @@ class DeviceSession:
 
         return result, finish
 
+    # --- energy --------------------------------------------------------------------------------
+    def idle_power(self) -> dict:
+        """The phone's idle power before the run (backends/energy.py): {} when the session reads
+        no battery current, else idle_power_w and the current's sign, or why there is none."""
+        from harmony_ref.backends import energy
+        from harmony_ref.backends.telemetry import POWER_FILES
+
+        tel, p = self.telemetry, self.spec.power
+        files = [f"{self.spec.telemetry.battery_dir}/{n}" for n in POWER_FILES]
+        if not tel.power:
+            return {}
+        if any(f in tel.unreadable for f in files):
+            return {"why": "current_now / voltage_now not readable on this device"}
+        idle = []
+        for i in range(p.idle_samples):
+            if i:
+                self.transport.shell(
+                    f"sleep {p.idle_interval_s:g}",
+                    timeout_s=p.idle_interval_s + self.spec.device.command_timeout_s,
+                    what="sleep",
+                )
+            idle.append(tel.read("idle"))
+        sign, how = energy.discharge_sign(p.current_sign, idle)
+        watts, why = energy.idle_power_w(idle, sign)
+        out = {"current_sign": how, "idle_samples": sample_table(idle)}
+        if watts is None:
+            return {**out, "why": why}
+        self.say(f"idle power {watts:.3f} W ({len(idle)} reads)")
+        return {**out, "idle_power_w": round(watts, 6)}
+
+    def run_power(self, samples: list[Sample], metrics: Metrics, power: dict) -> dict:
+        """One run's average power and energy per token, or why not ({} without power)."""
+        from harmony_ref.backends import energy
+
+        if "idle_power_w" not in power:
+            return {}
+        sign = 1 if power["current_sign"].startswith("positive") else -1
+        avg, why = energy.run_power_w(samples, sign)
+        if avg is None:
+            return {"energy_note": why}
+        out = {"avg_power_w": round(avg, 6)}
+        tps = metrics.value("decode_tokens_per_s") if "decode_tokens_per_s" in metrics else None
+        if not tps:
+            return {**out, "energy_note": "the benchmark reports no decode_tokens_per_s"}
+        mj = energy.energy_per_token_mj(avg, power["idle_power_w"], tps)
+        return {**out, "energy_per_token_mj": round(mj, 6)}
+
     # --- the whole session ---------------------------------------------------------------------
     def run(self, command: str, parse: Callable[[str], Metrics]) -> SessionResult:
         """Prepare, warm up, cool down and repeat (module docstring); `parse(text)` turns one
         run's output into metrics (raising on garbage)."""
         b = self.spec.benchmark
         self.prepare()
+        power = self.idle_power()
         repeats: list[Repeat] = []
         for kind, n in (("warmup", b.warmup_runs), ("measured", b.repeats)):
             for i in range(1, n + 1):
@@ -558,7 +634,18 @@ class DeviceSession:
                     )
                 metrics = parse(result.text)
                 repeats.append(
-                    Repeat(i, kind, metrics, samples, verdict, waited, result.wall_s, peak, source)
+                    Repeat(
+                        i,
+                        kind,
+                        metrics,
+                        samples,
+                        verdict,
+                        waited,
+                        result.wall_s,
+                        peak,
+                        source,
+                        self.run_power(samples, metrics, power),
+                    )
                 )
                 if verdict.throttled:
                     more = len(verdict.reasons) - 1
@@ -577,7 +664,13 @@ class DeviceSession:
             self.telemetry,
             command,
             list(self.notes),
+            power,
         )
+        if power.get("why"):
+            out.notes.append(f"no energy metric: {power['why']}")
+        else:
+            whys = sorted({r.power["energy_note"] for r in out.valid if "energy_note" in r.power})
+            out.notes += [f"no energy metric: {w}" for w in whys]
         if not out.enough_valid:
             out.notes.append(
                 f"only {len(out.valid)} of {b.repeats} repeats ran unthrottled; "

@@ -41,6 +41,13 @@
     thermal_status = "auto"                 # dumpsys (Android's thermal status), none, auto (adb)
     poll_interval_s = 1.0                   # telemetry while the benchmark runs
 
+    [power]                                 # energy per token from the battery (module telemetry.py)
+    enabled = true                          # reads <battery_dir>/current_now, voltage_now
+    current_sign = "auto"                   # current_now's sign while discharging: negative (the
+                                            # kernel ABI), positive (some vendors), auto (idle's)
+    idle_samples = 5                        # idle power before the run: this many reads ...
+    idle_interval_s = 1.0                   # ... this far apart (device-side sleep)
+
     [throttle]
     temp_c = 45.0                           # watched zone at or above: throttled
     min_big_freq_fraction = 0.85            # a big core capped, or loaded and running, below this
@@ -69,6 +76,7 @@ from harmony_ref.backends.process import brief
 TRANSPORTS = ("local", "hdc", "adb")
 MEMORY_SOURCES = ("auto", "hidumper", "proc_status", "none")
 THERMAL_STATUS_SOURCES = ("auto", "dumpsys", "none")
+CURRENT_SIGNS = ("auto", "negative", "positive")
 DEFAULT_WORK_DIR = "/data/local/tmp/harmony-ref"
 
 
@@ -136,6 +144,14 @@ class ThrottleSection:
 
 
 @dataclass(frozen=True)
+class PowerSection:
+    enabled: bool = True
+    current_sign: str = field(default="auto", metadata={"choices": CURRENT_SIGNS})
+    idle_samples: int = field(default=5, metadata={"min": 2, "max": 1000})
+    idle_interval_s: float = field(default=1.0, metadata={"min": 0.001})
+
+
+@dataclass(frozen=True)
 class SessionSpec:
     device: DeviceSection
     benchmark: BenchmarkSection = field(default_factory=BenchmarkSection)
@@ -143,6 +159,7 @@ class SessionSpec:
     cooldown: CooldownSection = field(default_factory=CooldownSection)
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)
     throttle: ThrottleSection = field(default_factory=ThrottleSection)
+    power: PowerSection = field(default_factory=PowerSection)
     path: str = field(default="<session>", init=False)  # the file it was read from
 
     @property

@@ -57,6 +57,7 @@ from harmony_ref.units import KIB, MB
 
 PID_FILE = ".harmony-ref-bench.pid"
 PROC_STAT = "/proc/stat"
+POWER_FILES = ("current_now", "voltage_now")  # sysfs-class-power: microamps, microvolts
 THERMALSERVICE = "thermalservice"
 KHZ_PER_GHZ = 1e6
 
@@ -82,6 +83,8 @@ class Sample:
     running: bool | None = None  # during a run: was the benchmark process alive at this read
     ticks: dict[int, tuple[int, int]] = field(default_factory=dict)  # /proc/stat (busy, total)
     thermal_status: int | None = None  # Android's `Thermal Status:` (dumpsys thermalservice)
+    current_ua: int | None = None  # <battery_dir>/current_now, microamps as the driver signs it
+    voltage_uv: int | None = None  # <battery_dir>/voltage_now, microvolts
 
 
 @dataclass(frozen=True)
@@ -101,11 +104,13 @@ class Telemetry:
         work_dir: str,
         memory_source: str,
         thermal_status_source: str = "none",
+        power: bool = False,
     ):
         self.transport, self.cfg, self.throttle = transport, telemetry, throttle
         self.work_dir = work_dir
         self.memory_source = memory_source
         self.thermal_status_source = thermal_status_source
+        self.power = power  # read current_now and voltage_now (the [power] section is on)
         self.max_khz: dict[int, int] = {}
         self.unreadable: list[str] = []
         self.notes: list[str] = []
@@ -119,6 +124,8 @@ class Telemetry:
             files += [cpufreq_path(c, "scaling_cur_freq"), cpufreq_path(c, "scaling_max_freq")]
         if self.cfg.battery_dir:
             files += [f"{self.cfg.battery_dir}/capacity", f"{self.cfg.battery_dir}/status"]
+            if self.power:
+                files += [f"{self.cfg.battery_dir}/{n}" for n in POWER_FILES]
         return files
 
     def _pid(self) -> str:
@@ -248,6 +255,10 @@ class Telemetry:
                 except ValueError:
                     pass
             s.battery_status = values.get(f"{self.cfg.battery_dir}/status")
+            for name, attr in zip(POWER_FILES, ("current_ua", "voltage_uv")):
+                v = values.get(f"{self.cfg.battery_dir}/{name}")
+                if v is not None and v.lstrip("-").isdigit():
+                    setattr(s, attr, int(v))
         if "stat" in sections:
             s.ticks = parse_proc_stat_cpus(sections["stat"])
         if "thermal" in sections:
@@ -415,6 +426,9 @@ def sample_table(samples: list[Sample]) -> dict[str, list]:
     if any(s.battery_pct is not None for s in samples):
         cols["battery_pct"] = [s.battery_pct for s in samples]
         cols["battery_status"] = [s.battery_status for s in samples]
+    if any(s.current_ua is not None for s in samples):
+        cols["current_ua"] = [s.current_ua for s in samples]
+        cols["voltage_uv"] = [s.voltage_uv for s in samples]
     if any(s.mem_kb is not None for s in samples):
         cols["mem_mb"] = [
             None if s.mem_kb is None else round(kb_to_mb(s.mem_kb), 3) for s in samples

@@ -121,6 +121,13 @@ def print_block(block: dict, file=None) -> None:
     for r in block.get("telemetry", []):
         if r["throttled"]:
             print(f"  THROTTLED {r['kind']} {r['repeat']}: " + "; ".join(r["reasons"]), file=out)
+    power = block.get("power") or {}
+    if "idle_power_w" in power:
+        print(
+            f"  power: idle {power['idle_power_w']:.3f} W before the run; current_now "
+            f"{power['current_sign']}",
+            file=out,
+        )
     for note in block.get("notes", []):
         print(f"  note: {note}", file=out)
 

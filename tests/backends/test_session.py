@@ -67,16 +67,20 @@ def fresh(
     faults=None,
     load_s=0.0,
     loaded_freq_fraction=1.0,
+    charging=False,
+    current_sign="positive",
     **sections,
 ):
-    """The phone back at the given temperatures, faults, start window and running frequency,
-    and a session file for it in its own work directory (so tests do not share device files)."""
+    """The phone back at the given temperatures, faults, start window, running frequency and
+    battery (charging, current_now's sign while discharging), and a session file for it in its own work directory (so tests do not share device files)."""
     phone.reconfigure(
         die_c=die_c,
         skin_c=skin_c,
         faults=faults or {},
         load_s=load_s,
         loaded_freq_fraction=loaded_freq_fraction,
+        charging=charging,
+        current_sign=current_sign,
     )
     device = {"work_dir": f"/data/local/tmp/{tmp_path.name}"}
     device.update(sections.pop("device", {}))

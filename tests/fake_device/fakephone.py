@@ -99,10 +99,13 @@ class FakePhone:
         faults: dict | None = None,
         load_s: float = 0.0,
         loaded_freq_fraction: float = 1.0,
+        charging: bool = False,
+        current_sign: str = "positive",
     ) -> FakePhone:
         """`load_s`: each benchmark's start window (simulated seconds: process alive, model
         loading, cores parked); `loaded_freq_fraction`: the big cores' running frequency while
-        computing, as a share of their cap (below 1: slow without a cap)."""
+        computing, as a share of their cap (below 1: slow without a cap); `charging`: on its
+        charger; `current_sign`: current_now's sign while discharging."""
         root.mkdir(parents=True, exist_ok=True)
         serial = serial or SERIALS[kind]
         (root / "phone.json").write_text(
@@ -115,6 +118,8 @@ class FakePhone:
                     "faults": faults or {},
                     "load_s": load_s,
                     "loaded_freq_fraction": loaded_freq_fraction,
+                    "charging": charging,
+                    "current_sign": current_sign,
                     "props": HDC_PROPS if kind == "hdc" else ADB_PROPS,
                 },
                 indent=1,

@@ -39,6 +39,10 @@ sets). phone.json `load_s` gives each benchmark a start window of that many simu
 IDLE_FREQ_FRACTION and idle in /proc/stat; `loaded_freq_fraction` runs the big cores below
 their cap while computing. /proc/stat counts the big cores busy while a benchmark computes;
 `dumpsys thermalservice` (adb) reports the governor's state as Android's thermal status.
+The battery's current_now is the load's power (the operating point's while a benchmark
+computes, IDLE_W otherwise) over BATTERY_V, in microamps, positive while discharging (this
+fake vendor's sign; phone.json `current_sign`: "negative" for the kernel ABI's); phone.json
+`charging` makes its status "Charging" and its current the charger's minus the load.
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ REAL_RUN_S = 0.1  # real seconds a benchmark's client takes at least, so telemet
 REAL_LOAD_S = 0.25  # real seconds of a benchmark's start window (phone.json load_s > 0)
 LITTLE_BUSY = 0.05  # the little cores' busy share, always (assumption: background work)
 USER_HZ = 100  # /proc/stat's tick (proc.rst)
+BATTERY_V = 3.87  # assumption: a Li-ion cell near its nominal voltage, held constant
+CHARGER_W = 10.0  # assumption: what the charger delivers while phone.json says "charging"
 WINDOW_MAX_S = 30.0  # a run whose client never said it is done (killed) ends after this
 IDLE_FREQ_FRACTION = 0.3  # a parked core's scaling_cur_freq, share of its maximum
 DT_S = 0.05  # thermal step (the model's backward Euler is stable at any step)
@@ -135,6 +141,10 @@ class Phone:
         self.busy_s = 0.0  # the big cores' busy seconds since boot (benchmarks computing)
         self.load_s = float(cfg.get("load_s", 0.0))  # a benchmark's start window, simulated s
         self.loaded_freq_fraction = float(cfg.get("loaded_freq_fraction", 1.0))
+        self.charging = bool(cfg.get("charging", False))
+        # current_now's sign while discharging: this fake's vendor reports it positive, unlike the
+        # kernel ABI's negative (Documentation/ABI/testing/sysfs-class-power)
+        self.discharge_sign = 1 if cfg.get("current_sign", "positive") == "positive" else -1
 
     def save(self) -> None:
         state = {
@@ -291,9 +301,22 @@ class Phone:
                 share = frac * self.loaded_freq_fraction if computing else IDLE_FREQ_FRACTION
                 return str(int(top * share))
             return None
-        m = re.fullmatch(r"/sys/class/power_supply/(battery|Battery)/(capacity|status)", path)
+        m = re.fullmatch(
+            r"/sys/class/power_supply/(battery|Battery)/"
+            r"(capacity|status|current_now|voltage_now)",
+            path,
+        )
         if m:
-            return str(max(5, 87 - self.runs)) if m.group(2) == "capacity" else "Discharging"
+            what = m.group(2)
+            if what == "capacity":
+                return str(max(5, 87 - self.runs))
+            if what == "status":
+                return "Charging" if self.charging else "Discharging"
+            if what == "voltage_now":
+                return str(int(round(BATTERY_V * 1e6)))
+            load_w = float(self.power_w[state]) if computing else IDLE_W
+            out_w = load_w - (CHARGER_W if self.charging else 0.0)  # > 0: out of the battery
+            return str(int(round(self.discharge_sign * out_w / BATTERY_V * 1e6)))
         m = re.fullmatch(r"/proc/(\d+)/status", path)
         if m:
             a = self._window()
