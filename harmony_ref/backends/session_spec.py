@@ -168,18 +168,15 @@ class SessionSpec:
 
     @property
     def memory_source(self) -> str:
-        m = self.telemetry.memory
-        if m != "auto":
-            return m
-        return "hidumper" if self.transport == "hdc" else "proc_status"
+        """hidumper (HarmonyOS), proc_status (VmHWM) or none; auto: by the transport."""
+        auto = "hidumper" if self.transport == "hdc" else "proc_status"
+        return auto if self.telemetry.memory == "auto" else self.telemetry.memory
 
     @property
     def thermal_status_source(self) -> str:
-        """dumpsys (Android's `dumpsys thermalservice`, API 29+) or none."""
-        t = self.telemetry.thermal_status
-        if t != "auto":
-            return t
-        return "dumpsys" if self.transport == "adb" else "none"
+        """dumpsys (Android's `dumpsys thermalservice`, API 29+) or none; auto: adb's."""
+        auto = "dumpsys" if self.transport == "adb" else "none"
+        return auto if self.telemetry.thermal_status == "auto" else self.telemetry.thermal_status
 
     def local_path(self, item: PushItem) -> Path:
         """A [[push]] item's local file (relative paths are relative to the session file)."""
@@ -278,20 +275,13 @@ def check_session(spec: SessionSpec, source: str) -> None:
             list(t.big_cpus),
             f"cpu {missing[0]} is not in telemetry.cpus = {list(t.cpus)}",
         )
-    if t.thermal_status == "dumpsys" and d.transport != "adb":
-        raise _bad(
-            source,
-            "telemetry.thermal_status",
-            t.thermal_status,
-            "dumpsys thermalservice is Android's: use none over hdc or locally",
-        )
-    if t.memory == "hidumper" and d.transport != "hdc":
-        raise _bad(
-            source,
-            "telemetry.memory",
-            t.memory,
-            "hidumper is HarmonyOS's: use proc_status over adb or locally",
-        )
+    for name, tool, only, instead in (  # tools one OS has
+        ("thermal_status", "dumpsys", "adb", "none over hdc or locally"),
+        ("memory", "hidumper", "hdc", "proc_status over adb or locally"),
+    ):
+        if getattr(t, name) == tool and d.transport != only:
+            os_name = "Android" if only == "adb" else "HarmonyOS"
+            raise _bad(source, f"telemetry.{name}", tool, f"{tool} is {os_name}'s: use {instead}")
     remotes = set()
     for i, item in enumerate(spec.push):
         where = f"push[{i}]"

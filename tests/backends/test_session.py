@@ -87,6 +87,14 @@ def fresh(
     return load_session(phone.session_file(tmp_path / "phone.toml", device=device, **sections))
 
 
+def measured_record(path, runs, capsys, *extra) -> dict:
+    """`measure --session path` must succeed; its one run record, read."""
+    rc = main(["measure", "--session", str(path), "--out-dir", str(runs), *extra])
+    assert rc == 0, capsys.readouterr().err
+    (record,) = runs.glob("run-*.json")
+    return json.loads(record.read_text())
+
+
 def llama_bench(text):
     return parse("llama-bench", text).metrics
 
@@ -364,6 +372,9 @@ def test_mslite_on_hdc_memory_from_hidumper_and_the_devices_command(hdc_phone, t
         ({"push": [{"local": "phone.toml", "remote": "../escape"}]}, "push[0].remote"),
         ({"device": {"profile": "no-such-phone"}}, "device.profile"),
         ({"cooldown": {"wait": 3}}, "cooldown.wait"),
+        ({"telemetry": {"thermal_status": "dumpsys"}}, "telemetry.thermal_status"),
+        ({"throttle": {"sustain_s": -1.0}}, "throttle.sustain_s"),
+        ({"power": {"current_sign": "up"}}, "power.current_sign"),
     ],
 )
 def test_a_bad_session_file_names_file_field_and_value(hdc_phone, tmp_path, capsys, change, field):

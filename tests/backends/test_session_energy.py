@@ -4,16 +4,19 @@ benchmark decodes, IDLE_W otherwise) in a vendor's sign convention; the session 
 energy per token within 2% whichever sign the driver uses, and a charging phone gives no energy
 metric and says why."""
 
-import json
-
 import pytest
 
 from harmony_ref.backends.session import DeviceSession
-from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import load_profile
 from harmony_ref.device.thermal import decode_operating_points
-from tests.backends.test_session import fresh, hdc_phone, llama_bench, phones  # noqa: F401
+from tests.backends.test_session import (  # noqa: F401
+    fresh,
+    hdc_phone,
+    llama_bench,
+    measured_record,
+    phones,
+)
 from tests.fake_device.phone_server import IDLE_W, PROFILE, WORKLOAD
 
 
@@ -27,11 +30,7 @@ def known_mj_per_token() -> float:
 @pytest.mark.parametrize("vendor_sign", ["positive", "negative"])
 def test_energy_per_token_equals_the_known_power(hdc_phone, tmp_path, capsys, vendor_sign):  # noqa: F811
     fresh(hdc_phone, tmp_path, current_sign=vendor_sign, benchmark={"repeats": 2})
-    runs = tmp_path / "runs"
-    rc = main(["measure", "--session", str(tmp_path / "phone.toml"), "--out-dir", str(runs)])
-    assert rc == 0, capsys.readouterr().err
-    (record,) = runs.glob("run-*.json")
-    rec = json.loads(record.read_text())
+    rec = measured_record(tmp_path / "phone.toml", tmp_path / "runs", capsys)
     block = rec["parts"]["session"]["session"]
     assert block["power"]["current_sign"].startswith(vendor_sign)  # told apart by the idle reads
     assert block["power"]["idle_power_w"] == pytest.approx(IDLE_W, rel=1e-3)

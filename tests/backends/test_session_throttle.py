@@ -5,15 +5,20 @@ governor lowering scaling_max_freq as the phone heats) is; Android's thermal sta
 signal; a core that stays slow while loaded counts only over a sustained window. The rule itself
 on hand-made samples."""
 
-import json
 
 import pytest
 
 from harmony_ref.backends.session import DeviceSession
 from harmony_ref.backends.session_spec import load_session
 from harmony_ref.backends.telemetry import Sample, Telemetry
-from harmony_ref.cli import main
-from tests.backends.test_session import adb_phone, fresh, hdc_phone, llama_bench, phones  # noqa: F401
+from tests.backends.test_session import (  # noqa: F401
+    adb_phone,
+    fresh,
+    hdc_phone,
+    llama_bench,
+    measured_record,
+    phones,
+)
 
 
 def command(spec):
@@ -34,11 +39,8 @@ def parked_while_running(row, cpu=4, top_mhz=None):
 @pytest.mark.parametrize("load_s", [0.4, 3.0])
 def test_the_start_window_is_not_throttling(hdc_phone, tmp_path, capsys, load_s):  # noqa: F811
     fresh(hdc_phone, tmp_path, load_s=load_s, benchmark={"repeats": 3})
-    runs = tmp_path / "runs"
-    rc = main(["measure", "--session", str(tmp_path / "phone.toml"), "--out-dir", str(runs)])
-    assert rc == 0, capsys.readouterr().err
-    (record,) = runs.glob("run-*.json")
-    block = json.loads(record.read_text())["parts"]["session"]["session"]
+    rec = measured_record(tmp_path / "phone.toml", tmp_path / "runs", capsys)
+    block = rec["parts"]["session"]["session"]
     top = block["max_freq_mhz"]["4"]
     rows = block["telemetry"]
     assert [r["throttled"] for r in rows] == [False] * 3
