@@ -212,7 +212,9 @@ class Transport:
         """The device's entry in the attached list; DeviceGone when it is absent or not usable."""
         d = self.attached()
         if d is None or not d.usable:
-            seen = ", ".join(f"{x.serial} ({x.state})" for x in self.list_devices()) or "none"
+            seen = brief(
+                ", ".join(f"{x.serial} ({x.state})" for x in self.list_devices()) or "none", 60
+            )
             state = "not attached" if d is None else f"{d.state}, not usable"
             raise DeviceGone(
                 f"{self.kind} device {self.serial} is {state} (attached: {seen}); "

@@ -5,7 +5,6 @@ governor lowering scaling_max_freq as the phone heats) is; Android's thermal sta
 signal; a core that stays slow while loaded counts only over a sustained window. The rule itself
 on hand-made samples."""
 
-
 import pytest
 
 from harmony_ref.backends.session import DeviceSession
@@ -77,6 +76,20 @@ def test_android_thermal_status_is_read_and_marks_a_hot_repeat(adb_phone, tmp_pa
     row = DeviceSession(hot).run(command(hot), llama_bench).to_record()["telemetry"][0]
     assert row["throttled"] is True
     assert any(r.startswith("Android thermal status") for r in row["reasons"]), row["reasons"]
+
+
+def test_cooldown_waits_for_android_thermal_status_none(adb_phone, tmp_path):  # noqa: F811
+    spec = fresh(
+        adb_phone,
+        tmp_path,
+        die_c=70.0,
+        skin_c=44.0,
+        benchmark={"repeats": 2, "min_valid_repeats": 1},
+        cooldown={"threshold_c": 100.0, "check_interval_s": 20.0},  # the zone alone would pass
+    )
+    first, second = DeviceSession(spec).run(command(spec), llama_bench).to_record()["telemetry"]
+    assert first["samples"]["thermal_status"][-1] > 0  # the hot phone's first run ends capped
+    assert second["cooldown_s"] > 0 and second["samples"]["thermal_status"][0] == 0
 
 
 def test_a_core_slow_while_loaded_counts_only_when_sustained(hdc_phone, tmp_path):  # noqa: F811
