@@ -43,7 +43,13 @@ class Backend(Protocol):
 
 
 class BackendError(RuntimeError):
-    """A measurement did not happen (timeout, crash, unparseable output): nothing is recorded."""
+    """A measurement did not happen (timeout, crash, unparseable output): nothing is recorded.
+    Its message is one line; `detail` holds what does not fit there (the script sent, the last
+    lines of stderr), printed under `--verbose`."""
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail
 
 
 def _any_phone_checked(metrics: Metrics, profile, config):

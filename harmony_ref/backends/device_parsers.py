@@ -31,6 +31,13 @@ says where from):
   (Documentation/ABI/testing/sysfs-class-thermal), cpufreq in kHz (sysfs-devices-system-cpu),
   battery capacity in percent and status as a word (sysfs-class-power).
 - `/proc/uptime` (proc.rst): seconds since boot, then idle seconds.
+- `/proc/stat` (proc.rst, "1.7 Miscellaneous kernel statistics"): per core
+  `cpu<N> user nice system idle iowait irq softirq steal [guest guest_nice]`, cumulative time in
+  USER_HZ ticks; guest time is already inside user, so it is not added again.
+- `dumpsys thermalservice` (AOSP frameworks/base services/core/java/com/android/server/power/
+  ThermalManagerService.java, dump): a line `Thermal Status: <n>`, the PowerManager
+  THERMAL_STATUS_* value (0 NONE, 1 LIGHT, 2 MODERATE, 3 SEVERE, 4 CRITICAL, 5 EMERGENCY,
+  6 SHUTDOWN; API 29+).
 """
 
 from __future__ import annotations
@@ -237,3 +244,39 @@ def parse_uptime_s(text: str) -> float:
 def millidegrees_c(value: str) -> float:
     """A thermal zone's `temp` (millidegrees Celsius by the sysfs ABI) in degrees."""
     return float(value) / MILLI
+
+
+_CPU_STAT = re.compile(r"^cpu(\d+)\s+(\d+(?:\s+\d+){3,})\s*$", re.M)
+
+
+def parse_proc_stat_cpus(text: str) -> dict[int, tuple[int, int]]:
+    """Each core's (busy ticks, total ticks) from the `cpu<N>` lines of /proc/stat: busy is
+    user + nice + system + irq + softirq + steal, total adds idle and iowait."""
+    out = {}
+    for m in _CPU_STAT.finditer(text):
+        v = [int(x) for x in m.group(2).split()][:8]
+        v += [0] * (8 - len(v))
+        user, nice, system, idle, iowait, irq, softirq, steal = v
+        busy = user + nice + system + irq + softirq + steal
+        out[int(m.group(1))] = (busy, busy + idle + iowait)
+    return out
+
+
+THERMAL_STATUS_NAMES = (
+    "NONE",
+    "LIGHT",
+    "MODERATE",
+    "SEVERE",
+    "CRITICAL",
+    "EMERGENCY",
+    "SHUTDOWN",
+)
+_THERMAL_STATUS = re.compile(r"^\s*Thermal Status:\s*(-?\d+)\s*$", re.M)
+
+
+def parse_thermal_status(text: str) -> int:
+    """The `Thermal Status: <n>` line of `dumpsys thermalservice`; ParseError without one."""
+    m = _THERMAL_STATUS.search(text)
+    if not m:
+        raise ParseError("dumpsys thermalservice: no 'Thermal Status: <n>' line")
+    return int(m.group(1))

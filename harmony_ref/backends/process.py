@@ -34,6 +34,19 @@ _NEEDS_SHELL = re.compile(r"[|;<>&`]|\$\(")
 KILL_GRACE_S = 5.0  # after SIGKILL, how long the pipes may take to close
 
 
+def brief(text: str, limit: int = 60) -> str:
+    """`text` on one line (whitespace collapsed), cut to `limit` characters with '...': what an
+    error line names of a script or a command."""
+    one = " ".join(text.split())
+    return one if len(one) <= limit else one[: limit - 3] + "..."
+
+
+def last_line(text: str, limit: int = 80) -> str:
+    """The last non-empty line of `text`, brief; '(empty)' when there is none."""
+    lines = [x for x in text.splitlines() if x.strip()]
+    return brief(lines[-1], limit) if lines else "(empty)"
+
+
 def needs_shell(command: str) -> bool:
     """A command line with pipes, lists, redirections or substitutions runs under /bin/sh -c."""
     return bool(_NEEDS_SHELL.search(command))
@@ -161,12 +174,14 @@ class Running:
         )
 
     def timed_out(self, timeout_s: float) -> BackendError:
-        """Kill the group and return the error to raise (with the tail of stderr)."""
+        """Kill the group and return the error to raise: one line naming the command (brief)
+        and the last line of stderr; the whole command and the stderr tail in its detail."""
         self.kill()
         _out, err = self.output()
         return BackendError(
-            f"command {self.label!r} timed out after {timeout_s:g} s; its process group was "
-            f"killed; no result recorded. Last stderr:\n{tail(err) or '(empty)'}"
+            f"command {brief(self.label)!r} timed out after {timeout_s:g} s; its process group "
+            f"was killed; no result recorded (last stderr: {last_line(err)})",
+            f"command: {self.label}\nlast stderr:\n{tail(err) or '(empty)'}",
         )
 
 

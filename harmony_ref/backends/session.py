@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony_ref.backends.base import BackendError
-from harmony_ref.backends.process import needs_shell, tail
+from harmony_ref.backends.process import last_line, needs_shell, tail
 from harmony_ref.backends.session_spec import SessionSpec
 from harmony_ref.backends.telemetry import (
     PID_FILE,
@@ -87,6 +87,22 @@ SESSION_METRICS = {
             "time waited for the watched zone to cool, over all measured repeats",
         ),
         MetricDef(
+            "device_avg_power_w",
+            "W",
+            "lower",
+            MEASURED,
+            "battery power while the benchmark ran (current_now x voltage_now, averaged over "
+            "the run; median of the valid repeats)",
+        ),
+        MetricDef(
+            "device_energy_per_token_mj",
+            "mJ",
+            "lower",
+            MEASURED,
+            "(battery power while it ran - idle power before the run) / decode tokens per "
+            "second (median of the valid repeats; backends/energy.py)",
+        ),
+        MetricDef(
             "device_peak_memory_mb",
             "MB",
             "lower",
@@ -113,6 +129,7 @@ class Repeat:
     wall_s: float
     peak_mem_kb: float | None
     mem_source: str
+    power: dict = field(default_factory=dict)  # avg_power_w, energy_per_token_mj or why not
 
     def row(self, telemetry: Telemetry) -> dict:
         temps = [t for s in self.samples if (t := telemetry.watched_c(s)) is not None]
@@ -134,6 +151,7 @@ class Repeat:
             if self.peak_mem_kb is None
             else round(kb_to_mb(self.peak_mem_kb), 3),
             "memory_source": self.mem_source,
+            **self.power,
             "metrics": {m.name: m.value for m in self.metrics},
             "samples": sample_table(self.samples),
         }
@@ -150,6 +168,7 @@ class SessionResult:
     telemetry: Telemetry
     command: str
     notes: list[str] = field(default_factory=list)
+    power: dict = field(default_factory=dict)  # idle power, the current's sign, or why none
 
     @property
     def measured(self) -> list[Repeat]:
@@ -205,6 +224,13 @@ class SessionResult:
         peaks = [row["temp_peak_c"] for row in rows if row["temp_peak_c"] is not None]
         if peaks:
             out["device_temp_peak_c"] = d["device_temp_peak_c"].make(max(peaks), peaks)
+        for name, key in (
+            ("device_avg_power_w", "avg_power_w"),
+            ("device_energy_per_token_mj", "energy_per_token_mj"),
+        ):
+            values = [r.power[key] for r in self.valid if r.power.get(key) is not None]
+            if values and len(values) == len(self.valid):  # a charging repeat: none at all
+                out[name] = d[name].make(statistics.median(values), values)
         mems = [kb_to_mb(r.peak_mem_kb) for r in self.valid if r.peak_mem_kb is not None]
         if mems:
             src = sorted({r.mem_source for r in self.valid if r.peak_mem_kb is not None})
@@ -240,14 +266,39 @@ class SessionResult:
             "throttle": {
                 "temp_c": self.spec.throttle.temp_c,
                 "min_big_freq_fraction": self.spec.throttle.min_big_freq_fraction,
+                "sustain_s": self.spec.throttle.sustain_s,
+                "loaded_share": self.spec.throttle.loaded_share,
+                "max_thermal_status": self.spec.throttle.max_thermal_status,
                 "big_cpus": list(self.spec.telemetry.big_cpus),
             },
+            "telemetry_script": self.telemetry.script(True),
             "clock": self.telemetry.clock,
             "unreadable": list(self.telemetry.unreadable),
             "max_freq_mhz": {str(c): k / 1e3 for c, k in self.telemetry.max_khz.items()},
             "notes": list(self.notes),
+            "power": dict(self.power),
             "telemetry": [r.row(self.telemetry) for r in self.repeats],
         }
+
+
+def session_id(block: dict, model: str, policy: str, scenario: dict) -> str:
+    """What a session measured, as a short SHA-256: the device (transport, serial, identity), the
+    command that ran, the pushed files' SHA-256 and the model, policy and scenario. Not the
+    session file's name: the same phone measured through a renamed copy is the same config."""
+    import json
+
+    key = {
+        "transport": block["transport"],
+        "serial": block["serial"],
+        "identity": block["identity"],
+        "command": block["command"],
+        "pushes": sorted((p["remote"], p["sha256"]) for p in block["pushes"]),
+        "model": model,
+        "policy": policy,
+        "scenario": scenario,
+    }
+    text = json.dumps(key, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def session_values(spec: SessionSpec) -> dict[str, str]:
@@ -270,7 +321,13 @@ class DeviceSession:
             d.transport, d.serial, d.executable, d.command_timeout_s
         )
         self.telemetry = Telemetry(
-            self.transport, spec.telemetry, spec.throttle, d.work_dir, spec.memory_source
+            self.transport,
+            spec.telemetry,
+            spec.throttle,
+            d.work_dir,
+            spec.memory_source,
+            spec.thermal_status_source,
+            spec.power.enabled and bool(spec.telemetry.battery_dir),
         )
         self.say = progress or (lambda text: None)
         self.identity: dict = {}
@@ -294,7 +351,10 @@ class DeviceSession:
         if not self._prepared:
             t.check_attached()
             self.identity = t.identity()
-            self._ok(t.shell(f"mkdir -p {shlex.quote(self.work_dir)}"), "mkdir -p work_dir")
+            self._ok(
+                t.shell(f"mkdir -p {shlex.quote(self.work_dir)}", what="mkdir -p work_dir"),
+                "mkdir -p work_dir",
+            )
         items = [(self.spec.local_path(i), i.remote, i.executable) for i in self.spec.push]
         if self._prepared:
             items = []
@@ -309,7 +369,8 @@ class DeviceSession:
         if r.returncode != 0:
             raise BackendError(
                 f"{self.transport.label}: `{what}` failed (exit {r.returncode}): "
-                f"{tail(r.err) or tail(r.out) or '(no output)'}"
+                f"{last_line(r.err or r.out)}",
+                f"script: {r.script}\noutput:\n{tail(r.err) or tail(r.out)}",
             )
         return r
 
@@ -343,14 +404,12 @@ class DeviceSession:
             self.transport.shell(f"rm -f {shlex.quote(tmp)}")
             kept = "keeps its previous file" if have else "has no such file"
             raise BackendError(
-                f"push of {local} to {self.transport.label}:{target} arrived "
-                + (
-                    "incomplete"
-                    if got is None
-                    else f"with SHA-256 {got[:16]}..., not {want[:16]}..."
-                )
-                + f" (truncated or corrupted); refused: the device {kept} "
-                f"at {target}"
+                f"push of {local.name} to {self.transport.label}"
+                + (f" as {name}" if name != local.name else "")
+                + " arrived "
+                + ("incomplete" if got is None else f"with SHA-256 {got[:8]}..., not {want[:8]}...")
+                + f" (truncated or corrupted); refused: the device {kept}",
+                f"local: {local}\nremote: {target}",
             )
         mode = f" && chmod 755 {shlex.quote(target)}" if executable else ""
         self._ok(
@@ -376,23 +435,31 @@ class DeviceSession:
             if temp is None:
                 self.notes.append(f"cooldown: zone {zone} gave no reading at t={s.t_s:.1f} s")
                 return s.t_s - t0, s
-            if temp <= c.threshold_c:
+            status = s.thermal_status
+            hot_status = status is not None and status > self.spec.throttle.max_thermal_status
+            if temp <= c.threshold_c and not hot_status:
                 return s.t_s - t0, s
             waited = s.t_s - t0
             if waited >= c.max_wait_s:
+                where = (
+                    f"thermal zone {zone} of {self.transport.label} is at {temp:.1f} C after "
+                    f"{waited:.0f} s, above the {c.threshold_c:g} C threshold"
+                    if temp > c.threshold_c
+                    else f"{self.transport.label}'s Android thermal status is {status} after "
+                    f"{waited:.0f} s, above {self.spec.throttle.max_thermal_status}"
+                )
                 raise CooldownTimeout(
-                    f"cooldown: thermal zone {zone} of {self.transport.label} is at {temp:.1f} C "
-                    f"after {waited:.0f} s, above the {c.threshold_c:g} C threshold "
-                    f"(cooldown.max_wait_s = {c.max_wait_s:g}): it never cooled; no result "
-                    "recorded"
+                    f"cooldown: {where} (cooldown.max_wait_s = {c.max_wait_s:g}): it never "
+                    "cooled; no result recorded"
                 )
             self.say(
-                f"cooldown: zone {zone} at {temp:.1f} C, waiting for {c.threshold_c:g} C "
-                f"({waited:.0f} s so far)"
+                f"cooldown: zone {zone} at {temp:.1f} C"
+                + (f", thermal status {status}" if hot_status else "")
+                + f", waiting for {c.threshold_c:g} C ({waited:.0f} s so far)"
             )
             step = min(c.check_interval_s, max(c.max_wait_s - waited, 0.001))
             self.transport.shell(
-                f"sleep {step:g}", timeout_s=step + self.spec.device.command_timeout_s
+                f"sleep {step:g}", timeout_s=step + self.spec.device.command_timeout_s, what="sleep"
             )
             s = tel.read("before")
 
@@ -412,12 +479,14 @@ class DeviceSession:
         tel, poll = self.telemetry, self.spec.telemetry.poll_interval_s
         timeout = timeout_s or self.spec.benchmark.timeout_s
         samples = [before or tel.read("before")]
-        run = self.transport.start(self.launch_script(command))
+        run = self.transport.start(self.launch_script(command), what="the benchmark")
         try:
             while not run.wait(poll):
                 if run.elapsed_s > timeout:
                     err = run.timed_out(timeout)
-                    self.transport.check_still_there(f"after the benchmark hung for {timeout:g} s")
+                    self.transport.check_still_there(
+                        f"after the benchmark hung for {timeout:g} s", self.launch_script(command)
+                    )
                     self._kill_remote()
                     raise err
                 samples.append(tel.read("during", with_memory=True))
@@ -453,6 +522,7 @@ class DeviceSession:
             self.transport.shell(
                 f"kill -9 $(cat {pid}) 2>/dev/null; rm -f {pid}",
                 timeout_s=min(10.0, self.spec.device.command_timeout_s),
+                what="kill of the hung benchmark",
             )
         except BackendError:
             pass  # the device may be gone too: the local group is dead either way
@@ -495,12 +565,60 @@ class DeviceSession:
 
         return result, finish
 
+    # --- energy --------------------------------------------------------------------------------
+    def idle_power(self) -> dict:
+        """The phone's idle power before the run (backends/energy.py): {} when the session reads
+        no battery current, else idle_power_w and the current's sign, or why there is none."""
+        from harmony_ref.backends import energy
+        from harmony_ref.backends.telemetry import POWER_FILES
+
+        tel, p = self.telemetry, self.spec.power
+        files = [f"{self.spec.telemetry.battery_dir}/{n}" for n in POWER_FILES]
+        if not tel.power:
+            return {}
+        if any(f in tel.unreadable for f in files):
+            return {"why": "current_now / voltage_now not readable on this device"}
+        idle = []
+        for i in range(p.idle_samples):
+            if i:
+                self.transport.shell(
+                    f"sleep {p.idle_interval_s:g}",
+                    timeout_s=p.idle_interval_s + self.spec.device.command_timeout_s,
+                    what="sleep",
+                )
+            idle.append(tel.read("idle"))
+        sign, how = energy.discharge_sign(p.current_sign, idle)
+        watts, why = energy.idle_power_w(idle, sign)
+        out = {"current_sign": how, "idle_samples": sample_table(idle)}
+        if watts is None:
+            return {**out, "why": why}
+        self.say(f"idle power {watts:.3f} W ({len(idle)} reads)")
+        return {**out, "idle_power_w": round(watts, 6)}
+
+    def run_power(self, samples: list[Sample], metrics: Metrics, power: dict) -> dict:
+        """One run's average power and energy per token, or why not ({} without power)."""
+        from harmony_ref.backends import energy
+
+        if "idle_power_w" not in power:
+            return {}
+        sign = 1 if power["current_sign"].startswith("positive") else -1
+        avg, why = energy.run_power_w(samples, sign)
+        if avg is None:
+            return {"energy_note": why}
+        out = {"avg_power_w": round(avg, 6)}
+        tps = metrics.value("decode_tokens_per_s") if "decode_tokens_per_s" in metrics else None
+        if not tps:
+            return {**out, "energy_note": "the benchmark reports no decode_tokens_per_s"}
+        mj = energy.energy_per_token_mj(avg, power["idle_power_w"], tps)
+        return {**out, "energy_per_token_mj": round(mj, 6)}
+
     # --- the whole session ---------------------------------------------------------------------
     def run(self, command: str, parse: Callable[[str], Metrics]) -> SessionResult:
         """Prepare, warm up, cool down and repeat (module docstring); `parse(text)` turns one
         run's output into metrics (raising on garbage)."""
         b = self.spec.benchmark
         self.prepare()
+        power = self.idle_power()
         repeats: list[Repeat] = []
         for kind, n in (("warmup", b.warmup_runs), ("measured", b.repeats)):
             for i in range(1, n + 1):
@@ -510,12 +628,24 @@ class DeviceSession:
                 if result.returncode != 0:
                     raise BackendError(
                         f"{self.transport.label}: the benchmark exited with code "
-                        f"{result.returncode} ({kind} {i}); no result recorded. Last stderr:\n"
-                        f"{tail(result.err) or '(empty)'}"
+                        f"{result.returncode} ({kind} {i}); no result recorded (last stderr: "
+                        f"{last_line(result.err, 60)})",
+                        f"command: {command}\nlast stderr:\n{tail(result.err) or '(empty)'}",
                     )
                 metrics = parse(result.text)
                 repeats.append(
-                    Repeat(i, kind, metrics, samples, verdict, waited, result.wall_s, peak, source)
+                    Repeat(
+                        i,
+                        kind,
+                        metrics,
+                        samples,
+                        verdict,
+                        waited,
+                        result.wall_s,
+                        peak,
+                        source,
+                        self.run_power(samples, metrics, power),
+                    )
                 )
                 if verdict.throttled:
                     more = len(verdict.reasons) - 1
@@ -534,7 +664,13 @@ class DeviceSession:
             self.telemetry,
             command,
             list(self.notes),
+            power,
         )
+        if power.get("why"):
+            out.notes.append(f"no energy metric: {power['why']}")
+        else:
+            whys = sorted({r.power["energy_note"] for r in out.valid if "energy_note" in r.power})
+            out.notes += [f"no energy metric: {w}" for w in whys]
         if not out.enough_valid:
             out.notes.append(
                 f"only {len(out.valid)} of {b.repeats} repeats ran unthrottled; "

@@ -38,11 +38,22 @@
     big_cpus = [7]                          # whose frequency marks a repeat throttled
     battery_dir = "/sys/class/power_supply/battery"   # capacity, status ("" for none)
     memory = "auto"                         # hidumper (hdc), proc_status (VmHWM), none, auto
+    thermal_status = "auto"                 # dumpsys (Android's thermal status), none, auto (adb)
     poll_interval_s = 1.0                   # telemetry while the benchmark runs
+
+    [power]                                 # energy per token from the battery (module telemetry.py)
+    enabled = true                          # reads <battery_dir>/current_now, voltage_now
+    current_sign = "auto"                   # current_now's sign while discharging: negative (the
+                                            # kernel ABI), positive (some vendors), auto (idle's)
+    idle_samples = 5                        # idle power before the run: this many reads ...
+    idle_interval_s = 1.0                   # ... this far apart (device-side sleep)
 
     [throttle]
     temp_c = 45.0                           # watched zone at or above: throttled
-    min_big_freq_fraction = 0.85            # a big core below this share of its max: throttled
+    min_big_freq_fraction = 0.85            # a big core capped, or loaded and running, below this
+    sustain_s = 5.0                         # ... running low while loaded this long: throttled
+    loaded_share = 0.5                      # a core busier than this share (/proc/stat) is loaded
+    max_thermal_status = 0                  # Android thermal status above this: throttled (NONE)
     keep_throttled = false                  # true: throttled repeats count (still marked)
 
 Every table but [device] may be left out (the defaults above). Checked at load, before any work:
@@ -60,9 +71,12 @@ from pathlib import Path, PurePosixPath
 
 from harmony_ref._schema import from_table
 from harmony_ref._toml import loads
+from harmony_ref.backends.process import brief
 
 TRANSPORTS = ("local", "hdc", "adb")
 MEMORY_SOURCES = ("auto", "hidumper", "proc_status", "none")
+THERMAL_STATUS_SOURCES = ("auto", "dumpsys", "none")
+CURRENT_SIGNS = ("auto", "negative", "positive")
 DEFAULT_WORK_DIR = "/data/local/tmp/harmony-ref"
 
 
@@ -115,6 +129,7 @@ class TelemetrySection:
     big_cpus: tuple[int, ...] = field(default=(), metadata={"min": 0})
     battery_dir: str = "/sys/class/power_supply/battery"
     memory: str = field(default="auto", metadata={"choices": MEMORY_SOURCES})
+    thermal_status: str = field(default="auto", metadata={"choices": THERMAL_STATUS_SOURCES})
     poll_interval_s: float = field(default=1.0, metadata={"min": 0.001})
 
 
@@ -122,7 +137,18 @@ class TelemetrySection:
 class ThrottleSection:
     temp_c: float = field(default=45.0, metadata={"min": -40.0, "max": 150.0})
     min_big_freq_fraction: float = field(default=0.85, metadata={"min": 0.0, "max": 1.0})
+    sustain_s: float = field(default=5.0, metadata={"min": 0.0})  # assumption: see telemetry.py
+    loaded_share: float = field(default=0.5, metadata={"min": 0.0, "max": 1.0})  # assumption
+    max_thermal_status: int = field(default=0, metadata={"min": 0, "max": 6})
     keep_throttled: bool = False
+
+
+@dataclass(frozen=True)
+class PowerSection:
+    enabled: bool = True
+    current_sign: str = field(default="auto", metadata={"choices": CURRENT_SIGNS})
+    idle_samples: int = field(default=5, metadata={"min": 2, "max": 1000})
+    idle_interval_s: float = field(default=1.0, metadata={"min": 0.001})
 
 
 @dataclass(frozen=True)
@@ -133,6 +159,7 @@ class SessionSpec:
     cooldown: CooldownSection = field(default_factory=CooldownSection)
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)
     throttle: ThrottleSection = field(default_factory=ThrottleSection)
+    power: PowerSection = field(default_factory=PowerSection)
     path: str = field(default="<session>", init=False)  # the file it was read from
 
     @property
@@ -141,10 +168,15 @@ class SessionSpec:
 
     @property
     def memory_source(self) -> str:
-        m = self.telemetry.memory
-        if m != "auto":
-            return m
-        return "hidumper" if self.transport == "hdc" else "proc_status"
+        """hidumper (HarmonyOS), proc_status (VmHWM) or none; auto: by the transport."""
+        auto = "hidumper" if self.transport == "hdc" else "proc_status"
+        return auto if self.telemetry.memory == "auto" else self.telemetry.memory
+
+    @property
+    def thermal_status_source(self) -> str:
+        """dumpsys (Android's `dumpsys thermalservice`, API 29+) or none; auto: adb's."""
+        auto = "dumpsys" if self.transport == "adb" else "none"
+        return auto if self.telemetry.thermal_status == "auto" else self.telemetry.thermal_status
 
     def local_path(self, item: PushItem) -> Path:
         """A [[push]] item's local file (relative paths are relative to the session file)."""
@@ -152,8 +184,24 @@ class SessionSpec:
         return p if p.is_absolute() else Path(self.path).resolve().parent / p
 
 
+def short_path(p: Path, limit: int = 40) -> str:
+    """A path as an error line names it: relative to the working directory where it is inside,
+    else as given when short, else `.../<folder>/<name>` (or `.../<name>`)."""
+    try:
+        rel = str(p.resolve().relative_to(Path.cwd()))
+        if len(rel) <= limit:
+            return rel
+    except ValueError:
+        pass
+    if len(str(p)) <= limit:
+        return str(p)
+    tail = f".../{p.parent.name}/{p.name}"
+    return tail if len(tail) <= limit else f".../{p.name}"
+
+
 def _bad(source: str, where: str, value, why: str) -> ValueError:
-    return ValueError(f"{source}: field '{where}' = {value!r}: {why}")
+    """One line naming file, field and value (a long value cut short)."""
+    return ValueError(f"{source}: field '{where}' = {brief(repr(value), 50)}: {why}")
 
 
 def resolve_work_dir(spec: SessionSpec) -> SessionSpec:
@@ -178,12 +226,12 @@ def check_session(spec: SessionSpec, source: str) -> None:
             source,
             "device.serial",
             d.serial,
-            f"a {d.transport} session needs the device's serial (`harmony-ref devices` lists them)",
+            f"a {d.transport} session needs one (`harmony-ref devices` lists them)",
         )
     if d.transport != "local" and not PurePosixPath(d.work_dir).is_absolute():
         raise _bad(source, "device.work_dir", d.work_dir, "must be an absolute path on the device")
     if b.format and b.format not in FORMATS:
-        raise _bad(source, "benchmark.format", b.format, f"must be one of {list(FORMATS)}")
+        raise _bad(source, "benchmark.format", b.format, f"must be one of {', '.join(FORMATS)}")
     if b.command:
         try:
             list(string.Formatter().parse(b.command))
@@ -227,19 +275,19 @@ def check_session(spec: SessionSpec, source: str) -> None:
             list(t.big_cpus),
             f"cpu {missing[0]} is not in telemetry.cpus = {list(t.cpus)}",
         )
-    if t.memory == "hidumper" and d.transport != "hdc":
-        raise _bad(
-            source,
-            "telemetry.memory",
-            t.memory,
-            "hidumper is HarmonyOS's: use proc_status (VmHWM) over adb or locally",
-        )
+    for name, tool, only, instead in (  # tools one OS has
+        ("thermal_status", "dumpsys", "adb", "none over hdc or locally"),
+        ("memory", "hidumper", "hdc", "proc_status over adb or locally"),
+    ):
+        if getattr(t, name) == tool and d.transport != only:
+            os_name = "Android" if only == "adb" else "HarmonyOS"
+            raise _bad(source, f"telemetry.{name}", tool, f"{tool} is {os_name}'s: use {instead}")
     remotes = set()
     for i, item in enumerate(spec.push):
         where = f"push[{i}]"
         local = spec.local_path(item)
         if not local.is_file():
-            raise _bad(source, f"{where}.local", item.local, f"no such file ({local})")
+            raise _bad(source, f"{where}.local", item.local, f"no such file ({short_path(local)})")
         r = PurePosixPath(item.remote)
         if not item.remote or r.is_absolute() or ".." in r.parts:
             raise _bad(
@@ -257,16 +305,16 @@ def check_session(spec: SessionSpec, source: str) -> None:
         try:
             load_profile(d.profile)
         except ValueError as e:
-            raise _bad(source, "device.profile", d.profile, str(e)) from None
+            raise _bad(source, "device.profile", d.profile, brief(str(e), 60)) from None
 
 
 def load_session(path: str | Path) -> SessionSpec:
     """Read, validate and resolve a session file (see the module docstring)."""
     p = Path(path)
+    source = short_path(p)
     if not p.is_file():
-        raise ValueError(f"session file {p} does not exist")
-    source = str(p)
+        raise ValueError(f"session file {source} does not exist")
     spec = from_table(SessionSpec, loads(p.read_text(), source), source)
-    object.__setattr__(spec, "path", source)
+    object.__setattr__(spec, "path", str(p))
     check_session(spec, source)
     return resolve_work_dir(spec)

@@ -12,17 +12,28 @@ One sample is one shell call (so polling disturbs the benchmark as little as a r
 - memory, while the benchmark runs: `hidumper --mem <pid>` (HarmonyOS; the Total row's Pss) or
   `grep -sH VmHWM /proc/<pid>/status` (Linux, Android; the peak resident set), the pid from the
   file the benchmark launcher wrote. A local run also has the exact peak from wait4.
+- /proc/stat's per-core lines (busy and total ticks: how loaded each core was between reads) and,
+  on Android, `dumpsys thermalservice`'s `Thermal Status:` line.
 - the time is the device's own uptime, so cooldown waits and sample times are in the phone's
   seconds (a host clock only where /proc/uptime cannot be read, and the notes say so).
 
-A repeat is throttled when, while it ran, a big core's scaling_cur_freq fell below
-`min_big_freq_fraction` of its cpuinfo_max_freq, a big core's scaling_max_freq (the thermal cap)
-was below it during or right after the run, or the watched zone was at or above `temp_c`
-during or right after the run. An idle core's frequency says nothing (the governor parks it), so
-the running frequency is judged only on samples taken while the benchmark process was alive
-(`test -f /proc/<pid>/status` in the same read). A benchmark that leaves the listed big cores
-idle (one thread on a little core) would look throttled by that rule: list as big_cpus the cores
-it runs on; the thermal cap and the temperature do not depend on load.
+Throttling is the phone capping its cores, not a core that is idle. A repeat is throttled when,
+during or right after the run:
+1. Android's thermal status (`dumpsys thermalservice`, API 29+; the value of
+   PowerManager.getCurrentThermalStatus) is above `max_thermal_status` (0, NONE): the platform's
+   own verdict, the first signal where it exists;
+2. a big core's scaling_max_freq (the cap thermal cooling or a power mode imposes) is below
+   `min_big_freq_fraction` of its cpuinfo_max_freq;
+3. the watched zone is at or above `temp_c`;
+4. a big core ran below `min_big_freq_fraction` of its maximum *while loaded*, in consecutive
+   samples spanning at least `sustain_s` of device time. Loaded: its busy share of /proc/stat
+   time since the previous sample is at least `loaded_share` (where /proc/stat cannot be read:
+   the benchmark's process is alive, `test -f /proc/<pid>/status` in the same read).
+A benchmark's start window (the process alive, loading its model, the big cores still parked at
+a low frequency) is therefore not throttling: the cores are not loaded and nothing caps them. One
+low sample never marks a repeat (rule 4 needs a sustained window; 0 makes it one sample again).
+A benchmark that leaves the listed big cores idle (one thread on a little core) is never judged
+by rule 4 on them: list as big_cpus the cores it runs on; rules 1-3 do not depend on load.
 """
 
 from __future__ import annotations
@@ -33,15 +44,21 @@ from dataclasses import dataclass, field
 
 from harmony_ref.backends._parse import ParseError
 from harmony_ref.backends.device_parsers import (
+    THERMAL_STATUS_NAMES,
     millidegrees_c,
     parse_grep_h,
     parse_hidumper_mem,
+    parse_proc_stat_cpus,
+    parse_thermal_status,
     parse_uptime_s,
     parse_vmhwm_kb,
 )
 from harmony_ref.units import KIB, MB
 
 PID_FILE = ".harmony-ref-bench.pid"
+PROC_STAT = "/proc/stat"
+POWER_FILES = ("current_now", "voltage_now")  # sysfs-class-power: microamps, microvolts
+THERMALSERVICE = "thermalservice"
 KHZ_PER_GHZ = 1e6
 
 
@@ -64,6 +81,10 @@ class Sample:
     battery_status: str | None = None
     mem_kb: int | None = None  # hidumper Pss or VmHWM, kB
     running: bool | None = None  # during a run: was the benchmark process alive at this read
+    ticks: dict[int, tuple[int, int]] = field(default_factory=dict)  # /proc/stat (busy, total)
+    thermal_status: int | None = None  # Android's `Thermal Status:` (dumpsys thermalservice)
+    current_ua: int | None = None  # <battery_dir>/current_now, microamps as the driver signs it
+    voltage_uv: int | None = None  # <battery_dir>/voltage_now, microvolts
 
 
 @dataclass(frozen=True)
@@ -75,10 +96,21 @@ class Verdict:
 class Telemetry:
     """Reads samples over a transport for a session's [telemetry] and [throttle] sections."""
 
-    def __init__(self, transport, telemetry, throttle, work_dir: str, memory_source: str):
+    def __init__(
+        self,
+        transport,
+        telemetry,
+        throttle,
+        work_dir: str,
+        memory_source: str,
+        thermal_status_source: str = "none",
+        power: bool = False,
+    ):
         self.transport, self.cfg, self.throttle = transport, telemetry, throttle
         self.work_dir = work_dir
         self.memory_source = memory_source
+        self.thermal_status_source = thermal_status_source
+        self.power = power  # read current_now and voltage_now (the [power] section is on)
         self.max_khz: dict[int, int] = {}
         self.unreadable: list[str] = []
         self.notes: list[str] = []
@@ -92,6 +124,8 @@ class Telemetry:
             files += [cpufreq_path(c, "scaling_cur_freq"), cpufreq_path(c, "scaling_max_freq")]
         if self.cfg.battery_dir:
             files += [f"{self.cfg.battery_dir}/capacity", f"{self.cfg.battery_dir}/status"]
+            if self.power:
+                files += [f"{self.cfg.battery_dir}/{n}" for n in POWER_FILES]
         return files
 
     def _pid(self) -> str:
@@ -105,11 +139,21 @@ class Telemetry:
             return f"grep -sH VmHWM /proc/{pid}/status"
         return ""
 
+    def _load_and_status_parts(self) -> list[str]:
+        """The /proc/stat and thermal-status reads (those the probe found readable)."""
+        parts = []
+        if self.cfg.cpus and PROC_STAT not in self.unreadable:
+            parts += ["echo @@stat", f"grep -s '^cpu[0-9]' {PROC_STAT}"]
+        if self.thermal_status_source == "dumpsys" and THERMALSERVICE not in self.unreadable:
+            parts += ["echo @@thermal", f"dumpsys {THERMALSERVICE}"]
+        return parts
+
     def script(self, with_memory: bool) -> str:
         files = " ".join(shlex.quote(f) for f in self.sysfs_files())
         parts = ["echo @@uptime", "cat /proc/uptime", "echo @@sysfs"]
         if files:
             parts.append(f"grep -sH . {files}")
+        parts += self._load_and_status_parts()
         if with_memory:
             parts.append(f"test -f /proc/{self._pid()}/status && echo @@alive")
             if self._memory_script():
@@ -125,21 +169,40 @@ class Telemetry:
         script = "echo @@uptime; cat /proc/uptime"
         if wanted:
             script += "; echo @@sysfs; grep -sH . " + " ".join(shlex.quote(f) for f in wanted)
-        sections = _sections(self.transport.shell(script).out)
+        script = "; ".join([script, *self._load_and_status_parts()])
+        sections = _sections(self.transport.shell(script, what="telemetry probe").out)
         got = parse_grep_h(sections.get("sysfs", ""))
+        extra = []
+        if self.cfg.cpus and not parse_proc_stat_cpus(sections.get("stat", "")):
+            extra.append(PROC_STAT)
+        if self.thermal_status_source == "dumpsys":
+            try:
+                parse_thermal_status(sections.get("thermal", ""))
+            except ParseError:
+                extra.append(THERMALSERVICE)
         for c, path in zip(self.cfg.cpus, maxima):
             if path in got:
                 try:
                     self.max_khz[c] = int(got[path])
                 except ValueError:
                     pass
-        self.unreadable = [f for f in wanted if f not in got]
+        self.unreadable = [f for f in wanted if f not in got] + extra
         if self.unreadable:
             self.notes.append("could not read on this device: " + ", ".join(self.unreadable))
         if self.cfg.thermal_zones and zone_path(self.cfg.watch_zone) in self.unreadable:
             self.notes.append(
                 f"thermal zone {self.cfg.watch_zone} (the watched zone) is not "
                 "readable: no cooldown and no temperature throttle check"
+            )
+        if PROC_STAT in extra:
+            self.notes.append(
+                "/proc/stat is not readable: a core counts as loaded while the benchmark's "
+                "process is alive"
+            )
+        if THERMALSERVICE in extra:
+            self.notes.append(
+                "`dumpsys thermalservice` gave no 'Thermal Status:' line (API < 29?): no "
+                "Android thermal status check"
             )
         big = [c for c in self.cfg.big_cpus if c in self.max_khz]
         if self.cfg.big_cpus and not big:
@@ -158,7 +221,7 @@ class Telemetry:
         )
 
     def read(self, phase: str, with_memory: bool = False) -> Sample:
-        r = self.transport.shell(self.script(with_memory))
+        r = self.transport.shell(self.script(with_memory), what="telemetry read")
         sections = _sections(r.out)
         t = None
         if self._host_t0 is None:
@@ -192,6 +255,17 @@ class Telemetry:
                 except ValueError:
                     pass
             s.battery_status = values.get(f"{self.cfg.battery_dir}/status")
+            for name, attr in zip(POWER_FILES, ("current_ua", "voltage_uv")):
+                v = values.get(f"{self.cfg.battery_dir}/{name}")
+                if v is not None and v.lstrip("-").isdigit():
+                    setattr(s, attr, int(v))
+        if "stat" in sections:
+            s.ticks = parse_proc_stat_cpus(sections["stat"])
+        if "thermal" in sections:
+            try:
+                s.thermal_status = parse_thermal_status(sections["thermal"])
+            except ParseError:
+                s.thermal_status = None
         mem = sections.get("mem")
         if mem:
             try:
@@ -209,7 +283,8 @@ class Telemetry:
 
     # --- the throttle rule ---------------------------------------------------------------------
     def verdict(self, samples: list[Sample]) -> Verdict:
-        """Throttled or not, with one reason per rule and core (or zone): its worst reading."""
+        """Throttled or not by the module docstring's rules, with one reason per rule and core
+        (or zone): its worst reading."""
         th = self.throttle
         worst: dict[tuple, tuple[float, str]] = {}  # (rule, cpu or zone) -> (badness, reason)
 
@@ -217,29 +292,20 @@ class Telemetry:
             if key not in worst or badness > worst[key][0]:
                 worst[key] = (badness, text)
 
-        for s in samples:
+        late = [s for s in samples if s.phase in ("during", "after")]
+        for s in late:
+            st = s.thermal_status
+            if st is not None and st > th.max_thermal_status:
+                name = THERMAL_STATUS_NAMES[st] if 0 <= st < len(THERMAL_STATUS_NAMES) else "?"
+                note(
+                    ("status", 0),
+                    st,
+                    f"Android thermal status {st} ({name}) > {th.max_thermal_status} at "
+                    f"t={s.t_s:.1f} s ({s.phase})",
+                )
             for c in self.cfg.big_cpus:
-                top = self.max_khz.get(c)
-                if not top:
-                    continue
-                cur, cap = s.cur_khz.get(c), s.cap_khz.get(c)
-                if (
-                    s.phase == "during"
-                    and s.running
-                    and cur is not None
-                    and cur < th.min_big_freq_fraction * top
-                ):
-                    note(
-                        ("ran", c),
-                        -cur / top,
-                        f"cpu{c} ran at {cur / KHZ_PER_GHZ:.2f} of {top / KHZ_PER_GHZ:.2f} GHz "
-                        f"({cur / top:.0%} < {th.min_big_freq_fraction:.0%}) at t={s.t_s:.1f} s",
-                    )
-                if (
-                    s.phase in ("during", "after")
-                    and cap is not None
-                    and cap < th.min_big_freq_fraction * top
-                ):
+                top, cap = self.max_khz.get(c), s.cap_khz.get(c)
+                if top and cap is not None and cap < th.min_big_freq_fraction * top:
                     note(
                         ("cap", c),
                         -cap / top,
@@ -247,15 +313,69 @@ class Telemetry:
                         f"GHz ({cap / top:.0%}) at t={s.t_s:.1f} s ({s.phase})",
                     )
             temp = self.watched_c(s)
-            if s.phase in ("during", "after") and temp is not None and temp >= th.temp_c:
+            if temp is not None and temp >= th.temp_c:
                 note(
                     ("temp", self.cfg.watch_zone),
                     temp,
                     f"zone {self.cfg.watch_zone} at {temp:.1f} C >= {th.temp_c:g} C at "
                     f"t={s.t_s:.1f} s ({s.phase})",
                 )
+        for c in self.cfg.big_cpus:
+            top = self.max_khz.get(c)
+            for streak in self.low_while_loaded(samples, c) if top else ():
+                span = streak[-1].t_s - streak[0].t_s
+                if span < th.sustain_s:
+                    continue
+                low = min(s.cur_khz[c] for s in streak)
+                note(
+                    ("ran", c),
+                    span,
+                    f"cpu{c} stayed at or below {low / KHZ_PER_GHZ:.2f} of "
+                    f"{top / KHZ_PER_GHZ:.2f} GHz ({low / top:.0%} < "
+                    f"{th.min_big_freq_fraction:.0%}) while loaded for {span:.1f} s "
+                    f"(t={streak[0].t_s:.1f}-{streak[-1].t_s:.1f} s)",
+                )
         reasons = tuple(text for _, text in worst.values())
         return Verdict(bool(reasons), reasons)
+
+    def low_while_loaded(self, samples: list[Sample], cpu: int) -> list[list[Sample]]:
+        """The runs of consecutive during-the-run samples in which `cpu` ran below
+        min_big_freq_fraction of its maximum while loaded (module docstring, rule 4)."""
+        th, top = self.throttle, self.max_khz[cpu]
+        streaks: list[list[Sample]] = [[]]
+        prev = None
+        for s in samples:
+            cur = s.cur_khz.get(cpu)
+            low = (
+                s.phase == "during"
+                and bool(s.running)
+                and cur is not None
+                and cur < th.min_big_freq_fraction * top
+                and self.loaded(prev, s, cpu)
+            )
+            if low:
+                streaks[-1].append(s)
+            elif streaks[-1]:
+                streaks.append([])
+            prev = s
+        return [x for x in streaks if x]
+
+    def loaded(self, prev: Sample | None, s: Sample, cpu: int) -> bool:
+        """Was `cpu` loaded between two reads: its /proc/stat busy share at least
+        loaded_share; without both reads of /proc/stat, whether the benchmark was alive."""
+        share = busy_share(prev, s, cpu)
+        if share is None:
+            return bool(s.running)
+        return share >= self.throttle.loaded_share
+
+
+def busy_share(prev: Sample | None, s: Sample, cpu: int) -> float | None:
+    """`cpu`'s busy share of the /proc/stat time between two reads (None without both)."""
+    if prev is None or cpu not in prev.ticks or cpu not in s.ticks:
+        return None
+    busy = s.ticks[cpu][0] - prev.ticks[cpu][0]
+    total = s.ticks[cpu][1] - prev.ticks[cpu][1]
+    return None if total <= 0 else busy / total
 
 
 def _sections(text: str) -> dict[str, str]:
@@ -278,7 +398,9 @@ def kb_to_mb(kb: float) -> float:
 
 def sample_table(samples: list[Sample]) -> dict[str, list]:
     """A repeat's samples as columns (compact in a JSON record): t_s, phase, zone<N>_c,
-    cpu<N>_mhz, cpu<N>_cap_mhz, battery_pct, mem_mb; a value not read is null."""
+    cpu<N>_mhz, cpu<N>_cap_mhz, alive (the benchmark's process, during the run), cpu<N>_busy
+    (share since the previous read), thermal_status,
+    battery_pct, mem_mb; a value not read is null."""
     zones = sorted({z for s in samples for z in s.temps_c})
     cpus = sorted({c for s in samples for c in s.cur_khz} | {c for s in samples for c in s.cap_khz})
     cols: dict[str, list] = {
@@ -294,9 +416,19 @@ def sample_table(samples: list[Sample]) -> dict[str, list]:
         cols[f"cpu{c}_cap_mhz"] = [
             None if s.cap_khz.get(c) is None else s.cap_khz[c] / 1e3 for s in samples
         ]
+    if any(s.running is not None for s in samples):
+        cols["alive"] = [s.running for s in samples]
+    for c in sorted({c for s in samples for c in s.ticks}):
+        shares = [busy_share(p, s, c) for p, s in zip([None, *samples[:-1]], samples)]
+        cols[f"cpu{c}_busy"] = [None if x is None else round(x, 3) for x in shares]
+    if any(s.thermal_status is not None for s in samples):
+        cols["thermal_status"] = [s.thermal_status for s in samples]
     if any(s.battery_pct is not None for s in samples):
         cols["battery_pct"] = [s.battery_pct for s in samples]
         cols["battery_status"] = [s.battery_status for s in samples]
+    if any(s.current_ua is not None for s in samples):
+        cols["current_ua"] = [s.current_ua for s in samples]
+        cols["voltage_uv"] = [s.voltage_uv for s in samples]
     if any(s.mem_kb is not None for s in samples):
         cols["mem_mb"] = [
             None if s.mem_kb is None else round(kb_to_mb(s.mem_kb), 3) for s in samples

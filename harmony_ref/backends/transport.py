@@ -53,7 +53,15 @@ from harmony_ref.backends.device_parsers import (
     parse_hdc_targets,
     parse_param_get,
 )
-from harmony_ref.backends.process import CommandOutput, Running, run_process, start_process, tail
+from harmony_ref.backends.process import (
+    CommandOutput,
+    Running,
+    brief,
+    last_line,
+    run_process,
+    start_process,
+    tail,
+)
 
 RC_MARK = "__HARMONY_REF_RC="
 _RC_LINE = re.compile(r"^" + re.escape(RC_MARK) + r"(-?\d+)\s*$", re.M)
@@ -85,8 +93,9 @@ def _quote(path: str) -> str:
 class RemoteRun:
     """A started script: `wait(s)` polls; `finish()` returns its ShellResult (or raises)."""
 
-    def __init__(self, transport: Transport, script: str, running: Running):
+    def __init__(self, transport: Transport, script: str, running: Running, what: str = ""):
         self.transport, self.script, self._running = transport, script, running
+        self.what = what or brief(script)
 
     def wait(self, timeout_s: float) -> bool:
         return self._running.wait(timeout_s)
@@ -102,7 +111,7 @@ class RemoteRun:
         return self._running.timed_out(timeout_s)
 
     def finish(self) -> ShellResult:
-        return self.transport._finish(self.script, self._running.result(), "while it ran")
+        return self.transport._finish(self.script, self._running.result(), f"while {self.what} ran")
 
 
 class Transport:
@@ -153,16 +162,18 @@ class Transport:
         """The script as sent: remote ones report their exit status on a last line."""
         return f"{script}\necho {RC_MARK}$?"
 
-    def shell(self, script: str, timeout_s: float | None = None) -> ShellResult:
-        run = self.start(script)
+    def shell(self, script: str, timeout_s: float | None = None, what: str = "") -> ShellResult:
+        """Run `script` on the device; `what` names it in errors (default: the script, brief;
+        the whole script is in the error's detail)."""
+        run = self.start(script, what)
         timeout = timeout_s or self.timeout_s
         if not run.wait(timeout):
             err = run.timed_out(timeout)
-            self.check_still_there(f"while `{script}` hung")
+            self.check_still_there(f"while {run.what} hung", script)
             raise err
-        return self._finish(script, run._running.result(), "")
+        return self._finish(script, run._running.result(), f"during {run.what}")
 
-    def check_still_there(self, when: str) -> None:
+    def check_still_there(self, when: str, script: str = "") -> None:
         """After a remote call hung: DeviceGone if the device has left (a vanished phone often
         hangs the tool instead of failing it), else nothing."""
         try:
@@ -172,20 +183,22 @@ class Transport:
         if d is None or not d.usable:
             raise DeviceGone(
                 f"{self.kind} device {self.serial} is no longer attached ({when}); "
-                "no result recorded"
+                "no result recorded",
+                f"script: {script}" if script else "",
             )
 
-    def start(self, script: str) -> RemoteRun:
+    def start(self, script: str, what: str = "") -> RemoteRun:
         argv = self.shell_argv(self._wrap(script))
         self._check_executable(argv)
-        return RemoteRun(self, script, start_process(argv, f"{self.label} shell {script}"))
+        what = what or brief(script)
+        return RemoteRun(self, script, start_process(argv, f"{self.label} shell {what}"), what)
 
     def _finish(self, script: str, done: CommandOutput, when: str) -> ShellResult:
         m = None
         for m in _RC_LINE.finditer(done.out):  # noqa: B007 - the last match is the one kept
             pass
         if m is None:
-            self._gone_or_error(done, when or f"during `{script}`")
+            self._gone_or_error(done, when, script)
         out = done.out[: m.start()] + done.out[m.end() :].lstrip("\n")
         return ShellResult(script, int(m.group(1)), out, done.err, done.wall_s, done.max_rss_kb)
 
@@ -199,7 +212,9 @@ class Transport:
         """The device's entry in the attached list; DeviceGone when it is absent or not usable."""
         d = self.attached()
         if d is None or not d.usable:
-            seen = ", ".join(f"{x.serial} ({x.state})" for x in self.list_devices()) or "none"
+            seen = brief(
+                ", ".join(f"{x.serial} ({x.state})" for x in self.list_devices()) or "none", 60
+            )
             state = "not attached" if d is None else f"{d.state}, not usable"
             raise DeviceGone(
                 f"{self.kind} device {self.serial} is {state} (attached: {seen}); "
@@ -207,7 +222,7 @@ class Transport:
             )
         return d
 
-    def _gone_or_error(self, done: CommandOutput, when: str) -> None:
+    def _gone_or_error(self, done: CommandOutput, when: str, script: str = "") -> None:
         said = self._tool_failure(done.text) or ""
         try:
             d = self.attached(min(self.timeout_s, 30.0))
@@ -217,13 +232,15 @@ class Transport:
             what = "disappeared" if d is None else f"went {d.state}"
             raise DeviceGone(
                 f"{self.kind} device {self.serial} {what} {when}"
-                + (f" ({said})" if said else "")
-                + "; no result recorded"
+                + (f" ({brief(said, 80)})" if said else "")
+                + "; no result recorded",
+                f"script: {script}" if script else "",
             )
         raise BackendError(
             f"{self.label}: the shell ended without the script's exit status "
-            f"{when} (client exit {done.returncode}){': ' + said if said else ''}; "
-            f"last stderr:\n{tail(done.err) or '(empty)'}"
+            f"{when} (client exit {done.returncode}){': ' + brief(said, 60) if said else ''}; "
+            f"last stderr: {last_line(done.err, 60)}",
+            (f"script: {script}\n" if script else "") + f"stderr:\n{tail(done.err)}",
         )
 
     def _send(
@@ -238,8 +255,9 @@ class Transport:
         if failed:
             self._gone_or_error(done, f"while pushing {local.name}")
         raise BackendError(
-            f"{self.kind}: push {local} -> {self.serial}:{remote} {what} (exit "
-            f"{done.returncode}): {tail(done.text) or '(no output)'}"
+            f"{self.kind}: push {local.name} -> {self.serial}:{remote} {what} (exit "
+            f"{done.returncode}): {last_line(done.text, 60)}",
+            f"local: {local}\noutput:\n{tail(done.text)}",
         )
 
     def sha256(self, remote: str, timeout_s: float | None = None) -> str | None:
@@ -250,7 +268,7 @@ class Transport:
         first = r.out.strip().split()
         if not first or not re.fullmatch(r"[0-9a-f]{64}", first[0]):
             raise BackendError(
-                f"{self.label}: `sha256sum {remote}` printed {r.out.strip()!r}, not a SHA-256"
+                f"{self.label}: `sha256sum {remote}` printed {brief(r.out, 40)!r}, not a SHA-256"
             )
         return first[0]
 
@@ -275,7 +293,7 @@ class LocalTransport(Transport):
     def _wrap(self, script: str) -> str:
         return script
 
-    def check_still_there(self, when: str) -> None:
+    def check_still_there(self, when: str, script: str = "") -> None:
         return None
 
     def _finish(self, script: str, done: CommandOutput, when: str) -> ShellResult:
@@ -370,7 +388,10 @@ class AdbTransport(Transport):
     def list_devices(self, timeout_s: float | None = None) -> list[AttachedDevice]:
         done = self._host([self.executable, "devices", "-l"], timeout_s, "adb devices -l")
         if done.returncode != 0:
-            raise BackendError(f"adb devices -l exited {done.returncode}: {tail(done.text)}")
+            raise BackendError(
+                f"adb devices -l exited {done.returncode}: {last_line(done.text)}",
+                tail(done.text),
+            )
         return parse_adb_devices(done.out)
 
     def push(self, local: Path, remote: str, timeout_s: float | None = None) -> None:

@@ -58,11 +58,14 @@ def number(lo: float | None = None, hi: float | None = None, above: bool = False
     return parse
 
 
+DEFAULT_PROMPT_TOKENS, DEFAULT_NEW_TOKENS = 512, 128
+
+
 def add_scenario_arguments(
     p,
     *,
-    prompt: int | None = 512,
-    new: int | None = 128,
+    prompt: int | None = DEFAULT_PROMPT_TOKENS,
+    new: int | None = DEFAULT_NEW_TOKENS,
     context: int | None = 2048,
     batch: int | None = None,
     long_dest: bool = False,

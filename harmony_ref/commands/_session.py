@@ -16,6 +16,12 @@ def add_session_argument(p) -> None:
         "pushes, cooldown, warm-up, repeats, telemetry, throttle detection; see "
         "harmony_ref/backends/session_spec.py)",
     )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="with --session: after an error's one line, print its detail (the script sent "
+        "to the device, the last lines of stderr)",
+    )
 
 
 def load(path: str | None):
@@ -38,24 +44,34 @@ def progress(quiet: bool = False):
 
 
 def telemetry_frame(block: dict):
-    """One row per run: repeat, kind, throttled, cooldown, temperatures, frequency, memory."""
+    """One row per run: repeat, kind, throttled, cooldown, temperatures, the big cores' lowest
+    frequency while loaded (a parked core in the start window is not shown), Android's thermal
+    status where read, memory."""
     import pandas as pd
 
     rows = []
     runs = block.get("telemetry", [])
     key = next((k for k in KEY_METRICS if runs and all(k in r["metrics"] for r in runs)), None)
-    big = block.get("throttle", {}).get("big_cpus", [])
+    throttle = block.get("throttle", {})
+    big, loaded = throttle.get("big_cpus", []), throttle.get("loaded_share", 0.0)
     top = block.get("max_freq_mhz", {})
     for r in block.get("telemetry", []):
         samples = r.get("samples", {})
         during = [i for i, ph in enumerate(samples.get("phase", [])) if ph == "during"]
+
+        def busy(c, i, samples=samples):  # alive and loaded at that read (rule 4's samples)
+            share = samples.get(f"cpu{c}_busy", [None] * (i + 1))[i]
+            alive = samples.get("alive", [True] * (i + 1))[i]
+            return alive is not False and (share is None or share >= loaded)
+
         fracs = [
             samples[f"cpu{c}_mhz"][i] / top[str(c)]
             for c in big
             if f"cpu{c}_mhz" in samples and str(c) in top
             for i in during
-            if samples[f"cpu{c}_mhz"][i] is not None
+            if samples[f"cpu{c}_mhz"][i] is not None and busy(c, i)
         ]
+        status = [x for x in samples.get("thermal_status", []) if x is not None]
         rows.append(
             {
                 "run": f"{r['kind']} {r['repeat']}",
@@ -64,6 +80,7 @@ def telemetry_frame(block: dict):
                 "temp_before_c": _dash(r["temp_before_c"]),
                 "temp_peak_c": _dash(r["temp_peak_c"]),
                 "big_freq_min": f"{min(fracs):.0%}" if fracs else "-",
+                **({"thermal_status": max(status)} if status else {}),
                 "samples": len(samples.get("t_s", [])),
                 "peak_memory_mb": _dash(r["peak_memory_mb"]),
                 "wall_s": r["wall_s"],
@@ -104,11 +121,26 @@ def print_block(block: dict, file=None) -> None:
     for r in block.get("telemetry", []):
         if r["throttled"]:
             print(f"  THROTTLED {r['kind']} {r['repeat']}: " + "; ".join(r["reasons"]), file=out)
+    power = block.get("power") or {}
+    if "idle_power_w" in power:
+        print(
+            f"  power: idle {power['idle_power_w']:.3f} W before the run; current_now "
+            f"{power['current_sign']}",
+            file=out,
+        )
     for note in block.get("notes", []):
         print(f"  note: {note}", file=out)
 
 
-def gone_exit(command: str, error) -> int:
-    """A device that left mid-session: one line, exit 2, nothing recorded."""
+def error_exit(command: str, error, code: int, verbose: bool = False) -> int:
+    """A session error: its one line on stderr (and, with --verbose, its detail), exit `code`."""
     print(f"harmony-ref {command}: error: {error}", file=sys.stderr)
-    return 2
+    detail = getattr(error, "detail", "")
+    if verbose and detail:
+        print(detail, file=sys.stderr)
+    return code
+
+
+def gone_exit(command: str, error, verbose: bool = False) -> int:
+    """A device that left mid-session: one line, exit 2, nothing recorded."""
+    return error_exit(command, error, 2, verbose)

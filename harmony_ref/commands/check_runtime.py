@@ -220,7 +220,7 @@ def run(args) -> int:
                     check, ref, work, _session.progress(args.json) if session else None
                 )
             except DeviceGone as e:  # the phone left: nothing more can run on it
-                return _session.gone_exit(NAME, e)
+                return _session.gone_exit(NAME, e, args.verbose)
             except BackendError as e:  # no result, no record; the others still run
                 print(f"harmony-ref check-runtime: error: {check.label}: {e}", file=sys.stderr)
                 errors.append((check, str(e)))

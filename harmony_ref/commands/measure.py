@@ -78,6 +78,7 @@ def add_arguments(p) -> None:
         help="quantization policy it runs (default the session's, else int4-g128)",
     )
     add_scenario_arguments(g, long_dest=True)
+    p.set_defaults(prompt_tokens=None, new_tokens=None)  # None: not given (run() fills them)
     from harmony_ref.commands._args import add_allow_unmatched
 
     add_allow_unmatched(p)
@@ -135,7 +136,14 @@ def run(args) -> int:
     from harmony_ref.backends.command import CommandDevice
     from harmony_ref.backends.transport import DeviceGone
     from harmony_ref.commands import _session
+    from harmony_ref.commands._args import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS
 
+    given = (("--prompt", args.prompt_tokens), ("--new", args.new_tokens))
+    asked = [flag for flag, v in given if v is not None]  # the flags the user gave
+    if args.prompt_tokens is None:
+        args.prompt_tokens = DEFAULT_PROMPT_TOKENS
+    if args.new_tokens is None:
+        args.new_tokens = DEFAULT_NEW_TOKENS
     session = _session.load(args.session)
     if session is None:
         if not args.command_template or not args.format:
@@ -158,20 +166,19 @@ def run(args) -> int:
     try:
         m = dev.run(config)
     except DeviceGone as e:
-        return _session.gone_exit(NAME, e)
+        return _session.gone_exit(NAME, e, args.verbose)
     except BackendError as e:
-        print(f"harmony-ref measure: error: {e}", file=sys.stderr)
-        return 1
+        return _session.error_exit(NAME, e, 1, args.verbose)
     metrics, findings = m.metrics, list(m.findings)
     if config is not None and m.config is not None and m.config.scenario != config.scenario:
-        s, asked = m.config.scenario, config.scenario
-        print(
-            f"note: the command ran {s.prompt_tokens} prompt / {s.new_tokens} new tokens (its "
-            f"own output says so), not the {asked.prompt_tokens} / {asked.new_tokens} of --prompt / "
-            "--new: "
-            "the record and the physics check take what ran",
-            file=sys.stderr,
-        )
+        s, want = m.config.scenario, config.scenario
+        if asked:  # only a flag the user gave can disagree with what ran
+            print(
+                f"note: the command ran {s.prompt_tokens} prompt / {s.new_tokens} new tokens "
+                f"(its own output says so), not the {want.prompt_tokens} / {want.new_tokens} of "
+                f"{' / '.join(asked)}: the record and the physics check take what ran",
+                file=sys.stderr,
+            )
         config = m.config
     path = None
     if session is not None and not args.no_record:
@@ -210,14 +217,16 @@ def run(args) -> int:
 
 def _write_record(m, config, dev, args):
     """A run record of a session measurement: the config (or what the command says it runs),
-    the metrics, the session block in its `session` part."""
+    the metrics, the session block in its `session` part. The config names the session by
+    what it measured (session_id), not by its file, which the session block keeps."""
+    from harmony_ref.backends.session import session_id
     from harmony_ref.track.record import Record, collect_provenance, write_record
 
     opts = {
         "command": dev.command_template,
         "format": dev.format,
-        "session": dev.session.path,
         "transport": dev.session.transport,
+        "device": f"{m.session['transport']}:{m.session['serial']}",
     }
     if config is not None:
         cfg = config.to_dict()
@@ -237,6 +246,7 @@ def _write_record(m, config, dev, args):
             },
             "backend_options": opts,
         }
+    opts["session_id"] = session_id(m.session, cfg["model"], cfg["policy"], cfg["scenario"])
     part = {
         "status": "ok",
         "detail": f"{len(m.metrics)} metrics from "

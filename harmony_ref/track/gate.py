@@ -236,6 +236,9 @@ def too_few_valid_repeats(record: Record) -> str:
     return ""
 
 
+SESSION_FILE_OPTION = "session"  # a session file's path: not what it measured (session_id is)
+
+
 def check_comparable(
     baseline: Record,
     current: Record,
@@ -245,7 +248,8 @@ def check_comparable(
 ) -> None:
     """Raise ValueError (bad input) when the two records are not the same config and metric set
     (with same_metrics=False only the shared metrics must agree), or either is a session
-    measurement with too few valid repeats."""
+    measurement with too few valid repeats. A device session is compared by its session_id
+    (what it measured), never by the session file's name."""
     for record, name in ((baseline, baseline_name), (current, current_name)):
         why = too_few_valid_repeats(record)
         if why:
@@ -253,8 +257,15 @@ def check_comparable(
                 f"{name}: {why}: not compared (cool the phone down or lower "
                 "benchmark.min_valid_repeats, and measure again)"
             )
+
+    def value(record, k):
+        v = record.config.get(k)
+        if k == "backend_options" and isinstance(v, dict):  # a session by what it measured
+            v = {o: x for o, x in v.items() if o != SESSION_FILE_OPTION} or None
+        return v
+
     diffs = [
-        f"{k}: {baseline.config.get(k)!r} vs {current.config.get(k)!r}"
+        f"{k}: {value(baseline, k)!r} vs {value(current, k)!r}"
         for k in (
             "model",
             "policy",
@@ -267,7 +278,7 @@ def check_comparable(
             "model_spec",
             "accuracy_model",
         )
-        if baseline.config.get(k) != current.config.get(k)
+        if value(baseline, k) != value(current, k)
     ]
     if diffs:
         raise ValueError(

@@ -390,8 +390,16 @@ def run_job(
                     f"({entry['detail']})"
                 )
             progress.update(task, completed=1, description=f"{part.title}: {note}")
+    cfg = record_config(config)
+    block = parts.get("predicted", {}).get("session")
+    if block:  # a device session: named by what it measured (the gate compares that)
+        from harmony_ref.backends.session import session_id
+
+        cfg.setdefault("backend_options", {})["session_id"] = session_id(
+            block, cfg["model"], cfg["policy"], cfg["scenario"]
+        )
     return Record(
-        config=record_config(config),
+        config=cfg,
         metrics=metrics,
         provenance=provenance or collect_provenance(),
         parts=parts,

@@ -597,7 +597,11 @@ def result_record(check: RuntimeCheck, result: CheckResult, ref: Reference | Non
     part = {"status": "ok", "detail": detail}
     if result.session is not None:
         part["session"] = result.session
-        config["backend_options"]["session"] = str(result.session["file"])
+        from harmony_ref.backends.session import session_id
+
+        config["backend_options"]["session_id"] = session_id(
+            result.session, config["model"], config["policy"], config["scenario"]
+        )
     return Record(config, result.metrics, prov, {"runtime_check": part})
 
 

@@ -144,6 +144,7 @@ def test_run_with_a_session_records_its_block_and_the_gate_takes_it(tmp_path, ca
     block = rec.parts["predicted"]["session"]
     assert block["valid_repeats"] == 2 and len(block["telemetry"]) == 2
     assert rec.config["backend_options"]["session"] == str(path)
+    assert len(rec.config["backend_options"]["session_id"]) == 16
     assert rec.metrics["decode_tokens_per_s"].samples  # the repeats' values
     assert "device_peak_memory_mb" in rec.metrics
     capsys.readouterr()

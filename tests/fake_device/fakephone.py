@@ -97,7 +97,15 @@ class FakePhone:
         die_c: float = 30.0,
         skin_c: float = 30.0,
         faults: dict | None = None,
+        load_s: float = 0.0,
+        loaded_freq_fraction: float = 1.0,
+        charging: bool = False,
+        current_sign: str = "positive",
     ) -> FakePhone:
+        """`load_s`: each benchmark's start window (simulated seconds: process alive, model
+        loading, cores parked); `loaded_freq_fraction`: the big cores' running frequency while
+        computing, as a share of their cap (below 1: slow without a cap); `charging`: on its
+        charger; `current_sign`: current_now's sign while discharging."""
         root.mkdir(parents=True, exist_ok=True)
         serial = serial or SERIALS[kind]
         (root / "phone.json").write_text(
@@ -108,6 +116,10 @@ class FakePhone:
                     "die_c": die_c,
                     "skin_c": skin_c,
                     "faults": faults or {},
+                    "load_s": load_s,
+                    "loaded_freq_fraction": loaded_freq_fraction,
+                    "charging": charging,
+                    "current_sign": current_sign,
                     "props": HDC_PROPS if kind == "hdc" else ADB_PROPS,
                 },
                 indent=1,
@@ -215,7 +227,10 @@ if __name__ == "__main__":  # python tests/fake_device/fakephone.py DIR [hdc|adb
     ap.add_argument("folder", type=Path)
     ap.add_argument("kind", nargs="?", default="hdc", choices=("hdc", "adb"))
     ap.add_argument("--die-c", type=float, default=30.0, help="starting die temperature")
+    ap.add_argument(
+        "--load-s", type=float, default=0.0, help="each benchmark's start window (simulated s)"
+    )
     a = ap.parse_args()
-    phone = FakePhone.create(a.folder.resolve() / "phone", a.kind, die_c=a.die_c)
+    phone = FakePhone.create(a.folder.resolve() / "phone", a.kind, die_c=a.die_c, load_s=a.load_s)
     session = phone.session_file(a.folder.resolve() / f"{a.kind}-phone.toml")
     print(f"{phone.kind}: {phone.executable}\nsession: {session}")

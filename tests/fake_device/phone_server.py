@@ -31,7 +31,18 @@ The phone:
 Faults on demand (phone.json "faults"): `vanish_on_run` (the k-th benchmark run prints part of
 its output and the device leaves), `truncate_pushes` (the next N pushes arrive cut in half while
 the tool reports success), `hang_on_run` (the k-th run never returns; its client starts a child
-that must die with it), `stuck_zone` (the temperature never falls: a zone that never cools).
+that must die with it), `stuck_zone` (the temperature never falls: a zone that never cools),
+`cap_from_run` (from the k-th run on, every core's scaling_max_freq is capped at `cap_fraction`,
+default 0.6, of its maximum, whatever the temperature: a cap a thermal daemon or power mode
+sets). phone.json `load_s` gives each benchmark a start window of that many simulated seconds
+(REAL_LOAD_S of real time): the process is alive, its model loading, the big cores parked at
+IDLE_FREQ_FRACTION and idle in /proc/stat; `loaded_freq_fraction` runs the big cores below
+their cap while computing. /proc/stat counts the big cores busy while a benchmark computes;
+`dumpsys thermalservice` (adb) reports the governor's state as Android's thermal status.
+The battery's current_now is the load's power (the operating point's while a benchmark
+computes, IDLE_W otherwise) over BATTERY_V, in microamps, positive while discharging (this
+fake vendor's sign; phone.json `current_sign`: "negative" for the kernel ABI's); phone.json
+`charging` makes its status "Charging" and its current the charger's minus the load.
 """
 
 from __future__ import annotations
@@ -60,6 +71,11 @@ WORKLOAD = ("llama-3.2-1b", "int4-g32")
 IDLE_W = 0.6  # assumption: screen off, SoC idle, the fake's own number
 COMMAND_S = 0.05  # simulated seconds one shell command costs
 REAL_RUN_S = 0.1  # real seconds a benchmark's client takes at least, so telemetry can poll it
+REAL_LOAD_S = 0.25  # real seconds of a benchmark's start window (phone.json load_s > 0)
+LITTLE_BUSY = 0.05  # the little cores' busy share, always (assumption: background work)
+USER_HZ = 100  # /proc/stat's tick (proc.rst)
+BATTERY_V = 3.87  # assumption: a Li-ion cell near its nominal voltage, held constant
+CHARGER_W = 10.0  # assumption: what the charger delivers while phone.json says "charging"
 WINDOW_MAX_S = 30.0  # a run whose client never said it is done (killed) ends after this
 IDLE_FREQ_FRACTION = 0.3  # a parked core's scaling_cur_freq, share of its maximum
 DT_S = 0.05  # thermal step (the model's backward Euler is stable at any step)
@@ -122,6 +138,13 @@ class Phone:
         self.active = None  # the benchmark run a client is sleeping through
         self.log: list[str] = []
         self.pushes = 0
+        self.busy_s = 0.0  # the big cores' busy seconds since boot (benchmarks computing)
+        self.load_s = float(cfg.get("load_s", 0.0))  # a benchmark's start window, simulated s
+        self.loaded_freq_fraction = float(cfg.get("loaded_freq_fraction", 1.0))
+        self.charging = bool(cfg.get("charging", False))
+        # current_now's sign while discharging: this fake's vendor reports it positive, unlike the
+        # kernel ABI's negative (Documentation/ABI/testing/sysfs-class-power)
+        self.discharge_sign = 1 if cfg.get("current_sign", "positive") == "positive" else -1
 
     def save(self) -> None:
         state = {
@@ -155,7 +178,11 @@ class Phone:
         if elapsed > WINDOW_MAX_S:
             self.active = None
             return None
-        return min(elapsed / REAL_RUN_S, 0.95), a
+        real_load = a["real_load_s"]
+        a["loading"] = elapsed < real_load
+        if a["loading"]:
+            return elapsed / real_load, a
+        return min((elapsed - real_load) / REAL_RUN_S, 0.95), a
 
     def idle(self, seconds: float) -> None:
         if seconds <= 0:
@@ -196,21 +223,62 @@ class Phone:
         }
 
     def now(self):
-        """(uptime, die, skin, governor state, running?) as a read sees them."""
+        """(uptime, die, skin, governor state, running?, computing?) as a read sees them: in a
+        run's start window the process is alive but not computing (loading its model)."""
         w = self._window()
         if w is None:
-            return self.t, self.die, self.skin, self.gov_state, False
+            return self.t, self.die, self.skin, self.gov_state, False, False
         f, a = w
+        if a["loading"]:
+            t = a["t0"] + f * (a["tc"] - a["t0"])
+            return t, a["die"][0], self.skin, a["state"][0], True, False
         k = min(int(f * len(a["die"])), len(a["die"]) - 1)
-        t = a["t0"] + f * (a["t1"] - a["t0"])
-        return t, a["die"][k], self.skin, a["state"][k], True
+        t = a["tc"] + f * (a["t1"] - a["tc"])
+        return t, a["die"][k], self.skin, a["state"][k], True, True
+
+    def busy_at(self, t: float) -> float:
+        """The big cores' busy seconds up to uptime `t` (a read inside a run sees part of it)."""
+        a = self.active
+        if a is None or self._window() is None:
+            return self.busy_s
+        return a["busy0"] + max(0.0, min(t, a["t1"]) - a["tc"])
+
+    def proc_stat(self, t: float) -> str:
+        """/proc/stat's cpu lines (proc.rst) in USER_HZ ticks: the big cores busy while a
+        benchmark computes, the little ones at LITTLE_BUSY."""
+        lines = []
+        for cpu, top in self.max_khz.items():
+            big = top >= max(self.max_khz.values()) * 0.8
+            busy = self.busy_at(t) if big else LITTLE_BUSY * t
+            idle = max(t - busy, 0.0)
+            lines.append(f"cpu{cpu} {int(busy * USER_HZ)} 0 0 {int(idle * USER_HZ)} 0 0 0 0 0 0")
+        total = [sum(int(x.split()[i]) for x in lines) for i in (1, 4)]
+        return "\n".join([f"cpu  {total[0]} 0 0 {total[1]} 0 0 0 0 0 0", *lines])
+
+    def thermalservice(self) -> str:
+        """`dumpsys thermalservice` in ThermalManagerService.dump's layout; the status follows
+        the governor's state (the fake's simplification: one cooling state, one status)."""
+        _t, die, skin, state, _running, _computing = self.now()
+        return (
+            "IsStatusOverride: false\nThermalEventListeners:\n\tcallbacks: 0\n"
+            "ThermalStatusListeners:\n\tcallbacks: 1\n"
+            f"Thermal Status: {min(int(state), 6)}\nCached temperatures:\n"
+            f"\tTemperature{{mValue={die:.1f}, mType=0, mName=CPU, mStatus={min(int(state), 6)}}}\n"
+            f"\tTemperature{{mValue={skin:.1f}, mType=3, mName=skin, mStatus=0}}\n"
+            "HAL Ready: true\n"
+        )
 
     # --- files the kernel makes up --------------------------------------------------------------
     def special(self, path: str) -> str | None:
-        t, die, skin, state, running = self.now()
+        t, die, skin, state, running, computing = self.now()
         frac = self.thermal.freq_steps[state]
+        capped_from = self.faults.get("cap_from_run")
+        if capped_from and self.runs >= capped_from:  # a cap the governor did not set
+            frac = min(frac, float(self.faults.get("cap_fraction", 0.6)))
         if path == "/proc/uptime":
             return f"{t:.2f} {t * 7.3:.2f}"
+        if path == "/proc/stat":
+            return self.proc_stat(t)
         m = re.fullmatch(r"/sys/class/thermal/thermal_zone(\d+)/(temp|type)", path)
         if m:
             zone, what = int(m.group(1)), m.group(2)
@@ -230,11 +298,25 @@ class Phone:
             if name == "scaling_max_freq":
                 return str(int(top * frac))
             if name == "scaling_cur_freq":
-                return str(int(top * (frac if running else IDLE_FREQ_FRACTION)))
+                share = frac * self.loaded_freq_fraction if computing else IDLE_FREQ_FRACTION
+                return str(int(top * share))
             return None
-        m = re.fullmatch(r"/sys/class/power_supply/(battery|Battery)/(capacity|status)", path)
+        m = re.fullmatch(
+            r"/sys/class/power_supply/(battery|Battery)/"
+            r"(capacity|status|current_now|voltage_now)",
+            path,
+        )
         if m:
-            return str(max(5, 87 - self.runs)) if m.group(2) == "capacity" else "Discharging"
+            what = m.group(2)
+            if what == "capacity":
+                return str(max(5, 87 - self.runs))
+            if what == "status":
+                return "Charging" if self.charging else "Discharging"
+            if what == "voltage_now":
+                return str(int(round(BATTERY_V * 1e6)))
+            load_w = float(self.power_w[state]) if computing else IDLE_W
+            out_w = load_w - (CHARGER_W if self.charging else 0.0)  # > 0: out of the battery
+            return str(int(round(self.discharge_sign * out_w / BATTERY_V * 1e6)))
         m = re.fullmatch(r"/proc/(\d+)/status", path)
         if m:
             a = self._window()
@@ -274,14 +356,23 @@ class Phone:
         model_kb = self.path(model).stat().st_size // 1024
         mem_kb = int(model_kb + MODEL_RUNTIME_MB * 1024)
         t0 = self.t
-        trace = {"die": [], "state": []}
+        trace = {"die": [self.die], "state": [self.gov_state]}
+        self.idle(self.load_s)  # the start window: loading the model, the cores parked
+        tc, busy0 = self.t, self.busy_s
+        trace = {"die": [], "state": []} if not self.load_s else trace
         if name == "llama-bench":
             out = self._llama_bench(opts, model, trace)
         else:
             out = self._mslite(opts, model, trace)
+        self.busy_s += self.t - tc
+        real_load = REAL_LOAD_S if self.load_s else 0.0
         self.active = {
             "real_t0": time.monotonic(),
+            "real_load_s": real_load,
+            "loading": bool(real_load),
+            "busy0": busy0,
             "t0": t0,
+            "tc": tc,
             "t1": self.t,
             "pid": pid,
             "mem_kb": mem_kb,
@@ -290,7 +381,7 @@ class Phone:
             "reads": 0,
             **trace,
         }
-        then = {"sleep_s": REAL_RUN_S, "run": k}
+        then = {"sleep_s": real_load + REAL_RUN_S, "run": k}
         if self.faults.get("hang_on_run") == k:
             then = {"hang": True, "child_pid_file": str(self.dir / "hang_child.pid")}
         if self.faults.get("vanish_on_run") == k:
@@ -585,7 +676,7 @@ class FakeShell:
                         self.err.append(f"grep: {f}: No such file or directory\n")
                     continue
                 for line in text.splitlines():
-                    if (pattern == "." and line) or (pattern != "." and pattern in line):
+                    if line and re.search(pattern, line):
                         self.out.append(f"{f}:{line}\n" if "H" in "".join(flags) else line + "\n")
                         found = True
             return 0 if found else 1
@@ -633,6 +724,8 @@ class FakeShell:
                 self.out.append(props.get(args[0], "") + "\n")
             else:
                 self.out += [f"[{k}]: [{v}]\n" for k, v in sorted(props.items())]
+        elif name == "dumpsys" and ph.kind == "adb" and args == ["thermalservice"]:
+            self.out.append(ph.thermalservice())
         elif name == "hidumper" and ph.kind == "hdc" and args[:1] == ["--mem"]:
             text, rc = ph.hidumper_mem(args[1] if len(args) > 1 else "")
             self.out.append(text)
@@ -694,7 +787,9 @@ def handle(phone: Phone, req: dict) -> dict:
             phone.active = None
         return {"reads": a["reads"]}
     if phone.active is not None and argv[2:3] == ["shell"] and "sh -c" not in " ".join(argv[3:]):
-        phone.active["reads"] += 1  # telemetry read while a benchmark runs
+        w = phone._window()
+        if w is not None and not w[1]["loading"]:
+            phone.active["reads"] += 1  # telemetry read while a benchmark computes
     if tool == "hdc":
         return hdc(phone, argv, req)
     return adb(phone, argv, req)
