@@ -59,6 +59,10 @@ def read_toml(kind: str, folder: str, name_or_path: str | Path) -> tuple[dict, s
             source, raw = str(path), path.read_text()
         except OSError as e:
             raise ValueError(f"{path}: cannot read: {e}") from e
+        except UnicodeDecodeError as e:  # a binary file (a checkpoint without its suffix)
+            raise ValueError(
+                f"{path}: not a {kind} TOML file (not UTF-8 text: byte {e.start})"
+            ) from e
     return loads(raw, source), source
 
 

@@ -186,17 +186,15 @@ def workload_run_config(model: str, policy: str, prompt: int, new: int):
     checkpoint what `{model}` fills in); `policy` a policy, or `as-stored` for a GGUF file
     (runtime/loader.py file_policy: the types its tensor table names)."""
     from harmony_ref.config import RunConfig
-    from harmony_ref.model.spec import get_spec
     from harmony_ref.quant.policy import AS_STORED
-    from harmony_ref.runtime.loader import checkpoint_spec, is_checkpoint
+    from harmony_ref.runtime.loader import resolve_model
 
-    checkpoint = model if is_checkpoint(model) else ""
-    spec = checkpoint_spec(model) if checkpoint else model
+    spec, checkpoint = resolve_model(model)
     if policy == AS_STORED:  # the GGUF's own tensor types, read from its tensor table
         from harmony_ref.runtime.loader import file_policy
 
         policy = file_policy(model) if checkpoint else file_policy_refused(model)
-    limit = get_spec(spec).max_positions
+    limit = spec.max_positions
     context = max(prompt + new, min(2048, limit))
     return RunConfig.from_names(spec, policy, prompt, new, context, checkpoint=checkpoint)
 

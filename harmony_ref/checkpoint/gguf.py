@@ -298,6 +298,11 @@ def read_gguf_config(path) -> DecoderConfig:
     return config_from_metadata(reader, path, shapes)
 
 
+def read_gguf_tensor_types(path) -> dict[str, str]:
+    """Tensor name -> its GGUF type name ("Q4_1", "F32"), from the header alone."""
+    return {t.name: t.tensor_type.name for t in _open(Path(path)).tensors}
+
+
 # GGUF tensor types kept as stored for the `as-stored` policy -> our format name
 STORED_TYPES = {"F32": "fp32", "F16": "fp16", "Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0"}
 # LayerWeights field -> HF short name of the Linear (the name a policy matches)

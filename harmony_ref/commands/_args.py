@@ -175,17 +175,19 @@ def add_model_arguments(
     profile: str | None = PROFILE_DEFAULT,
     checkpoints: bool = False,
     model_help: str = "",
+    policy_help: str = "",
 ) -> None:
     """Add --model/--policy/--profile (None: the command does not take that one), each with the
     one help text every command shows. `checkpoints`: --model also takes a decoder checkpoint
-    (the command derives its spec from the file); `model_help` adds what the command does with
-    it."""
+    (the command derives its spec from the file, runtime/loader.py resolve_model); `model_help`
+    and `policy_help` add what the command does with them."""
     if model is not None:
         text = f"model spec preset or spec TOML (default {model})"
         if checkpoints:
             text += (
                 ", or a decoder checkpoint (smollm2-135m, gemma3-270m, a .gguf file, an HF "
-                "directory): its spec is read from the file's metadata"
+                "directory): its spec is read from the file's metadata (a shipped checkpoint's "
+                "name means the checkpoint, even where a spec preset has that name)"
             )
         p.add_argument(
             "--model", default=model, help=text + (f"; {model_help}" if model_help else "")
@@ -194,7 +196,8 @@ def add_model_arguments(
         p.add_argument(
             "--policy",
             default=policy,
-            help=f"quantization policy: a shipped name or a policy TOML (default {policy})",
+            help=f"quantization policy: a shipped name or a policy TOML (default {policy})"
+            + (f"; {policy_help}" if policy_help else ""),
         )
     if profile is not None:
         p.add_argument(

@@ -31,10 +31,10 @@ def run(args) -> int:
     from harmony_ref.config import RunConfig
     from harmony_ref.device.ops import check_ops
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.runtime.loader import checkpoint_spec, is_checkpoint
+    from harmony_ref.runtime.loader import resolve_model
 
     profile = load_profile(args.profile)
-    model = checkpoint_spec(args.model) if is_checkpoint(args.model) else args.model
+    model = resolve_model(args.model)[0]
     config = RunConfig.from_names(
         model=model,
         policy=args.policy,

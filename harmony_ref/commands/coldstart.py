@@ -17,7 +17,7 @@ def add_arguments(p) -> None:
     from harmony_ref.commands._args import add_model_arguments, add_scenario_arguments
     from harmony_ref.commands._output import add_json_flag
 
-    add_model_arguments(p, profile=None)
+    add_model_arguments(p, profile=None, checkpoints=True)
     p.add_argument(
         "--profile",
         action="append",
@@ -60,9 +60,10 @@ def run(args) -> int:
     from harmony_ref.config import RunConfig
     from harmony_ref.device.coldstart import breakdown, coldstart_inputs
     from harmony_ref.device.profile import load_profile, shipped_profiles
+    from harmony_ref.runtime.loader import resolve_model
 
     config = RunConfig.from_names(
-        model=args.model,
+        model=resolve_model(args.model)[0],
         policy=args.policy,
         prompt_tokens=args.prompt,
         context_tokens=max(2048, args.prompt + 128),

@@ -26,7 +26,7 @@ def add_arguments(p) -> None:
         add_scenario_arguments,
     )
 
-    add_model_arguments(p, profile=None)
+    add_model_arguments(p, profile=None, checkpoints=True)
     add_runtime_argument(
         p,
         help="run every profile on this runtime profile (llama.cpp-cpu, executorch-xnnpack, "
@@ -72,13 +72,16 @@ def run(args) -> int:
         from harmony_ref._io import check_output_file
 
         check_output_file(args.plot, "--plot")
+    from harmony_ref.runtime.loader import resolve_model
+
     profiles = [s.strip() for s in args.profiles.split(",") if s.strip()]
     metrics = _plot_metrics(args)
     columns = compare_columns(profiles, args.runtime)  # a refused runtime: exit 2, before work
     note = runtime_note(columns)
+    model = resolve_model(args.model)[0]
     frame, notes = compare_profiles(
         profiles,
-        args.model,
+        model,
         args.policy,
         args.prompt_tokens,
         args.new_tokens,
@@ -145,7 +148,7 @@ def run(args) -> int:
             if len(phones) == 1
             else "runtimes differ by column"
         )
-        path = _plot(args, frame, profiles, metrics, f"{title}, {on} (device model)")
+        path = _plot(args, model, frame, profiles, metrics, f"{title}, {on} (device model)")
         print(f"plot: {path}", file=sys.stderr)
     return 0
 
@@ -169,7 +172,7 @@ def _plot_metrics(args) -> list[str] | None:
     return metrics
 
 
-def _plot(args, frame, profiles, metrics, title):
+def _plot(args, model, frame, profiles, metrics, title):
     from harmony_ref.track.compare import coldstart_phases
     from harmony_ref.track.plots import (
         DEFAULT_PANELS,
@@ -186,7 +189,7 @@ def _plot(args, frame, profiles, metrics, title):
     if any(coldstart_strategy(m) for m in metrics):
         phases = coldstart_phases(
             profiles,
-            args.model,
+            model,
             args.policy,
             args.prompt_tokens,
             args.new_tokens,

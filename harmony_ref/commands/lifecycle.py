@@ -28,7 +28,7 @@ def add_arguments(p) -> None:
         default=DEFAULT_ENTRIES,
         help=f"times the user opens the feature (default {DEFAULT_ENTRIES})",
     )
-    add_model_arguments(p)
+    add_model_arguments(p, checkpoints=True)
     from harmony_ref.commands._args import add_scenario_arguments
 
     add_scenario_arguments(p, new=None, context=None, what="of each first request")
@@ -56,8 +56,10 @@ def run(args) -> int:
             raise ValueError(f"--plot {args.plot}: must be a .png path")
         check_output_file(args.plot, "--plot")
     profile = load_profile(args.profile)
+    from harmony_ref.runtime.loader import resolve_model
+
     config = RunConfig.from_names(
-        model=args.model,
+        model=resolve_model(args.model)[0],
         policy=args.policy,
         prompt_tokens=args.prompt,
         context_tokens=max(2048, args.prompt + 128),

@@ -99,7 +99,7 @@ def _config(args, session):
     """The RunConfig the measurement is of (None without a model), and the profile to check."""
     from harmony_ref.config import RunConfig
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.runtime.loader import checkpoint_spec, is_checkpoint
+    from harmony_ref.runtime.loader import resolve_model
 
     bench = session.benchmark if session else None
     model = args.model or (bench.model if bench else "")
@@ -112,8 +112,7 @@ def _config(args, session):
         )
     if not model:
         return None, profile
-    checkpoint = model if is_checkpoint(model) else ""
-    spec = checkpoint_spec(model) if checkpoint else model
+    spec, checkpoint = resolve_model(model)
     where = profile_name or (
         f"{session.transport}:{session.device.serial or 'host'}" if session else "unspecified"
     )

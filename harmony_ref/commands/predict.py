@@ -14,7 +14,11 @@ def add_arguments(p) -> None:
     )
     from harmony_ref.commands._output import add_json_flag
 
-    add_model_arguments(p)
+    add_model_arguments(
+        p,
+        checkpoints=True,
+        policy_help="as-stored: a GGUF file's own tensor types, each Linear as the file stores it",
+    )
     add_runtime_argument(p)
     p.add_argument(
         "--runtime-threads",
@@ -59,10 +63,14 @@ def run(args) -> int:
     from harmony_ref.config import RunConfig
     from harmony_ref.device.cost import scenario_breakdown
     from harmony_ref.device.threads import require_cpu, thread_sweep
+    from harmony_ref.quant.policy import AS_STORED
+    from harmony_ref.runtime.loader import file_policy, resolve_model
 
+    spec, checkpoint = resolve_model(args.model)  # a bad file is one line naming it, exit 2
+    policy = file_policy(args.model) if args.policy == AS_STORED else args.policy
     config = RunConfig.from_names(
-        model=args.model,
-        policy=args.policy,
+        model=spec,
+        policy=policy,
         prompt_tokens=args.prompt,
         new_tokens=args.new,
         context_tokens=args.context,
@@ -70,6 +78,7 @@ def run(args) -> int:
         fused=not args.no_fusion,
         kv_dtype=args.kv_dtype,
         prefix_tokens=args.prefix_tokens,
+        checkpoint=checkpoint,
         allow_unmatched=args.allow_unmatched,
     )
     from harmony_ref.device.profile import load_profile, load_soc

@@ -102,10 +102,9 @@ def config_from_args(args):
     elif args.command or args.command_format or session:
         raise ValueError("--command/--command-format/--session only apply to --backend command")
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.runtime.loader import checkpoint_spec, is_checkpoint
+    from harmony_ref.runtime.loader import resolve_model
 
-    checkpoint = args.model if is_checkpoint(args.model) else ""
-    model = checkpoint_spec(checkpoint) if checkpoint else args.model
+    model, checkpoint = resolve_model(args.model)
     config = RunConfig.from_names(
         model,
         args.policy,

@@ -45,7 +45,7 @@ def add_arguments(p) -> None:
         default=DEFAULT_TIMEOUT_S,
         help=f"per-request timeout from arrival (default {DEFAULT_TIMEOUT_S:g})",
     )
-    add_model_arguments(p)
+    add_model_arguments(p, checkpoints=True)
     add_scenario_arguments(p, context=None, what="per Poisson request")
     from harmony_ref.device.sessions import OVERFLOW
 
@@ -123,8 +123,10 @@ def run(args) -> int:
 
         check_output_file(args.plot, "--plot")
     profile = load_profile(args.profile)
+    from harmony_ref.runtime.loader import resolve_model
+
     config = RunConfig.from_names(
-        model=args.model,
+        model=resolve_model(args.model)[0],
         policy=args.policy,
         prompt_tokens=args.prompt,
         new_tokens=args.new,

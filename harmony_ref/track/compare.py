@@ -103,7 +103,7 @@ def runtime_note(columns: list[Column]) -> str:
 
 def compare_profiles(
     profiles: list[str],
-    model: str,
+    model,  # a spec name or ModelSpec (runtime/loader.py resolve_model)
     policy: str,
     prompt_tokens: int = 512,
     new_tokens: int = 128,
@@ -156,7 +156,7 @@ def compare_profiles(
 
 def coldstart_phases(
     profiles: list[str],
-    model: str,
+    model,  # a spec name or ModelSpec (runtime/loader.py resolve_model)
     policy: str,
     prompt_tokens: int = 512,
     new_tokens: int = 128,
