@@ -121,6 +121,16 @@ def cpu_model() -> str:
     return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
+def cpu_id() -> str:
+    """This CPU as the fidelity fixtures name theirs (harmony_ref/data/fidelity/*.toml cpu_id):
+    its model name with /proc/cpuinfo's family and model, "Intel(R) Xeon(R) Processor (family 6
+    model 167)". A virtual machine's model name can be generic; the family and model tell two
+    such CPUs apart. The model name alone where /proc/cpuinfo has no family (Arm, not Linux)."""
+    family, model = cpuinfo("cpu family"), cpuinfo("model")
+    name = cpu_model()
+    return f"{name} (family {family} model {model})" if family and model else name
+
+
 def cpu_flags() -> set[str]:
     return set((cpuinfo("flags") or "").split())
 

@@ -59,6 +59,8 @@ class HostManifest:
     run: tuple[HostRun, ...]
     cpu: str = ""
     model: str = HOST_MODEL  # the checkpoint every run generates with
+    # the CPU as backends/host_timing.py cpu_id names one: what a run on another CPU is told
+    cpu_id: str = ""
     source: str = field(default="", compare=False)
     # sessions measured in this process (calibrate --backend host), in place of the files
     session_data: tuple = field(default=(), compare=False)

@@ -55,6 +55,7 @@ class LlamacppManifest:
     run: tuple[BenchRun, ...]
     fit_params: tuple[str, ...] = ("matmul", "cache", "attention", "launch_us")
     machine: str = ""  # the CPU the fixtures were measured on
+    cpu_id: str = ""  # that CPU as backends/host_timing.py cpu_id names one
     source: str = field(default="", compare=False)
 
 

@@ -63,11 +63,22 @@ def run(args) -> int:
         raise ValueError("fidelity: no points (check --sets, --figures, --records)")
     scored = fd.score(points)
     rows = fd.summary(scored)
-    metrics = fd.fidelity_metrics(rows)
+    from harmony_ref.backends.host_timing import cpu_id
+
+    cpus, here = fd.fixture_cpus(sets), cpu_id()
+    metrics = fd.fidelity_metrics(rows, cpus)
     if args.plot:
         fd.plot(scored, args.plot)
     if args.json:
-        print_json({"summary": rows, "points": fd.table_rows(scored), "metrics": metrics.to_dict()})
+        print_json(
+            {
+                "summary": rows,
+                "points": fd.table_rows(scored),
+                "metrics": metrics.to_dict(),
+                "fixture_cpus": cpus,
+                "this_cpu": here,
+            }
+        )
         return 0
     if args.markdown:
         print(fd.markdown_tables(scored, rows), end="")
@@ -88,6 +99,8 @@ def run(args) -> int:
     for name in metrics.names():
         m = metrics[name]
         print(f"{name}: {m.value:.2f} {m.unit}")
+    if cpus:
+        print(fd.machine_note(cpus, here))
     if args.plot:
         print(f"plot: {args.plot}")
     return 0

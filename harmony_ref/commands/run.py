@@ -177,6 +177,8 @@ def print_record(record, path=None, file=None) -> None:
         print(f"{title}: no metrics", file=out)
     for name, p in record.parts.items():
         print(f"  {name:<10} {p['status']:<12} {p.get('detail', '')}", file=out)
+        if p.get("note"):  # what the part's numbers are of (the fidelity fixtures' machine)
+            print(f"  {'':<10} {'':<12} {p['note']}", file=out)
     if path is not None:
         print(f"record: {path}", file=out)
 

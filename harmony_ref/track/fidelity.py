@@ -13,6 +13,13 @@ a file of your own adds its figures) and
 `records` (run records of `measure` / `run --backend command`, all scored). Every point is
 predicted by SimulatedDevice on its SoC profile under its runtime profile.
 
+Whose machine: the host and llama.cpp sets were measured on one machine (their manifests'
+`cpu_id`); their metrics say which, and `machine_note` says whether it is the CPU this runs on
+(backends/host_timing.py cpu_id): on another CPU those numbers are the method's error on the
+fixtures' machine, not on this one. A `--profile` with its own [calibration] (what `harmony-ref
+calibrate` writes on the machine it runs on) has its held-out error as a metric of its own,
+`fidelity_profile_mape_pct` (`profile_calibration`, `profile_metrics`).
+
 Held out means held out: a point is `fit` or `score` by its data file, and a runtime profile's
 [calibration] must not list a scored point among those it was fitted on (ValueError if it does).
 MAPE is taken on the scored points only; the fit points' error is shown apart (how well the
@@ -31,6 +38,7 @@ from harmony_ref.metrics import Metrics
 
 SETS = ("host", "llama.cpp", "phones", "records")
 DEFAULT_SETS = ("host", "llama.cpp", "phones")
+FIXTURE_SETS = ("host", "llama.cpp")  # measured on one machine, the one their manifest names
 PHASE_OF = {
     "prefill_ms": "prefill",
     "prefill_tokens_per_s": "prefill",
@@ -201,12 +209,40 @@ METRIC_NAMES = {  # (set, phase, column) -> record metric
 }
 
 
-def fidelity_metrics(rows: list[dict]) -> Metrics:
-    """The errors as record metrics (lower is better), for the gate."""
+def fixture_cpus(sets=FIXTURE_SETS) -> dict[str, str]:
+    """{set: the CPU its committed measurements were taken on}, for the fixture sets in `sets`
+    (each manifest's cpu_id; "an unrecorded CPU" where a manifest has none)."""
+    from harmony_ref.calibrate.host_runs import load_host_manifest
+    from harmony_ref.calibrate.llamacpp import load_llamacpp_manifest
+
+    loaders = {"host": load_host_manifest, "llama.cpp": load_llamacpp_manifest}
+    return {s: loaders[s]().cpu_id or "an unrecorded CPU" for s in FIXTURE_SETS if s in sets}
+
+
+def machine_note(cpus: dict[str, str], here: str) -> str:
+    """One line: on which CPU the fixture sets were measured, and whether that is `here` (the
+    CPU this runs on); "" without fixture sets."""
+    if not cpus:
+        return ""
+    by_cpu: dict[str, list[str]] = {}
+    for s, cpu in cpus.items():
+        by_cpu.setdefault(cpu, []).append(s)
+    return "; ".join(
+        f"{' and '.join(sets)} fixtures measured on "
+        + (f"this machine's CPU, {cpu}" if cpu == here else f"{cpu}, not on this machine's {here}")
+        for cpu, sets in by_cpu.items()
+    )
+
+
+def fidelity_metrics(rows: list[dict], cpus: dict[str, str] | None = None) -> Metrics:
+    """The errors as record metrics (lower is better), for the gate; `cpus` (fixture_cpus):
+    each fixture set's metric says which CPU its measurements are of."""
+    cpus = fixture_cpus() if cpus is None else cpus
     m = Metrics()
     for r in rows:
         for (s, phase, col), name in METRIC_NAMES.items():
             if r["set"] == s and r["phase"] == phase and r[col] is not None:
+                on = f" on {cpus[s]}" if s in cpus else ""
                 split = (
                     "calibration (fit) figures"
                     if col.startswith("fit")
@@ -219,8 +255,50 @@ def fidelity_metrics(rows: list[dict]) -> Metrics:
                     "lower",
                     "exact",
                     description=f"device model vs measured, {s} set, {phase}: {col} over {split} "
-                    "(committed measurements; harmony-ref fidelity)",
+                    f"(committed measurements{on}; harmony-ref fidelity)",
                 )
+    return m
+
+
+def profile_calibration(profile: str):
+    """The --profile's own CalibrationInfo (device/profile.py) when `profile` is a file with a
+    calibration of its own: its [calibration] section, or its runtime file's, as `harmony-ref
+    calibrate` writes them on the machine it runs on. None for a shipped profile, a profile
+    without one, and a profile whose calibration is a shipped runtime's (the fixtures')."""
+    from harmony_ref.device.profile import (
+        load_profile,
+        load_runtime,
+        load_soc,
+        shipped_profiles,
+        shipped_runtimes,
+    )
+
+    if profile in shipped_profiles():
+        return None
+    runtime = load_soc(profile).default_runtime
+    if runtime in shipped_runtimes():
+        rc = load_runtime(runtime).calibration
+        if rc is not None and not math.isnan(rc.held_out_mape_pct):
+            return None  # apply_runtime gives the shipped runtime's: the fixtures' error
+    return load_profile(profile).calibration
+
+
+def profile_metrics(profile: str, calibration) -> Metrics:
+    """`fidelity_profile_mape_pct`: the held-out error the --profile's own calibration recorded
+    (a different quantity from the fixture sets' errors, so a different name: the gate never
+    compares the two)."""
+    mape, basis = calibration.model_mape_pct
+    m = Metrics()
+    m.add(
+        "fidelity_profile_mape_pct",
+        float(mape),
+        "%",
+        "lower",
+        "exact",
+        description=f"device model vs measured on the machine {profile} was calibrated on: "
+        f"{basis}, calibrated {calibration.fitted_at or 'at an unrecorded time'} "
+        f"(that profile's own [calibration])",
+    )
     return m
 
 

@@ -22,7 +22,11 @@ Parts, in order (each can be skipped with --skip):
 - `fidelity`: the device model's own error against real runtimes (`fidelity_*` metrics: MAPE on
   the held-out host runs and llama-bench runs, the error on the published phone figures;
   track/fidelity.py on the committed measurements, so it does not depend on the run's config
-  and is exact: a change that makes the model worse fails the gate like a slowdown).
+  and is exact: a change that makes the model worse fails the gate like a slowdown). The host
+  and llama-bench runs were measured on one machine: the metrics name its CPU and the part's
+  `note` says when it is not this one. A --profile with its own calibration (`harmony-ref
+  calibrate`'s output) reports that calibration's held-out error, `fidelity_profile_mape_pct`,
+  in place of the host fixtures'.
 
 A part whose input cannot be had here (the MiniLM weights when the package registry cannot be
 reached) is recorded as `unavailable` with the reason, never faked; a part that raises anything
@@ -250,17 +254,38 @@ def _thermal(config: RunConfig) -> Metrics:
 
 
 def _fidelity(config: RunConfig):
-    from harmony_ref.track.fidelity import collect, fidelity_metrics, score, summary
+    """The fixture sets' errors, each naming the CPU it was measured on, and a `note` saying
+    whether that is this machine; with a --profile that carries its own calibration (`harmony-ref
+    calibrate`'s output), that profile's held-out error (fidelity_profile_mape_pct) in place of
+    the host fixtures' (the llama.cpp and phone sets stay: no profile of this run stands in for
+    them)."""
+    from harmony_ref.backends.host_timing import cpu_id
+    from harmony_ref.track import fidelity as fd
 
-    rows = summary(score(collect()))
+    own = fd.profile_calibration(config.profile)
+    sets = tuple(s for s in fd.DEFAULT_SETS if not (own is not None and s == "host"))
+    rows = fd.summary(fd.score(fd.collect(sets)))
+    cpus, here = fd.fixture_cpus(sets), cpu_id()
+    metrics = fd.fidelity_metrics(rows, cpus)
+    note = fd.machine_note(cpus, here)
     facts = {
         "sets": sorted({r["set"] for r in rows}),
         "held_out_points": {r["set"]: r["scored"] for r in rows if r["phase"] == "all"},
         "fitted_points": {r["set"]: r["fitted"] for r in rows if r["phase"] == "all"},
-        "measurements": "committed fixtures (harmony_ref/data/fidelity/): independent of "
-        "this run's config; MAPE on the held-out points only",
+        "measurements": "committed fixtures (harmony_ref/data/fidelity/), measured on "
+        "fixture_cpus: independent of this run's config; MAPE on the held-out points only",
+        "fixture_cpus": cpus,
+        "this_cpu": here,
     }
-    return fidelity_metrics(rows), facts
+    if own is not None:
+        metrics.update(fd.profile_metrics(config.profile, own))
+        facts["profile_calibration"] = config.profile
+        note = (
+            f"host: the held-out error of {config.profile}'s own calibration "
+            f"(fidelity_profile_mape_pct), not the host fixtures'; {note}"
+        )
+    facts["note"] = note
+    return metrics, facts
 
 
 PARTS: list[Part] = [
