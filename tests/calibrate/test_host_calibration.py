@@ -120,6 +120,22 @@ def test_predict_and_simulated_run_read_the_files_from_another_folder(
     )
 
 
+def test_run_reports_the_calibrations_held_out_error_as_its_fidelity(calibrated, capsys):
+    """`run --profile host.toml`: the fidelity part's host number is this calibration's held-out
+    error (fidelity_profile_mape_pct), not the committed fixtures' (another machine's)."""
+    from harmony_ref.track.job import part_names
+
+    out, summary, _ = calibrated
+    skip = ",".join(n for n in part_names() if n != "fidelity")
+    assert main(["run", "--profile", str(out), "--skip", skip, "--no-record", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["metrics"]["fidelity_profile_mape_pct"]["value"] == pytest.approx(
+        summary["held_out_mape_pct"], rel=1e-5
+    )
+    assert not [n for n in rec["metrics"] if n.startswith("fidelity_host_")]
+    assert rec["parts"]["fidelity"]["profile_calibration"] == str(out)
+
+
 @pytest.mark.parametrize(
     "extra, words",
     [
