@@ -100,14 +100,37 @@ def _stored_policy(types: dict[str, str], n_layers: int, model: str):
         if kind not in STORED_TYPES:
             raise ValueError(
                 f"--policy {AS_STORED}: {model}: tensor {tensor} is {kind}, which "
-                f"harmony-ref cannot run as stored (it runs "
-                f"{', '.join(STORED_TYPES)}); name a --policy instead"
+                "harmony-ref cannot run as stored"
+                + (_nearest_policy(kind) or f" (it runs {', '.join(STORED_TYPES)})")
             )
         formats[name] = parse_format(STORED_TYPES[kind])
     embed = types.get("token_embd.weight")
     if head != "token_embd.weight" and embed in STORED_TYPES:
         formats["model.embed_tokens"] = parse_format(STORED_TYPES[embed])
     return as_stored_policy(formats, str(model))
+
+
+def _nearest_policy(kind: str) -> str:
+    """'; the nearest it runs: --policy q4_0 (...)': the shipped policy of the stored type we
+    run whose bits per weight are nearest GGUF type `kind`'s (a K-quant's), or '' for a type the
+    gguf package does not size."""
+    import gguf
+
+    from harmony_ref.checkpoint.gguf import STORED_TYPES
+
+    def bits(name: str) -> float:
+        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name]]
+        return 8 * size / block
+
+    try:
+        want = bits(kind)
+    except KeyError:
+        return ""
+    best = min(STORED_TYPES, key=lambda t: abs(bits(t) - want))
+    return (
+        f"; the nearest it runs: --policy {STORED_TYPES[best]} ({bits(best):.3g} bits a "
+        f"weight, {kind} {want:.3g})"
+    )
 
 
 def _memory_key(name: str) -> str:

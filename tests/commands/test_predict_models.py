@@ -4,6 +4,7 @@ directory (its spec from the file's metadata), `--policy as-stored` on a GGUF (t
 tensor types), and a bad file is one line naming it, exit 2."""
 
 import json
+import re
 
 import pytest
 
@@ -69,8 +70,16 @@ def test_as_stored_refusals_say_which_policy_to_use():
     from harmony_ref.runtime.loader import _stored_policy
 
     types = {f"blk.0.{t}.weight": "Q4_1" for t in ("attn_q", "attn_k", "attn_v")}
-    types |= {"blk.0.attn_output.weight": "Q4_K", "token_embd.weight": "Q8_0"}
-    with pytest.raises(ValueError, match=r"blk\.0\.attn_output\.weight is Q4_K.*name a --policy"):
+    types |= {"token_embd.weight": "Q8_0"}
+    for kind, nearest in (("Q4_K", r"q4_0 \(4\.5 bits"), ("Q6_K", r"q4_1 \(5 bits")):
+        types["blk.0.attn_output.weight"] = kind
+        with pytest.raises(ValueError) as e:
+            _stored_policy(types, 1, "m.gguf")
+        msg = str(e.value)
+        assert re.search(rf"blk\.0\.attn_output\.weight is {kind}.*--policy {nearest}", msg), msg
+        assert len(msg) < 200
+    types["blk.0.attn_output.weight"] = "Q4_1"
+    with pytest.raises(ValueError, match=r"blk\.0\.ffn_gate\.weight is \?"):  # missing
         _stored_policy(types, 1, "m.gguf")
 
 
@@ -123,8 +132,6 @@ def _bad_files(d):
     ],
 )
 def test_a_bad_model_is_one_line_exit_2(files, capsys, name, extra, pattern):
-    import re
-
     _bad_files(files)
     model = name if name == "llama-3.2-1b" else str(files / name)
     code = main(["predict", "--model", model, *SCENARIO, *extra])
