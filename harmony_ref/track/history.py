@@ -319,7 +319,9 @@ class History:
                 url, poolclass=sa.pool.NullPool, connect_args={"connect_timeout": 10}
             )
         except ImportError as e:
-            raise self._bad(f"no PostgreSQL driver ({e}); pip install 'harmony-ref[postgres]'") from None
+            raise self._bad(
+                f"no PostgreSQL driver ({e}); pip install 'harmony-ref[postgres]'"
+            ) from None
 
     def _version(self, con: sa.Connection) -> int | None:
         """The schema version, None for an empty database; ValueError for a foreign one."""
