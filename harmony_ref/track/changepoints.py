@@ -15,9 +15,9 @@ its value when it has none). The detector:
 3. Where: the commits whose split costs at most chi2(1, 0.95) x sigma^2 more than the best split
    of the same two segments (a profile-likelihood confidence set for the location): the first
    commit after the change lies in that range.
-4. How much: the change of the median, after / before - 1 in %, with a 95% percentile bootstrap
-   interval (SciPy `bootstrap`, each side resampled on its own, a fixed seed so a report reads
-   the same every time).
+4. How much: the ratio of the geometric means of the raw samples, after / before - 1 in %, with
+   a 95% Welch t-interval on their logs (cheap at any sample count, and the scale the detector
+   works on). The medians of both sides are reported beside it.
 
 Why this method: PELT finds any number of change points in one exact pass (binary segmentation
 can miss two close steps), ruptures is maintained and pure NumPy here; MongoDB's
@@ -39,8 +39,6 @@ ALPHA = 0.001  # two-sided U test on the raw samples of the two sides
 MIN_POINTS = 4  # fewer commits than this: no change point can be told from noise
 MIN_SEGMENT = 2  # commits on each side of a change point
 LOCATION_CHI2 = 3.841  # chi2(1) 95% quantile: the location's confidence set
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -50,7 +48,7 @@ class ChangePoint:
     hi: int
     before_median: float
     after_median: float
-    change_pct: float
+    change_pct: float  # geometric-mean ratio after / before - 1, in %
     ci_pct: tuple[float, float]
     p_value: float
 
@@ -98,23 +96,23 @@ def _location(y: np.ndarray, a: int, b: int, best: int, sigma: float) -> tuple[i
     return min(inside), max(inside)
 
 
-def _change_ci(before: np.ndarray, after: np.ndarray) -> tuple[float, float]:
-    from scipy.stats import bootstrap
+def _change_ci(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float]:
+    """(change, 95% CI low, high) in %: the geometric-mean ratio after / before - 1, with a Welch
+    t-interval on the logs of the raw samples (the scale the detector works on; lognormal noise is
+    normal there)."""
+    from scipy.stats import t
 
-    if min(len(before), len(after)) < 2:
-        return (math.nan, math.nan)
-
-    def stat(b, a, axis=-1):
-        return 100.0 * (np.median(a, axis=axis) / np.median(b, axis=axis) - 1.0)
-
-    res = bootstrap(
-        (before, after),
-        stat,
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        method="percentile",
-        rng=np.random.default_rng(BOOTSTRAP_SEED),
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    la, lb = np.log(after), np.log(before)
+    diff = float(la.mean() - lb.mean())
+    if min(len(la), len(lb)) < 2:
+        return 100.0 * math.expm1(diff), math.nan, math.nan
+    va, vb = la.var(ddof=1) / len(la), lb.var(ddof=1) / len(lb)
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return (100.0 * math.expm1(diff),) * 3
+    df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))
+    half = float(t.ppf(0.975, df)) * se
+    return tuple(100.0 * math.expm1(x) for x in (diff, diff - half, diff + half))  # type: ignore[return-value]
 
 
 def detect(samples: list) -> list[ChangePoint]:
@@ -148,6 +146,7 @@ def detect(samples: list) -> list[ChangePoint]:
         before, after = _pooled(pts, a, k), _pooled(pts, k, b)
         lo, hi = _location(y, a, b, k, sigma)
         b_med, a_med = float(np.median(before)), float(np.median(after))
+        change, lo_pct, hi_pct = _change_ci(before, after)
         out.append(
             ChangePoint(
                 index=k,
@@ -155,8 +154,8 @@ def detect(samples: list) -> list[ChangePoint]:
                 hi=hi,
                 before_median=b_med,
                 after_median=a_med,
-                change_pct=100.0 * (a_med / b_med - 1.0),
-                ci_pct=_change_ci(before, after),
+                change_pct=change,
+                ci_pct=(lo_pct, hi_pct),
                 p_value=ps[i],
             )
         )

@@ -183,6 +183,10 @@ def _num(x: float) -> str:
     return f"{x:,.4g}"
 
 
+def _p(p: float) -> str:
+    return "< 1e-16" if p < 1e-16 else f"= {p:.2g}"
+
+
 def to_text(report: HistoryReport) -> str:
     better = {"lower": "lower is better", "higher": "higher is better", "none": "not gated"}
     lines = [
@@ -217,7 +221,7 @@ def to_text(report: HistoryReport) -> str:
         lines.append(
             f"change point at {short(c.first)}: {_num(c.point.before_median)} -> "
             f"{_num(c.point.after_median)} {report.unit}, {c.point.change_pct:+.1f}% "
-            f"(95% CI {lo:+.1f}% to {hi:+.1f}%), p = {c.point.p_value:.2g}; {verdict}"
+            f"(95% CI {lo:+.1f}% to {hi:+.1f}%), p {_p(c.point.p_value)}; {verdict}"
         )
         lines.append(
             f"  the first commit after it is in the git range {short(c.lo)}..{short(c.hi)}"
