@@ -121,6 +121,7 @@ CASES = {
         lambda t, g, r: ["--model", str(g), "--policy", "int8", "--prompt", "hi", "--max-new", "2"],
         {0},
     ),
+    "history": (lambda t, g, r: ["import", str(r), "--history", str(t / "h.sqlite")], {0}),
     "lifecycle": (lambda t, g, r: ["--model", "qwen2.5-0.5b", "--entries", "4"], {0, 1}),
     "measure": (
         lambda t, g, r: [

@@ -8,7 +8,10 @@ A record holds
   measured metrics where the backend has them, flags);
 - `parts`: which parts of the job ran, were skipped, or were not available (and why);
 - `provenance`: git commit and dirty flag, harmony-ref/Python/numpy/numba versions, CPU model,
-  cores, Numba threads, hostname, UTC time.
+  cores, Numba threads, hostname, UTC time; with `--sut DIR`, `sut`: the system under test's
+  repository, commit, `git describe` and dirty flag (track/history.py).
+
+Every record written is also appended to the run history (track/history.py).
 
 Records are written atomically (a temporary file in the target directory, fsync, then a hard link
 or rename into place), so a killed writer never leaves a half file, and record names carry a UTC
