@@ -34,7 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PENALTY_BIC_FACTOR = 3.0  # x log(n) x sigma^2: set by tools/changepoint_sim.py (<= 1% false alarms)
+# x log(n) x sigma^2. tools/changepoint_sim.py, 2000 series of 60 commits with 5 samples each:
+# 3.0 gave 0.7% false alarms, 4.0 gave 0.2%, both found 99.9% of 8% steps
+PENALTY_BIC_FACTOR = 4.0
 ALPHA = 0.001  # two-sided U test on the raw samples of the two sides
 MIN_POINTS = 4  # fewer commits than this: no change point can be told from noise
 MIN_SEGMENT = 2  # commits on each side of a change point

@@ -400,3 +400,59 @@ def test_run_with_an_unreachable_history_writes_no_record(tmp_path, capsys):
                  "--history", url]) == 2  # fmt: skip
     assert "cannot open" in capsys.readouterr().err
     assert not list(out.glob("*.json")) if out.exists() else True
+
+
+def test_measure_with_a_session_appends_the_machine_and_sut(tmp_path, capsys):
+    """A `measure --session` record (the local transport here) lands in the history with the
+    session's serial and device identity as its machine, and --sut's commit."""
+    from tests.backends.test_session_local import fake, local_session
+
+    path = local_session(
+        tmp_path,
+        fake("benchmark.py", "--format", "llama-bench"),
+        benchmark={"repeats": 1, "model": "smollm2-135m", "policy": "int4-g32"},
+    )
+    repo = tmp_path / "sut"
+    hashes = make_repo(repo, 1)
+    db = tmp_path / "h.sqlite"
+    argv = ["measure", "--session", str(path), "--out-dir", str(tmp_path / "runs")]
+    assert main([*argv, "--history", str(db), "--sut", str(repo), "--json"]) == 0
+    capsys.readouterr()
+    h = History(db, create=False)
+    assert h.count() == 1
+    (name, *_) = h.metric_names()
+    (row,) = h.series(name)
+    assert row.sut_commit == hashes[0] and row.machine  # the session's serial
+    import sqlalchemy as sa
+
+    from harmony_ref.track.history import records
+
+    with h.engine.connect() as con:
+        soc, serial = con.execute(sa.select(records.c.device_soc, records.c.device_serial)).one()
+    assert soc and serial == row.machine
+
+
+def test_an_older_schema_is_migrated_in_place(tmp_path, monkeypatch):
+    """The migration path: a version-1 file opened by a harmony-ref whose schema is version 2
+    runs MIGRATIONS[1] once, in the opening transaction, and keeps its rows."""
+    import sqlalchemy as sa
+
+    from harmony_ref.track import history
+
+    db = tmp_path / "h.sqlite"
+    History(db).append(record("a" * 40, [1.0, 2.0]), None)
+    ran = []
+
+    def add_note_column(con):
+        ran.append(1)
+        con.execute(sa.text("ALTER TABLE records ADD COLUMN note TEXT"))
+
+    monkeypatch.setattr(history, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(history, "MIGRATIONS", {1: add_note_column})
+    h = History(db)
+    assert ran == [1] and h.count() == 1
+    with h.engine.connect() as con:
+        assert con.execute(sa.text("SELECT version FROM schema_version")).scalar_one() == 2
+        assert "note" in {c["name"] for c in sa.inspect(con).get_columns("records")}
+    History(db)  # opened again: nothing left to migrate
+    assert ran == [1]
