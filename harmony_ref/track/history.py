@@ -251,9 +251,10 @@ class History:
         self.sqlite = not is_url(self.where)
         if self.sqlite:
             self._check_sqlite_file(Path(self.where), create)
-            self.engine = self._sqlite_engine(Path(self.where))
+            self.engine = self._sqlite_engine(Path(self.where), "BEGIN")
+            self.writer = self._sqlite_engine(Path(self.where), "BEGIN IMMEDIATE")
         else:
-            self.engine = self._url_engine()
+            self.engine = self.writer = self._url_engine()
         self._prepare(create)
 
     # opening
@@ -286,7 +287,10 @@ class History:
         except sqlite3.DatabaseError as e:
             raise self._bad(f"unreadable SQLite database ({e})") from None
 
-    def _sqlite_engine(self, path: Path) -> sa.Engine:
+    def _sqlite_engine(self, path: Path, begin: str) -> sa.Engine:
+        """An engine whose transactions start with `begin`: BEGIN IMMEDIATE for writers (the
+        write lock up front, so two writers queue instead of one failing on upgrade), a plain
+        BEGIN for readers (WAL readers never wait)."""
         engine = sa.create_engine(
             f"sqlite:///{path}",
             connect_args={"timeout": BUSY_TIMEOUT_S},
@@ -295,13 +299,13 @@ class History:
 
         @sa.event.listens_for(engine, "connect")
         def _connect(dbapi_con, _record):
-            dbapi_con.isolation_level = None  # transactions are ours (BEGIN IMMEDIATE below)
+            dbapi_con.isolation_level = None  # transactions are ours (`begin` below)
             dbapi_con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             dbapi_con.execute("PRAGMA foreign_keys = ON")
 
         @sa.event.listens_for(engine, "begin")
         def _begin(con):
-            con.exec_driver_sql("BEGIN IMMEDIATE")
+            con.exec_driver_sql(begin)
 
         return engine
 
@@ -353,7 +357,7 @@ class History:
                 return
             if version is None and not create:
                 raise self._bad("an empty database, not a harmony-ref history yet")
-            with self.engine.begin() as con:
+            with self.writer.begin() as con:
                 if not self.sqlite:
                     con.execute(sa.select(sa.func.pg_advisory_xact_lock(PG_SCHEMA_LOCK)))
                 version = self._version(con)  # again, under the lock: another writer may have
@@ -382,7 +386,7 @@ class History:
         items = list(items)
         rows = [record_row(d, s) for d, s in items]
         added = 0
-        with self.engine.begin() as con:
+        with self.writer.begin() as con:
             uids = [r["uid"] for r in rows]
             have = set(
                 con.execute(sa.select(records.c.uid).where(records.c.uid.in_(uids))).scalars()
@@ -448,6 +452,7 @@ class History:
 
     def close(self) -> None:
         self.engine.dispose()
+        self.writer.dispose()
 
 
 def _first_line(e) -> str:
