@@ -382,9 +382,17 @@ class History:
         return self.append_many([(data, source)]) == 1
 
     def append_many(self, items: Iterable[tuple[dict, str | None]]) -> int:
-        """Add records in one transaction; returns how many were new."""
+        """Add records in one transaction; returns how many were new. Another writer adding
+        one of the same records at the same moment (a unique-uid clash on PostgreSQL) makes it
+        try once more, when that record is seen as already there."""
         items = list(items)
         rows = [record_row(d, s) for d, s in items]
+        try:
+            return self._insert(items, rows)
+        except sa.exc.IntegrityError:
+            return self._insert(items, rows)
+
+    def _insert(self, items: list[tuple[dict, str | None]], rows: list[dict]) -> int:
         added = 0
         with self.writer.begin() as con:
             uids = [r["uid"] for r in rows]

@@ -111,6 +111,11 @@ def build_report(rows: list[SeriesRow], metric: str, order: list[str], tolerance
         p.samples += list(r.samples) or [r.value]
         p.dirty = p.dirty or bool(r.sut_dirty)
     points = [by_commit[i] for i in sorted(by_commit)]
+    if any(v <= 0 for p in points for v in p.samples):
+        raise ValueError(
+            f"--metric {metric}: has values <= 0 (a count or a difference); change points are "
+            "found on positive values (their logs)"
+        )
     m = Metric(metric, last.value, last.unit, last.direction, last.kind)
     limit = tolerances.limit_pct(m)
     changes = []

@@ -456,3 +456,15 @@ def test_an_older_schema_is_migrated_in_place(tmp_path, monkeypatch):
         assert "note" in {c["name"] for c in sa.inspect(con).get_columns("records")}
     History(db)  # opened again: nothing left to migrate
     assert ran == [1]
+
+
+def test_a_metric_with_zero_values_is_bad_input(tmp_path, capsys):
+    repo = tmp_path / "demo"
+    hashes = make_repo(repo, 4)
+    db = str(tmp_path / "h.sqlite")
+    History(db).append_many(
+        (record(h, [0.0, 1.0], metric="throttled_repeats"), None) for h in hashes
+    )
+    args = ["history", "--metric", "throttled_repeats", "--sut", str(repo), "--history", db]
+    assert main(args) == 2
+    assert "throttled_repeats: has values <= 0" in capsys.readouterr().err
