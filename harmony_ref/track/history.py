@@ -249,6 +249,7 @@ class History:
         self.flag = flag
         self.name = _shown(self.where)
         self.sqlite = not is_url(self.where)
+        self._created = False  # a SQLite file made by this opening: removed if it fails
         if self.sqlite:
             self._check_sqlite_file(Path(self.where), create)
             self.engine = self._sqlite_engine(Path(self.where), "BEGIN")
@@ -272,6 +273,7 @@ class History:
 
             check_output_file(path, self.flag)
             path.parent.mkdir(parents=True, exist_ok=True)
+            self._created = True
             return
         with open(path, "rb") as f:
             head = f.read(len(SQLITE_HEADER))
@@ -351,6 +353,17 @@ class History:
 
     def _prepare(self, create: bool) -> None:
         try:
+            self._prepare_schema(create)
+        except ValueError:
+            if self._created:  # nothing half-made left behind
+                self.engine.dispose()
+                self.writer.dispose()
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    Path(self.where + suffix).unlink(missing_ok=True)
+            raise
+
+    def _prepare_schema(self, create: bool) -> None:
+        try:
             with self.engine.connect() as con:  # read first: nothing written to a bad database
                 version = self._version(con)
             if version == SCHEMA_VERSION:
@@ -372,7 +385,10 @@ class History:
                 with self.engine.connect() as con:
                     con.connection.dbapi_connection.execute("PRAGMA journal_mode = WAL")
         except sa.exc.OperationalError as e:
-            raise self._bad(f"cannot open ({_first_line(e.orig or e)})") from None
+            why = _first_line(e.orig or e)
+            if "disk is full" in why:
+                why = f"No space left on device ({why})"
+            raise self._bad(f"cannot open ({why})") from None
         except sa.exc.DatabaseError as e:
             raise self._bad(f"unreadable database ({_first_line(e.orig or e)})") from None
 
