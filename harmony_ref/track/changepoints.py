@@ -98,7 +98,7 @@ def _location(y: np.ndarray, a: int, b: int, best: int, sigma: float) -> tuple[i
     return min(inside), max(inside)
 
 
-def _change_ci(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float]:
+def change_interval(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float]:
     """(change, 95% CI low, high) in %: the geometric-mean ratio after / before - 1, with a Welch
     t-interval on the logs of the raw samples (the scale the detector works on; lognormal noise is
     normal there)."""
@@ -148,7 +148,7 @@ def detect(samples: list) -> list[ChangePoint]:
         before, after = _pooled(pts, a, k), _pooled(pts, k, b)
         lo, hi = _location(y, a, b, k, sigma)
         b_med, a_med = float(np.median(before)), float(np.median(after))
-        change, lo_pct, hi_pct = _change_ci(before, after)
+        change, lo_pct, hi_pct = change_interval(before, after)
         out.append(
             ChangePoint(
                 index=k,
