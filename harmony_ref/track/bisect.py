@@ -10,10 +10,12 @@ and measured by running the command there and parsing its output with the same p
 
 The verdict between two commits follows Pinpoint's (Chromium): a two-sided Mann-Whitney U test
 on the raw samples, "different" when p <= `P_DIFFERENT`, "same" when p >= `P_SAME`, otherwise
-"unknown" and one more run, up to `RUNS_CAP` runs of a commit; at the cap a commit goes to the
-side whose median it is nearer (in logs). The good and bad ends must differ, bad being worse in
-the metric's direction; every commit between is compared with both ends and goes to the side it
-does not differ from. `max_runs` caps the whole bisection.
+"unknown" and one more run, up to `RUNS_CAP` runs of a commit (`ENDS_CAP` for the ends); at
+the cap a commit goes to the side whose median it is nearer (in logs). The good and bad ends
+must differ, bad being worse in the metric's direction; every commit between is compared with
+both ends and goes to the side it does not differ from. `max_runs` caps the whole bisection.
+tools/bisect_sim.py measures the search on simulated 64-commit ranges (the figures are in
+docs/how-to/find-the-commit.md).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ P_DIFFERENT = 0.01
 P_SAME = 0.3  # assumption: above this two samples read as the same level (Pinpoint sets its own
 # high threshold by simulation; tests/track/test_bisect.py holds the culprit found)
 MIN_RUNS = 3  # runs of a commit before its first verdict
-RUNS_CAP = 10  # runs of one commit at most
+RUNS_CAP = 10  # runs of one commit between the ends at most
+ENDS_CAP = 20  # runs of each end at most before "good and bad do not differ"
 BUILD_MARK = ".harmony-ref-build"
 
 
@@ -294,7 +297,8 @@ class Bisection:
             if not self.built(end):
                 raise ValueError(f"--{'good' if end is good else 'bad'}: {end.detail}")
             self.at_least(end, MIN_RUNS)
-        while verdict(good.samples, bad.samples) == "unknown" and good.runs < RUNS_CAP:
+        # the ends are expected to differ: more runs until they do, or the cap says they do not
+        while verdict(good.samples, bad.samples) != "different" and good.runs < ENDS_CAP:
             self.measure(good)
             self.measure(bad)
         p = _u_p(good.samples, bad.samples)

@@ -119,3 +119,17 @@ def test_bad_input_is_exit_2(repo, tmp_path, capsys, case, message):
     assert message in err[-1] and len(err[-1]) < 200, err
     if case in ("unknown", "reversed"):
         assert not list(tmp_path.iterdir())  # checked before anything is written
+
+
+def test_the_simulated_target_holds():
+    """Issue 47's bisect target through tools/bisect_sim.py (the real search, drawn runs): the
+    culprit named exactly in at least 19 of 20 seeded 64-commit ranges with an 8% step under 3%
+    noise, at most 150 runs each; the figures the how-to quotes."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import bisect_sim
+
+    row = bisect_sim.simulate(20, 0, 5)
+    assert row["exact"] >= 19 and row["runs_max"] <= 150
+    assert (row["exact"], row["runs_median"], row["runs_max"]) == (20, 45, 59)  # the how-to's
