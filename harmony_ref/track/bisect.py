@@ -182,7 +182,9 @@ class Bisection:
         if c.build != "not built":
             return c.build == "ok"
         wt = self.worktree(c.commit)
-        mark = wt / BUILD_MARK
+        # the build's outcome, kept per build command: another --build builds again
+        key = hashlib.sha256((self.build_cmd or "").encode()).hexdigest()[:10]
+        mark = wt / f"{BUILD_MARK}-{key}"
         if mark.exists():
             c.build, _, c.detail = mark.read_text().partition("\n")
             return c.build == "ok"

@@ -2,7 +2,8 @@
 steps up 15% at a known commit under 3% lognormal noise (one sample a run), one commit that does
 not build. The culprit is named, the broken commit skipped and reported, a second bisection
 resumes from the history without running anything, and bad input (unknown revision, good not an
-ancestor of bad, a metric the command never prints, no difference between the ends) is exit 2."""
+ancestor of bad, a metric the command never prints, no difference between the ends, a build
+command that always fails) is exit 2."""
 
 from __future__ import annotations
 
@@ -100,6 +101,7 @@ def test_bisect_names_the_culprit_skips_the_broken_build_and_resumes(repo, tmp_p
         ("reversed", "not an ancestor of --bad"),
         ("metric", "--metric no_such_ms: the command's harmony-ref-generate output has no"),
         ("same", "is not worse at --bad"),
+        ("build", "--good: build exit 1"),
     ],
 )
 def test_bad_input_is_exit_2(repo, tmp_path, capsys, case, message):
@@ -114,6 +116,8 @@ def test_bad_input_is_exit_2(repo, tmp_path, capsys, case, message):
     args = _bisect(tmp_path, root, good, bad, *extra)
     if case == "metric":
         args[args.index("ttft_ms")] = "no_such_ms"
+    if case == "build":  # a build command that always fails
+        args[args.index(BUILD)] = "false"
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1] and len(err[-1]) < 200, err
@@ -125,10 +129,7 @@ def test_the_simulated_target_holds():
     """Issue 47's bisect target through tools/bisect_sim.py (the real search, drawn runs): the
     culprit named exactly in at least 19 of 20 seeded 64-commit ranges with an 8% step under 3%
     noise, at most 150 runs each; the figures the how-to quotes."""
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-    import bisect_sim
+    from tools import bisect_sim
 
     row = bisect_sim.simulate(20, 0, 5)
     assert row["exact"] >= 19 and row["runs_max"] <= 150
