@@ -9,8 +9,6 @@ The figures go into docs/how-to/find-the-commit.md.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -79,24 +77,14 @@ def simulate(trials: int, seed: int, samples: int) -> dict:
     }
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trials", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--samples", type=int, nargs="+", default=[5, 1])
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args()
-    rows = [simulate(args.trials, args.seed, s) for s in args.samples]
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        for r in rows:
-            print(
-                f"{r['samples_per_run']} samples a run: culprit named exactly in {r['exact']} of "
-                f"{r['trials']}, runs median {r['runs_median']:g}, max {r['runs_max']}"
-            )
-    return 0
+def _line(r: dict) -> str:
+    return (
+        f"{r['samples_per_run']} samples a run: culprit named exactly in {r['exact']} of "
+        f"{r['trials']}, runs median {r['runs_median']:g}, max {r['runs_max']}"
+    )
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from tools.changepoint_sim import run_cli
+
+    raise SystemExit(run_cli(__doc__, simulate, _line, 20))

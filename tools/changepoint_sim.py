@@ -54,25 +54,27 @@ def simulate(trials: int, seed: int, samples: int) -> dict:
     }
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trials", type=int, default=1000)
+def run_cli(doc: str, simulate_fn, line, trials: int) -> int:
+    """The simulation tools' command line: --trials, --seed, --samples (several: one row each),
+    --json; `line(row)` prints a row as text."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--trials", type=int, default=trials)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--samples", type=int, nargs="+", default=[5, 1])
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    rows = [simulate(args.trials, args.seed, s) for s in args.samples]
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        for r in rows:
-            print(
-                f"{r['samples_per_point']} samples a point, {r['trials']} trials: false alarms "
-                f"{100 * r['false_alarm_rate']:.1f}% (noise only), power {100 * r['power']:.1f}% "
-                f"({r['step_pct']:g}% step found at its commit +-1)"
-            )
+    rows = [simulate_fn(args.trials, args.seed, s) for s in args.samples]
+    print(json.dumps(rows, indent=2) if args.json else "\n".join(line(r) for r in rows))
     return 0
 
 
+def _line(r: dict) -> str:
+    return (
+        f"{r['samples_per_point']} samples a point, {r['trials']} trials: false alarms "
+        f"{100 * r['false_alarm_rate']:.1f}% (noise only), power {100 * r['power']:.1f}% "
+        f"({r['step_pct']:g}% step found at its commit +-1)"
+    )
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(__doc__, simulate, _line, 1000))
