@@ -294,7 +294,7 @@ class Bisection:
                 if end.runs < c.runs:
                     self.measure(end)
 
-    def _ends(self, good: CommitRuns, bad: CommitRuns) -> float:
+    def _ends(self, good: CommitRuns, bad: CommitRuns) -> None:
         for end in (good, bad):
             if not self.built(end):
                 raise ValueError(f"--{'good' if end is good else 'bad'}: {end.detail}")
@@ -310,7 +310,6 @@ class Bisection:
                 f"--good/--bad: {self.metric} is not worse at --bad ({good.median:.4g} -> "
                 f"{bad.median:.4g} {self.unit}, p = {p:.2g}): nothing to bisect"
             )
-        return p
 
     def run(self) -> BisectResult:
         resumed = self.resume()
@@ -321,7 +320,7 @@ class Bisection:
         skipped: list[CommitRuns] = []
         budget = False
         try:
-            p = self._ends(good, bad)
+            self._ends(good, bad)
             while hi - lo > 1:
                 mid_f = (lo + hi) / 2
                 left = [i for i in range(lo + 1, hi) if self.runs[self.commits[i]] not in skipped]
@@ -338,7 +337,7 @@ class Bisection:
                     lo = mid
         except _Budget:
             budget = True
-            p = _u_p(good.samples, bad.samples)
+        p = _u_p(good.samples, bad.samples)  # over every run the ends got, not the first ones
         change, ci_lo, ci_hi = change_interval(good.samples, bad.samples)
         exact = hi - lo == 1 and not budget
         return BisectResult(

@@ -134,3 +134,17 @@ def test_the_simulated_target_holds():
     row = bisect_sim.simulate(20, 0, 5)
     assert row["exact"] >= 19 and row["runs_max"] <= 150
     assert (row["exact"], row["runs_median"], row["runs_max"]) == (20, 45, 59)  # the how-to's
+
+
+def test_the_howto_pastes_a_real_bisect_output(repo, tmp_path, capsys):
+    """docs/how-to/find-the-commit.md shows `bisect`'s output on this module's repository: it
+    must be what the command prints (fixed commit dates and seeded noise make it the same)."""
+    from pathlib import Path
+
+    root, hashes = repo
+    args = _bisect(tmp_path, root, hashes[0], hashes[-1])
+    assert main(args[:-1]) == 0  # as text, not --json
+    out = capsys.readouterr().out
+    text = (Path(__file__).resolve().parents[2] / "docs/how-to/find-the-commit.md").read_text()
+    block = text[text.index("<!-- bisect-output -->") :].split("```text\n", 1)[1]
+    assert out == block.split("```", 1)[0]
