@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony_ref.track.changepoints import change_interval
-from harmony_ref.track.history import History, _git
+from harmony_ref.track.history import History, git_out
 
 P_DIFFERENT = 0.01
 P_SAME = 0.3  # assumption: above this two samples read as the same level (Pinpoint sets its own
@@ -98,7 +98,7 @@ class BisectResult:
 
 
 def resolve(repo: Path, rev: str, flag: str) -> str:
-    sha = _git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], repo)
+    sha = git_out(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], repo)
     if not sha:
         raise ValueError(f"{flag} {rev}: not a revision of {repo}")
     return sha
@@ -111,7 +111,9 @@ def commit_range(repo: Path, good: str, bad: str) -> list[str]:
     )
     if r.returncode != 0 or good == bad:
         raise ValueError(f"--good {good[:10]}: not an ancestor of --bad {bad[:10]}")
-    out = _git(["rev-list", "--reverse", "--topo-order", "--ancestry-path", f"{good}..{bad}"], repo)
+    out = git_out(
+        ["rev-list", "--reverse", "--topo-order", "--ancestry-path", f"{good}..{bad}"], repo
+    )
     return [good, *(out or "").split()]
 
 
@@ -147,7 +149,7 @@ class Bisection:
         note: Callable[[str], None] = print,
     ):
         self.repo = Path(repo).resolve()
-        if not (self.repo / ".git").exists() and not _git(["rev-parse", "HEAD"], self.repo):
+        if not (self.repo / ".git").exists() and not git_out(["rev-parse", "HEAD"], self.repo):
             raise ValueError(f"--repo {repo}: not a git checkout")
         self.good, self.bad = resolve(self.repo, good, "--good"), resolve(self.repo, bad, "--bad")
         self.commits = commit_range(self.repo, self.good, self.bad)
@@ -236,9 +238,9 @@ class Bisection:
 
         prov = collect_provenance()
         prov["sut"] = {
-            "repository": _git(["remote", "get-url", "origin"], self.repo) or str(self.repo),
+            "repository": git_out(["remote", "get-url", "origin"], self.repo) or str(self.repo),
             "commit": commit,
-            "describe": _git(["describe", "--always", "--tags", commit], self.repo),
+            "describe": git_out(["describe", "--always", "--tags", commit], self.repo),
             "dirty": False,
         }
         cfg = {

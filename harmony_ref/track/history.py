@@ -96,7 +96,8 @@ TABLES = {t.name for t in meta.sorted_tables}
 # --- what a row knows -------------------------------------------------------------------------
 
 
-def _git(args: list[str], cwd: Path) -> str | None:
+def git_out(args: list[str], cwd: Path) -> str | None:
+    """A git command's stdout in `cwd`, stripped; None when git fails or is missing."""
     try:
         out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
@@ -110,15 +111,15 @@ def sut_info(directory: str | Path, flag: str = "--sut") -> dict:
     d = Path(directory)
     if not d.is_dir():
         raise ValueError(f"{flag} {directory}: not a directory")
-    top = _git(["rev-parse", "--show-toplevel"], d)
-    commit = _git(["rev-parse", "HEAD"], d) if top else None
+    top = git_out(["rev-parse", "--show-toplevel"], d)
+    commit = git_out(["rev-parse", "HEAD"], d) if top else None
     if not top or not commit:
         raise ValueError(f"{flag} {directory}: not a git checkout with a commit")
-    status = _git(["status", "--porcelain", "--untracked-files=no"], d)
+    status = git_out(["status", "--porcelain", "--untracked-files=no"], d)
     return {
-        "repository": _git(["remote", "get-url", "origin"], d) or top,
+        "repository": git_out(["remote", "get-url", "origin"], d) or top,
         "commit": commit,
-        "describe": _git(["describe", "--always", "--tags"], d),
+        "describe": git_out(["describe", "--always", "--tags"], d),
         "dirty": None if status is None else bool(status),
     }
 

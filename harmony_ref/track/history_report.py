@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harmony_ref.metrics import Metric
 from harmony_ref.track.changepoints import ChangePoint, detect
-from harmony_ref.track.history import SeriesRow, _git
+from harmony_ref.track.history import SeriesRow, git_out
 
 
 @dataclass
@@ -77,7 +77,7 @@ def commit_order(sut_dir: str | Path, flag: str = "--sut") -> list[str]:
     from harmony_ref.track.history import sut_info
 
     sut_info(sut_dir, flag)  # a directory that is no git checkout: ValueError naming it
-    out = _git(["rev-list", "--topo-order", "--reverse", "HEAD"], Path(sut_dir))
+    out = git_out(["rev-list", "--topo-order", "--reverse", "HEAD"], Path(sut_dir))
     if not out:
         raise ValueError(f"{flag} {sut_dir}: `git rev-list HEAD` gave no commits")
     return out.split()
