@@ -79,6 +79,31 @@ def _exported(tmp: Path) -> str:
 
 
 # command -> (argv after the command, given tmp_path, tiny_gguf and a record; exit codes allowed)
+def _bisect_args(t: Path) -> list[str]:
+    """A two-commit repository whose second commit is 20% slower (a noisy program)."""
+    from tests.track.history_demo import git
+
+    repo = t / "prog"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    for i, level in enumerate((50.0, 60.0)):
+        (repo / "prog.py").write_text(
+            "import json, os, random\n"
+            "n = int(open('.n').read()) if os.path.exists('.n') else 0\n"
+            "open('.n', 'w').write(str(n + 1))\n"
+            f"v = {level} * (1 + 0.02 * random.Random(n).uniform(-1, 1))\n"
+            "print(json.dumps({'prompt_tokens': 8, 'new_tokens': 0, 'ttft_ms': v,\n"
+            "    'prefill_tokens_per_s': 1000.0, 'decode_tokens_per_s': 1.0, 'decode_steps': 0}))\n"
+        )
+        git(repo, "add", "prog.py")
+        git(repo, "commit", "-q", "-m", f"c{i}", date=i)
+    return [
+        "--repo", str(repo), "--good", "HEAD~1", "--bad", "HEAD",
+        "--command", f"{sys.executable} prog.py", "--format", "harmony-ref-generate",
+        "--metric", "ttft_ms", "--cache-dir", str(t / "cache"), "--history", str(t / "h.sqlite"),
+    ]  # fmt: skip
+
+
 CASES = {
     "accuracy": (
         lambda t, g, r: ["--model", str(g), "--policy", "int8", "--context", "32", "--chunks", "1"],
@@ -123,6 +148,8 @@ CASES = {
         lambda t, g, r: ["--model", str(g), "--policy", "int8", "--prompt", "hi", "--max-new", "2"],
         {0},
     ),
+    "bisect": (lambda t, g, r: _bisect_args(t), {0}),
+    "history": (lambda t, g, r: ["import", str(r), "--history", str(t / "h.sqlite")], {0}),
     "lifecycle": (lambda t, g, r: ["--model", "qwen2.5-0.5b", "--entries", "4"], {0, 1}),
     "measure": (
         lambda t, g, r: [

@@ -240,3 +240,28 @@ def add_scoring_arguments(p, *, context: int = 512, chunks_of: str = "the corpus
         metavar="N",
         help=f"decoder: score only the first N chunks of {chunks_of} (default all)",
     )
+
+
+def add_history_arguments(p) -> None:
+    """`--history PATH_OR_URL` and `--sut DIR`: where the record is also appended and what
+    system it measured (track/history.py)."""
+    p.add_argument(
+        "--history",
+        metavar="PATH_OR_URL",
+        help="run history the record is also appended to: a SQLite file or a postgresql:// URL "
+        "(default $HARMONY_REF_HISTORY, else history.sqlite beside --out-dir)",
+    )
+    p.add_argument(
+        "--sut",
+        metavar="DIR",
+        help="git checkout of the system under test (default: harmony-ref's own checkout)",
+    )
+
+
+def open_history_arguments(args, out_dir: str):
+    """(History, sut dict or None) of `add_history_arguments`' flags, checked before the work:
+    an unreachable or foreign database, or a --sut that is no git checkout, is a ValueError."""
+    from harmony_ref.track.history import open_history, sut_info
+
+    sut = sut_info(args.sut) if args.sut else None
+    return open_history(args.history, out_dir), sut

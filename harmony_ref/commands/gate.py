@@ -13,6 +13,7 @@ HELP = "compare a run with the baseline (exit 0 pass, 1 regression, 2 bad input)
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import add_history_arguments
     from harmony_ref.commands._output import add_json_flag
 
     p.add_argument(
@@ -36,6 +37,7 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--no-rerun", action="store_true", help="never re-measure a failing measured metric"
     )
+    add_history_arguments(p)
     p.add_argument(
         "--update-baseline",
         action="store_true",
@@ -69,11 +71,22 @@ def run(args) -> int:
         check_output_file(args.summary, "--summary")
     if args.update_baseline:
         check_output_file(baseline_path, "--baseline")
+    history = sut = None
     if not args.current:
+        from harmony_ref.commands._args import open_history_arguments
+
         check_output_dir(args.out_dir, "--out-dir")
+        history, sut = open_history_arguments(args, args.out_dir)
     baseline = read_baseline(baseline_path, args.update_baseline, note)
     current, current_path, fresh = current_record(
-        args.current, args.out_dir, baseline, baseline_path, RunConfig.from_names(**DEFAULTS), note
+        args.current,
+        args.out_dir,
+        baseline,
+        baseline_path,
+        RunConfig.from_names(**DEFAULTS),
+        note,
+        history,
+        sut,
     )
     names = (str(baseline_path), str(current_path))
 

@@ -21,7 +21,7 @@ HELP = (
 
 def add_arguments(p) -> None:
     from harmony_ref.backends.parsers import FORMATS
-    from harmony_ref.commands._args import add_scenario_arguments, number
+    from harmony_ref.commands._args import add_history_arguments, add_scenario_arguments, number
     from harmony_ref.commands._session import add_session_argument
 
     p.add_argument(
@@ -59,6 +59,7 @@ def add_arguments(p) -> None:
         help="with --session: where the run record goes (default results/runs)",
     )
     p.add_argument("--no-record", action="store_true", help="with --session: write no record")
+    add_history_arguments(p)
     g = p.add_argument_group(
         "physics sanity (flag measurements faster than the profile's roofline)"
     )
@@ -149,8 +150,10 @@ def run(args) -> int:
             raise ValueError("give --command and --format (or --session FILE)")
     elif not args.no_record:
         from harmony_ref._io import check_output_dir
+        from harmony_ref.commands._args import open_history_arguments
 
         check_output_dir(args.out_dir, "--out-dir")
+        args.history_store, args.sut_info = open_history_arguments(args, args.out_dir)
     config, profile = _config(args, session)
     dev = CommandDevice(
         args.command_template,
@@ -257,4 +260,5 @@ def _write_record(m, config, dev, args):
         "session": m.session,
     }
     prov = collect_provenance()
-    return write_record(Record(cfg, m.metrics, prov, {"session": part}), args.out_dir)
+    record = Record(cfg, m.metrics, prov, {"session": part})
+    return write_record(record, args.out_dir, args.history_store, args.sut_info)

@@ -126,6 +126,7 @@ def config_from_args(args):
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import add_history_arguments
     from harmony_ref.commands._output import add_json_flag
 
     add_config_arguments(p)
@@ -139,6 +140,7 @@ def add_arguments(p) -> None:
         "--out-dir", default="results/runs", help="where the record goes (default results/runs)"
     )
     p.add_argument("--no-record", action="store_true", help="do not write a record")
+    add_history_arguments(p)
     add_json_flag(p)
 
 
@@ -192,7 +194,10 @@ def run(args) -> int:
     config = config_from_args(args)
     skip = parse_skip(args.skip)
     if not args.no_record:
+        from harmony_ref.commands._args import open_history_arguments
+
         check_output_dir(args.out_dir, "--out-dir")
+        history, sut = open_history_arguments(args, args.out_dir)
     from harmony_ref.backends.transport import DeviceGone
 
     try:
@@ -201,7 +206,7 @@ def run(args) -> int:
         from harmony_ref.commands._session import gone_exit
 
         return gone_exit(NAME, e)
-    path = None if args.no_record else write_record(record, args.out_dir)
+    path = None if args.no_record else write_record(record, args.out_dir, history, sut)
     if args.json:
         print_json({"record": str(path) if path else None, **record.to_dict()})
     else:

@@ -24,7 +24,7 @@ AXIS_FLAGS = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import number
+    from harmony_ref.commands._args import add_history_arguments, number
     from harmony_ref.commands._output import add_json_flag
 
     p.add_argument("--name", required=True, help="the sweep: results/sweeps/NAME/")
@@ -73,6 +73,7 @@ def add_arguments(p) -> None:
         "--retry-failed", action="store_true", help="compute again the points that failed before"
     )
     p.add_argument("--out-dir", default="results/sweeps", help="default results/sweeps")
+    add_history_arguments(p)
     add_json_flag(p)
 
 
@@ -131,13 +132,16 @@ def run(args) -> int:
     if args.scheduler and args.workers is not None:
         raise ValueError("--workers applies to the LocalCluster; a --scheduler has its own workers")
     grid = grid_from_args(args)
+    from harmony_ref.commands._args import open_history_arguments
+
+    history, sut = open_history_arguments(args, args.out_dir)
     from harmony_ref.sweep.run import check_scheduler_address, run_sweep
 
     if args.scheduler:
         check_scheduler_address(args.scheduler)
     summary = run_sweep(
         grid,
-        SweepStore(args.name, args.out_dir),
+        SweepStore(args.name, args.out_dir, history, sut),
         workers=args.workers,
         scheduler=args.scheduler,
         retry_failed=args.retry_failed,

@@ -94,8 +94,13 @@ def check_name(name: str) -> str:
 
 
 class SweepStore:
-    def __init__(self, name: str, root: str | Path = "results/sweeps"):
+    def __init__(
+        self, name: str, root: str | Path = "results/sweeps", history=None, sut: dict | None = None
+    ):
+        """`history` (track/history.py's History): where every point's record is also appended,
+        with `sut` (the system under test) in its provenance; None: no history."""
         self.name = check_name(name)
+        self.history, self.sut = history, sut
         self.dir = Path(root) / name
         self.records = self.dir / "records"
         self.pending = self.dir / "pending"
@@ -162,9 +167,13 @@ class SweepStore:
         """Write a point's record and queue its row; returns the row."""
         key = result["key"]
         record = result["record"]
+        if self.sut is not None:
+            record["provenance"]["sut"] = dict(self.sut)
         path = self.records / f"{key}.json"
         # One line, not indented: json's C encoder (indent= takes the pure-Python one, 10x slower)
         _replace_into(path, (json.dumps(record, default=float, allow_nan=False) + "\n").encode())
+        if self.history is not None:
+            self.history.append(record, str(path))
         row = make_row(point, result, str(path.relative_to(self.dir)))
         self._rows.append(row)
         if time.monotonic() - self._last_flush > FLUSH_EVERY_S:

@@ -66,10 +66,13 @@ def current_record(
     baseline_path: Path,
     default_config: RunConfig,
     note=print,
+    history=None,
+    sut: dict | None = None,
 ) -> tuple[Record, Path, bool]:
     """(record, its path, made fresh here?). `current`: a record file, "latest" (the newest in
     `out_dir`), or None: a fresh run of the baseline's config and parts (the default config
-    without a baseline), written to `out_dir`."""
+    without a baseline), written to `out_dir` and appended to `history` (track/history.py) with
+    the system under test `sut`."""
     if current == "latest":
         found = latest_record(out_dir)
         if found is None:
@@ -83,7 +86,7 @@ def current_record(
         RunConfig.from_dict(baseline.config, str(baseline_path)) if baseline else default_config
     )
     record = run_job(config, only=ran_parts(baseline) if baseline else None)
-    path = write_record(record, out_dir)
+    path = write_record(record, out_dir, history, sut)
     note(f"fresh run record: {path}")
     return record, path, True
 

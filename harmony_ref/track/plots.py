@@ -7,6 +7,7 @@
   one page, each bar as a share of its metric's largest value, the real value printed beside it.
 - `thermal_plot` (`thermal --plot`): decode tokens/s and die/skin temperature over time.
 - `serve_plot` (`serve --plot`): each request's latency by arrival time and the wait queue.
+- `history_plot` (`history --plot`): a metric over the commits, its samples and change points.
 """
 
 from __future__ import annotations
@@ -533,3 +534,46 @@ def serve_figure(result, title: str, width_px: int = WIDTH_PX):
         ax2.grid(True, axis="x")
         fig.suptitle(title)
         return fig
+
+
+def history_plot(report, path: str | Path, width_px: int = WIDTH_PX) -> Path:
+    """`history --plot`: `history_figure` written to `path`."""
+    return save_png(history_figure(report, width_px), path)
+
+
+def history_figure(report, width_px: int = WIDTH_PX):
+    """One metric over the SUT's commits (track/history_report.py's HistoryReport): every raw
+    sample as a dot, each commit's median joined by a line, each change point a dashed line
+    before its first commit, labelled with that commit and its size, the commit range it could
+    lie in shaded."""
+    import numpy as np
+
+    pts = report.points
+    x = np.arange(len(pts))
+    with style():
+        fig, ax = figure(width_px, 700)
+        for i, p in enumerate(pts):
+            ax.scatter(np.full(len(p.samples), i), p.samples, s=10, c="#999999", alpha=0.6, lw=0)
+        ax.plot(x, [p.median for p in pts], c="#0072B2", lw=2, marker="o", ms=4, label="median")
+        for c in report.changes:
+            colour = "#D55E00" if c.worse else "#009E73"
+            ax.axvspan(c.point.lo - 1, c.point.hi, color=colour, alpha=0.08, lw=0)
+            ax.axvline(c.point.index - 0.5, ls="--", c=colour)
+            ax.annotate(
+                f"{c.first[:7]}\n{c.point.change_pct:+.1f}%",
+                (c.point.index - 0.5, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(4, -4),
+                textcoords="offset points",
+                va="top",
+                color=colour,
+                fontweight="bold",
+            )
+        step = max(1, len(pts) // 20)
+        ax.set_xticks(x[::step], [p.commit[:7] for p in pts][::step], rotation=60, ha="right")
+        ax.set_xlabel("commit of the system under test (git order)")
+        ax.set_ylabel(f"{report.metric} ({report.unit}), {_DIRECTION[report.direction]}")
+        ax.set_title(f"{report.metric}: {report.config} on {report.machine}")
+        ax.legend(loc="lower right")
+        thousands(ax)
+    return fig

@@ -8,7 +8,10 @@ A record holds
   measured metrics where the backend has them, flags);
 - `parts`: which parts of the job ran, were skipped, or were not available (and why);
 - `provenance`: git commit and dirty flag, harmony-ref/Python/numpy/numba versions, CPU model,
-  cores, Numba threads, hostname, UTC time.
+  cores, Numba threads, hostname, UTC time; with `--sut DIR`, `sut`: the system under test's
+  repository, commit, `git describe` and dirty flag (track/history.py).
+
+Every record written is also appended to the run history (track/history.py).
 
 Records are written atomically (a temporary file in the target directory, fsync, then a hard link
 or rename into place), so a killed writer never leaves a half file, and record names carry a UTC
@@ -28,10 +31,14 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harmony_ref._io import write_text_atomic
 from harmony_ref.config import check_config_dict
 from harmony_ref.metrics import DIRECTIONS, KINDS, Metrics, domain_error
+
+if TYPE_CHECKING:
+    from harmony_ref.track.history import History
 
 SCHEMA_VERSION = 1
 PART_STATUSES = ("ok", "skipped", "unavailable", "failed")
@@ -257,21 +264,33 @@ def nothing_succeeded(record: Record) -> bool:
     return "ok" not in statuses and "failed" in statuses
 
 
-def write_record(record: Record, out_dir: str | Path) -> Path:
+def write_record(
+    record: Record, out_dir: str | Path, history: History | None = None, sut: dict | None = None
+) -> Path:
     """Write a new record file under out_dir and return its path; never overwrites one. A record
-    in which no part succeeded goes to out_dir/failed/, where `latest_record` does not look."""
+    in which no part succeeded goes to out_dir/failed/, where `latest_record` does not look.
+    Every record written is also appended to the run history (track/history.py): `history`, or
+    the default one for `out_dir`; `sut` (history.sut_info) goes into its provenance first."""
+    if sut is not None:
+        record.provenance["sut"] = dict(sut)
     data = record.to_dict()
     validate_record_dict(data, "<record being written>")
+    if history is None:
+        from harmony_ref.track.history import open_history
+
+        history = open_history(None, out_dir)
     out_dir = Path(out_dir)
     if nothing_succeeded(record):
         out_dir = out_dir / FAILED_DIR
     for _attempt in range(100):
         try:
-            return write_json_atomic(
+            path = write_json_atomic(
                 out_dir / record_filename(record.config), data, overwrite=False
             )
         except FileExistsError:
             continue
+        history.append(data, str(path))
+        return path
     raise RuntimeError(f"could not find a free record name in {out_dir}")  # pragma: no cover
 
 
