@@ -19,6 +19,7 @@ into noise.
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import time
@@ -77,6 +78,26 @@ def widen_ns_per_weight(rows: int = 4096, k: int = 576, repeats: int = 21) -> fl
     return best / (rows * k) * 1e9
 
 
+def gemm_thread_share(m: int = 128, k: int = 576, n: int = 1536, repeats: int = 15) -> float:
+    """What a second thread adds to this runtime's own prefill GEMM (kernels/matmul.py's int8
+    kernel on a SmolLM2-sized matrix), as a share of one thread's rate: 1-thread time over
+    2-thread time, minus one, in [0, 1]; best of `repeats` each. On a KVM guest whose two vCPUs
+    share a physical core's resources it is well below 1, which no nominal peak says."""
+    from harmony_ref.kernels.matmul import matmul_w8, prepare_w8
+    from harmony_ref.quant.int8 import quantize_int8
+
+    rng = np.random.default_rng(0)
+    w = prepare_w8(quantize_int8(rng.standard_normal((n, k)).astype(np.float32)))
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    best = {}
+    for t in (1, 2):
+        numba.set_num_threads(t)
+        matmul_w8(x, w)
+        best[t] = min(_timed(lambda: matmul_w8(x, w)) for _ in range(repeats))
+    numba.set_num_threads(1)
+    return float(min(1.0, max(0.0, best[1] / best[2] - 1.0)))
+
+
 def lscpu_model() -> str:
     """'Model name=...; CPU family=...; Model=...' as lscpu prints them ('' without lscpu)."""
     try:
@@ -130,6 +151,8 @@ def machine(dram_bytes: int = 2 << 30, cache_bytes: int = 64 << 20) -> dict:
         out[f"dram_read_gbps_t{t}"] = stream_gbps(dram_bytes, t, repeats=3)
         out[f"parallel_call_us_t{t}"] = sync_us(t)
     out["fp16_widen_ns_per_weight"] = widen_ns_per_weight()  # NumPy's cast: one thread
+    if (os.cpu_count() or 1) >= 2:
+        out["gemm_thread_share"] = gemm_thread_share()
     numba.set_num_threads(1)
     return out
 

@@ -449,7 +449,18 @@ def host_soc_toml(
                 "unused by the runtime path (the runtime profile's launch_us applies)",
             ),
             ("sync_us_per_thread", sync, "measured: a Numba parallel call at 2 threads minus at 1"),
-        ],
+        ]
+        + (
+            [
+                (
+                    "thread_share",
+                    m["gemm_thread_share"],
+                    "measured: the int8 prefill GEMM's 2-thread speedup minus 1",
+                )
+            ]
+            if "gemm_thread_share" in m
+            else []
+        ),
     )
     cluster = _toml_table(
         "[cpu.clusters]",

@@ -29,11 +29,11 @@ from harmony_ref.metrics import ape_pct, mape_pct
 
 # what a phase calibration moves when --params does not say: on a phone the prompt's matmul,
 # the DRAM read and the per-op overhead (a phone's decode is memory-bound); on this host (a
-# measured SoC profile, a model in or near the cache) the prompt's matmul, a decode step's GEMVs
-# and attention over the cache and the per-op overhead, the bandwidth the measured one times the
+# measured SoC profile, a model in or near the cache) the prompt's matmul and attention, a decode
+# step's GEMVs and attention over the cache and the per-op overhead, the bandwidth the measured one times the
 # runtime's prior memory efficiency
 PHASE_PARAMS = ("matmul", "memory", "launch_us")
-HOST_PHASE_PARAMS = ("matmul", "gemv", "attention_decode", "launch_us")
+HOST_PHASE_PARAMS = ("matmul", "gemv", "attention", "attention_decode", "launch_us")
 HELD_OUT_EVERY = 3  # every third workload (i % 3 == 2) is scored, never fitted
 
 
@@ -101,6 +101,7 @@ def calibrate_runtime_phases(
     params: tuple[str, ...] | None = None,
     session=None,
     progress=None,
+    profile_label: str = "",
 ) -> tuple[list[dict], dict]:
     """Run the command per workload on the device `profile` describes, fit `runtime`'s `params`
     (default PHASE_PARAMS) on the prefill and decode-step times of the fit workloads, write the
@@ -172,7 +173,7 @@ def calibrate_runtime_phases(
             rt,
             comments,
             f"{rt.description}\nFitted by `harmony-ref calibrate --backend command --runtime "
-            f"{runtime}` on {profile}; numbers without a comment are the prior's.",
+            f"{runtime}` on {profile_label or profile}; numbers without a comment are the prior's.",
         ),
     )
     load_runtime(out)

@@ -151,7 +151,7 @@ def add_arguments(p) -> None:
         "--params",
         help="--set, --command with a runtime: comma-separated parameters to fit "
         "(e.g. matmul,memory; --command defaults: matmul,memory,launch_us on a phone profile, "
-        "matmul,gemv,attention_decode,launch_us on this host)",
+        "matmul,gemv,attention,attention_decode,launch_us on this host)",
     )
     add_json_flag(p)
 
@@ -436,6 +436,7 @@ def _runtime_phases(args, command, fmt, workloads, profile, runtime, timeout, pa
             params or HOST_PHASE_PARAMS,
             None,
             progress,
+            profile_label=soc_out.name,
         )
     write_text_atomic(soc_out, text)
     summary["profile"] = str(soc_out)

@@ -343,6 +343,9 @@ class CpuSpec:
     clusters: tuple[CpuCluster, ...]
     launch_us: float = nonneg()  # dispatching one op to the CPU thread pool
     sync_us_per_thread: float = nonneg()  # per op: the barrier's cost per thread beyond the first
+    # the share of one core's compute rate each thread beyond the first adds (1: cores scale
+    # perfectly, the phones' assumption; a host's is measured: calibrate/host_measure.py)
+    thread_share: float = field(default=1.0, metadata={"min": 0.0, "max": 1.0})
 
     @property
     def cores(self) -> int:
@@ -752,11 +755,13 @@ def load_runtime(name_or_path: str | Path | RuntimeProfile) -> RuntimeProfile:
 
 def cpu_rates(cpu: CpuSpec, threads: int, split: str) -> dict[str, float]:
     """Ops/s of `threads` threads on the fastest cores, per dtype: the sum of their rates
-    (dynamic split) or threads x the slowest one's (even split)."""
+    (dynamic split) or threads x the slowest one's (even split), each thread beyond the first
+    adding `cpu.thread_share` of its core's rate."""
     used = cpu.cores_used(threads)
+    scale = (1 + (threads - 1) * cpu.thread_share) / threads
     if split == "even":  # each op waits for its slowest thread (device/threads.py)
-        return {d: threads * min(c.core_ops_per_s(d) for c in used) for d in DTYPES}
-    return {d: sum(c.core_ops_per_s(d) for c in used) for d in DTYPES}
+        return {d: scale * threads * min(c.core_ops_per_s(d) for c in used) for d in DTYPES}
+    return {d: scale * sum(c.core_ops_per_s(d) for c in used) for d in DTYPES}
 
 
 def float16_shares(cpu: CpuSpec, threads: int, split: str, f16: RuntimeFloat16) -> dict:
