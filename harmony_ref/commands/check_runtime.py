@@ -156,6 +156,9 @@ def run(args) -> int:
             "--command: give one per command or none"
         )
     labels = args.label or [f"cmd{i + 1}" for i in range(len(args.commands))]
+    from harmony_ref._io import check_output_dir
+
+    check_output_dir(args.out_dir, "--out-dir")  # before the reference and the runtime run
     from harmony_ref.backends.transport import DeviceGone
     from harmony_ref.commands import _session
 

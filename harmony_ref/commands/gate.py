@@ -57,6 +57,7 @@ def run(args) -> int:
     from harmony_ref.track.gate_run import (
         current_record,
         failed_parts,
+        prev_path,
         read_baseline,
         remeasure_policy,
         replace_baseline,
@@ -69,6 +70,7 @@ def run(args) -> int:
         check_output_file(args.summary, "--summary")
     if args.update_baseline:
         check_output_file(baseline_path, "--baseline")
+        check_output_file(prev_path(baseline_path), "--baseline's previous copy")
     if not args.current:
         check_output_dir(args.out_dir, "--out-dir")
     baseline = read_baseline(baseline_path, args.update_baseline, note)

@@ -123,13 +123,15 @@ def run(args) -> int:
     if args.scheduler and args.workers is not None:
         raise ValueError("--workers applies to the LocalCluster; a --scheduler has its own workers")
     grid = grid_from_args(args)
+    store = SweepStore(args.name, args.out_dir)
+    store.check_outputs()  # before any point runs
     from harmony_ref.sweep.run import check_scheduler_address, run_sweep
 
     if args.scheduler:
         check_scheduler_address(args.scheduler)
     summary = run_sweep(
         grid,
-        SweepStore(args.name, args.out_dir),
+        store,
         workers=args.workers,
         scheduler=args.scheduler,
         retry_failed=args.retry_failed,
