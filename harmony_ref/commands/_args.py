@@ -132,6 +132,8 @@ def check_policies(names: list[str], spec, allow_unmatched: bool = False) -> lis
     policies, seen = [], {}
     for name in names:
         if name == AS_STORED:  # the file's own formats fit it; runtime/loader.stored_policy
+            if name in seen:
+                raise ValueError(f"--policy {AS_STORED}: given twice (its rows would be one)")
             seen[name] = name  # says so when the model is not a GGUF it can run as stored
             continue
         policy = load_policy(name)
