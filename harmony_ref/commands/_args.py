@@ -222,5 +222,6 @@ def add_scoring_arguments(p, *, context: int = 512, chunks_of: str = "the corpus
         type=int,
         default=None,
         metavar="N",
-        help=f"decoder: score only the first N chunks of {chunks_of} (default all)",
+        help=f"decoder: score only the first N chunks of {chunks_of} (default all; more "
+        "than the text has is refused)",
     )

@@ -55,7 +55,8 @@ def add_arguments(p) -> None:
         default=None,
         metavar="FILE",
         help="score this UTF-8 text file (wikitext, your app's prompts) instead of "
-        "the shipped held-out corpus; the runtime's {corpus} is a copy of it",
+        "the shipped held-out corpus (read up to its first 4 MB, tokenized only as far as "
+        "--chunks needs); the runtime's {corpus} is a copy of what is read",
     )
     p.add_argument(
         "--format",
