@@ -144,6 +144,10 @@ def run(args) -> int:
     check_output_file(args.out, "--out")  # before minutes of measuring
     if args.session and args.backend != "command":
         raise ValueError("--session applies to --backend command")
+    if args.figures and not args.fit_set:
+        raise ValueError(f"--figures {args.figures}: applies to --set phones")
+    if args.params and not args.fit_set:
+        raise ValueError(f"--params {args.params}: applies to --set")
     if args.fit_set:
         return _run_set_calibration(args)
     if args.backend == "command" and (args.command_template or args.session):
@@ -289,6 +293,8 @@ def _run_set_calibration(args) -> int:
 
     if not args.runtime:
         raise ValueError("--set needs --runtime (the runtime profile to fit)")
+    if args.figures and args.fit_set != "phones":
+        raise ValueError(f"--figures {args.figures}: applies to --set phones, not {args.fit_set}")
     params = tuple(p.strip() for p in args.params.split(",")) if args.params else None
     summary = calibrate_runtime_on_set(args.fit_set, args.runtime, args.out, args.figures, params)
     if args.json:

@@ -305,7 +305,7 @@ def unmatched(
                 fmt = policy.format_for(hits[0])
                 out.append(
                     f"{policy.source}: field 'quantize.methods.{key}' = {m!r}: its layers are "
-                    f"{fmt.name}, which cannot take it ({_why_not_fitted(fmt)})"
+                    f"{fmt.name} ({_why_not_fitted(fmt)})"
                 )
     if policy.prune is not None:
         past = sorted({b for b, _, _ in policy.prune.blocks if b >= n_blocks})
@@ -414,7 +414,7 @@ FITTED_KINDS = ("int4", "int8")  # the formats quant/gptq.py and quant/awq.py fi
 def _why_not_fitted(fmt: WeightFormat) -> str:
     if fmt.kind in ("fp32", "fp16"):
         return "a float format is not quantized"
-    return "no GPTQ/AWQ fit for ggml blocks exists here (int4-gNN / int8 only)"
+    return "GPTQ/AWQ fit int4-gNN / int8 only"
 
 
 def _check_methods_apply(policy: Policy) -> None:
@@ -429,8 +429,8 @@ def _check_methods_apply(policy: Policy) -> None:
     formats += [INT8] if policy.keep_int8_layers else []
     if q.method != "rtn" and not any(f.kind in FITTED_KINDS for f in formats):
         raise ValueError(
-            f"{policy.source}: field 'quantize.method' = {q.method!r}: no format of the policy "
-            f"can take it (default {policy.default.name}: {_why_not_fitted(policy.default)})"
+            f"{policy.source}: field 'quantize.method' = {q.method!r}: GPTQ/AWQ fit int4-gNN / "
+            f"int8 only; the policy has none (default {policy.default.name})"
         )
     for key, m in q.methods:
         if m != "rtn" and _FORMAT_RE.match(key):

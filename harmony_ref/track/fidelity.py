@@ -70,7 +70,13 @@ def collect(
         out += shipped
         if figures:
             ids = {p.id for p in shipped}
-            extra = [p for p in figure_points(load_figures(figures)) if p.id not in ids]
+            extra = figure_points(load_figures(figures))
+            same = next((p.id for p in extra if p.id in ids), None)
+            if same is not None:  # it would silently replace or be dropped: say so
+                raise ValueError(
+                    f"--figures {figures}: figure id {same!r} is a shipped figure's id; "
+                    "give it another"
+                )
             out += extra
     if records or "records" in sets:
         out += record_points(records, records_runtime)

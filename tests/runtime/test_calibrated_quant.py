@@ -247,17 +247,17 @@ def test_quantize_spec_defaults():
     [
         (
             {"default": "q4_0", "quantize": {"method": "gptq"}},
-            "<p>: field 'quantize.method' = 'gptq': no format of the policy can take it "
-            "(default q4_0: no GPTQ/AWQ fit for ggml blocks exists here",
+            "<p>: field 'quantize.method' = 'gptq': GPTQ/AWQ fit int4-gNN / int8 only; the "
+            "policy has none (default q4_0)",
         ),
         (
             {"default": "fp16", "quantize": {"method": "awq"}},
-            "field 'quantize.method' = 'awq': no format of the policy can take it (default "
-            "fp16: a float",
+            "field 'quantize.method' = 'awq': GPTQ/AWQ fit int4-gNN / int8 only; the policy "
+            "has none (default fp16)",
         ),
         (
             {"default": "int4-g32", "quantize": {"methods": {"q8_0": "gptq"}}},
-            "field 'quantize.methods.q8_0' = 'gptq': q8_0 cannot take it",
+            "field 'quantize.methods.q8_0' = 'gptq': q8_0 cannot take it (GPTQ/AWQ fit",
         ),
     ],
 )
@@ -281,6 +281,6 @@ def test_a_method_pattern_whose_layers_cannot_take_it_is_refused():
     )
     out = unmatched(pol, [("model.layers.0.mlp.gate_proj", 64)], 1)
     assert out == [
-        "<p>: field 'quantize.methods.*.gate_proj' = 'awq': its layers are q4_0, which cannot "
-        "take it (no GPTQ/AWQ fit for ggml blocks exists here (int4-gNN / int8 only))"
+        "<p>: field 'quantize.methods.*.gate_proj' = 'awq': its layers are q4_0 (GPTQ/AWQ "
+        "fit int4-gNN / int8 only)"
     ]
