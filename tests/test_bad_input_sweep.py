@@ -693,6 +693,9 @@ FILES_45 = {
     "grid_ok.toml": GRID.format(p="int8"),
     "rt_soc_typo.toml": RUNTIME.replace('soc = "kirin-9000e"', 'soc = "kirin-9000"'),
     "figs_dup.toml": (ROOT / "harmony_ref" / "data" / "fidelity" / "published.toml").read_text(),
+    "figs_ctx.toml": (ROOT / "harmony_ref" / "data" / "fidelity" / "published.toml")
+    .read_text()
+    .replace('id = "xiao24-d9300-llama2-7b-prefill"', 'id = "mine"\ncontext_tokens = 8', 1),
     "corpus.txt": "the cat sat on the mat and then the dog ran in the sun.\n" * 40,
     "out.gguf": "GGUF the user's previous export",
     "out.gguf.manifest.json": '{"the user\'s": "previous manifest"}\n',
@@ -810,6 +813,10 @@ CASES_45 = [  # (argv, the words the one error line must hold)
     (["fidelity", "--sets", "host", "--figures", "{d}/figs_dup.toml"], "applies to --sets phones"),
     (["fidelity", "--runtime", "llama.cpp-cpu"], "--runtime llama.cpp-cpu: applies to --records"),
     (["fidelity", "--sets", "phones", "--figures", "{d}/figs_dup.toml"], "a shipped figure's id"),
+    (
+        ["fidelity", "--sets", "phones", "--figures", "{d}/figs_ctx.toml"],
+        "figs_ctx.toml: figure 'mine'",
+    ),
     (
         ["calibrate", "--set", "host", "--runtime", "llama.cpp-cpu", "--out", "{d}/o.toml"]
         + ["--figures", "{d}/figs_dup.toml"],
