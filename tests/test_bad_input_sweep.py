@@ -716,6 +716,7 @@ HF_EDITS = {  # HF directory name -> config.json edit (returns a replacement, or
     "hf_eps_str": lambda c: c.update(rms_norm_eps="tiny"),
     "hf_kv_str": lambda c: c.update(num_key_value_heads="2"),
     "hf_archs_str": lambda c: c.update(architectures="LlamaForCausalLM"),
+    "hf_mamba": lambda c: c.update(architectures=["MambaForCausalLM"]),
 }
 
 
@@ -799,6 +800,8 @@ CASES_45 = [  # (argv, the words the one error line must hold)
     (_gen("{d}/hf_badtokcfg"), "tokenizer_config.json: not valid JSON"),
     (["accuracy", "--model", "{d}/hf_null_hidden", "--policy", "fp32"], "hidden_size"),
     (["tokenize", "--model", "{d}/hf_badtok", "--text", "hi"], "tokenizer.json: not a tokenizer"),
+    (["tokenize", "--model", "{d}/hf_mamba", "--text", "hi"], "['MambaForCausalLM']: supported"),
+    (["tokenize", "--model", "{d}/hf_heads0", "--text", "hi"], "num_attention_heads"),
     (_gen("{d}/bos_big.gguf"), "tokenizer.ggml.bos_token_id = 1000000"),
     (_gen("{d}/eos_big.gguf"), "tokenizer.ggml.eos_token_id = 99999"),
     (["tokenize", "--model", "{d}/tiny.gguf", "--text", "a\udc80b"], "--text 'a\\\\udc80b'"),
