@@ -22,7 +22,10 @@ Optional `[prune]` (structured pruning) and `[activations]` (static INT8 activat
 tables combine pruning and quantization in one policy, and `[quantize]` says how each int4 /
 int8 weight is fitted (`method = "rtn" | "gptq" | "awq"`, per layer pattern or format in
 `[quantize.methods]`, with its calibration windows); quant/compress.py describes them.
-`Policy.method_for(name)` is the method a Linear gets ("rtn" for fp32 / fp16 ones).
+`Policy.method_for(name)` is the method a Linear gets ("rtn" for fp32 / fp16 ones). GPTQ and
+AWQ fit int4-gNN and int8 only: a gptq / awq method that no Linear of the policy could take (a
+q4_0 / q8_0 / fp16 policy, a ggml or float format name, a pattern over such layers) is refused in
+one line naming the file, field and value, never labelled over round-to-nearest bytes.
 `dynamic_activations = "int8"` says the runtime quantizes the activations of every int4 and
 int8 Linear to int8 on the fly (ExecuTorch's 8da4w, W4A8): the op graph then marks those
 matmuls int8-activated, so a runtime computes them in int8 whatever it does for weight-only
