@@ -701,6 +701,7 @@ FILES_45 = {
     "out.gguf.manifest.json": '{"the user\'s": "previous manifest"}\n',
     "kept.gguf": "GGUF another previous export",
     "gb.json": BASELINE.read_text(),
+    "rec_noprofile.json": _record(**{"config.profile": "nope-phone"}),
 }
 HF_EDITS = {  # HF directory name -> config.json edit (returns a replacement, or edits in place)
     "hf_list": lambda c: [c],
@@ -815,6 +816,10 @@ CASES_45 = [  # (argv, the words the one error line must hold)
     ),
     (["fidelity", "--sets", "host", "--figures", "{d}/figs_dup.toml"], "applies to --sets phones"),
     (["fidelity", "--runtime", "llama.cpp-cpu"], "--runtime llama.cpp-cpu: applies to --records"),
+    (
+        ["fidelity", "--sets", "records", "--records", "{d}/rec_noprofile.json"],
+        "rec_noprofile.json: field 'config.profile' = 'nope-phone': not a profile file",
+    ),
     (["fidelity", "--sets", "phones", "--figures", "{d}/figs_dup.toml"], "a shipped figure's id"),
     (
         ["fidelity", "--sets", "phones", "--figures", "{d}/figs_ctx.toml"],
