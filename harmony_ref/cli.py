@@ -66,8 +66,12 @@ def _not_utf8(argv: list[str]) -> str:
                 flag = argv[i - 1]
             byte = ord(a[e.start]) - 0xDC00 if 0xDC80 <= ord(a[e.start]) <= 0xDCFF else None
             what = f"byte 0x{byte:02x}" if byte is not None else f"character {e.start}"
-            shown = a.encode("utf-8", "backslashreplace").decode()[:60]
-            return f"{flag or 'argument'} {shown!r}: not UTF-8 text ({what} at {e.start})"
+            try:  # the bytes as given, the bad ones as \xNN
+                raw = a.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                raw = a.encode("utf-8", "backslashreplace")
+            shown = raw.decode("utf-8", "backslashreplace")[:60]
+            return f"{flag or 'argument'} '{shown}': not UTF-8 text ({what} at {e.start})"
     return ""
 
 

@@ -805,7 +805,10 @@ CASES_45 = [  # (argv, the words the one error line must hold)
     (["tokenize", "--model", "{d}/hf_heads0", "--text", "hi"], "num_attention_heads"),
     (_gen("{d}/bos_big.gguf"), "tokenizer.ggml.bos_token_id = 1000000"),
     (_gen("{d}/eos_big.gguf"), "tokenizer.ggml.eos_token_id = 99999"),
-    (["tokenize", "--model", "{d}/tiny.gguf", "--text", "a\udc80b"], "--text 'a\\\\udc80b'"),
+    (
+        ["tokenize", "--model", "{d}/tiny.gguf", "--text", "a\udc80b"],
+        "--text 'a\\x80b': not UTF-8 text (byte 0x80 at 1)",
+    ),
     (_gen("{d}/tiny.gguf", "--chat").__add__(["--prompt", "\udcff"]), "not UTF-8 text (byte 0xff"),
     (["predict", "--model", "{d}/tiny.gguf"], "tiny.gguf: a GGUF file"),
     (["predict", "--profile", "{d}/latin1.toml"], "latin1.toml: not UTF-8 text"),
@@ -901,3 +904,19 @@ def test_issue_45_bad_input_is_one_line_exit_2_nothing_changed(sandbox_45, capsy
     assert says.format(d=d) in err[0], err[0]
     assert _snapshot(d) == before, "a file was written, changed or lost"
     assert sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_dir()) == dirs
+
+
+def test_non_utf8_bytes_in_a_real_argv_are_one_line(sandbox_45):
+    # the installed entry point gets raw bytes from the shell: Python hands them over as lone
+    # surrogates, which reached the tokenizer as a TypeError (issue 45 item 4)
+    r = subprocess.run(
+        [sys.executable, "-m", "harmony_ref", "tokenize", "--model", "tiny.gguf", "--text"]
+        + [b"caf\xe9"],
+        capture_output=True,
+        cwd=sandbox_45,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    err = r.stderr.decode("utf-8", "replace").strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1, err
+    assert "--text 'caf\\xe9': not UTF-8 text (byte 0xe9 at 3)" in err, err
