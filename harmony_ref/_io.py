@@ -10,11 +10,19 @@ Every command checks its output paths before the work starts, one way (`check_ou
 `check_output_dir`): missing parent directories are created at write time, but a directory
 where a file is needed, a file where a directory is needed, or a place this process cannot
 write is a ValueError naming the flag and the path.
+
+A command that writes several files that belong together (a GGUF and its manifest) stages them
+(`StagedOutputs`): each is written to a temporary beside its target, and they are moved into
+place only when all are written and checked; a failure before or during the move leaves every
+file that was there before exactly as it was (the previous files are kept as hard links until
+the move has succeeded, and put back if it has not), and a new file that had no predecessor is
+removed.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -160,3 +168,104 @@ def write_bytes_atomic(path: str | Path, data: bytes, overwrite: bool = True) ->
 def write_text_atomic(path: str | Path, text: str, overwrite: bool = True) -> Path:
     """UTF-8 `text` to `path` atomically (see write_bytes_atomic)."""
     return write_bytes_atomic(path, text.encode("utf-8"), overwrite)
+
+
+class StagedOutputs:
+    """Several outputs, all or nothing (see the module docstring).
+
+        with StagedOutputs() as staged:
+            tmp = staged.stage(out)                 # a temporary beside `out`, to write by name
+            staged.stage_bytes(manifest, data)      # or written here
+            ...check what was written...
+            staged.commit()                         # all moved into place, or none
+    Leaving the block without commit() (an exception) removes the temporaries."""
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[Path, Path]] = []  # (temporary, target)
+
+    def __enter__(self) -> StagedOutputs:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.discard()
+
+    def stage(self, target: str | Path) -> Path:
+        """An empty temporary file beside `target` (same suffix, the usual mode), for a writer
+        that opens its output by name; moved to `target` by commit()."""
+        target = Path(target)
+        if any(t == target for _, t in self._staged):
+            raise ValueError(f"output {target}: given twice")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(target.parent)
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=target.suffix, dir=target.parent)
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 is for the temporary name only
+        os.close(fd)
+        self._staged.append((Path(tmp), target))
+        return Path(tmp)
+
+    def stage_bytes(self, target: str | Path, data: bytes) -> Path:
+        tmp = self.stage(target)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return tmp
+
+    def stage_text(self, target: str | Path, text: str) -> Path:
+        return self.stage_bytes(target, text.encode("utf-8"))
+
+    def commit(self) -> None:
+        """Move every staged file into place; on any failure, put every previous file back."""
+        kept: dict[Path, Path] = {}  # target -> a hard link (or copy) of its previous file
+        placed: list[Path] = []
+        try:
+            for tmp, target in self._staged:
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+                if target.is_file():
+                    kept[target] = _keep(target)
+            for tmp, target in self._staged:
+                os.replace(tmp, target)
+                placed.append(target)
+        except BaseException:
+            for target in reversed(placed):
+                if target in kept:
+                    os.replace(kept.pop(target), target)
+                else:
+                    target.unlink(missing_ok=True)
+            raise
+        finally:
+            for k in kept.values():
+                k.unlink(missing_ok=True)
+            self.discard()
+        for d in {t.parent for _, t in self._staged}:
+            _fsync_dir(d)
+        self._staged = []
+
+    def discard(self) -> None:
+        for tmp, _ in self._staged:
+            tmp.unlink(missing_ok=True)
+
+
+def _keep(path: Path) -> Path:
+    """A second name for `path`'s current contents in its directory (a hard link, or a copy
+    where the filesystem has none), so that it can be put back."""
+    name = path.parent / f"{TMP_PREFIX}kept-{os.getpid()}-{time.monotonic_ns()}{path.suffix}"
+    try:
+        os.link(path, name)
+    except OSError:
+        shutil.copy2(path, name)
+    return name
+
+
+def write_checked(path: str | Path, data: str | bytes, check=None) -> Path:
+    """Write `data` to `path` atomically after `check(temporary_path)` has accepted it (e.g. a
+    profile read back through its schema): a file that fails its check never replaces the
+    previous one."""
+    with StagedOutputs() as staged:
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        tmp = staged.stage_bytes(path, raw)
+        if check is not None:
+            check(tmp)
+        staged.commit()
+    return Path(path)

@@ -56,13 +56,14 @@ def read_toml(kind: str, folder: str, name_or_path: str | Path) -> tuple[dict, s
         if not path.is_file():
             raise ValueError(f"{kind} file {path} does not exist or is not a file")
         try:
-            source, raw = str(path), path.read_text()
+            source, raw = str(path), path.read_bytes().decode("utf-8")
         except OSError as e:
             raise ValueError(f"{path}: cannot read: {e}") from e
-        except UnicodeDecodeError as e:  # a binary file (a checkpoint without its suffix)
+        except UnicodeDecodeError as e:
+            what = "a GGUF file" if path.read_bytes()[:4] == b"GGUF" else "not UTF-8 text"
             raise ValueError(
-                f"{path}: not a {kind} TOML file (not UTF-8 text: byte {e.start})"
-            ) from e
+                f"{kind} file {path}: {what} (byte {e.start}), not a {kind} TOML"
+            ) from None
     return loads(raw, source), source
 
 

@@ -54,8 +54,33 @@ def _command_names(parser) -> list[str]:
     return list(sub.choices)
 
 
+def _not_utf8(argv: list[str]) -> str:
+    """The first argument holding bytes that are not UTF-8 (Python hands them over as lone
+    surrogates, which no tokenizer or file name takes), named with its flag; "" if none."""
+    for i, a in enumerate(argv):
+        try:
+            a.encode("utf-8")
+        except UnicodeEncodeError as e:
+            flag = a.split("=", 1)[0] if a.startswith("--") else ""
+            if not flag and i and argv[i - 1].startswith("-"):
+                flag = argv[i - 1]
+            byte = ord(a[e.start]) - 0xDC00 if 0xDC80 <= ord(a[e.start]) <= 0xDCFF else None
+            what = f"byte 0x{byte:02x}" if byte is not None else f"character {e.start}"
+            try:  # the bytes as given, the bad ones as \xNN
+                raw = a.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                raw = a.encode("utf-8", "backslashreplace")
+            shown = raw.decode("utf-8", "backslashreplace")[:60]
+            return f"{flag or 'argument'} '{shown}': not UTF-8 text ({what} at {e.start})"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    bad = _not_utf8(argv)
+    if bad:
+        print(f"harmony-ref: error: {bad}", file=sys.stderr)
+        return 2
     # The command comes first (the top-level options only print and exit).
     parser = build_parser(commands=argv[:1])
     names = _command_names(parser)

@@ -670,3 +670,253 @@ def test_no_traceback_reaches_stderr(sandbox, i):
     )
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and says.format(d=sandbox) in r.stderr
+
+
+# --- issue 45: the files users bring (checkpoints, corpora, exports, policies with [quantize],
+# figures, runtime profiles, sweep grids, devices). Each case: exit 2, exactly one line under 200
+# characters naming the input, and nothing under the directory changed: the sandbox holds
+# previous outputs (out.gguf and its manifest, a sweep's folder, a baseline and its kept copy)
+# that a case aims at, and they must survive byte for byte.
+
+GRID = 'models = ["llama-3.2-1b"]\npolicies = ["{p}"]\nprofiles = ["harmony-flagship"]\n'
+RUNTIME = (ROOT / "harmony_ref" / "device" / "runtimes" / "llama.cpp-cpu.toml").read_text()
+FILES_45 = {
+    "pol_q4_gptq.toml": 'name = "p"\ndefault = "q4_0"\n[quantize]\nmethod = "gptq"\n',
+    "pol_fp16_awq.toml": 'name = "p"\ndefault = "fp16"\n[quantize]\nmethod = "awq"\n',
+    "pol_q8_methods.toml": 'name = "p"\ndefault = "int8"\n[quantize.methods]\n"q8_0" = "gptq"\n',
+    "pol_pattern_q4.toml": 'name = "p"\ndefault = "int8"\n[layers]\n"*.gate_proj" = "q4_0"\n'
+    '[quantize.methods]\n"*.gate_proj" = "awq"\n',
+    "pol_nomatch.toml": 'name = "p"\ndefault = "q8_0"\n[layers]\n"*.gate_prj" = "q4_0"\n',
+    "grid_q4_gptq.toml": GRID.format(p="{d}/pol_q4_gptq.toml"),
+    "grid_dup_prompt.toml": GRID.format(p="int8") + "[scenario]\nprompt_tokens = [64, 64]\n",
+    "grid_dup_kv.toml": GRID.format(p="int8") + '[scenario]\nkv_dtype = ["fp16", "fp16"]\n',
+    "grid_ok.toml": GRID.format(p="int8"),
+    "rt_soc_typo.toml": RUNTIME.replace('soc = "kirin-9000e"', 'soc = "kirin-9000"'),
+    "figs_dup.toml": (ROOT / "harmony_ref" / "data" / "fidelity" / "published.toml").read_text(),
+    "figs_ctx.toml": (ROOT / "harmony_ref" / "data" / "fidelity" / "published.toml")
+    .read_text()
+    .replace('id = "xiao24-d9300-llama2-7b-prefill"', 'id = "mine"\ncontext_tokens = 8', 1),
+    "corpus.txt": "the cat sat on the mat and then the dog ran in the sun.\n" * 40,
+    "out.gguf": "GGUF the user's previous export",
+    "out.gguf.manifest.json": '{"the user\'s": "previous manifest"}\n',
+    "kept.gguf": "GGUF another previous export",
+    "gb.json": BASELINE.read_text(),
+    "rec_noprofile.json": _record(**{"config.profile": "nope-phone"}),
+}
+HF_EDITS = {  # HF directory name -> config.json edit (returns a replacement, or edits in place)
+    "hf_list": lambda c: [c],
+    "hf_null_hidden": lambda c: c.update(hidden_size=None),
+    "hf_heads0": lambda c: (c.update(num_attention_heads=0), c.pop("head_dim", None)),
+    "hf_tie_str": lambda c: c.update(tie_word_embeddings="false"),
+    "hf_float_hidden": lambda c: c.update(hidden_size=64.7),
+    "hf_bos_big": lambda c: c.update(bos_token_id=1_000_000),
+    "hf_eos_neg": lambda c: c.update(eos_token_id=-1),
+    "hf_maxpos0": lambda c: c.update(max_position_embeddings=0),
+    "hf_str_int": lambda c: c.update(intermediate_size="sixty-four"),
+    "hf_rope_str": lambda c: c.update(rope_theta="big"),
+    "hf_eps_str": lambda c: c.update(rms_norm_eps="tiny"),
+    "hf_kv_str": lambda c: c.update(num_key_value_heads="2"),
+    "hf_archs_str": lambda c: c.update(architectures="LlamaForCausalLM"),
+    "hf_mamba": lambda c: c.update(architectures=["MambaForCausalLM"]),
+}
+
+
+def _gen(model: str, *extra: str) -> list[str]:
+    return ["generate", "--model", model, "--prompt", "hi", "--max-new", "2", *extra]
+
+
+def _export(policy: str, out: str = "{d}/out.gguf", *extra: str) -> list[str]:
+    argv = ["export", "--format", "gguf", "--model", "{d}/tiny.gguf", "--policy", policy]
+    return [*argv, "--out", out, *extra]
+
+
+def _check(*extra: str) -> list[str]:
+    argv = ["check-runtime", "--model", "{d}/tiny.gguf", "--command", "true {{corpus}}"]
+    return [*argv, *extra]
+
+
+CASES_45 = [  # (argv, the words the one error line must hold)
+    # 1. outputs checked before the work; a previous file never lost
+    (_export("q8_0", "{d}/kept.gguf"), "kept.gguf.manifest.json: is a directory"),
+    (_export("q8_0", "{d}/adir/x.gguf"), "x.gguf.manifest.json"),  # parent has a dir of it
+    (_export("{d}/pol_q4_gptq.toml"), "'quantize.method' = 'gptq'"),
+    (_export("{d}/pol_nomatch.toml"), "'*.gate_prj', which matches no layer"),
+    (_check("--out-dir", "{d}/afile"), "--out-dir {d}/afile: is a file"),
+    (["sweep", "--name", "s", "--grid", "{d}/grid_ok.toml", "--out-dir", "{d}/afile"], "afile"),
+    (["sweep", "--name", "s", "--grid", "{d}/grid_ok.toml", "--out-dir", "{d}/sw"], "points"),
+    (
+        [
+            "gate",
+            "--baseline",
+            "{d}/gb.json",
+            "--current",
+            "{d}/baseline.json",
+            "--update-baseline",
+        ],
+        "gb.prev.json: is a directory",
+    ),
+    (["export", "--policy", "{d}/pol_fp16_awq.toml", "{d}/out.gguf"], "'awq'"),
+    # 2. a method a format cannot take
+    (["predict", "--policy", "{d}/pol_q4_gptq.toml"], "the policy has none (default q4_0)"),
+    (["predict", "--policy", "{d}/pol_fp16_awq.toml"], "the policy has none (default fp16)"),
+    (["predict", "--policy", "{d}/pol_q8_methods.toml"], "'quantize.methods.q8_0' = 'gptq'"),
+    (["predict", "--policy", "{d}/pol_pattern_q4.toml"], "its layers are q4_0 (GPTQ/AWQ fit"),
+    (["run", "--policy", "{d}/pol_q4_gptq.toml", "--out-dir", "{d}/runs"], "pol_q4_gptq.toml"),
+    (
+        ["accuracy", "--model", "{d}/tiny.gguf", "--policy", "{d}/pol_fp16_awq.toml"],
+        "pol_fp16_awq.toml: field 'quantize.method'",
+    ),
+    (["sweep", "--name", "s", "--grid", "{d}/grid_q4_gptq.toml"], "quantize.method"),
+    # 3. corpora: --chunks beyond the text, context and chunks checked first
+    (
+        ["accuracy", "--model", "{d}/tiny.gguf", "--corpus", "{d}/corpus.txt", "--context", "16"]
+        + ["--chunks", "100000", "--policy", "fp32"],
+        "--chunks 100000: corpus {d}/corpus.txt has",
+    ),
+    (
+        _check("--corpus", "{d}/corpus.txt", "--context", "16", "--chunks", "100000")
+        + ["--no-cache", "--out-dir", "{d}/runs"],
+        "--chunks 100000: corpus {d}/corpus.txt has",
+    ),
+    (["plan", "--budget-mb", "80", "--context", "0"], "--context 0: must be an even number"),
+    (["plan", "--budget-mb", "80", "--context", "7"], "--context 7"),
+    (["plan", "--budget-mb", "80", "--chunks", "0"], "--chunks 0: must be >= 1"),
+    (["sensitivity", "--model", "{d}/tiny.gguf", "--context", "0"], "--context 0"),
+    # 4. checkpoint metadata validated at load, every line naming the file and the field
+    (_gen("{d}/hf_list"), "config.json: must be a JSON object, got list"),
+    (_gen("{d}/hf_null_hidden"), "field 'hidden_size' = None"),
+    (_gen("{d}/hf_heads0"), "field 'num_attention_heads' = 0"),
+    (_gen("{d}/hf_tie_str"), "field 'tie_word_embeddings' = 'false': must be true or false"),
+    (_gen("{d}/hf_float_hidden"), "field 'hidden_size' = 64.7"),
+    (_gen("{d}/hf_bos_big"), "field 'bos_token_id' = 1000000: must be a token id"),
+    (_gen("{d}/hf_eos_neg"), "field 'eos_token_id' = -1"),
+    (_gen("{d}/hf_maxpos0"), "hf_maxpos0/config.json: field 'max_position_embeddings' = 0"),
+    (_gen("{d}/hf_str_int"), "field 'intermediate_size' = 'sixty-four'"),
+    (_gen("{d}/hf_rope_str"), "field 'rope_theta' = 'big'"),
+    (_gen("{d}/hf_eps_str"), "field 'rms_norm_eps' = 'tiny'"),
+    (_gen("{d}/hf_kv_str"), "field 'num_key_value_heads' = '2'"),
+    (_gen("{d}/hf_archs_str"), "field 'architectures'"),
+    (_gen("{d}/hf_badtok"), "hf_badtok/tokenizer.json: not a tokenizer"),
+    (_gen("{d}/hf_badtok2"), "hf_badtok2/tokenizer.json: not a tokenizer"),
+    (_gen("{d}/hf_badtokcfg"), "tokenizer_config.json: not valid JSON"),
+    (["accuracy", "--model", "{d}/hf_null_hidden", "--policy", "fp32"], "hidden_size"),
+    (["tokenize", "--model", "{d}/hf_badtok", "--text", "hi"], "tokenizer.json: not a tokenizer"),
+    (["tokenize", "--model", "{d}/hf_mamba", "--text", "hi"], "['MambaForCausalLM']: supported"),
+    (["tokenize", "--model", "{d}/hf_heads0", "--text", "hi"], "num_attention_heads"),
+    (_gen("{d}/bos_big.gguf"), "tokenizer.ggml.bos_token_id = 1000000"),
+    (_gen("{d}/eos_big.gguf"), "tokenizer.ggml.eos_token_id = 99999"),
+    (
+        ["tokenize", "--model", "{d}/tiny.gguf", "--text", "a\udc80b"],
+        "--text 'a\\x80b': not UTF-8 text (byte 0x80 at 1)",
+    ),
+    (_gen("{d}/tiny.gguf", "--chat").__add__(["--prompt", "\udcff"]), "not UTF-8 text (byte 0xff"),
+    (["predict", "--model", "{d}/tiny.gguf"], "tiny.gguf: a GGUF file"),
+    (["predict", "--profile", "{d}/latin1.toml"], "latin1.toml: not UTF-8 text"),
+    # 5. combinations a command cannot honour, duplicates, values that meant something else
+    (
+        ["accuracy", "--model", "{d}/tiny.gguf", "--policy", "as-stored", "--policy", "as-stored"],
+        "--policy as-stored: given twice",
+    ),
+    (["fidelity", "--sets", "host", "--figures", "{d}/figs_dup.toml"], "applies to --sets phones"),
+    (["fidelity", "--runtime", "llama.cpp-cpu"], "--runtime llama.cpp-cpu: applies to --records"),
+    (
+        ["fidelity", "--sets", "records", "--records", "{d}/rec_noprofile.json"],
+        "rec_noprofile.json: field 'config.profile' = 'nope-phone': not a profile file",
+    ),
+    (["fidelity", "--sets", "phones", "--figures", "{d}/figs_dup.toml"], "a shipped figure's id"),
+    (
+        ["fidelity", "--sets", "phones", "--figures", "{d}/figs_ctx.toml"],
+        "figs_ctx.toml: figure 'mine'",
+    ),
+    (
+        ["calibrate", "--set", "host", "--runtime", "llama.cpp-cpu", "--out", "{d}/o.toml"]
+        + ["--figures", "{d}/figs_dup.toml"],
+        "applies to --set phones, not host",
+    ),
+    (["calibrate", "--figures", "{d}/figs_dup.toml", "--out", "{d}/o.toml"], "--figures"),
+    (["calibrate", "--params", "matmul", "--out", "{d}/o.toml"], "--params matmul"),
+    (["predict", "--runtime", "{d}/rt_soc_typo.toml"], "'kirin-9000': not a shipped SoC"),
+    (["predict", "--runtime-threads", "0"], "--runtime-threads 0: must be >= 1"),
+    (["predict", "--runtime-threads", "-3"], "--runtime-threads -3"),
+    (["plan", "--budget-mb", "80", "--formats", "q4_0,q4_0"], "q4_0 is given twice"),
+    (["plan", "--budget-mb", "80", "--formats", "q8_0,q4_1,q8_0"], "q8_0 is given twice"),
+    (["plan", "--budget-mb", "80", "--methods", "rtn,gptq,rtn"], "rtn is given twice"),
+    (["sweep", "--name", "s", "--grid", "{d}/grid_dup_prompt.toml"], "prompt_tokens' = 64"),
+    (["sweep", "--name", "s", "--grid", "{d}/grid_dup_kv.toml"], "kv_dtype' = 'fp16'"),
+    (["devices", "--timeout", "0"], "--timeout 0.0"),
+    (["devices", "--timeout", "nan"], "--timeout nan"),
+    (["devices", "--timeout", "-5"], "--timeout -5.0"),
+    (["devices", "--hdc", "{d}/nohdc"], "--hdc {d}/nohdc: no such file"),
+    (["devices", "--transport", "adb", "--adb", "{d}/noadb"], "--adb {d}/noadb"),
+    (["devices", "--hdc", "h\x00dc"], "--hdc 'h\\x00dc': holds a null byte"),
+]
+
+
+@pytest.fixture
+def sandbox_45(sandbox):
+    import json as _json
+    import shutil
+    from dataclasses import replace
+
+    from harmony_ref.checkpoint.gguf import write_gguf
+    from tests.fixtures.decoder.tiny import tiny_vocab, tiny_weights
+
+    d = sandbox
+    for name, text in FILES_45.items():
+        (d / name).write_text(text.replace("{d}", str(d)))
+    (d / "kept.gguf.manifest.json").mkdir()
+    (d / "adir" / "x.gguf.manifest.json").mkdir()
+    (d / "gb.prev.json").mkdir()
+    (d / "sw" / "s" / "points.parquet").mkdir(parents=True)
+    (d / "latin1.toml").write_bytes('name = "caf\u00e9"\n'.encode("latin-1"))
+    for name, edit in HF_EDITS.items():
+        shutil.copytree(d / "tiny_hf", d / name)
+        cfg = _json.loads((d / name / "config.json").read_text())
+        new = edit(cfg)
+        (d / name / "config.json").write_text(_json.dumps(new if isinstance(new, list) else cfg))
+    for name, text in (("hf_badtok", "{not json"), ("hf_badtok2", '{"model": 3}')):
+        shutil.copytree(d / "tiny_hf", d / name)
+        (d / name / "tokenizer.json").write_text(text)
+    shutil.copytree(d / "tiny_hf", d / "hf_badtokcfg")
+    (d / "hf_badtokcfg" / "tokenizer_config.json").write_text("{oops")
+    tokens, types, merges = tiny_vocab()
+    w = tiny_weights()
+    for name, field, value in (("bos_big", "bos_id", 1_000_000), ("eos_big", "eos_id", 99_999)):
+        bad = replace(w, config=replace(w.config, **{field: value}))
+        write_gguf(bad, d / f"{name}.gguf", tokens=tokens, token_types=types, merges=merges)
+    return d
+
+
+def test_the_issue_45_sweep_is_big_enough():
+    assert len(CASES_45) >= 60
+
+
+@pytest.mark.parametrize("argv, says", CASES_45, ids=[" ".join(a)[:70] for a, _ in CASES_45])
+def test_issue_45_bad_input_is_one_line_exit_2_nothing_changed(sandbox_45, capsys, argv, says):
+    d = sandbox_45
+    before = _snapshot(d)
+    dirs = sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_dir())
+    assert main([a.format(d=d) for a in argv]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1, err
+    # under 200 characters as a user with a short path sees it (the sandbox's path is long)
+    assert "Traceback" not in err[0] and len(err[0].replace(str(d), "d")) < 200, err[0]
+    assert says.format(d=d) in err[0], err[0]
+    assert _snapshot(d) == before, "a file was written, changed or lost"
+    assert sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_dir()) == dirs
+
+
+def test_non_utf8_bytes_in_a_real_argv_are_one_line(sandbox_45):
+    # the installed entry point gets raw bytes from the shell: Python hands them over as lone
+    # surrogates, which reached the tokenizer as a TypeError (issue 45 item 4)
+    r = subprocess.run(
+        [sys.executable, "-m", "harmony_ref", "tokenize", "--model", "tiny.gguf", "--text"]
+        + [b"caf\xe9"],
+        capture_output=True,
+        cwd=sandbox_45,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    err = r.stderr.decode("utf-8", "replace").strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1, err
+    assert "--text 'caf\\xe9': not UTF-8 text (byte 0xe9 at 3)" in err, err

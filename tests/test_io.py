@@ -35,3 +35,93 @@ def test_concurrent_writers_to_one_name_never_share_a_temp_file(tmp_path):
         t.join()
     assert target.read_bytes() in payloads
     assert [p.name for p in tmp_path.iterdir()] == ["model.safetensors"]
+
+
+# --- StagedOutputs / write_checked: several outputs, all or nothing, the previous ones kept ---
+
+
+def _fail_on(monkeypatch, name):
+    """os.replace fails (EISDIR, as onto a directory) when its target is called `name`."""
+    import os
+
+    real = os.replace
+
+    def replace(src, dst, *a, **k):
+        if os.path.basename(dst) == name:
+            raise IsADirectoryError(21, "Is a directory", str(dst))
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+def _tree(d):
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+def test_staged_outputs_land_together(tmp_path):
+    from harmony_ref._io import StagedOutputs
+
+    (tmp_path / "a.gguf").write_bytes(b"old a")
+    with StagedOutputs() as staged:
+        staged.stage(tmp_path / "a.gguf").write_bytes(b"new a")
+        staged.stage_text(tmp_path / "sub" / "a.json", "new m")
+        assert (tmp_path / "a.gguf").read_bytes() == b"old a"  # nothing moved before commit
+        staged.commit()
+    assert (tmp_path / "a.gguf").read_bytes() == b"new a"
+    assert (tmp_path / "sub" / "a.json").read_text() == "new m"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf", "sub"]
+
+
+def test_a_failed_move_puts_every_previous_file_back(tmp_path, monkeypatch):
+    from harmony_ref._io import StagedOutputs
+
+    (tmp_path / "out.gguf").write_bytes(b"\x00previous file\xff")
+    (tmp_path / "out.json").write_bytes(b"previous manifest")
+    before = _tree(tmp_path)
+    _fail_on(monkeypatch, "out.json")  # the second move fails after the first succeeded
+    with pytest.raises(IsADirectoryError), StagedOutputs() as staged:
+        staged.stage_bytes(tmp_path / "out.gguf", b"new file")
+        staged.stage_bytes(tmp_path / "out.json", b"new manifest")
+        staged.commit()
+    assert _tree(tmp_path) == before  # byte for byte, and no temporary or kept file left
+
+
+def test_a_failed_move_removes_a_new_file_without_predecessor(tmp_path, monkeypatch):
+    from harmony_ref._io import StagedOutputs
+
+    (tmp_path / "out.json").write_bytes(b"previous manifest")
+    before = _tree(tmp_path)
+    _fail_on(monkeypatch, "out.json")
+    with pytest.raises(IsADirectoryError), StagedOutputs() as staged:
+        staged.stage_bytes(tmp_path / "out.gguf", b"new file")
+        staged.stage_bytes(tmp_path / "out.json", b"new manifest")
+        staged.commit()
+    assert _tree(tmp_path) == before
+
+
+def test_a_failure_before_commit_leaves_no_temporary(tmp_path):
+    from harmony_ref._io import StagedOutputs
+
+    (tmp_path / "out.gguf").write_bytes(b"previous")
+    before = _tree(tmp_path)
+    with pytest.raises(RuntimeError), StagedOutputs() as staged:
+        staged.stage_bytes(tmp_path / "out.gguf", b"half")
+        raise RuntimeError("the work failed")
+    assert _tree(tmp_path) == before
+
+
+def test_write_checked_never_replaces_with_a_file_that_fails_its_check(tmp_path):
+    from harmony_ref._io import write_checked
+
+    target = tmp_path / "p.toml"
+    target.write_bytes(b"previous profile")
+
+    def check(path):
+        assert path.suffix == ".toml" and path != target
+        raise ValueError(f"{path}: does not load back")
+
+    with pytest.raises(ValueError, match="does not load back"):
+        write_checked(target, "broken", check)
+    assert _tree(tmp_path) == {"p.toml": b"previous profile"}
+    write_checked(target, "good", lambda p: None)
+    assert _tree(tmp_path) == {"p.toml": b"good"}

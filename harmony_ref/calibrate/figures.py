@@ -91,6 +91,10 @@ def load_figures(path=None, shipped: str = SHIPPED_FIGURES) -> tuple[Figure, ...
                 load(getattr(f, key))
             except (ValueError, OSError) as e:
                 raise ValueError(f"{where}.{key}' = {getattr(f, key)!r}: {e}") from None
+        try:  # its scenario (prompt, new tokens, context against the model), named by the figure
+            figure_config(f)
+        except ValueError as e:
+            raise ValueError(f"{source}: figure {f.id!r}: {e}") from None
     return figures
 
 

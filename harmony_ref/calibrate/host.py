@@ -26,7 +26,7 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
-from harmony_ref._io import check_output_file, write_text_atomic
+from harmony_ref._io import StagedOutputs, check_output_file
 from harmony_ref.calibrate.host_runs import HOST_METRICS, host_soc_toml, load_host_manifest
 
 QUICK_REPEATS = 3  # whole-run and profile repeats of --quick (the full plan takes 5)
@@ -77,7 +77,7 @@ def calibrate_host_runs(
     from harmony_ref.calibrate.fit_runtime import calibrated, held_out_mape, runtime_toml
     from harmony_ref.calibrate.host_measure import measure_session
     from harmony_ref.calibrate.host_runs import fit_host_runtime, host_points
-    from harmony_ref.device.profile import load_profile, load_runtime
+    from harmony_ref.device.profile import load_profile, load_runtime, load_soc
     from harmony_ref.metrics import mape_pct
 
     out = check_output_file(out, "--out")
@@ -145,15 +145,16 @@ def calibrate_host_runs(
         f"({'--quick, ' if quick else ''}{len(runs)} runs of {model}): fitted numbers come from "
         "the runs [calibration] names;\nthe rest are the shipped harmony-ref-host prior."
     )
-    write_text_atomic(rt_out, runtime_toml(rt, comments, header))
-    load_runtime(rt_out)  # must load back through the schema
     soc_text = host_soc_toml(
         here,
         name=name,
         default_runtime=rt_out.name,
         written_by="microbenchmarks of `harmony-ref calibrate --backend host` on this machine",
     )
-    write_text_atomic(out, soc_text)
+    with StagedOutputs() as staged:  # both files or neither, each read back first
+        load_runtime(staged.stage_text(rt_out, runtime_toml(rt, comments, header)))
+        load_soc(staged.stage_text(out, soc_text))
+        staged.commit()
     load_profile(out)  # the SoC profile with its runtime, through the real schema
 
     def mape(split, metric=None):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harmony_ref._io import write_text_atomic
+from harmony_ref._io import write_checked
 from harmony_ref.calibrate.fit import PHASE_METRICS
 from harmony_ref.calibrate.run import _check_valid_repeats, workload_run_config
 from harmony_ref.metrics import ape_pct, mape_pct
@@ -167,7 +167,7 @@ def calibrate_runtime_phases(
     for name in report.fitted:
         sec, key, _, _ = PARAMS[name]
         comments[f"{sec}.{key}" if sec else key] = f"fitted on {len(fit_pts)} {fmt} points"
-    write_text_atomic(
+    write_checked(
         out,
         runtime_toml(
             rt,
@@ -175,8 +175,8 @@ def calibrate_runtime_phases(
             f"{rt.description}\nFitted by `harmony-ref calibrate --backend command --runtime "
             f"{runtime}` on {profile_label or profile}; numbers without a comment are the prior's.",
         ),
+        load_runtime,  # a file that does not load back never replaces the previous one
     )
-    load_runtime(out)
     table = [
         {
             "id": p.id,

@@ -19,7 +19,7 @@ Every profile is written atomically and must load back through device/profile.py
 
 from __future__ import annotations
 
-from harmony_ref._io import write_text_atomic
+from harmony_ref._io import StagedOutputs, write_checked
 from harmony_ref.calibrate.error import (
     FIT_WORKLOADS,
     HELDOUT_WORKLOADS,
@@ -52,14 +52,14 @@ from harmony_ref.units import GB, GIGA, MS_PER_S, US_PER_S
 def _write_profile(result: Calibration, out, heldout=None) -> None:
     """Write the fitted profile, read it back through the schema, score the held-out whole-model
     runs on it (`heldout(profile)`, when given) and write it again with its [calibration]."""
-    write_text_atomic(out, result.profile_toml)
-    profile = load_profile(out)  # the file must load back through the real schema
-    if heldout is not None:
-        result.e2e = heldout(profile)
+    with StagedOutputs() as staged:  # never moved into place: only the final text replaces `out`
+        # the file must load back through the real schema
+        profile = load_profile(staged.stage_text(out, result.profile_toml))
+        if heldout is not None:
+            result.e2e = heldout(profile)
     # the profile carries its own held-out error ([calibration]), read back through the schema
     text = result.profile_toml.rstrip("\n") + "\n\n" + calibration_toml(result) + "\n"
-    write_text_atomic(out, text)
-    load_profile(out)
+    write_checked(out, text, load_profile)
 
 
 def _summary(
@@ -283,7 +283,7 @@ def calibrate_phases(
     text, notes = profile_with_efficiencies(
         base_profile, f, name, f"{base_profile} calibrated to {command_template!r}"
     )
-    write_text_atomic(out, text)
+    write_checked(out, text, load_profile)
     sim = SimulatedDevice(load_profile(out))
     table, scored = [], []  # scored[i]: table[i]'s (model, measured) pair, in the units scored
     for r in rows:
@@ -444,8 +444,7 @@ def calibrate_runtime_on_set(
         "the rest are the prior profile's assumptions."
     )
     text = runtime_toml(rt, comments, header)
-    write_text_atomic(out, text)
-    load_runtime(out)  # must load back through the schema
+    write_checked(out, text, load_runtime)  # must load back through the schema
     return {
         "runtime": runtime,
         "set": set_name,

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harmony_ref._io import write_bytes_atomic
+from harmony_ref._io import write_checked
 from harmony_ref.checkpoint.safetensors import DTYPES, SafetensorsError, split
 from harmony_ref.kernels.formats import format_of, stored_format
 from harmony_ref.quant.policy import WeightFormat, load_policy, parse_format
@@ -115,7 +115,7 @@ def export_artifact(model, policy, path: str | Path) -> dict:
     header2, _, payload2 = _split(blob2, "<memory>")
     if payload2 != payload or _header_sha(header2) != meta["header_sha256"]:  # pragma: no cover
         raise RuntimeError("safetensors laid the same tensors out differently twice")
-    write_bytes_atomic(path, blob2)
+    write_checked(path, blob2, verify_artifact)  # what we wrote must pass what every load checks
     return meta
 
 

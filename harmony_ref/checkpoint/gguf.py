@@ -192,6 +192,16 @@ def config_from_metadata(reader, path: Path, tensor_shapes: dict) -> DecoderConf
         _field(reader, "tokenizer.ggml.bos_token_id"),
         _field(reader, "tokenizer.ggml.eos_token_id"),
     )
+    for key, v in (("bos", bos), ("eos", eos)):
+        if (
+            v is not None
+            and vocab is not None
+            and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < vocab)
+        ):
+            raise CheckpointError(
+                f"{path}: metadata key tokenizer.ggml.{key}_token_id = {v!r}: must be a token "
+                f"id in 0..{vocab - 1}"
+            )
     extra: dict = {}
     if arch == "qwen3":
         extra = dict(qk_norm=True)

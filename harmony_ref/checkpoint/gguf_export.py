@@ -25,24 +25,24 @@ Metadata: every key of the source file except GGUF.* and the ones a writer sets 
     general.harmony_ref.policy     the policy's name;  .policy_toml: its full TOML
     general.harmony_ref.version    harmony-ref's version;  .source: the source file's name
 A source without tokenizer metadata (tokenizer.ggml.model and tokens) is refused: the file would
-not run. The file is written to a temporary name in the target folder and renamed into place
-only after it has been read back and every Linear compared byte for byte with what the quantizer
-produced; then `<out>.manifest.json` (SHA-256 of the file and of every tensor's bytes) is
-written atomically beside it. Nothing is left half-written on any failure.
+not run. Both paths (the file and `<out>.manifest.json`) are checked before any work. The file is
+written to a temporary name in the target folder and read back, every Linear compared byte for
+byte with what the quantizer produced; `<out>.manifest.json` (SHA-256 of the file and of every
+tensor's bytes) is staged the same way, and the two are moved into place together
+(_io.StagedOutputs): on any failure nothing is half-written, and a previous `<out>` and its
+manifest stay exactly as they were.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from harmony_ref._io import TMP_PREFIX, _umask, check_output_file, write_text_atomic
+from harmony_ref._io import StagedOutputs, check_output_file
 from harmony_ref.checkpoint.assets import sha256_file
 from harmony_ref.checkpoint.gguf import (
     LAYER_TENSORS,
@@ -180,6 +180,7 @@ def export_gguf(model_path, policy, out, version: str | None = None) -> GGUFExpo
     version = version or __version__
     model_path = Path(model_path)
     out = check_output_file(out, "--out")
+    check_output_file(out.with_name(out.name + MANIFEST_SUFFIX), "--out's manifest")
     if out.resolve() == model_path.resolve():
         raise ValueError(f"--out {out}: is the source checkpoint itself")
     policy = load_policy(policy)
@@ -200,13 +201,9 @@ def export_gguf(model_path, policy, out, version: str | None = None) -> GGUFExpo
     weights = read_gguf(model_path)
     tensors = _plan_tensors(weights, policy, src)
 
-    writer_path = None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".gguf", dir=out.parent)
-    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 is for the temporary name only
-    os.close(fd)
-    tmp = Path(tmp)
-    try:
+    manifest_path = out.with_name(out.name + MANIFEST_SUFFIX)
+    with StagedOutputs() as staged:  # the file and its manifest land together or not at all
+        tmp = staged.stage(out)
         w = gguf.GGUFWriter(str(tmp), weights.config.arch)
         _copy_metadata(reader, w)
         ft = FILE_TYPE.get(policy.default.kind)
@@ -229,39 +226,30 @@ def export_gguf(model_path, policy, out, version: str | None = None) -> GGUFExpo
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
         _check_read_back(tmp, tensors)
         digests = {
             name: hashlib.sha256(_tensor_bytes(s).tobytes()).hexdigest() for name, _, s in tensors
         }
         file_sha = sha256_file(tmp)
-        os.replace(tmp, out)
-        writer_path = out
-    finally:
-        tmp.unlink(missing_ok=True)
-    types: dict = {}
-    for _, gtype, _ in tensors:
-        types[gtype] = types.get(gtype, 0) + 1
-    manifest = {
-        "format_version": MANIFEST_VERSION,
-        "file": out.name,
-        "file_sha256": file_sha,
-        "file_bytes": out.stat().st_size,
-        "source": model_path.name,
-        "policy": policy.name,
-        "policy_toml": policy.to_toml(),
-        "harmony_ref_version": version,
-        "tensor_types": {name: gtype for name, gtype, _ in tensors},
-        "tensor_sha256": digests,
-    }
-    manifest_path = out.with_name(out.name + MANIFEST_SUFFIX)
-    try:
-        write_text_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    except BaseException:
-        writer_path.unlink(missing_ok=True)  # a file without its manifest is half-written
-        raise
-    return GGUFExport(out, manifest_path, file_sha, len(tensors), types, out.stat().st_size)
+        nbytes = tmp.stat().st_size
+        types: dict = {}
+        for _, gtype, _ in tensors:
+            types[gtype] = types.get(gtype, 0) + 1
+        manifest = {
+            "format_version": MANIFEST_VERSION,
+            "file": out.name,
+            "file_sha256": file_sha,
+            "file_bytes": nbytes,
+            "source": model_path.name,
+            "policy": policy.name,
+            "policy_toml": policy.to_toml(),
+            "harmony_ref_version": version,
+            "tensor_types": {name: gtype for name, gtype, _ in tensors},
+            "tensor_sha256": digests,
+        }
+        staged.stage_text(manifest_path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        staged.commit()
+    return GGUFExport(out, manifest_path, file_sha, len(tensors), types, nbytes)
 
 
 def _check_read_back(path: Path, tensors) -> None:

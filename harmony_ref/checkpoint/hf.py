@@ -99,22 +99,58 @@ def _rope_theta(
                 f"{where}: field 'rope_parameters' rope_type = {kind!r} is not "
                 "supported (only 'default')"
             )
-        return float(params["rope_theta"])
-    return float(cfg.get(legacy_key, default))
+        return _hf_number(params["rope_theta"], "rope_parameters.rope_theta", where)
+    return _hf_number(cfg.get(legacy_key, default), legacy_key, where)
+
+
+def _hf_number(v, key: str, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise CheckpointError(f"{where}: field {key!r} = {v!r}: must be a number")
+    return float(v)
+
+
+_MISSING = object()
+
+
+def _hf_int(cfg: dict, key: str, where: str, default=_MISSING, minimum: int = 1) -> int:
+    """A config.json integer (not a float, a string or a bool), else an error naming it."""
+    v = cfg.get(key, default)
+    if v is _MISSING:
+        raise CheckpointError(f"{where}: field {key!r} is missing")
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise CheckpointError(f"{where}: field {key!r} = {v!r}: must be an integer >= {minimum}")
+    return v
+
+
+def _hf_bool(cfg: dict, key: str, where: str, default: bool) -> bool:
+    v = cfg.get(key, default)
+    if not isinstance(v, bool):  # "false" is a string, and truthy
+        raise CheckpointError(f"{where}: field {key!r} = {v!r}: must be true or false")
+    return v
+
+
+def _hf_token_id(v, key: str, where: str, vocab: int):
+    """A special token id within the vocabulary (or None)."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < vocab:
+        raise CheckpointError(
+            f"{where}: field {key!r} = {v!r}: must be a token id in 0..{vocab - 1}"
+        )
+    return v
 
 
 def config_from_hf(cfg: dict, where: str) -> DecoderConfig:
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{where}: must be a JSON object, got {type(cfg).__name__}")
     archs = cfg.get("architectures") or []
+    if not isinstance(archs, list):
+        raise CheckpointError(f"{where}: field 'architectures' = {archs!r}: must be a list")
     arch = next((ARCH_BY_CLASS[a] for a in archs if a in ARCH_BY_CLASS), None)
     if arch is None:
         raise CheckpointError(
             f"{where}: field 'architectures' = {archs!r}: supported {sorted(ARCH_BY_CLASS)}"
         )
-
-    def need(key):
-        if key not in cfg:
-            raise CheckpointError(f"{where}: field {key!r} is missing")
-        return cfg[key]
 
     if cfg.get("rope_scaling") not in (None, {}):
         raise CheckpointError(
@@ -129,38 +165,50 @@ def config_from_hf(cfg: dict, where: str) -> DecoderConfig:
     want = "gelu_pytorch_tanh" if arch == "gemma3" else "silu"
     if act != want:
         raise CheckpointError(f"{where}: field {act_key!r} = {act!r}: {arch} needs {want!r}")
-    dim, n_heads = int(need("hidden_size")), int(need("num_attention_heads"))
+    dim, n_heads = _hf_int(cfg, "hidden_size", where), _hf_int(cfg, "num_attention_heads", where)
+    vocab = _hf_int(cfg, "vocab_size", where)
     eos = cfg.get("eos_token_id")
     if isinstance(eos, list):
         eos = eos[0] if eos else None
     bias = arch == "qwen2" or bool(cfg.get("attention_bias", False))
     if arch == "llama" and cfg.get("mlp_bias"):
         raise CheckpointError(f"{where}: field 'mlp_bias' = true is not supported")
-    n_layers = int(need("num_hidden_layers"))
-    head_dim = int(cfg.get("head_dim") or dim // n_heads)
+    n_layers = _hf_int(cfg, "num_hidden_layers", where)
+    head_dim = _hf_int(cfg, "head_dim", where, None) if cfg.get("head_dim") else dim // n_heads
+    if head_dim < 1:
+        raise CheckpointError(
+            f"{where}: field 'hidden_size' = {dim}: fewer than 'num_attention_heads' = {n_heads}"
+        )
     extra: dict = {"qk_norm": True} if arch == "qwen3" else {}
     if arch == "gemma3":
         extra = _gemma3_fields(cfg, where, n_layers, dim)
-    return DecoderConfig(
+    norm_eps = _hf_number(cfg.get("rms_norm_eps", 1e-6), "rms_norm_eps", where)
+    kw = dict(
         arch=arch,
         n_layers=n_layers,
         dim=dim,
         n_heads=n_heads,
-        n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
+        n_kv_heads=_hf_int(cfg, "num_key_value_heads", where, n_heads)
+        if cfg.get("num_key_value_heads") is not None
+        else n_heads,
         head_dim=head_dim,
-        ffn_dim=int(need("intermediate_size")),
-        vocab_size=int(need("vocab_size")),
+        ffn_dim=_hf_int(cfg, "intermediate_size", where),
+        vocab_size=vocab,
         rope_theta=_rope_theta(cfg, where, "full_attention"),
-        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        norm_eps=float(norm_eps),
         activation="gelu_tanh" if arch == "gemma3" else "silu",
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", arch == "gemma3")),
-        max_positions=int(cfg.get("max_position_embeddings", 2048)),
+        tied_embeddings=_hf_bool(cfg, "tie_word_embeddings", where, arch == "gemma3"),
+        max_positions=_hf_int(cfg, "max_position_embeddings", where, 2048),
         attention_bias=bias,
-        bos_id=cfg.get("bos_token_id"),
-        eos_id=eos,
+        bos_id=_hf_token_id(cfg.get("bos_token_id"), "bos_token_id", where, vocab),
+        eos_id=_hf_token_id(eos, "eos_token_id", where, vocab),
         name=str(cfg.get("_name_or_path") or Path(where).parent.name),
         **extra,
     )
+    try:
+        return DecoderConfig(**kw)
+    except CheckpointError as e:  # the dataclass's own checks, named by the file
+        raise CheckpointError(f"{where}: {e}") from None
 
 
 def _gemma3_fields(cfg: dict, where: str, n_layers: int, dim: int) -> dict:

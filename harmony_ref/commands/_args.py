@@ -147,6 +147,8 @@ def check_policies(names: list[str], spec, allow_unmatched: bool = False) -> lis
     policies, seen = [], {}
     for name in names:
         if name == AS_STORED:  # the file's own formats fit it; runtime/loader.stored_policy
+            if name in seen:
+                raise ValueError(f"--policy {AS_STORED}: given twice (its rows would be one)")
             seen[name] = name  # says so when the model is not a GGUF it can run as stored
             continue
         policy = load_policy(name)
@@ -223,6 +225,15 @@ def add_checkpoint_argument(p, *, minilm: str | None = None, extra: str = "") ->
     )
 
 
+def check_scoring(context: int, chunks: int | None) -> None:
+    """--context and --chunks of a scoring command, checked before its work (eval/lm.py's rule:
+    an even context of at least 4, half of each chunk scored)."""
+    if context < 4 or context % 2:
+        raise ValueError(f"--context {context}: must be an even number >= 4")
+    if chunks is not None and chunks < 1:
+        raise ValueError(f"--chunks {chunks}: must be >= 1")
+
+
 def add_scoring_arguments(p, *, context: int = 512, chunks_of: str = "the corpus") -> None:
     """`--context/--chunks` of the commands that score a decoder on chunks of text (accuracy,
     sensitivity, plan, check-runtime); each command checks the values before its work."""
@@ -238,7 +249,8 @@ def add_scoring_arguments(p, *, context: int = 512, chunks_of: str = "the corpus
         type=int,
         default=None,
         metavar="N",
-        help=f"decoder: score only the first N chunks of {chunks_of} (default all)",
+        help=f"decoder: score only the first N chunks of {chunks_of} (default all; more "
+        "than the text has is refused)",
     )
 
 

@@ -42,7 +42,8 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--corpus",
         metavar="FILE",
-        help="decoder: score this UTF-8 text file instead of the shipped held-out corpus",
+        help="decoder: score this UTF-8 text file instead of the shipped held-out corpus "
+        "(read up to its first 4 MB, and tokenized only as far as --chunks needs)",
     )
     add_scoring_arguments(p)
     p.add_argument(

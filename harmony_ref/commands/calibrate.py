@@ -177,6 +177,8 @@ def run(args) -> int:
     if args.session and args.backend != "command":
         raise ValueError("--session applies to --backend command")
     _refuse_idle_flags(args)
+    if args.figures and not args.fit_set:
+        raise ValueError(f"--figures {args.figures}: applies to --set phones")
     if args.fit_set:
         return _run_set_calibration(args)
     if args.backend == "host" and args.method == "runs":
@@ -407,7 +409,7 @@ def _runtime_phases(args, command, fmt, workloads, profile, runtime, timeout, pa
     import tempfile
     from pathlib import Path
 
-    from harmony_ref._io import write_text_atomic
+    from harmony_ref._io import write_checked
     from harmony_ref.calibrate.phases import HOST_PHASE_PARAMS, calibrate_runtime_phases
 
     session, progress = rest
@@ -416,6 +418,7 @@ def _runtime_phases(args, command, fmt, workloads, profile, runtime, timeout, pa
             command, fmt, workloads, profile, runtime, timeout, args.out, params, session, progress
         )
     from harmony_ref.calibrate.host import host_soc_profile
+    from harmony_ref.device.profile import load_soc
 
     out = Path(args.out)
     soc_out = check_output_file(out.with_name(out.stem + ".soc.toml"), "--out's SoC profile")
@@ -438,7 +441,7 @@ def _runtime_phases(args, command, fmt, workloads, profile, runtime, timeout, pa
             progress,
             profile_label=soc_out.name,
         )
-    write_text_atomic(soc_out, text)
+    write_checked(soc_out, text, load_soc)
     summary["profile"] = str(soc_out)
     summary["profile_measured"] = "this machine (its microbenchmarks, before the runs)"
     return table, summary
@@ -449,6 +452,8 @@ def _run_set_calibration(args) -> int:
 
     if not args.runtime:
         raise ValueError("--set needs --runtime (the runtime profile to fit)")
+    if args.figures and args.fit_set != "phones":
+        raise ValueError(f"--figures {args.figures}: applies to --set phones, not {args.fit_set}")
     params = _params(args.params)
     summary = calibrate_runtime_on_set(args.fit_set, args.runtime, args.out, args.figures, params)
     if args.json:

@@ -55,7 +55,8 @@ def add_arguments(p) -> None:
         default=None,
         metavar="FILE",
         help="score this UTF-8 text file (wikitext, your app's prompts) instead of "
-        "the shipped held-out corpus; the runtime's {corpus} is a copy of it",
+        "the shipped held-out corpus (read up to its first 4 MB, tokenized only as far as "
+        "--chunks needs); the runtime's {corpus} is a copy of what is read",
     )
     p.add_argument(
         "--format",
@@ -156,6 +157,9 @@ def run(args) -> int:
             "--command: give one per command or none"
         )
     labels = args.label or [f"cmd{i + 1}" for i in range(len(args.commands))]
+    from harmony_ref._io import check_output_dir
+
+    check_output_dir(args.out_dir, "--out-dir")  # before the reference and the runtime run
     from harmony_ref.backends.transport import DeviceGone
     from harmony_ref.commands import _session
 

@@ -67,10 +67,27 @@ def list_devices(kinds, executables: dict, timeout_s: float) -> tuple[list[dict]
     return rows, notes
 
 
+def _check_args(args, kinds) -> None:
+    """--timeout and an explicitly given --hdc / --adb, checked before any tool runs."""
+    import math
+    import shutil
+    from pathlib import Path
+
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ValueError(f"--timeout {args.timeout!r}: must be a finite number of seconds > 0")
+    for kind in ("hdc", "adb"):
+        exe = getattr(args, kind)
+        if "\0" in exe:
+            raise ValueError(f"--{kind} {exe!r}: holds a null byte")
+        if exe != kind and kind in kinds and not (shutil.which(exe) or Path(exe).is_file()):
+            raise ValueError(f"--{kind} {exe}: no such file (and no such program on PATH)")
+
+
 def run(args) -> int:
     from harmony_ref.commands._output import print_json, print_table
 
     kinds = ("hdc", "adb", "local") if args.transport == "all" else (args.transport,)
+    _check_args(args, kinds)
     rows, notes = list_devices(kinds, {"hdc": args.hdc, "adb": args.adb}, args.timeout)
     if args.json:
         print_json({"devices": rows, "notes": notes})

@@ -22,6 +22,7 @@ EXPORT_FORMATS = ("safetensors", "gguf")
 
 
 def add_arguments(p) -> None:
+    from harmony_ref.commands._args import add_allow_unmatched
     from harmony_ref.commands._output import add_json_flag
 
     p.add_argument("--policy", required=True, help="shipped policy name or policy TOML path")
@@ -49,6 +50,7 @@ def add_arguments(p) -> None:
         metavar="OUT",
         help="output .safetensors path (written atomically)",
     )
+    add_allow_unmatched(p)
     add_json_flag(p)
 
 
@@ -113,6 +115,11 @@ def run_gguf(args, out: str) -> int:
             f"--model {args.model}: --format gguf exports from a GGUF file (its "
             "tokenizer and metadata are copied); this is a directory"
         )
+    from harmony_ref.commands._args import check_policies
+    from harmony_ref.runtime.loader import checkpoint_spec
+
+    # the same check accuracy and predict make: a pattern matching nothing is refused
+    check_policies([args.policy], checkpoint_spec(args.model), args.allow_unmatched)
     r = export_gguf(path, args.policy, out)
     info = {
         "path": str(r.path),

@@ -58,6 +58,11 @@ def run(args) -> int:
     if args.plot:
         check_output_file(args.plot, "--plot")
     sets = tuple(s.strip() for s in args.sets.split(",") if s.strip())
+    # a flag that would do nothing in these sets is refused, not ignored
+    if args.figures and "phones" not in sets:
+        raise ValueError(f"--figures {args.figures}: applies to --sets phones (given: {args.sets})")
+    if args.runtime and not args.records:
+        raise ValueError(f"--runtime {args.runtime}: applies to --records (none given)")
     points = fd.collect(sets, args.figures, args.records, args.runtime)
     if not points:
         raise ValueError("fidelity: no points (check --sets, --figures, --records)")

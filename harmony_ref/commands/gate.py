@@ -59,6 +59,7 @@ def run(args) -> int:
     from harmony_ref.track.gate_run import (
         current_record,
         failed_parts,
+        prev_path,
         read_baseline,
         remeasure_policy,
         replace_baseline,
@@ -71,6 +72,7 @@ def run(args) -> int:
         check_output_file(args.summary, "--summary")
     if args.update_baseline:
         check_output_file(baseline_path, "--baseline")
+        check_output_file(prev_path(baseline_path), "--baseline's previous copy")
     history = sut = None
     if not args.current:
         from harmony_ref.commands._args import open_history_arguments

@@ -115,6 +115,15 @@ def _ratio_list(text: str | None, where: str) -> tuple[float, ...]:
     return tuple(out)
 
 
+def _method_list(text: str | None) -> tuple[str, ...]:
+    """--methods "rtn,gptq" -> the methods, none given twice (lm_plan checks the names)."""
+    out = tuple(m.strip() for m in (text or "rtn").split(","))
+    dup = next((m for i, m in enumerate(out) if m in out[:i]), None)
+    if dup:
+        raise ValueError(f"--methods {text!r}: {dup} is given twice")
+    return out
+
+
 def _format_list(text: str | None) -> tuple[str, ...]:
     """--formats "q4_0,q4_1,q8_0,f16" -> canonical format names, each checked."""
     from harmony_ref.eval.plan import PLANNER_FORMATS
@@ -128,21 +137,22 @@ def _format_list(text: str | None) -> tuple[str, ...]:
     out = []
     for name in names:
         fmt = parse_format(name, f"--formats {text!r}").name
-        if fmt not in out:
-            out.append(fmt)
+        if fmt in out:
+            raise ValueError(f"--formats {text!r}: {fmt} is given twice")
+        out.append(fmt)
     return tuple(out)
 
 
 def run_decoder(args) -> int:
     from harmony_ref._io import write_text_atomic
+    from harmony_ref.commands._args import check_scoring
     from harmony_ref.commands._output import print_json
     from harmony_ref.commands.accuracy import progress_run
     from harmony_ref.eval.lm_accuracy import Corpus, lm_accuracy
     from harmony_ref.eval.lm_plan import lm_plan
     from harmony_ref.units import MB
 
-    if args.chunks is not None and args.chunks < 1:
-        raise ValueError(f"--chunks must be >= 1, got {args.chunks}")
+    check_scoring(args.context, args.chunks)
     if not (math.isfinite(args.budget_mb) and args.budget_mb > 0):  # before any progress bar
         raise ValueError(f"--budget-mb must be a finite number > 0, got {args.budget_mb!r}")
     formats = _format_list(args.formats)
@@ -158,7 +168,7 @@ def run_decoder(args) -> int:
             prune_heads=args.head_ratios,
             prune_score=args.prune_score or "l1",
             activations=args.activations,
-            methods=tuple(m.strip() for m in (args.methods or "rtn").split(",")),
+            methods=_method_list(args.methods),
         ),
         args.json,
         "plan: each Linear type alone in each format (calibration)",

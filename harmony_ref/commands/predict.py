@@ -83,6 +83,8 @@ def run(args) -> int:
     )
     from harmony_ref.device.profile import load_profile, load_soc
 
+    if args.runtime_threads is not None and args.runtime_threads < 1:
+        raise ValueError(f"--runtime-threads {args.runtime_threads}: must be >= 1")
     device = SimulatedDevice(load_profile(args.profile, args.runtime, args.runtime_threads))
     soc = load_soc(args.profile)
     runtime = args.runtime or soc.default_runtime or None

@@ -111,8 +111,9 @@ def run_decoder(args, fmt: str) -> int:
     from harmony_ref.units import MB
 
     name = variant_name(*parse_variant(fmt, "--format"))
-    if args.chunks is not None and args.chunks < 1:
-        raise ValueError(f"--chunks must be >= 1, got {args.chunks}")
+    from harmony_ref.commands._args import check_scoring
+
+    check_scoring(args.context, args.chunks)
     resolve_model_path(args.model)
     by = args.by or "type"
     prune, score = args.prune_ratios, args.prune_score or "l1"

@@ -135,13 +135,15 @@ def run(args) -> int:
     from harmony_ref.commands._args import open_history_arguments
 
     history, sut = open_history_arguments(args, args.out_dir)
+    store = SweepStore(args.name, args.out_dir, history, sut)
+    store.check_outputs()  # before any point runs
     from harmony_ref.sweep.run import check_scheduler_address, run_sweep
 
     if args.scheduler:
         check_scheduler_address(args.scheduler)
     summary = run_sweep(
         grid,
-        SweepStore(args.name, args.out_dir, history, sut),
+        store,
         workers=args.workers,
         scheduler=args.scheduler,
         retry_failed=args.retry_failed,

@@ -25,7 +25,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from harmony_ref.commands._output import print_json
-    from harmony_ref.runtime.loader import load_tokenizer
+    from harmony_ref.runtime.loader import checkpoint_config, load_tokenizer
 
     if args.file is not None:
         path = Path(args.file)
@@ -37,6 +37,7 @@ def run(args) -> int:
             raise ValueError(f"--file {path}: not UTF-8 ({e})") from e
     else:
         text = args.text
+    checkpoint_config(args.model)  # a model harmony-ref cannot run is refused, as elsewhere
     tok = load_tokenizer(args.model)
     ids = tok.encode(text, add_bos=True if args.bos else None)
     if args.json:

@@ -728,6 +728,13 @@ def runtime_from_dict(data: dict, source: str) -> RuntimeProfile:
                 f"{source}: field 'soc_efficiency[{i}].soc' = {name!r}: that SoC has an "
                 "entry already (one matmul efficiency per SoC)"
             )
+        if name not in shipped_profiles():  # a typo would leave the shared efficiency in force
+            from harmony_ref._format import did_you_mean
+
+            raise ValueError(
+                f"{source}: field 'soc_efficiency[{i}].soc' = {name!r}: not a shipped SoC "
+                f"profile{did_you_mean(name, shipped_profiles())}"
+            )
     object.__setattr__(rt, "source", source)
     return rt
 
@@ -800,6 +807,8 @@ def _threads(soc: DeviceProfile, rt: RuntimeProfile, threads: int | None) -> int
             f"{soc.source}: runtime {rt.name!r} runs on the CPU, and this profile "
             "has no [cpu] clusters"
         )
+    if threads is not None and threads < 1:  # 0 is not "the runtime's default"
+        raise ValueError(f"runtime {rt.name!r}: threads = {threads}: must be >= 1")
     n = threads or rt.threads or performant_cores(soc.cpu)
     if not 1 <= n <= soc.cpu.cores:
         raise ValueError(

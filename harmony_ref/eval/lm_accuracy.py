@@ -9,12 +9,21 @@ the one entry point `harmony-ref accuracy --model`, the main job's accuracy part
 The reference is always the checkpoint's weights dequantized exactly (REFERENCE_NOTE), run by
 LlamaRef; its log-probs are cached on disk (eval/lm_cache.py) keyed by the model file's SHA-256,
 the corpus's SHA-256, the context, the scoring rule and the code version, so a second policy or a
-second run reuses them. Metric kind: every LM metric is LM_METRIC_KIND, the gate's `numerical` class
+second run reuses them.
+
+A user's corpus (--corpus FILE) is read only as far as needed: at most its first CORPUS_MAX_MB
+MB (whole lines; the label says so when the file is longer), and tokenized in pieces of
+CORPUS_PIECE_CHARS characters cut after a line only until the requested chunks x context tokens
+(plus a margin) are had; that prefix is then tokenized whole, as a runtime tokenizes a file, so
+the chunks scored are the ones the whole text gives. A text shorter than one piece (the shipped
+corpora) is tokenized whole. `--chunks` beyond what the text gives is refused in one line
+saying how many chunks it has. Metric kind: every LM metric is LM_METRIC_KIND, the gate's `numerical` class
 (float kernels and BLAS: not bit-identical across machines, but repeatable on one).
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +41,9 @@ from harmony_ref.metrics import NUMERICAL, Metrics
 REFERENCE_NOTE = "FP32 = the checkpoint's weights dequantized exactly"
 LM_METRIC_KIND = NUMERICAL  # the one place the LM metrics' kind is declared
 DEFAULT_LM_MODEL = "smollm2-135m"
+CORPUS_MAX_MB = 4  # a --corpus file is read up to its first 4 MB (10**6 bytes): ~1M tokens
+CORPUS_PIECE_CHARS = 1 << 18  # tokenized this many characters at a time (cut after a line)
+CORPUS_MARGIN_TOKENS = 64  # tokens past the last chunk, so the prefix's cut never touches it
 
 
 @dataclass(frozen=True)
@@ -46,22 +58,57 @@ class Corpus:
 
     @classmethod
     def from_file(cls, path) -> Corpus:
+        """The first CORPUS_MAX_MB MB of `path` (whole lines), checked as UTF-8 text."""
         p = Path(path)
         if not p.is_file():
             raise ValueError(f"--corpus {p}: no such file")
-        data = p.read_bytes()
-        try:
-            text = data.decode("utf-8")
+        limit = CORPUS_MAX_MB * 1_000_000
+        with open(p, "rb") as f:
+            data = f.read(limit + 1)
+        truncated = len(data) > limit
+        data = data[:limit]
+        try:  # a character cut by the cap is not an error; one inside the text is
+            text = codecs.getincrementaldecoder("utf-8")().decode(data, final=not truncated)
         except UnicodeDecodeError as e:
             raise ValueError(f"--corpus {p}: not UTF-8 text (byte {e.start}: {e.reason})") from e
+        if truncated and "\n" in text:
+            text = text[: text.rindex("\n") + 1]  # whole lines only
         if not text.strip():
             raise ValueError(f"--corpus {p}: the file is empty")
-        return cls(str(p), text, hashlib.sha256(data).hexdigest())
+        name = f"{p} (its first {CORPUS_MAX_MB} MB)" if truncated else str(p)
+        return cls(name, text, hashlib.sha256(text.encode("utf-8")).hexdigest())
+
+    def tokens(self, tok, need: int | None) -> list[int]:
+        """Token ids of the shortest prefix of the text, cut after a line, that holds `need`
+        tokens and a margin, tokenized whole (see the module docstring); every token of the text
+        when `need` is None or the text holds fewer."""
+        text = self.text
+        if need is None or len(text) <= CORPUS_PIECE_CHARS:
+            return tok.encode(text)
+        end, counted = 0, 0
+        while end < len(text):
+            cut = text.find("\n", end + CORPUS_PIECE_CHARS)
+            cut = len(text) if cut < 0 else cut + 1
+            counted += len(tok.encode(text[end:cut], add_bos=False))
+            end = cut
+            if counted >= need + CORPUS_MARGIN_TOKENS or end == len(text):
+                ids = tok.encode(text[:end])
+                if len(ids) >= need + CORPUS_MARGIN_TOKENS or end == len(text):
+                    return ids
+        return tok.encode(text)  # pragma: no cover - the loop returns at the end of the text
 
     @property
     def label(self) -> str:
         shipped = self.name in CORPUS_SHA256
         return f"harmony_ref/data/lm_corpus/{self.name}.txt" if shipped else self.name
+
+
+def check_chunks(chunks: int | None, in_text: int, label: str, context: int) -> None:
+    """--chunks more than the text gives is bad input, not silently fewer chunks."""
+    if chunks is not None and chunks > in_text:
+        raise ValueError(
+            f"--chunks {chunks}: corpus {label} has {in_text} chunks of --context {context}"
+        )
 
 
 @dataclass
@@ -207,15 +254,16 @@ def lm_accuracy(
     if as_stored:
         stored = stored_policy(weights, model)
         policies = [(stored if p == AS_STORED else p, kv) for p, kv in policies]
-    ids = tok.encode(corpus.text)
     if context > weights.config.max_positions:
         raise ValueError(
             f"--context {context} exceeds {model}'s {weights.config.max_positions} positions"
         )
+    ids = corpus.tokens(tok, None if max_chunks is None else max_chunks * context)
     if len(ids) < context:
         raise ValueError(
             f"corpus {corpus.label}: {len(ids)} tokens, fewer than one chunk of context {context}"
         )
+    check_chunks(max_chunks, len(ids) // context, corpus.label, context)
     cache = None
     if use_cache:
         cache = ReferenceCache.for_run(

@@ -22,7 +22,10 @@ Optional `[prune]` (structured pruning) and `[activations]` (static INT8 activat
 tables combine pruning and quantization in one policy, and `[quantize]` says how each int4 /
 int8 weight is fitted (`method = "rtn" | "gptq" | "awq"`, per layer pattern or format in
 `[quantize.methods]`, with its calibration windows); quant/compress.py describes them.
-`Policy.method_for(name)` is the method a Linear gets ("rtn" for fp32 / fp16 ones).
+`Policy.method_for(name)` is the method a Linear gets ("rtn" for fp32 / fp16 ones). GPTQ and
+AWQ fit int4-gNN and int8 only: a gptq / awq method that no Linear of the policy could take (a
+q4_0 / q8_0 / fp16 policy, a ggml or float format name, a pattern over such layers) is refused in
+one line naming the file, field and value, never labelled over round-to-nearest bytes.
 `dynamic_activations = "int8"` says the runtime quantizes the activations of every int4 and
 int8 Linear to int8 on the fly (ExecuTorch's 8da4w, W4A8): the op graph then marks those
 matmuls int8-activated, so a runtime computes them in int8 whatever it does for weight-only
@@ -305,13 +308,20 @@ def unmatched(
                     f"no layer of {model}{_closest(pattern, names)}"
                 )
     if policy.quantize is not None:
-        for key, _ in policy.quantize.methods:
+        for key, m in policy.quantize.methods:
             if _FORMAT_RE.match(key):
                 continue
-            if not any(key == n or _matches(key, n) for n in names):
+            hits = [n for n in names if key == n or _matches(key, n)]
+            if not hits:
                 out.append(
                     f"{policy.source}: field 'quantize.methods' has {key!r}, which "
                     f"matches no layer of {model}{_closest(key, names)}"
+                )
+            elif m != "rtn" and all(policy.format_for(n).kind not in FITTED_KINDS for n in hits):
+                fmt = policy.format_for(hits[0])
+                out.append(
+                    f"{policy.source}: field 'quantize.methods.{key}' = {m!r}: its layers are "
+                    f"{fmt.name} ({_why_not_fitted(fmt)})"
                 )
     if policy.prune is not None:
         past = sorted({b for b, _, _ in policy.prune.blocks if b >= n_blocks})
@@ -398,7 +408,7 @@ def policy_from_dict(data: dict, source: str) -> Policy:
     name = data.get("name", Path(source).stem)
     if not isinstance(name, str) or not name:
         raise ValueError(f"{source}: field 'name' must be a non-empty string, got {name!r}")
-    return Policy(
+    policy = Policy(
         name=name,
         default=default,
         keep_fp16_layers=lists["keep_fp16_layers"],
@@ -414,6 +424,42 @@ def policy_from_dict(data: dict, source: str) -> Policy:
         float16=float16,
         quantize=(quantize_from_dict(data["quantize"], source) if "quantize" in data else None),
     )
+    _check_methods_apply(policy)
+    return policy
+
+
+FITTED_KINDS = ("int4", "int8")  # the formats quant/gptq.py and quant/awq.py fit
+
+
+def _why_not_fitted(fmt: WeightFormat) -> str:
+    if fmt.kind in ("fp32", "fp16"):
+        return "a float format is not quantized"
+    return "GPTQ/AWQ fit int4-gNN / int8 only"
+
+
+def _check_methods_apply(policy: Policy) -> None:
+    """A gptq / awq method named for a format it cannot fit is refused at load: otherwise the
+    weights would be plain round-to-nearest while the policy, the record and an exported file
+    all say gptq (issue 45)."""
+    q = policy.quantize
+    if q is None:
+        return
+    # `method` is every int4 / int8 Linear's: refused when the policy stores none
+    formats = [policy.default, *(f for _, f in policy.layers)]
+    formats += [INT8] if policy.keep_int8_layers else []
+    if q.method != "rtn" and not any(f.kind in FITTED_KINDS for f in formats):
+        raise ValueError(
+            f"{policy.source}: field 'quantize.method' = {q.method!r}: GPTQ/AWQ fit int4-gNN / "
+            f"int8 only; the policy has none (default {policy.default.name})"
+        )
+    for key, m in q.methods:
+        if m != "rtn" and _FORMAT_RE.match(key):
+            fmt = parse_format(key)
+            if fmt.kind not in FITTED_KINDS:
+                raise ValueError(
+                    f"{policy.source}: field 'quantize.methods.{key}' = {m!r}: "
+                    f"{fmt.name} cannot take it ({_why_not_fitted(fmt)})"
+                )
 
 
 AS_STORED = "as-stored"  # --policy as-stored: every Linear in the format its GGUF file stores

@@ -38,6 +38,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from harmony_ref.model.decoder import CheckpointError
 
 TOKEN_TYPE_NORMAL = 1
@@ -160,6 +162,16 @@ class Tokenizer:
             pre = get("tokenizer.ggml.pre", "default")
             tk = build_bpe(tokens, merges, types, pre, where=f"{path}: tokenizer.ggml.pre")
         bos, eos = get("tokenizer.ggml.bos_token_id"), get("tokenizer.ggml.eos_token_id")
+        for key, v in (("bos", bos), ("eos", eos)):
+            if v is not None and not (
+                isinstance(v, (int, np.integer))
+                and not isinstance(v, bool)
+                and 0 <= v < len(tokens)
+            ):
+                raise CheckpointError(
+                    f"{path}: metadata key tokenizer.ggml.{key}_token_id = {v!r}: must be a "
+                    f"token id in 0..{len(tokens) - 1}"
+                )
         eog = {
             i
             for i, t in enumerate(tokens)
@@ -188,10 +200,19 @@ class Tokenizer:
         d = Path(directory)
         if not (d / "tokenizer.json").is_file():
             raise CheckpointError(f"{d}: no tokenizer.json")
-        tk = TK.from_file(str(d / "tokenizer.json"))
+        try:
+            tk = TK.from_file(str(d / "tokenizer.json"))
+        except Exception as e:  # the Rust parser raises a bare Exception
+            msg = str(e).splitlines()[0][:100] if str(e) else type(e).__name__
+            raise CheckpointError(f"{d / 'tokenizer.json'}: not a tokenizer ({msg})") from None
         cfg = {}
         if (d / "tokenizer_config.json").is_file():
-            cfg = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
+            try:
+                cfg = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
+            except ValueError as e:
+                raise CheckpointError(f"{d / 'tokenizer_config.json'}: not valid JSON: {e}") from e
+            if not isinstance(cfg, dict):
+                raise CheckpointError(f"{d / 'tokenizer_config.json'}: must be a JSON object")
 
         def tok_text(v):
             return v.get("content") if isinstance(v, dict) else v

@@ -249,8 +249,9 @@ def check_grid(grid: Grid) -> None:
                 continue
             try:
                 load(v)
-            except ValueError as e:
-                _fail(src, where, v, str(e))
+            except ValueError as e:  # its message names `v` already
+                msg = str(e)
+                _fail(src, where, v, msg[len(v) + 2 :] if msg.startswith(f"{v}: ") else msg)
     _check_runtimes(grid)
     from harmony_ref.config import BACKENDS
 
@@ -284,6 +285,9 @@ def check_grid(grid: Grid) -> None:
             lo = 0 if axis == "new_tokens" else 1
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 _fail(src, f"scenario.{axis}", v, f"must be an integer >= {lo}")
+        if len(set(values)) != len(values):  # a point twice is one row computed twice
+            dup = next(v for i, v in enumerate(values) if v in values[:i])
+            _fail(src, f"scenario.{axis}", dup, "is listed twice")
     if grid.size > MAX_GRID_POINTS:
         _fail(
             src,

@@ -109,6 +109,16 @@ class SweepStore:
         self._last_flush = time.monotonic()
         self._lock_fd = None
 
+    def check_outputs(self) -> None:
+        """Before the work: the sweep's folders and files can be written (a ValueError naming
+        --out-dir and the path otherwise)."""
+        from harmony_ref._io import check_output_dir, check_output_file
+
+        for d in (self.dir, self.records, self.pending):
+            check_output_dir(d, "--out-dir")
+        for f in (self.points_path, self.dir / "grid.json"):
+            check_output_file(f, "--out-dir")
+
     # --- the lock ------------------------------------------------------------------------------
     def lock(self) -> None:
         import fcntl

@@ -78,7 +78,13 @@ def collect(
         out += shipped
         if figures:
             ids = {p.id for p in shipped}
-            extra = [p for p in figure_points(load_figures(figures)) if p.id not in ids]
+            extra = figure_points(load_figures(figures))
+            same = next((p.id for p in extra if p.id in ids), None)
+            if same is not None:  # it would silently replace or be dropped: say so
+                raise ValueError(
+                    f"--figures {figures}: figure id {same!r} is a shipped figure's id; "
+                    "give it another"
+                )
             out += extra
     if records or "records" in sets:
         out += record_points(records, records_runtime)
@@ -88,13 +94,31 @@ def collect(
 def record_points(paths, runtime: str | None) -> list[Point]:
     """Measured phases of run records (`measure`, `run --backend command|host`), scored against
     the record's profile under `runtime` (default: the profile's own)."""
+    from pathlib import Path
+
     from harmony_ref.config import RunConfig
+    from harmony_ref.device.profile import load_soc
     from harmony_ref.track.record import load_record
 
     out = []
     for path in paths:
         rec = load_record(path)
         cfg = RunConfig.from_dict(rec.config, str(path))
+        try:  # scored against its profile: an unknown one is named with the record
+            load_soc(cfg.profile)
+        except ValueError as e:
+            from harmony_ref._format import did_you_mean
+            from harmony_ref.device.profile import shipped_profiles
+
+            hint = did_you_mean(cfg.profile, shipped_profiles())
+            why = (
+                f"not a profile file or a shipped profile{hint}"
+                if not Path(cfg.profile).exists()
+                else str(e)
+            )
+            raise ValueError(
+                f"--records {path}: field 'config.profile' = {cfg.profile!r}: {why}"
+            ) from None
         for metric in ("prefill_ms", "decode_step_ms", "peak_memory_mb"):
             if metric in rec.metrics and rec.metrics[metric].kind == "measured":
                 out.append(

@@ -14,11 +14,12 @@ whose parts failed or whose runtime was flagged inaccurate.
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Callable
 from pathlib import Path
 
-from harmony_ref._io import write_text_atomic
+from harmony_ref._io import StagedOutputs
 from harmony_ref.config import RunConfig
 from harmony_ref.metrics import Metric
 from harmony_ref.track.gate import too_few_valid_repeats
@@ -27,7 +28,6 @@ from harmony_ref.track.record import (
     Record,
     latest_record,
     load_record,
-    write_json_atomic,
     write_record,
 )
 
@@ -132,10 +132,13 @@ def replace_baseline(baseline_path: Path, current: Record, current_path: Path) -
             f"({inaccurate.description}); refusing to make it the baseline"
         )
     kept = None
-    if baseline_path.exists():
-        kept = prev_path(baseline_path)
-        write_text_atomic(kept, baseline_path.read_text())
-    write_json_atomic(baseline_path, current.to_dict())
+    with StagedOutputs() as staged:  # the new baseline and the kept one land together
+        if baseline_path.exists():
+            kept = prev_path(baseline_path)
+            staged.stage_bytes(kept, baseline_path.read_bytes())
+        text = json.dumps(current.to_dict(), indent=2, default=float, allow_nan=False) + "\n"
+        staged.stage_text(baseline_path, text)
+        staged.commit()
     return kept
 
 

@@ -231,7 +231,7 @@ def reference_for(check: RuntimeCheck, progress=None, use_cache: bool = True) ->
     from harmony_ref._io import write_text_atomic
     from harmony_ref.checkpoint.assets import cache_dir
     from harmony_ref.eval.lm import chunk_tokens, evaluate_lm
-    from harmony_ref.eval.lm_accuracy import model_sha256
+    from harmony_ref.eval.lm_accuracy import Corpus, check_chunks, model_sha256
     from harmony_ref.eval.lm_cache import ReferenceCache, cache_root
     from harmony_ref.quant.policy import AS_STORED, load_policy
     from harmony_ref.runtime.loader import load_decoder, resolve_model_path, stored_policy
@@ -272,7 +272,8 @@ def reference_for(check: RuntimeCheck, progress=None, use_cache: bool = True) ->
             f"--context {check.context}: exceeds {check.model}'s "
             f"{weights.config.max_positions} positions"
         )
-    ids = tok.encode(text)
+    corpus = Corpus(check.corpus or CORPUS_PART, text, corpus_sha)
+    ids = corpus.tokens(tok, None if check.chunks is None else check.chunks * check.context)
     n_tokens = len(ids)
     if n_tokens < check.context:
         where = f"--corpus {check.corpus}" if check.corpus else "the corpus"
@@ -280,8 +281,9 @@ def reference_for(check: RuntimeCheck, progress=None, use_cache: bool = True) ->
             f"{where}: {n_tokens} tokens, fewer than one chunk of --context {check.context}"
         )
     n_chunks = len(chunk_tokens(ids, check.context))
+    check_chunks(check.chunks, n_chunks, check.corpus or CORPUS_PART, check.context)
     if check.chunks is not None:
-        n_chunks = min(n_chunks, check.chunks)
+        n_chunks = check.chunks
         ids = ids[: n_chunks * check.context]
     shared = (
         ReferenceCache.for_run(model_sha, corpus_sha, check.context, tok.add_bos)

@@ -426,3 +426,18 @@ def test_a_phase_calibration_fits_the_shared_numbers_of_a_runtime_with_soc_entri
     assert rt.soc_efficiency == ()
     assert rt.efficiency.matmul == pytest.approx(0.2, rel=1e-2)
     assert rt.efficiency.memory == pytest.approx(0.5, rel=1e-2)
+
+
+def test_a_fitted_profile_that_does_not_load_never_replaces_the_previous_file(tmp_path):
+    # issue 45 item 1: calibrate --out reads its profile back from a temporary first
+    from types import SimpleNamespace
+
+    from harmony_ref.calibrate.run import _write_profile
+
+    out = tmp_path / "h.toml"
+    out.write_bytes(b"# the user's previous profile\n")
+    result = SimpleNamespace(profile_toml='name = "x"\nbogus_field = 1\n')
+    with pytest.raises(ValueError):
+        _write_profile(result, out)
+    assert [p.name for p in tmp_path.iterdir()] == ["h.toml"]
+    assert out.read_bytes() == b"# the user's previous profile\n"

@@ -166,3 +166,20 @@ def test_tampered_header_is_refused(artifact, tmp_path, old, new, capsys):
         load_artifact(bad)
     assert main(["verify", str(bad)]) == 1
     assert "header" in capsys.readouterr().err
+
+
+def test_an_export_that_fails_verification_keeps_the_previous_file(tiny, tmp_path, monkeypatch):
+    # issue 45 item 1: the artifact is verified as a temporary, before it replaces anything
+    from harmony_ref.checkpoint import artifact as mod
+
+    path = tmp_path / "a.safetensors"
+    path.write_bytes(b"the user's previous artifact")
+
+    def bad(p):
+        raise ArtifactError(f"{p}: tensor x: SHA-256 mismatch")
+
+    monkeypatch.setattr(mod, "verify_artifact", bad)
+    with pytest.raises(ArtifactError):
+        export_artifact(tiny, "int8", path)
+    assert [p.name for p in tmp_path.iterdir()] == ["a.safetensors"]
+    assert path.read_bytes() == b"the user's previous artifact"

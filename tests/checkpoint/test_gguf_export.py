@@ -275,3 +275,64 @@ def test_accuracy_as_stored_command(source, tmp_path, capsys, monkeypatch):
     d = json.loads(capsys.readouterr().out)
     rows = {r["policy"]: r for r in d["rows"]} if "rows" in d else None
     assert d and (rows is None or "as-stored" in rows)
+
+
+def _tree(d):
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def _export(src, out, *extra):
+    argv = ["export", "--format", "gguf", "--model", str(src), "--policy", "q8_0"]
+    return main([*argv, "--out", str(out), *extra])
+
+
+def test_an_unwritable_manifest_is_refused_before_work_and_the_old_file_kept(
+    source, tmp_path, capsys
+):
+    # Issue 45 item 1: out.gguf there, its manifest's path a directory: refused before any
+    # work (the old file and the directory untouched), not deleted by a failed cleanup.
+    src, _ = source
+    out = tmp_path / "out.gguf"
+    out.write_bytes(b"GGUF the user's previous file")
+    (tmp_path / "out.gguf.manifest.json").mkdir()
+    before = _tree(tmp_path)
+    assert _export(src, out) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "out.gguf.manifest.json" in err, err
+    assert "is a directory" in err and len(err) < 200
+    assert _tree(tmp_path) == before and (tmp_path / "out.gguf.manifest.json").is_dir()
+
+
+@pytest.mark.parametrize("fails", ["read back", "manifest move", "file move"])
+def test_a_failed_export_leaves_the_previous_file_and_manifest_byte_for_byte(
+    source, tmp_path, monkeypatch, fails
+):
+    import os
+
+    from harmony_ref.checkpoint import gguf_export
+    from harmony_ref.model.decoder import CheckpointError
+
+    src, _ = source
+    out = tmp_path / "out.gguf"
+    assert _export(src, out) == 0  # a previous export and its manifest
+    out.write_bytes(out.read_bytes() + b"and the user's own bytes")
+    before = _tree(tmp_path)
+    if fails == "read back":
+
+        def bad_read_back(path, tensors):
+            raise CheckpointError(f"{path}: tensor blk.0.attn_q.weight read back differently")
+
+        monkeypatch.setattr(gguf_export, "_check_read_back", bad_read_back)
+    else:
+        name = "out.gguf.manifest.json" if fails == "manifest move" else "out.gguf"
+        real = os.replace
+
+        def replace(a, b, *args, **kw):
+            if os.path.basename(b) == name and ".tmp-kept" not in os.path.basename(a):
+                raise IsADirectoryError(21, "Is a directory", str(b))
+            return real(a, b, *args, **kw)
+
+        monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises((CheckpointError, OSError)):
+        export_gguf(src, "q8_0", out)
+    assert _tree(tmp_path) == before  # nothing lost, nothing half-written, no temporary left

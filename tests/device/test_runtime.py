@@ -221,10 +221,18 @@ launch_us = 5.0
         (
             (
                 "launch_us = 5.0",
-                'launch_us = 5.0\n[[soc_efficiency]]\nsoc = "a"\nmatmul = 0.2\n'
-                '[[soc_efficiency]]\nsoc = "a"\nmatmul = 0.3',
+                'launch_us = 5.0\n[[soc_efficiency]]\nsoc = "kirin-9000e"\nmatmul = 0.2\n'
+                '[[soc_efficiency]]\nsoc = "kirin-9000e"\nmatmul = 0.3',
             ),
-            "field 'soc_efficiency\\[1\\].soc' = 'a': that SoC has an entry already",
+            "field 'soc_efficiency\\[1\\].soc' = 'kirin-9000e': that SoC has an entry already",
+        ),
+        (
+            (
+                "launch_us = 5.0",
+                'launch_us = 5.0\n[[soc_efficiency]]\nsoc = "kirin-900e"\nmatmul = 0.2',
+            ),
+            "field 'soc_efficiency\\[0\\].soc' = 'kirin-900e': not a shipped SoC profile "
+            "\\(did you mean 'kirin-9000e'",
         ),
         (
             ("launch_us = 5.0", 'launch_us = 5.0\n[[soc_efficiency]]\nsoc = " "\nmatmul = 0.2'),

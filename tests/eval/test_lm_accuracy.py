@@ -112,6 +112,7 @@ def test_accuracy_command_table_and_json(tiny_gguf, corpus_file, capsys):
         (["--context", "4096"], "fewer than one chunk|exceeds"),
         (["--pairs", "x.tsv"], "applies to --model all-minilm-l6"),
         (["--chunks", "0"], "--chunks"),
+        (["--context", "32", "--chunks", "100000"], r"--chunks 100000: corpus .* has \d+ chunks"),
     ],
 )
 def test_accuracy_bad_input_exit_2(tiny_gguf, tmp_path, capsys, argv, pattern):
@@ -138,3 +139,58 @@ def test_bad_checkpoint_through_accuracy(tmp_path, capsys):
     assert main(["accuracy", "--model", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "bad.gguf: not a readable GGUF file" in err and len(err.splitlines()) == 1
+
+
+# --- issue 45 item 3: a corpus read only as far as the chunks need, with a stated cap ----------
+
+
+class _Spy:
+    """A tokenizer that records the longest text it was asked to encode."""
+
+    def __init__(self, tok):
+        self.tok, self.longest, self.add_bos = tok, 0, tok.add_bos
+
+    def encode(self, text, add_bos=None):
+        self.longest = max(self.longest, len(text))
+        return self.tok.encode(text, add_bos)
+
+
+def test_a_long_corpus_is_tokenized_only_as_far_as_the_chunks_need(tiny_gguf, tmp_path):
+    from harmony_ref.eval.lm_accuracy import CORPUS_PIECE_CHARS
+    from harmony_ref.runtime.tokenizer import Tokenizer
+
+    path = tmp_path / "long.txt"
+    path.write_text(TEXT * (4 * CORPUS_PIECE_CHARS // len(TEXT)), encoding="utf-8")
+    corpus = Corpus.from_file(path)
+    spy = _Spy(Tokenizer.from_gguf(tiny_gguf))
+    need = 3 * 32
+    ids = corpus.tokens(spy, need)
+    whole = spy.tok.encode(corpus.text)
+    assert ids[:need] == whole[:need]  # the chunks scored are the whole text's chunks
+    assert len(ids) >= need and spy.longest < 2 * CORPUS_PIECE_CHARS < len(corpus.text)
+    assert corpus.tokens(spy, None) == whole  # every chunk: the whole text
+
+
+def test_a_corpus_past_the_cap_is_read_to_its_first_megabytes(tmp_path, monkeypatch):
+    from harmony_ref.eval import lm_accuracy
+
+    monkeypatch.setattr(lm_accuracy, "CORPUS_MAX_MB", 1)
+    path = tmp_path / "big.txt"
+    line = "caf\u00e9 au lait, s'il vous pla\u00eet\n"  # 2-byte characters, cut anywhere
+    path.write_text(line * (1_500_000 // len(line.encode())), encoding="utf-8")
+    corpus = Corpus.from_file(path)
+    assert corpus.name == f"{path} (its first 1 MB)"
+    assert len(corpus.text.encode()) <= 1_000_000 and corpus.text.endswith("\n")
+    assert (path.read_text(encoding="utf-8")).startswith(corpus.text)
+
+
+def test_the_corpus_cap_is_the_one_the_help_and_docs_state():
+    from pathlib import Path
+
+    from harmony_ref.eval.lm_accuracy import CORPUS_MAX_MB
+
+    root = Path(__file__).resolve().parents[2]
+    said = f"first {CORPUS_MAX_MB} MB"
+    for f in ("harmony_ref/commands/accuracy.py", "harmony_ref/commands/check_runtime.py"):
+        assert said in (root / f).read_text(), f
+    assert said in (root / "docs/explanations/decoders.md").read_text()

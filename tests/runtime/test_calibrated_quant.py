@@ -128,9 +128,10 @@ def test_mixed_methods_per_pattern_and_format():
     assert pol.method_for("model.layers.0.self_attn.q_proj") == "gptq"
     assert pol.method_for("model.layers.0.self_attn.o_proj") == "awq"
     assert (
-        policy_from_dict({"default": "fp16", "quantize": {"method": "gptq"}}, "<f>").method_for(
-            "lm_head"
-        )
+        policy_from_dict(
+            {"default": "fp16", "layers": {"o_proj": "int8"}, "quantize": {"method": "gptq"}},
+            "<f>",
+        ).method_for("lm_head")
         == "rtn"
     )  # nothing to fit
     m = Llama(w, pol)  # q, v fitted by GPTQ and k rounded: one fused q|k|v tensor
@@ -239,3 +240,47 @@ def test_quantize_spec_defaults():
     q = QuantizeSpec()
     assert q.method == "rtn" and q.label == "rtn"
     assert QuantizeSpec(method="gptq").label == "gptq-n16x128"
+
+
+@pytest.mark.parametrize(
+    "policy, match",
+    [
+        (
+            {"default": "q4_0", "quantize": {"method": "gptq"}},
+            "<p>: field 'quantize.method' = 'gptq': GPTQ/AWQ fit int4-gNN / int8 only; the "
+            "policy has none (default q4_0)",
+        ),
+        (
+            {"default": "fp16", "quantize": {"method": "awq"}},
+            "field 'quantize.method' = 'awq': GPTQ/AWQ fit int4-gNN / int8 only; the policy "
+            "has none (default fp16)",
+        ),
+        (
+            {"default": "int4-g32", "quantize": {"methods": {"q8_0": "gptq"}}},
+            "field 'quantize.methods.q8_0' = 'gptq': q8_0 cannot take it (GPTQ/AWQ fit",
+        ),
+    ],
+)
+def test_a_method_a_format_cannot_take_is_refused_at_load(policy, match):
+    # issue 45 item 2: gptq on q4_0 gave plain q4_0 bytes while everything said gptq
+    with pytest.raises(ValueError) as e:
+        policy_from_dict(policy, "<p>")
+    assert match in str(e.value) and len(str(e.value)) < 200
+
+
+def test_a_method_pattern_whose_layers_cannot_take_it_is_refused():
+    from harmony_ref.quant.policy import unmatched
+
+    pol = policy_from_dict(
+        {
+            "default": "int4-g32",
+            "layers": {"*.gate_proj": "q4_0"},
+            "quantize": {"methods": {"*.gate_proj": "awq"}},
+        },
+        "<p>",
+    )
+    out = unmatched(pol, [("model.layers.0.mlp.gate_proj", 64)], 1)
+    assert out == [
+        "<p>: field 'quantize.methods.*.gate_proj' = 'awq': its layers are q4_0 (GPTQ/AWQ "
+        "fit int4-gNN / int8 only)"
+    ]

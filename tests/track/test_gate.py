@@ -389,3 +389,39 @@ def test_inaccurate_run_missing_metrics_still_fails():
     assert gate.compare(base, cur).exit_code == 1
     with pytest.raises(ValueError, match="metric sets differ"):  # an accurate one may not
         gate.compare(base, _checked(_rec(), True))
+
+
+def test_a_failed_baseline_update_keeps_both_previous_files(tmp_path, monkeypatch, capsys):
+    # issue 45 item 1: the new baseline and the kept copy land together or not at all
+    import os
+
+    baseline = tmp_path / "baseline.json"
+    first = write_record(_rec(), tmp_path / "runs")
+    second = write_record(_rec(ttft=90.0), tmp_path / "runs")
+    argv = ["gate", "--baseline", str(baseline), "--update-baseline", "--current"]
+    assert main([*argv, str(first)]) == 0
+    assert main([*argv, str(first)]) == 0  # baseline.json and baseline.prev.json both there
+    before = {p: p.read_bytes() for p in (baseline, tmp_path / "baseline.prev.json")}
+    real = os.replace
+
+    def replace(a, b, *args, **kw):
+        if os.path.basename(b) == "baseline.json" and ".tmp-kept" not in str(a):
+            raise PermissionError(13, "Permission denied", str(b))
+        return real(a, b, *args, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    assert main([*argv, str(second)]) == 2
+    assert "baseline.json: Permission denied" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "baseline.json",
+        "baseline.prev.json",
+        "runs",
+    ]
+    # and a kept copy that could not be written is refused before the work
+    monkeypatch.undo()
+    (tmp_path / "baseline.prev.json").unlink()
+    (tmp_path / "baseline.prev.json").mkdir()
+    assert main([*argv, str(second)]) == 2
+    assert "baseline.prev.json" in capsys.readouterr().err
+    assert baseline.read_bytes() == before[baseline]
