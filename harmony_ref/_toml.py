@@ -37,6 +37,10 @@ def shipped_names(folder: str) -> list[str]:
     return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
 
 
+# the command that lists a folder's shipped files, named by an unknown-name error
+LIST_COMMANDS = {"device/profiles": "`harmony-ref profiles`"}
+
+
 def read_toml(kind: str, folder: str, name_or_path: str | Path) -> tuple[dict, str]:
     """(parsed TOML, source) for a shipped `kind` by name or a TOML file by path."""
     text = str(name_or_path)
@@ -47,9 +51,14 @@ def read_toml(kind: str, folder: str, name_or_path: str | Path) -> tuple[dict, s
             from harmony_ref._format import did_you_mean
 
             names = shipped_names(folder)
+            listed = ", ".join(names)
+            if len(listed) > 90:  # the error stays one short line; the list has its command
+                listed = (
+                    f"{len(names)} of them: {LIST_COMMANDS.get(folder, f'harmony_ref/{folder}/')}"
+                )
             raise ValueError(
                 f"unknown {kind} {text!r}{did_you_mean(text, names)}: not a file, "
-                f"and not one of the shipped {folder.split('/')[-1]} {names}"
+                f"and not one of the shipped {folder.split('/')[-1]} ({listed})"
             )
         source, raw = f"{folder}/{text}.toml", shipped.read_text()
     else:

@@ -455,7 +455,7 @@ def host_soc_toml(
                 (
                     "thread_share",
                     m["gemm_thread_share"],
-                    "measured: the int8 prefill GEMM's 2-thread speedup minus 1",
+                    "measured: the int8 prefill GEMMs' 2-thread speedup minus 1 (host_measure.py)",
                 )
             ]
             if "gemm_thread_share" in m

@@ -151,7 +151,7 @@ def add_arguments(p) -> None:
         "--params",
         help="--set, --command with a runtime: comma-separated parameters to fit "
         "(e.g. matmul,memory; --command defaults: matmul,memory,launch_us on a phone profile, "
-        "matmul,gemv,attention,attention_decode,launch_us on this host)",
+        "matmul,gemv,attention_decode,launch_us on this host)",
     )
     add_json_flag(p)
 
