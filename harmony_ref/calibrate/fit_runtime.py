@@ -281,6 +281,12 @@ def calibrated(
     return out
 
 
+def with_held_out(rt: RuntimeProfile, held_out_mape_pct: float) -> RuntimeProfile:
+    """`rt`'s calibration with its held-out error, scored after the fit."""
+    c = rt.calibration
+    return calibrated(rt, c.method, c.fitted_on, c.scored_on, c.fit_mape_pct, held_out_mape_pct)
+
+
 def _value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"

@@ -74,7 +74,7 @@ def calibrate_host_runs(
 ) -> dict:
     """Measure, fit, score and write (the module docstring). `manifest`: the run plan (default
     the shipped one; tests pass a smaller one). Returns the summary the command prints."""
-    from harmony_ref.calibrate.fit_runtime import calibrated, held_out_mape, runtime_toml
+    from harmony_ref.calibrate.fit_runtime import held_out_mape, runtime_toml, with_held_out
     from harmony_ref.calibrate.host_measure import measure_session
     from harmony_ref.calibrate.host_runs import fit_host_runtime, host_points
     from harmony_ref.device.profile import load_profile, load_runtime, load_soc
@@ -125,14 +125,7 @@ def calibrate_host_runs(
     rt = dataclasses.replace(
         rt, description=f"harmony-ref's runtime/llama.py on {cpu}, fitted here"
     )
-    rt = calibrated(
-        rt,
-        rt.calibration.method,
-        rt.calibration.fitted_on,
-        rt.calibration.scored_on,
-        rt.calibration.fit_mape_pct,
-        held,
-    )
+    rt = with_held_out(rt, held)
     fitted = set(info["refined"]) | {"forward_us"}
     comments = {f"efficiency.{k}": "fitted on this machine's fit runs" for k in info["refined"]}
     comments["overhead.launch_us"] = "fitted on this machine's fit runs"

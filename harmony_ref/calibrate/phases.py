@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from harmony_ref._io import write_checked
 from harmony_ref.calibrate.fit import PHASE_METRICS
-from harmony_ref.calibrate.run import _check_valid_repeats, workload_run_config
+from harmony_ref.calibrate.run import _check_valid_repeats, phase_value, workload_run_config
 from harmony_ref.metrics import ape_pct, mape_pct
 
 # what a phase calibration moves when --params does not say: on a phone the prompt's matmul,
@@ -134,11 +134,7 @@ def calibrate_runtime_phases(
         m = dev.run(cfg)
         _check_valid_repeats(m, cfg)
         for metric, phase_cfg in phases.items():
-            if metric not in m.metrics:
-                raise ValueError(
-                    f"--format {fmt} output has no {metric}: phase calibration "
-                    f"needs {list(PHASE_METRICS.values())}"
-                )
+            value = phase_value(m, fmt, metric)
             points.append(
                 Point(
                     f"w{i}:{w.label}:{metric}",
@@ -148,7 +144,7 @@ def calibrate_runtime_phases(
                     w.threads,
                     phase_cfg,
                     metric,
-                    m.metrics.value(metric),
+                    value,
                     "score" if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1 else "fit",
                     source=m.provenance.get("command", ""),
                 )

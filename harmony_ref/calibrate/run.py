@@ -219,6 +219,17 @@ def _check_valid_repeats(m, cfg) -> None:
         )
 
 
+def phase_value(m, fmt: str, metric: str) -> float:
+    """A phase time (PHASE_METRICS) of a benchmark command's measurement; ValueError when the
+    format does not report it."""
+    if metric not in m.metrics:
+        raise ValueError(
+            f"--format {fmt} output has no {metric}: phase calibration "
+            f"needs {list(PHASE_METRICS.values())}"
+        )
+    return m.metrics.value(metric)
+
+
 def calibrate_phases(
     command_template: str,
     fmt: str,
@@ -254,11 +265,6 @@ def calibrate_phases(
             }
         )
         for phase, metric in PHASE_METRICS.items():
-            if metric not in m.metrics:
-                raise ValueError(
-                    f"--format {fmt} output has no {metric}: phase calibration "
-                    f"needs {list(PHASE_METRICS.values())}"
-                )
             rows.append(
                 {
                     "workload": cfg.label,
@@ -266,7 +272,7 @@ def calibrate_phases(
                     "phase": phase,
                     "holdout": i % 3 == 2,
                     "terms": phase_terms(base, cfg, phase),
-                    "measured_s": m.metrics.value(metric) / MS_PER_S,
+                    "measured_s": phase_value(m, fmt, metric) / MS_PER_S,
                 }
             )
         if "e2e_ms" in m.metrics:
@@ -365,6 +371,7 @@ def calibrate_runtime_on_set(
         point_rows,
         runtime_toml,
         shared_only,
+        with_held_out,
     )
     from harmony_ref.device.runtime import load_runtime
 
@@ -418,14 +425,7 @@ def calibrate_runtime_on_set(
         fitted = report.fitted
         extra = {"not_fitted": list(report.not_fitted), "soc_efficiency": soc_rows}
     held = held_out_mape(rt, points)
-    rt = calibrated(
-        rt,
-        rt.calibration.method,
-        rt.calibration.fitted_on,
-        rt.calibration.scored_on,
-        rt.calibration.fit_mape_pct,
-        held,
-    )
+    rt = with_held_out(rt, held)
     comments = _inline_comments(base.source)
     if set_name == "host":  # matmul and memory are what unset classes fall back to
         comments["efficiency.matmul"] = "= int4 (the class every unset one falls back to)"
