@@ -810,7 +810,10 @@ CASES_45 = [  # (argv, the words the one error line must hold)
         "--text 'a\\x80b': not UTF-8 text (byte 0x80 at 1)",
     ),
     (_gen("{d}/tiny.gguf", "--chat").__add__(["--prompt", "\udcff"]), "not UTF-8 text (byte 0xff"),
-    (["predict", "--model", "{d}/tiny.gguf"], "tiny.gguf: a GGUF file"),
+    # predict reads a GGUF as a checkpoint (issue 44): its spec from the file, the default
+    # 2048-token context refused against the file's own 128 positions
+    (["predict", "--model", "{d}/tiny.gguf"], "tiny.gguf's max_positions = 128"),
+    (["predict", "--model", "{d}/tiny.gguf", "--policy", "{d}/tiny.gguf"], "a GGUF file"),
     (["predict", "--profile", "{d}/latin1.toml"], "latin1.toml: not UTF-8 text"),
     # 5. combinations a command cannot honour, duplicates, values that meant something else
     (

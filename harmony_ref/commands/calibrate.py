@@ -244,13 +244,28 @@ MICROBENCH_ONLY = (
 )
 
 
+COMMAND_ONLY = (
+    ("ops", "--ops"),
+    ("command_template", "--command"),
+    ("format", "--format"),
+    ("workloads", "--workloads"),
+    ("runtime", "--runtime"),
+    ("stream_gbps", "--stream-gbps"),
+)
+
+
 def _refuse_idle_flags(args) -> None:
     """A flag that does nothing in the chosen mode is refused, not ignored."""
     host_runs = args.backend == "host" and args.method == "runs" and not args.fit_set
+    if args.params and not (args.fit_set or args.backend == "command"):
+        raise ValueError(f"--params {args.params}: applies to --set or --backend command")
     if host_runs:
         for attr, flag in MICROBENCH_ONLY:
             if getattr(args, attr):
                 raise ValueError(f"{flag} applies to --method microbench, not --method runs")
+        for attr, flag in COMMAND_ONLY:
+            if getattr(args, attr):
+                raise ValueError(f"{flag} applies to --backend command or --set")
     elif args.model:
         raise ValueError("--model applies to --backend host --method runs")
     if args.method != "runs" and args.backend != "host":

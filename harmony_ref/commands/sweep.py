@@ -134,9 +134,9 @@ def run(args) -> int:
     grid = grid_from_args(args)
     from harmony_ref.commands._args import open_history_arguments
 
+    SweepStore(args.name, args.out_dir).check_outputs()  # before any point runs or any history
     history, sut = open_history_arguments(args, args.out_dir)
     store = SweepStore(args.name, args.out_dir, history, sut)
-    store.check_outputs()  # before any point runs
     from harmony_ref.sweep.run import check_scheduler_address, run_sweep
 
     if args.scheduler:
