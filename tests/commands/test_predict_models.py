@@ -126,7 +126,7 @@ def _bad_files(d):
         ("truncated.gguf", [], r"truncated\.gguf: not a readable GGUF file"),
         ("empty-dir", [], r"empty-dir: no config\.json"),
         ("missing.gguf", [], r"missing\.gguf: no such file"),
-        ("blob.bin", [], r"blob\.bin: not a model spec TOML file \(not UTF-8"),
+        ("blob.bin", [], r"blob\.bin: not UTF-8 text \(byte 0\), not a model spec TOML"),
         ("hf", ["--policy", "as-stored"], r"--model .*hf is not a GGUF file"),
         ("llama-3.2-1b", ["--policy", "as-stored"], r"--model llama-3\.2-1b is not a GGUF"),
     ],

@@ -244,7 +244,7 @@ def test_thermal_cross_field_error_names_the_file(tmp_path, flagship_text):
 def test_missing_file_and_unknown_name():
     with pytest.raises(ValueError, match="does not exist"):
         load_profile("/nonexistent/phone.toml")
-    with pytest.raises(ValueError, match="unknown profile 'harmony-pro'.*harmony-flagship"):
+    with pytest.raises(ValueError, match="unknown profile 'harmony-pro'.*`harmony-ref profiles`"):
         load_profile("harmony-pro")
 
 

@@ -402,6 +402,10 @@ def test_a_failed_baseline_update_keeps_both_previous_files(tmp_path, monkeypatc
     assert main([*argv, str(first)]) == 0
     assert main([*argv, str(first)]) == 0  # baseline.json and baseline.prev.json both there
     before = {p: p.read_bytes() for p in (baseline, tmp_path / "baseline.prev.json")}
+    # write_record appends to the history beside its folder (results/history.sqlite): there
+    # before the failing update, and nothing more after it
+    listed = sorted(p.name for p in tmp_path.iterdir())
+    assert {"baseline.json", "baseline.prev.json", "runs"} <= set(listed)
     real = os.replace
 
     def replace(a, b, *args, **kw):
@@ -413,11 +417,7 @@ def test_a_failed_baseline_update_keeps_both_previous_files(tmp_path, monkeypatc
     assert main([*argv, str(second)]) == 2
     assert "baseline.json: Permission denied" in capsys.readouterr().err
     assert {p: p.read_bytes() for p in before} == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "baseline.json",
-        "baseline.prev.json",
-        "runs",
-    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == listed
     # and a kept copy that could not be written is refused before the work
     monkeypatch.undo()
     (tmp_path / "baseline.prev.json").unlink()
