@@ -66,3 +66,15 @@ def _default_memory():
     common = sys.modules.get("bench.common")
     if common is not None:
         common.restore_memory()
+
+
+@pytest.fixture(scope="session")
+def microbench_profile(tmp_path_factory):
+    """A host profile from `calibrate --method microbench --quick --no-e2e` (the older host
+    method: its per-op [calibration], no runs), written once for the tests that read one."""
+    from harmony_ref.cli import main
+
+    prof = tmp_path_factory.mktemp("microbench") / "host.toml"
+    argv = ["calibrate", "--method", "microbench", "--quick", "--no-e2e", "--repeats", "2"]
+    assert main([*argv, "--out", str(prof)]) == 0
+    return prof

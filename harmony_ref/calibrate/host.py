@@ -23,6 +23,7 @@ runtime (llama.cpp) on when it runs on this host.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tempfile
 from pathlib import Path
 
@@ -39,22 +40,23 @@ def runtime_path(out) -> Path:
 
 
 def cpu_label(machine: dict) -> str:
-    """'AMD EPYC (family 25 model 17), 2 cores, L3 32768K' from a session's machine facts."""
+    """'AMD EPYC (family 25 model 17), 2 cores, L3 32768K' from the machine facts of a session
+    measured here (its cpu_id is backends/host_timing.py's, the fidelity fixtures' naming)."""
     import os
 
-    facts = dict(kv.split("=", 1) for kv in machine.get("lscpu_model", "").split("; ") if "=" in kv)
-    name = facts.get("Model name", machine.get("cpu", "unknown CPU"))
-    fam = f" (family {facts['CPU family']} model {facts['Model']})" if "Model" in facts else ""
-    return f"{name}{fam}, {os.cpu_count()} cores, L3 {machine.get('l3', '?')}"
+    return f"{machine['cpu_id']}, {os.cpu_count()} cores, L3 {machine['l3']}"
+
+
+def plan_runs(manifest, quick: bool) -> tuple:
+    """The runs a calibration measures: every run of the plan, or the ones marked `quick`."""
+    return tuple(r for r in manifest.run if r.quick or not quick)
 
 
 def _check_plan(model: str, runs) -> None:
     """The checkpoint must hold every run's context (before any measurement)."""
     from harmony_ref.calibrate.points import checkpoint_spec
-    from harmony_ref.model.spec import get_spec
 
-    spec = checkpoint_spec(model)
-    limit = get_spec(spec).max_positions if isinstance(spec, str) else spec.max_positions
+    limit = checkpoint_spec(model).max_positions
     for r in runs:
         if r.context_tokens > limit:
             raise ValueError(
@@ -74,7 +76,7 @@ def calibrate_host_runs(
 ) -> dict:
     """Measure, fit, score and write (the module docstring). `manifest`: the run plan (default
     the shipped one; tests pass a smaller one). Returns the summary the command prints."""
-    from harmony_ref.calibrate.fit_runtime import held_out_mape, runtime_toml, with_held_out
+    from harmony_ref.calibrate.fit_runtime import runtime_toml, with_held_out
     from harmony_ref.calibrate.host_measure import measure_session
     from harmony_ref.calibrate.host_runs import fit_host_runtime, host_points
     from harmony_ref.device.profile import load_profile, load_runtime, load_soc
@@ -84,7 +86,7 @@ def calibrate_host_runs(
     rt_out = check_output_file(runtime_path(out), "--out's runtime profile")
     manifest = manifest or load_host_manifest()
     model = model or manifest.model
-    runs = tuple(r for r in manifest.run if r.quick or not quick)
+    runs = plan_runs(manifest, quick)
     if not any(r.split == "fit" and r.profile_contexts for r in runs):
         raise ValueError(f"{manifest.source}: no fit run with profile_contexts: nothing to fit")
     _check_plan(model, runs)
@@ -107,25 +109,32 @@ def calibrate_host_runs(
         if progress:
             progress("fitting the runtime on the fit runs' per-call profiles")
         rt, info = fit_host_runtime(here)
-        points = host_points(here)
-        held = held_out_mape(rt, points)
         rows = [
             {
                 "run": p.id.rpartition(":")[0],
                 "split": p.split,
                 "metric": p.metric,
                 "measured_ms": p.measured,
-                "model_ms": p.predicted(rt),
+                "model_ms": (v := p.predicted(rt)),
                 "differs_in": p.note,
+                "error_pct": 100 * (v - p.measured) / p.measured,
             }
-            for p in points
+            for p in host_points(here)
         ]
-    for r in rows:
-        r["error_pct"] = 100 * (r["model_ms"] - r["measured_ms"]) / r["measured_ms"]
     rt = dataclasses.replace(
         rt, description=f"harmony-ref's runtime/llama.py on {cpu}, fitted here"
     )
-    rt = with_held_out(rt, held)
+
+    def mape(split, metric=None):
+        pairs = [
+            (r["model_ms"], r["measured_ms"])
+            for r in rows
+            if r["split"] == split and (metric is None or r["metric"] == metric)
+        ]
+        return mape_pct(pairs) if pairs else None
+
+    held = mape("score")  # every scored run, priced once above
+    rt = with_held_out(rt, math.nan if held is None else held)
     fitted = set(info["refined"]) | {"forward_us"}
     comments = {f"efficiency.{k}": "fitted on this machine's fit runs" for k in info["refined"]}
     comments["overhead.launch_us"] = "fitted on this machine's fit runs"
@@ -149,15 +158,6 @@ def calibrate_host_runs(
         load_soc(staged.stage_text(out, soc_text))
         staged.commit()
     load_profile(out)  # the SoC profile with its runtime, through the real schema
-
-    def mape(split, metric=None):
-        pairs = [
-            (r["model_ms"], r["measured_ms"])
-            for r in rows
-            if r["split"] == split and (metric is None or r["metric"] == metric)
-        ]
-        return mape_pct(pairs) if pairs else None
-
     return {
         "profile": str(out),
         "runtime": str(rt_out),

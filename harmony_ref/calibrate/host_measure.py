@@ -143,12 +143,18 @@ def machine(dram_bytes: int = 2 << 30, cache_bytes: int = 64 << 20) -> dict:
 
     import psutil
 
-    from harmony_ref.backends.host_timing import cpu_flags, cpu_freq_mhz, onchip_buffer_bytes
+    from harmony_ref.backends.host_timing import (
+        cpu_flags,
+        cpu_freq_mhz,
+        cpu_id,
+        onchip_buffer_bytes,
+    )
 
     l3 = _l3_size()
     out = {
         "cpu": platform.processor() or platform.machine(),
         "lscpu_model": lscpu_model(),
+        "cpu_id": cpu_id(),
         "flags": sorted(cpu_flags()),
         "l2_bytes": onchip_buffer_bytes(),
         "l3": l3,

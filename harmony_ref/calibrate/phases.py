@@ -69,7 +69,6 @@ def phase_configs(w: Workload, fmt: str):
         return base, {m: base for m in PHASE_METRICS.values()}
     ctx = base.scenario.context_tokens
     prompt = w.depth + w.prompt
-    one = dict(checkpoint=base.checkpoint)
     return base, {
         "prefill_ms": RunConfig.from_names(
             base.spec,
@@ -78,7 +77,7 @@ def phase_configs(w: Workload, fmt: str):
             1,
             max(prompt + 1, ctx),
             prefix_tokens=w.depth,
-            **one,
+            checkpoint=base.checkpoint,
         ),
         "decode_step_ms": RunConfig.from_names(
             base.spec,
@@ -86,7 +85,7 @@ def phase_configs(w: Workload, fmt: str):
             max(w.depth, 1),
             w.new,
             max(w.depth + w.new + 1, ctx),
-            **one,
+            checkpoint=base.checkpoint,
         ),
     }
 
@@ -151,14 +150,35 @@ def calibrate_runtime_phases(
             )
     fit_pts = [p for p in points if p.split == "fit"]
     rt, report = fit_on_points(base, fit_pts, params)
-    held = [(p.predicted(rt), p.measured) for p in points if p.split == "score"]
+    table = [
+        {
+            "id": p.id,
+            "split": p.split,
+            "threads": p.threads,
+            "metric": p.metric,
+            "measured": p.measured,
+            "model": (v := p.predicted(rt)),
+            "ape_pct": ape_pct(v, p.measured),
+        }
+        for p in points
+    ]
+
+    def mape(metric):
+        pairs = [
+            (r["model"], r["measured"])
+            for r in table
+            if r["split"] == "score" and metric in (None, r["metric"])
+        ]
+        return mape_pct(pairs) if pairs else None
+
+    held = mape(None)
     rt = calibrated(
         rt,
         f"least squares on log error over {list(report.fitted)}, command {fmt} runs",
         [p.id for p in fit_pts],
         [p.id for p in points if p.split == "score"],
         report.fit_mape_pct,
-        mape_pct(held) if held else float("nan"),
+        float("nan") if held is None else held,
     )
     comments = {}
     for name in report.fitted:
@@ -174,27 +194,6 @@ def calibrate_runtime_phases(
         ),
         load_runtime,  # a file that does not load back never replaces the previous one
     )
-    table = [
-        {
-            "id": p.id,
-            "split": p.split,
-            "threads": p.threads,
-            "metric": p.metric,
-            "measured": p.measured,
-            "model": p.predicted(rt),
-            "ape_pct": ape_pct(p.predicted(rt), p.measured),
-        }
-        for p in points
-    ]
-
-    def mape(metric):
-        pairs = [
-            (r["model"], r["measured"])
-            for r in table
-            if r["split"] == "score" and metric in (None, r["metric"])
-        ]
-        return mape_pct(pairs) if pairs else None
-
     summary = {
         "runtime": str(out),
         "backend": "command",
@@ -202,7 +201,7 @@ def calibrate_runtime_phases(
         "fitted": list(report.fitted),
         "not_fitted": list(report.not_fitted),
         "fit_mape_pct": report.fit_mape_pct,
-        "held_out_phase_mape_pct": mape(None),
+        "held_out_phase_mape_pct": held,
         "held_out_prefill_mape_pct": mape("prefill_ms"),
         "held_out_decode_mape_pct": mape("decode_step_ms"),
     }

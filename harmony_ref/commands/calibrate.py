@@ -277,11 +277,10 @@ def _run_host_runs(args) -> int:
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from harmony_ref.calibrate.host import calibrate_host_runs, runtime_path
+    from harmony_ref.calibrate.host import calibrate_host_runs, plan_runs
     from harmony_ref.calibrate.host_runs import load_host_manifest
 
-    check_output_file(runtime_path(args.out), "--out's runtime profile")
-    plan = [r for r in load_host_manifest().run if r.quick or not args.quick]
+    plan = plan_runs(load_host_manifest(), args.quick)  # outputs: checked before any run there
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as prog:
         task = prog.add_task("calibrating", total=len(plan) + 2)

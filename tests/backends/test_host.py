@@ -204,26 +204,8 @@ def test_scaled_spec_keeps_group_alignment():
             assert s.n_heads % s.n_kv_heads == 0
 
 
-def test_model_error_metric(tmp_path):
-    from harmony_ref.cli import main
-
-    prof = tmp_path / "host.toml"
-    assert (
-        main(
-            [
-                "calibrate",
-                "--method",
-                "microbench",
-                "--quick",
-                "--no-e2e",
-                "--repeats",
-                "2",
-                "--out",
-                str(prof),
-            ]
-        )
-        == 0
-    )
+def test_model_error_metric(microbench_profile):
+    prof = microbench_profile
     r = HostDevice(repeats=2, model_profile=str(prof)).run(tiny(new=2))
     m = r.metrics["host_model_mape_pct"]
     assert m.unit == "%" and m.value >= 0

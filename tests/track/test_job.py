@@ -303,7 +303,9 @@ def test_committed_baseline_is_a_full_default_run():
     assert base.parts["accuracy"]["chunks"] == f"{job.ACCURACY_CHUNKS} of 12"
 
 
-def test_host_and_simulated_host_profile_records_have_the_same_metric_names(tmp_path):
+def test_host_and_simulated_host_profile_records_have_the_same_metric_names(
+    tmp_path, microbench_profile
+):
     """Issue 8 Done-when: `run --backend host --profile host.toml` and `run --backend simulated
     --profile host.toml` (a profile written by `calibrate --backend host`) record exactly the same
     metric names, with the same units and directions: the host computes the model's breakdown for
@@ -311,23 +313,7 @@ def test_host_and_simulated_host_profile_records_have_the_same_metric_names(tmp_
     calibration's held-out number in the simulated record, the live one in the host record)."""
     from harmony_ref.device.profile import load_profile
 
-    host_profile = tmp_path / "host.toml"
-    assert (
-        main(
-            [
-                "calibrate",
-                "--method",
-                "microbench",
-                "--quick",
-                "--no-e2e",
-                "--repeats",
-                "2",
-                "--out",
-                str(host_profile),
-            ]
-        )
-        == 0
-    )
+    host_profile = microbench_profile
     cal = load_profile(host_profile).calibration
     assert cal is not None and cal.n_held_out > 0 and cal.e2e_mape_pct is None  # --no-e2e: per-op
     scenario = [
