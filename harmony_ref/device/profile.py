@@ -760,15 +760,18 @@ def load_runtime(name_or_path: str | Path | RuntimeProfile) -> RuntimeProfile:
     return runtime_from_dict(data, source)
 
 
+def _threads_rate(per_core: list[float], split: str) -> float:
+    """Ops/s of threads whose cores run at `per_core` ops/s: each op waits for its slowest
+    thread (even split: threads x the slowest, device/threads.py) or takes their sum."""
+    return len(per_core) * min(per_core) if split == "even" else sum(per_core)
+
+
 def cpu_rates(cpu: CpuSpec, threads: int, split: str) -> dict[str, float]:
-    """Ops/s of `threads` threads on the fastest cores, per dtype: the sum of their rates
-    (dynamic split) or threads x the slowest one's (even split), each thread beyond the first
-    adding `cpu.thread_share` of its core's rate."""
+    """Ops/s of `threads` threads on the fastest cores, per dtype (_threads_rate), each thread
+    beyond the first adding `cpu.thread_share` of its core's rate."""
     used = cpu.cores_used(threads)
     scale = (1 + (threads - 1) * cpu.thread_share) / threads
-    if split == "even":  # each op waits for its slowest thread (device/threads.py)
-        return {d: scale * threads * min(c.core_ops_per_s(d) for c in used) for d in DTYPES}
-    return {d: scale * sum(c.core_ops_per_s(d) for c in used) for d in DTYPES}
+    return {d: scale * _threads_rate([c.core_ops_per_s(d) for c in used], split) for d in DTYPES}
 
 
 def float16_shares(cpu: CpuSpec, threads: int, split: str, f16: RuntimeFloat16) -> dict:
@@ -776,18 +779,19 @@ def float16_shares(cpu: CpuSpec, threads: int, split: str, f16: RuntimeFloat16) 
     matmul runs at when each core kind takes its path of `f16` (widened: WIDENED_SHARE of the
     core's fp16 rate)."""
     used = cpu.cores_used(threads)
-    out = {}
-    for fmt in FLOAT16_FORMATS:
-
-        def rate(c, fmt=fmt):
-            share = WIDENED_SHARE if f16.path(fmt, c.name) == "widened" else 1.0
-            return c.core_ops_per_s("fp16") * share
-
-        if split == "even":
-            out[fmt] = min(rate(c) for c in used) / min(c.core_ops_per_s("fp16") for c in used)
-        else:
-            out[fmt] = sum(rate(c) for c in used) / sum(c.core_ops_per_s("fp16") for c in used)
-    return out
+    fp16 = _threads_rate([c.core_ops_per_s("fp16") for c in used], split)
+    return {
+        fmt: _threads_rate(
+            [
+                c.core_ops_per_s("fp16")
+                * (WIDENED_SHARE if f16.path(fmt, c.name) == "widened" else 1.0)
+                for c in used
+            ],
+            split,
+        )
+        / fp16
+        for fmt in FLOAT16_FORMATS
+    }
 
 
 PERFORMANT_SHARE = 0.4  # a core this far below the fastest one is not a "performant" core
