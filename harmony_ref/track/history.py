@@ -96,10 +96,12 @@ TABLES = {t.name for t in meta.sorted_tables}
 # --- what a row knows -------------------------------------------------------------------------
 
 
-def git_out(args: list[str], cwd: Path) -> str | None:
+def git_out(args: list[str], cwd: Path, timeout_s: float = 30) -> str | None:
     """A git command's stdout in `cwd`, stripped; None when git fails or is missing."""
     try:
-        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout_s
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None

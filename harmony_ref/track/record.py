@@ -26,7 +26,6 @@ import os
 import platform
 import secrets
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -78,26 +77,19 @@ class Record:
 # --- provenance -------------------------------------------------------------------------------
 
 
-def _git(*args: str, cwd: Path) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
 def collect_provenance() -> dict:
     """Where and with what a record was made. Git fields are None outside a git checkout."""
     import numpy
 
     import harmony_ref
     from harmony_ref.backends.host_timing import cpu_model
+    from harmony_ref.track.history import git_out
 
     repo = Path(harmony_ref.__file__).resolve().parent.parent
     if "site-packages" in repo.parts:  # an installed copy (tox, asv): the checkout is where we run
         repo = Path.cwd()
-    commit = _git("rev-parse", "HEAD", cwd=repo)
-    status = _git("status", "--porcelain", "--untracked-files=no", cwd=repo)
+    commit = git_out(["rev-parse", "HEAD"], repo, timeout_s=10)
+    status = git_out(["status", "--porcelain", "--untracked-files=no"], repo, timeout_s=10)
     try:
         import numba
 
