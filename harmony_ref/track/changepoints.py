@@ -63,11 +63,49 @@ def noise_sigma(y: np.ndarray) -> float:
     return float(np.median(np.abs(d - np.median(d))) / 0.6745 / math.sqrt(2))
 
 
+def _l2_cost():
+    """ruptures' least-squares segment cost (its `CostL2`: n x variance) for one column, from
+    running sums: O(1) a segment instead of a pass over it. PELT asks for ~80,000 segments on
+    500 commits, and CostL2's `var()` a call was the slowest part of `history` (1.4 s of 2.7 s).
+    The sums are Python floats (NumPy scalar arithmetic costs microseconds a call) of the centred
+    signal, so they stay exact to float64 rounding; the breakpoints are CostL2's."""
+    from ruptures.base import BaseCost
+    from ruptures.exceptions import NotEnoughPoints
+
+    class CostL2Sums(BaseCost):
+        model = "l2"
+
+        def __init__(self):
+            self.min_size = 1
+            self.signal = None
+            self.s1: list[float] = []
+            self.s2: list[float] = []
+
+        def fit(self, signal):
+            self.signal = np.asarray(signal, dtype=float).reshape(len(signal), -1)
+            if self.signal.shape[1] != 1:
+                raise ValueError("CostL2Sums: one column only")
+            y = self.signal[:, 0] - self.signal[:, 0].mean()
+            self.s1 = [0.0, *np.cumsum(y).tolist()]
+            self.s2 = [0.0, *np.cumsum(y * y).tolist()]
+            return self
+
+        def error(self, start, end):
+            n = end - start
+            if n < self.min_size:
+                raise NotEnoughPoints
+            d = self.s1[end] - self.s1[start]
+            return max(self.s2[end] - self.s2[start] - d * d / n, 0.0)
+
+    return CostL2Sums()
+
+
 def _candidates(y: np.ndarray, sigma: float) -> list[int]:
     import ruptures
 
     pen = PENALTY_BIC_FACTOR * math.log(len(y)) * sigma**2
-    algo = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(y.reshape(-1, 1))
+    algo = ruptures.Pelt(custom_cost=_l2_cost(), min_size=MIN_SEGMENT, jump=1)
+    algo.fit(y.reshape(-1, 1))
     return [int(b) for b in algo.predict(pen=pen)[:-1]]  # the last breakpoint is len(y)
 
 
