@@ -16,9 +16,9 @@ calibration part the rows never score). A format `w8a8-per-channel` / `w8a8-per-
 `w8a8-smooth` (`w8a8`: per-channel) puts the group's Linears in int8 with static activation
 scales (the policy's [activations] table with its defaults, quant/compress.py). With `prune`
 (ratios {"ffn": r} and/or {"heads": r}, `prune_score` "l1" or "activation") the weights stay
-FP32 and the group is pruned instead: by `type` the rows are `ffn` (every block's FFN at the ratio) and
-`heads` (every block's heads), by `block` one block at a time at the given ratios; `bytes` are
-the group's FP32 Linears at the pruned shapes, `bytes_fp32` unpruned.
+FP32 and the group is pruned instead: by `type` the rows are `ffn` (every block's FFN at the
+ratio) and `heads` (every block's heads), by `block` one block at a time at the given ratios;
+`bytes` are the group's FP32 Linears at the pruned shapes, `bytes_fp32` unpruned.
 
 Held out means held out: sensitivity scores the shipped corpus's `calibration` part only (the
 planner's policy is then scored on the `heldout` part). Within sensitivity, W8A8 scales and
