@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_layers import _package  # a synthetic package written under tmp_path
 from tools import docs_architecture as arch
 from tools.layers import LAYERS
 
@@ -50,14 +51,6 @@ def test_every_package_and_layer_on_disk_is_on_the_page():
         )
     ]
     assert [n for n in present if f". {n}\n" not in shown] == []
-
-
-def _package(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / "pkg" / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
 
 
 FAKE = {

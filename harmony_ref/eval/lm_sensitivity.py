@@ -132,10 +132,9 @@ def group_patterns(config, by: str) -> list[tuple[str, str]]:
     raise ValueError(f"--by must be one of {', '.join(GROUPINGS)}, got {by!r}")
 
 
-def group_shapes(config, group: str, by: str) -> list[tuple[int, int]]:
-    """(N, K) of every Linear in a group."""
-    d, q, kv, f = config.dim, config.q_dim, config.kv_dim, config.ffn_dim
-    shape = {
+def _block_shapes(d: int, q: int, kv: int, f: int) -> dict[str, tuple[int, int]]:
+    """(N, K) of each Linear type of one block: model width d, query / kv widths, FFN width f."""
+    return {
         "q_proj": (q, d),
         "k_proj": (kv, d),
         "v_proj": (kv, d),
@@ -144,6 +143,12 @@ def group_shapes(config, group: str, by: str) -> list[tuple[int, int]]:
         "up_proj": (f, d),
         "down_proj": (d, f),
     }
+
+
+def group_shapes(config, group: str, by: str) -> list[tuple[int, int]]:
+    """(N, K) of every Linear in a group."""
+    d = config.dim
+    shape = _block_shapes(d, config.q_dim, config.kv_dim, config.ffn_dim)
     if by == "block":
         return list(shape.values())
     if group == "lm_head":
@@ -175,21 +180,10 @@ def pruned_shapes(
     from harmony_ref.model.prune import decoder_spec, pruned_spec
 
     sp = pruned_spec(decoder_spec(config), PruneSpec(ffn=ffn, heads=heads, score=score))
-    d, q, kv, f = (
-        config.dim,
-        sp.n_heads * config.head_dim,
-        sp.n_kv_heads * config.head_dim,
-        sp.intermediate,
+    d = config.dim
+    shape = _block_shapes(
+        d, sp.n_heads * config.head_dim, sp.n_kv_heads * config.head_dim, sp.intermediate
     )
-    shape = {
-        "q_proj": (q, d),
-        "k_proj": (kv, d),
-        "v_proj": (kv, d),
-        "o_proj": (d, q),
-        "gate_proj": (f, d),
-        "up_proj": (f, d),
-        "down_proj": (d, f),
-    }
     out = {t: [s] * config.n_layers for t, s in shape.items()}
     out["lm_head"] = [(config.vocab_size, d)]
     return out
