@@ -4,7 +4,8 @@ its own layer, no two modules import each other through any chain, no module loa
 own code by name (importlib, find_spec) except the CLI's command discovery, and only the TOML
 loader imports tomllib/tomli. A synthetic package shows the checker catches what it claims to.
 
-Layer order, bottom to top (a module may import its own layer and the layers below it):
+Layer order (tools/layers.py LAYERS), bottom to top (a module may import its own layer and the
+layers below it):
 """
 
 from __future__ import annotations
@@ -14,30 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tools.layers import LAYERS  # the one list (the architecture page is written from it)
+
 ROOT = Path(__file__).resolve().parents[1]
 
-# (layer, top-level names under harmony_ref/ it holds), bottom first. `sweep` (Dask sweeps over
-# many configs, a later issue) sits between track/ and commands/: declared now, empty for now.
-LAYERS = [
-    (
-        "shared",
-        ("__init__", "_io", "_toml", "_schema", "_format", "_threads", "_cpus", "units", "metrics"),
-    ),
-    ("quant", ("quant",)),
-    ("kernels", ("kernels",)),
-    ("model", ("model",)),
-    ("config", ("config",)),
-    ("checkpoint", ("checkpoint",)),
-    ("runtime", ("runtime",)),
-    ("eval", ("eval",)),
-    ("device", ("device",)),
-    ("backends", ("backends",)),
-    ("calibrate", ("calibrate",)),
-    ("track", ("track",)),
-    ("sweep", ("sweep",)),
-    ("commands", ("commands",)),
-    ("cli", ("cli", "__main__")),
-]
 __doc__ += "".join(
     f"    {i:2d}. {name}: {', '.join(tops)}\n" for i, (name, tops) in enumerate(LAYERS)
 )

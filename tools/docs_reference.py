@@ -320,9 +320,9 @@ def policy_markdown() -> str:
         "pruning and static int8 activations. Shipped policies (`harmony_ref/policies/`): "
         + ", ".join(_code(p) for p in shipped_policies())
         + "; any `--policy` also takes a TOML path. Read by `harmony_ref/quant/policy.py` "
-        "`policy_from_dict` (the keys of `POLICY_KEYS`) and `harmony_ref/quant/compress.py` "
-        "(`PRUNE_KEYS`, `BLOCK_KEYS`, `ACTIVATION_KEYS`, `QUANTIZE_KEYS`); every error names the file, the "
-        "field and the value.\n",
+        "`policy_from_dict` (the keys of `POLICY_KEYS`) and `harmony_ref/quant/compress_tables.py` "
+        "(the keys of `PRUNE_KEYS`, `BLOCK_KEYS`, `ACTIVATION_KEYS`, `QUANTIZE_KEYS` in "
+        "`harmony_ref/quant/compress.py`); every error names the file, the field and the value.\n",
         "### Top level\n",
     ]
     out += _key_table(_checked(policy.POLICY_KEYS, policy.POLICY_FIELD_DOCS, "policy"))

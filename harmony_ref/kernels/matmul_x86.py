@@ -21,26 +21,21 @@ for u = w + 128, so the AVX2 W8 dot multiplies |x| by w * sign(x) instead (llama
 `mul_sum_i8_pairs`), exact while w != -128 (matmul.py routes such a tensor to the portable
 loop), and its bias is 0.
 
-Layout (built once per tensor by `layout_w4` / `layout_w8`): for each tile of 64 rows and each
-step of 4 (W8) or 8 (W4) along K, 64 rows x 4 bytes are contiguous, so one 256-byte load feeds
-64 lanes. W4 byte [t, j, r, c] holds u(k = 8j + c) in its low nibble and u(8j + 4 + c) in its
-high one: `& 15` and `>> 4` give two ready 4-byte steps. Group scales stay float16 (uint16
-bits, converted with vcvtph2ps) and zero points int8, so a W4 g32 weight costs 19 bytes per
-32 values (llama.cpp Q4_1: 20, Q4_0: 18).
-
 GEMV (M < 4 or the rows left over): per tile, per activation block, the int32 dot of the
 block, then the block's integer correction and its float scaling in the portable loop's order.
 GEMM (4 rows at a time): per tile and chunk of KCHUNK values along K, W4 nibbles are unpacked
-once into an L1-resident byte buffer (the W8 layout is already bytes), then every block of 4
-activation rows runs over it with 16 zmm int32 accumulators (4 rows x 64 lanes); float
-accumulators for all M rows stay in a per-tile buffer across chunks, so the order of the float
+once into an L1-resident byte buffer (the W8 layout, matmul_x86_layout.py, is already bytes),
+then every block of 4 activation rows runs over it with 16 zmm int32 accumulators (4 rows x 64
+lanes); float accumulators for all M rows stay in a per-tile buffer across chunks, so the order of the float
 work per output is that of the GEMV, block by block, and results are bit-identical to it.
 
 Numba caches each kernel per signature (the isa literal is part of it) and per target CPU
 (name and feature string are in its cache key), so a cache written on another CPU is not
-served here; `supported_isas` asks numba's own codegen for the features it compiles for, so
-NUMBA_CPU_NAME=generic yields only the portable path. numba does not notice edits to the
-intrinsics in another file, which is why they live here beside the kernels.
+served here; `supported_isas` (matmul_x86_isa.py) asks numba's own codegen for the features
+it compiles for, so NUMBA_CPU_NAME=generic yields only the portable path. numba does not notice
+edits to the intrinsics in another file, which is why they live here beside the kernels (the
+layout and the activation quantizer, matmul_x86_layout.py, call none of them; the peak-rate
+kernel, matmul_x86_peak.py, does and so is not cached).
 """
 
 from __future__ import annotations
@@ -50,33 +45,14 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic, models, register_model, typeof_impl
+from numba.extending import intrinsic, models, register_model
 
-
-class Isa(int):
-    """A path id that numba types as a literal, so each path is its own specialisation (and
-    cache entry) and calls dispatch on it without retyping (`numba.literally` on a plain int
-    would re-run type inference on every call)."""
-
-
-@typeof_impl.register(Isa)
-def _typeof_isa(val, c):
-    return types.IntegerLiteral(int(val))
-
-
-ISA_PORTABLE, ISA_AVX2, ISA_AVX_VNNI, ISA_AVX512_VNNI = (Isa(i) for i in range(4))
-ISA_NAMES = {
-    ISA_PORTABLE: "portable",
-    ISA_AVX2: "avx2",
-    ISA_AVX_VNNI: "avxvnni",
-    ISA_AVX512_VNNI: "avx512vnni",
-}
-# LLVM target features each path's instructions need (beyond x86-64).
-ISA_FEATURES = {
-    ISA_AVX2: ("avx2", "f16c"),
-    ISA_AVX_VNNI: ("avx2", "f16c", "avxvnni"),
-    ISA_AVX512_VNNI: ("avx512f", "avx512bw", "avx512vnni"),
-}
+from harmony_ref.kernels.matmul_x86_isa import (
+    ISA_AVX2,
+    ISA_AVX512_VNNI,
+    ISA_AVX_VNNI,
+    ISA_FEATURES,
+)
 
 LANES = 64  # output rows per tile: matmul.ROW_TILE
 STEP = 4 * LANES  # bytes of one 4-value step of a tile
@@ -88,17 +64,6 @@ PREFETCH_BYTES = 2048
 GEMM_ROWS = 4  # activation rows per GEMM micro-kernel call (16 zmm accumulators)
 NIBBLE_OFFSET = 8
 W8_OFFSET = 128
-
-
-def supported_isas() -> list[int]:
-    """Paths numba can compile for its target CPU, best last (always starts with portable)."""
-    from numba.core.registry import cpu_target
-
-    codegen = cpu_target.target_context.codegen()
-    features = {f[1:] for f in codegen._tm_features.split(",") if f.startswith("+")}
-    if codegen.magic_tuple()[0].split("-")[0] != "x86_64":
-        return [ISA_PORTABLE]
-    return [ISA_PORTABLE] + [isa for isa, need in ISA_FEATURES.items() if features.issuperset(need)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -451,80 +416,6 @@ def times(typingctx, a, b):
     return FLOATS(FLOATS, FLOATS), codegen
 
 
-# ----------------------------------------------------------------------------------------------
-# Layout
-
-
-def _tiles_of(a: np.ndarray, fill=0) -> np.ndarray:
-    """(N, ...) -> (T, LANES, ...) with rows past N set to `fill`."""
-    tiles = -(-a.shape[0] // LANES)
-    padded = np.full((tiles * LANES,) + a.shape[1:], fill, dtype=a.dtype)
-    padded[: a.shape[0]] = a
-    return padded.reshape((tiles, LANES) + a.shape[1:])
-
-
-def _per_group(a: np.ndarray) -> np.ndarray:
-    """(N, G) -> (T, G * LANES): group g of the tile's 64 rows contiguous."""
-    t = _tiles_of(a)
-    return np.ascontiguousarray(t.transpose(0, 2, 1)).reshape(t.shape[0], -1)
-
-
-def layout_w4(packed: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None):
-    """Int4Tensor arrays -> (bytes (T, K / 2 * LANES) uint8, scale (T, G * LANES) uint16 float16
-    bits or float32, zero point (T, G * LANES) int8); see the module doc."""
-    n, half = packed.shape
-    u = packed ^ np.uint8(0x88)  # two's complement nibbles -> q + 8; high nibble = element 2j
-    nib = np.empty((n, 2 * half), np.uint8)
-    nib[:, 0::2] = u >> 4
-    nib[:, 1::2] = u & 15
-    t = _tiles_of(nib).reshape(-1, LANES, half // 4, 2, 4)  # [t, r, j, low/high, c]
-    stepped = t[:, :, :, 0, :] | (t[:, :, :, 1, :] << 4)  # (T, r, j, c)
-    data = np.ascontiguousarray(stepped.transpose(0, 2, 1, 3)).reshape(t.shape[0], -1)
-    scale = scale.view(np.uint16) if scale.dtype == np.float16 else scale.astype(np.float32)
-    zp = np.zeros(scale.shape, np.int8) if zero_point is None else zero_point.astype(np.int8)
-    return data, _per_group(scale), _per_group(zp)
-
-
-def layout_w8(values: np.ndarray, scale: np.ndarray):
-    """Int8Tensor arrays -> (bytes (T, K * LANES) uint8 holding w + 128, scale (T, LANES))."""
-    n, k = values.shape
-    u = _tiles_of(values.view(np.uint8) ^ np.uint8(0x80), fill=0x80)  # (T, r, K), pad w = 0
-    stepped = u.reshape(u.shape[0], LANES, k // 4, 4).transpose(0, 2, 1, 3)
-    data = np.ascontiguousarray(stepped).reshape(u.shape[0], -1)
-    return data, _tiles_of(scale.astype(np.float32)).reshape(-1, LANES).copy()
-
-
-# ----------------------------------------------------------------------------------------------
-# Kernels
-
-
-@numba.njit(parallel=True, cache=True)
-def _quantize_activations_bytes(x, block):
-    """matmul_portable._quantize_activations' arithmetic, xq as int8 (M, K) (viewed as int32
-    words by the kernels) plus its exact block sums."""
-    m, k = x.shape
-    nb = k // block
-    xs = np.empty((m, nb), dtype=np.float32)
-    xsum = np.empty((m, nb), dtype=np.int32)
-    xq = np.empty((m, k), dtype=np.int8)
-    levels = np.float32(127)
-    for i in numba.prange(m):
-        for b in range(nb):
-            amax = np.float32(0.0)
-            for j in range(b * block, (b + 1) * block):
-                amax = max(amax, abs(x[i, j]))
-            s = amax / levels
-            xs[i, b] = s
-            safe = np.float32(1.0) if s == 0 else s
-            total = 0
-            for j in range(b * block, (b + 1) * block):
-                v = np.int32(min(max(np.rint(x[i, j] / safe), -levels), levels))
-                xq[i, j] = v
-                total += v
-            xsum[i, b] = total
-    return xq, xs, xsum
-
-
 @numba.njit(parallel=True, cache=True)
 def _w4_gemv(isa, xw, xs, xsum, data, scale, zp, group_size, block):
     """y (M, T * LANES) for x words xw (M, K / 4) int32; one activation row at a time."""
@@ -670,50 +561,3 @@ def store_ints(typingctx, arr, idx, v):
         return context.get_dummy_value()
 
     return types.none(arr, idx, INTS), codegen
-
-
-PEAK_WORDS = 64  # activation words `_dot_peak` cycles through (an L1-resident 256 bytes)
-PEAK_ACCUMULATORS = 4  # independent tile accumulators (16 zmm) per thread in `_dot_peak`
-MACS_PER_DOT = STEP  # one tile dot: 64 lanes x 4 byte products
-
-
-@numba.njit(parallel=True, cache=True)
-def _dot_peak(isa, threads, reps, data):
-    """The machine's int8 dot rate on this path: each of `threads` chunks runs reps x
-    PEAK_ACCUMULATORS register-resident tile dots (no memory traffic). Returns the sums (so
-    nothing is optimised away); the caller times it: MACs = threads x reps x 4 x MACS_PER_DOT."""
-    numba.literally(isa)
-    out = np.zeros((threads, PEAK_ACCUMULATORS * LANES), dtype=np.int32)
-    words = data.view(np.int32)
-    for p in numba.prange(threads):
-        w = load_bytes(data, 0)
-        a0, a1, a2, a3 = zero_ints(), zero_ints(), zero_ints(), zero_ints()
-        for it in range(reps):
-            x = bcast_word(words, (it + p) % PEAK_WORDS)  # a fresh operand: nothing to hoist
-            a0 = dot_offset_bytes(isa, a0, w, x)
-            a1 = dot_offset_bytes(isa, a1, w, x)
-            a2 = dot_offset_bytes(isa, a2, w, x)
-            a3 = dot_offset_bytes(isa, a3, w, x)
-        store_ints(out[p], 0, a0)
-        store_ints(out[p], LANES, a1)
-        store_ints(out[p], 2 * LANES, a2)
-        store_ints(out[p], 3 * LANES, a3)
-    return out
-
-
-def peak_int8_gops(isa: int, seconds: float = 0.3) -> float:
-    """Best measured int8 dot rate of path `isa` over numba's threads, in GOP/s (2 ops per MAC)."""
-    import time
-
-    data = np.random.default_rng(0).integers(0, 127, STEP, dtype=np.uint8)
-    reps = 1 << 16
-    threads = numba.get_num_threads()
-    _dot_peak(isa, threads, 1, data)
-    best = float("inf")
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        t0 = time.perf_counter()
-        _dot_peak(isa, threads, reps, data)
-        best = min(best, time.perf_counter() - t0)
-    macs = threads * reps * PEAK_ACCUMULATORS * MACS_PER_DOT
-    return 2 * macs / best / 1e9

@@ -52,10 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony_ref._toml import read_toml, shipped_names
-from harmony_ref.quant.compress import (
-    ActivationSpec,
-    PruneSpec,
-    QuantizeSpec,
+from harmony_ref.quant.compress import ActivationSpec, PruneSpec, QuantizeSpec
+from harmony_ref.quant.compress_tables import (
     activations_from_dict,
     prune_from_dict,
     quantize_from_dict,

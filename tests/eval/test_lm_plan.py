@@ -9,10 +9,10 @@ import pytest
 import harmony_ref.eval.lm as lm
 from harmony_ref.cli import main
 from harmony_ref.eval.lm_accuracy import Corpus
-from harmony_ref.eval.lm_plan import (
+from harmony_ref.eval.lm_plan import lm_plan
+from harmony_ref.eval.lm_sensitivity import (
     group_patterns,
     group_shapes,
-    lm_plan,
     lm_sensitivity,
     stored_bytes,
 )
@@ -57,9 +57,9 @@ def test_sensitivity_scores_the_calibration_part_only(tiny_gguf, monkeypatch):
     assert all("calibration" in r["corpus"] and r["scored_tokens"] == 2 * 15 for r in rows)
     # cached: a second call measures nothing
     monkeypatch.setattr(lm, "evaluate_lm", None)
-    import harmony_ref.eval.lm_plan as lm_plan_mod
+    import harmony_ref.eval.lm_sensitivity as lm_sensitivity_mod
 
-    monkeypatch.setattr(lm_plan_mod, "evaluate_lm", None)
+    monkeypatch.setattr(lm_sensitivity_mod, "evaluate_lm", None)
     assert lm_sensitivity(str(tiny_gguf), "int4-g32", "type", context=32, chunks=2) == rows
 
 
@@ -169,8 +169,8 @@ def test_bad_input_exit_2(tiny_gguf, capsys, argv, pattern):
 
 
 def test_prune_sensitivity_rows_and_cache_key(tiny_gguf, monkeypatch):
-    import harmony_ref.eval.lm_plan as lm_plan_mod
-    from harmony_ref.eval.lm_plan import pruned_shapes
+    import harmony_ref.eval.lm_sensitivity as lm_sensitivity_mod
+    from harmony_ref.eval.lm_sensitivity import pruned_shapes
 
     c = tiny_config()
     rows = lm_sensitivity(
@@ -196,7 +196,7 @@ def test_prune_sensitivity_rows_and_cache_key(tiny_gguf, monkeypatch):
     assert blocks[0]["prune"]["blocks"] == [[0, 0.3, None]]
     # every option is in the cache key: with the measuring gone, the cached call returns and
     # any other score / ratio / format / grouping must measure (and so fail here)
-    monkeypatch.setattr(lm_plan_mod, "evaluate_lm", None)
+    monkeypatch.setattr(lm_sensitivity_mod, "evaluate_lm", None)
     assert (
         lm_sensitivity(
             str(tiny_gguf), "fp32", "type", context=32, chunks=1, prune={"ffn": 0.3, "heads": 0.5}
@@ -243,7 +243,7 @@ def test_plan_with_pruning_choices_below_the_unpruned_minimum(tiny_gguf, tmp_pat
     """A budget below every unpruned choice: the plan must prune; it fits the budget at the
     pruned shapes, its policy carries [prune] and [activations], and the held-out score the
     command reports is what `accuracy` gives the written TOML."""
-    from harmony_ref.eval.lm_plan import pruned_shapes
+    from harmony_ref.eval.lm_sensitivity import pruned_shapes
 
     c = tiny_config()
     g = [parse_format(f) for f in ("fp16", "int8", "int4-g128", "int4-g32")]

@@ -1,14 +1,15 @@
-"""GPTQ / AWQ in sensitivity and the planner (eval/lm_plan.py) on a tiny GGUF written by the
-test: `sensitivity --method` measures each group fitted by the method (calibrated on the
-calibration part's unscored tokens), and `plan --methods` chooses among (format, method) pairs:
-the planned policy names the chosen methods and is scored held out."""
+"""GPTQ / AWQ in sensitivity and the planner (eval/lm_sensitivity.py, eval/lm_plan.py) on a tiny
+GGUF written by the test: `sensitivity --method` measures each group fitted by the method
+(calibrated on the calibration part's unscored tokens), and `plan --methods` chooses among
+(format, method) pairs: the planned policy names the chosen methods and is scored held out."""
 
 import json
 
 import pytest
 
 from harmony_ref.cli import main
-from harmony_ref.eval.lm_plan import lm_plan, lm_sensitivity
+from harmony_ref.eval.lm_plan import lm_plan
+from harmony_ref.eval.lm_sensitivity import lm_sensitivity
 
 
 @pytest.fixture(autouse=True)

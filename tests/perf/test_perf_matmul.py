@@ -18,7 +18,7 @@ decode); prefill weights are reused 128 times per call, so they stay as they are
 Limits, measured in this run: GEMV GB/s against the read bandwidth of all threads over a
 buffer beyond the last-level cache (timed as one more contender of the GEMV table, so it sees
 the same machine as the kernels); GEMM GOP/s (2 per multiply-add) against the peak int8 dot
-rate of the best path (`matmul_x86.peak_int8_gops`, register-resident vpdpbusd).
+rate of the best path (`matmul_x86_peak.peak_int8_gops`, register-resident vpdpbusd).
 
 Not gated by `tox -e perf` (no pytest-benchmark timing): the tables run on two threads, and on a
 shared 2-core machine a two-thread call waits a scheduler slice whenever a worker is preempted;
@@ -38,7 +38,7 @@ import numpy as np
 import pytest
 
 from harmony_ref.kernels import matmul as mm
-from harmony_ref.kernels import matmul_peer, matmul_x86
+from harmony_ref.kernels import matmul_peer, matmul_x86_peak
 from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.int8 import quantize_int8
 from harmony_ref.units import GB, MB, MS_PER_S
@@ -110,7 +110,7 @@ def machine_limits():
     numba.set_num_threads(THREADS)
     try:
         best = mm.SUPPORTED_ISAS[-1]
-        peak = matmul_x86.peak_int8_gops(best) if best != mm.ISA_PORTABLE else float("nan")
+        peak = matmul_x86_peak.peak_int8_gops(best) if best != mm.ISA_PORTABLE else float("nan")
         return {"int8_peak_gops": peak, "int8_peak_path": mm.ISA_NAMES[best]}
     finally:
         numba.set_num_threads(before)

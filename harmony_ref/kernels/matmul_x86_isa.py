@@ -1,0 +1,46 @@
+"""The x86 paths of the int8 matmul kernels as ids numba types as literals (`Isa`), their names,
+the LLVM target features each path's instructions need, and which of them numba compiles for on
+this CPU (`supported_isas`). The kernels and their intrinsics are in matmul_x86.py, matmul.py
+chooses among the paths."""
+
+from __future__ import annotations
+
+from numba import types
+from numba.extending import typeof_impl
+
+
+class Isa(int):
+    """A path id that numba types as a literal, so each path is its own specialisation (and
+    cache entry) and calls dispatch on it without retyping (`numba.literally` on a plain int
+    would re-run type inference on every call)."""
+
+
+@typeof_impl.register(Isa)
+def _typeof_isa(val, c):
+    return types.IntegerLiteral(int(val))
+
+
+ISA_PORTABLE, ISA_AVX2, ISA_AVX_VNNI, ISA_AVX512_VNNI = (Isa(i) for i in range(4))
+ISA_NAMES = {
+    ISA_PORTABLE: "portable",
+    ISA_AVX2: "avx2",
+    ISA_AVX_VNNI: "avxvnni",
+    ISA_AVX512_VNNI: "avx512vnni",
+}
+# LLVM target features each path's instructions need (beyond x86-64).
+ISA_FEATURES = {
+    ISA_AVX2: ("avx2", "f16c"),
+    ISA_AVX_VNNI: ("avx2", "f16c", "avxvnni"),
+    ISA_AVX512_VNNI: ("avx512f", "avx512bw", "avx512vnni"),
+}
+
+
+def supported_isas() -> list[int]:
+    """Paths numba can compile for its target CPU, best last (always starts with portable)."""
+    from numba.core.registry import cpu_target
+
+    codegen = cpu_target.target_context.codegen()
+    features = {f[1:] for f in codegen._tm_features.split(",") if f.startswith("+")}
+    if codegen.magic_tuple()[0].split("-")[0] != "x86_64":
+        return [ISA_PORTABLE]
+    return [ISA_PORTABLE] + [isa for isa, need in ISA_FEATURES.items() if features.issuperset(need)]
