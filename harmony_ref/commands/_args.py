@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from harmony_ref.config import DEFAULT_PROFILE
+
 
 def count(lo: int):
     """An argparse type: an integer >= lo."""
@@ -166,7 +168,6 @@ def check_policies(names: list[str], spec, allow_unmatched: bool = False) -> lis
 
 MODEL_DEFAULT = "llama-3.2-3b"
 POLICY_DEFAULT = "int4-g128"
-PROFILE_DEFAULT = "harmony-flagship"
 
 
 def add_model_arguments(
@@ -174,7 +175,7 @@ def add_model_arguments(
     *,
     model: str | None = MODEL_DEFAULT,
     policy: str | None = POLICY_DEFAULT,
-    profile: str | None = PROFILE_DEFAULT,
+    profile: str | None = DEFAULT_PROFILE,
     checkpoints: bool = False,
     model_help: str = "",
     policy_help: str = "",

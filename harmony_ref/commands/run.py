@@ -4,13 +4,16 @@ run record under results/runs/."""
 
 from __future__ import annotations
 
+from harmony_ref.commands._args import MODEL_DEFAULT, POLICY_DEFAULT
+from harmony_ref.config import DEFAULT_PROFILE
+
 NAME = "run"
 HELP = "measure one config (predicted, host kernels, accuracy, cold start, thermal) and write a run record"
 
 DEFAULTS = {
-    "model": "llama-3.2-3b",
-    "policy": "int4-g128",
-    "profile": "harmony-flagship",
+    "model": MODEL_DEFAULT,
+    "policy": POLICY_DEFAULT,
+    "profile": DEFAULT_PROFILE,
     "backend": "simulated",
 }
 

@@ -99,7 +99,7 @@ def run(args) -> int:
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
-    from harmony_ref.config import RunConfig
+    from harmony_ref.config import RunConfig, fitting_context
     from harmony_ref.device.profile import load_profile
     from harmony_ref.device.serve import (
         device_service_model,
@@ -130,7 +130,7 @@ def run(args) -> int:
         policy=args.policy,
         prompt_tokens=args.prompt,
         new_tokens=args.new,
-        context_tokens=max(2048, args.prompt + args.new),
+        context_tokens=fitting_context(args.prompt, args.new),
         allow_unmatched=args.allow_unmatched,
     )
     # A trace's utilisation is over its own span unless a window is asked for: a default
