@@ -306,6 +306,11 @@ def part_names() -> list[str]:
     return [p.name for p in PARTS]
 
 
+def metric_parts(record: Record) -> dict[str, str]:
+    """Metric name -> the part of `record` that made it."""
+    return {m: name for name, p in record.parts.items() for m in p.get("metrics", [])}
+
+
 def parse_skip(text: str | None) -> tuple[str, ...]:
     if not text:
         return ()
@@ -380,9 +385,12 @@ def run_job(
     console=None,
     show_progress: bool = True,
     provenance: dict | None = None,
+    given: dict[str, tuple[Metrics, dict]] | None = None,
 ) -> Record:
     """Run every part not skipped and return the record (not yet written). `provenance`: one
-    collected already (a sweep collects it once per batch of points), else collected here."""
+    collected already (a sweep collects it once per batch of points), else collected here.
+    `given`: part name -> (metrics, record entry) of a part run elsewhere (a sweep's shared
+    parts, once per group of points: sweep/execute.py), recorded as if it had run here."""
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -402,7 +410,10 @@ def run_job(
                 parts[part.name] = skipped_entry()
                 continue
             task = progress.add_task(part.title, total=1)
-            got, entry = run_part_entry(part, config)
+            if given and part.name in given:
+                got, entry = given[part.name]
+            else:
+                got, entry = run_part_entry(part, config)
             parts[part.name] = entry
             status = entry["status"]
             if status == "ok":
@@ -452,7 +463,7 @@ def ran_parts(record: Record) -> tuple[str, ...]:
 def remeasure_fn(record: Record) -> Callable[[str], Metric]:
     """A callable that re-measures one metric of `record` on this machine (by re-running the
     part that produced it), for the gate's confirm-on-rerun."""
-    owner = {m: name for name, p in record.parts.items() for m in p.get("metrics", [])}
+    owner = metric_parts(record)
     by_name = {p.name: p for p in PARTS}
     config = RunConfig.from_dict(record.config, "the record being re-measured")
     reruns: dict[str, Metrics] = {}  # one re-run of a part serves every metric it makes
