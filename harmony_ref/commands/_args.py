@@ -226,18 +226,10 @@ def add_checkpoint_argument(p, *, minilm: str | None = None, extra: str = "") ->
     )
 
 
-def check_scoring(context: int, chunks: int | None) -> None:
-    """--context and --chunks of a scoring command, checked before its work (eval/lm.py's rule:
-    an even context of at least 4, half of each chunk scored)."""
-    if context < 4 or context % 2:
-        raise ValueError(f"--context {context}: must be an even number >= 4")
-    if chunks is not None and chunks < 1:
-        raise ValueError(f"--chunks {chunks}: must be >= 1")
-
-
 def add_scoring_arguments(p, *, context: int = 512, chunks_of: str = "the corpus") -> None:
     """`--context/--chunks` of the commands that score a decoder on chunks of text (accuracy,
-    sensitivity, plan, check-runtime); each command checks the values before its work."""
+    sensitivity, plan, check-runtime); each command checks the values before its work
+    (eval/lm.py check_scoring)."""
     p.add_argument(
         "--context",
         type=int,
