@@ -101,7 +101,7 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import RunConfig, fitting_context
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.device.serve import run_serving
+    from harmony_ref.device.serve_run import run_serving
     from harmony_ref.units import MS_PER_S
 
     for flag, value in (
