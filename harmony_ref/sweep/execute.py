@@ -1,6 +1,6 @@
-"""What a sweep's workers run: batches of points through the main job's parts (track/job.py), so
-a sweep point measures exactly what `harmony-ref run` measures for the same config, and the
-shared parts once per group of points. Plain Python and picklable arguments: the same functions
+"""What a sweep's workers run: batches of points, each through the main job itself (track/job.py
+run_job), so a sweep point measures and records exactly what `harmony-ref run` does for the same
+config, and the shared parts once per group of points, handed to run_job as given. Plain Python and picklable arguments: the same functions
 run in this process (`--workers 0`) or on a Dask worker anywhere; nothing here imports Dask.
 
     rows = run_batch(points, shared)             # one result per point: record dict, timings
