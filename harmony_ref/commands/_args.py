@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from harmony_ref.config import DEFAULT_PROFILE
+from harmony_ref.config import DEFAULT_PROFILE, Scenario
 
 
 def count(lo: int):
@@ -60,7 +60,8 @@ def number(lo: float | None = None, hi: float | None = None, above: bool = False
     return parse
 
 
-DEFAULT_PROMPT_TOKENS, DEFAULT_NEW_TOKENS = 512, 128
+# the scenario's own defaults (config.py Scenario), not typed again
+DEFAULT_PROMPT_TOKENS, DEFAULT_NEW_TOKENS = Scenario.prompt_tokens, Scenario.new_tokens
 
 
 def add_scenario_arguments(
@@ -68,7 +69,7 @@ def add_scenario_arguments(
     *,
     prompt: int | None = DEFAULT_PROMPT_TOKENS,
     new: int | None = DEFAULT_NEW_TOKENS,
-    context: int | None = 2048,
+    context: int | None = Scenario.context_tokens,
     batch: int | None = None,
     long_dest: bool = False,
     what: str = "",
