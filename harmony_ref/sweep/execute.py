@@ -114,8 +114,12 @@ def run_point(
         except ValueError as e:
             point = {**point, "error": f"bad config: {e}"}
     if config is None:
-        failed = {"status": "failed", "detail": point["error"], "metrics": []}
-        parts = {n: failed if n in point["parts"] else skipped_entry() for n in part_names()}
+        parts = {
+            n: {"status": "failed", "detail": point["error"], "metrics": []}
+            if n in point["parts"]
+            else skipped_entry()
+            for n in part_names()
+        }
         record = Record(point["config"], Metrics(), provenance, parts)
     else:
         given = {}
