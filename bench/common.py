@@ -177,6 +177,8 @@ def relative_samples(
 
 
 def _relative_samples(target, baseline, rounds: int, block_s: float) -> list[float]:
+    from harmony_ref.backends.host_timing import interleaved_times_s
+
     clock = time.process_time
     sizes = []
     for fn in (target, baseline):
@@ -184,19 +186,13 @@ def _relative_samples(target, baseline, rounds: int, block_s: float) -> list[flo
         t0 = clock()
         fn()
         sizes.append(max(1, int(block_s / max(clock() - t0, 1e-6))))
-
-    def block(i: int) -> float:
-        fn, n = (target, baseline)[i], sizes[i]
-        t0 = clock()
-        for _ in range(n):
-            fn()
-        return clock() - t0
-
-    out = []
-    for _ in range(rounds):
-        a1, b1, b2, a2 = block(0), block(1), block(1), block(0)
-        out.append(((a1 + a2) / sizes[0]) / max((b1 + b2) / sizes[1], 1e-12))
-    return out
+    a1, b1, b2, a2 = interleaved_times_s(
+        [target, baseline, baseline, target],
+        rounds,
+        calls=[sizes[0], sizes[1], sizes[1], sizes[0]],
+        clock=clock,
+    )
+    return [(a + c) / max(b + d, 1e-12) for a, b, d, c in zip(a1, b1, b2, a2)]
 
 
 def relative_time(target, baseline, rounds: int = RELATIVE_ROUNDS) -> float:

@@ -141,3 +141,31 @@ def from_table(cls, table, source: str, section: str = ""):
 def nonneg(**extra):
     """Field metadata: a number that must be >= 0."""
     return dataclasses.field(metadata={"min": 0, **extra})
+
+
+def section_class(cls, path: str):
+    """The dataclass a TOML section of schema `cls` is read into: "" is `cls` itself, "memory" a
+    nested (or optional) table's, "cpu.clusters" an array of tables' item. ValueError when
+    `path` names no table of the schema."""
+    for i, part in enumerate(p for p in path.split(".") if p):
+        hints = typing.get_type_hints(cls)
+        tp = hints.get(part)
+        inner = (
+            None
+            if tp is None
+            else tp
+            if dataclasses.is_dataclass(tp)
+            else _optional_dataclass(tp) or _table_array(tp)
+        )
+        if inner is None:
+            where = ".".join(path.split(".")[:i]) or "top level"
+            raise ValueError(
+                f"[{path}]: {part!r} is not a table of {cls.__name__} ({where}); "
+                f"its tables: {sorted(n for n, t in hints.items() if _is_table(t))}"
+            )
+        cls = inner
+    return cls
+
+
+def _is_table(tp) -> bool:
+    return bool(dataclasses.is_dataclass(tp) or _optional_dataclass(tp) or _table_array(tp))

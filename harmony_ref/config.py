@@ -92,6 +92,12 @@ class Scenario:
         return self.prompt_tokens - self.prefix_tokens
 
 
+def fitting_context(prompt_tokens: int, new_tokens: int = Scenario.new_tokens) -> int:
+    """The context of a command's scenario when it takes no --context: the default one
+    (Scenario.context_tokens), or the prompt and the new tokens when they need more."""
+    return max(Scenario.context_tokens, prompt_tokens + new_tokens)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     spec: ModelSpec

@@ -64,3 +64,20 @@ def test_each_command_gets_its_own_arguments(capsys):
     assert parser.parse_args(["serve", "--queue", "5"]).queue == 5
     assert main(["coldstart", "--help"]) == 0  # usage exits are return codes in-process
     assert "--layers" in capsys.readouterr().out
+
+
+def test_run_and_sweep_name_every_part_of_the_job(capsys):
+    # the part list lives once, in track/job.py; run --skip and sweep --parts print it
+    from harmony_ref.sweep.grid import GRID_FIELD_DOCS
+    from harmony_ref.track.job import part_names
+
+    assert "fidelity" in part_names()
+    for command, flag in (("run", "--skip"), ("sweep", "--parts")):
+        try:
+            main([command, "--help"])
+        except SystemExit:
+            pass
+        text = " ".join(capsys.readouterr().out.split())
+        assert f"{flag} PARTS" in text
+        assert ",".join(part_names()) in text.replace(", ", ","), (command, text)
+    assert ", ".join(part_names()) in GRID_FIELD_DOCS["parts"]

@@ -22,11 +22,10 @@ U test still sees every raw sample. Kernels are called once before timing so Num
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from harmony_ref._threads import pinned_threads
+from harmony_ref.backends.host_timing import interleaved_times_s
 from harmony_ref.kernels.formats import format_of
 from harmony_ref.kernels.norm import bias_add, gelu, layer_norm, norm_bias_gelu
 from harmony_ref.metrics import Metrics
@@ -41,19 +40,6 @@ SEED = 7
 def _gemv_layer(spec):
     """The largest weight matrix of block 0 (what dominates decode time)."""
     return max(spec.layer_linears(0), key=lambda lin: (lin.params, lin.name))
-
-
-def interleaved_times_s(fns, rounds: int) -> list[list[float]]:
-    """Wall time of each fn per round, the fns interleaved within each round."""
-    for fn in fns:
-        fn()
-    out = [[] for _ in fns]
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            out[i].append(time.perf_counter() - t0)
-    return out
 
 
 def _quantized_gemv(fmt, w: np.ndarray):
@@ -82,7 +68,7 @@ def _host_metrics(config, rounds: int) -> Metrics:
     w = (rng.standard_normal((lin.n_out, lin.k_in)) * 0.02).astype(np.float32)
     x = rng.standard_normal(lin.k_in).astype(np.float32)
     kernel, weight_bytes = _quantized_gemv(fmt, w)
-    t_kernel, t_numpy = interleaved_times_s([lambda: kernel(x), lambda: w @ x], rounds)
+    t_kernel, t_numpy = interleaved_times_s([lambda: kernel(x), lambda: w @ x], rounds, warmup=1)
     shape = f"{lin.n_out}x{lin.k_in} ({lin.name.split('.')[-1]}, {fmt.name})"
     m.add(
         "host_gemv_ms",
@@ -131,6 +117,7 @@ def _host_metrics(config, rounds: int) -> Metrics:
             lambda: gelu(bias_add(layer_norm(xn, gamma, beta), bias)),
         ],
         rounds,
+        warmup=1,
     )
     m.add(
         "host_norm_fused_ms",

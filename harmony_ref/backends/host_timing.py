@@ -1,6 +1,8 @@
 """Timing and host-environment helpers shared by HostDevice and the calibration microbenchmarks:
-warm-up + repeats with the median kept beside the raw samples (`time_call`, and `pick` of the
-statistic a fit uses), an empty kernel's launch time and a streaming-read bandwidth (the host's
+the one timing harness (`interleaved_times_s`: functions timed in turn, block by block, on the
+clock a caller names; the main job's host part, the asv suite's relative tracks, the perf tests
+and the host calibration all time through it), warm-up + repeats with the median kept beside the
+raw samples (`time_call`, and `pick` of the statistic a fit uses), an empty kernel's launch time and a streaming-read bandwidth (the host's
 launch overhead and memory roofline), the L2 size and CPU flags, peak RSS, CPU frequency and
 temperatures where psutil exposes them, and a bounded wait for the CPU to cool down."""
 
@@ -27,6 +29,52 @@ class Timing:
     samples_s: tuple[float, ...]
 
 
+def interleaved_times_s(
+    fns,
+    rounds: int,
+    *,
+    calls=1,
+    warmup: int = 0,
+    clock=time.perf_counter,
+    before=None,
+    each_call: bool = False,
+    stop=None,
+) -> list[list[float]]:
+    """Seconds per call of each of `fns`, timed in turn so that all see the same load: after
+    `warmup` untimed calls of each, every round runs, for each fn i in order, `before(i)` (untimed:
+    a pause, a warm call) and then a block of `calls` back-to-back calls of it (`calls`: one
+    count, or one per fn). Returns, per fn, the time of each block over its calls, or with
+    `each_call` the time of each call, timed one by one. `stop(rounds_done, out)`, asked after
+    every round, ends the rounds early when it returns True."""
+    counts = [calls] * len(fns) if isinstance(calls, int) else list(calls)
+    if rounds < 1 or warmup < 0 or len(counts) != len(fns) or min(counts, default=1) < 1:
+        raise ValueError(
+            f"rounds must be >= 1, warmup >= 0 and one calls count >= 1 per fn, got rounds "
+            f"{rounds}, warmup {warmup}, calls {calls!r} for {len(fns)} fns"
+        )
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    out: list[list[float]] = [[] for _ in fns]
+    for r in range(rounds):
+        for i, (fn, n) in enumerate(zip(fns, counts)):
+            if before is not None:
+                before(i)
+            if each_call:
+                for _ in range(n):
+                    t0 = clock()
+                    fn()
+                    out[i].append(clock() - t0)
+            else:
+                t0 = clock()
+                for _ in range(n):
+                    fn()
+                out[i].append((clock() - t0) / n)
+        if stop is not None and stop(r + 1, out):
+            break
+    return out
+
+
 def time_call(fn, warmup: int = 2, repeats: int = 5, min_sample_s: float = 0.0) -> Timing:
     """Median of `repeats` timed calls after `warmup` untimed ones. When one call is shorter than
     `min_sample_s`, each sample times a loop of calls and divides (the timer's resolution and
@@ -41,12 +89,7 @@ def time_call(fn, warmup: int = 2, repeats: int = 5, min_sample_s: float = 0.0) 
         fn()
         one = time.perf_counter() - t0
         inner = max(1, int(min_sample_s / max(one, 1e-9)))
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        samples.append((time.perf_counter() - t0) / inner)
+    samples = interleaved_times_s([fn], repeats, calls=inner)[0]
     return Timing(statistics.median(samples), tuple(samples))
 
 

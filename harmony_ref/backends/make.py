@@ -11,12 +11,12 @@ says nothing about this CPU): the Measurement's `physics` says which.
 
 from __future__ import annotations
 
-from harmony_ref.config import BACKENDS
+from harmony_ref.config import BACKENDS, DEFAULT_PROFILE
 
 
 def make_backend(
     name: str,
-    profile="harmony-flagship",
+    profile=DEFAULT_PROFILE,
     command: str | None = None,
     fmt: str | None = None,
     timeout_s: float = 600.0,

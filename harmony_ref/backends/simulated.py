@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 
 from harmony_ref.backends.base import Measurement
-from harmony_ref.config import RunConfig
+from harmony_ref.config import DEFAULT_PROFILE, RunConfig
 from harmony_ref.device.cost import scenario_timing
 from harmony_ref.device.memory import add_memory_metrics, memory_estimate
 from harmony_ref.device.profile import DeviceProfile, load_profile
@@ -53,7 +53,7 @@ def phone_only(name: str) -> bool:
 class SimulatedDevice:
     name = "simulated"
 
-    def __init__(self, profile: DeviceProfile | str = "harmony-flagship"):
+    def __init__(self, profile: DeviceProfile | str = DEFAULT_PROFILE):
         self.profile = load_profile(profile)
 
     def __repr__(self) -> str:

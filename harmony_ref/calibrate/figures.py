@@ -99,11 +99,13 @@ def load_figures(path=None, shipped: str = SHIPPED_FIGURES) -> tuple[Figure, ...
 
 
 def figure_config(f: Figure):
-    from harmony_ref.config import RunConfig
+    from harmony_ref.config import RunConfig, fitting_context
     from harmony_ref.model.spec import get_spec
 
     spec = get_spec(f.model)
-    context = f.context_tokens or min(max(2048, f.prompt_tokens + f.new_tokens), spec.max_positions)
+    context = f.context_tokens or min(
+        fitting_context(f.prompt_tokens, f.new_tokens), spec.max_positions
+    )
     return RunConfig.from_names(
         f.model,
         f.policy,

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harmony_ref.backends.host_timing import pick
-from harmony_ref.device.cost import Roofline, dram_bytes, op_time_s
+from harmony_ref.device.cost import Roofline, dram_bytes, op_roofline_s, op_time_s
 from harmony_ref.device.profile import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
 from harmony_ref.units import GIGA, US_PER_S
 
@@ -363,18 +363,7 @@ def phase_terms(profile, config, phase: str) -> tuple[int, np.ndarray, np.ndarra
     r = Roofline.of(profile, efficiencies=False)
     comp, memt, count = [], [], []
     for op, n in g.unique_ops():
-        nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, r.onchip_bytes)
-        cd = profile.compute.op_compute_dtype(op)
-        rate = r.class_ops_per_s[profile.compute.op_class(op, cd)] if op.flops else 1.0
-        _, c, m = op_time_s(
-            op.flops,
-            op.vector_flops,
-            nbytes,
-            rate,
-            r.vector_ops_per_s,
-            r.bandwidth_bytes_per_s,
-            r.launch_s,
-        )
+        c, m = op_roofline_s(profile, op, r)
         comp.append(c)
         memt.append(m)
         count.append(n)

@@ -287,16 +287,7 @@ def with_held_out(rt: RuntimeProfile, held_out_mape_pct: float) -> RuntimeProfil
     return calibrated(rt, c.method, c.fitted_on, c.scored_on, c.fit_mape_pct, held_out_mape_pct)
 
 
-def _value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return repr(float(f"{v:.6g}"))
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+RUNTIME_DIGITS = 6  # significant digits a written runtime profile keeps of a fitted number
 
 
 def runtime_toml(
@@ -304,11 +295,13 @@ def runtime_toml(
 ) -> str:
     """TOML of `rt` (device/runtime.py's schema), a comment beside each field from `comments`
     (keys "field" or "section.field": where the number comes from)."""
+    from harmony_ref.calibrate.write import toml_value
+
     comments = comments or {}
 
     def line(key, value, where):
         c = comments.get(where, "")
-        return f"{key} = {_value(value)}" + (f"  # {c}" if c else "")
+        return f"{key} = {toml_value(value, RUNTIME_DIGITS)}" + (f"  # {c}" if c else "")
 
     out = [f"# {h}" if h else "#" for h in header.splitlines()] if header else []
     for f in (
@@ -352,7 +345,7 @@ def runtime_toml(
         out += ["[[soc_efficiency]]", line("soc", e.soc, "")]
         n = len(e.fitted_on)
         out.append(
-            f"matmul = {_value(e.matmul)}"
+            f"matmul = {toml_value(e.matmul, RUNTIME_DIGITS)}"
             + (f"  # fitted on this SoC's {n} point{'s' if n > 1 else ''} alone" if n else "")
         )
         out.append(line("fitted_on", list(e.fitted_on), ""))

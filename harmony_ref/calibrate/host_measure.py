@@ -28,6 +28,8 @@ from functools import partial
 import numba
 import numpy as np
 
+from harmony_ref.backends.host_timing import interleaved_times_s
+
 PROFILE_REPEATS = 5  # profiled forwards per step (after one warm-up)
 
 
@@ -45,10 +47,9 @@ def _pnop(a):
         a[i] += 1.0
 
 
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+def _times(fn, repeats: int) -> list[float]:
+    """Seconds of each of `repeats` calls of fn (backends/host_timing.py's harness)."""
+    return interleaved_times_s([fn], repeats)[0]
 
 
 def stream_gbps(nbytes: int, threads: int, repeats: int = 7) -> float:
@@ -56,7 +57,7 @@ def stream_gbps(nbytes: int, threads: int, repeats: int = 7) -> float:
     numba.set_num_threads(threads)
     a = np.ones(nbytes // 8, dtype=np.float64)
     _psum(a)
-    best = min(_timed(lambda: _psum(a)) for _ in range(repeats))
+    best = min(_times(lambda: _psum(a), repeats))
     return nbytes / best / 1e9
 
 
@@ -65,7 +66,7 @@ def sync_us(threads: int, repeats: int = 2000) -> float:
     numba.set_num_threads(threads)
     a = np.zeros(64)
     _pnop(a)
-    t = [_timed(lambda: _pnop(a)) for _ in range(repeats)]
+    t = _times(lambda: _pnop(a), repeats)
     return statistics.median(t) * 1e6
 
 
@@ -75,7 +76,7 @@ def widen_ns_per_weight(rows: int = 4096, k: int = 576, repeats: int = 21) -> fl
     harmony-ref-host runtime's [overhead] fp16_widen_ns_per_weight prices."""
     w16 = np.random.default_rng(0).standard_normal((rows, k)).astype(np.float16)
     w16.astype(np.float32)
-    best = min(_timed(lambda: w16.astype(np.float32)) for _ in range(repeats))
+    best = min(_times(lambda: w16.astype(np.float32), repeats))
     return best / (rows * k) * 1e9
 
 
@@ -102,7 +103,7 @@ def gemm_thread_share(m: int = 128, shapes=GEMM_SHAPES, repeats: int = 11) -> fl
         for t in (1, 2):
             numba.set_num_threads(t)
             matmul_w8(x, w)
-            total[t] += min(_timed(partial(matmul_w8, x, w)) for _ in range(repeats))
+            total[t] += min(_times(partial(matmul_w8, x, w), repeats))
     numba.set_num_threads(1)
     return float(min(1.0, max(0.0, total[1] / total[2] - 1.0)))
 

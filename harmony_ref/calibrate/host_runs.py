@@ -351,7 +351,7 @@ def host_soc_toml(
     calibrated). `name` and `default_runtime` default to the manifest's profile and runtime;
     `written_by` names what measured it (default: the committed fixtures)."""
     from harmony_ref._toml import read_toml
-    from harmony_ref.calibrate.write import THERMAL_TEMPLATE, _toml_table
+    from harmony_ref.calibrate.write import THERMAL_TEMPLATE, toml_table
     from harmony_ref.device.profile import PROFILES_FOLDER
 
     manifest = manifest or load_host_manifest()
@@ -364,17 +364,23 @@ def host_soc_toml(
     where = written_by or f"microbenchmarks in {', '.join(manifest.sessions)}"
     what = "this machine" if written_by else "the machine of the fidelity fixtures"
     ram_gb = m.get("ram_bytes", 24 * 1024**3) / 1024**3
+    guest = " (KVM guest)" if "hypervisor" in m.get("flags", []) else ""
     head = "\n".join(
         [
             "# This machine as a SoC profile, written by harmony_ref/calibrate/host_runs.py from the",
             f"# {where} ({manifest.cpu}).",
-            f'name = "{name or manifest.profile}"',
-            f'description = "{manifest.cpu}; no NPU: {what}"',
-            f'soc = "host CPU{" (KVM guest)" if "hypervisor" in m.get("flags", []) else ""}"',
-            f'default_runtime = "{default_runtime or manifest.runtime}"',
+            toml_table(
+                "",
+                [
+                    ("name", name or manifest.profile, ""),
+                    ("description", f"{manifest.cpu}; no NPU: {what}", ""),
+                    ("soc", f"host CPU{guest}", ""),
+                    ("default_runtime", default_runtime or manifest.runtime, ""),
+                ],
+            ),
         ]
     )
-    compute = _toml_table(
+    compute = toml_table(
         "compute",
         [
             ("cube_fp16_tops", 0.0, "no NPU"),
@@ -398,7 +404,7 @@ def host_soc_toml(
             ("cpu_int4_gops", 2 * peaks["int4"] / 1e9, "2 cores x nominal (int4 unpacked to int8)"),
         ],
     )
-    memory = _toml_table(
+    memory = toml_table(
         "memory",
         [
             ("dram_type", "host DRAM", ""),
@@ -432,7 +438,7 @@ def host_soc_toml(
             ("core_read_gbps", m["dram_read_gbps_t1"], "measured: 1-thread read of 2 GiB"),
         ],
     )
-    runtime = _toml_table(
+    runtime = toml_table(
         "runtime",
         [
             ("storage_read_gbps", 1.0, "assumption: not measured"),
@@ -440,7 +446,7 @@ def host_soc_toml(
             ("graph_parse_ms_per_mb", 0.0, "assumption: no graph compile"),
         ],
     )
-    cpu = _toml_table(
+    cpu = toml_table(
         "cpu",
         [
             (
@@ -462,7 +468,7 @@ def host_soc_toml(
             else []
         ),
     )
-    cluster = _toml_table(
+    cluster = toml_table(
         "[cpu.clusters]",
         [
             ("name", "core", ""),
@@ -485,7 +491,7 @@ def host_soc_toml(
             ),
         ],
     )
-    th = _toml_table("thermal", [(k, v, "") for k, v in thermal.items()])
+    th = toml_table("thermal", [(k, v, "") for k, v in thermal.items()])
     return (
         "\n\n".join(
             [

@@ -7,9 +7,17 @@ Every number in them says whether it was measured, fitted or is an assumption.
 
 from __future__ import annotations
 
+import dataclasses
+
+from harmony_ref._schema import section_class
 from harmony_ref._toml import read_toml
 from harmony_ref.calibrate.fit import BASIC_CLASSES, HostFit, PhaseFit
-from harmony_ref.device.profile import HOST_WEIGHT_ONLY_COMPUTE, PROFILES_FOLDER, profile_from_dict
+from harmony_ref.device.profile import (
+    HOST_WEIGHT_ONLY_COMPUTE,
+    PROFILES_FOLDER,
+    DeviceProfile,
+    profile_from_dict,
+)
 from harmony_ref.units import GB, GIGA, KIB, MEGA, US_PER_S
 
 THERMAL_TEMPLATE = "harmony-midrange"  # the host's thermal behaviour is not calibrated: borrowed
@@ -26,20 +34,36 @@ def nominal_host_peaks(freq_mhz: float, cores: int, flags: set[str]) -> dict[str
     return {"fp16": fp32, "int8": int8, "int4": int8, "vector": fp32}
 
 
-def _toml_value(v) -> str:
+def toml_value(v, digits: int | None = None) -> str:
+    """One TOML value as every profile calibration writes spells it: a float by its repr (with
+    `digits`, rounded to that many significant digits first), an int, a bool, a list, a string
+    quoted and escaped."""
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(float(v)) if isinstance(v, float) else str(v)
+    if isinstance(v, float):
+        return repr(float(f"{v:.{digits}g}")) if digits else repr(float(v))
+    if isinstance(v, int):
+        return str(v)
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+        return "[" + ", ".join(toml_value(x, digits) for x in v) + "]"
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _toml_table(name: str, rows: list[tuple[str, object, str]]) -> str:
+def toml_table(name: str, rows: list[tuple[str, object, str]], schema=DeviceProfile) -> str:
+    """One section of a profile: `[name]` (none for the top level; "[cpu.clusters]" for an item
+    of an array of tables) and its rows (key, value, comment), in the order given. Every key
+    must be a field of the section's dataclass in `schema` (device/profile.py's DeviceProfile,
+    or a runtime profile's RuntimeProfile): a field the loader would refuse is never written."""
+    cls = section_class(schema, name.strip("[]"))
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
     lines = [f"[{name}]"] if name else []
     for key, value, comment in rows:
-        lines.append(f"{key} = {_toml_value(value)}" + (f"  # {comment}" if comment else ""))
+        if key not in known:
+            raise ValueError(
+                f"[{name or 'top level'}] {key} = {value!r}: not a field of {cls.__name__} "
+                f"({sorted(known)})"
+            )
+        lines.append(f"{key} = {toml_value(value)}" + (f"  # {comment}" if comment else ""))
     return "\n".join(lines)
 
 
@@ -68,12 +92,21 @@ def host_profile_toml(
             f"# Host profile written by `harmony-ref calibrate`: {description}",
             "# Fitted by NNLS per regime on relative error (harmony_ref/calibrate/fit.py); every number",
             "# says whether it was measured, fitted or is an assumption.",
-            f'name = "{name}"',
-            f"description = {_toml_value(description)}",
-            'soc = "this host CPU (no NPU: every matmul runs at the CPU rate of its dtype)"',
+            toml_table(
+                "",
+                [
+                    ("name", name, ""),
+                    ("description", description, ""),
+                    (
+                        "soc",
+                        "this host CPU (no NPU: every matmul runs at the CPU rate of its dtype)",
+                        "",
+                    ),
+                ],
+            ),
         ]
     )
-    compute = _toml_table(
+    compute = toml_table(
         "compute",
         [
             ("cube_fp16_tops", 0.0, "no NPU on the host"),
@@ -113,7 +146,7 @@ def host_profile_toml(
             ),
         ],
     )
-    memory = _toml_table(
+    memory = toml_table(
         "memory",
         [
             ("dram_type", "host DRAM", ""),
@@ -142,7 +175,7 @@ def host_profile_toml(
             ),
         ],
     )
-    runtime = _toml_table(
+    runtime = toml_table(
         "runtime",
         [
             ("launch_overhead_us", f.launch_s * US_PER_S, f"{fitted('launch')}: per kernel call"),
@@ -151,7 +184,7 @@ def host_profile_toml(
             ("graph_parse_ms_per_mb", 0.0, "assumption: no graph compile on the host"),
         ],
     )
-    thermal_t = _toml_table("thermal", [(k, v, "") for k, v in thermal.items()])
+    thermal_t = toml_table("thermal", [(k, v, "") for k, v in thermal.items()])
     return (
         "\n\n".join(
             [
@@ -192,7 +225,7 @@ def calibration_toml(result) -> str:
             ("held_out_e2e_mape_pct", float(e2e), "measured: held-out whole-model runs, unfused"),
             ("n_held_out_e2e", n, "whole-model runs scored"),
         ]
-    return "# the model's error on host measurements it was not fitted on\n" + _toml_table(
+    return "# the model's error on host measurements it was not fitted on\n" + toml_table(
         "calibration", rows
     )
 
@@ -222,7 +255,7 @@ def profile_with_efficiencies(
         f"# Profile written by `harmony-ref calibrate --backend command` from {profile.name}: the three",
         "# numbers marked `fitted` come from measured phase times; the rest is the base profile's.",
     ]
-    head += [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    head.append(toml_table("", [(k, v, "") for k, v in data.items() if not isinstance(v, dict)]))
     tables = []
     for sec, table in data.items():
         if isinstance(table, dict):
@@ -232,7 +265,7 @@ def profile_with_efficiencies(
                 for k, v in table.items()
                 if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)
             }
-            text = _toml_table(
+            text = toml_table(
                 sec,
                 [
                     (k, fitted.get((sec, k), v), "fitted" if (sec, k) in fitted else "")
@@ -242,7 +275,7 @@ def profile_with_efficiencies(
             )
             for k, items in arrays.items():
                 text += "".join(
-                    "\n\n" + _toml_table(f"[{sec}.{k}]", [(kk, vv, "") for kk, vv in item.items()])
+                    "\n\n" + toml_table(f"[{sec}.{k}]", [(kk, vv, "") for kk, vv in item.items()])
                     for item in items
                 )
             tables.append(text)

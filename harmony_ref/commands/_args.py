@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from harmony_ref.config import DEFAULT_PROFILE, Scenario
+
 
 def count(lo: int):
     """An argparse type: an integer >= lo."""
@@ -58,7 +60,8 @@ def number(lo: float | None = None, hi: float | None = None, above: bool = False
     return parse
 
 
-DEFAULT_PROMPT_TOKENS, DEFAULT_NEW_TOKENS = 512, 128
+# the scenario's own defaults (config.py Scenario), not typed again
+DEFAULT_PROMPT_TOKENS, DEFAULT_NEW_TOKENS = Scenario.prompt_tokens, Scenario.new_tokens
 
 
 def add_scenario_arguments(
@@ -66,7 +69,7 @@ def add_scenario_arguments(
     *,
     prompt: int | None = DEFAULT_PROMPT_TOKENS,
     new: int | None = DEFAULT_NEW_TOKENS,
-    context: int | None = 2048,
+    context: int | None = Scenario.context_tokens,
     batch: int | None = None,
     long_dest: bool = False,
     what: str = "",
@@ -166,7 +169,6 @@ def check_policies(names: list[str], spec, allow_unmatched: bool = False) -> lis
 
 MODEL_DEFAULT = "llama-3.2-3b"
 POLICY_DEFAULT = "int4-g128"
-PROFILE_DEFAULT = "harmony-flagship"
 
 
 def add_model_arguments(
@@ -174,7 +176,7 @@ def add_model_arguments(
     *,
     model: str | None = MODEL_DEFAULT,
     policy: str | None = POLICY_DEFAULT,
-    profile: str | None = PROFILE_DEFAULT,
+    profile: str | None = DEFAULT_PROFILE,
     checkpoints: bool = False,
     model_help: str = "",
     policy_help: str = "",
@@ -225,18 +227,10 @@ def add_checkpoint_argument(p, *, minilm: str | None = None, extra: str = "") ->
     )
 
 
-def check_scoring(context: int, chunks: int | None) -> None:
-    """--context and --chunks of a scoring command, checked before its work (eval/lm.py's rule:
-    an even context of at least 4, half of each chunk scored)."""
-    if context < 4 or context % 2:
-        raise ValueError(f"--context {context}: must be an even number >= 4")
-    if chunks is not None and chunks < 1:
-        raise ValueError(f"--chunks {chunks}: must be >= 1")
-
-
 def add_scoring_arguments(p, *, context: int = 512, chunks_of: str = "the corpus") -> None:
     """`--context/--chunks` of the commands that score a decoder on chunks of text (accuracy,
-    sensitivity, plan, check-runtime); each command checks the values before its work."""
+    sensitivity, plan, check-runtime); each command checks the values before its work
+    (eval/lm.py check_scoring)."""
     p.add_argument(
         "--context",
         type=int,

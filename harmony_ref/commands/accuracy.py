@@ -99,13 +99,11 @@ def run_decoder(args) -> int:
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
+    from harmony_ref.eval.lm import check_scoring
     from harmony_ref.eval.lm_accuracy import Corpus, lm_accuracy
     from harmony_ref.runtime.loader import resolve_model_path
 
-    if args.chunks is not None and args.chunks < 1:
-        raise ValueError(f"--chunks must be >= 1, got {args.chunks}")
-    if args.context < 4 or args.context % 2:
-        raise ValueError(f"--context must be an even number >= 4, got {args.context}")
+    check_scoring(args.context, args.chunks)
     corpus = Corpus.from_file(args.corpus) if args.corpus else Corpus.shipped("heldout")
     resolve_model_path(args.model)  # a bad --model fails before anything is loaded
     from harmony_ref.commands._args import check_policies

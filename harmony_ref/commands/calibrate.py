@@ -371,12 +371,13 @@ def _run_phase_calibration(args) -> int:
             )
         else:
             from harmony_ref.calibrate.run import calibrate_phases
+            from harmony_ref.config import DEFAULT_PROFILE
 
             table, summary = calibrate_phases(
                 command,
                 fmt,
                 [w[:4] for w in workloads],
-                profile or "harmony-flagship",
+                profile or DEFAULT_PROFILE,
                 timeout,
                 args.out,
                 args.name,

@@ -28,7 +28,7 @@ def run(args) -> int:
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
-    from harmony_ref.config import RunConfig
+    from harmony_ref.config import RunConfig, fitting_context
     from harmony_ref.device.ops import check_ops
     from harmony_ref.device.profile import load_profile
     from harmony_ref.runtime.loader import resolve_model
@@ -39,7 +39,7 @@ def run(args) -> int:
         model=model,
         policy=args.policy,
         prompt_tokens=args.prompt,
-        context_tokens=max(2048, args.prompt + 128),
+        context_tokens=fitting_context(args.prompt),
         allow_unmatched=args.allow_unmatched,
     )
     rows = check_ops(profile, config)

@@ -131,19 +131,10 @@ def _compare(args) -> int:
 
 def run(args) -> int:
     import sys
-    import tempfile
 
-    from harmony_ref.backends.base import BackendError
     from harmony_ref.commands._output import print_json
-    from harmony_ref.metrics import Metrics
-    from harmony_ref.track.record import write_record
-    from harmony_ref.track.runtime_check import (
-        RuntimeCheck,
-        reference_for,
-        result_record,
-        run_check,
-        table_row,
-    )
+    from harmony_ref.track.runtime_check import RuntimeCheck, reference_for
+    from harmony_ref.track.runtime_check_run import check_device, run_checks
 
     if args.compare:
         if args.commands:
@@ -164,9 +155,7 @@ def run(args) -> int:
     from harmony_ref.commands import _session
 
     session = _session.load(args.session)
-    device = args.device
-    if session is not None and device == "host":
-        device = f"{session.transport}:{session.device.serial or 'host'}"
+    device = check_device(session, args.device)
     checks = [
         RuntimeCheck(
             t,
@@ -214,26 +203,25 @@ def run(args) -> int:
             )
             print(f"harmony-ref, {what}: perplexity {ref.ppl * ref.bound.expected_ratio:.4f}")
 
-    out, errors = [], []
-    with tempfile.TemporaryDirectory(prefix="harmony-ref-check-") as work:
-        for check in checks:
-            if not args.json:
-                print(f"running {check.label}: {check.template}", file=sys.stderr)
-            try:
-                result = run_check(
-                    check, ref, work, _session.progress(args.json) if session else None
-                )
-            except DeviceGone as e:  # the phone left: nothing more can run on it
-                return _session.gone_exit(NAME, e, args.verbose)
-            except BackendError as e:  # no result, no record; the others still run
-                print(f"harmony-ref check-runtime: error: {check.label}: {e}", file=sys.stderr)
-                errors.append((check, str(e)))
-                continue
-            path = write_record(result_record(check, result, ref), args.out_dir)
-            out.append((check, result, path))
+    def announce(check) -> None:
+        if not args.json:
+            print(f"running {check.label}: {check.template}", file=sys.stderr)
 
-    rows = [table_row(c.label, r.metrics) for c, r, _ in out]
-    rows += [dict(table_row(c.label, Metrics()), verdict="error (no result)") for c, _ in errors]
+    def report(check, error: str) -> None:
+        print(f"harmony-ref check-runtime: error: {check.label}: {error}", file=sys.stderr)
+
+    try:
+        runs = run_checks(
+            checks,
+            ref,
+            args.out_dir,
+            _session.progress(args.json) if session else None,
+            announce,
+            report,
+        )
+    except DeviceGone as e:  # the phone left: nothing more can run on it
+        return _session.gone_exit(NAME, e, args.verbose)
+    out, errors, rows = runs.done, runs.errors, runs.rows()
     if args.json:
         print_json(
             {
@@ -265,4 +253,4 @@ def run(args) -> int:
             print(f"record: {p}")
     if errors:
         return 2
-    return 1 if any(not r.accurate for _, r, _ in out) else 0
+    return 0 if runs.all_accurate() else 1

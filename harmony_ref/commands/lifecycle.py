@@ -43,7 +43,7 @@ def run(args) -> int:
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
-    from harmony_ref.config import RunConfig
+    from harmony_ref.config import RunConfig, fitting_context
     from harmony_ref.device.lifecycle import STRATEGIES, simulate_lifecycle
     from harmony_ref.device.profile import load_profile
 
@@ -62,7 +62,7 @@ def run(args) -> int:
         model=resolve_model(args.model)[0],
         policy=args.policy,
         prompt_tokens=args.prompt,
-        context_tokens=max(2048, args.prompt + 128),
+        context_tokens=fitting_context(args.prompt),
         allow_unmatched=args.allow_unmatched,
     )
     runs = [

@@ -145,9 +145,9 @@ def _format_list(text: str | None) -> tuple[str, ...]:
 
 def run_decoder(args) -> int:
     from harmony_ref._io import write_text_atomic
-    from harmony_ref.commands._args import check_scoring
     from harmony_ref.commands._output import print_json
     from harmony_ref.commands.accuracy import progress_run
+    from harmony_ref.eval.lm import check_scoring
     from harmony_ref.eval.lm_accuracy import Corpus, lm_accuracy
     from harmony_ref.eval.lm_plan import lm_plan
     from harmony_ref.units import MB

@@ -5,13 +5,16 @@ under results/runs/ and appends it to the run history."""
 
 from __future__ import annotations
 
+from harmony_ref.commands._args import MODEL_DEFAULT, POLICY_DEFAULT
+from harmony_ref.config import DEFAULT_PROFILE
+
 NAME = "run"
 HELP = "measure one config (predicted, host kernels, accuracy, cold start, thermal) and write a run record"
 
 DEFAULTS = {
-    "model": "llama-3.2-3b",
-    "policy": "int4-g128",
-    "profile": "harmony-flagship",
+    "model": MODEL_DEFAULT,
+    "policy": POLICY_DEFAULT,
+    "profile": DEFAULT_PROFILE,
     "backend": "simulated",
 }
 
@@ -129,13 +132,14 @@ def config_from_args(args):
 def add_arguments(p) -> None:
     from harmony_ref.commands._args import add_history_arguments
     from harmony_ref.commands._output import add_json_flag
+    from harmony_ref.track.job import part_names
 
     add_config_arguments(p)
     p.add_argument(
         "--skip",
         default="",
         metavar="PARTS",
-        help="comma-separated parts to skip: predicted,host,accuracy,coldstart,thermal",
+        help=f"comma-separated parts to skip: {','.join(part_names())}",
     )
     p.add_argument(
         "--out-dir", default="results/runs", help="where the record goes (default results/runs)"
@@ -147,7 +151,9 @@ def add_arguments(p) -> None:
 
 def record_frame(record):
     """One row per metric: value, unit, better, kind, the part that made it, flags."""
-    owner = {m: name for name, p in record.parts.items() for m in p.get("metrics", [])}
+    from harmony_ref.track.job import metric_parts
+
+    owner = metric_parts(record)
     df = record.metrics.to_frame()
     df.insert(1, "part", [owner.get(n, "") for n in df["metric"]])
     return df

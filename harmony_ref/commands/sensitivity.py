@@ -111,7 +111,7 @@ def run_decoder(args, fmt: str) -> int:
     from harmony_ref.units import MB
 
     name = variant_name(*parse_variant(fmt, "--format"))
-    from harmony_ref.commands._args import check_scoring
+    from harmony_ref.eval.lm import check_scoring
 
     check_scoring(args.context, args.chunks)
     resolve_model_path(args.model)

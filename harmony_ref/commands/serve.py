@@ -99,14 +99,9 @@ def run(args) -> int:
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
-    from harmony_ref.config import RunConfig
+    from harmony_ref.config import RunConfig, fitting_context
     from harmony_ref.device.profile import load_profile
-    from harmony_ref.device.serve import (
-        device_service_model,
-        load_trace,
-        poisson_arrivals,
-        simulate_serving,
-    )
+    from harmony_ref.device.serve_run import run_serving
     from harmony_ref.units import MS_PER_S
 
     for flag, value in (
@@ -118,6 +113,8 @@ def run(args) -> int:
             raise ValueError(f"{flag} {value}: must be finite and > 0")
     if args.queue < 0:
         raise ValueError(f"--queue {args.queue}: must be >= 0")
+    if args.sessions < 0:
+        raise ValueError(f"--sessions {args.sessions}: must be >= 0")
     if args.plot:
         from harmony_ref._io import check_output_file
 
@@ -130,59 +127,27 @@ def run(args) -> int:
         policy=args.policy,
         prompt_tokens=args.prompt,
         new_tokens=args.new,
-        context_tokens=max(2048, args.prompt + args.new),
+        context_tokens=fitting_context(args.prompt, args.new),
         allow_unmatched=args.allow_unmatched,
     )
-    # A trace's utilisation is over its own span unless a window is asked for: a default
-    # 10 minutes around a 2-second trace would report an idle phone.
-    minutes = args.minutes if args.minutes is not None else (0.0 if args.trace else 10.0)
-    duration_s = minutes * 60.0
-    if args.trace:
-        requests = load_trace(args.trace)
-        source = f"trace {args.trace}"
-    else:
-        requests = poisson_arrivals(args.rate, duration_s, args.seed, args.prompt, args.new)
-        source = f"Poisson {args.rate:g}/s, seed {args.seed}, {args.prompt}+{args.new} tokens"
-    service = device_service_model(profile, config)
-    sessions = None
-    if args.sessions or args.prefix_tokens:
-        import dataclasses
-
-        from harmony_ref.device.sessions import SessionCache, SessionService, assign_sessions
-        from harmony_ref.model.graph import kv_bytes_per_token_per_layer
-
-        if args.sessions < 0:
-            raise ValueError(f"--sessions {args.sessions}: must be >= 0")
-        ids = (
-            assign_sessions(len(requests), args.sessions, args.seed)
-            if args.sessions
-            else list(range(len(requests)))
-        )  # prefix only: every request its own conversation
-        requests = [dataclasses.replace(r, session=i) for r, i in zip(requests, ids)]
-        cache = SessionCache(
-            args.kv_budget_tokens, args.context_limit, args.overflow, args.prefix_tokens
-        )
-        sessions = SessionService(cache, profile, config)
-        kv_per_token = config.spec.n_layers * kv_bytes_per_token_per_layer(
-            config.spec, config.kv_dtype
-        )
-    result = simulate_serving(
-        requests,
-        service,
-        args.queue,
-        args.timeout_s,
-        duration_s,
+    served = run_serving(
+        profile,
+        config,
+        trace=args.trace,
+        rate=args.rate,
+        minutes=args.minutes,
+        seed=args.seed,
+        queue_limit=args.queue,
+        timeout_s=args.timeout_s,
+        sessions=args.sessions,
+        prefix_tokens=args.prefix_tokens,
+        kv_budget_tokens=args.kv_budget_tokens,
+        context_limit=args.context_limit,
+        overflow=args.overflow,
         keep_outcomes=bool(args.plot),
-        admit=sessions,
     )
-    summary = result.summary()
-    session_summary = sessions.summary(kv_per_token) if sessions else None
-    metrics = result.metrics()
-    if session_summary:
-        from harmony_ref.device.sessions import session_metrics
-
-        metrics.update(session_metrics(session_summary))
-    typical = service(args.prompt, args.new)
+    result, source, typical = served.result, served.source, served.typical
+    summary, metrics, session_summary = result.summary(), served.metrics, served.sessions
     info = {
         "profile": profile.name,
         "model": config.spec.name,

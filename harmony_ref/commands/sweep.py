@@ -26,6 +26,7 @@ AXIS_FLAGS = (
 def add_arguments(p) -> None:
     from harmony_ref.commands._args import add_history_arguments, number
     from harmony_ref.commands._output import add_json_flag
+    from harmony_ref.track.job import part_names
 
     p.add_argument("--name", required=True, help="the sweep: results/sweeps/NAME/")
     p.add_argument("--grid", metavar="TOML", help="a sweep TOML file (instead of the axis flags)")
@@ -39,8 +40,7 @@ def add_arguments(p) -> None:
     )
     p.add_argument(
         "--parts",
-        help="comma-separated parts of `run` (default predicted): "
-        "predicted,host,accuracy,coldstart,thermal",
+        help=f"comma-separated parts of `run` (default predicted): {','.join(part_names())}",
     )
     p.add_argument("--backend", choices=("simulated", "host"), help="default simulated")
     p.add_argument("--prompt", help="prompt tokens, comma-separated (default 512)")

@@ -44,7 +44,7 @@ def run(args) -> int:
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
-    from harmony_ref.config import RunConfig
+    from harmony_ref.config import RunConfig, fitting_context
     from harmony_ref.device.profile import load_profile
     from harmony_ref.device.thermal import MJ_PER_J, sustained_generation
     from harmony_ref.units import MS_PER_S
@@ -65,7 +65,7 @@ def run(args) -> int:
         policy=args.policy,
         prompt_tokens=args.prompt,
         new_tokens=args.new,
-        context_tokens=max(2048, args.prompt + args.new),
+        context_tokens=fitting_context(args.prompt, args.new),
         allow_unmatched=args.allow_unmatched,
     )
     result = sustained_generation(

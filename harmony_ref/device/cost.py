@@ -553,10 +553,13 @@ def op_breakdown(profile: DeviceProfile, graph: Graph) -> list[dict]:
     return sorted(rows.values(), key=lambda r: -r["time_ms"])
 
 
-def op_roofline_s(profile: DeviceProfile, op) -> tuple[float, float]:
+def op_roofline_s(
+    profile: DeviceProfile, op, roofline: Roofline | None = None
+) -> tuple[float, float]:
     """(compute_s, memory_s) of one run of graph op `op` on `profile`, as the cost model charges it
-    (efficiencies, per-dtype peaks, on-chip tiling passes; launch overhead not included)."""
-    r = Roofline.of(profile)
+    (efficiencies, per-dtype peaks, on-chip tiling passes; launch overhead not included), at
+    `roofline`'s rates when given (the calibration's: Roofline.of(profile, efficiencies=False))."""
+    r = roofline or Roofline.of(profile)
     nbytes = dram_bytes(op.streamed_bytes, op.other_bytes, op.tile_bytes, r.onchip_bytes)
     cd = profile.compute.op_compute_dtype(op)
     rate = r.class_ops_per_s[profile.compute.op_class(op, cd)] if op.flops else 1.0

@@ -54,11 +54,22 @@ def load_corpus(part: str = "heldout") -> str:
     return data.decode("utf-8")
 
 
+def check_scoring(
+    context: int, chunks: int | None, context_name: str = "--context", chunks_name: str = "--chunks"
+) -> None:
+    """The chunking's token counts, checked (ValueError naming the flag or argument): an even
+    context of at least 4 (half of each chunk scored, at least one token), at least one chunk
+    when a number of chunks is asked for. Every scoring command checks them here, before its work."""
+    if context < 4 or context % 2:
+        raise ValueError(f"{context_name} {context}: must be an even number >= 4")
+    if chunks is not None and chunks < 1:
+        raise ValueError(f"{chunks_name} {chunks}: must be >= 1")
+
+
 def chunk_tokens(tokens, context: int, bos_id: int | None = None) -> np.ndarray:
     """(n_chunks, context) int64, llama-perplexity's chunking (see the module doc)."""
     tokens = np.asarray(tokens, dtype=np.int64)
-    if context < 4 or context % 2:
-        raise ValueError(f"context must be an even number >= 4, got {context}")
+    check_scoring(context, None, "context")
     n = tokens.shape[0] // context
     if n < 1:
         raise ValueError(
@@ -141,8 +152,7 @@ def evaluate_lm(
     chunks = chunk_tokens(tokens, context, c.bos_id if add_bos else None)
     total_chunks = len(chunks)
     if max_chunks is not None:
-        if max_chunks < 1:
-            raise ValueError(f"max_chunks must be >= 1, got {max_chunks}")
+        check_scoring(context, max_chunks, "context", "max_chunks")
         chunks = chunks[:max_chunks]
     first = context // 2
     n_scored = context - 1 - first

@@ -1,6 +1,6 @@
-"""What a sweep's workers run: batches of points through the main job's parts (track/job.py), so
-a sweep point measures exactly what `harmony-ref run` measures for the same config, and the
-shared parts once per group of points. Plain Python and picklable arguments: the same functions
+"""What a sweep's workers run: batches of points, each through the main job itself (track/job.py
+run_job), so a sweep point measures and records exactly what `harmony-ref run` does for the same
+config, and the shared parts once per group of points, handed to run_job as given. Plain Python and picklable arguments: the same functions
 run in this process (`--workers 0`) or on a Dask worker anywhere; nothing here imports Dask.
 
     rows = run_batch(points, shared)             # one result per point: record dict, timings
@@ -100,44 +100,52 @@ def run_batch(
 def run_point(
     point: dict, provenance: dict, shared: dict, shared_parts: tuple[str, ...] = SHARED_PARTS
 ) -> dict:
+    """One point through the main job (track/job.py run_job), its shared parts taken from
+    `shared` instead of run again; a point whose config is bad is a record of failed parts."""
     from harmony_ref.config import RunConfig
-    from harmony_ref.track.job import PARTS, add_part, record_config, run_part_entry, skipped_entry
+    from harmony_ref.track.job import part_names, run_job, skipped_entry
 
     _trace("point", point["key"])
     t0 = time.perf_counter()
-    metrics, parts = Metrics(), {}
     config = None
     if not point["error"]:
         try:
             config = RunConfig.from_dict(point["config"], "sweep point")
         except ValueError as e:
             point = {**point, "error": f"bad config: {e}"}
-    for part in PARTS:
-        if part.name not in point["parts"]:
-            parts[part.name] = skipped_entry()
-        elif config is None:
-            parts[part.name] = {"status": "failed", "detail": point["error"], "metrics": []}
-        elif part.name in shared_parts:
-            got = shared.get(shared_key(part.name, point["config"]))
-            if got is None:
-                parts[part.name] = {
-                    "status": "failed",
-                    "metrics": [],
-                    "detail": "its shared task did not run",
-                }
-                continue
-            parts[part.name] = got["entry"]
-            if got["entry"]["status"] == "ok":
-                add_part(metrics, part, Metrics.from_dict(got["metrics"]))
-        else:
-            got, entry = run_part_entry(part, config)
-            parts[part.name] = entry
-            if entry["status"] == "ok":
-                add_part(metrics, part, got)
-    record = Record(
-        record_config(config) if config else point["config"], metrics, provenance, parts
-    )
-    status, error = point_status(parts, point["parts"])
+    if config is None:
+        parts = {
+            n: {"status": "failed", "detail": point["error"], "metrics": []}
+            if n in point["parts"]
+            else skipped_entry()
+            for n in part_names()
+        }
+        record = Record(point["config"], Metrics(), provenance, parts)
+    else:
+        given = {}
+        for name in shared_parts:
+            if name in point["parts"]:
+                got = shared.get(shared_key(name, point["config"]))
+                given[name] = (
+                    (Metrics.from_dict(got["metrics"]), got["entry"])
+                    if got is not None
+                    else (
+                        Metrics(),
+                        {
+                            "status": "failed",
+                            "metrics": [],
+                            "detail": "its shared task did not run",
+                        },
+                    )
+                )
+        record = run_job(
+            config,
+            only=tuple(point["parts"]),
+            show_progress=False,
+            provenance=provenance,
+            given=given,
+        )
+    status, error = point_status(record.parts, point["parts"])
     return {
         "key": point["key"],
         "record": record.to_dict(),

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony_ref.config import KV_DTYPES, SCENARIO_FIELDS, RunConfig
+from harmony_ref.track.job import part_names
 
 SCENARIO_AXES = SCENARIO_FIELDS + ("kv_dtype",)
 DEFAULT_SCENARIO = {
@@ -63,7 +64,7 @@ GRID_FIELD_DOCS = {
     "profiles": "required list: device profile names or profile TOML paths",
     "runtimes": "list of runtime profile names or runtime TOML paths, each run on every profile "
     "(default: each profile on its own default_runtime); a pair whose unit the SoC lacks fails",
-    "parts": "list of `harmony-ref run`'s parts: predicted, host, accuracy, coldstart, thermal "
+    "parts": f"list of `harmony-ref run`'s parts: {', '.join(part_names())} "
     '(default ["predicted"])',
     "backend": '"simulated" (default) or "host"',
     "scenario": "table of axes, each a list or one value: prompt_tokens, new_tokens, "
@@ -227,7 +228,6 @@ def check_grid(grid: Grid) -> None:
     from harmony_ref.device.profile import load_profile
     from harmony_ref.quant.policy import load_policy
     from harmony_ref.runtime.loader import resolve_model
-    from harmony_ref.track.job import part_names
 
     src = grid.source
     for where, values, load in (

@@ -306,6 +306,11 @@ def part_names() -> list[str]:
     return [p.name for p in PARTS]
 
 
+def metric_parts(record: Record) -> dict[str, str]:
+    """Metric name -> the part of `record` that made it."""
+    return {m: name for name, p in record.parts.items() for m in p.get("metrics", [])}
+
+
 def parse_skip(text: str | None) -> tuple[str, ...]:
     if not text:
         return ()
@@ -373,6 +378,44 @@ def add_part(metrics: Metrics, part: Part, got: Metrics) -> None:
     metrics.update(got)
 
 
+def _run_parts(
+    config: RunConfig, skip, only, given: dict, progress
+) -> tuple[Metrics, dict[str, dict]]:
+    """The job's loop: every part in order, skipped, given or run, its line on `progress`."""
+    metrics = Metrics()
+    parts: dict[str, dict] = {}
+    for part in PARTS:
+        if part.name in skip or (only is not None and part.name not in only):
+            parts[part.name] = skipped_entry()
+            continue
+        task = progress.add_task(part.title, total=1)
+        got, entry = given[part.name] if part.name in given else run_part_entry(part, config)
+        parts[part.name] = entry
+        status = entry["status"]
+        if status == "ok":
+            add_part(metrics, part, got)
+            note = f"{len(got)} metrics"
+        else:
+            color = "yellow" if status == "unavailable" else "red"
+            note = (
+                f"[{color}]{'not available' if color == 'yellow' else 'failed'}[/] "
+                f"({entry['detail']})"
+            )
+        progress.update(task, completed=1, description=f"{part.title}: {note}")
+    return metrics, parts
+
+
+class _NoProgress:
+    """What run_job's loop asks of a progress display, doing nothing: a run without progress
+    (a sweep's points) builds no console."""
+
+    def add_task(self, *args, **kwargs) -> int:
+        return 0
+
+    def update(self, *args, **kwargs) -> None:
+        pass
+
+
 def run_job(
     config: RunConfig,
     skip: tuple[str, ...] = (),
@@ -380,41 +423,26 @@ def run_job(
     console=None,
     show_progress: bool = True,
     provenance: dict | None = None,
+    given: dict[str, tuple[Metrics, dict]] | None = None,
 ) -> Record:
     """Run every part not skipped and return the record (not yet written). `provenance`: one
-    collected already (a sweep collects it once per batch of points), else collected here."""
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    collected already (a sweep collects it once per batch of points), else collected here.
+    `given`: part name -> (metrics, record entry) of a part run elsewhere (a sweep's shared
+    parts, once per group of points: sweep/execute.py), recorded as if it had run here."""
+    if show_progress:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    console = console or Console(stderr=True)
-    metrics = Metrics()
-    parts: dict[str, dict] = {}
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not show_progress,
-        transient=False,
-    ) as progress:
-        for part in PARTS:
-            if part.name in skip or (only is not None and part.name not in only):
-                parts[part.name] = skipped_entry()
-                continue
-            task = progress.add_task(part.title, total=1)
-            got, entry = run_part_entry(part, config)
-            parts[part.name] = entry
-            status = entry["status"]
-            if status == "ok":
-                add_part(metrics, part, got)
-                note = f"{len(got)} metrics"
-            else:
-                color = "yellow" if status == "unavailable" else "red"
-                note = (
-                    f"[{color}]{'not available' if color == 'yellow' else 'failed'}[/] "
-                    f"({entry['detail']})"
-                )
-            progress.update(task, completed=1, description=f"{part.title}: {note}")
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=console or Console(stderr=True),
+            transient=False,
+        ) as progress:
+            metrics, parts = _run_parts(config, skip, only, given or {}, progress)
+    else:
+        metrics, parts = _run_parts(config, skip, only, given or {}, _NoProgress())
     cfg = record_config(config)
     block = parts.get("predicted", {}).get("session")
     if block:  # a device session: named by what it measured (the gate compares that)
@@ -452,7 +480,7 @@ def ran_parts(record: Record) -> tuple[str, ...]:
 def remeasure_fn(record: Record) -> Callable[[str], Metric]:
     """A callable that re-measures one metric of `record` on this machine (by re-running the
     part that produced it), for the gate's confirm-on-rerun."""
-    owner = {m: name for name, p in record.parts.items() for m in p.get("metrics", [])}
+    owner = metric_parts(record)
     by_name = {p.name: p for p in PARTS}
     config = RunConfig.from_dict(record.config, "the record being re-measured")
     reruns: dict[str, Metrics] = {}  # one re-run of a part serves every metric it makes

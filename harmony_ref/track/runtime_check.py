@@ -108,10 +108,9 @@ class RuntimeCheck:
         check_template(
             self.template, self.fmt, SESSION_PLACEHOLDERS if self.session is not None else ()
         )
-        if self.context < 4 or self.context % 2:
-            raise ValueError(f"--context {self.context}: must be an even number >= 4")
-        if self.chunks is not None and self.chunks < 1:
-            raise ValueError(f"--chunks {self.chunks}: must be >= 1")
+        from harmony_ref.eval.lm import check_scoring
+
+        check_scoring(self.context, self.chunks)
         if not self.timeout_s > 0:
             raise ValueError(f"--timeout {self.timeout_s}: must be > 0")
 

@@ -4,7 +4,13 @@ import itertools
 
 import pytest
 
-from harmony_ref.backends.host_timing import ThermalGate, cpu_temps_c, peak_rss_mb, time_call
+from harmony_ref.backends.host_timing import (
+    ThermalGate,
+    cpu_temps_c,
+    interleaved_times_s,
+    peak_rss_mb,
+    time_call,
+)
 
 
 def test_time_call_keeps_median_and_samples():
@@ -20,6 +26,62 @@ def test_time_call_loops_short_calls():
     t = time_call(lambda: calls.append(1), warmup=0, repeats=3, min_sample_s=1e-3)
     assert len(calls) > 3 + 1  # each sample looped the call more than once
     assert t.median_s < 1e-3
+
+
+class StepClock:
+    """A clock that each fn call advances by that fn's cost (seconds), nothing else."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.log = []
+
+    def __call__(self):
+        return self.now
+
+    def fn(self, name, cost):
+        def call():
+            self.log.append(name)
+            self.now += cost
+
+        return call
+
+
+def test_interleaved_times_blocks_in_turn_per_call_times():
+    c = StepClock()
+    a, b = c.fn("a", 0.25), c.fn("b", 0.5)
+    out = interleaved_times_s(
+        [a, b], 2, calls=[2, 3], warmup=1, clock=c, before=lambda i: c.log.append(f"pause{i}")
+    )
+    assert out == [[0.25, 0.25], [0.5, 0.5]]  # block time over its calls
+    assert c.log == ["a", "b"] + (["pause0", "a", "a", "pause1", "b", "b", "b"] * 2)
+
+
+def test_interleaved_times_each_call_and_early_stop():
+    c = StepClock()
+    costs = iter([1.0, 3.0, 2.0] * 10)
+
+    def a():
+        c.now += next(costs)
+
+    rounds_seen = []
+
+    def stop(rounds, out):
+        rounds_seen.append(rounds)
+        return sum(out[0]) >= 10
+
+    out = interleaved_times_s([a], 9, calls=3, clock=c, each_call=True, stop=stop)
+    assert out == [[1.0, 3.0, 2.0, 1.0, 3.0, 2.0]]  # 6 s after one round, 12 s after two: stop
+    assert rounds_seen == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"rounds": 0}, {"warmup": -1}, {"calls": 0}, {"calls": [1, 2, 3]}],
+)
+def test_interleaved_times_refuses_bad_counts(kwargs):
+    args = {"rounds": 1, **kwargs}
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        interleaved_times_s([print, print], **args)
 
 
 def test_thermal_gate_waits_until_cool():

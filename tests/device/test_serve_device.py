@@ -35,3 +35,38 @@ def test_slower_phone_has_more_timeouts():
     f, s = fast.summary(), slow.summary()
     assert s["timeout_rate"] + s["busy_rate"] > f["timeout_rate"] + f["busy_rate"]
     assert s["utilisation"] >= f["utilisation"]
+
+
+def test_run_serving_is_the_simulation_of_its_arrivals(tmp_path):
+    """serve's run (device/serve_run.py) simulates exactly the Poisson arrivals and the device
+    service times it names; a trace's window defaults to the trace's own span, not 10 minutes."""
+    from harmony_ref.device.serve_run import run_serving
+
+    profile = load_profile("harmony-flagship")
+    got = run_serving(profile, CONFIG, rate=0.2, minutes=5, seed=3, queue_limit=1, timeout_s=9.0)
+    want = simulate_serving(
+        poisson_arrivals(0.2, 300.0, 3, 512, 128),
+        device_service_model(profile, CONFIG),
+        1,
+        9.0,
+        300.0,
+    )
+    assert got.result.summary() == want.summary()
+    assert got.metrics.to_dict() == want.metrics().to_dict()
+    assert got.sessions is None
+    assert got.source == "Poisson 0.2/s, seed 3, 512+128 tokens"
+    assert got.typical == device_service_model(profile, CONFIG)(512, 128)
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,prompt_tokens,new_tokens\n0,64,16\n2,64,16\n")
+    span = run_serving(profile, CONFIG, trace=trace).result.summary()["horizon_s"]
+    assert span < 60.0  # the trace's own span (its last request done), not a 600 s window
+
+
+def test_run_serving_with_a_prefix_adds_the_session_metrics():
+    from harmony_ref.device.serve_run import run_serving
+
+    got = run_serving(load_profile("harmony-flagship"), CONFIG, minutes=2, prefix_tokens=256)
+    assert got.sessions is not None and got.sessions["hits"] + got.sessions["misses"] > 0
+    assert "serve_session_hit_rate" in got.metrics.names()
+    assert "serve_busy_rate" in got.metrics.names()

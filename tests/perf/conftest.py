@@ -26,13 +26,12 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
 # one copy, shared with asv
 from bench.common import numba_probe, reference_probe, relative_samples  # noqa: F401
+from harmony_ref.backends.host_timing import interleaved_times_s
 from harmony_ref.units import GB, MB
 
 COPY_BUFFER_BYTES = 256 * MB  # well past any L3 on the machines we run on
@@ -61,14 +60,8 @@ def measure_copy_bandwidth_gbps(
     src = np.ones(nbytes // 4, dtype=np.float32)
     dst = np.empty_like(src)
     np.copyto(dst, src)  # fault the pages in outside the timing
-    best = min(_timed(np.copyto, dst, src) for _ in range(repeats))
+    best = min(interleaved_times_s([lambda: np.copyto(dst, src)], repeats)[0])
     return 2 * src.nbytes / best / GB
-
-
-def _timed(fn, *args) -> float:
-    start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
 
 
 @pytest.fixture(scope="session")

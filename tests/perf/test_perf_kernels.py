@@ -37,6 +37,7 @@ import numba
 import numpy as np
 import pytest
 
+from harmony_ref.backends.host_timing import interleaved_times_s
 from harmony_ref.kernels import (
     KVCache,
     bias_add,
@@ -76,24 +77,17 @@ SETTLE_S = 0.15
 
 def best_times_s(fns, timed: bool) -> list[float]:
     """Best wall time of each fn over alternating blocks of back-to-back calls."""
-    best = [float("inf")] * len(fns)
-    spent = [0.0] * len(fns)
-    block = BLOCK_CALLS if timed else 1
-    rounds = 0
-    while rounds < (MAX_ROUNDS if timed else 1):
-        for i, fn in enumerate(fns):
-            if timed:
-                time.sleep(SETTLE_S)
-            for _ in range(block):
-                start = time.perf_counter()
-                fn()
-                elapsed = time.perf_counter() - start
-                best[i] = min(best[i], elapsed)
-                spent[i] += elapsed
-        rounds += 1
-        if rounds >= MIN_ROUNDS and min(spent) > TIME_BUDGET_S:
-            break
-    return best
+    if not timed:
+        return [min(s) for s in interleaved_times_s(fns, 1)]
+    times = interleaved_times_s(
+        fns,
+        MAX_ROUNDS,
+        calls=BLOCK_CALLS,
+        before=lambda i: time.sleep(SETTLE_S),
+        each_call=True,
+        stop=lambda rounds, out: rounds >= MIN_ROUNDS and min(map(sum, out)) > TIME_BUDGET_S,
+    )
+    return [min(s) for s in times]
 
 
 def cold_copies(benchmark, obj, nbytes: int) -> list:

@@ -37,6 +37,7 @@ import numba
 import numpy as np
 import pytest
 
+from harmony_ref.backends.host_timing import interleaved_times_s
 from harmony_ref.kernels import matmul as mm
 from harmony_ref.kernels import matmul_peer, matmul_x86_peak
 from harmony_ref.quant.int4 import quantize_int4
@@ -87,16 +88,14 @@ def cold_bytes() -> int:
 
 def interleaved_medians(fns: dict, block: int, rounds: int) -> dict[str, float]:
     """Median over rounds of each fn's per-call seconds (calls after the first of a block)."""
-    per_round = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            time.sleep(SETTLE_S)
-            fn()
-            start = time.perf_counter()
-            for _ in range(block - 1):
-                fn()
-            per_round[name].append((time.perf_counter() - start) / (block - 1))
-    return {name: statistics.median(ts) for name, ts in per_round.items()}
+    calls = list(fns.values())
+
+    def settle_and_warm(i: int) -> None:
+        time.sleep(SETTLE_S)
+        calls[i]()
+
+    per_round = interleaved_times_s(calls, rounds, calls=block - 1, before=settle_and_warm)
+    return {name: statistics.median(ts) for name, ts in zip(fns, per_round)}
 
 
 @pytest.fixture(scope="module")
