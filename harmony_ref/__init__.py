@@ -11,6 +11,7 @@ The folders read as the data flow, each importing only from the ones above it in
     config.py    RunConfig: the one run config (model, policy, scenario, profile, backend)
     checkpoint/  weights on disk: safetensors, artifacts with a manifest, verified wheel assets
     runtime/     models that run on real weights (MiniLM)
+    compress/    pruning, distillation, W8A8 scales, GPTQ / AWQ: weights in, weights out
     eval/        accuracy on real weights, per-layer sensitivity, the budget planner
     device/      the simulated phone: profiles, cost, memory, thermal, cold start, physics, serving
     backends/    config -> Measurement: simulated, host (this CPU), command (a real phone)

@@ -189,12 +189,13 @@ def profile_run(
     from harmony_ref._threads import set_threads
     from harmony_ref.backends.host_llm import prompt_ids
     from harmony_ref.calibrate.decoder_ops import profile_forward
+    from harmony_ref.compress import compress
     from harmony_ref.runtime.llama import Llama
     from harmony_ref.runtime.loader import load_decoder_shared
 
     set_threads(threads)
     w, tok = load_decoder_shared(model)
-    m = Llama(w, policy, max_context=max(contexts) + 16)
+    m = Llama(compress(w, policy), policy, max_context=max(contexts) + 16)
     out: dict = {"prefill": [], "decode": {}}
     ids = prompt_ids(tok, max(contexts) + 8)
     for rep in range(repeats + 1):  # the first is a warm-up (compilation)

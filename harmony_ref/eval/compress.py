@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from harmony_ref.compress import compress
 from harmony_ref.eval.lm import DEFAULT_CONTEXT, Scores, chunk_tokens, log_softmax
 from harmony_ref.quant.policy import load_policy
 from harmony_ref.runtime.llama import Llama, LlamaRef
@@ -62,7 +63,7 @@ def evaluate_policies(
     for i, pol in enumerate(pols):
         t0 = time.perf_counter()
         model = Llama(
-            weights, pol, kv_dtype, max_context=context, calibration_tokens=calibration_tokens
+            compress(weights, pol, calibration_tokens), pol, kv_dtype, max_context=context
         )
         build_s = time.perf_counter() - t0
         s = Scores([], [], [])

@@ -29,6 +29,7 @@ from importlib import resources
 
 import numpy as np
 
+from harmony_ref.compress import compress
 from harmony_ref.runtime.llama import Llama, LlamaRef
 
 CORPUS_DIR = "lm_corpus"
@@ -148,7 +149,7 @@ def evaluate_lm(
     n_scored = context - 1 - first
     ref = None
     models = [
-        Llama(weights, p, kv, max_context=context, calibration_tokens=calibration_tokens)
+        Llama(compress(weights, p, calibration_tokens), p, kv, max_context=context)
         for p, kv in variants
     ]
     scores = {"reference": Scores([], [], [])} | {m.name: Scores([], [], []) for m in models}

@@ -100,6 +100,8 @@ ROW_CODE_MODULES = (
     "quant/gptq.py",
     "quant/awq.py",
     "runtime/sequential.py",
+    "runtime/linear.py",
+    "compress/pipeline.py",
 )
 
 

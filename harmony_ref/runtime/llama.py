@@ -3,6 +3,7 @@ paths:
 
     ref = LlamaRef(weights)                       # plain NumPy FP32: the oracle
     llm = Llama(weights, policy="int4-g32", kv_dtype="fp16", max_context=2048)   # our kernels
+    llm = Llama(compress(weights, policy), policy)   # a policy that prunes or calibrates
     logits = llm.prefill(token_ids)               # (V,) for the last token (all_logits: (T, V))
     logits = llm.decode(next_id)                  # (V,): one token, reading the KV cache
 
@@ -40,21 +41,19 @@ path has no checks and allocates only the kernels' outputs. The KV cache is kern
 fp16 or int8. The embedding table stays FP32 for the lookup; the output head (tied or not) is
 the Linear `lm_head` and takes the policy's format for that name.
 
-A policy's `[prune]` table (model/prune.py) removes FFN channels and heads before quantizing, so
-the blocks are narrower matrices (each block reads its own head counts and FFN width; with
-`score = "activation"` the unpruned model first runs in FP32 on the calibration windows to score
-them, runtime/calibration.py: activation_norms; with `repair` it records the inputs' Gram
-matrices instead, `unpruned_grams`, which also choose the channels of `score = "obs"`); its
-`[activations]` table (W8A8) runs every int8 Linear on `matmul_w8a8` with static activation
-scales calibrated on the policy's samples by this same model in FP32 (runtime/calibration.py).
+The weights arrive finished: a policy's `[prune]`, `[activations]` (W8A8) and GPTQ / AWQ steps
+run before, in compress/ (`compress(weights, policy, calibration_tokens)`: narrower blocks,
+AWQ-folded matrices, GPTQ-fitted tensors in `weights.stored`, static activation scales in
+`weights.act_scales`), and `Llama` only puts each Linear in its format (runtime/linear.py): a
+pruned block reads its own head counts and FFN width, an int8 Linear with a scale runs
+`matmul_w8a8`. It refuses a policy with such steps on weights that did not go through
+compress() for it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 
@@ -74,18 +73,8 @@ from harmony_ref.kernels.norm import (
 )
 from harmony_ref.kernels.rope import rope_rows, rope_table
 from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, layer_name
-from harmony_ref.model.distill import distill_decoder
-from harmony_ref.model.prune import prune_decoder
-from harmony_ref.quant.policy import FP32, Policy, load_policy
-from harmony_ref.runtime.calibration import (
-    GENERATED_POLICY,
-    activation_norms,
-    calibration_windows,
-    observe_scales,
-)
+from harmony_ref.quant.policy import Policy, load_policy
 from harmony_ref.runtime.linear import Fused, QuantLinear, make_linear
-from harmony_ref.runtime.progress import report
-from harmony_ref.runtime.sequential import activation_grams, calibrate_weights
 
 DEFAULT_MAX_CONTEXT = 2048
 
@@ -225,24 +214,25 @@ class Block:
     post_ffn_norm: np.ndarray | None = None
 
 
-_GRAMS: dict = {}  # (id(weights), windows' SHA-256) -> (weights, grams): the last one computed
+def compresses(policy: Policy) -> bool:
+    """Whether `policy` changes the weights before the decoder is built ([prune], [activations],
+    GPTQ / AWQ in [quantize]): compress/ runs those steps, Llama takes their result."""
+    return policy.prune is not None or policy.activations is not None or policy.calibrated
 
 
-def unpruned_grams(weights: DecoderWeights, windows: np.ndarray) -> list:
-    """runtime/sequential.py activation_grams of `weights` run in FP32 on `windows`, kept for the
-    last (weights, windows) pair of the process: the policies of one run that repair on the same
-    windows (ridges, ratios, scores) share one pass (the Grams of SmolLM2 on 512 windows of 128
-    tokens take minutes; they hold ~0.6 GB)."""
-    windows = np.ascontiguousarray(windows, np.int64)
-    key = (id(weights), hashlib.sha256(windows.tobytes()).hexdigest())
-    hit = _GRAMS.get(key)
-    if hit is not None and hit[0] is weights:
-        return hit[1]
-    base = Llama(weights, Policy("fp32", FP32), max_context=windows.shape[1])
-    grams = activation_grams(base, windows)
-    _GRAMS.clear()
-    _GRAMS[key] = (weights, grams)
-    return grams
+def _check_compressed(weights: DecoderWeights, policy: Policy) -> None:
+    """ValueError unless `weights` went through compress/ for `policy` exactly when it compresses."""
+    done = weights.compressed_for
+    if done is not None and done != policy:
+        raise ValueError(
+            f"{policy.source}: the weights were compressed for policy {done.name!r}, "
+            f"not {policy.name!r}: compress the checkpoint's weights for this policy"
+        )
+    if done is None and compresses(policy):
+        raise ValueError(
+            f"{policy.source}: policy {policy.name!r} prunes or calibrates: build the decoder "
+            "on compress(weights, policy) (harmony_ref/compress/), or use build_model"
+        )
 
 
 class Llama:
@@ -254,67 +244,12 @@ class Llama:
         policy: str | Policy = "fp32",
         kv_dtype: str = "fp16",
         max_context: int = DEFAULT_MAX_CONTEXT,
-        calibration_tokens=None,
     ):
         self.config = c = weights.config
         self.policy = load_policy(policy)
-        prune = self.policy.prune
-
-        def sampler(weights: DecoderWeights, max_context: int) -> Llama:  # "generated" windows
-            return Llama(weights, GENERATED_POLICY, max_context=max_context)
-
-        if prune is not None:
-            norms = None
-            grams = None
-            windows = (  # the one set every calibrated step below reads
-                calibration_windows(weights, prune.windows(), calibration_tokens, sampler)
-                if prune.calibrates
-                else None
-            )
-            if prune.repair:  # Gram matrices (and norms) of the unpruned model in FP32
-                grams = unpruned_grams(weights, windows)
-                norms = [
-                    (np.sqrt(np.diag(gf)), np.sqrt(np.diag(go).reshape(-1, c.head_dim).sum(axis=1)))
-                    for gf, go in grams
-                ]
-            elif prune.score == "activation":  # scored by the unpruned model run in FP32
-                base = Llama(weights, Policy("fp32", FP32), max_context=prune.sample_tokens)
-                norms = activation_norms(base, windows, c.head_dim)
-                del base
-            pruned = prune_decoder(weights, prune, norms, grams)
-            if prune.distill_epochs:  # fine-tuned on the unpruned model's outputs
-                pruned, _ = distill_decoder(
-                    weights,
-                    pruned,
-                    windows,
-                    prune.distill_epochs,
-                    prune.distill_lr,
-                    prune.distill_params,
-                    prune.seed,
-                    partial(report, "distilling the pruned model (windows x epochs)"),
-                )
-            weights = pruned
-        act = self.policy.activations
-        scales = {}
-        if act is not None:  # static scales from this (pruned) model run in FP32
-            base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
-            windows = calibration_windows(weights, act, calibration_tokens, sampler)
-            scales = observe_scales(base, windows, act.granularity, act.alpha)
-        # weights as the file stores them: used where the policy asks for that very format
-        # (pruning changes the matrices, so a pruned model requantizes)
-        stored = weights.stored if prune is None else {}
-        if self.policy.calibrated:  # GPTQ / AWQ on this (pruned) model's calibration windows
-            q = self.policy.quantize
-            windows = calibration_windows(weights, q.activations(), calibration_tokens, sampler)
-            if scales and "awq" in {q.method, *(m for _, m in q.methods)}:
-                raise ValueError(
-                    f"{self.policy.source}: [quantize] awq with [activations]: the "
-                    "static activation scales would no longer fit the folded model"
-                )
-            base = Llama(weights, Policy("fp32", FP32), max_context=q.sample_tokens)
-            # the fitted tensors replace the file's (AWQ rescales the weights it folds into)
-            weights, stored = calibrate_weights(base, weights, self.policy, windows)
-            del base
+        _check_compressed(weights, self.policy)
+        scales = weights.act_scales  # W8A8 static activation scales (compress/)
+        stored = weights.stored  # as the file stores them, or as GPTQ fitted them
         self.kv_dtype = kv_dtype
         self.max_context = min(max_context, c.max_positions)
         self.eps = np.float32(c.norm_eps)
@@ -503,54 +438,6 @@ class Llama:
             rms_norm_rows(d, b.post_ffn_norm, self.eps, d)
         add_rms_norm_rows(x, d, nxt, self.eps, h)  # x += d; h = next norm of x
 
-    def set_stage(
-        self, i: int, stage: str, lw, policy: Policy, stored: dict, act_scales: dict | None = None
-    ) -> None:
-        """Rebuild stage `stage` (qkv, o, gate_up, down) of block i from layer weights `lw` in
-        `policy`'s formats, GPTQ-fitted tensors from `stored`; the norms and the q|k|v bias
-        follow `lw` (AWQ folds its scales into them)."""
-        c, b = self.config, self.blocks[i]
-        n = lambda short: layer_name(i, short)  # noqa: E731
-        scales = act_scales or {}
-        if stage == "qkv":
-            b.attn_norm = lw.attn_norm
-            b.qkv = Fused(
-                f"model.layers.{i}.self_attn.qkv_proj",
-                [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
-                policy,
-                scales,
-                stored,
-            )
-            if c.attention_bias:
-                b.qkv_bias = np.concatenate([lw.bq, lw.bk, lw.bv]).astype(np.float32)
-        elif stage == "o":
-            b.o = make_linear(
-                n("o_proj"),
-                lw.wo,
-                policy.format_for(n("o_proj")),
-                scales.get(n("o_proj")),
-                stored.get(n("o_proj")),
-            )
-        elif stage == "gate_up":
-            b.ffn_norm = lw.ffn_norm
-            b.gate_up = Fused(
-                f"model.layers.{i}.mlp.gate_up_proj",
-                [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)],
-                policy,
-                scales,
-                stored,
-            )
-        elif stage == "down":
-            b.down = make_linear(
-                n("down_proj"),
-                lw.w_down,
-                policy.format_for(n("down_proj")),
-                scales.get(n("down_proj")),
-                stored.get(n("down_proj")),
-            )
-        else:
-            raise ValueError(f"unknown stage {stage!r}")
-
     def run_block(self, i: int, x: np.ndarray) -> np.ndarray:
         """Block i alone on one window's residual stream x (T, D) from position 0, its KV cache
         emptied first: the new residual stream (calibration runs the model block by block)."""
@@ -571,17 +458,4 @@ class Llama:
         return self.forward(np.array([token], dtype=np.int64))[0]
 
 
-def build_model(
-    weights: DecoderWeights,
-    policy: str = "fp32",
-    kv_dtype: str = "fp16",
-    max_context: int = DEFAULT_MAX_CONTEXT,
-    reference: bool = False,
-):
-    """The oracle (`reference=True`, or policy "reference") or the kernel path."""
-    if reference or policy == "reference":
-        return LlamaRef(weights, max_context)
-    return Llama(weights, policy, kv_dtype, max_context)
-
-
-__all__ = ["DecoderConfig", "DecoderWeights", "Llama", "LlamaRef", "build_model", "make_linear"]
+__all__ = ["DecoderConfig", "DecoderWeights", "Llama", "LlamaRef", "compresses", "make_linear"]

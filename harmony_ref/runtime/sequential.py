@@ -5,7 +5,7 @@ paper's sequential rule, and within a block its "true sequential" order: q|k|v, 
 gate|up, then down).
 
     base = Llama(weights, fp32 policy, max_context=sample_tokens)
-    weights2, stored = calibrate_weights(base, weights, policy, windows)
+    weights2, stored = calibrate_weights(base, weights, policy, windows)   # compress/ calls it
     # weights2: AWQ's scales folded in (norm weights, v / up rows, weight columns);
     # stored: Linear name -> GPTQ-fitted Int4Tensor / Int8Tensor
 
@@ -36,6 +36,7 @@ from harmony_ref.model.decoder import layer_name
 from harmony_ref.quant.awq import awq_search
 from harmony_ref.quant.gptq import gptq_quantize
 from harmony_ref.quant.policy import int4_format_for_rows
+from harmony_ref.runtime.linear import Fused, make_linear
 from harmony_ref.runtime.progress import report
 
 STAGES = ("qkv", "o", "gate_up", "down")
@@ -138,6 +139,52 @@ def stage_inputs(model, i: int, xs, stages, stop: bool = True) -> dict[str, Inpu
     return stats
 
 
+def set_stage(model, i: int, stage: str, lw, policy, stored: dict) -> None:
+    """Rebuild stage `stage` (qkv, o, gate_up, down) of `model`'s block i from layer weights `lw`
+    in `policy`'s formats, GPTQ-fitted tensors from `stored`; the norms and the q|k|v bias
+    follow `lw` (AWQ folds its scales into them)."""
+    c, b = model.config, model.blocks[i]
+    n = lambda short: layer_name(i, short)  # noqa: E731
+    if stage == "qkv":
+        b.attn_norm = lw.attn_norm
+        b.qkv = Fused(
+            f"model.layers.{i}.self_attn.qkv_proj",
+            [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
+            policy,
+            None,  # no static activation scales while fitting
+            stored,
+        )
+        if c.attention_bias:
+            b.qkv_bias = np.concatenate([lw.bq, lw.bk, lw.bv]).astype(np.float32)
+    elif stage == "o":
+        b.o = make_linear(
+            n("o_proj"),
+            lw.wo,
+            policy.format_for(n("o_proj")),
+            None,
+            stored.get(n("o_proj")),
+        )
+    elif stage == "gate_up":
+        b.ffn_norm = lw.ffn_norm
+        b.gate_up = Fused(
+            f"model.layers.{i}.mlp.gate_up_proj",
+            [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)],
+            policy,
+            None,  # no static activation scales while fitting
+            stored,
+        )
+    elif stage == "down":
+        b.down = make_linear(
+            n("down_proj"),
+            lw.w_down,
+            policy.format_for(n("down_proj")),
+            None,
+            stored.get(n("down_proj")),
+        )
+    else:
+        raise ValueError(f"unknown stage {stage!r}")
+
+
 def activation_grams(model, windows) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per block of `model` (FP32, unpruned): the Gram matrices X^T X (float64) of the inputs
     of down_proj (F, F) and o_proj (H hd, H hd) over every token of every window, block by
@@ -220,7 +267,7 @@ def calibrate_weights(model, weights, policy, windows):
         lw = _awq_block(model, i, lw, xs, policy, methods, c)
         if lw is not weights.layers[i]:
             for st in STAGES:  # the folded weights, still FP32
-                model.set_stage(i, st, lw, _fp32(policy), {})
+                set_stage(model, i, st, lw, _fp32(policy), {})
         for st in STAGES:
             gptq = [(p, a) for p, a in STAGE_PARTS[st] if methods[p] == "gptq"]
             if gptq:
@@ -242,7 +289,7 @@ def calibrate_weights(model, weights, policy, windows):
                     for name, w in parts:
                         stored[name] = row_slice(t, r0, r0 + w.shape[0])
                         r0 += w.shape[0]
-            model.set_stage(i, st, lw, policy, stored)
+            set_stage(model, i, st, lw, policy, stored)
         xs = [model.run_block(i, x) for x in xs]
         layers.append(lw)
         report("GPTQ / AWQ on the calibration windows (blocks)", i + 1, len(weights.layers))
