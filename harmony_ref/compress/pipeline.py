@@ -3,12 +3,12 @@ weights, run before the decoder is built, in this order:
 
 1. `[prune]` (model/prune.py): FFN channels and heads removed. With `score = "activation"` the
    unpruned model first runs in FP32 on the calibration windows to score them
-   (runtime/calibration.py: activation_norms); with `repair` it records the inputs' Gram
+   (compress/observe.py: activation_norms); with `repair` it records the inputs' Gram
    matrices instead (unpruned_grams), which also choose the channels of `score = "obs"`; with
    `distill_epochs` the pruned model is fine-tuned on the unpruned one's outputs
    (model/distill.py). All three read one set of windows.
 2. `[activations]` (W8A8): static activation scales observed by the (pruned) model in FP32 on
-   the policy's samples (runtime/calibration.py: observe_scales).
+   the policy's samples (compress/observe.py: observe_scales).
 3. `[quantize]` gptq / awq: fitted block by block on the (pruned) model's calibration windows
    (runtime/sequential.py: calibrate_weights); AWQ's scales fold into the FP32 weights, GPTQ's
    tensors are kept by Linear name.
@@ -30,17 +30,17 @@ from functools import partial
 
 import numpy as np
 
-from harmony_ref.model.decoder import DecoderWeights
-from harmony_ref.model.distill import distill_decoder
-from harmony_ref.model.prune import prune_decoder
-from harmony_ref.quant.compress import PruneSpec
-from harmony_ref.quant.policy import FP32, Policy, load_policy
-from harmony_ref.runtime.calibration import (
+from harmony_ref.compress.observe import (
     GENERATED_POLICY,
     activation_norms,
     calibration_windows,
     observe_scales,
 )
+from harmony_ref.model.decoder import DecoderWeights
+from harmony_ref.model.distill import distill_decoder
+from harmony_ref.model.prune import prune_decoder
+from harmony_ref.quant.compress import PruneSpec
+from harmony_ref.quant.policy import FP32, Policy, load_policy
 from harmony_ref.runtime.llama import DEFAULT_MAX_CONTEXT, Llama, LlamaRef, compresses
 from harmony_ref.runtime.progress import report
 from harmony_ref.runtime.sequential import activation_grams, calibrate_weights

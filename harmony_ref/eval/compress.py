@@ -3,7 +3,7 @@ one model in memory at a time: the reference's log-probabilities are computed on
 and kept, then each policy's model is built (pruned, calibrated, quantized), scored on every
 chunk and dropped. Scoring is eval/lm.py's (llama-perplexity's chunking and rule, PPL ratio,
 KLD mean / p99, top-1 agreement) on the tokens given, which callers take from the corpus's
-held-out split; W8A8 policies calibrate on the calibration split (runtime/calibration.py) or on
+held-out split; W8A8 policies calibrate on the calibration split (compress/observe.py) or on
 random ids, never on what is scored here.
 
     out = evaluate_policies(weights, tok.encode(load_corpus("heldout")), policies,

@@ -137,7 +137,7 @@ def evaluate_lm(
     reference's log-probs are read from it when there and written to it when not; cached or
     not, they are rounded to float32 the same way, so a cached run gives the same numbers.
     `calibration_tokens`: the text a variant with [activations] or an activation pruning score
-    calibrates on (default: the corpus's calibration split, runtime/calibration.py)."""
+    calibrates on (default: the corpus's calibration split, compress/observe.py)."""
     c = weights.config
     chunks = chunk_tokens(tokens, context, c.bos_id if add_bos else None)
     total_chunks = len(chunks)

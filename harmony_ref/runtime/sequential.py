@@ -22,7 +22,7 @@ Per block i, with the residual streams of every window after blocks 0 .. i-1 (as
    stored formats (GPTQ tensors, round-to-nearest for the rest).
 3. The block, now quantized, runs on the windows to give block i + 1 its inputs.
 The output head comes last, on the final-normed streams (AWQ folds into the final norm; a tied
-head becomes its own matrix). The windows come from the calibration split (runtime/calibration.py
+head becomes its own matrix). The windows come from the calibration split (compress/observe.py
 calibration_windows); nothing here reads the held-out split.
 """
 

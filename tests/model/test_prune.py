@@ -193,7 +193,7 @@ def _act_policy(ffn, heads, unit="query"):
 
 
 def _norms(w, pol):
-    from harmony_ref.runtime.calibration import activation_norms, calibration_windows
+    from harmony_ref.compress.observe import activation_norms, calibration_windows
 
     act = pol.prune.windows()
     base = Llama(w, "fp32", max_context=act.sample_tokens)

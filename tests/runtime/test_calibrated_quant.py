@@ -181,10 +181,10 @@ def test_calibration_windows_come_from_the_calibration_split(monkeypatch):
 
 
 def test_corpus_windows_never_read_the_heldout_split(monkeypatch):
-    """With no tokens given, the windows are the calibration split's (runtime/calibration.py),
+    """With no tokens given, the windows are the calibration split's (compress/observe.py),
     whose text differs from the held-out split's."""
+    from harmony_ref.compress import observe as cal
     from harmony_ref.eval.lm import load_corpus
-    from harmony_ref.runtime import calibration as cal
 
     read = []
     monkeypatch.setattr(cal, "calibration_text", lambda: read.append(1) or "calibration text")

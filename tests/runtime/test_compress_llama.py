@@ -1,4 +1,4 @@
-"""Pruned and W8A8 policies through the decoder runtime (runtime/llama.py, runtime/calibration.py)
+"""Pruned and W8A8 policies through the decoder runtime (runtime/llama.py, compress/observe.py)
 on tiny random checkpoints: W8A8 follows the FP32 oracle about as well as dynamic int8,
 calibration windows are seeded and come from the calibration split only, the scales cover what
 calibration saw, fused and unfused W8A8 Linears agree, corpus calibration without a tokenizer is
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from harmony_ref.compress import compress
+from harmony_ref.compress import observe as cal
 from harmony_ref.kernels.matmul_w8a8 import W8A8Weight
 from harmony_ref.quant.compress import ActivationSpec
 from harmony_ref.quant.policy import policy_from_dict
-from harmony_ref.runtime import calibration as cal
 from harmony_ref.runtime.llama import Llama, LlamaRef
 from tests.fixtures.decoder.tiny import tiny_config, tiny_weights
 

@@ -5,8 +5,8 @@ each ending at done == total; nothing is heard outside `reporting`."""
 import numpy as np
 
 from harmony_ref.compress import compress
+from harmony_ref.compress import observe as cal
 from harmony_ref.quant.policy import policy_from_dict
-from harmony_ref.runtime import calibration as cal
 from harmony_ref.runtime.llama import Llama
 from harmony_ref.runtime.progress import report, reporting
 from tests.fixtures.decoder.tiny import tiny_config, tiny_weights
