@@ -10,7 +10,7 @@ weights, run before the decoder is built, in this order:
 2. `[activations]` (W8A8): static activation scales observed by the (pruned) model in FP32 on
    the policy's samples (compress/observe.py: observe_scales).
 3. `[quantize]` gptq / awq: fitted block by block on the (pruned) model's calibration windows
-   (runtime/sequential.py: calibrate_weights); AWQ's scales fold into the FP32 weights, GPTQ's
+   (compress/sequential.py: calibrate_weights); AWQ's scales fold into the FP32 weights, GPTQ's
    tensors are kept by Linear name.
 
 The result is a DecoderWeights whose `layers` are the pruned / distilled / folded FP32 matrices,
@@ -36,6 +36,7 @@ from harmony_ref.compress.observe import (
     calibration_windows,
     observe_scales,
 )
+from harmony_ref.compress.sequential import activation_grams, calibrate_weights
 from harmony_ref.model.decoder import DecoderWeights
 from harmony_ref.model.distill import distill_decoder
 from harmony_ref.model.prune import prune_decoder
@@ -43,7 +44,6 @@ from harmony_ref.quant.compress import PruneSpec
 from harmony_ref.quant.policy import FP32, Policy, load_policy
 from harmony_ref.runtime.llama import DEFAULT_MAX_CONTEXT, Llama, LlamaRef, compresses
 from harmony_ref.runtime.progress import report
-from harmony_ref.runtime.sequential import activation_grams, calibrate_weights
 
 FP32_POLICY = Policy("fp32", FP32)  # the model every calibration pass runs
 
@@ -150,7 +150,7 @@ _GRAMS: dict = {}  # (id(weights), windows' SHA-256) -> (weights, grams): the la
 
 
 def unpruned_grams(weights: DecoderWeights, windows: np.ndarray) -> list:
-    """runtime/sequential.py activation_grams of `weights` run in FP32 on `windows`, kept for the
+    """compress/sequential.py activation_grams of `weights` run in FP32 on `windows`, kept for the
     last (weights, windows) pair of the process: the policies of one run that repair on the same
     windows (ridges, ratios, scores) share one pass (the Grams of SmolLM2 on 512 windows of 128
     tokens take minutes; they hold ~0.6 GB)."""

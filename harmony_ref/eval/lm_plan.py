@@ -99,7 +99,7 @@ ROW_CODE_MODULES = (
     "eval/lm_plan.py",
     "quant/gptq.py",
     "quant/awq.py",
-    "runtime/sequential.py",
+    "compress/sequential.py",
     "runtime/linear.py",
     "compress/pipeline.py",
 )

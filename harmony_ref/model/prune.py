@@ -250,7 +250,7 @@ def prune_decoder(
     if spec.repair and (grams is None or len(grams) != weights.config.n_layers):
         raise ValueError(
             "prune.repair = true needs the input Gram matrices of every block "
-            "(compress/observe.py: activation_grams)"
+            "(compress/sequential.py: activation_grams)"
         )
     c = weights.config
     bad = [i for i, _, _ in spec.blocks if i >= c.n_layers]

@@ -1,4 +1,4 @@
-"""GPTQ and AWQ through the decoder runtime (runtime/sequential.py) on tiny random checkpoints:
+"""GPTQ and AWQ through the decoder runtime (compress/sequential.py) on tiny random checkpoints:
 AWQ's folded scales leave the FP32 model's outputs unchanged (exactness, before any rounding),
 GPTQ and AWQ policies build and run in the stored formats RTN uses, each Linear's GPTQ output
 error on its calibration inputs is at most RTN's, the calibration windows come from the
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from harmony_ref.compress import compress
+from harmony_ref.compress import sequential as seq
 from harmony_ref.quant.compress import QuantizeSpec
 from harmony_ref.quant.policy import FP32, Policy, policy_from_dict
-from harmony_ref.runtime import sequential as seq
 from harmony_ref.runtime.llama import Llama, LlamaRef
 from tests.fixtures.decoder.tiny import tiny_config, tiny_weights
 
