@@ -36,16 +36,10 @@ from harmony_ref.model.decoder import layer_name
 from harmony_ref.quant.awq import awq_search
 from harmony_ref.quant.gptq import gptq_quantize
 from harmony_ref.quant.policy import int4_format_for_rows
-from harmony_ref.runtime.linear import Fused, make_linear
+from harmony_ref.runtime.llama import STAGE_PARTS, stage_linear
 from harmony_ref.runtime.progress import report
 
-STAGES = ("qkv", "o", "gate_up", "down")
-STAGE_PARTS = {
-    "qkv": (("q_proj", "wq"), ("k_proj", "wk"), ("v_proj", "wv")),
-    "o": (("o_proj", "wo"),),
-    "gate_up": (("gate_proj", "w_gate"), ("up_proj", "w_up")),
-    "down": (("down_proj", "w_down"),),
-}
+STAGES = tuple(STAGE_PARTS)  # in the order a block runs them
 
 
 class _Stop(Exception):
@@ -141,48 +135,18 @@ def stage_inputs(model, i: int, xs, stages, stop: bool = True) -> dict[str, Inpu
 
 def set_stage(model, i: int, stage: str, lw, policy, stored: dict) -> None:
     """Rebuild stage `stage` (qkv, o, gate_up, down) of `model`'s block i from layer weights `lw`
-    in `policy`'s formats, GPTQ-fitted tensors from `stored`; the norms and the q|k|v bias
-    follow `lw` (AWQ folds its scales into them)."""
-    c, b = model.config, model.blocks[i]
-    n = lambda short: layer_name(i, short)  # noqa: E731
+    in `policy`'s formats, GPTQ-fitted tensors from `stored` (no static activation scales while
+    fitting); the norms and the q|k|v bias follow `lw` (AWQ folds its scales into them)."""
+    if stage not in STAGE_PARTS:
+        raise ValueError(f"unknown stage {stage!r}")
+    b = model.blocks[i]
+    setattr(b, stage, stage_linear(i, stage, lw, policy, {}, stored))
     if stage == "qkv":
         b.attn_norm = lw.attn_norm
-        b.qkv = Fused(
-            f"model.layers.{i}.self_attn.qkv_proj",
-            [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
-            policy,
-            None,  # no static activation scales while fitting
-            stored,
-        )
-        if c.attention_bias:
+        if model.config.attention_bias:
             b.qkv_bias = np.concatenate([lw.bq, lw.bk, lw.bv]).astype(np.float32)
-    elif stage == "o":
-        b.o = make_linear(
-            n("o_proj"),
-            lw.wo,
-            policy.format_for(n("o_proj")),
-            None,
-            stored.get(n("o_proj")),
-        )
     elif stage == "gate_up":
         b.ffn_norm = lw.ffn_norm
-        b.gate_up = Fused(
-            f"model.layers.{i}.mlp.gate_up_proj",
-            [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)],
-            policy,
-            None,  # no static activation scales while fitting
-            stored,
-        )
-    elif stage == "down":
-        b.down = make_linear(
-            n("down_proj"),
-            lw.w_down,
-            policy.format_for(n("down_proj")),
-            None,
-            stored.get(n("down_proj")),
-        )
-    else:
-        raise ValueError(f"unknown stage {stage!r}")
 
 
 def activation_grams(model, windows) -> list[tuple[np.ndarray, np.ndarray]]:

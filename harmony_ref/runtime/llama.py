@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -214,6 +215,28 @@ class Block:
     post_ffn_norm: np.ndarray | None = None
 
 
+# A block's four Linear stages in the order they run, each (Linear short name, LayerWeights
+# field) in row order: q|k|v and gate|up are one Fused each, o and down one QuantLinear
+STAGE_PARTS = {
+    "qkv": (("q_proj", "wq"), ("k_proj", "wk"), ("v_proj", "wv")),
+    "o": (("o_proj", "wo"),),
+    "gate_up": (("gate_proj", "w_gate"), ("up_proj", "w_up")),
+    "down": (("down_proj", "w_down"),),
+}
+FUSED_STAGES = {"qkv": "self_attn.qkv_proj", "gate_up": "mlp.gate_up_proj"}
+
+
+def stage_linear(i: int, stage: str, lw, policy: Policy, scales: dict, stored: dict):
+    """Stage `stage` of block i from layer weights `lw` in `policy`'s formats: a Fused (q|k|v,
+    gate|up) or a QuantLinear (o, down); `scales`: W8A8 activation scales, `stored`: tensors
+    to use as they are (the file's, or GPTQ's), both by Linear name."""
+    parts = [(layer_name(i, short), getattr(lw, attr)) for short, attr in STAGE_PARTS[stage]]
+    if stage in FUSED_STAGES:
+        return Fused(f"model.layers.{i}.{FUSED_STAGES[stage]}", parts, policy, scales, stored)
+    ((name, w),) = parts
+    return make_linear(name, w, policy.format_for(name), scales.get(name), stored.get(name))
+
+
 def compresses(policy: Policy) -> bool:
     """Whether `policy` changes the weights before the decoder is built ([prune], [activations],
     GPTQ / AWQ in [quantize]): compress/ runs those steps, Llama takes their result."""
@@ -264,42 +287,20 @@ class Llama:
         self.act = gelu_tanh_gate_rows if c.activation == "gelu_tanh" else silu_gate_rows
         self.blocks: list[Block] = []
         for i, lw in enumerate(weights.layers):
-            n = lambda short, i=i: layer_name(i, short)  # noqa: E731
             bias = np.concatenate([lw.bq, lw.bk, lw.bv]) if c.attention_bias else None
             nh, nkv, ffn = lw.dims(c.head_dim)
+            stage = partial(
+                stage_linear, i, lw=lw, policy=self.policy, scales=scales, stored=stored
+            )
             self.blocks.append(
                 Block(
                     attn_norm=lw.attn_norm,
-                    qkv=Fused(
-                        f"model.layers.{i}.self_attn.qkv_proj",
-                        [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
-                        self.policy,
-                        scales,
-                        stored,
-                    ),
+                    qkv=stage("qkv"),
                     qkv_bias=None if bias is None else bias.astype(np.float32),
-                    o=make_linear(
-                        n("o_proj"),
-                        lw.wo,
-                        self.policy.format_for(n("o_proj")),
-                        scales.get(n("o_proj")),
-                        stored.get(n("o_proj")),
-                    ),
+                    o=stage("o"),
                     ffn_norm=lw.ffn_norm,
-                    gate_up=Fused(
-                        f"model.layers.{i}.mlp.gate_up_proj",
-                        [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)],
-                        self.policy,
-                        scales,
-                        stored,
-                    ),
-                    down=make_linear(
-                        n("down_proj"),
-                        lw.w_down,
-                        self.policy.format_for(n("down_proj")),
-                        scales.get(n("down_proj")),
-                        stored.get(n("down_proj")),
-                    ),
+                    gate_up=stage("gate_up"),
+                    down=stage("down"),
                     cache=KVCache(
                         self.max_context,
                         nkv,
