@@ -24,8 +24,12 @@ once, at load, so the forward passes never check again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from harmony_ref.quant.policy import Policy
 
 # SwiGLU: down(silu(gate(x)) * up(x)); GeGLU (Gemma): down(gelu_tanh(gate(x)) * up(x))
 ACTIVATIONS = ("silu", "gelu_tanh")
@@ -235,7 +239,7 @@ class DecoderWeights:
     # Set by compress/ only: Linear name -> (K,) float32 static W8A8 activation scale, and the
     # policy (quant/policy.py Policy) these weights were compressed for (Llama refuses another)
     act_scales: dict = field(default_factory=dict)
-    compressed_for: object = None
+    compressed_for: Policy | None = None
 
     @property
     def head(self) -> np.ndarray:
