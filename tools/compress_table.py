@@ -133,8 +133,8 @@ def accuracy(args):
 
 def speed(args):
     from harmony_ref._threads import set_threads
+    from harmony_ref.compress import build_model
     from harmony_ref.model.prune import decoder_spec, pruned_spec
-    from harmony_ref.runtime.llama import Llama
     from harmony_ref.runtime.loader import load_decoder
 
     # One thread for Numba and OpenBLAS alike (the harness's host default): with both pools at
@@ -144,7 +144,9 @@ def speed(args):
     w, _ = load_decoder("smollm2-135m")
     base = decoder_spec(w.config)
     labels = [(p, q) for p in PRUNE for q in QUANT]
-    models = {lab: Llama(w, policy(*lab, fast_calibration=True), max_context=256) for lab in labels}
+    models = {
+        lab: build_model(w, policy(*lab, fast_calibration=True), max_context=256) for lab in labels
+    }
     prompt = np.arange(100, 108)
     samples = {lab: [] for lab in labels}
     for _ in range(args.rounds):  # interleaved rounds

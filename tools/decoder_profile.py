@@ -20,6 +20,7 @@ from collections import defaultdict
 import numba
 import numpy as np
 
+from harmony_ref.compress import build_model
 from harmony_ref.kernels.activation import silu_gate_rows
 from harmony_ref.kernels.attention import decode_attention_unchecked
 from harmony_ref.kernels.norm import add_rms_norm_rows, rms_norm_rows
@@ -96,7 +97,7 @@ def main() -> None:
     args = ap.parse_args()
     numba.set_num_threads(args.threads)
     w, tok = load_decoder(args.model)
-    m = Llama(w, args.policy, max_context=args.context + 2 * args.steps + 8)
+    m = build_model(w, args.policy, max_context=args.context + 2 * args.steps + 8)
     prompt = np.arange(100, 100 + args.context)
     runs = defaultdict(list)
     whole = []

@@ -26,6 +26,7 @@ import time
 import numba
 import numpy as np
 
+from harmony_ref.compress import build_model
 from harmony_ref.quant.policy import AS_STORED
 from harmony_ref.runtime.llama import Llama
 from harmony_ref.runtime.loader import load_decoder, resolve_model_path, stored_policy
@@ -92,7 +93,8 @@ def main() -> None:
     bos = w.config.bos_id or 0
     stored = stored_policy(w, args.model) if as_stored else None
     models = {
-        p: Llama(w, stored if p == AS_STORED else p, max_context=args.tokens + 8) for p in policies
+        p: build_model(w, stored if p == AS_STORED else p, max_context=args.tokens + 8)
+        for p in policies
     }
     for m in models.values():
         ours_tg(m, 8, bos)  # compile / warm up

@@ -20,6 +20,7 @@ LAYERS = [
     ("config", ("config",)),
     ("checkpoint", ("checkpoint",)),
     ("runtime", ("runtime",)),
+    ("compress", ("compress",)),  # runs the decoder to calibrate: above runtime/
     ("eval", ("eval",)),
     ("device", ("device",)),
     ("backends", ("backends",)),

@@ -175,6 +175,7 @@ def measure_times(
     out: Path, repeats: int = 1, only: tuple[str, ...] = FORMATS, model: str = "smollm2-135m"
 ) -> dict:
     """Seconds to build (load excluded: prune, calibrate, quantize) every policy of the table."""
+    from harmony_ref.compress import build_model
     from harmony_ref.quant.policy import load_policy
     from harmony_ref.runtime.llama import Llama
     from harmony_ref.runtime.loader import load_decoder
@@ -188,7 +189,7 @@ def measure_times(
             best = float("inf")
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                Llama(weights, pol, max_context=512)
+                build_model(weights, pol, max_context=512)
                 best = min(best, time.perf_counter() - t0)
             seconds[pol.name] = best
             print(pol.name, f"{best:.1f} s", file=sys.stderr)

@@ -48,6 +48,7 @@ def prompt_ids(tok, n: int) -> np.ndarray:
 def measure_checkpoint(config, warmup: int = 1, repeats: int = 3, profile=None):
     """(Metrics, provenance) of the real generation of config.checkpoint (see module doc)."""
     from harmony_ref.backends.host_timing import peak_rss_mb
+    from harmony_ref.compress import compress
     from harmony_ref.runtime.generate import Sampler, generate
     from harmony_ref.runtime.llama import Llama
     from harmony_ref.runtime.loader import load_decoder_shared, model_label
@@ -64,7 +65,12 @@ def measure_checkpoint(config, warmup: int = 1, repeats: int = 3, profile=None):
             f"{weights.config.max_positions} positions"
         )
     t0 = time.perf_counter()
-    model = Llama(weights, config.policy, config.kv_dtype, max_context=s.context_tokens)
+    model = Llama(
+        compress(weights, config.policy),
+        config.policy,
+        config.kv_dtype,
+        max_context=s.context_tokens,
+    )
     build_s = time.perf_counter() - t0
     prompt = prompt_ids(tok, s.prompt_tokens)
     greedy = Sampler()

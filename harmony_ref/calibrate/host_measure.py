@@ -71,7 +71,7 @@ def sync_us(threads: int, repeats: int = 2000) -> float:
 
 
 def widen_ns_per_weight(rows: int = 4096, k: int = 576, repeats: int = 21) -> float:
-    """ns per weight of runtime/llama.py's fp16 widening (float16 rows -> float32, one
+    """ns per weight of runtime/linear.py _matmul_f16's widening (float16 rows -> float32, one
     F16_CHUNK_ROWS chunk of a SmolLM2-wide matrix), best of `repeats`: the per-call pass the
     harmony-ref-host runtime's [overhead] fp16_widen_ns_per_weight prices."""
     w16 = np.random.default_rng(0).standard_normal((rows, k)).astype(np.float16)
@@ -190,12 +190,13 @@ def profile_run(
     from harmony_ref._threads import set_threads
     from harmony_ref.backends.host_llm import prompt_ids
     from harmony_ref.calibrate.decoder_ops import profile_forward
+    from harmony_ref.compress import compress
     from harmony_ref.runtime.llama import Llama
     from harmony_ref.runtime.loader import load_decoder_shared
 
     set_threads(threads)
     w, tok = load_decoder_shared(model)
-    m = Llama(w, policy, max_context=max(contexts) + 16)
+    m = Llama(compress(w, policy), policy, max_context=max(contexts) + 16)
     out: dict = {"prefill": [], "decode": {}}
     ids = prompt_ids(tok, max(contexts) + 8)
     for rep in range(repeats + 1):  # the first is a warm-up (compilation)

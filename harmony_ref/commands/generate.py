@@ -59,8 +59,8 @@ def run(args) -> int:
     import numba
 
     from harmony_ref.commands._output import print_json
+    from harmony_ref.compress import build_model
     from harmony_ref.runtime.generate import Sampler, generate
-    from harmony_ref.runtime.llama import build_model
     from harmony_ref.runtime.loader import load_decoder, model_label
 
     if args.max_new < 1:

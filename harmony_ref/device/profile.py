@@ -596,7 +596,7 @@ class RuntimeOverhead:
     launch_us: float = field(metadata={"min": 0.0})  # per kernel (one op of the graph)
     forward_us: float = field(default=0.0, metadata={"min": 0.0})  # per forward pass
     # ns per fp16 weight on every matmul call, before the matmul and not overlapped with it: a
-    # runtime that widens float16 rows to float32 per call (harmony-ref's runtime/llama.py
+    # runtime that widens float16 rows to float32 per call (harmony-ref's runtime/linear.py
     # _matmul_f16: a conversion pass, not a read at DRAM speed); 0 for kernels that read fp16
     fp16_widen_ns_per_weight: float = field(default=0.0, metadata={"min": 0.0})
     # "ops": the runtime launches each op of the graph (launch_us per op); "compiled": it runs

@@ -3,7 +3,7 @@ one model in memory at a time: the reference's log-probabilities are computed on
 and kept, then each policy's model is built (pruned, calibrated, quantized), scored on every
 chunk and dropped. Scoring is eval/lm.py's (llama-perplexity's chunking and rule, PPL ratio,
 KLD mean / p99, top-1 agreement) on the tokens given, which callers take from the corpus's
-held-out split; W8A8 policies calibrate on the calibration split (runtime/calibration.py) or on
+held-out split; W8A8 policies calibrate on the calibration split (compress/observe.py) or on
 random ids, never on what is scored here.
 
     out = evaluate_policies(weights, tok.encode(load_corpus("heldout")), policies,
@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from harmony_ref.compress import compress
 from harmony_ref.eval.lm import DEFAULT_CONTEXT, Scores, chunk_tokens, log_softmax
 from harmony_ref.quant.policy import load_policy
 from harmony_ref.runtime.llama import Llama, LlamaRef
@@ -62,7 +63,7 @@ def evaluate_policies(
     for i, pol in enumerate(pols):
         t0 = time.perf_counter()
         model = Llama(
-            weights, pol, kv_dtype, max_context=context, calibration_tokens=calibration_tokens
+            compress(weights, pol, calibration_tokens), pol, kv_dtype, max_context=context
         )
         build_s = time.perf_counter() - t0
         s = Scores([], [], [])

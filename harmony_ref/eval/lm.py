@@ -29,6 +29,7 @@ from importlib import resources
 
 import numpy as np
 
+from harmony_ref.compress import compress
 from harmony_ref.runtime.llama import Llama, LlamaRef
 
 CORPUS_DIR = "lm_corpus"
@@ -147,7 +148,7 @@ def evaluate_lm(
     reference's log-probs are read from it when there and written to it when not; cached or
     not, they are rounded to float32 the same way, so a cached run gives the same numbers.
     `calibration_tokens`: the text a variant with [activations] or an activation pruning score
-    calibrates on (default: the corpus's calibration split, runtime/calibration.py)."""
+    calibrates on (default: the corpus's calibration split, compress/observe.py)."""
     c = weights.config
     chunks = chunk_tokens(tokens, context, c.bos_id if add_bos else None)
     total_chunks = len(chunks)
@@ -158,7 +159,7 @@ def evaluate_lm(
     n_scored = context - 1 - first
     ref = None
     models = [
-        Llama(weights, p, kv, max_context=context, calibration_tokens=calibration_tokens)
+        Llama(compress(weights, p, calibration_tokens), p, kv, max_context=context)
         for p, kv in variants
     ]
     scores = {"reference": Scores([], [], [])} | {m.name: Scores([], [], []) for m in models}

@@ -65,14 +65,16 @@ FFN_TYPES = ("gate_proj", "up_proj", "down_proj")
 # Modules the cached rows' numbers come from beyond lm_cache.CODE_MODULES
 ROW_CODE_MODULES = (
     "model/prune.py",
-    "runtime/calibration.py",
+    "compress/observe.py",
     "quant/compress.py",
     "quant/activations.py",
     "kernels/matmul_w8a8.py",
     "eval/lm_sensitivity.py",
     "quant/gptq.py",
     "quant/awq.py",
-    "runtime/sequential.py",
+    "compress/sequential.py",
+    "runtime/linear.py",
+    "compress/pipeline.py",
 )
 
 

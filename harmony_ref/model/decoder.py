@@ -24,8 +24,12 @@ once, at load, so the forward passes never check again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from harmony_ref.quant.policy import Policy
 
 # SwiGLU: down(silu(gate(x)) * up(x)); GeGLU (Gemma): down(gelu_tanh(gate(x)) * up(x))
 ACTIVATIONS = ("silu", "gelu_tanh")
@@ -229,8 +233,13 @@ class DecoderWeights:
     stored_formats: dict[str, str] = field(default_factory=dict)  # tensor -> format in the file
     # Linear name (layer_name, "lm_head") -> the matrix as the file stores it (a GGMLTensor, or a
     # float16/float32 array), rows in the in-memory order; filled only on request
-    # (read_gguf(keep_stored=True)), for the `as-stored` policy
+    # (read_gguf(keep_stored=True)), for the `as-stored` policy. After compress/, the tensors
+    # GPTQ fitted instead (Int4Tensor / Int8Tensor)
     stored: dict = field(default_factory=dict)
+    # Set by compress/ only: Linear name -> (K,) float32 static W8A8 activation scale, and the
+    # policy (quant/policy.py Policy) these weights were compressed for (Llama refuses another)
+    act_scales: dict = field(default_factory=dict)
+    compressed_for: Policy | None = None
 
     @property
     def head(self) -> np.ndarray:

@@ -4,7 +4,7 @@ through the same forward.
 
     pruned = prune_decoder(weights, spec)          # DecoderWeights -> narrower DecoderWeights
     pruned = prune_decoder(weights, spec, norms)   # score "activation": norms per block from
-                                                   # runtime/calibration.py: activation_norms
+                                                   # compress/observe.py: activation_norms
     params = prune_minilm(params, n_heads, spec)   # MiniLM's checkpoint dict, the same rules
     spec = pruned_spec(model_spec, policy.prune)    # the shapes the device model costs
 
@@ -250,7 +250,7 @@ def prune_decoder(
     if spec.repair and (grams is None or len(grams) != weights.config.n_layers):
         raise ValueError(
             "prune.repair = true needs the input Gram matrices of every block "
-            "(runtime/calibration.py: activation_grams)"
+            "(compress/sequential.py: activation_grams)"
         )
     c = weights.config
     bad = [i for i, _, _ in spec.blocks if i >= c.n_layers]
@@ -262,7 +262,7 @@ def prune_decoder(
     if scored and (norms is None or len(norms) != c.n_layers):
         raise ValueError(
             f"prune.score = {spec.score!r} needs the activation norms of every "
-            "block (runtime/calibration.py: activation_norms)"
+            "block (compress/observe.py: activation_norms)"
         )
     layers = []
     for i, lw in enumerate(weights.layers):

@@ -50,7 +50,7 @@ Two optional tables of a policy TOML (quant/policy.py reads them into `Policy.pr
     "int8" = "rtn"                #   format names, then `method`
 
 `score = "activation"` (decoders only; MiniLM refuses it) runs the unpruned FP32 model on N
-windows of the corpus's *calibration* split (runtime/calibration.py: calibration_windows, the
+windows of the corpus's *calibration* split (compress/observe.py: calibration_windows, the
 same windows rule as [activations] with calibration = "corpus"; the held-out split is never
 read) and scores an FFN channel j by ||h_j|| (the L2 norm over every calibration token of the
 SwiGLU output feeding down_proj) x ||down[:, j]||_1, a query head by ||its attention output||
@@ -67,7 +67,7 @@ FFN ("ffn"); shapes do not change (model/distill.py).
 
 `calibration` picks the windows' text, in all three tables: "corpus" (the calibration split),
 "random" (uniform token ids), or "generated": each window is 4 calibration-split tokens the
-model continues itself, sampling its own next-token distribution (runtime/calibration.py:
+model continues itself, sampling its own next-token distribution (compress/observe.py:
 generated_windows; data-free calibration as in LLM-QAT, Liu et al. 2023). The shipped split has
 ~1,600 tokens, so a fit with more unknowns per row than that (repair's ridge refit of a
 1,536-wide down_proj) overfits it; generated windows are as many distinct tokens as asked for.
@@ -368,7 +368,7 @@ class QuantizeSpec:
         return "+".join(used) + f"-n{self.samples}x{self.sample_tokens}" if used else "rtn"
 
     def activations(self) -> ActivationSpec:
-        """The calibration windows, as an [activations] sampling (runtime/calibration.py)."""
+        """The calibration windows, as an [activations] sampling (compress/observe.py)."""
         return ActivationSpec(
             calibration=self.calibration,
             samples=self.samples,

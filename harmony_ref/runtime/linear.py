@@ -17,7 +17,11 @@ layout work lands inside a timed step).
 
 `matmul` overrides the table's kernel where the decoder runs a format another way: W8A8 with static
 activation scales (kernels/matmul_w8a8.py, `stored` a W8A8Weight) and fp16 widened a bounded chunk
-of rows per call instead of keeping a float32 copy (runtime/llama.py).
+of rows per call instead of keeping a float32 copy (make_linear below).
+
+The decoder's Linears (runtime/llama.py) are built here from finished weights: make_linear puts an
+FP32 weight (or the stored tensor compression fitted, or the file's own) into its policy format,
+and Fused runs q|k|v and gate|up as one matmul where the parts share a format.
 """
 
 from __future__ import annotations
@@ -28,7 +32,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from harmony_ref.kernels.formats import format_of
-from harmony_ref.quant.policy import WeightFormat
+from harmony_ref.kernels.matmul_ggml import Q4_TYPES, prepare_q4_rows
+from harmony_ref.kernels.matmul_w8a8 import matmul_w8a8, quantize_w8a8
+from harmony_ref.quant.ggml import QUANTIZERS as GGML_QUANTIZERS
+from harmony_ref.quant.ggml import GGMLTensor
+from harmony_ref.quant.ggml import concat_rows as concat_ggml_rows
+from harmony_ref.quant.int4 import Int4Tensor, quantize_int4
+from harmony_ref.quant.int8 import Int8Tensor, quantize_int8
+from harmony_ref.quant.policy import Policy, WeightFormat, int4_format_for_rows, parse_format
 
 LINEAR_BACKENDS = ("auto", "kernels", "dequant")
 
@@ -81,3 +92,175 @@ class QuantLinear:
     def __call__(self, x: np.ndarray) -> np.ndarray:  # x: (M, K) float32 -> (M, N)
         y = self.matmul(x, self.operand if self.operand is not None else self.prepare())
         return y if self.bias is None else y + self.bias
+
+
+# ----------------------------------------------------------------------------------------------
+# The decoder's Linears (runtime/llama.py): a weight quantized or cast into its policy format and
+# its kernel operand prepared at load; q|k|v and gate|up fused into one matmul where they can be
+
+F16_CHUNK_ROWS = 4096  # fp16 Linears widen this many weight rows at a time (bounded scratch)
+
+
+def _matmul_f16(x, w16):
+    """x (M, K) float32 @ W.T for float16 W (N, K), widened F16_CHUNK_ROWS rows at a time."""
+    n = w16.shape[0]
+    out = np.empty((x.shape[0], n), dtype=np.float32)
+    for n0 in range(0, n, F16_CHUNK_ROWS):
+        out[:, n0 : n0 + F16_CHUNK_ROWS] = x @ w16[n0 : n0 + F16_CHUNK_ROWS].astype(np.float32).T
+    return out
+
+
+def _prepared(name: str, fmt: WeightFormat, stored, matmul=None, operand=None) -> QuantLinear:
+    """A QuantLinear with its kernel operand built now (at load, not inside a timed step)."""
+    lin = QuantLinear(name, fmt, stored, matmul=matmul, operand=operand)
+    lin.prepare()
+    return lin
+
+
+def _stored_in(stored, fmt: WeightFormat):
+    """`stored` (a matrix as the checkpoint file holds it) when it is in `fmt`, else None."""
+    if isinstance(stored, GGMLTensor):
+        return stored if stored.qtype == fmt.kind else None
+    if isinstance(stored, np.ndarray) and fmt.kind in ("fp32", "fp16"):
+        return (
+            stored if stored.dtype == (np.float16 if fmt.kind == "fp16" else np.float32) else None
+        )
+    return None
+
+
+def make_linear(
+    name: str, w: np.ndarray, fmt: WeightFormat, act_scale=None, stored=None
+) -> QuantLinear:
+    """Quantize (or cast) an FP32 (N, K) weight into `fmt` and prepare its kernel layout; an
+    int8 weight with a static activation scale (K,) runs W8A8 (kernels/matmul_w8a8.py).
+    `stored`: the weight already in a stored form. An int4 / int8 tensor fitted on calibration
+    data (GPTQ) is used instead of quantizing `w`; the weight as the checkpoint file stores it
+    (DecoderWeights.stored) is used as it is when it is already in `fmt`, never requantized (the
+    `as-stored` policy)."""
+    n, k = w.shape
+    if isinstance(stored, (Int4Tensor, Int8Tensor)):
+        if act_scale is not None:
+            raise ValueError(f"{name}: a GPTQ-fitted weight cannot also run W8A8")
+        if fmt.kind == "int8":
+            return _prepared(name, fmt, stored)
+        fmt = int4_format_for_rows(fmt, k)
+        return _prepared(name, fmt, stored)
+    as_stored = _stored_in(stored, fmt) if act_scale is None else None
+    if fmt.ggml:
+        t = as_stored if as_stored is not None else GGML_QUANTIZERS[fmt.kind](w)
+        return _prepared(name, fmt, t)
+    if as_stored is not None:
+        w = as_stored
+    if fmt.kind == "int8" and act_scale is not None:
+        t = quantize_w8a8(w, act_scale)
+        return _prepared(name, fmt, t, matmul_w8a8, t)
+    if fmt.kind == "fp32":
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        return _prepared(name, fmt, w)
+    if fmt.kind == "fp16":
+        w16 = w.astype(np.float16)
+        return _prepared(name, fmt, w16, _matmul_f16, w16)
+    if fmt.kind == "int8":
+        t = quantize_int8(w)
+        return _prepared(name, fmt, t)
+    fmt = int4_format_for_rows(fmt, k)
+    t = quantize_int4(w, group_size=fmt.group_size, scheme=fmt.scheme)
+    return _prepared(name, fmt, t)
+
+
+def quantize_stored(w: np.ndarray, fmt: WeightFormat):
+    """Round-to-nearest storage of an FP32 (N, K) weight in int4 / int8 (as make_linear)."""
+    if fmt.kind == "int8":
+        return quantize_int8(w)
+    fmt = int4_format_for_rows(fmt, w.shape[1])
+    return quantize_int4(w, group_size=fmt.group_size, scheme=fmt.scheme)
+
+
+def concat_rows(tensors):
+    """Stored int4 / int8 tensors of one format and row length, rows concatenated (exact:
+    every scale is per row or per group within a row)."""
+    if len(tensors) == 1:
+        return tensors[0]
+    t0 = tensors[0]
+    n = sum(t.shape[0] for t in tensors)
+    if isinstance(t0, Int8Tensor):
+        return Int8Tensor(
+            np.concatenate([t.values for t in tensors]),
+            np.concatenate([t.scale for t in tensors]),
+            (n, t0.shape[1]),
+        )
+    zp = None if t0.zero_point is None else np.concatenate([t.zero_point for t in tensors])
+    return Int4Tensor(
+        np.concatenate([t.packed for t in tensors]),
+        np.concatenate([t.scale for t in tensors]),
+        zp,
+        (n, t0.shape[1]),
+        t0.group_size,
+        t0.scheme,
+    )
+
+
+class Fused:
+    """Several Linears over one input, outputs concatenated along N: one matmul when they share
+    a format (weights concatenated row-wise before quantizing), else one call each."""
+
+    def __init__(
+        self,
+        name: str,
+        parts: list[tuple[str, np.ndarray]],
+        policy: Policy,
+        act_scales: dict | None = None,
+        stored: dict | None = None,
+    ):
+        fmts = [policy.format_for(n) for n, _ in parts]
+        scales = [(act_scales or {}).get(n) for n, _ in parts]  # one input: the same scale
+        given = [(stored or {}).get(n) for n, _ in parts]
+        fitted = [t if isinstance(t, (Int4Tensor, Int8Tensor)) else None for t in given]
+        if all(f == fmts[0] for f in fmts) and any(t is not None for t in fitted):
+            # some parts fitted (GPTQ), the rest rounded: rows of one stored tensor
+            ts = [
+                t if t is not None else quantize_stored(a, f)
+                for (_, a), f, t in zip(parts, fmts, fitted)
+            ]
+            w = np.concatenate([a for _, a in parts], axis=0)
+            self.linears = [make_linear(name, w, fmts[0], scales[0], concat_rows(ts))]
+        elif all(f == fmts[0] for f in fmts):
+            w = np.concatenate([a for _, a in parts], axis=0)
+            kept = [_stored_in(t, fmts[0]) for t in given]
+            fused = None
+            if all(t is not None for t in kept):  # rows concatenate exactly, as stored
+                fused = (
+                    concat_ggml_rows(kept)
+                    if isinstance(kept[0], GGMLTensor)
+                    else np.concatenate(kept, axis=0)
+                )
+            self.linears = [make_linear(name, w, fmts[0], scales[0], fused)]
+        elif (
+            len(parts) > 1
+            and all(f.kind in Q4_TYPES for f in fmts)
+            and all(s is None for s in scales)
+            and not any(t is not None for t in fitted)
+        ):
+            # Q4_0 and Q4_1 parts (a mixed GGUF plan): one matmul, rows concatenated
+            ts = [_stored_in(t, f) if t is not None else None for t, f in zip(given, fmts)]
+            ts = [
+                t if t is not None else GGML_QUANTIZERS[f.kind](a)
+                for t, f, (_, a) in zip(ts, fmts, parts)
+            ]
+            p = prepare_q4_rows(ts)
+            self.linears = [QuantLinear(name, parse_format("q4_1"), p, operand=p)]
+        else:
+            self.linears = [
+                make_linear(n, a, f, s, t) for (n, a), f, s, t in zip(parts, fmts, scales, given)
+            ]
+        self.formats = {n: f.name for (n, _), f in zip(parts, fmts)}
+        self.single = self.linears[0] if len(self.linears) == 1 else None
+
+    def __call__(self, x):
+        if self.single is not None:
+            return self.single(x)
+        return np.concatenate([lin(x) for lin in self.linears], axis=1)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(lin.nbytes for lin in self.linears)

@@ -3,6 +3,7 @@ paths:
 
     ref = LlamaRef(weights)                       # plain NumPy FP32: the oracle
     llm = Llama(weights, policy="int4-g32", kv_dtype="fp16", max_context=2048)   # our kernels
+    llm = Llama(compress(weights, policy), policy)   # a policy that prunes or calibrates
     logits = llm.prefill(token_ids)               # (V,) for the last token (all_logits: (T, V))
     logits = llm.decode(next_id)                  # (V,): one token, reading the KV cache
 
@@ -40,18 +41,17 @@ path has no checks and allocates only the kernels' outputs. The KV cache is kern
 fp16 or int8. The embedding table stays FP32 for the lookup; the output head (tied or not) is
 the Linear `lm_head` and takes the policy's format for that name.
 
-A policy's `[prune]` table (model/prune.py) removes FFN channels and heads before quantizing, so
-the blocks are narrower matrices (each block reads its own head counts and FFN width; with
-`score = "activation"` the unpruned model first runs in FP32 on the calibration windows to score
-them, runtime/calibration.py: activation_norms; with `repair` it records the inputs' Gram
-matrices instead, `unpruned_grams`, which also choose the channels of `score = "obs"`); its
-`[activations]` table (W8A8) runs every int8 Linear on `matmul_w8a8` with static activation
-scales calibrated on the policy's samples by this same model in FP32 (runtime/calibration.py).
+The weights arrive finished: a policy's `[prune]`, `[activations]` (W8A8) and GPTQ / AWQ steps
+run before, in compress/ (`compress(weights, policy, calibration_tokens)`: narrower blocks,
+AWQ-folded matrices, GPTQ-fitted tensors in `weights.stored`, static activation scales in
+`weights.act_scales`), and `Llama` only puts each Linear in its format (runtime/linear.py): a
+pruned block reads its own head counts and FFN width, an int8 Linear with a scale runs
+`matmul_w8a8`. It refuses a policy with such steps on weights that did not go through
+compress() for it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from functools import partial
@@ -65,8 +65,6 @@ from harmony_ref.kernels.attention import (
     prefill_attention_unchecked,
     window_prefill_attention,
 )
-from harmony_ref.kernels.matmul_ggml import Q4_TYPES, prepare_q4_rows
-from harmony_ref.kernels.matmul_w8a8 import matmul_w8a8, quantize_w8a8
 from harmony_ref.kernels.norm import (
     GELU_CUBIC,
     GELU_TANH_SCALE,
@@ -76,33 +74,10 @@ from harmony_ref.kernels.norm import (
 )
 from harmony_ref.kernels.rope import rope_rows, rope_table
 from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, layer_name
-from harmony_ref.model.distill import distill_decoder
-from harmony_ref.model.prune import prune_decoder
-from harmony_ref.quant.ggml import QUANTIZERS as GGML_QUANTIZERS
-from harmony_ref.quant.ggml import GGMLTensor
-from harmony_ref.quant.ggml import concat_rows as concat_ggml_rows
-from harmony_ref.quant.int4 import Int4Tensor, quantize_int4
-from harmony_ref.quant.int8 import Int8Tensor, quantize_int8
-from harmony_ref.quant.policy import (
-    FP32,
-    Policy,
-    WeightFormat,
-    int4_format_for_rows,
-    load_policy,
-    parse_format,
-)
-from harmony_ref.runtime.calibration import (
-    GENERATED_POLICY,
-    activation_norms,
-    calibration_windows,
-    observe_scales,
-)
-from harmony_ref.runtime.linear import QuantLinear
-from harmony_ref.runtime.progress import report
-from harmony_ref.runtime.sequential import activation_grams, calibrate_weights
+from harmony_ref.quant.policy import Policy, load_policy
+from harmony_ref.runtime.linear import Fused, QuantLinear, make_linear
 
 DEFAULT_MAX_CONTEXT = 2048
-F16_CHUNK_ROWS = 4096  # fp16 Linears widen this many weight rows at a time (bounded scratch)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -219,171 +194,6 @@ class LlamaRef:
 # The kernel path
 
 
-def _matmul_f16(x, w16):
-    """x (M, K) float32 @ W.T for float16 W (N, K), widened F16_CHUNK_ROWS rows at a time."""
-    n = w16.shape[0]
-    out = np.empty((x.shape[0], n), dtype=np.float32)
-    for n0 in range(0, n, F16_CHUNK_ROWS):
-        out[:, n0 : n0 + F16_CHUNK_ROWS] = x @ w16[n0 : n0 + F16_CHUNK_ROWS].astype(np.float32).T
-    return out
-
-
-def _prepared(name: str, fmt: WeightFormat, stored, matmul=None, operand=None) -> QuantLinear:
-    """A QuantLinear with its kernel operand built now (at load, not inside a timed step)."""
-    lin = QuantLinear(name, fmt, stored, matmul=matmul, operand=operand)
-    lin.prepare()
-    return lin
-
-
-def _stored_in(stored, fmt: WeightFormat):
-    """`stored` (a matrix as the checkpoint file holds it) when it is in `fmt`, else None."""
-    if isinstance(stored, GGMLTensor):
-        return stored if stored.qtype == fmt.kind else None
-    if isinstance(stored, np.ndarray) and fmt.kind in ("fp32", "fp16"):
-        return (
-            stored if stored.dtype == (np.float16 if fmt.kind == "fp16" else np.float32) else None
-        )
-    return None
-
-
-def make_linear(
-    name: str, w: np.ndarray, fmt: WeightFormat, act_scale=None, stored=None
-) -> QuantLinear:
-    """Quantize (or cast) an FP32 (N, K) weight into `fmt` and prepare its kernel layout; an
-    int8 weight with a static activation scale (K,) runs W8A8 (kernels/matmul_w8a8.py).
-    `stored`: the weight already in a stored form. An int4 / int8 tensor fitted on calibration
-    data (GPTQ) is used instead of quantizing `w`; the weight as the checkpoint file stores it
-    (DecoderWeights.stored) is used as it is when it is already in `fmt`, never requantized (the
-    `as-stored` policy)."""
-    n, k = w.shape
-    if isinstance(stored, (Int4Tensor, Int8Tensor)):
-        if act_scale is not None:
-            raise ValueError(f"{name}: a GPTQ-fitted weight cannot also run W8A8")
-        if fmt.kind == "int8":
-            return _prepared(name, fmt, stored)
-        fmt = int4_format_for_rows(fmt, k)
-        return _prepared(name, fmt, stored)
-    as_stored = _stored_in(stored, fmt) if act_scale is None else None
-    if fmt.ggml:
-        t = as_stored if as_stored is not None else GGML_QUANTIZERS[fmt.kind](w)
-        return _prepared(name, fmt, t)
-    if as_stored is not None:
-        w = as_stored
-    if fmt.kind == "int8" and act_scale is not None:
-        t = quantize_w8a8(w, act_scale)
-        return _prepared(name, fmt, t, matmul_w8a8, t)
-    if fmt.kind == "fp32":
-        w = np.ascontiguousarray(w, dtype=np.float32)
-        return _prepared(name, fmt, w)
-    if fmt.kind == "fp16":
-        w16 = w.astype(np.float16)
-        return _prepared(name, fmt, w16, _matmul_f16, w16)
-    if fmt.kind == "int8":
-        t = quantize_int8(w)
-        return _prepared(name, fmt, t)
-    fmt = int4_format_for_rows(fmt, k)
-    t = quantize_int4(w, group_size=fmt.group_size, scheme=fmt.scheme)
-    return _prepared(name, fmt, t)
-
-
-def quantize_stored(w: np.ndarray, fmt: WeightFormat):
-    """Round-to-nearest storage of an FP32 (N, K) weight in int4 / int8 (as make_linear)."""
-    if fmt.kind == "int8":
-        return quantize_int8(w)
-    fmt = int4_format_for_rows(fmt, w.shape[1])
-    return quantize_int4(w, group_size=fmt.group_size, scheme=fmt.scheme)
-
-
-def concat_rows(tensors):
-    """Stored int4 / int8 tensors of one format and row length, rows concatenated (exact:
-    every scale is per row or per group within a row)."""
-    if len(tensors) == 1:
-        return tensors[0]
-    t0 = tensors[0]
-    n = sum(t.shape[0] for t in tensors)
-    if isinstance(t0, Int8Tensor):
-        return Int8Tensor(
-            np.concatenate([t.values for t in tensors]),
-            np.concatenate([t.scale for t in tensors]),
-            (n, t0.shape[1]),
-        )
-    zp = None if t0.zero_point is None else np.concatenate([t.zero_point for t in tensors])
-    return Int4Tensor(
-        np.concatenate([t.packed for t in tensors]),
-        np.concatenate([t.scale for t in tensors]),
-        zp,
-        (n, t0.shape[1]),
-        t0.group_size,
-        t0.scheme,
-    )
-
-
-class Fused:
-    """Several Linears over one input, outputs concatenated along N: one matmul when they share
-    a format (weights concatenated row-wise before quantizing), else one call each."""
-
-    def __init__(
-        self,
-        name: str,
-        parts: list[tuple[str, np.ndarray]],
-        policy: Policy,
-        act_scales: dict | None = None,
-        stored: dict | None = None,
-    ):
-        fmts = [policy.format_for(n) for n, _ in parts]
-        scales = [(act_scales or {}).get(n) for n, _ in parts]  # one input: the same scale
-        given = [(stored or {}).get(n) for n, _ in parts]
-        fitted = [t if isinstance(t, (Int4Tensor, Int8Tensor)) else None for t in given]
-        if all(f == fmts[0] for f in fmts) and any(t is not None for t in fitted):
-            # some parts fitted (GPTQ), the rest rounded: rows of one stored tensor
-            ts = [
-                t if t is not None else quantize_stored(a, f)
-                for (_, a), f, t in zip(parts, fmts, fitted)
-            ]
-            w = np.concatenate([a for _, a in parts], axis=0)
-            self.linears = [make_linear(name, w, fmts[0], scales[0], concat_rows(ts))]
-        elif all(f == fmts[0] for f in fmts):
-            w = np.concatenate([a for _, a in parts], axis=0)
-            kept = [_stored_in(t, fmts[0]) for t in given]
-            fused = None
-            if all(t is not None for t in kept):  # rows concatenate exactly, as stored
-                fused = (
-                    concat_ggml_rows(kept)
-                    if isinstance(kept[0], GGMLTensor)
-                    else np.concatenate(kept, axis=0)
-                )
-            self.linears = [make_linear(name, w, fmts[0], scales[0], fused)]
-        elif (
-            len(parts) > 1
-            and all(f.kind in Q4_TYPES for f in fmts)
-            and all(s is None for s in scales)
-            and not any(t is not None for t in fitted)
-        ):
-            # Q4_0 and Q4_1 parts (a mixed GGUF plan): one matmul, rows concatenated
-            ts = [_stored_in(t, f) if t is not None else None for t, f in zip(given, fmts)]
-            ts = [
-                t if t is not None else GGML_QUANTIZERS[f.kind](a)
-                for t, f, (_, a) in zip(ts, fmts, parts)
-            ]
-            p = prepare_q4_rows(ts)
-            self.linears = [QuantLinear(name, parse_format("q4_1"), p, operand=p)]
-        else:
-            self.linears = [
-                make_linear(n, a, f, s, t) for (n, a), f, s, t in zip(parts, fmts, scales, given)
-            ]
-        self.formats = {n: f.name for (n, _), f in zip(parts, fmts)}
-        self.single = self.linears[0] if len(self.linears) == 1 else None
-
-    def __call__(self, x):
-        if self.single is not None:
-            return self.single(x)
-        return np.concatenate([lin(x) for lin in self.linears], axis=1)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(lin.nbytes for lin in self.linears)
-
-
 @dataclass
 class Block:
     attn_norm: np.ndarray  # (D,)
@@ -405,24 +215,47 @@ class Block:
     post_ffn_norm: np.ndarray | None = None
 
 
-_GRAMS: dict = {}  # (id(weights), windows' SHA-256) -> (weights, grams): the last one computed
+# A block's four Linear stages in the order they run, each (Linear short name, LayerWeights
+# field) in row order: q|k|v and gate|up are one Fused each, o and down one QuantLinear
+STAGE_PARTS = {
+    "qkv": (("q_proj", "wq"), ("k_proj", "wk"), ("v_proj", "wv")),
+    "o": (("o_proj", "wo"),),
+    "gate_up": (("gate_proj", "w_gate"), ("up_proj", "w_up")),
+    "down": (("down_proj", "w_down"),),
+}
+FUSED_STAGES = {"qkv": "self_attn.qkv_proj", "gate_up": "mlp.gate_up_proj"}
 
 
-def unpruned_grams(weights: DecoderWeights, windows: np.ndarray) -> list:
-    """runtime/sequential.py activation_grams of `weights` run in FP32 on `windows`, kept for the
-    last (weights, windows) pair of the process: the policies of one run that repair on the same
-    windows (ridges, ratios, scores) share one pass (the Grams of SmolLM2 on 512 windows of 128
-    tokens take minutes; they hold ~0.6 GB)."""
-    windows = np.ascontiguousarray(windows, np.int64)
-    key = (id(weights), hashlib.sha256(windows.tobytes()).hexdigest())
-    hit = _GRAMS.get(key)
-    if hit is not None and hit[0] is weights:
-        return hit[1]
-    base = Llama(weights, Policy("fp32", FP32), max_context=windows.shape[1])
-    grams = activation_grams(base, windows)
-    _GRAMS.clear()
-    _GRAMS[key] = (weights, grams)
-    return grams
+def stage_linear(i: int, stage: str, lw, policy: Policy, scales: dict, stored: dict):
+    """Stage `stage` of block i from layer weights `lw` in `policy`'s formats: a Fused (q|k|v,
+    gate|up) or a QuantLinear (o, down); `scales`: W8A8 activation scales, `stored`: tensors
+    to use as they are (the file's, or GPTQ's), both by Linear name."""
+    parts = [(layer_name(i, short), getattr(lw, attr)) for short, attr in STAGE_PARTS[stage]]
+    if stage in FUSED_STAGES:
+        return Fused(f"model.layers.{i}.{FUSED_STAGES[stage]}", parts, policy, scales, stored)
+    ((name, w),) = parts
+    return make_linear(name, w, policy.format_for(name), scales.get(name), stored.get(name))
+
+
+def compresses(policy: Policy) -> bool:
+    """Whether `policy` changes the weights before the decoder is built ([prune], [activations],
+    GPTQ / AWQ in [quantize]): compress/ runs those steps, Llama takes their result."""
+    return policy.prune is not None or policy.activations is not None or policy.calibrated
+
+
+def _check_compressed(weights: DecoderWeights, policy: Policy) -> None:
+    """ValueError unless `weights` went through compress/ for `policy` exactly when it compresses."""
+    done = weights.compressed_for
+    if done is not None and done != policy:
+        raise ValueError(
+            f"{policy.source}: the weights were compressed for policy {done.name!r}, "
+            f"not {policy.name!r}: compress the checkpoint's weights for this policy"
+        )
+    if done is None and compresses(policy):
+        raise ValueError(
+            f"{policy.source}: policy {policy.name!r} prunes or calibrates: build the decoder "
+            "on compress(weights, policy) (harmony_ref/compress/), or use build_model"
+        )
 
 
 class Llama:
@@ -434,67 +267,12 @@ class Llama:
         policy: str | Policy = "fp32",
         kv_dtype: str = "fp16",
         max_context: int = DEFAULT_MAX_CONTEXT,
-        calibration_tokens=None,
     ):
         self.config = c = weights.config
         self.policy = load_policy(policy)
-        prune = self.policy.prune
-
-        def sampler(weights: DecoderWeights, max_context: int) -> Llama:  # "generated" windows
-            return Llama(weights, GENERATED_POLICY, max_context=max_context)
-
-        if prune is not None:
-            norms = None
-            grams = None
-            windows = (  # the one set every calibrated step below reads
-                calibration_windows(weights, prune.windows(), calibration_tokens, sampler)
-                if prune.calibrates
-                else None
-            )
-            if prune.repair:  # Gram matrices (and norms) of the unpruned model in FP32
-                grams = unpruned_grams(weights, windows)
-                norms = [
-                    (np.sqrt(np.diag(gf)), np.sqrt(np.diag(go).reshape(-1, c.head_dim).sum(axis=1)))
-                    for gf, go in grams
-                ]
-            elif prune.score == "activation":  # scored by the unpruned model run in FP32
-                base = Llama(weights, Policy("fp32", FP32), max_context=prune.sample_tokens)
-                norms = activation_norms(base, windows, c.head_dim)
-                del base
-            pruned = prune_decoder(weights, prune, norms, grams)
-            if prune.distill_epochs:  # fine-tuned on the unpruned model's outputs
-                pruned, _ = distill_decoder(
-                    weights,
-                    pruned,
-                    windows,
-                    prune.distill_epochs,
-                    prune.distill_lr,
-                    prune.distill_params,
-                    prune.seed,
-                    partial(report, "distilling the pruned model (windows x epochs)"),
-                )
-            weights = pruned
-        act = self.policy.activations
-        scales = {}
-        if act is not None:  # static scales from this (pruned) model run in FP32
-            base = Llama(weights, Policy("fp32", FP32), max_context=act.sample_tokens)
-            windows = calibration_windows(weights, act, calibration_tokens, sampler)
-            scales = observe_scales(base, windows, act.granularity, act.alpha)
-        # weights as the file stores them: used where the policy asks for that very format
-        # (pruning changes the matrices, so a pruned model requantizes)
-        stored = weights.stored if prune is None else {}
-        if self.policy.calibrated:  # GPTQ / AWQ on this (pruned) model's calibration windows
-            q = self.policy.quantize
-            windows = calibration_windows(weights, q.activations(), calibration_tokens, sampler)
-            if scales and "awq" in {q.method, *(m for _, m in q.methods)}:
-                raise ValueError(
-                    f"{self.policy.source}: [quantize] awq with [activations]: the "
-                    "static activation scales would no longer fit the folded model"
-                )
-            base = Llama(weights, Policy("fp32", FP32), max_context=q.sample_tokens)
-            # the fitted tensors replace the file's (AWQ rescales the weights it folds into)
-            weights, stored = calibrate_weights(base, weights, self.policy, windows)
-            del base
+        _check_compressed(weights, self.policy)
+        scales = weights.act_scales  # W8A8 static activation scales (compress/)
+        stored = weights.stored  # as the file stores them, or as GPTQ fitted them
         self.kv_dtype = kv_dtype
         self.max_context = min(max_context, c.max_positions)
         self.eps = np.float32(c.norm_eps)
@@ -509,42 +287,20 @@ class Llama:
         self.act = gelu_tanh_gate_rows if c.activation == "gelu_tanh" else silu_gate_rows
         self.blocks: list[Block] = []
         for i, lw in enumerate(weights.layers):
-            n = lambda short, i=i: layer_name(i, short)  # noqa: E731
             bias = np.concatenate([lw.bq, lw.bk, lw.bv]) if c.attention_bias else None
             nh, nkv, ffn = lw.dims(c.head_dim)
+            stage = partial(
+                stage_linear, i, lw=lw, policy=self.policy, scales=scales, stored=stored
+            )
             self.blocks.append(
                 Block(
                     attn_norm=lw.attn_norm,
-                    qkv=Fused(
-                        f"model.layers.{i}.self_attn.qkv_proj",
-                        [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
-                        self.policy,
-                        scales,
-                        stored,
-                    ),
+                    qkv=stage("qkv"),
                     qkv_bias=None if bias is None else bias.astype(np.float32),
-                    o=make_linear(
-                        n("o_proj"),
-                        lw.wo,
-                        self.policy.format_for(n("o_proj")),
-                        scales.get(n("o_proj")),
-                        stored.get(n("o_proj")),
-                    ),
+                    o=stage("o"),
                     ffn_norm=lw.ffn_norm,
-                    gate_up=Fused(
-                        f"model.layers.{i}.mlp.gate_up_proj",
-                        [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)],
-                        self.policy,
-                        scales,
-                        stored,
-                    ),
-                    down=make_linear(
-                        n("down_proj"),
-                        lw.w_down,
-                        self.policy.format_for(n("down_proj")),
-                        scales.get(n("down_proj")),
-                        stored.get(n("down_proj")),
-                    ),
+                    gate_up=stage("gate_up"),
+                    down=stage("down"),
                     cache=KVCache(
                         self.max_context,
                         nkv,
@@ -683,54 +439,6 @@ class Llama:
             rms_norm_rows(d, b.post_ffn_norm, self.eps, d)
         add_rms_norm_rows(x, d, nxt, self.eps, h)  # x += d; h = next norm of x
 
-    def set_stage(
-        self, i: int, stage: str, lw, policy: Policy, stored: dict, act_scales: dict | None = None
-    ) -> None:
-        """Rebuild stage `stage` (qkv, o, gate_up, down) of block i from layer weights `lw` in
-        `policy`'s formats, GPTQ-fitted tensors from `stored`; the norms and the q|k|v bias
-        follow `lw` (AWQ folds its scales into them)."""
-        c, b = self.config, self.blocks[i]
-        n = lambda short: layer_name(i, short)  # noqa: E731
-        scales = act_scales or {}
-        if stage == "qkv":
-            b.attn_norm = lw.attn_norm
-            b.qkv = Fused(
-                f"model.layers.{i}.self_attn.qkv_proj",
-                [(n("q_proj"), lw.wq), (n("k_proj"), lw.wk), (n("v_proj"), lw.wv)],
-                policy,
-                scales,
-                stored,
-            )
-            if c.attention_bias:
-                b.qkv_bias = np.concatenate([lw.bq, lw.bk, lw.bv]).astype(np.float32)
-        elif stage == "o":
-            b.o = make_linear(
-                n("o_proj"),
-                lw.wo,
-                policy.format_for(n("o_proj")),
-                scales.get(n("o_proj")),
-                stored.get(n("o_proj")),
-            )
-        elif stage == "gate_up":
-            b.ffn_norm = lw.ffn_norm
-            b.gate_up = Fused(
-                f"model.layers.{i}.mlp.gate_up_proj",
-                [(n("gate_proj"), lw.w_gate), (n("up_proj"), lw.w_up)],
-                policy,
-                scales,
-                stored,
-            )
-        elif stage == "down":
-            b.down = make_linear(
-                n("down_proj"),
-                lw.w_down,
-                policy.format_for(n("down_proj")),
-                scales.get(n("down_proj")),
-                stored.get(n("down_proj")),
-            )
-        else:
-            raise ValueError(f"unknown stage {stage!r}")
-
     def run_block(self, i: int, x: np.ndarray) -> np.ndarray:
         """Block i alone on one window's residual stream x (T, D) from position 0, its KV cache
         emptied first: the new residual stream (calibration runs the model block by block)."""
@@ -751,17 +459,4 @@ class Llama:
         return self.forward(np.array([token], dtype=np.int64))[0]
 
 
-def build_model(
-    weights: DecoderWeights,
-    policy: str = "fp32",
-    kv_dtype: str = "fp16",
-    max_context: int = DEFAULT_MAX_CONTEXT,
-    reference: bool = False,
-):
-    """The oracle (`reference=True`, or policy "reference") or the kernel path."""
-    if reference or policy == "reference":
-        return LlamaRef(weights, max_context)
-    return Llama(weights, policy, kv_dtype, max_context)
-
-
-__all__ = ["DecoderConfig", "DecoderWeights", "Llama", "LlamaRef", "build_model", "make_linear"]
+__all__ = ["DecoderConfig", "DecoderWeights", "Llama", "LlamaRef", "compresses", "make_linear"]

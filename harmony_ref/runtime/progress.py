@@ -1,10 +1,10 @@
 """Progress of the long steps inside a model build, for whoever shows it: a command wraps its
-work in `reporting(callback)` and the runtime calls `report(step, done, total)` as it goes
-(generated calibration windows, a Gram pass, GPTQ / AWQ block by block). With no listener a
-report costs a list lookup; the runtime never prints.
+work in `reporting(callback)` and compression (compress/) calls `report(step, done, total)` as it
+goes (generated calibration windows, a Gram pass, GPTQ / AWQ block by block). With no listener a
+report costs a list lookup; nothing here prints.
 
     with reporting(lambda step, done, total: bar.update(...)):
-        Llama(weights, policy)          # reports "generating calibration windows", 1..N, ...
+        compress(weights, policy)       # reports "generating calibration windows", 1..N, ...
 """
 
 from __future__ import annotations

@@ -405,17 +405,17 @@ def test_w8a8_and_activation_rows_calibrate_on_tokens_they_never_score(tiny_gguf
     unscored context halves (and tail) of the rows' own corpus."""
     import numpy as np
 
-    import harmony_ref.runtime.llama as llama
+    import harmony_ref.compress.pipeline as pipeline
     from harmony_ref.runtime.loader import load_decoder
 
     seen = []
-    real = llama.calibration_windows
+    real = pipeline.calibration_windows
 
     def spy(weights, spec, tokens=None, sampling_model=None):
         seen.append(None if tokens is None else np.asarray(tokens).copy())
         return real(weights, spec, tokens, sampling_model)
 
-    monkeypatch.setattr(llama, "calibration_windows", spy)
+    monkeypatch.setattr(pipeline, "calibration_windows", spy)
     _, tok = load_decoder(str(tiny_gguf))
     ids = tok.encode(Corpus.shipped("calibration").text)
     lm_sensitivity(str(tiny_gguf), "w8a8", "type", context=32, chunks=2)

@@ -139,24 +139,22 @@ def _policy(**prune):
 
 
 def test_a_distilled_policy_builds_a_different_model_of_the_same_shapes(monkeypatch):
-    import harmony_ref.runtime.llama as llama
+    import harmony_ref.compress.pipeline as pipeline
+    from harmony_ref.runtime.llama import Llama
 
     w = tiny_weights(tiny_config("llama", n_heads=8, n_kv_heads=2, ffn_dim=128), seed=5)
     toks = np.arange(3, 90, 2)
     seen = []
-    real = llama.calibration_windows
+    real = pipeline.calibration_windows
 
     def spy(weights, spec, tokens=None, sampling_model=None):
         seen.append(np.asarray(tokens).copy())
         return real(weights, spec, tokens, sampling_model)
 
-    monkeypatch.setattr(llama, "calibration_windows", spy)
-    plain = llama.Llama(w, _policy(), calibration_tokens=toks)
-    fit = llama.Llama(
-        w,
-        _policy(distill_epochs=2, distill_lr=1e-3, distill_params="down"),
-        calibration_tokens=toks,
-    )
+    monkeypatch.setattr(pipeline, "calibration_windows", spy)
+    plain = Llama(pipeline.compress(w, _policy(), toks), _policy())
+    fitted = _policy(distill_epochs=2, distill_lr=1e-3, distill_params="down")
+    fit = Llama(pipeline.compress(w, fitted, toks), fitted)
     # every window came from the calibration tokens given, none from anywhere else
     assert seen and all(np.array_equal(s, toks) for s in seen)
     assert [b.ffn_dim for b in fit.blocks] == [b.ffn_dim for b in plain.blocks] == [96, 96]

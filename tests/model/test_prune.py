@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from harmony_ref.compress import compress
 from harmony_ref.model.prune import (
     decoder_heads_keep,
     ffn_keep,
@@ -60,7 +61,7 @@ def test_pruned_equals_zeroed(arch, ffn, heads):
     pol = policy_from_dict(
         {"name": "p", "default": "fp32", "prune": {"ffn": ffn, "heads": heads}}, "<test>"
     )
-    m = Llama(w, pol)
+    m = Llama(compress(w, pol), pol)
     kern = m.prefill(TOKENS, all_logits=True)
     assert np.abs(kern - ref).max() <= 1e-3  # fp16 KV cache
     lw = pruned.layers[0]
@@ -108,16 +109,14 @@ def test_per_block_ratios_and_errors():
     spec = PruneSpec(ffn=0.25, blocks=((1, 0.5, None), (2, 0.0, None)))
     p = prune_decoder(w, spec)
     assert [lw.w_up.shape[0] for lw in p.layers] == [96, 64, 128]
-    Llama(
-        w,
-        policy_from_dict(
-            {
-                "default": "int4-g32",
-                "prune": {"ffn": 0.25, "blocks": {"1": {"ffn": 0.5}, "2": {"ffn": 0.0}}},
-            },
-            "x.toml",
-        ),
+    pol = policy_from_dict(
+        {
+            "default": "int4-g32",
+            "prune": {"ffn": 0.25, "blocks": {"1": {"ffn": 0.5}, "2": {"ffn": 0.0}}},
+        },
+        "x.toml",
     )
+    Llama(compress(w, pol), pol)
     with pytest.raises(ValueError, match="block 5"):
         prune_decoder(w, PruneSpec(blocks=((5, 0.5, None),)))
 
@@ -194,7 +193,7 @@ def _act_policy(ffn, heads, unit="query"):
 
 
 def _norms(w, pol):
-    from harmony_ref.runtime.calibration import activation_norms, calibration_windows
+    from harmony_ref.compress.observe import activation_norms, calibration_windows
 
     act = pol.prune.windows()
     base = Llama(w, "fp32", max_context=act.sample_tokens)
@@ -216,7 +215,7 @@ def test_activation_pruned_runtime_equals_zeroed(ffn, heads, unit):
         np.abs(LlamaRef(pruned).prefill(TOKENS, all_logits=True) - ref).max()
         <= PRUNED_VS_ZEROED_ABS_TOL
     )
-    m = Llama(w, pol, calibration_tokens=CAL_TOKENS)
+    m = Llama(compress(w, pol, CAL_TOKENS), pol)
     assert np.abs(m.prefill(TOKENS, all_logits=True) - ref).max() <= 1e-3  # fp16 KV cache
     assert m.blocks[0].ffn_dim == pruned.layers[0].w_up.shape[0]
     # a different criterion: the kept channels differ from L1's somewhere on this model

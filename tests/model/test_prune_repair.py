@@ -54,6 +54,7 @@ def test_repair_lowers_the_output_error():
 
 
 def test_repaired_decoder_runs_with_plain_pruning_shapes():
+    from harmony_ref.compress import compress
     from harmony_ref.runtime.llama import Llama
 
     w = tiny_weights(tiny_config("llama", n_heads=8, n_kv_heads=2, ffn_dim=128), seed=9)
@@ -70,8 +71,8 @@ def test_repaired_decoder_runs_with_plain_pruning_shapes():
         )
 
     toks = np.arange(3, 60, 3)
-    plain = Llama(w, pol(False), calibration_tokens=toks)
-    fixed = Llama(w, pol(True), calibration_tokens=toks)
+    plain = Llama(compress(w, pol(False), toks), pol(False))
+    fixed = Llama(compress(w, pol(True), toks), pol(True))
     assert (
         [(b.n_heads, b.ffn_dim) for b in fixed.blocks]
         == [(b.n_heads, b.ffn_dim) for b in plain.blocks]
@@ -134,6 +135,7 @@ def test_obs_removes_a_reproducible_column_first():
 
 
 def test_obs_pruned_decoder_runs():
+    from harmony_ref.compress import compress
     from harmony_ref.runtime.llama import Llama
 
     w = tiny_weights(tiny_config("llama", n_heads=8, n_kv_heads=2, ffn_dim=128), seed=9)
@@ -152,7 +154,7 @@ def test_obs_pruned_decoder_runs():
         "<o>",
     )
     assert "obs" in pol.prune.label and pol.prune.calibrates
-    m = Llama(w, pol, calibration_tokens=np.arange(3, 60, 3))
+    m = Llama(compress(w, pol, np.arange(3, 60, 3)), pol)
     assert [b.ffn_dim for b in m.blocks] == [64, 64]
     assert np.isfinite(m.prefill([1, 40, 50, 260])).all()
 
@@ -184,31 +186,33 @@ def test_repair_round_trips_and_labels():
 
 
 def test_repairs_on_the_same_windows_share_one_gram_pass(monkeypatch):
-    import harmony_ref.runtime.llama as llama
+    import harmony_ref.compress.pipeline as pipeline
+    from harmony_ref.runtime.llama import Llama
 
     w = tiny_weights(tiny_config("llama", n_heads=8, n_kv_heads=2, ffn_dim=128), seed=3)
     calls = []
-    real = llama.activation_grams
+    real = pipeline.activation_grams
 
     def spy(model, windows):
         calls.append(np.asarray(windows).copy())
         return real(model, windows)
 
-    monkeypatch.setattr(llama, "activation_grams", spy)
-    llama._GRAMS.clear()
+    monkeypatch.setattr(pipeline, "activation_grams", spy)
+    pipeline._GRAMS.clear()
 
     def pol(**prune):
         base = {"ffn": 0.25, "repair": True, "samples": 2, "sample_tokens": 16}
         return policy_from_dict({"name": "g", "default": "fp32", "prune": {**base, **prune}}, "<g>")
 
     toks = np.arange(3, 90, 2)
-    a = llama.Llama(w, pol(), calibration_tokens=toks)
-    b = llama.Llama(w, pol(repair_ridge=0.5, score="obs"), calibration_tokens=toks)
+    a = Llama(pipeline.compress(w, pol(), toks), pol())
+    b_pol = pol(repair_ridge=0.5, score="obs")
+    b = Llama(pipeline.compress(w, b_pol, toks), b_pol)
     assert len(calls) == 1  # the same weights and windows: one pass
-    llama.Llama(w, pol(seed=1), calibration_tokens=toks)
+    pipeline.compress(w, pol(seed=1), toks)
     assert len(calls) == 2 and not np.array_equal(calls[0], calls[1])  # other windows: a pass
     # what the shared pass gave is what a fresh one gives
-    llama._GRAMS.clear()
-    again = llama.Llama(w, pol(), calibration_tokens=toks)
+    pipeline._GRAMS.clear()
+    again = Llama(pipeline.compress(w, pol(), toks), pol())
     assert len(calls) == 3 and np.array_equal(again.blocks[0].down.stored, a.blocks[0].down.stored)
     assert b.blocks[0].ffn_dim == a.blocks[0].ffn_dim

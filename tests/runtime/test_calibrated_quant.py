@@ -1,4 +1,4 @@
-"""GPTQ and AWQ through the decoder runtime (runtime/sequential.py) on tiny random checkpoints:
+"""GPTQ and AWQ through the decoder runtime (compress/sequential.py) on tiny random checkpoints:
 AWQ's folded scales leave the FP32 model's outputs unchanged (exactness, before any rounding),
 GPTQ and AWQ policies build and run in the stored formats RTN uses, each Linear's GPTQ output
 error on its calibration inputs is at most RTN's, the calibration windows come from the
@@ -10,9 +10,10 @@ import dataclasses
 import numpy as np
 import pytest
 
+from harmony_ref.compress import compress
+from harmony_ref.compress import sequential as seq
 from harmony_ref.quant.compress import QuantizeSpec
 from harmony_ref.quant.policy import FP32, Policy, policy_from_dict
-from harmony_ref.runtime import sequential as seq
 from harmony_ref.runtime.llama import Llama, LlamaRef
 from tests.fixtures.decoder.tiny import tiny_config, tiny_weights
 
@@ -77,12 +78,13 @@ def test_gptq_and_awq_policies_build_the_same_formats_and_bytes():
     w = tiny_weights(tiny_config("llama"), seed=1)
     rtn = Llama(w, "int4-g32")
     for method in ("gptq", "awq"):
-        m = Llama(w, _pol(method=method))
+        m = Llama(compress(w, _pol(method=method)), _pol(method=method))
         assert m.formats() == rtn.formats()
         assert m.weight_bytes()["linear"] == rtn.weight_bytes()["linear"]
         logits = m.prefill(TOKENS, all_logits=True)
         assert np.isfinite(logits).all()
-    m = Llama(w, _pol("int8", method="gptq", act_order=True))
+    pol = _pol("int8", method="gptq", act_order=True)
+    m = Llama(compress(w, pol), pol)
     assert set(m.formats().values()) == {"int8"}
 
 
@@ -134,7 +136,7 @@ def test_mixed_methods_per_pattern_and_format():
         ).method_for("lm_head")
         == "rtn"
     )  # nothing to fit
-    m = Llama(w, pol)  # q, v fitted by GPTQ and k rounded: one fused q|k|v tensor
+    m = Llama(compress(w, pol), pol)  # q, v fitted by GPTQ and k rounded: one fused q|k|v tensor
     assert m.blocks[0].qkv.single is not None
     assert np.isfinite(m.prefill(TOKENS)).all()
     assert pol == policy_from_dict(__import__("tomllib").loads(pol.to_toml()), "<m>")
@@ -143,17 +145,17 @@ def test_mixed_methods_per_pattern_and_format():
 def test_calibration_windows_come_from_the_calibration_split(monkeypatch):
     """GPTQ / AWQ calibrate on the windows of the policy's [quantize] sampling, drawn from the
     tokens given (the calibration split by default), never from what is scored."""
-    import harmony_ref.runtime.llama as llama
+    import harmony_ref.compress.pipeline as pipeline
     from harmony_ref.eval.lm import unscored_tokens
 
     seen = []
-    real = llama.calibration_windows
+    real = pipeline.calibration_windows
 
     def spy(weights, spec, tokens=None, sampling_model=None):
         seen.append((spec, None if tokens is None else np.asarray(tokens).copy()))
         return real(weights, spec, tokens, sampling_model)
 
-    monkeypatch.setattr(llama, "calibration_windows", spy)
+    monkeypatch.setattr(pipeline, "calibration_windows", spy)
     w = tiny_weights(tiny_config("llama"), seed=5)
     text = np.arange(3, 200)
     pol = policy_from_dict(
@@ -164,7 +166,7 @@ def test_calibration_windows_come_from_the_calibration_split(monkeypatch):
         },
         "<g>",
     )
-    Llama(w, pol, calibration_tokens=text)
+    compress(w, pol, text)
     assert len(seen) == 1 and seen[0][0] == pol.quantize.activations()
     assert np.array_equal(seen[0][1], text)
     # within sensitivity-style scoring: the tokens the scored chunks never score
@@ -179,10 +181,10 @@ def test_calibration_windows_come_from_the_calibration_split(monkeypatch):
 
 
 def test_corpus_windows_never_read_the_heldout_split(monkeypatch):
-    """With no tokens given, the windows are the calibration split's (runtime/calibration.py),
+    """With no tokens given, the windows are the calibration split's (compress/observe.py),
     whose text differs from the held-out split's."""
+    from harmony_ref.compress import observe as cal
     from harmony_ref.eval.lm import load_corpus
-    from harmony_ref.runtime import calibration as cal
 
     read = []
     monkeypatch.setattr(cal, "calibration_text", lambda: read.append(1) or "calibration text")
@@ -204,7 +206,7 @@ def test_corpus_windows_never_read_the_heldout_split(monkeypatch):
         },
         "<g>",
     )
-    Llama(w, pol)
+    compress(w, pol)
     assert read == [1]
 
 

@@ -1,4 +1,4 @@
-"""Pruned and W8A8 policies through the decoder runtime (runtime/llama.py, runtime/calibration.py)
+"""Pruned and W8A8 policies through the decoder runtime (runtime/llama.py, compress/observe.py)
 on tiny random checkpoints: W8A8 follows the FP32 oracle about as well as dynamic int8,
 calibration windows are seeded and come from the calibration split only, the scales cover what
 calibration saw, fused and unfused W8A8 Linears agree, corpus calibration without a tokenizer is
@@ -8,10 +8,11 @@ SmolLM2 is in test_compress_real.py."""
 import numpy as np
 import pytest
 
+from harmony_ref.compress import compress
+from harmony_ref.compress import observe as cal
 from harmony_ref.kernels.matmul_w8a8 import W8A8Weight
 from harmony_ref.quant.compress import ActivationSpec
 from harmony_ref.quant.policy import policy_from_dict
-from harmony_ref.runtime import calibration as cal
 from harmony_ref.runtime.llama import Llama, LlamaRef
 from tests.fixtures.decoder.tiny import tiny_config, tiny_weights
 
@@ -41,7 +42,7 @@ def test_w8a8_follows_the_oracle(granularity):
     w = tiny_weights(tiny_config("llama", tied=True), seed=4)
     ref = LlamaRef(w).prefill(TOKENS, all_logits=True)
     act = {"granularity": granularity, "calibration": "random", "samples": 8, "sample_tokens": 32}
-    m = Llama(w, _pol(act))
+    m = Llama(compress(w, _pol(act)), _pol(act))
     assert isinstance(m.lm_head.stored, W8A8Weight)
     assert isinstance(m.blocks[0].qkv.single.stored, W8A8Weight)
     got = m.prefill(TOKENS, all_logits=True)
@@ -55,20 +56,19 @@ def test_w8a8_follows_the_oracle(granularity):
 def test_fused_and_unfused_w8a8_agree():
     w = tiny_weights(tiny_config("qwen2"), seed=2)
     act = {"calibration": "random", "samples": 4, "sample_tokens": 16}
-    fused = Llama(w, _pol(act)).prefill(TOKENS, all_logits=True)
+    fused = Llama(compress(w, _pol(act)), _pol(act)).prefill(TOKENS, all_logits=True)
     # k_proj in fp32 splits q|k|v into three Linears; q and v keep int8 with the shared scale
-    split = Llama(w, _pol(act, layers={"*.k_proj": "fp32"})).prefill(TOKENS, all_logits=True)
+    one_fp32 = _pol(act, layers={"*.k_proj": "fp32"})
+    split = Llama(compress(w, one_fp32), one_fp32).prefill(TOKENS, all_logits=True)
     assert _rel_rms(split, fused) <= 0.05
 
 
 def test_pruned_w8a8_runs_and_reports_narrow_blocks():
     w = tiny_weights(tiny_config("llama", n_heads=8, n_kv_heads=2, ffn_dim=128), seed=9)
-    m = Llama(
-        w,
-        _pol(
-            {"calibration": "random", "samples": 2, "sample_tokens": 16}, {"ffn": 0.5, "heads": 0.5}
-        ),
+    pol = _pol(
+        {"calibration": "random", "samples": 2, "sample_tokens": 16}, {"ffn": 0.5, "heads": 0.5}
     )
+    m = Llama(compress(w, pol), pol)
     assert [(b.n_heads, b.n_kv_heads, b.ffn_dim) for b in m.blocks] == [(4, 2, 64)] * 2
     full = m.prefill(TOKENS, all_logits=True)
     m.reset()
@@ -91,7 +91,7 @@ def test_calibration_windows():
     with pytest.raises(ValueError, match="fewer than sample_tokens"):
         cal.calibration_windows(w, spec, [1, 2, 3])
     with pytest.raises(ValueError, match="needs the model's tokenizer"):
-        Llama(w, _pol({"calibration": "corpus", "samples": 1, "sample_tokens": 8}))
+        compress(w, _pol({"calibration": "corpus", "samples": 1, "sample_tokens": 8}))
 
 
 def test_scales_cover_observed_inputs():
@@ -189,7 +189,7 @@ def test_generated_calibration_reaches_pruning_repair(monkeypatch):
     }
     pol = _pol(prune=prune, default="fp32")
     assert pol.prune.calibration == "generated" and "gen" in pol.prune.label
-    m = Llama(w, pol, calibration_tokens=list(range(100, 150)))
+    m = Llama(compress(w, pol, list(range(100, 150))), pol)
     assert seen == [(2, 8, (2, 8))]
     assert np.isfinite(m.prefill(TOKENS[:6])).all()
     assert 'calibration = "generated"' in "\n".join(pol.prune.to_toml())

@@ -38,6 +38,7 @@ def test_corpus_calibration_beats_random(smollm2):
 
 
 def test_pruned_real_model_runs(smollm2):
+    from harmony_ref.compress import compress
     from harmony_ref.quant.policy import policy_from_dict
     from harmony_ref.runtime.llama import Llama
 
@@ -45,7 +46,7 @@ def test_pruned_real_model_runs(smollm2):
     pol = policy_from_dict(
         {"name": "p", "default": "int8", "prune": {"ffn": 0.25, "heads": 0.34}}, "<p>"
     )
-    m = Llama(w, pol, max_context=64)
+    m = Llama(compress(w, pol), pol, max_context=64)
     assert {(b.n_heads, b.n_kv_heads, b.ffn_dim) for b in m.blocks} == {(6, 3, 1152)}
     logits = m.prefill(tok.encode("The capital of France is"))
     assert logits.shape == (w.config.vocab_size,) and np.isfinite(logits).all()
@@ -59,6 +60,7 @@ def test_pruned_real_model_equals_zeroed_channels(smollm2):
     random channels, the L1 channels carrying the block's largest activations."""
     import dataclasses
 
+    from harmony_ref.compress import compress
     from harmony_ref.eval.lm import load_corpus, log_softmax
     from harmony_ref.model.prune import ffn_keep
     from harmony_ref.quant.policy import policy_from_dict
@@ -69,7 +71,7 @@ def test_pruned_real_model_equals_zeroed_channels(smollm2):
     pol = policy_from_dict(
         {"name": "p", "default": "fp32", "prune": {"blocks": {"0": {"ffn": 0.1}}}}, "<p>"
     )
-    pruned = Llama(w, pol, max_context=64)
+    pruned = Llama(compress(w, pol), pol, max_context=64)
     assert [b.ffn_dim for b in pruned.blocks[:2]] == [1376, 1536]
     lw = w.layers[0]
     keep = ffn_keep(lw.w_gate, lw.w_up, lw.w_down, 0.1)

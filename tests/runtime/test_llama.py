@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from harmony_ref.kernels._testing import assert_within
-from harmony_ref.quant.policy import parse_format, policy_from_dict
-from harmony_ref.runtime.llama import Llama, LlamaRef, int4_format_for_rows
+from harmony_ref.quant.policy import int4_format_for_rows, parse_format, policy_from_dict
+from harmony_ref.runtime.llama import Llama, LlamaRef
 from tests.fixtures.decoder.tiny import tiny_config, tiny_weights
 
 TOKENS = [1, 40, 50, 260, 268, 35, 52, 53, 7, 2, 99, 100, 101]

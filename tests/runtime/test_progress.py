@@ -4,8 +4,9 @@ each ending at done == total; nothing is heard outside `reporting`."""
 
 import numpy as np
 
+from harmony_ref.compress import compress
+from harmony_ref.compress import observe as cal
 from harmony_ref.quant.policy import policy_from_dict
-from harmony_ref.runtime import calibration as cal
 from harmony_ref.runtime.llama import Llama
 from harmony_ref.runtime.progress import report, reporting
 from tests.fixtures.decoder.tiny import tiny_config, tiny_weights
@@ -37,7 +38,7 @@ def test_a_generated_repair_reports_its_windows_and_gram_pass():
     heard = []
     cal._GENERATED.clear()
     with reporting(lambda *a: heard.append(a)):
-        Llama(w, pol, calibration_tokens=np.arange(100, 140))
+        Llama(compress(w, pol, np.arange(100, 140)), pol)
     steps = _steps(heard)
     assert steps["generating calibration windows"] == [(1, 3), (2, 3), (3, 3)]
     gram = steps["Gram pass over the calibration windows (blocks)"]
@@ -53,7 +54,7 @@ def test_gptq_reports_block_by_block():
     )
     heard = []
     with reporting(lambda *a: heard.append(a)):
-        Llama(w, pol, calibration_tokens=np.arange(3, 300))
+        Llama(compress(w, pol, np.arange(3, 300)), pol)
     n = w.config.n_layers
     assert _steps(heard)["GPTQ / AWQ on the calibration windows (blocks)"] == [
         (i + 1, n) for i in range(n)

@@ -5,7 +5,7 @@ paper's sequential rule, and within a block its "true sequential" order: q|k|v, 
 gate|up, then down).
 
     base = Llama(weights, fp32 policy, max_context=sample_tokens)
-    weights2, stored = calibrate_weights(base, weights, policy, windows)
+    weights2, stored = calibrate_weights(base, weights, policy, windows)   # compress/ calls it
     # weights2: AWQ's scales folded in (norm weights, v / up rows, weight columns);
     # stored: Linear name -> GPTQ-fitted Int4Tensor / Int8Tensor
 
@@ -22,7 +22,7 @@ Per block i, with the residual streams of every window after blocks 0 .. i-1 (as
    stored formats (GPTQ tensors, round-to-nearest for the rest).
 3. The block, now quantized, runs on the windows to give block i + 1 its inputs.
 The output head comes last, on the final-normed streams (AWQ folds into the final norm; a tied
-head becomes its own matrix). The windows come from the calibration split (runtime/calibration.py
+head becomes its own matrix). The windows come from the calibration split (compress/observe.py
 calibration_windows); nothing here reads the held-out split.
 """
 
@@ -36,15 +36,10 @@ from harmony_ref.model.decoder import layer_name
 from harmony_ref.quant.awq import awq_search
 from harmony_ref.quant.gptq import gptq_quantize
 from harmony_ref.quant.policy import int4_format_for_rows
+from harmony_ref.runtime.llama import STAGE_PARTS, stage_linear
 from harmony_ref.runtime.progress import report
 
-STAGES = ("qkv", "o", "gate_up", "down")
-STAGE_PARTS = {
-    "qkv": (("q_proj", "wq"), ("k_proj", "wk"), ("v_proj", "wv")),
-    "o": (("o_proj", "wo"),),
-    "gate_up": (("gate_proj", "w_gate"), ("up_proj", "w_up")),
-    "down": (("down_proj", "w_down"),),
-}
+STAGES = tuple(STAGE_PARTS)  # in the order a block runs them
 
 
 class _Stop(Exception):
@@ -138,6 +133,22 @@ def stage_inputs(model, i: int, xs, stages, stop: bool = True) -> dict[str, Inpu
     return stats
 
 
+def set_stage(model, i: int, stage: str, lw, policy, stored: dict) -> None:
+    """Rebuild stage `stage` (qkv, o, gate_up, down) of `model`'s block i from layer weights `lw`
+    in `policy`'s formats, GPTQ-fitted tensors from `stored` (no static activation scales while
+    fitting); the norms and the q|k|v bias follow `lw` (AWQ folds its scales into them)."""
+    if stage not in STAGE_PARTS:
+        raise ValueError(f"unknown stage {stage!r}")
+    b = model.blocks[i]
+    setattr(b, stage, stage_linear(i, stage, lw, policy, {}, stored))
+    if stage == "qkv":
+        b.attn_norm = lw.attn_norm
+        if model.config.attention_bias:
+            b.qkv_bias = np.concatenate([lw.bq, lw.bk, lw.bv]).astype(np.float32)
+    elif stage == "gate_up":
+        b.ffn_norm = lw.ffn_norm
+
+
 def activation_grams(model, windows) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per block of `model` (FP32, unpruned): the Gram matrices X^T X (float64) of the inputs
     of down_proj (F, F) and o_proj (H hd, H hd) over every token of every window, block by
@@ -220,7 +231,7 @@ def calibrate_weights(model, weights, policy, windows):
         lw = _awq_block(model, i, lw, xs, policy, methods, c)
         if lw is not weights.layers[i]:
             for st in STAGES:  # the folded weights, still FP32
-                model.set_stage(i, st, lw, _fp32(policy), {})
+                set_stage(model, i, st, lw, _fp32(policy), {})
         for st in STAGES:
             gptq = [(p, a) for p, a in STAGE_PARTS[st] if methods[p] == "gptq"]
             if gptq:
@@ -242,7 +253,7 @@ def calibrate_weights(model, weights, policy, windows):
                     for name, w in parts:
                         stored[name] = row_slice(t, r0, r0 + w.shape[0])
                         r0 += w.shape[0]
-            model.set_stage(i, st, lw, policy, stored)
+            set_stage(model, i, st, lw, policy, stored)
         xs = [model.run_block(i, x) for x in xs]
         layers.append(lw)
         report("GPTQ / AWQ on the calibration windows (blocks)", i + 1, len(weights.layers))

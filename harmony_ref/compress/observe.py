@@ -1,5 +1,6 @@
-"""Static activation scales for W8A8, and activation norms for activation-aware pruning, both
-observed by running the FP32 model on N calibration samples.
+"""Calibration windows, and what the FP32 decoder's activations show on them: static activation
+scales for W8A8 and activation norms for activation-aware pruning (compress/pipeline.py runs
+both; "calibration" here means calibration data, not calibrate/'s fitting of a device profile).
 
     windows = calibration_windows(weights, spec)          # (N, sample_tokens) token ids
     scales = observe_scales(fp32_model, windows, "per-tensor")   # Linear name -> (K,) float32
@@ -71,8 +72,7 @@ def calibration_windows(
 ) -> np.ndarray:
     """(N, sample_tokens) int64 token ids to calibrate on (see the module doc).
     `sampling_model(weights, max_context)` builds the model that writes `calibration =
-    "generated"` windows (runtime/llama.py passes its own decoder under GENERATED_POLICY: this
-    module sits below the decoder and does not import it)."""
+    "generated"` windows (compress/pipeline.py passes the decoder under GENERATED_POLICY)."""
     rng = np.random.default_rng(spec.seed)
     n, length = spec.samples, spec.sample_tokens
     if spec.calibration == "random":
