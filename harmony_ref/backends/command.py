@@ -32,7 +32,7 @@ import string
 
 from harmony_ref.backends.base import BackendError, Measurement, physics_checked
 from harmony_ref.backends.parsers import FORMATS, ParseError, parse
-from harmony_ref.backends.process import CommandOutput, needs_shell, run_process, tail
+from harmony_ref.lab.process import CommandOutput, needs_shell, run_process, tail
 
 __all__ = [
     "CommandDevice",

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony_ref.backends.base import BackendError
-from harmony_ref.backends.process import last_line, needs_shell, tail
+from harmony_ref.lab.process import last_line, needs_shell, tail
 from harmony_ref.backends.session_spec import SessionSpec
 from harmony_ref.backends.telemetry import (
     PID_FILE,

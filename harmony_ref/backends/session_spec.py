@@ -71,7 +71,7 @@ from pathlib import Path, PurePosixPath
 
 from harmony_ref._schema import from_table
 from harmony_ref._toml import loads
-from harmony_ref.backends.process import brief
+from harmony_ref.lab.process import brief
 
 TRANSPORTS = ("local", "hdc", "adb")
 MEMORY_SOURCES = ("auto", "hidumper", "proc_status", "none")

@@ -17,7 +17,7 @@
 - `adb` (Android): `adb devices -l`, `adb -s SERIAL shell SCRIPT`, `adb -s SERIAL push`; the
   same status line (older devices' adb shell drops the exit status too).
 
-Every call runs with a timeout that kills the whole process group (backends/process.py). A remote
+Every call runs with a timeout that kills the whole process group (lab/process.py). A remote
 call that ends without its status line, or with the tool saying the device is not there, is
 followed by a look at the attached-device list: a device no longer attached is `DeviceGone`
 naming the serial (the command turns it into exit 2, nothing recorded), never a hang; one still
@@ -53,7 +53,7 @@ from harmony_ref.backends.device_parsers import (
     parse_hdc_targets,
     parse_param_get,
 )
-from harmony_ref.backends.process import (
+from harmony_ref.lab.process import (
     CommandOutput,
     Running,
     brief,
