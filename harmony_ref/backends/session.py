@@ -51,7 +51,7 @@ from harmony_ref.backends.telemetry import (
     kb_to_mb,
     sample_table,
 )
-from harmony_ref.backends.transport import ShellResult, Transport, make_transport
+from harmony_ref.lab.transport import ShellResult, Transport, make_transport
 from harmony_ref.metrics import MEASURED, Metric, MetricDef, Metrics
 
 SESSION_METRICS = {

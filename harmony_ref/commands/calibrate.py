@@ -341,7 +341,7 @@ def _run_phase_calibration(args) -> int:
     (calibrate/phases.py; on this host by default for llama-bench) or, without --runtime, a
     device profile's efficiencies (calibrate/run.py calibrate_phases)."""
     from harmony_ref.backends.base import BackendError
-    from harmony_ref.backends.transport import DeviceGone
+    from harmony_ref.lab.transport import DeviceGone
     from harmony_ref.commands import _session
 
     session = _session.load(args.session)

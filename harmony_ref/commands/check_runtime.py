@@ -160,7 +160,7 @@ def run(args) -> int:
     from harmony_ref._io import check_output_dir
 
     check_output_dir(args.out_dir, "--out-dir")  # before the reference and the runtime run
-    from harmony_ref.backends.transport import DeviceGone
+    from harmony_ref.lab.transport import DeviceGone
     from harmony_ref.commands import _session
 
     session = _session.load(args.session)

@@ -134,7 +134,7 @@ def _config(args, session):
 def run(args) -> int:
     from harmony_ref.backends.base import BackendError
     from harmony_ref.backends.command import CommandDevice
-    from harmony_ref.backends.transport import DeviceGone
+    from harmony_ref.lab.transport import DeviceGone
     from harmony_ref.commands import _session
     from harmony_ref.commands._args import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS
 

@@ -198,7 +198,7 @@ def run(args) -> int:
 
         check_output_dir(args.out_dir, "--out-dir")
         history, sut = open_history_arguments(args, args.out_dir)
-    from harmony_ref.backends.transport import DeviceGone
+    from harmony_ref.lab.transport import DeviceGone
 
     try:
         record = run_job(config, skip=skip, show_progress=True)  # on stderr

@@ -31,7 +31,7 @@ Parts, in order (each can be skipped with --skip):
 A part whose input cannot be had here (the MiniLM weights when the package registry cannot be
 reached) is recorded as `unavailable` with the reason, never faked; a part that raises anything
 else is recorded as `failed` (the run exits 1), except a device that left mid-session
-(DeviceGone, backends/transport.py), which stops the run: no record of it is made.
+(DeviceGone, lab/transport.py), which stops the run: no record of it is made.
 """
 
 from __future__ import annotations
@@ -331,7 +331,7 @@ def run_part(part: Part, config: RunConfig) -> Metrics:
 def run_part_entry(part: Part, config: RunConfig) -> tuple[Metrics, dict]:
     """Run one part as the job records it: (its metrics, its entry in the record's `parts`).
     An input out of reach is `unavailable`, anything else raised is `failed` (empty metrics)."""
-    from harmony_ref.backends.transport import DeviceGone
+    from harmony_ref.lab.transport import DeviceGone
 
     t0 = time.perf_counter()
     try:
