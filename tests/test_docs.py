@@ -67,7 +67,7 @@ def _fields(cls):
         ("reference/profile.md", "harmony_ref.device.profile:DeviceProfile"),
         ("reference/runtime.md", "harmony_ref.device.profile:RuntimeProfile"),
         ("reference/model-spec.md", "harmony_ref.model.spec:ModelSpec"),
-        ("reference/session.md", "harmony_ref.backends.session_spec:SessionSpec"),
+        ("reference/session.md", "harmony_ref.lab.session_spec:SessionSpec"),
     ],
 )
 def test_toml_reference_lists_every_field_of_every_table(pages, page, dotted):

@@ -430,7 +430,7 @@ def record_markdown() -> str:
 
 def pages() -> dict[str, str]:
     """Docs-relative path -> Markdown of every generated reference page."""
-    from harmony_ref.backends.session_spec import SessionSpec
+    from harmony_ref.lab.session_spec import SessionSpec
     from harmony_ref.device.profile import DeviceProfile, RuntimeProfile
     from harmony_ref.model.spec import ModelSpec
 
@@ -468,7 +468,7 @@ def pages() -> dict[str, str]:
             "zone among those read, big cores among the cores read, min_valid_repeats <= "
             "repeats, every [[push]] local file present.",
             SessionSpec,
-            "`harmony_ref/backends/session_spec.py` `load_session`",
+            "`harmony_ref/lab/session_spec.py` `load_session`",
         ),
         "reference/policy.md": policy_markdown(),
         "reference/grid.md": grid_markdown(),

@@ -80,7 +80,7 @@ def fill_template(template: str, values: dict[str, object]) -> str:
 
 class CommandDevice:
     """Backend that measures by running `command_template` and parsing its output as `format`;
-    with a `session` (backends/session_spec.py) the command runs through it: the session's
+    with a `session` (lab/session_spec.py) the command runs through it: the session's
     transport, pushes, cooldown, warm-up, repeats and telemetry (backends/session.py), and the
     session's own command, format, timeout and profile where none is given here."""
 

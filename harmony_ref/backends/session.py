@@ -1,6 +1,6 @@
 """A device session: everything a phone benchmark needs around the one command that measures.
 
-    spec = load_session("phone.toml")                       # backends/session_spec.py
+    spec = load_session("phone.toml")                       # lab/session_spec.py
     s = DeviceSession(spec)
     result = s.run(command, parse=lambda text: parse("llama-bench", text))
     result.metrics()        # the benchmark's metrics over the valid repeats + the session's own
@@ -42,7 +42,7 @@ from pathlib import Path
 
 from harmony_ref.backends.base import BackendError
 from harmony_ref.lab.process import last_line, needs_shell, tail
-from harmony_ref.backends.session_spec import SessionSpec
+from harmony_ref.lab.session_spec import SessionSpec
 from harmony_ref.backends.telemetry import (
     PID_FILE,
     Sample,

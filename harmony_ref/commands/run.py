@@ -82,7 +82,7 @@ def config_from_args(args):
 
         command, fmt = args.command, args.command_format
         if session:
-            from harmony_ref.backends.session_spec import load_session
+            from harmony_ref.lab.session_spec import load_session
 
             spec = load_session(session)  # bad input is exit 2 now, before any part runs
             command, fmt = command or spec.benchmark.command, fmt or spec.benchmark.format

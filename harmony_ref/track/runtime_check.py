@@ -92,7 +92,7 @@ class RuntimeCheck:
     timeout_s: float = 3600.0
     label: str = ""
     device: str = "host"
-    session: object = None  # a SessionSpec (backends/session_spec.py), or None: run here
+    session: object = None  # a SessionSpec (lab/session_spec.py), or None: run here
     corpus: str | None = None  # --corpus FILE: the user's own UTF-8 text (None: the shipped one)
 
     def __post_init__(self):

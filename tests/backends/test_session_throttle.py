@@ -8,7 +8,7 @@ on hand-made samples."""
 import pytest
 
 from harmony_ref.backends.session import DeviceSession
-from harmony_ref.backends.session_spec import load_session
+from harmony_ref.lab.session_spec import load_session
 from harmony_ref.backends.telemetry import Sample, Telemetry
 from tests.backends.test_session import (  # noqa: F401
     adb_phone,
