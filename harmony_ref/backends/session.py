@@ -43,7 +43,7 @@ from pathlib import Path
 from harmony_ref.backends.base import BackendError
 from harmony_ref.lab.process import last_line, needs_shell, tail
 from harmony_ref.lab.session_spec import SessionSpec
-from harmony_ref.backends.telemetry import (
+from harmony_ref.lab.telemetry import (
     PID_FILE,
     Sample,
     Telemetry,
@@ -570,7 +570,7 @@ class DeviceSession:
         """The phone's idle power before the run (backends/energy.py): {} when the session reads
         no battery current, else idle_power_w and the current's sign, or why there is none."""
         from harmony_ref.backends import energy
-        from harmony_ref.backends.telemetry import POWER_FILES
+        from harmony_ref.lab.telemetry import POWER_FILES
 
         tel, p = self.telemetry, self.spec.power
         files = [f"{self.spec.telemetry.battery_dir}/{n}" for n in POWER_FILES]

@@ -1,4 +1,4 @@
-"""What throttling is (backends/telemetry.py): the phone capping its cores, not a core that is
+"""What throttling is (lab/telemetry.py): the phone capping its cores, not a core that is
 idle. Against the fake phone with a benchmark start window (the process alive, the big cores
 parked while the model loads): the start window is never throttling, a real cap (the thermal
 governor lowering scaling_max_freq as the phone heats) is; Android's thermal status is the first
@@ -9,7 +9,7 @@ import pytest
 
 from harmony_ref.backends.session import DeviceSession
 from harmony_ref.lab.session_spec import load_session
-from harmony_ref.backends.telemetry import Sample, Telemetry
+from harmony_ref.lab.telemetry import Sample, Telemetry
 from tests.backends.test_session import (  # noqa: F401
     adb_phone,
     fresh,
