@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 
 from harmony_ref.backends._parse import ParseError
-from harmony_ref.backends.device_parsers import (
+from harmony_ref.lab.device_parsers import (
     THERMAL_STATUS_NAMES,
     millidegrees_c,
     parse_grep_h,

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from harmony_ref.backends._parse import ParseError
 from harmony_ref.backends.base import BackendError
-from harmony_ref.backends.device_parsers import (
+from harmony_ref.lab.device_parsers import (
     AttachedDevice,
     adb_failure,
     hdc_failure,

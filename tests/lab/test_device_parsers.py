@@ -1,4 +1,4 @@
-"""backends/device_parsers.py on real-format fixtures (tests/fixtures/device_outputs/README.md
+"""lab/device_parsers.py on real-format fixtures (tests/fixtures/device_outputs/README.md
 says where each format comes from): attached-device lists, properties, hidumper, VmHWM, sysfs."""
 
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from harmony_ref.backends._parse import ParseError
-from harmony_ref.backends.device_parsers import (
+from harmony_ref.lab.device_parsers import (
     adb_failure,
     hdc_failure,
     millidegrees_c,
