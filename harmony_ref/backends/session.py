@@ -100,7 +100,7 @@ SESSION_METRICS = {
             "lower",
             MEASURED,
             "(battery power while it ran - idle power before the run) / decode tokens per "
-            "second (median of the valid repeats; backends/energy.py)",
+            "second (median of the valid repeats; lab/energy.py)",
         ),
         MetricDef(
             "device_peak_memory_mb",
@@ -567,7 +567,7 @@ class DeviceSession:
 
     # --- energy --------------------------------------------------------------------------------
     def idle_power(self) -> dict:
-        """The phone's idle power before the run (backends/energy.py): {} when the session reads
+        """The phone's idle power before the run (lab/energy.py): {} when the session reads
         no battery current, else idle_power_w and the current's sign, or why there is none."""
         from harmony_ref.backends import energy
         from harmony_ref.lab.telemetry import POWER_FILES

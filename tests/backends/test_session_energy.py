@@ -1,4 +1,4 @@
-"""Energy per token measured from the fake phone's battery (backends/energy.py): its
+"""Energy per token measured from the fake phone's battery (lab/energy.py): its
 current_now / voltage_now carry a known power (the thermal model's operating point while a
 benchmark decodes, IDLE_W otherwise) in a vendor's sign convention; the session recovers the
 energy per token within 2% whichever sign the driver uses, and a charging phone gives no energy
