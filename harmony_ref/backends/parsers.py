@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import re
 
-from harmony_ref.backends._parse import _NUM, Parsed, ParseError, _measured, _num, _tail
+from harmony_ref.lab._parse import _NUM, Parsed, ParseError, _measured, _num, _tail
 from harmony_ref.backends.parsers_accuracy import (
     _MSLITE_BIAS,
     _MSLITE_COSINE,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harmony_ref.backends._parse import _NUM, Parsed, ParseError, _measured, _num, _tail
+from harmony_ref.lab._parse import _NUM, Parsed, ParseError, _measured, _num, _tail
 from harmony_ref.metrics import Metrics
 
 # --- MindSpore Lite benchmark accuracy -----------------------------------------------------------

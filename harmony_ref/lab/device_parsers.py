@@ -45,7 +45,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from harmony_ref.backends._parse import ParseError
+from harmony_ref.lab._parse import ParseError
 
 HDC_EMPTY = "[Empty]"
 HDC_FAIL = "[Fail]"

@@ -42,7 +42,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 
-from harmony_ref.backends._parse import ParseError
+from harmony_ref.lab._parse import ParseError
 from harmony_ref.lab.device_parsers import (
     THERMAL_STATUS_NAMES,
     millidegrees_c,

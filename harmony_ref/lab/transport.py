@@ -42,7 +42,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from harmony_ref.backends._parse import ParseError
+from harmony_ref.lab._parse import ParseError
 from harmony_ref.backends.base import BackendError
 from harmony_ref.lab.device_parsers import (
     AttachedDevice,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harmony_ref.backends._parse import ParseError
+from harmony_ref.lab._parse import ParseError
 from harmony_ref.lab.device_parsers import (
     adb_failure,
     hdc_failure,
