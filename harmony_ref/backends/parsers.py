@@ -41,7 +41,7 @@ import json
 import re
 
 from harmony_ref.lab._parse import _NUM, Parsed, ParseError, _measured, _num, _tail
-from harmony_ref.backends.parsers_accuracy import (
+from harmony_ref.lab.parsers_accuracy import (
     _MSLITE_BIAS,
     _MSLITE_COSINE,
     MsliteAccuracy,  # noqa: F401
