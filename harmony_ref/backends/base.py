@@ -32,7 +32,7 @@ class Measurement:
     physics: str = ""  # what the metrics were checked against ("" for a prediction)
     config: Any = None  # the RunConfig measured (the host may measure a width-scaled copy)
     ops: tuple = ()  # per-op times where the backend has them (HostDevice: OpTime per graph op)
-    session: dict | None = None  # a device session's record block (backends/session.py)
+    session: dict | None = None  # a device session's record block (lab/session.py)
 
 
 @runtime_checkable

@@ -81,7 +81,7 @@ def fill_template(template: str, values: dict[str, object]) -> str:
 class CommandDevice:
     """Backend that measures by running `command_template` and parsing its output as `format`;
     with a `session` (lab/session_spec.py) the command runs through it: the session's
-    transport, pushes, cooldown, warm-up, repeats and telemetry (backends/session.py), and the
+    transport, pushes, cooldown, warm-up, repeats and telemetry (lab/session.py), and the
     session's own command, format, timeout and profile where none is given here."""
 
     def __init__(
@@ -127,7 +127,7 @@ class CommandDevice:
         self.progress = progress
 
     def command_for(self, config=None) -> str:
-        from harmony_ref.backends.session import session_values
+        from harmony_ref.lab.session import session_values
 
         extra = session_values(self.session) if self.session is not None else {}
         return fill_template(
@@ -166,7 +166,7 @@ class CommandDevice:
     def _run_session(self, config) -> Measurement:
         import dataclasses
 
-        from harmony_ref.backends.session import DeviceSession
+        from harmony_ref.lab.session import DeviceSession
 
         cmd = self.command_for(config)
         tool: dict[str, str] = {}

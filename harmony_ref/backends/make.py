@@ -37,7 +37,7 @@ def make_backend(
         {context_tokens} come from the config, other {name}s from `values`) and parses its output
         as `fmt` (mslite, tflite, llama-bench, executorch), killing it after `timeout_s`; its
         metrics are physics-checked against `profile`. With `session` (a session TOML path,
-        lab/session_spec.py) it runs through that device session (backends/session.py).
+        lab/session_spec.py) it runs through that device session (lab/session.py).
     """
     if name == "simulated":
         from harmony_ref.backends.simulated import SimulatedDevice

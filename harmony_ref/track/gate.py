@@ -21,7 +21,7 @@ Rules (limits come from a tolerance TOML, see harmony_ref/data/gate_tolerances.t
 - timings are only comparable on the same kind of machine: when the two records differ in CPU
   model, core count or Numba threads, measured metrics are shown but not gated (and say why);
 - a device-session measurement whose unthrottled repeats are fewer than its session asks for
-  (backends/session.py: `valid_repeats` < `min_valid_repeats` in a part's `session` block) is
+  (lab/session.py: `valid_repeats` < `min_valid_repeats` in a part's `session` block) is
   never compared (bad input, exit 2), on either side: its later repeats measured the phone's heat.
 
 Bad input (a config or metric set that does not match, a missing or corrupt file) is a

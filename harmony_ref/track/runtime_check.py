@@ -50,7 +50,7 @@ model itself (`--benchmarkDataFile`); harmony-ref judges what it prints (benchma
 An inaccurate run's metrics all carry the flag `inaccurate` and `runtime_accurate` is 0; the gate
 refuses every flagged metric as a result (track/gate.py).
 
-**Through a device session** (`session`, backends/session.py): the corpus is pushed to the device
+**Through a device session** (`session`, lab/session.py): the corpus is pushed to the device
 (skipped when it already holds the same SHA-256) and `{corpus}` is its path there; `{work_dir}`
 and `{python}` are known; the run waits for the phone to cool first and is sampled while it
 runs; the record keeps the telemetry and the session's metrics, and a run marked throttled is
@@ -368,7 +368,7 @@ def run_check(
         cmd = fill_template(check.template, values)
         done = run_command(cmd, check.timeout_s)
     else:
-        from harmony_ref.backends.session import DeviceSession, session_values
+        from harmony_ref.lab.session import DeviceSession, session_values
 
         ds = DeviceSession(check.session, progress=progress)
         ds.prepare(((corpus, corpus.name, False),) if corpus is not None else ())
@@ -599,7 +599,7 @@ def result_record(check: RuntimeCheck, result: CheckResult, ref: Reference | Non
     part = {"status": "ok", "detail": detail}
     if result.session is not None:
         part["session"] = result.session
-        from harmony_ref.backends.session import session_id
+        from harmony_ref.lab.session import session_id
 
         config["backend_options"]["session_id"] = session_id(
             result.session, config["model"], config["policy"], config["scenario"]

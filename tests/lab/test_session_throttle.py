@@ -7,10 +7,10 @@ on hand-made samples."""
 
 import pytest
 
-from harmony_ref.backends.session import DeviceSession
+from harmony_ref.lab.session import DeviceSession
 from harmony_ref.lab.session_spec import load_session
 from harmony_ref.lab.telemetry import Sample, Telemetry
-from tests.backends.test_session import (  # noqa: F401
+from tests.lab.test_session import (  # noqa: F401
     adb_phone,
     fresh,
     hdc_phone,

@@ -6,11 +6,11 @@ metric and says why."""
 
 import pytest
 
-from harmony_ref.backends.session import DeviceSession
+from harmony_ref.lab.session import DeviceSession
 from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import load_profile
 from harmony_ref.device.thermal import decode_operating_points
-from tests.backends.test_session import (  # noqa: F401
+from tests.lab.test_session import (  # noqa: F401
     fresh,
     hdc_phone,
     llama_bench,

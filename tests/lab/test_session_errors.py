@@ -6,7 +6,7 @@ Against the fake phone (tests/fake_device)."""
 import pytest
 
 from harmony_ref.cli import main
-from tests.backends.test_session import fresh, hdc_phone, phones  # noqa: F401
+from tests.lab.test_session import fresh, hdc_phone, phones  # noqa: F401
 
 LIMIT = 200
 

@@ -8,7 +8,7 @@ import os
 import shutil
 
 from harmony_ref.cli import main
-from tests.backends.test_session import fresh, hdc_phone, phones  # noqa: F401
+from tests.lab.test_session import fresh, hdc_phone, phones  # noqa: F401
 
 MODEL = ["--model", "llama-3.2-1b", "--policy", "int4-g32"]
 

@@ -569,7 +569,7 @@ class DeviceSession:
     def idle_power(self) -> dict:
         """The phone's idle power before the run (lab/energy.py): {} when the session reads
         no battery current, else idle_power_w and the current's sign, or why there is none."""
-        from harmony_ref.backends import energy
+        from harmony_ref.lab import energy
         from harmony_ref.lab.telemetry import POWER_FILES
 
         tel, p = self.telemetry, self.spec.power
@@ -597,7 +597,7 @@ class DeviceSession:
 
     def run_power(self, samples: list[Sample], metrics: Metrics, power: dict) -> dict:
         """One run's average power and energy per token, or why not ({} without power)."""
-        from harmony_ref.backends import energy
+        from harmony_ref.lab import energy
 
         if "idle_power_w" not in power:
             return {}
