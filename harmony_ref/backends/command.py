@@ -31,7 +31,7 @@ import shlex
 import string
 
 from harmony_ref.backends.base import BackendError, Measurement, physics_checked
-from harmony_ref.backends.parsers import FORMATS, ParseError, parse
+from harmony_ref.lab.parsers import FORMATS, ParseError, parse
 from harmony_ref.lab.process import CommandOutput, needs_shell, run_process, tail
 
 __all__ = [

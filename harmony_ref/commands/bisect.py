@@ -14,7 +14,7 @@ HELP = "find the commit that made a metric worse: worktrees, builds, adaptive re
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.backends.parsers import FORMATS
+    from harmony_ref.lab.parsers import FORMATS
     from harmony_ref.commands._args import count, number
     from harmony_ref.commands._output import add_json_flag
 

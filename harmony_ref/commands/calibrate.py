@@ -16,7 +16,7 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.backends.parsers import FORMATS
+    from harmony_ref.lab.parsers import FORMATS
     from harmony_ref.commands._args import number
 
     p.add_argument(

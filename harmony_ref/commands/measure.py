@@ -20,7 +20,7 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.backends.parsers import FORMATS
+    from harmony_ref.lab.parsers import FORMATS
     from harmony_ref.commands._args import add_history_arguments, add_scenario_arguments, number
     from harmony_ref.commands._session import add_session_argument
 

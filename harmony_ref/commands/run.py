@@ -78,7 +78,7 @@ def config_from_args(args):
     session = getattr(args, "session", None)
     if args.backend == "command":
         from harmony_ref._format import did_you_mean
-        from harmony_ref.backends.parsers import FORMATS
+        from harmony_ref.lab.parsers import FORMATS
 
         command, fmt = args.command, args.command_format
         if session:

@@ -1,5 +1,5 @@
 """What every output parser shares: the number pattern, the error and result types, and the
-helpers that read a number and add a measured metric (backends/parsers.py, parsers_accuracy.py)."""
+helpers that read a number and add a measured metric (lab/parsers.py, parsers_accuracy.py)."""
 
 from __future__ import annotations
 

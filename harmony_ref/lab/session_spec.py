@@ -218,7 +218,7 @@ def resolve_work_dir(spec: SessionSpec) -> SessionSpec:
 
 def check_session(spec: SessionSpec, source: str) -> None:
     """The checks the schema cannot express (see the module docstring); ValueError on the first."""
-    from harmony_ref.backends.parsers import FORMATS
+    from harmony_ref.lab.parsers import FORMATS
 
     d, b, t = spec.device, spec.benchmark, spec.telemetry
     if d.transport in ("hdc", "adb") and not d.serial.strip():

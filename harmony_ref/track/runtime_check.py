@@ -408,7 +408,7 @@ def mark_inaccurate(metrics: Metrics) -> Metrics:
 
 def _judge_perplexity(check: RuntimeCheck, ref: Reference, done) -> CheckResult:
     from harmony_ref.backends.base import BackendError
-    from harmony_ref.backends.parsers import ParseError, parse_llama_perplexity
+    from harmony_ref.lab.parsers import ParseError, parse_llama_perplexity
 
     if done.returncode != 0:
         raise BackendError(
@@ -493,7 +493,7 @@ def _judge_perplexity(check: RuntimeCheck, ref: Reference, done) -> CheckResult:
 
 def _judge_mslite(done) -> CheckResult:
     from harmony_ref.backends.base import BackendError
-    from harmony_ref.backends.parsers import ParseError, mslite_accuracy, parse_mslite
+    from harmony_ref.lab.parsers import ParseError, mslite_accuracy, parse_mslite
 
     acc = mslite_accuracy(done.text)
     if (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harmony_ref.backends.parsers import ParseError, mslite_accuracy, parse
+from harmony_ref.lab.parsers import ParseError, mslite_accuracy, parse
 
 FIX = Path(__file__).parents[1] / "fixtures" / "device_outputs"
 REL = 1e-9

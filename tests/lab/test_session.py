@@ -14,7 +14,7 @@ import pytest
 
 from harmony_ref.backends.base import BackendError
 from harmony_ref.backends.command import CommandDevice
-from harmony_ref.backends.parsers import parse
+from harmony_ref.lab.parsers import parse
 from harmony_ref.lab.session import CooldownTimeout, DeviceSession
 from harmony_ref.lab.session_spec import load_session
 from harmony_ref.cli import main

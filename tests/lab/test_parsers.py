@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harmony_ref.backends.parsers import ParseError, parse
+from harmony_ref.lab.parsers import ParseError, parse
 from harmony_ref.units import MB, MIB
 
 FIX = Path(__file__).parents[1] / "fixtures" / "device_outputs"
