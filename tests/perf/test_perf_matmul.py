@@ -38,7 +38,8 @@ import numpy as np
 import pytest
 
 from harmony_ref.kernels import matmul as mm
-from harmony_ref.kernels import matmul_peer, matmul_x86
+from harmony_ref.kernels import matmul_x86
+from harmony_ref.lab import ggml_peer
 from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.int8 import quantize_int8
 from harmony_ref.units import GB, MB, MS_PER_S
@@ -101,7 +102,7 @@ def interleaved_medians(fns: dict, block: int, rounds: int) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def peer():
-    return matmul_peer.GgmlPeer.load()
+    return ggml_peer.GgmlPeer.load()
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +166,7 @@ def _contenders(shape, w, x, peer, enabled):
         return out
     for fmt, buft in PEERS:
         label = f"llama.cpp {fmt} {buft}"
-        verdict = matmul_peer.probe(peer, fmt, buft, m, n, K, THREADS)
+        verdict = ggml_peer.probe(peer, fmt, buft, m, n, K, THREADS)
         if not verdict.ok:
             out[label] = (None, 0, verdict.detail)
             continue

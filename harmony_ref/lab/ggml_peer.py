@@ -252,7 +252,7 @@ PEER_MAX_REL_ERR = {"q4_0": 0.15, "q4_1": 0.15, "q8_0": 0.02}
 _PROBE = """
 import json, sys
 import numpy as np
-from harmony_ref.kernels.matmul_peer import GgmlPeer, relative_error
+from harmony_ref.lab.ggml_peer import GgmlPeer, relative_error
 fmt, buft, m, n, k, threads = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
 rng = np.random.default_rng(0)
 w = rng.standard_normal((n, k), dtype=np.float32) * np.float32(0.02)
