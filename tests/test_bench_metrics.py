@@ -237,7 +237,7 @@ def tiny_minilm(tiny, monkeypatch, tmp_path):
     """The MiniLM and the decoder benchmarks on tiny random checkpoints (the real ones are
     measured by asv, not here)."""
     from harmony_ref.runtime import minilm
-    from harmony_ref.track import job
+    from harmony_ref.job import main as job
     from tests.fixtures.decoder.tiny import write_tiny_gguf
 
     monkeypatch.setattr(minilm, "real_model", lambda *a, **k: tiny)

@@ -188,7 +188,7 @@ def print_record(record, path=None, file=None) -> None:
 def run(args) -> int:
     from harmony_ref._io import check_output_dir
     from harmony_ref.commands._output import print_json
-    from harmony_ref.track.job import parse_skip, run_job
+    from harmony_ref.job.main import parse_skip, run_job
     from harmony_ref.track.record import write_record
 
     config = config_from_args(args)

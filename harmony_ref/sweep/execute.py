@@ -1,4 +1,4 @@
-"""What a sweep's workers run: batches of points through the main job's parts (track/job.py), so
+"""What a sweep's workers run: batches of points through the main job's parts (job/main.py), so
 a sweep point measures exactly what `harmony-ref run` measures for the same config, and the
 shared parts once per group of points. Plain Python and picklable arguments: the same functions
 run in this process (`--workers 0`) or on a Dask worker anywhere; nothing here imports Dask.
@@ -36,11 +36,11 @@ PHONE_FIELDS = ("profile", "runtime", "backend", "backend_options")
 
 def shared_key(part: str, config: dict) -> str:
     """The group of points whose `part` result is the same: the config minus the phone (for the
-    accuracy part, only what it reads: track/job.py accuracy_inputs)."""
+    accuracy part, only what it reads: job/main.py accuracy_inputs)."""
     import hashlib
 
     if part == "accuracy":  # it reads only the decoder it scores, the policy and the KV dtype
-        from harmony_ref.track.job import accuracy_inputs
+        from harmony_ref.job.main import accuracy_inputs
 
         rest = accuracy_inputs(config)
     else:
@@ -52,7 +52,7 @@ def shared_key(part: str, config: dict) -> str:
 def warm_key(part: str, config: dict) -> str:
     """Shared tasks with the same warm key reuse one on-disk cache: the first runs alone."""
     if part == "accuracy":
-        from harmony_ref.track.job import accuracy_inputs
+        from harmony_ref.job.main import accuracy_inputs
 
         return f"{part}:{accuracy_inputs(config)['accuracy_model']}"
     return f"{part}:{config['model']}"
@@ -73,7 +73,7 @@ def run_shared(part: str, config: dict, key: str, after=None) -> dict:
     """Run one shared part for `config` (any point of its group): {"metrics", "entry"}.
     `after` is ignored: passing another task's result orders this one after it."""
     from harmony_ref.config import RunConfig
-    from harmony_ref.track.job import PARTS, run_part_entry
+    from harmony_ref.job.main import PARTS, run_part_entry
 
     _trace("shared", key)
     by_name = {p.name: p for p in PARTS}
@@ -101,7 +101,7 @@ def run_point(
     point: dict, provenance: dict, shared: dict, shared_parts: tuple[str, ...] = SHARED_PARTS
 ) -> dict:
     from harmony_ref.config import RunConfig
-    from harmony_ref.track.job import PARTS, add_part, record_config, run_part_entry, skipped_entry
+    from harmony_ref.job.main import PARTS, add_part, record_config, run_part_entry, skipped_entry
 
     _trace("point", point["key"])
     t0 = time.perf_counter()

@@ -11,7 +11,7 @@ A sweep TOML file:
     policies = ["int4-g128", "int8"]
     profiles = ["harmony-flagship", "harmony-lowend"]
     runtimes = ["llama.cpp-cpu", "executorch-xnnpack"]  # optional: default each profile's own
-    parts = ["predicted", "accuracy"]              # of track/job.py's parts
+    parts = ["predicted", "accuracy"]              # of job/main.py's parts
     backend = "simulated"                          # optional
     [scenario]                                     # optional; each a list (or one value)
     prompt_tokens = [128, 512]
@@ -227,7 +227,7 @@ def check_grid(grid: Grid) -> None:
     from harmony_ref.device.profile import load_profile
     from harmony_ref.quant.policy import load_policy
     from harmony_ref.runtime.loader import resolve_model
-    from harmony_ref.track.job import part_names
+    from harmony_ref.job.main import part_names
 
     src = grid.source
     for where, values, load in (

@@ -118,7 +118,7 @@ def compare_profiles(
     import pandas as pd
 
     from harmony_ref.checkpoint.assets import AssetUnavailable
-    from harmony_ref.track.job import PARTS, run_part
+    from harmony_ref.job.main import PARTS, run_part
 
     cols = compare_columns(profiles, runtime)
     profiles = [c.label for c in cols]

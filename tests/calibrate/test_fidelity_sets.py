@@ -149,7 +149,7 @@ def test_fidelity_scores_only_the_held_out_points(capsys, tmp_path):
 
 def test_the_job_records_the_fidelity_metrics():
     from harmony_ref.config import RunConfig
-    from harmony_ref.track.job import PARTS, run_part_entry
+    from harmony_ref.job.main import PARTS, run_part_entry
 
     part = next(p for p in PARTS if p.name == "fidelity")
     metrics, entry = run_part_entry(part, RunConfig.from_names())

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harmony_ref.cli import main
-from harmony_ref.track import job
+from harmony_ref.job import main as job
 from harmony_ref.track.record import load_record
 
 ALL_PARTS = ",".join(job.part_names())
