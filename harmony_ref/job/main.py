@@ -12,7 +12,7 @@ Parts, in order (each can be skipped with --skip):
   model's error, `host_model_mape_pct`), not at all against a shipped phone profile;
 - `host`: short timed kernel calls on this machine, one thread (decode GEMV in the policy's format
   against NumPy FP32 `W @ x`, fused LayerNorm+bias+GELU against the same chain as three kernels),
-  raw samples kept (measured; see backends/host_kernels.py);
+  raw samples kept (measured; see job/host_kernels.py);
 - `accuracy`: a real decoder's LM accuracy under the policy and KV dtype (the config's model when
   it is a checkpoint, else SmolLM2-135M; perplexity, its ratio to FP32, KLD mean/p99, top-1 on
   the first ACCURACY_CHUNKS chunks of the held-out corpus; the FP32 reference cached on disk),
@@ -153,7 +153,7 @@ HOST_RUNTIME = "harmony-ref-host"  # this project's runtime: a profile running i
 
 
 def _host(config: RunConfig):
-    from harmony_ref.backends.host_kernels import HOST_THREADS, host_metrics
+    from harmony_ref.job.host_kernels import HOST_THREADS, host_metrics
 
     return host_metrics(config), {"threads": HOST_THREADS}
 

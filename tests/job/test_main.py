@@ -167,7 +167,7 @@ def _host_record(policy="int4-g32"):
 
 
 def test_host_part_measures_with_samples():
-    from harmony_ref.backends.host_kernels import ROUNDS
+    from harmony_ref.job.host_kernels import ROUNDS
 
     rec = _host_record()
     assert rec.parts["host"]["status"] == "ok", rec.parts["host"]
