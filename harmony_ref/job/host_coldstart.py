@@ -277,7 +277,7 @@ def _run_probe(args: list[str], env_extra: dict | None = None) -> dict:
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     r = subprocess.run(
-        [sys.executable, "-m", "harmony_ref.backends.host_coldstart", *args],
+        [sys.executable, "-m", "harmony_ref.job.host_coldstart", *args],
         capture_output=True,
         text=True,
         env=env,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from harmony_ref.backends.host_coldstart import (
+from harmony_ref.job.host_coldstart import (
     evict,
     host_metrics,
     measure_host_coldstart,
@@ -70,7 +70,7 @@ def test_measure_end_to_end_small(small_measurement):
 
 
 def test_coldstart_command_prints_measured_side_by_side(small_measurement, monkeypatch, capsys):
-    import harmony_ref.backends.host_coldstart as host
+    import harmony_ref.job.host_coldstart as host
     from harmony_ref.cli import main
 
     monkeypatch.setattr(host, "measure_host_coldstart", lambda *a, **k: small_measurement[1])
