@@ -2,7 +2,7 @@
 template on harmony-ref's corpus (on the host, or on a phone over `hdc shell`), compares its
 perplexity with harmony-ref's FP32 reference for the same model, text and context (or judges
 MindSpore Lite's comparison with the calibration outputs), flags it `inaccurate` beyond the bound
-derived in track/runtime_check.py, writes a run record, and prints speed beside accuracy.
+derived in job/runtime_check.py, writes a run record, and prints speed beside accuracy.
 
 Exit codes: 0 every runtime accurate, 1 one or more flagged inaccurate, 2 bad input (template,
 placeholder, command not found, timeout, output not the format, a record that is not one). With
@@ -21,7 +21,7 @@ HELP = (
 def add_arguments(p) -> None:
     from harmony_ref.commands._args import add_checkpoint_argument, add_scoring_arguments, number
     from harmony_ref.commands._output import add_json_flag
-    from harmony_ref.track.runtime_check import CHECK_FORMATS, DEFAULT_CONTEXT, DEFAULT_EXPECT
+    from harmony_ref.job.runtime_check import CHECK_FORMATS, DEFAULT_CONTEXT, DEFAULT_EXPECT
 
     p.add_argument(
         "--command",
@@ -119,7 +119,7 @@ def _print_rows(rows, title):
 def _compare(args) -> int:
     from harmony_ref.commands._output import print_json
     from harmony_ref.track.record import load_record
-    from harmony_ref.track.runtime_check import row_from_record
+    from harmony_ref.job.runtime_check import row_from_record
 
     rows = [row_from_record(load_record(path), path) for path in args.compare]
     if args.json:
@@ -137,7 +137,7 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json
     from harmony_ref.metrics import Metrics
     from harmony_ref.track.record import write_record
-    from harmony_ref.track.runtime_check import (
+    from harmony_ref.job.runtime_check import (
         RuntimeCheck,
         reference_for,
         result_record,
