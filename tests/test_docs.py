@@ -7,7 +7,7 @@
 - `mkdocs build --strict` passes (skipped without the `docs` extra), and the built site opens in
   headless Chromium with its navigation and a generated CLI page (skipped without chromium;
   `.ci/run` sets HARMONY_REF_BROWSER_TESTS=required, where a missing browser fails, as in
-  tests/track/test_asv_offline.py).
+  tests/test_asv_offline.py).
 """
 
 from __future__ import annotations

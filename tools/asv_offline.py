@@ -1,4 +1,4 @@
-"""`python -m harmony_ref.track.asv_offline [--html-dir DIR] [--json]`: make asv's published
+"""`python -m tools.asv_offline [--html-dir DIR] [--json]`: make asv's published
 report work without internet (run after `asv publish`; `tox -e asv-publish` does both).
 
 asv's `index.html` loads jQuery, flot and three of its plugins, flot-orderbars, stupidtable,
@@ -296,7 +296,7 @@ def rewrite_page(html: str) -> tuple[str, int]:
     if remote:
         raise BadInput(
             f"the page loads {remote[0]}, which this step does not vendor "
-            "(a newer asv template? update FILES in harmony_ref/track/asv_offline.py)"
+            "(a newer asv template? update FILES in tools/asv_offline.py)"
         )
     return page, replaced
 
@@ -339,7 +339,7 @@ def vendor(html_dir: Path, cache: Path | None = None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m harmony_ref.track.asv_offline", description=__doc__.split("\n\n")[0]
+        prog="python -m tools.asv_offline", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "--html-dir",

@@ -1,4 +1,4 @@
-"""The published asv report works offline (harmony_ref/track/asv_offline.py): the page is
+"""The published asv report works offline (tools/asv_offline.py): the page is
 rewritten to vendored npm files, and in headless Chromium, with every host but 127.0.0.1
 unresolvable, the committed results of each machine are drawn as graphs.
 
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from harmony_ref.track import asv_offline
-from harmony_ref.track.asv_offline import FILES, JQUERY, BadInput, VendorError
+from tools import asv_offline
+from tools.asv_offline import FILES, JQUERY, BadInput, VendorError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "asv"
 REQUIRED = os.environ.get("HARMONY_REF_BROWSER_TESTS") == "required"
 # An exact metric every committed run has: its graph is the one the browser test opens.
