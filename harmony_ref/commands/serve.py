@@ -47,9 +47,9 @@ def add_arguments(p) -> None:
     )
     add_model_arguments(p, checkpoints=True)
     add_scenario_arguments(p, context=None, what="per Poisson request")
-    from harmony_ref.device.sessions import OVERFLOW
+    from harmony_ref.device.chat import OVERFLOW
 
-    g = p.add_argument_group("sessions and prefix reuse (device/sessions.py)")
+    g = p.add_argument_group("sessions and prefix reuse (device/chat.py)")
     g.add_argument(
         "--prefix-tokens",
         type=int,
@@ -148,7 +148,7 @@ def run(args) -> int:
     if args.sessions or args.prefix_tokens:
         import dataclasses
 
-        from harmony_ref.device.sessions import SessionCache, SessionService, assign_sessions
+        from harmony_ref.device.chat import SessionCache, SessionService, assign_sessions
         from harmony_ref.model.graph import kv_bytes_per_token_per_layer
 
         if args.sessions < 0:
@@ -179,7 +179,7 @@ def run(args) -> int:
     session_summary = sessions.summary(kv_per_token) if sessions else None
     metrics = result.metrics()
     if session_summary:
-        from harmony_ref.device.sessions import session_metrics
+        from harmony_ref.device.chat import session_metrics
 
         metrics.update(session_metrics(session_summary))
     typical = service(args.prompt, args.new)
