@@ -391,7 +391,7 @@ def calibrate_runtime_on_set(
             points = [p for p in llamacpp_points(manifest) if p.runtime == runtime]
             params = params or manifest.fit_params
         elif set_name == "phones":
-            from harmony_ref.calibrate.figures import figure_points, load_figures
+            from harmony_ref.calibrate.published import figure_points, load_figures
 
             points = [p for p in figure_points(load_figures(figures)) if p.runtime == runtime]
             wants_memory = any(p.metric == "peak_memory_mb" for p in points)

@@ -8,7 +8,7 @@
 
 Sets (calibrate/points.py Points): `host` (real SmolLM2 generations, calibrate/host_runs.py),
 `llama.cpp` (llama-bench runs on this kind of machine, calibrate/llamacpp.py), `phones`
-(published figures, calibrate/figures.py: the calibration figures and the shipped held-out ones;
+(published figures, calibrate/published.py: the calibration figures and the shipped held-out ones;
 a file of your own adds its figures) and
 `records` (run records of `measure` / `run --backend command`, all scored). Every point is
 predicted by SimulatedDevice on its SoC profile under its runtime profile.
@@ -57,7 +57,7 @@ def collect(
     """The points of the named sets; `figures`: a figures file whose figures join the phones set
     (beside the shipped calibration and held-out figures); `records`: run record paths (set
     records)."""
-    from harmony_ref.calibrate.figures import HELDOUT_FIGURES, figure_points, load_figures
+    from harmony_ref.calibrate.published import HELDOUT_FIGURES, figure_points, load_figures
 
     unknown = [s for s in sets if s not in SETS]
     if unknown:

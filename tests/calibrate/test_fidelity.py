@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from harmony_ref.calibrate.figures import HELDOUT_FIGURES, figure_points, load_figures
+from harmony_ref.calibrate.published import HELDOUT_FIGURES, figure_points, load_figures
 from harmony_ref.calibrate.fit_runtime import (
     fit_on_points,
     fit_soc_efficiencies,
