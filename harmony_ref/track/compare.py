@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from harmony_ref._format import fmt_number
 from harmony_ref.config import RunConfig
-from harmony_ref.track.figures import LABEL_SEP
+from harmony_ref.track.plot_style import LABEL_SEP
 
 COMPARE_PARTS = ("predicted", "coldstart", "thermal")
 COLDSTART_LOADER = "read"  # the loader the coldstart part reports (device.coldstart default)

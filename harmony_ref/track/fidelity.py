@@ -346,8 +346,8 @@ def table_rows(scored: list[Scored]) -> list[dict]:
 
 def plot(scored: list[Scored], path) -> None:
     """Predicted vs measured, log axes, y = x and a +-25% band; one marker per runtime, one
-    colour per set, fit points hollow and scored ones filled (track/figures.py house style)."""
-    from harmony_ref.track.figures import PALETTE, REFERENCE_COLOUR, figure, save_png, style
+    colour per set, fit points hollow and scored ones filled (track/plot_style.py house style)."""
+    from harmony_ref.track.plot_style import PALETTE, REFERENCE_COLOUR, figure, save_png, style
 
     markers = ("o", "s", "^", "D", "v", "P", "X", "*")
     runtimes = sorted({_runtime_name(r.point) for r in scored})
