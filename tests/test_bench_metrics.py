@@ -63,7 +63,7 @@ def gate_directions() -> dict[str, str]:
     """Metric name -> direction, as the gate's run records carry them."""
     from harmony_ref.backends.simulated import SimulatedDevice
     from harmony_ref.config import RunConfig
-    from harmony_ref.device.profile import CalibrationInfo, load_profile
+    from harmony_ref.device.soc import CalibrationInfo, load_profile
 
     baseline = json.loads((ROOT / "results" / "baseline.json").read_text())
     out = {name: m["direction"] for name, m in baseline["metrics"].items()}

@@ -64,8 +64,8 @@ def _fields(cls):
 @pytest.mark.parametrize(
     "page, dotted",
     [
-        ("reference/profile.md", "harmony_ref.device.profile:DeviceProfile"),
-        ("reference/runtime.md", "harmony_ref.device.profile:RuntimeProfile"),
+        ("reference/profile.md", "harmony_ref.device.soc:DeviceProfile"),
+        ("reference/runtime.md", "harmony_ref.device.soc:RuntimeProfile"),
         ("reference/model-spec.md", "harmony_ref.model.spec:ModelSpec"),
         ("reference/session.md", "harmony_ref.lab.session_spec:SessionSpec"),
     ],

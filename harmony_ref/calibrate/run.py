@@ -13,7 +13,7 @@ by SimulatedDevice on it, and the profile written again with its [calibration] s
 Op file: the same fit on op times a device profiler exported (no whole-model runs).
 Phases: a benchmark command run once per workload, a base profile's efficiencies and launch
 overhead fitted to the prefill and decode-step times, scored on every third workload.
-Every profile is written atomically and must load back through device/profile.py.
+Every profile is written atomically and must load back through device/soc.py.
 `summary` is the plain-number report the command prints (and prints as JSON).
 """
 
@@ -44,7 +44,7 @@ from harmony_ref.calibrate.write import (
     nominal_host_peaks,
     profile_with_efficiencies,
 )
-from harmony_ref.device.profile import load_profile
+from harmony_ref.device.soc import load_profile
 from harmony_ref.metrics import ape_pct, mape_pct
 from harmony_ref.units import GB, GIGA, MS_PER_S, US_PER_S
 

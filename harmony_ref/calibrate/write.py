@@ -1,5 +1,5 @@
 """The profiles calibration writes, as TOML that loads back through the device profile schema
-(device/profile.py): a host profile from a fit of this CPU (`host_profile_toml`), its
+(device/soc.py): a host profile from a fit of this CPU (`host_profile_toml`), its
 [calibration] section with the held-out error (`calibration_toml`), and a phone profile whose
 efficiencies and launch overhead were fitted to measured phase times (`profile_with_efficiencies`).
 Every number in them says whether it was measured, fitted or is an assumption.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from harmony_ref._toml import read_toml
 from harmony_ref.calibrate.fit import BASIC_CLASSES, HostFit, PhaseFit
-from harmony_ref.device.profile import HOST_WEIGHT_ONLY_COMPUTE, PROFILES_FOLDER, profile_from_dict
+from harmony_ref.device.soc import HOST_WEIGHT_ONLY_COMPUTE, PROFILES_FOLDER, profile_from_dict
 from harmony_ref.units import GB, GIGA, KIB, MEGA, US_PER_S
 
 THERMAL_TEMPLATE = "harmony-midrange"  # the host's thermal behaviour is not calibrated: borrowed
@@ -52,7 +52,7 @@ def host_profile_toml(
     description: str,
     name: str = "host",
 ) -> str:
-    """A device profile (harmony_ref.device.profile schema) for this host from a fit.
+    """A device profile (harmony_ref.device.soc schema) for this host from a fit.
 
     The cost model multiplies a class's peak by `compute_efficiency`; the fit gives the products
     (achieved rates). compute_efficiency is the INT4 matmul's achieved / nominal peak, and each
@@ -167,7 +167,7 @@ def host_profile_toml(
 
 
 def calibration_toml(result) -> str:
-    """The profile's [calibration] section (harmony_ref.device.profile.CalibrationInfo): the
+    """The profile's [calibration] section (harmony_ref.device.soc.CalibrationInfo): the
     held-out error of the model this profile is, so a SimulatedDevice on it can report it."""
     import datetime
 

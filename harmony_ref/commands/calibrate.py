@@ -432,7 +432,7 @@ def _runtime_phases(args, command, fmt, workloads, profile, runtime, timeout, pa
             command, fmt, workloads, profile, runtime, timeout, args.out, params, session, progress
         )
     from harmony_ref.calibrate.host import host_soc_profile
-    from harmony_ref.device.profile import load_soc
+    from harmony_ref.device.soc import load_soc
 
     out = Path(args.out)
     soc_out = check_output_file(out.with_name(out.stem + ".soc.toml"), "--out's SoC profile")

@@ -59,7 +59,7 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import RunConfig
     from harmony_ref.device.coldstart import breakdown, coldstart_inputs
-    from harmony_ref.device.profile import load_profile, shipped_profiles
+    from harmony_ref.device.soc import load_profile, shipped_profiles
     from harmony_ref.runtime.loader import resolve_model
 
     config = RunConfig.from_names(

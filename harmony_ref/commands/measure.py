@@ -99,7 +99,7 @@ def _values(pairs: list[str]) -> dict[str, str]:
 def _config(args, session):
     """The RunConfig the measurement is of (None without a model), and the profile to check."""
     from harmony_ref.config import RunConfig
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.soc import load_profile
     from harmony_ref.runtime.loader import resolve_model
 
     bench = session.benchmark if session else None

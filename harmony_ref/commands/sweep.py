@@ -91,7 +91,7 @@ def grid_from_args(args):
     for flag in ("models", "policies"):
         if getattr(args, flag) is None:
             raise ValueError(f"--{flag}: missing (or give --grid FILE)")
-    from harmony_ref.device.profile import shipped_profiles
+    from harmony_ref.device.soc import shipped_profiles
 
     scenario = dict(DEFAULT_SCENARIO)
     for flag, axis in (

@@ -5,13 +5,13 @@ as data beside the SoC profiles (harmony_ref/device/runtimes/*.toml).
     rt = load_runtime("llama.cpp-cpu")
     profile = load_profile("dimensity-9300", runtime="llama.cpp-cpu", threads=6)   # for cost.py
 
-A SoC profile (device/profile.py) says what the silicon has: DRAM and what each unit reads of
+A SoC profile (device/soc.py) says what the silicon has: DRAM and what each unit reads of
 it, the CPU clusters, GPU and NPU peaks. A runtime profile says what a runtime makes of it:
 - `unit`: where its matmuls run: "cpu" (the fastest `threads` cores of the SoC's [cpu]
   clusters), "gpu" (the SoC's [gpu] peak) or "npu" (the SoC's NPU Cube peaks);
 - `weight_only_compute`: what a weight-only quantized matmul computes in ("fp16": dequantized
   to float; "weight": at its weight's dtype, int8 activations made on the fly, as llama.cpp's
-  Q8 activations and XNNPACK's QD8 kernels do); device/profile.py `compute_dtype`;
+  Q8 activations and XNNPACK's QD8 kernels do); device/soc.py `compute_dtype`;
 - `thread_split`: how a CPU runtime splits an op over threads: "even" (each thread a fixed
   share, the op waits for its slowest core: device/threads.py) or "dynamic" (work-stealing
   chunks: the op runs at the sum of its cores' rates);
@@ -42,10 +42,10 @@ the file, the field and the value (harmony_ref/_schema.py from_table), as profil
 
 from __future__ import annotations
 
-# The runtime-profile schema, loader and merge live in device/profile.py (load_profile merges a
+# The runtime-profile schema, loader and merge live in device/soc.py (load_profile merges a
 # SoC with its runtime, so the two cannot be apart without an import cycle); this module is
 # their documented home for callers.
-from harmony_ref.device.profile import (  # noqa: F401
+from harmony_ref.device.soc import (  # noqa: F401
     RUNTIMES_FOLDER,
     THREAD_SPLITS,
     UNITS,

@@ -58,7 +58,7 @@ def _predicted(config: RunConfig):
     """The backend's metrics: predicted (simulated), or measured by HostDevice / CommandDevice
     and physics-checked; a measured backend's provenance goes into the part."""
     from harmony_ref.backends.make import make_backend
-    from harmony_ref.device.profile import config_profile
+    from harmony_ref.device.soc import config_profile
 
     opts = config.options
     dev = make_backend(
@@ -97,7 +97,7 @@ def _runtime_calibration(config: RunConfig) -> dict:
     """The runtime the config ran on (`model_runtime`: its own or the profile's default) and
     which measurements it was fitted on and which scored it (its [calibration]), for the record:
     `host_model_mape_pct` is the error on the scored ones."""
-    from harmony_ref.device.profile import runtime_name
+    from harmony_ref.device.soc import runtime_name
     from harmony_ref.device.runtime import load_runtime
 
     name = runtime_name(config.profile, config.runtime)
@@ -114,7 +114,7 @@ def _runtime_calibration(config: RunConfig) -> dict:
 
 
 def _is_shipped(profile: str) -> bool:
-    from harmony_ref.device.profile import shipped_profiles
+    from harmony_ref.device.soc import shipped_profiles
 
     return profile in shipped_profiles()
 
@@ -143,7 +143,7 @@ def _host_model_profile(config: RunConfig) -> str | None:
     if config.backend != "host":
         return None
     if _is_shipped(config.profile):  # a shipped host profile (its runtime is ours) is one too
-        from harmony_ref.device.profile import load_soc
+        from harmony_ref.device.soc import load_soc
 
         return config.profile if load_soc(config.profile).default_runtime == HOST_RUNTIME else None
     return config.profile
@@ -241,13 +241,13 @@ def _accuracy(config: RunConfig):
 
 def _coldstart(config: RunConfig) -> Metrics:
     from harmony_ref.device.coldstart import coldstart_metrics
-    from harmony_ref.device.profile import config_profile
+    from harmony_ref.device.soc import config_profile
 
     return coldstart_metrics(config_profile(config), config)
 
 
 def _thermal(config: RunConfig) -> Metrics:
-    from harmony_ref.device.profile import config_profile
+    from harmony_ref.device.soc import config_profile
     from harmony_ref.device.thermal import thermal_summary
 
     return thermal_summary(config_profile(config), config, minutes=10)

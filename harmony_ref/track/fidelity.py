@@ -97,7 +97,7 @@ def record_points(paths, runtime: str | None) -> list[Point]:
     from pathlib import Path
 
     from harmony_ref.config import RunConfig
-    from harmony_ref.device.profile import load_soc
+    from harmony_ref.device.soc import load_soc
     from harmony_ref.track.record import load_record
 
     out = []
@@ -108,7 +108,7 @@ def record_points(paths, runtime: str | None) -> list[Point]:
             load_soc(cfg.profile)
         except ValueError as e:
             from harmony_ref._format import did_you_mean
-            from harmony_ref.device.profile import shipped_profiles
+            from harmony_ref.device.soc import shipped_profiles
 
             hint = did_you_mean(cfg.profile, shipped_profiles())
             why = (
@@ -139,7 +139,7 @@ def record_points(paths, runtime: str | None) -> list[Point]:
 
 
 def _fitted_ids(point: Point) -> set[str]:
-    from harmony_ref.device.profile import load_soc
+    from harmony_ref.device.soc import load_soc
     from harmony_ref.device.runtime import load_runtime
 
     name = point.runtime or load_soc(point.profile).default_runtime
@@ -285,11 +285,11 @@ def fidelity_metrics(rows: list[dict], cpus: dict[str, str] | None = None) -> Me
 
 
 def profile_calibration(profile: str):
-    """The --profile's own CalibrationInfo (device/profile.py) when `profile` is a file with a
+    """The --profile's own CalibrationInfo (device/soc.py) when `profile` is a file with a
     calibration of its own: its [calibration] section, or its runtime file's, as `harmony-ref
     calibrate` writes them on the machine it runs on. None for a shipped profile, a profile
     without one, and a profile whose calibration is a shipped runtime's (the fixtures')."""
-    from harmony_ref.device.profile import (
+    from harmony_ref.device.soc import (
         load_profile,
         load_runtime,
         load_soc,
@@ -416,7 +416,7 @@ def plot(scored: list[Scored], path) -> None:
 def _runtime_name(p: Point) -> str:
     if p.runtime:
         return p.runtime
-    from harmony_ref.device.profile import load_soc
+    from harmony_ref.device.soc import load_soc
 
     return load_soc(p.profile).default_runtime or load_soc(p.profile).name
 

@@ -258,7 +258,7 @@ def test_the_held_out_phones_meet_issue_44s_targets():
     natively put their prompts 2.2x too fast."""
     import statistics
 
-    from harmony_ref.device.profile import RuntimeFloat16
+    from harmony_ref.device.soc import RuntimeFloat16
 
     scored = fd.score(figure_points(load_figures(shipped=HELDOUT_FIGURES)))
     ratios = [s.predicted / s.point.measured for s in scored]
@@ -300,7 +300,7 @@ def test_a_points_prediction_is_the_simulated_backends():
         ("kirin-9000e", None),
         ("harmony-flagship", None),
     ):
-        from harmony_ref.device.profile import load_profile
+        from harmony_ref.device.soc import load_profile
 
         p = load_profile(soc, rt)
         full = SimulatedDevice(p).predict(cfg)

@@ -11,7 +11,7 @@ from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
 from harmony_ref.device.cost import scenario_timing
 from harmony_ref.device.physics import bounds
-from harmony_ref.device.profile import load_profile, load_soc
+from harmony_ref.device.soc import load_profile, load_soc
 from harmony_ref.device.runtime import (
     apply_runtime,
     load_runtime,

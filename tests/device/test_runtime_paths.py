@@ -11,7 +11,7 @@ from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
 from harmony_ref.device.cost import phase_cost, scenario_timing
 from harmony_ref.device.physics import bounds
-from harmony_ref.device.profile import (
+from harmony_ref.device.soc import (
     WIDENED_SHARE,
     Float16Core,
     RuntimeFloat16,

@@ -8,7 +8,7 @@ import pytest
 
 from harmony_ref.lab.session import DeviceSession
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import load_profile
+from harmony_ref.device.soc import load_profile
 from harmony_ref.device.thermal import decode_operating_points
 from tests.lab.test_session import (  # noqa: F401
     fresh,

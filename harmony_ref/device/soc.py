@@ -575,7 +575,7 @@ RUNTIMES_FOLDER = "device/runtimes"
 class RuntimeEfficiency:
     matmul: float = _fraction()  # achieved / the unit's peak on matmuls of every dtype
     memory: float = _fraction()  # achieved / the unit's DRAM read bandwidth
-    # per efficiency class (device/profile.py FALLBACK: an unset one takes the next in its
+    # per efficiency class (device/soc.py FALLBACK: an unset one takes the next in its
     # chain, then matmul's): a prompt's matmuls per compute dtype; one-row matmuls (a decode
     # step's GEMVs), all or per dtype; attention over a prompt and for one decode row; vector ops
     int4: float = _fraction(math.nan)
@@ -619,7 +619,7 @@ class Float16Core:
 
 @dataclass(frozen=True)
 class RuntimeFloat16:
-    """What a 16-bit float matmul computes in, per format (device/profile.py FLOAT16_PATHS):
+    """What a 16-bit float matmul computes in, per format (device/soc.py FLOAT16_PATHS):
     "native" (fp16 FMLA; bf16 BFMMLA/BFDOT) at the unit's fp16 rate, "widened" (converted to
     fp32 and multiplied there) at WIDENED_SHARE of it; `core`: per core kind, on a CPU unit."""
 

@@ -6,7 +6,7 @@ from importlib import resources
 
 import pytest
 
-from harmony_ref.device.profile import DeviceProfile, load_profile, shipped_profiles
+from harmony_ref.device.soc import DeviceProfile, load_profile, shipped_profiles
 from harmony_ref.device.thermal_config import ThermalConfig
 
 SHIPPED = ["harmony-flagship", "harmony-midrange", "harmony-lowend"]
