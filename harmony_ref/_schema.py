@@ -141,3 +141,13 @@ def from_table(cls, table, source: str, section: str = ""):
 def nonneg(**extra):
     """Field metadata: a number that must be >= 0."""
     return dataclasses.field(metadata={"min": 0, **extra})
+
+
+def fraction(default=None):
+    """Field metadata: a share in (0, 1] (an efficiency); optional with a default."""
+    meta = {"min": 1e-6, "max": 1.0}
+    return (
+        dataclasses.field(metadata=meta)
+        if default is None
+        else dataclasses.field(default=default, metadata=meta)
+    )

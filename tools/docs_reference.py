@@ -430,8 +430,9 @@ def record_markdown() -> str:
 
 def pages() -> dict[str, str]:
     """Docs-relative path -> Markdown of every generated reference page."""
+    from harmony_ref.device.runtime import RuntimeProfile
+    from harmony_ref.device.soc import DeviceProfile
     from harmony_ref.lab.session_spec import SessionSpec
-    from harmony_ref.device.soc import DeviceProfile, RuntimeProfile
     from harmony_ref.model.spec import ModelSpec
 
     return {

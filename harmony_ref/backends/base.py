@@ -59,7 +59,8 @@ def _any_phone_checked(metrics: Metrics, profile, config):
     model is checked the same way on that profile."""
     from harmony_ref.config import RunConfig
     from harmony_ref.device.physics import check
-    from harmony_ref.device.soc import load_profile, shipped_profiles
+    from harmony_ref.device.runtime import load_profile
+    from harmony_ref.device.soc import shipped_profiles
     from harmony_ref.model.spec import get_spec, list_specs
 
     per_token = config is None  # without the scenario only per-token rates can be bounded
@@ -107,7 +108,7 @@ def physics_checked(
     roofline (a DeviceProfile, shipped name or path). With no profile or config: unchecked, or
     with `any_phone` (a phone's benchmark output) against the loosest shipped-phone bound."""
     from harmony_ref.device.physics import check
-    from harmony_ref.device.soc import load_profile
+    from harmony_ref.device.runtime import load_profile
 
     if profile is None or config is None:
         if any_phone:

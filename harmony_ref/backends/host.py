@@ -290,7 +290,7 @@ class HostDevice:
         return Measurement(m, prov, findings, physics, config, ())
 
     def _profile(self):
-        from harmony_ref.device.soc import load_profile
+        from harmony_ref.device.runtime import load_profile
 
         return None if self.model_profile is None else load_profile(self.model_profile)
 

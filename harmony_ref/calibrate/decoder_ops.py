@@ -162,9 +162,7 @@ def call_samples(
         if kind not in work or s <= 0:
             continue
         w = work[kind]
-        one_row = (
-            tokens == 1
-        )  # a decode step: its GEMVs and one-row attention (profile.py op_class)
+        one_row = tokens == 1  # a decode step: its GEMVs and one-row attention (soc.py op_class)
         if kind == "attention":
             cls, ops, vec = "attention_decode" if one_row else "attention", w["flops"], w["vflops"]
         elif w["dtype"] is not None:

@@ -275,7 +275,7 @@ def fit_host_runtime(manifest: HostManifest | None = None):
     cache_t1 = machine["cache_read_gbps_t1"] * GB
 
     # each fitted class's rate against its one-core peak (attention: fp16's; device/soc.py
-    # class_peak_ops_per_s); a class no sample had keeps its fallback (profile.py FALLBACK)
+    # class_peak_ops_per_s); a class no sample had keeps its fallback (soc.py FALLBACK)
     def peak_of(c):
         if c == "vector":
             return peaks["vector"]

@@ -116,8 +116,7 @@ def calibrate_runtime_phases(
         shared_only,
     )
     from harmony_ref.calibrate.points import Point
-    from harmony_ref.device.soc import load_profile
-    from harmony_ref.device.runtime import load_runtime
+    from harmony_ref.device.runtime import load_profile, load_runtime
 
     params = tuple(params or PHASE_PARAMS)
     # the fit is this device's: its numbers become the profile's shared ones, and no other

@@ -44,7 +44,7 @@ from harmony_ref.calibrate.write import (
     nominal_host_peaks,
     profile_with_efficiencies,
 )
-from harmony_ref.device.soc import load_profile
+from harmony_ref.device.runtime import load_profile
 from harmony_ref.metrics import ape_pct, mape_pct
 from harmony_ref.units import GB, GIGA, MS_PER_S, US_PER_S
 

@@ -123,7 +123,7 @@ RUNTIME_HELP = (
 
 def add_runtime_argument(p, help: str = RUNTIME_HELP) -> None:
     """--runtime (predict, run, compare): a runtime whose unit the SoC lacks is refused where the
-    two meet (device/soc.py apply_runtime)."""
+    two meet (device/runtime.py apply_runtime)."""
     p.add_argument("--runtime", metavar="RUNTIME", help=help)
 
 

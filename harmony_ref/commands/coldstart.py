@@ -13,9 +13,9 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.job.host_coldstart import DEFAULT_COLS, DEFAULT_LAYERS, DEFAULT_ROWS
     from harmony_ref.commands._args import add_model_arguments, add_scenario_arguments
     from harmony_ref.commands._output import add_json_flag
+    from harmony_ref.job.host_coldstart import DEFAULT_COLS, DEFAULT_LAYERS, DEFAULT_ROWS
 
     add_model_arguments(p, profile=None, checkpoints=True)
     p.add_argument(
@@ -59,7 +59,8 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import RunConfig
     from harmony_ref.device.coldstart import breakdown, coldstart_inputs
-    from harmony_ref.device.soc import load_profile, shipped_profiles
+    from harmony_ref.device.runtime import load_profile
+    from harmony_ref.device.soc import shipped_profiles
     from harmony_ref.runtime.loader import resolve_model
 
     config = RunConfig.from_names(

@@ -20,9 +20,9 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.lab.parsers import FORMATS
     from harmony_ref.commands._args import add_history_arguments, add_scenario_arguments, number
     from harmony_ref.commands._session import add_session_argument
+    from harmony_ref.lab.parsers import FORMATS
 
     p.add_argument(
         "--command",
@@ -99,7 +99,7 @@ def _values(pairs: list[str]) -> dict[str, str]:
 def _config(args, session):
     """The RunConfig the measurement is of (None without a model), and the profile to check."""
     from harmony_ref.config import RunConfig
-    from harmony_ref.device.soc import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.runtime.loader import resolve_model
 
     bench = session.benchmark if session else None
@@ -134,9 +134,9 @@ def _config(args, session):
 def run(args) -> int:
     from harmony_ref.backends.base import BackendError
     from harmony_ref.backends.command import CommandDevice
-    from harmony_ref.lab.transport import DeviceGone
     from harmony_ref.commands import _session
     from harmony_ref.commands._args import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS
+    from harmony_ref.lab.transport import DeviceGone
 
     given = (("--prompt", args.prompt_tokens), ("--new", args.new_tokens))
     asked = [flag for flag, v in given if v is not None]  # the flags the user gave

@@ -101,7 +101,7 @@ def config_from_args(args):
             opts["session"] = str(session)
     elif args.command or args.command_format or session:
         raise ValueError("--command/--command-format/--session only apply to --backend command")
-    from harmony_ref.device.soc import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.runtime.loader import resolve_model
 
     model, checkpoint = resolve_model(args.model)

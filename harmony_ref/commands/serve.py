@@ -100,7 +100,7 @@ def run(args) -> int:
 
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import RunConfig
-    from harmony_ref.device.soc import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.device.serve import (
         device_service_model,
         load_trace,

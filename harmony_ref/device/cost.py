@@ -23,7 +23,7 @@ NumPy arrays and on plain numbers alike.
 
 A runtime that runs the forward as one compiled graph (runtime profile `[overhead] graph =
 "compiled"`: QNN/HTP) pays no per-op launch, its `graph_us` once per forward instead (merged into
-the forward overhead by device/soc.py apply_runtime). A 16-bit float matmul (and attention)
+the forward overhead by device/runtime.py apply_runtime). A 16-bit float matmul (and attention)
 runs at the share of the fp16 peak its policy's 16-bit format takes on the runtime
 (`ComputeSpec.float16_share`: 0.5 where the runtime widens that format to fp32).
 
@@ -122,7 +122,7 @@ class Roofline:
     cache_bytes: float = 0.0  # a cache streamed bytes can stay in (0: none)
     cache_bytes_per_s: float = 0.0
     forward_s: float = 0.0  # once per forward pass
-    class_ops_per_s: dict[str, float] | None = None  # per efficiency class (profile.py FALLBACK)
+    class_ops_per_s: dict[str, float] | None = None  # per efficiency class (soc.py FALLBACK)
     widen_s_per_weight: float = 0.0  # per fp16 weight per call, before its matmul
 
     @classmethod
@@ -281,7 +281,7 @@ def _evaluate(
     # attention over a prompt or for one row); vector work at the vector rate
     k = r.class_ops_per_s
     # a 16-bit float matmul (and attention, in the same format) at its format's path: native,
-    # or widened to fp32 (profile.py ComputeSpec.float16_share)
+    # or widened to fp32 (soc.py ComputeSpec.float16_share)
     f16 = profile.compute.float16_share(g0.float16)
     share = np.array([f16 if d == "fp16" else 1.0 for d in DTYPES])
     gemm = (np.array([k[d] for d in DTYPES]) * share)[cd]

@@ -58,7 +58,7 @@ def _predicted(config: RunConfig):
     """The backend's metrics: predicted (simulated), or measured by HostDevice / CommandDevice
     and physics-checked; a measured backend's provenance goes into the part."""
     from harmony_ref.backends.make import make_backend
-    from harmony_ref.device.soc import config_profile
+    from harmony_ref.device.runtime import config_profile
 
     opts = config.options
     dev = make_backend(
@@ -97,8 +97,8 @@ def _runtime_calibration(config: RunConfig) -> dict:
     """The runtime the config ran on (`model_runtime`: its own or the profile's default) and
     which measurements it was fitted on and which scored it (its [calibration]), for the record:
     `host_model_mape_pct` is the error on the scored ones."""
-    from harmony_ref.device.soc import runtime_name
     from harmony_ref.device.runtime import load_runtime
+    from harmony_ref.device.soc import runtime_name
 
     name = runtime_name(config.profile, config.runtime)
     if not name:
@@ -241,13 +241,13 @@ def _accuracy(config: RunConfig):
 
 def _coldstart(config: RunConfig) -> Metrics:
     from harmony_ref.device.coldstart import coldstart_metrics
-    from harmony_ref.device.soc import config_profile
+    from harmony_ref.device.runtime import config_profile
 
     return coldstart_metrics(config_profile(config), config)
 
 
 def _thermal(config: RunConfig) -> Metrics:
-    from harmony_ref.device.soc import config_profile
+    from harmony_ref.device.runtime import config_profile
     from harmony_ref.device.thermal import thermal_summary
 
     return thermal_summary(config_profile(config), config, minutes=10)

@@ -300,7 +300,7 @@ def check_session(spec: SessionSpec, source: str) -> None:
             raise _bad(source, f"{where}.remote", item.remote, "is pushed twice")
         remotes.add(item.remote)
     if d.profile:
-        from harmony_ref.device.soc import load_profile
+        from harmony_ref.device.runtime import load_profile
 
         try:
             load_profile(d.profile)

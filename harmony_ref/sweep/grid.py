@@ -111,7 +111,7 @@ class Grid:
 
     def points(self) -> list[Point]:
         """One Point per combination, in a stable order (models outermost)."""
-        from harmony_ref.device.soc import load_profile
+        from harmony_ref.device.runtime import load_profile
         from harmony_ref.runtime.loader import resolve_model
 
         code = code_version()
@@ -224,10 +224,10 @@ def _fail(source: str, where: str, value, msg: str):
 
 def check_grid(grid: Grid) -> None:
     """Every axis non-empty and every name resolvable; a ValueError naming source/field/value."""
-    from harmony_ref.device.soc import load_profile
+    from harmony_ref.device.runtime import load_profile
+    from harmony_ref.job.main import part_names
     from harmony_ref.quant.policy import load_policy
     from harmony_ref.runtime.loader import resolve_model
-    from harmony_ref.job.main import part_names
 
     src = grid.source
     for where, values, load in (
@@ -303,8 +303,7 @@ def _check_runtimes(grid: Grid) -> None:
     """Each runtime loads and runs on at least one of the grid's profiles (one that runs on none
     is a typo or a wrong grid, refused with the first profile's reason); a pair that does not
     run leaves its points failing with the reason."""
-    from harmony_ref.device.soc import load_profile
-    from harmony_ref.device.runtime import load_runtime
+    from harmony_ref.device.runtime import load_profile, load_runtime
 
     src = grid.source
     if len(set(grid.runtimes)) != len(grid.runtimes):

@@ -6,7 +6,7 @@ A column is a profile on a runtime (`compare_columns`): "dimensity-9300" runs th
 Each column is labelled `profile · runtime` ("· own" for a profile that names no runtime: its
 own efficiency fields), so no table or plot compares runtimes without saying so, and
 `runtime_note` is the one line that warns when the columns differ in runtime. A runtime whose
-unit the SoC lacks is refused before any work (device/soc.py apply_runtime).
+unit the SoC lacks is refused before any work (device/runtime.py apply_runtime).
 
 `compare_profiles` runs the device-dependent, exact parts of the main job (predicted metrics,
 cold start, 10-minute thermal summary) once per column and returns a pandas frame with metrics
@@ -56,7 +56,8 @@ class Column:
 def compare_columns(profiles: list[str], runtime: str | None = None) -> list[Column]:
     """The columns of `--profiles` items ("PROFILE" or "PROFILE:RUNTIME") and `--runtime`, each
     profile loaded on its runtime here (a runtime whose unit the SoC lacks is a ValueError)."""
-    from harmony_ref.device.soc import load_profile, runtime_name
+    from harmony_ref.device.runtime import load_profile
+    from harmony_ref.device.soc import runtime_name
 
     if len(profiles) < 1:
         raise ValueError("--profiles: give at least one profile")
@@ -172,7 +173,7 @@ def coldstart_phases(
     import pandas as pd
 
     from harmony_ref.device.coldstart import STEPS, STRATEGIES, breakdown
-    from harmony_ref.device.soc import config_profile
+    from harmony_ref.device.runtime import config_profile
 
     rows = {}
     cols = compare_columns(profiles, runtime)

@@ -139,8 +139,8 @@ def record_points(paths, runtime: str | None) -> list[Point]:
 
 
 def _fitted_ids(point: Point) -> set[str]:
-    from harmony_ref.device.soc import load_soc
     from harmony_ref.device.runtime import load_runtime
+    from harmony_ref.device.soc import load_soc
 
     name = point.runtime or load_soc(point.profile).default_runtime
     if not name:
@@ -289,13 +289,8 @@ def profile_calibration(profile: str):
     calibration of its own: its [calibration] section, or its runtime file's, as `harmony-ref
     calibrate` writes them on the machine it runs on. None for a shipped profile, a profile
     without one, and a profile whose calibration is a shipped runtime's (the fixtures')."""
-    from harmony_ref.device.soc import (
-        load_profile,
-        load_runtime,
-        load_soc,
-        shipped_profiles,
-        shipped_runtimes,
-    )
+    from harmony_ref.device.runtime import load_profile, load_runtime, shipped_runtimes
+    from harmony_ref.device.soc import load_soc, shipped_profiles
 
     if profile in shipped_profiles():
         return None

@@ -68,7 +68,8 @@ def calibrated(tmp_path_factory, tiny_gguf):
 
 
 def test_writes_a_soc_profile_naming_its_fitted_runtime(calibrated):
-    from harmony_ref.device.soc import load_profile, load_runtime, load_soc
+    from harmony_ref.device.runtime import load_profile, load_runtime
+    from harmony_ref.device.soc import load_soc
 
     out, summary, steps = calibrated
     rt_file = runtime_path(out)

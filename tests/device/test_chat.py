@@ -9,10 +9,10 @@ import pytest
 from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.cli import main
 from harmony_ref.config import RunConfig, Scenario
-from harmony_ref.device.cost import scenario_timing
-from harmony_ref.device.soc import load_profile
-from harmony_ref.device.serve import Request, simulate_serving
 from harmony_ref.device.chat import Admission, SessionCache, SessionService
+from harmony_ref.device.cost import scenario_timing
+from harmony_ref.device.runtime import load_profile
+from harmony_ref.device.serve import Request, simulate_serving
 from tests.device.test_ops import TINY
 
 

@@ -6,7 +6,8 @@ from importlib import resources
 
 import pytest
 
-from harmony_ref.device.soc import DeviceProfile, load_profile, shipped_profiles
+from harmony_ref.device.runtime import load_profile
+from harmony_ref.device.soc import DeviceProfile, shipped_profiles
 from harmony_ref.device.thermal_config import ThermalConfig
 
 SHIPPED = ["harmony-flagship", "harmony-midrange", "harmony-lowend"]

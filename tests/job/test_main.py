@@ -311,7 +311,7 @@ def test_host_and_simulated_host_profile_records_have_the_same_metric_names(
     metric names, with the same units and directions: the host computes the model's breakdown for
     the model it measured, the CPU frequency is provenance, and the model error is in both (the
     calibration's held-out number in the simulated record, the live one in the host record)."""
-    from harmony_ref.device.soc import load_profile
+    from harmony_ref.device.runtime import load_profile
 
     host_profile = microbench_profile
     cal = load_profile(host_profile).calibration

@@ -6,10 +6,11 @@ metric and says why."""
 
 import pytest
 
-from harmony_ref.lab.session import DeviceSession
 from harmony_ref.config import RunConfig
-from harmony_ref.device.soc import load_profile
+from harmony_ref.device.runtime import load_profile
 from harmony_ref.device.thermal import decode_operating_points
+from harmony_ref.lab.session import DeviceSession
+from tests.fake_device.phone_server import IDLE_W, PROFILE, WORKLOAD
 from tests.lab.test_session import (  # noqa: F401
     fresh,
     hdc_phone,
@@ -17,7 +18,6 @@ from tests.lab.test_session import (  # noqa: F401
     measured_record,
     phones,
 )
-from tests.fake_device.phone_server import IDLE_W, PROFILE, WORKLOAD
 
 
 def known_mj_per_token() -> float:

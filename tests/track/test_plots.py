@@ -160,7 +160,7 @@ def test_normalised_view(compared, tmp_path):
 
 def test_thermal_plot(tmp_path):
     from harmony_ref.config import RunConfig
-    from harmony_ref.device.soc import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.device.thermal import sustained_generation
 
     profile = load_profile("harmony-flagship")
@@ -285,7 +285,7 @@ def test_layout_checker_catches_what_it_claims():
 def test_lifecycle_plot(tmp_path):
     from harmony_ref.config import RunConfig
     from harmony_ref.device.lifecycle import STRATEGIES, simulate_lifecycle
-    from harmony_ref.device.soc import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.track.lifecycle_plot import lifecycle_figure
 
     profile = load_profile("harmony-flagship")
