@@ -192,7 +192,7 @@ def measure_times(
                 best = min(best, time.perf_counter() - t0)
             seconds[pol.name] = best
             print(pol.name, f"{best:.1f} s", file=sys.stderr)
-    from harmony_ref.backends.host_timing import cpu_model
+    from harmony_ref._cpus import cpu_model
 
     cpu = cpu_model()
     import os

@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harmony_ref.lab._parse import ParseError
-from harmony_ref.backends.base import BackendError
 from harmony_ref.lab.device_parsers import (
     AttachedDevice,
     adb_failure,
@@ -53,6 +52,7 @@ from harmony_ref.lab.device_parsers import (
     parse_hdc_targets,
     parse_param_get,
 )
+from harmony_ref.lab.errors import BackendError
 from harmony_ref.lab.process import (
     CommandOutput,
     Running,
@@ -319,7 +319,7 @@ class LocalTransport(Transport):
         return h.hexdigest()
 
     def identity(self) -> dict[str, str]:
-        from harmony_ref.backends.host_timing import cpu_model
+        from harmony_ref._cpus import cpu_model
 
         return {
             "device_model": platform.node(),
