@@ -10,8 +10,8 @@ gate treat them alike; where their metrics overlap they use the same names (`ttf
 A measured backend checks its metrics against a roofline (device/physics.py) when it knows the
 hardware's profile: metrics faster than physics allows come back flagged `implausible`, one line
 per flag in `findings`, and `physics` says what was checked against what. A measurement that did
-not happen (timeout, crash, unparseable output) raises BackendError: nothing is returned, so
-nothing can be recorded.
+not happen (timeout, crash, unparseable output) raises BackendError (lab/errors.py): nothing is
+returned, so nothing can be recorded.
 """
 
 from __future__ import annotations
@@ -40,16 +40,6 @@ class Backend(Protocol):
     name: str
 
     def run(self, config: Any) -> Measurement: ...
-
-
-class BackendError(RuntimeError):
-    """A measurement did not happen (timeout, crash, unparseable output): nothing is recorded.
-    Its message is one line; `detail` holds what does not fit there (the script sent, the last
-    lines of stderr), printed under `--verbose`."""
-
-    def __init__(self, message: str, detail: str = ""):
-        super().__init__(message)
-        self.detail = detail
 
 
 def _any_phone_checked(metrics: Metrics, profile, config):

@@ -30,7 +30,8 @@ import re
 import shlex
 import string
 
-from harmony_ref.backends.base import BackendError, Measurement, physics_checked
+from harmony_ref.backends.base import Measurement, physics_checked
+from harmony_ref.lab.errors import BackendError
 from harmony_ref.lab.parsers import FORMATS, ParseError, parse
 from harmony_ref.lab.process import CommandOutput, needs_shell, run_process, tail
 

@@ -209,7 +209,7 @@ def file_policy_refused(model: str):
 
 def _check_valid_repeats(m, cfg) -> None:
     """A session's workload with fewer unthrottled repeats than it asks for is not fitted."""
-    from harmony_ref.backends.base import BackendError
+    from harmony_ref.lab.errors import BackendError
 
     if m.session is not None and m.session["valid_repeats"] < m.session["min_valid_repeats"]:
         raise BackendError(

@@ -16,8 +16,8 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.lab.parsers import FORMATS
     from harmony_ref.commands._args import number
+    from harmony_ref.lab.parsers import FORMATS
 
     p.add_argument(
         "--backend",
@@ -340,9 +340,9 @@ def _run_phase_calibration(args) -> int:
     """Phase-level calibration from a benchmark command: a runtime profile on a SoC
     (calibrate/phases.py; on this host by default for llama-bench) or, without --runtime, a
     device profile's efficiencies (calibrate/run.py calibrate_phases)."""
-    from harmony_ref.backends.base import BackendError
-    from harmony_ref.lab.transport import DeviceGone
     from harmony_ref.commands import _session
+    from harmony_ref.lab.errors import BackendError
+    from harmony_ref.lab.transport import DeviceGone
 
     session = _session.load(args.session)
     command = args.command_template or (session.benchmark.command if session else "")

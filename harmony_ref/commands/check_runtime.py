@@ -118,8 +118,8 @@ def _print_rows(rows, title):
 
 def _compare(args) -> int:
     from harmony_ref.commands._output import print_json
-    from harmony_ref.track.record import load_record
     from harmony_ref.job.runtime_check import row_from_record
+    from harmony_ref.track.record import load_record
 
     rows = [row_from_record(load_record(path), path) for path in args.compare]
     if args.json:
@@ -133,10 +133,7 @@ def run(args) -> int:
     import sys
     import tempfile
 
-    from harmony_ref.backends.base import BackendError
     from harmony_ref.commands._output import print_json
-    from harmony_ref.metrics import Metrics
-    from harmony_ref.track.record import write_record
     from harmony_ref.job.runtime_check import (
         RuntimeCheck,
         reference_for,
@@ -144,6 +141,9 @@ def run(args) -> int:
         run_check,
         table_row,
     )
+    from harmony_ref.lab.errors import BackendError
+    from harmony_ref.metrics import Metrics
+    from harmony_ref.track.record import write_record
 
     if args.compare:
         if args.commands:
@@ -160,8 +160,8 @@ def run(args) -> int:
     from harmony_ref._io import check_output_dir
 
     check_output_dir(args.out_dir, "--out-dir")  # before the reference and the runtime run
-    from harmony_ref.lab.transport import DeviceGone
     from harmony_ref.commands import _session
+    from harmony_ref.lab.transport import DeviceGone
 
     session = _session.load(args.session)
     device = args.device

@@ -132,10 +132,10 @@ def _config(args, session):
 
 
 def run(args) -> int:
-    from harmony_ref.backends.base import BackendError
     from harmony_ref.backends.command import CommandDevice
     from harmony_ref.commands import _session
     from harmony_ref.commands._args import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS
+    from harmony_ref.lab.errors import BackendError
     from harmony_ref.lab.transport import DeviceGone
 
     given = (("--prompt", args.prompt_tokens), ("--new", args.new_tokens))

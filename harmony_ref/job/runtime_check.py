@@ -407,7 +407,7 @@ def mark_inaccurate(metrics: Metrics) -> Metrics:
 
 
 def _judge_perplexity(check: RuntimeCheck, ref: Reference, done) -> CheckResult:
-    from harmony_ref.backends.base import BackendError
+    from harmony_ref.lab.errors import BackendError
     from harmony_ref.lab.parsers import ParseError, parse_llama_perplexity
 
     if done.returncode != 0:
@@ -492,7 +492,7 @@ def _judge_perplexity(check: RuntimeCheck, ref: Reference, done) -> CheckResult:
 
 
 def _judge_mslite(done) -> CheckResult:
-    from harmony_ref.backends.base import BackendError
+    from harmony_ref.lab.errors import BackendError
     from harmony_ref.lab.parsers import ParseError, mslite_accuracy, parse_mslite
 
     acc = mslite_accuracy(done.text)

@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from harmony_ref.backends.base import BackendError
+from harmony_ref.lab.errors import BackendError
 
 STDERR_TAIL_LINES = 15
 _NEEDS_SHELL = re.compile(r"[|;<>&`]|\$\(")

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harmony_ref.backends.base import BackendError
+from harmony_ref.lab.errors import BackendError
 from harmony_ref.lab.process import last_line, needs_shell, tail
 from harmony_ref.lab.session_spec import SessionSpec
 from harmony_ref.lab.telemetry import (

@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from harmony_ref.backends.base import BackendError
 from harmony_ref.backends.command import CommandDevice
+from harmony_ref.cli import main
+from harmony_ref.lab.errors import BackendError
 from harmony_ref.lab.parsers import parse
 from harmony_ref.lab.session import CooldownTimeout, DeviceSession
 from harmony_ref.lab.session_spec import load_session
-from harmony_ref.cli import main
 from tests.fake_device.fakephone import FakePhone, process_alive, toml_dumps
 
 

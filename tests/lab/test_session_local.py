@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harmony_ref.backends.base import BackendError
 from harmony_ref.backends.command import CommandDevice
-from harmony_ref.lab.session_spec import load_session
 from harmony_ref.cli import main
+from harmony_ref.lab.errors import BackendError
+from harmony_ref.lab.session_spec import load_session
 from harmony_ref.track.record import load_record
 from tests.fake_device.fakephone import process_alive, toml_dumps
 
