@@ -59,10 +59,10 @@ def run(args) -> int:
     import sys
 
     from harmony_ref.commands._output import print_table
+    from harmony_ref.job.compare_run import compare_profiles
     from harmony_ref.track.compare import (
         LABEL_SEP,
         compare_columns,
-        compare_profiles,
         marked_frame,
         runtime_note,
         to_markdown,

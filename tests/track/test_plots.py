@@ -59,7 +59,8 @@ def render(build, path):
 
 @pytest.fixture(scope="module")
 def compared():
-    from harmony_ref.track.compare import coldstart_phases, compare_profiles
+    from harmony_ref.job.compare_run import compare_profiles
+    from harmony_ref.track.compare import coldstart_phases
 
     frame, _notes = compare_profiles(PROFILES, MODEL, POLICY)
     return frame, coldstart_phases(PROFILES, MODEL, POLICY)
@@ -78,7 +79,8 @@ def test_compare_panels(compared, tmp_path):
 def test_four_columns_each_naming_its_runtime_read_without_overlaps(tmp_path):
     """Four phones on one runtime, then one phone on four: tick labels carry `profile ·
     runtime` on two lines each, the figure widens so no value label meets its neighbour."""
-    from harmony_ref.track.compare import coldstart_phases, compare_profiles
+    from harmony_ref.job.compare_run import compare_profiles
+    from harmony_ref.track.compare import coldstart_phases
 
     for cols in (
         ["snapdragon-8-gen-3", "dimensity-9300", "kirin-9000e", "snapdragon-8-elite"],
