@@ -16,7 +16,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# (layer, top-level names under harmony_ref/ it holds), bottom first. `sweep` (Dask sweeps over
+# (layer, top-level names under harmony_ref/ it holds), bottom first. lab/ (the device-session
+# stack) sits above device/ and below backends/, which drive it; job/ (the main job) above track/,
+# whose records it writes, and below sweep/, which runs it. `sweep` (Dask sweeps over
 # many configs, a later issue) sits between track/ and commands/: declared now, empty for now.
 LAYERS = [
     (
@@ -31,9 +33,11 @@ LAYERS = [
     ("runtime", ("runtime",)),
     ("eval", ("eval",)),
     ("device", ("device",)),
+    ("lab", ("lab",)),
     ("backends", ("backends",)),
     ("calibrate", ("calibrate",)),
     ("track", ("track",)),
+    ("job", ("job",)),
     ("sweep", ("sweep",)),
     ("commands", ("commands",)),
     ("cli", ("cli", "__main__")),
