@@ -68,8 +68,8 @@ def _read(path, shipped: str) -> tuple[dict, str]:
 def load_figures(path=None, shipped: str = SHIPPED_FIGURES) -> tuple[Figure, ...]:
     """The figures of a file, or with no path of the shipped file `shipped` (the calibration
     figures by default; HELDOUT_FIGURES: the held-out ones), every name checked."""
-    from harmony_ref.device.soc import load_soc
     from harmony_ref.device.runtime import load_runtime
+    from harmony_ref.device.soc import load_soc
     from harmony_ref.model.spec import get_spec
     from harmony_ref.quant.policy import load_policy
 

@@ -14,9 +14,9 @@ HELP = "find the commit that made a metric worse: worktrees, builds, adaptive re
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.lab.parsers import FORMATS
     from harmony_ref.commands._args import count, number
     from harmony_ref.commands._output import add_json_flag
+    from harmony_ref.lab.parsers import FORMATS
 
     p.add_argument("--repo", required=True, metavar="DIR", help="git checkout of the SUT")
     p.add_argument("--good", required=True, metavar="REV", help="a revision without the regression")

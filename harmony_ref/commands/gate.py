@@ -55,7 +55,6 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json
     from harmony_ref.commands.run import DEFAULTS
     from harmony_ref.config import RunConfig
-    from harmony_ref.track.gate import compare, load_tolerances, to_json, to_markdown
     from harmony_ref.job.gate_run import (
         current_record,
         failed_parts,
@@ -64,6 +63,7 @@ def run(args) -> int:
         remeasure_policy,
         replace_baseline,
     )
+    from harmony_ref.track.gate import compare, load_tolerances, to_json, to_markdown
 
     note = partial(print, file=sys.stderr)
     tolerances = load_tolerances(args.tolerances)

@@ -221,7 +221,7 @@ def _write_record(m, config, dev, args):
     """A run record of a session measurement: the config (or what the command says it runs),
     the metrics, the session block in its `session` part. The config names the session by
     what it measured (session_id), not by its file, which the session block keeps."""
-    from harmony_ref.lab.session import session_id
+    from harmony_ref.lab.session_result import session_id
     from harmony_ref.track.record import Record, collect_provenance, write_record
 
     opts = {

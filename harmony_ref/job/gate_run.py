@@ -21,9 +21,9 @@ from pathlib import Path
 
 from harmony_ref._io import StagedOutputs
 from harmony_ref.config import RunConfig
+from harmony_ref.job.main import ran_parts, remeasure_fn, run_job
 from harmony_ref.metrics import Metric
 from harmony_ref.track.gate import too_few_valid_repeats
-from harmony_ref.job.main import ran_parts, remeasure_fn, run_job
 from harmony_ref.track.record import (
     Record,
     latest_record,

@@ -418,7 +418,7 @@ def run_job(
     cfg = record_config(config)
     block = parts.get("predicted", {}).get("session")
     if block:  # a device session: named by what it measured (the gate compares that)
-        from harmony_ref.lab.session import session_id
+        from harmony_ref.lab.session_result import session_id
 
         cfg.setdefault("backend_options", {})["session_id"] = session_id(
             block, cfg["model"], cfg["policy"], cfg["scenario"]

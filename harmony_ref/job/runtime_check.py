@@ -599,7 +599,7 @@ def result_record(check: RuntimeCheck, result: CheckResult, ref: Reference | Non
     part = {"status": "ok", "detail": detail}
     if result.session is not None:
         part["session"] = result.session
-        from harmony_ref.lab.session import session_id
+        from harmony_ref.lab.session_result import session_id
 
         config["backend_options"]["session_id"] = session_id(
             result.session, config["model"], config["policy"], config["scenario"]
