@@ -148,21 +148,25 @@ def run(args) -> int:
     if args.sessions or args.prefix_tokens:
         import dataclasses
 
-        from harmony_ref.device.chat import SessionCache, SessionService, assign_sessions
+        from harmony_ref.device.chat import (
+            ConversationCache,
+            ConversationService,
+            assign_conversations,
+        )
         from harmony_ref.model.graph import kv_bytes_per_token_per_layer
 
         if args.sessions < 0:
             raise ValueError(f"--sessions {args.sessions}: must be >= 0")
         ids = (
-            assign_sessions(len(requests), args.sessions, args.seed)
+            assign_conversations(len(requests), args.sessions, args.seed)
             if args.sessions
             else list(range(len(requests)))
         )  # prefix only: every request its own conversation
-        requests = [dataclasses.replace(r, session=i) for r, i in zip(requests, ids)]
-        cache = SessionCache(
+        requests = [dataclasses.replace(r, conversation=i) for r, i in zip(requests, ids)]
+        cache = ConversationCache(
             args.kv_budget_tokens, args.context_limit, args.overflow, args.prefix_tokens
         )
-        sessions = SessionService(cache, profile, config)
+        sessions = ConversationService(cache, profile, config)
         kv_per_token = config.spec.n_layers * kv_bytes_per_token_per_layer(
             config.spec, config.kv_dtype
         )
@@ -179,9 +183,9 @@ def run(args) -> int:
     session_summary = sessions.summary(kv_per_token) if sessions else None
     metrics = result.metrics()
     if session_summary:
-        from harmony_ref.device.chat import session_metrics
+        from harmony_ref.device.chat import conversation_metrics
 
-        metrics.update(session_metrics(session_summary))
+        metrics.update(conversation_metrics(session_summary))
     typical = service(args.prompt, args.new)
     info = {
         "profile": profile.name,

@@ -1,24 +1,24 @@
-"""Prompt prefix reuse and the session KV cache that `serve` keeps.
+"""Prompt prefix reuse and the conversation KV cache that `serve` keeps.
 
-A conversation (session) is a shared system prompt of `prefix_tokens`, then turns: each request
-of the session sends `prompt_tokens` of new text and generates `new_tokens`, all of which join
-the session's history. The runtime keeps KV states in an LRU cache under a token budget:
+A conversation is a shared system prompt of `prefix_tokens`, then turns: each request
+of the conversation sends `prompt_tokens` of new text and generates `new_tokens`, all of which join
+the conversation's history. The runtime keeps KV states in an LRU cache under a token budget:
 - the shared prefix is cached once and pinned (it counts against the budget);
-- each cached session holds the KV of its own history (past prompts and outputs);
-- after a request the session moves to the most-recent end; the least recently used sessions are
-  evicted whole (never part of one) until the cache fits; a session bigger than the budget on its
+- each cached conversation holds the KV of its own history (past prompts and outputs);
+- after a request the conversation moves to the most-recent end; the least recently used conversations are
+  evicted whole (never part of one) until the cache fits; a conversation bigger than the budget on its
   own is not kept.
-A request on a cached session (a hit) prefills only its new prompt, attending over history +
+A request on a cached conversation (a hit) prefills only its new prompt, attending over history +
 prompt; a miss prefills its history again (the app re-sends the conversation) after the prefix,
 which is reused when cached. Without reuse every request would prefill prefix + history + prompt.
 
 The context limit is enforced: a request whose prefix + history + prompt + new tokens exceed
-`context_limit` is, by `overflow`, `refuse`d (answered at once, the session unchanged) or
+`context_limit` is, by `overflow`, `refuse`d (answered at once, the conversation unchanged) or
 `truncate`d (the history is dropped, the system prompt kept, and the request runs on that; if even
 that does not fit it is refused). Both are counted.
 
-    cache = SessionCache(budget_tokens=8192, context_limit=4096, prefix_tokens=256)
-    adm = cache.admit(session=3, prompt_tokens=64, new_tokens=128)   # Admission(...)
+    cache = ConversationCache(budget_tokens=8192, context_limit=4096, prefix_tokens=256)
+    adm = cache.admit(conversation=3, prompt_tokens=64, new_tokens=128)   # Admission(...)
     cache.stats()                                                     # hit rate, tokens held, ...
 """
 
@@ -42,13 +42,13 @@ OVERFLOW = ("truncate", "refuse")
 @dataclass(frozen=True)
 class Admission:
     status: str  # "ok", "truncated" (history dropped to fit) or "refused"
-    hit: bool  # the session's own KV state was in the cache
+    hit: bool  # the conversation's own KV state was in the cache
     reused_tokens: int  # KV positions not prefilled again (cached history, or just the prefix)
     prefill_tokens: int  # tokens prefill runs
     context_tokens: int  # positions the prompt's last token attends to (prefix + history + prompt)
 
 
-class SessionCache:
+class ConversationCache:
     """The LRU cache of KV states (the module docstring). Counts everything it decides."""
 
     def __init__(
@@ -79,8 +79,8 @@ class SessionCache:
             )
         self.budget_tokens, self.context_limit = budget_tokens, context_limit
         self.overflow, self.prefix_tokens = overflow, prefix_tokens
-        self._cached: OrderedDict[int, int] = OrderedDict()  # session -> its history's tokens
-        self._history: dict[int, int] = {}  # session -> history tokens (cached or not)
+        self._cached: OrderedDict[int, int] = OrderedDict()  # conversation -> its history's tokens
+        self._history: dict[int, int] = {}  # conversation -> history tokens (cached or not)
         self.counts = {
             "requests": 0,
             "hits": 0,
@@ -98,11 +98,11 @@ class SessionCache:
     def held_tokens(self) -> int:
         return self.prefix_tokens + sum(self._cached.values())
 
-    def admit(self, session: int, prompt_tokens: int, new_tokens: int) -> Admission:
+    def admit(self, conversation: int, prompt_tokens: int, new_tokens: int) -> Admission:
         """Decide one request at its service start, and update the cache as if it completed."""
         c = self.counts
         c["requests"] += 1
-        history = self._history.get(session, 0)
+        history = self._history.get(conversation, 0)
         status = "ok"
         if self.prefix_tokens + history + prompt_tokens + new_tokens > self.context_limit:
             fresh = self.prefix_tokens + prompt_tokens + new_tokens  # without the history
@@ -111,23 +111,23 @@ class SessionCache:
                 return Admission("refused", False, 0, 0, 0)
             status, history = "truncated", 0
             c["truncated"] += 1
-            self._history[session] = 0
-            self._cached.pop(session, None)
-        hit = session in self._cached
+            self._history[conversation] = 0
+            self._cached.pop(conversation, None)
+        hit = conversation in self._cached
         context = self.prefix_tokens + history + prompt_tokens
         reused = self.prefix_tokens + (history if hit else 0)
         c["hits" if hit else "misses"] += 1
         c["reused_tokens"] += reused
         c["prefilled_tokens"] += context - reused
         c["prefill_without_reuse_tokens"] += context
-        self._history[session] = history + prompt_tokens + new_tokens
-        self._cached[session] = self._history[session]
-        self._cached.move_to_end(session)
+        self._history[conversation] = history + prompt_tokens + new_tokens
+        self._cached[conversation] = self._history[conversation]
+        self._cached.move_to_end(conversation)
         while self.held_tokens > self.budget_tokens and len(self._cached) > 1:
             self._cached.popitem(last=False)
             c["evicted_sessions"] += 1
-        if self.held_tokens > self.budget_tokens:  # this session alone is too big to keep
-            self._cached.pop(session)
+        if self.held_tokens > self.budget_tokens:  # this conversation alone is too big to keep
+            self._cached.pop(conversation)
         self.max_held_tokens = max(self.max_held_tokens, self.held_tokens)
         return Admission(status, hit, reused, context - reused, context)
 
@@ -145,8 +145,8 @@ class SessionCache:
         }
 
 
-def session_metrics(summary: dict) -> Metrics:
-    """The session cache's summary (SessionService.summary) as exact metrics."""
+def conversation_metrics(summary: dict) -> Metrics:
+    """The conversation cache's summary (ConversationService.summary) as exact metrics."""
     from harmony_ref.metrics import Metrics
 
     m = Metrics()
@@ -155,14 +155,14 @@ def session_metrics(summary: dict) -> Metrics:
         summary["hit_rate"],
         "fraction",
         "higher",
-        description="requests whose session KV state was cached, of those admitted",
+        description="requests whose conversation KV state was cached, of those admitted",
     )
     m.add(
         "serve_kv_held_max_mb",
         summary["max_held_mb"],
         "MB",
         "none",
-        description="most KV cache the session cache held (prefix + cached histories)",
+        description="most KV cache the conversation cache held (prefix + cached histories)",
     )
     m.add("serve_truncated", summary["truncated"], "requests", "lower")
     m.add("serve_refused", summary["refused"], "requests", "lower")
@@ -184,12 +184,12 @@ def session_metrics(summary: dict) -> Metrics:
     return m
 
 
-def assign_sessions(n_requests: int, sessions: int, seed: int = 0) -> list[int]:
-    """A session id (0..sessions-1, uniform, seeded) for each of `n_requests` requests."""
-    if not isinstance(sessions, int) or isinstance(sessions, bool) or sessions < 1:
-        raise ValueError(f"sessions = {sessions!r}: must be an int >= 1")
+def assign_conversations(n_requests: int, conversations: int, seed: int = 0) -> list[int]:
+    """A conversation id (0..conversations-1, uniform, seeded) for each of `n_requests` requests."""
+    if not isinstance(conversations, int) or isinstance(conversations, bool) or conversations < 1:
+        raise ValueError(f"conversations = {conversations!r}: must be an int >= 1")
     rng = np.random.default_rng([seed, 14])  # its own stream: the arrivals' RNG is untouched
-    return [int(x) for x in rng.integers(0, sessions, n_requests)]
+    return [int(x) for x in rng.integers(0, conversations, n_requests)]
 
 
 def prefix_service(profile, config):
@@ -217,11 +217,11 @@ def prefix_service(profile, config):
     return service
 
 
-class SessionService:
+class ConversationService:
     """What `simulate_serving(..., admit=...)` calls at each service start: the cache decides the
     request, the device model times it. Keeps the service-level TTFT with and without reuse."""
 
-    def __init__(self, cache: SessionCache, profile, config):
+    def __init__(self, cache: ConversationCache, profile, config):
         self.cache, self.time = cache, prefix_service(profile, config)
         self.ttft_reuse_ms: list[float] = []
         self.ttft_no_reuse_ms: list[float] = []
@@ -229,7 +229,7 @@ class SessionService:
     def __call__(self, request):
         from harmony_ref.device.serve import ServiceTime
 
-        adm = self.cache.admit(request.session, request.prompt_tokens, request.new_tokens)
+        adm = self.cache.admit(request.conversation, request.prompt_tokens, request.new_tokens)
         if adm.status == "refused":
             return None
         ttft, total = self.time(adm.prefill_tokens, adm.context_tokens, request.new_tokens)

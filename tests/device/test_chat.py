@@ -9,7 +9,7 @@ import pytest
 from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.cli import main
 from harmony_ref.config import RunConfig, Scenario
-from harmony_ref.device.chat import Admission, SessionCache, SessionService
+from harmony_ref.device.chat import Admission, ConversationCache, ConversationService
 from harmony_ref.device.cost import scenario_timing
 from harmony_ref.device.runtime import load_profile
 from harmony_ref.device.serve import Request, simulate_serving
@@ -67,7 +67,9 @@ def test_prefix_metrics_on_the_shipped_flagship():
 
 
 def test_session_cache_step_by_step():
-    c = SessionCache(budget_tokens=1000, context_limit=600, overflow="truncate", prefix_tokens=100)
+    c = ConversationCache(
+        budget_tokens=1000, context_limit=600, overflow="truncate", prefix_tokens=100
+    )
     assert c.admit(1, 50, 50) == Admission("ok", False, 100, 50, 150)  # prefix reused
     assert c.admit(2, 50, 50) == Admission("ok", False, 100, 50, 150)
     assert c.admit(1, 50, 50) == Admission("ok", True, 200, 50, 250)  # prefix + its history
@@ -88,7 +90,7 @@ def test_session_cache_step_by_step():
         s["hit_rate"] == pytest.approx(1 / 7) and s["max_held_tokens"] == 900
     )  # after eviction, never above budget
     assert s["max_held_mb"] == pytest.approx(900 * 1000 / 1e6)
-    r = SessionCache(1000, 600, "refuse", 100)
+    r = ConversationCache(1000, 600, "refuse", 100)
     r.admit(4, 300, 50)
     assert r.admit(4, 200, 50).status == "refused"  # 100 + 350 + 250 > 600
     for kw, msg in (
@@ -97,15 +99,17 @@ def test_session_cache_step_by_step():
         ({"budget_tokens": 0}, "budget_tokens = 0"),
     ):
         with pytest.raises(ValueError, match=msg):
-            SessionCache(**{"budget_tokens": 1000, "context_limit": 600, **kw})
+            ConversationCache(**{"budget_tokens": 1000, "context_limit": 600, **kw})
 
 
 def test_serve_with_sessions_counts_refusals():
     cfg = RunConfig.from_names(model="qwen2.5-0.5b", prompt_tokens=64, new_tokens=16)
-    svc = SessionService(
-        SessionCache(4096, 256, "refuse", 64), load_profile("harmony-flagship"), cfg
+    svc = ConversationService(
+        ConversationCache(4096, 256, "refuse", 64), load_profile("harmony-flagship"), cfg
     )
-    reqs = [Request(float(i), 64, 16, session=0) for i in range(4)]  # 64 + 80k + 80 > 256 at k = 2
+    reqs = [
+        Request(float(i), 64, 16, conversation=0) for i in range(4)
+    ]  # 64 + 80k + 80 > 256 at k = 2
     res = simulate_serving(reqs, None, admit=svc)
     assert [o.status for o in res.outcomes] == ["completed", "completed", "refused", "refused"]
     assert res.summary()["refused"] == 2
