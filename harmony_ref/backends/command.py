@@ -32,7 +32,7 @@ import string
 
 from harmony_ref.backends.base import Measurement, physics_checked
 from harmony_ref.lab.errors import BackendError
-from harmony_ref.lab.parsers import FORMATS, ParseError, parse
+from harmony_ref.lab.parsers import OUTPUT_FORMATS, ParseError, parse
 from harmony_ref.lab.process import CommandOutput, needs_shell, run_process, tail
 
 __all__ = [
@@ -112,8 +112,8 @@ class CommandDevice:
                     f"{session.path}: no output format: set benchmark.format or give one (--format)"
                 )
         timeout_s = 600.0 if timeout_s is None else timeout_s
-        if format not in FORMATS:
-            raise ValueError(f"command format {format!r} unknown; known: {list(FORMATS)}")
+        if format not in OUTPUT_FORMATS:
+            raise ValueError(f"command format {format!r} unknown; known: {list(OUTPUT_FORMATS)}")
         if not command_template or not command_template.strip():
             raise ValueError("command template is empty")
         if not timeout_s > 0:

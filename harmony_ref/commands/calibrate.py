@@ -17,7 +17,7 @@ HELP = (
 
 def add_arguments(p) -> None:
     from harmony_ref.commands._args import number
-    from harmony_ref.lab.parsers import FORMATS
+    from harmony_ref.lab.parsers import OUTPUT_FORMATS
 
     p.add_argument(
         "--backend",
@@ -56,7 +56,7 @@ def add_arguments(p) -> None:
     )
     p.add_argument(
         "--format",
-        choices=FORMATS,
+        choices=OUTPUT_FORMATS,
         help="output format of --command (it must report prefill_ms and decode_step_ms)",
     )
     p.add_argument(

@@ -22,7 +22,7 @@ HELP = (
 def add_arguments(p) -> None:
     from harmony_ref.commands._args import add_history_arguments, add_scenario_arguments, number
     from harmony_ref.commands._session import add_session_argument
-    from harmony_ref.lab.parsers import FORMATS
+    from harmony_ref.lab.parsers import OUTPUT_FORMATS
 
     p.add_argument(
         "--command",
@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
     )
     p.add_argument(
         "--format",
-        choices=FORMATS,
+        choices=OUTPUT_FORMATS,
         help="output format of the command (with --session: default the session's)",
     )
     p.add_argument(

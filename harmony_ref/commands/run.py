@@ -78,7 +78,7 @@ def config_from_args(args):
     session = getattr(args, "session", None)
     if args.backend == "command":
         from harmony_ref._format import did_you_mean
-        from harmony_ref.lab.parsers import FORMATS
+        from harmony_ref.lab.parsers import OUTPUT_FORMATS
 
         command, fmt = args.command, args.command_format
         if session:
@@ -91,10 +91,10 @@ def config_from_args(args):
                 "--backend command needs --command and --command-format (or a "
                 "--session whose benchmark has them)"
             )
-        if fmt not in FORMATS:
+        if fmt not in OUTPUT_FORMATS:
             raise ValueError(
                 f"--command-format {fmt!r}: unknown output format"
-                f"{did_you_mean(fmt, FORMATS)}; formats are " + ", ".join(FORMATS)
+                f"{did_you_mean(fmt, OUTPUT_FORMATS)}; formats are " + ", ".join(OUTPUT_FORMATS)
             )
         opts = {"command": command, "format": fmt}
         if session:

@@ -51,7 +51,7 @@ from harmony_ref.lab.parsers_accuracy import (
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import MB, MIB, MS_PER_S, NS_PER_S, US_PER_S
 
-FORMATS = (
+OUTPUT_FORMATS = (
     "mslite",
     "tflite",
     "llama-bench",

@@ -218,7 +218,7 @@ def resolve_work_dir(spec: SessionSpec) -> SessionSpec:
 
 def check_session(spec: SessionSpec, source: str) -> None:
     """The checks the schema cannot express (see the module docstring); ValueError on the first."""
-    from harmony_ref.lab.parsers import FORMATS
+    from harmony_ref.lab.parsers import OUTPUT_FORMATS
 
     d, b, t = spec.device, spec.benchmark, spec.telemetry
     if d.transport in ("hdc", "adb") and not d.serial.strip():
@@ -230,8 +230,10 @@ def check_session(spec: SessionSpec, source: str) -> None:
         )
     if d.transport != "local" and not PurePosixPath(d.work_dir).is_absolute():
         raise _bad(source, "device.work_dir", d.work_dir, "must be an absolute path on the device")
-    if b.format and b.format not in FORMATS:
-        raise _bad(source, "benchmark.format", b.format, f"must be one of {', '.join(FORMATS)}")
+    if b.format and b.format not in OUTPUT_FORMATS:
+        raise _bad(
+            source, "benchmark.format", b.format, f"must be one of {', '.join(OUTPUT_FORMATS)}"
+        )
     if b.command:
         try:
             list(string.Formatter().parse(b.command))
