@@ -109,7 +109,7 @@ class CommandDevice:
                 )
             if not format:
                 raise ValueError(
-                    f"{session.path}: no output format: set benchmark.format or give one (--format)"
+                    f"{session.path}: no output format: set benchmark.format or give one (--parser)"
                 )
         timeout_s = 600.0 if timeout_s is None else timeout_s
         if format not in OUTPUT_FORMATS:

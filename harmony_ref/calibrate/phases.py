@@ -63,7 +63,7 @@ def phase_configs(w: Workload, fmt: str):
     if fmt != "llama-bench":
         if w.depth:
             raise ValueError(
-                f"workload {w.label}: a depth applies to --format llama-bench (its -d), "
+                f"workload {w.label}: a depth applies to --parser llama-bench (its -d), "
                 f"not to {fmt}"
             )
         return base, {m: base for m in PHASE_METRICS.values()}

@@ -224,7 +224,7 @@ def phase_value(m, fmt: str, metric: str) -> float:
     format does not report it."""
     if metric not in m.metrics:
         raise ValueError(
-            f"--format {fmt} output has no {metric}: phase calibration "
+            f"--parser {fmt} output has no {metric}: phase calibration "
             f"needs {list(PHASE_METRICS.values())}"
         )
     return m.metrics.value(metric)

@@ -14,7 +14,7 @@ HELP = "find the commit that made a metric worse: worktrees, builds, adaptive re
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import count, number
+    from harmony_ref.commands._args import add_renamed, count, number
     from harmony_ref.commands._output import add_json_flag
     from harmony_ref.lab.parsers import OUTPUT_FORMATS
 
@@ -29,8 +29,12 @@ def add_arguments(p) -> None:
         metavar="CMD",
         help="benchmark command, run in each commit's worktree",
     )
-    p.add_argument(
-        "--format", required=True, choices=OUTPUT_FORMATS, help="the command's output format"
+    add_renamed(
+        p,
+        "--parser",
+        required=True,
+        choices=OUTPUT_FORMATS,
+        help="the parser of the command's output",
     )
     p.add_argument("--metric", required=True, help="the metric that got worse (e.g. ttft_ms)")
     p.add_argument(
@@ -67,7 +71,7 @@ def run(args) -> int:
         args.good,
         args.bad,
         args.command_template,
-        args.format,
+        args.parser,
         args.metric,
         build=args.build,
         max_runs=args.max_runs,

@@ -16,7 +16,7 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import number
+    from harmony_ref.commands._args import add_renamed, number
     from harmony_ref.lab.parsers import OUTPUT_FORMATS
 
     p.add_argument(
@@ -54,10 +54,11 @@ def add_arguments(p) -> None:
         "{model} {policy} {prompt_tokens} {new_tokens} {context_tokens} {threads} {depth} are "
         "filled in",
     )
-    p.add_argument(
-        "--format",
+    add_renamed(
+        p,
+        "--parser",
         choices=OUTPUT_FORMATS,
-        help="output format of --command (it must report prefill_ms and decode_step_ms)",
+        help="parser of --command's output (it must report prefill_ms and decode_step_ms)",
     )
     p.add_argument(
         "--session",
@@ -76,7 +77,7 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--profile",
         help="--command: the SoC profile the runs ran on (default: a --session's profile; "
-        "else, for --format llama-bench, this machine's own, measured and written as "
+        "else, for --parser llama-bench, this machine's own, measured and written as "
         "OUT.soc.toml; else harmony-flagship, whose efficiencies are fitted without --runtime)",
     )
     p.add_argument(
@@ -140,7 +141,7 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--runtime",
         help="--set / --command: the runtime profile to fit (name or path; --command on this "
-        "host with --format llama-bench: llama.cpp-host by default)",
+        "host with --parser llama-bench: llama.cpp-host by default)",
     )
     p.add_argument(
         "--figures",
@@ -189,7 +190,7 @@ def run(args) -> int:
         if not args.ops:
             raise ValueError(
                 "--backend command needs --ops CSV (op times measured on the device) "
-                "or --command/--format/--workloads (phase times from repeated runs)"
+                "or --command/--parser/--workloads (phase times from repeated runs)"
             )
         result, summary = calibrate.calibrate_op_file(
             args.ops, args.out, args.name, args.stream_gbps, args.stat or "min"
@@ -247,7 +248,7 @@ MICROBENCH_ONLY = (
 COMMAND_ONLY = (
     ("ops", "--ops"),
     ("command_template", "--command"),
-    ("format", "--format"),
+    ("parser", "--parser"),
     ("workloads", "--workloads"),
     ("runtime", "--runtime"),
     ("stream_gbps", "--stream-gbps"),
@@ -346,13 +347,13 @@ def _run_phase_calibration(args) -> int:
 
     session = _session.load(args.session)
     command = args.command_template or (session.benchmark.command if session else "")
-    fmt = args.format or (session.benchmark.format if session else "")
+    fmt = args.parser or (session.benchmark.format if session else "")
     if not command:
         raise ValueError(
             "--backend command needs --command (or a --session with a benchmark command)"
         )
     if not fmt:
-        raise ValueError("--command needs --format")
+        raise ValueError("--command needs --parser")
     workloads = _parse_workloads(args.workloads)
     profile = args.profile or (session.device.profile if session else "") or ""
     on_host = not profile and not session

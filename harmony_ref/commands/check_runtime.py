@@ -19,7 +19,12 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import add_checkpoint_argument, add_scoring_arguments, number
+    from harmony_ref.commands._args import (
+        add_checkpoint_argument,
+        add_renamed,
+        add_scoring_arguments,
+        number,
+    )
     from harmony_ref.commands._output import add_json_flag
     from harmony_ref.job.runtime_check import CHECK_FORMATS, DEFAULT_CONTEXT, DEFAULT_EXPECT
 
@@ -58,11 +63,12 @@ def add_arguments(p) -> None:
         "the shipped held-out corpus (read up to its first 4 MB, tokenized only as far as "
         "--chunks needs); the runtime's {corpus} is a copy of what is read",
     )
-    p.add_argument(
-        "--format",
+    add_renamed(
+        p,
+        "--parser",
         default="llama-perplexity",
         choices=CHECK_FORMATS,
-        help="output format of the runtime (default llama-perplexity)",
+        help="parser of the runtime's output (default llama-perplexity)",
     )
     p.add_argument(
         "--expect",
@@ -160,7 +166,7 @@ def run(args) -> int:
     from harmony_ref._io import check_output_dir
 
     check_output_dir(args.out_dir, "--out-dir")  # before the reference and the runtime run
-    from harmony_ref.commands import _session
+    from harmony_ref.commands import _args, _session
     from harmony_ref.lab.transport import DeviceGone
 
     session = _session.load(args.session)
@@ -170,7 +176,7 @@ def run(args) -> int:
     checks = [
         RuntimeCheck(
             t,
-            args.format,
+            args.parser,
             args.model,
             args.context,
             args.chunks,
@@ -180,12 +186,13 @@ def run(args) -> int:
             device,
             session,
             args.corpus,
+            parser_flag=_args.spelled(args, "parser", "--parser"),
         )
         for t, label in zip(args.commands, labels)
     ]  # every template checked before work
 
     ref = None
-    if args.format == "llama-perplexity":
+    if args.parser == "llama-perplexity":
         from rich.console import Console
         from rich.progress import Progress
 

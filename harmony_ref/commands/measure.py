@@ -20,7 +20,12 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import add_history_arguments, add_scenario_arguments, number
+    from harmony_ref.commands._args import (
+        add_history_arguments,
+        add_renamed,
+        add_scenario_arguments,
+        number,
+    )
     from harmony_ref.commands._session import add_session_argument
     from harmony_ref.lab.parsers import OUTPUT_FORMATS
 
@@ -32,10 +37,11 @@ def add_arguments(p) -> None:
         "(with --session: default the session's benchmark.command, and "
         "{work_dir}, {python} are known)",
     )
-    p.add_argument(
-        "--format",
+    add_renamed(
+        p,
+        "--parser",
         choices=OUTPUT_FORMATS,
-        help="output format of the command (with --session: default the session's)",
+        help="parser of the command's output (with --session: default the session's)",
     )
     p.add_argument(
         "--timeout",
@@ -146,8 +152,8 @@ def run(args) -> int:
         args.new_tokens = DEFAULT_NEW_TOKENS
     session = _session.load(args.session)
     if session is None:
-        if not args.command_template or not args.format:
-            raise ValueError("give --command and --format (or --session FILE)")
+        if not args.command_template or not args.parser:
+            raise ValueError("give --command and --parser (or --session FILE)")
     elif not args.no_record:
         from harmony_ref._io import check_output_dir
         from harmony_ref.commands._args import open_history_arguments
@@ -157,7 +163,7 @@ def run(args) -> int:
     config, profile = _config(args, session)
     dev = CommandDevice(
         args.command_template,
-        args.format,
+        args.parser,
         args.timeout,
         values=_values(args.set),
         profile=profile,

@@ -94,15 +94,18 @@ class RuntimeCheck:
     device: str = "host"
     session: object = None  # a SessionSpec (lab/session_spec.py), or None: run here
     corpus: str | None = None  # --corpus FILE: the user's own UTF-8 text (None: the shipped one)
+    parser_flag: str = "--parser"  # the flag `fmt` came by, as given (its old spelling: --format)
 
     def __post_init__(self):
         if self.fmt not in CHECK_FORMATS:
-            raise ValueError(f"--format {self.fmt!r}: check-runtime reads {list(CHECK_FORMATS)}")
+            raise ValueError(
+                f"{self.parser_flag} {self.fmt!r}: check-runtime reads {list(CHECK_FORMATS)}"
+            )
         if self.corpus is not None:
             if self.fmt != "llama-perplexity":
                 raise ValueError(
-                    f"--corpus {self.corpus}: applies to --format llama-perplexity "
-                    f"only (got --format {self.fmt})"
+                    f"--corpus {self.corpus}: applies to {self.parser_flag} llama-perplexity "
+                    f"only (got {self.parser_flag} {self.fmt})"
                 )
             corpus_text(self)  # missing, not UTF-8, empty: bad input before any work
         check_template(
@@ -135,7 +138,7 @@ def check_template(template: str, fmt: str, extra: tuple[str, ...] = ()) -> list
     bad = [n for n in names if n not in allowed]
     if bad:
         raise ValueError(
-            f"--command {template!r}: unknown placeholder {{{bad[0]}}}; with --format "
+            f"--command {template!r}: unknown placeholder {{{bad[0]}}}; with --parser "
             f"{fmt} the template may use {', '.join('{' + a + '}' for a in allowed)}"
         )
     if fmt == "llama-perplexity" and "corpus" not in names:
