@@ -8,18 +8,19 @@ argparse (a negative or non-integer count is a usage error, exit 2, before any w
 `--format` once meant four things; where it did not name a file format it has a name of its own
 (add_renamed): `--style` (a report's style: compare, pick), `--parser` (a benchmark output's
 parser: bisect, calibrate, check-runtime, measure), `--weight-format` (sensitivity). The old
-spelling is still accepted there for one release, with one deprecation line on stderr.
+spelling is still accepted there for one release: the CLI says so in one line on stderr after
+the command has run (not under a bad-input error, which stays one line).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 class _Renamed(argparse.Action):
-    """Stores the value like `store`; given by its old spelling it also says, on stderr, which
-    spelling to use. The spelling given is kept for messages (`spelled`)."""
+    """Stores the value like `store`; given by its old spelling it also notes which spelling to
+    use (`args._deprecated`, printed by cli.py). The spelling given is kept for messages
+    (`spelled`)."""
 
     def __init__(self, option_strings, dest, new: str = "", old: str = "", **kwargs):
         super().__init__(option_strings, dest, **kwargs)
@@ -27,7 +28,8 @@ class _Renamed(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         if option_string == self.old:
-            print(f"{self.old} is deprecated here: use {self.new}", file=sys.stderr)
+            notes = getattr(namespace, "_deprecated", [])
+            namespace._deprecated = [*notes, f"{self.old} is deprecated here: use {self.new}"]
         setattr(namespace, self.dest, values)
         setattr(namespace, f"_spelled_{self.dest}", option_string)
 
