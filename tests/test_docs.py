@@ -65,7 +65,7 @@ def _fields(cls):
     "page, dotted",
     [
         ("reference/profile.md", "harmony_ref.device.soc:DeviceProfile"),
-        ("reference/runtime.md", "harmony_ref.device.soc:RuntimeProfile"),
+        ("reference/runtime.md", "harmony_ref.device.runtime:RuntimeProfile"),
         ("reference/model-spec.md", "harmony_ref.model.spec:ModelSpec"),
         ("reference/session.md", "harmony_ref.lab.session_spec:SessionSpec"),
     ],

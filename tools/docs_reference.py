@@ -451,7 +451,7 @@ def pages() -> dict[str, str]:
             "`--runtime FILE`): efficiencies per class, overheads, threads; "
             "`harmony_ref/device/runtime.py` merges it with the SoC profile.",
             RuntimeProfile,
-            "`harmony_ref/device/soc.py` `runtime_from_dict`",
+            "`harmony_ref/device/runtime.py` `runtime_from_dict`",
         ),
         "reference/model-spec.md": _dataclass_page(
             "Model spec TOML",
