@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-from harmony_ref.job.main import PARTS, run_part
 from harmony_ref.track.compare import COMPARE_PARTS, best_profiles, compare_columns
 
 
@@ -31,6 +30,7 @@ def compare_profiles(
     import pandas as pd
 
     from harmony_ref.checkpoint.assets import AssetUnavailable
+    from harmony_ref.job.main import PARTS, run_part  # looked up per call (tests replace PARTS)
 
     cols = compare_columns(profiles, runtime)
     profiles = [c.label for c in cols]
