@@ -30,7 +30,7 @@ class AccuracyTrack:
 
     def setup_cache(self):
         from harmony_ref.config import RunConfig
-        from harmony_ref.track.job import PARTS, run_part
+        from harmony_ref.job.main import PARTS, run_part
 
         part = next(p for p in PARTS if p.name == "accuracy")
         _model()  # NotImplementedError (asv: skipped) without the weights
@@ -104,7 +104,7 @@ class LMAccuracyTrack:
     def setup_cache(self):
         from harmony_ref.checkpoint.assets import AssetUnavailable
         from harmony_ref.config import RunConfig
-        from harmony_ref.track.job import lm_accuracy_part
+        from harmony_ref.job.main import lm_accuracy_part
 
         out = {}
         for p in LM_POLICIES:

@@ -243,14 +243,14 @@ class MatmulPeer:
     timeout = 300
 
     def setup(self, m, peer):
-        from harmony_ref.kernels import matmul_peer
+        from harmony_ref.lab import ggml_peer
 
         pin_threads()
-        ggml = matmul_peer.GgmlPeer.load()
+        ggml = ggml_peer.GgmlPeer.load()
         if ggml is None:
             raise NotImplementedError("no ggml libraries (install the `peer` extra)")
         fmt, buft = peer.split()
-        verdict = matmul_peer.probe(ggml, fmt, buft, m, N, K)
+        verdict = ggml_peer.probe(ggml, fmt, buft, m, N, K)
         if not verdict.ok:
             raise NotImplementedError(f"llama.cpp {peer}: {verdict.detail}")
         self.x, self.w_fp32 = activations(K, m), weights(N, K)

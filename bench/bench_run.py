@@ -17,7 +17,7 @@ raises NotImplementedError in setup, which asv reports as skipped.
 
 from harmony_ref.checkpoint.assets import AssetUnavailable
 from harmony_ref.config import RunConfig
-from harmony_ref.track.job import PARTS, run_part
+from harmony_ref.job.main import PARTS, run_part
 
 from .common import MODEL, POLICIES, PROFILES, lower_is_better, tracks
 

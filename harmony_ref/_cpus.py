@@ -22,12 +22,16 @@ host lacks is skipped with the reason (`environment` raises `Unemulable`). The `
 configuration reproduces the AMD EPYC (family 26 model 2) that CI may run on: on an Intel Xeon it
 gives the same greedy text, recall and perplexity digits that machine gave.
 
+What this host's CPU is (`cpuinfo`, `cpu_model`: /proc/cpuinfo) lives here too, so the run record,
+the host timing and a local device session name it one way.
+
 Used by tests/emulated_cpus.py (`tox -e cpus`: the numeric tests under every configuration) and
 tools/numerical_spread.py (the spread the gate's `numerical` tolerances are derived from).
 """
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
 
 _V2 = {
@@ -291,3 +295,22 @@ def by_name(names: str | None) -> list[EmulatedCpu]:
             raise ValueError(f"unknown emulated CPU {n!r}; known: {', '.join(known)}")
         out.append(known[n])
     return out
+
+
+def cpuinfo(key: str) -> str | None:
+    """The first value of `key` in /proc/cpuinfo ('model name', 'cpu family', 'flags'), or None
+    (no such key, or no /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                name, sep, value = line.partition(":")
+                if sep and name.strip() == key:
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what the platform module says."""
+    return cpuinfo("model name") or platform.processor() or platform.machine()

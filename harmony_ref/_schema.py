@@ -169,3 +169,13 @@ def section_class(cls, path: str):
 
 def _is_table(tp) -> bool:
     return bool(dataclasses.is_dataclass(tp) or _optional_dataclass(tp) or _table_array(tp))
+
+
+def fraction(default=None):
+    """Field metadata: a share in (0, 1] (an efficiency); optional with a default."""
+    meta = {"min": 1e-6, "max": 1.0}
+    return (
+        dataclasses.field(metadata=meta)
+        if default is None
+        else dataclasses.field(default=default, metadata=meta)
+    )

@@ -98,10 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    # A renamed flag given by its old spelling (commands/_args.py add_renamed): one line each
+    # after the command has run; a bad-input error stays one line without them.
+    notes = list(getattr(args, "_deprecated", ()))
     try:
         return int(args._run(args) or 0)
     except (ValueError, FileNotFoundError) as e:
         # Bad input: say what and where, no traceback.
+        notes = []
         print(f"harmony-ref {args._command_name}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -115,8 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         # A full disk, a read-only place, a permission: one line, exit 2, nothing half written.
         where = f"{e.filename}: " if e.filename else ""
+        notes = []
         print(f"harmony-ref {args._command_name}: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
+    finally:
+        for note in notes:
+            print(f"harmony-ref {args._command_name}: {note}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ class RunConfig:
     # check_applies); off, such a policy is refused before any work
     allow_unmatched: bool = False
     # the runtime profile on the device (device/runtimes/*.toml name or a path); "" = the
-    # profile's own default_runtime. device/profile.py load_profile merges the two
+    # profile's own default_runtime. device/runtime.py load_profile merges the two
     runtime: str = ""
 
     def __post_init__(self):

@@ -239,7 +239,7 @@ class Metrics:
 class MetricDef:
     """A metric declared once (unit, direction, kind, what it is) and made where it is
     measured: `DEF.make(value, samples)` (e.g. the device-session metrics,
-    backends/session.py SESSION_METRICS)."""
+    lab/session_result.py SESSION_METRICS)."""
 
     name: str
     unit: str

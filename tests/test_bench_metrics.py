@@ -63,7 +63,8 @@ def gate_directions() -> dict[str, str]:
     """Metric name -> direction, as the gate's run records carry them."""
     from harmony_ref.backends.simulated import SimulatedDevice
     from harmony_ref.config import RunConfig
-    from harmony_ref.device.profile import CalibrationInfo, load_profile
+    from harmony_ref.device.runtime import load_profile
+    from harmony_ref.device.soc import CalibrationInfo
 
     baseline = json.loads((ROOT / "results" / "baseline.json").read_text())
     out = {name: m["direction"] for name, m in baseline["metrics"].items()}
@@ -236,8 +237,8 @@ def _same(a, b) -> bool:
 def tiny_minilm(tiny, monkeypatch, tmp_path):
     """The MiniLM and the decoder benchmarks on tiny random checkpoints (the real ones are
     measured by asv, not here)."""
+    from harmony_ref.job import main as job
     from harmony_ref.runtime import minilm
-    from harmony_ref.track import job
     from tests.fixtures.decoder.tiny import write_tiny_gguf
 
     monkeypatch.setattr(minilm, "real_model", lambda *a, **k: tiny)

@@ -67,9 +67,9 @@ def test_each_command_gets_its_own_arguments(capsys):
 
 
 def test_run_and_sweep_name_every_part_of_the_job(capsys):
-    # the part list lives once, in track/job.py; run --skip and sweep --parts print it
+    # the part list lives once, in job/main.py; run --skip and sweep --parts print it
+    from harmony_ref.job.main import part_names
     from harmony_ref.sweep.grid import GRID_FIELD_DOCS
-    from harmony_ref.track.job import part_names
 
     assert "fidelity" in part_names()
     for command, flag in (("run", "--skip"), ("sweep", "--parts")):

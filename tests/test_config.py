@@ -59,7 +59,7 @@ def test_the_committed_baseline_config_reads_back_unchanged():
     assert cfg.spec == get_spec(data["model"]) and cfg.policy == load_policy(data["policy"])
     assert (cfg.fused, cfg.kv_dtype) == (True, "fp16")  # absent: the defaults
     # a run record's config is the RunConfig's dict plus the decoder its accuracy part scored
-    # (track/job.py adds `accuracy_model`; it follows from the config and is not read back)
+    # (job/main.py adds `accuracy_model`; it follows from the config and is not read back)
     assert data.pop("accuracy_model") == "smollm2-135m"
     assert cfg.to_dict() == data
 
@@ -121,7 +121,7 @@ def test_a_runtime_is_stored_only_when_given_and_reads_back():
 
 
 def test_the_parts_run_on_the_configs_runtime():
-    from harmony_ref.track.job import PARTS, run_part
+    from harmony_ref.job.main import PARTS, run_part
 
     by_name = {p.name: p for p in PARTS}
     base = dict(model="llama-3.2-1b", policy="int4-g32", profile="snapdragon-8-gen-3")

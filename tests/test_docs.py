@@ -7,7 +7,7 @@
 - `mkdocs build --strict` passes (skipped without the `docs` extra), and the built site opens in
   headless Chromium with its navigation and a generated CLI page (skipped without chromium;
   `.ci/run` sets HARMONY_REF_BROWSER_TESTS=required, where a missing browser fails, as in
-  tests/track/test_asv_offline.py).
+  tests/test_asv_offline.py).
 """
 
 from __future__ import annotations
@@ -64,10 +64,10 @@ def _fields(cls):
 @pytest.mark.parametrize(
     "page, dotted",
     [
-        ("reference/profile.md", "harmony_ref.device.profile:DeviceProfile"),
-        ("reference/runtime.md", "harmony_ref.device.profile:RuntimeProfile"),
+        ("reference/profile.md", "harmony_ref.device.soc:DeviceProfile"),
+        ("reference/runtime.md", "harmony_ref.device.runtime:RuntimeProfile"),
         ("reference/model-spec.md", "harmony_ref.model.spec:ModelSpec"),
-        ("reference/session.md", "harmony_ref.backends.session_spec:SessionSpec"),
+        ("reference/session.md", "harmony_ref.lab.session_spec:SessionSpec"),
     ],
 )
 def test_toml_reference_lists_every_field_of_every_table(pages, page, dotted):

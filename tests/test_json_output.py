@@ -38,7 +38,7 @@ def _cat(path: Path) -> str:
 @pytest.fixture(scope="module")
 def record(tmp_path_factory):
     """A run record with no parts run (for gate)."""
-    from harmony_ref.track import job
+    from harmony_ref.job import main as job
 
     out = tmp_path_factory.mktemp("runs")
     assert main(["run", "--skip", ",".join(job.part_names()), "--out-dir", str(out)]) == 0

@@ -187,7 +187,7 @@ def add_predictions(out, base):
     profile, and prefill ms on PREFILL_PROFILE (Scenario(): 512-token prompt, 128 new)."""
     from harmony_ref.config import RunConfig, Scenario
     from harmony_ref.device.cost import scenario_timing
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
 
     scen = Scenario()
     for row in out["rows"]:
@@ -266,7 +266,7 @@ def minilm(args):
     encode time on each profile."""
     from harmony_ref.config import RunConfig, Scenario
     from harmony_ref.device.cost import scenario_timing
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.eval.embedding import evaluate, load_pairs
     from harmony_ref.model.spec import get_spec
     from harmony_ref.runtime.minilm import real_model

@@ -430,8 +430,9 @@ def record_markdown() -> str:
 
 def pages() -> dict[str, str]:
     """Docs-relative path -> Markdown of every generated reference page."""
-    from harmony_ref.backends.session_spec import SessionSpec
-    from harmony_ref.device.profile import DeviceProfile, RuntimeProfile
+    from harmony_ref.device.runtime import RuntimeProfile
+    from harmony_ref.device.soc import DeviceProfile
+    from harmony_ref.lab.session_spec import SessionSpec
     from harmony_ref.model.spec import ModelSpec
 
     return {
@@ -442,7 +443,7 @@ def pages() -> dict[str, str]:
             "the silicon has. Every number should name its source or say `assumption` in a "
             "comment.",
             DeviceProfile,
-            "`harmony_ref/device/profile.py` `profile_from_dict`",
+            "`harmony_ref/device/soc.py` `profile_from_dict`",
         ),
         "reference/runtime.md": _dataclass_page(
             "Runtime profile TOML",
@@ -450,7 +451,7 @@ def pages() -> dict[str, str]:
             "`--runtime FILE`): efficiencies per class, overheads, threads; "
             "`harmony_ref/device/runtime.py` merges it with the SoC profile.",
             RuntimeProfile,
-            "`harmony_ref/device/profile.py` `runtime_from_dict`",
+            "`harmony_ref/device/runtime.py` `runtime_from_dict`",
         ),
         "reference/model-spec.md": _dataclass_page(
             "Model spec TOML",
@@ -468,7 +469,7 @@ def pages() -> dict[str, str]:
             "zone among those read, big cores among the cores read, min_valid_repeats <= "
             "repeats, every [[push]] local file present.",
             SessionSpec,
-            "`harmony_ref/backends/session_spec.py` `load_session`",
+            "`harmony_ref/lab/session_spec.py` `load_session`",
         ),
         "reference/policy.md": policy_markdown(),
         "reference/grid.md": grid_markdown(),

@@ -37,9 +37,9 @@ def refit() -> None:
         ROOT / "harmony_ref" / "device" / "profiles" / f"{manifest.profile}.toml",
         host_soc_toml(manifest),
     )
-    from harmony_ref.device import profile
+    from harmony_ref.device import runtime, soc
 
-    profile._shipped_profile.cache_clear()
+    soc._shipped_profile.cache_clear()
     for set_name, rt in [("host", "harmony-ref-host"), ("llama.cpp", "llama.cpp-host")] + [
         ("phones", r) for r in PHONE_RUNTIMES
     ]:
@@ -57,7 +57,7 @@ def refit() -> None:
             )
             == 0
         )
-        profile._shipped_runtime.cache_clear()
+        runtime._shipped_runtime.cache_clear()
     assert main(["fidelity", "--plot", str(ROOT / "results" / "figures" / "fidelity.png")]) == 0
     assert main(["fidelity", "--markdown"]) == 0
 

@@ -8,7 +8,6 @@ no layer, the page's test on a package missing from the page).
 
 from __future__ import annotations
 
-# `sweep` (Dask sweeps over many configs) sits between track/ and commands/.
 LAYERS = [
     (
         "shared",
@@ -23,9 +22,11 @@ LAYERS = [
     ("compress", ("compress",)),  # runs the decoder to calibrate: above runtime/
     ("eval", ("eval",)),
     ("device", ("device",)),
+    ("lab", ("lab",)),  # the device-session stack: above device/, below backends/ that drive it
     ("backends", ("backends",)),
     ("calibrate", ("calibrate",)),
     ("track", ("track",)),
+    ("job", ("job",)),  # the main job: above track/ (its records), below sweep/ (runs it)
     ("sweep", ("sweep",)),
     ("commands", ("commands",)),
     ("cli", ("cli", "__main__")),

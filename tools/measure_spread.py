@@ -125,7 +125,7 @@ def run_fresh(mod, cls, track, params) -> float:
 
 
 def cpu_name() -> str:
-    from harmony_ref.backends.host_timing import cpu_model
+    from harmony_ref._cpus import cpu_model
 
     return cpu_model()
 

@@ -69,7 +69,7 @@ def measure(name: str, env: dict, child: str, policies) -> dict:
 
 def cpu_label() -> str:
     """This host's CPU, short: 'AMD EPYC f25m1' (model name, family, model)."""
-    from harmony_ref.backends.host_timing import cpu_model, cpuinfo
+    from harmony_ref._cpus import cpu_model, cpuinfo
 
     return f"{cpu_model()} f{cpuinfo('cpu family') or '?'}m{cpuinfo('model') or '?'}"
 

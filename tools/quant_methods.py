@@ -193,7 +193,7 @@ def measure_times(
                 best = min(best, time.perf_counter() - t0)
             seconds[pol.name] = best
             print(pol.name, f"{best:.1f} s", file=sys.stderr)
-    from harmony_ref.backends.host_timing import cpu_model
+    from harmony_ref._cpus import cpu_model
 
     cpu = cpu_model()
     import os
@@ -306,7 +306,7 @@ def gemma_section() -> str:
 def sensitivity_section() -> str:
     """One Linear type at a time in int4-g32 (the rest FP32), fitted by RTN and by GPTQ: the KLD
     each type costs alone and its rank, from results/quant-methods/sensitivity-int4-g32-*.json
-    (`harmony-ref sensitivity --format int4-g32 [--method gptq] --json`)."""
+    (`harmony-ref sensitivity --weight-format int4-g32 [--method gptq] --json`)."""
     by = {}
     for m in ("rtn", "gptq"):
         d = json.loads((RESULTS / f"sensitivity-int4-g32-{m}.json").read_text())

@@ -10,8 +10,8 @@ gate treat them alike; where their metrics overlap they use the same names (`ttf
 A measured backend checks its metrics against a roofline (device/physics.py) when it knows the
 hardware's profile: metrics faster than physics allows come back flagged `implausible`, one line
 per flag in `findings`, and `physics` says what was checked against what. A measurement that did
-not happen (timeout, crash, unparseable output) raises BackendError: nothing is returned, so
-nothing can be recorded.
+not happen (timeout, crash, unparseable output) raises BackendError (lab/errors.py): nothing is
+returned, so nothing can be recorded.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class Measurement:
     physics: str = ""  # what the metrics were checked against ("" for a prediction)
     config: Any = None  # the RunConfig measured (the host may measure a width-scaled copy)
     ops: tuple = ()  # per-op times where the backend has them (HostDevice: OpTime per graph op)
-    session: dict | None = None  # a device session's record block (backends/session.py)
+    session: dict | None = None  # a device session's record block (lab/session.py)
 
 
 @runtime_checkable
@@ -42,16 +42,6 @@ class Backend(Protocol):
     def run(self, config: Any) -> Measurement: ...
 
 
-class BackendError(RuntimeError):
-    """A measurement did not happen (timeout, crash, unparseable output): nothing is recorded.
-    Its message is one line; `detail` holds what does not fit there (the script sent, the last
-    lines of stderr), printed under `--verbose`."""
-
-    def __init__(self, message: str, detail: str = ""):
-        super().__init__(message)
-        self.detail = detail
-
-
 def _any_phone_checked(metrics: Metrics, profile, config):
     """Without a profile or a model: flag what no shipped phone profile could do even for the
     smallest shipped decoder in INT4 (the loosest roofline there is), on per-token rates only
@@ -59,7 +49,8 @@ def _any_phone_checked(metrics: Metrics, profile, config):
     model is checked the same way on that profile."""
     from harmony_ref.config import RunConfig
     from harmony_ref.device.physics import check
-    from harmony_ref.device.profile import load_profile, shipped_profiles
+    from harmony_ref.device.runtime import load_profile
+    from harmony_ref.device.soc import shipped_profiles
     from harmony_ref.model.spec import get_spec, list_specs
 
     per_token = config is None  # without the scenario only per-token rates can be bounded
@@ -107,7 +98,7 @@ def physics_checked(
     roofline (a DeviceProfile, shipped name or path). With no profile or config: unchecked, or
     with `any_phone` (a phone's benchmark output) against the loosest shipped-phone bound."""
     from harmony_ref.device.physics import check
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
 
     if profile is None or config is None:
         if any_phone:

@@ -30,9 +30,10 @@ import re
 import shlex
 import string
 
-from harmony_ref.backends.base import BackendError, Measurement, physics_checked
-from harmony_ref.backends.parsers import FORMATS, ParseError, parse
-from harmony_ref.backends.process import CommandOutput, needs_shell, run_process, tail
+from harmony_ref.backends.base import Measurement, physics_checked
+from harmony_ref.lab.errors import BackendError
+from harmony_ref.lab.parsers import OUTPUT_FORMATS, ParseError, parse
+from harmony_ref.lab.process import CommandOutput, needs_shell, run_process, tail
 
 __all__ = [
     "CommandDevice",
@@ -80,8 +81,8 @@ def fill_template(template: str, values: dict[str, object]) -> str:
 
 class CommandDevice:
     """Backend that measures by running `command_template` and parsing its output as `format`;
-    with a `session` (backends/session_spec.py) the command runs through it: the session's
-    transport, pushes, cooldown, warm-up, repeats and telemetry (backends/session.py), and the
+    with a `session` (lab/session_spec.py) the command runs through it: the session's
+    transport, pushes, cooldown, warm-up, repeats and telemetry (lab/session.py), and the
     session's own command, format, timeout and profile where none is given here."""
 
     def __init__(
@@ -108,11 +109,11 @@ class CommandDevice:
                 )
             if not format:
                 raise ValueError(
-                    f"{session.path}: no output format: set benchmark.format or give one (--format)"
+                    f"{session.path}: no output format: set benchmark.format or give one (--parser)"
                 )
         timeout_s = 600.0 if timeout_s is None else timeout_s
-        if format not in FORMATS:
-            raise ValueError(f"command format {format!r} unknown; known: {list(FORMATS)}")
+        if format not in OUTPUT_FORMATS:
+            raise ValueError(f"command format {format!r} unknown; known: {list(OUTPUT_FORMATS)}")
         if not command_template or not command_template.strip():
             raise ValueError("command template is empty")
         if not timeout_s > 0:
@@ -127,7 +128,7 @@ class CommandDevice:
         self.progress = progress
 
     def command_for(self, config=None) -> str:
-        from harmony_ref.backends.session import session_values
+        from harmony_ref.lab.session import session_values
 
         extra = session_values(self.session) if self.session is not None else {}
         return fill_template(
@@ -166,7 +167,7 @@ class CommandDevice:
     def _run_session(self, config) -> Measurement:
         import dataclasses
 
-        from harmony_ref.backends.session import DeviceSession
+        from harmony_ref.lab.session import DeviceSession
 
         cmd = self.command_for(config)
         tool: dict[str, str] = {}

@@ -63,7 +63,7 @@ from harmony_ref.backends.host_timing import (
     reset_peak_rss,
     time_call,
 )
-from harmony_ref.device.profile import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
+from harmony_ref.device.soc import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import MB, MS_PER_S
 
@@ -75,7 +75,7 @@ class OpTime:
     phase: str
     name: str
     kind: str
-    dtype: str  # what its matrix work computes in on the host (device/profile.py compute_dtype)
+    dtype: str  # what its matrix work computes in on the host (device/soc.py compute_dtype)
     flops: float
     vector_flops: float
     dram_bytes: float
@@ -290,7 +290,7 @@ class HostDevice:
         return Measurement(m, prov, findings, physics, config, ())
 
     def _profile(self):
-        from harmony_ref.device.profile import load_profile
+        from harmony_ref.device.runtime import load_profile
 
         return None if self.model_profile is None else load_profile(self.model_profile)
 

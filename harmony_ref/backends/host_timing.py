@@ -8,7 +8,6 @@ temperatures where psutil exposes them, and a bounded wait for the CPU to cool d
 
 from __future__ import annotations
 
-import platform
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ import numba
 import numpy as np
 import psutil
 
+from harmony_ref._cpus import cpu_model, cpuinfo
 from harmony_ref.units import GB, KIB, MB
 
 STATS = ("min", "median")
@@ -143,25 +143,6 @@ def onchip_buffer_bytes() -> int:
         )
     except (OSError, ValueError, IndexError):
         return KIB * KIB
-
-
-def cpuinfo(key: str) -> str | None:
-    """The first value of `key` in /proc/cpuinfo ('model name', 'cpu family', 'flags'), or None
-    (no such key, or no /proc/cpuinfo)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                name, sep, value = line.partition(":")
-                if sep and name.strip() == key:
-                    return value.strip()
-    except OSError:
-        pass
-    return None
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what the platform module says."""
-    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_id() -> str:

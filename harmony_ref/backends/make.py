@@ -37,7 +37,7 @@ def make_backend(
         {context_tokens} come from the config, other {name}s from `values`) and parses its output
         as `fmt` (mslite, tflite, llama-bench, executorch), killing it after `timeout_s`; its
         metrics are physics-checked against `profile`. With `session` (a session TOML path,
-        backends/session_spec.py) it runs through that device session (backends/session.py).
+        lab/session_spec.py) it runs through that device session (lab/session.py).
     """
     if name == "simulated":
         from harmony_ref.backends.simulated import SimulatedDevice
@@ -52,7 +52,7 @@ def make_backend(
 
         spec = None
         if session:
-            from harmony_ref.backends.session_spec import load_session
+            from harmony_ref.lab.session_spec import load_session
 
             spec = load_session(session)
         elif not command or not fmt:

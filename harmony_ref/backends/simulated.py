@@ -37,7 +37,8 @@ from harmony_ref.backends.base import Measurement
 from harmony_ref.config import DEFAULT_PROFILE, RunConfig
 from harmony_ref.device.cost import scenario_timing
 from harmony_ref.device.memory import add_memory_metrics, memory_estimate
-from harmony_ref.device.profile import DeviceProfile, load_profile
+from harmony_ref.device.runtime import load_profile
+from harmony_ref.device.soc import DeviceProfile
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB, MB, MS_PER_S
 

@@ -13,9 +13,9 @@ the calls timed are the ones generation makes.
 
 `call_samples` counts each kind's work as the op graph counts it (model/graph.py, unfused: the
 ops whose names CALL_OPS lists), so a fitted rate means what the cost model divides by: matrix
-flops in the matmul's compute dtype on the host (device/profile.py `compute_dtype`, "weight"),
+flops in the matmul's compute dtype on the host (device/soc.py `compute_dtype`, "weight"),
 a decode step's in the one-row classes ("gemv_<dtype>", "attention_decode"), a prompt's
-attention in "attention", everything else "vector" (device/profile.py `op_class`); bytes as the
+attention in "attention", everything else "vector" (device/soc.py `op_class`); bytes as the
 graph moves them.
 """
 
@@ -134,7 +134,7 @@ def call_samples(
     """One OpSample per call kind of one forward: its measured seconds (summed over layers)
     against the work of the unfused graph ops it covers (see the module docstring)."""
     from harmony_ref.device.cost import dram_bytes
-    from harmony_ref.device.profile import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
+    from harmony_ref.device.soc import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
     from harmony_ref.model.graph import build_graph
 
     g = build_graph(
@@ -162,9 +162,7 @@ def call_samples(
         if kind not in work or s <= 0:
             continue
         w = work[kind]
-        one_row = (
-            tokens == 1
-        )  # a decode step: its GEMVs and one-row attention (profile.py op_class)
+        one_row = tokens == 1  # a decode step: its GEMVs and one-row attention (soc.py op_class)
         if kind == "attention":
             cls, ops, vec = "attention_decode" if one_row else "attention", w["flops"], w["vflops"]
         elif w["dtype"] is not None:

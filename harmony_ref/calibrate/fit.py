@@ -42,7 +42,7 @@ import numpy as np
 
 from harmony_ref.backends.host_timing import pick
 from harmony_ref.device.cost import Roofline, dram_bytes, op_roofline_s, op_time_s
-from harmony_ref.device.profile import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
+from harmony_ref.device.soc import HOST_WEIGHT_ONLY_COMPUTE, compute_dtype
 from harmony_ref.units import GIGA, US_PER_S
 
 RATE_CLASSES = (

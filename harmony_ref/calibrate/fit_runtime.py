@@ -65,7 +65,7 @@ def get_param(rt: RuntimeProfile, name: str) -> float:
     sec, key, _, _ = PARAMS[name]
     v = getattr(getattr(rt, sec) if sec else rt, key)
     if isinstance(v, float) and math.isnan(v):  # an unset per-class efficiency: its chain's
-        from harmony_ref.device.profile import FALLBACK
+        from harmony_ref.device.soc import FALLBACK
 
         chain = FALLBACK.get(name, ())
         v = next(
@@ -195,7 +195,7 @@ def fit_soc_efficiencies(rt: RuntimeProfile, points) -> tuple[RuntimeProfile, li
     prompt figure (PROMPT_METRICS) gets the matmul that fits its own points alone, every other
     number held at the shared fit's. One SoC alone needs no entry (the shared fit is its own).
     Returns the runtime and one row per SoC entry (soc, shared, own matmul, fitted_on)."""
-    from harmony_ref.device.profile import load_soc
+    from harmony_ref.device.soc import load_soc
 
     by_soc: dict[str, list] = {}
     for p in points:

@@ -79,7 +79,8 @@ def calibrate_host_runs(
     from harmony_ref.calibrate.fit_runtime import runtime_toml, with_held_out
     from harmony_ref.calibrate.host_measure import measure_session
     from harmony_ref.calibrate.host_runs import fit_host_runtime, host_points
-    from harmony_ref.device.profile import load_profile, load_runtime, load_soc
+    from harmony_ref.device.runtime import load_profile, load_runtime
+    from harmony_ref.device.soc import load_soc
     from harmony_ref.metrics import mape_pct
 
     out = check_output_file(out, "--out")

@@ -274,8 +274,8 @@ def fit_host_runtime(manifest: HostManifest | None = None):
     peaks = core_peaks(machine)
     cache_t1 = machine["cache_read_gbps_t1"] * GB
 
-    # each fitted class's rate against its one-core peak (attention: fp16's; device/profile.py
-    # class_peak_ops_per_s); a class no sample had keeps its fallback (profile.py FALLBACK)
+    # each fitted class's rate against its one-core peak (attention: fp16's; device/soc.py
+    # class_peak_ops_per_s); a class no sample had keeps its fallback (soc.py FALLBACK)
     def peak_of(c):
         if c == "vector":
             return peaks["vector"]
@@ -352,7 +352,7 @@ def host_soc_toml(
     `written_by` names what measured it (default: the committed fixtures)."""
     from harmony_ref._toml import read_toml
     from harmony_ref.calibrate.write import THERMAL_TEMPLATE, toml_table
-    from harmony_ref.device.profile import PROFILES_FOLDER
+    from harmony_ref.device.soc import PROFILES_FOLDER
 
     manifest = manifest or load_host_manifest()
     m = _machine(manifest)

@@ -82,7 +82,7 @@ def load_llamacpp_manifest(path=None) -> LlamacppManifest:
 
 
 def _tests(manifest: LlamacppManifest, run: BenchRun) -> list[dict]:
-    from harmony_ref.backends.parsers import llama_bench_tests
+    from harmony_ref.lab.parsers import llama_bench_tests
 
     base = Path(manifest.source).parent / manifest.folder
     out = []

@@ -63,7 +63,7 @@ def phase_configs(w: Workload, fmt: str):
     if fmt != "llama-bench":
         if w.depth:
             raise ValueError(
-                f"workload {w.label}: a depth applies to --format llama-bench (its -d), "
+                f"workload {w.label}: a depth applies to --parser llama-bench (its -d), "
                 f"not to {fmt}"
             )
         return base, {m: base for m in PHASE_METRICS.values()}
@@ -116,8 +116,7 @@ def calibrate_runtime_phases(
         shared_only,
     )
     from harmony_ref.calibrate.points import Point
-    from harmony_ref.device.profile import load_profile
-    from harmony_ref.device.runtime import load_runtime
+    from harmony_ref.device.runtime import load_profile, load_runtime
 
     params = tuple(params or PHASE_PARAMS)
     # the fit is this device's: its numbers become the profile's shared ones, and no other

@@ -70,7 +70,7 @@ class Point:
     def device_profile(self, runtime=None):
         import dataclasses
 
-        from harmony_ref.device.profile import load_profile
+        from harmony_ref.device.runtime import load_profile
 
         p = load_profile(self.profile, runtime or self.runtime, self.threads or None)
         if self.kernels_only:

@@ -13,7 +13,7 @@ by SimulatedDevice on it, and the profile written again with its [calibration] s
 Op file: the same fit on op times a device profiler exported (no whole-model runs).
 Phases: a benchmark command run once per workload, a base profile's efficiencies and launch
 overhead fitted to the prefill and decode-step times, scored on every third workload.
-Every profile is written atomically and must load back through device/profile.py.
+Every profile is written atomically and must load back through device/soc.py.
 `summary` is the plain-number report the command prints (and prints as JSON).
 """
 
@@ -44,7 +44,7 @@ from harmony_ref.calibrate.write import (
     nominal_host_peaks,
     profile_with_efficiencies,
 )
-from harmony_ref.device.profile import load_profile
+from harmony_ref.device.runtime import load_profile
 from harmony_ref.metrics import ape_pct, mape_pct
 from harmony_ref.units import GB, GIGA, MS_PER_S, US_PER_S
 
@@ -209,7 +209,7 @@ def file_policy_refused(model: str):
 
 def _check_valid_repeats(m, cfg) -> None:
     """A session's workload with fewer unthrottled repeats than it asks for is not fitted."""
-    from harmony_ref.backends.base import BackendError
+    from harmony_ref.lab.errors import BackendError
 
     if m.session is not None and m.session["valid_repeats"] < m.session["min_valid_repeats"]:
         raise BackendError(
@@ -224,7 +224,7 @@ def phase_value(m, fmt: str, metric: str) -> float:
     format does not report it."""
     if metric not in m.metrics:
         raise ValueError(
-            f"--format {fmt} output has no {metric}: phase calibration "
+            f"--parser {fmt} output has no {metric}: phase calibration "
             f"needs {list(PHASE_METRICS.values())}"
         )
     return m.metrics.value(metric)
@@ -391,7 +391,7 @@ def calibrate_runtime_on_set(
             points = [p for p in llamacpp_points(manifest) if p.runtime == runtime]
             params = params or manifest.fit_params
         elif set_name == "phones":
-            from harmony_ref.calibrate.figures import figure_points, load_figures
+            from harmony_ref.calibrate.published import figure_points, load_figures
 
             points = [p for p in figure_points(load_figures(figures)) if p.runtime == runtime]
             wants_memory = any(p.metric == "peak_memory_mb" for p in points)

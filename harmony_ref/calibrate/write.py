@@ -1,5 +1,5 @@
 """The profiles calibration writes, as TOML that loads back through the device profile schema
-(device/profile.py): a host profile from a fit of this CPU (`host_profile_toml`), its
+(device/soc.py): a host profile from a fit of this CPU (`host_profile_toml`), its
 [calibration] section with the held-out error (`calibration_toml`), and a phone profile whose
 efficiencies and launch overhead were fitted to measured phase times (`profile_with_efficiencies`).
 Every number in them says whether it was measured, fitted or is an assumption.
@@ -12,7 +12,7 @@ import dataclasses
 from harmony_ref._schema import section_class
 from harmony_ref._toml import read_toml
 from harmony_ref.calibrate.fit import BASIC_CLASSES, HostFit, PhaseFit
-from harmony_ref.device.profile import (
+from harmony_ref.device.soc import (
     HOST_WEIGHT_ONLY_COMPUTE,
     PROFILES_FOLDER,
     DeviceProfile,
@@ -52,7 +52,7 @@ def toml_value(v, digits: int | None = None) -> str:
 def toml_table(name: str, rows: list[tuple[str, object, str]], schema=DeviceProfile) -> str:
     """One section of a profile: `[name]` (none for the top level; "[cpu.clusters]" for an item
     of an array of tables) and its rows (key, value, comment), in the order given. Every key
-    must be a field of the section's dataclass in `schema` (device/profile.py's DeviceProfile,
+    must be a field of the section's dataclass in `schema` (device/soc.py's DeviceProfile,
     or a runtime profile's RuntimeProfile): a field the loader would refuse is never written."""
     cls = section_class(schema, name.strip("[]"))
     known = {f.name for f in dataclasses.fields(cls) if f.init}
@@ -76,7 +76,7 @@ def host_profile_toml(
     description: str,
     name: str = "host",
 ) -> str:
-    """A device profile (harmony_ref.device.profile schema) for this host from a fit.
+    """A device profile (harmony_ref.device.soc schema) for this host from a fit.
 
     The cost model multiplies a class's peak by `compute_efficiency`; the fit gives the products
     (achieved rates). compute_efficiency is the INT4 matmul's achieved / nominal peak, and each
@@ -200,7 +200,7 @@ def host_profile_toml(
 
 
 def calibration_toml(result) -> str:
-    """The profile's [calibration] section (harmony_ref.device.profile.CalibrationInfo): the
+    """The profile's [calibration] section (harmony_ref.device.soc.CalibrationInfo): the
     held-out error of the model this profile is, so a SimulatedDevice on it can report it."""
     import datetime
 

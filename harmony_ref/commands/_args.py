@@ -4,6 +4,12 @@
 `harmony-ref run`); `--prompt/--new/--context/--batch` (token counts) everywhere; the long forms
 `--prompt-tokens/--new-tokens/--context-tokens` are accepted as aliases. Counts are checked by
 argparse (a negative or non-integer count is a usage error, exit 2, before any work).
+
+`--format` once meant four things; where it did not name a file format it has a name of its own
+(add_renamed): `--style` (a report's style: compare, pick), `--parser` (a benchmark output's
+parser: bisect, calibrate, check-runtime, measure), `--weight-format` (sensitivity). The old
+spelling is still accepted there for one release: the CLI says so in one line on stderr after
+the command has run (not under a bad-input error, which stays one line).
 """
 
 from __future__ import annotations
@@ -11,6 +17,35 @@ from __future__ import annotations
 import argparse
 
 from harmony_ref.config import DEFAULT_PROFILE, Scenario
+
+
+class _Renamed(argparse.Action):
+    """Stores the value like `store`; given by its old spelling it also notes which spelling to
+    use (`args._deprecated`, printed by cli.py). The spelling given is kept for messages
+    (`spelled`)."""
+
+    def __init__(self, option_strings, dest, new: str = "", old: str = "", **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new, self.old = new, old
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string == self.old:
+            notes = getattr(namespace, "_deprecated", [])
+            namespace._deprecated = [*notes, f"{self.old} is deprecated here: use {self.new}"]
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"_spelled_{self.dest}", option_string)
+
+
+def add_renamed(p, new: str, old: str = "--format", **kwargs) -> None:
+    """Flag `new`, still accepted as `old` for one release (one deprecation line on stderr)."""
+    help = kwargs.pop("help", "")
+    help = f"{help} ({old}: the old spelling, deprecated)" if help else f"({old}: deprecated)"
+    p.add_argument(new, old, action=_Renamed, new=new, old=old, help=help, **kwargs)
+
+
+def spelled(args, dest: str, new: str) -> str:
+    """The spelling of a renamed flag as given (`new` when it was not given, or given so)."""
+    return getattr(args, f"_spelled_{dest}", None) or new
 
 
 def count(lo: int):
@@ -126,7 +161,7 @@ RUNTIME_HELP = (
 
 def add_runtime_argument(p, help: str = RUNTIME_HELP) -> None:
     """--runtime (predict, run, compare): a runtime whose unit the SoC lacks is refused where the
-    two meet (device/profile.py apply_runtime)."""
+    two meet (device/runtime.py apply_runtime)."""
     p.add_argument("--runtime", metavar="RUNTIME", help=help)
 
 

@@ -14,7 +14,7 @@ def add_session_argument(p) -> None:
         metavar="FILE",
         help="run through a device session (TOML: transport local/hdc/adb, serial, "
         "pushes, cooldown, warm-up, repeats, telemetry, throttle detection; see "
-        "harmony_ref/backends/session_spec.py)",
+        "harmony_ref/lab/session_spec.py)",
     )
     p.add_argument(
         "--verbose",
@@ -28,7 +28,7 @@ def load(path: str | None):
     """The session file's spec (bad input is a ValueError naming file, field and value)."""
     if not path:
         return None
-    from harmony_ref.backends.session_spec import load_session
+    from harmony_ref.lab.session_spec import load_session
 
     return load_session(path)
 

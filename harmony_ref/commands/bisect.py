@@ -14,9 +14,9 @@ HELP = "find the commit that made a metric worse: worktrees, builds, adaptive re
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.backends.parsers import FORMATS
-    from harmony_ref.commands._args import count, number
+    from harmony_ref.commands._args import add_renamed, count, number
     from harmony_ref.commands._output import add_json_flag
+    from harmony_ref.lab.parsers import OUTPUT_FORMATS
 
     p.add_argument("--repo", required=True, metavar="DIR", help="git checkout of the SUT")
     p.add_argument("--good", required=True, metavar="REV", help="a revision without the regression")
@@ -29,7 +29,13 @@ def add_arguments(p) -> None:
         metavar="CMD",
         help="benchmark command, run in each commit's worktree",
     )
-    p.add_argument("--format", required=True, choices=FORMATS, help="the command's output format")
+    add_renamed(
+        p,
+        "--parser",
+        required=True,
+        choices=OUTPUT_FORMATS,
+        help="the parser of the command's output",
+    )
     p.add_argument("--metric", required=True, help="the metric that got worse (e.g. ttft_ms)")
     p.add_argument(
         "--max-runs", type=count(2), default=150, metavar="N", help="benchmark runs at most"
@@ -65,7 +71,7 @@ def run(args) -> int:
         args.good,
         args.bad,
         args.command_template,
-        args.format,
+        args.parser,
         args.metric,
         build=args.build,
         max_runs=args.max_runs,

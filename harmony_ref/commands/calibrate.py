@@ -16,8 +16,8 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.backends.parsers import FORMATS
-    from harmony_ref.commands._args import number
+    from harmony_ref.commands._args import add_renamed, number
+    from harmony_ref.lab.parsers import OUTPUT_FORMATS
 
     p.add_argument(
         "--backend",
@@ -54,10 +54,11 @@ def add_arguments(p) -> None:
         "{model} {policy} {prompt_tokens} {new_tokens} {context_tokens} {threads} {depth} are "
         "filled in",
     )
-    p.add_argument(
-        "--format",
-        choices=FORMATS,
-        help="output format of --command (it must report prefill_ms and decode_step_ms)",
+    add_renamed(
+        p,
+        "--parser",
+        choices=OUTPUT_FORMATS,
+        help="parser of --command's output (it must report prefill_ms and decode_step_ms)",
     )
     p.add_argument(
         "--session",
@@ -76,7 +77,7 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--profile",
         help="--command: the SoC profile the runs ran on (default: a --session's profile; "
-        "else, for --format llama-bench, this machine's own, measured and written as "
+        "else, for --parser llama-bench, this machine's own, measured and written as "
         "OUT.soc.toml; else harmony-flagship, whose efficiencies are fitted without --runtime)",
     )
     p.add_argument(
@@ -140,7 +141,7 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--runtime",
         help="--set / --command: the runtime profile to fit (name or path; --command on this "
-        "host with --format llama-bench: llama.cpp-host by default)",
+        "host with --parser llama-bench: llama.cpp-host by default)",
     )
     p.add_argument(
         "--figures",
@@ -189,7 +190,7 @@ def run(args) -> int:
         if not args.ops:
             raise ValueError(
                 "--backend command needs --ops CSV (op times measured on the device) "
-                "or --command/--format/--workloads (phase times from repeated runs)"
+                "or --command/--parser/--workloads (phase times from repeated runs)"
             )
         result, summary = calibrate.calibrate_op_file(
             args.ops, args.out, args.name, args.stream_gbps, args.stat or "min"
@@ -247,7 +248,7 @@ MICROBENCH_ONLY = (
 COMMAND_ONLY = (
     ("ops", "--ops"),
     ("command_template", "--command"),
-    ("format", "--format"),
+    ("parser", "--parser"),
     ("workloads", "--workloads"),
     ("runtime", "--runtime"),
     ("stream_gbps", "--stream-gbps"),
@@ -340,19 +341,19 @@ def _run_phase_calibration(args) -> int:
     """Phase-level calibration from a benchmark command: a runtime profile on a SoC
     (calibrate/phases.py; on this host by default for llama-bench) or, without --runtime, a
     device profile's efficiencies (calibrate/run.py calibrate_phases)."""
-    from harmony_ref.backends.base import BackendError
-    from harmony_ref.backends.transport import DeviceGone
     from harmony_ref.commands import _session
+    from harmony_ref.lab.errors import BackendError
+    from harmony_ref.lab.transport import DeviceGone
 
     session = _session.load(args.session)
     command = args.command_template or (session.benchmark.command if session else "")
-    fmt = args.format or (session.benchmark.format if session else "")
+    fmt = args.parser or (session.benchmark.format if session else "")
     if not command:
         raise ValueError(
             "--backend command needs --command (or a --session with a benchmark command)"
         )
     if not fmt:
-        raise ValueError("--command needs --format")
+        raise ValueError("--command needs --parser")
     workloads = _parse_workloads(args.workloads)
     profile = args.profile or (session.device.profile if session else "") or ""
     on_host = not profile and not session
@@ -433,7 +434,7 @@ def _runtime_phases(args, command, fmt, workloads, profile, runtime, timeout, pa
             command, fmt, workloads, profile, runtime, timeout, args.out, params, session, progress
         )
     from harmony_ref.calibrate.host import host_soc_profile
-    from harmony_ref.device.profile import load_soc
+    from harmony_ref.device.soc import load_soc
 
     out = Path(args.out)
     soc_out = check_output_file(out.with_name(out.stem + ".soc.toml"), "--out's SoC profile")

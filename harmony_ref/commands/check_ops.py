@@ -30,7 +30,7 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import RunConfig, fitting_context
     from harmony_ref.device.ops import check_ops
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.runtime.loader import resolve_model
 
     profile = load_profile(args.profile)

@@ -2,7 +2,7 @@
 template on harmony-ref's corpus (on the host, or on a phone over `hdc shell`), compares its
 perplexity with harmony-ref's FP32 reference for the same model, text and context (or judges
 MindSpore Lite's comparison with the calibration outputs), flags it `inaccurate` beyond the bound
-derived in track/runtime_check.py, writes a run record, and prints speed beside accuracy.
+derived in job/runtime_check.py, writes a run record, and prints speed beside accuracy.
 
 Exit codes: 0 every runtime accurate, 1 one or more flagged inaccurate, 2 bad input (template,
 placeholder, command not found, timeout, output not the format, a record that is not one). With
@@ -19,9 +19,14 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import add_checkpoint_argument, add_scoring_arguments, number
+    from harmony_ref.commands._args import (
+        add_checkpoint_argument,
+        add_renamed,
+        add_scoring_arguments,
+        number,
+    )
     from harmony_ref.commands._output import add_json_flag
-    from harmony_ref.track.runtime_check import CHECK_FORMATS, DEFAULT_CONTEXT, DEFAULT_EXPECT
+    from harmony_ref.job.runtime_check import CHECK_FORMATS, DEFAULT_CONTEXT, DEFAULT_EXPECT
 
     p.add_argument(
         "--command",
@@ -58,11 +63,12 @@ def add_arguments(p) -> None:
         "the shipped held-out corpus (read up to its first 4 MB, tokenized only as far as "
         "--chunks needs); the runtime's {corpus} is a copy of what is read",
     )
-    p.add_argument(
-        "--format",
+    add_renamed(
+        p,
+        "--parser",
         default="llama-perplexity",
         choices=CHECK_FORMATS,
-        help="output format of the runtime (default llama-perplexity)",
+        help="parser of the runtime's output (default llama-perplexity)",
     )
     p.add_argument(
         "--expect",
@@ -118,8 +124,8 @@ def _print_rows(rows, title):
 
 def _compare(args) -> int:
     from harmony_ref.commands._output import print_json
+    from harmony_ref.job.runtime_check import row_from_record
     from harmony_ref.track.record import load_record
-    from harmony_ref.track.runtime_check import row_from_record
 
     rows = [row_from_record(load_record(path), path) for path in args.compare]
     if args.json:
@@ -133,8 +139,8 @@ def run(args) -> int:
     import sys
 
     from harmony_ref.commands._output import print_json
-    from harmony_ref.track.runtime_check import RuntimeCheck, reference_for
-    from harmony_ref.track.runtime_check_run import check_device, run_checks
+    from harmony_ref.job.runtime_check import RuntimeCheck, reference_for
+    from harmony_ref.job.runtime_check_run import check_device, run_checks
 
     if args.compare:
         if args.commands:
@@ -151,15 +157,15 @@ def run(args) -> int:
     from harmony_ref._io import check_output_dir
 
     check_output_dir(args.out_dir, "--out-dir")  # before the reference and the runtime run
-    from harmony_ref.backends.transport import DeviceGone
-    from harmony_ref.commands import _session
+    from harmony_ref.commands import _args, _session
+    from harmony_ref.lab.transport import DeviceGone
 
     session = _session.load(args.session)
     device = check_device(session, args.device)
     checks = [
         RuntimeCheck(
             t,
-            args.format,
+            args.parser,
             args.model,
             args.context,
             args.chunks,
@@ -169,12 +175,13 @@ def run(args) -> int:
             device,
             session,
             args.corpus,
+            parser_flag=_args.spelled(args, "parser", "--parser"),
         )
         for t, label in zip(args.commands, labels)
     ]  # every template checked before work
 
     ref = None
-    if args.format == "llama-perplexity":
+    if args.parser == "llama-perplexity":
         from rich.console import Console
         from rich.progress import Progress
 

@@ -13,9 +13,9 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.backends.host_coldstart import DEFAULT_COLS, DEFAULT_LAYERS, DEFAULT_ROWS
     from harmony_ref.commands._args import add_model_arguments, add_scenario_arguments
     from harmony_ref.commands._output import add_json_flag
+    from harmony_ref.job.host_coldstart import DEFAULT_COLS, DEFAULT_LAYERS, DEFAULT_ROWS
 
     add_model_arguments(p, profile=None, checkpoints=True)
     p.add_argument(
@@ -59,7 +59,8 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import RunConfig, fitting_context
     from harmony_ref.device.coldstart import breakdown, coldstart_inputs
-    from harmony_ref.device.profile import load_profile, shipped_profiles
+    from harmony_ref.device.runtime import load_profile
+    from harmony_ref.device.soc import shipped_profiles
     from harmony_ref.runtime.loader import resolve_model
 
     config = RunConfig.from_names(
@@ -87,7 +88,7 @@ def run(args) -> int:
     if args.measure:
         from rich.console import Console
 
-        from harmony_ref.backends.host_coldstart import measure_host_coldstart
+        from harmony_ref.job.host_coldstart import measure_host_coldstart
 
         console = Console(stderr=True)
         with console.status("measuring cold start on this host") as status:
@@ -118,7 +119,7 @@ def run(args) -> int:
     if host is not None:
         p0 = profiles[0]
         by = {(r["strategy"], r["loader"]): r for r in breakdown(p0, config)}
-        from harmony_ref.backends.host_coldstart import side_by_side
+        from harmony_ref.job.host_coldstart import side_by_side
 
         sbs = side_by_side(
             by[("cold", "read")], by[("cold", "mmap")], file_mb, host, p0.runtime.storage_read_gbps

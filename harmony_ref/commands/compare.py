@@ -22,6 +22,7 @@ def add_arguments(p) -> None:
     )
     from harmony_ref.commands._args import (
         add_model_arguments,
+        add_renamed,
         add_runtime_argument,
         add_scenario_arguments,
     )
@@ -34,8 +35,10 @@ def add_arguments(p) -> None:
     )
 
     add_scenario_arguments(p, batch=1, long_dest=True)
-    p.add_argument("--format", choices=("table", "md", "csv", "json"), default="table")
-    p.add_argument("--json", action="store_true", help="same as --format json")
+    add_renamed(
+        p, "--style", choices=("table", "md", "csv", "json"), default="table", help="report style"
+    )
+    p.add_argument("--json", action="store_true", help="same as --style json")
     p.add_argument(
         "--plot", metavar="PNG", help="also write a PNG: one panel per metric, in its own unit"
     )
@@ -59,10 +62,10 @@ def run(args) -> int:
     import sys
 
     from harmony_ref.commands._output import print_table
+    from harmony_ref.job.compare_run import compare_profiles
     from harmony_ref.track.compare import (
         LABEL_SEP,
         compare_columns,
-        compare_profiles,
         marked_frame,
         runtime_note,
         to_markdown,
@@ -96,7 +99,7 @@ def run(args) -> int:
                 f"--metrics: {', '.join(unknown)} not in this comparison; it has: "
                 + ", ".join(frame.index)
             )
-    fmt = "json" if args.json else args.format
+    fmt = "json" if args.json else args.style
     title = (
         f"{args.model}, policy {args.policy}: {args.prompt_tokens} prompt + "
         f"{args.new_tokens} new tokens, context {args.context_tokens}, batch {args.batch}"

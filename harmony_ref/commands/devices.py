@@ -39,8 +39,8 @@ def list_devices(kinds, executables: dict, timeout_s: float) -> tuple[list[dict]
     import shutil
     from pathlib import Path
 
-    from harmony_ref.backends.base import BackendError
-    from harmony_ref.backends.transport import make_transport
+    from harmony_ref.lab.errors import BackendError
+    from harmony_ref.lab.transport import make_transport
 
     rows, notes = [], []
     for kind in kinds:

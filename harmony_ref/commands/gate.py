@@ -1,5 +1,5 @@
 """`harmony-ref gate`: compare a run record with the baseline and print a Markdown verdict table
-(or `--json`). The workflow lives in track/gate_run.py, the rules in track/gate.py.
+(or `--json`). The workflow lives in job/gate_run.py, the rules in track/gate.py.
 
 Exit codes: 0 pass, 1 regression (or a part of the fresh run failed), 2 bad input (missing or
 corrupt baseline, schema mismatch, a metric missing on one side). `--update-baseline` is the only
@@ -55,8 +55,7 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json
     from harmony_ref.commands.run import DEFAULTS
     from harmony_ref.config import RunConfig
-    from harmony_ref.track.gate import compare, load_tolerances, to_json, to_markdown
-    from harmony_ref.track.gate_run import (
+    from harmony_ref.job.gate_run import (
         current_record,
         failed_parts,
         prev_path,
@@ -64,6 +63,7 @@ def run(args) -> int:
         remeasure_policy,
         replace_baseline,
     )
+    from harmony_ref.track.gate import compare, load_tolerances, to_json, to_markdown
 
     note = partial(print, file=sys.stderr)
     tolerances = load_tolerances(args.tolerances)

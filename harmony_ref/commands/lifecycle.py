@@ -45,7 +45,7 @@ def run(args) -> int:
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import RunConfig, fitting_context
     from harmony_ref.device.lifecycle import STRATEGIES, simulate_lifecycle
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
 
     if args.entries < 1:
         raise ValueError(f"--entries {args.entries}: must be >= 1")

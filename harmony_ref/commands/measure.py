@@ -20,9 +20,14 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.backends.parsers import FORMATS
-    from harmony_ref.commands._args import add_history_arguments, add_scenario_arguments, number
+    from harmony_ref.commands._args import (
+        add_history_arguments,
+        add_renamed,
+        add_scenario_arguments,
+        number,
+    )
     from harmony_ref.commands._session import add_session_argument
+    from harmony_ref.lab.parsers import OUTPUT_FORMATS
 
     p.add_argument(
         "--command",
@@ -32,10 +37,11 @@ def add_arguments(p) -> None:
         "(with --session: default the session's benchmark.command, and "
         "{work_dir}, {python} are known)",
     )
-    p.add_argument(
-        "--format",
-        choices=FORMATS,
-        help="output format of the command (with --session: default the session's)",
+    add_renamed(
+        p,
+        "--parser",
+        choices=OUTPUT_FORMATS,
+        help="parser of the command's output (with --session: default the session's)",
     )
     p.add_argument(
         "--timeout",
@@ -99,7 +105,7 @@ def _values(pairs: list[str]) -> dict[str, str]:
 def _config(args, session):
     """The RunConfig the measurement is of (None without a model), and the profile to check."""
     from harmony_ref.config import RunConfig
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.runtime.loader import resolve_model
 
     bench = session.benchmark if session else None
@@ -132,11 +138,11 @@ def _config(args, session):
 
 
 def run(args) -> int:
-    from harmony_ref.backends.base import BackendError
     from harmony_ref.backends.command import CommandDevice
-    from harmony_ref.backends.transport import DeviceGone
     from harmony_ref.commands import _session
     from harmony_ref.commands._args import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS
+    from harmony_ref.lab.errors import BackendError
+    from harmony_ref.lab.transport import DeviceGone
 
     given = (("--prompt", args.prompt_tokens), ("--new", args.new_tokens))
     asked = [flag for flag, v in given if v is not None]  # the flags the user gave
@@ -146,8 +152,8 @@ def run(args) -> int:
         args.new_tokens = DEFAULT_NEW_TOKENS
     session = _session.load(args.session)
     if session is None:
-        if not args.command_template or not args.format:
-            raise ValueError("give --command and --format (or --session FILE)")
+        if not args.command_template or not args.parser:
+            raise ValueError("give --command and --parser (or --session FILE)")
     elif not args.no_record:
         from harmony_ref._io import check_output_dir
         from harmony_ref.commands._args import open_history_arguments
@@ -157,7 +163,7 @@ def run(args) -> int:
     config, profile = _config(args, session)
     dev = CommandDevice(
         args.command_template,
-        args.format,
+        args.parser,
         args.timeout,
         values=_values(args.set),
         profile=profile,
@@ -221,7 +227,7 @@ def _write_record(m, config, dev, args):
     """A run record of a session measurement: the config (or what the command says it runs),
     the metrics, the session block in its `session` part. The config names the session by
     what it measured (session_id), not by its file, which the session block keeps."""
-    from harmony_ref.backends.session import session_id
+    from harmony_ref.lab.session_result import session_id
     from harmony_ref.track.record import Record, collect_provenance, write_record
 
     opts = {

@@ -13,7 +13,7 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import number
+    from harmony_ref.commands._args import add_renamed, number
 
     p.add_argument("--sweep", required=True, metavar="NAME", help="results/sweeps/NAME/")
     p.add_argument("--profile", help="comma-separated phones (default: every one in the sweep)")
@@ -43,8 +43,10 @@ def add_arguments(p) -> None:
         help="use the points measured on this host (measured metrics "
         "of several machines are never ranked together)",
     )
-    p.add_argument("--format", choices=("table", "md", "csv", "json"), default="table")
-    p.add_argument("--json", action="store_true", help="same as --format json")
+    add_renamed(
+        p, "--style", choices=("table", "md", "csv", "json"), default="table", help="report style"
+    )
+    p.add_argument("--json", action="store_true", help="same as --style json")
     p.add_argument(
         "--plot",
         metavar="PNG",
@@ -76,7 +78,7 @@ def run(args) -> int:
         [s.strip() for s in args.models.split(",") if s.strip()] if args.models else None,
         [s.strip() for s in args.runtime.split(",") if s.strip()] if args.runtime else None,
     )
-    fmt = "json" if args.json else args.format
+    fmt = "json" if args.json else args.style
     plots = _plots(answers, args.plot) if args.plot else []
     if fmt == "json":
         print_json(

@@ -81,7 +81,8 @@ def run(args) -> int:
         checkpoint=checkpoint,
         allow_unmatched=args.allow_unmatched,
     )
-    from harmony_ref.device.profile import load_profile, load_soc
+    from harmony_ref.device.runtime import load_profile
+    from harmony_ref.device.soc import load_soc
 
     if args.runtime_threads is not None and args.runtime_threads < 1:
         raise ValueError(f"--runtime-threads {args.runtime_threads}: must be >= 1")

@@ -20,7 +20,8 @@ def run(args) -> int:
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
-    from harmony_ref.device.profile import load_profile, shipped_profiles
+    from harmony_ref.device.runtime import load_profile
+    from harmony_ref.device.soc import shipped_profiles
 
     # Fastest first: by peak DRAM bandwidth, the number that sets decode speed.
     profiles = sorted(

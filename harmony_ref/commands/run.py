@@ -1,6 +1,6 @@
 """`harmony-ref run`: the main job. Measures one config in six parts (predicted metrics, host
 kernel timings, accuracy on real weights, cold start, 10-minute thermal summary, fidelity: the
-device model's error against real runs; track/job.py), prints one table, writes a run record
+device model's error against real runs; job/main.py), prints one table, writes a run record
 under results/runs/ and appends it to the run history."""
 
 from __future__ import annotations
@@ -82,11 +82,11 @@ def config_from_args(args):
     session = getattr(args, "session", None)
     if args.backend == "command":
         from harmony_ref._format import did_you_mean
-        from harmony_ref.backends.parsers import FORMATS
+        from harmony_ref.lab.parsers import OUTPUT_FORMATS
 
         command, fmt = args.command, args.command_format
         if session:
-            from harmony_ref.backends.session_spec import load_session
+            from harmony_ref.lab.session_spec import load_session
 
             spec = load_session(session)  # bad input is exit 2 now, before any part runs
             command, fmt = command or spec.benchmark.command, fmt or spec.benchmark.format
@@ -95,17 +95,17 @@ def config_from_args(args):
                 "--backend command needs --command and --command-format (or a "
                 "--session whose benchmark has them)"
             )
-        if fmt not in FORMATS:
+        if fmt not in OUTPUT_FORMATS:
             raise ValueError(
                 f"--command-format {fmt!r}: unknown output format"
-                f"{did_you_mean(fmt, FORMATS)}; formats are " + ", ".join(FORMATS)
+                f"{did_you_mean(fmt, OUTPUT_FORMATS)}; formats are " + ", ".join(OUTPUT_FORMATS)
             )
         opts = {"command": command, "format": fmt}
         if session:
             opts["session"] = str(session)
     elif args.command or args.command_format or session:
         raise ValueError("--command/--command-format/--session only apply to --backend command")
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.runtime.loader import resolve_model
 
     model, checkpoint = resolve_model(args.model)
@@ -132,7 +132,7 @@ def config_from_args(args):
 def add_arguments(p) -> None:
     from harmony_ref.commands._args import add_history_arguments
     from harmony_ref.commands._output import add_json_flag
-    from harmony_ref.track.job import part_names
+    from harmony_ref.job.main import part_names
 
     add_config_arguments(p)
     p.add_argument(
@@ -151,7 +151,7 @@ def add_arguments(p) -> None:
 
 def record_frame(record):
     """One row per metric: value, unit, better, kind, the part that made it, flags."""
-    from harmony_ref.track.job import metric_parts
+    from harmony_ref.job.main import metric_parts
 
     owner = metric_parts(record)
     df = record.metrics.to_frame()
@@ -195,7 +195,7 @@ def print_record(record, path=None, file=None) -> None:
 def run(args) -> int:
     from harmony_ref._io import check_output_dir
     from harmony_ref.commands._output import print_json
-    from harmony_ref.track.job import parse_skip, run_job
+    from harmony_ref.job.main import parse_skip, run_job
     from harmony_ref.track.record import write_record
 
     config = config_from_args(args)
@@ -205,7 +205,7 @@ def run(args) -> int:
 
         check_output_dir(args.out_dir, "--out-dir")
         history, sut = open_history_arguments(args, args.out_dir)
-    from harmony_ref.backends.transport import DeviceGone
+    from harmony_ref.lab.transport import DeviceGone
 
     try:
         record = run_job(config, skip=skip, show_progress=True)  # on stderr

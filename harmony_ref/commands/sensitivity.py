@@ -1,7 +1,7 @@
 """`harmony-ref sensitivity`: each layer group alone in a format (the others FP32), ranked by the
 loss it causes: on a decoder (default smollm2-135m, or a checkpoint) by KL divergence to the FP32
-reference on the calibration corpus, per Linear type or per block (eval/lm_sensitivity.py), in a weight
-format, as W8A8 (`--format w8a8[-per-tensor|-per-channel|-smooth]`) or pruned instead
+reference on the calibration corpus, per Linear type or per block (eval/lm_sensitivity.py), in a
+weight format, as W8A8 (`--weight-format w8a8[-per-tensor|-per-channel|-smooth]`) or pruned instead
 (`--prune ffn=0.1`, `--prune heads=0.25`, `--prune-score l1|activation`); on
 `--model all-minilm-l6` per Linear by cosine loss (eval/sensitivity.py)."""
 
@@ -10,20 +10,25 @@ from __future__ import annotations
 NAME = "sensitivity"
 HELP = (
     "rank layer types / blocks (decoder, by KLD) or MiniLM's Linears (by cosine loss) by the "
-    "loss each causes alone in INT4 (or --format)"
+    "loss each causes alone in INT4 (or --weight-format)"
 )
 MINILM = "all-minilm-l6"
 
 
 def add_arguments(p) -> None:
-    from harmony_ref.commands._args import add_checkpoint_argument, add_scoring_arguments
+    from harmony_ref.commands._args import (
+        add_checkpoint_argument,
+        add_renamed,
+        add_scoring_arguments,
+    )
     from harmony_ref.commands._output import add_json_flag
 
     add_checkpoint_argument(p, minilm=MINILM)
-    p.add_argument(
-        "--format",
+    add_renamed(
+        p,
+        "--weight-format",
         default=None,
-        help="format to put one group at a time in (default int4-g32); decoder: "
+        help="weight format to put one group at a time in (default int4-g32); decoder: "
         "also w8a8 (= w8a8-per-channel), w8a8-per-tensor, w8a8-smooth (int8 "
         "weights and static int8 activations calibrated on the calibration part)",
     )
@@ -63,9 +68,11 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from harmony_ref.commands._args import spelled
     from harmony_ref.eval.lm_sensitivity import parse_prune
     from harmony_ref.quant.policy import parse_format
 
+    flag = spelled(args, "weight_format", "--weight-format")
     if args.top < 0:
         raise ValueError(f"--top must be >= 0, got {args.top}")
     if args.model.lower() == MINILM:
@@ -75,12 +82,12 @@ def run(args) -> int:
             raise ValueError(
                 f"--prune/--prune-score/--method apply to a decoder, not --model {MINILM}"
             )
-        if str(args.format or "").lower().startswith("w8a8"):
+        if str(args.weight_format or "").lower().startswith("w8a8"):
             raise ValueError(
-                f"--format {args.format}: W8A8 sensitivity applies to a decoder, "
+                f"{flag} {args.weight_format}: W8A8 sensitivity applies to a decoder, "
                 f"not --model {MINILM}"
             )
-        return run_minilm(args, parse_format(args.format or "int4-g32", "--format"))
+        return run_minilm(args, parse_format(args.weight_format or "int4-g32", flag))
     if args.pairs:
         raise ValueError(f"--pairs applies to --model {MINILM} only")
     if args.prune_score and not args.prune:
@@ -91,17 +98,17 @@ def run(args) -> int:
                 f"--method {args.method} fits quantized weights: --prune measures "
                 "pruning alone (FP32 weights)"
             )
-        if args.format:
+        if args.weight_format:
             raise ValueError(
-                f"--prune measures pruning alone (FP32 weights): drop --format {args.format}"
+                f"--prune measures pruning alone (FP32 weights): drop {flag} {args.weight_format}"
             )
         args.prune_ratios = parse_prune(args.prune)
         return run_decoder(args, "fp32")
     args.prune_ratios = None
-    return run_decoder(args, args.format or "int4-g32")
+    return run_decoder(args, args.weight_format or "int4-g32", flag)
 
 
-def run_decoder(args, fmt: str) -> int:
+def run_decoder(args, fmt: str, flag: str = "--weight-format") -> int:
     import pandas as pd
 
     from harmony_ref.commands._output import print_json, print_table
@@ -110,7 +117,7 @@ def run_decoder(args, fmt: str) -> int:
     from harmony_ref.runtime.loader import resolve_model_path
     from harmony_ref.units import MB
 
-    name = variant_name(*parse_variant(fmt, "--format"))
+    name = variant_name(*parse_variant(fmt, flag))
     from harmony_ref.eval.lm import check_scoring
 
     check_scoring(args.context, args.chunks)

@@ -47,9 +47,9 @@ def add_arguments(p) -> None:
     )
     add_model_arguments(p, checkpoints=True)
     add_scenario_arguments(p, context=None, what="per Poisson request")
-    from harmony_ref.device.sessions import OVERFLOW
+    from harmony_ref.device.chat import OVERFLOW
 
-    g = p.add_argument_group("sessions and prefix reuse (device/sessions.py)")
+    g = p.add_argument_group("sessions and prefix reuse (device/chat.py)")
     g.add_argument(
         "--prefix-tokens",
         type=int,
@@ -100,7 +100,7 @@ def run(args) -> int:
 
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import RunConfig, fitting_context
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.device.serve_run import run_serving
     from harmony_ref.units import MS_PER_S
 

@@ -26,7 +26,7 @@ AXIS_FLAGS = (
 def add_arguments(p) -> None:
     from harmony_ref.commands._args import add_history_arguments, number
     from harmony_ref.commands._output import add_json_flag
-    from harmony_ref.track.job import part_names
+    from harmony_ref.job.main import part_names
 
     p.add_argument("--name", required=True, help="the sweep: results/sweeps/NAME/")
     p.add_argument("--grid", metavar="TOML", help="a sweep TOML file (instead of the axis flags)")
@@ -91,7 +91,7 @@ def grid_from_args(args):
     for flag in ("models", "policies"):
         if getattr(args, flag) is None:
             raise ValueError(f"--{flag}: missing (or give --grid FILE)")
-    from harmony_ref.device.profile import shipped_profiles
+    from harmony_ref.device.soc import shipped_profiles
 
     scenario = dict(DEFAULT_SCENARIO)
     for flag, axis in (

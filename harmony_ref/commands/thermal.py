@@ -45,7 +45,7 @@ def run(args) -> int:
 
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import RunConfig, fitting_context
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.device.thermal import MJ_PER_J, sustained_generation
     from harmony_ref.units import MS_PER_S
 

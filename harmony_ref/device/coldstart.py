@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import DeviceProfile
+from harmony_ref.device.soc import DeviceProfile
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB, KIB, MB, MS_PER_S, US_PER_S
 
@@ -131,7 +131,7 @@ def _applicable(step: str, loader: str) -> bool:
 def breakdown(profile: DeviceProfile, config: RunConfig) -> list[dict]:
     """One row per (strategy, loader): every step's ms on the user's clock and the total.
     `profile`: a DeviceProfile, a shipped profile name or a .toml path."""
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
 
     profile = load_profile(profile)
     times = step_times_ms(profile, coldstart_inputs(profile, config))

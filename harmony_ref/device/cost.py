@@ -4,7 +4,7 @@ Per op:  time = max(compute, memory) + launches x launch_overhead, where
     compute = flops / (peak[dtype] x compute_efficiency x f_c) + vector_flops / (vector peak x ...)
     memory  = dram_bytes / (dram_bandwidth x memory_efficiency x f_m)
 `peak[dtype]` is the NPU Cube's peak for the op's compute dtype, or the CPU's when the profile has
-no Cube path for it (`ComputeSpec.matmul_ops_per_s`). The compute dtype is device/profile.py's
+no Cube path for it (`ComputeSpec.matmul_ops_per_s`). The compute dtype is device/soc.py's
 `compute_dtype` of the op's weight dtype, its activations (W8A8: int8) and the profile's
 `weight_only_compute`: on a phone a weight-only int8/int4 matmul computes in FP16 and a W8A8
 one at the Cube's INT8 rate; on the host both run at their weight dtype's kernel rate. Its DRAM
@@ -23,7 +23,7 @@ NumPy arrays and on plain numbers alike.
 
 A runtime that runs the forward as one compiled graph (runtime profile `[overhead] graph =
 "compiled"`: QNN/HTP) pays no per-op launch, its `graph_us` once per forward instead (merged into
-the forward overhead by device/profile.py apply_runtime). A 16-bit float matmul (and attention)
+the forward overhead by device/runtime.py apply_runtime). A 16-bit float matmul (and attention)
 runs at the share of the fp16 peak its policy's 16-bit format takes on the runtime
 (`ComputeSpec.float16_share`: 0.5 where the runtime widens that format to fp32).
 
@@ -69,7 +69,7 @@ import numpy as np
 
 from harmony_ref.config import RunConfig
 from harmony_ref.device.ops import fallback_ops, placement
-from harmony_ref.device.profile import DTYPES, EFFICIENCY_CLASSES, DeviceProfile, compute_dtype
+from harmony_ref.device.soc import DTYPES, EFFICIENCY_CLASSES, DeviceProfile, compute_dtype
 from harmony_ref.model.graph import Graph, Segment, build_graph, window_steps
 from harmony_ref.units import GB, GIGA, MB, MS_PER_S, US_PER_S
 
@@ -122,7 +122,7 @@ class Roofline:
     cache_bytes: float = 0.0  # a cache streamed bytes can stay in (0: none)
     cache_bytes_per_s: float = 0.0
     forward_s: float = 0.0  # once per forward pass
-    class_ops_per_s: dict[str, float] | None = None  # per efficiency class (profile.py FALLBACK)
+    class_ops_per_s: dict[str, float] | None = None  # per efficiency class (soc.py FALLBACK)
     widen_s_per_weight: float = 0.0  # per fp16 weight per call, before its matmul
 
     @classmethod
@@ -281,7 +281,7 @@ def _evaluate(
     # attention over a prompt or for one row); vector work at the vector rate
     k = r.class_ops_per_s
     # a 16-bit float matmul (and attention, in the same format) at its format's path: native,
-    # or widened to fp32 (profile.py ComputeSpec.float16_share)
+    # or widened to fp32 (soc.py ComputeSpec.float16_share)
     f16 = profile.compute.float16_share(g0.float16)
     share = np.array([f16 if d == "fp16" else 1.0 for d in DTYPES])
     gemm = (np.array([k[d] for d in DTYPES]) * share)[cd]

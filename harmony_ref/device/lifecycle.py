@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from harmony_ref.config import RunConfig
 from harmony_ref.device.coldstart import breakdown
 from harmony_ref.device.memory import memory_estimate
-from harmony_ref.device.profile import DeviceProfile
+from harmony_ref.device.soc import DeviceProfile
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import MB
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import DeviceProfile
+from harmony_ref.device.soc import DeviceProfile
 from harmony_ref.metrics import Metrics
 from harmony_ref.model.graph import (
     ACT_BYTES,

@@ -19,7 +19,7 @@ A profile without [npu] runs every op type on its NPU (no op list to check again
 from __future__ import annotations
 
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import DTYPES, DeviceProfile
+from harmony_ref.device.soc import DTYPES, DeviceProfile
 from harmony_ref.model.graph import build_graph, op_counts, op_types_used
 
 PLACES = ("npu", "cpu", "fallback", "none")

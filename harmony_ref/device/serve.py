@@ -10,8 +10,8 @@ or already generating, and counted as degraded.
 Arrivals come from `poisson_arrivals` (seeded) or `load_trace` (CSV: arrival_s, prompt_tokens,
 new_tokens). Service times come from a `ServiceModel`: any callable (prompt_tokens, new_tokens)
 -> ServiceTime(ttft_s, total_s); `device_service_model` builds one from the device cost model.
-With sessions (device/sessions.py), `simulate_serving(..., admit=...)` asks `admit(request)` for
-the service time at each service start instead: the session KV cache decides there what the
+With conversations (device/chat.py), `simulate_serving(..., admit=...)` asks `admit(request)` for
+the service time at each service start instead: the conversation KV cache decides there what the
 request reuses, or returns None to refuse it (past the context limit), counted as `refused`.
 Identical inputs give identical results: the event order is total (time, then event kind, then
 arrival index).
@@ -63,7 +63,7 @@ class Request:
     arrival_s: float
     prompt_tokens: int
     new_tokens: int
-    session: int = 0  # the conversation it belongs to (device/sessions.py)
+    conversation: int = 0  # the conversation it belongs to (device/chat.py)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """One serving scenario run the way `harmony-ref serve` reports it: arrivals (a trace, or Poisson
 at a rate with the config's prompt and new tokens), the device model's service times
-(device/serve.py), and when asked the session KV cache (device/sessions.py) deciding what each
+(device/serve.py), and when asked the session KV cache (device/chat.py) deciding what each
 request reuses; the simulation's result, the metrics and the typical request's service time.
 Apart from device/serve.py because the session cache builds on it.
 
@@ -34,7 +34,7 @@ class ServingRun:
     source: str  # where the arrivals came from: "trace FILE" or the Poisson process
     typical: ServiceTime  # one request of the scenario's size on the device model, no queueing
     metrics: Metrics  # the serving metrics, and the session cache's when sessions are simulated
-    sessions: dict | None  # the session KV cache's summary (device/sessions.py), or None
+    sessions: dict | None  # the session KV cache's summary (device/chat.py), or None
 
 
 def run_serving(
@@ -57,7 +57,7 @@ def run_serving(
     """Requests arriving at one session of `profile` running `config`: from `trace` (CSV), else
     Poisson at `rate` per second with the config's prompt and new tokens, over `minutes` (default
     10; a trace's own span: a default window around a 2-second trace would report an idle
-    phone). With `sessions` or `prefix_tokens`, a session KV cache (device/sessions.py) decides
+    phone). With `sessions` or `prefix_tokens`, a session KV cache (device/chat.py) decides
     what each request reuses: `sessions` conversations (0: every request its own)."""
     import dataclasses
 
@@ -74,17 +74,21 @@ def run_serving(
     service = device_service_model(profile, config)
     admit = None
     if sessions or prefix_tokens:
-        from harmony_ref.device.sessions import SessionCache, SessionService, assign_sessions
+        from harmony_ref.device.chat import (
+            ConversationCache,
+            ConversationService,
+            assign_conversations,
+        )
         from harmony_ref.model.graph import kv_bytes_per_token_per_layer
 
         ids = (
-            assign_sessions(len(requests), sessions, seed)
+            assign_conversations(len(requests), sessions, seed)
             if sessions
             else list(range(len(requests)))
         )  # prefix only: every request its own conversation
-        requests = [dataclasses.replace(r, session=i) for r, i in zip(requests, ids)]
-        cache = SessionCache(kv_budget_tokens, context_limit, overflow, prefix_tokens)
-        admit = SessionService(cache, profile, config)
+        requests = [dataclasses.replace(r, conversation=i) for r, i in zip(requests, ids)]
+        cache = ConversationCache(kv_budget_tokens, context_limit, overflow, prefix_tokens)
+        admit = ConversationService(cache, profile, config)
     result = simulate_serving(
         requests,
         service,
@@ -97,13 +101,13 @@ def run_serving(
     metrics = result.metrics()
     session_summary = None
     if admit is not None:
-        from harmony_ref.device.sessions import session_metrics
+        from harmony_ref.device.chat import conversation_metrics
 
         kv_per_token = config.spec.n_layers * kv_bytes_per_token_per_layer(
             config.spec, config.kv_dtype
         )
         session_summary = admit.summary(kv_per_token)
-        metrics.update(session_metrics(session_summary))
+        metrics.update(conversation_metrics(session_summary))
     return ServingRun(
         result, source, service(sc.prompt_tokens, sc.new_tokens), metrics, session_summary
     )

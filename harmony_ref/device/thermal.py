@@ -422,7 +422,7 @@ def sustained_generation(
     profile, config, minutes: float = 30.0, dt_s: float = DEFAULT_DT_S, governor: str | None = None
 ) -> SustainedResult:
     """Back-to-back decode for `minutes` from ambient, throttled by the profile's governor."""
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
 
     if not minutes > 0:
         raise ValueError(f"minutes = {minutes}: must be > 0")

@@ -7,7 +7,7 @@ Cortex-A55), each with a frequency and per-core ops per cycle. With N threads:
 - every op's work is split evenly, so each op waits for its slowest thread:
       compute_N = (flops / N) / (slowest core's rate[dtype] x compute_efficiency)
   where dtype is what the op computes in on the CPU path: SDOT kernels with int8 activations,
-  so a weight-only int8 / int4 matmul runs at its weight's rate (device/profile.py
+  so a weight-only int8 / int4 matmul runs at its weight's rate (device/soc.py
   `compute_dtype`, CPU_PATH_WEIGHT_ONLY_COMPUTE)
                 + (vector_flops / N) / (slowest core's fp16 rate x compute_efficiency)
 - memory still bounds: memory = DRAM bytes / (dram_bandwidth x memory_efficiency), not split
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import DTYPES, CpuCluster, CpuSpec, DeviceProfile
+from harmony_ref.device.soc import DTYPES, CpuCluster, CpuSpec, DeviceProfile
 from harmony_ref.model.graph import Graph, build_graph, window_steps
 from harmony_ref.units import GB, MS_PER_S, US_PER_S
 

@@ -78,7 +78,9 @@ ROW_CODE_MODULES = (
 )
 
 
-def parse_variant(text: str, where: str = "--format") -> tuple[WeightFormat, ActivationSpec | None]:
+def parse_variant(
+    text: str, where: str = "--weight-format"
+) -> tuple[WeightFormat, ActivationSpec | None]:
     """A weight format, or w8a8[-<granularity>]: (int8, its ActivationSpec with the defaults)."""
     t = str(text).strip().lower()
     if t == W8A8 or t.startswith(W8A8 + "-"):
@@ -288,13 +290,13 @@ def lm_sensitivity(
     `progress(done, total)` is called after every chunk."""
     from harmony_ref.runtime.loader import load_decoder_shared, resolve_model_path
 
-    f, act = parse_variant(fmt, "--format")
+    f, act = parse_variant(fmt, "--weight-format")
     if prune_score not in PRUNE_SCORES:
         raise ValueError(
             f"--prune-score must be one of {', '.join(PRUNE_SCORES)}, got {prune_score!r}"
         )
     if prune and (act is not None or f.kind != "fp32"):
-        raise ValueError("--prune measures pruning alone, FP32 weights: drop --format")
+        raise ValueError("--prune measures pruning alone, FP32 weights: drop --weight-format")
     path = resolve_model_path(model)
     corpus = corpus or Corpus.shipped(CALIBRATION)
     weights, tok = loaded or load_decoder_shared(model)

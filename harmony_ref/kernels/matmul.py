@@ -35,7 +35,7 @@ No dequantized float matrix is ever built.
 Measured (tests/perf/test_perf_matmul.py, one `quiet` run; Intel Xeon family 6 model 207,
 Emerald Rapids under KVM, 2 cores, 2 threads; medians of interleaved blocks; GEMV weights cycled
 through copies beyond the 300 MiB L3; NumPy 2.4 OpenBLAS; llama.cpp built from source for this
-CPU, driven through ggml's mul_mat by matmul_peer.py; avx2 / portable rows are those paths
+CPU, driven through ggml's mul_mat by lab/ggml_peer.py; avx2 / portable rows are those paths
 forced on this same CPU):
 
 | GEMV 11008 x 4096, one token | ms | vs NumPy FP32 `W @ x` | GB/s |

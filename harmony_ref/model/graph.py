@@ -8,7 +8,7 @@ Each `Op` carries what the cost model needs and nothing device-specific:
 - `flops`: matrix-unit work. `dtype` is its weight operand's dtype (the weight format's: fp16,
   int8 or int4; fp16 for attention) and `act_dtype` its activations' ("int8" for a Linear the
   policy's `[activations]` table gives static int8 scales, W8A8; else "fp16"); the dtype it
-  computes in, and so the peak it runs at, also depends on the device: device/profile.py
+  computes in, and so the peak it runs at, also depends on the device: device/soc.py
   `compute_dtype`. `vector_flops`: elementwise/reduction work (norms, softmax,
   activations, rope, bias, residual adds) run on the vector unit in fp16.
 - bytes it moves through DRAM: `weight_bytes` (the weight's real stored size, scales and zero

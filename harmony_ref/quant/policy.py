@@ -29,7 +29,7 @@ one line naming the file, field and value, never labelled over round-to-nearest 
 `dynamic_activations = "int8"` says the runtime quantizes the activations of every int4 and
 int8 Linear to int8 on the fly (ExecuTorch's 8da4w, W4A8): the op graph then marks those
 matmuls int8-activated, so a runtime computes them in int8 whatever it does for weight-only
-ones (device/profile.py `compute_dtype`). Our host kernels do that for every quantized Linear
+ones (device/soc.py `compute_dtype`). Our host kernels do that for every quantized Linear
 anyway (matmul_w4 / matmul_w8: int8 per 32-block), so on the host it changes nothing.
 `float16 = "bf16"` says its 16-bit float weights and activations are bfloat16 (policy `bf16`):
 the same 2 bytes, computed on the runtime's bf16 path (a runtime profile's [float16], native or
@@ -79,7 +79,7 @@ POLICY_KEYS = {
     "float16",
 }
 DYNAMIC_ACTIVATIONS = ("", "int8")
-FLOAT16 = ("fp16", "bf16")  # device/profile.py FLOAT16_FORMATS
+FLOAT16 = ("fp16", "bf16")  # device/soc.py FLOAT16_FORMATS
 # What each field of a policy TOML means: docs/reference/policy.md is generated from this table
 # (tools/docs_reference.py), and the docs build fails on a key of POLICY_KEYS it does not describe.
 POLICY_FIELD_DOCS = {

@@ -4,7 +4,7 @@ the answers drawn from them (`pick`: the best feasible model and policy per phon
 plot).
 
     grid.py     the grid (flags or a sweep TOML), its points and their keys
-    execute.py  what a worker runs: batches of points through track/job.py's parts, shared parts
+    execute.py  what a worker runs: batches of points through job/main.py's parts, shared parts
     store.py    results/sweeps/<name>/: points.parquet, records/, pending rows, the lock
     run.py      the driver: LocalCluster or a running scheduler, batching, faults, progress
     pick.py     feasibility, the best point per phone and why the others lose; tables

@@ -1,6 +1,7 @@
-"""What a sweep's workers run: batches of points, each through the main job itself (track/job.py
+"""What a sweep's workers run: batches of points, each through the main job itself (job/main.py
 run_job), so a sweep point measures and records exactly what `harmony-ref run` does for the same
-config, and the shared parts once per group of points, handed to run_job as given. Plain Python and picklable arguments: the same functions
+config, and the shared parts once per group of points, handed to run_job as given. Plain Python
+and picklable arguments: the same functions
 run in this process (`--workers 0`) or on a Dask worker anywhere; nothing here imports Dask.
 
     rows = run_batch(points, shared)             # one result per point: record dict, timings
@@ -36,11 +37,11 @@ PHONE_FIELDS = ("profile", "runtime", "backend", "backend_options")
 
 def shared_key(part: str, config: dict) -> str:
     """The group of points whose `part` result is the same: the config minus the phone (for the
-    accuracy part, only what it reads: track/job.py accuracy_inputs)."""
+    accuracy part, only what it reads: job/main.py accuracy_inputs)."""
     import hashlib
 
     if part == "accuracy":  # it reads only the decoder it scores, the policy and the KV dtype
-        from harmony_ref.track.job import accuracy_inputs
+        from harmony_ref.job.main import accuracy_inputs
 
         rest = accuracy_inputs(config)
     else:
@@ -52,7 +53,7 @@ def shared_key(part: str, config: dict) -> str:
 def warm_key(part: str, config: dict) -> str:
     """Shared tasks with the same warm key reuse one on-disk cache: the first runs alone."""
     if part == "accuracy":
-        from harmony_ref.track.job import accuracy_inputs
+        from harmony_ref.job.main import accuracy_inputs
 
         return f"{part}:{accuracy_inputs(config)['accuracy_model']}"
     return f"{part}:{config['model']}"
@@ -73,7 +74,7 @@ def run_shared(part: str, config: dict, key: str, after=None) -> dict:
     """Run one shared part for `config` (any point of its group): {"metrics", "entry"}.
     `after` is ignored: passing another task's result orders this one after it."""
     from harmony_ref.config import RunConfig
-    from harmony_ref.track.job import PARTS, run_part_entry
+    from harmony_ref.job.main import PARTS, run_part_entry
 
     _trace("shared", key)
     by_name = {p.name: p for p in PARTS}
@@ -100,10 +101,10 @@ def run_batch(
 def run_point(
     point: dict, provenance: dict, shared: dict, shared_parts: tuple[str, ...] = SHARED_PARTS
 ) -> dict:
-    """One point through the main job (track/job.py run_job), its shared parts taken from
+    """One point through the main job (job/main.py run_job), its shared parts taken from
     `shared` instead of run again; a point whose config is bad is a record of failed parts."""
     from harmony_ref.config import RunConfig
-    from harmony_ref.track.job import part_names, run_job, skipped_entry
+    from harmony_ref.job.main import part_names, run_job, skipped_entry
 
     _trace("point", point["key"])
     t0 = time.perf_counter()

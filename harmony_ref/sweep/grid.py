@@ -11,7 +11,7 @@ A sweep TOML file:
     policies = ["int4-g128", "int8"]
     profiles = ["harmony-flagship", "harmony-lowend"]
     runtimes = ["llama.cpp-cpu", "executorch-xnnpack"]  # optional: default each profile's own
-    parts = ["predicted", "accuracy"]              # of track/job.py's parts
+    parts = ["predicted", "accuracy"]              # of job/main.py's parts
     backend = "simulated"                          # optional
     [scenario]                                     # optional; each a list (or one value)
     prompt_tokens = [128, 512]
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony_ref.config import KV_DTYPES, SCENARIO_FIELDS, RunConfig
-from harmony_ref.track.job import part_names
+from harmony_ref.job.main import part_names
 
 SCENARIO_AXES = SCENARIO_FIELDS + ("kv_dtype",)
 DEFAULT_SCENARIO = {
@@ -112,7 +112,7 @@ class Grid:
 
     def points(self) -> list[Point]:
         """One Point per combination, in a stable order (models outermost)."""
-        from harmony_ref.device.profile import load_profile
+        from harmony_ref.device.runtime import load_profile
         from harmony_ref.runtime.loader import resolve_model
 
         code = code_version()
@@ -225,7 +225,8 @@ def _fail(source: str, where: str, value, msg: str):
 
 def check_grid(grid: Grid) -> None:
     """Every axis non-empty and every name resolvable; a ValueError naming source/field/value."""
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
+    from harmony_ref.job.main import part_names
     from harmony_ref.quant.policy import load_policy
     from harmony_ref.runtime.loader import resolve_model
 
@@ -303,8 +304,7 @@ def _check_runtimes(grid: Grid) -> None:
     """Each runtime loads and runs on at least one of the grid's profiles (one that runs on none
     is a typo or a wrong grid, refused with the first profile's reason); a pair that does not
     run leaves its points failing with the reason."""
-    from harmony_ref.device.profile import load_profile
-    from harmony_ref.device.runtime import load_runtime
+    from harmony_ref.device.runtime import load_profile, load_runtime
 
     src = grid.source
     if len(set(grid.runtimes)) != len(grid.runtimes):

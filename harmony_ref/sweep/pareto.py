@@ -32,7 +32,7 @@ def _area(mb: float, lo: float, hi: float) -> float:
 
 def pareto_plot(answer, path: str | Path, title: str | None = None) -> Path:
     """`pick --plot`: `pareto_figure` written to `path` (atomically, 1400 x 750 px)."""
-    from harmony_ref.track.figures import save_png
+    from harmony_ref.track.plot_style import save_png
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return save_png(pareto_figure(answer, title), path)
@@ -45,7 +45,7 @@ def pareto_figure(answer, title: str | None = None):
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from harmony_ref.track.figures import figure, style
+    from harmony_ref.track.plot_style import figure, style
 
     df = answer.frame
     models = sorted(set(df["model"]))

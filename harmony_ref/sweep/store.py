@@ -233,7 +233,7 @@ def compression_columns(comp: dict) -> dict:
 def row_runtime(cfg: dict) -> str:
     """The runtime a point ran on: its config's, else its profile's default_runtime ("" for a
     profile that names none, or one that no longer loads)."""
-    from harmony_ref.device.profile import runtime_name
+    from harmony_ref.device.soc import runtime_name
 
     try:
         return runtime_name(cfg["profile"], cfg.get("runtime", ""))

@@ -4,7 +4,7 @@ Each commit is checked out in its own git worktree (cached by commit under the c
 a second bisection over the same range builds nothing twice), built with the build command run
 in the worktree (a commit that fails to build is skipped, as `git bisect skip`, and reported),
 and measured by running the command there and parsing its output with the same parsers
-`harmony-ref measure` uses (backends/parsers.py). Every run is appended to the run history
+`harmony-ref measure` uses (lab/parsers.py). Every run is appended to the run history
 (track/history.py) with the commit as its system under test, and a bisection started again
 (after a crash or Ctrl-C) takes the runs already there for the same command and metric.
 
@@ -205,7 +205,7 @@ class Bisection:
 
     def measure(self, c: CommitRuns) -> None:
         """One run of the command on commit `c`: its samples of the metric added."""
-        from harmony_ref.backends.parsers import parse
+        from harmony_ref.lab.parsers import parse
 
         if self.total >= self.max_runs:
             raise _Budget()

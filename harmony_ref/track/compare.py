@@ -6,24 +6,21 @@ A column is a profile on a runtime (`compare_columns`): "dimensity-9300" runs th
 Each column is labelled `profile · runtime` ("· own" for a profile that names no runtime: its
 own efficiency fields), so no table or plot compares runtimes without saying so, and
 `runtime_note` is the one line that warns when the columns differ in runtime. A runtime whose
-unit the SoC lacks is refused before any work (device/profile.py apply_runtime).
+unit the SoC lacks is refused before any work (device/runtime.py apply_runtime).
 
-`compare_profiles` runs the device-dependent, exact parts of the main job (predicted metrics,
-cold start, 10-minute thermal summary) once per column and returns a pandas frame with metrics
-as rows and column labels as columns, plus a `best` column naming the column(s) with the best
-value of each row (direction-aware; `direction = "none"` rows and rows where every column ties
-are not marked). `coldstart_phases` splits the cold-start totals into the model's steps, for the
-stacked bars of `compare --plot`.
+`best_profiles` names the column(s) with the best value of a row (direction-aware; `direction =
+"none"` rows and rows where every column ties are not marked); job/compare_run.py
+`compare_profiles` runs the job's parts once per column and builds the frame. `coldstart_phases`
+splits the cold-start totals into the model's steps, for the stacked bars of `compare --plot`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from harmony_ref._format import fmt_number
 from harmony_ref.config import RunConfig
-from harmony_ref.track.figures import LABEL_SEP
+from harmony_ref.track.plot_style import LABEL_SEP
 
 COMPARE_PARTS = ("predicted", "coldstart", "thermal")
 COLDSTART_LOADER = "read"  # the loader the coldstart part reports (device.coldstart default)
@@ -56,7 +53,8 @@ class Column:
 def compare_columns(profiles: list[str], runtime: str | None = None) -> list[Column]:
     """The columns of `--profiles` items ("PROFILE" or "PROFILE:RUNTIME") and `--runtime`, each
     profile loaded on its runtime here (a runtime whose unit the SoC lacks is a ValueError)."""
-    from harmony_ref.device.profile import load_profile, runtime_name
+    from harmony_ref.device.runtime import load_profile
+    from harmony_ref.device.soc import runtime_name
 
     if len(profiles) < 1:
         raise ValueError("--profiles: give at least one profile")
@@ -101,59 +99,6 @@ def runtime_note(columns: list[Column]) -> str:
     )
 
 
-def compare_profiles(
-    profiles: list[str],
-    model,  # a spec name or ModelSpec (runtime/loader.py resolve_model)
-    policy: str,
-    prompt_tokens: int = 512,
-    new_tokens: int = 128,
-    context_tokens: int = 2048,
-    batch: int = 1,
-    parts: tuple[str, ...] = COMPARE_PARTS,
-    runtime: str | None = None,
-):
-    """(frame, notes): the frame is indexed by metric with columns unit, better, <column
-    labels...>, best (`compare_columns` makes the columns of `profiles` and `runtime`); notes
-    say which parts could not run here (an input out of reach)."""
-    import pandas as pd
-
-    from harmony_ref.checkpoint.assets import AssetUnavailable
-    from harmony_ref.track.job import PARTS, run_part
-
-    cols = compare_columns(profiles, runtime)
-    profiles = [c.label for c in cols]
-    columns: dict[str, dict[str, float]] = {}
-    meta: dict[str, tuple[str, str]] = {}
-    notes: list[str] = []
-    by_name = {p.name: p for p in PARTS}
-    for col in cols:
-        config = col.config(model, policy, prompt_tokens, new_tokens, context_tokens, batch)
-        values: dict[str, float] = {}
-        for name in parts:
-            try:
-                got = run_part(by_name[name], config)
-            except AssetUnavailable as e:
-                note = f"{name}: not available ({e})"
-                if note not in notes:
-                    notes.append(note)
-                continue
-            for m in got:
-                values[m.name] = m.value
-                meta.setdefault(m.name, (m.unit, m.direction))
-        columns[col.label] = values
-    if not meta:
-        raise ValueError("no metrics to compare: " + "; ".join(notes))
-    rows = list(meta)
-    frame = pd.DataFrame(
-        {p: [columns[p].get(r, math.nan) for r in rows] for p in profiles}, index=rows
-    )
-    frame.index.name = "metric"
-    frame.insert(0, "unit", [meta[r][0] for r in rows])
-    frame.insert(1, "better", [meta[r][1] for r in rows])
-    frame["best"] = [best_profiles(frame.loc[r, profiles], meta[r][1]) for r in rows]
-    return frame, notes
-
-
 def coldstart_phases(
     profiles: list[str],
     model,  # a spec name or ModelSpec (runtime/loader.py resolve_model)
@@ -172,7 +117,7 @@ def coldstart_phases(
     import pandas as pd
 
     from harmony_ref.device.coldstart import STEPS, STRATEGIES, breakdown
-    from harmony_ref.device.profile import config_profile
+    from harmony_ref.device.runtime import config_profile
 
     rows = {}
     cols = compare_columns(profiles, runtime)

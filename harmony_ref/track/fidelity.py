@@ -8,7 +8,7 @@
 
 Sets (calibrate/points.py Points): `host` (real SmolLM2 generations, calibrate/host_runs.py),
 `llama.cpp` (llama-bench runs on this kind of machine, calibrate/llamacpp.py), `phones`
-(published figures, calibrate/figures.py: the calibration figures and the shipped held-out ones;
+(published figures, calibrate/published.py: the calibration figures and the shipped held-out ones;
 a file of your own adds its figures) and
 `records` (run records of `measure` / `run --backend command`, all scored). Every point is
 predicted by SimulatedDevice on its SoC profile under its runtime profile.
@@ -57,7 +57,7 @@ def collect(
     """The points of the named sets; `figures`: a figures file whose figures join the phones set
     (beside the shipped calibration and held-out figures); `records`: run record paths (set
     records)."""
-    from harmony_ref.calibrate.figures import HELDOUT_FIGURES, figure_points, load_figures
+    from harmony_ref.calibrate.published import HELDOUT_FIGURES, figure_points, load_figures
 
     unknown = [s for s in sets if s not in SETS]
     if unknown:
@@ -97,7 +97,7 @@ def record_points(paths, runtime: str | None) -> list[Point]:
     from pathlib import Path
 
     from harmony_ref.config import RunConfig
-    from harmony_ref.device.profile import load_soc
+    from harmony_ref.device.soc import load_soc
     from harmony_ref.track.record import load_record
 
     out = []
@@ -108,7 +108,7 @@ def record_points(paths, runtime: str | None) -> list[Point]:
             load_soc(cfg.profile)
         except ValueError as e:
             from harmony_ref._format import did_you_mean
-            from harmony_ref.device.profile import shipped_profiles
+            from harmony_ref.device.soc import shipped_profiles
 
             hint = did_you_mean(cfg.profile, shipped_profiles())
             why = (
@@ -139,8 +139,8 @@ def record_points(paths, runtime: str | None) -> list[Point]:
 
 
 def _fitted_ids(point: Point) -> set[str]:
-    from harmony_ref.device.profile import load_soc
     from harmony_ref.device.runtime import load_runtime
+    from harmony_ref.device.soc import load_soc
 
     name = point.runtime or load_soc(point.profile).default_runtime
     if not name:
@@ -285,17 +285,12 @@ def fidelity_metrics(rows: list[dict], cpus: dict[str, str] | None = None) -> Me
 
 
 def profile_calibration(profile: str):
-    """The --profile's own CalibrationInfo (device/profile.py) when `profile` is a file with a
+    """The --profile's own CalibrationInfo (device/soc.py) when `profile` is a file with a
     calibration of its own: its [calibration] section, or its runtime file's, as `harmony-ref
     calibrate` writes them on the machine it runs on. None for a shipped profile, a profile
     without one, and a profile whose calibration is a shipped runtime's (the fixtures')."""
-    from harmony_ref.device.profile import (
-        load_profile,
-        load_runtime,
-        load_soc,
-        shipped_profiles,
-        shipped_runtimes,
-    )
+    from harmony_ref.device.runtime import load_profile, load_runtime, shipped_runtimes
+    from harmony_ref.device.soc import load_soc, shipped_profiles
 
     if profile in shipped_profiles():
         return None
@@ -346,8 +341,8 @@ def table_rows(scored: list[Scored]) -> list[dict]:
 
 def plot(scored: list[Scored], path) -> None:
     """Predicted vs measured, log axes, y = x and a +-25% band; one marker per runtime, one
-    colour per set, fit points hollow and scored ones filled (track/figures.py house style)."""
-    from harmony_ref.track.figures import PALETTE, REFERENCE_COLOUR, figure, save_png, style
+    colour per set, fit points hollow and scored ones filled (track/plot_style.py house style)."""
+    from harmony_ref.track.plot_style import PALETTE, REFERENCE_COLOUR, figure, save_png, style
 
     markers = ("o", "s", "^", "D", "v", "P", "X", "*")
     runtimes = sorted({_runtime_name(r.point) for r in scored})
@@ -416,7 +411,7 @@ def plot(scored: list[Scored], path) -> None:
 def _runtime_name(p: Point) -> str:
     if p.runtime:
         return p.runtime
-    from harmony_ref.device.profile import load_soc
+    from harmony_ref.device.soc import load_soc
 
     return load_soc(p.profile).default_runtime or load_soc(p.profile).name
 

@@ -1,12 +1,12 @@
 """The model-lifecycle plot (`harmony-ref lifecycle --plot`): NPU memory held over the user's
 entries per strategy, the NPU budget, and where the leak fails; in the house style of
-track/figures.py (1400 px wide, units on the axes, the legend outside the data)."""
+track/plot_style.py (1400 px wide, units on the axes, the legend outside the data)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harmony_ref.track.figures import WIDTH_PX, figure, save_png, style
+from harmony_ref.track.plot_style import WIDTH_PX, figure, save_png, style
 
 HEIGHT_PX = 640
 COLOURS = {"destroy": "#0072B2", "resident": "#009E73", "leak": "#D55E00"}

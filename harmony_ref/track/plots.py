@@ -1,4 +1,4 @@
-"""The plots the commands write, in the house style of `track/figures.py`:
+"""The plots the commands write, in the house style of `track/plot_style.py`:
 
 - `compare_panels` (`compare --plot`): small multiples, one panel per metric in its own unit,
   one bar per profile with its value printed, the best bar's label in bold; peak memory against
@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from harmony_ref.track.figures import (
+from harmony_ref.track.plot_style import (
     REFERENCE_COLOUR,
     WIDTH_PX,
     figure,

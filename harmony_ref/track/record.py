@@ -82,7 +82,7 @@ def collect_provenance() -> dict:
     import numpy
 
     import harmony_ref
-    from harmony_ref.backends.host_timing import cpu_model
+    from harmony_ref._cpus import cpu_model
     from harmony_ref.track.history import git_out
 
     repo = Path(harmony_ref.__file__).resolve().parent.parent

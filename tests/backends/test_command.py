@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harmony_ref.backends.base import Backend, BackendError
+from harmony_ref.backends.base import Backend
 from harmony_ref.backends.command import CommandDevice, fill_template, needs_shell
 from harmony_ref.cli import main
+from harmony_ref.lab.errors import BackendError
 from tests.fake_device.fakephone import process_alive
 
 FAKE = Path(__file__).parents[1] / "fake_device"

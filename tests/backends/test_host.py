@@ -170,7 +170,7 @@ def test_breakdown_metrics_match_simulated_definitions(run):
     import psutil
 
     from harmony_ref.backends.simulated import SimulatedDevice, phone_only
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
 
     m, c = run.metrics, run.config
     sim = SimulatedDevice("harmony-flagship").predict(c)

@@ -106,7 +106,7 @@ def test_bad_sample():
 import csv  # noqa: E402
 import json  # noqa: E402
 
-import harmony_ref.device.profile as DEVICE  # noqa: E402
+import harmony_ref.device.runtime as DEVICE  # noqa: E402
 from harmony_ref.calibrate.fit import HostFit, load_op_times  # noqa: E402
 from harmony_ref.calibrate.write import host_profile_toml  # noqa: E402
 from harmony_ref.cli import main  # noqa: E402

@@ -9,7 +9,6 @@ import math
 
 import pytest
 
-from harmony_ref.calibrate.figures import HELDOUT_FIGURES, figure_points, load_figures
 from harmony_ref.calibrate.fit_runtime import (
     fit_on_points,
     fit_soc_efficiencies,
@@ -18,6 +17,7 @@ from harmony_ref.calibrate.fit_runtime import (
     with_params,
 )
 from harmony_ref.calibrate.points import Point
+from harmony_ref.calibrate.published import HELDOUT_FIGURES, figure_points, load_figures
 from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
 from harmony_ref.device.runtime import load_runtime
@@ -258,7 +258,7 @@ def test_the_held_out_phones_meet_issue_44s_targets():
     natively put their prompts 2.2x too fast."""
     import statistics
 
-    from harmony_ref.device.profile import RuntimeFloat16
+    from harmony_ref.device.runtime import RuntimeFloat16
 
     scored = fd.score(figure_points(load_figures(shipped=HELDOUT_FIGURES)))
     ratios = [s.predicted / s.point.measured for s in scored]
@@ -300,7 +300,7 @@ def test_a_points_prediction_is_the_simulated_backends():
         ("kirin-9000e", None),
         ("harmony-flagship", None),
     ):
-        from harmony_ref.device.profile import load_profile
+        from harmony_ref.device.runtime import load_profile
 
         p = load_profile(soc, rt)
         full = SimulatedDevice(p).predict(cfg)

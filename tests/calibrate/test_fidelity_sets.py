@@ -97,7 +97,7 @@ def test_the_shipped_runtime_is_the_fit_of_its_fit_points(tmp_path, set_name, ru
 def test_the_shipped_phone_runtime_is_the_fit_of_its_figures(tmp_path, runtime):
     """`calibrate --set phones` (tools/fidelity_refit.py) reproduces the shipped phone runtime:
     its shared numbers, a compiled graph's graph_us and each SoC's own matmul."""
-    from harmony_ref.calibrate.figures import figure_points, load_figures
+    from harmony_ref.calibrate.published import figure_points, load_figures
     from harmony_ref.calibrate.run import calibrate_runtime_on_set
 
     shipped = load_runtime(runtime)
@@ -149,7 +149,7 @@ def test_fidelity_scores_only_the_held_out_points(capsys, tmp_path):
 
 def test_the_job_records_the_fidelity_metrics():
     from harmony_ref.config import RunConfig
-    from harmony_ref.track.job import PARTS, run_part_entry
+    from harmony_ref.job.main import PARTS, run_part_entry
 
     part = next(p for p in PARTS if p.name == "fidelity")
     metrics, entry = run_part_entry(part, RunConfig.from_names())

@@ -68,7 +68,8 @@ def calibrated(tmp_path_factory, tiny_gguf):
 
 
 def test_writes_a_soc_profile_naming_its_fitted_runtime(calibrated):
-    from harmony_ref.device.profile import load_profile, load_runtime, load_soc
+    from harmony_ref.device.runtime import load_profile, load_runtime
+    from harmony_ref.device.soc import load_soc
 
     out, summary, steps = calibrated
     rt_file = runtime_path(out)
@@ -123,7 +124,7 @@ def test_predict_and_simulated_run_read_the_files_from_another_folder(
 def test_run_reports_the_calibrations_held_out_error_as_its_fidelity(calibrated, capsys):
     """`run --profile host.toml`: the fidelity part's host number is this calibration's held-out
     error (fidelity_profile_mape_pct), not the committed fixtures' (another machine's)."""
-    from harmony_ref.track.job import part_names
+    from harmony_ref.job.main import part_names
 
     out, summary, _ = calibrated
     skip = ",".join(n for n in part_names() if n != "fidelity")

@@ -44,7 +44,7 @@ def calibrate(tmp_path, model, *extra):
 
 
 def test_recovers_hidden_numbers_and_predicts_the_held_out_workloads(tmp_path, capsys, tiny_gguf):
-    from harmony_ref.device.profile import load_runtime
+    from harmony_ref.device.runtime import load_runtime
 
     code, out = calibrate(
         tmp_path,

@@ -8,8 +8,8 @@ import pytest
 from harmony_ref._schema import section_class
 from harmony_ref._toml import loads
 from harmony_ref.calibrate.write import toml_table, toml_value
-from harmony_ref.device.profile import CpuCluster, DeviceProfile, MemorySpec
 from harmony_ref.device.runtime import RuntimeProfile
+from harmony_ref.device.soc import CpuCluster, DeviceProfile, MemorySpec
 
 
 def test_section_class_walks_the_schema():

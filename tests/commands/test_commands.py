@@ -54,7 +54,7 @@ def test_thermal_bad_input(capsys, tmp_path):
 def test_a_plot_that_fails_at_write_time_names_the_users_path(tmp_path):
     import matplotlib.pyplot as plt
 
-    from harmony_ref.track.figures import save_png
+    from harmony_ref.track.plot_style import save_png
 
     (tmp_path / "a-file").write_text("")
     png = tmp_path / "a-file" / "t.png"

@@ -12,7 +12,7 @@ import pytest
 
 from harmony_ref import _io
 from harmony_ref.cli import main
-from harmony_ref.track import job
+from harmony_ref.job import main as job
 from harmony_ref.track.record import latest_record
 
 FAST = ["--skip", "host,accuracy,coldstart,thermal"]

@@ -11,7 +11,7 @@ import pytest
 from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import load_profile
+from harmony_ref.device.runtime import load_profile
 from tests.fixtures.decoder.tiny import tiny_config, write_tiny_gguf, write_tiny_hf
 
 SCENARIO = ["--prompt", "16", "--new", "8", "--context", "64"]

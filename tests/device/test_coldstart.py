@@ -15,7 +15,8 @@ from harmony_ref.device.coldstart import (
     step_times_ms,
 )
 from harmony_ref.device.memory import weights_bytes
-from harmony_ref.device.profile import load_profile, shipped_profiles
+from harmony_ref.device.runtime import load_profile
+from harmony_ref.device.soc import shipped_profiles
 from harmony_ref.model.spec import list_specs
 from harmony_ref.units import GB, MS_PER_S
 

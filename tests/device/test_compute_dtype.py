@@ -1,4 +1,4 @@
-"""What a matmul computes in (device/profile.py compute_dtype): weight-only quantized matmuls
+"""What a matmul computes in (device/soc.py compute_dtype): weight-only quantized matmuls
 in FP16 on a phone NPU, at their weight's rate on the host; W8A8 at the INT8 rate everywhere.
 Every reader of the compute dtype (cost, energy, breakdown, phase calibration) follows it."""
 
@@ -11,12 +11,8 @@ import pytest
 from harmony_ref.calibrate.fit import phase_terms
 from harmony_ref.config import RunConfig
 from harmony_ref.device.cost import phase_cost, scenario_breakdown, scenario_timing
-from harmony_ref.device.profile import (
-    WEIGHT_ONLY_COMPUTES,
-    compute_dtype,
-    load_profile,
-    shipped_profiles,
-)
+from harmony_ref.device.runtime import load_profile
+from harmony_ref.device.soc import WEIGHT_ONLY_COMPUTES, compute_dtype, shipped_profiles
 from harmony_ref.device.threads import thread_sweep
 from harmony_ref.model.graph import build_graph
 from harmony_ref.model.spec import get_spec
@@ -128,7 +124,7 @@ def test_written_host_profile_says_weight():
 
     from harmony_ref.calibrate.fit import RATE_CLASSES, HostFit
     from harmony_ref.calibrate.write import host_profile_toml
-    from harmony_ref.device.profile import profile_from_dict
+    from harmony_ref.device.soc import profile_from_dict
 
     rates = {c: 1e10 for c in RATE_CLASSES}
     fit = HostFit(2e-6, rates, 1e10, tuple(RATE_CLASSES) + ("bandwidth", "launch"), 1)
@@ -143,7 +139,7 @@ def test_written_host_profile_says_weight():
 
 def test_every_shipped_profile_states_the_field():
     """In the profile, or (a SoC profile naming its default runtime) in that runtime's file."""
-    from harmony_ref.device.profile import load_soc
+    from harmony_ref.device.soc import load_soc
 
     for name in shipped_profiles():
         text = _profile_text(name)

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from harmony_ref.config import RunConfig
 from harmony_ref.device.cost import decode_step_times, graph_cost, phase_cost, scenario_timing
-from harmony_ref.device.profile import load_profile, shipped_profiles
+from harmony_ref.device.runtime import load_profile
+from harmony_ref.device.soc import shipped_profiles
 from harmony_ref.model.graph import Graph, Segment, build_graph
 from harmony_ref.model.spec import get_spec, list_specs
 from harmony_ref.quant.policy import load_policy, shipped_policies
@@ -234,7 +235,7 @@ def test_memory_bound_time_is_the_time_of_memory_bound_ops():
     # and memory-bound time can never exceed the step time.
     from harmony_ref.config import RunConfig
     from harmony_ref.device.cost import phase_cost
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
 
     cfg = RunConfig.from_names(model="llama-3.2-3b", policy="int4-g128")
     for name in ("harmony-flagship", "harmony-lowend"):

@@ -11,7 +11,7 @@ from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
 from harmony_ref.device.coldstart import breakdown
 from harmony_ref.device.lifecycle import instance_mb, leak_fail_entry, simulate_lifecycle
-from harmony_ref.device.profile import load_profile
+from harmony_ref.device.runtime import load_profile
 
 CFG = RunConfig.from_names(model="qwen2.5-0.5b")
 

@@ -4,7 +4,7 @@ import pytest
 
 from harmony_ref.config import RunConfig
 from harmony_ref.device.memory import kv_cache_bytes, memory_estimate, weights_bytes
-from harmony_ref.device.profile import load_profile
+from harmony_ref.device.runtime import load_profile
 from harmony_ref.model.spec import get_spec
 from harmony_ref.quant.policy import load_policy
 

@@ -11,7 +11,7 @@ import pytest
 from harmony_ref.backends.command import CommandDevice
 from harmony_ref.config import RunConfig
 from harmony_ref.device import physics
-from harmony_ref.device.profile import load_profile
+from harmony_ref.device.runtime import load_profile
 from harmony_ref.metrics import Metrics
 from harmony_ref.units import GB
 

@@ -11,13 +11,14 @@ from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
 from harmony_ref.device.cost import scenario_timing
 from harmony_ref.device.physics import bounds
-from harmony_ref.device.profile import load_profile, load_soc
 from harmony_ref.device.runtime import (
     apply_runtime,
+    load_profile,
     load_runtime,
     performant_cores,
     shipped_runtimes,
 )
+from harmony_ref.device.soc import load_soc
 from harmony_ref.units import GB, GIGA
 
 REQUIRED = (

@@ -11,15 +11,16 @@ from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
 from harmony_ref.device.cost import phase_cost, scenario_timing
 from harmony_ref.device.physics import bounds
-from harmony_ref.device.profile import (
-    WIDENED_SHARE,
+from harmony_ref.device.runtime import (
     Float16Core,
     RuntimeFloat16,
+    apply_runtime,
     float16_shares,
     load_profile,
-    load_soc,
+    load_runtime,
+    runtime_from_dict,
 )
-from harmony_ref.device.runtime import apply_runtime, load_runtime, runtime_from_dict
+from harmony_ref.device.soc import WIDENED_SHARE, load_soc
 from harmony_ref.quant.policy import load_policy
 from tests.device.test_runtime import GOOD  # a valid cpu runtime profile
 

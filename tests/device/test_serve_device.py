@@ -4,7 +4,7 @@ import pytest
 
 from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import load_profile
+from harmony_ref.device.runtime import load_profile
 from harmony_ref.device.serve import device_service_model, poisson_arrivals, simulate_serving
 from harmony_ref.units import MS_PER_S
 

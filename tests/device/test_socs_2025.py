@@ -11,7 +11,8 @@ import pytest
 from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
 from harmony_ref.device.physics import bounds
-from harmony_ref.device.profile import load_profile, load_soc
+from harmony_ref.device.runtime import load_profile
+from harmony_ref.device.soc import load_soc
 from harmony_ref.model.graph import build_graph
 from harmony_ref.quant.policy import load_policy
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import load_profile, shipped_profiles
+from harmony_ref.device.runtime import load_profile
+from harmony_ref.device.soc import shipped_profiles
 from harmony_ref.device.thermal import (
     decode_operating_points,
     sustained_generation,

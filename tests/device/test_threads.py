@@ -9,7 +9,8 @@ import pytest
 
 from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import CpuCluster, CpuSpec, load_profile
+from harmony_ref.device.runtime import load_profile
+from harmony_ref.device.soc import CpuCluster, CpuSpec
 from harmony_ref.device.threads import (
     NoThreadModel,
     cores_used,

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from harmony_ref.calibrate.fit_runtime import with_params  # noqa: E402
 from harmony_ref.calibrate.phases import Workload, phase_configs  # noqa: E402
 from harmony_ref.calibrate.points import predict_metric  # noqa: E402
-from harmony_ref.device.profile import load_profile, load_runtime  # noqa: E402
+from harmony_ref.device.runtime import load_profile, load_runtime  # noqa: E402
 
 HIDDEN = {"matmul": 0.05, "gemv": 0.04, "attention_decode": 0.03, "launch_us": 3.0}
 

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 from harmony_ref.config import RunConfig  # noqa: E402
 from harmony_ref.device.cost import phase_cost  # noqa: E402
-from harmony_ref.device.profile import load_profile  # noqa: E402
+from harmony_ref.device.runtime import load_profile  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model", required=True)

@@ -63,7 +63,7 @@ import numpy as np  # noqa: E402
 
 from harmony_ref.config import RunConfig  # noqa: E402
 from harmony_ref.device.cost import phase_cost  # noqa: E402
-from harmony_ref.device.profile import load_profile  # noqa: E402
+from harmony_ref.device.runtime import load_profile  # noqa: E402
 from harmony_ref.device.thermal import decode_operating_points, simulate  # noqa: E402
 
 PROFILE = "harmony-flagship"

@@ -12,7 +12,7 @@ import pytest
 from harmony_ref.config import RunConfig
 from harmony_ref.device.cost import decode_step_times, graph_cost
 from harmony_ref.device.memory import kv_cache_bytes
-from harmony_ref.device.profile import load_profile
+from harmony_ref.device.runtime import load_profile
 from harmony_ref.device.threads import cpu_path
 from harmony_ref.model.graph import build_graph, kv_bytes_per_token_per_layer
 from harmony_ref.model.spec import get_spec, spec_from_dict

@@ -1,5 +1,5 @@
 """Wall time of an accuracy sweep on 1 and on 2 LocalCluster workers: one model, six policies,
-one phone, parts predicted + accuracy (the accuracy part is track/job.py's: MiniLM-L6 on its
+one phone, parts predicted + accuracy (the accuracy part is job/main.py's: MiniLM-L6 on its
 real weights today), each into a fresh store, in one run. The first accuracy task of the model
 runs alone (the warm step, run.py), the other five after it. Run under /work/bin/quiet:
 `python tests/perf/sweep_accuracy_scaling.py`."""

@@ -39,7 +39,8 @@ import pytest
 
 from harmony_ref.backends.host_timing import interleaved_times_s
 from harmony_ref.kernels import matmul as mm
-from harmony_ref.kernels import matmul_peer, matmul_x86_peak
+from harmony_ref.kernels import matmul_x86_peak
+from harmony_ref.lab import ggml_peer
 from harmony_ref.quant.int4 import quantize_int4
 from harmony_ref.quant.int8 import quantize_int8
 from harmony_ref.units import GB, MB, MS_PER_S
@@ -100,7 +101,7 @@ def interleaved_medians(fns: dict, block: int, rounds: int) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def peer():
-    return matmul_peer.GgmlPeer.load()
+    return ggml_peer.GgmlPeer.load()
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +165,7 @@ def _contenders(shape, w, x, peer, enabled):
         return out
     for fmt, buft in PEERS:
         label = f"llama.cpp {fmt} {buft}"
-        verdict = matmul_peer.probe(peer, fmt, buft, m, n, K, THREADS)
+        verdict = ggml_peer.probe(peer, fmt, buft, m, n, K, THREADS)
         if not verdict.ok:
             out[label] = (None, 0, verdict.detail)
             continue

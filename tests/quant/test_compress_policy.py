@@ -86,7 +86,7 @@ def test_device_model_costs_pruned_shapes(tmp_path):
     from harmony_ref.config import RunConfig
     from harmony_ref.device.cost import scenario_timing
     from harmony_ref.device.memory import weights_bytes
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.model.graph import build_graph
     from harmony_ref.model.prune import pruned_spec
     from harmony_ref.model.spec import get_spec

@@ -153,14 +153,14 @@ def test_pareto_figure_has_no_layout_problems(tmp_path):
     import warnings
 
     from harmony_ref.sweep.pareto import pareto_figure
-    from harmony_ref.track import figures
+    from harmony_ref.track import plot_style
 
     [a] = pick(frame(ROWS), max_accuracy_drop=1.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fig = pareto_figure(a)
-        assert figures.layout_problems(fig) == []
-        figures.save_png(fig, tmp_path / "p.png")
+        assert plot_style.layout_problems(fig) == []
+        plot_style.save_png(fig, tmp_path / "p.png")
 
 
 def test_one_answer_per_phone_and_runtime_each_naming_its_runtime():

@@ -42,7 +42,7 @@ def test_ctrl_c_leaves_a_consistent_sweep_that_a_rerun_completes(tmp_path):
 
 
 def test_accuracy_once_per_policy_not_per_phone_or_preset_model(tmp_path, monkeypatch):
-    from harmony_ref.track import job
+    from harmony_ref.job import main as job
 
     calls = []
 
@@ -60,7 +60,7 @@ def test_accuracy_once_per_policy_not_per_phone_or_preset_model(tmp_path, monkey
     s = run_sweep(grid, SweepStore("a", tmp_path), workers=0, show_progress=False)
     assert s.failed == 0 and s.computed == 12
     # The accuracy part scores SmolLM2 (a preset model's accuracy_model) under the policy: once
-    # per policy for 2 preset models x 3 policies x 2 phones (track/job.py accuracy_inputs).
+    # per policy for 2 preset models x 3 policies x 2 phones (job/main.py accuracy_inputs).
     assert len(calls) == 3 and len({c[1] for c in calls}) == 3
     df = SweepStore("a", tmp_path).read()
     assert (df["accuracy_drop_pct"] == df["policy"].str.len()).all()
@@ -72,7 +72,7 @@ def test_accuracy_once_per_policy_not_per_phone_or_preset_model(tmp_path, monkey
 
 
 def test_a_failing_part_fails_its_points_only(tmp_path, monkeypatch):
-    from harmony_ref.track import job
+    from harmony_ref.job import main as job
 
     def broken(config):
         if config.policy.name == "mixed":

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from harmony_ref.cli import main
-from harmony_ref.track.compare import best_profiles, compare_profiles, to_markdown
+from harmony_ref.job.compare_run import compare_profiles
+from harmony_ref.track.compare import best_profiles, to_markdown
 
 PROFILES = ["harmony-flagship", "harmony-midrange", "harmony-lowend"]
 LABELS = [f"{p} · own" for p in PROFILES]  # the columns: each profile on its own runtime

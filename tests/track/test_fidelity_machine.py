@@ -13,8 +13,8 @@ import pytest
 from harmony_ref.calibrate.host_runs import load_host_manifest, sessions
 from harmony_ref.calibrate.llamacpp import _tests, load_llamacpp_manifest
 from harmony_ref.cli import main
+from harmony_ref.job import main as job
 from harmony_ref.track import fidelity as fd
-from harmony_ref.track import job
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE_CPU = "Intel(R) Xeon(R) Processor (family 6 model 167)"

@@ -1,6 +1,6 @@
 """The gate's rules on records built here (exact/measured, U test, confirm-on-rerun, direction,
 tolerance TOML) and the command's exit codes on bad input. The end-to-end regression made by a
-real profile change lives in tests/track/test_job.py."""
+real profile change lives in tests/job/test_main.py."""
 
 import json
 

@@ -8,7 +8,7 @@ import pytest
 
 from harmony_ref.backends.simulated import SimulatedDevice
 from harmony_ref.config import RunConfig
-from harmony_ref.device.profile import load_profile
+from harmony_ref.device.runtime import load_profile
 from harmony_ref.track import gate
 from harmony_ref.track.record import Record, collect_provenance
 

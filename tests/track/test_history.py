@@ -405,7 +405,7 @@ def test_run_with_an_unreachable_history_writes_no_record(tmp_path, capsys):
 def test_measure_with_a_session_appends_the_machine_and_sut(tmp_path, capsys):
     """A `measure --session` record (the local transport here) lands in the history with the
     session's serial and device identity as its machine, and --sut's commit."""
-    from tests.backends.test_session_local import fake, local_session
+    from tests.lab.test_session_local import fake, local_session
 
     path = local_session(
         tmp_path,

@@ -1,6 +1,6 @@
 """Every plot the commands write, rendered: a valid PNG of the expected size, drawn without a
 single matplotlib warning, with nothing past the figure's edge, no legend over data, no label
-across a frame and no two labels over each other (`figures.layout_problems`); the checker itself
+across a frame and no two labels over each other (`plot_style.layout_problems`); the checker itself
 is shown to catch each of those on figures made to fail."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from harmony_ref.cli import main
-from harmony_ref.track import figures, plots
+from harmony_ref.track import plot_style, plots
 
 PROFILES = ["harmony-flagship", "harmony-midrange", "harmony-lowend"]
 LABELS = [f"{p} · own" for p in PROFILES]  # compare's columns: each profile on its own runtime
@@ -52,14 +52,15 @@ def render(build, path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fig = build()
-        problems = figures.layout_problems(fig)
-        figures.save_png(fig, path)
+        problems = plot_style.layout_problems(fig)
+        plot_style.save_png(fig, path)
     return problems
 
 
 @pytest.fixture(scope="module")
 def compared():
-    from harmony_ref.track.compare import coldstart_phases, compare_profiles
+    from harmony_ref.job.compare_run import compare_profiles
+    from harmony_ref.track.compare import coldstart_phases
 
     frame, _notes = compare_profiles(PROFILES, MODEL, POLICY)
     return frame, coldstart_phases(PROFILES, MODEL, POLICY)
@@ -78,7 +79,8 @@ def test_compare_panels(compared, tmp_path):
 def test_four_columns_each_naming_its_runtime_read_without_overlaps(tmp_path):
     """Four phones on one runtime, then one phone on four: tick labels carry `profile ·
     runtime` on two lines each, the figure widens so no value label meets its neighbour."""
-    from harmony_ref.track.compare import coldstart_phases, compare_profiles
+    from harmony_ref.job.compare_run import compare_profiles
+    from harmony_ref.track.compare import coldstart_phases
 
     for cols in (
         ["snapdragon-8-gen-3", "dimensity-9300", "kirin-9000e", "snapdragon-8-elite"],
@@ -122,7 +124,7 @@ def test_compare_panel_values_are_the_frame_values(compared):
     )
     tps, mem, cold = fig.axes[:3]
     labels = [t for t in tps.texts if t.get_text()]
-    want = [figures.fmt_value(v, "tokens/s") for v in frame.loc["decode_tokens_per_s", LABELS]]
+    want = [plot_style.fmt_value(v, "tokens/s") for v in frame.loc["decode_tokens_per_s", LABELS]]
     assert [t.get_text() for t in labels] == want
     assert [t.get_fontweight() for t in labels][0] == "bold"  # the flagship decodes fastest
     budgets = sorted(float(seg[0][1]) for seg in mem.collections[0].get_segments())
@@ -160,7 +162,7 @@ def test_normalised_view(compared, tmp_path):
 
 def test_thermal_plot(tmp_path):
     from harmony_ref.config import RunConfig
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.device.thermal import sustained_generation
 
     profile = load_profile("harmony-flagship")
@@ -243,26 +245,26 @@ def test_a_plot_in_a_missing_folder_is_made_with_it(tmp_path, capsys):
 
 
 def test_profile_colours_are_stable():
-    shipped = figures.profile_colours(PROFILES)
-    assert shipped == figures.profile_colours(PROFILES[::-1])
-    mixed = figures.profile_colours(["mine.toml", "harmony-lowend", "other.toml"])
+    shipped = plot_style.profile_colours(PROFILES)
+    assert shipped == plot_style.profile_colours(PROFILES[::-1])
+    mixed = plot_style.profile_colours(["mine.toml", "harmony-lowend", "other.toml"])
     assert mixed["harmony-lowend"] == shipped["harmony-lowend"]
-    assert len(set(mixed.values())) == 3 and not set(mixed.values()) - set(figures.PALETTE)
+    assert len(set(mixed.values())) == 3 and not set(mixed.values()) - set(plot_style.PALETTE)
 
 
 def test_fmt_value():
-    assert figures.fmt_value(26522.41, "ms") == "26,522 ms"
-    assert figures.fmt_value(206.578, "ms") == "207 ms"
-    assert figures.fmt_value(0.58838, "ratio") == "0.588"
-    assert figures.fmt_value(74.4, "C") == "74.4 °C"
-    assert figures.fmt_value(float("nan"), "ms") == "n/a"
+    assert plot_style.fmt_value(26522.41, "ms") == "26,522 ms"
+    assert plot_style.fmt_value(206.578, "ms") == "207 ms"
+    assert plot_style.fmt_value(0.58838, "ratio") == "0.588"
+    assert plot_style.fmt_value(74.4, "C") == "74.4 °C"
+    assert plot_style.fmt_value(float("nan"), "ms") == "n/a"
 
 
 def test_layout_checker_catches_what_it_claims():
     """A figure with a legend over the data, a label across the frame, two labels on top of each
     other and a title past the edge: each is reported."""
-    with figures.style():
-        fig, ax = figures.figure(400, 300)
+    with plot_style.style():
+        fig, ax = plot_style.figure(400, 300)
         ax.plot([0, 1], [0, 1], label="line")
         ax.legend(loc="center")
         ax.set_ylim(0, 1)
@@ -270,22 +272,22 @@ def test_layout_checker_catches_what_it_claims():
         ax.text(0.1, 0.1, "one")
         ax.text(0.1, 0.1, "two")
         ax.set_title("a title much too long for a figure four hundred pixels wide, by far")
-    problems = figures.layout_problems(fig)
+    problems = plot_style.layout_problems(fig)
     text = "\n".join(problems)
     assert "legend lies over the data area" in text
     assert "crosses the frame" in text
     assert "'one' and 'two' overlap" in text
     assert "reaches past the figure's edge" in text
-    with figures.style():
-        fig, ax = figures.figure(400, 300)
+    with plot_style.style():
+        fig, ax = plot_style.figure(400, 300)
         ax.plot([0, 1], [0, 1])
-    assert figures.layout_problems(fig) == []
+    assert plot_style.layout_problems(fig) == []
 
 
 def test_lifecycle_plot(tmp_path):
     from harmony_ref.config import RunConfig
     from harmony_ref.device.lifecycle import STRATEGIES, simulate_lifecycle
-    from harmony_ref.device.profile import load_profile
+    from harmony_ref.device.runtime import load_profile
     from harmony_ref.track.lifecycle_plot import lifecycle_figure
 
     profile = load_profile("harmony-flagship")

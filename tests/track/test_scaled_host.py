@@ -7,8 +7,9 @@ import pytest
 
 from harmony_ref.commands.run import print_record
 from harmony_ref.config import RunConfig
+from harmony_ref.job import main as job
 from harmony_ref.metrics import Metrics
-from harmony_ref.track import gate, job
+from harmony_ref.track import gate
 from harmony_ref.track.record import Record, collect_provenance
 
 

@@ -1,0 +1,53 @@
+"""Energy per token measured from the fake phone's battery (lab/energy.py): its
+current_now / voltage_now carry a known power (the thermal model's operating point while a
+benchmark decodes, IDLE_W otherwise) in a vendor's sign convention; the session recovers the
+energy per token within 2% whichever sign the driver uses, and a charging phone gives no energy
+metric and says why."""
+
+import pytest
+
+from harmony_ref.config import RunConfig
+from harmony_ref.device.runtime import load_profile
+from harmony_ref.device.thermal import decode_operating_points
+from harmony_ref.lab.session import DeviceSession
+from tests.fake_device.phone_server import IDLE_W, PROFILE, WORKLOAD
+from tests.lab.test_session import (  # noqa: F401
+    fresh,
+    hdc_phone,
+    llama_bench,
+    measured_record,
+    phones,
+)
+
+
+def known_mj_per_token() -> float:
+    """What the fake phone draws above idle per decoded token, cool (governor state 0)."""
+    cfg = RunConfig.from_names(*WORKLOAD, prompt_tokens=128, new_tokens=128)
+    pts = decode_operating_points(load_profile(PROFILE), cfg)
+    return (float(pts.power_w[0]) - IDLE_W) / float(pts.tokens_per_s[0]) * 1e3
+
+
+@pytest.mark.parametrize("vendor_sign", ["positive", "negative"])
+def test_energy_per_token_equals_the_known_power(hdc_phone, tmp_path, capsys, vendor_sign):  # noqa: F811
+    fresh(hdc_phone, tmp_path, current_sign=vendor_sign, benchmark={"repeats": 2})
+    rec = measured_record(tmp_path / "phone.toml", tmp_path / "runs", capsys)
+    block = rec["parts"]["session"]["session"]
+    assert block["power"]["current_sign"].startswith(vendor_sign)  # told apart by the idle reads
+    assert block["power"]["idle_power_w"] == pytest.approx(IDLE_W, rel=1e-3)
+    got = rec["metrics"]["device_energy_per_token_mj"]
+    assert got["value"] == pytest.approx(known_mj_per_token(), rel=0.02)
+    assert len(got["samples"]) == 2
+    assert rec["metrics"]["device_avg_power_w"]["value"] > IDLE_W
+
+
+def test_a_charging_phone_gives_no_energy_metric_and_says_why(hdc_phone, tmp_path):  # noqa: F811
+    spec = fresh(hdc_phone, tmp_path, charging=True, benchmark={"repeats": 1})
+    work = spec.device.work_dir
+    cmd = f"{work}/llama-bench -m {work}/model.gguf -p 64 -n 1024 -r 1 -o json"
+    result = DeviceSession(spec).run(cmd, llama_bench)
+    m = result.metrics()
+    assert "device_energy_per_token_mj" not in m and "device_avg_power_w" not in m
+    block = result.to_record()
+    assert "'Charging'" in block["power"]["why"]
+    assert any(n.startswith("no energy metric: battery status 'Charging'") for n in block["notes"])
+    assert "decode_tokens_per_s" in m  # the rest of the measurement stands
