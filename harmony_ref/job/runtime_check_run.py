@@ -62,7 +62,7 @@ def run_checks(
     """Run every check against `ref` (None for MindSpore Lite's), writing each result's run
     record under `out_dir`; `on_start` / `on_error` are told as each check starts or fails to
     run. `progress`: a device session's progress callback."""
-    from harmony_ref.backends.base import BackendError
+    from harmony_ref.lab.errors import BackendError
     from harmony_ref.track.record import write_record
 
     runs = CheckRuns()
