@@ -27,14 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harmony_ref.kernels.formats import format_of
+from harmony_ref.kernels.formats import float_matmul, format_of
 from harmony_ref.quant.policy import WeightFormat
 
 LINEAR_BACKENDS = ("auto", "kernels", "dequant")
-
-
-def _float_matmul(x, operand):
-    return x @ operand  # operand: (K, N) view of W.T (BLAS reads it transposed, no copy)
 
 
 @dataclass(eq=False)
@@ -56,7 +52,7 @@ class QuantLinear:
         if self.backend == "dequant" and f.quantized:
             if self.matmul is not None:
                 raise ValueError(f"{self.name}: backend 'dequant' runs its own float32 matmul")
-            self.matmul = _float_matmul
+            self.matmul = float_matmul
         elif self.matmul is None:
             self.matmul = f.matmul
 
