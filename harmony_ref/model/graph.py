@@ -58,7 +58,7 @@ import numpy as np
 
 from harmony_ref.model.prune import pruned_spec
 from harmony_ref.model.spec import ModelSpec
-from harmony_ref.quant.policy import Policy, WeightFormat, int4_format_for_rows
+from harmony_ref.quant.policy import Policy, WeightFormat, format_for_rows
 
 PHASES = ("prefill", "decode")
 ACT_BYTES = 2  # activations in fp16
@@ -239,9 +239,7 @@ def weight_nbytes(fmt: WeightFormat, n: int, k: int, layer: str) -> int:
     """Stored bytes of an (n, k) weight. An INT4 group that does not divide K is narrowed to the
     largest one that does, as the runtime stores it (quant/policy.py's int4_format_for_rows:
     SmolLM2's K = 576 rows take int4-g128 as g64)."""
-    if fmt.kind == "int4":
-        fmt = int4_format_for_rows(fmt, k)
-    return fmt.nbytes(n, k)
+    return format_for_rows(fmt, k).nbytes(n, k)
 
 
 def kv_bytes_per_token_per_layer(spec: ModelSpec, kv_dtype: str) -> int:
@@ -276,8 +274,8 @@ class _Builder:
         a = ACT_BYTES
         # [activations] gives every int8 Linear static int8 activations (runtime/llama.py);
         # dynamic_activations = "int8" every int4/int8 one, made on the fly (W4A8, W8A8)
-        static = self.policy.activations is not None and fmt.kind == "int8"
-        dynamic = self.policy.dynamic_activations == "int8" and fmt.kind in ("int8", "int4")
+        static = self.policy.activations is not None and fmt.facts.w8a8
+        dynamic = self.policy.dynamic_activations == "int8" and fmt.facts.dynamic_int8
         act = "int8" if static or dynamic else "fp16"
         self.add(
             name=layer,
