@@ -131,6 +131,11 @@ class Repeat:
     mem_source: str
     power: dict = field(default_factory=dict)  # avg_power_w, energy_per_token_mj or why not
 
+    @property
+    def measured(self) -> bool:
+        """Scored (a warm-up run never is)."""
+        return self.kind != "warmup"
+
     def row(self, telemetry: Telemetry) -> dict:
         temps = [t for s in self.samples if (t := telemetry.watched_c(s)) is not None]
         hot = [telemetry.watched_c(s) for s in self.samples if s.phase in ("during", "after")]
@@ -172,7 +177,7 @@ class SessionResult:
 
     @property
     def measured(self) -> list[Repeat]:
-        return [r for r in self.repeats if r.kind == "measured"]
+        return [r for r in self.repeats if r.measured]
 
     @property
     def valid(self) -> list[Repeat]:
@@ -505,7 +510,7 @@ class DeviceSession:
                     tel.memory_source, tel.memory_source
                 )
             )
-        if self.transport.kind == "local" and result.max_rss_kb:
+        if self.transport.local and result.max_rss_kb:
             peak = max(peak or 0.0, float(result.max_rss_kb))
             sources.append("wait4 ru_maxrss")
         if peak is None and tel.memory_source != "none":
@@ -515,7 +520,7 @@ class DeviceSession:
         return result, samples, tel.verdict(samples), peak, source
 
     def _kill_remote(self) -> None:
-        if self.transport.kind == "local":
+        if self.transport.local:
             return
         pid = shlex.quote(self.remote(PID_FILE))
         try:
@@ -620,9 +625,9 @@ class DeviceSession:
         self.prepare()
         power = self.idle_power()
         repeats: list[Repeat] = []
-        for kind, n in (("warmup", b.warmup_runs), ("measured", b.repeats)):
+        for kind, n, cool in (("warmup", b.warmup_runs, False), ("measured", b.repeats, True)):
             for i in range(1, n + 1):
-                waited, before = self.cooldown() if kind == "measured" else (0.0, None)
+                waited, before = self.cooldown() if cool else (0.0, None)
                 self.say(f"{kind} {i}/{n}: {command}")
                 result, samples, verdict, peak, source = self.run_once(command, before=before)
                 if result.returncode != 0:

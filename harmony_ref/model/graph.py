@@ -99,6 +99,8 @@ ACTIVATION_FLOPS = {
 EPILOGUE_KINDS = frozenset(
     {"bias", "activation", "gate_mul", "residual_add", "kv_write", "softmax", "attn_pv"}
 )
+PROJECTION_KINDS = frozenset({"matmul"})  # activations times a weight matrix (Op.projection)
+FUSED_KIND = {"attn_qk": "attention"}  # QK^T with its epilogues (softmax, P.V): one kernel
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,11 @@ class Op:
     # a sliding-window layer's attention: its keys stop growing with the context at this many
     # (ModelSpec.sliding_window); 0: they grow with it
     window: int = 0
+
+    @property
+    def projection(self) -> bool:
+        """A Linear: activations times a weight matrix in the policy's format."""
+        return self.kind in PROJECTION_KINDS
 
     @property
     def op_type(self) -> str:
@@ -566,7 +573,7 @@ def merge(a: Op, b: Op) -> Op:
     first = a if a.flops or not b.flops else b  # the op whose matrix work the kernel does
     return Op(
         name=a.name,
-        kind="attention" if a.kind == "attn_qk" else a.kind,
+        kind=FUSED_KIND.get(a.kind, a.kind),
         layer=a.layer,
         dtype=first.dtype,
         act_dtype=first.act_dtype,
