@@ -30,10 +30,10 @@ one kernel, residual adds ride on the projection before them, rope writes the KV
 scores -> softmax -> P.V is one flash-attention kernel (the score matrix never reaches DRAM).
 Merging only ever removes launches and bytes; it never changes FLOPs.
 
-Operator types (`Op.op`, one of model/graph.py `OP_TYPES`) are what a runtime must implement to
-run the op: the kind, except that a norm is `rms_norm` (decoders) or `layer_norm` (encoders) and
-an activation is the spec's own (`silu`, `gelu`, `gelu_tanh`). A device profile lists the ones its
-NPU runs (device/ops.py); `build_graph(..., cpu_ops=...)` leaves the ops of those types unfused, as a
+Operator types (`Op.op`, one of model/graph.py `OP_TYPES`) are what a runtime must implement to run
+the op: the kind, except that a norm is `rms_norm` (decoders) or `layer_norm` (encoders) and an
+activation is the spec's own (`silu`, `gelu`, `gelu_tanh`). A device profile lists the ones its NPU
+runs (device/ops.py); `build_graph(..., cpu_ops=...)` leaves the ops of those types unfused, as a
 runtime that hands them to the CPU must (a kernel cannot be half on each side).
 """
 
