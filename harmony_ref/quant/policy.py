@@ -88,8 +88,8 @@ FLOAT16 = ("fp16", "bf16")  # device/profile.py FLOAT16_FORMATS
 POLICY_FIELD_DOCS = {
     "name": "the policy's name (default: the file's stem)",
     "description": "one line saying what the policy is for",
-    "default": "required: the weight format of every Linear no other field names: fp32, fp16 "
-    "(f16), int8, int4-g<G> (asymmetric), int4-g<G>-sym, or GGUF's q4_0, q4_1, q8_0",
+    "default": "required: the weight format of every Linear no other field names: "
+    + format_names(),
     "keep_fp16_layers": "list of layer-name patterns kept in fp16",
     "keep_int8_layers": "list of layer-name patterns kept in int8",
     "layers": "table: layer-name pattern (`*.q_proj`, `lm_head`) -> weight format",
