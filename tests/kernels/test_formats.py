@@ -177,3 +177,17 @@ def test_quantize_goes_through_the_table():
             assert stored_format(stored) == fmt
     with pytest.raises(ValueError, match="not a stored weight matrix"):
         stored_format(np.zeros((2, 2), np.int32))
+
+
+@pytest.mark.parametrize("name", sorted(n for n, f in FORMATS.items() if f.matmul_stored))
+def test_matmul_stored_is_the_kernel_without_an_operand(name):
+    from harmony_ref.kernels.formats import F16_CHUNK_ROWS
+
+    f = FORMATS[name]
+    n = F16_CHUNK_ROWS + 3  # a chunk and a ragged tail
+    w, x = _weights(n, 64, seed=5), _x(3, 64, seed=6)
+    stored = f.quantize(w, GROUP)
+    got, want = f.matmul_stored(x, stored), f.matmul(x, f.prepare(stored))
+    assert got.shape == want.shape == (3, n) and got.dtype == np.float32
+    abs_sum = np.abs(x).astype(np.float64) @ np.abs(f.dequantize(stored)).T.astype(np.float64)
+    assert_within(got, want, MAX_KERNEL_VS_REF_REL[name] * 1.01 * abs_sum, f"{name} stored")
