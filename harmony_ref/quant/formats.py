@@ -6,7 +6,7 @@ extends each entry with the code that stores, reads back and multiplies it. Noth
 compares a format's kind: a new format (the K-quants) is one entry here, one entry there, and its
 kernels.
 
-    facts = FACTS["q4_0"]                       # or facts_of(parse_format("int4-g32")) in policy.py
+    facts = FACTS["q4_0"]                       # or parse_format("int4-g32").facts (policy.py)
     facts.nbytes(n, k, group_size)              # stored bytes, scales and zero points included
     facts.bits, facts.compute_dtype, facts.gguf_type, facts.gguf_id
 
