@@ -111,6 +111,11 @@ class Metric:
     flags: tuple[str, ...] = ()  # e.g. ("implausible",) when a measurement breaks physics
     description: str = ""
 
+    @property
+    def measured(self) -> bool:
+        """Timed on a machine (raw samples, a rank test), not reproducible as exact / numerical."""
+        return self.kind not in (EXACT, NUMERICAL)
+
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
             raise ValueError(

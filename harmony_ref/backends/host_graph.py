@@ -78,28 +78,49 @@ def _norm(op, ctx: HostContext):
 def _elementwise(op, ctx: HostContext):
     n = op.m * op.n
     a, b = ctx.rand(n), ctx.rand(n)
-    kind = op.kind
-    if kind == "activation" and not ctx.spec.is_decoder:
+    return _ELEMENTWISE[op.kind](op, ctx, n, a, b)
+
+
+def _activation(op, ctx: HostContext, n, a, b):
+    if not ctx.spec.is_decoder:
         ctx.used("gelu", "numba gelu")
         return lambda: gelu(a)
-    if kind == "activation":
-        ctx.used("silu", "numpy silu")
-        return lambda: a / (1 + np.exp(-a))
-    if kind == "bias":
-        x2, bias = ctx.rand(op.m, op.n), ctx.rand(op.n)
-        ctx.used("bias", "numba bias_add")
-        return lambda: bias_add(x2, bias)
-    if kind == "rope":
-        cos, sin = ctx.rand(n // 2), ctx.rand(n // 2)
-        ctx.used("rope", "numpy rope")
+    ctx.used("silu", "numpy silu")
+    return lambda: a / (1 + np.exp(-a))
 
-        def rope():
-            x1, x2 = a[: n // 2], a[n // 2 :]
-            return np.concatenate((x1 * cos - x2 * sin, x2 * cos + x1 * sin))
 
-        return rope
-    ctx.used(kind, "numpy")  # gate_mul, residual_add
-    return (lambda: a * b) if kind == "gate_mul" else (lambda: a + b)
+def _bias(op, ctx: HostContext, n, a, b):
+    x2, bias = ctx.rand(op.m, op.n), ctx.rand(op.n)
+    ctx.used("bias", "numba bias_add")
+    return lambda: bias_add(x2, bias)
+
+
+def _rope(op, ctx: HostContext, n, a, b):
+    cos, sin = ctx.rand(n // 2), ctx.rand(n // 2)
+    ctx.used("rope", "numpy rope")
+
+    def rope():
+        x1, x2 = a[: n // 2], a[n // 2 :]
+        return np.concatenate((x1 * cos - x2 * sin, x2 * cos + x1 * sin))
+
+    return rope
+
+
+def _binary(fn):
+    def build(op, ctx: HostContext, n, a, b):
+        ctx.used(op.kind, "numpy")
+        return lambda: fn(a, b)
+
+    return build
+
+
+_ELEMENTWISE = {  # op kind -> (op, ctx, n, a, b) -> the callable
+    "activation": _activation,
+    "bias": _bias,
+    "rope": _rope,
+    "gate_mul": _binary(np.multiply),
+    "residual_add": _binary(np.add),
+}
 
 
 def _kv_cache(ctx: HostContext, length: int) -> KVCache:
@@ -210,14 +231,9 @@ def build_op(op, prims: list, ctx: HostContext, graph):
     i = 0
     while i < len(prims):
         p = prims[i]
-        if p.kind == "attn_qk":
-            fused = (
-                i + 2 < len(prims)
-                and prims[i + 1].kind == "softmax"
-                and prims[i + 2].kind == "attn_pv"
-            )
-            calls.append(_attention(p, ctx, graph, fused))
-            i += 3 if fused else 1
+        if tuple(kinds[i : i + 3]) == FUSED_ATTENTION:  # QK^T, softmax, P.V: one kernel
+            calls.append(_attention(p, ctx, graph, True))
+            i += 3
             continue
         calls.append(_BUILDERS[p.kind](p, ctx, graph))
         i += 1
@@ -231,7 +247,9 @@ def build_op(op, prims: list, ctx: HostContext, graph):
     return chain
 
 
+FUSED_ATTENTION = ("attn_qk", "softmax", "attn_pv")
 _BUILDERS = {
+    "attn_qk": lambda op, ctx, g: _attention(op, ctx, g, False),
     "matmul": lambda op, ctx, g: _matmul(op, ctx),
     "norm": lambda op, ctx, g: _norm(op, ctx),
     "rope": lambda op, ctx, g: _elementwise(op, ctx),

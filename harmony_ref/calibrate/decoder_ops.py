@@ -155,15 +155,15 @@ def call_samples(
         w["flops"] += op.flops
         w["vflops"] += op.vector_flops
         w["bytes"] += float(dram_bytes(op.streamed_bytes, op.other_bytes, 0.0, 1.0))
-        if op.flops and op.kind == "matmul":
+        if op.flops and op.projection:
             w["dtype"] = compute_dtype(op.dtype, op.act_dtype, HOST_WEIGHT_ONLY_COMPUTE)
     out = []
-    for kind, s in seconds.items():
-        if kind not in work or s <= 0:
+    for call, s in seconds.items():
+        if call not in work or s <= 0:
             continue
-        w = work[kind]
+        w = work[call]
         one_row = tokens == 1  # a decode step: its GEMVs and one-row attention (soc.py op_class)
-        if kind == "attention":
+        if call == "attention":
             cls, ops, vec = "attention_decode" if one_row else "attention", w["flops"], w["vflops"]
         elif w["dtype"] is not None:
             cls = f"gemv_{w['dtype']}" if one_row else w["dtype"]

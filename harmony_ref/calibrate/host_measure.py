@@ -71,9 +71,10 @@ def sync_us(threads: int, repeats: int = 2000) -> float:
 
 
 def widen_ns_per_weight(rows: int = 4096, k: int = 576, repeats: int = 21) -> float:
-    """ns per weight of runtime/linear.py _matmul_f16's widening (float16 rows -> float32, one
-    F16_CHUNK_ROWS chunk of a SmolLM2-wide matrix), best of `repeats`: the per-call pass the
-    harmony-ref-host runtime's [overhead] fp16_widen_ns_per_weight prices."""
+    """ns per weight of the decoder's fp16 widening (kernels/formats.py matmul_f16_chunked:
+    float16 rows -> float32, one F16_CHUNK_ROWS chunk of a SmolLM2-wide matrix), best of
+    `repeats`: the per-call pass the harmony-ref-host runtime's [overhead]
+    fp16_widen_ns_per_weight prices."""
     w16 = np.random.default_rng(0).standard_normal((rows, k)).astype(np.float16)
     w16.astype(np.float32)
     best = min(_times(lambda: w16.astype(np.float32), repeats))

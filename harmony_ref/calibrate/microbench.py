@@ -78,7 +78,7 @@ def matmul_samples(
     for fname in formats:
         fmt = BENCH_FORMATS[fname]
         f = format_of(fmt)
-        cls = "fp16" if fmt.kind == "fp16" else fmt.kind
+        cls = fmt.kind
         for i, (n, k) in enumerate(shapes):
             w = rng.standard_normal((n, k), dtype=np.float32) * np.float32(0.02)
             w = f.prepare(f.quantize(w, fmt.group_size))  # the kernel's operand, built once

@@ -77,7 +77,7 @@ def _linear_tensors(name: str, stored) -> dict[str, np.ndarray]:
 def _layer_info(stored) -> dict:
     fmt = stored_format(stored)
     info = {"format": fmt.name, "shape": list(stored.shape)}
-    if fmt.kind == "int4":
+    if fmt.facts.grouped:
         info.update(group_size=fmt.group_size, scheme=fmt.scheme)
     return info
 

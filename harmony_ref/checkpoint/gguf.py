@@ -36,12 +36,14 @@ import numpy as np
 
 from harmony_ref.model.decoder import (
     ARCHITECTURES,
+    OPTIONAL_TENSORS,
     CheckpointError,
     DecoderConfig,
     DecoderWeights,
     LayerWeights,
     validate_weights,
 )
+from harmony_ref.quant.formats import BY_GGUF_TYPE
 
 # in-memory LayerWeights field -> GGUF tensor name inside blk.{i}
 LAYER_TENSORS = {
@@ -61,16 +63,6 @@ LAYER_TENSORS = {
     "k_norm": "attn_k_norm.weight",
     "post_attn_norm": "post_attention_norm.weight",
     "post_ffn_norm": "post_ffw_norm.weight",
-}
-# LayerWeights fields present only when the config says so
-OPTIONAL_TENSORS = {
-    "bq": "attention_bias",
-    "bk": "attention_bias",
-    "bv": "attention_bias",
-    "q_norm": "qk_norm",
-    "k_norm": "qk_norm",
-    "post_attn_norm": "post_norms",
-    "post_ffn_norm": "post_norms",
 }
 PERMUTED_ARCHS = ("llama",)  # Q/K stored for adjacent-pair RoPE
 GEMMA3_SWA_PATTERN = 6  # llama.cpp's default: five local layers, then one global
@@ -313,8 +305,9 @@ def read_gguf_tensor_types(path) -> dict[str, str]:
     return {t.name: t.tensor_type.name for t in _open(Path(path)).tensors}
 
 
-# GGUF tensor types kept as stored for the `as-stored` policy -> our format name
-STORED_TYPES = {"F32": "fp32", "F16": "fp16", "Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0"}
+# GGUF tensor types kept as stored for the `as-stored` policy -> our format name (the formats
+# table's GGUF types, quant/formats.py)
+STORED_TYPES = {t: f.name for t, f in BY_GGUF_TYPE.items()}
 # LayerWeights field -> HF short name of the Linear (the name a policy matches)
 LINEAR_FIELDS = {
     "wq": "q_proj",
@@ -332,16 +325,16 @@ def _stored_matrix(t, path: Path, rows=None):
     None for a type we cannot run as stored (K-quants: they are dequantized and requantized)."""
     from harmony_ref.quant.ggml import GGMLTensor
 
-    fmt = STORED_TYPES.get(t.tensor_type.name)
-    if fmt is None:
+    facts = BY_GGUF_TYPE.get(t.tensor_type.name)
+    if facts is None:
         return None
     n, k = (int(d) for d in reversed(t.shape.tolist()))
-    if fmt in ("fp32", "fp16"):
-        a = np.asarray(t.data, dtype=np.float32 if fmt == "fp32" else np.float16).reshape(n, k)
+    if facts.dtype is not None:  # a float format: the (N, K) array itself
+        a = np.asarray(t.data, dtype=facts.dtype).reshape(n, k)
     else:
         a = np.asarray(t.data, dtype=np.uint8).reshape(n, -1)
     a = np.ascontiguousarray(a if rows is None else a[rows])
-    return a if fmt in ("fp32", "fp16") else GGMLTensor(fmt, a, (n, k))
+    return a if facts.dtype is not None else GGMLTensor(facts.name, a, (n, k))
 
 
 def _unpermute_order(n_rows: int, n_heads: int) -> np.ndarray:

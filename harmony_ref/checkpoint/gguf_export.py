@@ -52,19 +52,12 @@ from harmony_ref.checkpoint.gguf import (
     permute_rope_rows,
     read_gguf,
 )
-from harmony_ref.kernels.formats import FORMATS
+from harmony_ref.kernels.formats import format_of
 from harmony_ref.model.decoder import CheckpointError, layer_name
+from harmony_ref.quant.formats import BY_GGUF_TYPE, FACTS
 from harmony_ref.quant.ggml import GGMLTensor
 from harmony_ref.quant.policy import Policy, WeightFormat, load_policy
 
-GGUF_TYPE = {"fp32": "F32", "fp16": "F16", "q4_0": "Q4_0", "q4_1": "Q4_1", "q8_0": "Q8_0"}
-FILE_TYPE = {
-    "fp32": "ALL_F32",
-    "fp16": "MOSTLY_F16",
-    "q4_0": "MOSTLY_Q4_0",
-    "q4_1": "MOSTLY_Q4_1",
-    "q8_0": "MOSTLY_Q8_0",
-}
 GGML_QNT_VERSION = 2
 WRITER_KEYS = ("general.architecture", "general.file_type", "general.quantization_version")
 TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.tokens")
@@ -74,21 +67,17 @@ MANIFEST_VERSION = 1
 
 def nearest_gguf_type(fmt: WeightFormat) -> str:
     """The GGUF type closest to a format GGUF cannot store (for the refusal message)."""
-    if fmt.kind == "int8":
-        return "q8_0"
-    if fmt.kind == "int4":
-        return "q4_1" if fmt.scheme == "asym" else "q4_0"
-    return GGUF_TYPE.get(fmt.kind, "q8_0").lower()
+    return FACTS[fmt.facts.nearest_gguf].gguf_type.lower()
 
 
 def gguf_type_for(fmt: WeightFormat, tensor: str, layer: str, source: str) -> str:
     """GGUF type name of `fmt`, or ValueError naming the tensor and the nearest GGUF type."""
-    if fmt.kind not in GGUF_TYPE:
+    if fmt.facts.gguf_type is None:
         raise ValueError(
             f"--policy {source}: {tensor} ({layer}) is {fmt.name}, which GGUF has no "
             f"type for; the nearest GGUF type is {nearest_gguf_type(fmt)}"
         )
-    return GGUF_TYPE[fmt.kind]
+    return fmt.facts.gguf_type
 
 
 @dataclass(frozen=True)
@@ -103,7 +92,7 @@ class GGUFExport:
 
 def _quantize(w: np.ndarray, fmt: WeightFormat):
     """(N, K) float32 -> the stored matrix (GGMLTensor, float16 or float32 array)."""
-    return FORMATS[fmt.kind].quantize(w)
+    return format_of(fmt).quantize(w, fmt.group_size)
 
 
 def _tensor_bytes(stored) -> np.ndarray:
@@ -206,7 +195,7 @@ def export_gguf(model_path, policy, out, version: str | None = None) -> GGUFExpo
         tmp = staged.stage(out)
         w = gguf.GGUFWriter(str(tmp), weights.config.arch)
         _copy_metadata(reader, w)
-        ft = FILE_TYPE.get(policy.default.kind)
+        ft = policy.default.facts.file_type
         if ft:
             w.add_file_type(int(getattr(gguf.LlamaFileType, ft)))
         w.add_quantization_version(GGML_QNT_VERSION)
@@ -218,7 +207,7 @@ def export_gguf(model_path, policy, out, version: str | None = None) -> GGUFExpo
         for name, gtype, stored in tensors:
             qt = getattr(gguf.GGMLQuantizationType, gtype)
             data = _tensor_bytes(stored)
-            if gtype in ("F32", "F16"):
+            if not BY_GGUF_TYPE[gtype].quantized:  # a float array: gguf reads its dtype
                 w.add_tensor(name, data)
             else:
                 w.add_tensor(name, data, raw_dtype=qt)  # (N, bytes) uint8: gguf derives [K, N]

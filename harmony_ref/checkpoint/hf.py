@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from harmony_ref.model.decoder import (
+    OPTIONAL_TENSORS,
     CheckpointError,
     DecoderConfig,
     DecoderWeights,
@@ -63,15 +64,6 @@ GEMMA3_LAYER_TENSORS = dict(
     post_attn_norm="post_attention_layernorm.weight",
     post_ffn_norm="post_feedforward_layernorm.weight",
 )
-OPTIONAL_TENSORS = {
-    "bq": "attention_bias",
-    "bk": "attention_bias",
-    "bv": "attention_bias",
-    "q_norm": "qk_norm",
-    "k_norm": "qk_norm",
-    "post_attn_norm": "post_norms",
-    "post_ffn_norm": "post_norms",
-}
 NORM_FIELDS = ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")
 GEMMA3_SWA_PATTERN = 6  # transformers' default: five sliding-window layers, then one full
 

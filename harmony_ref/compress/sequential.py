@@ -35,7 +35,7 @@ import numpy as np
 from harmony_ref.model.decoder import layer_name
 from harmony_ref.quant.awq import awq_search
 from harmony_ref.quant.gptq import gptq_quantize
-from harmony_ref.quant.policy import int4_format_for_rows
+from harmony_ref.quant.policy import format_for_rows
 from harmony_ref.runtime.llama import STAGE_PARTS, stage_linear
 from harmony_ref.runtime.progress import report
 
@@ -165,8 +165,7 @@ def activation_grams(model, windows) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def _fmt_for(policy, name, k):
-    f = policy.format_for(name)
-    return int4_format_for_rows(f, k) if f.kind == "int4" else f
+    return format_for_rows(policy.format_for(name), k)
 
 
 def _awq_block(model, i, lw, xs, policy, methods, config):
@@ -182,7 +181,7 @@ def _awq_block(model, i, lw, xs, policy, methods, config):
     group = nh // nkv
     for st in want:
         parts = [(layer_name(i, p), getattr(lw, a)) for p, a in STAGE_PARTS[st]]
-        quant = [(n, w) for n, w in parts if policy.format_for(n).kind in ("int4", "int8")]
+        quant = [(n, w) for n, w in parts if policy.format_for(n).facts.fitted]
         tie = None
         if st == "o":  # one scale per v channel: the query heads of a KV group share it
 

@@ -227,7 +227,7 @@ def _make_op_arrays(graph: Graph) -> dict[str, np.ndarray]:
         # weights a runtime that widens fp16 per call passes over (fp16-stored matmul weights)
         "fp16_weights": [
             op.n * op.k
-            if op.kind == "matmul" and op.dtype == "fp16" and op.weight_bytes == 2 * op.n * op.k
+            if op.projection and op.dtype == "fp16" and op.weight_bytes == 2 * op.n * op.k
             else 0
             for op, _ in rows
         ],

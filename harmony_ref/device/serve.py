@@ -234,10 +234,10 @@ def simulate_serving(
             finish(j, RequestOutcome(requests[j], "timeout", end_s=t))
 
     while events:
-        t, kind, i = heapq.heappop(events)
+        t, event, i = heapq.heappop(events)
         last_t = max(last_t, t)
         r = requests[i]
-        if kind == _EV_ARRIVAL:
+        if event == _EV_ARRIVAL:
             if in_service is None and not queue:
                 start(i, t)
             elif len(queue) < queue_limit:
@@ -245,7 +245,7 @@ def simulate_serving(
                 heapq.heappush(events, (r.arrival_s + timeout_s, _EV_QUEUE_TIMEOUT, i))
             else:
                 finish(i, RequestOutcome(r, "busy", end_s=t))
-        elif kind == _EV_QUEUE_TIMEOUT:
+        elif event == _EV_QUEUE_TIMEOUT:
             if i in queue:  # still waiting (not started): cut off
                 queue.remove(i)
                 finish(i, RequestOutcome(r, "timeout", end_s=t))

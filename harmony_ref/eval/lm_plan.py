@@ -207,12 +207,12 @@ def _format_tables(
     methods, each type's row is the method with the lowest KLD (its "method" key says which:
     the bytes are the same, so the knapsack's choice among (format, method) pairs is this)."""
     tables = []
-    runs = [(f, m) for f in fmts for m in (methods if f.kind in ("int4", "int8") else ("rtn",))]
+    runs = [(f, m) for f in fmts for m in (methods if f.facts.fitted else ("rtn",))]
     total = len(runs) + extra_steps
     by_fmt: dict = {}
     for ri, (f, m) in enumerate(runs):
         step = (lambda d, t, ri=ri: progress(ri * t + d, total * t)) if progress else None
-        name = variant_name(f, act) if f.kind == "int8" else f.name
+        name = variant_name(f, act) if f.facts.w8a8 else f.name
         rows = lm_sensitivity(model, name, "type", context, chunks, step, loaded, method=m)
         rows = [dict(r, method=m) for r in rows]
         best = by_fmt.get(f)
@@ -249,7 +249,7 @@ def _plan_policy(model, budget_mb, config, choices, prune, score, act, methods=N
     fitted = {
         patterns[t]: m
         for t, m in (methods or {}).items()
-        if m != "rtn" and parse_format(choices[t]).kind in ("int4", "int8")
+        if m != "rtn" and parse_format(choices[t]).facts.fitted
     }
     if fitted:
         data["quantize"] = {"method": "rtn", "methods": fitted}

@@ -49,9 +49,10 @@ from harmony_ref.quant.compress import (
     PruneSpec,
 )
 from harmony_ref.quant.policy import (
+    FP32,
     INT8,
     WeightFormat,
-    int4_format_for_rows,
+    format_for_rows,
     parse_format,
     policy_from_dict,
 )
@@ -62,6 +63,7 @@ W8A8 = "w8a8"  # sensitivity format prefix: int8 weights + static int8 activatio
 PRUNE_KINDS = ("ffn", "heads")
 ATTENTION_TYPES = ("q_proj", "k_proj", "v_proj", "o_proj")
 FFN_TYPES = ("gate_proj", "up_proj", "down_proj")
+PRUNED_TYPES = {"ffn": FFN_TYPES, "heads": ATTENTION_TYPES}  # what each PRUNE_KINDS kind cuts
 # Modules the cached rows' numbers come from beyond lm_cache.CODE_MODULES
 ROW_CODE_MODULES = (
     "model/prune.py",
@@ -164,16 +166,13 @@ def fits(fmt, shapes) -> bool:
     """Whether a policy may give `fmt` to these (N, K) rows: an INT4 group no longer than the
     longest row (quant/policy.py check_applies refuses a plan that does otherwise)."""
     if fmt.ggml:  # GGUF's blocks of 32 along K
-        return all(k % 32 == 0 for _, k in shapes)
-    return fmt.kind != "int4" or fmt.group_size <= max(k for _, k in shapes)
+        return all(k % fmt.facts.block == 0 for _, k in shapes)
+    return not fmt.facts.grouped or fmt.group_size <= max(k for _, k in shapes)
 
 
 def stored_bytes(fmt, shapes) -> int:
     """Bytes of the shapes in `fmt` as the runtime stores them (INT4 groups narrowed to K)."""
-    return sum(
-        (int4_format_for_rows(fmt, k) if fmt.kind == "int4" else fmt).nbytes(n, k)
-        for n, k in shapes
-    )
+    return sum(format_for_rows(fmt, k).nbytes(n, k) for n, k in shapes)
 
 
 def pruned_shapes(
@@ -244,7 +243,7 @@ def _groups(
         out = []
         for kind, ratio in prune.items():
             cut = pruned_shapes(config, **{kind: ratio}, score=score)
-            types = FFN_TYPES if kind == "ffn" else ATTENTION_TYPES
+            types = PRUNED_TYPES[kind]
             out.append(
                 _Group(
                     kind,
@@ -295,14 +294,14 @@ def lm_sensitivity(
         raise ValueError(
             f"--prune-score must be one of {', '.join(PRUNE_SCORES)}, got {prune_score!r}"
         )
-    if prune and (act is not None or f.kind != "fp32"):
+    if prune and (act is not None or f != FP32):
         raise ValueError("--prune measures pruning alone, FP32 weights: drop --weight-format")
     path = resolve_model_path(model)
     corpus = corpus or Corpus.shipped(CALIBRATION)
     weights, tok = loaded or load_decoder_shared(model)
     if method not in METHODS:
         raise ValueError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
-    if method != "rtn" and (prune or act is not None or f.kind not in ("int4", "int8")):
+    if method != "rtn" and (prune or act is not None or not f.facts.fitted):
         raise ValueError(
             f"--method {method} fits int4 / int8 weights: not with --prune, W8A8 or {f.name}"
         )

@@ -1,7 +1,10 @@
 """Every weight format, declared once: how a float (N, K) matrix is stored in it, read back, and
-multiplied (ggml's type-traits table). Everything that turns a WeightFormat into code, the MiniLM
-forward, the host op graph, the calibration microbenchmarks, the job's host part, the cold start
-measurement, artifacts, looks the format up here; nothing else dispatches on a format's kind.
+multiplied (ggml's type-traits table, the code half: each entry extends the format's facts,
+quant/formats.py, with its quantizers and kernels). Everything that turns a WeightFormat into
+code, the decoder and MiniLM forwards, the host op graph, the calibration microbenchmarks, the
+job's host part, the cold start measurement, artifacts, GGUF export, looks the format up here;
+nothing else dispatches on a format's kind. Adding a format is one entry in quant/formats.py's
+FACTS, one here, and its kernels.
 
     f = format_of(parse_format("int4-g32"))        # or FORMATS["int4"]
     stored = f.quantize(w, 32)                     # (N, K) float -> Int4Tensor (Numba)
@@ -10,6 +13,7 @@ measurement, artifacts, looks the format up here; nothing else dispatches on a f
     y = f.matmul(x, f.prepare(stored))             # x (M, K) or (K,) -> (M, N) float32: the kernel
     f.matmul_ref(x, stored)                        # what the kernel computes, plain NumPy
     f.nbytes(n, k, 32)                             # stored bytes, scales and zero points included
+    f.facts.bits, f.facts.gguf_type, ...           # every fact of quant/formats.py FACTS
 
 Formats (keys of FORMATS):
     fp32      float32 (N, K); the "kernel" is NumPy's float32 matmul (OpenBLAS), x @ W.T
@@ -24,8 +28,11 @@ GGUF's F16 is fp16 (the same IEEE half, rounded to nearest even); "f16" parses t
 `prepare` builds the kernel's operand once per tensor (the row-interleaved layout of
 prepare_w4/prepare_w8, cached on the tensor; for floats a float32 W.T view). `arrays` /
 `from_arrays` name a stored matrix's arrays (`.packed`, `.scale`, `.zero_point`, `.values` after
-the weight's name), which is how artifacts lay them out. tests/kernels/test_formats.py walks this
-table: round trip, fast vs `_ref`, quantized dot vs float dot.
+the weight's name), which is how artifacts lay them out. `matmul_stored`, where a format has one,
+multiplies the stored matrix as it is, with no operand built (fp16: widened a bounded chunk of rows
+per call, so a large weight never has a float32 copy; the decoder runs its fp16 Linears so).
+tests/kernels/test_formats.py walks this table: round trip, fast vs `_ref`, quantized dot vs float
+dot; tests/quant/test_formats.py holds the facts complete and consistent.
 """
 
 from __future__ import annotations
@@ -44,16 +51,18 @@ from harmony_ref.kernels.matmul import (
     prepare_w8,
 )
 from harmony_ref.kernels.matmul_ggml import matmul_ggml, matmul_ggml_ref, prepare_ggml
+from harmony_ref.quant.formats import FACTS, FormatFacts
 from harmony_ref.quant.ggml import QUANTIZERS, QUANTIZERS_REF, GGMLTensor, dequantize_ggml
 from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4, quantize_int4, quantize_int4_ref
 from harmony_ref.quant.int8 import Int8Tensor, dequantize_int8, quantize_int8, quantize_int8_ref
 from harmony_ref.quant.policy import WeightFormat, parse_format
 
+F16_CHUNK_ROWS = 4096  # fp16's matmul_stored widens this many weight rows at a time
+
 
 @dataclass(frozen=True)
 class Format:
-    name: str
-    kind: str  # WeightFormat.kind: fp32 | fp16 | int8 | int4 | q4_0 | q4_1 | q8_0
+    facts: FormatFacts  # bits, scale layout, GGUF type, ... (quant/formats.py)
     quantize: Callable  # (w (N, K) float, group_size) -> stored; the fast path where there is one
     quantize_ref: Callable  # the same, plain NumPy (bit-identical)
     dequantize: Callable  # stored -> (N, K) float32
@@ -61,17 +70,29 @@ class Format:
     matmul: Callable  # (x (M, K) or (K,), operand) -> (M, N) or (N,) float32
     matmul_ref: Callable  # (x, stored) -> what `matmul` computes, plain NumPy
     kernel: str  # what runs the matmul, as provenance names it
-    nbytes: Callable  # (n, k, group_size) -> stored bytes of an (n, k) matrix
     arrays: Callable  # stored -> {suffix after the weight's name: array}
     from_arrays: Callable  # ({suffix: array}, shape, group_size) -> stored
+    matmul_stored: Callable | None = None  # (x, stored) -> y with no operand built (see above)
+
+    @property
+    def name(self) -> str:
+        return self.facts.name
+
+    @property
+    def kind(self) -> str:
+        return self.facts.kind
 
     @property
     def quantized(self) -> bool:
-        return self.kind not in ("fp32", "fp16")
+        return self.facts.quantized
+
+    def nbytes(self, n: int, k: int, group_size: int | None = None) -> int:
+        """Stored bytes of an (n, k) matrix, scales and zero points included."""
+        return self.facts.nbytes(n, k, group_size)
 
 
-def _float_matmul(x, operand):
-    return x @ operand
+def float_matmul(x, operand):
+    return x @ operand  # operand: (K, N) view of W.T (BLAS reads it transposed, no copy)
 
 
 def _float_matmul_ref(x, stored):
@@ -79,28 +100,40 @@ def _float_matmul_ref(x, stored):
     return (x @ np.asarray(stored, dtype=np.float64).T).astype(np.float32)
 
 
-def _float_format(name: str, dtype) -> Format:
+def matmul_f16_chunked(x, w16):
+    """x (M, K) float32 @ W.T for float16 W (N, K), widened F16_CHUNK_ROWS rows at a time."""
+    n = w16.shape[0]
+    out = np.empty((x.shape[0], n), dtype=np.float32)
+    for n0 in range(0, n, F16_CHUNK_ROWS):
+        out[:, n0 : n0 + F16_CHUNK_ROWS] = x @ w16[n0 : n0 + F16_CHUNK_ROWS].astype(np.float32).T
+    return out
+
+
+def _float_format(name: str, matmul_stored=None) -> Format:
+    facts = FACTS[name]
+
     def quantize(w, group_size=None):
-        return np.ascontiguousarray(w, dtype=dtype)
+        return np.ascontiguousarray(w, dtype=facts.dtype)
 
     return Format(
-        name=name,
-        kind=name,
+        facts=facts,
         quantize=quantize,
         quantize_ref=quantize,
         dequantize=lambda s: np.asarray(s, dtype=np.float32),
         # (K, N) view of a C-contiguous float32 copy: x @ W.T without materialising W.T
         prepare=lambda s: np.ascontiguousarray(s, dtype=np.float32).T,
-        matmul=_float_matmul,
+        matmul=float_matmul,
         matmul_ref=_float_matmul_ref,
         kernel="numpy float32 matmul",
-        nbytes=lambda n, k, group_size=None: WeightFormat(name).nbytes(n, k),
         arrays=lambda s: {"": s},
         from_arrays=lambda a, shape, group_size=None: a[""],
+        matmul_stored=matmul_stored,
     )
 
 
-def _int4_format(scheme: str) -> Format:
+def _int4_format(name: str) -> Format:
+    scheme = FACTS[name].scheme
+
     def from_arrays(a, shape, group_size):
         return Int4Tensor(
             a[".packed"], a[".scale"], a.get(".zero_point"), tuple(shape), int(group_size), scheme
@@ -113,8 +146,7 @@ def _int4_format(scheme: str) -> Format:
         return out
 
     return Format(
-        name="int4" if scheme == "asym" else "int4-sym",
-        kind="int4",
+        facts=FACTS[name],
         quantize=lambda w, group_size: quantize_int4(w, group_size, scheme),
         quantize_ref=lambda w, group_size: quantize_int4_ref(w, group_size, scheme),
         dequantize=dequantize_int4,
@@ -122,7 +154,6 @@ def _int4_format(scheme: str) -> Format:
         matmul=matmul_w4,
         matmul_ref=matmul_w4_ref,
         kernel="numba matmul_w4",
-        nbytes=lambda n, k, group_size: WeightFormat("int4", group_size, scheme).nbytes(n, k),
         arrays=arrays,
         from_arrays=from_arrays,
     )
@@ -137,8 +168,7 @@ GGML_KERNELS = {
 
 def _ggml_format(qtype: str) -> Format:
     return Format(
-        name=qtype,
-        kind=qtype,
+        facts=FACTS[qtype],
         quantize=lambda w, group_size=None: QUANTIZERS[qtype](w),
         quantize_ref=lambda w, group_size=None: QUANTIZERS_REF[qtype](w),
         dequantize=dequantize_ggml,
@@ -146,7 +176,6 @@ def _ggml_format(qtype: str) -> Format:
         matmul=matmul_ggml,
         matmul_ref=matmul_ggml_ref,
         kernel=GGML_KERNELS[qtype],
-        nbytes=lambda n, k, group_size=None: WeightFormat(qtype).nbytes(n, k),
         arrays=lambda t: {".blocks": t.data},
         from_arrays=lambda a, shape, group_size=None: GGMLTensor(qtype, a[".blocks"], tuple(shape)),
     )
@@ -155,11 +184,10 @@ def _ggml_format(qtype: str) -> Format:
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in [
-        _float_format("fp32", np.float32),
-        _float_format("fp16", np.float16),
+        _float_format("fp32"),
+        _float_format("fp16", matmul_stored=matmul_f16_chunked),
         Format(
-            name="int8",
-            kind="int8",
+            facts=FACTS["int8"],
             quantize=lambda w, group_size=None: quantize_int8(w),
             quantize_ref=lambda w, group_size=None: quantize_int8_ref(w),
             dequantize=dequantize_int8,
@@ -167,14 +195,13 @@ FORMATS: dict[str, Format] = {
             matmul=matmul_w8,
             matmul_ref=matmul_w8_ref,
             kernel="numba matmul_w8",
-            nbytes=lambda n, k, group_size=None: WeightFormat("int8").nbytes(n, k),
             arrays=lambda t: {".values": t.values, ".scale": t.scale},
             from_arrays=lambda a, shape, group_size=None: Int8Tensor(
                 a[".values"], a[".scale"], tuple(shape)
             ),
         ),
-        _int4_format("asym"),
-        _int4_format("sym"),
+        _int4_format("int4"),
+        _int4_format("int4-sym"),
         _ggml_format("q4_0"),
         _ggml_format("q4_1"),
         _ggml_format("q8_0"),
@@ -182,11 +209,12 @@ FORMATS: dict[str, Format] = {
 }
 
 
+assert set(FORMATS) == set(FACTS), "every format of quant/formats.py FACTS has its code here"
+
+
 def format_of(fmt: WeightFormat) -> Format:
     """The table entry of a WeightFormat (its group size is the caller's to pass on)."""
-    if fmt.kind == "int4":
-        return FORMATS["int4" if fmt.scheme == "asym" else "int4-sym"]
-    return FORMATS[fmt.kind]
+    return FORMATS[fmt.facts.name]
 
 
 def quantize(w, fmt: WeightFormat):
@@ -195,16 +223,21 @@ def quantize(w, fmt: WeightFormat):
 
 
 def stored_format(stored) -> WeightFormat:
-    """The WeightFormat a stored matrix is in."""
-    if isinstance(stored, Int4Tensor):
-        sym = "-sym" if stored.scheme == "sym" else ""
-        return parse_format(f"int4-g{stored.group_size}{sym}")
-    if isinstance(stored, Int8Tensor):
-        return parse_format("int8")
-    if isinstance(stored, GGMLTensor):
-        return parse_format(stored.qtype)
-    if isinstance(stored, np.ndarray) and stored.dtype in (np.float16, np.float32):
-        return parse_format("fp16" if stored.dtype == np.float16 else "fp32")
+    """The WeightFormat a stored matrix is in (a quantized tensor names its format; a float
+    array is the format of its dtype)."""
+    if isinstance(stored, (Int4Tensor, Int8Tensor, GGMLTensor)):
+        return parse_format(stored.format_name)
+    by_dtype = {np.dtype(f.dtype): f.name for f in FACTS.values() if f.dtype is not None}
+    if isinstance(stored, np.ndarray) and stored.dtype in by_dtype:
+        return parse_format(by_dtype[stored.dtype])
     raise ValueError(
         f"not a stored weight matrix: {type(stored).__name__} {getattr(stored, 'dtype', '')}"
     )
+
+
+def stored_in(stored, fmt: WeightFormat) -> bool:
+    """Whether `stored` is a stored matrix in `fmt` (False for anything else)."""
+    try:
+        return stored_format(stored) == fmt
+    except ValueError:
+        return False

@@ -261,7 +261,7 @@ class DeviceSession:
                     tel.memory_source, tel.memory_source
                 )
             )
-        if self.transport.kind == "local" and result.max_rss_kb:
+        if self.transport.local and result.max_rss_kb:
             peak = max(peak or 0.0, float(result.max_rss_kb))
             sources.append("wait4 ru_maxrss")
         if peak is None and tel.memory_source != "none":
@@ -271,7 +271,7 @@ class DeviceSession:
         return result, samples, tel.verdict(samples), peak, source
 
     def _kill_remote(self) -> None:
-        if self.transport.kind == "local":
+        if self.transport.local:
             return
         pid = shlex.quote(self.remote(PID_FILE))
         try:
@@ -376,9 +376,9 @@ class DeviceSession:
         self.prepare()
         power = self.idle_power()
         repeats: list[Repeat] = []
-        for kind, n in (("warmup", b.warmup_runs), ("measured", b.repeats)):
+        for kind, n, cool in (("warmup", b.warmup_runs, False), ("measured", b.repeats, True)):
             for i in range(1, n + 1):
-                waited, before = self.cooldown() if kind == "measured" else (0.0, None)
+                waited, before = self.cooldown() if cool else (0.0, None)
                 self.say(f"{kind} {i}/{n}: {command}")
                 result, samples, verdict, peak, source = self.run_once(command, before=before)
                 if result.returncode != 0:

@@ -91,6 +91,11 @@ class Repeat:
     mem_source: str
     power: dict = field(default_factory=dict)  # avg_power_w, energy_per_token_mj or why not
 
+    @property
+    def measured(self) -> bool:
+        """Scored (a warm-up run never is)."""
+        return self.kind != "warmup"
+
     def row(self, telemetry: Telemetry) -> dict:
         temps = [t for s in self.samples if (t := telemetry.watched_c(s)) is not None]
         hot = [telemetry.watched_c(s) for s in self.samples if s.phase in ("during", "after")]
@@ -132,7 +137,7 @@ class SessionResult:
 
     @property
     def measured(self) -> list[Repeat]:
-        return [r for r in self.repeats if r.kind == "measured"]
+        return [r for r in self.repeats if r.measured]
 
     @property
     def valid(self) -> list[Repeat]:

@@ -118,6 +118,7 @@ class Transport:
     """What every transport does (the module docstring); subclasses say how."""
 
     kind = "?"
+    local = False  # this machine (LocalTransport)
 
     def __init__(
         self, serial: str = "", executable: str = "", timeout_s: float = DEFAULT_TIMEOUT_S
@@ -277,6 +278,7 @@ class LocalTransport(Transport):
     """This machine: scripts under /bin/sh -c, files copied."""
 
     kind = "local"
+    local = True  # this machine: its own process's peak memory is the run's
 
     def __init__(
         self, serial: str = "", executable: str = "", timeout_s: float = DEFAULT_TIMEOUT_S

@@ -185,6 +185,18 @@ class DecoderConfig:
         return self.vocab_size * d + self.n_layers * per_layer + d + head
 
 
+# LayerWeights fields present only when the config says so (the DecoderConfig flag that does)
+OPTIONAL_TENSORS = {
+    "bq": "attention_bias",
+    "bk": "attention_bias",
+    "bv": "attention_bias",
+    "q_norm": "qk_norm",
+    "k_norm": "qk_norm",
+    "post_attn_norm": "post_norms",
+    "post_ffn_norm": "post_norms",
+}
+
+
 @dataclass
 class LayerWeights:
     attn_norm: np.ndarray  # (D,)

@@ -138,13 +138,13 @@ class ModelSpec:
             raise ValueError(
                 f"model spec {self.name!r}: field 'norm_eps' = {self.norm_eps!r}: must be > 0"
             )
-        if self.kind == DECODER and not self.rope_theta > 0:
+        if self.is_decoder and not self.rope_theta > 0:
             raise ValueError(
                 f"model spec {self.name!r}: field 'rope_theta' = {self.rope_theta!r}: "
                 "a decoder needs rope_theta > 0"
             )
         self._check_window()
-        if self.kind == ENCODER and (self.rope_theta or self.rope_scaling is not None):
+        if not self.is_decoder and (self.rope_theta or self.rope_scaling is not None):
             raise ValueError(
                 f"model spec {self.name!r}: an encoder has learned positions: "
                 "no rope_theta or rope_scaling"
@@ -170,7 +170,7 @@ class ModelSpec:
                 f"model spec {self.name!r}: sliding_window = {w} and local_layers = {list(local)}: "
                 "a sliding window needs the layers it applies to, and those layers a window"
             )
-        if local and self.kind != DECODER:
+        if local and not self.is_decoder:
             raise ValueError(f"model spec {self.name!r}: an encoder has no sliding-window layers")
 
     def is_local(self, layer: int) -> bool:
@@ -202,7 +202,8 @@ class ModelSpec:
 
     @property
     def is_decoder(self) -> bool:
-        return self.kind == DECODER
+        """A causal decoder (RoPE, a KV cache); else an encoder (kind is one of the two)."""
+        return self.kind != ENCODER
 
     @property
     def embed_name(self) -> str:

@@ -35,8 +35,9 @@ ROW_STRIDE = 8
 
 
 def fake_quantize(w: np.ndarray, fmt: WeightFormat) -> np.ndarray:
-    """Round-to-nearest w (N, K) in `fmt` and back to float32 (the stored values)."""
-    if fmt.kind == "int8":
+    """Round-to-nearest w (N, K) in `fmt` (int8 or an int4 group format) and back to float32
+    (the stored values)."""
+    if not fmt.facts.grouped:  # int8: a scale per row
         t = quantize_int8(w)
         return t.values.astype(np.float32) * t.scale[:, None]
     return dequantize_int4(quantize_int4(w, group_size=fmt.group_size, scheme=fmt.scheme))

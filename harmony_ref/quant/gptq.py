@@ -74,11 +74,13 @@ class GPTQResult:
 
 
 class _Grid:
-    """Per-row quantization grid of one format: fitted per group (INT4) or per row (INT8)."""
+    """Per-row quantization grid of one format: fitted per group (INT4) or per row (INT8), as
+    the format's scale layout says."""
 
     def __init__(self, fmt: WeightFormat, w0: np.ndarray):
         self.fmt, self.n, self.k = fmt, w0.shape[0], w0.shape[1]
-        if fmt.kind == "int8":
+        self.per_row = not fmt.facts.grouped
+        if self.per_row:
             t = quantize_int8_ref(w0)
             self.scale_f32 = t.scale.astype(np.float64)[:, None]  # (N, 1)
             self.int8_scale = t.scale
@@ -108,7 +110,7 @@ class _Grid:
     def quantize(self, j: int, col: np.ndarray) -> np.ndarray:
         """Column j (N,) -> its dequantized value, codes kept; the float32 ops of quant/int4.py."""
         col32 = col.astype(np.float32)
-        if self.fmt.kind == "int8":
+        if self.per_row:
             s = self.int8_scale
             safe = np.where(s == 0, np.float32(1), s)
             q = np.clip(np.rint(col32 / safe), -INT8_MAX_LEVEL, INT8_MAX_LEVEL)
@@ -128,7 +130,7 @@ class _Grid:
         return deq.astype(col.dtype)
 
     def stored(self):
-        if self.fmt.kind == "int8":
+        if self.per_row:
             return Int8Tensor(self.q.copy(), self.int8_scale.copy(), (self.n, self.k))
         high = (self.q[:, 0::2] & 0x0F).astype(np.uint8)
         low = (self.q[:, 1::2] & 0x0F).astype(np.uint8)
@@ -152,9 +154,9 @@ def _check(w, h, fmt: WeightFormat, damp: float):
         )
     if not np.isfinite(h).all():
         raise ValueError("hessian contains NaN/Inf")
-    if fmt.kind not in ("int4", "int8"):
+    if not fmt.facts.fitted:
         raise ValueError(f"GPTQ quantizes to int4-gNN or int8, not {fmt.name}")
-    if fmt.kind == "int4" and (k % fmt.group_size or k % 2):
+    if fmt.facts.grouped and (k % fmt.group_size or k % 2):
         raise ValueError(
             f"K = {k} (shape {w.shape}) is not a multiple of group_size = "
             f"{fmt.group_size} (and even)"
@@ -213,7 +215,7 @@ def gptq_quantize(
     n, k = w64.shape
     perm = _order(h_in, act_order)
     grid = _Grid(fmt, w_in)
-    g = fmt.group_size if fmt.kind == "int4" else 0
+    g = fmt.group_size or 0  # 0: a per-row scale
     if g and act_order:  # static groups: fitted on the weights as read
         for gi in range(k // g):
             grid.fit_group(gi, w64[:, gi * g : (gi + 1) * g])
@@ -259,7 +261,7 @@ def gptq_quantize_ref(
     n, k = w64.shape
     order = _order(h_in, act_order)
     grid = _Grid(fmt, w_in)
-    g = fmt.group_size if fmt.kind == "int4" else 0
+    g = fmt.group_size or 0  # 0: a per-row scale
     if g and act_order:
         for gi in range(k // g):
             grid.fit_group(gi, w64[:, gi * g : (gi + 1) * g])

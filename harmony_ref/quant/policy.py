@@ -47,7 +47,6 @@ from __future__ import annotations
 import fnmatch
 import functools
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,13 +57,15 @@ from harmony_ref.quant.compress_tables import (
     prune_from_dict,
     quantize_from_dict,
 )
+from harmony_ref.quant.formats import (
+    ALIASES,
+    DEFAULT_SCHEME,
+    FORMAT_RE,
+    FormatFacts,
+    facts_of,
+    format_names,
+)
 
-FORMAT_KINDS = ("fp32", "fp16", "int8", "int4", "q4_0", "q4_1", "q8_0")
-GGML_KINDS = ("q4_0", "q4_1", "q8_0")  # GGUF's own block formats (quant/ggml.py)
-GGML_BLOCK = 32  # weights per block along K
-GGML_BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}  # quant/ggml.py's BLOCK_BYTES
-FORMAT_ALIASES = {"f16": "fp16"}  # GGUF's type name for the same float16
-_FORMAT_RE = re.compile(r"^(fp32|fp16|int8|q4_0|q4_1|q8_0|int4-g(\d+)(-(asym|sym))?)$")
 POLICY_KEYS = {
     "name",
     "description",
@@ -85,8 +86,8 @@ FLOAT16 = ("fp16", "bf16")  # device/soc.py FLOAT16_FORMATS
 POLICY_FIELD_DOCS = {
     "name": "the policy's name (default: the file's stem)",
     "description": "one line saying what the policy is for",
-    "default": "required: the weight format of every Linear no other field names: fp32, fp16 "
-    "(f16), int8, int4-g<G> (asymmetric), int4-g<G>-sym, or GGUF's q4_0, q4_1, q8_0",
+    "default": "required: the weight format of every Linear no other field names: "
+    + format_names(),
     "keep_fp16_layers": "list of layer-name patterns kept in fp16",
     "keep_int8_layers": "list of layer-name patterns kept in int8",
     "layers": "table: layer-name pattern (`*.q_proj`, `lm_head`) -> weight format",
@@ -105,35 +106,29 @@ POLICY_FIELD_DOCS = {
 
 @dataclass(frozen=True)
 class WeightFormat:
-    """How one weight matrix is stored. Storage per weight mirrors the real arrays of
-    `Int4Tensor` (float16 scale + int8 zero point per group) and `Int8Tensor` (float32 scale per
-    row); tests hold `bits_per_weight` equal to the arrays' true size."""
+    """How one weight matrix is stored: a format of the facts table (quant/formats.py) and,
+    for a grouped one, its group size. Storage per weight mirrors the real arrays (`Int4Tensor`,
+    `Int8Tensor`, `GGMLTensor`); tests hold `bits_per_weight` equal to the arrays' true size."""
 
-    kind: str  # fp32 | fp16 | int8 | int4 | q4_0 | q4_1 | q8_0
-    group_size: int | None = None  # int4 only (GGUF's kinds: always blocks of 32)
-    scheme: str | None = None  # int4 only: asym | sym
+    kind: str  # a FormatFacts.kind: fp32 | fp16 | int8 | int4 | q4_0 | q4_1 | q8_0
+    group_size: int | None = None  # grouped formats only (int4; GGUF's: always blocks of 32)
+    scheme: str | None = None  # grouped formats only: asym | sym
+
+    @property
+    def facts(self) -> FormatFacts:
+        """Everything the table knows of this format (quant/formats.py)."""
+        return facts_of(self.kind, self.scheme)
 
     @property
     def name(self) -> str:
-        if self.kind != "int4":
-            return self.kind
-        return f"int4-g{self.group_size}" + ("" if self.scheme == "asym" else "-sym")
+        return self.facts.format_name(self.group_size)
 
     def __str__(self) -> str:
         return self.name
 
     def nbytes(self, n: int, k: int) -> int:
         """Stored bytes of an (N, K) matrix in this format, scales and zero points included."""
-        if self.kind == "fp32":
-            return 4 * n * k
-        if self.kind == "fp16":
-            return 2 * n * k
-        if self.kind == "int8":
-            return n * k + 4 * n  # int8 values + float32 scale per row
-        if self.kind in GGML_KINDS:  # K % 32 != 0 cannot be stored (unmatched() says so)
-            return n * -(-k // GGML_BLOCK) * GGML_BLOCK_BYTES[self.kind]
-        groups = n * (k // self.group_size)
-        return n * k // 2 + 2 * groups + (groups if self.scheme == "asym" else 0)
+        return self.facts.nbytes(n, k, self.group_size)
 
     def bits_per_weight(self, k: int = 4096) -> float:
         """Bits per weight for a row length K (INT8's per-row scale depends on K)."""
@@ -142,20 +137,12 @@ class WeightFormat:
     @property
     def compute_dtype(self) -> str:
         """Dtype the NPU multiplies in: fp32 weights still run in fp16 on a phone NPU."""
-        return {
-            "fp32": "fp16",
-            "fp16": "fp16",
-            "int8": "int8",
-            "int4": "int4",
-            "q4_0": "int4",
-            "q4_1": "int4",
-            "q8_0": "int8",
-        }[self.kind]
+        return self.facts.compute_dtype
 
     @property
     def ggml(self) -> bool:
         """One of GGUF's block formats (q4_0, q4_1, q8_0)."""
-        return self.kind in GGML_KINDS
+        return self.facts.ggml
 
 
 FP32 = WeightFormat("fp32")
@@ -166,18 +153,15 @@ INT8 = WeightFormat("int8")
 def parse_format(text: str, where: str = "format") -> WeightFormat:
     """'int4-g128' -> WeightFormat('int4', 128, 'asym'); errors name where the string came from."""
     key = str(text).strip().lower()
-    m = _FORMAT_RE.match(FORMAT_ALIASES.get(key, key))
+    m = FORMAT_RE.match(ALIASES.get(key, key))
     if not m:
-        raise ValueError(
-            f"{where}: unknown weight format {text!r}; expected fp32, fp16, int8, "
-            "int4-g<group>, int4-g<group>-sym, q4_0, q4_1, q8_0 or f16"
-        )
-    if m.group(2) is None:
-        return WeightFormat(m.group(1))
-    group = int(m.group(2))
+        raise ValueError(f"{where}: unknown weight format {text!r}; expected {format_names()}")
+    if m["plain"] is not None:
+        return WeightFormat(m["plain"])
+    group = int(m["group"])
     if group <= 0 or group % 2:
         raise ValueError(f"{where}: INT4 group size must be a positive even number, got {text!r}")
-    return WeightFormat("int4", group, m.group(4) or "asym")
+    return WeightFormat(m["kind"], group, m["scheme"] or DEFAULT_SCHEME[m["kind"]])
 
 
 def _matches(pattern: str, name: str) -> bool:
@@ -209,16 +193,16 @@ class Policy:
         its format names, then [quantize] method."""
         q = self.quantize
         fmt = self.format_for(layer_name)
-        if q is None or fmt.kind not in ("int4", "int8"):
+        if q is None or not fmt.facts.fitted:
             return "rtn"
         for key, m in q.methods:
             if key == layer_name:
                 return m
         for key, m in q.methods:
-            if not _FORMAT_RE.match(key) and _matches(key, layer_name):
+            if not FORMAT_RE.match(key) and _matches(key, layer_name):
                 return m
         for key, m in q.methods:
-            if _FORMAT_RE.match(key) and parse_format(key) == fmt:
+            if FORMAT_RE.match(key) and parse_format(key) == fmt:
                 return m
         return q.method
 
@@ -307,7 +291,7 @@ def unmatched(
                 )
     if policy.quantize is not None:
         for key, m in policy.quantize.methods:
-            if _FORMAT_RE.match(key):
+            if FORMAT_RE.match(key):
                 continue
             hits = [n for n in names if key == n or _matches(key, n)]
             if not hits:
@@ -315,7 +299,7 @@ def unmatched(
                     f"{policy.source}: field 'quantize.methods' has {key!r}, which "
                     f"matches no layer of {model}{_closest(key, names)}"
                 )
-            elif m != "rtn" and all(policy.format_for(n).kind not in FITTED_KINDS for n in hits):
+            elif m != "rtn" and not any(policy.format_for(n).facts.fitted for n in hits):
                 fmt = policy.format_for(hits[0])
                 out.append(
                     f"{policy.source}: field 'quantize.methods.{key}' = {m!r}: its layers are "
@@ -331,7 +315,7 @@ def unmatched(
     widths: dict[WeightFormat, int] = {}
     for name, k in layers:
         fmt = policy.format_for(name)
-        if fmt.kind == "int4":
+        if fmt.facts.grouped:
             widths[fmt] = max(widths.get(fmt, 0), k)
     for fmt, k in widths.items():
         if fmt.group_size > k:
@@ -341,10 +325,10 @@ def unmatched(
             )
     for name, k in layers:
         fmt = policy.format_for(name)
-        if fmt.ggml and k % GGML_BLOCK:
+        if fmt.ggml and k % fmt.facts.block:
             out.append(
                 f"{policy.source}: format {fmt.name} for {name}: its rows have K = {k}, "
-                f"not a multiple of GGUF's block of {GGML_BLOCK}"
+                f"not a multiple of GGUF's block of {fmt.facts.block}"
             )
             break
     return out
@@ -426,11 +410,8 @@ def policy_from_dict(data: dict, source: str) -> Policy:
     return policy
 
 
-FITTED_KINDS = ("int4", "int8")  # the formats quant/gptq.py and quant/awq.py fit
-
-
 def _why_not_fitted(fmt: WeightFormat) -> str:
-    if fmt.kind in ("fp32", "fp16"):
+    if not fmt.facts.quantized:
         return "a float format is not quantized"
     return "GPTQ/AWQ fit int4-gNN / int8 only"
 
@@ -445,15 +426,15 @@ def _check_methods_apply(policy: Policy) -> None:
     # `method` is every int4 / int8 Linear's: refused when the policy stores none
     formats = [policy.default, *(f for _, f in policy.layers)]
     formats += [INT8] if policy.keep_int8_layers else []
-    if q.method != "rtn" and not any(f.kind in FITTED_KINDS for f in formats):
+    if q.method != "rtn" and not any(f.facts.fitted for f in formats):
         raise ValueError(
             f"{policy.source}: field 'quantize.method' = {q.method!r}: GPTQ/AWQ fit int4-gNN / "
             f"int8 only; the policy has none (default {policy.default.name})"
         )
     for key, m in q.methods:
-        if m != "rtn" and _FORMAT_RE.match(key):
+        if m != "rtn" and FORMAT_RE.match(key):
             fmt = parse_format(key)
-            if fmt.kind not in FITTED_KINDS:
+            if not fmt.facts.fitted:
                 raise ValueError(
                     f"{policy.source}: field 'quantize.methods.{key}' = {m!r}: "
                     f"{fmt.name} cannot take it ({_why_not_fitted(fmt)})"
@@ -501,4 +482,10 @@ def int4_format_for_rows(fmt: WeightFormat, k: int) -> WeightFormat:
         return fmt
     if g < 2:
         raise ValueError(f"K = {k} has no even group size dividing {fmt.name}'s {fmt.group_size}")
-    return WeightFormat("int4", g, fmt.scheme)
+    return WeightFormat(fmt.kind, g, fmt.scheme)
+
+
+def format_for_rows(fmt: WeightFormat, k: int) -> WeightFormat:
+    """The format a row of length K is stored in: a grouped format narrowed as
+    `int4_format_for_rows` says, any other as it is."""
+    return int4_format_for_rows(fmt, k) if fmt.facts.grouped else fmt

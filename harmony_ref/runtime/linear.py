@@ -31,21 +31,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harmony_ref.kernels.formats import format_of
+from harmony_ref.kernels.formats import float_matmul, format_of, stored_in
 from harmony_ref.kernels.matmul_ggml import Q4_TYPES, prepare_q4_rows
 from harmony_ref.kernels.matmul_w8a8 import matmul_w8a8, quantize_w8a8
 from harmony_ref.quant.ggml import QUANTIZERS as GGML_QUANTIZERS
 from harmony_ref.quant.ggml import GGMLTensor
 from harmony_ref.quant.ggml import concat_rows as concat_ggml_rows
-from harmony_ref.quant.int4 import Int4Tensor, quantize_int4
-from harmony_ref.quant.int8 import Int8Tensor, quantize_int8
-from harmony_ref.quant.policy import Policy, WeightFormat, int4_format_for_rows, parse_format
+from harmony_ref.quant.int4 import Int4Tensor
+from harmony_ref.quant.int8 import Int8Tensor
+from harmony_ref.quant.policy import Policy, WeightFormat, format_for_rows, parse_format
 
 LINEAR_BACKENDS = ("auto", "kernels", "dequant")
-
-
-def _float_matmul(x, operand):
-    return x @ operand  # operand: (K, N) view of W.T (BLAS reads it transposed, no copy)
 
 
 @dataclass(eq=False)
@@ -67,7 +63,7 @@ class QuantLinear:
         if self.backend == "dequant" and f.quantized:
             if self.matmul is not None:
                 raise ValueError(f"{self.name}: backend 'dequant' runs its own float32 matmul")
-            self.matmul = _float_matmul
+            self.matmul = float_matmul
         elif self.matmul is None:
             self.matmul = f.matmul
 
@@ -98,18 +94,6 @@ class QuantLinear:
 # The decoder's Linears (runtime/llama.py): a weight quantized or cast into its policy format and
 # its kernel operand prepared at load; q|k|v and gate|up fused into one matmul where they can be
 
-F16_CHUNK_ROWS = 4096  # fp16 Linears widen this many weight rows at a time (bounded scratch)
-
-
-def _matmul_f16(x, w16):
-    """x (M, K) float32 @ W.T for float16 W (N, K), widened F16_CHUNK_ROWS rows at a time."""
-    n = w16.shape[0]
-    out = np.empty((x.shape[0], n), dtype=np.float32)
-    for n0 in range(0, n, F16_CHUNK_ROWS):
-        out[:, n0 : n0 + F16_CHUNK_ROWS] = x @ w16[n0 : n0 + F16_CHUNK_ROWS].astype(np.float32).T
-    return out
-
-
 def _prepared(name: str, fmt: WeightFormat, stored, matmul=None, operand=None) -> QuantLinear:
     """A QuantLinear with its kernel operand built now (at load, not inside a timed step)."""
     lin = QuantLinear(name, fmt, stored, matmul=matmul, operand=operand)
@@ -119,13 +103,7 @@ def _prepared(name: str, fmt: WeightFormat, stored, matmul=None, operand=None) -
 
 def _stored_in(stored, fmt: WeightFormat):
     """`stored` (a matrix as the checkpoint file holds it) when it is in `fmt`, else None."""
-    if isinstance(stored, GGMLTensor):
-        return stored if stored.qtype == fmt.kind else None
-    if isinstance(stored, np.ndarray) and fmt.kind in ("fp32", "fp16"):
-        return (
-            stored if stored.dtype == (np.float16 if fmt.kind == "fp16" else np.float32) else None
-        )
-    return None
+    return stored if stored_in(stored, fmt) else None
 
 
 def make_linear(
@@ -136,44 +114,28 @@ def make_linear(
     `stored`: the weight already in a stored form. An int4 / int8 tensor fitted on calibration
     data (GPTQ) is used instead of quantizing `w`; the weight as the checkpoint file stores it
     (DecoderWeights.stored) is used as it is when it is already in `fmt`, never requantized (the
-    `as-stored` policy)."""
-    n, k = w.shape
+    `as-stored` policy). A format with a `matmul_stored` kernel (fp16) runs it on the stored
+    matrix, with no widened copy kept."""
+    fmt = format_for_rows(fmt, w.shape[1])
     if isinstance(stored, (Int4Tensor, Int8Tensor)):
         if act_scale is not None:
             raise ValueError(f"{name}: a GPTQ-fitted weight cannot also run W8A8")
-        if fmt.kind == "int8":
-            return _prepared(name, fmt, stored)
-        fmt = int4_format_for_rows(fmt, k)
         return _prepared(name, fmt, stored)
-    as_stored = _stored_in(stored, fmt) if act_scale is None else None
-    if fmt.ggml:
-        t = as_stored if as_stored is not None else GGML_QUANTIZERS[fmt.kind](w)
-        return _prepared(name, fmt, t)
-    if as_stored is not None:
-        w = as_stored
-    if fmt.kind == "int8" and act_scale is not None:
+    if act_scale is not None and fmt.facts.w8a8:
         t = quantize_w8a8(w, act_scale)
         return _prepared(name, fmt, t, matmul_w8a8, t)
-    if fmt.kind == "fp32":
-        w = np.ascontiguousarray(w, dtype=np.float32)
-        return _prepared(name, fmt, w)
-    if fmt.kind == "fp16":
-        w16 = w.astype(np.float16)
-        return _prepared(name, fmt, w16, _matmul_f16, w16)
-    if fmt.kind == "int8":
-        t = quantize_int8(w)
-        return _prepared(name, fmt, t)
-    fmt = int4_format_for_rows(fmt, k)
-    t = quantize_int4(w, group_size=fmt.group_size, scheme=fmt.scheme)
+    f = format_of(fmt)
+    t = _stored_in(stored, fmt) if act_scale is None else None
+    t = t if t is not None else f.quantize(w, fmt.group_size)
+    if f.matmul_stored is not None:
+        return _prepared(name, fmt, t, f.matmul_stored, t)
     return _prepared(name, fmt, t)
 
 
 def quantize_stored(w: np.ndarray, fmt: WeightFormat):
     """Round-to-nearest storage of an FP32 (N, K) weight in int4 / int8 (as make_linear)."""
-    if fmt.kind == "int8":
-        return quantize_int8(w)
-    fmt = int4_format_for_rows(fmt, w.shape[1])
-    return quantize_int4(w, group_size=fmt.group_size, scheme=fmt.scheme)
+    fmt = format_for_rows(fmt, w.shape[1])
+    return format_of(fmt).quantize(w, fmt.group_size)
 
 
 def concat_rows(tensors):

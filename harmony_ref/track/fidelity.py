@@ -120,7 +120,7 @@ def record_points(paths, runtime: str | None) -> list[Point]:
                 f"--records {path}: field 'config.profile' = {cfg.profile!r}: {why}"
             ) from None
         for metric in ("prefill_ms", "decode_step_ms", "peak_memory_mb"):
-            if metric in rec.metrics and rec.metrics[metric].kind == "measured":
+            if metric in rec.metrics and rec.metrics[metric].measured:
                 out.append(
                     Point(
                         f"{path}:{metric}",

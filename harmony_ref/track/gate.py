@@ -389,7 +389,7 @@ def compare(
                 )
         elif c.direction == "none":
             status, verdict, limit_text = INFO, "info (not gated)", "-"
-        elif c.kind == "measured" and machine_note:
+        elif c.measured and machine_note:
             status, verdict, limit_text = INFO, f"not gated: {machine_note}", "-"
         elif c.kind in ("exact", "numerical"):
             floor = tol.limit_abs(c)

@@ -22,7 +22,7 @@ ROUNDTRIP_ABS_SLACK = 2.0**-22  # of max(|w|, step): float32 arithmetic in (q - 
 
 
 def _steps(name, stored, shape):
-    if name in ("int4", "int4-sym"):
+    if FORMATS[name].facts.grouped:  # a scale per group, else (int8) per row
         return np.repeat(stored.scale.astype(np.float64), stored.group_size, axis=1)
     return np.broadcast_to(stored.scale.astype(np.float64)[:, None], shape)  # int8: per row
 
@@ -110,9 +110,11 @@ def test_the_table_names_match_and_every_format_has_tolerances():
     assert set(FORMATS) == {"fp32", "fp16", "int8", "int4", "int4-sym", "q4_0", "q4_1", "q8_0"}
     for table in (ROUNDTRIP_BOUND, MAX_KERNEL_VS_REF_REL, MAX_DOT_PRODUCT_ERROR):
         assert set(table) == set(FORMATS)
-    for text in ("fp32", "fp16", "int8", "int4-g32", "int4-g128-sym", "q4_0", "q4_1", "q8_0"):
-        fmt = parse_format(text)
-        assert format_of(fmt).kind == fmt.kind
+    for f in FORMATS.values():
+        for group in (GROUP, 128):
+            fmt = parse_format(f.facts.format_name(group))
+            assert format_of(fmt).kind == fmt.kind
+            assert format_of(fmt) is f
     assert parse_format("f16") == parse_format("fp16")  # GGUF's name for the same half
 
 
@@ -168,9 +170,24 @@ def test_quantized_dot_vs_float_dot(name):
 
 def test_quantize_goes_through_the_table():
     w = _weights(5, 64, seed=3)
-    for text in ("fp16", "int8", "int4-g32", "int4-g64-sym", "q4_0", "q4_1", "q8_0"):
-        fmt = parse_format(text)
-        stored = quantize(w, fmt)
-        assert stored_format(stored) == fmt
+    for f in FORMATS.values():
+        for group in (GROUP, 64):
+            fmt = parse_format(f.facts.format_name(group))
+            stored = quantize(w, fmt)
+            assert stored_format(stored) == fmt
     with pytest.raises(ValueError, match="not a stored weight matrix"):
         stored_format(np.zeros((2, 2), np.int32))
+
+
+@pytest.mark.parametrize("name", sorted(n for n, f in FORMATS.items() if f.matmul_stored))
+def test_matmul_stored_is_the_kernel_without_an_operand(name):
+    from harmony_ref.kernels.formats import F16_CHUNK_ROWS
+
+    f = FORMATS[name]
+    n = F16_CHUNK_ROWS + 3  # a chunk and a ragged tail
+    w, x = _weights(n, 64, seed=5), _x(3, 64, seed=6)
+    stored = f.quantize(w, GROUP)
+    got, want = f.matmul_stored(x, stored), f.matmul(x, f.prepare(stored))
+    assert got.shape == want.shape == (3, n) and got.dtype == np.float32
+    abs_sum = np.abs(x).astype(np.float64) @ np.abs(f.dequantize(stored)).T.astype(np.float64)
+    assert_within(got, want, MAX_KERNEL_VS_REF_REL[name] * 1.01 * abs_sum, f"{name} stored")
