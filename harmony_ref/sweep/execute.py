@@ -100,6 +100,7 @@ def run_batch(
 def run_point(
     point: dict, provenance: dict, shared: dict, shared_parts: tuple[str, ...] = SHARED_PARTS
 ) -> dict:
+    from harmony_ref.backends.transport import DeviceGone
     from harmony_ref.config import RunConfig
     from harmony_ref.track.job import PARTS, add_part, record_config, run_part_entry, skipped_entry
 
@@ -130,12 +131,15 @@ def run_point(
             if got["entry"]["status"] == "ok":
                 add_part(metrics, part, Metrics.from_dict(got["metrics"]))
         else:
-            got, entry = run_part_entry(part, config)
+            try:
+                got, entry = run_part_entry(part, config)
+            except DeviceGone as e:  # a lab phone left: this point fails, the sweep goes on
+                got, entry = Metrics(), {"status": "failed", "detail": str(e), "metrics": []}
             parts[part.name] = entry
             if entry["status"] == "ok":
                 add_part(metrics, part, got)
     record = Record(
-        record_config(config) if config else point["config"], metrics, provenance, parts
+        record_config(config, parts) if config else point["config"], metrics, provenance, parts
     )
     status, error = point_status(parts, point["parts"])
     return {

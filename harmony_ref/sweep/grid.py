@@ -81,6 +81,7 @@ class Point:
     config: dict  # RunConfig.to_dict(), or the raw axes of a point that is not a valid config
     parts: tuple[str, ...]
     error: str = ""  # why this combination is not a valid config ("" when it is)
+    phone: str = ""  # a lab point (sweep/lab.py): the serial of the phone that measures it
 
 
 @dataclass(frozen=True)

@@ -415,27 +415,28 @@ def run_job(
                     f"({entry['detail']})"
                 )
             progress.update(task, completed=1, description=f"{part.title}: {note}")
-    cfg = record_config(config)
-    block = parts.get("predicted", {}).get("session")
-    if block:  # a device session: named by what it measured (the gate compares that)
-        from harmony_ref.backends.session import session_id
-
-        cfg.setdefault("backend_options", {})["session_id"] = session_id(
-            block, cfg["model"], cfg["policy"], cfg["scenario"]
-        )
     return Record(
-        config=cfg,
+        config=record_config(config, parts),
         metrics=metrics,
         provenance=provenance or collect_provenance(),
         parts=parts,
     )
 
 
-def record_config(config: RunConfig) -> dict:
+def record_config(config: RunConfig, parts: dict | None = None) -> dict:
     """The config as a record holds it: RunConfig.to_dict() plus the model the accuracy part's
-    lm_* metrics were measured on."""
+    lm_* metrics were measured on, and, when the predicted part ran through a device session,
+    the session named by what it measured (`backend_options.session_id`: the gate compares
+    that, not the session file's name)."""
     out = config.to_dict()
     out["accuracy_model"] = accuracy_model(config)
+    block = (parts or {}).get("predicted", {}).get("session")
+    if block:
+        from harmony_ref.backends.session import session_id
+
+        out.setdefault("backend_options", {})["session_id"] = session_id(
+            block, out["model"], out["policy"], out["scenario"]
+        )
     return out
 
 
