@@ -187,3 +187,83 @@ def test_bad_lab_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, chan
     assert main(argv) == 2
     assert expect in one_line(capsys.readouterr().err)
     assert not out.exists()
+
+
+def dask_worker(address: str, serial: str) -> subprocess.Popen:
+    """`dask worker ADDR --resources phone-SERIAL=1`, as the how-to starts one next to a phone."""
+    import os
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    argv = [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1"]
+    argv += ["--resources", f"phone-{serial}=1", "--name", f"phone-{serial}"]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_phones_on_other_hosts_join_through_the_scheduler(lab, tmp_path, capsys, monkeypatch):
+    """Two phones' `dask worker` processes join a running scheduler; a third phone has none (its
+    points fail at once, naming the command that would add it); then the second phone's worker
+    is killed mid-sweep and its remaining points fail after LOST_WORKER_S."""
+    import time
+
+    from distributed import Client, LocalCluster
+
+    import harmony_ref.sweep.lab as lab_module
+
+    phones, sessions = lab
+    for p in phones:
+        p.reconfigure(faults={})
+    with LocalCluster(
+        n_workers=0, processes=False, protocol="tcp://", dashboard_address=":0"
+    ) as cluster:
+        address = cluster.scheduler_address
+        workers = [dask_worker(address, s) for s in SERIALS[:2]]
+        try:
+            with Client(address) as client:
+                client.wait_for_workers(2, timeout=120)
+            argv = ["sweep", "--name", "remote", "--sessions", *map(str, sessions[:3]), *GRID]
+            argv += ["--out-dir", str(tmp_path), "--scheduler", address]
+            assert main(argv) == 1
+            out = capsys.readouterr().out
+            for serial in SERIALS[:2]:
+                assert f"phone {serial}: 4 points: 4 computed, 0 reused, 0 failed" in out
+            line = next(ln for ln in out.splitlines() if f"phone {SERIALS[2]}:" in ln)
+            assert "4 failed (first: phone " in line
+            df = pd.read_parquet(tmp_path / "remote" / "points.parquet")
+            (error,) = set(df.loc[df["serial"] == SERIALS[2], "error"])
+            assert error == (
+                f"phone {SERIALS[2]}: no Dask worker declares resource phone-{SERIALS[2]} (start "
+                f"one next to it: dask worker {address} --nthreads 1 --resources "
+                f"phone-{SERIALS[2]}=1)"
+            )
+            assert len(error) < 200
+
+            monkeypatch.setattr(lab_module, "LOST_WORKER_S", 1.0)
+            killed = []
+
+            def kill_second(done, client):
+                if not killed:
+                    workers[1].kill()
+                    killed.append(time.monotonic())
+
+            lab2 = Lab(
+                Grid(("llama-3.2-1b",), ("int4-g128", "int8"), ("harmony-flagship",)),
+                load_phones(sessions[:2]),
+            )
+            with Client(address) as client:
+                summary = run_sweep(
+                    lab2,
+                    SweepStore("lost", tmp_path),
+                    client=client,
+                    on_result=kill_second,
+                    show_progress=False,
+                )
+        finally:
+            for w in workers:
+                w.kill()
+                w.wait(timeout=30)
+    assert summary.phones[SERIALS[0]]["ok"] == 2 and summary.phones[SERIALS[0]]["failed"] == 0
+    lost = summary.phones[SERIALS[1]]
+    assert lost["failed"] >= 1 and lost["ok"] + lost["failed"] == 2
+    assert lost["error"].startswith(f"phone {SERIALS[1]}: its Dask worker (resource phone-")
+    assert "left the cluster for over 1 s" in lost["error"]
