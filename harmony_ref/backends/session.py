@@ -42,7 +42,7 @@ from pathlib import Path
 
 from harmony_ref.backends.base import BackendError
 from harmony_ref.backends.process import last_line, needs_shell, tail
-from harmony_ref.backends.session_spec import SessionSpec
+from harmony_ref.backends.session_spec import SessionSpec, replaced
 from harmony_ref.backends.telemetry import (
     PID_FILE,
     Sample,
@@ -539,13 +539,12 @@ class DeviceSession:
         waited, before = self.cooldown()
         self.say(f"run: {command}")
         result, samples, verdict, peak, source = self.run_once(command, timeout_s, before)
-        spec = dataclasses.replace(
+        spec = replaced(
             self.spec,
             benchmark=dataclasses.replace(
                 self.spec.benchmark, warmup_runs=0, repeats=1, min_valid_repeats=1
             ),
         )
-        object.__setattr__(spec, "path", self.spec.path)
 
         def finish(metrics: Metrics) -> SessionResult:
             rep = Repeat(

@@ -1,16 +1,18 @@
 """`harmony-ref bisect`: find the first commit of the system under test at which a metric got
-worse, between a good and a bad revision, on this host (track/bisect.py).
+worse, between a good and a bad revision, on this host or through a device session
+(`--session`: each commit's built artifact pushed by SHA-256, cooldown, throttled repeats left
+out; track/bisect.py).
 
 Exit codes: 0 the first bad commit named; 1 the range could not be narrowed to one commit
-(skipped builds around it, or --max-runs reached); 2 bad input (unknown revision, good not an
-ancestor of bad, good and bad not different, a metric the command never prints, a failing build
-of an end).
+(skipped builds around it, or --max-runs reached), or the benchmark failed on the device; 2 bad
+input (unknown revision, good not an ancestor of bad, good and bad not different, a metric the
+command never prints, a failing build of an end), or the device left mid-session.
 """
 
 from __future__ import annotations
 
 NAME = "bisect"
-HELP = "find the commit that made a metric worse: worktrees, builds, adaptive repeats (host)"
+HELP = "find the commit that made a metric worse: worktrees, builds, adaptive repeats (host/phone)"
 
 
 def add_arguments(p) -> None:
@@ -25,11 +27,22 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--command",
         dest="command_template",
-        required=True,
         metavar="CMD",
-        help="benchmark command, run in each commit's worktree",
+        help="benchmark command, run in each commit's worktree (with --session: on the device; "
+        "default the session's benchmark.command)",
     )
-    p.add_argument("--format", required=True, choices=FORMATS, help="the command's output format")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="the command's output format (with --session: default the session's)",
+    )
+    p.add_argument(
+        "--session",
+        metavar="FILE",
+        help="measure on a device: a session file whose relative [[push]] files are the build's "
+        "artifacts in each commit's worktree (pushed by SHA-256; cooldown; throttled repeats "
+        "left out)",
+    )
     p.add_argument("--metric", required=True, help="the metric that got worse (e.g. ttft_ms)")
     p.add_argument(
         "--max-runs", type=count(2), default=150, metavar="N", help="benchmark runs at most"
@@ -60,26 +73,62 @@ def run(args) -> int:
     from harmony_ref.track.history import open_history
 
     check_output_dir(args.cache_dir, "--cache-dir")
+    session, command, fmt = _session_command(args)
     b = Bisection(
         args.repo,
         args.good,
         args.bad,
-        args.command_template,
-        args.format,
+        command,
+        fmt,
         args.metric,
         build=args.build,
         max_runs=args.max_runs,
         cache=args.cache_dir,
         timeout_s=args.timeout,
         note=lambda s: print(s, file=sys.stderr),
+        session=session,
     )  # revisions and range checked here, before anything is built or written
     b.history = open_history(args.history)
-    result = b.run()
+    from harmony_ref.backends.base import BackendError
+    from harmony_ref.backends.transport import DeviceGone
+    from harmony_ref.commands._session import error_exit, gone_exit
+
+    try:
+        result = b.run()
+    except DeviceGone as e:  # the runs so far are in the history: a rerun resumes from them
+        return gone_exit(NAME, e)
+    except BackendError as e:
+        return error_exit(NAME, e, 1)
     if args.json:
         print_json(result.to_dict())
     else:
         print(to_text(result), end="")
     return 0 if result.first_bad else 1
+
+
+def _session_command(args):
+    """(session spec or None, command, format): --command/--format, else the session's."""
+    session = None
+    if args.session:
+        from harmony_ref.backends.session_spec import load_session
+
+        # relative [[push]] files are the build's, in each worktree: checked once built
+        session = load_session(args.session, push_root=args.repo)
+    b = session.benchmark if session else None
+    command = args.command_template or (b.command if b else "")
+    fmt = args.format or (b.format if b else "")
+    for flag, value, field in (("--command", command, "command"), ("--format", fmt, "format")):
+        if not value:
+            raise ValueError(
+                f"{flag}: missing"
+                + (f" (and {args.session} sets no benchmark.{field})" if b else "")
+            )
+    if session is not None:
+        from harmony_ref.backends.command import fill_template
+        from harmony_ref.backends.session import session_values
+
+        fill_template(command, session_values(session))  # a placeholder it lacks: exit 2 now
+    return session, command, fmt
 
 
 def to_text(r) -> str:

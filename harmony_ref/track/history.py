@@ -126,6 +126,25 @@ def sut_info(directory: str | Path, flag: str = "--sut") -> dict:
     }
 
 
+def session_sut(spec) -> dict | None:
+    """A device session's [sut] (backends/session_spec.py) as a system under test: its `dir`
+    read as `--sut DIR` reads a checkout, or its repository and commit as given (dirty: not
+    known); None when the session has no [sut]."""
+    from harmony_ref.backends.session_spec import short_path
+
+    u = spec.sut
+    if u.dir:
+        return sut_info(spec.sut_dir(), f"{short_path(Path(spec.path))}: field 'sut.dir' =")
+    if not u.given:
+        return None
+    return {
+        "repository": u.repository,
+        "commit": u.commit,
+        "describe": u.describe or u.commit[:12],
+        "dirty": None,
+    }
+
+
 def config_label(config: dict) -> str:
     """One line naming a record's config: model/policy/profile/backend/scenario."""
     s = config.get("scenario", {})

@@ -34,7 +34,9 @@ the tool reports success), `hang_on_run` (the k-th run never returns; its client
 that must die with it), `stuck_zone` (the temperature never falls: a zone that never cools),
 `cap_from_run` (from the k-th run on, every core's scaling_max_freq is capped at `cap_fraction`,
 default 0.6, of its maximum, whatever the temperature: a cap a thermal daemon or power mode
-sets). phone.json `load_s` gives each benchmark a start window of that many simulated seconds
+sets), `cap_on_run` (the same cap while the k-th run runs, and that run's rates times
+cap_fraction: one slow, throttled repeat). A pushed benchmark binary holding a line `speed=X`
+runs at X times the phone's rates (a build that made it slower or faster). phone.json `load_s` gives each benchmark a start window of that many simulated seconds
 (REAL_LOAD_S of real time): the process is alive, its model loading, the big cores parked at
 IDLE_FREQ_FRACTION and idle in /proc/stat; `loaded_freq_fraction` runs the big cores below
 their cap while computing. /proc/stat counts the big cores busy while a benchmark computes;
@@ -273,7 +275,9 @@ class Phone:
         t, die, skin, state, running, computing = self.now()
         frac = self.thermal.freq_steps[state]
         capped_from = self.faults.get("cap_from_run")
-        if capped_from and self.runs >= capped_from:  # a cap the governor did not set
+        window = self._window()
+        capped_now = window is not None and window[1]["run"] == self.faults.get("cap_on_run")
+        if (capped_from and self.runs >= capped_from) or capped_now:  # not the governor's cap
             frac = min(frac, float(self.faults.get("cap_fraction", 0.6)))
         if path == "/proc/uptime":
             return f"{t:.2f} {t * 7.3:.2f}"
@@ -339,11 +343,15 @@ class Phone:
 
     # --- benchmarks -----------------------------------------------------------------------------
     def benchmark(
-        self, name: str, args: list[str], pid: int, cwd: str
+        self, name: str, args: list[str], pid: int, cwd: str, speed: float = 1.0
     ) -> tuple[str, str, int, dict]:
-        """(stdout, stderr, exit code, what the client must do in real time)."""
+        """(stdout, stderr, exit code, what the client must do in real time); `speed`: the
+        pushed binary's own factor on the phone's rates (a `speed=X` line in it: a build that
+        runs X times as fast), times cap_fraction in the run `cap_on_run` names."""
         self.runs += 1
         k = self.runs
+        if self.faults.get("cap_on_run") == k:
+            speed *= float(self.faults.get("cap_fraction", 0.6))
         opts = _options(args)
         model = opts.get("-m") or opts.get("--modelFile")
         if model and not model.startswith("/"):
@@ -361,7 +369,7 @@ class Phone:
         tc, busy0 = self.t, self.busy_s
         trace = {"die": [], "state": []} if not self.load_s else trace
         if name == "llama-bench":
-            out = self._llama_bench(opts, model, trace)
+            out = self._llama_bench(opts, model, trace, speed)
         else:
             out = self._mslite(opts, model, trace)
         self.busy_s += self.t - tc
@@ -397,7 +405,7 @@ class Phone:
         trace["state"] += part["state"]
         return seconds
 
-    def _llama_bench(self, opts, model, trace) -> str:
+    def _llama_bench(self, opts, model, trace, speed: float = 1.0) -> str:
         p, n, r = int(opts.get("-p", 512)), int(opts.get("-n", 128)), int(opts.get("-r", 5))
         rows = []
         common = {
@@ -415,7 +423,7 @@ class Phone:
         for n_prompt, n_gen in ((p, 0), (0, n)):
             if not (n_prompt or n_gen):
                 continue
-            rate = self.prefill_tps if n_prompt else self.decode_tps
+            rate = (self.prefill_tps if n_prompt else self.decode_tps) * speed
             units = n_prompt or n_gen
             ns = [int(self._run_trace(trace, units, rate) * 1e9) for _ in range(r)]
             ts = [units * 1e9 / x for x in ns]
@@ -735,7 +743,14 @@ class FakeShell:
             if not p.is_file():
                 self.err.append(f"sh: {name}: not found\n")
                 return 127
-            out, err, rc, then = ph.benchmark(PurePosixPath(name).name, args, self.pid, self.cwd)
+            speed = re.search(r"^speed=([0-9.]+)$", p.read_text(errors="replace"), re.M)
+            out, err, rc, then = ph.benchmark(
+                PurePosixPath(name).name,
+                args,
+                self.pid,
+                self.cwd,
+                float(speed.group(1)) if speed else 1.0,
+            )
             self.out.append(out)
             self.err.append(err)
             self.then.update(then)
