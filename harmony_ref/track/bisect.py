@@ -199,18 +199,18 @@ class Bisection:
         # the build's outcome, kept per build command: another --build builds again
         key = hashlib.sha256((self.build_cmd or "").encode()).hexdigest()[:10]
         mark = wt / f"{BUILD_MARK}-{key}"
-        if mark.exists():
+        if mark.exists():  # built before (by an earlier bisection): its outcome
             c.build, _, c.detail = mark.read_text().partition("\n")
-            return c.build == "ok"
-        c.build, c.detail = "ok", ""
-        if self.build_cmd:
-            r = subprocess.run(
-                self.build_cmd, shell=True, cwd=wt, capture_output=True, text=True
-            )  # the user's own build command, in the worktree
-            if r.returncode != 0:
-                tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
-                c.build, c.detail = "failed", f"build exit {r.returncode}: {tail[0][:120]}"
-        mark.write_text(f"{c.build}\n{c.detail}")
+        else:
+            c.build, c.detail = "ok", ""
+            if self.build_cmd:
+                r = subprocess.run(
+                    self.build_cmd, shell=True, cwd=wt, capture_output=True, text=True
+                )  # the user's own build command, in the worktree
+                if r.returncode != 0:
+                    tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
+                    c.build, c.detail = "failed", f"build exit {r.returncode}: {tail[0][:120]}"
+            mark.write_text(f"{c.build}\n{c.detail}")
         if c.build == "ok" and self.session is not None:
             c.build, c.detail = self._artifacts(wt)
         if c.build != "ok":

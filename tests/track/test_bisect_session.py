@@ -9,6 +9,7 @@ line, exit 2."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,7 @@ STEP_AT = 6  # the first commit whose llama-bench runs at 0.85 of the phone's sp
 NO_ARTIFACT = 4  # its build makes no build/llama-bench (the first midpoint tried)
 BUILD = "mkdir -p build && sh build.sh"
 CAP_ON_RUN = 14  # the phone's 14th benchmark run: capped at 0.6 and that slow
+HOWTO = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "find-the-commit.md"
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +80,18 @@ def test_bisect_through_a_phone_names_the_culprit_past_a_throttled_repeat(
     history = tmp_path / "history.sqlite"
     argv = ["bisect", "--repo", str(root), "--good", hashes[0], "--bad", hashes[-1]]
     argv += ["--build", BUILD, "--session", str(session), "--metric", "decode_tokens_per_s"]
-    argv += ["--cache-dir", str(tmp_path / "cache"), "--history", str(history), "--json"]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--history", str(history)]
     assert main(argv) == 0
     captured = capsys.readouterr()
-    out = json.loads(captured.out)
+    # docs/how-to/find-the-commit.md pastes this output (fixed commit dates, a simulated phone)
+    text = HOWTO.read_text()
+    block = text[text.index("<!-- bisect-session-output -->") :].split("```text\n", 1)[1]
+    assert captured.out == block.split("```", 1)[0]
+    assert "1 of 2 repeats throttled, left out" in captured.err
+    # again as JSON: every run is in the history, so nothing runs and the answer is the same
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["total_runs"] == 0
     assert out["first_bad"] == hashes[STEP_AT] and out["parent"] == hashes[STEP_AT - 1]
     assert -17 < out["change_pct"] < -13  # 0.85 of the speed
     assert [s["commit"] for s in out["skipped"]] == [hashes[NO_ARTIFACT]]
@@ -89,7 +99,6 @@ def test_bisect_through_a_phone_names_the_culprit_past_a_throttled_repeat(
         "the build made no build/llama-bench (session push[0].local)"
         in (out["skipped"][0]["reason"])
     )
-    assert "1 of 2 repeats throttled, left out" in captured.err
     assert hdc_phone.state()["runs"] >= CAP_ON_RUN  # the throttled repeat happened
     # every commit's level is the good or the bad one: the slow, throttled repeat is in none
     good = next(m["median"] for m in out["measured"] if m["commit"] == hashes[0])
