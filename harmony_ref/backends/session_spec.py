@@ -162,12 +162,13 @@ class PowerSection:
 
 @dataclass(frozen=True)
 class SutSection:
-    """The system under test the records name (track/history.py sut_info reads a dir)."""
+    """What the session measures, the system under test its records name when no --sut is given:
+    a checkout (`dir`), or a repository and commit given as they are."""
 
-    dir: str = ""
-    repository: str = ""
-    commit: str = ""
-    describe: str = ""
+    dir: str = ""  # a git checkout, relative to this file: read as --sut DIR reads one
+    repository: str = ""  # with commit: a repository URL, for a build not checked out here
+    commit: str = ""  # the commit measured (7-40 hex digits)
+    describe: str = ""  # optional: its `git describe` (default the commit's first 12 digits)
 
     @property
     def given(self) -> bool:
