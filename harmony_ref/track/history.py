@@ -160,7 +160,8 @@ def config_label(config: dict) -> str:
     )
 
 
-def _session_block(data: dict) -> dict | None:
+def session_block(data: dict) -> dict | None:
+    """The device session block of a record dict (the part that ran through a session)."""
     for part in data.get("parts", {}).values():
         if isinstance(part, dict) and isinstance(part.get("session"), dict):
             return part["session"]
@@ -176,7 +177,7 @@ def record_row(data: dict, source: str | None = None) -> dict:
         "describe": None,
         "dirty": prov.get("git_dirty"),
     }
-    session = _session_block(data)
+    session = session_block(data)
     ident = (session or {}).get("identity", {})
     serial = (session or {}).get("serial") or None
     uid = hashlib.sha256(json.dumps(data, sort_keys=True, default=float).encode()).hexdigest()

@@ -51,3 +51,34 @@ def test_a_charging_phone_gives_no_energy_metric_and_says_why(hdc_phone, tmp_pat
     assert "'Charging'" in block["power"]["why"]
     assert any(n.startswith("no energy metric: battery status 'Charging'") for n in block["notes"])
     assert "decode_tokens_per_s" in m  # the rest of the measurement stands
+
+
+def test_fidelity_records_scores_the_energy_model_on_a_measured_phone(hdc_phone, tmp_path, capsys):  # noqa: F811
+    """`fidelity --records` takes a record's device_energy_per_token_mj and scores the model's
+    decode energy above the idle power the session measured (calibrate/points.py
+    decode_energy_mj): on the fake phone, whose power is the model's own decode operating point
+    for its workload, the error is the measurement's alone (under 2%)."""
+    import json
+
+    from harmony_ref.cli import main
+
+    fresh(
+        hdc_phone,
+        tmp_path,
+        benchmark={"repeats": 2, "model": WORKLOAD[0], "policy": WORKLOAD[1]},
+    )
+    measured_record(tmp_path / "phone.toml", tmp_path / "runs", capsys)
+    (path,) = (tmp_path / "runs").glob("run-*.json")
+    capsys.readouterr()  # measure's own output
+    assert main(["fidelity", "--sets", "records", "--records", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (point,) = [p for p in out["points"] if p["metric"] == "energy_per_token_mj"]
+    rec = json.loads(path.read_text())
+    assert point["measured"] == pytest.approx(rec["metrics"]["device_energy_per_token_mj"]["value"])
+    cfg = RunConfig.from_dict(rec["config"])
+    pts = decode_operating_points(load_profile(PROFILE), cfg)
+    want = (float(pts.power_w[0]) - IDLE_W) / float(pts.tokens_per_s[0]) * 1e3
+    assert point["predicted"] == pytest.approx(want, rel=1e-3)  # the idle power the phone read
+    assert abs(point["error_pct"]) < 2.0
+    (row,) = [r for r in out["summary"] if r["set"] == "records" and r["phase"] == "energy"]
+    assert row["scored"] == 1 and row["mape_pct"] == pytest.approx(abs(point["error_pct"]))
