@@ -614,9 +614,45 @@ class DeviceSession:
     # --- the whole session ---------------------------------------------------------------------
     def run(self, command: str, parse: Callable[[str], Metrics]) -> SessionResult:
         """Prepare, warm up, cool down and repeat (module docstring); `parse(text)` turns one
-        run's output into metrics (raising on garbage)."""
-        b = self.spec.benchmark
+        run's output into metrics (raising on garbage). With [power] stop_charging, the phone's
+        charging is stopped before the idle reads and restore_charging run after, also when the
+        run fails (its own failure then a note, or, when the run failed, left unsaid)."""
         self.prepare()
+        p = self.spec.power
+        if not p.stop_charging:
+            return self._run(command, parse)
+        self.say(f"power: stop charging: {p.stop_charging}")
+        self._ok(
+            self.transport.shell(p.stop_charging, what="[power] stop_charging"),
+            "[power] stop_charging",
+        )
+        try:
+            out = self._run(command, parse)
+        except BaseException:
+            self._restore_charging()
+            raise
+        failed = self._restore_charging()
+        out.power["charge_control"] = "stopped before the idle reads, " + (
+            f"not restored: {failed}" if failed else "restored after the run"
+        )
+        if failed:
+            out.notes.append(f"charging not restored: {failed}")
+        return out
+
+    def _restore_charging(self) -> str:
+        """Run [power] restore_charging: "" when it ran, else why not (one line)."""
+        self.say(f"power: restore charging: {self.spec.power.restore_charging}")
+        try:
+            self._ok(
+                self.transport.shell(self.spec.power.restore_charging, what="[power] restore"),
+                "[power] restore_charging",
+            )
+        except BackendError as e:  # the device may be gone too
+            return str(e).splitlines()[0]
+        return ""
+
+    def _run(self, command: str, parse: Callable[[str], Metrics]) -> SessionResult:
+        b = self.spec.benchmark
         power = self.idle_power()
         repeats: list[Repeat] = []
         for kind, n in (("warmup", b.warmup_runs), ("measured", b.repeats)):

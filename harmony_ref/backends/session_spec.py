@@ -47,6 +47,10 @@
                                             # kernel ABI), positive (some vendors), auto (idle's)
     idle_samples = 5                        # idle power before the run: this many reads ...
     idle_interval_s = 1.0                   # ... this far apart (device-side sleep)
+    stop_charging = ""                      # a device command that stops charging before the
+                                            # idle reads, e.g. Qualcomm's `echo 1 >
+                                            # /sys/class/power_supply/battery/input_suspend`
+    restore_charging = ""                   # and the one that restores it (run even on failure)
 
     [sut]                                   # what is measured (the record's system under test)
     dir = "../llama.cpp"                    # a git checkout (relative to this file) ...
@@ -158,6 +162,8 @@ class PowerSection:
     current_sign: str = field(default="auto", metadata={"choices": CURRENT_SIGNS})
     idle_samples: int = field(default=5, metadata={"min": 2, "max": 1000})
     idle_interval_s: float = field(default=1.0, metadata={"min": 0.001})
+    stop_charging: str = ""  # device shell command run before the idle reads: stops charging
+    restore_charging: str = ""  # and after the run, also when it fails: restores charging
 
 
 @dataclass(frozen=True)
@@ -349,6 +355,10 @@ def check_session(spec: SessionSpec, source: str) -> None:
         if item.remote in remotes:
             raise _bad(source, f"{where}.remote", item.remote, "is pushed twice")
         remotes.add(item.remote)
+    pw = spec.power
+    if bool(pw.stop_charging.strip()) != bool(pw.restore_charging.strip()):
+        where = "power.restore_charging" if pw.stop_charging.strip() else "power.stop_charging"
+        raise _bad(source, where, "", "power.stop_charging and power.restore_charging go together")
     u = spec.sut
     if u.dir and (u.repository or u.commit):
         raise _bad(source, "sut.dir", u.dir, "give a dir or a repository and a commit, not both")

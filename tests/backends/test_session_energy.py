@@ -6,6 +6,7 @@ metric and says why."""
 
 import pytest
 
+from harmony_ref.backends.base import BackendError
 from harmony_ref.backends.session import DeviceSession
 from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import load_profile
@@ -82,3 +83,35 @@ def test_fidelity_records_scores_the_energy_model_on_a_measured_phone(hdc_phone,
     assert abs(point["error_pct"]) < 2.0
     (row,) = [r for r in out["summary"] if r["set"] == "records" and r["phase"] == "energy"]
     assert row["scored"] == 1 and row["mape_pct"] == pytest.approx(abs(point["error_pct"]))
+
+
+STOP = "echo 1 > /sys/class/power_supply/Battery/input_suspend"  # Qualcomm's charger switch
+RESTORE = "echo 0 > /sys/class/power_supply/Battery/input_suspend"
+
+
+def test_power_commands_stop_charging_for_the_run_and_restore_it(hdc_phone, tmp_path):  # noqa: F811
+    """[power] stop_charging / restore_charging: a phone on its charger measured as if on battery
+    (the energy equals the known one within 2%), charging restored after the run, and restored
+    also when the benchmark fails."""
+    power = {"stop_charging": STOP, "restore_charging": RESTORE}
+    spec = fresh(hdc_phone, tmp_path, charging=True, benchmark={"repeats": 2}, power=power)
+    switch = hdc_phone.device_file("/sys/class/power_supply/Battery/input_suspend")
+    work = spec.device.work_dir
+    cmd = f"{work}/llama-bench -m {work}/model.gguf -p 128 -n 128 -r 1 -o json"
+    result = DeviceSession(spec).run(cmd, llama_bench)
+    m = result.metrics()
+    assert m["device_energy_per_token_mj"].value == pytest.approx(known_mj_per_token(), rel=0.02)
+    assert result.to_record()["power"]["charge_control"] == (
+        "stopped before the idle reads, restored after the run"
+    )
+    assert switch.read_text().strip() == "0"  # charging again
+    switch.unlink()
+    bad = f"{work}/llama-bench -m {work}/no-such-model.gguf -p 128 -n 128 -r 1 -o json"
+    with pytest.raises(BackendError, match="the benchmark exited with code 1"):
+        DeviceSession(spec).run(bad, llama_bench)
+    assert switch.read_text().strip() == "0"  # restored although the run failed
+
+
+def test_power_commands_go_together(hdc_phone, tmp_path):  # noqa: F811
+    with pytest.raises(ValueError, match="field 'power.restore_charging' = '': power.stop_"):
+        fresh(hdc_phone, tmp_path, power={"stop_charging": STOP})

@@ -44,7 +44,9 @@ their cap while computing. /proc/stat counts the big cores busy while a benchmar
 The battery's current_now is the load's power (the operating point's while a benchmark
 computes, IDLE_W otherwise) over BATTERY_V, in microamps, positive while discharging (this
 fake vendor's sign; phone.json `current_sign`: "negative" for the kernel ABI's); phone.json
-`charging` makes its status "Charging" and its current the charger's minus the load.
+`charging` makes its status "Charging" and its current the charger's minus the load, unless
+`1` was written to the battery folder's `input_suspend` (Qualcomm's charger-input switch, the
+file a [power] stop_charging command writes): then it discharges.
 """
 
 from __future__ import annotations
@@ -314,12 +316,16 @@ class Phone:
             what = m.group(2)
             if what == "capacity":
                 return str(max(5, 87 - self.runs))
+            suspend = self.path(f"/sys/class/power_supply/{m.group(1)}/input_suspend")
+            charging = self.charging and not (
+                suspend.is_file() and suspend.read_text().strip() == "1"
+            )
             if what == "status":
-                return "Charging" if self.charging else "Discharging"
+                return "Charging" if charging else "Discharging"
             if what == "voltage_now":
                 return str(int(round(BATTERY_V * 1e6)))
             load_w = float(self.power_w[state]) if computing else IDLE_W
-            out_w = load_w - (CHARGER_W if self.charging else 0.0)  # > 0: out of the battery
+            out_w = load_w - (CHARGER_W if charging else 0.0)  # > 0: out of the battery
             return str(int(round(self.discharge_sign * out_w / BATTERY_V * 1e6)))
         m = re.fullmatch(r"/proc/(\d+)/status", path)
         if m:
