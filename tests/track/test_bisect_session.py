@@ -17,7 +17,7 @@ from harmony_ref.cli import main
 from harmony_ref.track.history import open_history
 from tests.backends.test_session import hdc_phone, phones  # noqa: F401
 from tests.fake_device.fakephone import toml_dumps
-from tests.track.history_demo import git
+from tests.track.history_demo import commit_series
 
 COMMITS = 10
 STEP_AT = 6  # the first commit whose llama-bench runs at 0.85 of the phone's speed
@@ -30,17 +30,16 @@ HOWTO = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "find-the-comm
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     root = tmp_path_factory.mktemp("phone-bisect") / "bench"
-    root.mkdir()
-    git(root, "init", "-q", "-b", "main")
-    hashes = []
-    for i in range(COMMITS):
-        speed = 0.85 if i >= STEP_AT else 1.0
-        (root / "llama-bench.src").write_text(f"#!fake llama-bench {i}\nspeed={speed}\n")
+
+    def files(i):
         target = "build/other" if i == NO_ARTIFACT else "build/llama-bench"
-        (root / "build.sh").write_text(f"cp llama-bench.src {target}\n")
-        git(root, "add", "llama-bench.src", "build.sh")
-        git(root, "commit", "-q", "-m", f"change {i}", date=i)
-        hashes.append(git(root, "rev-parse", "HEAD"))
+        speed = 0.85 if i >= STEP_AT else 1.0
+        return {
+            "llama-bench.src": f"#!fake llama-bench {i}\nspeed={speed}\n",
+            "build.sh": f"cp llama-bench.src {target}\n",
+        }
+
+    hashes = commit_series(root, COMMITS, files)
     return root, hashes
 
 
