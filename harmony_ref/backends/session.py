@@ -327,13 +327,16 @@ class DeviceSession:
             d.work_dir,
             spec.memory_source,
             spec.thermal_status_source,
-            spec.power.enabled and bool(spec.telemetry.battery_dir),
+            spec.power.enabled
+            and spec.power.source == "battery"
+            and bool(spec.telemetry.battery_dir),
         )
         self.say = progress or (lambda text: None)
         self.identity: dict = {}
         self.pushes: list[dict] = []
         self.notes: list[str] = []
         self._prepared = False
+        self._odpm: list[str | None] = []  # the energy counters before and after the last run
 
     @property
     def work_dir(self) -> str:
@@ -479,6 +482,7 @@ class DeviceSession:
         tel, poll = self.telemetry, self.spec.telemetry.poll_interval_s
         timeout = timeout_s or self.spec.benchmark.timeout_s
         samples = [before or tel.read("before")]
+        self._odpm = [self.odpm_read()] if self.odpm else []
         run = self.transport.start(self.launch_script(command), what="the benchmark")
         try:
             while not run.wait(poll):
@@ -494,6 +498,8 @@ class DeviceSession:
             run.kill()  # a poll found the device gone (or we were interrupted): end the run too
             raise
         result = run.finish()
+        if self.odpm:
+            self._odpm.append(self.odpm_read())
         samples.append(tel.read("after"))
         mem = [s.mem_kb for s in samples if s.mem_kb is not None]
         sources = []
@@ -565,13 +571,39 @@ class DeviceSession:
         return result, finish
 
     # --- energy --------------------------------------------------------------------------------
+    @property
+    def odpm(self) -> bool:
+        return self.spec.power.enabled and self.spec.power.source == "odpm"
+
+    def odpm_read(self) -> str | None:
+        """`cat` of the ODPM energy counters (energy.py), or None where the device has none."""
+        from harmony_ref.backends.energy import ODPM_FILES
+
+        # exit status not read: an iio device without the file fails `cat` while others print
+        r = self.transport.shell(f"cat {ODPM_FILES} 2>/dev/null", what="ODPM energy_value")
+        return r.out if r.out.strip() else None
+
     def idle_power(self) -> dict:
         """The phone's idle power before the run (backends/energy.py): {} when the session reads
-        no battery current, else idle_power_w and the current's sign, or why there is none."""
+        no power, else idle_power_w and how (the current's sign, or the ODPM rails), or why
+        there is none."""
         from harmony_ref.backends import energy
         from harmony_ref.backends.telemetry import POWER_FILES
 
         tel, p = self.telemetry, self.spec.power
+        if self.odpm:
+            span = p.idle_samples * p.idle_interval_s
+            first = self.odpm_read()
+            if first is None:
+                return {"source": "odpm", "why": f"no ODPM energy counters ({energy.ODPM_FILES})"}
+            self.transport.shell(
+                f"sleep {span:g}", timeout_s=span + self.spec.device.command_timeout_s, what="sleep"
+            )
+            watts, why = energy.odpm_power_w(first, self.odpm_read())
+            if watts is None:
+                return {"source": "odpm", "why": why}
+            self.say(f"idle power {watts:.3f} W (ODPM rails over {span:g} s)")
+            return {"source": "odpm", "idle_power_w": round(watts, 6)}
         files = [f"{self.spec.telemetry.battery_dir}/{n}" for n in POWER_FILES]
         if not tel.power:
             return {}
@@ -600,8 +632,11 @@ class DeviceSession:
 
         if "idle_power_w" not in power:
             return {}
-        sign = 1 if power["current_sign"].startswith("positive") else -1
-        avg, why = energy.run_power_w(samples, sign)
+        if self.odpm:
+            avg, why = energy.odpm_power_w(*self._odpm)
+        else:
+            sign = 1 if power["current_sign"].startswith("positive") else -1
+            avg, why = energy.run_power_w(samples, sign)
         if avg is None:
             return {"energy_note": why}
         out = {"avg_power_w": round(avg, 6)}

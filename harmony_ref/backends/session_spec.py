@@ -43,6 +43,7 @@
 
     [power]                                 # energy per token from the battery (module telemetry.py)
     enabled = true                          # reads <battery_dir>/current_now, voltage_now
+    source = "battery"                      # or "odpm": Pixel's rail energy counters (iio)
     current_sign = "auto"                   # current_now's sign while discharging: negative (the
                                             # kernel ABI), positive (some vendors), auto (idle's)
     idle_samples = 5                        # idle power before the run: this many reads ...
@@ -90,6 +91,7 @@ TRANSPORTS = ("local", "hdc", "adb")
 MEMORY_SOURCES = ("auto", "hidumper", "proc_status", "none")
 THERMAL_STATUS_SOURCES = ("auto", "dumpsys", "none")
 CURRENT_SIGNS = ("auto", "negative", "positive")
+POWER_SOURCES = ("battery", "odpm")
 DEFAULT_WORK_DIR = "/data/local/tmp/harmony-ref"
 
 
@@ -159,6 +161,8 @@ class ThrottleSection:
 @dataclass(frozen=True)
 class PowerSection:
     enabled: bool = True
+    # battery: current_now x voltage_now; odpm: Pixel's power-rail energy counters (energy.py)
+    source: str = field(default="battery", metadata={"choices": POWER_SOURCES})
     current_sign: str = field(default="auto", metadata={"choices": CURRENT_SIGNS})
     idle_samples: int = field(default=5, metadata={"min": 2, "max": 1000})
     idle_interval_s: float = field(default=1.0, metadata={"min": 0.001})

@@ -12,6 +12,7 @@ from harmony_ref.config import RunConfig
 from harmony_ref.device.profile import load_profile
 from harmony_ref.device.thermal import decode_operating_points
 from tests.backends.test_session import (  # noqa: F401
+    adb_phone,
     fresh,
     hdc_phone,
     llama_bench,
@@ -115,3 +116,35 @@ def test_power_commands_stop_charging_for_the_run_and_restore_it(hdc_phone, tmp_
 def test_power_commands_go_together(hdc_phone, tmp_path):  # noqa: F811
     with pytest.raises(ValueError, match="field 'power.restore_charging' = '': power.stop_"):
         fresh(hdc_phone, tmp_path, power={"stop_charging": STOP})
+
+
+def test_odpm_rails_give_the_energy_per_token_also_on_a_charger(adb_phone, tmp_path, capsys):  # noqa: F811
+    """[power] source = "odpm": the Android fake's Pixel power-rail counters (energy.py) give the
+    known energy per token within 2%, on its charger too (the rails are not the battery)."""
+    fresh(
+        adb_phone,
+        tmp_path,
+        charging=True,
+        benchmark={"repeats": 2},
+        power={"source": "odpm", "idle_samples": 3},
+        # reads while it runs are not needed for ODPM; a poll that ends with the run leaves no
+        # idle time between the benchmark's exit and the counters' read (the fake charges each
+        # command after a run its COMMAND_S)
+        telemetry={"poll_interval_s": 0.5},
+    )
+    rec = measured_record(tmp_path / "phone.toml", tmp_path / "runs", capsys)
+    block = rec["parts"]["session"]["session"]
+    assert block["power"]["source"] == "odpm"
+    assert block["power"]["idle_power_w"] == pytest.approx(IDLE_W, rel=1e-3)
+    got = rec["metrics"]["device_energy_per_token_mj"]
+    assert got["value"] == pytest.approx(known_mj_per_token(), rel=0.02)
+    assert len(got["samples"]) == 2
+
+
+def test_odpm_where_there_is_none_says_so(hdc_phone, tmp_path):  # noqa: F811
+    spec = fresh(hdc_phone, tmp_path, benchmark={"repeats": 1}, power={"source": "odpm"})
+    work = spec.device.work_dir
+    cmd = f"{work}/llama-bench -m {work}/model.gguf -p 64 -n 256 -r 1 -o json"
+    result = DeviceSession(spec).run(cmd, llama_bench)
+    assert "device_energy_per_token_mj" not in result.metrics()
+    assert result.to_record()["power"]["why"].startswith("no ODPM energy counters (/sys/bus/iio")

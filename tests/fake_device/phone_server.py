@@ -46,12 +46,16 @@ computes, IDLE_W otherwise) over BATTERY_V, in microamps, positive while dischar
 fake vendor's sign; phone.json `current_sign`: "negative" for the kernel ABI's); phone.json
 `charging` makes its status "Charging" and its current the charger's minus the load, unless
 `1` was written to the battery folder's `input_suspend` (Qualcomm's charger-input switch, the
-file a [power] stop_charging command writes): then it discharges.
+file a [power] stop_charging command writes): then it discharges. The Android fake has Pixel's
+ODPM: /sys/bus/iio/devices/iio:device0/energy_value, energy counters of two rails (ODPM_RAILS)
+that accumulate all the power it draws (idle and computing, charger or not), in the HAL's
+`t=` / `CH<n>(T=..)[rail], uWs` format; `cat` expands a `*` in that path.
 """
 
 from __future__ import annotations
 
 import base64
+import fnmatch
 import hashlib
 import json
 import os
@@ -73,6 +77,10 @@ from harmony_ref.device.thermal import decode_operating_points, simulate  # noqa
 PROFILE = "harmony-flagship"
 WORKLOAD = ("llama-3.2-1b", "int4-g32")
 IDLE_W = 0.6  # assumption: screen off, SoC idle, the fake's own number
+# The Android fake's ODPM (Pixel's power-rail energy counters, one monitor chip): the rails
+# share all of its power in these proportions (made up; the format is the Pixel HAL's).
+ODPM_PATH = "/sys/bus/iio/devices/iio:device0/energy_value"
+ODPM_RAILS = {"S2M_VDD_CPUCL2": 0.7, "S10M_VDD_MEM": 0.3}
 COMMAND_S = 0.05  # simulated seconds one shell command costs
 REAL_RUN_S = 0.1  # real seconds a benchmark's client takes at least, so telemetry can poll it
 REAL_LOAD_S = 0.25  # real seconds of a benchmark's start window (phone.json load_s > 0)
@@ -138,6 +146,7 @@ class Phone:
         self.gov_state = 0
         self.gone = False
         self.runs = 0
+        self.rails_uws = {rail: 0.0 for rail in ODPM_RAILS}  # the ODPM counters
         self.next_pid = 4100
         self.active = None  # the benchmark run a client is sleeping through
         self.log: list[str] = []
@@ -188,10 +197,16 @@ class Phone:
             return elapsed / real_load, a
         return min((elapsed - real_load) / REAL_RUN_S, 0.95), a
 
+    def spend(self, joules: float) -> None:
+        """The energy the phone used: onto its ODPM rail counters."""
+        for rail, share in ODPM_RAILS.items():
+            self.rails_uws[rail] += joules * share * 1e6
+
     def idle(self, seconds: float) -> None:
         if seconds <= 0:
             return
         self.t += seconds
+        self.spend(IDLE_W * seconds)
         if self.faults.get("stuck_zone"):
             return
         n = len(self.thermal.freq_steps)
@@ -221,6 +236,7 @@ class Phone:
             self.die, self.skin = float(tr.die_c[i]), float(tr.skin_c[i])
         self.gov_state = int(tr.state[i])
         self.t += seconds
+        self.spend(float(tr.power_w[: i + 1].sum()) * DT_S)
         return seconds, {
             "die": tr.die_c[: i + 1].tolist()[::20] or [self.die],
             "state": tr.state[: i + 1].tolist()[::20] or [self.gov_state],
@@ -283,6 +299,12 @@ class Phone:
             frac = min(frac, float(self.faults.get("cap_fraction", 0.6)))
         if path == "/proc/uptime":
             return f"{t:.2f} {t * 7.3:.2f}"
+        if path == ODPM_PATH and self.kind == "adb":  # counters as of the last completed step
+            ms = int(self.t * 1000)
+            return f"t={ms}\n" + "".join(
+                f"CH{i}(T={ms})[{rail}], {int(uws)}\n"
+                for i, (rail, uws) in enumerate(self.rails_uws.items())
+            )
         if path == "/proc/stat":
             return self.proc_stat(t)
         m = re.fullmatch(r"/sys/class/thermal/thermal_zone(\d+)/(temp|type)", path)
@@ -671,7 +693,8 @@ class FakeShell:
         elif name == "cat":
             rc = 0
             for a in args:
-                text = ph.read_file(self._abs(a))
+                globbed = [p for p in (ODPM_PATH,) if "*" in a and fnmatch.fnmatch(p, a)]
+                text = ph.read_file(globbed[0] if globbed else self._abs(a))
                 if text is None:
                     self.err.append(f"cat: {a}: No such file or directory\n")
                     rc = 1
