@@ -143,7 +143,7 @@ def run(args) -> int:
         raise ValueError(f"--points-per-task {args.points_per_task}: must be >= 1")
     if args.scheduler and args.workers is not None:
         raise ValueError("--workers applies to the LocalCluster; a --scheduler has its own workers")
-    grid = lab_from_args(args) if args.sessions else grid_from_args(args)
+    grid = lab_from_args(args)
     from harmony_ref.commands._args import open_history_arguments
 
     SweepStore(args.name, args.out_dir).check_outputs()  # before any point runs or any history
@@ -173,9 +173,13 @@ def run(args) -> int:
 
 
 def lab_from_args(args):
-    """A device lab: the grid (profiles default: the phones') on the --sessions phones."""
+    """The grid, or a device lab when phones are given (--sessions or the grid file's
+    `sessions`): the grid on them, --profiles defaulting to the phones'."""
     from harmony_ref.sweep.lab import Lab, load_phones
 
+    grid = None if args.sessions else grid_from_args(args)
+    if grid is not None and not grid.sessions:
+        return grid
     if args.workers not in (None, 0):
         raise ValueError(
             f"--workers {args.workers}: a lab has one worker per phone (--sessions); "
@@ -183,6 +187,10 @@ def lab_from_args(args):
         )
     if args.backend is not None:
         raise ValueError(f"--backend {args.backend}: with --sessions the phones measure")
-    phones = load_phones(args.sessions)
-    grid = grid_from_args(args, tuple(dict.fromkeys(p.profile for p in phones)))
+    if args.sessions and args.grid and grid_from_args(args).sessions:
+        raise ValueError(
+            f"--sessions: {args.grid} lists sessions too; give the phones in one place"
+        )
+    phones = load_phones(args.sessions or grid.sessions)
+    grid = grid or grid_from_args(args, tuple(dict.fromkeys(p.profile for p in phones)))
     return Lab(grid, phones)

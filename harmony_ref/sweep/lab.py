@@ -31,7 +31,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from harmony_ref.sweep.grid import Grid, Point, _digest, code_version
+from harmony_ref.sweep.grid import Grid, Point, _digest, _fail, code_version
 
 LAB_TRANSPORTS = ("hdc", "adb")
 # How long a phone's resource may be missing from the cluster before its pending points fail:
@@ -127,17 +127,17 @@ class Lab:
     phones: tuple[Phone, ...]
 
     def __post_init__(self):
-        have = {p.profile for p in self.phones}
+        src, have = self.grid.source, {p.profile for p in self.phones}
         for profile in self.grid.profiles:
             if profile not in have:
-                raise ValueError(
-                    f"--profiles {profile!r}: no phone of --sessions has this device.profile "
-                    f"(theirs: {', '.join(sorted(have))})"
+                _fail(
+                    src,
+                    "profiles",
+                    profile,
+                    f"no phone has it (theirs: {', '.join(sorted(have))})",
                 )
         if self.grid.backend != "simulated":
-            raise ValueError(
-                f"--backend {self.grid.backend}: with --sessions the phones measure (leave it out)"
-            )
+            _fail(src, "backend", self.grid.backend, "with sessions the phones measure")
 
     backend = "command"
 

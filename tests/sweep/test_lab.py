@@ -168,7 +168,7 @@ def test_a_phone_no_worker_declares_fails_its_points_at_once(tmp_path):
         ({"device": {"profile": ""}}, "field 'device.profile' = ''"),
         ({"benchmark": {"command": ""}}, "field 'benchmark.command' = ''"),
         ("twice", "field 'device.serial'"),
-        ("profiles", "--profiles 'harmony-lowend': no phone of --sessions"),
+        ("profiles", "--profiles 'harmony-lowend': no phone has it (theirs: harmony-flagship)"),
         ("workers", "--workers 2: a lab has one worker per phone"),
         ("backend", "--backend host: with --sessions the phones measure"),
     ],
@@ -267,3 +267,37 @@ def test_phones_on_other_hosts_join_through_the_scheduler(lab, tmp_path, capsys,
     assert lost["failed"] >= 1 and lost["ok"] + lost["failed"] == 2
     assert lost["error"].startswith(f"phone {SERIALS[1]}: its Dask worker (resource phone-")
     assert "left the cluster for over 1 s" in lost["error"]
+
+
+def test_a_grid_file_names_its_phones(tmp_path, capsys):
+    """A sweep TOML's `sessions` (relative to it) makes the same lab as --sessions."""
+    made = [FakePhone.create(tmp_path / s, "hdc", serial=s) for s in SERIALS[:2]]
+    for p in made:
+        session(p, tmp_path / "phones")
+    grid_file = tmp_path / "grid.toml"
+    names = [f"phones/{s}.toml" for s in SERIALS[:2]]
+
+    def write(profiles):
+        grid_file.write_text(
+            'models = ["llama-3.2-1b"]\npolicies = ["int4-g128", "int8"]\n'
+            f"profiles = {json.dumps(profiles)}\nsessions = {json.dumps(names)}\n"
+        )
+
+    write(["harmony-flagship"])
+    from harmony_ref.sweep.grid import grid_from_toml
+
+    grid = grid_from_toml(grid_file)
+    assert grid.sessions == tuple(str(tmp_path / n) for n in names)
+    lab = Lab(grid, load_phones(grid.sessions))
+    assert lab.points_per_phone() == {SERIALS[0]: 2, SERIALS[1]: 2}
+    out = tmp_path / "out"
+    argv = ["sweep", "--name", "g", "--grid", str(grid_file), "--out-dir", str(out)]
+    assert main([*argv, "--workers", "2"]) == 2  # a lab: its workers are its phones
+    assert "--workers 2: a lab has one worker per phone" in one_line(capsys.readouterr().err)
+    assert main([*argv, "--sessions", str(tmp_path / names[0])]) == 2
+    assert "lists sessions too" in one_line(capsys.readouterr().err)
+    write(["harmony-lowend"])
+    assert main(argv) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "field 'profiles' = 'harmony-lowend': no phone has it" in line
+    assert not out.exists()
