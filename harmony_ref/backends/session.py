@@ -18,6 +18,9 @@ In order:
    below the threshold (device-side `sleep` between checks, device uptime as the clock; a zone
    that never cools within max_wait_s is one line of error), a sample before, samples every
    poll_interval_s while the benchmark runs, one after, and the verdict (telemetry.py);
+   With [power] (energy.py) the idle power is read first (the battery's current and voltage,
+   or Pixel's ODPM rail counters), after a `stop_charging` command when the session gives one
+   (its `restore_charging` runs at the end, also when the run fails);
 5. the benchmark's metrics are the median over the valid (unthrottled) repeats, their samples
    pooled; throttled repeats stay in the record with their telemetry and reasons, and count
    only with `keep_throttled`. Too few valid repeats (fewer than min_valid_repeats, default all)
