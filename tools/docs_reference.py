@@ -467,7 +467,9 @@ def pages() -> dict[str, str]:
             "read telemetry and repeat. Cross-field checks after the schema: a serial for "
             "hdc/adb, an absolute work_dir on a device, a known benchmark format, a watched "
             "zone among those read, big cores among the cores read, min_valid_repeats <= "
-            "repeats, every [[push]] local file present.",
+            "repeats, every [[push]] local file present (for `bisect --session`: relative "
+            "ones in each commit's built worktree), [power] stop_charging and "
+            "restore_charging together, [sut] a dir or a repository and a commit.",
             SessionSpec,
             "`harmony_ref/lab/session_spec.py` `load_session`",
         ),

@@ -168,6 +168,7 @@ class CommandDevice:
         import dataclasses
 
         from harmony_ref.lab.session import DeviceSession
+        from harmony_ref.lab.session_spec import replaced
 
         cmd = self.command_for(config)
         tool: dict[str, str] = {}
@@ -185,10 +186,9 @@ class CommandDevice:
 
         spec = self.session
         if spec.benchmark.timeout_s != self.timeout_s:
-            spec = dataclasses.replace(
+            spec = replaced(
                 spec, benchmark=dataclasses.replace(spec.benchmark, timeout_s=self.timeout_s)
             )
-            object.__setattr__(spec, "path", self.session.path)
         result = DeviceSession(spec, progress=self.progress).run(cmd, parse_one)
         prov = {
             "command": cmd,

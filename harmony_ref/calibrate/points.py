@@ -38,6 +38,9 @@ POINT_METRICS = (
     "decode_tokens_per_s",
     "peak_memory_mb",
 )
+# A phone's measured energy per decoded token (lab/energy.py: above its idle power): run
+# records only (track/fidelity.py record_points), not a figures file's metric.
+ENERGY_METRIC = "energy_per_token_mj"
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,10 @@ class Point:
     samples: tuple[float, ...] = ()  # the metric per repeat, when the measurement kept them
     note: str = ""
     kernels_only: bool = False  # a profiled forward: the runtime's per-forward loop not in it
+    idle_power_w: float = 0.0  # an energy point: the phone's idle power its measurement took off
 
     def __post_init__(self):
-        if self.metric not in POINT_METRICS:
+        if self.metric not in POINT_METRICS and self.metric != ENERGY_METRIC:
             raise ValueError(f"point {self.id}: metric {self.metric!r} not in {POINT_METRICS}")
         if self.split not in SPLITS:
             raise ValueError(f"point {self.id}: split {self.split!r} not in {SPLITS}")
@@ -80,7 +84,20 @@ class Point:
         return p
 
     def predicted(self, runtime=None) -> float:
+        if self.metric == ENERGY_METRIC:
+            return decode_energy_mj(self.device_profile(runtime), self.config, self.idle_power_w)
         return predict_metric(self.device_profile(runtime), self.config, self.metric)
+
+
+def decode_energy_mj(profile, config, idle_power_w: float) -> float:
+    """The model's answer to what a session measures as device_energy_per_token_mj: (decode
+    power at the coolest operating point - the phone's measured idle power) / decode tokens per
+    second, in mJ (device/thermal.py decode_operating_points; lab/energy.py). The cost
+    model has no idle power of its own: the phone's is an input, not what is scored."""
+    from harmony_ref.device.thermal import MJ_PER_J, decode_operating_points
+
+    pts = decode_operating_points(profile, config)
+    return (float(pts.power_w[0]) - idle_power_w) / float(pts.tokens_per_s[0]) * MJ_PER_J
 
 
 def predict_metric(profile, config, metric: str) -> float:

@@ -295,14 +295,19 @@ def add_history_arguments(p) -> None:
     p.add_argument(
         "--sut",
         metavar="DIR",
-        help="git checkout of the system under test (default: harmony-ref's own checkout)",
+        help="git checkout of the system under test (default: a --session file's [sut], else "
+        "harmony-ref's own checkout)",
     )
 
 
-def open_history_arguments(args, out_dir: str):
+def open_history_arguments(args, out_dir: str, session=None):
     """(History, sut dict or None) of `add_history_arguments`' flags, checked before the work:
-    an unreachable or foreign database, or a --sut that is no git checkout, is a ValueError."""
-    from harmony_ref.track.history import open_history, sut_info
+    an unreachable or foreign database, or a --sut that is no git checkout, is a ValueError.
+    Without --sut, a device `session`'s [sut] section names the system under test."""
+    from harmony_ref.track.history import open_history, session_sut, sut_info
 
-    sut = sut_info(args.sut) if args.sut else None
+    if args.sut:
+        sut = sut_info(args.sut)
+    else:
+        sut = session_sut(session) if session is not None else None
     return open_history(args.history, out_dir), sut

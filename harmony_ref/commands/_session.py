@@ -123,11 +123,12 @@ def print_block(block: dict, file=None) -> None:
             print(f"  THROTTLED {r['kind']} {r['repeat']}: " + "; ".join(r["reasons"]), file=out)
     power = block.get("power") or {}
     if "idle_power_w" in power:
-        print(
-            f"  power: idle {power['idle_power_w']:.3f} W before the run; current_now "
-            f"{power['current_sign']}",
-            file=out,
+        how = (
+            "from the ODPM rails"
+            if power.get("source") == "odpm"
+            else f"current_now {power['current_sign']}"
         )
+        print(f"  power: idle {power['idle_power_w']:.3f} W before the run; {how}", file=out)
     for note in block.get("notes", []):
         print(f"  note: {note}", file=out)
 

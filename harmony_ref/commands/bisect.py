@@ -1,16 +1,18 @@
 """`harmony-ref bisect`: find the first commit of the system under test at which a metric got
-worse, between a good and a bad revision, on this host (track/bisect.py).
+worse, between a good and a bad revision, on this host or through a device session
+(`--session`: each commit's built artifact pushed by SHA-256, cooldown, throttled repeats left
+out; track/bisect.py).
 
 Exit codes: 0 the first bad commit named; 1 the range could not be narrowed to one commit
-(skipped builds around it, or --max-runs reached); 2 bad input (unknown revision, good not an
-ancestor of bad, good and bad not different, a metric the command never prints, a failing build
-of an end).
+(skipped builds around it, or --max-runs reached), or the benchmark failed on the device; 2 bad
+input (unknown revision, good not an ancestor of bad, good and bad not different, a metric the
+command never prints, a failing build of an end), or the device left mid-session.
 """
 
 from __future__ import annotations
 
 NAME = "bisect"
-HELP = "find the commit that made a metric worse: worktrees, builds, adaptive repeats (host)"
+HELP = "find the commit that made a metric worse: worktrees, builds, adaptive repeats (host/phone)"
 
 
 def add_arguments(p) -> None:
@@ -25,16 +27,23 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--command",
         dest="command_template",
-        required=True,
         metavar="CMD",
-        help="benchmark command, run in each commit's worktree",
+        help="benchmark command, run in each commit's worktree (with --session: on the device; "
+        "default the session's benchmark.command)",
     )
     add_renamed(
         p,
         "--parser",
-        required=True,
         choices=OUTPUT_FORMATS,
-        help="the parser of the command's output",
+        help="the parser of the command's output (with --session: default the session's "
+        "benchmark.format)",
+    )
+    p.add_argument(
+        "--session",
+        metavar="FILE",
+        help="measure on a device: a session file whose relative [[push]] files are the build's "
+        "artifacts in each commit's worktree (pushed by SHA-256; cooldown; throttled repeats "
+        "left out)",
     )
     p.add_argument("--metric", required=True, help="the metric that got worse (e.g. ttft_ms)")
     p.add_argument(
@@ -66,26 +75,62 @@ def run(args) -> int:
     from harmony_ref.track.history import open_history
 
     check_output_dir(args.cache_dir, "--cache-dir")
+    session, command, fmt = _session_command(args)
     b = Bisection(
         args.repo,
         args.good,
         args.bad,
-        args.command_template,
-        args.parser,
+        command,
+        fmt,
         args.metric,
         build=args.build,
         max_runs=args.max_runs,
         cache=args.cache_dir,
         timeout_s=args.timeout,
         note=lambda s: print(s, file=sys.stderr),
+        session=session,
     )  # revisions and range checked here, before anything is built or written
     b.history = open_history(args.history)
-    result = b.run()
+    from harmony_ref.commands._session import error_exit, gone_exit
+    from harmony_ref.lab.errors import BackendError
+    from harmony_ref.lab.transport import DeviceGone
+
+    try:
+        result = b.run()
+    except DeviceGone as e:  # the runs so far are in the history: a rerun resumes from them
+        return gone_exit(NAME, e)
+    except BackendError as e:
+        return error_exit(NAME, e, 1)
     if args.json:
         print_json(result.to_dict())
     else:
         print(to_text(result), end="")
     return 0 if result.first_bad else 1
+
+
+def _session_command(args):
+    """(session spec or None, command, parser): --command/--parser, else the session's."""
+    session = None
+    if args.session:
+        from harmony_ref.lab.session_spec import load_session
+
+        # relative [[push]] files are the build's, in each worktree: checked once built
+        session = load_session(args.session, push_root=args.repo)
+    b = session.benchmark if session else None
+    command = args.command_template or (b.command if b else "")
+    fmt = args.parser or (b.format if b else "")
+    for flag, value, field in (("--command", command, "command"), ("--parser", fmt, "format")):
+        if not value:
+            raise ValueError(
+                f"{flag}: missing"
+                + (f" (and {args.session} sets no benchmark.{field})" if b else "")
+            )
+    if session is not None:
+        from harmony_ref.backends.command import fill_template
+        from harmony_ref.lab.session import session_values
+
+        fill_template(command, session_values(session))  # a placeholder it lacks: exit 2 now
+    return session, command, fmt
 
 
 def to_text(r) -> str:

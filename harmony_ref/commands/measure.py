@@ -159,7 +159,7 @@ def run(args) -> int:
         from harmony_ref.commands._args import open_history_arguments
 
         check_output_dir(args.out_dir, "--out-dir")
-        args.history_store, args.sut_info = open_history_arguments(args, args.out_dir)
+        args.history_store, args.sut_info = open_history_arguments(args, args.out_dir, session)
     config, profile = _config(args, session)
     dev = CommandDevice(
         args.command_template,

@@ -204,7 +204,11 @@ def run(args) -> int:
         from harmony_ref.commands._args import open_history_arguments
 
         check_output_dir(args.out_dir, "--out-dir")
-        history, sut = open_history_arguments(args, args.out_dir)
+        from harmony_ref.commands._session import load
+
+        history, sut = open_history_arguments(
+            args, args.out_dir, load(getattr(args, "session", None))
+        )
     from harmony_ref.lab.transport import DeviceGone
 
     try:

@@ -1,7 +1,9 @@
 """`harmony-ref sweep`: a grid of run configs (models x policies x profiles x runtimes x
 scenarios) measured
 by the main job's parts on Dask (a LocalCluster here, or --scheduler), resumable; every point a
-run record and a row of results/sweeps/<name>/points.parquet. Ends with one summary line."""
+run record and a row of results/sweeps/<name>/points.parquet. With `--sessions phones/*.toml` a
+device lab (sweep/lab.py): each config measured on the phones whose profile it names, one
+benchmark per phone at a time, then one line per phone. Ends with one summary line."""
 
 from __future__ import annotations
 
@@ -49,6 +51,13 @@ def add_arguments(p) -> None:
     p.add_argument("--batch", help="batch sizes, comma-separated (default 1)")
     p.add_argument("--kv-dtype", help="KV cache dtypes, comma-separated: fp16,int8 (default fp16)")
     p.add_argument(
+        "--sessions",
+        nargs="+",
+        metavar="TOML",
+        help="a device lab: one session file per phone (hdc/adb); each config runs on the phones "
+        "whose device.profile it names (--profiles default: theirs), one at a time per phone",
+    )
+    p.add_argument(
         "--scheduler",
         metavar="ADDR",
         help="a running Dask scheduler, tcp://HOST:8786 (default: a LocalCluster here)",
@@ -77,7 +86,8 @@ def add_arguments(p) -> None:
     add_json_flag(p)
 
 
-def grid_from_args(args):
+def grid_from_args(args, profiles: tuple[str, ...] = ()):
+    """The grid of the flags or --grid file; `profiles`: the default profiles (the shipped)."""
     from harmony_ref.sweep.grid import DEFAULT_SCENARIO, Grid, grid_from_toml, split_list
 
     given = [f for f in AXIS_FLAGS if getattr(args, f) is not None]
@@ -105,7 +115,9 @@ def grid_from_args(args):
     if args.kv_dtype is not None:
         scenario["kv_dtype"] = split_list(args.kv_dtype, "--kv-dtype")
     profiles = (
-        split_list(args.profiles, "--profiles") if args.profiles else tuple(shipped_profiles())
+        split_list(args.profiles, "--profiles")
+        if args.profiles
+        else (profiles or tuple(shipped_profiles()))
     )
     parts = split_list(args.parts, "--parts") if args.parts else ("predicted",)
     return Grid(
@@ -131,7 +143,7 @@ def run(args) -> int:
         raise ValueError(f"--points-per-task {args.points_per_task}: must be >= 1")
     if args.scheduler and args.workers is not None:
         raise ValueError("--workers applies to the LocalCluster; a --scheduler has its own workers")
-    grid = grid_from_args(args)
+    grid = lab_from_args(args)
     from harmony_ref.commands._args import open_history_arguments
 
     SweepStore(args.name, args.out_dir).check_outputs()  # before any point runs or any history
@@ -154,5 +166,31 @@ def run(args) -> int:
     if args.json:
         print_json(summary.to_dict())
     else:
+        for line in summary.phone_lines():
+            print(line)
         print(summary.line())
     return 1 if summary.failed else 0
+
+
+def lab_from_args(args):
+    """The grid, or a device lab when phones are given (--sessions or the grid file's
+    `sessions`): the grid on them, --profiles defaulting to the phones'."""
+    from harmony_ref.sweep.lab import Lab, load_phones
+
+    grid = None if args.sessions else grid_from_args(args)
+    if grid is not None and not grid.sessions:
+        return grid
+    if args.workers not in (None, 0):
+        raise ValueError(
+            f"--workers {args.workers}: a lab has one worker per phone (--sessions); "
+            "0 runs its points here, one after another"
+        )
+    if args.backend is not None:
+        raise ValueError(f"--backend {args.backend}: with --sessions the phones measure")
+    if args.sessions and args.grid and grid_from_args(args).sessions:
+        raise ValueError(
+            f"--sessions: {args.grid} lists sessions too; give the phones in one place"
+        )
+    phones = load_phones(args.sessions or grid.sessions)
+    grid = grid or grid_from_args(args, tuple(dict.fromkeys(p.profile for p in phones)))
+    return Lab(grid, phones)

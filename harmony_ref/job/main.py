@@ -333,16 +333,20 @@ def run_part(part: Part, config: RunConfig) -> Metrics:
     return run_part_info(part, config)[0]
 
 
-def run_part_entry(part: Part, config: RunConfig) -> tuple[Metrics, dict]:
+def run_part_entry(part: Part, config: RunConfig, gone_fails: bool = False) -> tuple[Metrics, dict]:
     """Run one part as the job records it: (its metrics, its entry in the record's `parts`).
-    An input out of reach is `unavailable`, anything else raised is `failed` (empty metrics)."""
+    An input out of reach is `unavailable`, anything else raised is `failed` (empty metrics).
+    A phone that left mid-session (DeviceGone) stops the run, or with `gone_fails` (a lab
+    sweep's point: the other phones go on) fails the part with the session's one-line reason."""
     from harmony_ref.lab.transport import DeviceGone
 
     t0 = time.perf_counter()
     try:
         got, info = run_part_info(part, config)
-    except DeviceGone:  # the phone left mid-session: the run stops, nothing is recorded
-        raise
+    except DeviceGone as e:  # the phone left mid-session: nothing of this part is recorded
+        if not gone_fails:
+            raise
+        return Metrics(), {"status": "failed", "detail": str(e), "metrics": []}
     except AssetUnavailable as e:  # the registry is out of reach: not this code's failure
         return Metrics(), {
             "status": "unavailable",
@@ -379,7 +383,7 @@ def add_part(metrics: Metrics, part: Part, got: Metrics) -> None:
 
 
 def _run_parts(
-    config: RunConfig, skip, only, given: dict, progress
+    config: RunConfig, skip, only, given: dict, progress, gone_fails: bool
 ) -> tuple[Metrics, dict[str, dict]]:
     """The job's loop: every part in order, skipped, given or run, its line on `progress`."""
     metrics = Metrics()
@@ -389,7 +393,9 @@ def _run_parts(
             parts[part.name] = skipped_entry()
             continue
         task = progress.add_task(part.title, total=1)
-        got, entry = given[part.name] if part.name in given else run_part_entry(part, config)
+        got, entry = (
+            given[part.name] if part.name in given else run_part_entry(part, config, gone_fails)
+        )
         parts[part.name] = entry
         status = entry["status"]
         if status == "ok":
@@ -424,11 +430,14 @@ def run_job(
     show_progress: bool = True,
     provenance: dict | None = None,
     given: dict[str, tuple[Metrics, dict]] | None = None,
+    gone_fails: bool = False,
 ) -> Record:
     """Run every part not skipped and return the record (not yet written). `provenance`: one
     collected already (a sweep collects it once per batch of points), else collected here.
     `given`: part name -> (metrics, record entry) of a part run elsewhere (a sweep's shared
-    parts, once per group of points: sweep/execute.py), recorded as if it had run here."""
+    parts, once per group of points: sweep/execute.py), recorded as if it had run here.
+    `gone_fails`: a phone that leaves fails its part instead of stopping the run
+    (run_part_entry)."""
     if show_progress:
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -440,30 +449,31 @@ def run_job(
             console=console or Console(stderr=True),
             transient=False,
         ) as progress:
-            metrics, parts = _run_parts(config, skip, only, given or {}, progress)
+            metrics, parts = _run_parts(config, skip, only, given or {}, progress, gone_fails)
     else:
-        metrics, parts = _run_parts(config, skip, only, given or {}, _NoProgress())
-    cfg = record_config(config)
-    block = parts.get("predicted", {}).get("session")
-    if block:  # a device session: named by what it measured (the gate compares that)
-        from harmony_ref.lab.session_result import session_id
-
-        cfg.setdefault("backend_options", {})["session_id"] = session_id(
-            block, cfg["model"], cfg["policy"], cfg["scenario"]
-        )
+        metrics, parts = _run_parts(config, skip, only, given or {}, _NoProgress(), gone_fails)
     return Record(
-        config=cfg,
+        config=record_config(config, parts),
         metrics=metrics,
         provenance=provenance or collect_provenance(),
         parts=parts,
     )
 
 
-def record_config(config: RunConfig) -> dict:
+def record_config(config: RunConfig, parts: dict | None = None) -> dict:
     """The config as a record holds it: RunConfig.to_dict() plus the model the accuracy part's
-    lm_* metrics were measured on."""
+    lm_* metrics were measured on, and, when the predicted part ran through a device session,
+    the session named by what it measured (`backend_options.session_id`: the gate compares
+    that, not the session file's name)."""
     out = config.to_dict()
     out["accuracy_model"] = accuracy_model(config)
+    block = (parts or {}).get("predicted", {}).get("session")
+    if block:
+        from harmony_ref.lab.session_result import session_id
+
+        out.setdefault("backend_options", {})["session_id"] = session_id(
+            block, out["model"], out["policy"], out["scenario"]
+        )
     return out
 
 

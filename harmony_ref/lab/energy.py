@@ -22,15 +22,39 @@ positive), so the session says which with `[power] current_sign`: "negative" (th
 - charging: while the battery status is anything but "Discharging" (Charging, Full, Not
   charging: the phone runs from its charger) the battery current is not the load's, so the
   metric is absent and the record says why.
+
+Pixel's on-device power monitor (ODPM, `[power] source = "odpm"`): the power rails' energy
+counters in `/sys/bus/iio/devices/iio:device*/energy_value`, one block per monitor chip, as
+AOSP's Pixel power-stats HAL parses them (hardware/google/pixel, powerstats
+IioEnergyMeterDataProvider.cpp parseEnergyContents):
+
+    t=<milliseconds since boot>
+    CH<n>(T=<milliseconds the channel accumulated>)[<rail name>], <energy in microwatt-seconds>
+
+The counters accumulate, so a span's average power is the rails' summed energy difference over
+the `t=` difference, per chip (uWs / ms = mW); no integration of reads, and a charger does not
+enter it (the rails are the SoC's and memory's, not the battery's). The idle power is the same
+over the idle window before the run; a run's power over a read right before the benchmark
+starts and one right after this host sees it end (the start window is in it, as in the
+battery's reads while its process is alive, and so is a telemetry read in progress at its end,
+at near-idle power: fewer reads, less of it). The rails cover what the monitor chips measure, not the
+whole phone (no display or battery losses): ODPM and battery figures are not the same
+quantity. A counter updates at the chip's own refresh rate, so spans much shorter than it are
+coarse.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 
 DISCHARGING = "Discharging"
 MICRO2 = 1e-12  # microamps x microvolts -> watts
 MJ_PER_J = 1e3
+ODPM_FILES = "/sys/bus/iio/devices/iio:device*/energy_value"
+UWS_PER_MS_W = 1e-3  # microwatt-seconds per millisecond -> watts
+_ODPM_TIME = re.compile(r"t=(\d+)")
+_ODPM_RAIL = re.compile(r"CH\d+\(T=\d+\)\[([^\]]+)\],\s*(\d+)")
 
 
 def discharge_sign(current_sign: str, idle) -> tuple[int, str]:
@@ -93,3 +117,39 @@ def run_power_w(samples, sign: int) -> tuple[float | None, str]:
 def energy_per_token_mj(avg_w: float, idle_w: float, tokens_per_s: float) -> float:
     """The energy the run adds above idle per generated token, in mJ."""
     return (avg_w - idle_w) / tokens_per_s * MJ_PER_J
+
+
+def parse_odpm(text: str) -> list[tuple[float, dict[str, float]]]:
+    """The blocks of `cat .../energy_value` (one per monitor chip): (t ms, {rail: uWs}).
+    A line of neither form is a ValueError naming it."""
+    blocks: list[tuple[float, dict[str, float]]] = []
+    for line in (ln.strip() for ln in text.splitlines()):
+        if not line:
+            continue
+        if m := _ODPM_TIME.fullmatch(line):
+            blocks.append((float(m.group(1)), {}))
+        elif (m := _ODPM_RAIL.fullmatch(line)) and blocks:
+            blocks[-1][1][m.group(1)] = float(m.group(2))
+        else:
+            raise ValueError(f"ODPM energy_value: unexpected line {line[:60]!r}")
+    return blocks
+
+
+def odpm_power_w(before: str | None, after: str | None) -> tuple[float | None, str]:
+    """The rails' average power between two reads of the energy counters (None and why)."""
+    if not before or not after:
+        return None, f"no ODPM energy counters read ({ODPM_FILES})"
+    try:
+        a, b = parse_odpm(before), parse_odpm(after)
+    except ValueError as e:
+        return None, str(e)
+    if not a or len(a) != len(b):
+        return None, f"the ODPM reads hold {len(a)} and {len(b)} monitor blocks"
+    watts = 0.0
+    for (t0, r0), (t1, r1) in zip(a, b):
+        if t1 <= t0:
+            return None, f"the ODPM counters did not advance (t={t0:.0f} -> {t1:.0f} ms)"
+        if set(r0) != set(r1):
+            return None, "the ODPM rails changed between two reads"
+        watts += sum(r1[k] - r0[k] for k in r0) / (t1 - t0) * UWS_PER_MS_W
+    return watts, ""

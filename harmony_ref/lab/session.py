@@ -18,6 +18,9 @@ In order:
    below the threshold (device-side `sleep` between checks, device uptime as the clock; a zone
    that never cools within max_wait_s is one line of error), a sample before, samples every
    poll_interval_s while the benchmark runs, one after, and the verdict (telemetry.py);
+   With [power] (energy.py) the idle power is read first (the battery's current and voltage,
+   or Pixel's ODPM rail counters), after a `stop_charging` command when the session gives one
+   (its `restore_charging` runs at the end, also when the run fails);
 5. the benchmark's metrics are the median over the valid (unthrottled) repeats, their samples
    pooled; throttled repeats stay in the record with their telemetry and reasons, and count
    only with `keep_throttled`. Too few valid repeats (fewer than min_valid_repeats, default all)
@@ -41,7 +44,7 @@ from pathlib import Path
 from harmony_ref.lab.errors import BackendError
 from harmony_ref.lab.process import last_line, needs_shell, tail
 from harmony_ref.lab.session_result import Repeat, SessionResult
-from harmony_ref.lab.session_spec import SessionSpec
+from harmony_ref.lab.session_spec import SessionSpec, replaced
 from harmony_ref.lab.telemetry import (
     PID_FILE,
     Sample,
@@ -83,13 +86,16 @@ class DeviceSession:
             d.work_dir,
             spec.memory_source,
             spec.thermal_status_source,
-            spec.power.enabled and bool(spec.telemetry.battery_dir),
+            spec.power.enabled
+            and spec.power.source == "battery"
+            and bool(spec.telemetry.battery_dir),
         )
         self.say = progress or (lambda text: None)
         self.identity: dict = {}
         self.pushes: list[dict] = []
         self.notes: list[str] = []
         self._prepared = False
+        self._odpm: list[str | None] = []  # the energy counters before and after the last run
 
     @property
     def work_dir(self) -> str:
@@ -235,6 +241,7 @@ class DeviceSession:
         tel, poll = self.telemetry, self.spec.telemetry.poll_interval_s
         timeout = timeout_s or self.spec.benchmark.timeout_s
         samples = [before or tel.read("before")]
+        self._odpm = [self.odpm_read()] if self.odpm else []
         run = self.transport.start(self.launch_script(command), what="the benchmark")
         try:
             while not run.wait(poll):
@@ -250,6 +257,8 @@ class DeviceSession:
             run.kill()  # a poll found the device gone (or we were interrupted): end the run too
             raise
         result = run.finish()
+        if self.odpm:
+            self._odpm.append(self.odpm_read())
         samples.append(tel.read("after"))
         mem = [s.mem_kb for s in samples if s.mem_kb is not None]
         sources = []
@@ -295,13 +304,12 @@ class DeviceSession:
         waited, before = self.cooldown()
         self.say(f"run: {command}")
         result, samples, verdict, peak, source = self.run_once(command, timeout_s, before)
-        spec = dataclasses.replace(
+        spec = replaced(
             self.spec,
             benchmark=dataclasses.replace(
                 self.spec.benchmark, warmup_runs=0, repeats=1, min_valid_repeats=1
             ),
         )
-        object.__setattr__(spec, "path", self.spec.path)
 
         def finish(metrics: Metrics) -> SessionResult:
             rep = Repeat(
@@ -322,13 +330,39 @@ class DeviceSession:
         return result, finish
 
     # --- energy --------------------------------------------------------------------------------
+    @property
+    def odpm(self) -> bool:
+        return self.spec.power.enabled and self.spec.power.source == "odpm"
+
+    def odpm_read(self) -> str | None:
+        """`cat` of the ODPM energy counters (energy.py), or None where the device has none."""
+        from harmony_ref.lab.energy import ODPM_FILES
+
+        # exit status not read: an iio device without the file fails `cat` while others print
+        r = self.transport.shell(f"cat {ODPM_FILES} 2>/dev/null", what="ODPM energy_value")
+        return r.out if r.out.strip() else None
+
     def idle_power(self) -> dict:
         """The phone's idle power before the run (lab/energy.py): {} when the session reads
-        no battery current, else idle_power_w and the current's sign, or why there is none."""
+        no power, else idle_power_w and how (the current's sign, or the ODPM rails), or why
+        there is none."""
         from harmony_ref.lab import energy
         from harmony_ref.lab.telemetry import POWER_FILES
 
         tel, p = self.telemetry, self.spec.power
+        if self.odpm:
+            span = p.idle_samples * p.idle_interval_s
+            first = self.odpm_read()
+            if first is None:
+                return {"source": "odpm", "why": f"no ODPM energy counters ({energy.ODPM_FILES})"}
+            self.transport.shell(
+                f"sleep {span:g}", timeout_s=span + self.spec.device.command_timeout_s, what="sleep"
+            )
+            watts, why = energy.odpm_power_w(first, self.odpm_read())
+            if watts is None:
+                return {"source": "odpm", "why": why}
+            self.say(f"idle power {watts:.3f} W (ODPM rails over {span:g} s)")
+            return {"source": "odpm", "idle_power_w": round(watts, 6)}
         files = [f"{self.spec.telemetry.battery_dir}/{n}" for n in POWER_FILES]
         if not tel.power:
             return {}
@@ -357,8 +391,11 @@ class DeviceSession:
 
         if "idle_power_w" not in power:
             return {}
-        sign = 1 if power["current_sign"].startswith("positive") else -1
-        avg, why = energy.run_power_w(samples, sign)
+        if self.odpm:
+            avg, why = energy.odpm_power_w(*self._odpm)
+        else:
+            sign = 1 if power["current_sign"].startswith("positive") else -1
+            avg, why = energy.run_power_w(samples, sign)
         if avg is None:
             return {"energy_note": why}
         out = {"avg_power_w": round(avg, 6)}
@@ -371,9 +408,45 @@ class DeviceSession:
     # --- the whole session ---------------------------------------------------------------------
     def run(self, command: str, parse: Callable[[str], Metrics]) -> SessionResult:
         """Prepare, warm up, cool down and repeat (module docstring); `parse(text)` turns one
-        run's output into metrics (raising on garbage)."""
-        b = self.spec.benchmark
+        run's output into metrics (raising on garbage). With [power] stop_charging, the phone's
+        charging is stopped before the idle reads and restore_charging run after, also when the
+        run fails (its own failure then a note, or, when the run failed, left unsaid)."""
         self.prepare()
+        p = self.spec.power
+        if not p.stop_charging:
+            return self._run(command, parse)
+        self.say(f"power: stop charging: {p.stop_charging}")
+        self._ok(
+            self.transport.shell(p.stop_charging, what="[power] stop_charging"),
+            "[power] stop_charging",
+        )
+        try:
+            out = self._run(command, parse)
+        except BaseException:
+            self._restore_charging()
+            raise
+        failed = self._restore_charging()
+        out.power["charge_control"] = "stopped before the idle reads, " + (
+            f"not restored: {failed}" if failed else "restored after the run"
+        )
+        if failed:
+            out.notes.append(f"charging not restored: {failed}")
+        return out
+
+    def _restore_charging(self) -> str:
+        """Run [power] restore_charging: "" when it ran, else why not (one line)."""
+        self.say(f"power: restore charging: {self.spec.power.restore_charging}")
+        try:
+            self._ok(
+                self.transport.shell(self.spec.power.restore_charging, what="[power] restore"),
+                "[power] restore_charging",
+            )
+        except BackendError as e:  # the device may be gone too
+            return str(e).splitlines()[0]
+        return ""
+
+    def _run(self, command: str, parse: Callable[[str], Metrics]) -> SessionResult:
+        b = self.spec.benchmark
         power = self.idle_power()
         repeats: list[Repeat] = []
         for kind, n, cool in (("warmup", b.warmup_runs, False), ("measured", b.repeats, True)):

@@ -43,10 +43,21 @@
 
     [power]                                 # energy per token from the battery (module telemetry.py)
     enabled = true                          # reads <battery_dir>/current_now, voltage_now
+    source = "battery"                      # or "odpm": Pixel's rail energy counters (iio)
     current_sign = "auto"                   # current_now's sign while discharging: negative (the
                                             # kernel ABI), positive (some vendors), auto (idle's)
     idle_samples = 5                        # idle power before the run: this many reads ...
     idle_interval_s = 1.0                   # ... this far apart (device-side sleep)
+    stop_charging = ""                      # a device command that stops charging before the
+                                            # idle reads, e.g. Qualcomm's `echo 1 >
+                                            # /sys/class/power_supply/battery/input_suspend`
+    restore_charging = ""                   # and the one that restores it (run even on failure)
+
+    [sut]                                   # what is measured (the record's system under test)
+    dir = "../llama.cpp"                    # a git checkout (relative to this file) ...
+    repository = ""                         # ... or its repository URL and commit, given
+    commit = ""
+    describe = ""                           # optional with repository/commit
 
     [throttle]
     temp_c = 45.0                           # watched zone at or above: throttled
@@ -59,7 +70,10 @@
 Every table but [device] may be left out (the defaults above). Checked at load, before any work:
 the transport, a serial for hdc/adb, the benchmark format, that the watched zone is read, that
 big cores are among the cores read, min_valid_repeats <= repeats, every [[push]] local file
-exists and its remote name stays inside work_dir, and that the profile loads.
+exists and its remote name stays inside work_dir, [sut] either a dir or a repository and a
+commit, and that the profile loads. `load_session(path, push_root=DIR)` resolves relative
+[[push]] files against DIR instead and leaves their existence to the caller: bisect pushes what
+it built in each commit's worktree (with_push_root), which does not exist at load.
 """
 
 from __future__ import annotations
@@ -77,6 +91,7 @@ TRANSPORTS = ("local", "hdc", "adb")
 MEMORY_SOURCES = ("auto", "hidumper", "proc_status", "none")
 THERMAL_STATUS_SOURCES = ("auto", "dumpsys", "none")
 CURRENT_SIGNS = ("auto", "negative", "positive")
+POWER_SOURCES = ("battery", "odpm")
 DEFAULT_WORK_DIR = "/data/local/tmp/harmony-ref"
 
 
@@ -146,9 +161,28 @@ class ThrottleSection:
 @dataclass(frozen=True)
 class PowerSection:
     enabled: bool = True
+    # battery: current_now x voltage_now; odpm: Pixel's power-rail energy counters (energy.py)
+    source: str = field(default="battery", metadata={"choices": POWER_SOURCES})
     current_sign: str = field(default="auto", metadata={"choices": CURRENT_SIGNS})
     idle_samples: int = field(default=5, metadata={"min": 2, "max": 1000})
     idle_interval_s: float = field(default=1.0, metadata={"min": 0.001})
+    stop_charging: str = ""  # device shell command run before the idle reads: stops charging
+    restore_charging: str = ""  # and after the run, also when it fails: restores charging
+
+
+@dataclass(frozen=True)
+class SutSection:
+    """What the session measures, the system under test its records name when no --sut is given:
+    a checkout (`dir`), or a repository and commit given as they are."""
+
+    dir: str = ""  # a git checkout, relative to this file: read as --sut DIR reads one
+    repository: str = ""  # with commit: a repository URL, for a build not checked out here
+    commit: str = ""  # the commit measured (7-40 hex digits)
+    describe: str = ""  # optional: its `git describe` (default the commit's first 12 digits)
+
+    @property
+    def given(self) -> bool:
+        return bool(self.dir or self.repository or self.commit)
 
 
 @dataclass(frozen=True)
@@ -160,7 +194,9 @@ class SessionSpec:
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)
     throttle: ThrottleSection = field(default_factory=ThrottleSection)
     power: PowerSection = field(default_factory=PowerSection)
+    sut: SutSection = field(default_factory=SutSection)
     path: str = field(default="<session>", init=False)  # the file it was read from
+    push_root: str = field(default="", init=False)  # relative [[push]] files' folder ("" = path's)
 
     @property
     def transport(self) -> str:
@@ -179,9 +215,34 @@ class SessionSpec:
         return auto if self.telemetry.thermal_status == "auto" else self.telemetry.thermal_status
 
     def local_path(self, item: PushItem) -> Path:
-        """A [[push]] item's local file (relative paths are relative to the session file)."""
+        """A [[push]] item's local file (relative paths are relative to the session file, or to
+        push_root when set)."""
         p = Path(item.local).expanduser()
+        if p.is_absolute():
+            return p
+        return (Path(self.push_root) if self.push_root else Path(self.path).resolve().parent) / p
+
+    def sut_dir(self) -> Path | None:
+        """[sut] dir, resolved against the session file (None when not given)."""
+        if not self.sut.dir:
+            return None
+        p = Path(self.sut.dir).expanduser()
         return p if p.is_absolute() else Path(self.path).resolve().parent / p
+
+
+def replaced(spec: SessionSpec, **changes) -> SessionSpec:
+    """dataclasses.replace for a spec: the fields set at load (path, push_root) kept."""
+    out = dataclasses.replace(spec, **changes)
+    object.__setattr__(out, "path", spec.path)
+    object.__setattr__(out, "push_root", spec.push_root)
+    return out
+
+
+def with_push_root(spec: SessionSpec, root: str | Path) -> SessionSpec:
+    """`spec` with its relative [[push]] files read from `root` (bisect: a commit's worktree)."""
+    out = replaced(spec)
+    object.__setattr__(out, "push_root", str(root))
+    return out
 
 
 def short_path(p: Path, limit: int = 40) -> str:
@@ -211,9 +272,7 @@ def resolve_work_dir(spec: SessionSpec) -> SessionSpec:
     p = Path(spec.device.work_dir).expanduser()
     if not p.is_absolute():
         p = Path(spec.path).resolve().parent / p
-    out = dataclasses.replace(spec, device=dataclasses.replace(spec.device, work_dir=str(p)))
-    object.__setattr__(out, "path", spec.path)
-    return out
+    return replaced(spec, device=dataclasses.replace(spec.device, work_dir=str(p)))
 
 
 def check_session(spec: SessionSpec, source: str) -> None:
@@ -288,7 +347,8 @@ def check_session(spec: SessionSpec, source: str) -> None:
     for i, item in enumerate(spec.push):
         where = f"push[{i}]"
         local = spec.local_path(item)
-        if not local.is_file():
+        deferred = spec.push_root and not Path(item.local).expanduser().is_absolute()
+        if not deferred and not local.is_file():
             raise _bad(source, f"{where}.local", item.local, f"no such file ({short_path(local)})")
         r = PurePosixPath(item.remote)
         if not item.remote or r.is_absolute() or ".." in r.parts:
@@ -301,6 +361,22 @@ def check_session(spec: SessionSpec, source: str) -> None:
         if item.remote in remotes:
             raise _bad(source, f"{where}.remote", item.remote, "is pushed twice")
         remotes.add(item.remote)
+    pw = spec.power
+    if bool(pw.stop_charging.strip()) != bool(pw.restore_charging.strip()):
+        where = "power.restore_charging" if pw.stop_charging.strip() else "power.stop_charging"
+        raise _bad(source, where, "", "power.stop_charging and power.restore_charging go together")
+    u = spec.sut
+    if u.dir and (u.repository or u.commit):
+        raise _bad(source, "sut.dir", u.dir, "give a dir or a repository and a commit, not both")
+    if bool(u.repository) != bool(u.commit):
+        where = "sut.commit" if u.repository else "sut.repository"
+        raise _bad(source, where, "", "sut.repository and sut.commit go together")
+    if u.commit and not (
+        7 <= len(u.commit) <= 40 and all(c in "0123456789abcdef" for c in u.commit.lower())
+    ):
+        raise _bad(source, "sut.commit", u.commit, "must be a git commit hash (7-40 hex digits)")
+    if u.describe and not u.commit:
+        raise _bad(source, "sut.describe", u.describe, "goes with sut.repository and sut.commit")
     if d.profile:
         from harmony_ref.device.runtime import load_profile
 
@@ -310,13 +386,15 @@ def check_session(spec: SessionSpec, source: str) -> None:
             raise _bad(source, "device.profile", d.profile, brief(str(e), 60)) from None
 
 
-def load_session(path: str | Path) -> SessionSpec:
-    """Read, validate and resolve a session file (see the module docstring)."""
+def load_session(path: str | Path, push_root: str | Path | None = None) -> SessionSpec:
+    """Read, validate and resolve a session file (see the module docstring); `push_root`: the
+    folder relative [[push]] files are read from, not checked here (bisect's worktrees)."""
     p = Path(path)
     source = short_path(p)
     if not p.is_file():
         raise ValueError(f"session file {source} does not exist")
     spec = from_table(SessionSpec, loads(p.read_text(), source), source)
     object.__setattr__(spec, "path", str(p))
+    object.__setattr__(spec, "push_root", str(push_root) if push_root else "")
     check_session(spec, source)
     return resolve_work_dir(spec)

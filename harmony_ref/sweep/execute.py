@@ -16,6 +16,11 @@ shared task of the sweep runs before the others (`warm_key`: the model; the Dask
 the rest depend on it), so whatever the part caches on disk for a model (its FP32 reference,
 the downloaded weights) is computed once, not by several workers at once.
 
+A lab point (sweep/lab.py) runs the command backend through its phone's session; a phone that
+left mid-session (DeviceGone) fails the point's part that ran on it with the session's one-line
+reason (run_job's `gone_fails`), where `harmony-ref run` would stop: the other phones' points
+go on.
+
 `HARMONY_REF_SWEEP_TRACE=FILE` appends one line per evaluation ("point KEY PID" or "shared KEY
 PID"): an audit of what was computed, which the tests count.
 """
@@ -145,6 +150,7 @@ def run_point(
             show_progress=False,
             provenance=provenance,
             given=given,
+            gone_fails=True,  # a lab phone that left fails its point; the sweep goes on
         )
     status, error = point_status(record.parts, point["parts"])
     return {

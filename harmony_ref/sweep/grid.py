@@ -20,6 +20,9 @@ A sweep TOML file:
     batch = [1]
     kv_dtype = ["fp16", "int8"]
 
+    sessions = ["phones/mate60.toml", "phones/pixel8.toml"]  # optional: measured on these phones
+                                                   # (a lab, sweep/lab.py; relative to this file)
+
 Every name is resolved up front (a spec, a policy, a profile, a runtime, a part): a bad one is a
 ValueError naming the file (or flag), the field and the value, and so is a runtime that runs on
 none of the grid's profiles (its unit or NPU family is on none of them). A combination of valid
@@ -54,7 +57,16 @@ DEFAULT_SCENARIO = {
     "batch": (1,),
     "kv_dtype": ("fp16",),
 }
-GRID_FIELDS = ("models", "policies", "profiles", "runtimes", "parts", "backend", "scenario")
+GRID_FIELDS = (
+    "models",
+    "policies",
+    "profiles",
+    "runtimes",
+    "parts",
+    "backend",
+    "scenario",
+    "sessions",
+)
 # What each field of a sweep TOML means: docs/reference/grid.md is generated from this table
 # (tools/docs_reference.py), and the build fails on a field of GRID_FIELDS it does not describe.
 GRID_FIELD_DOCS = {
@@ -69,6 +81,8 @@ GRID_FIELD_DOCS = {
     "backend": '"simulated" (default) or "host"',
     "scenario": "table of axes, each a list or one value: prompt_tokens, new_tokens, "
     "context_tokens, batch, kv_dtype (defaults 512, 128, 2048, 1, fp16)",
+    "sessions": "list of device session files, one per phone, relative to this file: each "
+    "config measured on the phones whose device.profile it names (a lab, as `--sessions`)",
 }
 # Points one grid may hold: a point takes milliseconds (predicted) to minutes (host, accuracy),
 # so 100,000 is already days of work; a larger grid is a typo in an axis, refused up front.
@@ -82,6 +96,7 @@ class Point:
     config: dict  # RunConfig.to_dict(), or the raw axes of a point that is not a valid config
     parts: tuple[str, ...]
     error: str = ""  # why this combination is not a valid config ("" when it is)
+    phone: str = ""  # a lab point (sweep/lab.py): the serial of the phone that measures it
 
 
 @dataclass(frozen=True)
@@ -94,6 +109,7 @@ class Grid:
     scenario: dict = field(default_factory=lambda: dict(DEFAULT_SCENARIO))
     source: str = "flags"  # what errors name: the TOML file, or "flags"
     runtimes: tuple[str, ...] = ()  # () = each profile on its own default_runtime
+    sessions: tuple[str, ...] = ()  # a lab's phones (sweep/lab.py reads them), paths as resolved
 
     def __post_init__(self):
         check_grid(self)
@@ -172,6 +188,7 @@ class Grid:
             "policies": list(self.policies),
             "profiles": list(self.profiles),
             **({"runtimes": list(self.runtimes)} if self.runtimes else {}),
+            **({"sessions": list(self.sessions)} if self.sessions else {}),
             "parts": list(self.parts),
             "backend": self.backend,
             "scenario": {k: list(v) for k, v in self.scenario.items()},
@@ -393,6 +410,7 @@ def grid_from_toml(path: str | Path) -> Grid:
         return tuple(v)
 
     backend = data.get("backend", "simulated")
+    sessions = tuple(str(path.parent / s) for s in listed("sessions", []))
     return Grid(
         listed("models"),
         listed("policies"),
@@ -402,4 +420,5 @@ def grid_from_toml(path: str | Path) -> Grid:
         scenario,
         source=src,
         runtimes=listed("runtimes", []),
+        sessions=sessions,
     )

@@ -24,6 +24,11 @@ points failed rows carrying the message. Only the driver writes (store.SweepStor
 point key, so a task finished twice is one row. Ctrl-C cancels what is left, folds what was
 written into points.parquet and re-raises.
 
+A lab (sweep/lab.py: the grid on phones, `--sessions`) runs each point as a task asking for its
+phone's resource; without a scheduler its cluster is the local lab (one worker thread per
+phone). Points of a phone no worker declares fail at once; a phone's worker gone for longer than
+lab.LOST_WORKER_S fails what that phone had left; the summary counts each phone's points.
+
 This module is the only one that imports `distributed`, inside the functions that use it.
 """
 
@@ -37,6 +42,7 @@ from dataclasses import dataclass
 
 from harmony_ref.sweep.execute import SHARED_PARTS, run_batch, run_shared, shared_key, warm_key
 from harmony_ref.sweep.grid import Grid, Point
+from harmony_ref.sweep.lab import Lab, no_worker_message, resource_name
 from harmony_ref.sweep.store import SweepStore
 
 WORKER_ENV = {
@@ -64,6 +70,8 @@ class SweepSummary:
     seconds: float
     where: str  # "in-process", "LocalCluster(2 workers)", or the scheduler's address
     points_path: str
+    # a lab: serial -> {"points", "ok", "failed", "unavailable", "reused", "error": first failure}
+    phones: dict = dataclasses.field(default_factory=dict)
 
     def line(self) -> str:
         return (
@@ -71,6 +79,17 @@ class SweepSummary:
             f"{self.reused} reused, {self.failed} failed in {self.seconds:.1f} s "
             f"({self.tasks} tasks on {self.where}) -> {self.points_path}"
         )
+
+    def phone_lines(self) -> list[str]:
+        """A lab's: one line per phone, its counts and its first failure."""
+        out = []
+        for serial, c in self.phones.items():
+            line = (
+                f"  phone {serial}: {c['points']} points: {c['ok'] + c['unavailable']} "
+                f"computed, {c['reused']} reused, {c['failed']} failed"
+            )
+            out.append(line + (f" (first: {c['error']})" if c["error"] else ""))
+        return out
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -121,8 +140,39 @@ def open_client(scheduler: str | None, workers: int):
     return Client(cluster), f"LocalCluster({workers} workers)"
 
 
+def open_lab_cluster(phones):
+    """(client, description): a local lab, one in-process worker thread per phone, each
+    declaring that phone's resource."""
+    import logging
+
+    from distributed import Client, Scheduler, SpecCluster, Worker
+
+    workers = {
+        phone.resource: {
+            "cls": Worker,
+            "options": {"nthreads": 1, "resources": {phone.resource: 1}},
+        }
+        for phone in phones
+    }
+    cluster = SpecCluster(
+        workers=workers,
+        scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
+        silence_logs=logging.ERROR,
+    )
+    return Client(cluster), f"a local lab ({len(phones)} phones)"
+
+
+def cluster_resources(client) -> set[str]:
+    """The resource names the cluster's workers declare now."""
+    return {
+        name
+        for w in client.scheduler_info()["workers"].values()
+        for name in (w.get("resources") or {})
+    }
+
+
 def run_sweep(
-    grid: Grid,
+    grid: Grid | Lab,
     store: SweepStore,
     workers: int | None = None,
     scheduler: str | None = None,
@@ -135,7 +185,7 @@ def run_sweep(
     shared_parts: tuple[str, ...] = SHARED_PARTS,
     timeout_s: float | None = None,
 ) -> SweepSummary:
-    """Compute the grid's points that `store` lacks and write them (see the module doc).
+    """Compute the grid's (or lab's) points that `store` lacks and write them (see the module doc).
     `client`: an open distributed.Client to use (not closed here); `on_result(n_done, client)`
     is called in the driver after each finished task (client None in this process; the tests
     kill a worker from it). `shared_parts`: the parts computed once per shared key.
@@ -172,7 +222,10 @@ def run_sweep(
         todo = [p for p in points if p.key not in have]
         by_key = {p.key: p for p in todo}
         if own_client is None and client is None and workers > 0 and todo:
-            own_client, where = open_client(None, workers)
+            if isinstance(grid, Lab):
+                own_client, where = open_lab_cluster(grid.phones)
+            else:
+                own_client, where = open_client(None, workers)
         dask_client = client or own_client
         n_workers = (len(dask_client.scheduler_info()["workers"]) or 1) if dask_client else 1
         if not todo:
@@ -180,6 +233,7 @@ def run_sweep(
         size = batch_size or points_per_task(todo, grid, n_workers)
         batches = [todo[i : i + size] for i in range(0, len(todo), size)]
         shared = shared_tasks(todo, shared_parts)
+        phones = _phone_counts(grid, points, todo)
         with _progress(console, show_progress, len(points), len(points) - len(todo)) as bar:
             task = bar.tasks[0].id
 
@@ -190,6 +244,11 @@ def run_sweep(
                         continue
                     store.add(r, point)
                     counts[r["status"]] += 1
+                    if point.phone:
+                        c = phones[point.phone]
+                        c[r["status"]] += 1
+                        if r["status"] == "failed" and not c["error"]:
+                            c["error"] = r["error"]
                     bar.update(task, advance=1, failed=counts["failed"])
 
             if dask_client is None:
@@ -214,7 +273,23 @@ def run_sweep(
         time.perf_counter() - t0,
         where,
         str(store.points_path),
+        phones,
     )
+
+
+def _phone_counts(grid, points: list[Point], todo: list[Point]) -> dict:
+    """A lab's per-phone counts, zero but for the points already in the store."""
+    if not isinstance(grid, Lab):
+        return {}
+    out = {
+        p.serial: {"points": 0, "ok": 0, "failed": 0, "unavailable": 0, "reused": 0, "error": ""}
+        for p in grid.phones
+    }
+    left = {p.key for p in todo}
+    for p in points:
+        out[p.phone]["points"] += 1
+        out[p.phone]["reused"] += p.key not in left
+    return out
 
 
 def shared_tasks(points: list[Point], shared_parts=SHARED_PARTS) -> dict:
@@ -289,20 +364,32 @@ def _run_dask(
         first_of.setdefault(warm, fut)
         shared_futures[key] = fut
     futures = {}
+    lab = any(batch[0].phone for batch in batches)
+    present = cluster_resources(client) if lab else set()
     for batch in batches:
+        phone = batch[0].phone
+        if phone and resource_name(phone) not in present:
+            record(_failed_results(batch, no_worker_message(phone, client.scheduler.address)))
+            continue
         need = {k: shared_futures[k] for k in _needed(batch, shared_parts)}
         fut = client.submit(
-            run_batch, [dataclasses.asdict(p) for p in batch], need, shared_parts, pure=False
+            run_batch,
+            [dataclasses.asdict(p) for p in batch],
+            need,
+            shared_parts,
+            pure=False,
+            resources={resource_name(phone): 1} if phone else None,
         )
         futures[fut] = batch
     done = 0
     started: dict[str, tuple[float, str]] = {}  # task key -> (first seen processing, worker)
+    missing: dict[str, float] = {}  # a lab phone's resource -> when it was first seen gone
     try:
         while futures:
             try:
                 finished, _ = wait(
                     list(futures),
-                    timeout=POLL_S if timeout_s else None,
+                    timeout=POLL_S if timeout_s or lab else None,
                     return_when="FIRST_COMPLETED",
                 )
             except TimeoutError:
@@ -320,6 +407,8 @@ def _run_dask(
                     on_result(done, client)
             if timeout_s:
                 done += _time_out(client, futures, started, timeout_s, record)
+            if lab:
+                done += _lost_phones(client, futures, missing, record)
     except BaseException:
         client.cancel(list(futures) + list(shared_futures.values()))
         raise
@@ -346,6 +435,28 @@ def _time_out(client, futures, started, timeout_s, record) -> int:
         client.cancel([fut])
         client.restart_workers([started[fut.key][1]], raise_for_error=False)
     return len(late)
+
+
+def _lost_phones(client, futures, missing: dict[str, float], record) -> int:
+    """Lab points whose phone's worker has been gone from the cluster for LOST_WORKER_S: failed
+    rows, their tasks cancelled. Returns how many tasks were given up."""
+    from harmony_ref.sweep.lab import LOST_WORKER_S, lost_worker_message
+
+    now = time.monotonic()
+    present = cluster_resources(client)
+    for name in list(missing):
+        if name in present:
+            del missing[name]
+    lost = []
+    for fut, batch in futures.items():
+        name = resource_name(batch[0].phone) if batch[0].phone else None
+        if name and name not in present and now - missing.setdefault(name, now) > LOST_WORKER_S:
+            lost.append(fut)
+    for fut in lost:
+        batch = futures.pop(fut)
+        record(_failed_results(batch, lost_worker_message(batch[0].phone)))
+        client.cancel([fut])
+    return len(lost)
 
 
 def _close(client) -> None:

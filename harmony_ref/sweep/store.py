@@ -2,7 +2,8 @@
 
     points.parquet     one row per point (pyarrow): its key, status and error, the config's
                        fields as columns (`runtime`: the config's, else the profile's
-                       default_runtime), every metric as a column, machine, worker, record path
+                       default_runtime), every metric as a column, machine, worker, record path;
+                       a lab's (sweep/lab.py) also the `serial` of the phone that measured it
     records/KEY.json   the point's run record (track/record.py's schema: the gate, compare and
                        `harmony-ref run`'s readers take it as it is)
     pending/*.parquet  rows written during a sweep, folded into points.parquet at its end
@@ -259,6 +260,8 @@ def make_row(point, result: dict, record_path: str) -> dict:
         "runtime": row_runtime(cfg),
         "backend": cfg["backend"],
     }
+    if point.phone:  # a lab point (sweep/lab.py): the phone that measured it
+        row["serial"] = point.phone
     for axis in SCENARIO_AXES:
         row[axis] = cfg.get(axis, "fp16") if axis == "kv_dtype" else cfg["scenario"][axis]
     row.update(compression_columns(cfg.get("compression", {})))

@@ -16,6 +16,15 @@ must differ, bad being worse in the metric's direction; every commit between is 
 both ends and goes to the side it does not differ from. `max_runs` caps the whole bisection.
 tools/bisect_sim.py measures the search on simulated 64-commit ranges (the figures are in
 docs/how-to/find-the-commit.md).
+
+On a phone (`session`, a device session loaded with its relative [[push]] files deferred,
+lab/session_spec.py): each commit's build must make the session's relative [[push]]
+files in its worktree (a commit whose build does not is skipped, an end is bad input); one run
+is one session run on the device: those files pushed by SHA-256 (a commit's artifact replaces
+the previous commit's only where the bytes differ), cooldown before every measured repeat,
+warm-up, and the samples of the unthrottled repeats only (throttled ones stay out, as in
+`measure --session`; a run with none counts towards max_runs and is run again). max_runs counts
+the session's measured repeats.
 """
 
 from __future__ import annotations
@@ -147,6 +156,7 @@ class Bisection:
         history: History | None = None,
         timeout_s: float = 600.0,
         note: Callable[[str], None] = print,
+        session=None,
     ):
         self.repo = Path(repo).resolve()
         if not (self.repo / ".git").exists() and not git_out(["rev-parse", "HEAD"], self.repo):
@@ -157,12 +167,14 @@ class Bisection:
         self.max_runs, self.timeout_s, self.note = max_runs, timeout_s, note
         self.cache = Path(cache)
         self.history = history
+        self.session = session
         self.runs: dict[str, CommitRuns] = {c: CommitRuns(c) for c in self.commits}
         self.total = 0
         self.unit, self.direction = "", "lower"
-        # the history's config of this bisection's runs: the command and format, hashed (a
-        # bisection resumes only from runs of the same command)
-        digest = hashlib.sha256(f"{command}\0{fmt}".encode()).hexdigest()[:10]
+        # the history's config of this bisection's runs: the command and format (and the phone),
+        # hashed (a bisection resumes only from runs of the same command on the same device)
+        device = f"{session.transport}:{session.device.serial}" if session else ""
+        digest = hashlib.sha256(f"{command}\0{fmt}\0{device}".encode()).hexdigest()[:10]
         self.model = f"bisect-{digest}"
 
     # --- one commit ----------------------------------------------------------------------------
@@ -187,21 +199,33 @@ class Bisection:
         # the build's outcome, kept per build command: another --build builds again
         key = hashlib.sha256((self.build_cmd or "").encode()).hexdigest()[:10]
         mark = wt / f"{BUILD_MARK}-{key}"
-        if mark.exists():
+        if mark.exists():  # built before (by an earlier bisection): its outcome
             c.build, _, c.detail = mark.read_text().partition("\n")
-            return c.build == "ok"
-        c.build, c.detail = "ok", ""
-        if self.build_cmd:
-            r = subprocess.run(
-                self.build_cmd, shell=True, cwd=wt, capture_output=True, text=True
-            )  # the user's own build command, in the worktree
-            if r.returncode != 0:
-                tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
-                c.build, c.detail = "failed", f"build exit {r.returncode}: {tail[0][:120]}"
-        mark.write_text(f"{c.build}\n{c.detail}")
+        else:
+            c.build, c.detail = "ok", ""
+            if self.build_cmd:
+                r = subprocess.run(
+                    self.build_cmd, shell=True, cwd=wt, capture_output=True, text=True
+                )  # the user's own build command, in the worktree
+                if r.returncode != 0:
+                    tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
+                    c.build, c.detail = "failed", f"build exit {r.returncode}: {tail[0][:120]}"
+            mark.write_text(f"{c.build}\n{c.detail}")
+        if c.build == "ok" and self.session is not None:
+            c.build, c.detail = self._artifacts(wt)
         if c.build != "ok":
             self.note(f"skip {c.commit[:10]}: {c.detail}")
         return c.build == "ok"
+
+    def _artifacts(self, wt: Path) -> tuple[str, str]:
+        """(ok | failed, detail): the session's [[push]] files are in the built worktree."""
+        from harmony_ref.lab.session_spec import with_push_root
+
+        spec = with_push_root(self.session, wt)
+        for i, item in enumerate(spec.push):
+            if not spec.local_path(item).is_file():
+                return "failed", f"the build made no {item.local} (session push[{i}].local)"
+        return "ok", ""
 
     def measure(self, c: CommitRuns) -> None:
         """One run of the command on commit `c`: its samples of the metric added."""
@@ -210,6 +234,9 @@ class Bisection:
         if self.total >= self.max_runs:
             raise _Budget()
         wt = self.worktree(c.commit)
+        if self.session is not None:
+            self._measure_session(c, wt)
+            return
         r = subprocess.run(
             self.command, shell=True, cwd=wt, capture_output=True, text=True, timeout=self.timeout_s
         )
@@ -219,7 +246,31 @@ class Bisection:
                 f"--command on {c.commit[:10]} exited {r.returncode}: "
                 f"{(r.stderr or r.stdout).strip()[-200:]}"
             )
-        metrics = parse(self.fmt, r.stdout).metrics
+        self._add(c, parse(self.fmt, r.stdout).metrics)
+
+    def _measure_session(self, c: CommitRuns, wt: Path) -> None:
+        """One session run on the device with commit `c`'s artifacts (module docstring)."""
+        from harmony_ref.backends.command import fill_template
+        from harmony_ref.lab.parsers import parse
+        from harmony_ref.lab.session import DeviceSession, session_values
+        from harmony_ref.lab.session_spec import with_push_root
+
+        spec = with_push_root(self.session, wt)
+        cmd = fill_template(self.command, session_values(spec))
+        result = DeviceSession(spec).run(cmd, lambda text: parse(self.fmt, text).metrics)
+        self.total += len(result.measured)
+        throttled = sum(r.verdict.throttled for r in result.measured)
+        if throttled:
+            self.note(
+                f"{c.commit[:10]}: {throttled} of {len(result.measured)} repeats throttled, "
+                "left out"
+            )
+        if not result.valid:  # every repeat throttled: nothing measured, run again
+            return
+        self._add(c, result.metrics(), result.to_record())
+
+    def _add(self, c: CommitRuns, metrics, session: dict | None = None) -> None:
+        """A run's metrics: the bisected metric's samples to commit `c`, the run to the history."""
         if self.metric not in metrics:
             raise ValueError(
                 f"--metric {self.metric}: the command's {self.fmt} output has no such metric "
@@ -231,9 +282,9 @@ class Bisection:
         c.samples += got
         c.runs += 1
         if self.history is not None:
-            self.history.append(self._record(c.commit, metrics), None)
+            self.history.append(self._record(c.commit, metrics, session), None)
 
-    def _record(self, commit: str, metrics) -> dict:
+    def _record(self, commit: str, metrics, session: dict | None = None) -> dict:
         from harmony_ref.track.record import Record, collect_provenance
 
         prov = collect_provenance()
@@ -246,12 +297,14 @@ class Bisection:
         cfg = {
             "model": self.model,
             "policy": "unspecified",
-            "profile": "host",
+            "profile": (self.session.device.profile or "unspecified") if self.session else "host",
             "backend": "command",
             "scenario": {"prompt_tokens": 1, "new_tokens": 0, "context_tokens": 1, "batch": 1},
             "backend_options": {"command": self.command, "format": self.fmt, "bisect": True},
         }
         part = {"status": "ok", "detail": "bisect run", "metrics": metrics.names()}
+        if session is not None:  # the device, pushes and per-repeat telemetry of the run
+            part["session"] = session
         return Record(cfg, metrics, prov, {"bisect": part}).to_dict()
 
     def resume(self) -> int:

@@ -47,6 +47,7 @@ PHASE_OF = {
     "decode_tokens_per_s": "decode",
     "e2e_ms": "e2e",
     "peak_memory_mb": "memory",
+    "energy_per_token_mj": "energy",
 }
 BAND = 0.25  # the plot's +-25% band
 
@@ -93,11 +94,16 @@ def collect(
 
 def record_points(paths, runtime: str | None) -> list[Point]:
     """Measured phases of run records (`measure`, `run --backend command|host`), scored against
-    the record's profile under `runtime` (default: the profile's own)."""
+    the record's profile under `runtime` (default: the profile's own); and a phone's measured
+    energy per token (`device_energy_per_token_mj`, a session on battery) against the model's
+    decode energy above the idle power that session measured (calibrate/points.py
+    decode_energy_mj)."""
     from pathlib import Path
 
+    from harmony_ref.calibrate.points import ENERGY_METRIC
     from harmony_ref.config import RunConfig
     from harmony_ref.device.soc import load_soc
+    from harmony_ref.track.history import session_block
     from harmony_ref.track.record import load_record
 
     out = []
@@ -135,6 +141,29 @@ def record_points(paths, runtime: str | None) -> list[Point]:
                         source=str(path),
                     )
                 )
+        energy = (
+            rec.metrics["device_energy_per_token_mj"]
+            if ("device_energy_per_token_mj" in rec.metrics)
+            else None
+        )
+        idle = (session_block(rec.to_dict()) or {}).get("power", {}).get("idle_power_w")
+        if energy is not None and idle is not None and energy.value > 0:
+            out.append(
+                Point(
+                    f"{path}:{ENERGY_METRIC}",
+                    "records",
+                    cfg.profile,
+                    runtime or "",
+                    0,
+                    cfg,
+                    ENERGY_METRIC,
+                    energy.value,
+                    "score",
+                    source=str(path),
+                    samples=tuple(energy.samples),
+                    idle_power_w=float(idle),
+                )
+            )
     return out
 
 
@@ -192,7 +221,7 @@ def summary(scored: list[Scored]) -> list[dict]:
             continue
         groups = [("all", mine)] + [
             (ph, [r for r in mine if PHASE_OF[r.point.metric] == ph])
-            for ph in ("prefill", "decode", "memory")
+            for ph in ("prefill", "decode", "memory", "energy")
         ]
         for phase, rs in groups:
             if not rs:

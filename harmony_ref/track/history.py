@@ -126,6 +126,25 @@ def sut_info(directory: str | Path, flag: str = "--sut") -> dict:
     }
 
 
+def session_sut(spec) -> dict | None:
+    """A device session's [sut] (lab/session_spec.py) as a system under test: its `dir`
+    read as `--sut DIR` reads a checkout, or its repository and commit as given (dirty: not
+    known); None when the session has no [sut]."""
+    from harmony_ref.lab.session_spec import short_path
+
+    u = spec.sut
+    if u.dir:
+        return sut_info(spec.sut_dir(), f"{short_path(Path(spec.path))}: field 'sut.dir' =")
+    if not u.given:
+        return None
+    return {
+        "repository": u.repository,
+        "commit": u.commit,
+        "describe": u.describe or u.commit[:12],
+        "dirty": None,
+    }
+
+
 def config_label(config: dict) -> str:
     """One line naming a record's config: model/policy/profile/backend/scenario."""
     s = config.get("scenario", {})
@@ -141,7 +160,8 @@ def config_label(config: dict) -> str:
     )
 
 
-def _session_block(data: dict) -> dict | None:
+def session_block(data: dict) -> dict | None:
+    """The device session block of a record dict (the part that ran through a session)."""
     for part in data.get("parts", {}).values():
         if isinstance(part, dict) and isinstance(part.get("session"), dict):
             return part["session"]
@@ -157,7 +177,7 @@ def record_row(data: dict, source: str | None = None) -> dict:
         "describe": None,
         "dirty": prov.get("git_dirty"),
     }
-    session = _session_block(data)
+    session = session_block(data)
     ident = (session or {}).get("identity", {})
     serial = (session or {}).get("serial") or None
     uid = hashlib.sha256(json.dumps(data, sort_keys=True, default=float).encode()).hexdigest()

@@ -34,7 +34,9 @@ the tool reports success), `hang_on_run` (the k-th run never returns; its client
 that must die with it), `stuck_zone` (the temperature never falls: a zone that never cools),
 `cap_from_run` (from the k-th run on, every core's scaling_max_freq is capped at `cap_fraction`,
 default 0.6, of its maximum, whatever the temperature: a cap a thermal daemon or power mode
-sets). phone.json `load_s` gives each benchmark a start window of that many simulated seconds
+sets), `cap_on_run` (the same cap while the k-th run runs, and that run's rates times
+cap_fraction: one slow, throttled repeat). A pushed benchmark binary holding a line `speed=X`
+runs at X times the phone's rates (a build that made it slower or faster). phone.json `load_s` gives each benchmark a start window of that many simulated seconds
 (REAL_LOAD_S of real time): the process is alive, its model loading, the big cores parked at
 IDLE_FREQ_FRACTION and idle in /proc/stat; `loaded_freq_fraction` runs the big cores below
 their cap while computing. /proc/stat counts the big cores busy while a benchmark computes;
@@ -42,12 +44,18 @@ their cap while computing. /proc/stat counts the big cores busy while a benchmar
 The battery's current_now is the load's power (the operating point's while a benchmark
 computes, IDLE_W otherwise) over BATTERY_V, in microamps, positive while discharging (this
 fake vendor's sign; phone.json `current_sign`: "negative" for the kernel ABI's); phone.json
-`charging` makes its status "Charging" and its current the charger's minus the load.
+`charging` makes its status "Charging" and its current the charger's minus the load, unless
+`1` was written to the battery folder's `input_suspend` (Qualcomm's charger-input switch, the
+file a [power] stop_charging command writes): then it discharges. The Android fake has Pixel's
+ODPM: /sys/bus/iio/devices/iio:device0/energy_value, energy counters of two rails (ODPM_RAILS)
+that accumulate all the power it draws (idle and computing, charger or not), in the HAL's
+`t=` / `CH<n>(T=..)[rail], uWs` format; `cat` expands a `*` in that path.
 """
 
 from __future__ import annotations
 
 import base64
+import fnmatch
 import hashlib
 import json
 import os
@@ -69,6 +77,10 @@ from harmony_ref.device.thermal import decode_operating_points, simulate  # noqa
 PROFILE = "harmony-flagship"
 WORKLOAD = ("llama-3.2-1b", "int4-g32")
 IDLE_W = 0.6  # assumption: screen off, SoC idle, the fake's own number
+# The Android fake's ODPM (Pixel's power-rail energy counters, one monitor chip): the rails
+# share all of its power in these proportions (made up; the format is the Pixel HAL's).
+ODPM_PATH = "/sys/bus/iio/devices/iio:device0/energy_value"
+ODPM_RAILS = {"S2M_VDD_CPUCL2": 0.7, "S10M_VDD_MEM": 0.3}
 COMMAND_S = 0.05  # simulated seconds one shell command costs
 REAL_RUN_S = 0.1  # real seconds a benchmark's client takes at least, so telemetry can poll it
 REAL_LOAD_S = 0.25  # real seconds of a benchmark's start window (phone.json load_s > 0)
@@ -134,6 +146,7 @@ class Phone:
         self.gov_state = 0
         self.gone = False
         self.runs = 0
+        self.rails_uws = {rail: 0.0 for rail in ODPM_RAILS}  # the ODPM counters
         self.next_pid = 4100
         self.active = None  # the benchmark run a client is sleeping through
         self.log: list[str] = []
@@ -184,10 +197,16 @@ class Phone:
             return elapsed / real_load, a
         return min((elapsed - real_load) / REAL_RUN_S, 0.95), a
 
+    def spend(self, joules: float) -> None:
+        """The energy the phone used: onto its ODPM rail counters."""
+        for rail, share in ODPM_RAILS.items():
+            self.rails_uws[rail] += joules * share * 1e6
+
     def idle(self, seconds: float) -> None:
         if seconds <= 0:
             return
         self.t += seconds
+        self.spend(IDLE_W * seconds)
         if self.faults.get("stuck_zone"):
             return
         n = len(self.thermal.freq_steps)
@@ -217,6 +236,7 @@ class Phone:
             self.die, self.skin = float(tr.die_c[i]), float(tr.skin_c[i])
         self.gov_state = int(tr.state[i])
         self.t += seconds
+        self.spend(float(tr.power_w[: i + 1].sum()) * DT_S)
         return seconds, {
             "die": tr.die_c[: i + 1].tolist()[::20] or [self.die],
             "state": tr.state[: i + 1].tolist()[::20] or [self.gov_state],
@@ -273,10 +293,18 @@ class Phone:
         t, die, skin, state, running, computing = self.now()
         frac = self.thermal.freq_steps[state]
         capped_from = self.faults.get("cap_from_run")
-        if capped_from and self.runs >= capped_from:  # a cap the governor did not set
+        window = self._window()
+        capped_now = window is not None and window[1]["run"] == self.faults.get("cap_on_run")
+        if (capped_from and self.runs >= capped_from) or capped_now:  # not the governor's cap
             frac = min(frac, float(self.faults.get("cap_fraction", 0.6)))
         if path == "/proc/uptime":
             return f"{t:.2f} {t * 7.3:.2f}"
+        if path == ODPM_PATH and self.kind == "adb":  # counters as of the last completed step
+            ms = int(self.t * 1000)
+            return f"t={ms}\n" + "".join(
+                f"CH{i}(T={ms})[{rail}], {int(uws)}\n"
+                for i, (rail, uws) in enumerate(self.rails_uws.items())
+            )
         if path == "/proc/stat":
             return self.proc_stat(t)
         m = re.fullmatch(r"/sys/class/thermal/thermal_zone(\d+)/(temp|type)", path)
@@ -310,12 +338,16 @@ class Phone:
             what = m.group(2)
             if what == "capacity":
                 return str(max(5, 87 - self.runs))
+            suspend = self.path(f"/sys/class/power_supply/{m.group(1)}/input_suspend")
+            charging = self.charging and not (
+                suspend.is_file() and suspend.read_text().strip() == "1"
+            )
             if what == "status":
-                return "Charging" if self.charging else "Discharging"
+                return "Charging" if charging else "Discharging"
             if what == "voltage_now":
                 return str(int(round(BATTERY_V * 1e6)))
             load_w = float(self.power_w[state]) if computing else IDLE_W
-            out_w = load_w - (CHARGER_W if self.charging else 0.0)  # > 0: out of the battery
+            out_w = load_w - (CHARGER_W if charging else 0.0)  # > 0: out of the battery
             return str(int(round(self.discharge_sign * out_w / BATTERY_V * 1e6)))
         m = re.fullmatch(r"/proc/(\d+)/status", path)
         if m:
@@ -339,11 +371,15 @@ class Phone:
 
     # --- benchmarks -----------------------------------------------------------------------------
     def benchmark(
-        self, name: str, args: list[str], pid: int, cwd: str
+        self, name: str, args: list[str], pid: int, cwd: str, speed: float = 1.0
     ) -> tuple[str, str, int, dict]:
-        """(stdout, stderr, exit code, what the client must do in real time)."""
+        """(stdout, stderr, exit code, what the client must do in real time); `speed`: the
+        pushed binary's own factor on the phone's rates (a `speed=X` line in it: a build that
+        runs X times as fast), times cap_fraction in the run `cap_on_run` names."""
         self.runs += 1
         k = self.runs
+        if self.faults.get("cap_on_run") == k:
+            speed *= float(self.faults.get("cap_fraction", 0.6))
         opts = _options(args)
         model = opts.get("-m") or opts.get("--modelFile")
         if model and not model.startswith("/"):
@@ -361,7 +397,7 @@ class Phone:
         tc, busy0 = self.t, self.busy_s
         trace = {"die": [], "state": []} if not self.load_s else trace
         if name == "llama-bench":
-            out = self._llama_bench(opts, model, trace)
+            out = self._llama_bench(opts, model, trace, speed)
         else:
             out = self._mslite(opts, model, trace)
         self.busy_s += self.t - tc
@@ -397,7 +433,7 @@ class Phone:
         trace["state"] += part["state"]
         return seconds
 
-    def _llama_bench(self, opts, model, trace) -> str:
+    def _llama_bench(self, opts, model, trace, speed: float = 1.0) -> str:
         p, n, r = int(opts.get("-p", 512)), int(opts.get("-n", 128)), int(opts.get("-r", 5))
         rows = []
         common = {
@@ -415,7 +451,7 @@ class Phone:
         for n_prompt, n_gen in ((p, 0), (0, n)):
             if not (n_prompt or n_gen):
                 continue
-            rate = self.prefill_tps if n_prompt else self.decode_tps
+            rate = (self.prefill_tps if n_prompt else self.decode_tps) * speed
             units = n_prompt or n_gen
             ns = [int(self._run_trace(trace, units, rate) * 1e9) for _ in range(r)]
             ts = [units * 1e9 / x for x in ns]
@@ -657,7 +693,8 @@ class FakeShell:
         elif name == "cat":
             rc = 0
             for a in args:
-                text = ph.read_file(self._abs(a))
+                globbed = [p for p in (ODPM_PATH,) if "*" in a and fnmatch.fnmatch(p, a)]
+                text = ph.read_file(globbed[0] if globbed else self._abs(a))
                 if text is None:
                     self.err.append(f"cat: {a}: No such file or directory\n")
                     rc = 1
@@ -735,7 +772,14 @@ class FakeShell:
             if not p.is_file():
                 self.err.append(f"sh: {name}: not found\n")
                 return 127
-            out, err, rc, then = ph.benchmark(PurePosixPath(name).name, args, self.pid, self.cwd)
+            speed = re.search(r"^speed=([0-9.]+)$", p.read_text(errors="replace"), re.M)
+            out, err, rc, then = ph.benchmark(
+                PurePosixPath(name).name,
+                args,
+                self.pid,
+                self.cwd,
+                float(speed.group(1)) if speed else 1.0,
+            )
             self.out.append(out)
             self.err.append(err)
             self.then.update(then)

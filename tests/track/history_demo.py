@@ -39,6 +39,21 @@ def git(repo: Path, *args: str, date: int = 0) -> str:
     return out.stdout.strip()
 
 
+def commit_series(root: Path, n: int, files) -> list[str]:
+    """A new repository at `root` with `n` commits, oldest first: commit i writes
+    `files(i)` ({name: text}); fixed dates, so fixed hashes. Returns the hashes."""
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    hashes = []
+    for i in range(n):
+        for name, text in files(i).items():
+            (root / name).write_text(text)
+        git(root, "add", *files(i))
+        git(root, "commit", "-q", "-m", f"change {i}", date=i)
+        hashes.append(git(root, "rev-parse", "HEAD"))
+    return hashes
+
+
 def make_repo(repo: Path, commits: int = COMMITS) -> list[str]:
     """A git repository of `commits` commits; their hashes, oldest first."""
     repo.mkdir(parents=True)

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from harmony_ref.cli import main
-from tests.track.history_demo import git
+from tests.track.history_demo import commit_series
 
 COMMITS = 24
 STEP_AT = 15  # the first slow commit
@@ -35,18 +35,12 @@ COMMAND = f"{sys.executable} prog.py"
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     root = tmp_path_factory.mktemp("bisect") / "prog"
-    root.mkdir()
-    git(root, "init", "-q", "-b", "main")
-    hashes = []
-    for i in range(COMMITS):
-        level = 50.0 * (1.15 if i >= STEP_AT else 1.0)
-        text = PROG.format(level=level, index=i)
-        if i == BROKEN:
-            text += "def broken(:\n"
-        (root / "prog.py").write_text(text)
-        git(root, "add", "prog.py")
-        git(root, "commit", "-q", "-m", f"change {i}", date=i)
-        hashes.append(git(root, "rev-parse", "HEAD"))
+
+    def files(i):
+        text = PROG.format(level=50.0 * (1.15 if i >= STEP_AT else 1.0), index=i)
+        return {"prog.py": text + ("def broken(:\n" if i == BROKEN else "")}
+
+    hashes = commit_series(root, COMMITS, files)
     return root, hashes
 
 
