@@ -212,16 +212,7 @@ def _judge_perplexity(check: RuntimeCheck, ref: Reference, done) -> CheckResult:
             f"perplexity {ppl:.4f} is {ratio:.3f}x the FP32 reference {ref.ppl:.4f}, "
             f"below 1 / bound = {b.low:.4f}: it did not score the same model and text"
         )
-    accurate = not reasons
-    m.add(
-        "runtime_accurate",
-        1.0 if accurate else 0.0,
-        "bool",
-        "higher",
-        "exact",
-        description="; ".join(reasons) or f"ratio {ratio:.4f} within {b.low:.4f} .. {b.high:.4f}",
-    )
-    return CheckResult(accurate, reasons, m, prov)
+    return _verdict(reasons, m, prov, f"ratio {ratio:.4f} within {b.low:.4f} .. {b.high:.4f}")
 
 
 def _judge_mslite(done) -> CheckResult:
@@ -285,6 +276,12 @@ def _judge_mslite(done) -> CheckResult:
     ):
         if v is not None:
             m.add(name, v, unit, direction, "exact")
+    return _verdict(reasons, m, {}, "outputs match the calibration data")
+
+
+def _verdict(reasons: list[str], m: Metrics, provenance: dict, why_accurate: str) -> CheckResult:
+    """The judged result: accurate when no reason says otherwise, `runtime_accurate` (1 or 0)
+    added to `m` with the reasons, or `why_accurate`, as its description."""
     accurate = not reasons
     m.add(
         "runtime_accurate",
@@ -292,9 +289,9 @@ def _judge_mslite(done) -> CheckResult:
         "bool",
         "higher",
         "exact",
-        description="; ".join(reasons) or "outputs match the calibration data",
+        description="; ".join(reasons) or why_accurate,
     )
-    return CheckResult(accurate, reasons, m, {})
+    return CheckResult(accurate, reasons, m, provenance)
 
 
 # --- the run record and the side-by-side table -------------------------------------------------
