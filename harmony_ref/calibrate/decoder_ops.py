@@ -172,11 +172,11 @@ def call_samples(
             cls, ops, vec = "vector", w["vflops"], 0.0
         out.append(
             OpSample(
-                f"{tag}{phase}@{context}:{kind}",
+                f"{tag}{phase}@{context}:{call}",
                 cls,
                 ops,
                 w["bytes"],
-                int(calls.get(kind, 1)),
+                int(calls.get(call, 1)),
                 float(s),
                 holdout=holdout,
                 vector_ops=vec,

@@ -124,7 +124,7 @@ def _print_rows(rows, title):
 
 def _compare(args) -> int:
     from harmony_ref.commands._output import print_json
-    from harmony_ref.job.runtime_check import row_from_record
+    from harmony_ref.job.runtime_check_judge import row_from_record
     from harmony_ref.track.record import load_record
 
     rows = [row_from_record(load_record(path), path) for path in args.compare]

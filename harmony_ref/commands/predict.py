@@ -61,7 +61,7 @@ def run(args) -> int:
     from harmony_ref.backends.simulated import SimulatedDevice
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import RunConfig
-    from harmony_ref.device.cost import scenario_breakdown
+    from harmony_ref.device.cost_breakdown import scenario_breakdown
     from harmony_ref.device.threads import require_cpu, thread_sweep
     from harmony_ref.quant.policy import AS_STORED
     from harmony_ref.runtime.loader import file_policy, resolve_model

@@ -16,14 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harmony_ref.job.runtime_check import (
-    CheckResult,
-    Reference,
-    RuntimeCheck,
-    result_record,
-    run_check,
-    table_row,
-)
+from harmony_ref.job.runtime_check import Reference, RuntimeCheck
+from harmony_ref.job.runtime_check_judge import CheckResult, result_record, run_check, table_row
 from harmony_ref.metrics import Metrics
 
 

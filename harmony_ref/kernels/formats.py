@@ -133,6 +133,7 @@ def _float_format(name: str, matmul_stored=None) -> Format:
 
 def _int4_format(name: str) -> Format:
     scheme = FACTS[name].scheme
+    assert scheme is not None, name  # every int4 entry of the facts table names its scheme
 
     def from_arrays(a, shape, group_size):
         return Int4Tensor(

@@ -94,6 +94,7 @@ class QuantLinear:
 # The decoder's Linears (runtime/llama.py): a weight quantized or cast into its policy format and
 # its kernel operand prepared at load; q|k|v and gate|up fused into one matmul where they can be
 
+
 def _prepared(name: str, fmt: WeightFormat, stored, matmul=None, operand=None) -> QuantLinear:
     """A QuantLinear with its kernel operand built now (at load, not inside a timed step)."""
     lin = QuantLinear(name, fmt, stored, matmul=matmul, operand=operand)

@@ -16,7 +16,7 @@ Rules (limits come from a tolerance TOML, see harmony_ref/data/gate_tolerances.t
 - a host measurement of a width-scaled copy of the model (`measured_model`, e.g. llama-3.2-3b/w4)
   is never gated against one of another size (bad input, exit 2);
 - metrics flagged `inaccurate` (a run whose runtime failed its accuracy check,
-  job/runtime_check.py) are never a result: on either side each one is a regression, with the
+  job/runtime_check_judge.py) are never a result: on either side each one is a regression, with the
   reason the run recorded in its `runtime_accurate` metric;
 - timings are only comparable on the same kind of machine: when the two records differ in CPU
   model, core count or Numba threads, measured metrics are shown but not gated (and say why);
@@ -51,7 +51,7 @@ MIN_SAMPLES_FOR_U_TEST = 3
 
 # Verdict statuses; only REGRESSION fails the gate.
 PASS, IMPROVED, INFO, NOISE, REGRESSION = "pass", "improved", "info", "noise", "regression"
-INACCURATE = "inaccurate"  # the flag job/runtime_check.py puts on every metric of a wrong run
+INACCURATE = "inaccurate"  # the flag job/runtime_check_judge.py puts on every metric of a wrong run
 
 
 @dataclass(frozen=True)

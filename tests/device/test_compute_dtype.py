@@ -10,7 +10,8 @@ import pytest
 
 from harmony_ref.calibrate.fit import phase_terms
 from harmony_ref.config import RunConfig
-from harmony_ref.device.cost import phase_cost, scenario_breakdown, scenario_timing
+from harmony_ref.device.cost import phase_cost, scenario_timing
+from harmony_ref.device.cost_breakdown import scenario_breakdown
 from harmony_ref.device.runtime import load_profile
 from harmony_ref.device.soc import WEIGHT_ONLY_COMPUTES, compute_dtype, shipped_profiles
 from harmony_ref.device.threads import thread_sweep

@@ -9,7 +9,8 @@ import pytest
 
 from harmony_ref.cli import main
 from harmony_ref.config import RunConfig
-from harmony_ref.device.cost import config_graph, fallback_rows, scenario_timing
+from harmony_ref.device.cost import config_graph, scenario_timing
+from harmony_ref.device.cost_breakdown import fallback_rows
 from harmony_ref.device.ops import OpsUnsupported, check_ops, fallback_ops, placement
 from harmony_ref.device.runtime import load_profile
 from harmony_ref.model.graph import OP_TYPES, op_types_used
