@@ -73,6 +73,32 @@ def test_failed_part_exits_1(tmp_path, monkeypatch):
     assert "kernel exploded" in rec.parts["predicted"]["detail"]
 
 
+def test_a_phone_that_leaves_stops_the_run_or_with_gone_fails_fails_its_part(monkeypatch):
+    """DeviceGone stops `run` (nothing recorded); a lab sweep's point (run_job's gone_fails)
+    records the part failed with the session's one line, and the parts after it still run."""
+    from harmony_ref.lab.transport import DeviceGone
+
+    def gone(config):
+        raise DeviceGone("hdc device LAB0HDC000001 disappeared during the benchmark")
+
+    def fine(config):
+        from harmony_ref.metrics import Metrics
+
+        return Metrics()
+
+    parts = [job.Part("predicted", "predicted", gone), job.Part("host", "host", fine)]
+    monkeypatch.setattr(job, "PARTS", parts)
+    with pytest.raises(DeviceGone):
+        job.run_job(job_config(), show_progress=False)
+    rec = job.run_job(job_config(), show_progress=False, gone_fails=True)
+    assert rec.parts["predicted"] == {
+        "status": "failed",
+        "detail": "hdc device LAB0HDC000001 disappeared during the benchmark",
+        "metrics": [],
+    }
+    assert rec.parts["host"]["status"] == "ok"
+
+
 def job_config():
     from harmony_ref.config import RunConfig
 
