@@ -127,6 +127,7 @@ def evaluate_lm(
     max_chunks: int | None = None,
     reference_cache=None,
     calibration_tokens=None,
+    programs=(),
 ) -> dict:
     """{"reference": summary, "<policy>[+kv-int8]": summary, ...} plus run facts.
 
@@ -136,7 +137,9 @@ def evaluate_lm(
     reference's log-probs are read from it when there and written to it when not; cached or
     not, they are rounded to float32 the same way, so a cached run gives the same numbers.
     `calibration_tokens`: the text a variant with [activations] or an activation pruning score
-    calibrates on (default: the corpus's calibration split, runtime/calibration.py)."""
+    calibrates on (default: the corpus's calibration split, runtime/calibration.py).
+    `programs`: other runtimes' models scored the same way after the variants (runtime/pte.py
+    PteProgram: its `name`, `reset()` and `prefill(chunk, all_logits=True)`), each a row."""
     c = weights.config
     chunks = chunk_tokens(tokens, context, c.bos_id if add_bos else None)
     total_chunks = len(chunks)
@@ -150,7 +153,7 @@ def evaluate_lm(
     models = [
         Llama(weights, p, kv, max_context=context, calibration_tokens=calibration_tokens)
         for p, kv in variants
-    ]
+    ] + list(programs)
     scores = {"reference": Scores([], [], [])} | {m.name: Scores([], [], []) for m in models}
     cached = 0
     for ci, chunk in enumerate(chunks):

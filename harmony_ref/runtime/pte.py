@@ -85,20 +85,32 @@ def export_pte(model: str, policy: str, out, max_context: int) -> PteExport:
     check_output_file(out, "--out")
     check_output_file(manifest_path(out), "--out's manifest")
     from harmony_ref.quant.policy import load_policy
-    from harmony_ref.runtime.loader import load_decoder, model_label, resolve_model_path
+    from harmony_ref.runtime.loader import (
+        SHIPPED_MODELS,
+        checkpoint_config,
+        load_decoder,
+        model_label,
+        resolve_model_path,
+    )
     from harmony_ref.runtime.torch_decoder import TorchDecoder, pte_plan, quantize_for_policy
 
     pol = load_policy(policy)
+    config = checkpoint_config(model)
+    pte_plan(config, pol)  # refused here, before any weight is read
+    if not 1 <= max_context <= config.max_positions:
+        raise ValueError(
+            f"--max-context {max_context}: must be 1..{config.max_positions} (the checkpoint's)"
+        )
     weights, _ = load_decoder(model)
     module = TorchDecoder(weights, max_context).eval()
-    pte_plan(module, pol)  # refused here, before the slow part
     plan = quantize_for_policy(module, pol)
     data = _lower(module, max_context)
     source = resolve_model_path(model)
     manifest = {
         "format": "harmony-ref pte manifest",
         "format_version": PTE_FORMAT_VERSION,
-        "model": model,
+        # a shipped name, or the checkpoint's absolute path: what accuracy scores against
+        "model": model if model in SHIPPED_MODELS else str(source.resolve()),
         "model_label": model_label(model, weights),
         "source": source.name,
         "source_sha256": sha256_file(source) if source.is_file() else "",
@@ -225,3 +237,25 @@ class PteProgram:
 
     def decode(self, token: int) -> np.ndarray:
         return self.forward([token])[0]
+
+
+def program_for_scoring(path, context: int) -> tuple[str, PteProgram]:
+    """(the checkpoint the program at `path` was exported from, the program) for `accuracy`:
+    ValueError in one line when the checkpoint is gone or changed, or `context` is longer than
+    the program's static cache."""
+    from harmony_ref.runtime.loader import resolve_model_path
+
+    manifest = read_manifest(path)
+    model = manifest["model"]
+    try:
+        source = resolve_model_path(model)
+    except ValueError as e:
+        raise ValueError(f"--model {path}: its checkpoint {model} is gone ({e})") from e
+    if source.is_file() and sha256_file(source) != manifest["source_sha256"]:
+        raise ValueError(f"--model {path}: its checkpoint {model} changed since the export")
+    if context > manifest["max_context"]:
+        raise ValueError(
+            f"--context {context}: longer than {path}'s static KV cache "
+            f"({manifest['max_context']} positions; export --max-context)"
+        )
+    return model, PteProgram(path, manifest)

@@ -40,7 +40,7 @@ from torch import nn
 
 from harmony_ref.kernels.norm import GELU_CUBIC, GELU_TANH_SCALE
 from harmony_ref.kernels.rope import rope_table
-from harmony_ref.model.decoder import DecoderWeights, layer_name
+from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, layer_name
 from harmony_ref.quant.policy import Policy, WeightFormat, load_policy
 
 # shipped policies with an ExecuTorch counterpart; the nearest one is named on a refusal
@@ -48,7 +48,7 @@ PTE_POLICIES = ("fp32", "int8", "w4a8-g32", "w4a8-g128")
 
 
 def _t(a: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+    return torch.tensor(np.asarray(a), dtype=torch.float32)  # a copy: the weights stay as read
 
 
 def _linear(w: np.ndarray, b: np.ndarray | None = None) -> nn.Linear:
@@ -218,9 +218,18 @@ def nearest_pte_policy(fmt: WeightFormat) -> str:
     return "fp32"
 
 
-def pte_plan(model: TorchDecoder, policy: str | Policy) -> dict[str, tuple[str, int]]:
-    """Linear name -> (scheme, group size) the flow applies under `policy`; ValueError in one line
-    when a Linear's format has no counterpart, or the policy prunes or has static activations."""
+def linear_rows(c: DecoderConfig) -> dict[str, int]:
+    """Linear name (model/decoder.py layer_name, "lm_head") -> its row length K."""
+    k = {"q_proj": c.dim, "k_proj": c.dim, "v_proj": c.dim, "o_proj": c.q_dim}
+    k |= {"gate_proj": c.dim, "up_proj": c.dim, "down_proj": c.ffn_dim}
+    out = {layer_name(i, short): n for i in range(c.n_layers) for short, n in k.items()}
+    return out | {"lm_head": c.dim}
+
+
+def pte_plan(config: DecoderConfig, policy: str | Policy) -> dict[str, tuple[str, int]]:
+    """Linear name -> (scheme, group size) the flow applies under `policy`, from the config
+    alone (checked before any weight is read); ValueError in one line when a Linear's format
+    has no counterpart, or the policy prunes, calibrates or has static activations."""
     pol = policy if isinstance(policy, Policy) else load_policy(policy)
     if pol.prune or pol.activations or pol.calibrated:
         what = "[prune]" if pol.prune else "[activations]" if pol.activations else "[quantize]"
@@ -230,7 +239,7 @@ def pte_plan(model: TorchDecoder, policy: str | Policy) -> dict[str, tuple[str, 
         )
     dynamic = pol.dynamic_activations == "int8"
     plan = {}
-    for name, lin in model.linears().items():
+    for name, k in linear_rows(config).items():
         fmt = pol.format_for(name)
         scheme = _scheme(fmt, dynamic)
         if scheme is None:
@@ -239,7 +248,7 @@ def pte_plan(model: TorchDecoder, policy: str | Policy) -> dict[str, tuple[str, 
                 f"counterpart; the nearest policy that has one: {nearest_pte_policy(fmt)}"
             )
         group = fmt.group_size if scheme == "8da4w" else 0
-        if group and lin.in_features % group:
+        if group and k % group:
             scheme, group = "fp32", 0  # the flow's filter_fn: K not a multiple of the group
         plan[name] = (scheme, group)
     return plan
@@ -247,7 +256,7 @@ def pte_plan(model: TorchDecoder, policy: str | Policy) -> dict[str, tuple[str, 
 
 def quantize_for_policy(model: TorchDecoder, policy: str | Policy) -> dict[str, tuple[str, int]]:
     """Quantize `model`'s Linears in place as the flow does under `policy`; returns pte_plan."""
-    plan = pte_plan(model, policy)
+    plan = pte_plan(model.config, policy)
     if all(s == "fp32" for s, _ in plan.values()):
         return plan
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
