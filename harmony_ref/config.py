@@ -42,7 +42,7 @@ from harmony_ref.model.spec import SPECS_FOLDER, ModelSpec, get_spec, spec_from_
 from harmony_ref.quant.kv import KV_DTYPES
 from harmony_ref.quant.policy import POLICIES_FOLDER, Policy, check_applies, load_policy
 
-BACKENDS = ("simulated", "host", "command")
+BACKENDS = ("simulated", "host", "command", "executorch")
 CONFIG_FIELDS = ("model", "policy", "profile", "scenario", "backend")
 SCENARIO_FIELDS = ("prompt_tokens", "new_tokens", "context_tokens", "batch")
 DEFAULT_PROFILE = "harmony-flagship"
