@@ -180,3 +180,26 @@ def test_export_refuses_before_work(ggufs, tmp_path):
     with pytest.raises(ValueError, match="nearest policy that has one: w4a8-g32"):
         export_pte(str(ggufs["llama"]), "int4-g32", out, 16)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_accuracy_scores_the_program_beside_our_kernels(programs, capsys):
+    from harmony_ref.cli import main
+
+    fp32 = programs["gemma3", "fp32"].path
+    assert (
+        main(["accuracy", "--model", str(fp32), "--context", "32", "--chunks", "2", "--json"]) == 0
+    )
+    rows = {
+        r["policy"] + "/" + r["kv_cache"]: r for r in json.loads(capsys.readouterr().out)["rows"]
+    }
+    ref = rows["FP32 reference (NumPy)/fp32"]
+    prog = rows["fp32/executorch-xnnpack"]
+    assert "fp32/fp16" in rows  # our kernels under the program's policy, beside it
+    # the fp32 program is the reference's math: same perplexity, no divergence, same argmax
+    assert prog["ppl"] == pytest.approx(ref["ppl"], rel=1e-4)
+    assert prog["kld_mean"] < 1e-6 and prog["top1_agreement_pct"] == 100.0
+    q = programs["llama", "w4a8-g32"].path
+    argv = ["accuracy", "--model", str(q), "--context", "64", "--json"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--context 64: longer than" in err and "32 positions" in err and "\n" not in err
