@@ -71,5 +71,5 @@ def make_backend(
     if name == "executorch":  # an ExecuTorch program on this CPU (backends/executorch.py)
         from harmony_ref.backends.executorch import ExecuTorchDevice
 
-        return ExecuTorchDevice(repeats=min(repeats, 3))
+        return ExecuTorchDevice()
     raise ValueError(f"unknown backend {name!r}; known: {list(BACKENDS)}")
