@@ -51,16 +51,25 @@ def generate_stats(program, prompt, new_tokens: int, load: tuple[float, float]) 
         token = int(np.argmax(logits))
         sampling += _ms() - t
     end = _ms()
+    return observer_stats(
+        len(prompt), new_tokens - 1, load, (start, prompt_end, first, end), sampling
+    )
+
+
+def observer_stats(prompt_tokens, generated_tokens, load, times, sampling_ms) -> dict:
+    """stats.h's fields: `load` (model load start, end), `times` (inference start, prompt
+    evaluation end, first token, inference end), all in ms."""
+    start, prompt_end, first, end = times
     return {
-        "prompt_tokens": len(prompt),
-        "generated_tokens": new_tokens - 1,
+        "prompt_tokens": prompt_tokens,
+        "generated_tokens": generated_tokens,
         "model_load_start_ms": load[0],
         "model_load_end_ms": load[1],
         "inference_start_ms": start,
         "prompt_eval_end_ms": prompt_end,
         "first_token_ms": first,
         "inference_end_ms": end,
-        "aggregate_sampling_time_ms": sampling,
+        "aggregate_sampling_time_ms": sampling_ms,
         "SCALING_FACTOR_UNITS_PER_SECOND": 1000,
     }
 

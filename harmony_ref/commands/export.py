@@ -122,7 +122,6 @@ def run(args) -> int:
 
 def run_gguf(args, out: str) -> int:
     from harmony_ref.checkpoint.gguf_export import export_gguf
-    from harmony_ref.commands._output import print_json
     from harmony_ref.runtime.loader import resolve_model_path
     from harmony_ref.units import MB
 
@@ -150,22 +149,30 @@ def run_gguf(args, out: str) -> int:
         "file_mb": r.nbytes / MB,
         "file_sha256": r.file_sha256,
     }
+    types = ", ".join(f"{n} {t}" for t, n in sorted(r.types.items()))
+    return _print_export(
+        args,
+        info,
+        f"wrote {r.path}: {r.tensors} tensors ({types}), {info['file_mb']:.2f} MB, "
+        f"policy {args.policy}",
+    )
+
+
+def _print_export(args, info: dict, headline: str) -> int:
+    """A written file with a manifest: `info` as JSON, or the headline, manifest and SHA-256."""
+    from harmony_ref.commands._output import print_json
+
     if args.json:
         print_json(info)
     else:
-        types = ", ".join(f"{n} {t}" for t, n in sorted(r.types.items()))
-        print(
-            f"wrote {r.path}: {r.tensors} tensors ({types}), {info['file_mb']:.2f} MB, "
-            f"policy {args.policy}"
-        )
-        print(f"manifest {r.manifest_path}")
-        print(f"file sha256 {r.file_sha256}")
+        print(headline)
+        print(f"manifest {info['manifest']}")
+        print(f"file sha256 {info['file_sha256']}")
     return 0
 
 
 def run_pte(args, out: str) -> int:
     from harmony_ref.commands._args import check_policies
-    from harmony_ref.commands._output import print_json
     from harmony_ref.runtime.loader import checkpoint_spec, resolve_model_path
     from harmony_ref.runtime.pte import export_pte, require_executorch
     from harmony_ref.units import MB
@@ -190,14 +197,10 @@ def run_pte(args, out: str) -> int:
         "file_sha256": r.file_sha256,
         "executorch": version,
     }
-    if args.json:
-        print_json(info)
-    else:
-        schemes = ", ".join(f"{n} {s}" for s, n in sorted(r.schemes.items()))
-        print(
-            f"wrote {r.path}: ExecuTorch {version} XNNPACK program, Linears {schemes}, "
-            f"{info['file_mb']:.2f} MB, policy {args.policy}, max context {max_context}"
-        )
-        print(f"manifest {r.manifest_path}")
-        print(f"file sha256 {r.file_sha256}")
-    return 0
+    schemes = ", ".join(f"{n} {s}" for s, n in sorted(r.schemes.items()))
+    return _print_export(
+        args,
+        info,
+        f"wrote {r.path}: ExecuTorch {version} XNNPACK program, Linears {schemes}, "
+        f"{info['file_mb']:.2f} MB, policy {args.policy}, max context {max_context}",
+    )

@@ -12,22 +12,12 @@ import pytest
 
 from harmony_ref.backends.base import BackendError
 from harmony_ref.backends.executorch import runner_metrics
+from harmony_ref.backends.executorch_runner import observer_stats
 from harmony_ref.cli import main
 
 
 def _line(start, prompt_end, first, end, load=(0.0, 250.0), prompt=64, gen=15) -> str:
-    stats = {
-        "prompt_tokens": prompt,
-        "generated_tokens": gen,
-        "model_load_start_ms": load[0],
-        "model_load_end_ms": load[1],
-        "inference_start_ms": start,
-        "prompt_eval_end_ms": prompt_end,
-        "first_token_ms": first,
-        "inference_end_ms": end,
-        "aggregate_sampling_time_ms": 1.5,
-        "SCALING_FACTOR_UNITS_PER_SECOND": 1000,
-    }
+    stats = observer_stats(prompt, gen, load, (start, prompt_end, first, end), 1.5)
     return "PyTorchObserver " + json.dumps(stats)
 
 
