@@ -127,3 +127,23 @@ def test_run_backend_executorch_refusals(tiny_program, tmp_path, capsys):
         assert main(base + extra + ["--no-record"]) == 2
         err = capsys.readouterr().err.strip()
         assert match in err and "\n" not in err and len(err) < 200, err
+
+
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["accuracy", "--model", "{d}/junk.pte"], "not an ExecuTorch program (no ET12"),
+        (["accuracy", "--model", "{d}/none.pte"], "none.pte: no such file"),
+        (
+            ["export", "--model", "smollm2-135m", "--policy", "q4_0", "--format", "gguf"]
+            + ["--max-context", "64", "--out", "{d}/m.gguf"],
+            "--max-context 64: only --format pte takes it",
+        ),
+    ],
+)
+def test_pte_bad_input_is_one_line(argv, match, tmp_path, capsys):
+    (tmp_path / "junk.pte").write_bytes(b"GGUF" + bytes(100))
+    assert main([a.replace("{d}", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and "\n" not in err and len(err) < 200, err
+    assert not (tmp_path / "m.gguf").exists()
