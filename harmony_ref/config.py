@@ -9,8 +9,8 @@ A RunConfig is a model spec and a quantization policy (resolved: `spec`, `policy
 whether the op graph is fused, the KV cache dtype, the device profile it runs on (a shipped name
 or a profile TOML path, as given: a backend loads it), the runtime profile that runs on it
 (`runtime`: a shipped name or a runtime TOML path; "" is the profile's own `default_runtime`)
-and the backend that measures it (simulated, host or command, with `backend_options` such as a
-command backend's command line).
+and the backend that measures it (simulated, host, command or executorch, with `backend_options`
+such as a command backend's command line or the executorch backend's program).
 
 `Scenario` says what the app does: process a prompt of `prompt_tokens`, then generate
 `new_tokens`, with a KV cache allocated for `context_tokens` positions (what a phone runtime
@@ -42,7 +42,7 @@ from harmony_ref.model.spec import SPECS_FOLDER, ModelSpec, get_spec, spec_from_
 from harmony_ref.quant.kv import KV_DTYPES
 from harmony_ref.quant.policy import POLICIES_FOLDER, Policy, check_applies, load_policy
 
-BACKENDS = ("simulated", "host", "command")
+BACKENDS = ("simulated", "host", "command", "executorch")
 CONFIG_FIELDS = ("model", "policy", "profile", "scenario", "backend")
 SCENARIO_FIELDS = ("prompt_tokens", "new_tokens", "context_tokens", "batch")
 DEFAULT_PROFILE = "harmony-flagship"

@@ -38,6 +38,8 @@ def make_backend(
         as `fmt` (mslite, tflite, llama-bench, executorch), killing it after `timeout_s`; its
         metrics are physics-checked against `profile`. With `session` (a session TOML path,
         lab/session_spec.py) it runs through that device session (lab/session.py).
+    executorch: the config's ExecuTorch program (options["program"], a .pte) on this CPU through
+        ExecuTorch's runtime, timed as its llama runner reports (backends/executorch.py).
     """
     if name == "simulated":
         from harmony_ref.backends.simulated import SimulatedDevice
@@ -66,4 +68,8 @@ def make_backend(
             session=spec,
             progress=progress,
         )
+    if name == "executorch":  # an ExecuTorch program on this CPU (backends/executorch.py)
+        from harmony_ref.backends.executorch import ExecuTorchDevice
+
+        return ExecuTorchDevice()
     raise ValueError(f"unknown backend {name!r}; known: {list(BACKENDS)}")

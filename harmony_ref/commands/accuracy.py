@@ -3,6 +3,9 @@
 - a decoder (default `--model smollm2-135m`, or a .gguf file / HF directory): perplexity, its ratio
   to FP32, KL divergence mean / p99 and top-1 agreement against the FP32 reference (the
   checkpoint's weights dequantized exactly), llama-perplexity's rule (harmony_ref/eval/lm.py);
+- `--model FILE.pte` (an ExecuTorch program from `export --format pte`, the executorch extra):
+  the program's logits scored the same way against the FP32 reference of the checkpoint it was
+  exported from (its manifest names it), beside our kernels' row for its policy (or --policy);
 - `--model all-minilm-l6`: the sentence-embedding accuracy of the real all-MiniLM-L6-v2 weights
   (cosine to FP32, paraphrase recall@1, drop in points; harmony_ref/eval/embedding.py).
 """
@@ -105,17 +108,23 @@ def run_decoder(args) -> int:
 
     check_scoring(args.context, args.chunks)
     corpus = Corpus.from_file(args.corpus) if args.corpus else Corpus.shipped("heldout")
-    resolve_model_path(args.model)  # a bad --model fails before anything is loaded
+    model, programs, default_policy = args.model, [], "int4-g32"
+    if args.model.endswith(".pte"):
+        from harmony_ref.runtime.pte import program_for_scoring
+
+        model, program = program_for_scoring(args.model, args.context)
+        default_policy = program.manifest["policy"]
+        programs = [(program, default_policy, "executorch-xnnpack")]
+    resolve_model_path(model)  # a bad --model fails before anything is loaded
     from harmony_ref.commands._args import check_policies
     from harmony_ref.runtime.loader import checkpoint_spec
 
-    check_policies(args.policy or ["int4-g32"], checkpoint_spec(args.model), args.allow_unmatched)
-    variants = [
-        (p, kv) for p in (args.policy or ["int4-g32"]) for kv in (args.kv_dtype or ["fp16"])
-    ]
+    policies = args.policy or [default_policy]
+    check_policies(policies, checkpoint_spec(model), args.allow_unmatched)
+    variants = [(p, kv) for p in policies for kv in (args.kv_dtype or ["fp16"])]
     acc = progress_run(
         lambda progress: lm_accuracy(
-            args.model, variants, corpus, args.context, args.chunks, progress
+            model, variants, corpus, args.context, args.chunks, progress, programs=programs
         ),
         args.json,
         f"scoring {len(variants)} variant(s) + the FP32 reference",

@@ -9,6 +9,12 @@ harmony-ref export --model M --policy P --format gguf --out FILE
                                                            policy's GGUF type, with a SHA-256
                                                            manifest beside it
                                                            (checkpoint/gguf_export.py)
+harmony-ref export --model M --policy P --format pte --out FILE [--max-context N]
+                                                           a decoder as an ExecuTorch program
+                                                           lowered to XNNPACK (fp32, int8,
+                                                           w4a8-g32, w4a8-g128), with a
+                                                           SHA-256 manifest beside it; needs the
+                                                           executorch extra (runtime/pte.py)
 """
 
 from __future__ import annotations
@@ -16,9 +22,10 @@ from __future__ import annotations
 NAME = "export"
 HELP = (
     "write a model quantized by --policy: all-MiniLM-L6-v2 as a verified safetensors "
-    "artifact, or a decoder as GGUF (--format gguf)"
+    "artifact, or a decoder as GGUF (--format gguf) or an ExecuTorch program (--format pte)"
 )
-EXPORT_FORMATS = ("safetensors", "gguf")
+EXPORT_FORMATS = ("safetensors", "gguf", "pte")
+DEFAULT_PTE_CONTEXT = 512  # the static KV cache's positions: accuracy's default --context
 
 
 def add_arguments(p) -> None:
@@ -30,13 +37,21 @@ def add_arguments(p) -> None:
         "--format",
         default="safetensors",
         choices=EXPORT_FORMATS,
-        help="safetensors (MiniLM artifact, default) or gguf (a decoder llama.cpp runs)",
+        help="safetensors (MiniLM artifact, default), gguf (a decoder llama.cpp runs) or pte "
+        "(a decoder ExecuTorch runs on XNNPACK; needs the executorch extra)",
+    )
+    p.add_argument(
+        "--max-context",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"pte: positions of the program's static KV cache (default {DEFAULT_PTE_CONTEXT})",
     )
     p.add_argument(
         "--model",
         default=None,
         help="gguf: the source decoder, smollm2-135m or a .gguf file (its metadata "
-        "and tokenizer are copied)",
+        "and tokenizer are copied); pte: a shipped decoder, a .gguf file or a HF directory",
     )
     p.add_argument(
         "--out",
@@ -65,8 +80,12 @@ def _out(args) -> str:
 
 def run(args) -> int:
     out = _out(args)
+    if args.max_context is not None and args.format != "pte":
+        raise ValueError(f"--max-context {args.max_context}: only --format pte takes it")
     if args.format == "gguf":
         return run_gguf(args, out)
+    if args.format == "pte":
+        return run_pte(args, out)
     if args.model is not None:
         raise ValueError(
             f"--model {args.model}: --format safetensors exports all-MiniLM-L6-v2 "
@@ -103,7 +122,6 @@ def run(args) -> int:
 
 def run_gguf(args, out: str) -> int:
     from harmony_ref.checkpoint.gguf_export import export_gguf
-    from harmony_ref.commands._output import print_json
     from harmony_ref.runtime.loader import resolve_model_path
     from harmony_ref.units import MB
 
@@ -131,14 +149,58 @@ def run_gguf(args, out: str) -> int:
         "file_mb": r.nbytes / MB,
         "file_sha256": r.file_sha256,
     }
+    types = ", ".join(f"{n} {t}" for t, n in sorted(r.types.items()))
+    return _print_export(
+        args,
+        info,
+        f"wrote {r.path}: {r.tensors} tensors ({types}), {info['file_mb']:.2f} MB, "
+        f"policy {args.policy}",
+    )
+
+
+def _print_export(args, info: dict, headline: str) -> int:
+    """A written file with a manifest: `info` as JSON, or the headline, manifest and SHA-256."""
+    from harmony_ref.commands._output import print_json
+
     if args.json:
         print_json(info)
     else:
-        types = ", ".join(f"{n} {t}" for t, n in sorted(r.types.items()))
-        print(
-            f"wrote {r.path}: {r.tensors} tensors ({types}), {info['file_mb']:.2f} MB, "
-            f"policy {args.policy}"
-        )
-        print(f"manifest {r.manifest_path}")
-        print(f"file sha256 {r.file_sha256}")
+        print(headline)
+        print(f"manifest {info['manifest']}")
+        print(f"file sha256 {info['file_sha256']}")
     return 0
+
+
+def run_pte(args, out: str) -> int:
+    from harmony_ref.commands._args import check_policies
+    from harmony_ref.runtime.loader import checkpoint_spec, resolve_model_path
+    from harmony_ref.runtime.pte import export_pte, require_executorch
+    from harmony_ref.units import MB
+
+    if args.model is None:
+        raise ValueError("--format pte: --model is missing (a shipped decoder or a checkpoint)")
+    max_context = DEFAULT_PTE_CONTEXT if args.max_context is None else args.max_context
+    if max_context < 1:
+        raise ValueError(f"--max-context {max_context}: must be at least 1")
+    resolve_model_path(args.model)
+    check_policies([args.policy], checkpoint_spec(args.model), args.allow_unmatched)
+    version = require_executorch()
+    r = export_pte(args.model, args.policy, out, max_context)
+    info = {
+        "path": str(r.path),
+        "manifest": str(r.manifest_path),
+        "policy": args.policy,
+        "model": args.model,
+        "max_context": max_context,
+        "linear_schemes": r.schemes,
+        "file_mb": r.nbytes / MB,
+        "file_sha256": r.file_sha256,
+        "executorch": version,
+    }
+    schemes = ", ".join(f"{n} {s}" for s, n in sorted(r.schemes.items()))
+    return _print_export(
+        args,
+        info,
+        f"wrote {r.path}: ExecuTorch {version} XNNPACK program, Linears {schemes}, "
+        f"{info['file_mb']:.2f} MB, policy {args.policy}, max context {max_context}",
+    )

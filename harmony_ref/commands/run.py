@@ -34,8 +34,9 @@ def add_config_arguments(p) -> None:
     p.add_argument(
         "--backend",
         default=DEFAULTS["backend"],
-        choices=("simulated", "host", "command"),
-        help="backend for the device metrics (default simulated)",
+        choices=("simulated", "host", "command", "executorch"),
+        help="backend for the device metrics (default simulated); executorch runs --model "
+        "FILE.pte (export --format pte) on this CPU",
     )
     p.add_argument(
         "--command",
@@ -108,10 +109,19 @@ def config_from_args(args):
     from harmony_ref.device.runtime import load_profile
     from harmony_ref.runtime.loader import resolve_model
 
-    model, checkpoint = resolve_model(args.model)
+    model_arg, policy = args.model, args.policy
+    if args.backend == "executorch":
+        from harmony_ref.backends.executorch import program_config
+
+        model_arg, policy, opts = program_config(args.model, args.policy, DEFAULTS["policy"], args)
+    elif args.model.endswith(".pte"):
+        raise ValueError(
+            f"--model {args.model}: an ExecuTorch program runs with --backend executorch"
+        )
+    model, checkpoint = resolve_model(model_arg)
     config = RunConfig.from_names(
         model,
-        args.policy,
+        policy,
         args.prompt_tokens,
         args.new_tokens,
         args.context_tokens,

@@ -139,6 +139,7 @@ def evaluate_lm(
     max_chunks: int | None = None,
     reference_cache=None,
     calibration_tokens=None,
+    programs=(),
 ) -> dict:
     """{"reference": summary, "<policy>[+kv-int8]": summary, ...} plus run facts.
 
@@ -148,7 +149,9 @@ def evaluate_lm(
     reference's log-probs are read from it when there and written to it when not; cached or
     not, they are rounded to float32 the same way, so a cached run gives the same numbers.
     `calibration_tokens`: the text a variant with [activations] or an activation pruning score
-    calibrates on (default: the corpus's calibration split, compress/observe.py)."""
+    calibrates on (default: the corpus's calibration split, compress/observe.py).
+    `programs`: other runtimes' models scored the same way after the variants (runtime/pte.py
+    PteProgram: its `name`, `reset()` and `prefill(chunk, all_logits=True)`), each a row."""
     c = weights.config
     chunks = chunk_tokens(tokens, context, c.bos_id if add_bos else None)
     total_chunks = len(chunks)
@@ -161,7 +164,7 @@ def evaluate_lm(
     models = [
         Llama(compress(weights, p, calibration_tokens), p, kv, max_context=context)
         for p, kv in variants
-    ]
+    ] + list(programs)
     scores = {"reference": Scores([], [], [])} | {m.name: Scores([], [], []) for m in models}
     cached = 0
     for ci, chunk in enumerate(chunks):

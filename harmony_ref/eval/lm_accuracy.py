@@ -227,11 +227,14 @@ def lm_accuracy(
     progress=None,
     loaded=None,
     use_cache: bool = True,
+    programs=(),
 ) -> LMAccuracy:
     """Score `variants` ((policy, kv dtype) pairs) of `model` on `corpus` (default: the shipped
     held-out part). `loaded`: (weights, tokenizer) already read, to skip reading the checkpoint.
     Bad input (unknown model, unreadable checkpoint, a corpus shorter than one chunk, a bad
-    policy) raises ValueError before any scoring."""
+    policy) raises ValueError before any scoring. `programs`: (program, policy name, runtime)
+    triples, another runtime's model of the same checkpoint (runtime/pte.py PteProgram), scored
+    beside the variants, each a row whose kv_cache column names the runtime."""
     from harmony_ref.quant.policy import AS_STORED, load_policy
     from harmony_ref.runtime.loader import (
         load_decoder,
@@ -278,8 +281,10 @@ def lm_accuracy(
         progress=progress,
         max_chunks=max_chunks,
         reference_cache=cache,
+        programs=[prog for prog, _, _ in programs],
     )
     rows = [(variant_name(p, kv), p.name, kv) for p, kv in policies]
+    rows += [(prog.name, pol, runtime) for prog, pol, runtime in programs]
     return LMAccuracy(model, model_label(model, weights), corpus, context, result, rows)
 
 

@@ -1,0 +1,261 @@
+"""ExecuTorch programs (.pte) of our decoders: exported from the checkpoint's weights, lowered to
+XNNPACK, written with a manifest, loaded back and run through ExecuTorch's Python runtime.
+
+    r = export_pte("smollm2-135m", "w4a8-g32", "out.pte", max_context=512)   # -> PteExport
+    prog = PteProgram.load("out.pte")       # checks the manifest, the file and the version
+    logits = prog.prefill(token_ids, all_logits=True)   # (T, V); prog.decode(tok) -> (V,)
+
+Export follows ExecuTorch's own LLM flow (pytorch/executorch examples/models/llama,
+export_llama): the module (runtime/torch_decoder.py: the same math as runtime/llama.py's
+LlamaRef, a static KV cache of `max_context` positions), quantized per the policy as the flow's
+`quantize` does (torch_decoder.quantize_for_policy), `torch.export` with the token count dynamic
+(1 .. max_context), `to_edge_transform_and_lower(partitioner=[XnnpackPartitioner()])`,
+`to_executorch()`. The program takes (tokens (1, T) int64, input_pos (T,) int64) and returns the
+logits of every position (1, T, V): ExecuTorch's runner reads the last row; the corpus scoring
+(eval/lm.py) reads them all.
+
+Written as gguf_export.py writes GGUF: both paths (`out` and `<out>.manifest.json`) checked
+before any work, the program staged beside its target, loaded back through the runtime and run on
+two tokens (a program the runtime cannot load never lands), then the file and its manifest moved
+into place together (_io.StagedOutputs). The manifest holds the file's SHA-256, the model and
+its source file's SHA-256, the policy and the scheme of every Linear, max_context, and the
+torch / torchao / ExecuTorch versions that built it.
+
+Loading refuses in one line naming the file: no manifest beside it, a file whose SHA-256 is not
+the manifest's, a file that is not an ExecuTorch program (its flatbuffer identifier, bytes 4-8,
+is not ET12), or one built by another ExecuTorch version than the one installed.
+
+Needs the `executorch` extra (torch CPU, executorch, torchao): `require_executorch()` says so in
+one line where it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from harmony_ref._io import StagedOutputs, check_output_file
+from harmony_ref.checkpoint.assets import sha256_file
+
+MANIFEST_SUFFIX = ".manifest.json"
+PTE_MAGIC = b"ET12"  # the program schema's flatbuffer file_identifier (bytes 4..8)
+PTE_FORMAT_VERSION = 1  # of the manifest below
+EXTRA_HINT = "pip install 'harmony-ref[executorch]' (docs/how-to/executorch.md)"
+
+
+def require_executorch() -> str:
+    """ExecuTorch's version; ValueError in one line when the extra is not installed."""
+    try:
+        import torch  # noqa: F401
+        from executorch.version import __version__
+    except ImportError as e:
+        raise ValueError(f"ExecuTorch is not installed ({e.name} missing): {EXTRA_HINT}") from e
+    return __version__
+
+
+def manifest_path(path) -> Path:
+    p = Path(path)
+    return p.with_name(p.name + MANIFEST_SUFFIX)
+
+
+@dataclass(frozen=True)
+class PteExport:
+    path: Path
+    manifest_path: Path
+    file_sha256: str
+    nbytes: int
+    schemes: dict  # scheme -> how many Linears
+
+
+def _versions() -> dict:
+    import torch
+    import torchao
+    from executorch.version import __version__
+
+    return {"executorch": __version__, "torch": torch.__version__, "torchao": torchao.__version__}
+
+
+def export_pte(model: str, policy: str, out, max_context: int) -> PteExport:
+    """Export `model` (a shipped name or a checkpoint path) under `policy` to `out`."""
+    require_executorch()
+    out = Path(out)
+    check_output_file(out, "--out")
+    check_output_file(manifest_path(out), "--out's manifest")
+    from harmony_ref.quant.policy import load_policy
+    from harmony_ref.runtime.loader import (
+        SHIPPED_MODELS,
+        checkpoint_config,
+        load_decoder,
+        model_label,
+        resolve_model_path,
+    )
+    from harmony_ref.runtime.torch_decoder import TorchDecoder, pte_plan, quantize_for_policy
+
+    pol = load_policy(policy)
+    config = checkpoint_config(model)
+    pte_plan(config, pol)  # refused here, before any weight is read
+    if not 1 <= max_context <= config.max_positions:
+        raise ValueError(
+            f"--max-context {max_context}: must be 1..{config.max_positions} (the checkpoint's)"
+        )
+    weights, _ = load_decoder(model)
+    module = TorchDecoder(weights, max_context).eval()
+    plan = quantize_for_policy(module, pol)
+    data = _lower(module, max_context)
+    source = resolve_model_path(model)
+    manifest = {
+        "format": "harmony-ref pte manifest",
+        "format_version": PTE_FORMAT_VERSION,
+        # a shipped name, or the checkpoint's absolute path: what accuracy scores against
+        "model": model if model in SHIPPED_MODELS else str(source.resolve()),
+        "model_label": model_label(model, weights),
+        "source": source.name,
+        "source_sha256": sha256_file(source) if source.is_file() else "",
+        "policy": pol.name,
+        "linears": {n: {"scheme": s, "group_size": g} for n, (s, g) in plan.items()},
+        "max_context": int(max_context),
+        "vocab_size": int(weights.config.vocab_size),
+        "bos_id": weights.config.bos_id,
+        "inputs": "tokens (1, T) int64, input_pos (T,) int64; T in 1..max_context",
+        "outputs": "logits (1, T, V) float32, every position",
+        "backend": "XnnpackPartitioner",
+        "versions": _versions(),
+    }
+    with StagedOutputs() as staged:  # the program and its manifest land together or not at all
+        tmp = staged.stage_bytes(out, data)
+        prog = PteProgram(tmp, manifest)
+        got = prog.prefill([int(weights.config.bos_id or 0)] * 2, all_logits=True)
+        if got.shape != (2, weights.config.vocab_size) or not np.isfinite(got).all():
+            raise ValueError(f"--out {out}: the written program ran but its logits are wrong")
+        manifest["file_sha256"] = sha256_file(tmp)
+        manifest["file_bytes"] = len(data)
+        staged.stage_text(manifest_path(out), json.dumps(manifest, indent=1, sort_keys=True))
+        staged.commit()
+    schemes: dict[str, int] = {}
+    for s, _ in plan.values():
+        schemes[s] = schemes.get(s, 0) + 1
+    return PteExport(out, manifest_path(out), manifest["file_sha256"], len(data), schemes)
+
+
+def _lower(module, max_context: int) -> bytes:
+    """torch.export -> XNNPACK -> the program's bytes."""
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import (
+        EdgeCompileConfig,
+        ExecutorchBackendConfig,
+        to_edge_transform_and_lower,
+    )
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+    from torch.export import Dim
+
+    seq = Dim("seq", min=1, max=max_context)
+    example = (torch.zeros((1, 2), dtype=torch.long), torch.arange(2, dtype=torch.long))
+    with torch.no_grad():
+        ep = torch.export.export(module, example, dynamic_shapes=({1: seq}, {0: seq}))
+        edge = to_edge_transform_and_lower(
+            ep,
+            partitioner=[XnnpackPartitioner()],
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
+        )
+        # the KV cache starts as zeros, not the runtime's uninitialized memory (export_llama
+        # initializes its k_cache / v_cache the same way)
+        init = InitializedMutableBufferPass(["k_cache", "v_cache"])
+        return edge.to_executorch(ExecutorchBackendConfig(passes=[init])).buffer
+
+
+def read_manifest(path) -> dict:
+    """The manifest of the program at `path`, checked against the file and this ExecuTorch."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--model {p}: no such file")
+    with open(p, "rb") as f:
+        head = f.read(8)
+    if head[4:8] != PTE_MAGIC:
+        raise ValueError(f"--model {p}: not an ExecuTorch program (no ET12 identifier)")
+    mp = manifest_path(p)
+    if not mp.is_file():
+        raise ValueError(f"--model {p}: no manifest {mp.name} beside it (export --format pte)")
+    try:
+        manifest = json.loads(mp.read_text())
+        built = manifest["versions"]["executorch"]
+        want = manifest["file_sha256"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"--model {p}: manifest {mp.name} is unreadable ({e})") from e
+    if sha256_file(p) != want:
+        raise ValueError(f"--model {p}: its SHA-256 is not its manifest's (changed after export)")
+    have = require_executorch()
+    if built != have:
+        raise ValueError(
+            f"--model {p}: built by ExecuTorch {built}, this is {have}: export it again"
+        )
+    return manifest
+
+
+class PteProgram:
+    """A loaded .pte decoder, with the interface eval/lm.py scores (`name`, `reset`, `prefill`,
+    `decode`): positions advance from 0 until reset()."""
+
+    def __init__(self, path, manifest: dict):
+        from executorch.runtime import Runtime
+
+        self.path, self.manifest = Path(path), manifest
+        self.max_context = int(manifest["max_context"])
+        self.name = f"executorch {manifest['policy']}"
+        self.program = Runtime.get().load_program(self.path)
+        self.method = self.program.load_method("forward")
+        self.pos = 0
+
+    @classmethod
+    def load(cls, path) -> PteProgram:
+        return cls(path, read_manifest(path))
+
+    def reset(self) -> None:
+        self.pos = 0  # stale cache rows beyond pos are masked, and rewritten before they are read
+
+    def forward(self, tokens) -> np.ndarray:
+        import torch
+
+        ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64)).reshape(1, -1)
+        t = ids.shape[1]
+        if self.pos + t > self.max_context:
+            raise ValueError(
+                f"context full: {self.pos} + {t} tokens > the program's max_context "
+                f"{self.max_context}"
+            )
+        pos = torch.arange(self.pos, self.pos + t, dtype=torch.long)
+        (logits,) = self.method.execute((ids, pos))
+        self.pos += t
+        return logits[0].numpy()  # (T, V)
+
+    def prefill(self, tokens, all_logits: bool = False) -> np.ndarray:
+        logits = self.forward(tokens)
+        return logits if all_logits else logits[-1]
+
+    def decode(self, token: int) -> np.ndarray:
+        return self.forward([token])[0]
+
+
+def program_for_scoring(path, context: int) -> tuple[str, PteProgram]:
+    """(the checkpoint the program at `path` was exported from, the program) for `accuracy`:
+    ValueError in one line when the checkpoint is gone or changed, or `context` is longer than
+    the program's static cache."""
+    from harmony_ref.runtime.loader import resolve_model_path
+
+    manifest = read_manifest(path)
+    model = manifest["model"]
+    try:
+        source = resolve_model_path(model)
+    except ValueError as e:
+        raise ValueError(f"--model {path}: its checkpoint {model} is gone ({e})") from e
+    if source.is_file() and sha256_file(source) != manifest["source_sha256"]:
+        raise ValueError(f"--model {path}: its checkpoint {model} changed since the export")
+    if context > manifest["max_context"]:
+        raise ValueError(
+            f"--context {context}: longer than {path}'s static KV cache "
+            f"({manifest['max_context']} positions; export --max-context)"
+        )
+    return model, PteProgram(path, manifest)
