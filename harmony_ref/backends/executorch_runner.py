@@ -5,7 +5,7 @@ ExecuTorch's own llama runner reports: one line per generation,
 
 with the fields and meaning of executorch extension/llm/runner/stats.h (model load, inference
 start, prompt evaluation end, first token, inference end, aggregate sampling time, in ms), so the
-`executorch` output parser (backends/parsers.py) reads it as it reads the runner binary's, and
+`executorch` output parser (lab/parsers.py) reads it as it reads the runner binary's, and
 `measure --parser executorch --command "python -m harmony_ref.backends.executorch_runner ..."`
 runs it like any device command. A last line `peak_rss_mb N` gives this process's peak RSS.
 
