@@ -20,6 +20,9 @@ Formats (keys of FORMATS):
     q4_0      GGMLTensor, GGUF's bytes: matmul_w4 on the repacked nibbles (kernels/matmul_ggml.py)
     q4_1      GGMLTensor: matmul_w4 + a per-block constant term (a Numba loop, 1/32 of the work)
     q8_0      GGMLTensor: a Numba int32 block-dot loop (per-block scales; matmul_w8 is per row)
+    q5_0 q4_k q5_k q6_k   KQuantTensor, GGUF's bytes (quant/kquants.py; NumPy quantizers, so
+              `quantize` is the `_ref`): matmul_kquant, int8 activations (Q8_K) and integer
+              group dots (kernels/matmul_kquant.py)
 GGUF's F16 is fp16 (the same IEEE half, rounded to nearest even); "f16" parses to it.
 `prepare` builds the kernel's operand once per tensor (the row-interleaved layout of
 prepare_w4/prepare_w8, cached on the tensor; for floats a float32 W.T view). `arrays` /
@@ -44,16 +47,23 @@ from harmony_ref.kernels.matmul import (
     prepare_w8,
 )
 from harmony_ref.kernels.matmul_ggml import matmul_ggml, matmul_ggml_ref, prepare_ggml
+from harmony_ref.kernels.matmul_kquant import matmul_kquant, matmul_kquant_ref, prepare_kquant
 from harmony_ref.quant.ggml import QUANTIZERS, QUANTIZERS_REF, GGMLTensor, dequantize_ggml
 from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4, quantize_int4, quantize_int4_ref
 from harmony_ref.quant.int8 import Int8Tensor, dequantize_int8, quantize_int8, quantize_int8_ref
+from harmony_ref.quant.kquants import (
+    KQUANT_TYPES,
+    KQuantTensor,
+    dequantize_kquant,
+    quantize_kquant_ref,
+)
 from harmony_ref.quant.policy import WeightFormat, parse_format
 
 
 @dataclass(frozen=True)
 class Format:
     name: str
-    kind: str  # WeightFormat.kind: fp32 | fp16 | int8 | int4 | q4_0 | q4_1 | q8_0
+    kind: str  # WeightFormat.kind: fp32 | fp16 | int8 | int4 | q4_0 | q4_1 | q8_0 | q5_0 | q4_k ...
     quantize: Callable  # (w (N, K) float, group_size) -> stored; the fast path where there is one
     quantize_ref: Callable  # the same, plain NumPy (bit-identical)
     dequantize: Callable  # stored -> (N, K) float32
@@ -152,6 +162,25 @@ def _ggml_format(qtype: str) -> Format:
     )
 
 
+def _kquant_format(qtype: str) -> Format:
+    return Format(
+        name=qtype,
+        kind=qtype,
+        quantize=lambda w, group_size=None: quantize_kquant_ref(w, qtype),
+        quantize_ref=lambda w, group_size=None: quantize_kquant_ref(w, qtype),
+        dequantize=dequantize_kquant,
+        prepare=prepare_kquant,
+        matmul=matmul_kquant,
+        matmul_ref=matmul_kquant_ref,
+        kernel=f"numba matmul_kquant ({qtype} x q8_k int8 group dots)",
+        nbytes=lambda n, k, group_size=None: WeightFormat(qtype).nbytes(n, k),
+        arrays=lambda t: {".blocks": t.data},
+        from_arrays=lambda a, shape, group_size=None: KQuantTensor(
+            qtype, a[".blocks"], tuple(shape)
+        ),
+    )
+
+
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in [
@@ -178,6 +207,7 @@ FORMATS: dict[str, Format] = {
         _ggml_format("q4_0"),
         _ggml_format("q4_1"),
         _ggml_format("q8_0"),
+        *(_kquant_format(qtype) for qtype in KQUANT_TYPES),
     ]
 }
 
@@ -201,7 +231,7 @@ def stored_format(stored) -> WeightFormat:
         return parse_format(f"int4-g{stored.group_size}{sym}")
     if isinstance(stored, Int8Tensor):
         return parse_format("int8")
-    if isinstance(stored, GGMLTensor):
+    if isinstance(stored, (GGMLTensor, KQuantTensor)):
         return parse_format(stored.qtype)
     if isinstance(stored, np.ndarray) and stored.dtype in (np.float16, np.float32):
         return parse_format("fp16" if stored.dtype == np.float16 else "fp32")

@@ -16,7 +16,8 @@ character (* ? [), if the glob matches the whole name. Precedence: an exact [lay
 
 Format strings: "fp32", "fp16" (also "f16", GGUF's name), "int8", "int4-g<group>" (asym),
 "int4-g<group>-sym", or GGUF's block formats "q4_0", "q4_1", "q8_0" (quant/ggml.py: blocks of
-32 along K, float16 scales, bit-exact with llama.cpp's quantizers).
+32 along K, float16 scales, bit-exact with llama.cpp's quantizers), "q5_0" and the K-quants
+"q4_k", "q5_k", "q6_k" (quant/kquants.py: super-blocks of 256 along K, also bit-exact).
 
 Optional `[prune]` (structured pruning) and `[activations]` (static INT8 activations, W8A8)
 tables combine pruning and quantization in one policy, and `[quantize]` says how each int4 /
@@ -61,12 +62,29 @@ from harmony_ref.quant.compress import (
     quantize_from_dict,
 )
 
-FORMAT_KINDS = ("fp32", "fp16", "int8", "int4", "q4_0", "q4_1", "q8_0")
+FORMAT_KINDS = (
+    "fp32",
+    "fp16",
+    "int8",
+    "int4",
+    "q4_0",
+    "q4_1",
+    "q8_0",
+    "q5_0",
+    "q4_k",
+    "q5_k",
+    "q6_k",
+)
 GGML_KINDS = ("q4_0", "q4_1", "q8_0")  # GGUF's own block formats (quant/ggml.py)
 GGML_BLOCK = 32  # weights per block along K
 GGML_BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}  # quant/ggml.py's BLOCK_BYTES
+# q5_0 and the K-quants (quant/kquants.py's BLOCK_WEIGHTS and BLOCK_DTYPES sizes):
+# kind -> (weights per block along K, bytes per block)
+KQUANT_BLOCKS = {"q5_0": (32, 22), "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210)}
 FORMAT_ALIASES = {"f16": "fp16"}  # GGUF's type name for the same float16
-_FORMAT_RE = re.compile(r"^(fp32|fp16|int8|q4_0|q4_1|q8_0|int4-g(\d+)(-(asym|sym))?)$")
+_FORMAT_RE = re.compile(
+    r"^(fp32|fp16|int8|q4_0|q4_1|q8_0|q5_0|q4_k|q5_k|q6_k|int4-g(\d+)(-(asym|sym))?)$"
+)
 POLICY_KEYS = {
     "name",
     "description",
@@ -88,7 +106,8 @@ POLICY_FIELD_DOCS = {
     "name": "the policy's name (default: the file's stem)",
     "description": "one line saying what the policy is for",
     "default": "required: the weight format of every Linear no other field names: fp32, fp16 "
-    "(f16), int8, int4-g<G> (asymmetric), int4-g<G>-sym, or GGUF's q4_0, q4_1, q8_0",
+    "(f16), int8, int4-g<G> (asymmetric), int4-g<G>-sym, or GGUF's q4_0, q4_1, q8_0, q5_0, q4_k, "
+    "q5_k, q6_k",
     "keep_fp16_layers": "list of layer-name patterns kept in fp16",
     "keep_int8_layers": "list of layer-name patterns kept in int8",
     "layers": "table: layer-name pattern (`*.q_proj`, `lm_head`) -> weight format",
@@ -111,7 +130,7 @@ class WeightFormat:
     `Int4Tensor` (float16 scale + int8 zero point per group) and `Int8Tensor` (float32 scale per
     row); tests hold `bits_per_weight` equal to the arrays' true size."""
 
-    kind: str  # fp32 | fp16 | int8 | int4 | q4_0 | q4_1 | q8_0
+    kind: str  # fp32 | fp16 | int8 | int4 | q4_0 | q4_1 | q8_0 | q5_0 | q4_k | q5_k | q6_k
     group_size: int | None = None  # int4 only (GGUF's kinds: always blocks of 32)
     scheme: str | None = None  # int4 only: asym | sym
 
@@ -134,6 +153,9 @@ class WeightFormat:
             return n * k + 4 * n  # int8 values + float32 scale per row
         if self.kind in GGML_KINDS:  # K % 32 != 0 cannot be stored (unmatched() says so)
             return n * -(-k // GGML_BLOCK) * GGML_BLOCK_BYTES[self.kind]
+        if self.kind in KQUANT_BLOCKS:
+            weights, size = KQUANT_BLOCKS[self.kind]
+            return n * -(-k // weights) * size
         groups = n * (k // self.group_size)
         return n * k // 2 + 2 * groups + (groups if self.scheme == "asym" else 0)
 
@@ -152,6 +174,10 @@ class WeightFormat:
             "q4_0": "int4",
             "q4_1": "int4",
             "q8_0": "int8",
+            "q5_0": "int8",
+            "q4_k": "int4",
+            "q5_k": "int8",
+            "q6_k": "int8",
         }[self.kind]
 
     @property
@@ -172,7 +198,7 @@ def parse_format(text: str, where: str = "format") -> WeightFormat:
     if not m:
         raise ValueError(
             f"{where}: unknown weight format {text!r}; expected fp32, fp16, int8, "
-            "int4-g<group>, int4-g<group>-sym, q4_0, q4_1, q8_0 or f16"
+            "int4-g<group>, int4-g<group>-sym, q4_0, q4_1, q8_0, q5_0, q4_k, q5_k, q6_k or f16"
         )
     if m.group(2) is None:
         return WeightFormat(m.group(1))
@@ -343,10 +369,11 @@ def unmatched(
             )
     for name, k in layers:
         fmt = policy.format_for(name)
-        if fmt.ggml and k % GGML_BLOCK:
+        block = GGML_BLOCK if fmt.ggml else KQUANT_BLOCKS.get(fmt.kind, (1,))[0]
+        if k % block:
             out.append(
                 f"{policy.source}: format {fmt.name} for {name}: its rows have K = {k}, "
-                f"not a multiple of GGUF's block of {GGML_BLOCK}"
+                f"not a multiple of GGUF's block of {block}"
             )
             break
     return out
