@@ -314,7 +314,17 @@ def read_gguf_tensor_types(path) -> dict[str, str]:
 
 
 # GGUF tensor types kept as stored for the `as-stored` policy -> our format name
-STORED_TYPES = {"F32": "fp32", "F16": "fp16", "Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0"}
+STORED_TYPES = {
+    "F32": "fp32",
+    "F16": "fp16",
+    "Q4_0": "q4_0",
+    "Q4_1": "q4_1",
+    "Q8_0": "q8_0",
+    "Q5_0": "q5_0",  # quant/kquants.py, kernels/matmul_kquant.py
+    "Q4_K": "q4_k",
+    "Q5_K": "q5_k",
+    "Q6_K": "q6_k",
+}
 # LayerWeights field -> HF short name of the Linear (the name a policy matches)
 LINEAR_FIELDS = {
     "wq": "q_proj",
@@ -328,9 +338,10 @@ LINEAR_FIELDS = {
 
 
 def _stored_matrix(t, path: Path, rows=None):
-    """A 2-D tensor as the file stores it (GGMLTensor or float array), rows reordered by `rows`;
-    None for a type we cannot run as stored (K-quants: they are dequantized and requantized)."""
+    """A 2-D tensor as the file stores it (GGMLTensor, KQuantTensor or float array), rows
+    reordered by `rows`; None for a type we cannot run as stored (not in STORED_TYPES)."""
     from harmony_ref.quant.ggml import GGMLTensor
+    from harmony_ref.quant.kquants import KQUANT_TYPES, KQuantTensor
 
     fmt = STORED_TYPES.get(t.tensor_type.name)
     if fmt is None:
@@ -341,6 +352,8 @@ def _stored_matrix(t, path: Path, rows=None):
     else:
         a = np.asarray(t.data, dtype=np.uint8).reshape(n, -1)
     a = np.ascontiguousarray(a if rows is None else a[rows])
+    if fmt in KQUANT_TYPES:
+        return KQuantTensor(fmt, a, (n, k))
     return a if fmt in ("fp32", "fp16") else GGMLTensor(fmt, a, (n, k))
 
 

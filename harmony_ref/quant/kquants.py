@@ -133,6 +133,16 @@ class KQuantTensor:
         return KQuantTensor(self.qtype, data, (data.shape[0], self.shape[1]))
 
 
+def concat_kquant_rows(tensors: list[KQuantTensor]) -> KQuantTensor:
+    """Row-wise concatenation of tensors of one qtype and K (fused gate|up), exact."""
+    if len({(t.qtype, t.shape[1]) for t in tensors}) != 1:
+        raise ValueError(
+            f"concat_kquant_rows needs one qtype and K, got {[t.qtype for t in tensors]}"
+        )
+    data = np.concatenate([t.data for t in tensors], axis=0)
+    return KQuantTensor(tensors[0].qtype, data, (data.shape[0], tensors[0].shape[1]))
+
+
 def _check(w, qtype: str) -> np.ndarray:
     w = as_float32_matrix(w)
     qk = BLOCK_WEIGHTS.get(qtype, QK_K)

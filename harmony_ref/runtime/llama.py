@@ -83,6 +83,12 @@ from harmony_ref.quant.ggml import GGMLTensor
 from harmony_ref.quant.ggml import concat_rows as concat_ggml_rows
 from harmony_ref.quant.int4 import Int4Tensor, quantize_int4
 from harmony_ref.quant.int8 import Int8Tensor, quantize_int8
+from harmony_ref.quant.kquants import (
+    KQUANT_TYPES,
+    KQuantTensor,
+    concat_kquant_rows,
+    quantize_kquant_ref,
+)
 from harmony_ref.quant.policy import (
     FP32,
     Policy,
@@ -237,7 +243,7 @@ def _prepared(name: str, fmt: WeightFormat, stored, matmul=None, operand=None) -
 
 def _stored_in(stored, fmt: WeightFormat):
     """`stored` (a matrix as the checkpoint file holds it) when it is in `fmt`, else None."""
-    if isinstance(stored, GGMLTensor):
+    if isinstance(stored, (GGMLTensor, KQuantTensor)):
         return stored if stored.qtype == fmt.kind else None
     if isinstance(stored, np.ndarray) and fmt.kind in ("fp32", "fp16"):
         return (
@@ -266,6 +272,9 @@ def make_linear(
     as_stored = _stored_in(stored, fmt) if act_scale is None else None
     if fmt.ggml:
         t = as_stored if as_stored is not None else GGML_QUANTIZERS[fmt.kind](w)
+        return _prepared(name, fmt, t)
+    if fmt.kind in KQUANT_TYPES:
+        t = as_stored if as_stored is not None else quantize_kquant_ref(w, fmt.kind)
         return _prepared(name, fmt, t)
     if as_stored is not None:
         w = as_stored
@@ -347,11 +356,12 @@ class Fused:
             kept = [_stored_in(t, fmts[0]) for t in given]
             fused = None
             if all(t is not None for t in kept):  # rows concatenate exactly, as stored
-                fused = (
-                    concat_ggml_rows(kept)
-                    if isinstance(kept[0], GGMLTensor)
-                    else np.concatenate(kept, axis=0)
-                )
+                if isinstance(kept[0], GGMLTensor):
+                    fused = concat_ggml_rows(kept)
+                elif isinstance(kept[0], KQuantTensor):
+                    fused = concat_kquant_rows(kept)
+                else:
+                    fused = np.concatenate(kept, axis=0)
             self.linears = [make_linear(name, w, fmts[0], scales[0], fused)]
         elif (
             len(parts) > 1
