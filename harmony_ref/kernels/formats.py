@@ -19,7 +19,7 @@ Formats (keys of FORMATS):
     int4-sym  Int4Tensor sym, per-group scale: matmul_w4
     q4_0      GGMLTensor, GGUF's bytes: matmul_w4 on the repacked nibbles (kernels/matmul_ggml.py)
     q4_1      GGMLTensor: matmul_w4 + a per-block constant term (a Numba loop, 1/32 of the work)
-    q8_0      GGMLTensor: a Numba int32 block-dot loop (per-block scales; matmul_w8 is per row)
+    q8_0      GGMLTensor: matmul_kquant (int8 activations per 32-block, vpdpbusd group dots)
     q5_0 q4_k q5_k q6_k   KQuantTensor, GGUF's bytes (quant/kquants.py; NumPy quantizers, so
               `quantize` is the `_ref`): matmul_kquant, int8 activations (Q8_K) and integer
               group dots (kernels/matmul_kquant.py)
@@ -34,7 +34,7 @@ table: round trip, fast vs `_ref`, quantized dot vs float dot.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -141,7 +141,7 @@ def _int4_format(scheme: str) -> Format:
 GGML_KERNELS = {
     "q4_0": "numba matmul_w4 (q4_0 repacked as int4-g32-sym)",
     "q4_1": "numba matmul_w4 + block-constant BLAS (q4_1)",
-    "q8_0": "numba q8_0 block-dot loop",
+    "q8_0": "numba matmul_kquant (q8_0 x int8 32-blocks, integer group dots)",
 }
 
 
@@ -206,7 +206,12 @@ FORMATS: dict[str, Format] = {
         _int4_format("sym"),
         _ggml_format("q4_0"),
         _ggml_format("q4_1"),
-        _ggml_format("q8_0"),
+        replace(
+            _ggml_format("q8_0"),
+            prepare=prepare_kquant,
+            matmul=matmul_kquant,
+            matmul_ref=matmul_kquant_ref,
+        ),
         *(_kquant_format(qtype) for qtype in KQUANT_TYPES),
     ]
 }

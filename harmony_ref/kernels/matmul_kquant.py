@@ -1,7 +1,8 @@
-"""Matmuls over Q5_0 and the K-quants (quant/kquants.py: q5_0, q4_k, q5_k, q6_k) as llama.cpp
-runs them: the activation row quantized once per call to int8 blocks (Q8_K, one float scale per
-256 values, for the K-quants; Q8_0-style blocks of 32 for q5_0), integer dot products of the
-stored levels with it, and the block scales applied once per super-block.
+"""Matmuls over Q5_0 and the K-quants (quant/kquants.py: q5_0, q4_k, q5_k, q6_k), and Q8_0
+(quant/ggml.py), as llama.cpp runs them: the activation row quantized once per call to int8
+blocks (Q8_K, one float scale per 256 values, for the K-quants; Q8_0-style blocks of 32 for q5_0
+and q8_0), integer dot products of the stored levels with it, and the block scales applied once
+per super-block.
 
     p = prepare_kquant(t)            # KQuantTensor -> the kernel's operand, once per tensor
     y = matmul_kquant(x, p)          # x (M, K) or (K,) float -> (M, N) or (N,) float32
@@ -15,6 +16,7 @@ weight's level u is unsigned, with offset o:
     q4_k  a = d, b = dmin, sc = 6-bit scale, m = 6-bit min,   o = 0     w = a sc u - b m
     q5_k  as q4_k, u 0..31
     q6_k  a = d, b = 0,    sc = int8 scale, m = 0,           o = 32    w = a sc (u - 32)
+    q8_0  a = d, b = 0,    sc = 1,          m = 0,           o = 128   w = a (u - 128), u = q + 128
 
 With x's int8 levels xq, its super-block scale xd (Q8_K's d; q5_0: max|block| / 127, the scale
 matmul_w4/w8 use) and exact group sums xsum_g:
@@ -32,8 +34,9 @@ float order differs.
 Paths (kernels/matmul.py's ISA): the x86 one runs the tile vectors of matmul_x86.py, 64 output
 rows per tile, levels unpacked to one byte each in its 4-byte-step layout, `vpdpbusd` (AVX512-VNNI
 or AVX-VNNI) or AVX2 `vpmaddubsw` for the group dots (u <= 63, so vpmaddubsw's int16 pair sums
-never saturate: 2 * 63 * 127 < 2^15); the portable one is a plain Numba loop over the same
-integers. One pass over a tile's bytes feeds all 64 rows and, for M > 1, every activation row
+never saturate: 2 * 63 * 127 < 2^15; q8_0's u = q + 128 goes through matmul_x86's
+dot_offset_bytes, which on AVX2 multiplies q itself, so its offset there is 0); the portable one
+is a plain Numba loop over the same integers. One pass over a tile's bytes feeds all 64 rows and, for M > 1, every activation row
 (the tile stays in L2). Unpacked levels cost 1 byte per weight in memory (the file's 4.5-6.6
 bits): a nibble-packed q4_k layout is the next step for decode speed.
 """
@@ -49,7 +52,7 @@ from llvmlite import ir
 from numba.extending import intrinsic
 
 import harmony_ref.kernels.matmul_x86 as x86
-from harmony_ref.kernels.matmul import ISA, ISA_PORTABLE, _as_activations
+from harmony_ref.kernels.matmul import ISA, ISA_AVX2, ISA_PORTABLE, _as_activations
 from harmony_ref.kernels.matmul_x86 import (
     FLOATS,
     INTS,
@@ -61,6 +64,7 @@ from harmony_ref.kernels.matmul_x86 import (
     _tiles_of,
     bcast_word,
     dot_nibbles,
+    dot_offset_bytes,
     load_bytes,
     load_floats,
     load_int8_offset,
@@ -70,7 +74,7 @@ from harmony_ref.kernels.matmul_x86 import (
     zero_floats,
     zero_ints,
 )
-from harmony_ref.quant.ggml import QK
+from harmony_ref.quant.ggml import QK, GGMLTensor
 from harmony_ref.quant.kquants import (
     QK_K,
     KQuantTensor,
@@ -79,9 +83,10 @@ from harmony_ref.quant.kquants import (
     unpack_scales_k4,
 )
 
-GROUP = {"q5_0": 32, "q4_k": 32, "q5_k": 32, "q6_k": 16}  # weights per integer scale
-SUPER = {"q5_0": QK, "q4_k": QK_K, "q5_k": QK_K, "q6_k": QK_K}  # weights per float scale
-OFFSET = {"q5_0": 16, "q4_k": 0, "q5_k": 0, "q6_k": 32}  # the level of weight 0
+GROUP = {"q5_0": 32, "q4_k": 32, "q5_k": 32, "q6_k": 16, "q8_0": 32}  # weights per integer scale
+SUPER = {"q5_0": QK, "q4_k": QK_K, "q5_k": QK_K, "q6_k": QK_K, "q8_0": QK}  # per float scale
+OFFSET = {"q5_0": 16, "q4_k": 0, "q5_k": 0, "q6_k": 32, "q8_0": 128}  # the level of weight 0
+Q8_0_LEVEL_OFFSET = 128  # q8_0's u = q + 128: unsigned for vpdpbusd
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,10 +107,15 @@ class PreparedKQuant:
     nbytes: int  # the file's bytes of the tensor
 
 
-def integer_form(t: KQuantTensor):
-    """KQuantTensor -> (u (N, K) uint8, sc (N, K / group) int8, m (N, K / group) int8,
-    a (N, K / super) float32, b (N, K / super) float32): the module docstring's form."""
+def integer_form(t):
+    """KQuantTensor or q8_0 GGMLTensor -> (u (N, K) uint8, sc (N, K / group) int8,
+    m (N, K / group) int8, a (N, K / super) float32, b (N, K / super) float32): the module
+    docstring's form."""
     n, k = t.shape
+    if isinstance(t, GGMLTensor):  # q8_0 (_check_operand)
+        u = (t.levels().astype(np.int16) + Q8_0_LEVEL_OFFSET).astype(np.uint8)
+        ones, zeros = np.ones((n, k // QK), np.int8), np.zeros((n, k // QK), np.int8)
+        return u, ones, zeros, t.d.astype(np.float32), np.zeros((n, k // QK), np.float32)
     blk = t.blocks
     u = levels(t)
     groups, supers = k // GROUP[t.qtype], k // SUPER[t.qtype]
@@ -136,8 +146,7 @@ def prepare_kquant(t, isa: int = ISA) -> PreparedKQuant:
     (weakly) on it."""
     if isinstance(t, PreparedKQuant):
         return t
-    if not isinstance(t, KQuantTensor):
-        raise ValueError(f"w must be a KQuantTensor or PreparedKQuant, got {type(t).__name__}")
+    _check_operand(t, "KQuantTensor, q8_0 GGMLTensor or PreparedKQuant")
     if isa != ISA:
         return _prepare(t, isa)
     done = _prepared.get(t)
@@ -146,8 +155,15 @@ def prepare_kquant(t, isa: int = ISA) -> PreparedKQuant:
     return done
 
 
-def _prepare(t: KQuantTensor, isa: int) -> PreparedKQuant:
+def _check_operand(t, what: str) -> None:
+    if not isinstance(t, KQuantTensor) and not (isinstance(t, GGMLTensor) and t.qtype == "q8_0"):
+        raise ValueError(f"w must be a {what}, got {type(t).__name__} {getattr(t, 'qtype', '')}")
+
+
+def _prepare(t, isa: int) -> PreparedKQuant:
     u, sc, m, a, b = integer_form(t)
+    if isa == ISA_AVX2 and t.qtype == "q8_0" and (u == 0).any():
+        isa = ISA_PORTABLE  # q = -128 (not llama.cpp's, a hand-made file): AVX2's psign trick is not exact
     if isa == ISA_PORTABLE:
         return PreparedKQuant(t.qtype, t.shape, "rows", u, sc, m, a, b, t.nbytes)
     n, k = t.shape
@@ -167,7 +183,7 @@ def _prepare(t: KQuantTensor, isa: int) -> PreparedKQuant:
 def quantize_activations_kquant(x: np.ndarray, qtype: str):
     """x (M, K) float32 -> xq (M, K) int8, xd (M, K / super) float32, xsum (M, K / group)
     int32: Q8_K (ggml's quantize_row_q8_K_ref) for the K-quants, 32-blocks for q5_0."""
-    if qtype == "q5_0":
+    if qtype in ("q5_0", "q8_0"):
         return _quantize_activations_bytes(x, QK)
     xq, xd, bsums = quantize_q8_k_ref(x)
     per = GROUP[qtype] // 16  # Q8_K's bsums are per 16
@@ -183,8 +199,7 @@ def matmul_kquant_ref(x, t: KQuantTensor) -> np.ndarray:
     """NumPy twin of `matmul_kquant`, and the definition of its numerics (the module
     docstring's I1, I2 and float32 order): exact integer sums, then per super-block
     y += xd * (a * float(I1) + b * float(I2)) in float32."""
-    if not isinstance(t, KQuantTensor):
-        raise ValueError(f"w must be a KQuantTensor, got {type(t).__name__}")
+    _check_operand(t, "KQuantTensor or q8_0 GGMLTensor")
     n, k = t.shape
     x, vector = _as_activations(x, k)
     xq, xd, xsum = quantize_activations_kquant(x, t.qtype)
@@ -237,9 +252,11 @@ def add_super(typingctx, facc, xd, a, i1, b, i2):
 
 
 @numba.njit(parallel=True, cache=True)
-def _kquant_x86(isa, xw, xd, xsum, u, sc, mins, a, b, group, per, offset):
-    """y (M, T * LANES) for x words xw (M, K / 4) int32."""
+def _kquant_x86(isa, signed, xw, xd, xsum, u, sc, mins, a, b, group, per, offset):
+    """y (M, T * LANES) for x words xw (M, K / 4) int32; `signed` (a literal): u = q + 128
+    through dot_offset_bytes (q8_0), else levels <= 63 through dot_nibbles."""
     numba.literally(isa)
+    numba.literally(signed)
     m = xw.shape[0]
     tiles = u.shape[0]
     supers = xd.shape[1]
@@ -256,7 +273,11 @@ def _kquant_x86(isa, xw, xd, xsum, u, sc, mins, a, b, group, per, offset):
                 for g in range(s * per, (s + 1) * per):
                     acc = zero_ints()
                     for j in range(g * steps, (g + 1) * steps):
-                        acc = dot_nibbles(isa, acc, load_bytes(ut, j * STEP), bcast_word(xr, j))
+                        w, xj = load_bytes(ut, j * STEP), bcast_word(xr, j)
+                        if signed:
+                            acc = dot_offset_bytes(isa, acc, w, xj)
+                        else:
+                            acc = dot_nibbles(isa, acc, w, xj)
                     acc = minus_scalar_times(acc, offset, xsum[i, g])
                     i1 = mul_add_ints(i1, load_int8_offset(st, g * LANES, 0), acc)
                     i2 = minus_times(i2, load_int8_offset(mt, g * LANES, 0), xsum[i, g])
@@ -293,7 +314,8 @@ def _kquant_rows(xq, xd, xsum, u, sc, mins, a, b, group, per, offset):
 
 
 def matmul_kquant(x, w, isa: int = ISA) -> np.ndarray:
-    """x (M, K) or (K,) float @ W.T for a KQuantTensor (or PreparedKQuant) W of shape (N, K)."""
+    """x (M, K) or (K,) float @ W.T for a KQuantTensor, a q8_0 GGMLTensor (or their
+    PreparedKQuant) W of shape (N, K)."""
     p = prepare_kquant(w, isa)
     n, k = p.shape
     x2, vector = _as_activations(x, k)
@@ -301,7 +323,10 @@ def matmul_kquant(x, w, isa: int = ISA) -> np.ndarray:
     group, per, offset = GROUP[p.qtype], SUPER[p.qtype] // GROUP[p.qtype], OFFSET[p.qtype]
     weights = (p.u, p.sc, p.m, p.a, p.b, group, per, offset)
     if p.layout == "x86":
-        y = _kquant_x86(x86.Isa(isa), xq.view(np.int32), xd, xsum, *weights)[:, :n]
+        signed = x86.Isa(p.qtype == "q8_0")
+        if signed and isa == ISA_AVX2:  # dot_offset_bytes multiplies q itself there
+            weights = weights[:-1] + (0,)
+        y = _kquant_x86(x86.Isa(isa), signed, xq.view(np.int32), xd, xsum, *weights)[:, :n]
     else:
         y = _kquant_rows(xq, xd, xsum, *weights)
     y = np.ascontiguousarray(y)
