@@ -12,7 +12,8 @@ Tensors and types:
                                                          the embedding lookup reads those values
                                                          (as llama.cpp's get_rows does)
     norms, biases                                        F32
-Format -> GGUF type: fp32 F32, fp16 F16, q4_0 Q4_0, q4_1 Q4_1, q8_0 Q8_0. Our own int8
+Format -> GGUF type: fp32 F32, fp16 F16, q4_0 Q4_0, q4_1 Q4_1, q8_0 Q8_0, and q5_0 Q5_0, q4_k
+Q4_K, q5_k Q5_K, q6_k Q6_K (quant/kquants.py; a K-quant's rows must be 256-multiples). Our own int8
 (per-row scale) and int4-gNN (int8 zero point) have no GGUF type: they are refused in one line
 naming the tensor and the nearest GGUF type (q8_0; q4_1 for asym, q4_0 for sym). So are a
 policy's [prune] and [activations] tables (a GGUF tensor is only its weights).
@@ -55,15 +56,21 @@ from harmony_ref.checkpoint.gguf import (
 from harmony_ref.kernels.formats import FORMATS
 from harmony_ref.model.decoder import CheckpointError, layer_name
 from harmony_ref.quant.ggml import GGMLTensor
+from harmony_ref.quant.kquants import KQUANT_TYPES, KQuantTensor
 from harmony_ref.quant.policy import Policy, WeightFormat, load_policy
 
 GGUF_TYPE = {"fp32": "F32", "fp16": "F16", "q4_0": "Q4_0", "q4_1": "Q4_1", "q8_0": "Q8_0"}
+GGUF_TYPE |= {q: q.upper() for q in KQUANT_TYPES}  # Q5_0, Q4_K, Q5_K, Q6_K (quant/kquants.py)
 FILE_TYPE = {
     "fp32": "ALL_F32",
     "fp16": "MOSTLY_F16",
     "q4_0": "MOSTLY_Q4_0",
     "q4_1": "MOSTLY_Q4_1",
     "q8_0": "MOSTLY_Q8_0",
+    "q5_0": "MOSTLY_Q5_0",
+    "q4_k": "MOSTLY_Q4_K_S",  # llama.cpp's names for "every Linear in this K-quant"
+    "q5_k": "MOSTLY_Q5_K_S",
+    "q6_k": "MOSTLY_Q6_K",
 }
 GGML_QNT_VERSION = 2
 WRITER_KEYS = ("general.architecture", "general.file_type", "general.quantization_version")
@@ -107,7 +114,8 @@ def _quantize(w: np.ndarray, fmt: WeightFormat):
 
 
 def _tensor_bytes(stored) -> np.ndarray:
-    return stored.data if isinstance(stored, GGMLTensor) else np.ascontiguousarray(stored)
+    blocks = isinstance(stored, (GGMLTensor, KQuantTensor))
+    return stored.data if blocks else np.ascontiguousarray(stored)
 
 
 def _plan_tensors(weights, policy: Policy, source: str) -> list[tuple[str, str, object]]:
@@ -150,7 +158,7 @@ def _plan_tensors(weights, policy: Policy, source: str) -> list[tuple[str, str, 
             if permuted and key in ("wq", "wk"):
                 heads = c.n_heads if key == "wq" else c.n_kv_heads
                 order = permute_rope_rows(np.arange(stored.shape[0]), heads)
-                stored = stored.rows(order) if isinstance(stored, GGMLTensor) else stored[order]
+                stored = stored.rows(order) if hasattr(stored, "rows") else stored[order]
             out.append((name, gtype, stored))
     out.append(("output_norm.weight", "F32", np.ascontiguousarray(weights.final_norm, np.float32)))
     if weights.lm_head is not None:

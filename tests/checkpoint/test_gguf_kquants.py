@@ -78,3 +78,33 @@ def test_gemma3_q4_k_m_runs_as_stored():
     float_ppl, float_lg = ppl_and_logits(build_model(weights, "fp32"))
     assert abs(stored_ppl / float_ppl - 1) < GEMMA_MAX_PPL_REL, (stored_ppl, float_ppl)
     assert (stored_lg.argmax(-1) == float_lg.argmax(-1)).mean() >= GEMMA_MIN_TOP1
+
+
+@pytest.mark.parametrize("qtype", ["q5_0", "q4_k", "q5_k", "q6_k"])
+def test_export_as_stored_logits_equal_the_in_memory_policy(qtype, tmp_path):
+    """export --format gguf writes the type's bytes; the file run as stored gives the in-memory
+    policy's logits exactly (a model whose rows are 256-multiples, so every Linear takes it)."""
+    from dataclasses import replace
+
+    from harmony_ref.checkpoint.gguf_export import export_gguf
+    from harmony_ref.kernels.formats import FORMATS
+    from harmony_ref.quant.policy import policy_from_dict
+    from harmony_ref.runtime.llama import Llama
+    from harmony_ref.runtime.loader import stored_policy
+    from tests.fixtures.decoder.tiny import tiny_config, write_tiny_gguf
+
+    config = tiny_config("llama", dim=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn_dim=512)
+    src = tmp_path / "src.gguf"
+    w = write_tiny_gguf(src, config)
+    policy = policy_from_dict({"default": qtype}, f"<{qtype}>")
+    out = tmp_path / "out.gguf"
+    export_gguf(src, policy, out)
+    back = g.read_gguf(out, keep_stored=True)
+    assert {t.qtype for t in back.stored.values()} == {qtype}
+    as_stored = stored_policy(back, str(out))
+    f = FORMATS[qtype]
+    in_memory = replace(w, embed=f.dequantize(f.quantize(w.embed)))
+    tokens = [1, 40, 7, 99, 3, 250, 12, 8, 64, 5]
+    a = Llama(back, as_stored).prefill(tokens, all_logits=True)
+    b = Llama(in_memory, policy).prefill(tokens, all_logits=True)
+    assert np.array_equal(a, b), f"max |diff| {np.abs(a - b).max()}"
