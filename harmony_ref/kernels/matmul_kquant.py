@@ -180,15 +180,54 @@ def _prepare(t, isa: int) -> PreparedKQuant:
 # Activations
 
 
-def quantize_activations_kquant(x: np.ndarray, qtype: str):
+def quantize_activations_kquant_ref(x: np.ndarray, qtype: str):
     """x (M, K) float32 -> xq (M, K) int8, xd (M, K / super) float32, xsum (M, K / group)
-    int32: Q8_K (ggml's quantize_row_q8_K_ref) for the K-quants, 32-blocks for q5_0."""
+    int32: Q8_K (ggml's quantize_row_q8_K_ref) for the K-quants, 32-blocks (matmul_w4's
+    activation quantizer) for q5_0 and q8_0."""
     if qtype in ("q5_0", "q8_0"):
         return _quantize_activations_bytes(x, QK)
     xq, xd, bsums = quantize_q8_k_ref(x)
     per = GROUP[qtype] // 16  # Q8_K's bsums are per 16
     xsum = bsums.astype(np.int32).reshape(x.shape[0], -1, per).sum(axis=2, dtype=np.int32)
     return xq, xd, xsum
+
+
+@numba.njit(parallel=True, cache=True)
+def _quantize_q8_k(x, group):
+    """quantize_q8_k_ref's arithmetic (nearest_int is rint below 2^22, and |x / d| <= 127 here)
+    with group sums of `group` values."""
+    m, k = x.shape
+    nb = k // QK_K
+    xq = np.empty((m, k), dtype=np.int8)
+    xd = np.empty((m, nb), dtype=np.float32)
+    xsum = np.empty((m, k // group), dtype=np.int32)
+    for i in numba.prange(m):
+        for b in range(nb):
+            amax = np.float32(0.0)
+            mx = np.float32(0.0)
+            for j in range(b * QK_K, (b + 1) * QK_K):
+                if abs(x[i, j]) > amax:
+                    amax = abs(x[i, j])
+                    mx = x[i, j]
+            iscale = np.float32(0.0) if amax == 0 else np.float32(-127.0) / mx
+            xd[i, b] = np.float32(0.0) if amax == 0 else np.float32(1.0) / iscale
+            for j in range(b * QK_K, (b + 1) * QK_K):
+                xq[i, j] = np.int8(min(np.float32(127.0), np.rint(iscale * x[i, j])))
+        for g in range(k // group):
+            total = np.int32(0)
+            for j in range(g * group, (g + 1) * group):
+                total += np.int32(xq[i, j])
+            xsum[i, g] = total
+    return xq, xd, xsum
+
+
+def quantize_activations_kquant(x: np.ndarray, qtype: str):
+    """quantize_activations_kquant_ref in Numba (the float32 (M, K) x the kernels check)."""
+    if qtype in ("q5_0", "q8_0"):
+        return _quantize_activations_bytes(x, QK)
+    if x.shape[1] % QK_K:
+        raise ValueError(f"x has K = {x.shape[1]}, not a multiple of Q8_K's {QK_K}")
+    return _quantize_q8_k(x, GROUP[qtype])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -202,7 +241,7 @@ def matmul_kquant_ref(x, t: KQuantTensor) -> np.ndarray:
     _check_operand(t, "KQuantTensor or q8_0 GGMLTensor")
     n, k = t.shape
     x, vector = _as_activations(x, k)
-    xq, xd, xsum = quantize_activations_kquant(x, t.qtype)
+    xq, xd, xsum = quantize_activations_kquant_ref(x, t.qtype)
     u, sc, m, a, b = integer_form(t)
     mrows, g = x.shape[0], GROUP[t.qtype]
     groups = k // g

@@ -19,6 +19,7 @@ from harmony_ref.kernels.matmul_kquant import (
     matmul_kquant_ref,
     prepare_kquant,
     quantize_activations_kquant,
+    quantize_activations_kquant_ref,
 )
 from harmony_ref.quant.ggml import GGMLTensor, dequantize_ggml, quantize_q8_0_ref
 from harmony_ref.quant.kquants import KQUANT_TYPES, dequantize_kquant, quantize_kquant_ref
@@ -119,6 +120,25 @@ def test_quantized_dot_vs_float_dot(qtype):
     step = np.repeat(np.abs(xd.astype(np.float64)), SUPER[qtype], axis=1)  # Q8_K d may be < 0
     bound = (step / 2) @ np.abs(w_hat).T * ACT_ROUNDING_SLACK
     assert_within(matmul_kquant_ref(x, t), exact, bound, f"{qtype} quantized dot vs float dot")
+
+
+@pytest.mark.parametrize("qtype", ["q4_k", "q6_k"])
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), m=st.integers(1, 5))
+def test_q8_k_activations_fast_equal_ref(qtype, seed, m):
+    """The Numba Q8_K quantizer the kernels call == ggml's quantize_row_q8_K_ref (quant/kquants.py)
+    bit for bit: random rows, a zero super-block, -0.0, an exact tie of |max|, huge and tiny."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((m + 4, 512)) * 10.0 ** rng.uniform(-20, 20)).astype(np.float32)
+    x[0, :256] = 0.0
+    x[1, :256] = -0.0
+    x[2, 3], x[2, 9] = -5.0, 5.0  # the first of equal |x| sets the sign of d
+    x[3] = np.round(x[3] / np.abs(x[3]).max() * 254) / 2  # exact halves: round half to even
+    for a, b in zip(
+        quantize_activations_kquant(x, qtype), quantize_activations_kquant_ref(x, qtype)
+    ):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("qtype", TYPES)
