@@ -34,7 +34,7 @@ table: round trip, fast vs `_ref`, quantized dot vs float dot.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -206,12 +206,7 @@ FORMATS: dict[str, Format] = {
         _int4_format("sym"),
         _ggml_format("q4_0"),
         _ggml_format("q4_1"),
-        replace(
-            _ggml_format("q8_0"),
-            prepare=prepare_kquant,
-            matmul=matmul_kquant,
-            matmul_ref=matmul_kquant_ref,
-        ),
+        _ggml_format("q8_0"),
         *(_kquant_format(qtype) for qtype in KQUANT_TYPES),
     ]
 }

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harmony_ref.quant._checks import as_float32_matrix
-from harmony_ref.quant.ggml import _safe_inverse
+from harmony_ref.quant.ggml import GGMLTensor, _safe_inverse, check_block_bytes
 
 QK_K = 256  # weights per K-quant super-block
 QK5_0 = 32
@@ -99,48 +99,18 @@ class KQuantTensor:
     def __post_init__(self):
         if self.qtype not in BLOCK_DTYPES:
             raise ValueError(f"qtype must be one of {KQUANT_TYPES}, got {self.qtype!r}")
-        n, k = self.shape
-        qk = BLOCK_WEIGHTS[self.qtype]
-        if k % qk:
-            raise ValueError(f"K = {k} (shape {self.shape}) is not a multiple of {qk}")
-        want = (n, k // qk * BLOCK_DTYPES[self.qtype].itemsize)
-        if self.data.dtype != np.uint8 or self.data.shape != want:
-            raise ValueError(
-                f"{self.qtype} data must be uint8 of shape {want}, got "
-                f"{self.data.dtype} {self.data.shape}"
-            )
+        check_block_bytes(self, BLOCK_WEIGHTS[self.qtype], BLOCK_DTYPES[self.qtype].itemsize)
 
     @property
     def blocks(self) -> np.ndarray:
         """(N, K / block weights) structured view, fields as BLOCK_DTYPES names them."""
         return np.ascontiguousarray(self.data).view(BLOCK_DTYPES[self.qtype])
 
-    @property
-    def nbytes(self) -> int:
-        return self.data.nbytes
-
-    @property
-    def bits_per_weight(self) -> float:
-        return 8.0 * self.nbytes / (self.shape[0] * self.shape[1])
-
-    @property
-    def format_name(self) -> str:
-        return self.qtype
-
-    def rows(self, index) -> KQuantTensor:
-        """The rows `index` (a permutation or a slice) as a new tensor (blocks never span rows)."""
-        data = np.ascontiguousarray(self.data[index])
-        return KQuantTensor(self.qtype, data, (data.shape[0], self.shape[1]))
-
-
-def concat_kquant_rows(tensors: list[KQuantTensor]) -> KQuantTensor:
-    """Row-wise concatenation of tensors of one qtype and K (fused gate|up), exact."""
-    if len({(t.qtype, t.shape[1]) for t in tensors}) != 1:
-        raise ValueError(
-            f"concat_kquant_rows needs one qtype and K, got {[t.qtype for t in tensors]}"
-        )
-    data = np.concatenate([t.data for t in tensors], axis=0)
-    return KQuantTensor(tensors[0].qtype, data, (data.shape[0], tensors[0].shape[1]))
+    # the same bytes-per-row container as GGMLTensor (rows, sizes: quant/ggml.py)
+    nbytes = GGMLTensor.nbytes
+    bits_per_weight = GGMLTensor.bits_per_weight
+    format_name = GGMLTensor.format_name
+    rows = GGMLTensor.rows  # the rows `index` (a permutation or a slice) as a new tensor
 
 
 def _check(w, qtype: str) -> np.ndarray:

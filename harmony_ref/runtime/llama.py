@@ -86,7 +86,6 @@ from harmony_ref.quant.int8 import Int8Tensor, quantize_int8
 from harmony_ref.quant.kquants import (
     KQUANT_TYPES,
     KQuantTensor,
-    concat_kquant_rows,
     quantize_kquant_ref,
 )
 from harmony_ref.quant.policy import (
@@ -356,12 +355,11 @@ class Fused:
             kept = [_stored_in(t, fmts[0]) for t in given]
             fused = None
             if all(t is not None for t in kept):  # rows concatenate exactly, as stored
-                if isinstance(kept[0], GGMLTensor):
-                    fused = concat_ggml_rows(kept)
-                elif isinstance(kept[0], KQuantTensor):
-                    fused = concat_kquant_rows(kept)
-                else:
-                    fused = np.concatenate(kept, axis=0)
+                fused = (
+                    concat_ggml_rows(kept)  # GGUF blocks: GGMLTensor or KQuantTensor
+                    if isinstance(kept[0], (GGMLTensor, KQuantTensor))
+                    else np.concatenate(kept, axis=0)
+                )
             self.linears = [make_linear(name, w, fmts[0], scales[0], fused)]
         elif (
             len(parts) > 1
