@@ -36,9 +36,10 @@ rows per tile, levels unpacked to one byte each in its 4-byte-step layout, `vpdp
 or AVX-VNNI) or AVX2 `vpmaddubsw` for the group dots (u <= 63, so vpmaddubsw's int16 pair sums
 never saturate: 2 * 63 * 127 < 2^15; q8_0's u = q + 128 goes through matmul_x86's
 dot_offset_bytes, which on AVX2 multiplies q itself, so its offset there is 0); the portable one
-is a plain Numba loop over the same integers. One pass over a tile's bytes feeds all 64 rows and, for M > 1, every activation row
-(the tile stays in L2). Unpacked levels cost 1 byte per weight in memory (the file's 4.5-6.6
-bits): a nibble-packed q4_k layout is the next step for decode speed.
+is a plain Numba loop over the same integers. One pass over a tile's bytes feeds all 64 rows
+and, for M > 1, every activation row (the tile stays in L2). q4_k's levels are held as nibbles
+(matmul_w4's layout: half a byte a weight); q5_0, q5_k, q6_k and q8_0's as one byte each (their
+5th / 6th bits unpacked), more than the file's 5.5-8.5 bits.
 """
 
 from __future__ import annotations
@@ -65,9 +66,11 @@ from harmony_ref.kernels.matmul_x86 import (
     bcast_word,
     dot_nibbles,
     dot_offset_bytes,
+    high_nibbles,
     load_bytes,
     load_floats,
     load_int8_offset,
+    low_nibbles,
     minus_scalar_times,
     minus_times,
     store_floats,
@@ -87,6 +90,10 @@ GROUP = {"q5_0": 32, "q4_k": 32, "q5_k": 32, "q6_k": 16, "q8_0": 32}  # weights 
 SUPER = {"q5_0": QK, "q4_k": QK_K, "q5_k": QK_K, "q6_k": QK_K, "q8_0": QK}  # per float scale
 OFFSET = {"q5_0": 16, "q4_k": 0, "q5_k": 0, "q6_k": 32, "q8_0": 128}  # the level of weight 0
 Q8_0_LEVEL_OFFSET = 128  # q8_0's u = q + 128: unsigned for vpdpbusd
+# How the x86 layout holds a type's levels (compile-time literals of _kquant_x86): one byte per
+# level, q8_0's q + 128 bytes, or q4_k's nibbles (two 4-value steps per byte, half the bytes).
+LEVEL_BYTES, Q8_BYTES, NIBBLES = (x86.Isa(i) for i in range(3))
+LEVELS = {"q8_0": Q8_BYTES, "q4_k": NIBBLES}
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,7 +175,10 @@ def _prepare(t, isa: int) -> PreparedKQuant:
         return PreparedKQuant(t.qtype, t.shape, "rows", u, sc, m, a, b, t.nbytes)
     n, k = t.shape
     tiles = _tiles_of(u)  # (T, LANES, K), padded rows level 0 with scale 0
-    steps = tiles.reshape(tiles.shape[0], LANES, k // 4, 4).transpose(0, 2, 1, 3)
+    if LEVELS.get(t.qtype) == NIBBLES:  # byte [t, j, r, c] = u(8j + c) | u(8j + 4 + c) << 4
+        pairs = tiles.reshape(tiles.shape[0], LANES, k // 8, 2, 4)
+        tiles = pairs[:, :, :, 0] | (pairs[:, :, :, 1] << 4)  # (T, LANES, K / 8, 4)
+    steps = tiles.reshape(tiles.shape[0], LANES, -1, 4).transpose(0, 2, 1, 3)
     u_x86 = np.ascontiguousarray(steps).reshape(tiles.shape[0], -1)
     return PreparedKQuant(
         t.qtype, t.shape, "x86", u_x86, _per_lane(sc), _per_lane(m), _per_lane(a), _per_lane(b),
@@ -291,11 +301,11 @@ def add_super(typingctx, facc, xd, a, i1, b, i2):
 
 
 @numba.njit(parallel=True, cache=True)
-def _kquant_x86(isa, signed, xw, xd, xsum, u, sc, mins, a, b, group, per, offset):
-    """y (M, T * LANES) for x words xw (M, K / 4) int32; `signed` (a literal): u = q + 128
-    through dot_offset_bytes (q8_0), else levels <= 63 through dot_nibbles."""
+def _kquant_x86(isa, levels, xw, xd, xsum, u, sc, mins, a, b, group, per, offset):
+    """y (M, T * LANES) for x words xw (M, K / 4) int32; `levels` (a literal) says how `u`
+    holds them: LEVEL_BYTES, Q8_BYTES (u = q + 128, dot_offset_bytes) or NIBBLES."""
     numba.literally(isa)
-    numba.literally(signed)
+    numba.literally(levels)
     m = xw.shape[0]
     tiles = u.shape[0]
     supers = xd.shape[1]
@@ -311,12 +321,18 @@ def _kquant_x86(isa, signed, xw, xd, xsum, u, sc, mins, a, b, group, per, offset
                 i2 = zero_ints()
                 for g in range(s * per, (s + 1) * per):
                     acc = zero_ints()
-                    for j in range(g * steps, (g + 1) * steps):
-                        w, xj = load_bytes(ut, j * STEP), bcast_word(xr, j)
-                        if signed:
-                            acc = dot_offset_bytes(isa, acc, w, xj)
-                        else:
-                            acc = dot_nibbles(isa, acc, w, xj)
+                    if levels == NIBBLES:  # one byte step: 4 values low, the next 4 high
+                        for j in range(g * steps // 2, (g + 1) * steps // 2):
+                            w = load_bytes(ut, j * STEP)
+                            acc = dot_nibbles(isa, acc, low_nibbles(w), bcast_word(xr, 2 * j))
+                            acc = dot_nibbles(isa, acc, high_nibbles(w), bcast_word(xr, 2 * j + 1))
+                    else:
+                        for j in range(g * steps, (g + 1) * steps):
+                            w, xj = load_bytes(ut, j * STEP), bcast_word(xr, j)
+                            if levels == Q8_BYTES:
+                                acc = dot_offset_bytes(isa, acc, w, xj)
+                            else:
+                                acc = dot_nibbles(isa, acc, w, xj)
                     acc = minus_scalar_times(acc, offset, xsum[i, g])
                     i1 = mul_add_ints(i1, load_int8_offset(st, g * LANES, 0), acc)
                     i2 = minus_times(i2, load_int8_offset(mt, g * LANES, 0), xsum[i, g])
@@ -362,10 +378,10 @@ def matmul_kquant(x, w, isa: int = ISA) -> np.ndarray:
     group, per, offset = GROUP[p.qtype], SUPER[p.qtype] // GROUP[p.qtype], OFFSET[p.qtype]
     weights = (p.u, p.sc, p.m, p.a, p.b, group, per, offset)
     if p.layout == "x86":
-        signed = x86.Isa(p.qtype == "q8_0")
-        if signed and isa == ISA_AVX2:  # dot_offset_bytes multiplies q itself there
+        levels = LEVELS.get(p.qtype, LEVEL_BYTES)
+        if levels == Q8_BYTES and isa == ISA_AVX2:  # dot_offset_bytes multiplies q itself there
             weights = weights[:-1] + (0,)
-        y = _kquant_x86(x86.Isa(isa), signed, xq.view(np.int32), xd, xsum, *weights)[:, :n]
+        y = _kquant_x86(x86.Isa(isa), levels, xq.view(np.int32), xd, xsum, *weights)[:, :n]
     else:
         y = _kquant_rows(xq, xd, xsum, *weights)
     y = np.ascontiguousarray(y)
