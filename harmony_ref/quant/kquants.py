@@ -39,8 +39,10 @@ do, never NumPy's pairwise sum; ggml-base is built without FMA, so no product is
 - q8_k: d = max / -127 (the first largest |x|), q = round(x / d).
 nearest_int is ggml's bit trick (add 1.5 * 2^23, read the mantissa): round half to even for
 |v| < 2^22, and the same garbage as ggml's beyond. A q5_0 block whose 1 / d overflows float32 is
-stored as level 0 (quant/ggml.py's TINY_BLOCK_NOTE: C leaves that cast undefined). There is no
-Numba quantizer here: `quantize_kquant` is the reference (a few seconds for a 135M model).
+stored as weight 0 (level 16; quant/ggml.py's TINY_BLOCK_NOTE: C leaves that cast undefined), and
+an all-zero block's d is -0.0, as ggml's (its max starts at +0.0; the `gguf` package has +0.0).
+There is no Numba quantizer here: kernels/formats.py's `quantize` is `quantize_kquant_ref` (a few
+seconds for a 135M model).
 """
 
 from __future__ import annotations
