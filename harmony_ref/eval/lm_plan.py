@@ -181,8 +181,8 @@ def group_shapes(config, group: str, by: str) -> list[tuple[int, int]]:
 def fits(fmt, shapes) -> bool:
     """Whether a policy may give `fmt` to these (N, K) rows: an INT4 group no longer than the
     longest row (quant/policy.py check_applies refuses a plan that does otherwise)."""
-    if fmt.ggml:  # GGUF's blocks of 32 along K
-        return all(k % 32 == 0 for _, k in shapes)
+    if fmt.block_weights:  # GGUF's blocks along K (32; the K-quants' 256)
+        return all(k % fmt.block_weights == 0 for _, k in shapes)
     return fmt.kind != "int4" or fmt.group_size <= max(k for _, k in shapes)
 
 

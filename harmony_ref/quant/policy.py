@@ -181,6 +181,13 @@ class WeightFormat:
         }[self.kind]
 
     @property
+    def block_weights(self) -> int | None:
+        """Weights per GGUF block along K (a row length must be a multiple), None off GGUF."""
+        if self.kind in GGML_KINDS:
+            return GGML_BLOCK
+        return KQUANT_BLOCKS[self.kind][0] if self.kind in KQUANT_BLOCKS else None
+
+    @property
     def ggml(self) -> bool:
         """One of GGUF's block formats (q4_0, q4_1, q8_0)."""
         return self.kind in GGML_KINDS
@@ -369,7 +376,7 @@ def unmatched(
             )
     for name, k in layers:
         fmt = policy.format_for(name)
-        block = GGML_BLOCK if fmt.ggml else KQUANT_BLOCKS.get(fmt.kind, (1,))[0]
+        block = fmt.block_weights or 1
         if k % block:
             out.append(
                 f"{policy.source}: format {fmt.name} for {name}: its rows have K = {k}, "

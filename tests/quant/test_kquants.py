@@ -172,3 +172,20 @@ def test_bad_input_is_one_clear_line(w, match):
 def test_tensor_checks_its_bytes():
     with pytest.raises(ValueError, match="q6_k data must be uint8 of shape"):
         KQuantTensor("q6_k", np.zeros((1, 200), np.uint8), (1, 256))
+
+
+def test_a_policy_refuses_k_quant_rows_that_are_not_256_multiples():
+    """SmolLM2's 576-wide rows cannot be Q4_K (llama.cpp falls back to another type there): the
+    policy check names the layer and the block, and the planner never offers it."""
+    from harmony_ref.eval.lm_plan import fits
+    from harmony_ref.quant.policy import parse_format, policy_from_dict, unmatched
+
+    policy = policy_from_dict({"default": "q4_k"}, "<q4_k>")
+    layers = [("model.layers.0.mlp.down_proj", 1536), ("model.layers.0.self_attn.q_proj", 576)]
+    (problem,) = unmatched(policy, layers, 1, "smollm2")
+    assert "q_proj" in problem and "K = 576" in problem and "block of 256" in problem
+    assert unmatched(policy, layers[:1], 1, "smollm2") == []
+    q4_k = parse_format("Q4_K")
+    assert q4_k.block_weights == 256 and q4_k.bits_per_weight(1536) == 4.5
+    assert not fits(q4_k, [(576, 576)]) and fits(q4_k, [(576, 1536)])
+    assert parse_format("q6_k").nbytes(2, 512) == 2 * 2 * 210
