@@ -205,7 +205,7 @@ def parse_format(text: str, where: str = "format") -> WeightFormat:
     if not m:
         raise ValueError(
             f"{where}: unknown weight format {text!r}; expected fp32, fp16, int8, "
-            "int4-g<group>, int4-g<group>-sym, q4_0, q4_1, q8_0, q5_0, q4_k, q5_k, q6_k or f16"
+            "int4-g<G>[-sym] or GGUF's q4_0 q4_1 q5_0 q8_0 q4_k q5_k q6_k f16"
         )
     if m.group(2) is None:
         return WeightFormat(m.group(1))
