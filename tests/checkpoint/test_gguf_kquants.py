@@ -16,7 +16,8 @@ from harmony_ref.runtime.llama import make_linear
 
 # Gemma 3 270M, as-stored vs the float32 forward of the same file's dequantized weights, over the
 # first 32 tokens of the held-out corpus: int8 activations (Q8_K / Q8_0) cost this much perplexity
-# at most (measured: 1.1% on 128 tokens) and top-1 agreement at least (measured 0.945).
+# at most (measured on 128 tokens: 53.33 against 53.69, -0.7%) and top-1 agreement at least
+# (measured 0.953).
 GEMMA_MAX_PPL_REL = 0.05
 GEMMA_MIN_TOP1 = 0.85
 
