@@ -601,7 +601,7 @@ CASES = [  # (argv, a substring the error line must hold)
         ],
         "--format llama-perplexity only",
     ),
-    (["plan", "--budget-mb", "80", "--formats", "q4_0,q5_k"], "unknown weight format 'q5_k'"),
+    (["plan", "--budget-mb", "80", "--formats", "q4_0,q3_k"], "unknown weight format 'q3_k'"),
     (
         ["plan", "--model", "all-minilm-l6", "--budget-mb", "8", "--formats", "q4_0"],
         "--formats applies to a decoder",

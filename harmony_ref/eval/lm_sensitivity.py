@@ -165,7 +165,7 @@ def group_shapes(config, group: str, by: str) -> list[tuple[int, int]]:
 def fits(fmt, shapes) -> bool:
     """Whether a policy may give `fmt` to these (N, K) rows: an INT4 group no longer than the
     longest row (quant/policy.py check_applies refuses a plan that does otherwise)."""
-    if fmt.ggml:  # GGUF's blocks of 32 along K
+    if fmt.ggml:  # GGUF's blocks along K (32; the K-quants' 256)
         return all(k % fmt.facts.block == 0 for _, k in shapes)
     return not fmt.facts.grouped or fmt.group_size <= max(k for _, k in shapes)
 

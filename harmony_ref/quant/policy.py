@@ -16,7 +16,8 @@ character (* ? [), if the glob matches the whole name. Precedence: an exact [lay
 
 Format strings: "fp32", "fp16" (also "f16", GGUF's name), "int8", "int4-g<group>" (asym),
 "int4-g<group>-sym", or GGUF's block formats "q4_0", "q4_1", "q8_0" (quant/ggml.py: blocks of
-32 along K, float16 scales, bit-exact with llama.cpp's quantizers).
+32 along K, float16 scales, bit-exact with llama.cpp's quantizers), "q5_0" and the K-quants
+"q4_k", "q5_k", "q6_k" (quant/kquants.py: super-blocks of 256 along K, also bit-exact).
 
 Optional `[prune]` (structured pruning) and `[activations]` (static INT8 activations, W8A8)
 tables combine pruning and quantization in one policy, and `[quantize]` says how each int4 /
@@ -110,8 +111,10 @@ class WeightFormat:
     for a grouped one, its group size. Storage per weight mirrors the real arrays (`Int4Tensor`,
     `Int8Tensor`, `GGMLTensor`); tests hold `bits_per_weight` equal to the arrays' true size."""
 
-    kind: str  # a FormatFacts.kind: fp32 | fp16 | int8 | int4 | q4_0 | q4_1 | q8_0
-    group_size: int | None = None  # grouped formats only (int4; GGUF's: always blocks of 32)
+    kind: (
+        str  # a FormatFacts.kind: fp32 | fp16 | int8 | int4 | q4_0 | q4_1 | q8_0 | q5_0 | q4_k ...
+    )
+    group_size: int | None = None  # grouped formats only (int4; GGUF's: their blocks, facts.block)
     scheme: str | None = None  # grouped formats only: asym | sym
 
     @property
@@ -141,7 +144,7 @@ class WeightFormat:
 
     @property
     def ggml(self) -> bool:
-        """One of GGUF's block formats (q4_0, q4_1, q8_0)."""
+        """One of GGUF's block formats (q4_0, q4_1, q8_0, q5_0, the K-quants)."""
         return self.facts.ggml
 
 
