@@ -56,8 +56,8 @@ def test_a_stored_tensor_is_the_files_bytes_and_runs_as_stored(tmp_path, qtype):
 @pytest.mark.network
 def test_gemma3_q4_k_m_runs_as_stored():
     from harmony_ref.checkpoint.assets import AssetUnavailable
+    from harmony_ref.compress import build_model
     from harmony_ref.eval.lm import load_corpus, log_softmax
-    from harmony_ref.runtime.llama import build_model
     from harmony_ref.runtime.loader import load_decoder, stored_policy
 
     try:
