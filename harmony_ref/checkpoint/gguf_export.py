@@ -189,6 +189,8 @@ def export_gguf(model_path, policy, out, version: str | None = None) -> GGUFExpo
             "exported file would have no tokenizer"
         )
     weights = read_gguf(model_path)
+    spec = weights.config.to_spec()  # a mix (q4_k_m) resolved for this model's layers and rows
+    policy = policy.bind(spec.weight_rows(), spec.n_layers)
     tensors = _plan_tensors(weights, policy, src)
 
     manifest_path = out.with_name(out.name + MANIFEST_SUFFIX)
