@@ -109,3 +109,37 @@ def test_export_as_stored_logits_equal_the_in_memory_policy(qtype, tmp_path):
     a = Llama(back, as_stored).prefill(tokens, all_logits=True)
     b = Llama(in_memory, policy).prefill(tokens, all_logits=True)
     assert np.array_equal(a, b), f"max |diff| {np.abs(a - b).max()}"
+
+
+def test_q4_k_m_export_as_stored_equals_the_in_memory_policy(tmp_path):
+    """The shipped q4_k_m policy (llama.cpp's mix, quant/mixes.py) on a model with 256-wide rows
+    and 352-wide ffn_down rows: the file holds Q4_K, Q6_K and the fallbacks Q5_0 / Q8_0 where
+    quant/mixes.py says, and run as stored it gives the in-memory policy's logits exactly."""
+    from dataclasses import replace
+
+    from harmony_ref.checkpoint.gguf_export import export_gguf
+    from harmony_ref.kernels.formats import FORMATS
+    from harmony_ref.quant.policy import load_policy
+    from harmony_ref.runtime.llama import Llama
+    from harmony_ref.runtime.loader import stored_policy
+    from tests.fixtures.decoder.tiny import tiny_config, write_tiny_gguf
+
+    config = tiny_config("llama", dim=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn_dim=352)
+    src = tmp_path / "src.gguf"
+    w = write_tiny_gguf(src, config)
+    out = tmp_path / "q4_k_m.gguf"
+    r = export_gguf(src, "q4_k_m", out)
+    types = g.read_gguf_tensor_types(out)
+    # 2 layers: use_more_bits picks layer 1 only; ffn_down's K = 352 is no 256-multiple
+    assert types["blk.0.attn_v.weight"] == "Q4_K" and types["blk.1.attn_v.weight"] == "Q6_K"
+    assert types["blk.0.ffn_down.weight"] == "Q5_0" and types["blk.1.ffn_down.weight"] == "Q8_0"
+    assert types["blk.1.attn_q.weight"] == "Q4_K" and types["output.weight"] == "Q6_K"
+    assert r.types == {"F32": 5, "Q4_K": 11, "Q6_K": 3, "Q5_0": 1, "Q8_0": 1}
+    back = g.read_gguf(out, keep_stored=True)
+    as_stored = stored_policy(back, str(out))
+    f = FORMATS["q6_k"]  # the embedding: token_embd is written in lm_head's format
+    in_memory = replace(w, embed=f.dequantize(f.quantize(w.embed)))
+    tokens = [1, 40, 7, 99, 3, 250, 12, 8, 64, 5]
+    a = Llama(back, as_stored).prefill(tokens, all_logits=True)
+    b = Llama(in_memory, load_policy("q4_k_m")).prefill(tokens, all_logits=True)
+    assert np.array_equal(a, b), f"max |diff| {np.abs(a - b).max()}"
