@@ -120,6 +120,10 @@ class RunConfig:
     runtime: str = ""
 
     def __post_init__(self):
+        # a mix policy (q4_k_m) resolved for this model's layers and rows (quant/policy.py bind)
+        object.__setattr__(
+            self, "policy", self.policy.bind(self.spec.weight_rows(), self.spec.n_layers)
+        )
         if self.kv_dtype not in KV_DTYPES:
             raise ValueError(
                 f"config: field 'kv_dtype' = {self.kv_dtype!r}: must be one of {list(KV_DTYPES)}"

@@ -108,6 +108,7 @@ FILES = {
     "pol_blocks_huge.toml": 'name = "p"\ndefault = "int4-g32"\n[prune]\n[prune.blocks]\n'
     '"0-100000000" = { ffn = 0.5 }\n',
     "pol_g16384.toml": 'name = "p"\ndefault = "int4-g16384"\n',
+    "pol_mix.toml": 'name = "p"\ndefault = "q4_k"\nmix = "q3_k_m"\n',
     "pol_typo_key.toml": 'name = "p"\ndefault = "int4-g32"\nkeep_fp16_layer = ["lm_head"]\n',
     "pol_dup_a.toml": 'name = "same"\ndefault = "int8"\n',
     "pol_dup_b.toml": 'name = "same"\ndefault = "int4-g32"\n',
@@ -404,6 +405,7 @@ CASES = [  # (argv, a substring the error line must hold)
     (["predict", "--policy", "{d}/pol_block99.toml"], "block 99"),
     (["predict", "--policy", "{d}/pol_blocks_huge.toml"], "100,000,000"),
     (["predict", "--policy", "{d}/pol_g16384.toml"], "int4-g16384"),
+    (["predict", "--policy", "{d}/pol_mix.toml"], "field 'mix' = 'q3_k_m'"),
     (["predict", "--policy", "{d}/pol_typo_key.toml"], "did you mean 'keep_fp16_layers'"),
     (
         [
@@ -601,7 +603,7 @@ CASES = [  # (argv, a substring the error line must hold)
         ],
         "--format llama-perplexity only",
     ),
-    (["plan", "--budget-mb", "80", "--formats", "q4_0,q5_k"], "unknown weight format 'q5_k'"),
+    (["plan", "--budget-mb", "80", "--formats", "q4_0,q3_k"], "unknown weight format 'q3_k'"),
     (
         ["plan", "--model", "all-minilm-l6", "--budget-mb", "8", "--formats", "q4_0"],
         "--formats applies to a decoder",

@@ -21,7 +21,7 @@ def shown(*parts: str) -> bool:
     return " ".join(" ".join(parts).split()) in TEXT
 
 
-@pytest.mark.parametrize("name", ["plan80", "q4_0"])
+@pytest.mark.parametrize("name", ["plan80", "q4_0", "q4_k_m"])
 def test_runtime_check_row(name):
     m = load_record(RESULTS / f"check_runtime_{name}.json").metrics
     assert m.value("runtime_accurate") == 1.0

@@ -321,9 +321,10 @@ LINEAR_FIELDS = {
 
 
 def _stored_matrix(t, path: Path, rows=None):
-    """A 2-D tensor as the file stores it (GGMLTensor or float array), rows reordered by `rows`;
-    None for a type we cannot run as stored (K-quants: they are dequantized and requantized)."""
-    from harmony_ref.quant.ggml import GGMLTensor
+    """A 2-D tensor as the file stores it (a float array, or its format's block container:
+    GGMLTensor, KQuantTensor), rows reordered by `rows`; None for a type we cannot run as stored
+    (not in STORED_TYPES)."""
+    from harmony_ref.kernels.formats import FORMATS
 
     facts = BY_GGUF_TYPE.get(t.tensor_type.name)
     if facts is None:
@@ -334,7 +335,9 @@ def _stored_matrix(t, path: Path, rows=None):
     else:
         a = np.asarray(t.data, dtype=np.uint8).reshape(n, -1)
     a = np.ascontiguousarray(a if rows is None else a[rows])
-    return a if facts.dtype is not None else GGMLTensor(facts.name, a, (n, k))
+    if facts.dtype is not None:
+        return a
+    return FORMATS[facts.name].from_arrays({".blocks": a}, (n, k))
 
 
 def _unpermute_order(n_rows: int, n_heads: int) -> np.ndarray:

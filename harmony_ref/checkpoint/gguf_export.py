@@ -12,7 +12,8 @@ Tensors and types:
                                                          the embedding lookup reads those values
                                                          (as llama.cpp's get_rows does)
     norms, biases                                        F32
-Format -> GGUF type: fp32 F32, fp16 F16, q4_0 Q4_0, q4_1 Q4_1, q8_0 Q8_0. Our own int8
+Format -> GGUF type: fp32 F32, fp16 F16, q4_0 Q4_0, q4_1 Q4_1, q8_0 Q8_0, and q5_0 Q5_0, q4_k
+Q4_K, q5_k Q5_K, q6_k Q6_K (quant/kquants.py; a K-quant's rows must be 256-multiples). Our own int8
 (per-row scale) and int4-gNN (int8 zero point) have no GGUF type: they are refused in one line
 naming the tensor and the nearest GGUF type (q8_0; q4_1 for asym, q4_0 for sym). So are a
 policy's [prune] and [activations] tables (a GGUF tensor is only its weights).
@@ -55,7 +56,6 @@ from harmony_ref.checkpoint.gguf import (
 from harmony_ref.kernels.formats import format_of
 from harmony_ref.model.decoder import CheckpointError, layer_name
 from harmony_ref.quant.formats import BY_GGUF_TYPE, FACTS
-from harmony_ref.quant.ggml import GGMLTensor
 from harmony_ref.quant.policy import Policy, WeightFormat, load_policy
 
 GGML_QNT_VERSION = 2
@@ -91,12 +91,13 @@ class GGUFExport:
 
 
 def _quantize(w: np.ndarray, fmt: WeightFormat):
-    """(N, K) float32 -> the stored matrix (GGMLTensor, float16 or float32 array)."""
+    """(N, K) float32 -> the stored matrix (GGMLTensor, KQuantTensor, float16 or float32 array)."""
     return format_of(fmt).quantize(w, fmt.group_size)
 
 
 def _tensor_bytes(stored) -> np.ndarray:
-    return stored.data if isinstance(stored, GGMLTensor) else np.ascontiguousarray(stored)
+    """A float array as it is; a block container (GGMLTensor, KQuantTensor): its bytes."""
+    return np.ascontiguousarray(stored) if isinstance(stored, np.ndarray) else stored.data
 
 
 def _plan_tensors(weights, policy: Policy, source: str) -> list[tuple[str, str, object]]:
@@ -139,7 +140,7 @@ def _plan_tensors(weights, policy: Policy, source: str) -> list[tuple[str, str, 
             if permuted and key in ("wq", "wk"):
                 heads = c.n_heads if key == "wq" else c.n_kv_heads
                 order = permute_rope_rows(np.arange(stored.shape[0]), heads)
-                stored = stored.rows(order) if isinstance(stored, GGMLTensor) else stored[order]
+                stored = stored[order] if isinstance(stored, np.ndarray) else stored.rows(order)
             out.append((name, gtype, stored))
     out.append(("output_norm.weight", "F32", np.ascontiguousarray(weights.final_norm, np.float32)))
     if weights.lm_head is not None:
@@ -188,6 +189,8 @@ def export_gguf(model_path, policy, out, version: str | None = None) -> GGUFExpo
             "exported file would have no tokenizer"
         )
     weights = read_gguf(model_path)
+    spec = weights.config.to_spec()  # a mix (q4_k_m) resolved for this model's layers and rows
+    policy = policy.bind(spec.weight_rows(), spec.n_layers)
     tensors = _plan_tensors(weights, policy, src)
 
     manifest_path = out.with_name(out.name + MANIFEST_SUFFIX)

@@ -169,8 +169,8 @@ def lm_plan(
     loss = np.array(
         [
             [
-                max(tables[fi][ti]["kld_mean"], 0.0)
-                if fits(fmts[fi], group_shapes(config, types[ti], "type"))
+                max(tables[fi][types[ti]]["kld_mean"], 0.0)
+                if fits(fmts[fi], group_shapes(config, types[ti], "type"))  # then it has a row
                 else np.inf
                 for fi in range(len(fmts))
             ]
@@ -187,7 +187,7 @@ def lm_plan(
         sum(sizes[ti][fi] for ti, fi in enumerate(picks)),
         float(sum(loss[ti, fi] for ti, fi in enumerate(picks))),
         choices,
-        tables[0][0]["scored_tokens"],
+        _scored_tokens(tables),
         activations=act,
         methods=chosen,
     )
@@ -197,15 +197,21 @@ def _methods(tables, types, picks, methods) -> dict[str, str] | None:
     """type -> the method of its chosen format's best row (None when only rtn was offered)."""
     if methods == ("rtn",):
         return None
-    return {t: tables[fi][ti].get("method", "rtn") for ti, (t, fi) in enumerate(zip(types, picks))}
+    return {t: tables[fi][t].get("method", "rtn") for t, fi in zip(types, picks)}
+
+
+def _scored_tokens(tables) -> int:
+    """The tokens every row scored (one corpus part, one context: the same for all)."""
+    return next(row for table in tables for row in table.values())["scored_tokens"]
 
 
 def _format_tables(
     model, fmts, act, context, chunks, progress, loaded, extra_steps: int = 0, methods=("rtn",)
 ):
-    """Per format: the by-type sensitivity rows (int8 measured as W8A8 when `act`); with several
-    methods, each type's row is the method with the lowest KLD (its "method" key says which:
-    the bytes are the same, so the knapsack's choice among (format, method) pairs is this)."""
+    """Per format: its by-type sensitivity rows, type -> row (int8 measured as W8A8 when `act`;
+    no row for a type the format cannot store); with several methods, each type's row is the
+    method with the lowest KLD (its "method" key says which: the bytes are the same, so the
+    knapsack's choice among (format, method) pairs is this)."""
     tables = []
     runs = [(f, m) for f in fmts for m in (methods if f.facts.fitted else ("rtn",))]
     total = len(runs) + extra_steps
@@ -222,7 +228,7 @@ def _format_tables(
             else [r if r["kld_mean"] < b["kld_mean"] else b for r, b in zip(rows, best)]
         )
     for f in fmts:
-        tables.append(by_fmt[f])
+        tables.append({r["group"]: r for r in by_fmt[f]})
     return tables
 
 
@@ -323,9 +329,8 @@ def _plan_grouped(
         extra_steps=len(prune_rows),
         methods=methods,
     )
-    type_index = {row["group"]: i for i, row in enumerate(tables[0])}
     fmt_kld = {
-        (t, fi): max(tables[fi][type_index[t]]["kld_mean"], 0.0)
+        (t, fi): max(tables[fi][t]["kld_mean"], 0.0) if t in tables[fi] else np.inf
         for t in LAYER_TYPES
         for fi in range(len(fmts))
     }
@@ -363,7 +368,7 @@ def _plan_grouped(
     chosen = (
         None
         if methods == ("rtn",)
-        else {t: tables[fidx[choices[t]]][type_index[t]].get("method", "rtn") for t in LAYER_TYPES}
+        else {t: tables[fidx[choices[t]]][t].get("method", "rtn") for t in LAYER_TYPES}
     )
     policy = _plan_policy(model, budget_mb, config, choices, prune, score, act, chosen)
     return LMPlan(
@@ -372,7 +377,7 @@ def _plan_grouped(
         linear,
         float(sum(parts.values())),
         choices,
-        tables[0][0]["scored_tokens"],
+        _scored_tokens(tables),
         prune=prune,
         activations=act,
         predicted_parts=parts,

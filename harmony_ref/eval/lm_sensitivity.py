@@ -165,7 +165,7 @@ def group_shapes(config, group: str, by: str) -> list[tuple[int, int]]:
 def fits(fmt, shapes) -> bool:
     """Whether a policy may give `fmt` to these (N, K) rows: an INT4 group no longer than the
     longest row (quant/policy.py check_applies refuses a plan that does otherwise)."""
-    if fmt.ggml:  # GGUF's blocks of 32 along K
+    if fmt.ggml:  # GGUF's blocks along K (32; the K-quants' 256)
         return all(k % fmt.facts.block == 0 for _, k in shapes)
     return not fmt.facts.grouped or fmt.group_size <= max(k for _, k in shapes)
 
@@ -283,7 +283,8 @@ def lm_sensitivity(
     prune_score: str = "l1",
     method: str = "rtn",
 ) -> list[dict]:
-    """One row per group (see the module doc), in group order, scored on the calibration part.
+    """One row per group (see the module doc), in group order, scored on the calibration part;
+    no row for a group whose rows the format cannot store (fits: q4_k on 576-wide rows).
     Keys: group, pattern, format, kld_mean, kld_p99, ppl_ratio, top1_agreement_pct, bytes,
     bytes_fp32, scored_tokens, corpus, plus activations (W8A8 rows) / prune (pruning rows).
     `progress(done, total)` is called after every chunk."""
@@ -306,6 +307,13 @@ def lm_sensitivity(
             f"--method {method} fits int4 / int8 weights: not with --prune, W8A8 or {f.name}"
         )
     groups = _groups(weights.config, by, f, act, prune, prune_score, method)
+    if f.ggml and not prune:  # a group whose rows its blocks cannot store (q4_k: 256) has no row
+        groups = [g for g in groups if fits(f, g.shapes)]
+        if not groups:
+            raise ValueError(
+                f"--weight-format {f.name}: stores no {by} group of {model} (its rows are not "
+                f"multiples of its block of {f.facts.block})"
+            )
     key = {
         "format": f.name,
         "activations": None if act is None else act.to_dict(),

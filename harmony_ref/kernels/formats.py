@@ -23,7 +23,10 @@ Formats (keys of FORMATS):
     int4-sym  Int4Tensor sym, per-group scale: matmul_w4
     q4_0      GGMLTensor, GGUF's bytes: matmul_w4 on the repacked nibbles (kernels/matmul_ggml.py)
     q4_1      GGMLTensor: matmul_w4 + a per-block constant term (a Numba loop, 1/32 of the work)
-    q8_0      GGMLTensor: a Numba int32 block-dot loop (per-block scales; matmul_w8 is per row)
+    q8_0      GGMLTensor: matmul_kquant (int8 activations per 32-block, vpdpbusd group dots)
+    q5_0 q4_k q5_k q6_k   KQuantTensor, GGUF's bytes (quant/kquants.py; NumPy quantizers, so
+              `quantize` is the `_ref`): matmul_kquant, int8 activations (Q8_K) and integer
+              group dots (kernels/matmul_kquant.py)
 GGUF's F16 is fp16 (the same IEEE half, rounded to nearest even); "f16" parses to it.
 `prepare` builds the kernel's operand once per tensor (the row-interleaved layout of
 prepare_w4/prepare_w8, cached on the tensor; for floats a float32 W.T view). `arrays` /
@@ -51,10 +54,17 @@ from harmony_ref.kernels.matmul import (
     prepare_w8,
 )
 from harmony_ref.kernels.matmul_ggml import matmul_ggml, matmul_ggml_ref, prepare_ggml
+from harmony_ref.kernels.matmul_kquant import matmul_kquant, matmul_kquant_ref, prepare_kquant
 from harmony_ref.quant.formats import FACTS, FormatFacts
 from harmony_ref.quant.ggml import QUANTIZERS, QUANTIZERS_REF, GGMLTensor, dequantize_ggml
 from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4, quantize_int4, quantize_int4_ref
 from harmony_ref.quant.int8 import Int8Tensor, dequantize_int8, quantize_int8, quantize_int8_ref
+from harmony_ref.quant.kquants import (
+    KQUANT_TYPES,
+    KQuantTensor,
+    dequantize_kquant,
+    quantize_kquant_ref,
+)
 from harmony_ref.quant.policy import WeightFormat, parse_format
 
 F16_CHUNK_ROWS = 4096  # fp16's matmul_stored widens this many weight rows at a time
@@ -163,7 +173,7 @@ def _int4_format(name: str) -> Format:
 GGML_KERNELS = {
     "q4_0": "numba matmul_w4 (q4_0 repacked as int4-g32-sym)",
     "q4_1": "numba matmul_w4 + block-constant BLAS (q4_1)",
-    "q8_0": "numba q8_0 block-dot loop",
+    "q8_0": "numba matmul_kquant (q8_0 x int8 32-blocks, integer group dots)",
 }
 
 
@@ -179,6 +189,23 @@ def _ggml_format(qtype: str) -> Format:
         kernel=GGML_KERNELS[qtype],
         arrays=lambda t: {".blocks": t.data},
         from_arrays=lambda a, shape, group_size=None: GGMLTensor(qtype, a[".blocks"], tuple(shape)),
+    )
+
+
+def _kquant_format(qtype: str) -> Format:
+    return Format(
+        facts=FACTS[qtype],
+        quantize=lambda w, group_size=None: quantize_kquant_ref(w, qtype),
+        quantize_ref=lambda w, group_size=None: quantize_kquant_ref(w, qtype),
+        dequantize=dequantize_kquant,
+        prepare=prepare_kquant,
+        matmul=matmul_kquant,
+        matmul_ref=matmul_kquant_ref,
+        kernel=f"numba matmul_kquant ({qtype} x q8_k int8 group dots)",
+        arrays=lambda t: {".blocks": t.data},
+        from_arrays=lambda a, shape, group_size=None: KQuantTensor(
+            qtype, a[".blocks"], tuple(shape)
+        ),
     )
 
 
@@ -206,6 +233,7 @@ FORMATS: dict[str, Format] = {
         _ggml_format("q4_0"),
         _ggml_format("q4_1"),
         _ggml_format("q8_0"),
+        *(_kquant_format(qtype) for qtype in KQUANT_TYPES),
     ]
 }
 
@@ -226,7 +254,7 @@ def quantize(w, fmt: WeightFormat):
 def stored_format(stored) -> WeightFormat:
     """The WeightFormat a stored matrix is in (a quantized tensor names its format; a float
     array is the format of its dtype)."""
-    if isinstance(stored, (Int4Tensor, Int8Tensor, GGMLTensor)):
+    if isinstance(stored, (Int4Tensor, Int8Tensor, GGMLTensor, KQuantTensor)):
         return parse_format(stored.format_name)
     by_dtype = {np.dtype(f.dtype): f.name for f in FACTS.values() if f.dtype is not None}
     if isinstance(stored, np.ndarray) and stored.dtype in by_dtype:

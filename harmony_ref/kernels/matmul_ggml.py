@@ -10,7 +10,7 @@ integer dot per block, then the block's scales: y = x_hat @ W_hat.T up to float3
 
     q4_0  sum_b d_b xs_b isum_b(u - 8, xq)
     q4_1  sum_b d_b xs_b isum_b(u, xq) + m_b xs_b sum_b(xq)
-    q8_0  sum_b d_b xs_b isum_b(q, xq)
+    q8_0  sum_b d_b xs_b isum_b(q, xq)   (matmul_kquant's, below)
 
 Kernels, "where the layout allows" the existing int8-dot ones:
 - q4_0 is group-wise symmetric INT4 with group 32 and a float16 scale, so it runs on matmul_w4
@@ -19,8 +19,9 @@ Kernels, "where the layout allows" the existing int8-dot ones:
 - q4_1 is the same matmul_w4 over u - 8 with scale d, plus the per-block constant
   c_b = 8 d_b + m_b times the block sums of x_hat: (M, K / 32) @ (K / 32, N), 1/32 of the work,
   in a Numba loop (not BLAS: see _add_block_constants). (w' = u d + m = (u - 8) d + c.)
-- q8_0 has a scale per 32-block, which matmul_w8's per-row layout cannot carry: a plain Numba
-  loop here (int32 block dot, LLVM-vectorised), parallel over output rows.
+- q8_0 has a scale per 32-block, which matmul_w8's per-row layout cannot carry: it runs on
+  kernels/matmul_kquant.py (int8 group dots on the x86 tile vectors, the same 32-block activation
+  quantizer), whose `_ref` defines its float order (per block, float32, not float64 as above).
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ from harmony_ref.kernels.matmul import (
     prepare_w4,
     quantize_activations_ref,
 )
+from harmony_ref.kernels.matmul_kquant import (
+    PreparedKQuant,
+    matmul_kquant,
+    matmul_kquant_ref,
+    prepare_kquant,
+)
 from harmony_ref.kernels.matmul_portable import _quantize_activations
 from harmony_ref.quant.ggml import QK, GGMLTensor
 from harmony_ref.quant.int4 import Int4Tensor
@@ -49,16 +56,13 @@ assert ACT_BLOCK == QK  # one activation block per weight block
 
 @dataclass(frozen=True, eq=False)
 class PreparedGGML:
-    """The operand of one GGUF-typed matrix: `w4` (q4_0 / q4_1: PreparedW4 of u - 8, scale d),
-    `c` ((N, K / 32) float32, q4_1's 8 d + m), or `q` / `d` (q8_0: (N, K) int8, (N, K / 32)
-    float32)."""
+    """The operand of one q4_0 / q4_1 matrix: `w4` (PreparedW4 of u - 8, scale d) and `c`
+    ((N, K / 32) float32, q4_1's 8 d + m). A q8_0 matrix's operand is matmul_kquant's."""
 
     qtype: str
     shape: tuple[int, int]
     w4: object = None
     c: np.ndarray | None = None
-    q: np.ndarray | None = None
-    d: np.ndarray | None = None
     nbytes: int = (
         0  # the GGUF bytes it was built from (prepare_q4_rows: no single tensor holds them)
     )
@@ -78,12 +82,14 @@ def as_int4(t: GGMLTensor) -> Int4Tensor:
     )
 
 
-def prepare_ggml(t) -> PreparedGGML:
+def prepare_ggml(t) -> PreparedGGML | PreparedKQuant:
     """Kernel operand of `t`, built once per tensor object and cached (weakly) on it."""
-    if isinstance(t, PreparedGGML):
+    if isinstance(t, (PreparedGGML, PreparedKQuant)):
         return t
     if not isinstance(t, GGMLTensor):
         raise ValueError(f"w must be a GGMLTensor or PreparedGGML, got {type(t).__name__}")
+    if t.qtype == "q8_0":
+        return prepare_kquant(t)
     done = _prepared.get(t)
     if done is None:
         done = _prepared[t] = _prepare(t)
@@ -91,10 +97,6 @@ def prepare_ggml(t) -> PreparedGGML:
 
 
 def _prepare(t: GGMLTensor) -> PreparedGGML:
-    if t.qtype == "q8_0":
-        return PreparedGGML(
-            t.qtype, t.shape, q=np.ascontiguousarray(t.levels()), d=t.d.astype(np.float32)
-        )
     c = None
     if t.qtype == "q4_1":
         d = t.d.astype(np.float32)
@@ -154,6 +156,8 @@ def matmul_ggml_ref(x, t: GGMLTensor) -> np.ndarray:
     then each block's scales in float64."""
     if not isinstance(t, GGMLTensor):
         raise ValueError(f"w must be a GGMLTensor, got {type(t).__name__}")
+    if t.qtype == "q8_0":
+        return matmul_kquant_ref(x, t)
     n, k = t.shape
     x, vector = _as_activations(x, k)
     xq, xs = quantize_activations_ref(x, QK)  # (M, K) int8, (M, B) float32
@@ -176,25 +180,6 @@ def matmul_ggml_ref(x, t: GGMLTensor) -> np.ndarray:
 
 
 @numba.njit(parallel=True, cache=True)
-def _q8_0_matmul(xq, xs, q, d):
-    """y (M, N): xq (M, K) int32, xs (M, B) float32, q (N, K) int8, d (N, B) float32."""
-    m, k = xq.shape
-    n = q.shape[0]
-    nb = k // 32
-    yt = np.empty((n, m), dtype=np.float32)
-    for j in numba.prange(n):
-        for i in range(m):
-            acc = np.float32(0.0)
-            for b in range(nb):
-                s = np.int32(0)
-                for t in range(b * 32, b * 32 + 32):
-                    s += xq[i, t] * np.int32(q[j, t])
-                acc += d[j, b] * xs[i, b] * np.float32(s)
-            yt[j, i] = acc
-    return yt.T
-
-
-@numba.njit(parallel=True, cache=True)
 def _add_block_constants(y, xs, xsum, c):
     """y (M, N) += (xs * xsum) @ c.T: q4_1's per-block constant term, xs (M, B) float32, xsum
     (M, B) int32, c (N, B) float32. In Numba, not BLAS: the term is 1/32 of the work, and
@@ -213,14 +198,13 @@ def _add_block_constants(y, xs, xsum, c):
 def matmul_ggml(x, w) -> np.ndarray:
     """x (M, K) or (K,) float @ W.T for a GGMLTensor (or PreparedGGML) W of shape (N, K)."""
     p = prepare_ggml(w)
+    if isinstance(p, PreparedKQuant):  # q8_0
+        return matmul_kquant(x, p)
     n, k = p.shape
     if p.qtype == "q4_0":
         return matmul_w4(x, p.w4)
     x2, vector = _as_activations(x, k)
     xq, xs, xsum = _quantize_activations(x2, QK)
-    if p.qtype == "q8_0":
-        y = np.ascontiguousarray(_q8_0_matmul(xq, xs, p.q, p.d))
-    else:
-        y = matmul_w4(x2, p.w4)
-        _add_block_constants(y, xs, xsum, p.c)
+    y = matmul_w4(x2, p.w4)
+    _add_block_constants(y, xs, xsum, p.c)
     return y[0] if vector else y

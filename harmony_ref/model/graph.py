@@ -406,6 +406,7 @@ def build_graph(
     if phase not in PHASES:
         raise ValueError(f"phase {phase!r}: must be one of {list(PHASES)}")
     spec = pruned_spec(spec, policy.prune)  # a [prune] policy: the smaller matrices' shapes
+    policy = policy.bind(spec.weight_rows(), spec.n_layers)  # a mix (q4_k_m): for this model
     if phase == "decode":
         if not spec.is_decoder:
             raise ValueError(f"model {spec.name!r} is an encoder: it has no decode phase")

@@ -15,7 +15,8 @@ Scale layouts (`scales`; `scale_bytes` of scale data per row, group or block):
     row    one scale per row (int8: a float32 scale)
     group  one scale (and zero point) per `group_size` weights along K, the group in the format's
            name (int4-g32: a float16 scale + an int8 zero point per group; -sym: no zero point)
-    block  GGUF's blocks of `block` weights along K, each `block_bytes` long (quant/ggml.py)
+    block  GGUF's blocks of `block` weights along K, each `block_bytes` long (quant/ggml.py;
+           the K-quants' super-blocks of 256 with their sub-block scales, quant/kquants.py)
 `tests/quant/test_formats.py` holds every entry complete and consistent: the GGUF ids and names
 round-trip through the `gguf` package, `nbytes` equals the real arrays' size, the nominal bits
 agree with the block bytes.
@@ -27,7 +28,8 @@ import re
 from dataclasses import dataclass
 
 LAYOUTS = ("none", "row", "group", "block")
-GGUF_BLOCK = 32  # weights per block along K of GGUF's Q4_0 / Q4_1 / Q8_0 (ggml's QK4_0 ...)
+GGUF_BLOCK = 32  # weights per block along K of GGUF's Q4_0 / Q4_1 / Q8_0 / Q5_0 (ggml's QK4_0 ...)
+QK_K = 256  # weights per super-block along K of GGUF's K-quants (ggml's QK_K)
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ class FormatFacts:
 
     @property
     def ggml(self) -> bool:
-        """Stored as GGUF's own blocks (quant/ggml.py GGMLTensor)."""
+        """Stored as GGUF's own blocks (quant/ggml.py GGMLTensor; q5_0 and the K-quants:
+        quant/kquants.py KQuantTensor)."""
         return self.scales == "block"
 
     @property
@@ -208,6 +211,66 @@ FACTS: dict[str, FormatFacts] = {
             gguf_id=8,
             file_type="MOSTLY_Q8_0",
             nearest_gguf="q8_0",
+        ),
+        FormatFacts(
+            name="q5_0",
+            kind="q5_0",
+            bits=5,
+            scales="block",
+            block=GGUF_BLOCK,
+            scale_bytes=2,
+            layout="blocks of 32: a float16 delta + 4 bytes of 5th bits + 16 bytes of nibbles "
+            "(quant/kquants.py)",
+            compute_dtype="int8",
+            gguf_type="Q5_0",
+            gguf_id=6,
+            file_type="MOSTLY_Q5_0",
+            nearest_gguf="q5_0",
+        ),
+        FormatFacts(
+            name="q4_k",
+            kind="q4_k",
+            bits=4,
+            scales="block",
+            block=QK_K,
+            scale_bytes=16,
+            layout="super-blocks of 256: float16 d and dmin, eight 6-bit (scale, min) pairs in "
+            "12 bytes + 128 bytes of nibbles (quant/kquants.py)",
+            compute_dtype="int4",
+            gguf_type="Q4_K",
+            gguf_id=12,
+            file_type="MOSTLY_Q4_K_S",  # llama.cpp's name for "every Linear in Q4_K"
+            nearest_gguf="q4_k",
+        ),
+        FormatFacts(
+            name="q5_k",
+            kind="q5_k",
+            bits=5,
+            scales="block",
+            block=QK_K,
+            scale_bytes=16,
+            layout="super-blocks of 256: q4_k's scales + 32 bytes of 5th bits + 128 bytes of "
+            "nibbles (quant/kquants.py)",
+            compute_dtype="int8",
+            gguf_type="Q5_K",
+            gguf_id=13,
+            file_type="MOSTLY_Q5_K_S",
+            nearest_gguf="q5_k",
+        ),
+        FormatFacts(
+            name="q6_k",
+            kind="q6_k",
+            bits=6,
+            scales="block",
+            block=QK_K,
+            scale_bytes=18,
+            layout="super-blocks of 256: 128 bytes of low nibbles + 64 of high 2 bits, sixteen "
+            "int8 scales (one per 16 weights), a float16 d (quant/kquants.py)",
+            compute_dtype="int8",
+            gguf_type="Q6_K",
+            gguf_id=14,
+            file_type="MOSTLY_Q6_K",
+            nearest_gguf="q6_k",
         ),
     ]
 }

@@ -56,6 +56,18 @@ Q8_0_MAX_LEVEL = 127
 assert BLOCK_BYTES == {"q4_0": 18, "q4_1": 20, "q8_0": 34}
 
 
+def check_block_bytes(t, qk: int, block_bytes: int) -> None:
+    """ValueError unless t.data is the uint8 (N, K / qk * block_bytes) of a t.shape (N, K)."""
+    n, k = t.shape
+    if k % qk:
+        raise ValueError(f"K = {k} (shape {t.shape}) is not a multiple of {qk}")
+    want = (n, k // qk * block_bytes)
+    if t.data.dtype != np.uint8 or t.data.shape != want:
+        raise ValueError(
+            f"{t.qtype} data must be uint8 of shape {want}, got {t.data.dtype} {t.data.shape}"
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class GGMLTensor:
     """A (N, K) matrix in a GGUF block format: `data` (N, K // 32 * block bytes) uint8 is the
@@ -68,15 +80,7 @@ class GGMLTensor:
     def __post_init__(self):
         if self.qtype not in BLOCK_BYTES:
             raise ValueError(f"qtype must be one of {GGML_FORMATS}, got {self.qtype!r}")
-        n, k = self.shape
-        if k % QK:
-            raise ValueError(f"K = {k} (shape {self.shape}) is not a multiple of {QK}")
-        want = (n, k // QK * BLOCK_BYTES[self.qtype])
-        if self.data.dtype != np.uint8 or self.data.shape != want:
-            raise ValueError(
-                f"{self.qtype} data must be uint8 of shape {want}, got "
-                f"{self.data.dtype} {self.data.shape}"
-            )
+        check_block_bytes(self, QK, BLOCK_BYTES[self.qtype])
 
     @property
     def blocks(self) -> np.ndarray:
@@ -121,11 +125,12 @@ class GGMLTensor:
         """The rows `index` (a permutation or a slice) as a new tensor: blocks never span rows,
         so reordering rows is exact (GGUF's Q/K row permutation)."""
         data = np.ascontiguousarray(self.data[index])
-        return GGMLTensor(self.qtype, data, (data.shape[0], self.shape[1]))
+        return type(self)(self.qtype, data, (data.shape[0], self.shape[1]))
 
 
 def concat_rows(tensors: list[GGMLTensor]) -> GGMLTensor:
-    """Row-wise concatenation of tensors of one qtype and K (fused q|k|v, gate|up)."""
+    """Row-wise concatenation of tensors of one qtype and K (fused q|k|v, gate|up); the
+    K-quants' KQuantTensor (quant/kquants.py) too."""
     qtypes = {t.qtype for t in tensors}
     ks = {t.shape[1] for t in tensors}
     if len(qtypes) != 1 or len(ks) != 1:
@@ -133,7 +138,7 @@ def concat_rows(tensors: list[GGMLTensor]) -> GGMLTensor:
             f"concat_rows needs one qtype and one K, got {sorted(qtypes)}, {sorted(ks)}"
         )
     data = np.concatenate([t.data for t in tensors], axis=0)
-    return GGMLTensor(tensors[0].qtype, data, (data.shape[0], ks.pop()))
+    return type(tensors[0])(tensors[0].qtype, data, (data.shape[0], ks.pop()))
 
 
 def _check(w, qtype: str) -> np.ndarray:

@@ -16,7 +16,13 @@ character (* ? [), if the glob matches the whole name. Precedence: an exact [lay
 
 Format strings: "fp32", "fp16" (also "f16", GGUF's name), "int8", "int4-g<group>" (asym),
 "int4-g<group>-sym", or GGUF's block formats "q4_0", "q4_1", "q8_0" (quant/ggml.py: blocks of
-32 along K, float16 scales, bit-exact with llama.cpp's quantizers).
+32 along K, float16 scales, bit-exact with llama.cpp's quantizers), "q5_0" and the K-quants
+"q4_k", "q5_k", "q6_k" (quant/kquants.py: super-blocks of 256 along K, also bit-exact).
+
+`mix = "q4_k_m"` names a llama.cpp type mix (quant/mixes.py): every weight no other field names
+gets the format llama.cpp's rule gives it from its role, layer index and row length (Q6_K for the
+output and some attn_v / ffn_down layers, Q4_K else, Q5_0 / Q8_0 where K is not a multiple of
+256); such a policy is bound to one model (`Policy.bind`) before any weight gets a format.
 
 Optional `[prune]` (structured pruning) and `[activations]` (static INT8 activations, W8A8)
 tables combine pruning and quantization in one policy, and `[quantize]` says how each int4 /
@@ -47,7 +53,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harmony_ref._toml import read_toml, shipped_names
@@ -65,6 +71,7 @@ from harmony_ref.quant.formats import (
     facts_of,
     format_names,
 )
+from harmony_ref.quant.mixes import MIX_DEFAULTS, MIXES
 
 POLICY_KEYS = {
     "name",
@@ -78,6 +85,7 @@ POLICY_KEYS = {
     "dynamic_activations",
     "quantize",
     "float16",
+    "mix",
 }
 DYNAMIC_ACTIVATIONS = ("", "int8")
 FLOAT16 = ("fp16", "bf16")  # device/soc.py FLOAT16_FORMATS
@@ -98,6 +106,9 @@ POLICY_FIELD_DOCS = {
     "([quantize], below)",
     "dynamic_activations": '"" (none) or "int8": activations quantized per call (the kernels\' '
     "per-32-block int8)",
+    "mix": "a llama.cpp type mix (quant/mixes.py: q4_k_m) assigning each weight not named by "
+    "another field a format by its role, layer index and row length; `default` is the mix's own "
+    "starting type (q4_k for q4_k_m)",
     "float16": '"fp16" (default) or "bf16": the 16-bit float format of its fp16 Linears and '
     "activations on a phone runtime (2 bytes a weight either way; a runtime profile's [float16] "
     "says what each computes in); this project's own runtime stores both as float16",
@@ -110,8 +121,10 @@ class WeightFormat:
     for a grouped one, its group size. Storage per weight mirrors the real arrays (`Int4Tensor`,
     `Int8Tensor`, `GGMLTensor`); tests hold `bits_per_weight` equal to the arrays' true size."""
 
-    kind: str  # a FormatFacts.kind: fp32 | fp16 | int8 | int4 | q4_0 | q4_1 | q8_0
-    group_size: int | None = None  # grouped formats only (int4; GGUF's: always blocks of 32)
+    kind: (
+        str  # a FormatFacts.kind: fp32 | fp16 | int8 | int4 | q4_0 | q4_1 | q8_0 | q5_0 | q4_k ...
+    )
+    group_size: int | None = None  # grouped formats only (int4; GGUF's: their blocks, facts.block)
     scheme: str | None = None  # grouped formats only: asym | sym
 
     @property
@@ -141,7 +154,7 @@ class WeightFormat:
 
     @property
     def ggml(self) -> bool:
-        """One of GGUF's block formats (q4_0, q4_1, q8_0)."""
+        """One of GGUF's block formats (q4_0, q4_1, q8_0, q5_0, the K-quants)."""
         return self.facts.ggml
 
 
@@ -186,6 +199,7 @@ class Policy:
     # the 16-bit float format of its fp16 weights and activations (FLOAT16): a phone runtime
     # computes "bf16" on its bf16 path (runtime profile [float16]); our runtime stores float16
     float16: str = "fp16"
+    mix: str = ""  # a llama.cpp type mix (quant/mixes.py), resolved per model by `bind`
 
     def method_for(self, layer_name: str) -> str:
         """How the Linear `layer_name` is fitted: "rtn", "gptq" or "awq" ("rtn" when it is not
@@ -218,6 +232,18 @@ class Policy:
         return _format_for_cached(self, layer_name)
 
     def _resolve(self, layer_name: str) -> WeightFormat:
+        fmt = self._named(layer_name)
+        if fmt is not None:
+            return fmt
+        if self.mix:
+            raise ValueError(
+                f"{self.source}: mix {self.mix!r} gives {layer_name} a format by its layer and "
+                "row length: bind the policy to a model first (Policy.bind)"
+            )
+        return self.default
+
+    def _named(self, layer_name: str) -> WeightFormat | None:
+        """The format a field other than `default` and `mix` names for the layer, or None."""
         for pattern, fmt in self.layers:
             if pattern == layer_name:
                 return fmt
@@ -228,7 +254,22 @@ class Policy:
             return FP16
         if any(_matches(p, layer_name) for p in self.keep_int8_layers):
             return INT8
-        return self.default
+        return None
+
+    def bind(self, rows: list[tuple[str, int]], n_blocks: int) -> Policy:
+        """This policy for one model whose weights are `rows` ((name, row length K), as
+        ModelSpec.weight_rows gives them) in `n_blocks` layers: a `mix` resolved to one explicit
+        [layers] entry per weight no other field names (quant/mixes.py); a policy without a mix
+        as it is."""
+        if not self.mix:
+            return self
+        rule = MIXES[self.mix]
+        mixed = tuple(
+            (name, parse_format(rule(name, k, n_blocks)))
+            for name, k in rows
+            if self._named(name) is None
+        )
+        return replace(self, layers=self.layers + mixed, mix="")
 
     def to_toml(self) -> str:
         """TOML text that `load_policy` reads back to an equal policy."""
@@ -244,6 +285,8 @@ class Policy:
         lines.append("keep_int8_layers = [" + ", ".join(map(q, self.keep_int8_layers)) + "]")
         if self.float16 != "fp16":
             lines.append(f"float16 = {q(self.float16)}")
+        if self.mix:
+            lines.append(f"mix = {q(self.mix)}")
         if self.layers:
             lines.append("")
             lines.append("[layers]")
@@ -275,7 +318,9 @@ def unmatched(
 ) -> list[str]:
     """Why `policy` does not fit a model with these (weight name, row length K) layers and
     `n_blocks` blocks: one line per pattern that matches nothing, [prune.blocks] index past the
-    last block, or INT4 group longer than every row it applies to ([] when it fits)."""
+    last block, or INT4 group longer than every row it applies to ([] when it fits). A policy
+    with a `mix` is checked as bound to these layers (Policy.bind)."""
+    policy = policy.bind(layers, n_blocks)
     names = [n for n, _ in layers]
     out = []
     for field_name, patterns in (
@@ -387,6 +432,14 @@ def policy_from_dict(data: dict, source: str) -> Policy:
     float16 = data.get("float16", "fp16")
     if float16 not in FLOAT16:
         raise ValueError(f"{source}: field 'float16' = {float16!r}: must be one of {list(FLOAT16)}")
+    mix = data.get("mix", "")
+    if not isinstance(mix, str) or (mix and mix not in MIXES):
+        raise ValueError(f"{source}: field 'mix' = {mix!r}: must be one of {sorted(MIXES)}")
+    if mix and default.name != MIX_DEFAULTS[mix]:
+        raise ValueError(
+            f"{source}: field 'default' = {default.name!r}: mix {mix!r} starts from "
+            f"{MIX_DEFAULTS[mix]!r}, so its default is that"
+        )
     name = data.get("name", Path(source).stem)
     if not isinstance(name, str) or not name:
         raise ValueError(f"{source}: field 'name' must be a non-empty string, got {name!r}")
@@ -404,6 +457,7 @@ def policy_from_dict(data: dict, source: str) -> Policy:
         ),
         dynamic_activations=dynamic,
         float16=float16,
+        mix=mix,
         quantize=(quantize_from_dict(data["quantize"], source) if "quantize" in data else None),
     )
     _check_methods_apply(policy)

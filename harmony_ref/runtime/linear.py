@@ -5,7 +5,8 @@ stored in a quantization format, y = x @ W.T (+ b).
     y = lin(x)                        # x (M, K) float32 -> (M, N) float32
 
 `stored` is the real storage of `fmt` (kernels/formats.py): an (N, K) float32 or float16 array, an
-Int8Tensor, an Int4Tensor, a GGMLTensor (or a W8A8Weight, below). How it multiplies (`backend`):
+Int8Tensor, an Int4Tensor, a GGMLTensor or KQuantTensor (or a W8A8Weight, below). How it
+multiplies (`backend`):
 - "kernels" (and "auto", the same): the format table's kernel, as a runtime would run it. For
   int8/int4 that is matmul_w8 / matmul_w4, which also quantize the activations to int8 per
   32-block (llama.cpp's Q8 recipe), so a measured accuracy drop is weights + activations; fp32 /
@@ -35,7 +36,6 @@ from harmony_ref.kernels.formats import float_matmul, format_of, stored_in
 from harmony_ref.kernels.matmul_ggml import Q4_TYPES, prepare_q4_rows
 from harmony_ref.kernels.matmul_w8a8 import matmul_w8a8, quantize_w8a8
 from harmony_ref.quant.ggml import QUANTIZERS as GGML_QUANTIZERS
-from harmony_ref.quant.ggml import GGMLTensor
 from harmony_ref.quant.ggml import concat_rows as concat_ggml_rows
 from harmony_ref.quant.int4 import Int4Tensor
 from harmony_ref.quant.int8 import Int8Tensor
@@ -193,8 +193,8 @@ class Fused:
             fused = None
             if all(t is not None for t in kept):  # rows concatenate exactly, as stored
                 fused = (
-                    concat_ggml_rows(kept)
-                    if isinstance(kept[0], GGMLTensor)
+                    concat_ggml_rows(kept)  # GGUF's blocks: GGMLTensor or KQuantTensor
+                    if fmts[0].facts.ggml
                     else np.concatenate(kept, axis=0)
                 )
             self.linears = [make_linear(name, w, fmts[0], scales[0], fused)]

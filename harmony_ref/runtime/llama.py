@@ -269,8 +269,10 @@ class Llama:
         max_context: int = DEFAULT_MAX_CONTEXT,
     ):
         self.config = c = weights.config
-        self.policy = load_policy(policy)
-        _check_compressed(weights, self.policy)
+        policy = load_policy(policy)
+        _check_compressed(weights, policy)  # compress/ names the policy as it was given
+        spec = c.to_spec()  # a mix (q4_k_m) resolved for this model's layers and rows
+        self.policy = policy.bind(spec.weight_rows(), spec.n_layers)
         scales = weights.act_scales  # W8A8 static activation scales (compress/)
         stored = weights.stored  # as the file stores them, or as GPTQ fitted them
         self.kv_dtype = kv_dtype

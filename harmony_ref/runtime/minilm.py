@@ -232,9 +232,9 @@ class MiniLM:
                 if pol.prune is None
                 else prune_minilm(self.params, self.n_heads, pol.prune)
             )
-            self._cache[key] = {
-                n: self.make_linear(n, pol.format_for(n), params) for n in self.linear_names()
-            }
+            names = self.linear_names()  # a mix (q4_k_m) resolved for these rows
+            pol = pol.bind([(n, params[f"{n}.weight"].shape[1]) for n in names], self.n_layers)
+            self._cache[key] = {n: self.make_linear(n, pol.format_for(n), params) for n in names}
         return self._cache[key]
 
     def make_linear(self, name: str, fmt: WeightFormat, params=None) -> QuantLinear:

@@ -71,7 +71,7 @@ def test_as_stored_refusals_say_which_policy_to_use():
 
     types = {f"blk.0.{t}.weight": "Q4_1" for t in ("attn_q", "attn_k", "attn_v")}
     types |= {"token_embd.weight": "Q8_0"}
-    for kind, nearest in (("Q4_K", r"q4_0 \(4\.5 bits"), ("Q6_K", r"q4_1 \(5 bits")):
+    for kind, nearest in (("Q3_K", r"q4_0 \(4\.5 bits"), ("IQ4_NL", r"q4_0 \(4\.5 bits")):
         types["blk.0.attn_output.weight"] = kind
         with pytest.raises(ValueError) as e:
             _stored_policy(types, 1, "m.gguf")

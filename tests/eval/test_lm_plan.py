@@ -430,3 +430,28 @@ def test_w8a8_and_activation_rows_calibrate_on_tokens_they_never_score(tiny_gguf
     )
     want = lm.unscored_tokens(ids, 32, 2)
     assert len(seen) >= 9 and all(s is not None and np.array_equal(s, want) for s in seen)
+
+
+def test_plan_chooses_k_quants_where_their_blocks_fit(tmp_path):
+    """--formats q4_k,q8_0 on a model with 256-wide rows and a 352-wide ffn_down: the planner
+    takes q4_k wherever its 256-blocks divide the rows (the budget leaves no room for q8_0
+    there) and q8_0 for down_proj, which q4_k cannot store (no row measured for it)."""
+    from tests.fixtures.decoder.tiny import write_tiny_gguf
+
+    c = tiny_config("llama", dim=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn_dim=352)
+    path = tmp_path / "k.gguf"
+    write_tiny_gguf(path, c)
+    q4_k, q8_0 = parse_format("q4_k"), parse_format("q8_0")
+    types = [g for g, _ in group_patterns(c, "type")]
+    down = group_shapes(c, "down_proj", "type")
+    assert down[0][1] % 256  # 352: not a 256-multiple
+    rows = lm_sensitivity(str(path), "q4_k", context=32, chunks=1)
+    assert [r["group"] for r in rows] == [t for t in types if t != "down_proj"]
+    smallest = sum(
+        stored_bytes(q8_0 if t == "down_proj" else q4_k, group_shapes(c, t, "type")) for t in types
+    )
+    plan = lm_plan(
+        str(path), (smallest + 8000) / 1e6, context=32, chunks=1, formats=("q4_k", "q8_0")
+    )
+    assert plan.choices == {t: "q8_0" if t == "down_proj" else "q4_k" for t in types}
+    assert plan.linear_bytes == smallest

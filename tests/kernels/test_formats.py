@@ -9,7 +9,10 @@ import pytest
 
 from harmony_ref.kernels._testing import assert_within
 from harmony_ref.kernels.formats import FORMATS, format_of, quantize, stored_format
+from harmony_ref.quant.formats import FACTS
+from harmony_ref.quant.kquants import KQUANT_TYPES
 from harmony_ref.quant.policy import parse_format
+from tests.quant.test_kquants import MAX_ROUND_TRIP_ERROR, _scale_measure
 
 GROUP = 32  # the int4 formats' group size under test (K below are multiples of it)
 AWKWARD_N = [1, 2, 3, 5, 7, 17, 33]
@@ -55,6 +58,18 @@ def _ggml_bound(name, w, stored):
     return s * (0.5 + 127 * FP16_REL * 1.01) + slack  # q8_0
 
 
+def _kquant_bound(name, w):
+    """One step of the block's scale measure (tests/quant/test_kquants.py), per weight."""
+    qk = FACTS[name].block
+    measure = _scale_measure(w.reshape(w.shape[0], -1, qk), name)
+    return np.repeat(MAX_ROUND_TRIP_ERROR[name] * measure, qk, axis=1)
+
+
+def _k_for(name, k):
+    """A row length the format stores: the K-quants' super-blocks are 8 x 32 long."""
+    return k * FACTS[name].block // 32 if FACTS[name].block > 32 else k
+
+
 ROUNDTRIP_BOUND = {
     "fp32": lambda w, stored: np.zeros(w.shape),  # stored as is
     "fp16": lambda w, stored: np.abs(w) * 2.0**-11 + 2.0**-25,  # half a float16 ulp, subnormals too
@@ -64,6 +79,7 @@ ROUNDTRIP_BOUND = {
     "q4_0": lambda w, stored: _ggml_bound("q4_0", w, stored),
     "q4_1": lambda w, stored: _ggml_bound("q4_1", w, stored),
     "q8_0": lambda w, stored: _ggml_bound("q8_0", w, stored),
+    **{q: (lambda w, stored, q=q: _kquant_bound(q, w)) for q in KQUANT_TYPES},
 }
 # Kernel vs its `_ref`: the same integer (or float) arithmetic, differing only in float32 rounding
 # of the sums: this fraction of sum_k |x_k| |w_hat_k| (x_hat is within 1/254 of x per block).
@@ -76,12 +92,14 @@ MAX_KERNEL_VS_REF_REL = {
     "q4_0": 2.0**-16,
     "q4_1": 2.0**-16,
     "q8_0": 2.0**-16,
+    **dict.fromkeys(KQUANT_TYPES, 0.0),  # bit-identical to matmul_kquant_ref by construction
 }
 # Quantized dot vs the float32 dot of the original weights (relative Frobenius error on Gaussian
 # weights with 1% 8x outliers): weight quantization, plus int8 activations for the integer kernels.
 # Measured on three seeds: fp32 1.4e-7, fp16 2.4e-4, int8 0.025, int4 0.10, int4-sym 0.154 (sym
 # spends a level on symmetry and cannot follow a row's offset); q4_0 0.139, q4_1 0.114, q8_0
-# 0.0102 (its scale per 32-block follows outliers that int8's per-row scale cannot).
+# 0.0102 (its scale per 32-block follows outliers that int8's per-row scale cannot); q5_0 0.080,
+# q4_k 0.087, q5_k 0.047, q6_k 0.031 (Q8_K activations: one scale per 256 values).
 MAX_DOT_PRODUCT_ERROR = {
     "fp32": 1e-6,
     "fp16": 1e-3,
@@ -91,6 +109,10 @@ MAX_DOT_PRODUCT_ERROR = {
     "q4_0": 0.19,
     "q4_1": 0.16,
     "q8_0": 0.015,
+    "q5_0": 0.11,
+    "q4_k": 0.12,
+    "q5_k": 0.065,
+    "q6_k": 0.045,
 }
 
 
@@ -107,7 +129,16 @@ def _x(m, k, seed):
 
 
 def test_the_table_names_match_and_every_format_has_tolerances():
-    assert set(FORMATS) == {"fp32", "fp16", "int8", "int4", "int4-sym", "q4_0", "q4_1", "q8_0"}
+    assert set(FORMATS) == {
+        "fp32",
+        "fp16",
+        "int8",
+        "int4",
+        "int4-sym",
+        "q4_0",
+        "q4_1",
+        "q8_0",
+    } | set(KQUANT_TYPES)
     for table in (ROUNDTRIP_BOUND, MAX_KERNEL_VS_REF_REL, MAX_DOT_PRODUCT_ERROR):
         assert set(table) == set(FORMATS)
     for f in FORMATS.values():
@@ -115,6 +146,7 @@ def test_the_table_names_match_and_every_format_has_tolerances():
             fmt = parse_format(f.facts.format_name(group))
             assert format_of(fmt).kind == fmt.kind
             assert format_of(fmt) is f
+    assert parse_format("Q4_K") == parse_format("q4_k")  # GGUF's spelling of a type
     assert parse_format("f16") == parse_format("fp16")  # GGUF's name for the same half
 
 
@@ -123,6 +155,7 @@ def test_the_table_names_match_and_every_format_has_tolerances():
 @pytest.mark.parametrize("k", AWKWARD_K)
 def test_round_trip_fast_vs_ref_size_and_layout(name, n, k):
     f = FORMATS[name]
+    k = _k_for(name, k)
     w = _weights(n, k, seed=n * 1000 + k)
     stored = f.quantize(w, GROUP)
     ref = f.quantize_ref(w, GROUP)
@@ -146,6 +179,7 @@ def test_round_trip_fast_vs_ref_size_and_layout(name, n, k):
 @pytest.mark.parametrize("n, k", [(1, 32), (3, 96), (17, 160), (33, 64)])
 def test_kernel_matches_its_ref(name, m, n, k):
     f = FORMATS[name]
+    k = _k_for(name, k)
     w, x = _weights(n, k, seed=7 * n + k), _x(m, k, seed=m)
     stored = f.quantize(w, GROUP)
     got, ref = f.matmul(x, f.prepare(stored)), f.matmul_ref(x, stored)
@@ -169,7 +203,7 @@ def test_quantized_dot_vs_float_dot(name):
 
 
 def test_quantize_goes_through_the_table():
-    w = _weights(5, 64, seed=3)
+    w = _weights(5, 256, seed=3)  # a K-quant super-block long
     for f in FORMATS.values():
         for group in (GROUP, 64):
             fmt = parse_format(f.facts.format_name(group))

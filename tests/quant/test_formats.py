@@ -12,14 +12,19 @@ import pytest
 
 from harmony_ref.kernels.formats import FORMATS
 from harmony_ref.quant.formats import BY_GGUF_TYPE, FACTS, LAYOUTS, facts_of
-from harmony_ref.quant.ggml import BLOCK_BYTES
+from harmony_ref.quant.ggml import BLOCK_BYTES as GGML_BLOCK_BYTES
 from harmony_ref.quant.gptq import gptq_quantize
+from harmony_ref.quant.kquants import BLOCK_DTYPES, BLOCK_WEIGHTS
 from harmony_ref.quant.policy import parse_format
 
 ROOT = Path(__file__).resolve().parents[2] / "harmony_ref"
 TABLE_MODULES = {"quant/formats.py", "kernels/formats.py"}
 GROUP = 32
 AWKWARD = [(1, 32), (3, 64), (7, 96), (17, 160), (5, 256)]
+# ggml's block sizes as the containers declare them (quant/ggml.py, quant/kquants.py): weights
+# and bytes per block
+BLOCK_BYTES = GGML_BLOCK_BYTES | {q: d.itemsize for q, d in BLOCK_DTYPES.items()}
+BLOCK_LENGTH = dict.fromkeys(GGML_BLOCK_BYTES, 32) | BLOCK_WEIGHTS
 
 
 def test_every_entry_is_complete():
@@ -61,7 +66,7 @@ def test_gguf_ids_names_and_sizes_are_the_gguf_packages(name):
     block, size = gguf.GGML_QUANT_SIZES[t]
     assert f.nbytes(1, block, GROUP) == size, "a block (a float: one weight) is ggml's size"
     if f.ggml:
-        assert (f.block, f.block_bytes) == (block, size) == (block, BLOCK_BYTES[name])
+        assert (f.block, f.block_bytes) == (block, size) == (BLOCK_LENGTH[name], BLOCK_BYTES[name])
     if f.file_type is not None:
         assert f.file_type in gguf.LlamaFileType.__members__
 
@@ -77,6 +82,7 @@ def test_formats_without_a_gguf_type_name_the_one_a_refusal_suggests():
 @pytest.mark.parametrize("n, k", AWKWARD)
 def test_nbytes_is_the_size_of_what_the_quantizer_writes(name, n, k):
     f = FORMATS[name]
+    k = k * f.facts.block // 32 if f.facts.block > 32 else k  # K-quants: 8 x 32-long blocks
     w = np.random.default_rng(n * k).standard_normal((n, k)).astype(np.float32)
     stored = f.quantize(w, GROUP)
     fmt = parse_format(FACTS[name].format_name(GROUP))
@@ -93,7 +99,7 @@ def test_nominal_bits_agree_with_the_layout(name):
     assert overhead_bits == pytest.approx(8.0 * f.scale_bytes * per_row[f.scales] / k)
     if f.ggml:
         assert f.block_bytes * 8 == f.block * f.bits + 8 * f.scale_bytes
-        assert BLOCK_BYTES[name] == f.block_bytes
+        assert (BLOCK_LENGTH[name], BLOCK_BYTES[name]) == (f.block, f.block_bytes)
     if not f.quantized:
         assert np.dtype(f.dtype).itemsize * 8 == f.bits
 
