@@ -52,6 +52,12 @@ class FormatFacts:
     w8a8: bool = False  # takes static int8 activation scales (a policy's [activations])
     dynamic_int8: bool = False  # a policy's dynamic_activations = "int8" quantizes its inputs
     aliases: tuple[str, ...] = ()  # other spellings parse_format reads (GGUF's "f16")
+    # ExecuTorch's LLM flow (runtime/torch_decoder.py): the scheme it quantizes a Linear in this
+    # format with, with weights only / with dynamic int8 activations (None: no counterpart), and
+    # the shipped policy nearest to it that has one ("w4a8": w4a8-g32 or -g128 by the group)
+    pte_weight_only: str | None = None
+    pte_dynamic: str | None = None
+    pte_nearest: str = "fp32"
 
     def __post_init__(self):
         if self.scales not in LAYOUTS:
@@ -115,6 +121,8 @@ FACTS: dict[str, FormatFacts] = {
             gguf_id=0,
             file_type="ALL_F32",
             nearest_gguf="fp32",
+            pte_weight_only="fp32",
+            pte_dynamic="fp32",
         ),
         FormatFacts(
             name="fp16",
@@ -143,6 +151,9 @@ FACTS: dict[str, FormatFacts] = {
             fitted=True,
             w8a8=True,
             dynamic_int8=True,
+            pte_weight_only="int8",
+            pte_dynamic="8da8w",
+            pte_nearest="int8",
         ),
         FormatFacts(
             name="int4",
@@ -156,6 +167,7 @@ FACTS: dict[str, FormatFacts] = {
             nearest_gguf="q4_1",
             fitted=True,
             dynamic_int8=True,
+            pte_nearest="w4a8",
         ),
         FormatFacts(
             name="int4-sym",
@@ -169,6 +181,8 @@ FACTS: dict[str, FormatFacts] = {
             nearest_gguf="q4_0",
             fitted=True,
             dynamic_int8=True,
+            pte_dynamic="8da4w",
+            pte_nearest="w4a8",
         ),
         FormatFacts(
             name="q4_0",
@@ -183,6 +197,7 @@ FACTS: dict[str, FormatFacts] = {
             gguf_id=2,
             file_type="MOSTLY_Q4_0",
             nearest_gguf="q4_0",
+            pte_nearest="w4a8-g32",
         ),
         FormatFacts(
             name="q4_1",
@@ -197,6 +212,7 @@ FACTS: dict[str, FormatFacts] = {
             gguf_id=3,
             file_type="MOSTLY_Q4_1",
             nearest_gguf="q4_1",
+            pte_nearest="w4a8-g32",
         ),
         FormatFacts(
             name="q8_0",
@@ -211,6 +227,7 @@ FACTS: dict[str, FormatFacts] = {
             gguf_id=8,
             file_type="MOSTLY_Q8_0",
             nearest_gguf="q8_0",
+            pte_nearest="int8",
         ),
         FormatFacts(
             name="q5_0",

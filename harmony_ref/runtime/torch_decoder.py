@@ -196,26 +196,16 @@ class TorchDecoder(nn.Module):
 
 
 def _scheme(fmt: WeightFormat, dynamic: bool) -> str | None:
-    """The flow's scheme for one Linear's format: "8da4w", "8da8w", "int8", "fp32" or None."""
-    if fmt.kind == "fp32":
-        return "fp32"
-    if fmt.kind == "int4" and fmt.scheme == "sym" and dynamic:
-        return "8da4w"
-    if fmt.kind == "int8" and dynamic:
-        return "8da8w"
-    if fmt.kind == "int8":
-        return "int8"
-    return None
+    """The flow's scheme for one Linear's format: "8da4w", "8da8w", "int8", "fp32" or None (the
+    formats table's pte_* facts, quant/formats.py)."""
+    return fmt.facts.pte_dynamic if dynamic else fmt.facts.pte_weight_only
 
 
 def nearest_pte_policy(fmt: WeightFormat) -> str:
-    if fmt.kind == "int4":
-        return "w4a8-g128" if fmt.group_size >= 128 else "w4a8-g32"
-    if fmt.kind in ("int8", "q8_0"):
-        return "int8"
-    if fmt.kind in ("q4_0", "q4_1"):
-        return "w4a8-g32"
-    return "fp32"
+    nearest = fmt.facts.pte_nearest
+    if nearest == "w4a8":  # the group decides: ExecuTorch's 8da4w at group 32 or 128
+        return "w4a8-g128" if (fmt.group_size or 0) >= 128 else "w4a8-g32"
+    return nearest
 
 
 def linear_rows(c: DecoderConfig) -> dict[str, int]:
