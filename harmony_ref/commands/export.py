@@ -182,9 +182,9 @@ def run_pte(args, out: str) -> int:
     max_context = DEFAULT_PTE_CONTEXT if args.max_context is None else args.max_context
     if max_context < 1:
         raise ValueError(f"--max-context {max_context}: must be at least 1")
+    version = require_executorch()  # before a first use downloads the model's weights
     resolve_model_path(args.model)
     check_policies([args.policy], checkpoint_spec(args.model), args.allow_unmatched)
-    version = require_executorch()
     r = export_pte(args.model, args.policy, out, max_context)
     info = {
         "path": str(r.path),

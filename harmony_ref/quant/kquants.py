@@ -104,6 +104,10 @@ class KQuantTensor:
         check_block_bytes(self, BLOCK_WEIGHTS[self.qtype], BLOCK_DTYPES[self.qtype].itemsize)
 
     @property
+    def format_name(self) -> str:
+        return self.qtype
+
+    @property
     def blocks(self) -> np.ndarray:
         """(N, K / block weights) structured view, fields as BLOCK_DTYPES names them."""
         return np.ascontiguousarray(self.data).view(BLOCK_DTYPES[self.qtype])
@@ -111,7 +115,6 @@ class KQuantTensor:
     # the same bytes-per-row container as GGMLTensor (rows, sizes: quant/ggml.py)
     nbytes = GGMLTensor.nbytes
     bits_per_weight = GGMLTensor.bits_per_weight
-    format_name = GGMLTensor.format_name
     rows = GGMLTensor.rows  # the rows `index` (a permutation or a slice) as a new tensor
 
 
