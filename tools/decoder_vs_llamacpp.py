@@ -3,10 +3,10 @@ and thread count, interleaved in one run (a peer to compare against, never a dep
 
     /work/bin/quiet python tools/decoder_vs_llamacpp.py --llama-bin /path/to/llama.cpp/build/bin \
         [--model smollm2-135m | gemma3-270m | FILE.gguf] [--policy int4-g32 [--policy int8 ...]] \
-        [--threads 2] [--tokens 64] [--rounds 5] [--json]
+        [--threads 2] [--tokens 64] [--phase tg|pp] [--rounds 5] [--json]
 
 Each round runs `llama-bench -m GGUF -t T -p 0 -n N -r R --repack 0 -o json` (tg N: N tokens
-generated from an empty context, --repack 0 because this KVM guest faults on the AMX/repacked
+generated from an empty context; with `--phase pp`, `-p N -n 0`: a prompt of N tokens, --repack 0 because this KVM guest faults on the AMX/repacked
 path), then ours: reset, one BOS token, then N decode steps through `Llama.decode`, timed as a
 whole (N / seconds), R times (mean, like llama-bench's avg_ts), for each `--policy` in turn.
 Prints the CPU, the per-round numbers, the medians and each policy's ratio (`--json`: the same as
@@ -32,7 +32,8 @@ from harmony_ref.runtime.llama import Llama
 from harmony_ref.runtime.loader import load_decoder, resolve_model_path, stored_policy
 
 
-def llama_bench_tg(bin_dir: str, gguf: str, threads: int, n: int, reps: int) -> float:
+def llama_bench(bin_dir: str, gguf: str, threads: int, n: int, reps: int, phase: str) -> float:
+    """llama-bench's avg_ts of tg n (decode) or pp n (prefill), --repack 0."""
     r = subprocess.run(
         [
             f"{bin_dir}/llama-bench",
@@ -41,9 +42,9 @@ def llama_bench_tg(bin_dir: str, gguf: str, threads: int, n: int, reps: int) -> 
             "-t",
             str(threads),
             "-p",
-            "0",
+            str(n if phase == "pp" else 0),
             "-n",
-            str(n),
+            str(n if phase == "tg" else 0),
             "-r",
             str(reps),
             "--repack",
@@ -69,6 +70,15 @@ def ours_tg(m: Llama, n: int, bos: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def ours_pp(m: Llama, n: int, vocab: int) -> float:
+    """Prefill of n tokens (fixed pseudo-random ids, as llama-bench's pp uses random tokens)."""
+    ids = [int(t) for t in np.random.default_rng(0).integers(1, vocab, n)]
+    m.reset()
+    t0 = time.perf_counter()
+    m.prefill(ids)
+    return n / (time.perf_counter() - t0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-bin", required=True)
@@ -82,6 +92,9 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument(
+        "--phase", choices=("tg", "pp"), default="tg", help="tg: decode N tokens; pp: prefill N"
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=3, help="llama-bench -r per round, and ours")
     args = ap.parse_args()
@@ -96,16 +109,26 @@ def main() -> None:
         p: build_model(w, stored if p == AS_STORED else p, max_context=args.tokens + 8)
         for p in policies
     }
+    vocab = w.config.vocab_size
+
+    def ours(m: Llama) -> float:
+        return (
+            ours_pp(m, args.tokens, vocab) if args.phase == "pp" else ours_tg(m, args.tokens, bos)
+        )
+
     for m in models.values():
         ours_tg(m, 8, bos)  # compile / warm up
+        ours_pp(m, 8, vocab)
     theirs, mine = [], {p: [] for p in policies}
     cpu = cpu_name()
     if not args.json:
         print(f"CPU: {cpu}; {args.threads} threads; model {args.model} ({gguf})", flush=True)
     for r in range(args.rounds):
-        theirs.append(llama_bench_tg(args.llama_bin, gguf, args.threads, args.tokens, args.reps))
+        theirs.append(
+            llama_bench(args.llama_bin, gguf, args.threads, args.tokens, args.reps, args.phase)
+        )
         for p, m in models.items():
-            mine[p].append(float(np.mean([ours_tg(m, args.tokens, bos) for _ in range(args.reps)])))
+            mine[p].append(float(np.mean([ours(m) for _ in range(args.reps)])))
         if not args.json:
             print(
                 f"round {r}: llama.cpp {theirs[-1]:.1f} tokens/s, "
@@ -118,14 +141,15 @@ def main() -> None:
         "threads": args.threads,
         "model": args.model,
         "gguf": gguf,
+        "phase": args.phase,
         "tokens": args.tokens,
         "rounds": args.rounds,
         "reps": args.reps,
-        "llama_cpp_tg": theirs,
+        "llama_cpp": theirs,
         "llama_cpp_median": a,
         "ours": {
             p: {
-                "tg": v,
+                "runs": v,
                 "median": float(np.median(v)),
                 "ratio_to_llama_cpp": float(np.median(v)) / a,
             }
@@ -138,7 +162,8 @@ def main() -> None:
     for p in policies:
         b = out["ours"][p]["median"]
         print(
-            f"median decode tokens/s at {args.threads} threads, tg{args.tokens}: llama.cpp "
+            f"median {'decode' if args.phase == 'tg' else 'prefill'} tokens/s at {args.threads} "
+            f"threads, {args.phase}{args.tokens}: llama.cpp "
             f"{a:.1f}, ours ({p}) {b:.1f}, ratio ours/llama.cpp {b / a:.2f}"
         )
 
