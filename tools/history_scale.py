@@ -26,11 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.track.history_demo import METRIC, record  # noqa: E402  (the history tests' record)
+
 SEED = 4710
 NOISE = 0.03
 STEP = 0.08
 SAMPLES = 5
-METRIC = "decode_ms"
 
 
 def git(repo: Path, *args: str, env: dict) -> str:
@@ -70,46 +73,6 @@ def make_repo(repo: Path, commits: int) -> list[str]:
     return git(repo, "rev-list", "--reverse", "main", env=env).split()
 
 
-def record(commit: str, i: int, samples) -> dict:
-    """A run record (track/record.py's schema) of `commit` with one measured metric."""
-    return {
-        "schema_version": 1,
-        "config": {
-            "model": "smollm2-135m",
-            "policy": "q4_0",
-            "profile": "host",
-            "backend": "command",
-            "scenario": {"prompt_tokens": 64, "new_tokens": 32, "context_tokens": 512, "batch": 1},
-        },
-        "metrics": {
-            METRIC: {
-                "value": float(np.median(samples)),
-                "unit": "ms",
-                "direction": "lower",
-                "kind": "measured",
-                "samples": [float(s) for s in samples],
-                "flags": [],
-            }
-        },
-        "parts": {"predicted": {"status": "ok", "detail": "", "metrics": [METRIC]}},
-        "provenance": {
-            "git_commit": "0" * 40,
-            "git_dirty": False,
-            "harmony_ref_version": "0.1.0",
-            "python_version": "3.11",
-            "numpy_version": "2",
-            "numba_version": "0.60",
-            "cpu_model": "scale CPU",
-            "cpu_cores": 2,
-            "numba_threads": 2,
-            "hostname": "ci-runner",
-            "utc_time": f"2026-01-02T00:00:{i % 60:02d}+00:00",
-            "run_id": f"scale-{i:06d}",
-            "sut": {"repository": "scale", "commit": commit, "describe": None, "dirty": False},
-        },
-    }
-
-
 def build(root: Path, n_records: int, n_commits: int) -> tuple[Path, Path, str]:
     from harmony_ref.track.history import History
 
@@ -123,7 +86,7 @@ def build(root: Path, n_records: int, n_commits: int) -> tuple[Path, Path, str]:
     for i in range(n_records):
         c = i * n_commits // n_records
         level = 20.0 * (1 + STEP if c >= step_at else 1.0)
-        batch.append((record(hashes[c], i, level * rng.lognormal(0.0, NOISE, SAMPLES)), None))
+        batch.append((record(hashes[c], level * rng.lognormal(0.0, NOISE, SAMPLES)), None))
         if len(batch) == 1000:
             h.append_many(batch)
             batch = []
