@@ -20,6 +20,7 @@ from harmony_ref.device.runtime import (
 )
 from harmony_ref.device.soc import load_soc
 from harmony_ref.units import GB, GIGA
+from tests.device.test_soc import SOCS  # the real SoCs, listed once
 
 REQUIRED = (
     "llama.cpp-cpu",
@@ -30,19 +31,6 @@ REQUIRED = (
     "harmony-ref-host",
     "litert-lm-cpu",
     "litert-lm-gpu",
-)
-SOCS = (
-    "snapdragon-8-gen-3",
-    "snapdragon-8-elite",
-    "snapdragon-8-gen-2",
-    "dimensity-9300",
-    "kirin-9000e",
-    "kirin-990-5g",
-    "snapdragon-8-elite-gen-5",
-    "dimensity-9400",
-    "kirin-9020",
-    "tensor-g4",
-    "exynos-2500",
 )
 
 
