@@ -34,6 +34,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ SCHEMA_VERSION = 1
 ENV = "HARMONY_REF_HISTORY"
 DEFAULT_NAME = "history.sqlite"
 BUSY_TIMEOUT_S = 60.0
+WAL_SWITCH_TIMEOUT_S = 5.0  # then a busy new file keeps its rollback journal (see _sqlite_wal)
 SQLITE_HEADER = b"SQLite format 3\x00"
 PG_SCHEMA_LOCK = 0x4841524D  # pg_advisory_xact_lock key while creating or migrating ("HARM")
 
@@ -405,8 +407,7 @@ class History:
                         MIGRATIONS[v](con)
                     con.execute(schema_version.update().values(version=SCHEMA_VERSION))
             if self.sqlite:
-                with self.engine.connect() as con:
-                    con.connection.dbapi_connection.execute("PRAGMA journal_mode = WAL")
+                self._sqlite_wal()
         except sa.exc.OperationalError as e:
             why = _first_line(e.orig or e)
             if "disk is full" in why:
@@ -414,6 +415,25 @@ class History:
             raise self._bad(f"cannot open ({why})") from None
         except sa.exc.DatabaseError as e:
             raise self._bad(f"unreadable database ({_first_line(e.orig or e)})") from None
+
+    def _sqlite_wal(self) -> None:
+        """Switch a new SQLite history to WAL (readers never wait on the writer). The switch
+        needs the file to itself; a second process opening the same new file at that moment
+        makes SQLite answer "locked" without waiting, so the switch is retried, and left to a
+        later opening if the file stays busy: the rollback journal is slower, never wrong."""
+        with self.engine.connect() as con:
+            dbapi = con.connection.dbapi_connection
+            deadline = time.monotonic() + WAL_SWITCH_TIMEOUT_S
+            while True:
+                try:
+                    dbapi.execute("PRAGMA journal_mode = WAL").fetchone()
+                    return
+                except sqlite3.OperationalError as e:
+                    if "locked" not in str(e) and "busy" not in str(e):
+                        raise sa.exc.OperationalError("PRAGMA journal_mode", None, e) from None
+                    if time.monotonic() > deadline:
+                        return
+                    time.sleep(0.05)
 
     # writing
     def append(self, data: dict, source: str | None = None) -> bool:
