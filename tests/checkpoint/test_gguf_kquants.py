@@ -15,11 +15,13 @@ from harmony_ref.quant.policy import parse_format
 from harmony_ref.runtime.llama import make_linear
 
 # Gemma 3 270M, as-stored vs the float32 forward of the same file's dequantized weights, over the
-# first 32 tokens of the held-out corpus: int8 activations (Q8_K / Q8_0) cost this much perplexity
-# at most (measured on 128 tokens: 53.33 against 53.69, -0.7%) and top-1 agreement at least
-# (measured 0.953).
+# first 128 tokens of the held-out corpus: int8 activations (Q8_K / Q8_0) cost this much perplexity
+# at most and top-1 agreement at least. Measured: AMD EPYC Zen 4 native 53.33 vs 53.69 (-0.7%),
+# top-1 0.953; emulated baseline x86-64 (generic-portable, tests/emulated_cpus.py) 53.58 vs 53.70,
+# top-1 0.930. Over the first 32 tokens alone top-1 was 0.906 and 0.844: too few positions for a
+# floor (one near-tie flipped by the CPU's float rounding is 3 points), hence 128.
 GEMMA_MAX_PPL_REL = 0.05
-GEMMA_MIN_TOP1 = 0.85
+GEMMA_MIN_TOP1 = 0.90
 
 
 def _write(path, name, t: KQuantTensor):
@@ -68,7 +70,7 @@ def test_gemma3_q4_k_m_runs_as_stored():
     formats = {policy.format_for(n).name for n in weights.stored}
     assert {"q4_k", "q5_0", "q6_k", "q8_0"} <= formats
     assert any(isinstance(t, KQuantTensor) for t in weights.stored.values())
-    ids = np.asarray(tok.encode(load_corpus("heldout")[:1000])[:32])
+    ids = np.asarray(tok.encode(load_corpus("heldout")[:5000])[:128])
 
     def ppl_and_logits(model):
         lg = model.forward(ids, all_logits=True)
