@@ -98,14 +98,14 @@ def perplexities(python: str, llama_bin: str, gguf: Path, pte: Path, chunks: int
     stored = json.loads(cli(python, "accuracy", "--model", str(gguf), "--policy", "as-stored",
                             *common))  # fmt: skip
     et = json.loads(cli(python, "accuracy", "--model", str(pte), *common))
-    by = {row["policy"]: row for row in et["rows"]}
+    by = {row["kv_cache"]: row for row in et["rows"]}  # the runtime's column: fp16, or its name
     ref = stored["rows"][0]["ppl"]
     return {
         "fp32_reference": ref,
         "llama_cpp": llama,
         "ours_as_stored": stored["rows"][-1]["ppl"],
-        "executorch": next(r["ppl"] for p, r in by.items() if "executorch" in p.lower()),
-        "ours_w4a8_g32": by["w4a8-g32"]["ppl"],
+        "executorch": by["executorch-xnnpack"]["ppl"],
+        "ours_w4a8_g32": by["fp16"]["ppl"],
         "scored_tokens": stored["scored_tokens"],
     }
 
@@ -149,7 +149,7 @@ def main() -> None:
             runs[name]["decode"].append(
                 float(np.mean([ours_tg(m, TG, bos) for _ in range(args.reps)]))
             )
-        runs["executorch"]["prefill"].append(et_rate(python, pte, PP, 1, "prefill"))
+        runs["executorch"]["prefill"].append(et_rate(python, pte, PP, 2, "prefill"))
         runs["executorch"]["decode"].append(et_rate(python, pte, 1, TG, "decode"))
         if not args.json:
             print(f"round {k}: " + "; ".join(
