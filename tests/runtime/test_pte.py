@@ -177,6 +177,25 @@ def test_export_refuses_before_work(tmp_path):
     assert list(out.parent.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "policy,match",
+    [
+        ("q4_0", "--policy q4_0: model.layers.0.self_attn.q_proj in q4_0 has no ExecuTorch"),
+        ("nope", "nope"),
+    ],
+)
+def test_export_pte_policy_refusal_is_one_line(policy, match, tmp_path, capsys):
+    from harmony_ref.cli import main
+
+    gguf = tmp_path / "llama.gguf"
+    write_tiny_gguf(gguf, tiny_config("llama"))
+    argv = ["export", "--model", str(gguf), "--policy", policy, "--format", "pte"]
+    assert main([*argv, "--out", str(tmp_path / "m.pte")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and "\n" not in err and len(err) < 200, err
+    assert not (tmp_path / "m.pte").exists()
+
+
 def test_accuracy_scores_the_program_beside_our_kernels(tiny_programs, capsys):
     from harmony_ref.cli import main
 
