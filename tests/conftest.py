@@ -5,6 +5,10 @@
   starts from a fresh model as it did when every module defined its own copy of this fixture.
 - `tiny_gguf` (module): the path of a tiny random decoder GGUF (tests/fixtures/decoder/tiny.py,
   llama, F32), written once per module.
+- `tiny_programs` (session): ExecuTorch programs of tiny checkpoints at fp32, w4a8-g32 and int8
+  (tests/fixtures/executorch.py), each exported once, on first use, for every test that needs
+  it; skipped without the executorch extra, failed instead under
+  HARMONY_REF_EXECUTORCH_TESTS=required.
 - `_default_memory` (autouse): a test that ran an asv benchmark's setup (bench.common.pin_threads
   sets the benchmark process's allocator for steady timings) leaves this pytest process with
   glibc's and NumPy's default memory behaviour for the tests after it (RSS measurements).
@@ -58,6 +62,14 @@ def tiny_gguf(tmp_path_factory):
     path = tmp_path_factory.mktemp("decoder") / "tiny.gguf"
     write_tiny_gguf(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_programs(tmp_path_factory):
+    from tests.fixtures.executorch import TinyPrograms, needs_extra
+
+    needs_extra()
+    return TinyPrograms(tmp_path_factory.mktemp("programs"))
 
 
 @pytest.fixture(autouse=True)

@@ -4,12 +4,18 @@ perplexity with harmony-ref's FP32 reference for the same model, text and contex
 MindSpore Lite's comparison with the calibration outputs), flags it `inaccurate` beyond the bound
 derived in job/runtime_check.py, writes a run record, and prints speed beside accuracy.
 
+`--model FILE.pte`: an ExecuTorch program (`export --format pte`) harmony-ref runs and scores
+itself, no template: the same verdict, with our kernels under the program's policy beside it
+(job/runtime_check_program.py).
+
 Exit codes: 0 every runtime accurate, 1 one or more flagged inaccurate, 2 bad input (template,
 placeholder, command not found, timeout, output not the format, a record that is not one). With
 several --command, one that fails is an "error" row (no record) and the others still run.
 """
 
 from __future__ import annotations
+
+import sys
 
 NAME = "check-runtime"
 HELP = (
@@ -52,7 +58,8 @@ def add_arguments(p) -> None:
     add_checkpoint_argument(
         p,
         extra="the model the runtime runs (the reference is computed "
-        "from it); for mslite, any text",
+        "from it); for mslite, any text; or FILE.pte (export --format pte, the executorch "
+        "extra): the ExecuTorch program run and scored by harmony-ref itself, no --command",
     )
     add_scoring_arguments(p, context=DEFAULT_CONTEXT)
     p.add_argument(
@@ -72,11 +79,11 @@ def add_arguments(p) -> None:
     )
     p.add_argument(
         "--expect",
-        default=DEFAULT_EXPECT,
+        default=None,
         metavar="POLICY",
         help="arithmetic a correct runtime may use, measured by harmony-ref to derive "
-        f"the bound (default {DEFAULT_EXPECT}; e.g. int4-g32 if it re-quantizes; "
-        "as-stored: a GGUF file's tensors exactly as stored)",
+        f"the bound (default {DEFAULT_EXPECT}, and for a .pte its own policy; e.g. int4-g32 "
+        "if it re-quantizes; as-stored: a GGUF file's tensors exactly as stored)",
     )
     p.add_argument(
         "--device",
@@ -136,16 +143,127 @@ def _compare(args) -> int:
 
 
 def run(args) -> int:
-    import sys
-
     from harmony_ref.commands._output import print_json
-    from harmony_ref.job.runtime_check import RuntimeCheck, reference_for
-    from harmony_ref.job.runtime_check_run import check_device, run_checks
 
     if args.compare:
         if args.commands:
             raise ValueError("--compare reads records; give it no --command")
         return _compare(args)
+    if args.model.endswith(".pte"):
+        ref, runs = _run_program(args)
+    else:
+        if args.expect is None:
+            from harmony_ref.job.runtime_check import DEFAULT_EXPECT
+
+            args.expect = DEFAULT_EXPECT
+        got = _run_commands(args)
+        if isinstance(got, int):  # the device left mid-session
+            return got
+        ref, runs = got
+    out, errors, rows = runs.done, runs.errors, runs.rows()
+    if args.json:
+        print_json(
+            {
+                "reference": ref.to_dict() if ref else None,
+                "runs": [
+                    {
+                        "label": c.label,
+                        "command": r.command,
+                        "verdict": r.verdict,
+                        "reasons": r.reasons,
+                        "record": str(p),
+                        "metrics": r.metrics.to_dict(),
+                        "provenance": r.provenance,
+                        "session": r.session,
+                    }
+                    for c, r, p in out
+                ],
+                "errors": [{"label": c.label, "error": e} for c, e in errors],
+                "rows": rows,
+            }
+        )
+    else:
+        _print_rows(rows, "speed and accuracy")
+        for c, r, p in out:
+            for reason in r.reasons:
+                print(f"INACCURATE {c.label}: {reason}")
+            if r.session is not None:
+                from harmony_ref.commands import _session
+
+                _session.print_block(r.session)
+            print(f"record: {p}")
+    if errors:
+        return 2
+    return 0 if runs.all_accurate() else 1
+
+
+def _reference_progress(args, work):
+    """work(progress) under a progress bar on stderr (chunks done / total), then the reference
+    and the bound printed (not with --json); returns the Reference, or (Reference, more)."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(
+        console=Console(stderr=True),
+        transient=True,
+        disable=args.json or not sys.stderr.isatty(),
+    ) as bar:
+        task = bar.add_task("FP32 reference perplexity", total=None)
+        got = work(lambda done, total: bar.update(task, completed=done, total=total))
+    ref = got[0] if isinstance(got, tuple) else got
+    if not args.json:
+        cached = " (cached)" if ref.cached else ""
+        print(
+            f"reference: FP32 perplexity {ref.ppl:.4f} over {ref.chunks} chunks of "
+            f"{ref.context} ({ref.scored_tokens} scored tokens){cached}"
+        )
+        print(f"bound: {ref.bound.how()}")
+        what = (
+            "the file as stored"
+            if ref.bound.expect == "as-stored"
+            else f"with --expect {ref.bound.expect}"
+        )
+        print(f"harmony-ref, {what}: perplexity {ref.ppl * ref.bound.expected_ratio:.4f}")
+    return got
+
+
+def _run_program(args):
+    """check-runtime --model FILE.pte: (Reference, CheckRuns) of the program harmony-ref runs."""
+    from harmony_ref._io import check_output_dir
+    from harmony_ref.job.runtime_check_program import check_program, program_check
+
+    where = f"--model {args.model}: check-runtime runs a .pte itself"
+    if args.commands:
+        raise ValueError(f"{where}; give it no --command")
+    if args.session:
+        raise ValueError(f"{where}, on this host; give it no --session")
+    if args.parser != "llama-perplexity":
+        raise ValueError(f"{where}; give it no --parser {args.parser}")
+    if len(args.label) > 1:
+        raise ValueError(f"--label given {len(args.label)} times for one .pte: give one or none")
+    check_output_dir(args.out_dir, "--out-dir")
+    check, program = program_check(
+        args.model,
+        args.context,
+        args.chunks,
+        args.expect,
+        args.label[0] if args.label else "",
+        args.corpus,
+    )  # every refusal before work
+    return _reference_progress(
+        args,
+        lambda progress: check_program(
+            check, program, args.out_dir, progress, use_cache=not args.no_cache
+        ),
+    )
+
+
+def _run_commands(args):
+    """check-runtime --command TEMPLATE...: (Reference or None, CheckRuns), or the exit code
+    when the session's device left."""
+    from harmony_ref.job.runtime_check import RuntimeCheck, reference_for
+    from harmony_ref.job.runtime_check_run import check_device, run_checks
+
     if not args.commands:
         raise ValueError("give at least one --command TEMPLATE (or --compare RECORD...)")
     if args.label and len(args.label) != len(args.commands):
@@ -182,33 +300,10 @@ def run(args) -> int:
 
     ref = None
     if args.parser == "llama-perplexity":
-        from rich.console import Console
-        from rich.progress import Progress
-
-        with Progress(
-            console=Console(stderr=True),
-            transient=True,
-            disable=args.json or not sys.stderr.isatty(),
-        ) as bar:
-            task = bar.add_task("FP32 reference perplexity", total=None)
-            ref = reference_for(
-                checks[0],
-                lambda done, total: bar.update(task, completed=done, total=total),
-                use_cache=not args.no_cache,
-            )
-        if not args.json:
-            cached = " (cached)" if ref.cached else ""
-            print(
-                f"reference: FP32 perplexity {ref.ppl:.4f} over {ref.chunks} chunks of "
-                f"{ref.context} ({ref.scored_tokens} scored tokens){cached}"
-            )
-            print(f"bound: {ref.bound.how()}")
-            what = (
-                "the file as stored"
-                if args.expect == "as-stored"
-                else f"with --expect {args.expect}"
-            )
-            print(f"harmony-ref, {what}: perplexity {ref.ppl * ref.bound.expected_ratio:.4f}")
+        ref = _reference_progress(
+            args,
+            lambda progress: reference_for(checks[0], progress, use_cache=not args.no_cache),
+        )
 
     def announce(check) -> None:
         if not args.json:
@@ -228,36 +323,4 @@ def run(args) -> int:
         )
     except DeviceGone as e:  # the phone left: nothing more can run on it
         return _session.gone_exit(NAME, e, args.verbose)
-    out, errors, rows = runs.done, runs.errors, runs.rows()
-    if args.json:
-        print_json(
-            {
-                "reference": ref.to_dict() if ref else None,
-                "runs": [
-                    {
-                        "label": c.label,
-                        "command": r.command,
-                        "verdict": r.verdict,
-                        "reasons": r.reasons,
-                        "record": str(p),
-                        "metrics": r.metrics.to_dict(),
-                        "provenance": r.provenance,
-                        "session": r.session,
-                    }
-                    for c, r, p in out
-                ],
-                "errors": [{"label": c.label, "error": e} for c, e in errors],
-                "rows": rows,
-            }
-        )
-    else:
-        _print_rows(rows, "speed and accuracy")
-        for c, r, p in out:
-            for reason in r.reasons:
-                print(f"INACCURATE {c.label}: {reason}")
-            if r.session is not None:
-                _session.print_block(r.session)
-            print(f"record: {p}")
-    if errors:
-        return 2
-    return 0 if runs.all_accurate() else 1
+    return ref, runs

@@ -72,6 +72,9 @@ class RuntimeCheck:
     session: object = None  # a SessionSpec (lab/session_spec.py), or None: run here
     corpus: str | None = None  # --corpus FILE: the user's own UTF-8 text (None: the shipped one)
     parser_flag: str = "--parser"  # the flag `fmt` came by, as given (its old spelling: --format)
+    # an ExecuTorch .pte harmony-ref runs and scores itself (job/runtime_check_program.py) in
+    # place of a template: `model` is then the checkpoint it was exported from, `template` ""
+    program: str | None = None
 
     def __post_init__(self):
         if self.fmt not in CHECK_FORMATS:
@@ -85,9 +88,10 @@ class RuntimeCheck:
                     f"only (got {self.parser_flag} {self.fmt})"
                 )
             corpus_text(self)  # missing, not UTF-8, empty: bad input before any work
-        check_template(
-            self.template, self.fmt, SESSION_PLACEHOLDERS if self.session is not None else ()
-        )
+        if self.program is None:
+            check_template(
+                self.template, self.fmt, SESSION_PLACEHOLDERS if self.session is not None else ()
+            )
         from harmony_ref.eval.lm import check_scoring
 
         check_scoring(self.context, self.chunks)
@@ -207,6 +211,17 @@ def reference_for(check: RuntimeCheck, progress=None, use_cache: bool = True) ->
     reference cache (eval/lm_cache.py), so `accuracy` and `check-runtime` compute them once.
     HARMONY_REF_NO_LM_CACHE=1 or `use_cache=False` turn both off. `progress(done, total)` is
     called after each chunk."""
+    return score_for(check, (), progress, use_cache)[0]
+
+
+def score_for(
+    check: RuntimeCheck, programs=(), progress=None, use_cache: bool = True
+) -> tuple[Reference, dict[str, dict]]:
+    """reference_for's Reference, and the eval/lm.py summary (ppl, kld_mean, kld_p99,
+    top1_agreement_pct) of each of `programs` (runtime/pte.py PteProgram's interface), keyed by
+    its `name`, scored on the same chunks in the same pass as the reference and the `expect`
+    policy: a program is never scored on another text than the reference's. With the Reference
+    cached, only the programs run (the FP32 log-probs read from the shared cache)."""
     from harmony_ref._io import write_text_atomic
     from harmony_ref.checkpoint.assets import cache_dir
     from harmony_ref.eval.lm import chunk_tokens, evaluate_lm
@@ -228,10 +243,11 @@ def reference_for(check: RuntimeCheck, progress=None, use_cache: bool = True) ->
     )
     key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
     cache = cache_dir() / "runtime-check" / f"{key}.json"
+    cached = None
     if use_cache and cache.is_file():
         try:
             d = json.loads(cache.read_text())
-            return Reference(
+            cached = Reference(
                 d["ppl"],
                 Bound.from_expected(d["expect"], d["expected_ratio"]),
                 d["chunks"],
@@ -244,6 +260,8 @@ def reference_for(check: RuntimeCheck, progress=None, use_cache: bool = True) ->
             )
         except (ValueError, KeyError, TypeError):
             cache.unlink(missing_ok=True)  # a corrupt cache entry is recomputed
+    if cached is not None and not programs:
+        return cached, {}
     weights, tok = load_decoder(check.model, keep_stored=as_stored)
     expect = stored_policy(weights, check.model) if as_stored else check.expect
     if check.context > weights.config.max_positions:
@@ -273,14 +291,18 @@ def reference_for(check: RuntimeCheck, progress=None, use_cache: bool = True) ->
         weights,
         ids,
         check.context,
-        variants=[(expect, "fp16")],
+        variants=[] if cached is not None else [(expect, "fp16")],
         add_bos=tok.add_bos,
         progress=progress,
         reference_cache=shared,
+        programs=programs,
     )
     res = r["results"]
+    scored = {p.name: res[p.name] for p in programs}
+    if cached is not None:
+        return cached, scored
     ref = res["reference"]
-    (variant,) = [v for k, v in res.items() if k != "reference"]
+    (variant,) = [v for k, v in res.items() if k != "reference" and k not in scored]
     out = Reference(
         ref["ppl"],
         Bound.from_expected(check.expect, variant["ppl_ratio"]),
@@ -293,4 +315,4 @@ def reference_for(check: RuntimeCheck, progress=None, use_cache: bool = True) ->
     )
     if use_cache:
         write_text_atomic(cache, json.dumps(out.to_dict(), indent=1) + "\n")
-    return out
+    return out, scored

@@ -112,7 +112,7 @@ def run_check(
         shell, finish = ds.run_single(cmd, check.timeout_s)
         done = CommandOutput(cmd, shell.returncode, shell.out, shell.err, shell.wall_s)
     if check.fmt == "llama-perplexity":
-        result = _judge_perplexity(check, ref, done)
+        result = _judge_llama_perplexity(check, ref, done)
     else:
         result = _judge_mslite(done)
     result.command = cmd
@@ -139,7 +139,7 @@ def mark_inaccurate(metrics: Metrics) -> Metrics:
     return Metrics({n: m.flagged(INACCURATE) for n, m in metrics.items.items()})
 
 
-def _judge_perplexity(check: RuntimeCheck, ref: Reference, done) -> CheckResult:
+def _judge_llama_perplexity(check: RuntimeCheck, ref: Reference, done) -> CheckResult:
     from harmony_ref.lab.errors import BackendError
     from harmony_ref.lab.parsers import ParseError, parse_llama_perplexity
 
@@ -164,6 +164,13 @@ def _judge_perplexity(check: RuntimeCheck, ref: Reference, done) -> CheckResult:
     ppl = m.value("perplexity")
     if not ppl > 0:
         raise BackendError(f"command {done.command!r}: perplexity {ppl} is not > 0")
+    return judge_perplexity(ppl, ref, m, prov)
+
+
+def judge_perplexity(ppl: float, ref: Reference, m: Metrics, prov: dict) -> CheckResult:
+    """The verdict on a runtime's perplexity `ppl` (> 0) over the reference's chunks: its ratio
+    to the FP32 reference within the bound, the reference, bound and our own `expect` numbers
+    added to `m` (the runtime's metrics) beside it."""
     ratio = ppl / ref.ppl
     b = ref.bound
     m.add(
@@ -321,6 +328,11 @@ def result_record(check: RuntimeCheck, result: CheckResult, ref: Reference | Non
             "label": check.label,
         },
     }
+    if check.program is not None:  # a .pte harmony-ref ran itself: no command, no parser
+        config["backend"] = "executorch"
+        opts = config["backend_options"]
+        del opts["command"], opts["format"]
+        opts["program"] = str(check.program)
     prov = collect_provenance()
     prov["runtime"] = dict(result.provenance)
     if ref is not None:

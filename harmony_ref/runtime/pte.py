@@ -23,7 +23,10 @@ torch / torchao / ExecuTorch versions that built it.
 
 Loading refuses in one line naming the file: no manifest beside it, a file whose SHA-256 is not
 the manifest's, a file that is not an ExecuTorch program (its flatbuffer identifier, bytes 4-8,
-is not ET12), or one built by another ExecuTorch version than the one installed.
+is not ET12; ET followed by other digits: a program of another schema version), a manifest of
+another format_version, or one built by another ExecuTorch version than the one installed (the
+manifest's versions.executorch: the runtime that executes the program; torch and torchao only
+built it, and are recorded for the record's sake).
 
 Needs the `executorch` extra (torch CPU, executorch, torchao): `require_executorch()` says so in
 one line where it is missing.
@@ -174,6 +177,11 @@ def read_manifest(path) -> dict:
         raise ValueError(f"--model {p}: no such file")
     with open(p, "rb") as f:
         head = f.read(8)
+    if head[4:6] == PTE_MAGIC[:2] and head[6:8].isdigit() and head[4:8] != PTE_MAGIC:
+        raise ValueError(
+            f"--model {p}: an ExecuTorch program of schema {head[4:8].decode()}, this ExecuTorch "
+            f"reads {PTE_MAGIC.decode()}: export it again"
+        )
     if head[4:8] != PTE_MAGIC:
         raise ValueError(f"--model {p}: not an ExecuTorch program (no ET12 identifier)")
     mp = manifest_path(p)
@@ -183,8 +191,14 @@ def read_manifest(path) -> dict:
         manifest = json.loads(mp.read_text())
         built = manifest["versions"]["executorch"]
         want = manifest["file_sha256"]
+        fmt = manifest["format_version"]
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"--model {p}: manifest {mp.name} is unreadable ({e})") from e
+    if fmt != PTE_FORMAT_VERSION:
+        raise ValueError(
+            f"--model {p}: manifest {mp.name} has format_version {fmt!r}, this harmony-ref "
+            f"reads {PTE_FORMAT_VERSION}: export it again"
+        )
     if sha256_file(p) != want:
         raise ValueError(f"--model {p}: its SHA-256 is not its manifest's (changed after export)")
     have = require_executorch()

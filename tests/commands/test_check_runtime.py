@@ -1,15 +1,21 @@
 """`check-runtime` end to end on a tiny random GGUF and fake runtimes (tests/fake_device): a
 runtime printing a plausible speed with 5x the reference perplexity is flagged and fails the gate;
 one within the bound passes; MindSpore Lite all-zeros / not-the-model outputs are flagged; bad
-input is exit 2 without a traceback. The real llama-perplexity binary is never run here."""
+input is exit 2 without a traceback. The real llama-perplexity binary is never run here.
+
+An ExecuTorch program (`--model FILE.pte`, the executorch extra) is run and judged the same way
+by harmony-ref itself: the tiny programs at fp32 and w4a8-g32 against their checkpoints, one
+built from other weights than its manifest names flagged, and its bad input."""
 
 import json
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
+from harmony_ref.checkpoint.assets import sha256_file
 from harmony_ref.cli import main
 from harmony_ref.track.record import load_record
 from tests.fixtures.decoder.tiny import tiny_config, write_tiny_gguf
@@ -302,3 +308,92 @@ def test_expect_as_stored_on_an_exported_file(capsys, gguf, tmp_path, cache, mon
     monkeypatch.setenv("FAKE_PPL_FACTOR", "3")
     code, r, err = check(capsys, out, tmp_path / "runs", "--expect", "as-stored")
     assert code == 1 and r["runs"][0]["verdict"] == "inaccurate"
+
+
+# --- an ExecuTorch program harmony-ref runs itself (job/runtime_check_program.py) -------------
+# These take the session's tiny programs (tests/conftest.py `tiny_programs`): skipped without the
+# executorch extra, failed instead under HARMONY_REF_EXECUTORCH_TESTS=required (.ci/run).
+
+PTE_CHUNKS = 4
+
+
+def check_pte(capsys, program, out_dir, *extra):
+    argv = ["check-runtime", "--model", str(program), "--context", "32"]
+    argv += ["--chunks", str(PTE_CHUNKS), "--out-dir", str(out_dir), "--json", *extra]
+    code = main(argv)
+    cap = capsys.readouterr()
+    return code, (json.loads(cap.out) if cap.out.strip() else None), cap.err
+
+
+@pytest.mark.parametrize("arch,policy", [("gemma3", "fp32"), ("llama", "w4a8-g32")])
+def test_pte_program_is_judged_beside_our_kernels(
+    capsys, tiny_programs, tmp_path, cache, arch, policy
+):
+    """The program's perplexity against the FP32 reference of the checkpoint its manifest names,
+    the bound derived from our kernels under the program's own policy; the fp32 program is the
+    reference's math (ratio 1, no divergence); the record reads back as the same row."""
+    out = tmp_path / "runs"
+    program = tiny_programs.path(arch, policy)
+    code, r, err = check_pte(capsys, program, out)
+    (run,) = r["runs"]
+    ref, m = r["reference"], run["metrics"]
+    assert ref["expect"] == policy and ref["context"] == 32 and ref["chunks"] == PTE_CHUNKS
+    assert ref["bound_high"] == pytest.approx(1 + max(2 * (ref["expected_ratio"] - 1), 0.01))
+    ratio = m["ppl_ratio_to_reference"]["value"]
+    assert ratio == pytest.approx(m["perplexity"]["value"] / ref["ppl"])
+    within = 1 / ref["bound_high"] <= ratio <= ref["bound_high"]
+    assert (code, run["verdict"]) == ((0, "accurate") if within else (1, "inaccurate")), err
+    assert m["ppl_ratio_to_expected"]["value"] == pytest.approx(
+        m["perplexity"]["value"] / (ref["ppl"] * ref["expected_ratio"])
+    )
+    tps = m["prefill_tokens_per_s"]
+    assert tps["kind"] == "measured" and len(tps["samples"]) == PTE_CHUNKS
+    assert run["label"] == f"executorch {policy}" and run["provenance"]["program_policy"] == policy
+    if policy == "fp32":
+        assert within and ratio == pytest.approx(1.0, abs=1e-4)
+        assert m["kld_mean"]["value"] < 1e-6 and m["same_top_p_pct"]["value"] == 100.0
+    rec = load_record(run["record"])
+    assert rec.config["backend"] == "executorch"
+    assert rec.config["backend_options"]["program"] == str(program)
+    assert main(["check-runtime", "--compare", run["record"], "--json"]) == code
+    assert json.loads(capsys.readouterr().out)["rows"] == r["rows"]
+
+
+def test_pte_program_of_another_model_is_inaccurate(capsys, tiny_programs, tmp_path, cache):
+    """A program that does not compute the model it names (its manifest pointed at another
+    checkpoint of the same shape: a program built from the wrong weights) is flagged, exit 1,
+    its speed not a result."""
+    src = tiny_programs.path("llama", "int8")
+    other = tmp_path / "other.gguf"
+    write_tiny_gguf(other, tiny_config("llama"), seed=1)
+    pte = tmp_path / "m.pte"
+    shutil.copy(src, pte)
+    manifest = json.loads(Path(f"{src}.manifest.json").read_text())
+    manifest |= {"model": str(other), "source_sha256": sha256_file(other)}
+    Path(f"{pte}.manifest.json").write_text(json.dumps(manifest))
+    code, r, err = check_pte(capsys, pte, tmp_path / "runs")
+    assert code == 1, err
+    (run,) = r["runs"]
+    assert run["verdict"] == "inaccurate" and "FP32 reference" in run["reasons"][0]
+    assert "inaccurate" in run["metrics"]["prefill_tokens_per_s"]["flags"]
+    assert r["rows"][0]["speed"].startswith("not a result")
+
+
+@pytest.mark.parametrize(
+    "extra,match",
+    [
+        (["--command", PPL], "check-runtime runs a .pte itself; give it no --command"),
+        (["--parser", "mslite"], "give it no --parser mslite"),
+        (["--label", "a", "--label", "b"], "--label given 2 times for one .pte"),
+        (["--context", "64"], "--context 64: longer than"),
+        (["--chunks", "999"], "--chunks 999"),
+        (["--expect", "nope"], "nope"),
+    ],
+)
+def test_pte_bad_input_is_one_line(capsys, tiny_programs, tmp_path, cache, extra, match):
+    argv = ["check-runtime", "--model", str(tiny_programs.path("llama", "int8"))]
+    argv += ["--context", "32", "--out-dir", str(tmp_path / "runs"), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and "\n" not in err and len(err) < 200, err
+    assert not list((tmp_path / "runs").glob("*.json"))

@@ -4,7 +4,10 @@ SmolLM2-135M), the exported .pte computes what the module computes (fp32, and 8d
 ExecuTorch's flow quantizes them), and what no program can run is refused in one line.
 
 Needs the `executorch` extra (torch CPU, executorch, torchao): skipped, with that reason, where it
-is not installed (the default install and its CI job)."""
+is not installed (the default install); .ci/run installs it and sets
+HARMONY_REF_EXECUTORCH_TESTS=required, so there they run. The programs are the session's shared
+tiny exports (tests/conftest.py `tiny_programs`); the one real-model test (SmolLM2's eager module
+against LlamaRef, no export) is marked slow."""
 
 from __future__ import annotations
 
@@ -14,9 +17,9 @@ import shutil
 import numpy as np
 import pytest
 
-pytest.importorskip("torch", reason="needs the executorch extra (torch CPU): not installed")
-pytest.importorskip("executorch", reason="needs the executorch extra (executorch): not installed")
-pytest.importorskip("torchao", reason="needs the executorch extra (torchao): not installed")
+from tests.fixtures.executorch import PTE_CONTEXT, needs_extra
+
+needs_extra(module_level=True)
 
 import torch  # noqa: E402
 
@@ -37,7 +40,6 @@ FP32_REL_TOL = 1e-5
 # the same int8 activations except where a value lands on a rounding tie, so the logits agree
 # to this relative difference, and every position's argmax but near-ties
 QUANT_REL_TOL = 2e-2
-MAX_CONTEXT = 32
 TOKENS = np.arange(3, 23)  # 20 tokens: prefill, then one decode step at position 20
 
 
@@ -52,29 +54,22 @@ def _eager(module, tokens, start=0) -> np.ndarray:
         return module(t, pos)[0].numpy()
 
 
-@pytest.fixture(scope="module")
-def ggufs(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pte")
-    for a in ("llama", "gemma3"):
-        write_tiny_gguf(d / f"{a}.gguf", tiny_config(a))
-    return {a: d / f"{a}.gguf" for a in ("llama", "gemma3")}
-
-
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
 def test_eager_module_equals_reference(arch, tmp_path):
     path = tmp_path / f"{arch}.gguf"
     write_tiny_gguf(path, tiny_config(arch))
     w, _ = load_decoder(str(path))
-    ref = LlamaRef(w, max_context=MAX_CONTEXT)
+    ref = LlamaRef(w, max_context=PTE_CONTEXT)
     want = ref.prefill(TOKENS % w.config.vocab_size, all_logits=True)
     want_step = ref.decode(5)
-    m = TorchDecoder(w, MAX_CONTEXT).eval()
+    m = TorchDecoder(w, PTE_CONTEXT).eval()
     got = _eager(m, TOKENS % w.config.vocab_size)
     got_step = _eager(m, [5], start=len(TOKENS))[0]
     assert _rel(got, want) < FP32_REL_TOL, (arch, _rel(got, want))
     assert _rel(got_step, want_step) < FP32_REL_TOL, (arch, _rel(got_step, want_step))
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_eager_smollm2_equals_reference(smollm2):
     w, tok = smollm2
@@ -85,25 +80,15 @@ def test_eager_smollm2_equals_reference(smollm2):
     assert (got.argmax(1) == want.argmax(1)).all()
 
 
-@pytest.fixture(scope="module")
-def programs(ggufs, tmp_path_factory):
-    """(gguf, policy) -> the exported .pte: gemma3 (every feature) at fp32, llama at 8da4w."""
-    d = tmp_path_factory.mktemp("programs")
-    out = {}
-    for arch, policy in (("gemma3", "fp32"), ("llama", "w4a8-g32"), ("llama", "int8")):
-        out[arch, policy] = export_pte(str(ggufs[arch]), policy, d / f"{arch}-{policy}.pte", 32)
-    return out
-
-
 @pytest.mark.parametrize(
     "arch,policy,tol",
     [("gemma3", "fp32", FP32_REL_TOL), ("llama", "w4a8-g32", QUANT_REL_TOL)]
     + [("llama", "int8", QUANT_REL_TOL)],
 )
-def test_program_equals_eager_module(programs, ggufs, arch, policy, tol):
-    r = programs[arch, policy]
-    w, _ = load_decoder(str(ggufs[arch]))
-    m = TorchDecoder(w, MAX_CONTEXT).eval()
+def test_program_equals_eager_module(tiny_programs, arch, policy, tol):
+    r = tiny_programs.export(arch, policy)
+    w, _ = load_decoder(str(tiny_programs.ggufs[arch]))
+    m = TorchDecoder(w, PTE_CONTEXT).eval()
     plan = quantize_for_policy(m, policy)
     ids = TOKENS % w.config.vocab_size
     want, want_step = _eager(m, ids), _eager(m, [5], start=len(ids))[0]
@@ -115,7 +100,7 @@ def test_program_equals_eager_module(programs, ggufs, arch, policy, tol):
     prog.reset()
     assert _rel(prog.prefill(ids, all_logits=True), want) < tol
     m_ = read_manifest(r.path)
-    assert m_["policy"] == policy and m_["max_context"] == MAX_CONTEXT
+    assert m_["policy"] == policy and m_["max_context"] == PTE_CONTEXT
     assert {n: v["scheme"] for n, v in m_["linears"].items()} == {
         n: s for n, (s, _) in plan.items()
     }
@@ -146,8 +131,8 @@ def test_policy_without_counterpart_is_refused(policy, nearest):
     assert "\n" not in msg and len(msg) < 200
 
 
-def test_bad_program_files_are_refused(programs, tmp_path):
-    src = programs["llama", "w4a8-g32"].path
+def test_bad_program_files_are_refused(tiny_programs, tmp_path):
+    src = tiny_programs.path("llama", "w4a8-g32")
     pte = tmp_path / "m.pte"
     shutil.copy(src, pte)
     with pytest.raises(ValueError, match="no manifest m.pte.manifest.json beside it"):
@@ -158,6 +143,9 @@ def test_bad_program_files_are_refused(programs, tmp_path):
     other = manifest | {"versions": manifest["versions"] | {"executorch": "0.7.0"}}
     (tmp_path / "m.pte.manifest.json").write_text(json.dumps(other))
     with pytest.raises(ValueError, match=r"built by ExecuTorch 0\.7\.0, this is .*export it"):
+        read_manifest(pte)
+    (tmp_path / "m.pte.manifest.json").write_text(json.dumps(manifest | {"format_version": 2}))
+    with pytest.raises(ValueError, match="has format_version 2, this harmony-ref reads 1"):
         read_manifest(pte)
     with open(pte, "r+b") as f:  # one byte changed after export
         f.seek(1000)
@@ -171,21 +159,47 @@ def test_bad_program_files_are_refused(programs, tmp_path):
     junk.write_bytes(b"GGUF" * 100)
     with pytest.raises(ValueError, match="not an ExecuTorch program"):
         read_manifest(junk)
+    older = tmp_path / "older.pte"  # the identifier of another program schema
+    older.write_bytes(b"\x00" * 4 + b"ET11" + b"\x00" * 100)
+    with pytest.raises(ValueError, match="program of schema ET11, this ExecuTorch reads ET12"):
+        read_manifest(older)
 
 
-def test_export_refuses_before_work(ggufs, tmp_path):
-    out = tmp_path / "x.pte"
+def test_export_refuses_before_work(tmp_path):
+    gguf = tmp_path / "llama.gguf"
+    write_tiny_gguf(gguf, tiny_config("llama"))
+    out = tmp_path / "out" / "x.pte"
+    out.parent.mkdir()
     with pytest.raises(ValueError, match="--max-context 999: must be 1..128"):
-        export_pte(str(ggufs["llama"]), "fp32", out, 999)
+        export_pte(str(gguf), "fp32", out, 999)
     with pytest.raises(ValueError, match="nearest policy that has one: w4a8-g32"):
-        export_pte(str(ggufs["llama"]), "int4-g32", out, 16)
-    assert list(tmp_path.iterdir()) == []
+        export_pte(str(gguf), "int4-g32", out, 16)
+    assert list(out.parent.iterdir()) == []
 
 
-def test_accuracy_scores_the_program_beside_our_kernels(programs, capsys):
+@pytest.mark.parametrize(
+    "policy,match",
+    [
+        ("q4_0", "--policy q4_0: model.layers.0.self_attn.q_proj in q4_0 has no ExecuTorch"),
+        ("nope", "nope"),
+    ],
+)
+def test_export_pte_policy_refusal_is_one_line(policy, match, tmp_path, capsys):
     from harmony_ref.cli import main
 
-    fp32 = programs["gemma3", "fp32"].path
+    gguf = tmp_path / "llama.gguf"
+    write_tiny_gguf(gguf, tiny_config("llama"))
+    argv = ["export", "--model", str(gguf), "--policy", policy, "--format", "pte"]
+    assert main([*argv, "--out", str(tmp_path / "m.pte")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and "\n" not in err and len(err) < 200, err
+    assert not (tmp_path / "m.pte").exists()
+
+
+def test_accuracy_scores_the_program_beside_our_kernels(tiny_programs, capsys):
+    from harmony_ref.cli import main
+
+    fp32 = tiny_programs.path("gemma3", "fp32")
     assert (
         main(["accuracy", "--model", str(fp32), "--context", "32", "--chunks", "2", "--json"]) == 0
     )
@@ -198,7 +212,7 @@ def test_accuracy_scores_the_program_beside_our_kernels(programs, capsys):
     # the fp32 program is the reference's math: same perplexity, no divergence, same argmax
     assert prog["ppl"] == pytest.approx(ref["ppl"], rel=1e-4)
     assert prog["kld_mean"] < 1e-6 and prog["top1_agreement_pct"] == 100.0
-    q = programs["llama", "w4a8-g32"].path
+    q = tiny_programs.path("llama", "w4a8-g32")
     argv = ["accuracy", "--model", str(q), "--context", "64", "--json"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
