@@ -37,8 +37,8 @@ rows per tile, levels unpacked to one byte each in its 4-byte-step layout, `vpdp
 or AVX-VNNI) or AVX2 `vpmaddubsw` for the group dots (u <= 63, so vpmaddubsw's int16 pair sums
 never saturate: 2 * 63 * 127 < 2^15; q8_0's u = q + 128 goes through matmul_x86's
 dot_offset_bytes, which on AVX2 multiplies q itself, so its offset there is 0); the portable one
-is a plain Numba loop over the same integers. One pass over a tile's bytes feeds all 64 rows
-and, for M > 1, every activation row (the tile stays in L2). q4_k's levels are held as nibbles
+is a plain Numba loop over the same integers. One load of a tile's weight step feeds all 64
+rows and, for M >= 4, four activation rows at a time (prefill; the tile stays in L2). q4_k's levels are held as nibbles
 (matmul_w4's layout: half a byte a weight); q5_k and q6_k's as one byte each (their 5th / 6th
 bits unpacked), more than the file's 5.5-6.5 bits.
 
@@ -78,7 +78,6 @@ from harmony_ref.kernels.matmul_x86 import (
     _vty,
     bcast_word,
     dot_nibbles,
-    dot_offset_bytes,
     high_nibbles,
     load_bytes,
     load_floats,
@@ -522,17 +521,64 @@ def _block32_x86(isa, levels, xw, xd, xsum, u, hb, a, b, offset):
 @numba.njit(parallel=True, cache=True)
 def _kquant_x86(isa, levels, xw, xd, xsum, u, sc, mins, a, b, group, per, offset):
     """y (M, T * LANES) for x words xw (M, K / 4) int32; `levels` (a literal) says how `u`
-    holds them: LEVEL_BYTES, Q8_BYTES (u = q + 128, dot_offset_bytes) or NIBBLES."""
+    holds them: LEVEL_BYTES or NIBBLES. Each tile runs its activation rows four at a time (one
+    loaded weight step feeds four dots: prefill), then the M % 4 left one at a time."""
     numba.literally(isa)
     numba.literally(levels)
     m = xw.shape[0]
     tiles = u.shape[0]
     supers = xd.shape[1]
     steps = group // 4
+    full = m - m % 4
     y = np.empty((m, tiles * LANES), dtype=np.float32)
     for t in numba.prange(tiles):
         ut, st, mt, at, bt = u[t], sc[t], mins[t], a[t], b[t]
-        for i in range(m):
+        for i in range(0, full, 4):
+            x0, x1, x2, x3 = xw[i], xw[i + 1], xw[i + 2], xw[i + 3]
+            f0, f1, f2, f3 = zero_floats(), zero_floats(), zero_floats(), zero_floats()
+            for s in range(supers):
+                p0, p1, p2, p3 = zero_ints(), zero_ints(), zero_ints(), zero_ints()
+                q0, q1, q2, q3 = zero_ints(), zero_ints(), zero_ints(), zero_ints()
+                for g in range(s * per, (s + 1) * per):
+                    a0, a1, a2, a3 = zero_ints(), zero_ints(), zero_ints(), zero_ints()
+                    if levels == NIBBLES:
+                        for j in range(g * steps // 2, (g + 1) * steps // 2):
+                            v = load_bytes(ut, j * STEP)
+                            lo, hi = low_nibbles(v), high_nibbles(v)
+                            a0 = dot_nibbles(isa, a0, lo, bcast_word(x0, 2 * j))
+                            a1 = dot_nibbles(isa, a1, lo, bcast_word(x1, 2 * j))
+                            a2 = dot_nibbles(isa, a2, lo, bcast_word(x2, 2 * j))
+                            a3 = dot_nibbles(isa, a3, lo, bcast_word(x3, 2 * j))
+                            a0 = dot_nibbles(isa, a0, hi, bcast_word(x0, 2 * j + 1))
+                            a1 = dot_nibbles(isa, a1, hi, bcast_word(x1, 2 * j + 1))
+                            a2 = dot_nibbles(isa, a2, hi, bcast_word(x2, 2 * j + 1))
+                            a3 = dot_nibbles(isa, a3, hi, bcast_word(x3, 2 * j + 1))
+                    else:
+                        for j in range(g * steps, (g + 1) * steps):
+                            w = load_bytes(ut, j * STEP)
+                            a0 = dot_nibbles(isa, a0, w, bcast_word(x0, j))
+                            a1 = dot_nibbles(isa, a1, w, bcast_word(x1, j))
+                            a2 = dot_nibbles(isa, a2, w, bcast_word(x2, j))
+                            a3 = dot_nibbles(isa, a3, w, bcast_word(x3, j))
+                    sg, mg = load_int8_offset(st, g * LANES, 0), load_int8_offset(mt, g * LANES, 0)
+                    p0 = mul_add_ints(p0, sg, minus_scalar_times(a0, offset, xsum[i, g]))
+                    p1 = mul_add_ints(p1, sg, minus_scalar_times(a1, offset, xsum[i + 1, g]))
+                    p2 = mul_add_ints(p2, sg, minus_scalar_times(a2, offset, xsum[i + 2, g]))
+                    p3 = mul_add_ints(p3, sg, minus_scalar_times(a3, offset, xsum[i + 3, g]))
+                    q0 = minus_times(q0, mg, xsum[i, g])
+                    q1 = minus_times(q1, mg, xsum[i + 1, g])
+                    q2 = minus_times(q2, mg, xsum[i + 2, g])
+                    q3 = minus_times(q3, mg, xsum[i + 3, g])
+                fa, fb = load_floats(at, s * LANES), load_floats(bt, s * LANES)
+                f0 = add_super(f0, xd[i, s], fa, p0, fb, q0)
+                f1 = add_super(f1, xd[i + 1, s], fa, p1, fb, q1)
+                f2 = add_super(f2, xd[i + 2, s], fa, p2, fb, q2)
+                f3 = add_super(f3, xd[i + 3, s], fa, p3, fb, q3)
+            store_floats(y[i], t * LANES, f0)
+            store_floats(y[i + 1], t * LANES, f1)
+            store_floats(y[i + 2], t * LANES, f2)
+            store_floats(y[i + 3], t * LANES, f3)
+        for i in range(full, m):
             xr = xw[i]
             facc = zero_floats()
             for s in range(supers):
@@ -547,11 +593,7 @@ def _kquant_x86(isa, levels, xw, xd, xsum, u, sc, mins, a, b, group, per, offset
                             acc = dot_nibbles(isa, acc, high_nibbles(w), bcast_word(xr, 2 * j + 1))
                     else:
                         for j in range(g * steps, (g + 1) * steps):
-                            w, xj = load_bytes(ut, j * STEP), bcast_word(xr, j)
-                            if levels == Q8_BYTES:
-                                acc = dot_offset_bytes(isa, acc, w, xj)
-                            else:
-                                acc = dot_nibbles(isa, acc, w, xj)
+                            acc = dot_nibbles(isa, acc, load_bytes(ut, j * STEP), bcast_word(xr, j))
                     acc = minus_scalar_times(acc, offset, xsum[i, g])
                     i1 = mul_add_ints(i1, load_int8_offset(st, g * LANES, 0), acc)
                     i2 = minus_times(i2, load_int8_offset(mt, g * LANES, 0), xsum[i, g])
