@@ -437,6 +437,15 @@ def dot_levels(typingctx, isa, levels, acc, w, x):
     return INTS(isa, levels, INTS, BYTES, BYTES), codegen
 
 
+@numba.njit(inline="always")
+def store_rows4(y, i, col, f0, f1, f2, f3):
+    """y[i + r, col : col + LANES] = f_r for the four rows of a prefill pass."""
+    store_floats(y[i], col, f0)
+    store_floats(y[i + 1], col, f1)
+    store_floats(y[i + 2], col, f2)
+    store_floats(y[i + 3], col, f3)
+
+
 @numba.njit(parallel=True, cache=True)
 def _block32_x86(isa, levels, xw, xd, xsum, u, hb, a, b, offset):
     """y (M, T * LANES) for a BLOCK32 type in the x86-32 layout, x words xw (M, K / 4) int32:
@@ -491,15 +500,12 @@ def _block32_x86(isa, levels, xw, xd, xsum, u, hb, a, b, offset):
                     f1 = add_super_a(f1, xd[i + 1, g], fa, c1)
                     f2 = add_super_a(f2, xd[i + 2, g], fa, c2)
                     f3 = add_super_a(f3, xd[i + 3, g], fa, c3)
-            store_floats(y[i], t * LANES, f0)
-            store_floats(y[i + 1], t * LANES, f1)
-            store_floats(y[i + 2], t * LANES, f2)
-            store_floats(y[i + 3], t * LANES, f3)
+            store_rows4(y, i, t * LANES, f0, f1, f2, f3)
         for i in range(full, m):
             xr = xw[i]
             facc = zero_floats()
             for g in range(blocks):
-                if levels == NIBBLES:  # see BLOCK32_PREFETCH
+                if levels == NIBBLES:  # q4_1 only: the measurements above BLOCK_STEPS
                     for c in range(0, per_block, 64):
                         prefetch(ut, min(g * per_block + PREFETCH_BYTES + c, last))
                 h = load_bytes(ht, g * STEP) if levels == NIBBLES_HIGH else zero_bytes()
@@ -574,10 +580,7 @@ def _kquant_x86(isa, levels, xw, xd, xsum, u, sc, mins, a, b, group, per, offset
                 f1 = add_super(f1, xd[i + 1, s], fa, p1, fb, q1)
                 f2 = add_super(f2, xd[i + 2, s], fa, p2, fb, q2)
                 f3 = add_super(f3, xd[i + 3, s], fa, p3, fb, q3)
-            store_floats(y[i], t * LANES, f0)
-            store_floats(y[i + 1], t * LANES, f1)
-            store_floats(y[i + 2], t * LANES, f2)
-            store_floats(y[i + 3], t * LANES, f3)
+            store_rows4(y, i, t * LANES, f0, f1, f2, f3)
         for i in range(full, m):
             xr = xw[i]
             facc = zero_floats()
