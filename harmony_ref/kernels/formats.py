@@ -22,8 +22,10 @@ Formats (keys of FORMATS):
     int4      Int4Tensor asym, per-group scale + zero point: matmul_w4
     int4-sym  Int4Tensor sym, per-group scale: matmul_w4
     q4_0      GGMLTensor, GGUF's bytes: matmul_w4 on the repacked nibbles (kernels/matmul_ggml.py)
-    q4_1      GGMLTensor: matmul_w4 + a per-block constant term (a Numba loop, 1/32 of the work)
-    q8_0      GGMLTensor: matmul_kquant (int8 activations per 32-block, vpdpbusd group dots)
+    q4_1      GGMLTensor: matmul_kquant's 32-block kernel (the file's nibbles, d and m; d u xq +
+              m xsum per block, int8 activations per 32-block)
+    q8_0      GGMLTensor: matmul_kquant's 32-block kernel (int8 activations per 32-block,
+              vpdpbusd block dots)
     q5_0 q4_k q5_k q6_k   KQuantTensor, GGUF's bytes (quant/kquants.py; NumPy quantizers, so
               `quantize` is the `_ref`): matmul_kquant, int8 activations (Q8_K) and integer
               group dots (kernels/matmul_kquant.py)
@@ -172,7 +174,7 @@ def _int4_format(name: str) -> Format:
 
 GGML_KERNELS = {
     "q4_0": "numba matmul_w4 (q4_0 repacked as int4-g32-sym)",
-    "q4_1": "numba matmul_w4 + block-constant BLAS (q4_1)",
+    "q4_1": "numba matmul_kquant (q4_1 x int8 32-blocks, integer block dots)",
     "q8_0": "numba matmul_kquant (q8_0 x int8 32-blocks, integer group dots)",
 }
 

@@ -16,12 +16,15 @@ Kernels, "where the layout allows" the existing int8-dot ones:
 - q4_0 is group-wise symmetric INT4 with group 32 and a float16 scale, so it runs on matmul_w4
   (VNNI / AVX2 / portable paths, kernels/matmul.py) after one repack of the nibbles into
   Int4Tensor's order (ggml: byte j = u_j | u_{j+16} << 4; ours: 2j high, 2j+1 low; q = u - 8).
-- q4_1 is the same matmul_w4 over u - 8 with scale d, plus the per-block constant
-  c_b = 8 d_b + m_b times the block sums of x_hat: (M, K / 32) @ (K / 32, N), 1/32 of the work,
-  in a Numba loop (not BLAS: see _add_block_constants). (w' = u d + m = (u - 8) d + c.)
-- q8_0 has a scale per 32-block, which matmul_w8's per-row layout cannot carry: it runs on
-  kernels/matmul_kquant.py (int8 group dots on the x86 tile vectors, the same 32-block activation
-  quantizer), whose `_ref` defines its float order (per block, float32, not float64 as above).
+- q4_1 and q8_0 run on kernels/matmul_kquant.py's 32-block kernel (the file's nibbles or bytes
+  and float16 d / m as they are, the same 32-block activation quantizer, d u xq and m xsum per
+  block in one pass: llama.cpp's q4_1 vec_dot form), whose `_ref` defines their float order (per
+  block, float32, not float64 as above). q8_0's per-32-block scale is also what matmul_w8's
+  per-row layout cannot carry.
+- A mixed Q4_0 / Q4_1 operand (prepare_q4_rows) runs matmul_w4 over u - 8 with scale d, plus
+  the per-block constant c_b = 8 d_b + m_b times the block sums of x_hat: (M, K / 32) @
+  (K / 32, N), 1/32 of the work, in a Numba loop (not BLAS: see _add_block_constants).
+  (w' = u d + m = (u - 8) d + c.)
 """
 
 from __future__ import annotations
@@ -50,14 +53,16 @@ from harmony_ref.quant.ggml import QK, GGMLTensor
 from harmony_ref.quant.int4 import Int4Tensor
 
 Q4_OFFSET = 8  # u (0..15) = q + 8
+KQUANT_FORM = ("q4_1", "q8_0")  # run by matmul_kquant (its x86-32 layout), numerics its `_ref`'s
 
 assert ACT_BLOCK == QK  # one activation block per weight block
 
 
 @dataclass(frozen=True, eq=False)
 class PreparedGGML:
-    """The operand of one q4_0 / q4_1 matrix: `w4` (PreparedW4 of u - 8, scale d) and `c`
-    ((N, K / 32) float32, q4_1's 8 d + m). A q8_0 matrix's operand is matmul_kquant's."""
+    """The operand of one q4_0 matrix or a mixed Q4_0 / Q4_1 one (prepare_q4_rows): `w4`
+    (PreparedW4 of u - 8, scale d) and `c` ((N, K / 32) float32, q4_1's 8 d + m). A q4_1 or q8_0
+    matrix's operand alone is matmul_kquant's."""
 
     qtype: str
     shape: tuple[int, int]
@@ -88,7 +93,7 @@ def prepare_ggml(t) -> PreparedGGML | PreparedKQuant:
         return t
     if not isinstance(t, GGMLTensor):
         raise ValueError(f"w must be a GGMLTensor or PreparedGGML, got {type(t).__name__}")
-    if t.qtype == "q8_0":
+    if t.qtype in KQUANT_FORM:
         return prepare_kquant(t)
     done = _prepared.get(t)
     if done is None:
@@ -111,8 +116,9 @@ def prepare_q4_rows(tensors: list[GGMLTensor]) -> PreparedGGML:
     """One operand for Q4_0 and Q4_1 matrices of one row length, rows concatenated: a Q4_0 block
     is a Q4_1 block whose constant term c = 8 d + m is 0 (w = (u - 8) d), so a mixed q|k|v or
     gate|up runs as one matmul_w4 call plus one constant pass instead of one call per part. Each
-    output row is computed exactly as its own type's call computes it (its c is added as +0.0 for
-    Q4_0), so the result equals the separate calls bit for bit."""
+    Q4_0 row is computed exactly as its own call computes it (its c is added as +0.0), so those
+    equal the separate call bit for bit; Q4_1 rows run in this form's float order, not in
+    matmul_kquant's (which a Q4_1 matrix alone runs), within float32 rounding of it."""
     if not tensors or any(
         not isinstance(t, GGMLTensor) or t.qtype not in Q4_TYPES for t in tensors
     ):
@@ -156,7 +162,7 @@ def matmul_ggml_ref(x, t: GGMLTensor) -> np.ndarray:
     then each block's scales in float64."""
     if not isinstance(t, GGMLTensor):
         raise ValueError(f"w must be a GGMLTensor, got {type(t).__name__}")
-    if t.qtype == "q8_0":
+    if t.qtype in KQUANT_FORM:
         return matmul_kquant_ref(x, t)
     n, k = t.shape
     x, vector = _as_activations(x, k)

@@ -1,7 +1,7 @@
-"""Matmuls over Q5_0 and the K-quants (quant/kquants.py: q5_0, q4_k, q5_k, q6_k), and Q8_0
-(quant/ggml.py), as llama.cpp runs them: the activation row quantized once per call to int8
-blocks (Q8_K, one float scale per 256 values, for the K-quants; Q8_0-style blocks of 32 for q5_0
-and q8_0), integer dot products of the stored levels with it, and the block scales applied once
+"""Matmuls over Q5_0 and the K-quants (quant/kquants.py: q5_0, q4_k, q5_k, q6_k), and Q4_1 and
+Q8_0 (quant/ggml.py), as llama.cpp runs them: the activation row quantized once per call to int8
+blocks (Q8_K, one float scale per 256 values, for the K-quants; Q8_0-style blocks of 32 for
+q4_1, q5_0 and q8_0), integer dot products of the stored levels with it, and the block scales applied once
 per super-block.
 
     p = prepare_kquant(t)            # KQuantTensor -> the kernel's operand, once per tensor
@@ -12,6 +12,7 @@ Every type is one integer form. A super-block s (K-quants: 256 weights; q5_0: it
 float scales a_s, b_s; a group g (32 weights; q6_k: 16) has integer scale sc_g and min m_g; a
 weight's level u is unsigned, with offset o:
 
+    q4_1  a = d, b = m,    sc = 1,          m = -1,          o = 0     w = a u + b
     q5_0  a = d, b = 0,    sc = 1,          m = 0,           o = 16    w = a (u - 16)
     q4_k  a = d, b = dmin, sc = 6-bit scale, m = 6-bit min,   o = 0     w = a sc u - b m
     q5_k  as q4_k, u 0..31
@@ -28,18 +29,26 @@ matmul_w4/w8 use) and exact group sums xsum_g:
 This is the quantized-activation numerics, not the float path's: `matmul_kquant_ref` defines it
 (the same float32 operations in the same order) and the kernels are held to it bit for bit; the
 difference from x @ dequantize(W).T is Q8_K's / Q8_0's rounding of x, bounded in the tests.
-llama.cpp's ggml_vec_dot_q4_K_q8_K sums in the same form (d * sumi - dmin * summs), though its
-float order differs.
+llama.cpp's ggml_vec_dot_q4_K_q8_K sums in the same form (d * sumi - dmin * summs), and its
+q4_1 vec_dot as d * sumi + m * s, though their float order differs.
 
 Paths (kernels/matmul.py's ISA): the x86 one runs the tile vectors of matmul_x86.py, 64 output
 rows per tile, levels unpacked to one byte each in its 4-byte-step layout, `vpdpbusd` (AVX512-VNNI
 or AVX-VNNI) or AVX2 `vpmaddubsw` for the group dots (u <= 63, so vpmaddubsw's int16 pair sums
 never saturate: 2 * 63 * 127 < 2^15; q8_0's u = q + 128 goes through matmul_x86's
 dot_offset_bytes, which on AVX2 multiplies q itself, so its offset there is 0); the portable one
-is a plain Numba loop over the same integers. One pass over a tile's bytes feeds all 64 rows
-and, for M > 1, every activation row (the tile stays in L2). q4_k's levels are held as nibbles
-(matmul_w4's layout: half a byte a weight); q5_0, q5_k, q6_k and q8_0's as one byte each (their
-5th / 6th bits unpacked), more than the file's 5.5-8.5 bits.
+is a plain Numba loop over the same integers. One load of a tile's weight step feeds all 64
+rows and, for M >= 4, four activation rows at a time (prefill; the tile stays in L2). q4_k's levels are held as nibbles
+(matmul_w4's layout: half a byte a weight); q5_k and q6_k's as one byte each (their 5th / 6th
+bits unpacked), more than the file's 5.5-6.5 bits.
+
+The 32-block types (BLOCK32: q4_1, q5_0, q8_0; sc = 1, one float16 d per block) have their own
+x86 layout and kernel, `_block32_x86`, at the file's own bits per weight: nibbles (q4_1), q5_0's
+nibbles plus its 5th bits (one byte per lane and 4-value step column of a block, bit s for step
+s: 1 bit a weight, put back in registers as 16), q8_0's bytes, and d (q4_1: m too) as the
+file's float16 bits, widened in registers (exact); 5 / 5.5 / 8.5 bits a weight, as the file.
+It runs four activation rows per decoded weight step (prefill) and prefetches q4_1's stream for
+a single row (decode). q5_0's and q8_0's b = 0 term is left out (add_super_a: the same bits).
 """
 
 from __future__ import annotations
@@ -54,15 +63,21 @@ from numba.extending import intrinsic
 
 from harmony_ref.kernels.matmul import ISA, ISA_AVX2, ISA_PORTABLE, _as_activations
 from harmony_ref.kernels.matmul_x86 import (
+    BYTES,
     FLOATS,
     INTS,
     LANES,
+    PREFETCH_BYTES,
     STEP,
+    _dot_codegen,
+    _isa_literal,
+    _load,
+    _ptr,
     _scalar,
     _splat,
+    _vty,
     bcast_word,
     dot_nibbles,
-    dot_offset_bytes,
     high_nibbles,
     load_bytes,
     load_floats,
@@ -70,6 +85,7 @@ from harmony_ref.kernels.matmul_x86 import (
     low_nibbles,
     minus_scalar_times,
     minus_times,
+    prefetch,
     store_floats,
     zero_floats,
     zero_ints,
@@ -85,42 +101,60 @@ from harmony_ref.quant.kquants import (
     unpack_scales_k4,
 )
 
-GROUP = {"q5_0": 32, "q4_k": 32, "q5_k": 32, "q6_k": 16, "q8_0": 32}  # weights per integer scale
-SUPER = {"q5_0": QK, "q4_k": QK_K, "q5_k": QK_K, "q6_k": QK_K, "q8_0": QK}  # per float scale
-OFFSET = {"q5_0": 16, "q4_k": 0, "q5_k": 0, "q6_k": 32, "q8_0": 128}  # the level of weight 0
+GROUP = {"q4_1": 32, "q5_0": 32, "q4_k": 32, "q5_k": 32, "q6_k": 16, "q8_0": 32}  # per int scale
+SUPER = {"q4_1": QK, "q5_0": QK, "q4_k": QK_K, "q5_k": QK_K, "q6_k": QK_K, "q8_0": QK}  # per float
+OFFSET = {"q4_1": 0, "q5_0": 16, "q4_k": 0, "q5_k": 0, "q6_k": 32, "q8_0": 128}  # level of w = 0
 Q8_0_LEVEL_OFFSET = 128  # q8_0's u = q + 128: unsigned for vpdpbusd
-# How the x86 layout holds a type's levels (compile-time literals of _kquant_x86): one byte per
-# level, q8_0's q + 128 bytes, or q4_k's nibbles (two 4-value steps per byte, half the bytes).
-LEVEL_BYTES, Q8_BYTES, NIBBLES = (Isa(i) for i in range(3))
-LEVELS = {"q8_0": Q8_BYTES, "q4_k": NIBBLES}
+# How the x86 layout holds a type's levels (compile-time literals of the kernels): one byte per
+# level, q8_0's q + 128 bytes, nibbles (two 4-value steps per byte, half the bytes), or q5_0's
+# nibbles plus one byte of 5th bits per 4-value lane of a 32-block (bit s: step s).
+LEVEL_BYTES, Q8_BYTES, NIBBLES, NIBBLES_HIGH = (Isa(i) for i in range(4))
+LEVELS = {"q8_0": Q8_BYTES, "q4_k": NIBBLES, "q4_1": NIBBLES, "q5_0": NIBBLES_HIGH}
+# The 32-block types (one float16 scale per 32 weights, no integer scales): their x86 layout
+# keeps the file's float16 d (and q4_1's m) and its bits per weight, and runs `_block32_x86`.
+BLOCK32 = ("q4_1", "q5_0", "q8_0")
+BLOCK_STEPS = QK // 4  # 4-value steps per 32-block
+# _block32_x86's decode rows prefetch q4_1's nibbles PREFETCH_BYTES ahead, not q5_0's or q8_0's
+# (measured, one quiet run, AMD EPYC Zen 4, 1 thread, 3072 x 576 / 49152 x 576 M = 1, copies
+# cycled beyond L3, prefetch none / 1 KB / 2 KB / 4 KB ahead: q4_1 84 / 77 / 78 / 89 us, q5_0
+# 76 / 93 / 89 / 91 us, q8_0 1195 / 1261 / 1325 / 1428 us)
 
 
 @dataclass(frozen=True, eq=False)
 class PreparedKQuant:
-    """The operand of one Q5_0 / K-quant matrix. x86 layout: `u` (T, K / 4 * STEP) uint8 in
-    matmul_x86's tile steps, `sc` / `m` (T, groups * LANES) int8 and `a` / `b` (T, supers *
-    LANES) float32, each group's or super-block's 64 rows contiguous. Portable layout: `u`
-    (N, K), `sc` / `m` (N, groups), `a` / `b` (N, supers)."""
+    """The operand of one Q4_1 / Q5_0 / Q8_0 / K-quant matrix. x86 layout: `u` (T, K / 4 * STEP)
+    uint8 in matmul_x86's tile steps (nibbles: K / 8 * STEP), `sc` / `m` (T, groups * LANES)
+    int8 and `a` / `b` (T, supers * LANES) float32, each group's or super-block's 64 rows
+    contiguous. "x86-32" layout (BLOCK32 types): `u` as x86, `hb` (T, K / 32 * STEP) q5_0's
+    5th bits (byte [r, c] of block g, bit s: weight 32 g + 4 s + c of row r), `a` / `b`
+    (T, K / 32 * LANES) the file's float16 d / m bits (uint16; `b` empty but for q4_1), no
+    `sc` / `m` (sc = 1; q4_1's m = -1). Portable layout: `u` (N, K), `sc` / `m` (N, groups),
+    `a` / `b` (N, supers)."""
 
     qtype: str
     shape: tuple[int, int]
-    layout: str  # x86 | rows
+    layout: str  # x86 | x86-32 | rows
     u: np.ndarray
     sc: np.ndarray
     m: np.ndarray
     a: np.ndarray
     b: np.ndarray
     nbytes: int  # the file's bytes of the tensor
+    hb: np.ndarray | None = None  # x86-32 q5_0: the 5th bits
 
 
 def integer_form(t):
-    """KQuantTensor or q8_0 GGMLTensor -> (u (N, K) uint8, sc (N, K / group) int8,
+    """KQuantTensor or q4_1 / q8_0 GGMLTensor -> (u (N, K) uint8, sc (N, K / group) int8,
     m (N, K / group) int8, a (N, K / super) float32, b (N, K / super) float32): the module
     docstring's form."""
     n, k = t.shape
-    if isinstance(t, GGMLTensor):  # q8_0 (_check_operand)
+    if isinstance(t, GGMLTensor):  # q4_1 or q8_0 (_check_operand)
+        ones = np.ones((n, k // QK), np.int8)
+        if t.qtype == "q4_1":  # w = d u + m: b = m against m_g = -1
+            u = t.levels().astype(np.uint8)
+            return u, ones, -ones, t.d.astype(np.float32), t.m.astype(np.float32)
         u = (t.levels().astype(np.int16) + Q8_0_LEVEL_OFFSET).astype(np.uint8)
-        ones, zeros = np.ones((n, k // QK), np.int8), np.zeros((n, k // QK), np.int8)
+        zeros = np.zeros((n, k // QK), np.int8)
         return u, ones, zeros, t.d.astype(np.float32), np.zeros((n, k // QK), np.float32)
     blk = t.blocks
     u = levels(t)
@@ -152,7 +186,7 @@ def prepare_kquant(t, isa: int = ISA) -> PreparedKQuant:
     (weakly) on it."""
     if isinstance(t, PreparedKQuant):
         return t
-    _check_operand(t, "KQuantTensor, q8_0 GGMLTensor or PreparedKQuant")
+    _check_operand(t, "KQuantTensor, q4_1 / q8_0 GGMLTensor or PreparedKQuant")
     if isa != ISA:
         return _prepare(t, isa)
     done = _prepared.get(t)
@@ -162,7 +196,9 @@ def prepare_kquant(t, isa: int = ISA) -> PreparedKQuant:
 
 
 def _check_operand(t, what: str) -> None:
-    if not isinstance(t, KQuantTensor) and not (isinstance(t, GGMLTensor) and t.qtype == "q8_0"):
+    if not isinstance(t, KQuantTensor) and not (
+        isinstance(t, GGMLTensor) and t.qtype in ("q4_1", "q8_0")
+    ):
         raise ValueError(f"w must be a {what}, got {type(t).__name__} {getattr(t, 'qtype', '')}")
 
 
@@ -174,11 +210,30 @@ def _prepare(t, isa: int) -> PreparedKQuant:
         return PreparedKQuant(t.qtype, t.shape, "rows", u, sc, m, a, b, t.nbytes)
     n, k = t.shape
     tiles = _tiles_of(u)  # (T, LANES, K), padded rows level 0 with scale 0
-    if LEVELS.get(t.qtype) == NIBBLES:  # byte [t, j, r, c] = u(8j + c) | u(8j + 4 + c) << 4
+    hb = None
+    if t.qtype == "q5_0":  # 5th bits: byte [t, g, r, c] bit s = u(32 g + 4 s + c) >> 4
+        high = (tiles >> 4).reshape(tiles.shape[0], LANES, k // QK, BLOCK_STEPS, 4)
+        bits = (high << np.arange(BLOCK_STEPS, dtype=np.uint8)[:, None]).sum(axis=3, dtype=np.uint8)
+        hb = np.ascontiguousarray(bits.transpose(0, 2, 1, 3)).reshape(tiles.shape[0], -1)
+        tiles = tiles & np.uint8(15)
+    if LEVELS.get(t.qtype) in (
+        NIBBLES,
+        NIBBLES_HIGH,
+    ):  # byte [t, j, r, c] = u(8j + c) | u(8j + 4 + c) << 4
         pairs = tiles.reshape(tiles.shape[0], LANES, k // 8, 2, 4)
         tiles = pairs[:, :, :, 0] | (pairs[:, :, :, 1] << 4)  # (T, LANES, K / 8, 4)
     steps = tiles.reshape(tiles.shape[0], LANES, -1, 4).transpose(0, 2, 1, 3)
     u_x86 = np.ascontiguousarray(steps).reshape(tiles.shape[0], -1)
+    if t.qtype in BLOCK32:  # the file's float16 fields, as they are
+        d16 = t.d if isinstance(t, GGMLTensor) else t.blocks["d"]  # (N, K / 32) float16
+        d = _per_lane(np.ascontiguousarray(d16).view(np.uint16))
+        mins = (
+            _per_lane(t.m.view(np.uint16))
+            if t.qtype == "q4_1"
+            else np.zeros((d.shape[0], 0), np.uint16)
+        )
+        none = np.zeros((d.shape[0], 0), np.int8)
+        return PreparedKQuant(t.qtype, t.shape, "x86-32", u_x86, none, none, d, mins, t.nbytes, hb)
     return PreparedKQuant(
         t.qtype, t.shape, "x86", u_x86, _per_lane(sc), _per_lane(m), _per_lane(a), _per_lane(b),
         t.nbytes,
@@ -192,8 +247,8 @@ def _prepare(t, isa: int) -> PreparedKQuant:
 def quantize_activations_kquant_ref(x: np.ndarray, qtype: str):
     """x (M, K) float32 -> xq (M, K) int8, xd (M, K / super) float32, xsum (M, K / group)
     int32: Q8_K (ggml's quantize_row_q8_K_ref) for the K-quants, 32-blocks (matmul_w4's
-    activation quantizer) for q5_0 and q8_0."""
-    if qtype in ("q5_0", "q8_0"):
+    activation quantizer) for the BLOCK32 types."""
+    if qtype in BLOCK32:
         return _quantize_activations_bytes(x, QK)
     xq, xd, bsums = quantize_q8_k_ref(x)
     per = GROUP[qtype] // 16  # Q8_K's bsums are per 16
@@ -232,7 +287,7 @@ def _quantize_q8_k(x, group):
 
 def quantize_activations_kquant(x: np.ndarray, qtype: str):
     """quantize_activations_kquant_ref in Numba (the float32 (M, K) x the kernels check)."""
-    if qtype in ("q5_0", "q8_0"):
+    if qtype in BLOCK32:
         return _quantize_activations_bytes(x, QK)
     if x.shape[1] % QK_K:
         raise ValueError(f"x has K = {x.shape[1]}, not a multiple of Q8_K's {QK_K}")
@@ -247,7 +302,7 @@ def matmul_kquant_ref(x, t: KQuantTensor) -> np.ndarray:
     """NumPy twin of `matmul_kquant`, and the definition of its numerics (the module
     docstring's I1, I2 and float32 order): exact integer sums, then per super-block
     y += xd * (a * float(I1) + b * float(I2)) in float32."""
-    _check_operand(t, "KQuantTensor or q8_0 GGMLTensor")
+    _check_operand(t, "KQuantTensor or q4_1 / q8_0 GGMLTensor")
     n, k = t.shape
     x, vector = _as_activations(x, k)
     xq, xd, xsum = quantize_activations_kquant_ref(x, t.qtype)
@@ -299,20 +354,234 @@ def add_super(typingctx, facc, xd, a, i1, b, i2):
     return FLOATS(FLOATS, xd, FLOATS, INTS, FLOATS, INTS), codegen
 
 
+@intrinsic
+def add_super_a(typingctx, facc, xd, a, i1):
+    """facc + xd * (a * float(i1)): add_super where b = 0, bit for bit (b * float(I2) is +0.0
+    there, and t + 0.0 == t but for t = -0.0, whose product with xd then adds +-0.0 to a facc
+    that, starting at +0.0 and summing rounded-to-nearest, is never -0.0)."""
+
+    def codegen(context, builder, sig, args):
+        f32 = ir.VectorType(ir.FloatType(), LANES)
+        xdv = _splat(builder, _scalar(context, builder, args[1], sig.args[1], numba.float32), LANES)
+        return builder.fadd(
+            args[0], builder.fmul(xdv, builder.fmul(args[2], builder.sitofp(args[3], f32)))
+        )
+
+    return FLOATS(FLOATS, xd, FLOATS, INTS), codegen
+
+
+def _levels_literal(levels):
+    if not isinstance(levels, numba.types.IntegerLiteral):
+        return None
+    return levels.literal_value
+
+
+@intrinsic
+def zero_bytes(typingctx):
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_vty("i8", STEP), None)
+
+    return BYTES(), codegen
+
+
+@intrinsic
+def block_step(typingctx, levels, u, hbits, g, s):
+    """The levels of 4-value step s (0..7) of 32-block g of a tile (64 lanes x 4 bytes): bytes
+    (Q8_BYTES), or the low (even s) or high (odd s) nibbles of byte step 4 g + s // 2, with
+    NIBBLES_HIGH's 5th bit (bit s of `hbits`, the block's 5th-bit bytes) as 16."""
+    lv = _levels_literal(levels)
+    if lv is None:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _, arr, h, g, s = args
+        i64 = ir.IntType(64)
+        g = _scalar(context, builder, g, sig.args[3], numba.int64)
+        s = _scalar(context, builder, s, sig.args[4], numba.int64)
+        if lv == Q8_BYTES:
+            step = builder.add(builder.mul(g, ir.Constant(i64, BLOCK_STEPS)), s)
+        else:
+            half = ir.Constant(i64, BLOCK_STEPS // 2)
+            step = builder.add(builder.mul(g, half), builder.lshr(s, ir.Constant(i64, 1)))
+        idx = builder.mul(step, ir.Constant(i64, STEP))
+        v = _load(builder, _ptr(context, builder, sig.args[1], arr, idx), _vty("i8", STEP))
+        if lv == Q8_BYTES:
+            return v
+        odd = builder.icmp_unsigned("!=", builder.and_(s, ir.Constant(i64, 1)), ir.Constant(i64, 0))
+        low = builder.and_(v, ir.Constant(v.type, [15] * STEP))
+        w = builder.select(odd, builder.lshr(v, ir.Constant(v.type, [4] * STEP)), low)
+        if lv == NIBBLES_HIGH:
+            bit = builder.trunc(builder.shl(ir.Constant(i64, 1), s), ir.IntType(8))
+            on = builder.icmp_unsigned(
+                "!=", builder.and_(h, _splat(builder, bit, STEP)), ir.Constant(v.type, None)
+            )
+            w = builder.or_(
+                w, builder.select(on, ir.Constant(v.type, [16] * STEP), ir.Constant(v.type, None))
+            )
+        return w
+
+    return BYTES(levels, u, hbits, g, s), codegen
+
+
+@intrinsic
+def dot_levels(typingctx, isa, levels, acc, w, x):
+    """acc + the 4-byte dots of levels w with x: dot_offset_bytes for Q8_BYTES, else
+    dot_nibbles (levels <= 31)."""
+    if _isa_literal(isa) is None or _levels_literal(levels) is None:
+        return None
+    dot = _dot_codegen(_isa_literal(isa), signed_weights=_levels_literal(levels) == Q8_BYTES)
+
+    def codegen(context, builder, sig, args):
+        return dot(context, builder, sig, args[1:])
+
+    return INTS(isa, levels, INTS, BYTES, BYTES), codegen
+
+
+@numba.njit(inline="always")
+def store_rows4(y, i, col, f0, f1, f2, f3):
+    """y[i + r, col : col + LANES] = f_r for the four rows of a prefill pass."""
+    store_floats(y[i], col, f0)
+    store_floats(y[i + 1], col, f1)
+    store_floats(y[i + 2], col, f2)
+    store_floats(y[i + 3], col, f3)
+
+
+@numba.njit(parallel=True, cache=True)
+def _block32_x86(isa, levels, xw, xd, xsum, u, hb, a, b, offset):
+    """y (M, T * LANES) for a BLOCK32 type in the x86-32 layout, x words xw (M, K / 4) int32:
+    per 32-block g, I1 = dot(u, xq) - offset * xsum, then y += xd * (a * float(I1) + b *
+    float(xsum)) (b: q4_1's m; without it, add_super_a), matmul_kquant_ref's order. Each tile
+    runs its activation rows four at a time (one decoded weight step feeds four dots: prefill),
+    then the M % 4 left one at a time with the weight stream prefetched (decode)."""
+    numba.literally(isa)
+    numba.literally(levels)
+    m = xw.shape[0]
+    tiles = u.shape[0]
+    blocks = xd.shape[1]
+    has_b = b.shape[1] > 0
+    per_block = BLOCK_STEPS * STEP if levels == Q8_BYTES else BLOCK_STEPS // 2 * STEP
+    last = u.shape[1] - 1
+    full = m - m % 4
+    y = np.empty((m, tiles * LANES), dtype=np.float32)
+    for t in numba.prange(tiles):
+        ut, ht, at, bt = u[t], hb[t], a[t], b[t]
+        for i in range(0, full, 4):
+            x0, x1, x2, x3 = xw[i], xw[i + 1], xw[i + 2], xw[i + 3]
+            f0, f1, f2, f3 = zero_floats(), zero_floats(), zero_floats(), zero_floats()
+            for g in range(blocks):
+                h = load_bytes(ht, g * STEP) if levels == NIBBLES_HIGH else zero_bytes()
+                a0, a1, a2, a3 = zero_ints(), zero_ints(), zero_ints(), zero_ints()
+                for s in range(BLOCK_STEPS):
+                    w = block_step(levels, ut, h, g, s)
+                    j = g * BLOCK_STEPS + s
+                    a0 = dot_levels(isa, levels, a0, w, bcast_word(x0, j))
+                    a1 = dot_levels(isa, levels, a1, w, bcast_word(x1, j))
+                    a2 = dot_levels(isa, levels, a2, w, bcast_word(x2, j))
+                    a3 = dot_levels(isa, levels, a3, w, bcast_word(x3, j))
+                fa = load_floats(at, g * LANES)
+                c0 = minus_scalar_times(a0, offset, xsum[i, g])
+                c1 = minus_scalar_times(a1, offset, xsum[i + 1, g])
+                c2 = minus_scalar_times(a2, offset, xsum[i + 2, g])
+                c3 = minus_scalar_times(a3, offset, xsum[i + 3, g])
+                if has_b:
+                    fb, z = load_floats(bt, g * LANES), zero_ints()
+                    f0 = add_super(f0, xd[i, g], fa, c0, fb, minus_scalar_times(z, -1, xsum[i, g]))
+                    f1 = add_super(
+                        f1, xd[i + 1, g], fa, c1, fb, minus_scalar_times(z, -1, xsum[i + 1, g])
+                    )
+                    f2 = add_super(
+                        f2, xd[i + 2, g], fa, c2, fb, minus_scalar_times(z, -1, xsum[i + 2, g])
+                    )
+                    f3 = add_super(
+                        f3, xd[i + 3, g], fa, c3, fb, minus_scalar_times(z, -1, xsum[i + 3, g])
+                    )
+                else:
+                    f0 = add_super_a(f0, xd[i, g], fa, c0)
+                    f1 = add_super_a(f1, xd[i + 1, g], fa, c1)
+                    f2 = add_super_a(f2, xd[i + 2, g], fa, c2)
+                    f3 = add_super_a(f3, xd[i + 3, g], fa, c3)
+            store_rows4(y, i, t * LANES, f0, f1, f2, f3)
+        for i in range(full, m):
+            xr = xw[i]
+            facc = zero_floats()
+            for g in range(blocks):
+                if levels == NIBBLES:  # q4_1 only: the measurements above BLOCK_STEPS
+                    for c in range(0, per_block, 64):
+                        prefetch(ut, min(g * per_block + PREFETCH_BYTES + c, last))
+                h = load_bytes(ht, g * STEP) if levels == NIBBLES_HIGH else zero_bytes()
+                acc = zero_ints()
+                for s in range(BLOCK_STEPS):
+                    w = block_step(levels, ut, h, g, s)
+                    acc = dot_levels(isa, levels, acc, w, bcast_word(xr, g * BLOCK_STEPS + s))
+                c0 = minus_scalar_times(acc, offset, xsum[i, g])
+                fa = load_floats(at, g * LANES)
+                if has_b:
+                    i2 = minus_scalar_times(zero_ints(), -1, xsum[i, g])
+                    facc = add_super(facc, xd[i, g], fa, c0, load_floats(bt, g * LANES), i2)
+                else:
+                    facc = add_super_a(facc, xd[i, g], fa, c0)
+            store_floats(y[i], t * LANES, facc)
+    return y
+
+
 @numba.njit(parallel=True, cache=True)
 def _kquant_x86(isa, levels, xw, xd, xsum, u, sc, mins, a, b, group, per, offset):
     """y (M, T * LANES) for x words xw (M, K / 4) int32; `levels` (a literal) says how `u`
-    holds them: LEVEL_BYTES, Q8_BYTES (u = q + 128, dot_offset_bytes) or NIBBLES."""
+    holds them: LEVEL_BYTES or NIBBLES. Each tile runs its activation rows four at a time (one
+    loaded weight step feeds four dots: prefill), then the M % 4 left one at a time."""
     numba.literally(isa)
     numba.literally(levels)
     m = xw.shape[0]
     tiles = u.shape[0]
     supers = xd.shape[1]
     steps = group // 4
+    full = m - m % 4
     y = np.empty((m, tiles * LANES), dtype=np.float32)
     for t in numba.prange(tiles):
         ut, st, mt, at, bt = u[t], sc[t], mins[t], a[t], b[t]
-        for i in range(m):
+        for i in range(0, full, 4):
+            x0, x1, x2, x3 = xw[i], xw[i + 1], xw[i + 2], xw[i + 3]
+            f0, f1, f2, f3 = zero_floats(), zero_floats(), zero_floats(), zero_floats()
+            for s in range(supers):
+                p0, p1, p2, p3 = zero_ints(), zero_ints(), zero_ints(), zero_ints()
+                q0, q1, q2, q3 = zero_ints(), zero_ints(), zero_ints(), zero_ints()
+                for g in range(s * per, (s + 1) * per):
+                    a0, a1, a2, a3 = zero_ints(), zero_ints(), zero_ints(), zero_ints()
+                    if levels == NIBBLES:
+                        for j in range(g * steps // 2, (g + 1) * steps // 2):
+                            v = load_bytes(ut, j * STEP)
+                            lo, hi = low_nibbles(v), high_nibbles(v)
+                            a0 = dot_nibbles(isa, a0, lo, bcast_word(x0, 2 * j))
+                            a1 = dot_nibbles(isa, a1, lo, bcast_word(x1, 2 * j))
+                            a2 = dot_nibbles(isa, a2, lo, bcast_word(x2, 2 * j))
+                            a3 = dot_nibbles(isa, a3, lo, bcast_word(x3, 2 * j))
+                            a0 = dot_nibbles(isa, a0, hi, bcast_word(x0, 2 * j + 1))
+                            a1 = dot_nibbles(isa, a1, hi, bcast_word(x1, 2 * j + 1))
+                            a2 = dot_nibbles(isa, a2, hi, bcast_word(x2, 2 * j + 1))
+                            a3 = dot_nibbles(isa, a3, hi, bcast_word(x3, 2 * j + 1))
+                    else:
+                        for j in range(g * steps, (g + 1) * steps):
+                            w = load_bytes(ut, j * STEP)
+                            a0 = dot_nibbles(isa, a0, w, bcast_word(x0, j))
+                            a1 = dot_nibbles(isa, a1, w, bcast_word(x1, j))
+                            a2 = dot_nibbles(isa, a2, w, bcast_word(x2, j))
+                            a3 = dot_nibbles(isa, a3, w, bcast_word(x3, j))
+                    sg, mg = load_int8_offset(st, g * LANES, 0), load_int8_offset(mt, g * LANES, 0)
+                    p0 = mul_add_ints(p0, sg, minus_scalar_times(a0, offset, xsum[i, g]))
+                    p1 = mul_add_ints(p1, sg, minus_scalar_times(a1, offset, xsum[i + 1, g]))
+                    p2 = mul_add_ints(p2, sg, minus_scalar_times(a2, offset, xsum[i + 2, g]))
+                    p3 = mul_add_ints(p3, sg, minus_scalar_times(a3, offset, xsum[i + 3, g]))
+                    q0 = minus_times(q0, mg, xsum[i, g])
+                    q1 = minus_times(q1, mg, xsum[i + 1, g])
+                    q2 = minus_times(q2, mg, xsum[i + 2, g])
+                    q3 = minus_times(q3, mg, xsum[i + 3, g])
+                fa, fb = load_floats(at, s * LANES), load_floats(bt, s * LANES)
+                f0 = add_super(f0, xd[i, s], fa, p0, fb, q0)
+                f1 = add_super(f1, xd[i + 1, s], fa, p1, fb, q1)
+                f2 = add_super(f2, xd[i + 2, s], fa, p2, fb, q2)
+                f3 = add_super(f3, xd[i + 3, s], fa, p3, fb, q3)
+            store_rows4(y, i, t * LANES, f0, f1, f2, f3)
+        for i in range(full, m):
             xr = xw[i]
             facc = zero_floats()
             for s in range(supers):
@@ -327,11 +596,7 @@ def _kquant_x86(isa, levels, xw, xd, xsum, u, sc, mins, a, b, group, per, offset
                             acc = dot_nibbles(isa, acc, high_nibbles(w), bcast_word(xr, 2 * j + 1))
                     else:
                         for j in range(g * steps, (g + 1) * steps):
-                            w, xj = load_bytes(ut, j * STEP), bcast_word(xr, j)
-                            if levels == Q8_BYTES:
-                                acc = dot_offset_bytes(isa, acc, w, xj)
-                            else:
-                                acc = dot_nibbles(isa, acc, w, xj)
+                            acc = dot_nibbles(isa, acc, load_bytes(ut, j * STEP), bcast_word(xr, j))
                     acc = minus_scalar_times(acc, offset, xsum[i, g])
                     i1 = mul_add_ints(i1, load_int8_offset(st, g * LANES, 0), acc)
                     i2 = minus_times(i2, load_int8_offset(mt, g * LANES, 0), xsum[i, g])
@@ -368,20 +633,24 @@ def _kquant_rows(xq, xd, xsum, u, sc, mins, a, b, group, per, offset):
 
 
 def matmul_kquant(x, w, isa: int = ISA) -> np.ndarray:
-    """x (M, K) or (K,) float @ W.T for a KQuantTensor, a q8_0 GGMLTensor (or their
+    """x (M, K) or (K,) float @ W.T for a KQuantTensor, a q4_1 / q8_0 GGMLTensor (or their
     PreparedKQuant) W of shape (N, K)."""
     p = prepare_kquant(w, isa)
     n, k = p.shape
     x2, vector = _as_activations(x, k)
     xq, xd, xsum = quantize_activations_kquant(x2, p.qtype)
     group, per, offset = GROUP[p.qtype], SUPER[p.qtype] // GROUP[p.qtype], OFFSET[p.qtype]
-    weights = (p.u, p.sc, p.m, p.a, p.b, group, per, offset)
-    if p.layout == "x86":
-        levels = LEVELS.get(p.qtype, LEVEL_BYTES)
-        if levels == Q8_BYTES and isa == ISA_AVX2:  # dot_offset_bytes multiplies q itself there
-            weights = weights[:-1] + (0,)
+    levels = LEVELS.get(p.qtype, LEVEL_BYTES)
+    if levels == Q8_BYTES and isa == ISA_AVX2:  # dot_offset_bytes multiplies q itself there
+        offset = 0
+    if p.layout == "x86-32":
+        hb = p.hb if p.hb is not None else p.u[:, :0]
+        xw = xq.view(np.int32)
+        y = _block32_x86(Isa(isa), levels, xw, xd, xsum, p.u, hb, p.a, p.b, offset)[:, :n]
+    elif p.layout == "x86":
+        weights = (p.u, p.sc, p.m, p.a, p.b, group, per, offset)
         y = _kquant_x86(Isa(isa), levels, xq.view(np.int32), xd, xsum, *weights)[:, :n]
     else:
-        y = _kquant_rows(xq, xd, xsum, *weights)
+        y = _kquant_rows(xq, xd, xsum, p.u, p.sc, p.m, p.a, p.b, group, per, OFFSET[p.qtype])
     y = np.ascontiguousarray(y)
     return y[0] if vector else y

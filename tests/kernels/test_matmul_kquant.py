@@ -1,4 +1,4 @@
-"""Q5_0 / K-quant / Q8_0 matmuls (kernels/matmul_kquant.py): every path this CPU runs (x86 tile vectors
+"""Q4_1 / Q5_0 / K-quant / Q8_0 matmuls (kernels/matmul_kquant.py): every path this CPU runs (x86 tile vectors
 and the portable loop) against `matmul_kquant_ref` on fresh random inputs, awkward shapes and
 edge cases; the ref's quantized-activation dot against the float dot of the dequantized weights
 within the bound Q8_K / Q8_0 rounding allows; the integer form against the dequantizer."""
@@ -21,7 +21,12 @@ from harmony_ref.kernels.matmul_kquant import (
     quantize_activations_kquant,
     quantize_activations_kquant_ref,
 )
-from harmony_ref.quant.ggml import GGMLTensor, dequantize_ggml, quantize_q8_0_ref
+from harmony_ref.quant.ggml import (
+    GGMLTensor,
+    dequantize_ggml,
+    quantize_q4_1_ref,
+    quantize_q8_0_ref,
+)
 from harmony_ref.quant.kquants import KQUANT_TYPES, dequantize_kquant, quantize_kquant_ref
 
 # Kernel vs `_ref`: the same exact integer sums and the same float32 operations in the same
@@ -31,11 +36,12 @@ MAX_KERNEL_VS_REF = 0.0
 # half its block's step xd / 2, so |y - y_float| <= sum_k |w_k| xd_k / 2, times this slack for
 # float32 sums.
 ACT_ROUNDING_SLACK = 1 + 2.0**-10
-TYPES = (*KQUANT_TYPES, "q8_0")
+TYPES = (*KQUANT_TYPES, "q4_1", "q8_0")
+GGML_REF = {"q4_1": quantize_q4_1_ref, "q8_0": quantize_q8_0_ref}
 
 
 def quantize(w, qtype):
-    return quantize_q8_0_ref(w) if qtype == "q8_0" else quantize_kquant_ref(w, qtype)
+    return GGML_REF[qtype](w) if qtype in GGML_REF else quantize_kquant_ref(w, qtype)
 
 
 def dequantize(t):
@@ -68,7 +74,7 @@ def _check_paths(x, t):
 
 
 @pytest.mark.parametrize("qtype", TYPES)
-@pytest.mark.parametrize("m", [1, 2, 5])
+@pytest.mark.parametrize("m", [1, 2, 4, 5, 9])
 @pytest.mark.parametrize("n, supers", [(1, 1), (3, 3), (63, 1), (64, 2), (65, 1), (130, 2)])
 def test_every_path_equals_ref(qtype, m, n, supers):
     k = _k_for(qtype, supers)
