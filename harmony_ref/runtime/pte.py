@@ -243,6 +243,8 @@ class PteProgram:
     `decode`): positions advance from 0 until reset()."""
 
     def __init__(self, path, manifest: dict):
+        # the llama:: kernels (update_cache, custom_sdpa) registered before the program loads
+        from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
         from executorch.runtime import Runtime
 
         self.path, self.manifest = Path(path), manifest
