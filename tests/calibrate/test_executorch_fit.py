@@ -126,3 +126,23 @@ def test_committed_measurement_refits_to_its_record(tmp_path):
     assert set(refit.calibration.scored_on) == {
         r["id"] for r in record["rows"] if r["split"] == "score"
     }
+
+
+def test_a_runtimes_thread_share_replaces_the_socs(tmp_path):
+    """thread_share 0: a second thread adds nothing under this runtime's kernels, whatever the
+    SoC profile measured; unset, the SoC's; written and read back by runtime_toml."""
+    from harmony_ref.calibrate.fit_runtime import runtime_toml, with_params
+    from harmony_ref.device.runtime import load_profile
+
+    rt = load_runtime(RUNTIME)
+    none = with_params(rt, {"thread_share": 0.0})
+
+    def gflops(r, threads):
+        return load_profile(PROFILE, r, threads).compute.cpu_fp16_gflops
+
+    assert gflops(none, 2) == pytest.approx(gflops(none, 1))
+    assert gflops(rt, 2) > 1.5 * gflops(rt, 1)  # the SoC's measured share
+    path = tmp_path / "rt.toml"
+    path.write_text(runtime_toml(with_params(rt, {"thread_share": 0.25})))
+    assert load_runtime(path).thread_share == 0.25
+    assert "thread_share" not in runtime_toml(rt)
