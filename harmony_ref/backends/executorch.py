@@ -14,8 +14,8 @@ one model load, a warm-up generation, then `repeats` timed ones), which prints o
 name and compute the metrics alike. Each metric's value is the median of the repeats, all
 samples kept; prefill_tokens_per_s (prompt tokens / prompt evaluation) is added, and
 peak_memory_mb is the child's peak RSS (the program, its KV cache, the Python runtime and torch).
-Not physics-checked: no profile of this CPU is assumed (the host's calibrated profile is a
-later step, issue 50 item 4).
+Not physics-checked: no profile of this CPU is assumed; `calibrate --backend executorch`
+(calibrate/executorch.py) fits the executorch-xnnpack runtime on this host from these runs.
 """
 
 from __future__ import annotations
