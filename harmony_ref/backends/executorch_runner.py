@@ -109,7 +109,7 @@ def run(
         _unsafe_reset_threadpool(threads)
     Runtime.get()  # the runtime library loaded before the clock starts: the runner's model load
     t0 = _ms()  # is the program and its method, as Module::load in the runner binary
-    program = PteProgram(model, manifest)
+    program = PteProgram(model, manifest, methods=("forward",))  # what generation reads
     load = (t0, _ms())
     for i in range(warmup + repeats):
         stats = generate_stats(program, prompt, new_tokens, load)

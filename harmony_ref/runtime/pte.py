@@ -242,7 +242,11 @@ class PteProgram:
     """A loaded .pte decoder, with the interface eval/lm.py scores (`name`, `reset`, `prefill`,
     `decode`): positions advance from 0 until reset()."""
 
-    def __init__(self, path, manifest: dict):
+    def __init__(self, path, manifest: dict, methods=tuple(METHODS)):
+        """`methods`: the ones loaded, all at once here: each loaded method's XNNPACK delegates
+        pack the weights again (the runner loads `forward` alone: 1,509 MB peak RSS against
+        2,047 MB with both, fp32 SmolLM2), and loading a method initializes the shared KV
+        cache, so none can be loaded later without losing the positions written."""
         # the llama:: kernels (update_cache, custom_sdpa) registered before the program loads
         from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
         from executorch.runtime import Runtime
@@ -251,13 +255,8 @@ class PteProgram:
         self.max_context = int(manifest["max_context"])
         self.name = f"executorch {manifest['policy']}"
         self.program = Runtime.get().load_program(self.path)
+        self.methods = {name: self.program.load_method(name) for name in methods}
         self.pos = 0
-
-    def method(self, name: str):
-        """A method, loaded on its first use: each loaded method's XNNPACK delegates pack the
-        weights again, so a generation that never reads every position's logits never loads
-        forward_all (the runner's peak RSS was 2,047 MB with both loaded, fp32 SmolLM2)."""
-        return self.program.load_method(name)  # the Program caches what it loaded
 
     @classmethod
     def load(cls, path) -> PteProgram:
@@ -278,8 +277,10 @@ class PteProgram:
                 f"{self.max_context}"
             )
         pos = torch.arange(self.pos, self.pos + t, dtype=torch.long)
-        method = self.method("forward_all" if all_logits else "forward")
-        (logits,) = method.execute((ids, pos))
+        name = "forward_all" if all_logits else "forward"
+        if name not in self.methods:
+            raise ValueError(f"{self.path}: method {name} was not loaded")
+        (logits,) = self.methods[name].execute((ids, pos))
         self.pos += t
         return logits[0].numpy()  # (T, V) or (1, V)
 
