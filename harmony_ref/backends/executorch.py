@@ -14,8 +14,8 @@ one model load, a warm-up generation, then `repeats` timed ones), which prints o
 name and compute the metrics alike. Each metric's value is the median of the repeats, all
 samples kept; prefill_tokens_per_s (prompt tokens / prompt evaluation) is added, and
 peak_memory_mb is the child's peak RSS (the program, its KV cache, the Python runtime and torch).
-Not physics-checked: no profile of this CPU is assumed (the host's calibrated profile is a
-later step, issue 50 item 4).
+Not physics-checked: no profile of this CPU is assumed; `calibrate --backend executorch`
+(calibrate/executorch.py) fits the executorch-xnnpack runtime on this host from these runs.
 """
 
 from __future__ import annotations
@@ -36,8 +36,11 @@ RUNNER = "harmony_ref.backends.executorch_runner"
 class ExecuTorchDevice:
     name = "executorch"
 
-    def __init__(self, repeats: int = 3, warmup: int = 1, timeout_s: float = 1800.0):
+    def __init__(
+        self, repeats: int = 3, warmup: int = 1, timeout_s: float = 1800.0, threads: int = 0
+    ):
         self.repeats, self.warmup, self.timeout_s = repeats, warmup, timeout_s
+        self.threads = threads  # ExecuTorch's threadpool size; 0: its default
 
     def run(self, config) -> Measurement:
         program = config.options.get("program")
@@ -47,6 +50,8 @@ class ExecuTorchDevice:
         cmd = [sys.executable, "-m", RUNNER, "--model", str(program)]
         cmd += ["--prompt-tokens", str(s.prompt_tokens), "--new-tokens", str(s.new_tokens)]
         cmd += ["--warmup", str(self.warmup), "--repeats", str(self.repeats)]
+        if self.threads:
+            cmd += ["--threads", str(self.threads)]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s)
         except subprocess.TimeoutExpired as e:
@@ -60,6 +65,7 @@ class ExecuTorchDevice:
             "measured": f"{self.warmup} warm-up + {self.repeats} timed greedy generations of "
             f"{s.new_tokens} tokens after a {s.prompt_tokens}-token prompt from the held-out "
             f"corpus, ExecuTorch Python runtime in a child process ({RUNNER})",
+            "threads": str(self.threads or "ExecuTorch's default"),
         }
         return Measurement(metrics, prov, physics="", config=config)
 

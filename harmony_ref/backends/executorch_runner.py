@@ -10,12 +10,15 @@ start, prompt evaluation end, first token, inference end, aggregate sampling tim
 runs it like any device command. A last line `peak_rss_mb N` gives this process's peak RSS.
 
     python -m harmony_ref.backends.executorch_runner --model M.pte --prompt-tokens 64 \\
-        --new-tokens 16 [--warmup 1] [--repeats 3]
+        --new-tokens 16 [--warmup 1] [--repeats 3] [--threads N]
 
 What one generation is: the prompt (the first --prompt-tokens tokens of the shipped held-out
 corpus, tokenized by the checkpoint the program was exported from) evaluated in one call, the
 first token chosen greedily from its last logits, then --new-tokens - 1 decode calls, each
-followed by a greedy choice (EOS ignored, so every repeat makes the same tokens).
+followed by a greedy choice (EOS ignored, so every repeat makes the same tokens). The prompt
+runs the program's `forward` method, which computes the last position's logits only, as
+ExecuTorch's runner does. `--threads N` sizes ExecuTorch's threadpool (XNNPACK's workers) before
+the load, as the runner binary's --cpu_threads does; 0 keeps its default (cpuinfo's count).
 `generated_tokens` counts those decode calls, so generated_tokens / (inference end - prompt
 evaluation end) is the decode rate (as stats.h computes its generation rate). The model is loaded
 once (`model_load_*`, the same in every line); `--warmup` untimed generations come first.
@@ -88,7 +91,9 @@ def check_scenario(manifest: dict, prompt_tokens: int, new_tokens: int, where: s
         )
 
 
-def run(model: str, prompt_tokens: int, new_tokens: int, warmup: int, repeats: int, out) -> None:
+def run(
+    model: str, prompt_tokens: int, new_tokens: int, warmup: int, repeats: int, out, threads=0
+) -> None:
     from harmony_ref.backends.host_llm import prompt_ids
     from harmony_ref.backends.host_timing import peak_rss_mb
     from harmony_ref.runtime.loader import load_tokenizer
@@ -97,11 +102,14 @@ def run(model: str, prompt_tokens: int, new_tokens: int, warmup: int, repeats: i
     manifest = read_manifest(model)
     check_scenario(manifest, prompt_tokens, new_tokens, f"--model {model}")
     prompt = prompt_ids(load_tokenizer(manifest["model"]), prompt_tokens)
+    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
     from executorch.runtime import Runtime
 
+    if threads:
+        _unsafe_reset_threadpool(threads)
     Runtime.get()  # the runtime library loaded before the clock starts: the runner's model load
     t0 = _ms()  # is the program and its method, as Module::load in the runner binary
-    program = PteProgram(model, manifest)
+    program = PteProgram(model, manifest, methods=("forward",))  # what generation reads
     load = (t0, _ms())
     for i in range(warmup + repeats):
         stats = generate_stats(program, prompt, new_tokens, load)
@@ -117,12 +125,17 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", type=int, default=16)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=0, help="threadpool size (0: its default)")
     a = p.parse_args(argv)
-    if a.warmup < 0 or a.repeats < 1:
-        print(f"--warmup {a.warmup} / --repeats {a.repeats}: need >= 0 / >= 1", file=sys.stderr)
+    if a.warmup < 0 or a.repeats < 1 or a.threads < 0:
+        print(
+            f"--warmup {a.warmup} / --repeats {a.repeats} / --threads {a.threads}: "
+            "need >= 0 / >= 1 / >= 0",
+            file=sys.stderr,
+        )
         return 2
     try:
-        run(a.model, a.prompt_tokens, a.new_tokens, a.warmup, a.repeats, sys.stdout)
+        run(a.model, a.prompt_tokens, a.new_tokens, a.warmup, a.repeats, sys.stdout, a.threads)
     except ValueError as e:
         print(str(e), file=sys.stderr)
         return 2

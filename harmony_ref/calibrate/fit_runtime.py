@@ -48,6 +48,7 @@ PARAMS = {
     "launch_us": ("overhead", "launch_us", 0.0, 1e5),
     "forward_us": ("overhead", "forward_us", 0.0, 1e6),
     "workspace_mb": ("", "workspace_mb", 0.0, 1e6),
+    "thread_share": ("", "thread_share", 0.0, 1.0),
     "fp16_widen_ns": ("overhead", "fp16_widen_ns_per_weight", 0.0, 100.0),
     "graph_us": ("overhead", "graph_us", 0.0, 1e6),
 }
@@ -58,12 +59,15 @@ PROBE = {
     "workspace_mb": 10.0,
     "fp16_widen_ns": 0.5,
     "graph_us": 100.0,
+    "thread_share": 0.5,
 }  # probe sizes from 0
 
 
 def get_param(rt: RuntimeProfile, name: str) -> float:
     sec, key, _, _ = PARAMS[name]
     v = getattr(getattr(rt, sec) if sec else rt, key)
+    if name == "thread_share" and math.isnan(v):  # unset: the SoC's; a fit starts mid-range
+        return PROBE[name]
     if isinstance(v, float) and math.isnan(v):  # an unset per-class efficiency: its chain's
         from harmony_ref.device.soc import FALLBACK
 
@@ -312,11 +316,14 @@ def runtime_toml(
         "weight_only_compute",
         "threads",
         "thread_split",
+        "thread_share",
         "workspace_mb",
         "kv_cache",
         "kv_context",
     ):
         if f == "kv_context" and rt.kv_cache != "static":
+            continue
+        if f == "thread_share" and math.isnan(rt.thread_share):  # unset: the SoC's
             continue
         out.append(line(f, getattr(rt, f), f))
     for sec in ("efficiency", "overhead"):

@@ -197,3 +197,21 @@ def host_soc_profile(name: str, runtime: str, written_by: str) -> tuple[str, dic
         session_data=({"machine": facts},),
     )
     return host_soc_toml(here, name=name, default_runtime=runtime, written_by=written_by), facts
+
+
+def on_measured_host_soc(out, name: str, written_by: str, fit):
+    """`fit(soc_path, soc_label)` on this machine's SoC profile (host_soc_profile, naming the
+    runtime `fit` writes to `out` as its own), staged in a temporary file; the profile is written beside `out` as
+    OUT.soc.toml (checked before any work) only once `fit` returned: (fit's result, that path)."""
+    from harmony_ref._io import write_checked
+    from harmony_ref.device.soc import load_soc
+
+    out = Path(out)
+    soc_out = check_output_file(out.with_name(out.stem + ".soc.toml"), "--out's SoC profile")
+    text, _ = host_soc_profile(name, out.name, written_by)
+    with tempfile.TemporaryDirectory() as tmp:
+        soc_tmp = Path(tmp) / soc_out.name
+        soc_tmp.write_text(text)
+        result = fit(str(soc_tmp), soc_out.name)
+    write_checked(soc_out, text, load_soc)
+    return result, soc_out

@@ -108,13 +108,7 @@ def calibrate_runtime_phases(
     runtime profile, score the held-out ones. A run that fails raises BackendError; with
     `session`, each workload's times are the medians over its unthrottled repeats."""
     from harmony_ref.backends.command import CommandDevice
-    from harmony_ref.calibrate.fit_runtime import (
-        PARAMS,
-        calibrated,
-        fit_on_points,
-        runtime_toml,
-        shared_only,
-    )
+    from harmony_ref.calibrate.fit_runtime import shared_only
     from harmony_ref.calibrate.points import Point
     from harmony_ref.device.runtime import load_profile, load_runtime
 
@@ -147,6 +141,29 @@ def calibrate_runtime_phases(
                     source=m.provenance.get("command", ""),
                 )
             )
+    how = f"harmony-ref calibrate --backend command --runtime {runtime}"
+    table, summary = fit_runtime_on_points(
+        base, points, params, out, f"command {fmt} runs", profile_label or profile, how
+    )
+    return table, {**summary, "backend": "command"}
+
+
+def fit_runtime_on_points(
+    base, points, params, out, measured_by: str, profile_label: str, how: str
+) -> tuple[list[dict], dict]:
+    """Fit `base`'s `params` on the points of split "fit", score the held-out ones, write the
+    runtime profile to `out` (a file that does not load back never replaces the previous one):
+    (one row per point, measured beside the fitted model; the summary with the held-out MAPE
+    of all phases and of prefill and decode apart). `measured_by` names the runs in the
+    profile's calibration method, `how` the command that fitted it in its header."""
+    from harmony_ref.calibrate.fit_runtime import (
+        PARAMS,
+        calibrated,
+        fit_on_points,
+        runtime_toml,
+    )
+    from harmony_ref.device.runtime import load_runtime
+
     fit_pts = [p for p in points if p.split == "fit"]
     rt, report = fit_on_points(base, fit_pts, params)
     table = [
@@ -173,7 +190,7 @@ def calibrate_runtime_phases(
     held = mape(None)
     rt = calibrated(
         rt,
-        f"least squares on log error over {list(report.fitted)}, command {fmt} runs",
+        f"least squares on log error over {list(report.fitted)}, {measured_by}",
         [p.id for p in fit_pts],
         [p.id for p in points if p.split == "score"],
         report.fit_mape_pct,
@@ -182,21 +199,20 @@ def calibrate_runtime_phases(
     comments = {}
     for name in report.fitted:
         sec, key, _, _ = PARAMS[name]
-        comments[f"{sec}.{key}" if sec else key] = f"fitted on {len(fit_pts)} {fmt} points"
+        comments[f"{sec}.{key}" if sec else key] = f"fitted on {len(fit_pts)} points, {measured_by}"
     write_checked(
         out,
         runtime_toml(
             rt,
             comments,
-            f"{rt.description}\nFitted by `harmony-ref calibrate --backend command --runtime "
-            f"{runtime}` on {profile_label or profile}; numbers without a comment are the prior's.",
+            f"{rt.description}\nFitted by `{how}` on {profile_label}; numbers without a "
+            "comment are the prior's.",
         ),
         load_runtime,  # a file that does not load back never replaces the previous one
     )
     summary = {
         "runtime": str(out),
-        "backend": "command",
-        "profile": str(profile),
+        "profile": profile_label,
         "fitted": list(report.fitted),
         "not_fitted": list(report.not_fitted),
         "fit_mape_pct": report.fit_mape_pct,

@@ -21,10 +21,12 @@ def add_arguments(p) -> None:
 
     p.add_argument(
         "--backend",
-        choices=("host", "command"),
+        choices=("host", "command", "executorch"),
         default="host",
         help="host: measure and fit this machine (--method); command: measured op times "
-        "(--ops) or phase times from a benchmark command (--command)",
+        "(--ops) or phase times from a benchmark command (--command); executorch: "
+        "ExecuTorch programs (--workloads of .pte files) run on this host, fitting the "
+        "executorch-xnnpack runtime (--runtime) on this machine's SoC profile",
     )
     p.add_argument(
         "--method",
@@ -72,11 +74,15 @@ def add_arguments(p) -> None:
         metavar="M:P:PROMPT:NEW[:THREADS[:DEPTH]];...",
         help="--command: workloads as model:policy:prompt_tokens:new_tokens[:threads[:depth]] "
         "separated by ';' (at least 4: every third is held out); threads and depth fill "
-        "{threads} and {depth}; policy as-stored: a GGUF model's own tensor types",
+        "{threads} and {depth}; policy as-stored: a GGUF model's own tensor types. "
+        "--backend executorch: PROGRAM.pte:PROMPT:NEW[:THREADS] (the program's manifest names "
+        "its model and policy; threads: ExecuTorch's threadpool, 0 its default)",
     )
     p.add_argument(
         "--profile",
-        help="--command: the SoC profile the runs ran on (default: a --session's profile; "
+        help="--command, --backend executorch: the SoC profile the runs ran on (default: a "
+        "--session's profile; --backend executorch: this machine's own, measured and written "
+        "as OUT.soc.toml; "
         "else, for --parser llama-bench, this machine's own, measured and written as "
         "OUT.soc.toml; else harmony-flagship, whose efficiencies are fitted without --runtime)",
     )
@@ -103,7 +109,8 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--repeats",
         type=_positive_int,
-        help="timed repeats per run or microbenchmark (default 5; runs --quick 3)",
+        help="timed repeats per run or microbenchmark (default 5; runs --quick 3; "
+        "--backend executorch 3)",
     )
     p.add_argument(
         "--threads",
@@ -140,8 +147,9 @@ def add_arguments(p) -> None:
     )
     p.add_argument(
         "--runtime",
-        help="--set / --command: the runtime profile to fit (name or path; --command on this "
-        "host with --parser llama-bench: llama.cpp-host by default)",
+        help="--set / --command / --backend executorch: the runtime profile to fit (name or "
+        "path; --command on this host with --parser llama-bench: llama.cpp-host by default; "
+        "--backend executorch: executorch-xnnpack)",
     )
     p.add_argument(
         "--figures",
@@ -184,6 +192,8 @@ def run(args) -> int:
         return _run_set_calibration(args)
     if args.backend == "host" and args.method == "runs":
         return _run_host_runs(args)
+    if args.backend == "executorch":
+        return _run_executorch(args)
     if args.backend == "command" and (args.command_template or args.session):
         return _run_phase_calibration(args)
     if args.backend == "command":
@@ -255,11 +265,29 @@ COMMAND_ONLY = (
 )
 
 
+EXECUTORCH_IDLE = (
+    *MICROBENCH_ONLY,
+    ("ops", "--ops"),
+    ("command_template", "--command"),
+    ("parser", "--parser"),
+    ("stream_gbps", "--stream-gbps"),
+    ("quick", "--quick"),
+    ("fit_set", "--set"),
+    ("figures", "--figures"),
+)
+
+
 def _refuse_idle_flags(args) -> None:
     """A flag that does nothing in the chosen mode is refused, not ignored."""
+    if args.backend == "executorch":
+        for attr, flag in EXECUTORCH_IDLE:
+            if getattr(args, attr):
+                raise ValueError(f"{flag} does not apply to --backend executorch")
     host_runs = args.backend == "host" and args.method == "runs" and not args.fit_set
-    if args.params and not (args.fit_set or args.backend == "command"):
-        raise ValueError(f"--params {args.params}: applies to --set or --backend command")
+    if args.params and not (args.fit_set or args.backend in ("command", "executorch")):
+        raise ValueError(
+            f"--params {args.params}: applies to --set or --backend command / executorch"
+        )
     if host_runs:
         for attr, flag in MICROBENCH_ONLY:
             if getattr(args, attr):
@@ -306,6 +334,59 @@ def _run_host_runs(args) -> int:
     for k, v in summary.items():
         if k not in ("runs", "machine"):
             print(f"{k}: {v}")
+    return 0
+
+
+def _run_executorch(args) -> int:
+    """`calibrate --backend executorch`: calibrate/executorch.py."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from harmony_ref.calibrate.executorch import RUNTIME, calibrate_executorch
+    from harmony_ref.device.runtime import load_runtime
+    from harmony_ref.device.soc import load_soc
+    from harmony_ref.lab.errors import BackendError
+    from harmony_ref.runtime.pte import require_executorch
+
+    require_executorch()
+    from harmony_ref.calibrate.executorch import parse_program_workloads
+
+    workloads = parse_program_workloads(args.workloads)  # every program read before any run
+    runtime = args.runtime or RUNTIME
+    load_runtime(runtime)
+    if args.profile:
+        load_soc(args.profile)
+    params = _params(args.params)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=Console(stderr=True), transient=True) as prog:
+            task = prog.add_task("this machine's microbenchmarks", total=len(workloads))
+
+            def report(label: str) -> None:
+                prog.update(task, description=label)
+                prog.advance(task)
+
+            rows, table, summary = calibrate_executorch(
+                workloads,
+                args.out,
+                args.name,
+                args.profile or "",
+                runtime,
+                params,
+                args.repeats or 3,
+                report,
+            )
+    except BackendError as e:
+        print(f"harmony-ref calibrate: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print_json({**summary, "phases": table, "rows": rows})
+        return 0
+    import pandas as pd
+
+    print_table(pd.DataFrame(table), title="ExecuTorch phase times: measured vs the fitted runtime")
+    for k, v in summary.items():
+        print(f"{k}: {v}")
     return 0
 
 
@@ -422,10 +503,6 @@ HOST_BENCH_RUNTIME = "llama.cpp-host"  # llama-bench on this host, with no --run
 def _runtime_phases(args, command, fmt, workloads, profile, runtime, timeout, params, *rest):
     """calibrate/phases.py on `profile`, or (no profile, no session) on this host's own SoC
     profile, measured first and written beside --out as OUT.soc.toml once the fit succeeded."""
-    import tempfile
-    from pathlib import Path
-
-    from harmony_ref._io import write_checked
     from harmony_ref.calibrate.phases import HOST_PHASE_PARAMS, calibrate_runtime_phases
 
     session, progress = rest
@@ -433,31 +510,25 @@ def _runtime_phases(args, command, fmt, workloads, profile, runtime, timeout, pa
         return calibrate_runtime_phases(
             command, fmt, workloads, profile, runtime, timeout, args.out, params, session, progress
         )
-    from harmony_ref.calibrate.host import host_soc_profile
-    from harmony_ref.device.soc import load_soc
+    from harmony_ref.calibrate.host import on_measured_host_soc
 
-    out = Path(args.out)
-    soc_out = check_output_file(out.with_name(out.stem + ".soc.toml"), "--out's SoC profile")
-    text, _ = host_soc_profile(
-        args.name, out.name, "microbenchmarks of `harmony-ref calibrate --backend command`"
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        soc_tmp = Path(tmp) / soc_out.name
-        soc_tmp.write_text(text)
-        table, summary = calibrate_runtime_phases(
+    def fit(soc_path: str, soc_label: str):
+        return calibrate_runtime_phases(
             command,
             fmt,
             workloads,
-            str(soc_tmp),
+            soc_path,
             runtime,
             timeout,
-            out,
+            args.out,
             params or HOST_PHASE_PARAMS,
             None,
             progress,
-            profile_label=soc_out.name,
+            profile_label=soc_label,
         )
-    write_checked(soc_out, text, load_soc)
+
+    written_by = "microbenchmarks of `harmony-ref calibrate --backend command`"
+    (table, summary), soc_out = on_measured_host_soc(args.out, args.name, written_by, fit)
     summary["profile"] = str(soc_out)
     summary["profile_measured"] = "this machine (its microbenchmarks, before the runs)"
     return table, summary

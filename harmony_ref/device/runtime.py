@@ -15,6 +15,10 @@ it, the CPU clusters, GPU and NPU peaks. A runtime profile says what a runtime m
 - `thread_split`: how a CPU runtime splits an op over threads: "even" (each thread a fixed
   share, the op waits for its slowest core: device/threads.py) or "dynamic" (work-stealing
   chunks: the op runs at the sum of its cores' rates);
+- `thread_share`: what each thread beyond the first adds of its core's rate under this
+  runtime's kernels, where they scale otherwise than the SoC profile's measured
+  `cpu.thread_share` (unset: the SoC's); fitted on one machine's runs (calibrate --backend
+  executorch: XNNPACK on this host's 2 vCPUs), a number of that machine, not of a phone;
 - [efficiency]: achieved / peak, on matmuls, per compute dtype, for attention and vector ops,
   on DRAM reads and on cache reads; [overhead]: per kernel launch and per forward pass, or
   (`graph = "compiled"`: a compiled NPU graph, QNN/HTP) `graph_us` per forward and no per-op
@@ -172,6 +176,9 @@ class RuntimeProfile:
     npu: str = field(default="", metadata={"choices": tuple(NPU_FAMILIES)})
     threads: int = field(default=0, metadata={"min": 0})  # cpu: threads (0: performant_cores)
     thread_split: str = field(default="even", metadata={"choices": THREAD_SPLITS})
+    # cpu: each thread beyond the first adds this share of its core's rate (NaN: the SoC's
+    # cpu.thread_share)
+    thread_share: float = field(default=math.nan, metadata={"min": 0.0, "max": 1.0})
     workspace_mb: float = field(default=0.0, metadata={"min": 0.0})  # runtime + scratch memory
     # SoCs with a matmul efficiency of their own, fitted on their own calibration figures;
     # every other SoC takes [efficiency] matmul
@@ -364,7 +371,10 @@ def apply_runtime(
     if rt.unit == "cpu":
         n = _threads(soc, rt, threads)
         assert soc.cpu is not None  # _threads refused a profile without [cpu]
-        rates = cpu_rates(soc.cpu, n, rt.thread_split)
+        cpu = soc.cpu
+        if not math.isnan(rt.thread_share):  # the runtime's kernels scale their own way
+            cpu = dataclasses.replace(cpu, thread_share=rt.thread_share)
+        rates = cpu_rates(cpu, n, rt.thread_split)
         compute.update(
             cube_fp16_tops=0.0,
             cube_int8_tops=0.0,

@@ -3,16 +3,20 @@ XNNPACK, written with a manifest, loaded back and run through ExecuTorch's Pytho
 
     r = export_pte("smollm2-135m", "w4a8-g32", "out.pte", max_context=512)   # -> PteExport
     prog = PteProgram.load("out.pte")       # checks the manifest, the file and the version
+    logits = prog.prefill(token_ids)        # (V,): the last position's
     logits = prog.prefill(token_ids, all_logits=True)   # (T, V); prog.decode(tok) -> (V,)
 
 Export follows ExecuTorch's own LLM flow (pytorch/executorch examples/models/llama,
 export_llama): the module (runtime/torch_decoder.py: the same math as runtime/llama.py's
-LlamaRef, a static KV cache of `max_context` positions), quantized per the policy as the flow's
-`quantize` does (torch_decoder.quantize_for_policy), `torch.export` with the token count dynamic
+LlamaRef, a static KV cache of `max_context` positions with the flow's custom update_cache /
+custom_sdpa ops), quantized per the policy as the flow's `quantize` does
+(torch_decoder.quantize_for_policy), `torch.export` with the token count dynamic
 (1 .. max_context), `to_edge_transform_and_lower(partitioner=[XnnpackPartitioner()])`,
-`to_executorch()`. The program takes (tokens (1, T) int64, input_pos (T,) int64) and returns the
-logits of every position (1, T, V): ExecuTorch's runner reads the last row; the corpus scoring
-(eval/lm.py) reads them all.
+`to_executorch()`. The program has two methods over one KV cache (the flow's multimethod export
+with share_mutable_buffers), both taking (tokens (1, T) int64, input_pos (T,) int64):
+`forward` returns the last position's logits (1, 1, V), what ExecuTorch's runner reads and all
+that generation computes; `forward_all` returns every position's (1, T, V), what the corpus
+scoring (eval/lm.py) reads. A prefill through either leaves the cache the other decodes from.
 
 Written as gguf_export.py writes GGUF: both paths (`out` and `<out>.manifest.json`) checked
 before any work, the program staged beside its target, loaded back through the runtime and run on
@@ -45,7 +49,8 @@ from harmony_ref.checkpoint.assets import sha256_file
 
 MANIFEST_SUFFIX = ".manifest.json"
 PTE_MAGIC = b"ET12"  # the program schema's flatbuffer file_identifier (bytes 4..8)
-PTE_FORMAT_VERSION = 1  # of the manifest below
+PTE_FORMAT_VERSION = 2  # of the manifest below (1: one method, every position's logits)
+METHODS = {"forward": "last", "forward_all": "all"}  # method -> the positions it returns
 EXTRA_HINT = "pip install 'harmony-ref[executorch]' (docs/how-to/executorch.md)"
 
 
@@ -123,7 +128,10 @@ def export_pte(model: str, policy: str, out, max_context: int) -> PteExport:
         "vocab_size": int(weights.config.vocab_size),
         "bos_id": weights.config.bos_id,
         "inputs": "tokens (1, T) int64, input_pos (T,) int64; T in 1..max_context",
-        "outputs": "logits (1, T, V) float32, every position",
+        "outputs": "forward: logits (1, 1, V) float32 of the last position; forward_all: "
+        "(1, T, V), every position; one KV cache shared by both",
+        "methods": sorted(METHODS),
+        "attention": "llama::update_cache + llama::custom_sdpa (executorch extension/llm)",
         "backend": "XnnpackPartitioner",
         "versions": _versions(),
     }
@@ -143,8 +151,24 @@ def export_pte(model: str, policy: str, out, max_context: int) -> PteExport:
     return PteExport(out, manifest_path(out), manifest["file_sha256"], len(data), schemes)
 
 
+def _method_module(decoder, last_only: bool):
+    """One method of the program: `decoder`'s logits of the last or of every position. Every
+    method holds the decoder under one name, so its KV cache buffers have one name to share."""
+    import torch
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.decoder = decoder
+
+        def forward(self, tokens, input_pos):
+            return self.decoder.logits(tokens, input_pos, last_only=last_only)
+
+    return Logits().eval()
+
+
 def _lower(module, max_context: int) -> bytes:
-    """torch.export -> XNNPACK -> the program's bytes."""
+    """torch.export of both methods -> XNNPACK -> the program's bytes."""
     import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import (
@@ -152,22 +176,36 @@ def _lower(module, max_context: int) -> bytes:
         ExecutorchBackendConfig,
         to_edge_transform_and_lower,
     )
+    from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
     from torch.export import Dim
 
     seq = Dim("seq", min=1, max=max_context)
     example = (torch.zeros((1, 2), dtype=torch.long), torch.arange(2, dtype=torch.long))
     with torch.no_grad():
-        ep = torch.export.export(module, example, dynamic_shapes=({1: seq}, {0: seq}))
+        eps = {
+            name: torch.export.export(
+                _method_module(module, rows == "last"),
+                example,
+                dynamic_shapes=({1: seq}, {0: seq}),
+            )
+            for name, rows in METHODS.items()
+        }
         edge = to_edge_transform_and_lower(
-            ep,
+            eps,
             partitioner=[XnnpackPartitioner()],
             compile_config=EdgeCompileConfig(_check_ir_validity=False),
         )
         # the KV cache starts as zeros, not the runtime's uninitialized memory (export_llama
-        # initializes its k_cache / v_cache the same way)
+        # initializes its k_cache / v_cache the same way), and is one allocation both methods
+        # read and write (export_llama's multimethod share_mutable_buffers)
         init = InitializedMutableBufferPass(["k_cache", "v_cache"])
-        return edge.to_executorch(ExecutorchBackendConfig(passes=[init])).buffer
+        config = ExecutorchBackendConfig(
+            passes=[init],
+            memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=True),
+            emit_mutable_buffer_names=True,
+        )
+        return edge.to_executorch(config).buffer
 
 
 def read_manifest(path) -> dict:
@@ -201,6 +239,11 @@ def read_manifest(path) -> dict:
         )
     if sha256_file(p) != want:
         raise ValueError(f"--model {p}: its SHA-256 is not its manifest's (changed after export)")
+    if manifest.get("format_version") != PTE_FORMAT_VERSION:
+        raise ValueError(
+            f"--model {p}: manifest format {manifest.get('format_version')}, this harmony-ref "
+            f"reads {PTE_FORMAT_VERSION}: export it again"
+        )
     have = require_executorch()
     if built != have:
         raise ValueError(
@@ -213,14 +256,20 @@ class PteProgram:
     """A loaded .pte decoder, with the interface eval/lm.py scores (`name`, `reset`, `prefill`,
     `decode`): positions advance from 0 until reset()."""
 
-    def __init__(self, path, manifest: dict):
+    def __init__(self, path, manifest: dict, methods=tuple(METHODS)):
+        """`methods`: the ones loaded, all at once here: each loaded method's XNNPACK delegates
+        pack the weights again (the runner loads `forward` alone: 1,509 MB peak RSS against
+        2,047 MB with both, fp32 SmolLM2), and loading a method initializes the shared KV
+        cache, so none can be loaded later without losing the positions written."""
+        # the llama:: kernels (update_cache, custom_sdpa) registered before the program loads
+        from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
         from executorch.runtime import Runtime
 
         self.path, self.manifest = Path(path), manifest
         self.max_context = int(manifest["max_context"])
         self.name = f"executorch {manifest['policy']}"
         self.program = Runtime.get().load_program(self.path)
-        self.method = self.program.load_method("forward")
+        self.methods = {name: self.program.load_method(name) for name in methods}
         self.pos = 0
 
     @classmethod
@@ -230,7 +279,8 @@ class PteProgram:
     def reset(self) -> None:
         self.pos = 0  # stale cache rows beyond pos are masked, and rewritten before they are read
 
-    def forward(self, tokens) -> np.ndarray:
+    def forward(self, tokens, all_logits: bool = False) -> np.ndarray:
+        """The logits (T, V) of every position, or (1, V) of the last one."""
         import torch
 
         ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64)).reshape(1, -1)
@@ -241,12 +291,15 @@ class PteProgram:
                 f"{self.max_context}"
             )
         pos = torch.arange(self.pos, self.pos + t, dtype=torch.long)
-        (logits,) = self.method.execute((ids, pos))
+        name = "forward_all" if all_logits else "forward"
+        if name not in self.methods:
+            raise ValueError(f"{self.path}: method {name} was not loaded")
+        (logits,) = self.methods[name].execute((ids, pos))
         self.pos += t
-        return logits[0].numpy()  # (T, V)
+        return logits[0].numpy()  # (T, V) or (1, V)
 
     def prefill(self, tokens, all_logits: bool = False) -> np.ndarray:
-        logits = self.forward(tokens)
+        logits = self.forward(tokens, all_logits)
         return logits if all_logits else logits[-1]
 
     def decode(self, token: int) -> np.ndarray:

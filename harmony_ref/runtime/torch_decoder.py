@@ -1,13 +1,17 @@
 """The decoder of runtime/llama.py as a PyTorch module, for ExecuTorch (runtime/pte.py): the same
 math as `LlamaRef` (RMSNorm, rotate-half RoPE with each layer's base, GQA, SwiGLU / GeGLU,
 Qwen3 / Gemma 3 q/k norms, Gemma's post-norms, embedding scale and sliding-window layers) over
-the checkpoint's FP32 weights as read (DecoderWeights), with a static KV cache as ExecuTorch's
-Llama has it (pytorch/executorch examples/models/llama/attention.py, KVCache): one mutable
-buffer per layer of `max_context` positions, written at `input_pos` by index_put, read whole
-under a precomputed mask.
+the checkpoint's FP32 weights as read (DecoderWeights), with a static KV cache and attention as
+ExecuTorch's own llama export has them with its custom ops (pytorch/executorch
+examples/models/llama/source_transformation/custom_kv_cache.py CustomKVCache and sdpa.py
+SDPACustom, ops from executorch.extension.llm.custom_ops): one mutable buffer per layer of
+`max_context` positions in (1, L, Hkv, hd), written from input_pos[0] by `llama::update_cache`,
+read by `llama::custom_sdpa`, which attends causally over the filled positions only (GQA without
+a copy of the cache; a local layer whose window is shorter than the cache passes its mask).
 
     m = TorchDecoder(weights, max_context=512)          # eager, FP32
     logits = m(tokens, input_pos)                        # tokens (1, T) int64, input_pos (T,)
+    last = m.logits(tokens, input_pos, last_only=True)   # (1, 1, V): what generation reads
     quantize_for_policy(m, "w4a8-g32")                   # torchao 8da4w, as export_llama does
 
 Needs torch (and torchao for a quantized policy): the `executorch` extra, never the default
@@ -36,6 +40,7 @@ import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
+from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401  (llama:: ops)
 from torch import nn
 
 from harmony_ref.kernels.norm import GELU_CUBIC, GELU_TANH_SCALE
@@ -72,7 +77,7 @@ class RMSNorm(nn.Module):
 
 
 class Block(nn.Module):
-    """One decoder layer with its static KV cache (1, Hkv, max_context, hd)."""
+    """One decoder layer with its static KV cache (1, max_context, Hkv, hd)."""
 
     def __init__(self, lw, c, i: int, max_context: int):
         super().__init__()
@@ -102,9 +107,11 @@ class Block(nn.Module):
         seen = key <= query
         if c.is_local(i):
             seen &= key > query - c.sliding_window
+        # a causal custom_sdpa sees the same keys unless a local layer's window cuts the cache
+        self.windowed = bool((~seen & (key <= query)).any())
         mask = np.where(seen, 0.0, -np.inf).astype(np.float32)
         self.register_buffer("mask", torch.from_numpy(mask), persistent=False)
-        shape = (1, nkv, max_context, c.head_dim)
+        shape = (1, max_context, nkv, c.head_dim)  # CustomKVCache's layout: positions second
         self.register_buffer("k_cache", torch.zeros(shape), persistent=False)
         self.register_buffer("v_cache", torch.zeros(shape), persistent=False)
 
@@ -124,14 +131,18 @@ class Block(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self._rope(q, input_pos), self._rope(k, input_pos)
-        self.k_cache[:, :, input_pos] = k.transpose(1, 2)  # (1, Hkv, T, hd)
-        self.v_cache[:, :, input_pos] = v.transpose(1, 2)
-        group = self.n_heads // self.n_kv_heads
-        keys = self.k_cache.repeat_interleave(group, dim=1)  # (1, H, L, hd)
-        vals = self.v_cache.repeat_interleave(group, dim=1)
-        scores = q.transpose(1, 2) @ keys.transpose(2, 3) * self.scale  # (1, H, T, L)
-        p = torch.softmax(scores + self.mask[input_pos], dim=-1)
-        a = (p @ vals).transpose(1, 2).reshape(1, t, self.n_heads * self.head_dim)
+        start = input_pos[0].item()
+        torch.ops.llama.update_cache(k, self.k_cache, start)  # rows start .. start + T
+        torch.ops.llama.update_cache(v, self.v_cache, start)
+        if self.windowed:  # keys by the mask's rows (T, L)
+            a = torch.ops.llama.custom_sdpa(
+                q, self.k_cache, self.v_cache, 0, self.mask[input_pos], 0.0, False, self.scale
+            )
+        else:  # keys 0 .. start + T - 1, causal
+            a = torch.ops.llama.custom_sdpa(
+                q, self.k_cache, self.v_cache, start, None, 0.0, True, self.scale
+            )
+        a = a.reshape(1, t, self.n_heads * self.head_dim)  # from (1, T, H, hd)
         o = self.o_proj(a)
         if self.post_attn_norm is not None:
             o = self.post_attn_norm(o)
@@ -151,7 +162,7 @@ class Block(nn.Module):
 class TorchDecoder(nn.Module):
     """forward(tokens (1, T) int64, input_pos (T,) int64) -> logits (1, T, V) float32: the
     tokens at positions input_pos (consecutive, from the cache's current length), every
-    position's logits (what the corpus scoring needs; ExecuTorch's runner reads the last)."""
+    position's logits (what the corpus scoring needs; generation reads the last: `logits`)."""
 
     def __init__(self, weights: DecoderWeights, max_context: int):
         super().__init__()
@@ -172,11 +183,18 @@ class TorchDecoder(nn.Module):
         self.lm_head = _linear(weights.head)
 
     def forward(self, tokens, input_pos):
+        return self.logits(tokens, input_pos)
+
+    def logits(self, tokens, input_pos, last_only: bool = False):
+        """(1, T, V), or with `last_only` (1, 1, V): the last position's, the head run on it
+        alone (ExecuTorch's llama export: generation reads nothing else)."""
         x = self.embed(tokens)
         if self.embed_scale != 1.0:
             x = x * self.embed_scale
         for layer in self.layers:
             x = layer(x, input_pos)
+        if last_only:
+            x = x[:, -1:, :]
         return self.lm_head(self.final_norm(x))
 
     def linears(self) -> dict[str, nn.Linear]:

@@ -1,0 +1,224 @@
+"""`harmony-ref calibrate --backend executorch`: the `executorch-xnnpack` runtime profile fitted
+on ExecuTorch programs of our decoder (export --format pte) run on this host, and scored on runs
+it never fitted.
+
+    workloads = parse_program_workloads("fp32.pte:64:16:2;w4.pte:128:16:1;...")  # no run yet
+    rows = measure_program_rows(workloads, repeats=3)      # the executorch backend per workload
+    table, summary = fit_program_rows(rows, "host.soc.toml", "executorch-xnnpack", "et.toml")
+
+A workload is PROGRAM:PROMPT:NEW[:THREADS]: the program (its manifest names the checkpoint and
+the policy it was exported under), the prompt tokens, the new tokens (prompt + new is the
+context a decode step attends to) and ExecuTorch's threadpool size (0: its default). Every third
+workload (calibrate/phases.py HELD_OUT_EVERY) is held out, decided by its position in the list
+before any run: the fit never sees it, and the summary reports its error. Each workload is timed
+by the executorch backend (backends/executorch.py: ExecuTorch's Python runtime in a child
+process, stats.h's phases, the median of the repeats), and gives two rows, its prefill time
+(priced as a prefill of PROMPT tokens) and its decode step (priced as a step over PROMPT + 1 ..
+PROMPT + NEW positions). The rows are all a fit reads, so a committed set of them
+(results/executorch-calibration/) refits and rescores without torch or ExecuTorch.
+
+On this host (no --profile) the SoC profile is this machine's own, measured by microbenchmarks
+first (calibrate/host.py host_soc_profile) and written beside the runtime as OUT.soc.toml.
+CARRIES_TO_PHONE says which fitted numbers mean something on a phone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harmony_ref.calibrate.phases import HELD_OUT_EVERY
+
+RUNTIME = "executorch-xnnpack"
+# what the fit moves unless --params says: the fp32 prompt's matmul and the 8da4w prompt's int8
+# one (XNNPACK's qd8 GEMMs: two kernels with their own achieved rates), a decode step's GEMVs,
+# and how much a second thread adds under XNNPACK (1.1-1.35x on this host's 2 vCPUs, where the
+# SoC profile's Numba GEMMs measured 1.8x). Without the last two, one matmul efficiency for both
+# programs and the SoC's thread share: 45% held-out prefill error on the committed runs, 12.5%
+# with them (results/executorch-calibration/).
+PARAMS = ("matmul", "int8", "gemv", "thread_share")
+# what a program's run is priced as: the prompt's time and one decode step's
+PHASES = ("prefill_ms", "decode_step_ms")
+CARRIES_TO_PHONE = (
+    "carries to a phone: the program's structure the fit priced (custom SDPA over the filled "
+    "positions only, a dynamic KV cache; the head on the last position; one XNNPACK launch "
+    "per op) and launch_us as an order of magnitude (per-op dispatch, on an x86 core here); "
+    "the phone's own: its SoC profile's peaks and bandwidth and the efficiencies of "
+    "XNNPACK's Arm kernels (matmul, gemv, memory), fitted on phone figures "
+    "(calibrate --set phones), never on this host's x86 kernels"
+)
+
+
+@dataclass(frozen=True)
+class ProgramWorkload:
+    program: str  # a .pte from export --format pte
+    prompt: int
+    new: int
+    threads: int = 0  # ExecuTorch's threadpool size; 0: its default
+    model: str = ""  # from the program's manifest: the checkpoint it was exported from
+    policy: str = ""  # and its policy
+
+    @property
+    def label(self) -> str:
+        from pathlib import Path
+
+        t = f"-t{self.threads}" if self.threads else ""
+        return f"{Path(self.program).stem}-p{self.prompt}-n{self.new}{t}"
+
+
+def parse_program_workloads(text: str) -> list[ProgramWorkload]:
+    """`--workloads` of --backend executorch: PROGRAM:PROMPT:NEW[:THREADS] items separated by ';'
+    (at least 4: every third is held out), every program's manifest read and every scenario
+    checked against its static cache before any run; ValueError in one line."""
+    from harmony_ref.backends.executorch_runner import check_scenario
+    from harmony_ref.runtime.pte import read_manifest
+
+    out = []
+    for item in (text or "").split(";"):
+        if not item.strip():
+            continue
+        parts = item.strip().rsplit(":", 3)
+        if len(parts) == 4 and not parts[0].endswith(".pte"):  # no THREADS: PROGRAM:PROMPT:NEW
+            parts = item.strip().rsplit(":", 2)
+        if len(parts) not in (3, 4) or not parts[0].endswith(".pte"):
+            raise ValueError(
+                f"--workloads item {item!r}: expected PROGRAM.pte:PROMPT:NEW[:THREADS]"
+            )
+        try:
+            nums = [int(x) for x in parts[1:]]
+        except ValueError as e:
+            raise ValueError(f"--workloads item {item!r}: {e}") from e
+        if nums[2:] and nums[2] < 0:
+            raise ValueError(f"--workloads item {item!r}: threads {nums[2]} must be >= 0")
+        manifest = read_manifest(parts[0])
+        check_scenario(manifest, nums[0], nums[1], f"--workloads item {item!r}")
+        out.append(
+            ProgramWorkload(parts[0], *nums, model=manifest["model"], policy=manifest["policy"])
+        )
+    if len(out) < HELD_OUT_EVERY + 1:
+        raise ValueError(
+            f"--workloads: need at least {HELD_OUT_EVERY + 1} (every third is held out), "
+            f"got {len(out)}"
+        )
+    return out
+
+
+def split_of(i: int) -> str:
+    """The split of the i-th workload, by position alone."""
+    return "score" if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1 else "fit"
+
+
+def measure_program_rows(workloads, repeats: int, progress=None) -> list[dict]:
+    """Run each workload through the executorch backend: one row per phase (PHASES) with the
+    workload, its split, the median and every repeat's value."""
+    import dataclasses
+
+    from harmony_ref.backends.executorch import ExecuTorchDevice
+    from harmony_ref.calibrate.run import workload_run_config
+
+    rows = []
+    for i, w in enumerate(workloads):
+        if progress:
+            progress(w.label)
+        cfg = workload_run_config(w.model, w.policy, w.prompt, w.new)
+        cfg = dataclasses.replace(cfg, backend_options=(("program", str(w.program)),))
+        m = ExecuTorchDevice(repeats=repeats, threads=w.threads).run(cfg)
+        for metric in PHASES:
+            rows.append(
+                {
+                    "id": f"w{i}:{w.label}:{metric}",
+                    "split": split_of(i),
+                    "program": str(w.program),
+                    "model": w.model,
+                    "policy": w.policy,
+                    "prompt_tokens": w.prompt,
+                    "new_tokens": w.new,
+                    "threads": w.threads,
+                    "metric": metric,
+                    "measured": m.metrics.value(metric),
+                    "samples": list(m.metrics[metric].samples),
+                }
+            )
+    return rows
+
+
+def program_points(rows, profile: str, runtime: str) -> list:
+    """The rows as calibrate/points.py Points on `profile` under `runtime`: a prefill priced on
+    its prompt, a decode step on the generation after it (calibrate/phases.py phase_configs)."""
+    from harmony_ref.calibrate.phases import Workload, phase_configs
+    from harmony_ref.calibrate.points import Point
+
+    out = []
+    for r in rows:
+        w = Workload(r["model"], r["policy"], r["prompt_tokens"], r["new_tokens"], r["threads"])
+        _, phases = phase_configs(w, "executorch")
+        out.append(
+            Point(
+                r["id"],
+                "records",
+                profile,
+                runtime,
+                r["threads"],
+                phases[r["metric"]],
+                r["metric"],
+                r["measured"],
+                r["split"],
+                source=f"executorch backend, {r['program']}",
+                samples=tuple(r.get("samples", ())),
+            )
+        )
+    return out
+
+
+def fit_program_rows(
+    rows, profile: str, runtime: str, out, params=None, profile_label: str = ""
+) -> tuple[list[dict], dict]:
+    """`runtime` fitted on the fit rows on `profile`, written to `out`, scored on the held-out
+    rows (calibrate/phases.py fit_runtime_on_points): (one row per point, the summary)."""
+    from harmony_ref.calibrate.fit_runtime import shared_only
+    from harmony_ref.calibrate.phases import fit_runtime_on_points
+    from harmony_ref.device.runtime import load_profile, load_runtime
+
+    base = shared_only(load_runtime(runtime))  # this host's numbers, no phone's entry
+    load_profile(profile, base)  # the runtime must run on this SoC
+    points = program_points(rows, profile, runtime)
+    table, summary = fit_runtime_on_points(
+        base,
+        points,
+        tuple(params or PARAMS),
+        out,
+        "executorch backend runs of .pte programs",
+        profile_label or str(profile),
+        f"harmony-ref calibrate --backend executorch --runtime {runtime}",
+    )
+    return table, {**summary, "backend": "executorch", "phone": CARRIES_TO_PHONE}
+
+
+def calibrate_executorch(
+    workloads,
+    out,
+    name: str,
+    profile: str = "",
+    runtime: str = RUNTIME,
+    params=None,
+    repeats: int = 3,
+    progress=None,
+) -> tuple[list[dict], list[dict], dict]:
+    """Measure `workloads` (parse_program_workloads), fit and score `runtime` on `profile`, or
+    on this machine's own SoC profile (measured first, written as OUT.soc.toml once the fit
+    succeeded): (the measured rows, the table, the summary)."""
+    from harmony_ref.calibrate.host import on_measured_host_soc
+
+    if profile:
+        rows = measure_program_rows(workloads, repeats, progress)
+        table, summary = fit_program_rows(rows, profile, runtime, out, params)
+        return rows, table, summary
+
+    def fit(soc_path: str, soc_label: str):
+        rows = measure_program_rows(workloads, repeats, progress)
+        table, summary = fit_program_rows(rows, soc_path, runtime, out, params, soc_label)
+        return rows, table, summary
+
+    written_by = "microbenchmarks of `harmony-ref calibrate --backend executorch`"
+    (rows, table, summary), soc = on_measured_host_soc(out, name, written_by, fit)
+    summary["profile"] = str(soc)
+    return rows, table, summary
