@@ -144,8 +144,8 @@ def test_bad_program_files_are_refused(tiny_programs, tmp_path):
     (tmp_path / "m.pte.manifest.json").write_text(json.dumps(other))
     with pytest.raises(ValueError, match=r"built by ExecuTorch 0\.7\.0, this is .*export it"):
         read_manifest(pte)
-    (tmp_path / "m.pte.manifest.json").write_text(json.dumps(manifest | {"format_version": 2}))
-    with pytest.raises(ValueError, match="has format_version 2, this harmony-ref reads 1"):
+    (tmp_path / "m.pte.manifest.json").write_text(json.dumps(manifest | {"format_version": 1}))
+    with pytest.raises(ValueError, match="has format_version 1, this harmony-ref reads 2"):
         read_manifest(pte)
     with open(pte, "r+b") as f:  # one byte changed after export
         f.seek(1000)
