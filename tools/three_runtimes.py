@@ -19,9 +19,8 @@ tools/decoder_vs_llamacpp.py); ours in this process (prefill of 128 tokens; 64 d
 BOS; tools/decoder_vs_llamacpp.py's own timers); ExecuTorch's runner (backends/executorch_runner.py)
 in a child process, its PyTorchObserver lines read by the `executorch` parser: a 128-token prompt
 for the prompt-evaluation rate, a 1-token prompt then 64 new tokens for the generation rate. All at
---threads (XNNPACK's thread pool takes every core by default: run with --threads equal to the
-core count). Perplexity: the held-out corpus, chunks of 512, the second half of each scored
-(llama-perplexity's rule, which `accuracy` follows): `llama-perplexity` on the GGUF, `accuracy` for
+--threads (the runner sizes ExecuTorch's thread pool with it). Perplexity: the held-out corpus,
+chunks of 512, the second half of each scored (llama-perplexity's rule, which `accuracy` follows): `llama-perplexity` on the GGUF, `accuracy` for
 the rest. Medians over rounds; every round printed.
 """
 
@@ -74,10 +73,11 @@ def make_files(work: Path, python: str) -> tuple[Path, Path]:
     return gguf, pte
 
 
-def et_rate(python: str, pte: Path, prompt: int, new: int, what: str) -> float:
+def et_rate(python: str, pte: Path, prompt: int, new: int, what: str, threads: int) -> float:
     r = subprocess.run(
         [python, "-m", "harmony_ref.backends.executorch_runner", "--model", str(pte),
-         "--prompt-tokens", str(prompt), "--new-tokens", str(new), "--repeats", "3"],
+         "--prompt-tokens", str(prompt), "--new-tokens", str(new), "--repeats", "3",
+         "--threads", str(threads)],
         capture_output=True, text=True, env=_env(), check=True,
     )  # fmt: skip
     m = parse_executorch(r.stdout).metrics
@@ -149,8 +149,8 @@ def main() -> None:
             runs[name]["decode"].append(
                 float(np.mean([ours_tg(m, TG, bos) for _ in range(args.reps)]))
             )
-        runs["executorch"]["prefill"].append(et_rate(python, pte, PP, 2, "prefill"))
-        runs["executorch"]["decode"].append(et_rate(python, pte, 1, TG, "decode"))
+        runs["executorch"]["prefill"].append(et_rate(python, pte, PP, 2, "prefill", t))
+        runs["executorch"]["decode"].append(et_rate(python, pte, 1, TG, "decode", t))
         if not args.json:
             print(f"round {k}: " + "; ".join(
                 f"{r} pp{PP} {runs[r]['prefill'][-1]:.1f} tg{TG} {runs[r]['decode'][-1]:.1f}"
