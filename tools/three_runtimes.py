@@ -20,8 +20,9 @@ BOS; tools/decoder_vs_llamacpp.py's own timers); ExecuTorch's runner (backends/e
 in a child process, its PyTorchObserver lines read by the `executorch` parser: a 128-token prompt
 for the prompt-evaluation rate, a 1-token prompt then 64 new tokens for the generation rate. All at
 --threads (the runner sizes ExecuTorch's thread pool with it). Perplexity: the held-out corpus,
-chunks of 512, the second half of each scored (llama-perplexity's rule, which `accuracy` follows): `llama-perplexity` on the GGUF, `accuracy` for
-the rest. Medians over rounds; every round printed.
+chunks of 512, the second half of each scored (llama-perplexity's rule, which `accuracy`
+follows): `llama-perplexity` on the GGUF, `accuracy` for the rest. Medians over rounds; every
+round printed.
 """
 
 from __future__ import annotations
