@@ -91,7 +91,11 @@ from harmony_ref.kernels.matmul_x86 import (
     zero_ints,
 )
 from harmony_ref.kernels.matmul_x86_isa import Isa
-from harmony_ref.kernels.matmul_x86_layout import _quantize_activations_bytes, _tiles_of
+from harmony_ref.kernels.matmul_x86_layout import (
+    _quantize_activations_bytes,
+    _tiles_of,
+    quantize_row_bytes,
+)
 from harmony_ref.quant.ggml import QK, GGMLTensor
 from harmony_ref.quant.kquants import (
     QK_K,
@@ -256,32 +260,59 @@ def quantize_activations_kquant_ref(x: np.ndarray, qtype: str):
     return xq, xd, xsum
 
 
+@numba.njit(cache=True)
+def _quantize_row_q8_k(x, i, group, xq, xd, xsum):
+    """Row i of quantize_q8_k_ref's arithmetic into xq / xd / xsum (nearest_int is rint below
+    2^22, and |x / d| <= 127 here), with group sums of `group` values."""
+    for b in range(x.shape[1] // QK_K):
+        amax = np.float32(0.0)
+        mx = np.float32(0.0)
+        for j in range(b * QK_K, (b + 1) * QK_K):
+            if abs(x[i, j]) > amax:
+                amax = abs(x[i, j])
+                mx = x[i, j]
+        iscale = np.float32(0.0) if amax == 0 else np.float32(-127.0) / mx
+        xd[i, b] = np.float32(0.0) if amax == 0 else np.float32(1.0) / iscale
+        for j in range(b * QK_K, (b + 1) * QK_K):
+            xq[i, j] = np.int8(min(np.float32(127.0), np.rint(iscale * x[i, j])))
+    for g in range(x.shape[1] // group):
+        total = np.int32(0)
+        for j in range(g * group, (g + 1) * group):
+            total += np.int32(xq[i, j])
+        xsum[i, g] = total
+
+
 @numba.njit(parallel=True, cache=True)
 def _quantize_q8_k(x, group):
-    """quantize_q8_k_ref's arithmetic (nearest_int is rint below 2^22, and |x / d| <= 127 here)
-    with group sums of `group` values."""
+    """Q8_K activations of every row of x, rows in parallel."""
     m, k = x.shape
-    nb = k // QK_K
     xq = np.empty((m, k), dtype=np.int8)
-    xd = np.empty((m, nb), dtype=np.float32)
+    xd = np.empty((m, k // QK_K), dtype=np.float32)
     xsum = np.empty((m, k // group), dtype=np.int32)
     for i in numba.prange(m):
-        for b in range(nb):
-            amax = np.float32(0.0)
-            mx = np.float32(0.0)
-            for j in range(b * QK_K, (b + 1) * QK_K):
-                if abs(x[i, j]) > amax:
-                    amax = abs(x[i, j])
-                    mx = x[i, j]
-            iscale = np.float32(0.0) if amax == 0 else np.float32(-127.0) / mx
-            xd[i, b] = np.float32(0.0) if amax == 0 else np.float32(1.0) / iscale
-            for j in range(b * QK_K, (b + 1) * QK_K):
-                xq[i, j] = np.int8(min(np.float32(127.0), np.rint(iscale * x[i, j])))
-        for g in range(k // group):
-            total = np.int32(0)
-            for j in range(g * group, (g + 1) * group):
-                total += np.int32(xq[i, j])
-            xsum[i, g] = total
+        _quantize_row_q8_k(x, i, group, xq, xd, xsum)
+    return xq, xd, xsum
+
+
+@numba.njit(cache=True)
+def _activations(x, block32, group):
+    """The x86 kernels' int8 activations of x (M, K) float32, inside the kernel's own call:
+    32-blocks (block32) or Q8_K with `group` sums. Fewer than 4 rows (decode) are quantized on
+    the calling thread (a parallel launch for K values costs more than the work: measured, AMD
+    EPYC Zen 4, 576 values 3.3 us through the parallel quantizer); prefill's rows in parallel."""
+    m, k = x.shape
+    if m >= 4:
+        if block32:
+            return _quantize_activations_bytes(x, QK)
+        return _quantize_q8_k(x, group)
+    xq = np.empty((m, k), dtype=np.int8)
+    xd = np.empty((m, k // (QK if block32 else QK_K)), dtype=np.float32)
+    xsum = np.empty((m, k // group), dtype=np.int32)
+    for i in range(m):
+        if block32:
+            quantize_row_bytes(x, i, QK, xq, xd, xsum)
+        else:
+            _quantize_row_q8_k(x, i, group, xq, xd, xsum)
     return xq, xd, xsum
 
 
@@ -447,14 +478,16 @@ def store_rows4(y, i, col, f0, f1, f2, f3):
 
 
 @numba.njit(parallel=True, cache=True)
-def _block32_x86(isa, levels, xw, xd, xsum, u, hb, a, b, offset):
-    """y (M, T * LANES) for a BLOCK32 type in the x86-32 layout, x words xw (M, K / 4) int32:
-    per 32-block g, I1 = dot(u, xq) - offset * xsum, then y += xd * (a * float(I1) + b *
+def _block32_x86(isa, levels, x, u, hb, a, b, offset):
+    """y (M, T * LANES) for a BLOCK32 type in the x86-32 layout, x (M, K) float32 quantized to
+    32-blocks here (`_activations`): per 32-block g, I1 = dot(u, xq) - offset * xsum, then y += xd * (a * float(I1) + b *
     float(xsum)) (b: q4_1's m; without it, add_super_a), matmul_kquant_ref's order. Each tile
     runs its activation rows four at a time (one decoded weight step feeds four dots: prefill),
     then the M % 4 left one at a time with the weight stream prefetched (decode)."""
     numba.literally(isa)
     numba.literally(levels)
+    xq, xd, xsum = _activations(x, True, QK)
+    xw = xq.view(np.int32)
     m = xw.shape[0]
     tiles = u.shape[0]
     blocks = xd.shape[1]
@@ -525,12 +558,14 @@ def _block32_x86(isa, levels, xw, xd, xsum, u, hb, a, b, offset):
 
 
 @numba.njit(parallel=True, cache=True)
-def _kquant_x86(isa, levels, xw, xd, xsum, u, sc, mins, a, b, group, per, offset):
-    """y (M, T * LANES) for x words xw (M, K / 4) int32; `levels` (a literal) says how `u`
+def _kquant_x86(isa, levels, x, u, sc, mins, a, b, group, per, offset):
+    """y (M, T * LANES) for x (M, K) float32, quantized to Q8_K here (`_activations`); `levels` (a literal) says how `u`
     holds them: LEVEL_BYTES or NIBBLES. Each tile runs its activation rows four at a time (one
     loaded weight step feeds four dots: prefill), then the M % 4 left one at a time."""
     numba.literally(isa)
     numba.literally(levels)
+    xq, xd, xsum = _activations(x, False, group)
+    xw = xq.view(np.int32)
     m = xw.shape[0]
     tiles = u.shape[0]
     supers = xd.shape[1]
@@ -632,25 +667,69 @@ def _kquant_rows(xq, xd, xsum, u, sc, mins, a, b, group, per, offset):
     return yt.T
 
 
-def matmul_kquant(x, w, isa: int = ISA) -> np.ndarray:
-    """x (M, K) or (K,) float @ W.T for a KQuantTensor, a q4_1 / q8_0 GGMLTensor (or their
-    PreparedKQuant) W of shape (N, K)."""
-    p = prepare_kquant(w, isa)
-    n, k = p.shape
-    x2, vector = _as_activations(x, k)
-    xq, xd, xsum = quantize_activations_kquant(x2, p.qtype)
+def _x86_call(p: PreparedKQuant, isa: int):
+    """(kernel, its arguments before x, its arguments after x) for an x86 / x86-32 operand, or
+    None for the portable layout."""
     group, per, offset = GROUP[p.qtype], SUPER[p.qtype] // GROUP[p.qtype], OFFSET[p.qtype]
     levels = LEVELS.get(p.qtype, LEVEL_BYTES)
     if levels == Q8_BYTES and isa == ISA_AVX2:  # dot_offset_bytes multiplies q itself there
         offset = 0
     if p.layout == "x86-32":
         hb = p.hb if p.hb is not None else p.u[:, :0]
-        xw = xq.view(np.int32)
-        y = _block32_x86(Isa(isa), levels, xw, xd, xsum, p.u, hb, p.a, p.b, offset)[:, :n]
-    elif p.layout == "x86":
-        weights = (p.u, p.sc, p.m, p.a, p.b, group, per, offset)
-        y = _kquant_x86(Isa(isa), levels, xq.view(np.int32), xd, xsum, *weights)[:, :n]
-    else:
+        return _block32_x86, (Isa(isa), levels), (p.u, hb, p.a, p.b, offset)
+    if p.layout == "x86":
+        return _kquant_x86, (Isa(isa), levels), (p.u, p.sc, p.m, p.a, p.b, group, per, offset)
+    return None
+
+
+def matmul_kquant(x, w, isa: int = ISA) -> np.ndarray:
+    """x (M, K) or (K,) float @ W.T for a KQuantTensor, a q4_1 / q8_0 GGMLTensor (or their
+    PreparedKQuant) W of shape (N, K)."""
+    p = prepare_kquant(w, isa)
+    n, k = p.shape
+    x2, vector = _as_activations(x, k)
+    call = _x86_call(p, isa)
+    if call is None:
+        xq, xd, xsum = quantize_activations_kquant(x2, p.qtype)
+        group, per = GROUP[p.qtype], SUPER[p.qtype] // GROUP[p.qtype]
         y = _kquant_rows(xq, xd, xsum, p.u, p.sc, p.m, p.a, p.b, group, per, OFFSET[p.qtype])
+    else:
+        kernel, head, tail = call
+        y = kernel(*head, np.ascontiguousarray(x2), *tail)[:, :n]
     y = np.ascontiguousarray(y)
     return y[0] if vector else y
+
+
+def bind_kquant(operand, isa: int = ISA):
+    """x -> matmul_kquant(x, operand, isa), bit for bit, with the kernel's compiled
+    specialization for this operand looked up once (here, at Linear build time), or None when
+    `operand` is not a PreparedKQuant in an x86 layout. A decode call then costs the kernel
+    alone: no typing of its arguments (each `Isa` literal ~2.4 us), no operand or shape checks
+    beyond what tells x (M, K) float32 C-contiguous from anything else (which takes
+    matmul_kquant's checked path)."""
+    if not isinstance(operand, PreparedKQuant):
+        return None
+    call = _x86_call(operand, isa)
+    if call is None:
+        return None
+    kernel, head, tail = call
+    n, k = operand.shape
+    probe = (*head, np.zeros((1, k), np.float32), *tail)
+    full = kernel(*probe).shape[1] == n  # compiles (or loads from numba's cache) the kernel
+    entry = kernel.overloads[tuple(numba.typeof(v) for v in probe)].entry_point
+
+    def run(x):
+        if (
+            type(x) is np.ndarray
+            and x.dtype == np.float32
+            and x.ndim == 2
+            and x.shape[1] == k
+            and x.flags.c_contiguous
+            and x.flags.writeable
+            and x.flags.aligned
+        ):
+            y = entry(*head, x, *tail)
+            return y if full else np.ascontiguousarray(y[:, :n])
+        return matmul_kquant(x, operand, isa)
+
+    return run
