@@ -204,3 +204,15 @@ def test_bound_kernel_checks_what_it_skips(qtype):
     with pytest.raises(ValueError, match="K = "):
         run(x)
     assert bind_kquant(t) is None  # not an operand: nothing to bind
+
+
+@pytest.mark.parametrize("qtype, bits", [("q4_k", 4), ("q5_k", 5), ("q6_k", 6), ("q5_0", 5)])
+def test_x86_layout_keeps_the_files_bits_per_level(qtype, bits):
+    """The x86 operand holds each level in the file's bits (nibbles plus packed high bits),
+    not one byte a weight; and decodes to the same levels (the exactness tests above)."""
+    t = quantize(_weights(64, _k_for(qtype, 2), 5), qtype)
+    p = prepare_kquant(t)
+    if p.layout == "rows":
+        pytest.skip("no x86 path on this CPU")
+    level_bytes = p.u.nbytes + (0 if p.hb is None else p.hb.nbytes)
+    assert level_bytes * 8 == bits * t.shape[0] * t.shape[1]
