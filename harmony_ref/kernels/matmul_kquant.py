@@ -65,6 +65,7 @@ from llvmlite import ir
 from numba.extending import intrinsic
 
 from harmony_ref.kernels.matmul import ISA, ISA_AVX2, ISA_PORTABLE, _as_activations
+from harmony_ref.kernels.matmul_portable import quantize_row_bytes
 from harmony_ref.kernels.matmul_x86 import (
     BYTES,
     FLOATS,
@@ -94,11 +95,7 @@ from harmony_ref.kernels.matmul_x86 import (
     zero_ints,
 )
 from harmony_ref.kernels.matmul_x86_isa import Isa
-from harmony_ref.kernels.matmul_x86_layout import (
-    _quantize_activations_bytes,
-    _tiles_of,
-    quantize_row_bytes,
-)
+from harmony_ref.kernels.matmul_x86_layout import _quantize_activations_bytes, _tiles_of
 from harmony_ref.quant.ggml import QK, GGMLTensor
 from harmony_ref.quant.kquants import (
     QK_K,

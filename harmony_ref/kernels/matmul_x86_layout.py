@@ -16,6 +16,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from harmony_ref.kernels.matmul_portable import quantize_activations_into
 from harmony_ref.kernels.matmul_x86 import LANES
 
 
@@ -59,33 +60,7 @@ def layout_w8(values: np.ndarray, scale: np.ndarray):
 
 
 @numba.njit(cache=True)
-def quantize_row_bytes(x, i, block, xq, xs, xsum):
-    """Row i of `_quantize_activations_bytes` into xq / xs / xsum (the kernels of decode rows
-    call it on their own thread: no parallel launch for a few values)."""
-    levels = np.float32(127)
-    for b in range(x.shape[1] // block):
-        amax = np.float32(0.0)
-        for j in range(b * block, (b + 1) * block):
-            amax = max(amax, abs(x[i, j]))
-        s = amax / levels
-        xs[i, b] = s
-        safe = np.float32(1.0) if s == 0 else s
-        total = 0
-        for j in range(b * block, (b + 1) * block):
-            v = np.int32(min(max(np.rint(x[i, j] / safe), -levels), levels))
-            xq[i, j] = v
-            total += v
-        xsum[i, b] = total
-
-
-@numba.njit(parallel=True, cache=True)
 def _quantize_activations_bytes(x, block):
     """matmul_portable._quantize_activations' arithmetic, xq as int8 (M, K) (viewed as int32
     words by the kernels) plus its exact block sums."""
-    m, k = x.shape
-    xs = np.empty((m, k // block), dtype=np.float32)
-    xsum = np.empty((m, k // block), dtype=np.int32)
-    xq = np.empty((m, k), dtype=np.int8)
-    for i in numba.prange(m):
-        quantize_row_bytes(x, i, block, xq, xs, xsum)
-    return xq, xs, xsum
+    return quantize_activations_into(x, block, np.empty(x.shape, dtype=np.int8))
