@@ -8,9 +8,10 @@ and thread count, interleaved in one run (a peer to compare against, never a dep
 Each round runs `llama-bench -m GGUF -t T -p 0 -n N -r R --repack 0 -o json` (tg N: N tokens
 generated from an empty context; with `--phase pp`, `-p N -n 0`: a prompt of N tokens), then
 ours: --repack 1 turns on llama.cpp's repacked CPU path (its weights re-laid out at load for its
-AVX-512 / AMX kernels); the default stays 0 because this KVM guest (AMD EPYC Zen 4) died with
-SIGILL on the repacked path when the first table was made (docs/explanations/decoders.md says
-what repack 1 does here now), and a comparison must run on every CPU it is pointed at. Then ours: reset, one BOS token, then N decode steps through `Llama.decode`, timed as a
+AVX-512 / AMX kernels); the default stays 0 because the repacked path died with SIGILL in a KVM
+guest (an earlier build on an Intel Xeon with AMX) and a comparison must run on every CPU it is
+pointed at; on the AMD EPYC Zen 4 guest with build 0c1e570 it runs and changes llama.cpp's
+decode by about 2 % (docs/explanations/decoders.md). Then ours: reset, one BOS token, then N decode steps through `Llama.decode`, timed as a
 whole (N / seconds), R times (mean, like llama-bench's avg_ts), for each `--policy` in turn.
 Prints the CPU, the per-round numbers, the medians and each policy's ratio (`--json`: the same as
 one JSON object). The GGUF is the file llama.cpp runs as stored (Gemma 3 270M: its Q4_K_M mix);
