@@ -3,11 +3,15 @@ and thread count, interleaved in one run (a peer to compare against, never a dep
 
     /work/bin/quiet python tools/decoder_vs_llamacpp.py --llama-bin /path/to/llama.cpp/build/bin \
         [--model smollm2-135m | gemma3-270m | FILE.gguf] [--policy int4-g32 [--policy int8 ...]] \
-        [--threads 2] [--tokens 64] [--phase tg|pp] [--rounds 5] [--json]
+        [--threads 2] [--tokens 64] [--phase tg|pp] [--rounds 5] [--repack 0|1] [--json]
 
 Each round runs `llama-bench -m GGUF -t T -p 0 -n N -r R --repack 0 -o json` (tg N: N tokens
-generated from an empty context; with `--phase pp`, `-p N -n 0`: a prompt of N tokens, --repack 0 because this KVM guest faults on the AMX/repacked
-path), then ours: reset, one BOS token, then N decode steps through `Llama.decode`, timed as a
+generated from an empty context; with `--phase pp`, `-p N -n 0`: a prompt of N tokens), then
+ours: --repack 1 turns on llama.cpp's repacked CPU path (its weights re-laid out at load for its
+AVX-512 / AMX kernels); the default stays 0 because the repacked path died with SIGILL in a KVM
+guest (an earlier build on an Intel Xeon with AMX) and a comparison must run on every CPU it is
+pointed at; on the AMD EPYC Zen 4 guest with build 0c1e570 it runs and changes llama.cpp's
+decode by about 2 % (docs/explanations/decoders.md). Then ours: reset, one BOS token, then N decode steps through `Llama.decode`, timed as a
 whole (N / seconds), R times (mean, like llama-bench's avg_ts), for each `--policy` in turn.
 Prints the CPU, the per-round numbers, the medians and each policy's ratio (`--json`: the same as
 one JSON object). The GGUF is the file llama.cpp runs as stored (Gemma 3 270M: its Q4_K_M mix);
@@ -32,8 +36,10 @@ from harmony_ref.runtime.llama import Llama
 from harmony_ref.runtime.loader import load_decoder, resolve_model_path, stored_policy
 
 
-def llama_bench(bin_dir: str, gguf: str, threads: int, n: int, reps: int, phase: str) -> float:
-    """llama-bench's avg_ts of tg n (decode) or pp n (prefill), --repack 0."""
+def llama_bench(
+    bin_dir: str, gguf: str, threads: int, n: int, reps: int, phase: str, repack: int = 0
+) -> float:
+    """llama-bench's avg_ts of tg n (decode) or pp n (prefill), its repacking `repack`."""
     r = subprocess.run(
         [
             f"{bin_dir}/llama-bench",
@@ -48,7 +54,7 @@ def llama_bench(bin_dir: str, gguf: str, threads: int, n: int, reps: int, phase:
             "-r",
             str(reps),
             "--repack",
-            "0",
+            str(repack),
             "-o",
             "json",
         ],
@@ -97,6 +103,13 @@ def main() -> None:
     )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=3, help="llama-bench -r per round, and ours")
+    ap.add_argument(
+        "--repack",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="llama-bench --repack (default 0: see the module doc)",
+    )
     args = ap.parse_args()
     policies = args.policy or ["int4-g32"]
     numba.set_num_threads(args.threads)
@@ -122,10 +135,16 @@ def main() -> None:
     theirs, mine = [], {p: [] for p in policies}
     cpu = cpu_name()
     if not args.json:
-        print(f"CPU: {cpu}; {args.threads} threads; model {args.model} ({gguf})", flush=True)
+        print(
+            f"CPU: {cpu}; {args.threads} threads; llama.cpp --repack {args.repack}; "
+            f"model {args.model} ({gguf})",
+            flush=True,
+        )
     for r in range(args.rounds):
         theirs.append(
-            llama_bench(args.llama_bin, gguf, args.threads, args.tokens, args.reps, args.phase)
+            llama_bench(
+                args.llama_bin, gguf, args.threads, args.tokens, args.reps, args.phase, args.repack
+            )
         )
         for p, m in models.items():
             mine[p].append(float(np.mean([ours(m) for _ in range(args.reps)])))
@@ -145,6 +164,7 @@ def main() -> None:
         "tokens": args.tokens,
         "rounds": args.rounds,
         "reps": args.reps,
+        "repack": args.repack,
         "llama_cpp": theirs,
         "llama_cpp_median": a,
         "ours": {

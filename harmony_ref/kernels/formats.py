@@ -36,6 +36,9 @@ prepare_w4/prepare_w8, cached on the tensor; for floats a float32 W.T view). `ar
 the weight's name), which is how artifacts lay them out. `matmul_stored`, where a format has one,
 multiplies the stored matrix as it is, with no operand built (fp16: widened a bounded chunk of rows
 per call, so a large weight never has a float32 copy; the decoder runs its fp16 Linears so).
+`bind`, where a format has one, turns an operand into a one-argument x -> `matmul(x, operand)`
+with the kernel's compiled specialization found once (the GGUF types: bind_kquant), which is what
+a Linear calls per token.
 tests/kernels/test_formats.py walks this table: round trip, fast vs `_ref`, quantized dot vs float
 dot; tests/quant/test_formats.py holds the facts complete and consistent.
 """
@@ -56,7 +59,12 @@ from harmony_ref.kernels.matmul import (
     prepare_w8,
 )
 from harmony_ref.kernels.matmul_ggml import matmul_ggml, matmul_ggml_ref, prepare_ggml
-from harmony_ref.kernels.matmul_kquant import matmul_kquant, matmul_kquant_ref, prepare_kquant
+from harmony_ref.kernels.matmul_kquant import (
+    bind_kquant,
+    matmul_kquant,
+    matmul_kquant_ref,
+    prepare_kquant,
+)
 from harmony_ref.quant.formats import FACTS, FormatFacts
 from harmony_ref.quant.ggml import QUANTIZERS, QUANTIZERS_REF, GGMLTensor, dequantize_ggml
 from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4, quantize_int4, quantize_int4_ref
@@ -85,6 +93,7 @@ class Format:
     arrays: Callable  # stored -> {suffix after the weight's name: array}
     from_arrays: Callable  # ({suffix: array}, shape, group_size) -> stored
     matmul_stored: Callable | None = None  # (x, stored) -> y with no operand built (see above)
+    bind: Callable | None = None  # operand -> (x -> matmul(x, operand)) or None (see above)
 
     @property
     def name(self) -> str:
@@ -189,6 +198,7 @@ def _ggml_format(qtype: str) -> Format:
         matmul=matmul_ggml,
         matmul_ref=matmul_ggml_ref,
         kernel=GGML_KERNELS[qtype],
+        bind=bind_kquant,  # q4_1 / q8_0: a PreparedKQuant (q4_0's operand: None)
         arrays=lambda t: {".blocks": t.data},
         from_arrays=lambda a, shape, group_size=None: GGMLTensor(qtype, a[".blocks"], tuple(shape)),
     )
@@ -203,6 +213,7 @@ def _kquant_format(qtype: str) -> Format:
         prepare=prepare_kquant,
         matmul=matmul_kquant,
         matmul_ref=matmul_kquant_ref,
+        bind=bind_kquant,
         kernel=f"numba matmul_kquant ({qtype} x q8_k int8 group dots)",
         arrays=lambda t: {".blocks": t.data},
         from_arrays=lambda a, shape, group_size=None: KQuantTensor(

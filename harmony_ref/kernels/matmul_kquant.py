@@ -39,8 +39,11 @@ never saturate: 2 * 63 * 127 < 2^15; q8_0's u = q + 128 goes through matmul_x86'
 dot_offset_bytes, which on AVX2 multiplies q itself, so its offset there is 0); the portable one
 is a plain Numba loop over the same integers. One load of a tile's weight step feeds all 64
 rows and, for M >= 4, four activation rows at a time (prefill; the tile stays in L2). q4_k's levels are held as nibbles
-(matmul_w4's layout: half a byte a weight); q5_k and q6_k's as one byte each (their 5th / 6th
-bits unpacked), more than the file's 5.5-6.5 bits.
+(matmul_w4's layout: half a byte a weight); q5_k's and q6_k's as nibbles plus their 5th (q5_k:
+one byte per lane and 4-value step column of a 32-group, bit s for step s, as q5_0's) or 5th and
+6th bits (q6_k: one byte per lane and column of a 16-group, bits 2s and 2s + 1 for step s), put
+back in registers (block_step): 5 / 6 bits a weight as the file (levels plus scales: 5.5 / 6.5 in
+the file, here int8 group scales and float32 super-block ones, a little more).
 
 The 32-block types (BLOCK32: q4_1, q5_0, q8_0; sc = 1, one float16 d per block) have their own
 x86 layout and kernel, `_block32_x86`, at the file's own bits per weight: nibbles (q4_1), q5_0's
@@ -62,6 +65,7 @@ from llvmlite import ir
 from numba.extending import intrinsic
 
 from harmony_ref.kernels.matmul import ISA, ISA_AVX2, ISA_PORTABLE, _as_activations
+from harmony_ref.kernels.matmul_portable import quantize_row_bytes
 from harmony_ref.kernels.matmul_x86 import (
     BYTES,
     FLOATS,
@@ -106,10 +110,19 @@ SUPER = {"q4_1": QK, "q5_0": QK, "q4_k": QK_K, "q5_k": QK_K, "q6_k": QK_K, "q8_0
 OFFSET = {"q4_1": 0, "q5_0": 16, "q4_k": 0, "q5_k": 0, "q6_k": 32, "q8_0": 128}  # level of w = 0
 Q8_0_LEVEL_OFFSET = 128  # q8_0's u = q + 128: unsigned for vpdpbusd
 # How the x86 layout holds a type's levels (compile-time literals of the kernels): one byte per
-# level, q8_0's q + 128 bytes, nibbles (two 4-value steps per byte, half the bytes), or q5_0's
-# nibbles plus one byte of 5th bits per 4-value lane of a 32-block (bit s: step s).
-LEVEL_BYTES, Q8_BYTES, NIBBLES, NIBBLES_HIGH = (Isa(i) for i in range(4))
-LEVELS = {"q8_0": Q8_BYTES, "q4_k": NIBBLES, "q4_1": NIBBLES, "q5_0": NIBBLES_HIGH}
+# level, q8_0's q + 128 bytes, nibbles (two 4-value steps per byte, half the bytes), q5_0's and
+# q5_k's nibbles plus one byte of 5th bits per 4-value lane of a 32-block (bit s: step s), or
+# q6_k's nibbles plus one byte of 5th-6th bits per lane of a 16-group (bits 2s, 2s + 1: step s).
+Q8_BYTES, NIBBLES, NIBBLES_HIGH, NIBBLES_HIGH2 = (Isa(i) for i in range(4))
+LEVELS = {
+    "q8_0": Q8_BYTES,
+    "q4_k": NIBBLES,
+    "q4_1": NIBBLES,
+    "q5_0": NIBBLES_HIGH,
+    "q5_k": NIBBLES_HIGH,
+    "q6_k": NIBBLES_HIGH2,
+}
+HIGH_BITS = {NIBBLES_HIGH: 1, NIBBLES_HIGH2: 2}  # bits above the nibble, per level
 # The 32-block types (one float16 scale per 32 weights, no integer scales): their x86 layout
 # keeps the file's float16 d (and q4_1's m) and its bits per weight, and runs `_block32_x86`.
 BLOCK32 = ("q4_1", "q5_0", "q8_0")
@@ -125,7 +138,7 @@ class PreparedKQuant:
     """The operand of one Q4_1 / Q5_0 / Q8_0 / K-quant matrix. x86 layout: `u` (T, K / 4 * STEP)
     uint8 in matmul_x86's tile steps (nibbles: K / 8 * STEP), `sc` / `m` (T, groups * LANES)
     int8 and `a` / `b` (T, supers * LANES) float32, each group's or super-block's 64 rows
-    contiguous. "x86-32" layout (BLOCK32 types): `u` as x86, `hb` (T, K / 32 * STEP) q5_0's
+    contiguous; `hb` (T, groups * STEP) q5_k's / q6_k's high bits (LEVELS). "x86-32" layout (BLOCK32 types): `u` as x86, `hb` (T, K / 32 * STEP) q5_0's
     5th bits (byte [r, c] of block g, bit s: weight 32 g + 4 s + c of row r), `a` / `b`
     (T, K / 32 * LANES) the file's float16 d / m bits (uint16; `b` empty but for q4_1), no
     `sc` / `m` (sc = 1; q4_1's m = -1). Portable layout: `u` (N, K), `sc` / `m` (N, groups),
@@ -140,7 +153,7 @@ class PreparedKQuant:
     a: np.ndarray
     b: np.ndarray
     nbytes: int  # the file's bytes of the tensor
-    hb: np.ndarray | None = None  # x86-32 q5_0: the 5th bits
+    hb: np.ndarray | None = None  # q5_0 / q5_k: the 5th bits; q6_k: the 5th and 6th
 
 
 def integer_form(t):
@@ -211,15 +224,16 @@ def _prepare(t, isa: int) -> PreparedKQuant:
     n, k = t.shape
     tiles = _tiles_of(u)  # (T, LANES, K), padded rows level 0 with scale 0
     hb = None
-    if t.qtype == "q5_0":  # 5th bits: byte [t, g, r, c] bit s = u(32 g + 4 s + c) >> 4
-        high = (tiles >> 4).reshape(tiles.shape[0], LANES, k // QK, BLOCK_STEPS, 4)
-        bits = (high << np.arange(BLOCK_STEPS, dtype=np.uint8)[:, None]).sum(axis=3, dtype=np.uint8)
+    nbits = HIGH_BITS.get(LEVELS.get(t.qtype), 0)
+    if nbits:  # byte [t, g, r, c] bits nb s.. = u(4 gs g + 4 s + c) >> 4, gs = 8 / nb steps
+        gs = 8 // nbits  # 4-value steps whose high bits share a byte: a 32-block or 16-group
+        high = (tiles >> 4).reshape(tiles.shape[0], LANES, k // (4 * gs), gs, 4)
+        shifts = (nbits * np.arange(gs, dtype=np.uint8))[:, None]
+        bits = (high << shifts).sum(axis=3, dtype=np.uint8)  # disjoint bit fields: an OR
         hb = np.ascontiguousarray(bits.transpose(0, 2, 1, 3)).reshape(tiles.shape[0], -1)
         tiles = tiles & np.uint8(15)
-    if LEVELS.get(t.qtype) in (
-        NIBBLES,
-        NIBBLES_HIGH,
-    ):  # byte [t, j, r, c] = u(8j + c) | u(8j + 4 + c) << 4
+    if LEVELS.get(t.qtype) in (NIBBLES, NIBBLES_HIGH, NIBBLES_HIGH2):
+        # byte [t, j, r, c] = u(8j + c) | u(8j + 4 + c) << 4
         pairs = tiles.reshape(tiles.shape[0], LANES, k // 8, 2, 4)
         tiles = pairs[:, :, :, 0] | (pairs[:, :, :, 1] << 4)  # (T, LANES, K / 8, 4)
     steps = tiles.reshape(tiles.shape[0], LANES, -1, 4).transpose(0, 2, 1, 3)
@@ -236,7 +250,7 @@ def _prepare(t, isa: int) -> PreparedKQuant:
         return PreparedKQuant(t.qtype, t.shape, "x86-32", u_x86, none, none, d, mins, t.nbytes, hb)
     return PreparedKQuant(
         t.qtype, t.shape, "x86", u_x86, _per_lane(sc), _per_lane(m), _per_lane(a), _per_lane(b),
-        t.nbytes,
+        t.nbytes, hb,
     )  # fmt: skip
 
 
@@ -256,32 +270,59 @@ def quantize_activations_kquant_ref(x: np.ndarray, qtype: str):
     return xq, xd, xsum
 
 
+@numba.njit(cache=True)
+def _quantize_row_q8_k(x, i, group, xq, xd, xsum):
+    """Row i of quantize_q8_k_ref's arithmetic into xq / xd / xsum (nearest_int is rint below
+    2^22, and |x / d| <= 127 here), with group sums of `group` values."""
+    for b in range(x.shape[1] // QK_K):
+        amax = np.float32(0.0)
+        mx = np.float32(0.0)
+        for j in range(b * QK_K, (b + 1) * QK_K):
+            if abs(x[i, j]) > amax:
+                amax = abs(x[i, j])
+                mx = x[i, j]
+        iscale = np.float32(0.0) if amax == 0 else np.float32(-127.0) / mx
+        xd[i, b] = np.float32(0.0) if amax == 0 else np.float32(1.0) / iscale
+        for j in range(b * QK_K, (b + 1) * QK_K):
+            xq[i, j] = np.int8(min(np.float32(127.0), np.rint(iscale * x[i, j])))
+    for g in range(x.shape[1] // group):
+        total = np.int32(0)
+        for j in range(g * group, (g + 1) * group):
+            total += np.int32(xq[i, j])
+        xsum[i, g] = total
+
+
 @numba.njit(parallel=True, cache=True)
 def _quantize_q8_k(x, group):
-    """quantize_q8_k_ref's arithmetic (nearest_int is rint below 2^22, and |x / d| <= 127 here)
-    with group sums of `group` values."""
+    """Q8_K activations of every row of x, rows in parallel."""
     m, k = x.shape
-    nb = k // QK_K
     xq = np.empty((m, k), dtype=np.int8)
-    xd = np.empty((m, nb), dtype=np.float32)
+    xd = np.empty((m, k // QK_K), dtype=np.float32)
     xsum = np.empty((m, k // group), dtype=np.int32)
     for i in numba.prange(m):
-        for b in range(nb):
-            amax = np.float32(0.0)
-            mx = np.float32(0.0)
-            for j in range(b * QK_K, (b + 1) * QK_K):
-                if abs(x[i, j]) > amax:
-                    amax = abs(x[i, j])
-                    mx = x[i, j]
-            iscale = np.float32(0.0) if amax == 0 else np.float32(-127.0) / mx
-            xd[i, b] = np.float32(0.0) if amax == 0 else np.float32(1.0) / iscale
-            for j in range(b * QK_K, (b + 1) * QK_K):
-                xq[i, j] = np.int8(min(np.float32(127.0), np.rint(iscale * x[i, j])))
-        for g in range(k // group):
-            total = np.int32(0)
-            for j in range(g * group, (g + 1) * group):
-                total += np.int32(xq[i, j])
-            xsum[i, g] = total
+        _quantize_row_q8_k(x, i, group, xq, xd, xsum)
+    return xq, xd, xsum
+
+
+@numba.njit(cache=True)
+def _activations(x, block32, group):
+    """The x86 kernels' int8 activations of x (M, K) float32, inside the kernel's own call:
+    32-blocks (block32) or Q8_K with `group` sums. Fewer than 4 rows (decode) are quantized on
+    the calling thread (a parallel launch for K values costs more than the work: measured, AMD
+    EPYC Zen 4, 576 values 3.3 us through the parallel quantizer); prefill's rows in parallel."""
+    m, k = x.shape
+    if m >= 4:
+        if block32:
+            return _quantize_activations_bytes(x, QK)
+        return _quantize_q8_k(x, group)
+    xq = np.empty((m, k), dtype=np.int8)
+    xd = np.empty((m, k // (QK if block32 else QK_K)), dtype=np.float32)
+    xsum = np.empty((m, k // group), dtype=np.int32)
+    for i in range(m):
+        if block32:
+            quantize_row_bytes(x, i, QK, xq, xd, xsum)
+        else:
+            _quantize_row_q8_k(x, i, group, xq, xd, xsum)
     return xq, xd, xsum
 
 
@@ -386,9 +427,10 @@ def zero_bytes(typingctx):
 
 @intrinsic
 def block_step(typingctx, levels, u, hbits, g, s):
-    """The levels of 4-value step s (0..7) of 32-block g of a tile (64 lanes x 4 bytes): bytes
-    (Q8_BYTES), or the low (even s) or high (odd s) nibbles of byte step 4 g + s // 2, with
-    NIBBLES_HIGH's 5th bit (bit s of `hbits`, the block's 5th-bit bytes) as 16."""
+    """The levels of 4-value step s of block g of a tile (64 lanes x 4 bytes; a block is 8
+    steps, NIBBLES_HIGH2's 4): bytes (Q8_BYTES), or the low (even s) or high (odd s) nibbles of
+    byte step g * steps / 2 + s // 2, with NIBBLES_HIGH's 5th bit (bit s of `hbits`, the block's
+    high-bit bytes) as 16, NIBBLES_HIGH2's 5th and 6th (bits 2s, 2s + 1) as 16 and 32."""
     lv = _levels_literal(levels)
     if lv is None:
         return None
@@ -401,7 +443,7 @@ def block_step(typingctx, levels, u, hbits, g, s):
         if lv == Q8_BYTES:
             step = builder.add(builder.mul(g, ir.Constant(i64, BLOCK_STEPS)), s)
         else:
-            half = ir.Constant(i64, BLOCK_STEPS // 2)
+            half = ir.Constant(i64, (4 if lv == NIBBLES_HIGH2 else BLOCK_STEPS) // 2)
             step = builder.add(builder.mul(g, half), builder.lshr(s, ir.Constant(i64, 1)))
         idx = builder.mul(step, ir.Constant(i64, STEP))
         v = _load(builder, _ptr(context, builder, sig.args[1], arr, idx), _vty("i8", STEP))
@@ -418,6 +460,12 @@ def block_step(typingctx, levels, u, hbits, g, s):
             w = builder.or_(
                 w, builder.select(on, ir.Constant(v.type, [16] * STEP), ir.Constant(v.type, None))
             )
+        if lv == NIBBLES_HIGH2:
+            two_s = builder.trunc(builder.shl(s, ir.Constant(i64, 1)), ir.IntType(8))
+            high = builder.and_(
+                builder.lshr(h, _splat(builder, two_s, STEP)), ir.Constant(v.type, [3] * STEP)
+            )
+            w = builder.or_(w, builder.shl(high, ir.Constant(v.type, [4] * STEP)))
         return w
 
     return BYTES(levels, u, hbits, g, s), codegen
@@ -447,14 +495,16 @@ def store_rows4(y, i, col, f0, f1, f2, f3):
 
 
 @numba.njit(parallel=True, cache=True)
-def _block32_x86(isa, levels, xw, xd, xsum, u, hb, a, b, offset):
-    """y (M, T * LANES) for a BLOCK32 type in the x86-32 layout, x words xw (M, K / 4) int32:
-    per 32-block g, I1 = dot(u, xq) - offset * xsum, then y += xd * (a * float(I1) + b *
+def _block32_x86(isa, levels, x, u, hb, a, b, offset):
+    """y (M, T * LANES) for a BLOCK32 type in the x86-32 layout, x (M, K) float32 quantized to
+    32-blocks here (`_activations`): per 32-block g, I1 = dot(u, xq) - offset * xsum, then y += xd * (a * float(I1) + b *
     float(xsum)) (b: q4_1's m; without it, add_super_a), matmul_kquant_ref's order. Each tile
     runs its activation rows four at a time (one decoded weight step feeds four dots: prefill),
     then the M % 4 left one at a time with the weight stream prefetched (decode)."""
     numba.literally(isa)
     numba.literally(levels)
+    xq, xd, xsum = _activations(x, True, QK)
+    xw = xq.view(np.int32)
     m = xw.shape[0]
     tiles = u.shape[0]
     blocks = xd.shape[1]
@@ -525,12 +575,15 @@ def _block32_x86(isa, levels, xw, xd, xsum, u, hb, a, b, offset):
 
 
 @numba.njit(parallel=True, cache=True)
-def _kquant_x86(isa, levels, xw, xd, xsum, u, sc, mins, a, b, group, per, offset):
-    """y (M, T * LANES) for x words xw (M, K / 4) int32; `levels` (a literal) says how `u`
-    holds them: LEVEL_BYTES or NIBBLES. Each tile runs its activation rows four at a time (one
+def _kquant_x86(isa, levels, x, u, hb, sc, mins, a, b, group, per, offset):
+    """y (M, T * LANES) for x (M, K) float32, quantized to Q8_K here (`_activations`); `levels`
+    (a literal) says how `u` (and `hb`, the high bits) hold them: NIBBLES (q4_k), NIBBLES_HIGH
+    (q5_k) or NIBBLES_HIGH2 (q6_k). Each tile runs its activation rows four at a time (one
     loaded weight step feeds four dots: prefill), then the M % 4 left one at a time."""
     numba.literally(isa)
     numba.literally(levels)
+    xq, xd, xsum = _activations(x, False, group)
+    xw = xq.view(np.int32)
     m = xw.shape[0]
     tiles = u.shape[0]
     supers = xd.shape[1]
@@ -538,7 +591,7 @@ def _kquant_x86(isa, levels, xw, xd, xsum, u, sc, mins, a, b, group, per, offset
     full = m - m % 4
     y = np.empty((m, tiles * LANES), dtype=np.float32)
     for t in numba.prange(tiles):
-        ut, st, mt, at, bt = u[t], sc[t], mins[t], a[t], b[t]
+        ut, ht, st, mt, at, bt = u[t], hb[t], sc[t], mins[t], a[t], b[t]
         for i in range(0, full, 4):
             x0, x1, x2, x3 = xw[i], xw[i + 1], xw[i + 2], xw[i + 3]
             f0, f1, f2, f3 = zero_floats(), zero_floats(), zero_floats(), zero_floats()
@@ -559,9 +612,11 @@ def _kquant_x86(isa, levels, xw, xd, xsum, u, sc, mins, a, b, group, per, offset
                             a1 = dot_nibbles(isa, a1, hi, bcast_word(x1, 2 * j + 1))
                             a2 = dot_nibbles(isa, a2, hi, bcast_word(x2, 2 * j + 1))
                             a3 = dot_nibbles(isa, a3, hi, bcast_word(x3, 2 * j + 1))
-                    else:
-                        for j in range(g * steps, (g + 1) * steps):
-                            w = load_bytes(ut, j * STEP)
+                    else:  # nibbles and the group's byte step of high bits
+                        h = load_bytes(ht, g * STEP)
+                        for e in range(steps):
+                            w = block_step(levels, ut, h, g, e)
+                            j = g * steps + e
                             a0 = dot_nibbles(isa, a0, w, bcast_word(x0, j))
                             a1 = dot_nibbles(isa, a1, w, bcast_word(x1, j))
                             a2 = dot_nibbles(isa, a2, w, bcast_word(x2, j))
@@ -595,8 +650,10 @@ def _kquant_x86(isa, levels, xw, xd, xsum, u, sc, mins, a, b, group, per, offset
                             acc = dot_nibbles(isa, acc, low_nibbles(w), bcast_word(xr, 2 * j))
                             acc = dot_nibbles(isa, acc, high_nibbles(w), bcast_word(xr, 2 * j + 1))
                     else:
-                        for j in range(g * steps, (g + 1) * steps):
-                            acc = dot_nibbles(isa, acc, load_bytes(ut, j * STEP), bcast_word(xr, j))
+                        h = load_bytes(ht, g * STEP)
+                        for e in range(steps):
+                            w = block_step(levels, ut, h, g, e)
+                            acc = dot_nibbles(isa, acc, w, bcast_word(xr, g * steps + e))
                     acc = minus_scalar_times(acc, offset, xsum[i, g])
                     i1 = mul_add_ints(i1, load_int8_offset(st, g * LANES, 0), acc)
                     i2 = minus_times(i2, load_int8_offset(mt, g * LANES, 0), xsum[i, g])
@@ -632,25 +689,69 @@ def _kquant_rows(xq, xd, xsum, u, sc, mins, a, b, group, per, offset):
     return yt.T
 
 
+def _x86_call(p: PreparedKQuant, isa: int):
+    """(kernel, its arguments before x, its arguments after x) for an x86 / x86-32 operand, or
+    None for the portable layout."""
+    group, per, offset = GROUP[p.qtype], SUPER[p.qtype] // GROUP[p.qtype], OFFSET[p.qtype]
+    levels = LEVELS[p.qtype]
+    if levels == Q8_BYTES and isa == ISA_AVX2:  # dot_offset_bytes multiplies q itself there
+        offset = 0
+    hb = p.hb if p.hb is not None else p.u[:, :0]
+    if p.layout == "x86-32":
+        return _block32_x86, (Isa(isa), levels), (p.u, hb, p.a, p.b, offset)
+    if p.layout == "x86":
+        return _kquant_x86, (Isa(isa), levels), (p.u, hb, p.sc, p.m, p.a, p.b, group, per, offset)
+    return None
+
+
 def matmul_kquant(x, w, isa: int = ISA) -> np.ndarray:
     """x (M, K) or (K,) float @ W.T for a KQuantTensor, a q4_1 / q8_0 GGMLTensor (or their
     PreparedKQuant) W of shape (N, K)."""
     p = prepare_kquant(w, isa)
     n, k = p.shape
     x2, vector = _as_activations(x, k)
-    xq, xd, xsum = quantize_activations_kquant(x2, p.qtype)
-    group, per, offset = GROUP[p.qtype], SUPER[p.qtype] // GROUP[p.qtype], OFFSET[p.qtype]
-    levels = LEVELS.get(p.qtype, LEVEL_BYTES)
-    if levels == Q8_BYTES and isa == ISA_AVX2:  # dot_offset_bytes multiplies q itself there
-        offset = 0
-    if p.layout == "x86-32":
-        hb = p.hb if p.hb is not None else p.u[:, :0]
-        xw = xq.view(np.int32)
-        y = _block32_x86(Isa(isa), levels, xw, xd, xsum, p.u, hb, p.a, p.b, offset)[:, :n]
-    elif p.layout == "x86":
-        weights = (p.u, p.sc, p.m, p.a, p.b, group, per, offset)
-        y = _kquant_x86(Isa(isa), levels, xq.view(np.int32), xd, xsum, *weights)[:, :n]
-    else:
+    call = _x86_call(p, isa)
+    if call is None:
+        xq, xd, xsum = quantize_activations_kquant(x2, p.qtype)
+        group, per = GROUP[p.qtype], SUPER[p.qtype] // GROUP[p.qtype]
         y = _kquant_rows(xq, xd, xsum, p.u, p.sc, p.m, p.a, p.b, group, per, OFFSET[p.qtype])
+    else:
+        kernel, head, tail = call
+        y = kernel(*head, np.ascontiguousarray(x2), *tail)[:, :n]
     y = np.ascontiguousarray(y)
     return y[0] if vector else y
+
+
+def bind_kquant(operand, isa: int = ISA):
+    """x -> matmul_kquant(x, operand, isa), bit for bit, with the kernel's compiled
+    specialization for this operand looked up once (here, at Linear build time), or None when
+    `operand` is not a PreparedKQuant in an x86 layout. A decode call then costs the kernel
+    alone: no typing of its arguments (each `Isa` literal ~2.4 us), no operand or shape checks
+    beyond what tells x (M, K) float32 C-contiguous from anything else (which takes
+    matmul_kquant's checked path)."""
+    if not isinstance(operand, PreparedKQuant):
+        return None
+    call = _x86_call(operand, isa)
+    if call is None:
+        return None
+    kernel, head, tail = call
+    n, k = operand.shape
+    probe = (*head, np.zeros((1, k), np.float32), *tail)
+    full = kernel(*probe).shape[1] == n  # compiles (or loads from numba's cache) the kernel
+    entry = kernel.overloads[tuple(numba.typeof(v) for v in probe)].entry_point
+
+    def run(x):
+        if (
+            type(x) is np.ndarray
+            and x.dtype == np.float32
+            and x.ndim == 2
+            and x.shape[1] == k
+            and x.flags.c_contiguous
+            and x.flags.writeable
+            and x.flags.aligned
+        ):
+            y = entry(*head, x, *tail)
+            return y if full else np.ascontiguousarray(y[:, :n])
+        return matmul_kquant(x, operand, isa)
+
+    return run

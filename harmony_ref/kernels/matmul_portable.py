@@ -31,31 +31,43 @@ def _fma_f32(typingctx, a, b, c):
     return sig, codegen
 
 
-@numba.njit(parallel=True, cache=True)
-def _quantize_activations(x, block):
-    """Same arithmetic as `quantize_activations_ref`; also returns exact block sums of xq and
-    xq split into even / odd positions (the high / low nibble partners) as int32."""
-    m, k = x.shape
-    nb = k // block
-    xs = np.empty((m, nb), dtype=np.float32)
-    xsum = np.empty((m, nb), dtype=np.int32)
-    xq = np.empty((m, k), dtype=np.int32)
+@numba.njit(cache=True)
+def quantize_row_bytes(x, i, block, xq, xs, xsum):
+    """Row i of `quantize_activations_ref`'s arithmetic into xq (int8 or int32) / xs and its
+    exact block sums into xsum (the x86 kernels of decode rows call it on their own thread: no
+    parallel launch for a few values)."""
     levels = np.float32(ACT_MAX_LEVEL)
+    for b in range(x.shape[1] // block):
+        amax = np.float32(0.0)
+        for j in range(b * block, (b + 1) * block):
+            amax = max(amax, abs(x[i, j]))
+        s = amax / levels
+        xs[i, b] = s
+        safe = np.float32(1.0) if s == 0 else s
+        total = 0
+        for j in range(b * block, (b + 1) * block):
+            v = np.int32(min(max(np.rint(x[i, j] / safe), -levels), levels))
+            xq[i, j] = v
+            total += v
+        xsum[i, b] = total
+
+
+@numba.njit(parallel=True, cache=True)
+def quantize_activations_into(x, block, xq):
+    """`quantize_activations_ref`'s arithmetic, rows in parallel, into xq (M, K) (int32 here,
+    int8 for the x86 kernels); returns xq, xs and xq's exact block sums."""
+    m, k = x.shape
+    xs = np.empty((m, k // block), dtype=np.float32)
+    xsum = np.empty((m, k // block), dtype=np.int32)
     for i in numba.prange(m):
-        for b in range(nb):
-            amax = np.float32(0.0)
-            for j in range(b * block, (b + 1) * block):
-                amax = max(amax, abs(x[i, j]))
-            s = amax / levels
-            xs[i, b] = s
-            safe = np.float32(1.0) if s == 0 else s
-            total = 0
-            for j in range(b * block, (b + 1) * block):
-                v = np.int32(min(max(np.rint(x[i, j] / safe), -levels), levels))
-                xq[i, j] = v
-                total += v
-            xsum[i, b] = total
+        quantize_row_bytes(x, i, block, xq, xs, xsum)
     return xq, xs, xsum
+
+
+@numba.njit(cache=True)
+def _quantize_activations(x, block):
+    """quantize_activations_into with xq int32."""
+    return quantize_activations_into(x, block, np.empty(x.shape, dtype=np.int32))
 
 
 @numba.njit(parallel=True, cache=True)

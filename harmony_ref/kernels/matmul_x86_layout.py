@@ -16,6 +16,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from harmony_ref.kernels.matmul_portable import quantize_activations_into
 from harmony_ref.kernels.matmul_x86 import LANES
 
 
@@ -58,28 +59,8 @@ def layout_w8(values: np.ndarray, scale: np.ndarray):
     return data, _tiles_of(scale.astype(np.float32)).reshape(-1, LANES).copy()
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(cache=True)
 def _quantize_activations_bytes(x, block):
     """matmul_portable._quantize_activations' arithmetic, xq as int8 (M, K) (viewed as int32
     words by the kernels) plus its exact block sums."""
-    m, k = x.shape
-    nb = k // block
-    xs = np.empty((m, nb), dtype=np.float32)
-    xsum = np.empty((m, nb), dtype=np.int32)
-    xq = np.empty((m, k), dtype=np.int8)
-    levels = np.float32(127)
-    for i in numba.prange(m):
-        for b in range(nb):
-            amax = np.float32(0.0)
-            for j in range(b * block, (b + 1) * block):
-                amax = max(amax, abs(x[i, j]))
-            s = amax / levels
-            xs[i, b] = s
-            safe = np.float32(1.0) if s == 0 else s
-            total = 0
-            for j in range(b * block, (b + 1) * block):
-                v = np.int32(min(max(np.rint(x[i, j] / safe), -levels), levels))
-                xq[i, j] = v
-                total += v
-            xsum[i, b] = total
-    return xq, xs, xsum
+    return quantize_activations_into(x, block, np.empty(x.shape, dtype=np.int8))

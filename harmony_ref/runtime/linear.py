@@ -14,7 +14,9 @@ multiplies (`backend`):
 - "dequant": the weight dequantized once and multiplied in float32 (the weight-only error).
 The kernel's operand (prepare_w4's row-interleaved layout, or a float32 W.T view) is built on the
 first call and kept, unless the caller gives it (the decoder prepares every Linear at load, so no
-layout work lands inside a timed step).
+layout work lands inside a timed step). With it the Linear binds its call once: the format's
+`bind` (the GGUF types' compiled kernel, looked up once, kernels/formats.py) where the table's
+kernel runs, else `matmul` with the operand.
 
 `matmul` overrides the table's kernel where the decoder runs a format another way: W8A8 with static
 activation scales (kernels/matmul_w8a8.py, `stored` a W8A8Weight) and fp16 widened a bounded chunk
@@ -28,7 +30,7 @@ and Fused runs q|k|v and gate|up as one matmul where the parts share a format.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,6 +55,7 @@ class QuantLinear:
     backend: str = "auto"
     matmul: Callable | None = None  # (x, operand) -> (M, N); None: the format table's kernel
     operand: object = None  # what `matmul` reads; built on the first call when None
+    _run: Callable | None = field(default=None, init=False, repr=False)  # x -> x @ W.T (bound)
 
     def __post_init__(self):
         if self.backend not in LINEAR_BACKENDS:
@@ -75,7 +78,16 @@ class QuantLinear:
                 self.operand = f.dequantize(self.stored).T
             else:
                 self.operand = f.prepare(self.stored)
+            self._run = None
         return self.operand
+
+    def _bind(self) -> Callable:
+        """The per-call x -> x @ W.T: the format's bound kernel where `matmul` is the table's."""
+        op, f = self.prepare(), format_of(self.fmt)
+        run = f.bind(op) if f.bind is not None and self.matmul is f.matmul else None
+        matmul = self.matmul
+        self._run = run if run is not None else (lambda x: matmul(x, op))
+        return self._run
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -86,7 +98,7 @@ class QuantLinear:
         return int(self.stored.nbytes)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:  # x: (M, K) float32 -> (M, N)
-        y = self.matmul(x, self.operand if self.operand is not None else self.prepare())
+        y = (self._run or self._bind())(x)
         return y if self.bias is None else y + self.bias
 
 
@@ -98,7 +110,7 @@ class QuantLinear:
 def _prepared(name: str, fmt: WeightFormat, stored, matmul=None, operand=None) -> QuantLinear:
     """A QuantLinear with its kernel operand built now (at load, not inside a timed step)."""
     lin = QuantLinear(name, fmt, stored, matmul=matmul, operand=operand)
-    lin.prepare()
+    lin._bind()
     return lin
 
 

@@ -14,6 +14,7 @@ from harmony_ref.kernels.matmul_kquant import (
     GROUP,
     OFFSET,
     SUPER,
+    bind_kquant,
     integer_form,
     matmul_kquant,
     matmul_kquant_ref,
@@ -70,6 +71,10 @@ def _check_paths(x, t):
         got = matmul_kquant(x, t, isa=isa)
         assert got.shape == ref.shape and got.dtype == np.float32
         assert_within(got, ref, MAX_KERNEL_VS_REF, f"{t.qtype} {ISA_NAMES[isa]} vs _ref")
+        run = bind_kquant(prepare_kquant(t, isa), isa)  # the Linear's per-token call
+        if run is not None:
+            bound = run(np.ascontiguousarray(x, dtype=np.float32).reshape(-1, t.shape[1]))
+            assert_within(bound, ref.reshape(bound.shape), MAX_KERNEL_VS_REF, "bound vs _ref")
     return ref
 
 
@@ -177,3 +182,37 @@ def test_bad_input_is_one_clear_line():
         )
     with pytest.raises(ValueError, match="not finite"):
         matmul_kquant(np.r_[np.nan, np.ones(255)].astype(np.float32), t)
+
+
+@pytest.mark.parametrize("qtype", ("q4_1", "q4_k", "q6_k"))
+def test_bound_kernel_checks_what_it_skips(qtype):
+    """bind_kquant's call runs the compiled kernel only on x (M, K) float32 C-contiguous
+    writable; anything else (a vector, float64, a strided or read-only view) takes
+    matmul_kquant's checked path, with the same result; a bad K is one clear line."""
+    k = _k_for(qtype, 2)
+    t = quantize(_weights(70, k, 3), qtype)
+    x = _x(3, 2 * k, 4)
+    ref = matmul_kquant_ref(x[:, ::2], t)
+    run = bind_kquant(prepare_kquant(t))
+    if run is None:
+        pytest.skip("no x86 path on this CPU")
+    ro = np.ascontiguousarray(x[:, ::2])
+    ro.flags.writeable = False
+    for given_x in (x[:, ::2], x[:, ::2].astype(np.float64), ro):
+        assert_within(run(given_x), ref, MAX_KERNEL_VS_REF, "fallback vs _ref")
+    assert_within(run(x[0, ::2]), ref[0], MAX_KERNEL_VS_REF, "vector vs _ref")
+    with pytest.raises(ValueError, match="K = "):
+        run(x)
+    assert bind_kquant(t) is None  # not an operand: nothing to bind
+
+
+@pytest.mark.parametrize("qtype, bits", [("q4_k", 4), ("q5_k", 5), ("q6_k", 6), ("q5_0", 5)])
+def test_x86_layout_keeps_the_files_bits_per_level(qtype, bits):
+    """The x86 operand holds each level in the file's bits (nibbles plus packed high bits),
+    not one byte a weight; and decodes to the same levels (the exactness tests above)."""
+    t = quantize(_weights(64, _k_for(qtype, 2), 5), qtype)
+    p = prepare_kquant(t)
+    if p.layout == "rows":
+        pytest.skip("no x86 path on this CPU")
+    level_bytes = p.u.nbytes + (0 if p.hb is None else p.hb.nbytes)
+    assert level_bytes * 8 == bits * t.shape[0] * t.shape[1]
