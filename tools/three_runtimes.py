@@ -102,7 +102,8 @@ def perplexities(python: str, llama_bin: str, gguf: Path, pte: Path, chunks: int
     by = {row["kv_cache"]: row for row in et["rows"]}  # the runtime's column: fp16, or its name
     ref = stored["rows"][0]["ppl"]
     return {
-        "fp32_reference": ref,
+        "fp32_reference": ref,  # the GGUF's weights dequantized (the Q4_0 rows' reference)
+        "fp32_reference_checkpoint": et["rows"][0]["ppl"],  # the checkpoint the .pte came from
         "llama_cpp": llama,
         "ours_as_stored": stored["rows"][-1]["ppl"],
         "executorch": by["executorch-xnnpack"]["ppl"],
