@@ -21,6 +21,10 @@ SERIAL_OK = {
     "silu_gate_rows": _DECODE_ROW,
     "gelu_tanh_gate_rows": _DECODE_ROW,
     "rms_norm_heads_rows": _DECODE_ROW,
+    "_quantize_activations": "allocates int32 xq for quantize_activations_into, whose rows "
+    "run in parallel (matmul_portable.py)",
+    "_quantize_activations_bytes": "allocates int8 xq for quantize_activations_into, whose "
+    "rows run in parallel (matmul_portable.py)",
 }
 
 DISPATCHERS = [
