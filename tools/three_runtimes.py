@@ -37,9 +37,9 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from harmony_ref.backends.executorch import runner_metrics
 from harmony_ref.compress import build_model
 from harmony_ref.job.runtime_check import write_corpus
-from harmony_ref.lab.parsers import parse_executorch
 from harmony_ref.lab.parsers_accuracy import parse_llama_perplexity
 from harmony_ref.runtime.loader import load_decoder, stored_policy
 from tools.decoder_vs_llamacpp import cpu_name, llama_bench, ours_pp, ours_tg
@@ -74,17 +74,17 @@ def make_files(work: Path, python: str) -> tuple[Path, Path]:
     return gguf, pte
 
 
-def et_rate(python: str, pte: Path, prompt: int, new: int, what: str, threads: int) -> float:
+def et_rate(python: str, pte: Path, prompt: int, new: int, what: str, threads: int, reps: int):
+    """ExecuTorch's runner, `reps` timed generations after a warm-up, read as the executorch
+    backend reads it (backends/executorch.py runner_metrics: the median over the generations)."""
     r = subprocess.run(
         [python, "-m", "harmony_ref.backends.executorch_runner", "--model", str(pte),
-         "--prompt-tokens", str(prompt), "--new-tokens", str(new), "--repeats", "3",
+         "--prompt-tokens", str(prompt), "--new-tokens", str(new), "--repeats", str(reps),
          "--threads", str(threads)],
         capture_output=True, text=True, env=_env(), check=True,
     )  # fmt: skip
-    m = parse_executorch(r.stdout).metrics
-    if what == "prefill":
-        return prompt / (m["prefill_ms"].value / 1000.0)
-    return m["decode_tokens_per_s"].value
+    m = runner_metrics(r.stdout)
+    return m.value("prefill_tokens_per_s" if what == "prefill" else "decode_tokens_per_s")
 
 
 def perplexities(python: str, llama_bin: str, gguf: Path, pte: Path, chunks: int, threads: int):
@@ -151,8 +151,8 @@ def main() -> None:
             runs[name]["decode"].append(
                 float(np.mean([ours_tg(m, TG, bos) for _ in range(args.reps)]))
             )
-        runs["executorch"]["prefill"].append(et_rate(python, pte, PP, 2, "prefill", t))
-        runs["executorch"]["decode"].append(et_rate(python, pte, 1, TG, "decode", t))
+        runs["executorch"]["prefill"].append(et_rate(python, pte, PP, 2, "prefill", t, args.reps))
+        runs["executorch"]["decode"].append(et_rate(python, pte, 1, TG, "decode", t, args.reps))
         if not args.json:
             print(f"round {k}: " + "; ".join(
                 f"{r} pp{PP} {runs[r]['prefill'][-1]:.1f} tg{TG} {runs[r]['decode'][-1]:.1f}"
