@@ -1,5 +1,5 @@
 """`harmony-ref calibrate --backend executorch` end to end on tiny programs (a tiny llama exported
-at fp32 and 8da4w), timed for real by the executorch backend: the runtime profile written and
+at int8 and 8da4w: the session's shared programs, tests/fixtures/executorch.py), timed for real by the executorch backend: the runtime profile written and
 loading back, one row per phase of every workload with its split, the held-out error reported
 for prefill and decode; bad workloads refused in one line before any run. The accuracy of the
 fit is tested on synthetic and committed rows (test_executorch_fit.py): a tiny program's times
@@ -14,29 +14,24 @@ import json
 
 import pytest
 
-pytest.importorskip("torch", reason="needs the executorch extra (torch CPU): not installed")
-pytest.importorskip("executorch", reason="needs the executorch extra (executorch): not installed")
-pytest.importorskip("torchao", reason="needs the executorch extra (torchao): not installed")
+from tests.fixtures.executorch import PTE_CONTEXT, needs_extra
+
+needs_extra(module_level=True)
 
 from harmony_ref.cli import main  # noqa: E402
 from harmony_ref.device.runtime import load_runtime  # noqa: E402
-from harmony_ref.runtime.pte import export_pte  # noqa: E402
-
-MAX_CONTEXT = 48
 
 
 @pytest.fixture(scope="module")
-def programs(tiny_gguf, tmp_path_factory):
-    d = tmp_path_factory.mktemp("etfit")
-    return {
-        policy: str(export_pte(str(tiny_gguf), policy, d / f"{policy}.pte", MAX_CONTEXT).path)
-        for policy in ("fp32", "w4a8-g32")
-    }
+def programs(tiny_programs):
+    """Two programs of one tiny Llama, int8 (weight-only) and w4a8-g32 (8da4w), each of
+    PTE_CONTEXT positions: the session's shared exports (an export costs 10-30 s)."""
+    return {policy: str(tiny_programs.path("llama", policy)) for policy in ("int8", "w4a8-g32")}
 
 
 def test_fits_and_scores_the_held_out_workloads(programs, tmp_path, capsys):
-    fp32, w4 = programs["fp32"], programs["w4a8-g32"]
-    workloads = f"{fp32}:8:4:1;{w4}:16:4:1;{fp32}:24:8:2;{w4}:8:8:2"
+    i8, w4 = programs["int8"], programs["w4a8-g32"]
+    workloads = f"{i8}:8:4:1;{w4}:16:4:1;{i8}:24:8:2;{w4}:8:8:2"
     out = tmp_path / "et.toml"
     argv = ["calibrate", "--backend", "executorch", "--workloads", workloads]
     argv += ["--profile", "xeon-2core-kvm", "--params", "matmul,launch_us", "--repeats", "1"]
@@ -45,7 +40,7 @@ def test_fits_and_scores_the_held_out_workloads(programs, tmp_path, capsys):
     rt = load_runtime(out)
     assert rt.name == "executorch-xnnpack" and rt.calibration is not None
     assert [r["split"] for r in s["rows"]] == ["fit"] * 4 + ["score"] * 2 + ["fit"] * 2
-    assert {r["policy"] for r in s["rows"]} == {"fp32", "w4a8-g32"}
+    assert {r["policy"] for r in s["rows"]} == {"int8", "w4a8-g32"}
     assert all(r["measured"] > 0 for r in s["rows"])
     held = {r["id"] for r in s["phases"] if r["split"] == "score"}
     assert held == set(rt.calibration.scored_on) and len(held) == 2
@@ -56,14 +51,14 @@ def test_fits_and_scores_the_held_out_workloads(programs, tmp_path, capsys):
     "item, words",
     [
         ("x.gguf:8:4", "expected PROGRAM.pte:PROMPT:NEW[:THREADS]"),
-        ("{fp32}:8:x", "invalid literal"),
-        ("{fp32}:40:9", "exceed the program's 48 positions"),
-        ("{fp32}:8:4:-1", "threads -1 must be >= 0"),
+        ("{int8}:8:x", "invalid literal"),
+        ("{int8}:30:9", f"exceed the program's {PTE_CONTEXT} positions"),
+        ("{int8}:8:4:-1", "threads -1 must be >= 0"),
         ("missing.pte:8:4", "no such file"),
     ],
 )
 def test_bad_workloads_are_refused_before_any_run(programs, tmp_path, capsys, item, words):
-    good = f"{programs['fp32']}:8:4"
+    good = f"{programs['int8']}:8:4"
     workloads = ";".join([item.format(**programs), good, good, good])
     argv = ["calibrate", "--backend", "executorch", "--workloads", workloads]
     assert main([*argv, "--out", str(tmp_path / "et.toml")]) == 2
@@ -73,7 +68,7 @@ def test_bad_workloads_are_refused_before_any_run(programs, tmp_path, capsys, it
 
 
 def test_flags_of_other_backends_are_refused(programs, tmp_path, capsys):
-    good = ";".join([f"{programs['fp32']}:8:4"] * 4)
+    good = ";".join([f"{programs['int8']}:8:4"] * 4)
     argv = ["calibrate", "--backend", "executorch", "--workloads", good, "--parser", "llama-bench"]
     assert main([*argv, "--out", str(tmp_path / "et.toml")]) == 2
     assert "--parser does not apply to --backend executorch" in capsys.readouterr().err
