@@ -70,6 +70,12 @@ class QuantLinear:
         elif self.matmul is None:
             self.matmul = f.matmul
 
+    def __setattr__(self, name, value):
+        # A new operand or kernel unbinds the call bound to the old one (`_bind` binds again).
+        if name in ("operand", "matmul"):
+            object.__setattr__(self, "_run", None)
+        object.__setattr__(self, name, value)
+
     def prepare(self):
         """Build (once) and return the operand `matmul` reads."""
         if self.operand is None:
@@ -78,7 +84,6 @@ class QuantLinear:
                 self.operand = f.dequantize(self.stored).T
             else:
                 self.operand = f.prepare(self.stored)
-            self._run = None
         return self.operand
 
     def _bind(self) -> Callable:
