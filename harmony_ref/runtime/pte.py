@@ -237,9 +237,12 @@ def read_manifest(path) -> dict:
             f"--model {p}: manifest {mp.name} has format_version {fmt!r}, this harmony-ref "
             f"reads {PTE_FORMAT_VERSION}: export it again"
         )
+    try:  # before the file is hashed: without the extra nothing can run it
+        have = require_executorch()
+    except ValueError as e:
+        raise ValueError(f"--model {p}: {e}") from e
     if sha256_file(p) != want:
         raise ValueError(f"--model {p}: its SHA-256 is not its manifest's (changed after export)")
-    have = require_executorch()
     if built != have:
         raise ValueError(
             f"--model {p}: built by ExecuTorch {built}, this is {have}: export it again"
