@@ -31,11 +31,14 @@ from harmony_ref.calibrate.phases import HELD_OUT_EVERY
 RUNTIME = "executorch-xnnpack"
 # what the fit moves unless --params says: the fp32 prompt's matmul and the 8da4w prompt's int8
 # one (XNNPACK's qd8 GEMMs: two kernels with their own achieved rates), a decode step's GEMVs,
-# and how much a second thread adds under XNNPACK (1.1-1.35x on this host's 2 vCPUs, where the
-# SoC profile's Numba GEMMs measured 1.8x). Without the last two, one matmul efficiency for both
-# programs and the SoC's thread share: 45% held-out prefill error on the committed runs, 12.5%
-# with them (results/executorch-calibration/).
-PARAMS = ("matmul", "int8", "gemv", "thread_share")
+# how much a second thread adds under XNNPACK's prompt kernels (1.1-1.35x on this host's 2
+# vCPUs, where the SoC profile's Numba GEMMs measured 1.8x) and under its decode GEMVs (1.4x on
+# the 8da4w step, which is compute-bound here: device/runtime.py gemv_thread_share). Without the
+# per-program efficiencies and the thread shares, 45% held-out prefill error on the committed
+# runs; without gemv_thread_share, or with the SoC profile's cache read taken from DRAM (its
+# first measurement), the 8da4w step priced memory-bound at ~8 ms at 1 and 2 threads: 36.5%
+# held-out decode error (docs/how-to/executorch.md).
+PARAMS = ("matmul", "int8", "gemv", "thread_share", "gemv_thread_share")
 # what a program's run is priced as: the prompt's time and one decode step's
 PHASES = ("prefill_ms", "decode_step_ms")
 CARRIES_TO_PHONE = (
@@ -65,10 +68,11 @@ class ProgramWorkload:
         return f"{Path(self.program).stem}-p{self.prompt}-n{self.new}{t}"
 
 
-def parse_program_workloads(text: str) -> list[ProgramWorkload]:
+def parse_program_workloads(text: str, minimum: int = HELD_OUT_EVERY + 1) -> list[ProgramWorkload]:
     """`--workloads` of --backend executorch: PROGRAM:PROMPT:NEW[:THREADS] items separated by ';'
-    (at least 4: every third is held out), every program's manifest read and every scenario
-    checked against its static cache before any run; ValueError in one line."""
+    (at least `minimum`; a calibration's 4: every third is held out), every program's manifest
+    read and every scenario checked against its static cache before any run; ValueError in one
+    line."""
     from harmony_ref.backends.executorch_runner import check_scenario
     from harmony_ref.runtime.pte import read_manifest
 
@@ -94,10 +98,11 @@ def parse_program_workloads(text: str) -> list[ProgramWorkload]:
         out.append(
             ProgramWorkload(parts[0], *nums, model=manifest["model"], policy=manifest["policy"])
         )
-    if len(out) < HELD_OUT_EVERY + 1:
+    if len(out) < minimum:
         raise ValueError(
-            f"--workloads: need at least {HELD_OUT_EVERY + 1} (every third is held out), "
-            f"got {len(out)}"
+            f"--workloads: need at least {minimum}"
+            + (" (every third is held out)" if minimum > 1 else "")
+            + f", got {len(out)}"
         )
     return out
 
@@ -107,9 +112,11 @@ def split_of(i: int) -> str:
     return "score" if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1 else "fit"
 
 
-def measure_program_rows(workloads, repeats: int, progress=None) -> list[dict]:
+def measure_program_rows(workloads, repeats: int, progress=None, split: str = "") -> list[dict]:
     """Run each workload through the executorch backend: one row per phase (PHASES) with the
-    workload, its split, the median and every repeat's value."""
+    workload, its split (by position, split_of; `split` names one for all: "score" for a set
+    written down to be scored only, read_held_out_workloads), the median and every repeat's
+    value."""
     import dataclasses
 
     from harmony_ref.backends.executorch import ExecuTorchDevice
@@ -126,7 +133,7 @@ def measure_program_rows(workloads, repeats: int, progress=None) -> list[dict]:
             rows.append(
                 {
                     "id": f"w{i}:{w.label}:{metric}",
-                    "split": split_of(i),
+                    "split": split or split_of(i),
                     "program": str(w.program),
                     "model": w.model,
                     "policy": w.policy,
@@ -191,6 +198,43 @@ def fit_program_rows(
         f"harmony-ref calibrate --backend executorch --runtime {runtime}",
     )
     return table, {**summary, "backend": "executorch", "phone": CARRIES_TO_PHONE}
+
+
+def read_held_out_workloads(path, programs=".") -> list[ProgramWorkload]:
+    """The workloads of a held-out file (one --workloads item a line, '#' comments), program
+    paths relative to the folder `programs`, each program's manifest read and scenario checked
+    before any run: a set written down before it ran, scored and never fitted
+    (score_program_rows)."""
+    from pathlib import Path
+
+    path, folder = Path(path), Path(programs)
+    items = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            items.append(line if Path(line).is_absolute() else str(folder / line))
+    if not items:
+        raise ValueError(f"{path}: no workload (one PROGRAM.pte:PROMPT:NEW[:THREADS] a line)")
+    return parse_program_workloads(";".join(items), minimum=1)
+
+
+def score_program_rows(rows, profile: str, runtime) -> tuple[list[dict], dict]:
+    """Rows measured to be scored only (their split "score"), priced by the fitted `runtime` (a
+    path or RuntimeProfile) on `profile`, which was fitted without them: (one row per point,
+    measured beside the model, the summary with the MAPE of prefill and of decode apart)."""
+    from harmony_ref.calibrate.fit_runtime import point_rows
+    from harmony_ref.device.runtime import load_runtime
+
+    fitted = [r["id"] for r in rows if r["split"] != "score"]
+    if fitted:
+        raise ValueError(f"score_program_rows: rows {fitted[:3]} are not of split 'score'")
+    rt = load_runtime(runtime)
+    points = program_points(rows, profile, rt.name)
+    table, mape = point_rows(rt, points)
+    summary = {"runtime": str(runtime), "profile": str(profile), "mape_pct": mape}
+    for metric, key in (("prefill_ms", "prefill"), ("decode_step_ms", "decode")):
+        _, summary[f"{key}_mape_pct"] = point_rows(rt, [p for p in points if p.metric == metric])
+    return table, summary
 
 
 def calibrate_executorch(

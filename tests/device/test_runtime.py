@@ -126,6 +126,35 @@ def test_a_cpu_runtime_on_a_soc_worked_by_hand():
     assert floor <= t.decode.time_s <= floor * 1.15
 
 
+def test_a_runtimes_gemv_thread_share_scales_its_decode_gemvs_only(tmp_path):
+    """executorch-xnnpack on the xeon-2core-kvm profile with thread_share 0.25 and
+    gemv_thread_share 0.5: at 2 threads the one-row matmuls run at (1 + 0.5) / (1 + 0.25) of
+    the rate thread_share alone gives them, the prompt's GEMMs unchanged; 1 thread, or the field
+    unset, leaves every efficiency as it was; written and read back by runtime_toml."""
+    import dataclasses
+
+    from harmony_ref.calibrate.fit_runtime import runtime_toml
+    from harmony_ref.device.soc import DTYPES
+
+    base = dataclasses.replace(load_runtime("executorch-xnnpack"), thread_share=0.25)
+    own = dataclasses.replace(base, gemv_thread_share=0.5)
+    for threads, scale in ((1, 1.0), (2, 1.5 / 1.25)):
+        a = load_profile("xeon-2core-kvm", base, threads).compute
+        b = load_profile("xeon-2core-kvm", own, threads).compute
+        for d in DTYPES:
+            assert b.efficiency(f"gemv_{d}") == pytest.approx(a.efficiency(f"gemv_{d}") * scale)
+            assert b.efficiency(d) == a.efficiency(d)
+        assert b.efficiency("attention_decode") == a.efficiency("attention_decode")
+    capped = dataclasses.replace(
+        base, gemv_thread_share=1.0, efficiency=dataclasses.replace(base.efficiency, gemv=0.9)
+    )
+    assert load_profile("xeon-2core-kvm", capped, 2).compute.efficiency("gemv_int4") == 1.0
+    assert "gemv_thread_share" not in runtime_toml(base)
+    path = tmp_path / "rt.toml"
+    path.write_text(runtime_toml(own))
+    assert load_runtime(path).gemv_thread_share == 0.5
+
+
 def test_a_socs_own_matmul_efficiency_applies_on_that_soc_only():
     rt = load_runtime("llama.cpp-cpu")
     own = {e.soc: e.matmul for e in rt.soc_efficiency}

@@ -107,6 +107,27 @@ def test_program_equals_eager_module(tiny_programs, arch, policy, tol):
     assert m_["file_sha256"] == r.file_sha256
 
 
+@pytest.mark.parametrize("arch,policy", [("llama", "w4a8-g32"), ("gemma3", "fp32")])
+def test_the_kv_caches_initial_zeros_are_stored_only_where_a_window_reads_them(
+    tiny_programs, arch, policy
+):
+    """The program's mutable-buffer data (executorch's flatbuffer, deserialized): none for a
+    causal program (custom_sdpa reads only rows written before it), the KV cache's zeros once
+    per method for one with windowed layers (the tiny Gemma 3: a window of 4 in 32 positions),
+    whose masked rows custom_sdpa still reads."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    r = tiny_programs.export(arch, policy)
+    w, _ = load_decoder(str(tiny_programs.ggufs[arch]))
+    c = w.config
+    pte = deserialize_pte_binary(r.path.read_bytes())
+    stored = sum(len(b.storage) for b in pte.mutable_data or [])
+    kv_bytes = 2 * c.n_layers * PTE_CONTEXT * c.n_kv_heads * c.head_dim * 4  # k and v, fp32
+    methods = len(pte.program.execution_plan)
+    assert methods == 2
+    assert stored == (methods * kv_bytes if arch == "gemma3" else 0)
+
+
 def test_plan_follows_the_flow():
     c = tiny_config("llama")  # dim 64, ffn 96: K = 64 rows take g32; down_proj's K = 96 too
     plan = pte_plan(c, "w4a8-g32")
