@@ -40,6 +40,7 @@ import numba
 import numpy as np
 
 from harmony_ref.kernels._checks import float32_array
+from harmony_ref.kernels.norm import exp32
 from harmony_ref.quant.int8 import symmetric_int8_scale
 from harmony_ref.quant.kv import KV_DTYPES, KV_INT8_MAX_LEVEL
 
@@ -343,10 +344,17 @@ def prefill_attention_ref(q, cache: KVCache) -> np.ndarray:
     return np.einsum("htl,lhd->thd", p, v).astype(np.float32)
 
 
+KEYS = 4  # prefill: keys per pass of the score and weighted-sum loops
+
+
 @numba.njit(parallel=True, fastmath=True, cache=True)
 def _prefill_attention(q, k, v, window):
     """q (T, H, D); k, v (L, Hkv, D) float32; query t sits at position L - T + t and sees keys
-    from position L - T + t - window + 1 on (window 0: from 0)."""
+    from position L - T + t - window + 1 on (window 0: from 0). KEYS keys at a time: one pass
+    over a query row scores four keys (four dot products, each q value loaded once) and one pass
+    over an output row adds four weighted value rows (out loaded and stored once per four keys,
+    not once per key), the rest one at a time; keys outside, heads inside, so each cached row
+    is read once (then from L1) for the query heads that share it."""
     t_rows, n_heads, d = q.shape
     length, n_kv, _ = k.shape
     group = n_heads // n_kv
@@ -359,12 +367,31 @@ def _prefill_attention(q, k, v, window):
         last = start + t  # keys first .. last
         first = max(0, last - window + 1) if window > 0 else 0
         n = last - first + 1
+        full = n - n % KEYS
         scores = np.empty((group, n), dtype=np.float32)
-        for s in range(n):
+        for s in range(0, full, KEYS):  # each key row read once (L1) for the group's heads
+            k0, k1 = k[first + s, kh], k[first + s + 1, kh]
+            k2, k3 = k[first + s + 2, kh], k[first + s + 3, kh]
             for g in range(group):
+                qr = q[t, kh * group + g]
+                c0, c1, c2, c3 = np.float32(0.0), np.float32(0.0), np.float32(0.0), np.float32(0.0)
+                for j in range(d):
+                    x = qr[j]
+                    c0 += x * k0[j]
+                    c1 += x * k1[j]
+                    c2 += x * k2[j]
+                    c3 += x * k3[j]
+                scores[g, s] = c0 * inv_sqrt_d
+                scores[g, s + 1] = c1 * inv_sqrt_d
+                scores[g, s + 2] = c2 * inv_sqrt_d
+                scores[g, s + 3] = c3 * inv_sqrt_d
+        for s in range(full, n):
+            kr = k[first + s, kh]
+            for g in range(group):
+                qr = q[t, kh * group + g]
                 acc = np.float32(0.0)
                 for j in range(d):
-                    acc += q[t, kh * group + g, j] * k[first + s, kh, j]
+                    acc += qr[j] * kr[j]
                 scores[g, s] = acc * inv_sqrt_d
         for g in range(group):
             top = scores[g, 0]
@@ -372,15 +399,27 @@ def _prefill_attention(q, k, v, window):
                 top = max(top, scores[g, s])
             total = np.float32(0.0)
             for s in range(n):
-                e = np.float32(math.exp(scores[g, s] - top))
+                e = exp32(scores[g, s] - top)
                 scores[g, s] = e
                 total += e
             inv = np.float32(1.0) / total
-            h = kh * group + g
             for s in range(n):
-                p = scores[g, s] * inv
+                scores[g, s] *= inv
+        for s in range(0, full, KEYS):  # each value row read once for the group's heads
+            v0, v1 = v[first + s, kh], v[first + s + 1, kh]
+            v2, v3 = v[first + s + 2, kh], v[first + s + 3, kh]
+            for g in range(group):
+                o = out[t, kh * group + g]
+                p0, p1, p2, p3 = scores[g, s], scores[g, s + 1], scores[g, s + 2], scores[g, s + 3]
                 for j in range(d):
-                    out[t, h, j] += p * v[first + s, kh, j]
+                    o[j] += p0 * v0[j] + p1 * v1[j] + p2 * v2[j] + p3 * v3[j]
+        for s in range(full, n):
+            vr = v[first + s, kh]
+            for g in range(group):
+                o = out[t, kh * group + g]
+                p = scores[g, s]
+                for j in range(d):
+                    o[j] += p * vr[j]
     return out
 
 
