@@ -512,8 +512,9 @@ def _block32_x86(isa, levels, x, u, hb, a, b, offset):
     float(xsum)) (b: q4_1's m; without it, add_super_a), matmul_kquant_ref's order. Prefill
     (M >= 4): each tile's levels are decoded once into a byte buffer (`unpack_block32`; q8_0's
     bytes are read as stored), then its activation rows run over it four at a time (one loaded
-    step feeds four dots), the M % 4 left one at a time; decode (M < 4) runs one row at a time
-    from the stored levels with the weight stream prefetched."""
+    step feeds four dots); the M % 4 rows left, and decode's (M < 4), one at a time from the
+    stored levels with the weight stream prefetched (decode's code as it was before the
+    buffer)."""
     numba.literally(isa)
     numba.literally(levels)
     xq, xd, xsum = _activations(x, True, QK)
@@ -570,20 +571,14 @@ def _block32_x86(isa, levels, x, u, hb, a, b, offset):
             xr = xw[i]
             facc = zero_floats()
             for g in range(blocks):
+                if levels == NIBBLES:  # q4_1 only: the measurements above BLOCK_STEPS
+                    for c in range(0, per_block, 64):
+                        prefetch(ut, min(g * per_block + PREFETCH_BYTES + c, last))
+                h = load_bytes(ht, g * STEP) if levels == NIBBLES_HIGH else zero_bytes()
                 acc = zero_ints()
-                if m >= 4:  # the rows left after the fours: the decoded buffer
-                    for j in range(g * BLOCK_STEPS, (g + 1) * BLOCK_STEPS):
-                        acc = dot_levels(
-                            isa, levels, acc, load_bytes(wt, j * STEP), bcast_word(xr, j)
-                        )
-                else:
-                    if levels == NIBBLES:  # q4_1 only: the measurements above BLOCK_STEPS
-                        for c in range(0, per_block, 64):
-                            prefetch(ut, min(g * per_block + PREFETCH_BYTES + c, last))
-                    h = load_bytes(ht, g * STEP) if levels == NIBBLES_HIGH else zero_bytes()
-                    for s in range(BLOCK_STEPS):
-                        w = block_step(levels, ut, h, g, s)
-                        acc = dot_levels(isa, levels, acc, w, bcast_word(xr, g * BLOCK_STEPS + s))
+                for s in range(BLOCK_STEPS):
+                    w = block_step(levels, ut, h, g, s)
+                    acc = dot_levels(isa, levels, acc, w, bcast_word(xr, g * BLOCK_STEPS + s))
                 c0 = minus_scalar_times(acc, offset, xsum[i, g])
                 fa = load_floats(at, g * LANES)
                 if has_b:
@@ -618,8 +613,8 @@ def _kquant_x86(isa, levels, x, u, hb, sc, mins, a, b, group, per, offset):
     (a literal) says how `u` (and `hb`, the high bits) hold them: NIBBLES (q4_k), NIBBLES_HIGH
     (q5_k) or NIBBLES_HIGH2 (q6_k). Prefill (M >= 4): each tile's levels are decoded once into
     a byte buffer (`unpack_kquant`), then its activation rows run over it four at a time (one
-    loaded step feeds four dots), the M % 4 left one at a time; decode (M < 4) runs one row at a
-    time from the stored levels. q4_k and q5_k have offset 0 and q6_k no mins (m = 0, b = 0),
+    loaded step feeds four dots); the M % 4 rows left, and decode's (M < 4), one at a time from
+    the stored levels. q4_k and q5_k have offset 0 and q6_k no mins (m = 0, b = 0),
     so the prefill rows leave those terms out (the same bits: a - 0 * xsum = a, and add_super_a
     for q6_k)."""
     numba.literally(isa)
@@ -688,10 +683,7 @@ def _kquant_x86(isa, levels, x, u, hb, sc, mins, a, b, group, per, offset):
                 i2 = zero_ints()
                 for g in range(s * per, (s + 1) * per):
                     acc = zero_ints()
-                    if m >= 4:  # the rows left after the fours: the decoded buffer
-                        for j in range(g * steps, (g + 1) * steps):
-                            acc = dot_nibbles(isa, acc, load_bytes(wt, j * STEP), bcast_word(xr, j))
-                    elif levels == NIBBLES:  # one byte step: 4 values low, the next 4 high
+                    if levels == NIBBLES:  # one byte step: 4 values low, the next 4 high
                         for j in range(g * steps // 2, (g + 1) * steps // 2):
                             w = load_bytes(ut, j * STEP)
                             acc = dot_nibbles(isa, acc, low_nibbles(w), bcast_word(xr, 2 * j))
