@@ -38,7 +38,9 @@ or AVX-VNNI) or AVX2 `vpmaddubsw` for the group dots (u <= 63, so vpmaddubsw's i
 never saturate: 2 * 63 * 127 < 2^15; q8_0's u = q + 128 goes through matmul_x86's
 dot_offset_bytes, which on AVX2 multiplies q itself, so its offset there is 0); the portable one
 is a plain Numba loop over the same integers. One load of a tile's weight step feeds all 64
-rows and, for M >= 4, four activation rows at a time (prefill; the tile stays in L2). q4_k's levels are held as nibbles
+rows; for M >= 4 (prefill) each tile's levels are first decoded once into a byte buffer (one
+byte a level, K * 64 bytes: L2), which every activation row then reads four rows at a time, so
+the nibble / high-bit decoding is paid once per tile, not once per four rows. q4_k's levels are held as nibbles
 (matmul_w4's layout: half a byte a weight); q5_k's and q6_k's as nibbles plus their 5th (q5_k:
 one byte per lane and 4-value step column of a 32-group, bit s for step s, as q5_0's) or 5th and
 6th bits (q6_k: one byte per lane and column of a 16-group, bits 2s and 2s + 1 for step s), put
@@ -50,8 +52,8 @@ x86 layout and kernel, `_block32_x86`, at the file's own bits per weight: nibble
 nibbles plus its 5th bits (one byte per lane and 4-value step column of a block, bit s for step
 s: 1 bit a weight, put back in registers as 16), q8_0's bytes, and d (q4_1: m too) as the
 file's float16 bits, widened in registers (exact); 5 / 5.5 / 8.5 bits a weight, as the file.
-It runs four activation rows per decoded weight step (prefill) and prefetches q4_1's stream for
-a single row (decode). q5_0's and q8_0's b = 0 term is left out (add_super_a: the same bits).
+It decodes a tile's levels once into the prefill buffer and runs four activation rows per
+loaded step (prefill), and prefetches q4_1's stream for a single row (decode). q5_0's and q8_0's b = 0 term is left out (add_super_a: the same bits).
 """
 
 from __future__ import annotations
