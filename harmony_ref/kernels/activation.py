@@ -10,19 +10,18 @@ The GELU kernel uses norm.py's rational tanh (the fused norm-bias-GELU kernel's)
 from the twin's np.tanh by at most that approximation's error (tests bound it).
 
 `silu_gate_rows` is the decoder's hot path: it reads one fused gate|up activation (T, 2F), the
-output of a single matmul over the concatenated gate and up weights, and writes (T, F). Large
-negative v gives exp(-v) = inf and silu = -0.0, as in the reference; NaN stays NaN.
+output of a single matmul over the concatenated gate and up weights, and writes (T, F). Its exp
+is norm.py's vectorisable `exp32` (within a float32 ulp of exp). Large negative v gives
+exp(-v) = inf and silu = -0.0, as in the reference; NaN stays NaN.
 """
 
 from __future__ import annotations
-
-import math
 
 import numba
 import numpy as np
 
 from harmony_ref.kernels._checks import float32_array
-from harmony_ref.kernels.norm import GELU_CUBIC, GELU_TANH_SCALE, _gelu1
+from harmony_ref.kernels.norm import GELU_CUBIC, GELU_TANH_SCALE, _gelu1, exp32
 
 
 def _check(gate, up):
@@ -39,14 +38,17 @@ def silu_gate_ref(gate, up) -> np.ndarray:
         return (gate / (np.float32(1) + np.exp(-gate)) * up).astype(np.float32)
 
 
-@numba.njit(fastmath=False, cache=True)
+@numba.njit(fastmath=False, error_model="numpy", cache=True)
 def silu_gate_rows(gate_up, out):
-    """out (T, F) = silu(gate_up[:, :F]) * gate_up[:, F:]. No checks (callers validate once)."""
+    """out (T, F) = silu(gate_up[:, :F]) * gate_up[:, F:]. No checks (callers validate once).
+    exp is norm.py's `exp32` and the error model numpy's (no ZeroDivisionError branch; 1 + e^-g
+    is never 0), so the loop vectorises: libm's scalar exp was ~3 ns a value (SmolLM2-135M at
+    128 tokens: 17 ms of a 160 ms prefill, cProfile, AMD EPYC Zen 4, 1 thread)."""
     t_rows, f = out.shape
     for t in range(t_rows):
         for j in range(f):
             g = gate_up[t, j]
-            out[t, j] = g / (np.float32(1.0) + np.float32(math.exp(-g))) * gate_up[t, f + j]
+            out[t, j] = g / (np.float32(1.0) + exp32(-g)) * gate_up[t, f + j]
     return out
 
 
@@ -70,9 +72,14 @@ def gelu_tanh_gate_ref(gate, up) -> np.ndarray:
     return (np.float32(0.5) * gate * (np.float32(1) + np.tanh(inner)) * up).astype(np.float32)
 
 
-@numba.njit(fastmath=True, cache=True)
+@numba.njit(fastmath=True, error_model="numpy", cache=True)
 def gelu_tanh_gate_rows(gate_up, out):
-    """out (T, F) = gelu_tanh(gate_up[:, :F]) * gate_up[:, F:]. No checks."""
+    """out (T, F) = gelu_tanh(gate_up[:, :F]) * gate_up[:, F:]. No checks. numpy's error model
+    (no ZeroDivisionError check: the rational tanh's denominator is >= B0 > 0) lets LLVM
+    vectorize the loop (16 lanes a zmm): under Python's, every division branched to a possible
+    raise and the loop stayed scalar, 1.2 ms a Gemma 3 270M layer at 128 tokens (cProfile, AMD
+    EPYC Zen 4, 1 thread). Vectorized, fastmath's reciprocal estimate moves results by an ulp or
+    so against the scalar loop, inside the tanh approximation's bound."""
     t_rows, f = out.shape
     for t in range(t_rows):
         for j in range(f):

@@ -38,8 +38,20 @@ import math
 
 import numba
 import numpy as np
+from numba import types
+from numba.extending import intrinsic
 
 from harmony_ref.kernels._checks import float32_array
+from harmony_ref.kernels.matmul_x86 import (
+    FLOATS,
+    LANES,
+    _call,
+    _splat,
+    load_floats,
+    store_floats,
+    zero_floats,
+)
+from harmony_ref.kernels.norm import exp32
 from harmony_ref.quant.int8 import symmetric_int8_scale
 from harmony_ref.quant.kv import KV_DTYPES, KV_INT8_MAX_LEVEL
 
@@ -343,44 +355,127 @@ def prefill_attention_ref(q, cache: KVCache) -> np.ndarray:
     return np.einsum("htl,lhd->thd", p, v).astype(np.float32)
 
 
+KEYS = 4  # prefill: keys per pass of the weighted-sum loop where head_dim % LANES != 0
+HEADS = 4  # prefill: query heads (of one kv head) per score / weighted-sum tile
+
+
+@intrinsic
+def add_times(typingctx, acc, x, v):
+    """acc + x * v (llvm.fmuladd: one FMA where the CPU has it), x a float32 scalar, acc and v
+    LANES-lane float32 vectors (matmul_x86's FLOATS)."""
+
+    def codegen(context, builder, sig, args):
+        xs = _splat(builder, context.cast(builder, args[1], sig.args[1], types.float32), LANES)
+        return _call(builder, "llvm.fmuladd.v64f32", args[0].type, [xs, args[2], args[0]])
+
+    return FLOATS(FLOATS, x, FLOATS), codegen
+
+
+@numba.njit(cache=True)
+def _keys_by_dim(k):
+    """k (L, Hkv, D) -> (Hkv, D, L + LANES) float32, zero past L: each kv head's keys one
+    row per dimension, so LANES consecutive keys' values of dimension j are one vector load."""
+    length, n_kv, d = k.shape
+    kt = np.zeros((n_kv, d, length + LANES), dtype=np.float32)
+    for s in range(length):
+        for h in range(n_kv):
+            for j in range(d):
+                kt[h, j, s] = k[s, h, j]
+    return kt
+
+
 @numba.njit(parallel=True, fastmath=True, cache=True)
 def _prefill_attention(q, k, v, window):
     """q (T, H, D); k, v (L, Hkv, D) float32; query t sits at position L - T + t and sees keys
-    from position L - T + t - window + 1 on (window 0: from 0)."""
+    from position L - T + t - window + 1 on (window 0: from 0). Register tiles: the scores of
+    HEADS query heads x LANES keys from the keys laid out by dimension (`_keys_by_dim`, once per
+    call), one key vector load feeding HEADS FMAs per dimension and no horizontal sums (with
+    head_dim 64 those cost as much as the dot itself); the weighted sum HEADS heads x LANES
+    dimensions over every key, one value vector load feeding HEADS FMAs (head_dim not a
+    multiple of LANES: KEYS value rows per pass over an output row). A group of fewer than
+    HEADS heads repeats its last one in the tile (the same values, stored twice)."""
     t_rows, n_heads, d = q.shape
     length, n_kv, _ = k.shape
     group = n_heads // n_kv
     start = length - t_rows
     inv_sqrt_d = np.float32(1.0 / math.sqrt(d))
     out = np.zeros((t_rows, n_heads, d), dtype=np.float32)
+    kt = _keys_by_dim(k)
     for idx in numba.prange(n_kv * t_rows):
         kh = idx // t_rows
-        t = idx % t_rows
+        r = idx % t_rows  # queries 0, T-1, 1, T-2, ...: each thread's share of prange's
+        t = r // 2 if r % 2 == 0 else t_rows - 1 - r // 2  # static split gets short and long rows
         last = start + t  # keys first .. last
         first = max(0, last - window + 1) if window > 0 else 0
         n = last - first + 1
-        scores = np.empty((group, n), dtype=np.float32)
-        for s in range(n):
-            for g in range(group):
-                acc = np.float32(0.0)
+        scores = np.empty((group, n + LANES), dtype=np.float32)
+        kth = kt[kh]
+        for g0 in range(0, group, HEADS):  # HEADS heads x LANES keys a tile
+            g1, g2, g3 = min(g0 + 1, group - 1), min(g0 + 2, group - 1), min(g0 + 3, group - 1)
+            q0, q1 = q[t, kh * group + g0], q[t, kh * group + g1]
+            q2, q3 = q[t, kh * group + g2], q[t, kh * group + g3]
+            for s0 in range(0, n, LANES):
+                a0, a1, a2, a3 = zero_floats(), zero_floats(), zero_floats(), zero_floats()
                 for j in range(d):
-                    acc += q[t, kh * group + g, j] * k[first + s, kh, j]
-                scores[g, s] = acc * inv_sqrt_d
+                    kv = load_floats(kth[j], first + s0)
+                    a0, a1 = add_times(a0, q0[j], kv), add_times(a1, q1[j], kv)
+                    a2, a3 = add_times(a2, q2[j], kv), add_times(a3, q3[j], kv)
+                store_floats(scores[g0], s0, a0)  # past the group: its last head again
+                store_floats(scores[g1], s0, a1)
+                store_floats(scores[g2], s0, a2)
+                store_floats(scores[g3], s0, a3)
+        for g in range(group):
+            for s in range(n):
+                scores[g, s] *= inv_sqrt_d
         for g in range(group):
             top = scores[g, 0]
             for s in range(1, n):
                 top = max(top, scores[g, s])
             total = np.float32(0.0)
             for s in range(n):
-                e = np.float32(math.exp(scores[g, s] - top))
+                e = exp32(scores[g, s] - top)
                 scores[g, s] = e
                 total += e
             inv = np.float32(1.0) / total
-            h = kh * group + g
             for s in range(n):
-                p = scores[g, s] * inv
-                for j in range(d):
-                    out[t, h, j] += p * v[first + s, kh, j]
+                scores[g, s] *= inv
+        if d % LANES == 0:  # HEADS heads x LANES dimensions a tile, over every key
+            for g0 in range(0, group, HEADS):
+                g1, g2 = min(g0 + 1, group - 1), min(g0 + 2, group - 1)
+                g3 = min(g0 + 3, group - 1)
+                p0, p1, p2, p3 = scores[g0], scores[g1], scores[g2], scores[g3]
+                for c in range(0, d, LANES):
+                    a0, a1, a2, a3 = zero_floats(), zero_floats(), zero_floats(), zero_floats()
+                    for s in range(n):
+                        vv = load_floats(v[first + s, kh], c)
+                        a0, a1 = add_times(a0, p0[s], vv), add_times(a1, p1[s], vv)
+                        a2, a3 = add_times(a2, p2[s], vv), add_times(a3, p3[s], vv)
+                    store_floats(out[t, kh * group + g0], c, a0)
+                    store_floats(out[t, kh * group + g1], c, a1)
+                    store_floats(out[t, kh * group + g2], c, a2)
+                    store_floats(out[t, kh * group + g3], c, a3)
+        else:  # KEYS value rows per pass over an output row
+            full = n - n % KEYS
+            for s in range(0, full, KEYS):  # each value row read once for the group's heads
+                v0, v1 = v[first + s, kh], v[first + s + 1, kh]
+                v2, v3 = v[first + s + 2, kh], v[first + s + 3, kh]
+                for g in range(group):
+                    o = out[t, kh * group + g]
+                    p0, p1, p2, p3 = (
+                        scores[g, s],
+                        scores[g, s + 1],
+                        scores[g, s + 2],
+                        scores[g, s + 3],
+                    )
+                    for j in range(d):
+                        o[j] += p0 * v0[j] + p1 * v1[j] + p2 * v2[j] + p3 * v3[j]
+            for s in range(full, n):
+                vr = v[first + s, kh]
+                for g in range(group):
+                    o = out[t, kh * group + g]
+                    p = scores[g, s]
+                    for j in range(d):
+                        o[j] += p * vr[j]
     return out
 
 

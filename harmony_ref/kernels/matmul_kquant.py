@@ -38,7 +38,9 @@ or AVX-VNNI) or AVX2 `vpmaddubsw` for the group dots (u <= 63, so vpmaddubsw's i
 never saturate: 2 * 63 * 127 < 2^15; q8_0's u = q + 128 goes through matmul_x86's
 dot_offset_bytes, which on AVX2 multiplies q itself, so its offset there is 0); the portable one
 is a plain Numba loop over the same integers. One load of a tile's weight step feeds all 64
-rows and, for M >= 4, four activation rows at a time (prefill; the tile stays in L2). q4_k's levels are held as nibbles
+rows; for M >= 4 (prefill) each tile's levels are first decoded once into a byte buffer (one
+byte a level, K * 64 bytes: L2), which every activation row then reads four rows at a time, so
+the nibble / high-bit decoding is paid once per tile, not once per four rows. q4_k's levels are held as nibbles
 (matmul_w4's layout: half a byte a weight); q5_k's and q6_k's as nibbles plus their 5th (q5_k:
 one byte per lane and 4-value step column of a 32-group, bit s for step s, as q5_0's) or 5th and
 6th bits (q6_k: one byte per lane and column of a 16-group, bits 2s and 2s + 1 for step s), put
@@ -50,8 +52,8 @@ x86 layout and kernel, `_block32_x86`, at the file's own bits per weight: nibble
 nibbles plus its 5th bits (one byte per lane and 4-value step column of a block, bit s for step
 s: 1 bit a weight, put back in registers as 16), q8_0's bytes, and d (q4_1: m too) as the
 file's float16 bits, widened in registers (exact); 5 / 5.5 / 8.5 bits a weight, as the file.
-It runs four activation rows per decoded weight step (prefill) and prefetches q4_1's stream for
-a single row (decode). q5_0's and q8_0's b = 0 term is left out (add_super_a: the same bits).
+It decodes a tile's levels once into the prefill buffer and runs four activation rows per
+loaded step (prefill), and prefetches q4_1's stream for a single row (decode). q5_0's and q8_0's b = 0 term is left out (add_super_a: the same bits).
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ from harmony_ref.kernels.matmul_x86 import (
     minus_scalar_times,
     minus_times,
     prefetch,
+    store_bytes,
     store_floats,
     zero_floats,
     zero_ints,
@@ -494,13 +497,26 @@ def store_rows4(y, i, col, f0, f1, f2, f3):
     store_floats(y[i + 3], col, f3)
 
 
+@numba.njit(inline="always")
+def unpack_block32(levels, ut, ht, wt, blocks):
+    """A tile's levels, every 4-value step as one byte a level (bytes [j * STEP:] of `wt`: step
+    j = g * BLOCK_STEPS + s of block g), decoded once (block_step) for all of prefill's rows."""
+    for g in range(blocks):
+        h = load_bytes(ht, g * STEP) if levels == NIBBLES_HIGH else zero_bytes()
+        for s in range(BLOCK_STEPS):
+            store_bytes(wt, (g * BLOCK_STEPS + s) * STEP, block_step(levels, ut, h, g, s))
+
+
 @numba.njit(parallel=True, cache=True)
 def _block32_x86(isa, levels, x, u, hb, a, b, offset):
     """y (M, T * LANES) for a BLOCK32 type in the x86-32 layout, x (M, K) float32 quantized to
     32-blocks here (`_activations`): per 32-block g, I1 = dot(u, xq) - offset * xsum, then y += xd * (a * float(I1) + b *
-    float(xsum)) (b: q4_1's m; without it, add_super_a), matmul_kquant_ref's order. Each tile
-    runs its activation rows four at a time (one decoded weight step feeds four dots: prefill),
-    then the M % 4 left one at a time with the weight stream prefetched (decode)."""
+    float(xsum)) (b: q4_1's m; without it, add_super_a), matmul_kquant_ref's order. Prefill
+    (M >= 4): each tile's levels are decoded once into a byte buffer (`unpack_block32`; q8_0's
+    bytes are read as stored), then its activation rows run over it four at a time (one loaded
+    step feeds four dots); the M % 4 rows left, and decode's (M < 4), one at a time from the
+    stored levels with the weight stream prefetched (decode's code as it was before the
+    buffer)."""
     numba.literally(isa)
     numba.literally(levels)
     xq, xd, xsum = _activations(x, True, QK)
@@ -515,15 +531,17 @@ def _block32_x86(isa, levels, x, u, hb, a, b, offset):
     y = np.empty((m, tiles * LANES), dtype=np.float32)
     for t in numba.prange(tiles):
         ut, ht, at, bt = u[t], hb[t], a[t], b[t]
+        wt = ut
+        if m >= 4 and levels != Q8_BYTES:
+            wt = np.empty(blocks * BLOCK_STEPS * STEP, dtype=np.uint8)
+            unpack_block32(levels, ut, ht, wt, blocks)
         for i in range(0, full, 4):
             x0, x1, x2, x3 = xw[i], xw[i + 1], xw[i + 2], xw[i + 3]
             f0, f1, f2, f3 = zero_floats(), zero_floats(), zero_floats(), zero_floats()
             for g in range(blocks):
-                h = load_bytes(ht, g * STEP) if levels == NIBBLES_HIGH else zero_bytes()
                 a0, a1, a2, a3 = zero_ints(), zero_ints(), zero_ints(), zero_ints()
-                for s in range(BLOCK_STEPS):
-                    w = block_step(levels, ut, h, g, s)
-                    j = g * BLOCK_STEPS + s
+                for j in range(g * BLOCK_STEPS, (g + 1) * BLOCK_STEPS):
+                    w = load_bytes(wt, j * STEP)
                     a0 = dot_levels(isa, levels, a0, w, bcast_word(x0, j))
                     a1 = dot_levels(isa, levels, a1, w, bcast_word(x1, j))
                     a2 = dot_levels(isa, levels, a2, w, bcast_word(x2, j))
@@ -574,12 +592,33 @@ def _block32_x86(isa, levels, x, u, hb, a, b, offset):
     return y
 
 
+@numba.njit(inline="always")
+def unpack_kquant(levels, ut, ht, wt, groups, steps):
+    """A tile's K-quant levels, every 4-value step as one byte a level (bytes [j * STEP:] of
+    `wt`: step j = g * steps + e of group g), decoded once for all of prefill's rows: nibbles
+    split (q4_k), with their high bits put back (q5_k, q6_k: block_step)."""
+    if levels == NIBBLES:
+        for j in range(groups * steps // 2):
+            v = load_bytes(ut, j * STEP)
+            store_bytes(wt, 2 * j * STEP, low_nibbles(v))
+            store_bytes(wt, (2 * j + 1) * STEP, high_nibbles(v))
+    else:
+        for g in range(groups):
+            h = load_bytes(ht, g * STEP)
+            for e in range(steps):
+                store_bytes(wt, (g * steps + e) * STEP, block_step(levels, ut, h, g, e))
+
+
 @numba.njit(parallel=True, cache=True)
 def _kquant_x86(isa, levels, x, u, hb, sc, mins, a, b, group, per, offset):
     """y (M, T * LANES) for x (M, K) float32, quantized to Q8_K here (`_activations`); `levels`
     (a literal) says how `u` (and `hb`, the high bits) hold them: NIBBLES (q4_k), NIBBLES_HIGH
-    (q5_k) or NIBBLES_HIGH2 (q6_k). Each tile runs its activation rows four at a time (one
-    loaded weight step feeds four dots: prefill), then the M % 4 left one at a time."""
+    (q5_k) or NIBBLES_HIGH2 (q6_k). Prefill (M >= 4): each tile's levels are decoded once into
+    a byte buffer (`unpack_kquant`), then its activation rows run over it four at a time (one
+    loaded step feeds four dots); the M % 4 rows left, and decode's (M < 4), one at a time from
+    the stored levels. q4_k and q5_k have offset 0 and q6_k no mins (m = 0, b = 0),
+    so the prefill rows leave those terms out (the same bits: a - 0 * xsum = a, and add_super_a
+    for q6_k)."""
     numba.literally(isa)
     numba.literally(levels)
     xq, xd, xsum = _activations(x, False, group)
@@ -589,9 +628,14 @@ def _kquant_x86(isa, levels, x, u, hb, sc, mins, a, b, group, per, offset):
     supers = xd.shape[1]
     steps = group // 4
     full = m - m % 4
+    six = levels == NIBBLES_HIGH2  # q6_k: offset 32, no mins
     y = np.empty((m, tiles * LANES), dtype=np.float32)
     for t in numba.prange(tiles):
         ut, ht, st, mt, at, bt = u[t], hb[t], sc[t], mins[t], a[t], b[t]
+        wt = ut
+        if m >= 4:
+            wt = np.empty(supers * per * steps * STEP, dtype=np.uint8)
+            unpack_kquant(levels, ut, ht, wt, supers * per, steps)
         for i in range(0, full, 4):
             x0, x1, x2, x3 = xw[i], xw[i + 1], xw[i + 2], xw[i + 3]
             f0, f1, f2, f3 = zero_floats(), zero_floats(), zero_floats(), zero_floats()
@@ -600,41 +644,38 @@ def _kquant_x86(isa, levels, x, u, hb, sc, mins, a, b, group, per, offset):
                 q0, q1, q2, q3 = zero_ints(), zero_ints(), zero_ints(), zero_ints()
                 for g in range(s * per, (s + 1) * per):
                     a0, a1, a2, a3 = zero_ints(), zero_ints(), zero_ints(), zero_ints()
-                    if levels == NIBBLES:
-                        for j in range(g * steps // 2, (g + 1) * steps // 2):
-                            v = load_bytes(ut, j * STEP)
-                            lo, hi = low_nibbles(v), high_nibbles(v)
-                            a0 = dot_nibbles(isa, a0, lo, bcast_word(x0, 2 * j))
-                            a1 = dot_nibbles(isa, a1, lo, bcast_word(x1, 2 * j))
-                            a2 = dot_nibbles(isa, a2, lo, bcast_word(x2, 2 * j))
-                            a3 = dot_nibbles(isa, a3, lo, bcast_word(x3, 2 * j))
-                            a0 = dot_nibbles(isa, a0, hi, bcast_word(x0, 2 * j + 1))
-                            a1 = dot_nibbles(isa, a1, hi, bcast_word(x1, 2 * j + 1))
-                            a2 = dot_nibbles(isa, a2, hi, bcast_word(x2, 2 * j + 1))
-                            a3 = dot_nibbles(isa, a3, hi, bcast_word(x3, 2 * j + 1))
-                    else:  # nibbles and the group's byte step of high bits
-                        h = load_bytes(ht, g * STEP)
-                        for e in range(steps):
-                            w = block_step(levels, ut, h, g, e)
-                            j = g * steps + e
-                            a0 = dot_nibbles(isa, a0, w, bcast_word(x0, j))
-                            a1 = dot_nibbles(isa, a1, w, bcast_word(x1, j))
-                            a2 = dot_nibbles(isa, a2, w, bcast_word(x2, j))
-                            a3 = dot_nibbles(isa, a3, w, bcast_word(x3, j))
-                    sg, mg = load_int8_offset(st, g * LANES, 0), load_int8_offset(mt, g * LANES, 0)
-                    p0 = mul_add_ints(p0, sg, minus_scalar_times(a0, offset, xsum[i, g]))
-                    p1 = mul_add_ints(p1, sg, minus_scalar_times(a1, offset, xsum[i + 1, g]))
-                    p2 = mul_add_ints(p2, sg, minus_scalar_times(a2, offset, xsum[i + 2, g]))
-                    p3 = mul_add_ints(p3, sg, minus_scalar_times(a3, offset, xsum[i + 3, g]))
-                    q0 = minus_times(q0, mg, xsum[i, g])
-                    q1 = minus_times(q1, mg, xsum[i + 1, g])
-                    q2 = minus_times(q2, mg, xsum[i + 2, g])
-                    q3 = minus_times(q3, mg, xsum[i + 3, g])
-                fa, fb = load_floats(at, s * LANES), load_floats(bt, s * LANES)
-                f0 = add_super(f0, xd[i, s], fa, p0, fb, q0)
-                f1 = add_super(f1, xd[i + 1, s], fa, p1, fb, q1)
-                f2 = add_super(f2, xd[i + 2, s], fa, p2, fb, q2)
-                f3 = add_super(f3, xd[i + 3, s], fa, p3, fb, q3)
+                    for j in range(g * steps, (g + 1) * steps):
+                        w = load_bytes(wt, j * STEP)
+                        a0 = dot_nibbles(isa, a0, w, bcast_word(x0, j))
+                        a1 = dot_nibbles(isa, a1, w, bcast_word(x1, j))
+                        a2 = dot_nibbles(isa, a2, w, bcast_word(x2, j))
+                        a3 = dot_nibbles(isa, a3, w, bcast_word(x3, j))
+                    sg = load_int8_offset(st, g * LANES, 0)
+                    if six:
+                        p0 = mul_add_ints(p0, sg, minus_scalar_times(a0, offset, xsum[i, g]))
+                        p1 = mul_add_ints(p1, sg, minus_scalar_times(a1, offset, xsum[i + 1, g]))
+                        p2 = mul_add_ints(p2, sg, minus_scalar_times(a2, offset, xsum[i + 2, g]))
+                        p3 = mul_add_ints(p3, sg, minus_scalar_times(a3, offset, xsum[i + 3, g]))
+                    else:
+                        p0, p1 = mul_add_ints(p0, sg, a0), mul_add_ints(p1, sg, a1)
+                        p2, p3 = mul_add_ints(p2, sg, a2), mul_add_ints(p3, sg, a3)
+                        mg = load_int8_offset(mt, g * LANES, 0)
+                        q0 = minus_times(q0, mg, xsum[i, g])
+                        q1 = minus_times(q1, mg, xsum[i + 1, g])
+                        q2 = minus_times(q2, mg, xsum[i + 2, g])
+                        q3 = minus_times(q3, mg, xsum[i + 3, g])
+                fa = load_floats(at, s * LANES)
+                if six:
+                    f0 = add_super_a(f0, xd[i, s], fa, p0)
+                    f1 = add_super_a(f1, xd[i + 1, s], fa, p1)
+                    f2 = add_super_a(f2, xd[i + 2, s], fa, p2)
+                    f3 = add_super_a(f3, xd[i + 3, s], fa, p3)
+                else:
+                    fb = load_floats(bt, s * LANES)
+                    f0 = add_super(f0, xd[i, s], fa, p0, fb, q0)
+                    f1 = add_super(f1, xd[i + 1, s], fa, p1, fb, q1)
+                    f2 = add_super(f2, xd[i + 2, s], fa, p2, fb, q2)
+                    f3 = add_super(f3, xd[i + 3, s], fa, p3, fb, q3)
             store_rows4(y, i, t * LANES, f0, f1, f2, f3)
         for i in range(full, m):
             xr = xw[i]

@@ -12,12 +12,18 @@ Numba has no vectorised tanh on this platform (no SVML), so `_tanh` is a rationa
 (odd degree-13 / even degree-6 polynomials on a clamped argument, the form Eigen uses for float
 tanh); tests/kernels/test_norm.py bounds it against np.tanh (`TANH_APPROX_ABS_TOL`). Statistics use
 float32 with fastmath reassociation (partial sums per SIMD lane), like any vectorised reduction.
+For the same reason `exp32` (SiLU's and softmax's exp, activation.py and attention.py) is
+Cephes' expf in arithmetic LLVM can vectorise: 2^n r's polynomial, 2^n put together as float32
+bits; tests/kernels/test_norm.py bounds it against float64 exp (`EXP32_REL_TOL`).
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from harmony_ref.kernels._checks import check_last_dim, float32_array
 
@@ -75,6 +81,46 @@ def _check(x, **vectors):
         check_last_dim(x, "x", v.shape[0], f"len({name})")
         out.append(v)
     return out
+
+
+# exp32: Cephes expf (x = n ln2 + r, |r| <= ln2 / 2, e^r a degree-7 polynomial, 2^n as float32
+# bits). Past EXP_HI the result is inf, below EXP_LO 0 (float32's normal range: the subnormals
+# below it, < 1.2e-38, are given as 0), NaN stays NaN.
+EXP_HI = np.float32(88.3762626647949)  # 2^n stays a normal float32 (n <= 127)
+EXP_LO = np.float32(-87.3365447505531)  # n >= -126
+LOG2E = np.float32(1.44269504088896341)
+LN2_HI = np.float32(0.693359375)  # ln 2 = LN2_HI + LN2_LO, LN2_HI with few bits: n LN2_HI exact
+LN2_LO = np.float32(-2.12194440e-4)
+E0, E1, E2, E3, E4, E5 = (
+    np.float32(c)
+    for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+              1.6666665459e-1, 5.0000001201e-1)
+)  # fmt: skip
+
+
+@intrinsic
+def _bits_as_float32(typingctx, v):
+    """int32 bits -> the float32 they spell (a bitcast LLVM keeps in vector registers)."""
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return types.float32(types.int32), codegen
+
+
+@numba.njit(inline="always")
+def exp32(x):
+    """e^x for float32 x, within EXP32_REL_TOL of float64 exp (tests/kernels/test_norm.py),
+    branch-free so that a loop over it vectorises."""
+    xc = x if x < EXP_HI else EXP_HI
+    xc = xc if xc > EXP_LO else EXP_LO  # NaN -> EXP_HI here, put back below
+    n = np.rint(xc * LOG2E)
+    r = xc - n * LN2_HI - n * LN2_LO
+    p = ((((E0 * r + E1) * r + E2) * r + E3) * r + E4) * r + E5
+    y = (p * (r * r) + r + np.float32(1.0)) * _bits_as_float32((np.int32(n) + np.int32(127)) << 23)
+    y = np.float32(np.inf) if x > EXP_HI else y
+    y = np.float32(0.0) if x < EXP_LO else y
+    return x if x != x else y
 
 
 # ----------------------------------------------------------------------------------------------
@@ -188,6 +234,20 @@ def tanh_approx(v) -> np.ndarray:
     """The kernels' tanh on a float32 array (exposed so tests can bound it against np.tanh)."""
     v = float32_array(v, "v", (1,))
     return _tanh_vec(v)
+
+
+def exp_approx(v) -> np.ndarray:
+    """The kernels' exp (`exp32`) on float32 values, non-finite ones included (exposed so tests
+    can bound it against float64 exp)."""
+    return _exp_vec(np.ascontiguousarray(v, dtype=np.float32).ravel())
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _exp_vec(v):
+    out = np.empty_like(v)
+    for i in range(v.size):
+        out[i] = exp32(v[i])
+    return out
 
 
 @numba.njit(cache=True, fastmath=True)

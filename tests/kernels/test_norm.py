@@ -9,6 +9,9 @@ from harmony_ref.kernels._testing import assert_within
 
 # The kernels' rational tanh vs np.tanh in float64 (measured max ~2.6e-7 on a dense grid).
 TANH_APPROX_ABS_TOL = 1e-6
+# The kernels' exp32 (Cephes expf) vs float64 exp, relative, on float32's normal range (measured
+# max 0.67 ulp = 8.0e-8 on a dense grid of [-100, 100]): one float32 ulp.
+EXP32_REL_TOL = 2.0**-23
 # Fast (fastmath float32 reductions, rational tanh) vs the NumPy twin (float32, np.tanh), on
 # outputs of order |gamma| * few: absolute plus relative.
 NORM_ABS_TOL = 2e-5
@@ -34,6 +37,19 @@ def test_tanh_approximation_bound():
     v = np.concatenate([np.linspace(-12, 12, 400_001), [0.0, 1e-30, -1e-30, 7.9, -7.9, 50, -50]])
     v = v.astype(np.float32)
     assert_within(nm.tanh_approx(v), np.tanh(v.astype(np.float64)), TANH_APPROX_ABS_TOL, "tanh")
+
+
+def test_exp32_bound_and_edges():
+    v = np.concatenate(
+        [np.linspace(nm.EXP_LO, nm.EXP_HI, 400_001), np.random.default_rng(3).uniform(-5, 5, 999)]
+    ).astype(np.float32)
+    ref = np.exp(v.astype(np.float64))
+    assert_within(nm.exp_approx(v), ref, EXP32_REL_TOL * ref, "exp32")
+    edges = np.float32([0.0, -0.0, np.inf, -np.inf, np.nan, 89.0, -88.0, 1000.0, -1000.0])
+    got = nm.exp_approx(edges)
+    np.testing.assert_array_equal(got[:4], [1.0, 1.0, np.inf, 0.0])
+    assert np.isnan(got[4])
+    np.testing.assert_array_equal(got[5:], [np.inf, 0.0, np.inf, 0.0])  # past float32's normals
 
 
 @pytest.mark.parametrize("d", WIDTHS)

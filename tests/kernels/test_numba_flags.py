@@ -15,6 +15,9 @@ _DECODE_ROW = (
 )
 SERIAL_OK = {
     "_tanh_vec": "norm.tanh_approx: exposes the kernels' tanh to its accuracy test",
+    "_exp_vec": "norm.exp_approx: exposes the kernels' exp32 to its accuracy test",
+    "_keys_by_dim": "called by _prefill_attention before its prange: an L x D copy per kv "
+    "head, small next to the T x L scores it feeds",
     "rms_norm_rows": _DECODE_ROW,
     "add_rms_norm_rows": _DECODE_ROW,
     "rope_rows": _DECODE_ROW,

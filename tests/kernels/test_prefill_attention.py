@@ -89,6 +89,21 @@ def test_bad_input():
         at.prefill_attention_ref(np.ones((1, 2, 16)), object())
 
 
+@pytest.mark.parametrize(
+    "head_dim, n_heads, window", [(64, 6, 0), (128, 8, 0), (64, 4, 70), (80, 8, 0)]
+)
+def test_prefill_tiles_match_ref(head_dim, n_heads, window):
+    """The register tiles (HEADS heads x LANES keys / dimensions; a group of 3 repeating a head),
+    over more than LANES keys, windowed or not, and a head_dim off the tile (80)."""
+    rng = np.random.default_rng(head_dim + n_heads + window)
+    k = rng.standard_normal((75, 2, head_dim)).astype(np.float32)
+    v = rng.standard_normal((75, 2, head_dim)).astype(np.float32)
+    q = rng.standard_normal((70, n_heads, head_dim)).astype(np.float32)
+    got = at.window_prefill_attention(q, k, v, window)
+    want = at.window_prefill_attention_ref(q, k, v, window)
+    assert_within(got, want, FAST_VS_REF_ABS_TOL, "tiles vs ref")
+
+
 # ----------------------------------------------------------------------------------------------
 # Sliding-window attention (Gemma 3's local layers) and the ring cache that keeps only the window
 
