@@ -115,6 +115,12 @@ class RuntimeOverhead:
     # no per-op launch, graph_us once per forward (a prefill chunk, a decode step) instead
     graph: str = field(default="ops", metadata={"choices": GRAPH_KINDS})
     graph_us: float = field(default=0.0, metadata={"min": 0.0})
+    # us per op of a multi-row forward (a prompt's GEMMs, attention, norms), per thread beyond
+    # the first, beside the barrier every op pays (the SoC's cpu.sync_us_per_thread): what a
+    # prompt op costs in threading that a decode step's one-row op does not. 0: none (every
+    # shipped profile); fitted on one machine's runs (calibrate --backend executorch: XNNPACK's
+    # 2-thread prompts on this host's 2 vCPUs cost ~25 ms more than their work at any length)
+    prompt_sync_us_per_thread: float = field(default=0.0, metadata={"min": 0.0})
 
 
 @dataclass(frozen=True)
@@ -381,6 +387,7 @@ def apply_runtime(
         **{f"{k}_efficiency": getattr(e, k) for k in EFFICIENCY_CLASSES + ("gemv",)},
     )
     launch_us, read_gbps, npu = rt.overhead.launch_us, m.dram_bandwidth_gbps, None
+    prompt_launch_us = 0.0
     cache_gbps = m.cache_bandwidth_gbps
     label = rt.name
     if rt.unit == "cpu":
@@ -414,6 +421,7 @@ def apply_runtime(
         if m.core_cache_gbps:  # n threads read the cache at most n cores' worth
             cache_gbps = min(cache_gbps, n * m.core_cache_gbps)
         launch_us += soc.cpu.sync_us_per_thread * (n - 1)  # every op's barrier
+        prompt_launch_us = rt.overhead.prompt_sync_us_per_thread * (n - 1)  # a prompt op's
         shares = float16_shares(soc.cpu, n, rt.thread_split, rt.float16)
         compute.update(fp16_rate_share=shares["fp16"], bf16_rate_share=shares["bf16"])
         label = f"{rt.name} x{n}"
@@ -454,9 +462,11 @@ def apply_runtime(
     forward_us = rt.overhead.forward_us
     if rt.overhead.graph == "compiled":  # one graph per forward, no launch (or barrier) per op
         launch_us, forward_us = 0.0, forward_us + rt.overhead.graph_us
+        prompt_launch_us = 0.0
     runtime = dataclasses.replace(
         soc.runtime,
         launch_overhead_us=launch_us,
+        prompt_launch_us=prompt_launch_us,
         forward_overhead_us=forward_us,
         fp16_widen_ns_per_weight=rt.overhead.fp16_widen_ns_per_weight,
         kv_cache=rt.kv_cache,
