@@ -220,3 +220,25 @@ def test_scoring_refuses_rows_of_the_fit_split(tiny_gguf):
 
     with pytest.raises(ValueError, match="not of split 'score'"):
         score_program_rows(_rows(str(tiny_gguf)), PROFILE, RUNTIME)
+
+
+def test_a_held_out_set_runs_interleaved_with_the_fit_workloads():
+    """interleave: fit and held-out workloads alternate in one session's order while both
+    last, each with its split; a longer set's rest runs after."""
+    from harmony_ref.calibrate.executorch import ProgramWorkload, interleave
+
+    fit = [ProgramWorkload("f.pte", p, 4) for p in (8, 16, 24)]
+    held = [ProgramWorkload("h.pte", p, 4) for p in (10, 20, 30, 40)]
+    order, splits = interleave(fit, held)
+    assert [w.prompt for w in order] == [8, 10, 16, 20, 24, 30, 40]
+    assert splits == ["fit", "score"] * 3 + ["score"]
+
+
+def test_held_out_flag_applies_to_executorch_only(tmp_path, capsys):
+    from harmony_ref.cli import main
+
+    argv = ["calibrate", "--set", "phones", "--held-out", "h.workloads"]
+    assert main([*argv, "--out", str(tmp_path / "x.toml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--held-out h.workloads: applies to --backend executorch" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "x.toml").exists()
