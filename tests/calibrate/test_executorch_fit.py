@@ -171,11 +171,11 @@ def test_a_runtimes_thread_share_replaces_the_socs(tmp_path):
     assert "thread_share" not in runtime_toml(rt)
 
 
-def _heldout_program_rows():
+def _heldout_program_rows(name: str = "heldout-2.json"):
     from harmony_ref.checkpoint.assets import AssetUnavailable
     from harmony_ref.runtime.loader import resolve_model_path
 
-    record = json.loads((RESULTS / "heldout-2.json").read_text())
+    record = json.loads((RESULTS / name).read_text())
     try:
         resolve_model_path(record["rows"][0]["model"])
     except AssetUnavailable as e:
@@ -242,3 +242,36 @@ def test_held_out_flag_applies_to_executorch_only(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "--held-out h.workloads: applies to --backend executorch" in err
     assert len(err.splitlines()) == 1 and not (tmp_path / "x.toml").exists()
+
+
+def test_the_third_held_out_set_scores_as_recorded():
+    """heldout-3.json: one session, its fit rows (calibration.json's fit workloads re-measured)
+    interleaved with the workloads heldout-3.workloads wrote down before they ran; the runtime
+    fitted on the fit rows alone (with prompt_sync_us) rescores the held-out rows to the
+    recorded errors, prefill within the 15% target."""
+    from harmony_ref.calibrate.executorch import score_program_rows
+
+    record = _heldout_program_rows("heldout-3.json")
+    rows = record["rows"]
+    lines = [
+        line.strip()
+        for line in (RESULTS / "heldout-3.workloads").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+    def workload(r):
+        return f"{r['program']}:{r['prompt_tokens']}:{r['new_tokens']}:{r['threads']}"
+
+    held = [r for r in rows if r["split"] == "score"]
+    assert [workload(r) for r in held[:: len(PHASES)]] == lines
+    splits = [r["split"] for r in rows[:: len(PHASES)]]
+    assert splits[:12] == ["fit", "score"] * 6  # interleaved while both last
+    rt = load_runtime(RESULTS / "executorch-xnnpack.heldout-3.toml")
+    assert set(rt.calibration.fitted_on) == {r["id"] for r in rows if r["split"] == "fit"}
+    assert rt.overhead.prompt_sync_us_per_thread > 0
+    soc = str(RESULTS / "executorch-xnnpack.soc.toml")
+    _, summary = score_program_rows(held, soc, RESULTS / "executorch-xnnpack.heldout-3.toml")
+    for key in ("prefill_mape_pct", "decode_mape_pct"):
+        want = record["summary"][f"held_out_{key}"]
+        assert summary[key] == pytest.approx(want, rel=1e-4), key
+    assert summary["prefill_mape_pct"] <= 15.0
