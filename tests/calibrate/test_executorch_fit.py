@@ -187,6 +187,16 @@ def test_a_runtimes_thread_share_replaces_the_socs(tmp_path):
     assert "thread_share" not in runtime_toml(rt)
 
 
+def _workload_lines(name: str) -> list[str]:
+    """The workloads a held-out file wrote down, in its order."""
+    text = (RESULTS / name).read_text()
+    return [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("#")]
+
+
+def _workload(r) -> str:
+    return f"{r['program']}:{r['prompt_tokens']}:{r['new_tokens']}:{r['threads']}"
+
+
 def _heldout_program_rows(name: str = "heldout-2.json"):
     from harmony_ref.checkpoint.assets import AssetUnavailable
     from harmony_ref.runtime.loader import resolve_model_path
@@ -207,19 +217,11 @@ def test_the_new_held_out_workloads_score_as_recorded():
 
     record = _heldout_program_rows()
     rows = record["rows"]
-    lines = [
-        line.strip()
-        for line in (RESULTS / "heldout-2.workloads").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
-
-    def workload(r):
-        return f"{r['program']}:{r['prompt_tokens']}:{r['new_tokens']}:{r['threads']}"
-
-    assert [workload(r) for r in rows[:: len(PHASES)]] == lines
+    lines = _workload_lines("heldout-2.workloads")
+    assert [_workload(r) for r in rows[:: len(PHASES)]] == lines
     assert {r["split"] for r in rows} == {"score"}
     cal = json.loads((RESULTS / "calibration.json").read_text())["rows"]
-    assert not {workload(r) for r in rows} & {workload(r) for r in cal}
+    assert not {_workload(r) for r in rows} & {_workload(r) for r in cal}
     rt = load_runtime(RESULTS / "executorch-xnnpack.toml")
     assert not {r["id"] for r in rows} & set(rt.calibration.fitted_on)
     assert (
@@ -269,17 +271,9 @@ def test_the_third_held_out_set_scores_as_recorded():
 
     record = _heldout_program_rows("heldout-3.json")
     rows = record["rows"]
-    lines = [
-        line.strip()
-        for line in (RESULTS / "heldout-3.workloads").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
-
-    def workload(r):
-        return f"{r['program']}:{r['prompt_tokens']}:{r['new_tokens']}:{r['threads']}"
-
+    lines = _workload_lines("heldout-3.workloads")
     held = [r for r in rows if r["split"] == "score"]
-    assert [workload(r) for r in held[:: len(PHASES)]] == lines
+    assert [_workload(r) for r in held[:: len(PHASES)]] == lines
     splits = [r["split"] for r in rows[:: len(PHASES)]]
     assert splits[:12] == ["fit", "score"] * 6  # interleaved while both last
     rt = load_runtime(RESULTS / "executorch-xnnpack.heldout-3.toml")
