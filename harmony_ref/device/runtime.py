@@ -24,7 +24,9 @@ it, the CPU clusters, GPU and NPU peaks. A runtime profile says what a runtime m
   efficiencies times (1 + (n - 1) gemv_thread_share) / (1 + (n - 1) thread_share) at n threads
   (`gemv_thread_scale`), capped at the peak; 1 thread is unchanged;
 - [efficiency]: achieved / peak, on matmuls, per compute dtype, for attention and vector ops,
-  on DRAM reads and on cache reads; [overhead]: per kernel launch and per forward pass, or
+  on DRAM reads and on cache reads; [overhead]: per kernel launch and per forward pass (and
+  `prompt_sync_us_per_thread`: more per launch of a prompt's multi-row op for each thread
+  beyond the first, a threading cost one-row decode ops do not pay; unset 0), or
   (`graph = "compiled"`: a compiled NPU graph, QNN/HTP) `graph_us` per forward and no per-op
   launch;
 - [float16]: what a 16-bit float matmul computes in, per format (`fp16`, `bf16`: "native" at
