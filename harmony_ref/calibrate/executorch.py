@@ -235,7 +235,10 @@ def read_held_out_workloads(path, programs=".") -> list[ProgramWorkload]:
             items.append(line if Path(line).is_absolute() else str(folder / line))
     if not items:
         raise ValueError(f"{path}: no workload (one PROGRAM.pte:PROMPT:NEW[:THREADS] a line)")
-    return parse_program_workloads(";".join(items), minimum=1)
+    try:
+        return parse_program_workloads(";".join(items), minimum=1)
+    except ValueError as e:  # the item named, and the file it came from
+        raise ValueError(f"{path}: {str(e).removeprefix('--workloads ')}") from e
 
 
 def score_program_rows(rows, profile: str, runtime) -> tuple[list[dict], dict]:

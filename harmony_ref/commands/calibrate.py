@@ -4,6 +4,7 @@ model's error on measurements it was not fitted on (per op and end to end, as MA
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from harmony_ref._io import check_output_file
 from harmony_ref.commands._output import add_json_flag, print_json, print_table
@@ -362,6 +363,8 @@ def _run_executorch(args) -> int:
     from harmony_ref.calibrate.executorch import parse_program_workloads, read_held_out_workloads
 
     # every program read before any run
+    if args.held_out and not Path(args.held_out).is_file():
+        raise ValueError(f"--held-out {args.held_out}: no such file")
     held = read_held_out_workloads(args.held_out) if args.held_out else ()
     workloads = parse_program_workloads(args.workloads, minimum=1 if held else 4)
     runtime = args.runtime or RUNTIME
