@@ -37,8 +37,12 @@ RUNTIME = "executorch-xnnpack"
 # per-program efficiencies and the thread shares, 45% held-out prefill error on the committed
 # runs; without gemv_thread_share, or with the SoC profile's cache read taken from DRAM (its
 # first measurement), the 8da4w step priced memory-bound at ~8 ms at 1 and 2 threads: 36.5%
-# held-out decode error (docs/how-to/executorch.md).
-PARAMS = ("matmul", "int8", "gemv", "thread_share", "gemv_thread_share")
+# held-out decode error (docs/how-to/executorch.md). prompt_sync_us: what each op of a 2-thread
+# prompt costs beyond its work (device/runtime.py [overhead] prompt_sync_us_per_thread): XNNPACK's
+# 2-thread prompts here take ~25 ms more than their work at every length (an 8-token prompt 41
+# ms at 2 threads, 12 at 1) while their work scales ~1.7x; one thread share could only split the
+# difference (0.12), pricing short 2-thread prompts 32-38% fast and long ones 30-43% slow.
+PARAMS = ("matmul", "int8", "gemv", "thread_share", "gemv_thread_share", "prompt_sync_us")
 # what a program's run is priced as: the prompt's time and one decode step's
 PHASES = ("prefill_ms", "decode_step_ms")
 CARRIES_TO_PHONE = (
@@ -112,11 +116,27 @@ def split_of(i: int) -> str:
     return "score" if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1 else "fit"
 
 
-def measure_program_rows(workloads, repeats: int, progress=None, split: str = "") -> list[dict]:
+def interleave(fit, held) -> tuple[list[ProgramWorkload], list[str]]:
+    """One session's run order of fit workloads and a held-out set written down before
+    (read_held_out_workloads), alternating while both last (fit, held, fit, ...), and each
+    one's split: the held-out runs time beside the fit ones, so a drift of the machine between
+    sessions (15-20% on this 2-vCPU guest) is not scored as model error."""
+    order, splits = [], []
+    for i in range(max(len(fit), len(held))):
+        for group, split in ((fit, "fit"), (held, "score")):
+            if i < len(group):
+                order.append(group[i])
+                splits.append(split)
+    return order, splits
+
+
+def measure_program_rows(
+    workloads, repeats: int, progress=None, split: str = "", splits=()
+) -> list[dict]:
     """Run each workload through the executorch backend: one row per phase (PHASES) with the
     workload, its split (by position, split_of; `split` names one for all: "score" for a set
-    written down to be scored only, read_held_out_workloads), the median and every repeat's
-    value."""
+    written down to be scored only, read_held_out_workloads; `splits` one per workload:
+    interleave), the median and every repeat's value."""
     import dataclasses
 
     from harmony_ref.backends.executorch import ExecuTorchDevice
@@ -133,7 +153,7 @@ def measure_program_rows(workloads, repeats: int, progress=None, split: str = ""
             rows.append(
                 {
                     "id": f"w{i}:{w.label}:{metric}",
-                    "split": split or split_of(i),
+                    "split": splits[i] if splits else split or split_of(i),
                     "program": str(w.program),
                     "model": w.model,
                     "policy": w.policy,
@@ -215,7 +235,10 @@ def read_held_out_workloads(path, programs=".") -> list[ProgramWorkload]:
             items.append(line if Path(line).is_absolute() else str(folder / line))
     if not items:
         raise ValueError(f"{path}: no workload (one PROGRAM.pte:PROMPT:NEW[:THREADS] a line)")
-    return parse_program_workloads(";".join(items), minimum=1)
+    try:
+        return parse_program_workloads(";".join(items), minimum=1)
+    except ValueError as e:  # the item named, and the file it came from
+        raise ValueError(f"{path}: {str(e).removeprefix('--workloads ')}") from e
 
 
 def score_program_rows(rows, profile: str, runtime) -> tuple[list[dict], dict]:
@@ -246,19 +269,27 @@ def calibrate_executorch(
     params=None,
     repeats: int = 3,
     progress=None,
+    held_out=(),
 ) -> tuple[list[dict], list[dict], dict]:
     """Measure `workloads` (parse_program_workloads), fit and score `runtime` on `profile`, or
     on this machine's own SoC profile (measured first, written as OUT.soc.toml once the fit
-    succeeded): (the measured rows, the table, the summary)."""
+    succeeded): (the measured rows, the table, the summary). `held_out` (a set written down
+    before, read_held_out_workloads): every workload is fitted and the held-out ones, run
+    interleaved with them in the same session (interleave), are scored."""
     from harmony_ref.calibrate.host import on_measured_host_soc
 
+    order, splits = interleave(workloads, held_out) if held_out else (workloads, ())
+
+    def measure():
+        return measure_program_rows(order, repeats, progress, splits=splits)
+
     if profile:
-        rows = measure_program_rows(workloads, repeats, progress)
+        rows = measure()
         table, summary = fit_program_rows(rows, profile, runtime, out, params)
         return rows, table, summary
 
     def fit(soc_path: str, soc_label: str):
-        rows = measure_program_rows(workloads, repeats, progress)
+        rows = measure()
         table, summary = fit_program_rows(rows, soc_path, runtime, out, params, soc_label)
         return rows, table, summary
 

@@ -52,6 +52,7 @@ PARAMS = {
     "gemv_thread_share": ("", "gemv_thread_share", 0.0, 1.0),
     "fp16_widen_ns": ("overhead", "fp16_widen_ns_per_weight", 0.0, 100.0),
     "graph_us": ("overhead", "graph_us", 0.0, 1e6),
+    "prompt_sync_us": ("overhead", "prompt_sync_us_per_thread", 0.0, 1e4),
 }
 _SENSITIVITY = 0.01  # a probe step moving no prediction by 1%: the points do not pin the parameter
 PROBE = {
@@ -60,6 +61,7 @@ PROBE = {
     "workspace_mb": 10.0,
     "fp16_widen_ns": 0.5,
     "graph_us": 100.0,
+    "prompt_sync_us": 10.0,
     "thread_share": 0.5,
     "gemv_thread_share": 0.5,
 }  # probe sizes from 0
@@ -339,6 +341,8 @@ def runtime_toml(
             if isinstance(v, float) and math.isnan(v):
                 continue
             if sec == "overhead" and f.name == "graph_us" and obj.graph != "compiled":
+                continue
+            if sec == "overhead" and f.name == "prompt_sync_us_per_thread" and not v:  # unset
                 continue
             out.append(line(f.name, v, f"{sec}.{f.name}"))
     f16 = rt.float16

@@ -4,6 +4,7 @@ model's error on measurements it was not fitted on (per op and end to end, as MA
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from harmony_ref._io import check_output_file
 from harmony_ref.commands._output import add_json_flag, print_json, print_table
@@ -77,6 +78,14 @@ def add_arguments(p) -> None:
         "{threads} and {depth}; policy as-stored: a GGUF model's own tensor types. "
         "--backend executorch: PROGRAM.pte:PROMPT:NEW[:THREADS] (the program's manifest names "
         "its model and policy; threads: ExecuTorch's threadpool, 0 its default)",
+    )
+    p.add_argument(
+        "--held-out",
+        metavar="FILE",
+        help="--backend executorch: workloads written down before they run (one "
+        "PROGRAM.pte:PROMPT:NEW[:THREADS] a line, '#' comments, paths from the current folder), "
+        "run interleaved with --workloads in one session and scored only; every --workloads "
+        "item is then fitted (none held out by position)",
     )
     p.add_argument(
         "--profile",
@@ -283,6 +292,8 @@ def _refuse_idle_flags(args) -> None:
         for attr, flag in EXECUTORCH_IDLE:
             if getattr(args, attr):
                 raise ValueError(f"{flag} does not apply to --backend executorch")
+    if args.held_out and args.backend != "executorch":
+        raise ValueError(f"--held-out {args.held_out}: applies to --backend executorch")
     host_runs = args.backend == "host" and args.method == "runs" and not args.fit_set
     if args.params and not (args.fit_set or args.backend in ("command", "executorch")):
         raise ValueError(
@@ -349,9 +360,13 @@ def _run_executorch(args) -> int:
     from harmony_ref.runtime.pte import require_executorch
 
     require_executorch()
-    from harmony_ref.calibrate.executorch import parse_program_workloads
+    from harmony_ref.calibrate.executorch import parse_program_workloads, read_held_out_workloads
 
-    workloads = parse_program_workloads(args.workloads)  # every program read before any run
+    # every program read before any run
+    if args.held_out and not Path(args.held_out).is_file():
+        raise ValueError(f"--held-out {args.held_out}: no such file")
+    held = read_held_out_workloads(args.held_out) if args.held_out else ()
+    workloads = parse_program_workloads(args.workloads, minimum=1 if held else 4)
     runtime = args.runtime or RUNTIME
     load_runtime(runtime)
     if args.profile:
@@ -360,7 +375,7 @@ def _run_executorch(args) -> int:
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     try:
         with Progress(*columns, console=Console(stderr=True), transient=True) as prog:
-            task = prog.add_task("this machine's microbenchmarks", total=len(workloads))
+            task = prog.add_task("this machine's microbenchmarks", total=len(workloads) + len(held))
 
             def report(label: str) -> None:
                 prog.update(task, description=label)
@@ -375,6 +390,7 @@ def _run_executorch(args) -> int:
                 params,
                 args.repeats or 3,
                 report,
+                held,
             )
     except BackendError as e:
         print(f"harmony-ref calibrate: error: {e}", file=sys.stderr)

@@ -124,6 +124,7 @@ class Roofline:
     forward_s: float = 0.0  # once per forward pass
     class_ops_per_s: dict[str, float] | None = None  # per efficiency class (soc.py FALLBACK)
     widen_s_per_weight: float = 0.0  # per fp16 weight per call, before its matmul
+    prompt_launch_s: float = 0.0  # more per launch of a multi-row op (RuntimeSpec)
 
     @classmethod
     def of(
@@ -159,6 +160,7 @@ class Roofline:
             rt.forward_overhead_us / US_PER_S,
             {k: c.class_peak_ops_per_s(k) * eff(k) * fc for k in EFFICIENCY_CLASSES},
             rt.fp16_widen_ns_per_weight * 1e-9 / fc,
+            rt.prompt_launch_us / US_PER_S,
         )
 
     def memory_bytes_per_s(self, streamed_per_step):
@@ -291,8 +293,10 @@ def _evaluate(
     n = a0["count"][:, None]
     dram = dram_bytes(q["streamed"], q["other"], q["tile"], r.onchip_bytes)
     bandwidth = r.memory_bytes_per_s((q["streamed"] * n).sum(axis=0))[None, :]  # (1, S)
+    # a multi-row op's launch: the runtime's threading cost one-row ops do not pay
+    launch = r.launch_s + np.where(a0["one_row"], 0.0, r.prompt_launch_s)[:, None]
     time, compute, memory = op_time_s(
-        q["flops"], q["vflops"], dram, rates, r.vector_ops_per_s, bandwidth, r.launch_s
+        q["flops"], q["vflops"], dram, rates, r.vector_ops_per_s, bandwidth, launch
     )
     if r.widen_s_per_weight:  # a conversion pass before the matmul: added, not overlapped
         time = time + q["fp16_weights"] * r.widen_s_per_weight
@@ -321,7 +325,7 @@ def _evaluate(
         "memory_s": (memory * n).sum(axis=0),
         "launch_s": np.full(
             steps.shape,
-            r.launch_s * a0["count"].sum() + r.cpu_launch_s * fallback_runs + r.forward_s,
+            (launch[:, 0] * a0["count"]).sum() + r.cpu_launch_s * fallback_runs + r.forward_s,
         ),
         "memory_bound_s": (((memory >= compute) * time) * n).sum(axis=0),
         "flops": sum(per_dtype.values()) + vector,

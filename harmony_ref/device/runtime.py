@@ -24,7 +24,9 @@ it, the CPU clusters, GPU and NPU peaks. A runtime profile says what a runtime m
   efficiencies times (1 + (n - 1) gemv_thread_share) / (1 + (n - 1) thread_share) at n threads
   (`gemv_thread_scale`), capped at the peak; 1 thread is unchanged;
 - [efficiency]: achieved / peak, on matmuls, per compute dtype, for attention and vector ops,
-  on DRAM reads and on cache reads; [overhead]: per kernel launch and per forward pass, or
+  on DRAM reads and on cache reads; [overhead]: per kernel launch and per forward pass (and
+  `prompt_sync_us_per_thread`: more per launch of a prompt's multi-row op for each thread
+  beyond the first, a threading cost one-row decode ops do not pay; unset 0), or
   (`graph = "compiled"`: a compiled NPU graph, QNN/HTP) `graph_us` per forward and no per-op
   launch;
 - [float16]: what a 16-bit float matmul computes in, per format (`fp16`, `bf16`: "native" at
@@ -115,6 +117,12 @@ class RuntimeOverhead:
     # no per-op launch, graph_us once per forward (a prefill chunk, a decode step) instead
     graph: str = field(default="ops", metadata={"choices": GRAPH_KINDS})
     graph_us: float = field(default=0.0, metadata={"min": 0.0})
+    # us per op of a multi-row forward (a prompt's GEMMs, attention, norms), per thread beyond
+    # the first, beside the barrier every op pays (the SoC's cpu.sync_us_per_thread): what a
+    # prompt op costs in threading that a decode step's one-row op does not. 0: none (every
+    # shipped profile); fitted on one machine's runs (calibrate --backend executorch: XNNPACK's
+    # 2-thread prompts on this host's 2 vCPUs cost ~25 ms more than their work at any length)
+    prompt_sync_us_per_thread: float = field(default=0.0, metadata={"min": 0.0})
 
 
 @dataclass(frozen=True)
@@ -381,6 +389,7 @@ def apply_runtime(
         **{f"{k}_efficiency": getattr(e, k) for k in EFFICIENCY_CLASSES + ("gemv",)},
     )
     launch_us, read_gbps, npu = rt.overhead.launch_us, m.dram_bandwidth_gbps, None
+    prompt_launch_us = 0.0
     cache_gbps = m.cache_bandwidth_gbps
     label = rt.name
     if rt.unit == "cpu":
@@ -414,6 +423,7 @@ def apply_runtime(
         if m.core_cache_gbps:  # n threads read the cache at most n cores' worth
             cache_gbps = min(cache_gbps, n * m.core_cache_gbps)
         launch_us += soc.cpu.sync_us_per_thread * (n - 1)  # every op's barrier
+        prompt_launch_us = rt.overhead.prompt_sync_us_per_thread * (n - 1)  # a prompt op's
         shares = float16_shares(soc.cpu, n, rt.thread_split, rt.float16)
         compute.update(fp16_rate_share=shares["fp16"], bf16_rate_share=shares["bf16"])
         label = f"{rt.name} x{n}"
@@ -454,9 +464,11 @@ def apply_runtime(
     forward_us = rt.overhead.forward_us
     if rt.overhead.graph == "compiled":  # one graph per forward, no launch (or barrier) per op
         launch_us, forward_us = 0.0, forward_us + rt.overhead.graph_us
+        prompt_launch_us = 0.0
     runtime = dataclasses.replace(
         soc.runtime,
         launch_overhead_us=launch_us,
+        prompt_launch_us=prompt_launch_us,
         forward_overhead_us=forward_us,
         fp16_widen_ns_per_weight=rt.overhead.fp16_widen_ns_per_weight,
         kv_cache=rt.kv_cache,

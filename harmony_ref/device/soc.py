@@ -290,6 +290,9 @@ class RuntimeSpec:
     graph_parse_ms_per_mb: float = nonneg()  # model graph parse/compile per MB of model file
     # per kernel launch, on top of its compute/memory time (NaN: given by the named runtime)
     launch_overhead_us: float = field(default=math.nan, metadata={"min": 0.0})
+    # more per launch of a multi-row op (a prompt's), on top of launch_overhead_us: a runtime's
+    # threading cost one-row ops do not pay (runtime.py [overhead] prompt_sync_us_per_thread)
+    prompt_launch_us: float = field(default=0.0, metadata={"min": 0.0})
     # once per forward pass (the prefill, each decode step): the runtime's own loop, sampling
     forward_overhead_us: float = field(default=0.0, metadata={"min": 0.0})
     # ns per fp16 weight on every matmul call before it (a runtime profile's [overhead]

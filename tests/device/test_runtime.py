@@ -455,3 +455,31 @@ def test_run_takes_a_runtime_refuses_a_mismatch_and_records_it(capsys):
     rec = json.loads(capsys.readouterr().out)
     assert rec["config"]["runtime"] == "llama.cpp-cpu"
     assert rec["parts"]["predicted"]["model_runtime"] == "llama.cpp-cpu"
+
+
+def test_a_runtimes_prompt_sync_prices_multi_row_ops_at_more_than_one_thread(tmp_path):
+    """[overhead] prompt_sync_us_per_thread 50 on executorch-xnnpack (xeon-2core-kvm): at 2
+    threads a prefill takes 50 us more per multi-row op (its launches minus the head's one-row
+    op), a decode step and a 1-thread prefill what they took unset; written and read back."""
+    import dataclasses
+
+    from harmony_ref.calibrate.fit_runtime import runtime_toml
+    from harmony_ref.device.cost import phase_cost
+
+    base = load_runtime("executorch-xnnpack")
+    own = dataclasses.replace(
+        base, overhead=dataclasses.replace(base.overhead, prompt_sync_us_per_thread=50.0)
+    )
+    cfg = RunConfig.from_names("smollm2-135m", "w4a8-g32", 64, 8, 128)
+    for threads in (1, 2):
+        a, b = (load_profile("xeon-2core-kvm", rt, threads) for rt in (base, own))
+        pa, pb = phase_cost(a, cfg, "prefill"), phase_cost(b, cfg, "prefill")
+        multi_row = pa.kernel_launches - 1  # the head runs on the last position only
+        want = 50e-6 * multi_row * (threads - 1)
+        assert pb.time_s - pa.time_s == pytest.approx(want, rel=0.05, abs=1e-12), threads
+        assert pb.launch_s - pa.launch_s == pytest.approx(want, rel=0.05, abs=1e-12)
+        assert phase_cost(b, cfg, "decode").time_s == phase_cost(a, cfg, "decode").time_s
+    assert "prompt_sync_us_per_thread" not in runtime_toml(base)
+    path = tmp_path / "rt.toml"
+    path.write_text(runtime_toml(own))
+    assert load_runtime(path).overhead.prompt_sync_us_per_thread == 50.0
