@@ -47,6 +47,26 @@ def test_fits_and_scores_the_held_out_workloads(programs, tmp_path, capsys):
     assert s["held_out_prefill_mape_pct"] >= 0 and s["held_out_decode_mape_pct"] >= 0
 
 
+def test_a_held_out_file_runs_beside_the_fit_workloads_and_is_only_scored(
+    programs, tmp_path, capsys
+):
+    """--held-out FILE: its workloads (written down before they run) are timed in the same
+    session as --workloads, every --workloads item is fitted and only the file's are scored."""
+    i8, w4 = programs["int8"], programs["w4a8-g32"]
+    held = tmp_path / "held.workloads"
+    held.write_text(f"# written down before it ran\n{w4}:12:6:1\n")
+    out = tmp_path / "et.toml"
+    argv = ["calibrate", "--backend", "executorch", "--workloads", f"{i8}:8:4:1;{w4}:16:4:2"]
+    argv += ["--held-out", str(held), "--profile", "xeon-2core-kvm", "--params", "matmul"]
+    assert main([*argv, "--repeats", "1", "--out", str(out), "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    splits = [(r["prompt_tokens"], r["split"]) for r in s["rows"]]
+    assert {p for p, split in splits if split == "score"} == {12}, splits
+    assert {p for p, split in splits if split == "fit"} == {8, 16}, splits
+    held_ids = {r["id"] for r in s["phases"] if r["split"] == "score"}
+    assert held_ids == set(load_runtime(out).calibration.scored_on) and len(held_ids) == 2
+
+
 @pytest.mark.parametrize(
     "item, words",
     [
