@@ -1,13 +1,15 @@
 """The prefill (`_par`) row kernels between the GEMMs: each against its serial twin (the same
 inlined row body: exactly the same bits, at 1 and 2 threads) and against the op's NumPy `_ref`
 within that op's own tolerance, on fresh random rows in the decoders' shapes (odd row counts
-included, so that prange's split is uneven)."""
+included, so that prange's split is uneven); and the KV cache's parallel fp16 store, round trip
+and widening against NumPy's astype, exactly."""
 
 import numba
 import numpy as np
 import pytest
 
 from harmony_ref.kernels import activation as act
+from harmony_ref.kernels import attention as attn
 from harmony_ref.kernels import norm
 from harmony_ref.kernels import rope as rp
 from harmony_ref.kernels._testing import assert_within
@@ -98,3 +100,63 @@ def test_gated_activations_par_equal_serial_and_match_ref(shape, threads):
     np.testing.assert_array_equal(got, want)
     ref = act.gelu_tanh_gate_ref(gu[:, :f], gu[:, f:])
     assert_within(got, ref, GELU_GATE_ABS_TOL * (1 + np.abs(gu[:, f:])), "gelu_tanh_gate_rows_par")
+
+
+# ----------------------------------------------------------------------------------------------
+# The KV cache's fp16 conversions on prefill rows: NumPy's astype(float16) / astype(float32)
+# exactly (the twins), every kind of float32 value
+
+
+def _awkward_floats(rng, n):
+    """Fresh random float32 values over float16's whole range and past it, with the cases a
+    rounding can get wrong: exact ties between float16 neighbours (normal and subnormal), the
+    overflow edge (65504, 65519.99, 65520), +-0, +-inf, float32 subnormals."""
+    mags = np.float32(2.0) ** rng.uniform(-30, 18, n).astype(np.float32)
+    x = (mags * rng.choice([-1, 1], n)).astype(np.float32)
+    h = rng.integers(0, 0x7BFF, n // 4).astype(np.uint16).view(np.float16).astype(np.float32)
+    up = np.nextafter(h.astype(np.float16), np.float16(np.inf)).astype(np.float32)
+    ties = ((h.astype(np.float64) + up) / 2).astype(np.float32)  # exact in float32
+    edges = np.array(
+        [0.0, -0.0, np.inf, -np.inf, 65504, 65519.99, 65520, -65520, 1e-45, 2.0**-24, 2.0**-25,
+         3 * 2.0**-26, 6.1e-5, 5.96e-8],
+        np.float32,
+    )  # fmt: skip
+    return np.concatenate([x, ties, -ties, edges]).astype(np.float32)
+
+
+def test_fp16_conversions_equal_numpy(threads):
+    rng = np.random.default_rng()
+    x = _awkward_floats(rng, 4000)
+    x = np.pad(x, (0, -x.size % 48)).reshape(-1, 48)
+    with np.errstate(over="ignore"):  # |x| >= 65520 -> inf, as the kernels give it
+        want = x.astype(np.float16)
+    np.testing.assert_array_equal(attn.fp16_roundtrip_rows_par(x), want.astype(np.float32))
+    dst = np.zeros((x.shape[0] + 3, 48), np.uint16)
+    attn.store_fp16_rows_par(x, dst, 5)  # rows 5 .. and wrapped round to 0 .. 1
+    np.testing.assert_array_equal(np.roll(dst, -5, axis=0)[: x.shape[0]], want.view(np.uint16))
+    np.testing.assert_array_equal(attn.widen_fp16_rows_par(want.view(np.uint16)), want)
+    nan = np.full((4, 3), np.nan, np.float32)
+    assert np.isnan(attn.fp16_roundtrip_rows_par(nan)).all()
+
+
+@pytest.mark.parametrize("window", [0, 6])
+def test_prefill_store_equals_decode_stores(window, threads):
+    """A prefill of 9 rows (parallel conversion; the ring of 6 wraps) leaves the cache as 9
+    single-row stores (decode's NumPy path) do, and gives the same K, V back."""
+    rng = np.random.default_rng()
+    k, v = (rng.standard_normal((2, 9, 3, 16)) * 4).astype(np.float32)
+    bulk, rows = attn.KVCache(16, 3, 16, window=window), attn.KVCache(16, 3, 16, window=window)
+    rows.store(k[:2], v[:2])  # both start part-filled: the ring's wrap lands mid-call
+    bulk.store(k[:2], v[:2])
+    for i in range(9):
+        rows.store(k[i : i + 1], v[i : i + 1])
+    bulk.store(k, v)
+    np.testing.assert_array_equal(bulk.k, rows.k)
+    np.testing.assert_array_equal(bulk.v, rows.v)
+    for got, want in zip(bulk.ordered_kv(), rows.ordered_kv(), strict=True):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(attn.cached_kv(bulk), attn.cached_kv_ref(bulk), strict=True):
+        np.testing.assert_array_equal(got, want)
+    rk, rv = bulk.roundtrip(k, v)
+    np.testing.assert_array_equal(rk, k.astype(np.float16).astype(np.float32))
+    np.testing.assert_array_equal(rv, v.astype(np.float16).astype(np.float32))
