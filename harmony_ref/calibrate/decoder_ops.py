@@ -49,13 +49,17 @@ CALL_OPS = {
     "lm_head": (r"^lm_head$",),
 }
 CALL_KINDS = tuple(CALL_OPS)
-_MODULE_FUNCS = {
+_MODULE_FUNCS = {  # runtime/llama.py's names; `_par`: the same op on prefill rows
     "rms_norm_rows": "embed",
+    "rms_norm_rows_par": "embed",
     "rope_rows": "rope",
+    "rope_rows_par": "rope",
     "decode_attention_unchecked": "attention",
     "prefill_attention_unchecked": "attention",
     "add_rms_norm_rows": "add_norm",
+    "add_rms_norm_rows_par": "add_norm",
     "silu_gate_rows": "silu_gate",
+    "silu_gate_rows_par": "silu_gate",
 }
 _BLOCK_LINEARS = {"qkv": "qkv", "o": "o", "gate_up": "gate_up", "down": "down"}
 

@@ -38,6 +38,7 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
@@ -51,7 +52,7 @@ from harmony_ref.kernels.matmul_x86 import (
     store_floats,
     zero_floats,
 )
-from harmony_ref.kernels.norm import exp32
+from harmony_ref.kernels.norm import PARALLEL_MIN_ROWS, _bits_as_float32, exp32
 from harmony_ref.quant.int8 import symmetric_int8_scale
 from harmony_ref.quant.kv import KV_DTYPES, KV_INT8_MAX_LEVEL
 
@@ -142,7 +143,15 @@ class KVCache:
             slots = slice(self.length, self.length + t)
             self.length += t
             self.pos = self.length
-        if self.dtype == "fp16":
+        if self.dtype == "fp16" and k.shape[0] >= PARALLEL_MIN_ROWS:  # prefill: rows in parallel
+            first = slots.start if isinstance(slots, slice) else int(slots[0])
+            store_fp16_rows_par(
+                _flat(k), self.k.view(np.uint16).reshape(self.max_context, -1), first
+            )
+            store_fp16_rows_par(
+                _flat(v), self.v.view(np.uint16).reshape(self.max_context, -1), first
+            )
+        elif self.dtype == "fp16":
             self.k[slots] = k
             self.v[slots] = v
         else:
@@ -151,7 +160,7 @@ class KVCache:
 
     def ordered_kv(self):
         """The valid tokens' K and V as float32 (length, n_kv_heads, head_dim), oldest first."""
-        k, v = cached_kv_ref(self)
+        k, v = cached_kv(self)
         if self.window and self.pos > self.max_context:
             order = (self.pos + np.arange(self.max_context)) % self.max_context
             k, v = k[order], v[order]
@@ -159,6 +168,10 @@ class KVCache:
 
     def roundtrip(self, k, v):
         """k, v (T, n_kv_heads, head_dim) float32 as this cache would give them back."""
+        if self.dtype == "fp16" and k.shape[0] >= PARALLEL_MIN_ROWS:
+            return fp16_roundtrip_rows_par(_flat(k)).reshape(k.shape), fp16_roundtrip_rows_par(
+                _flat(v)
+            ).reshape(v.shape)
         if self.dtype == "fp16":
             return k.astype(np.float16).astype(np.float32), v.astype(np.float16).astype(np.float32)
         (qk, sk), (qv, sv) = quantize_kv_rows(k), quantize_kv_rows(v)
@@ -203,6 +216,19 @@ def cached_kv_ref(cache: KVCache):
     return k, v
 
 
+def cached_kv(cache: KVCache):
+    """`cached_kv_ref` (its twin: the same values exactly), an fp16 cache of PARALLEL_MIN_ROWS
+    tokens or more widened by `widen_fp16_rows_par` (prefill)."""
+    n = cache.length
+    if cache.dtype != "fp16" or n < PARALLEL_MIN_ROWS:
+        return cached_kv_ref(cache)
+    width = cache.n_kv_heads * cache.head_dim
+    shape = (n, cache.n_kv_heads, cache.head_dim)
+    k = widen_fp16_rows_par(cache.k[:n].view(np.uint16).reshape(n, width))
+    v = widen_fp16_rows_par(cache.v[:n].view(np.uint16).reshape(n, width))
+    return k.reshape(shape), v.reshape(shape)
+
+
 def decode_attention_ref(q, cache: KVCache) -> np.ndarray:
     q = _check_query(q, cache)
     n_heads, head_dim = q.shape
@@ -244,6 +270,82 @@ def _fp16_row_to_f32(src, bits, out):
         f = f - _F16_SUBNORMAL_MAGIC if (h & np.uint32(_F16_EXP_MASK)) == 0 else f
         out[j] = -f if h & np.uint32(0x8000) else f
     return out
+
+
+# float32 -> float16 bits, round to nearest even (F. Giesen's float_to_half_fast3_rtne, in
+# selects so that a row's loop vectorises): NumPy's astype(float16) bit for bit on every
+# non-NaN value (|x| >= 65520 -> inf), NaN -> the quiet NaN 0x7E00 (NumPy keeps payload bits).
+_F32_INF = 255 << 23
+_F32_F16_OVERFLOW = (127 + 16) << 23  # 65536.0: at and above it only inf / NaN are left
+_F32_F16_NORMAL = 113 << 23  # 2^-14, the smallest normal float16
+_F16_DENORM_MAGIC = ((127 - 15) + (23 - 10) + 1) << 23  # 0.5 as float32: aligns 10 bits
+_F16_REBIAS = ((15 - 127) << 23) + 0xFFF  # exponent rebias and rounding bias part 1
+
+
+@intrinsic
+def _float32_bits(typingctx, v):
+    """float32 -> its int32 bits (`norm._bits_as_float32`'s inverse)."""
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(types.float32), codegen
+
+
+@numba.njit(inline="always")
+def _fp16_bits(x):
+    u = np.int64(_float32_bits(x)) & 0xFFFFFFFF
+    sign = u & 0x80000000
+    a = u ^ sign
+    big = 0x7E00 if a > _F32_INF else 0x7C00
+    sub = np.int64(_float32_bits(_bits_as_float32(np.int32(a)) + np.float32(0.5)))
+    sub = sub - _F16_DENORM_MAGIC
+    normal = (a + _F16_REBIAS + ((a >> 13) & 1)) >> 13
+    o = big if a >= _F32_F16_OVERFLOW else (sub if a < _F32_F16_NORMAL else normal)
+    return np.uint16(o | (sign >> 16))
+
+
+@numba.njit(parallel=True, cache=True)
+def store_fp16_rows_par(src, dst, first):
+    """dst[(first + i) % S] = src[i] as float16 bits, src (R, W) float32, dst (S, W) uint16 (a
+    KV cache's slots, a ring's wrapping): prefill's store, rows in parallel. Twin: NumPy's
+    `cache.k[slots] = k` (astype float16), which decode keeps (one row)."""
+    slots = dst.shape[0]
+    for i in numba.prange(src.shape[0]):
+        r = (first + i) % slots
+        for j in range(src.shape[1]):
+            dst[r, j] = _fp16_bits(src[i, j])
+
+
+@numba.njit(parallel=True, cache=True)
+def fp16_roundtrip_rows_par(src):
+    """src (R, W) float32 rounded to float16 and widened back: x.astype(float16).astype(float32)
+    exactly, rows in parallel (prefill's keys as the cache will give them back)."""
+    rows, w = src.shape
+    out = np.empty((rows, w), dtype=np.float32)
+    for i in numba.prange(rows):
+        half = np.empty(w, dtype=np.uint16)
+        for j in range(w):
+            half[j] = _fp16_bits(src[i, j])
+        row = out[i]
+        _fp16_row_to_f32(half, row.view(np.uint32), row)
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def widen_fp16_rows_par(src):
+    """src (R, W) float16 bits (uint16) -> float32 (R, W), rows in parallel: astype(float32)."""
+    rows, w = src.shape
+    out = np.empty((rows, w), dtype=np.float32)
+    for i in numba.prange(rows):
+        row = out[i]
+        _fp16_row_to_f32(src[i], row.view(np.uint32), row)
+    return out
+
+
+def _flat(x: np.ndarray) -> np.ndarray:
+    """(T, Hkv, hd) -> (T, Hkv hd), a view when the last two axes are contiguous (q|k|v's k)."""
+    return x.reshape(x.shape[0], -1)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True)
@@ -481,7 +583,7 @@ def _prefill_attention(q, k, v, window):
 
 def prefill_attention_unchecked(q, cache: KVCache) -> np.ndarray:
     """`prefill_attention` without input checks (the runtime validates once at load)."""
-    k, v = cached_kv_ref(cache)
+    k, v = cached_kv(cache)
     return _prefill_attention(q, k, v, 0)
 
 

@@ -507,6 +507,30 @@ def unpack_block32(levels, ut, ht, wt, blocks):
             store_bytes(wt, (g * BLOCK_STEPS + s) * STEP, block_step(levels, ut, h, g, s))
 
 
+@numba.njit(inline="always")
+def tile_parts(tiles, full):
+    """How many parts each 64-row weight tile's prefill rows are cut into, so that prange's
+    static split of tiles x parts gives 2 threads the same work: 1 for an even tile count
+    (Gemma 3 270M's 640 and 1536 rows: 10 and 24 tiles), 2 for an odd one with 16 full rows or
+    more (SmolLM2-135M's 576 and 960 rows, 9 and 15 tiles: split 5 / 4 and 8 / 7, o, down and
+    q|k|v took 5 / 4.5 and 8 / 7.5 of a balanced split's time). A part decodes its tile's
+    levels itself (at 1 thread, twice: small next to its rows' dots); every output is computed
+    by the same code, the same bits. Not numba.get_num_threads(): calling it makes the kernel
+    uncacheable (a dynamic global)."""
+    return 2 if tiles % 2 and full >= 16 else 1
+
+
+@numba.njit(inline="always")
+def part_rows(part, parts, full, m):
+    """Rows of part `part` of `parts`: the 4-row groups lo .. hi (step 4) and, in the last part,
+    the M % 4 rows left from `tail` (tail = m elsewhere: none)."""
+    quads = full // 4
+    lo = quads * part // parts * 4
+    hi = quads * (part + 1) // parts * 4
+    tail = full if part == parts - 1 else m
+    return lo, hi, tail
+
+
 @numba.njit(parallel=True, cache=True)
 def _block32_x86(isa, levels, x, u, hb, a, b, offset):
     """y (M, T * LANES) for a BLOCK32 type in the x86-32 layout, x (M, K) float32 quantized to
@@ -529,13 +553,16 @@ def _block32_x86(isa, levels, x, u, hb, a, b, offset):
     last = u.shape[1] - 1
     full = m - m % 4
     y = np.empty((m, tiles * LANES), dtype=np.float32)
-    for t in numba.prange(tiles):
+    parts = tile_parts(tiles, full)
+    for job in numba.prange(tiles * parts):
+        t = job // parts
+        lo, hi, tail = part_rows(job % parts, parts, full, m)
         ut, ht, at, bt = u[t], hb[t], a[t], b[t]
         wt = ut
         if m >= 4 and levels != Q8_BYTES:
             wt = np.empty(blocks * BLOCK_STEPS * STEP, dtype=np.uint8)
             unpack_block32(levels, ut, ht, wt, blocks)
-        for i in range(0, full, 4):
+        for i in range(lo, hi, 4):
             x0, x1, x2, x3 = xw[i], xw[i + 1], xw[i + 2], xw[i + 3]
             f0, f1, f2, f3 = zero_floats(), zero_floats(), zero_floats(), zero_floats()
             for g in range(blocks):
@@ -569,7 +596,7 @@ def _block32_x86(isa, levels, x, u, hb, a, b, offset):
                     f2 = add_super_a(f2, xd[i + 2, g], fa, c2)
                     f3 = add_super_a(f3, xd[i + 3, g], fa, c3)
             store_rows4(y, i, t * LANES, f0, f1, f2, f3)
-        for i in range(full, m):
+        for i in range(tail, m):
             xr = xw[i]
             facc = zero_floats()
             for g in range(blocks):
@@ -630,13 +657,16 @@ def _kquant_x86(isa, levels, x, u, hb, sc, mins, a, b, group, per, offset):
     full = m - m % 4
     six = levels == NIBBLES_HIGH2  # q6_k: offset 32, no mins
     y = np.empty((m, tiles * LANES), dtype=np.float32)
-    for t in numba.prange(tiles):
+    parts = tile_parts(tiles, full)
+    for job in numba.prange(tiles * parts):
+        t = job // parts
+        lo, hi, tail = part_rows(job % parts, parts, full, m)
         ut, ht, st, mt, at, bt = u[t], hb[t], sc[t], mins[t], a[t], b[t]
         wt = ut
         if m >= 4:
             wt = np.empty(supers * per * steps * STEP, dtype=np.uint8)
             unpack_kquant(levels, ut, ht, wt, supers * per, steps)
-        for i in range(0, full, 4):
+        for i in range(lo, hi, 4):
             x0, x1, x2, x3 = xw[i], xw[i + 1], xw[i + 2], xw[i + 3]
             f0, f1, f2, f3 = zero_floats(), zero_floats(), zero_floats(), zero_floats()
             for s in range(supers):
@@ -677,7 +707,7 @@ def _kquant_x86(isa, levels, x, u, hb, sc, mins, a, b, group, per, offset):
                     f2 = add_super(f2, xd[i + 2, s], fa, p2, fb, q2)
                     f3 = add_super(f3, xd[i + 3, s], fa, p3, fb, q3)
             store_rows4(y, i, t * LANES, f0, f1, f2, f3)
-        for i in range(full, m):
+        for i in range(tail, m):
             xr = xw[i]
             facc = zero_floats()
             for s in range(supers):

@@ -277,33 +277,67 @@ def add_rms_norm_ref(x, delta, weight, eps: float = 1e-5):
     return s, rms_norm_ref(s, weight, eps)
 
 
+# Each row op comes twice: a serial loop (`rms_norm_rows`, ...) for decode's one row, where a
+# parallel launch (2.5 us) costs more than the work, and a `_par` prange over the rows for
+# prefill (the runtime picks it at PARALLEL_MIN_ROWS rows and more), so that the second thread
+# has its share of the ops between the GEMMs. Both loops run the same inlined row body: the
+# results are the same bits (tests/kernels/test_rms_norm.py), the twin is the same `_ref`.
+PARALLEL_MIN_ROWS = 4
+
+
+@numba.njit(inline="always", fastmath=True)
+def _rms_norm_row(x, i, weight, eps, out):
+    d = x.shape[1]
+    sq = np.float32(0.0)
+    for j in range(d):
+        sq += x[i, j] * x[i, j]
+    r = np.float32(1.0) / np.sqrt(sq / np.float32(d) + eps)
+    for j in range(d):
+        out[i, j] = x[i, j] * r * weight[j]
+
+
+@numba.njit(inline="always", fastmath=True)
+def _add_rms_norm_row(x, delta, i, weight, eps, out):
+    d = x.shape[1]
+    sq = np.float32(0.0)
+    for j in range(d):
+        v = x[i, j] + delta[i, j]
+        x[i, j] = v
+        sq += v * v
+    r = np.float32(1.0) / np.sqrt(sq / np.float32(d) + eps)
+    for j in range(d):
+        out[i, j] = x[i, j] * r * weight[j]
+
+
 @numba.njit(fastmath=True, cache=True)
 def rms_norm_rows(x, weight, eps, out):
     """out (R, D) = rms_norm(x (R, D)). No checks: callers validate shapes once (runtime)."""
-    rows, d = x.shape
-    for i in range(rows):
-        sq = np.float32(0.0)
-        for j in range(d):
-            sq += x[i, j] * x[i, j]
-        r = np.float32(1.0) / np.sqrt(sq / np.float32(d) + eps)
-        for j in range(d):
-            out[i, j] = x[i, j] * r * weight[j]
+    for i in range(x.shape[0]):
+        _rms_norm_row(x, i, weight, eps, out)
+    return out
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def rms_norm_rows_par(x, weight, eps, out):
+    """`rms_norm_rows` with its rows split between threads (prefill)."""
+    for i in numba.prange(x.shape[0]):
+        _rms_norm_row(x, i, weight, eps, out)
     return out
 
 
 @numba.njit(fastmath=True, cache=True)
 def add_rms_norm_rows(x, delta, weight, eps, out):
     """x (R, D) += delta in place, then out = rms_norm(x). No checks (see rms_norm_rows)."""
-    rows, d = x.shape
-    for i in range(rows):
-        sq = np.float32(0.0)
-        for j in range(d):
-            v = x[i, j] + delta[i, j]
-            x[i, j] = v
-            sq += v * v
-        r = np.float32(1.0) / np.sqrt(sq / np.float32(d) + eps)
-        for j in range(d):
-            out[i, j] = x[i, j] * r * weight[j]
+    for i in range(x.shape[0]):
+        _add_rms_norm_row(x, delta, i, weight, eps, out)
+    return out
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def add_rms_norm_rows_par(x, delta, weight, eps, out):
+    """`add_rms_norm_rows` with its rows split between threads (prefill)."""
+    for i in numba.prange(x.shape[0]):
+        _add_rms_norm_row(x, delta, i, weight, eps, out)
     return out
 
 
@@ -341,20 +375,33 @@ def rms_norm_heads_ref(x, weight, eps: float = 1e-6) -> np.ndarray:
     return rms_norm_ref(x, weight, eps)
 
 
+@numba.njit(inline="always", fastmath=True)
+def _rms_norm_head(x, t, h, head_dim, weight, eps):
+    base = h * head_dim
+    sq = np.float32(0.0)
+    for j in range(head_dim):
+        sq += x[t, base + j] * x[t, base + j]
+    r = np.float32(1.0) / np.sqrt(sq / np.float32(head_dim) + eps)
+    for j in range(head_dim):
+        x[t, base + j] = x[t, base + j] * r * weight[j]
+
+
 @numba.njit(fastmath=True, cache=True)
 def rms_norm_heads_rows(x, first_head, n_heads, head_dim, weight, eps):
     """Normalise heads first_head .. first_head + n_heads - 1 of every row of x (T, W) in place
     (the fused q|k|v row: q's heads then k's). No checks (callers validate once)."""
-    t_rows = x.shape[0]
-    for t in range(t_rows):
+    for t in range(x.shape[0]):
         for h in range(first_head, first_head + n_heads):
-            base = h * head_dim
-            sq = np.float32(0.0)
-            for j in range(head_dim):
-                sq += x[t, base + j] * x[t, base + j]
-            r = np.float32(1.0) / np.sqrt(sq / np.float32(head_dim) + eps)
-            for j in range(head_dim):
-                x[t, base + j] = x[t, base + j] * r * weight[j]
+            _rms_norm_head(x, t, h, head_dim, weight, eps)
+    return x
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def rms_norm_heads_rows_par(x, first_head, n_heads, head_dim, weight, eps):
+    """`rms_norm_heads_rows` with its rows split between threads (prefill)."""
+    for t in numba.prange(x.shape[0]):
+        for h in range(first_head, first_head + n_heads):
+            _rms_norm_head(x, t, h, head_dim, weight, eps)
     return x
 
 

@@ -11,7 +11,8 @@ the reference share the same table and differ only by float32 rounding order (no
 two products and one add per element).
 
 `rope_rows` is the decoder's hot path: it rotates the first `n_rot` heads of each row of a fused
-q|k|v activation (T, (H + 2 Hkv) hd) in place (q's H heads then k's Hkv heads are contiguous).
+q|k|v activation (T, (H + 2 Hkv) hd) in place (q's H heads then k's Hkv heads are contiguous);
+`rope_rows_par` is the same loop with its rows split between threads, for prefill.
 """
 
 from __future__ import annotations
@@ -58,22 +59,34 @@ def rope_ref(x, positions, theta: float) -> np.ndarray:
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(np.float32)
 
 
+@numba.njit(inline="always")
+def _rope_row(x, t, n_rot, head_dim, cos, sin):
+    half = head_dim // 2
+    for h in range(n_rot):
+        base = h * head_dim
+        for j in range(half):
+            c = cos[t, j]
+            s = sin[t, j]
+            a = x[t, base + j]
+            b = x[t, base + half + j]
+            x[t, base + j] = a * c - b * s
+            x[t, base + half + j] = b * c + a * s
+
+
 @numba.njit(cache=True)
 def rope_rows(x, n_rot, head_dim, cos, sin):
     """Rotate heads 0..n_rot-1 of every row of x (T, W >= n_rot * hd) in place; cos/sin (T, hd/2)
     are the rows of the table at each row's position. No checks (callers validate once)."""
-    t_rows = x.shape[0]
-    half = head_dim // 2
-    for t in range(t_rows):
-        for h in range(n_rot):
-            base = h * head_dim
-            for j in range(half):
-                c = cos[t, j]
-                s = sin[t, j]
-                a = x[t, base + j]
-                b = x[t, base + half + j]
-                x[t, base + j] = a * c - b * s
-                x[t, base + half + j] = b * c + a * s
+    for t in range(x.shape[0]):
+        _rope_row(x, t, n_rot, head_dim, cos, sin)
+    return x
+
+
+@numba.njit(parallel=True, cache=True)
+def rope_rows_par(x, n_rot, head_dim, cos, sin):
+    """`rope_rows` with its rows split between threads (prefill; the same bits)."""
+    for t in numba.prange(x.shape[0]):
+        _rope_row(x, t, n_rot, head_dim, cos, sin)
     return x
 
 

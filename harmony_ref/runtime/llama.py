@@ -58,7 +58,12 @@ from functools import partial
 
 import numpy as np
 
-from harmony_ref.kernels.activation import gelu_tanh_gate_rows, silu_gate_rows
+from harmony_ref.kernels.activation import (
+    gelu_tanh_gate_rows,
+    gelu_tanh_gate_rows_par,
+    silu_gate_rows,
+    silu_gate_rows_par,
+)
 from harmony_ref.kernels.attention import (
     KVCache,
     decode_attention_unchecked,
@@ -68,11 +73,15 @@ from harmony_ref.kernels.attention import (
 from harmony_ref.kernels.norm import (
     GELU_CUBIC,
     GELU_TANH_SCALE,
+    PARALLEL_MIN_ROWS,
     add_rms_norm_rows,
+    add_rms_norm_rows_par,
     rms_norm_heads_rows,
+    rms_norm_heads_rows_par,
     rms_norm_rows,
+    rms_norm_rows_par,
 )
-from harmony_ref.kernels.rope import rope_rows, rope_table
+from harmony_ref.kernels.rope import rope_rows, rope_rows_par, rope_table
 from harmony_ref.model.decoder import DecoderConfig, DecoderWeights, layer_name
 from harmony_ref.quant.policy import Policy, load_policy
 from harmony_ref.runtime.linear import Fused, QuantLinear, make_linear
@@ -258,6 +267,13 @@ def _check_compressed(weights: DecoderWeights, policy: Policy) -> None:
         )
 
 
+def _rms_norm_for(t: int):
+    """The RMSNorm row kernel for a call of t rows: prefill's parallel one from
+    PARALLEL_MIN_ROWS rows, else decode's serial one (looked up by name at each call, so that
+    calibrate/decoder_ops.py's timers see it)."""
+    return rms_norm_rows_par if t >= PARALLEL_MIN_ROWS else rms_norm_rows
+
+
 class Llama:
     """The decoder on our kernels under a quantization policy (see the module docstring)."""
 
@@ -286,7 +302,7 @@ class Llama:
         self.embed_scale = np.float32(c.embed_scale)
         # the kernels scale scores by 1 / sqrt(hd); another scale is folded into q
         self.q_factor = np.float32(c.query_scale * math.sqrt(c.head_dim))
-        self.act = gelu_tanh_gate_rows if c.activation == "gelu_tanh" else silu_gate_rows
+        self.gelu = c.activation == "gelu_tanh"
         self.blocks: list[Block] = []
         for i, lw in enumerate(weights.layers):
             bias = np.concatenate([lw.bq, lw.bk, lw.bv]) if c.attention_bias else None
@@ -388,7 +404,7 @@ class Llama:
         x = self.embed[tokens]  # (T, D) fresh copy: the residual stream
         if self.embed_scale != 1:
             x *= self.embed_scale
-        h = rms_norm_rows(x, self.blocks[0].attn_norm, self.eps, np.empty_like(x))
+        h = _rms_norm_for(t)(x, self.blocks[0].attn_norm, self.eps, np.empty_like(x))
         n_blocks = len(self.blocks)
         for i, b in enumerate(self.blocks):
             nxt = self.blocks[i + 1].attn_norm if i + 1 < n_blocks else self.final_norm
@@ -398,19 +414,30 @@ class Llama:
 
     def _block(self, b: Block, x: np.ndarray, h: np.ndarray, p0: int, nxt: np.ndarray) -> None:
         """One block at positions p0 .. p0 + T - 1: x (T, D) the residual stream, h its
-        attn-normed rows; both updated in place (h = the next norm `nxt` of the new x)."""
+        attn-normed rows; both updated in place (h = the next norm `nxt` of the new x). The row
+        ops between the GEMMs run their `_par` kernels (rows split between threads) from
+        PARALLEL_MIN_ROWS rows, their serial ones for a decode row."""
         c = self.config
         t, hd = x.shape[0], c.head_dim
+        par = t >= PARALLEL_MIN_ROWS
+        norm = _rms_norm_for(t)
+        rope = rope_rows_par if par else rope_rows
+        add_norm = add_rms_norm_rows_par if par else add_rms_norm_rows
+        if self.gelu:
+            act_rows = gelu_tanh_gate_rows_par if par else gelu_tanh_gate_rows
+        else:
+            act_rows = silu_gate_rows_par if par else silu_gate_rows
         nh, nkv = b.n_heads, b.n_kv_heads
         qd, kvd = nh * hd, nkv * hd
         qkv = b.qkv(h)  # (T, H hd + 2 Hkv hd)
         if b.qkv_bias is not None:
             qkv += b.qkv_bias
         if b.q_norm is not None:  # per head, in place: q's heads, then k's
-            rms_norm_heads_rows(qkv, 0, nh, hd, b.q_norm, self.eps)
-            rms_norm_heads_rows(qkv, nh, nkv, hd, b.k_norm, self.eps)
+            head_norm = rms_norm_heads_rows_par if par else rms_norm_heads_rows
+            head_norm(qkv, 0, nh, hd, b.q_norm, self.eps)
+            head_norm(qkv, nh, nkv, hd, b.k_norm, self.eps)
         cos, sin = b.rope
-        rope_rows(qkv, nh + nkv, hd, cos[p0 : p0 + t], sin[p0 : p0 + t])  # q and k heads, in place
+        rope(qkv, nh + nkv, hd, cos[p0 : p0 + t], sin[p0 : p0 + t])  # q and k heads, in place
         if self.q_factor != 1:
             qkv[:, :qd] *= self.q_factor
         k_new = qkv[:, qd : qd + kvd].reshape(t, nkv, hd)
@@ -432,14 +459,14 @@ class Llama:
             a = prefill_attention_unchecked(q, b.cache)  # (T, H, hd)
         o = b.o(a.reshape(t, qd))  # (T, D)
         if b.post_attn_norm is not None:
-            rms_norm_rows(o, b.post_attn_norm, self.eps, o)
-        add_rms_norm_rows(x, o, b.ffn_norm, self.eps, h)  # x += o; h = rms_norm(x)
+            norm(o, b.post_attn_norm, self.eps, o)
+        add_norm(x, o, b.ffn_norm, self.eps, h)  # x += o; h = rms_norm(x)
         gu = b.gate_up(h)  # (T, 2F)
-        act = self.act(gu, np.empty((t, b.ffn_dim), np.float32))  # (T, F)
+        act = act_rows(gu, np.empty((t, b.ffn_dim), np.float32))  # (T, F)
         d = b.down(act)  # (T, D)
         if b.post_ffn_norm is not None:
-            rms_norm_rows(d, b.post_ffn_norm, self.eps, d)
-        add_rms_norm_rows(x, d, nxt, self.eps, h)  # x += d; h = next norm of x
+            norm(d, b.post_ffn_norm, self.eps, d)
+        add_norm(x, d, nxt, self.eps, h)  # x += d; h = next norm of x
 
     def run_block(self, i: int, x: np.ndarray) -> np.ndarray:
         """Block i alone on one window's residual stream x (T, D) from position 0, its KV cache
@@ -447,7 +474,7 @@ class Llama:
         b = self.blocks[i]
         b.cache.reset()
         x = np.array(x, dtype=np.float32)
-        h = rms_norm_rows(x, b.attn_norm, self.eps, np.empty_like(x))
+        h = _rms_norm_for(x.shape[0])(x, b.attn_norm, self.eps, np.empty_like(x))
         self._block(b, x, h, 0, b.attn_norm)
         b.cache.reset()
         return x

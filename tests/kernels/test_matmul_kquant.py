@@ -88,6 +88,25 @@ def test_every_path_equals_ref(qtype, m, n, supers):
 
 
 @pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("m", [16, 19])
+def test_prefill_rows_split_between_threads_equal_ref(qtype, threads, m):
+    """Three 64-row tiles (130 rows) do not divide between 2 threads: each tile's prefill rows
+    are cut in two parts (tile_parts; m = 19 leaves 3 rows for the last part's tail), the same
+    bits as the ref at 1 and 2 threads."""
+    import numba
+
+    k = _k_for(qtype, 2)
+    t = quantize(_weights(130, k, seed=m), qtype)
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        _check_paths(_x(m, k, seed=np.random.default_rng().integers(2**31)), t)
+    finally:
+        numba.set_num_threads(before)
+
+
+@pytest.mark.parametrize("qtype", TYPES)
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), m=st.integers(1, 6), n=st.integers(1, 70))
 def test_fresh_random_inputs(qtype, seed, m, n):

@@ -11,7 +11,7 @@ from harmony_ref.kernels import activation, attention, matmul, norm, rope
 # Compiled functions that may be serial, and why.
 _DECODE_ROW = (
     "decoder hot path over one row of 576-1536 values per call: a parallel launch "
-    "(2.5 us measured) costs more than the work; prefill rows are cheap too"
+    "(2.5 us measured) costs more than the work; prefill runs its `_par` twin"
 )
 SERIAL_OK = {
     "_tanh_vec": "norm.tanh_approx: exposes the kernels' tanh to its accuracy test",
