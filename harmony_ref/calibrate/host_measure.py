@@ -137,8 +137,8 @@ def _l3_size() -> str:
     return "0K"
 
 
-def _size_bytes(text: str) -> float:
-    """Bytes of a sysfs cache size ("32768K"; 0 for "0K")."""
+def cache_size_bytes(text: str) -> float:
+    """Bytes of a sysfs cache size ("32768K"; 0 for "0K" or ""), as host_measure.py records it."""
     text = text.strip().upper()
     for unit, mult in (("K", 1024), ("M", 1024**2), ("G", 1024**3)):
         if text.endswith(unit):
@@ -174,7 +174,7 @@ def machine(dram_bytes: int = 2 << 30, cache_bytes: int = 64 << 20) -> dict:
         "cpu_freq_mhz": cpu_freq_mhz(),
         "ram_bytes": psutil.virtual_memory().total,
     }
-    l3_bytes = int(_size_bytes(l3)) // 2
+    l3_bytes = int(cache_size_bytes(l3)) // 2
     for t in (1, 2):
         out[f"cache_read_gbps_t{t}"] = stream_gbps(cache_bytes, t)
         if l3_bytes:

@@ -358,7 +358,9 @@ def host_soc_toml(
     m = _machine(manifest)
     peaks = core_peaks(m)
     ghz = (m.get("cpu_freq_mhz") or 2000.0) / 1000
-    l3_mb = _size_mb(m["l3"])
+    from harmony_ref.calibrate.host_measure import cache_size_bytes
+
+    l3_mb = cache_size_bytes(m["l3"]) / 1e6
     cache_read = l3_read_gbps(m)
     sync = max(0.0, m["parallel_call_us_t2"] - m["parallel_call_us_t1"])
     thermal = read_toml("profile", PROFILES_FOLDER, THERMAL_TEMPLATE)[0]["thermal"]
@@ -528,11 +530,3 @@ def l3_read_gbps(m: dict) -> dict[int, tuple[float, str]]:
         )
     )
     return out
-
-
-def _size_mb(text: str) -> float:
-    text = text.strip().upper()
-    for unit, mult in (("K", 1024), ("M", 1024**2), ("G", 1024**3)):
-        if text.endswith(unit):
-            return float(text[:-1]) * mult / 1e6
-    return float(text) / 1e6
