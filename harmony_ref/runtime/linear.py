@@ -180,9 +180,33 @@ def concat_rows(tensors):
     )
 
 
+def _fused_run(name: str, parts, fmt: WeightFormat, scale, given) -> QuantLinear:
+    """One Linear for parts (name, (N_i, K) weight) of one format over one input, rows
+    concatenated: parts fitted on calibration data (GPTQ) keep their stored rows and the rest
+    are rounded; parts the file stores in `fmt` keep their stored rows when all of them do."""
+    w = parts[0][1] if len(parts) == 1 else np.concatenate([a for _, a in parts], axis=0)
+    fitted = [t if isinstance(t, (Int4Tensor, Int8Tensor)) else None for t in given]
+    if any(t is not None for t in fitted):
+        ts = [t if t is not None else quantize_stored(a, fmt) for (_, a), t in zip(parts, fitted)]
+        return make_linear(name, w, fmt, scale, concat_rows(ts))
+    kept = [_stored_in(t, fmt) for t in given]
+    fused = None
+    if all(t is not None for t in kept):  # rows concatenate exactly, as stored
+        if len(kept) == 1:
+            fused = kept[0]
+        elif fmt.facts.ggml:  # GGUF's blocks: GGMLTensor or KQuantTensor
+            fused = concat_ggml_rows(kept)
+        else:
+            fused = np.concatenate(kept, axis=0)
+    return make_linear(name, w, fmt, scale, fused)
+
+
 class Fused:
-    """Several Linears over one input, outputs concatenated along N: one matmul when they share
-    a format (weights concatenated row-wise before quantizing), else one call each."""
+    """Several Linears over one input, outputs concatenated along N: one matmul for each run of
+    consecutive parts that share a format (weights concatenated row-wise before quantizing, or
+    the stored rows concatenated as they are), so q|k|v with v in another format (llama.cpp's
+    Q4_K_M gives attn_v more bits) is two calls, q|k and v, not three. Q4_0 and Q4_1 parts of a
+    mixed GGUF plan run as one matmul."""
 
     def __init__(
         self,
@@ -196,27 +220,9 @@ class Fused:
         scales = [(act_scales or {}).get(n) for n, _ in parts]  # one input: the same scale
         given = [(stored or {}).get(n) for n, _ in parts]
         fitted = [t if isinstance(t, (Int4Tensor, Int8Tensor)) else None for t in given]
-        if all(f == fmts[0] for f in fmts) and any(t is not None for t in fitted):
-            # some parts fitted (GPTQ), the rest rounded: rows of one stored tensor
-            ts = [
-                t if t is not None else quantize_stored(a, f)
-                for (_, a), f, t in zip(parts, fmts, fitted)
-            ]
-            w = np.concatenate([a for _, a in parts], axis=0)
-            self.linears = [make_linear(name, w, fmts[0], scales[0], concat_rows(ts))]
-        elif all(f == fmts[0] for f in fmts):
-            w = np.concatenate([a for _, a in parts], axis=0)
-            kept = [_stored_in(t, fmts[0]) for t in given]
-            fused = None
-            if all(t is not None for t in kept):  # rows concatenate exactly, as stored
-                fused = (
-                    concat_ggml_rows(kept)  # GGUF's blocks: GGMLTensor or KQuantTensor
-                    if fmts[0].facts.ggml
-                    else np.concatenate(kept, axis=0)
-                )
-            self.linears = [make_linear(name, w, fmts[0], scales[0], fused)]
-        elif (
+        if (
             len(parts) > 1
+            and any(f != fmts[0] for f in fmts)
             and all(f.kind in Q4_TYPES for f in fmts)
             and all(s is None for s in scales)
             and not any(t is not None for t in fitted)
@@ -230,8 +236,20 @@ class Fused:
             p = prepare_q4_rows(ts)
             self.linears = [QuantLinear(name, parse_format("q4_1"), p, operand=p)]
         else:
+            runs, lo = [], 0
+            for i in range(1, len(parts) + 1):
+                if i == len(parts) or fmts[i] != fmts[lo]:
+                    runs.append(range(lo, i))
+                    lo = i
             self.linears = [
-                make_linear(n, a, f, s, t) for (n, a), f, s, t in zip(parts, fmts, scales, given)
+                _fused_run(
+                    name if len(r) > 1 else parts[r[0]][0],
+                    [parts[i] for i in r],
+                    fmts[r[0]],
+                    scales[r[0]],
+                    [given[i] for i in r],
+                )
+                for r in runs
             ]
         self.formats = {n: f.name for (n, _), f in zip(parts, fmts)}
         self.single = self.linears[0] if len(self.linears) == 1 else None
