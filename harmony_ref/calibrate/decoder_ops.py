@@ -12,7 +12,8 @@ output head) with a timer, runs the forward, and returns the seconds spent per c
 the calls timed are the ones generation makes.
 
 `call_samples` counts each kind's work as the op graph counts it (model/graph.py, unfused: the
-ops whose names CALL_OPS lists), so a fitted rate means what the cost model divides by: matrix
+ops whose names CALL_OPS lists; a decode step's one attention call also covers rope and the KV
+store, which it runs), so a fitted rate means what the cost model divides by: matrix
 flops in the matmul's compute dtype on the host (device/soc.py `compute_dtype`, "weight"),
 a decode step's in the one-row classes ("gemv_<dtype>", "attention_decode"), a prompt's
 attention in "attention", everything else "vector" (device/soc.py `op_class`); bytes as the
@@ -55,6 +56,7 @@ _MODULE_FUNCS = {  # runtime/llama.py's names; `_par`: the same op on prefill ro
     "rope_rows": "rope",
     "rope_rows_par": "rope",
     "decode_attention_unchecked": "attention",
+    "decode_step_attention": "attention",  # a decode step's rope, KV store and attention
     "prefill_attention_unchecked": "attention",
     "add_rms_norm_rows": "add_norm",
     "add_rms_norm_rows_par": "add_norm",
@@ -161,6 +163,14 @@ def call_samples(
         w["bytes"] += float(dram_bytes(op.streamed_bytes, op.other_bytes, 0.0, 1.0))
         if op.flops and op.projection:
             w["dtype"] = compute_dtype(op.dtype, op.act_dtype, HOST_WEIGHT_ONLY_COMPUTE)
+    if tokens == 1 and "attention" in seconds:
+        # A decode step over an fp16 cache rotates, stores and attends in one call
+        # (kernels/attention.py decode_step_attention): its sample carries their work.
+        for part in ("rope", "kv_store"):
+            if part not in seconds and part in work:
+                w, a = work.pop(part), work["attention"]
+                for key in ("flops", "vflops", "bytes"):
+                    a[key] += w[key]
     out = []
     for call, s in seconds.items():
         if call not in work or s <= 0:

@@ -67,6 +67,7 @@ from harmony_ref.kernels.activation import (
 from harmony_ref.kernels.attention import (
     KVCache,
     decode_attention_unchecked,
+    decode_step_attention,
     prefill_attention_unchecked,
     window_prefill_attention,
 )
@@ -87,6 +88,7 @@ from harmony_ref.quant.policy import Policy, load_policy
 from harmony_ref.runtime.linear import Fused, QuantLinear, make_linear
 
 DEFAULT_MAX_CONTEXT = 2048
+_NO_NORM = np.zeros(0, dtype=np.float32)  # decode_step_attention's "no q / k head norm"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -421,17 +423,60 @@ class Llama:
         t, hd = x.shape[0], c.head_dim
         par = t >= PARALLEL_MIN_ROWS
         norm = _rms_norm_for(t)
-        rope = rope_rows_par if par else rope_rows
         add_norm = add_rms_norm_rows_par if par else add_rms_norm_rows
         if self.gelu:
             act_rows = gelu_tanh_gate_rows_par if par else gelu_tanh_gate_rows
         else:
             act_rows = silu_gate_rows_par if par else silu_gate_rows
-        nh, nkv = b.n_heads, b.n_kv_heads
-        qd, kvd = nh * hd, nkv * hd
+        qd = b.n_heads * hd
         qkv = b.qkv(h)  # (T, H hd + 2 Hkv hd)
         if b.qkv_bias is not None:
             qkv += b.qkv_bias
+        if t == 1 and b.cache.dtype == "fp16":  # a decode step: norms to attention in one call
+            a = self._decode_attention(b, qkv, p0)
+        else:
+            a = self._attention(b, qkv, p0, par)
+        o = b.o(a.reshape(t, qd))  # (T, D)
+        if b.post_attn_norm is not None:
+            norm(o, b.post_attn_norm, self.eps, o)
+        add_norm(x, o, b.ffn_norm, self.eps, h)  # x += o; h = rms_norm(x)
+        gu = b.gate_up(h)  # (T, 2F)
+        act = act_rows(gu, np.empty((t, b.ffn_dim), np.float32))  # (T, F)
+        d = b.down(act)  # (T, D)
+        if b.post_ffn_norm is not None:
+            norm(d, b.post_ffn_norm, self.eps, d)
+        add_norm(x, d, nxt, self.eps, h)  # x += d; h = next norm of x
+
+    def _decode_attention(self, b: Block, qkv: np.ndarray, p0: int) -> np.ndarray:
+        """A decode step's attention (H, hd) from its q|k|v row over an fp16 cache, its row stored
+        in the slot the cache gives it (kernels/attention.py decode_step_attention)."""
+        cos, sin = b.rope
+        slot, length = b.cache.claim_slot()
+        return decode_step_attention(
+            qkv,
+            b.n_heads,
+            b.n_kv_heads,
+            self.config.head_dim,
+            _NO_NORM if b.q_norm is None else b.q_norm,
+            _NO_NORM if b.k_norm is None else b.k_norm,
+            self.eps,
+            cos[p0 : p0 + 1],
+            sin[p0 : p0 + 1],
+            self.q_factor,
+            b.cache.k.view(np.uint16),
+            b.cache.v.view(np.uint16),
+            slot,
+            length,
+        )
+
+    def _attention(self, b: Block, qkv: np.ndarray, p0: int, par: bool) -> np.ndarray:
+        """Attention (T, H, hd) of T rows of q|k|v (in place: q's and k's heads normalised and
+        rotated, q scaled), their k and v stored in the cache: prefill's path, and a decode
+        step's over an int8 cache."""
+        t, hd = qkv.shape[0], self.config.head_dim
+        nh, nkv = b.n_heads, b.n_kv_heads
+        qd, kvd = nh * hd, nkv * hd
+        rope = rope_rows_par if par else rope_rows
         if b.q_norm is not None:  # per head, in place: q's heads, then k's
             head_norm = rms_norm_heads_rows_par if par else rms_norm_heads_rows
             head_norm(qkv, 0, nh, hd, b.q_norm, self.eps)
@@ -457,16 +502,7 @@ class Llama:
             b.cache.store(k_new, v_new)
             q = np.ascontiguousarray(qkv[:, :qd]).reshape(t, nh, hd)
             a = prefill_attention_unchecked(q, b.cache)  # (T, H, hd)
-        o = b.o(a.reshape(t, qd))  # (T, D)
-        if b.post_attn_norm is not None:
-            norm(o, b.post_attn_norm, self.eps, o)
-        add_norm(x, o, b.ffn_norm, self.eps, h)  # x += o; h = rms_norm(x)
-        gu = b.gate_up(h)  # (T, 2F)
-        act = act_rows(gu, np.empty((t, b.ffn_dim), np.float32))  # (T, F)
-        d = b.down(act)  # (T, D)
-        if b.post_ffn_norm is not None:
-            norm(d, b.post_ffn_norm, self.eps, d)
-        add_norm(x, d, nxt, self.eps, h)  # x += d; h = next norm of x
+        return a
 
     def run_block(self, i: int, x: np.ndarray) -> np.ndarray:
         """Block i alone on one window's residual stream x (T, D) from position 0, its KV cache

@@ -102,3 +102,70 @@ def test_bad_inputs_raise_value_errors():
         at.KVCache(4, 2, 16, "bf16")
     with pytest.raises(ValueError, match="max_context must be a positive integer"):
         at.KVCache(0, 2, 16)
+
+
+@pytest.mark.parametrize(
+    "n_heads,n_kv,norms,q_factor,window,steps",
+    [
+        (4, 2, False, 1.0, 0, 80),  # crosses DECODE_PARALLEL_MIN_LENGTH: serial, then parallel
+        (4, 1, True, 0.75, 0, 20),  # one kv head (always serial), q / k head norms, q scaled
+        (6, 3, False, 1.0, 24, 40),  # a sliding-window ring that wraps
+    ],
+)
+def test_decode_step_attention_equals_the_unfused_calls(
+    n_heads, n_kv, norms, q_factor, window, steps
+):
+    """decode_step_attention (norms, rope, q scale, fp16 store, attention in one call, slot
+    from claim_slot) against the calls the decoder made one by one: the same cache bits, the
+    same numbers within the compile difference of the kernels it calls (DECODE_STEP_ABS_TOL)."""
+    from harmony_ref.kernels.norm import rms_norm_heads_rows
+    from harmony_ref.kernels.rope import rope_rows, rope_table
+
+    d, eps = 16, np.float32(1e-6)
+    rng = np.random.default_rng(7)
+    cos, sin = rope_table(128, d, 10000.0)
+    q_norm = rng.uniform(0.5, 1.5, d).astype(np.float32) if norms else np.zeros(0, np.float32)
+    k_norm = rng.uniform(0.5, 1.5, d).astype(np.float32) if norms else np.zeros(0, np.float32)
+    fused, plain = at.KVCache(96, n_kv, d, window=window), at.KVCache(96, n_kv, d, window=window)
+    qd, kvd = n_heads * d, n_kv * d
+    for p in range(steps):
+        row = rng.standard_normal((1, qd + 2 * kvd)).astype(np.float32)
+        mine = row.copy()
+        slot, length = fused.claim_slot()
+        got = at.decode_step_attention(
+            mine, n_heads, n_kv, d, q_norm, k_norm, eps, cos[p : p + 1], sin[p : p + 1],
+            np.float32(q_factor), fused.k.view(np.uint16), fused.v.view(np.uint16), slot, length,
+        )  # fmt: skip
+        if norms:
+            rms_norm_heads_rows(row, 0, n_heads, d, q_norm, eps)
+            rms_norm_heads_rows(row, n_heads, n_kv, d, k_norm, eps)
+        rope_rows(row, n_heads + n_kv, d, cos[p : p + 1], sin[p : p + 1])
+        row[:, :qd] *= np.float32(q_factor)
+        plain.store(
+            row[:, qd : qd + kvd].reshape(1, n_kv, d), row[:, qd + kvd :].reshape(1, n_kv, d)
+        )
+        want = at.decode_attention_unchecked(row[0, :qd].reshape(n_heads, d), plain)
+        assert (fused.length, fused.pos) == (plain.length, plain.pos) == (length, p + 1)
+        if norms:  # the head norm compiled inside the fused kernel: its last bits may differ
+            assert_within(mine, row, DECODE_STEP_ABS_TOL, f"rotated q|k|v, step {p}")
+            for a, b in ((fused.k, plain.k), (fused.v, plain.v)):  # one float16 ulp at most
+                assert_within(a.astype(np.float32), b.astype(np.float32), 2e-3, "fp16 cache")
+        else:  # rope, the q scale and the float16 store: the same bits
+            np.testing.assert_array_equal(mine, row)
+            np.testing.assert_array_equal(fused.k.view(np.uint16), plain.k.view(np.uint16))
+            np.testing.assert_array_equal(fused.v.view(np.uint16), plain.v.view(np.uint16))
+        assert_within(got, want, DECODE_STEP_ABS_TOL, f"decode step {p}")
+
+
+# The serial and parallel decode attention kernels run one float order but compile apart, and
+# the fused step's head norm compiles inside it (measured on AMD EPYC Zen 4: within 1.2e-7 on
+# ~N(0, 1) values); fastmath may contract or vectorise either differently on another CPU.
+DECODE_STEP_ABS_TOL = 1e-6
+
+
+def test_claim_slot_refuses_a_full_cache():
+    cache = at.KVCache(2, 1, 4)
+    cache.claim_slot()
+    cache.claim_slot()
+    with pytest.raises(ValueError, match="KVCache full"):
+        cache.claim_slot()
