@@ -47,9 +47,20 @@ HIDDEN = {  # PARAMS
 # the 2-thread prompt's fixed cost beside the thread share, recovered apart (eight starts of the
 # fit, not the 64 of every parameter at once)
 HIDDEN_PROMPT = {"matmul": 0.31, "thread_share": 0.35, "prompt_sync_us": 40.0}
+# the decode attention's cost per cached position beside the GEMVs: decode steps at short and
+# long contexts (the tiny model holds 128 positions), 1 and 2 threads; workloads 2 and 5 held out
+HIDDEN_CONTEXT = {"gemv": 0.03, "attention_ns": 3000.0}
+CONTEXT_WORKLOADS = [
+    ("w4a8-g32", 8, 8, 1),
+    ("w4a8-g32", 96, 24, 1),
+    ("w4a8-g32", 64, 16, 2),
+    ("fp32", 100, 20, 2),
+    ("fp32", 16, 16, 1),
+    ("w4a8-g32", 104, 16, 1),
+]
 
 
-def _rows(model: str) -> list[dict]:
+def _rows(model: str, workloads=None) -> list[dict]:
     return [
         {
             "id": f"w{i}:{metric}",
@@ -63,17 +74,17 @@ def _rows(model: str) -> list[dict]:
             "metric": metric,
             "measured": 1.0,
         }
-        for i, (policy, prompt, new, threads) in enumerate(WORKLOADS)
+        for i, (policy, prompt, new, threads) in enumerate(workloads or WORKLOADS)
         for metric in PHASES
     ]
 
 
-def _hidden_rows(model: str, numbers=None) -> list[dict]:
+def _hidden_rows(model: str, numbers=None, workloads=None) -> list[dict]:
     """The rows with the hidden runtime's predictions as their measurements."""
     from harmony_ref.calibrate.fit_runtime import shared_only, with_params
 
     hidden = with_params(shared_only(load_runtime(RUNTIME)), numbers or HIDDEN)
-    rows = _rows(model)
+    rows = _rows(model, workloads)
     for r, p in zip(rows, program_points(rows, PROFILE, RUNTIME)):
         r["measured"] = p.predicted(hidden)
     return rows
@@ -109,7 +120,8 @@ def test_recovers_the_prompts_fixed_cost_beside_the_thread_share(tmp_path, tiny_
     the thread share and prompt_sync_us apart."""
     from harmony_ref.calibrate.executorch import PARAMS
 
-    assert set(HIDDEN) | set(HIDDEN_PROMPT) == set(PARAMS)  # every default parameter recovered
+    # every default parameter recovered
+    assert set(HIDDEN) | set(HIDDEN_PROMPT) | set(HIDDEN_CONTEXT) == set(PARAMS)
     rows = _hidden_rows(str(tiny_gguf), HIDDEN_PROMPT)
     out = tmp_path / "et.toml"
     _, s = fit_program_rows(rows, PROFILE, RUNTIME, out, tuple(HIDDEN_PROMPT))
@@ -118,6 +130,46 @@ def test_recovers_the_prompts_fixed_cost_beside_the_thread_share(tmp_path, tiny_
     want = HIDDEN_PROMPT["prompt_sync_us"]
     assert rt.overhead.prompt_sync_us_per_thread == pytest.approx(want, rel=0.02)
     assert s["held_out_prefill_mape_pct"] < 1.0
+
+
+def test_recovers_the_decode_attentions_cost_per_position(tmp_path, tiny_gguf):
+    """Decode steps at 8-120 cached positions pin attention_ns apart from the GEMVs, and the
+    held-out steps (one at 2 threads, where the cost is split by the thread share) follow."""
+    rows = _hidden_rows(str(tiny_gguf), HIDDEN_CONTEXT, CONTEXT_WORKLOADS)
+    rows = [r for r in rows if r["metric"] == "decode_step_ms"]
+    out = tmp_path / "et.toml"
+    _, s = fit_program_rows(rows, PROFILE, RUNTIME, out, tuple(HIDDEN_CONTEXT))
+    rt = load_runtime(out)
+    want = HIDDEN_CONTEXT["attention_ns"]
+    assert rt.overhead.attention_ns_per_position == pytest.approx(want, rel=0.02)
+    assert rt.efficiency.gemv == pytest.approx(HIDDEN_CONTEXT["gemv"], rel=0.02)
+    assert s["held_out_decode_mape_pct"] < 1.0
+
+
+def test_the_attention_cost_per_position_prices_each_layers_decode_positions(tiny_gguf):
+    """attention_ns_per_position adds that much per cached position on each layer's one-row
+    attention to a decode step (1 thread; n threads: over 1 + (n - 1) thread share) and
+    nothing to a prefill; unset (every shipped profile), predictions do not move."""
+    from harmony_ref.calibrate.fit_runtime import with_params
+    from harmony_ref.calibrate.phases import Workload, phase_configs
+    from harmony_ref.device.cost import phase_cost
+    from harmony_ref.device.runtime import load_profile
+
+    base = load_runtime(RUNTIME)
+    assert base.overhead.attention_ns_per_position == 0.0
+    walk = with_params(base, {"attention_ns": 1000.0})
+    w = Workload(str(tiny_gguf), "w4a8-g32", 40, 8)
+    _, phases = phase_configs(w, "executorch")
+    cfg = phases["decode_step_ms"]
+    layers = cfg.spec.n_layers
+    for threads in (1, 2):
+        p0, p1 = (load_profile(PROFILE, r, threads) for r in (base, walk))
+        step = [phase_cost(p, cfg, "decode").time_s for p in (p0, p1)]
+        share = 1 + (threads - 1) * p0.cpu.thread_share
+        # steps attend 41..48 positions: their mean, 44.5, in every layer
+        assert step[1] - step[0] == pytest.approx(layers * 44.5 * 1e-6 / share, rel=1e-9)
+        pre = [phase_cost(p, cfg, "prefill").time_s for p in (p0, p1)]
+        assert pre[1] == pre[0]
 
 
 def test_held_out_rows_are_never_fitted(tmp_path, tiny_gguf):
