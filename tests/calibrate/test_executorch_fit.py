@@ -318,3 +318,31 @@ def test_the_third_held_out_set_scores_as_recorded():
     assert rt.overhead.prompt_sync_us_per_thread > 0
     summary = _rescored(record, held, "executorch-xnnpack.heldout-3.toml")
     assert summary["prefill_mape_pct"] <= 15.0
+
+
+def test_the_fourth_held_out_set_scores_as_recorded():
+    """heldout-4.json: one session, the fit rows (docs/how-to/executorch.md's ten workloads, at
+    short and long contexts) interleaved with the workloads heldout-4.workloads wrote down before
+    they ran, none of them a workload of an earlier set; the runtime fitted on the fit rows alone
+    (with attention_ns) rescores the held-out rows to the recorded errors."""
+    record = _heldout_program_rows("heldout-4.json")
+    rows = record["rows"]
+    lines = _workload_lines("heldout-4.workloads")
+    held = [r for r in rows if r["split"] == "score"]
+    fit = [r for r in rows if r["split"] == "fit"]
+    assert [_workload(r) for r in held[:: len(PHASES)]] == lines
+    assert [_workload(r) for r in fit[:: len(PHASES)]] == record["fit_workloads"]
+    assert [r["split"] for r in rows[:: len(PHASES)]] == ["fit", "score"] * 10
+    earlier = {_workload(r) for r in json.loads((RESULTS / "calibration.json").read_text())["rows"]}
+    earlier |= set(_workload_lines("heldout-2.workloads")) | set(
+        _workload_lines("heldout-3.workloads")
+    )
+    assert not set(lines) & (earlier | set(record["fit_workloads"]))
+    # the fit sees decode steps at short and at long contexts
+    ends = [r["prompt_tokens"] + r["new_tokens"] for r in fit]
+    assert min(ends) <= 112 and max(ends) >= 480
+    rt = load_runtime(RESULTS / "executorch-xnnpack.heldout-4.toml")
+    assert set(rt.calibration.fitted_on) == {r["id"] for r in fit}
+    assert set(rt.calibration.scored_on) == {r["id"] for r in held}
+    assert rt.overhead.attention_ns_per_position > 0
+    _rescored(record, held, "executorch-xnnpack.heldout-4.toml")
