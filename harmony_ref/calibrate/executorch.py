@@ -42,13 +42,30 @@ RUNTIME = "executorch-xnnpack"
 # 2-thread prompts here take ~25 ms more than their work at every length (an 8-token prompt 41
 # ms at 2 threads, 12 at 1) while their work scales ~1.7x; one thread share could only split the
 # difference (0.12), pricing short 2-thread prompts 32-38% fast and long ones 30-43% slow.
-PARAMS = ("matmul", "int8", "gemv", "thread_share", "gemv_thread_share", "prompt_sync_us")
+# attention_ns: what a decode step's attention costs per cached position in each layer
+# (device/runtime.py [overhead] attention_ns_per_position): the program's custom_sdpa walks the
+# filled positions of its fp32 cache per query head in portable C++, and the 8da4w step grows
+# from 4.95 ms at 16 positions to 8.7 ms at 480 on one thread (9.2 us per position, 305 ns in
+# each of 30 layers; the fp32 program 329 ns), where the roofline prices that growth at 0.34 ms
+# (results/executorch-calibration/context-growth.json); heldout-3's long-context steps were
+# priced 31-38% fast without it. Fitting it needs fit rows at long contexts (docs/how-to/
+# executorch.md's workloads reach 496 positions).
+PARAMS = (
+    "matmul",
+    "int8",
+    "gemv",
+    "thread_share",
+    "gemv_thread_share",
+    "prompt_sync_us",
+    "attention_ns",
+)
 # what a program's run is priced as: the prompt's time and one decode step's
 PHASES = ("prefill_ms", "decode_step_ms")
 CARRIES_TO_PHONE = (
     "carries to a phone: the program's structure the fit priced (custom SDPA over the filled "
-    "positions only, a dynamic KV cache; the head on the last position; one XNNPACK launch "
-    "per op) and launch_us as an order of magnitude (per-op dispatch, on an x86 core here); "
+    "positions only, a dynamic KV cache, walked position by position at a cost per position; "
+    "the head on the last position; one XNNPACK launch per op) and launch_us as an order of "
+    "magnitude (per-op dispatch, on an x86 core here); "
     "the phone's own: its SoC profile's peaks and bandwidth and the efficiencies of "
     "XNNPACK's Arm kernels (matmul, gemv, memory), fitted on phone figures "
     "(calibrate --set phones), never on this host's x86 kernels"

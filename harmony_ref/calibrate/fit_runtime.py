@@ -11,7 +11,8 @@ prediction is the one the fidelity command makes: the SoC and the trial runtime 
 (device/runtime.py apply_runtime) and priced by device/cost.py. A parameter the fit points do
 not move (no decode point for a memory efficiency) keeps its prior value and is reported as not
 fitted. The roofline's max() makes basins (an op memory- or compute-bound), so the fit starts
-from the prior and from a tenth of it in every parameter and keeps the best. Points with split
+from the prior and from a tenth of it in every parameter and keeps the best (a cost added after
+the max(), NO_BASIN, from its prior alone: it makes no basin). Points with split
 "score" are refused: held out means held out.
 
 `fit_soc_efficiencies` then gives a SoC its own matmul efficiency (a [[soc_efficiency]] entry of
@@ -53,7 +54,14 @@ PARAMS = {
     "fp16_widen_ns": ("overhead", "fp16_widen_ns_per_weight", 0.0, 100.0),
     "graph_us": ("overhead", "graph_us", 0.0, 1e6),
     "prompt_sync_us": ("overhead", "prompt_sync_us_per_thread", 0.0, 1e4),
+    "attention_ns": ("overhead", "attention_ns_per_position", 0.0, 1e5),
 }
+# costs added to an op's time after the roofline's max(), not inside it: no basin, so the fit
+# starts them from their prior alone (each parameter in the corners doubles the fit's starts:
+# 2^7 starts of 25 ms predictions took over 15 minutes on calibrate --backend executorch's rows)
+NO_BASIN = ("prompt_sync_us", "attention_ns")
+# [overhead] fields a profile leaves out when 0 (every shipped profile does)
+UNSET_ZERO = ("prompt_sync_us_per_thread", "attention_ns_per_position")
 _SENSITIVITY = 0.01  # a probe step moving no prediction by 1%: the points do not pin the parameter
 PROBE = {
     "launch_us": 1.0,
@@ -62,6 +70,7 @@ PROBE = {
     "fp16_widen_ns": 0.5,
     "graph_us": 100.0,
     "prompt_sync_us": 10.0,
+    "attention_ns": 100.0,
     "thread_share": 0.5,
     "gemv_thread_share": 0.5,
 }  # probe sizes from 0
@@ -143,9 +152,8 @@ def fit_on_points(
     # A roofline's max() makes basins (an op memory- or compute-bound): start from the prior and
     # from a tenth of it in every parameter, keep the best
     best = None
-    for corner in (
-        itertools.product((1.0, 0.1), repeat=len(params)) if multistart else [(1.0,) * len(params)]
-    ):
+    scales = [(1.0,) if n in NO_BASIN or not multistart else (1.0, 0.1) for n in params]
+    for corner in itertools.product(*scales):
         start = np.clip(first * np.array(corner), lo + 1e-12, hi)
         sol = least_squares(
             residuals,
@@ -342,7 +350,7 @@ def runtime_toml(
                 continue
             if sec == "overhead" and f.name == "graph_us" and obj.graph != "compiled":
                 continue
-            if sec == "overhead" and f.name == "prompt_sync_us_per_thread" and not v:  # unset
+            if sec == "overhead" and f.name in UNSET_ZERO and not v:  # unset
                 continue
             out.append(line(f.name, v, f"{sec}.{f.name}"))
     f16 = rt.float16

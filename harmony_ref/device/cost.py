@@ -22,6 +22,10 @@ fits the rates themselves) and the phase calibration (`phase_terms`) all call it
 NumPy arrays and on plain numbers alike. The per-op-kind tables of `predict --breakdown`, each
 op costed alone by `graph_cost`, are device/cost_breakdown.py.
 
+A runtime whose decode attention walks its cache position by position (runtime profile
+`[overhead] attention_ns_per_position`: ExecuTorch's custom_sdpa) pays that much more per cached
+position on each layer's one-row attention op, added to its roofline time (unset 0).
+
 A runtime that runs the forward as one compiled graph (runtime profile `[overhead] graph =
 "compiled"`: QNN/HTP) pays no per-op launch, its `graph_us` once per forward instead (merged into
 the forward overhead by device/runtime.py apply_runtime). A 16-bit float matmul (and attention)
@@ -125,6 +129,7 @@ class Roofline:
     class_ops_per_s: dict[str, float] | None = None  # per efficiency class (soc.py FALLBACK)
     widen_s_per_weight: float = 0.0  # per fp16 weight per call, before its matmul
     prompt_launch_s: float = 0.0  # more per launch of a multi-row op (RuntimeSpec)
+    attention_s_per_position: float = 0.0  # more per cached position of a one-row attention
 
     @classmethod
     def of(
@@ -161,6 +166,7 @@ class Roofline:
             {k: c.class_peak_ops_per_s(k) * eff(k) * fc for k in EFFICIENCY_CLASSES},
             rt.fp16_widen_ns_per_weight * 1e-9 / fc,
             rt.prompt_launch_us / US_PER_S,
+            rt.attention_ns_per_position * 1e-9 / fc,
         )
 
     def memory_bytes_per_s(self, streamed_per_step):
@@ -226,6 +232,9 @@ def _make_op_arrays(graph: Graph) -> dict[str, np.ndarray]:
         "tile": [op.tile_bytes for op, _ in rows],
         "act_in": [op.act_in_bytes for op, _ in rows],
         "act_out": [op.act_out_bytes for op, _ in rows],
+        # the cached positions a layer's attention reads: counted once per layer, on its QK^T
+        # (or the fused attention op), not again on its P.V
+        "positions": [op.n if op.kind in POSITION_KINDS else 0 for op, _ in rows],
         # weights a runtime that widens fp16 per call passes over (fp16-stored matmul weights)
         "fp16_weights": [
             op.n * op.k
@@ -246,6 +255,7 @@ def _make_op_arrays(graph: Graph) -> dict[str, np.ndarray]:
 
 _STRUCTURE = ("count", "dtype", "act_dtype", "op_type", "attention", "one_row", "window")
 ATTENTION_KINDS = frozenset({"attn_qk", "attn_pv", "attention"})
+POSITION_KINDS = frozenset({"attn_qk", "attention"})
 
 
 def _compute_dtypes(profile: DeviceProfile, a: dict[str, np.ndarray]) -> np.ndarray:
@@ -300,6 +310,9 @@ def _evaluate(
     )
     if r.widen_s_per_weight:  # a conversion pass before the matmul: added, not overlapped
         time = time + q["fp16_weights"] * r.widen_s_per_weight
+    if r.attention_s_per_position:  # a decode attention's walk over its cached positions
+        walk = (a0["attention"] & a0["one_row"])[:, None]
+        time = time + walk * q["positions"] * r.attention_s_per_position
     cpu = np.asarray([placement(profile, t) == "fallback" for t in a0["op_type"]], dtype=bool)[
         :, None
     ]

@@ -26,7 +26,9 @@ it, the CPU clusters, GPU and NPU peaks. A runtime profile says what a runtime m
 - [efficiency]: achieved / peak, on matmuls, per compute dtype, for attention and vector ops,
   on DRAM reads and on cache reads; [overhead]: per kernel launch and per forward pass (and
   `prompt_sync_us_per_thread`: more per launch of a prompt's multi-row op for each thread
-  beyond the first, a threading cost one-row decode ops do not pay; unset 0), or
+  beyond the first, a threading cost one-row decode ops do not pay; unset 0;
+  `attention_ns_per_position`: more per cached position of a decode step's attention in each
+  layer, a runtime's attention kernel that walks the cache position by position; unset 0), or
   (`graph = "compiled"`: a compiled NPU graph, QNN/HTP) `graph_us` per forward and no per-op
   launch;
 - [float16]: what a 16-bit float matmul computes in, per format (`fp16`, `bf16`: "native" at
@@ -123,6 +125,14 @@ class RuntimeOverhead:
     # shipped profile); fitted on one machine's runs (calibrate --backend executorch: XNNPACK's
     # 2-thread prompts on this host's 2 vCPUs cost ~25 ms more than their work at any length)
     prompt_sync_us_per_thread: float = field(default=0.0, metadata={"min": 0.0})
+    # ns per cached position a decode step's attention pays in each layer beyond its roofline
+    # time, at one thread (n threads: divided by 1 + (n - 1) thread_share), on the cache as the
+    # program stores it: ExecuTorch's custom_sdpa walks the filled positions of its fp32 cache
+    # per query head (a 1-row gemm against K, a softmax, a 1-row gemm against V: portable C++,
+    # not XNNPACK), ~270 ns per position per layer on this host, where the roofline prices the
+    # position's 768 fp16 bytes and 2.3 kflop at ~1 ns. 0: none (every shipped profile); fitted
+    # on one machine's runs (calibrate --backend executorch, attention_ns in --params)
+    attention_ns_per_position: float = field(default=0.0, metadata={"min": 0.0})
 
 
 @dataclass(frozen=True)
@@ -389,7 +399,7 @@ def apply_runtime(
         **{f"{k}_efficiency": getattr(e, k) for k in EFFICIENCY_CLASSES + ("gemv",)},
     )
     launch_us, read_gbps, npu = rt.overhead.launch_us, m.dram_bandwidth_gbps, None
-    prompt_launch_us = 0.0
+    prompt_launch_us = attention_ns = 0.0
     cache_gbps = m.cache_bandwidth_gbps
     label = rt.name
     if rt.unit == "cpu":
@@ -424,6 +434,8 @@ def apply_runtime(
             cache_gbps = min(cache_gbps, n * m.core_cache_gbps)
         launch_us += soc.cpu.sync_us_per_thread * (n - 1)  # every op's barrier
         prompt_launch_us = rt.overhead.prompt_sync_us_per_thread * (n - 1)  # a prompt op's
+        # the decode attention's per-position walk, split over the threadpool like the rest
+        attention_ns = rt.overhead.attention_ns_per_position / (1 + (n - 1) * cpu.thread_share)
         shares = float16_shares(soc.cpu, n, rt.thread_split, rt.float16)
         compute.update(fp16_rate_share=shares["fp16"], bf16_rate_share=shares["bf16"])
         label = f"{rt.name} x{n}"
@@ -469,6 +481,7 @@ def apply_runtime(
         soc.runtime,
         launch_overhead_us=launch_us,
         prompt_launch_us=prompt_launch_us,
+        attention_ns_per_position=attention_ns,
         forward_overhead_us=forward_us,
         fp16_widen_ns_per_weight=rt.overhead.fp16_widen_ns_per_weight,
         kv_cache=rt.kv_cache,

@@ -293,6 +293,10 @@ class RuntimeSpec:
     # more per launch of a multi-row op (a prompt's), on top of launch_overhead_us: a runtime's
     # threading cost one-row ops do not pay (runtime.py [overhead] prompt_sync_us_per_thread)
     prompt_launch_us: float = field(default=0.0, metadata={"min": 0.0})
+    # ns per cached position of a one-row attention op (a decode step's, per layer), on top of
+    # its roofline time, at the thread count in use (runtime.py [overhead]
+    # attention_ns_per_position)
+    attention_ns_per_position: float = field(default=0.0, metadata={"min": 0.0})
     # once per forward pass (the prefill, each decode step): the runtime's own loop, sampling
     forward_overhead_us: float = field(default=0.0, metadata={"min": 0.0})
     # ns per fp16 weight on every matmul call before it (a runtime profile's [overhead]

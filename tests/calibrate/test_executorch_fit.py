@@ -47,9 +47,20 @@ HIDDEN = {  # PARAMS
 # the 2-thread prompt's fixed cost beside the thread share, recovered apart (eight starts of the
 # fit, not the 64 of every parameter at once)
 HIDDEN_PROMPT = {"matmul": 0.31, "thread_share": 0.35, "prompt_sync_us": 40.0}
+# the decode attention's cost per cached position beside the GEMVs: decode steps at short and
+# long contexts (the tiny model holds 128 positions), 1 and 2 threads; workloads 2 and 5 held out
+HIDDEN_CONTEXT = {"gemv": 0.03, "attention_ns": 3000.0}
+CONTEXT_WORKLOADS = [
+    ("w4a8-g32", 8, 8, 1),
+    ("w4a8-g32", 96, 24, 1),
+    ("w4a8-g32", 64, 16, 2),
+    ("fp32", 100, 20, 2),
+    ("fp32", 16, 16, 1),
+    ("w4a8-g32", 104, 16, 1),
+]
 
 
-def _rows(model: str) -> list[dict]:
+def _rows(model: str, workloads=None) -> list[dict]:
     return [
         {
             "id": f"w{i}:{metric}",
@@ -63,17 +74,17 @@ def _rows(model: str) -> list[dict]:
             "metric": metric,
             "measured": 1.0,
         }
-        for i, (policy, prompt, new, threads) in enumerate(WORKLOADS)
+        for i, (policy, prompt, new, threads) in enumerate(workloads or WORKLOADS)
         for metric in PHASES
     ]
 
 
-def _hidden_rows(model: str, numbers=None) -> list[dict]:
+def _hidden_rows(model: str, numbers=None, workloads=None) -> list[dict]:
     """The rows with the hidden runtime's predictions as their measurements."""
     from harmony_ref.calibrate.fit_runtime import shared_only, with_params
 
     hidden = with_params(shared_only(load_runtime(RUNTIME)), numbers or HIDDEN)
-    rows = _rows(model)
+    rows = _rows(model, workloads)
     for r, p in zip(rows, program_points(rows, PROFILE, RUNTIME)):
         r["measured"] = p.predicted(hidden)
     return rows
@@ -109,7 +120,8 @@ def test_recovers_the_prompts_fixed_cost_beside_the_thread_share(tmp_path, tiny_
     the thread share and prompt_sync_us apart."""
     from harmony_ref.calibrate.executorch import PARAMS
 
-    assert set(HIDDEN) | set(HIDDEN_PROMPT) == set(PARAMS)  # every default parameter recovered
+    # every default parameter recovered
+    assert set(HIDDEN) | set(HIDDEN_PROMPT) | set(HIDDEN_CONTEXT) == set(PARAMS)
     rows = _hidden_rows(str(tiny_gguf), HIDDEN_PROMPT)
     out = tmp_path / "et.toml"
     _, s = fit_program_rows(rows, PROFILE, RUNTIME, out, tuple(HIDDEN_PROMPT))
@@ -118,6 +130,20 @@ def test_recovers_the_prompts_fixed_cost_beside_the_thread_share(tmp_path, tiny_
     want = HIDDEN_PROMPT["prompt_sync_us"]
     assert rt.overhead.prompt_sync_us_per_thread == pytest.approx(want, rel=0.02)
     assert s["held_out_prefill_mape_pct"] < 1.0
+
+
+def test_recovers_the_decode_attentions_cost_per_position(tmp_path, tiny_gguf):
+    """Decode steps at 8-120 cached positions pin attention_ns apart from the GEMVs, and the
+    held-out steps (one at 2 threads, where the cost is split by the thread share) follow."""
+    rows = _hidden_rows(str(tiny_gguf), HIDDEN_CONTEXT, CONTEXT_WORKLOADS)
+    rows = [r for r in rows if r["metric"] == "decode_step_ms"]
+    out = tmp_path / "et.toml"
+    _, s = fit_program_rows(rows, PROFILE, RUNTIME, out, tuple(HIDDEN_CONTEXT))
+    rt = load_runtime(out)
+    want = HIDDEN_CONTEXT["attention_ns"]
+    assert rt.overhead.attention_ns_per_position == pytest.approx(want, rel=0.02)
+    assert rt.efficiency.gemv == pytest.approx(HIDDEN_CONTEXT["gemv"], rel=0.02)
+    assert s["held_out_decode_mape_pct"] < 1.0
 
 
 def test_held_out_rows_are_never_fitted(tmp_path, tiny_gguf):
@@ -262,13 +288,24 @@ def test_held_out_flag_applies_to_executorch_only(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and not (tmp_path / "x.toml").exists()
 
 
+def _rescored(record, held, runtime: str) -> dict:
+    """The held-out rows rescored by the committed `runtime` on this host's SoC profile, each
+    phase's MAPE equal to the one `record` states: the summary."""
+    from harmony_ref.calibrate.executorch import score_program_rows
+
+    soc = str(RESULTS / "executorch-xnnpack.soc.toml")
+    _, summary = score_program_rows(held, soc, RESULTS / runtime)
+    for key in ("prefill_mape_pct", "decode_mape_pct"):
+        want = record["summary"][f"held_out_{key}"]
+        assert summary[key] == pytest.approx(want, rel=1e-4), key
+    return summary
+
+
 def test_the_third_held_out_set_scores_as_recorded():
     """heldout-3.json: one session, its fit rows (calibration.json's fit workloads re-measured)
     interleaved with the workloads heldout-3.workloads wrote down before they ran; the runtime
     fitted on the fit rows alone (with prompt_sync_us) rescores the held-out rows to the
     recorded errors, prefill within the 15% target."""
-    from harmony_ref.calibrate.executorch import score_program_rows
-
     record = _heldout_program_rows("heldout-3.json")
     rows = record["rows"]
     lines = _workload_lines("heldout-3.workloads")
@@ -279,9 +316,33 @@ def test_the_third_held_out_set_scores_as_recorded():
     rt = load_runtime(RESULTS / "executorch-xnnpack.heldout-3.toml")
     assert set(rt.calibration.fitted_on) == {r["id"] for r in rows if r["split"] == "fit"}
     assert rt.overhead.prompt_sync_us_per_thread > 0
-    soc = str(RESULTS / "executorch-xnnpack.soc.toml")
-    _, summary = score_program_rows(held, soc, RESULTS / "executorch-xnnpack.heldout-3.toml")
-    for key in ("prefill_mape_pct", "decode_mape_pct"):
-        want = record["summary"][f"held_out_{key}"]
-        assert summary[key] == pytest.approx(want, rel=1e-4), key
+    summary = _rescored(record, held, "executorch-xnnpack.heldout-3.toml")
     assert summary["prefill_mape_pct"] <= 15.0
+
+
+def test_the_fourth_held_out_set_scores_as_recorded():
+    """heldout-4.json: one session, the fit rows (docs/how-to/executorch.md's ten workloads, at
+    short and long contexts) interleaved with the workloads heldout-4.workloads wrote down before
+    they ran, none of them a workload of an earlier set; the runtime fitted on the fit rows alone
+    (with attention_ns) rescores the held-out rows to the recorded errors."""
+    record = _heldout_program_rows("heldout-4.json")
+    rows = record["rows"]
+    lines = _workload_lines("heldout-4.workloads")
+    held = [r for r in rows if r["split"] == "score"]
+    fit = [r for r in rows if r["split"] == "fit"]
+    assert [_workload(r) for r in held[:: len(PHASES)]] == lines
+    assert [_workload(r) for r in fit[:: len(PHASES)]] == record["fit_workloads"]
+    assert [r["split"] for r in rows[:: len(PHASES)]] == ["fit", "score"] * 10
+    earlier = {_workload(r) for r in json.loads((RESULTS / "calibration.json").read_text())["rows"]}
+    earlier |= set(_workload_lines("heldout-2.workloads")) | set(
+        _workload_lines("heldout-3.workloads")
+    )
+    assert not set(lines) & (earlier | set(record["fit_workloads"]))
+    # the fit sees decode steps at short and at long contexts
+    ends = [r["prompt_tokens"] + r["new_tokens"] for r in fit]
+    assert min(ends) <= 112 and max(ends) >= 480
+    rt = load_runtime(RESULTS / "executorch-xnnpack.heldout-4.toml")
+    assert set(rt.calibration.fitted_on) == {r["id"] for r in fit}
+    assert set(rt.calibration.scored_on) == {r["id"] for r in held}
+    assert rt.overhead.attention_ns_per_position > 0
+    _rescored(record, held, "executorch-xnnpack.heldout-4.toml")

@@ -483,3 +483,32 @@ def test_a_runtimes_prompt_sync_prices_multi_row_ops_at_more_than_one_thread(tmp
     path = tmp_path / "rt.toml"
     path.write_text(runtime_toml(own))
     assert load_runtime(path).overhead.prompt_sync_us_per_thread == 50.0
+
+
+def test_a_runtimes_attention_cost_per_position_prices_each_layers_decode_positions(tmp_path):
+    """[overhead] attention_ns_per_position 1000 on executorch-xnnpack (xeon-2core-kvm): a decode
+    step takes 1 us more per cached position in each layer (at 2 threads over 1 + the thread
+    share), a prefill what it took unset; written and read back, left out when 0."""
+    import dataclasses
+
+    from harmony_ref.calibrate.fit_runtime import runtime_toml
+    from harmony_ref.device.cost import phase_cost
+
+    base = load_runtime("executorch-xnnpack")
+    assert base.overhead.attention_ns_per_position == 0.0  # no shipped prediction moves
+    own = dataclasses.replace(
+        base, overhead=dataclasses.replace(base.overhead, attention_ns_per_position=1000.0)
+    )
+    cfg = RunConfig.from_names("smollm2-135m", "w4a8-g32", 64, 8, 128)
+    for threads in (1, 2):
+        a, b = (load_profile("xeon-2core-kvm", rt, threads) for rt in (base, own))
+        share = 1 + (threads - 1) * a.cpu.thread_share
+        # steps attend 65..72 positions (their mean 68.5) in each of the 30 layers
+        want = 1e-6 * 68.5 * cfg.spec.n_layers / share
+        da, db = phase_cost(a, cfg, "decode"), phase_cost(b, cfg, "decode")
+        assert db.time_s - da.time_s == pytest.approx(want, rel=1e-9), threads
+        assert phase_cost(b, cfg, "prefill").time_s == phase_cost(a, cfg, "prefill").time_s
+    assert "attention_ns_per_position" not in runtime_toml(base)
+    path = tmp_path / "rt.toml"
+    path.write_text(runtime_toml(own))
+    assert load_runtime(path).overhead.attention_ns_per_position == 1000.0
