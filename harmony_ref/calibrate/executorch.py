@@ -300,15 +300,18 @@ def calibrate_executorch(
     def measure():
         return measure_program_rows(order, repeats, progress, splits=splits)
 
-    if profile:
-        rows = measure()
-        table, summary = fit_program_rows(rows, profile, runtime, out, params)
-        return rows, table, summary
-
-    def fit(soc_path: str, soc_label: str):
-        rows = measure()
+    def fitted(rows, soc_path: str, soc_label: str = ""):
+        if progress:  # the fit takes minutes (every start a least-squares run over the rows)
+            fit_rows = sum(1 for r in rows if r["split"] != "score")
+            progress(f"fitting {runtime} on {fit_rows} fit rows")
         table, summary = fit_program_rows(rows, soc_path, runtime, out, params, soc_label)
         return rows, table, summary
+
+    if profile:
+        return fitted(measure(), profile)
+
+    def fit(soc_path: str, soc_label: str):
+        return fitted(measure(), soc_path, soc_label)
 
     written_by = "microbenchmarks of `harmony-ref calibrate --backend executorch`"
     (rows, table, summary), soc = on_measured_host_soc(out, name, written_by, fit)

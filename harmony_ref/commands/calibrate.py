@@ -375,7 +375,8 @@ def _run_executorch(args) -> int:
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     try:
         with Progress(*columns, console=Console(stderr=True), transient=True) as prog:
-            task = prog.add_task("this machine's microbenchmarks", total=len(workloads) + len(held))
+            runs = len(workloads) + len(held)
+            task = prog.add_task("this machine's microbenchmarks", total=runs + 1)  # + the fit
 
             def report(label: str) -> None:
                 prog.update(task, description=label)

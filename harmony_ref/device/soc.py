@@ -538,7 +538,20 @@ def load_soc(name_or_path: str | Path | DeviceProfile) -> DeviceProfile:
     text = str(name_or_path)
     if not (text.endswith(".toml") or Path(text).exists()):
         return _shipped_profile(text)
-    data, source = read_toml("profile", PROFILES_FOLDER, name_or_path)
+    try:
+        st = Path(text).stat()
+    except OSError:  # read_toml says what is wrong with the path
+        data, source = read_toml("profile", PROFILES_FOLDER, name_or_path)
+        return profile_from_dict(data, source)
+    return _profile_file(text, str(Path(text).resolve()), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _profile_file(text: str, resolved: str, mtime_ns: int, size: int) -> DeviceProfile:
+    """A profile TOML parsed once per version of the file (a fit prices its points thousands of
+    times on one SoC profile: re-reading it was 70 % of a prediction); a rewritten file (new
+    mtime or size) is read again. DeviceProfile is frozen, so sharing one is safe."""
+    data, source = read_toml("profile", PROFILES_FOLDER, text)
     return profile_from_dict(data, source)
 
 

@@ -3,6 +3,7 @@
 import dataclasses
 import re
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -259,3 +260,18 @@ def test_a_new_phone_is_a_data_file(tmp_path, flagship_text):
     assert (
         dataclasses.replace(p, name=flagship.name, memory=flagship.memory) == flagship
     )  # `source` not compared
+
+
+def test_a_profile_file_is_parsed_once_per_version(tmp_path):
+    """load_soc caches a profile TOML per version of the file (a fit prices thousands of points
+    on one): the same object while the file stands, the new numbers once it is rewritten."""
+    from harmony_ref.device.profiles import __path__ as folders
+    from harmony_ref.device.soc import load_soc
+
+    text = (Path(folders[0]) / "dimensity-9300.toml").read_text()
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    first = load_soc(str(path))
+    assert load_soc(str(path)) is first and first.source == str(path)
+    path.write_text(text.replace('name = "dimensity-9300"', 'name = "mine-rewritten"', 1))
+    assert load_soc(str(path)).name == "mine-rewritten"
