@@ -15,6 +15,27 @@ TOKENS = [1, 40, 50, 260, 268, 35, 52, 53, 7, 2, 99, 100, 101]
 # Prefill vs decode on the same path: same kernels, causal attention over the same cache; the
 # batched matmuls may sum in another order (BLAS blocking, M-blocked int kernels).
 PREFILL_VS_DECODE_ABS_TOL = {"reference": 5e-4, "fp32": 5e-4, "int8": 2e-3, "int4-g32": 2e-3}
+# Paths that quantize activations to int8 (int8, int4-g32, the GGML mixes): the float ops before
+# a quantizer differ in their last bits between prefill's and decode's kernels, and a value on a
+# rounding boundary then lands one activation level apart. One such flip in an early token's
+# K / V moves every later logit a little: measured under tests/emulated_cpus.py (Haswell and
+# Zen 3 codegen, AVX2) max |diff| 0.063 on these tiny models, none on Zen 4 / Ice Lake. The
+# bound allows that, and the median still has to meet PREFILL_VS_DECODE_ABS_TOL (a path bug
+# moves every logit, by O(1)).
+ACT_LEVEL_FLIP_ABS_TOL = 0.1
+
+
+def assert_paths_agree(got, ref, name: str, what: str) -> None:
+    """Prefill vs decode (or chunked) logits of one model: within PREFILL_VS_DECODE_ABS_TOL, or
+    for a quantized-activation path within ACT_LEVEL_FLIP_ABS_TOL with its median within it."""
+    if name in ("reference", "fp32"):
+        assert_within(got, ref, PREFILL_VS_DECODE_ABS_TOL[name], what)
+        return
+    assert_within(got, ref, ACT_LEVEL_FLIP_ABS_TOL, what)
+    median = float(np.median(np.abs(np.asarray(got, np.float64) - ref)))
+    assert median <= PREFILL_VS_DECODE_ABS_TOL[name], f"{what}: median |diff| {median:.3g}"
+
+
 # Kernel path vs the FP32 oracle on a random 2-layer model: RMS of the logit error relative to
 # the RMS of the logits (measured: fp32 2e-4 (fp16 KV cache), fp16 5e-4, int8 0.017 (int8
 # weights and activations), int4-g32 0.15 (4-bit weights of random, not trained, matrices)).
@@ -37,12 +58,12 @@ def test_prefill_equals_step_by_step_decode(arch, name, kv):
     assert full.shape == (len(TOKENS), w.config.vocab_size) and full.dtype == np.float32
     m.reset()
     steps = np.stack([m.decode(t) for t in TOKENS])
-    assert_within(steps, full, PREFILL_VS_DECODE_ABS_TOL[name], f"{arch} {name} kv={kv}")
+    assert_paths_agree(steps, full, name, f"{arch} {name} kv={kv}")
     # prefill in two chunks, then decode: same as one prefill
     m.reset()
     a = m.prefill(TOKENS[:5], all_logits=True)
     b = m.prefill(TOKENS[5:], all_logits=True)
-    assert_within(np.concatenate([a, b]), full, PREFILL_VS_DECODE_ABS_TOL[name], "chunked")
+    assert_paths_agree(np.concatenate([a, b]), full, name, "chunked")
 
 
 def test_local_layers_keep_only_the_window_and_see_only_it():
@@ -101,7 +122,7 @@ def test_unfused_mixed_formats_match_separate_linears():
     full = m.prefill(TOKENS, all_logits=True)
     m.reset()
     steps = np.stack([m.decode(t) for t in TOKENS])
-    assert_within(steps, full, 1e-3, "mixed prefill vs decode")
+    assert_paths_agree(steps, full, "int4-g32", "mixed prefill vs decode")
     ref = LlamaRef(w).prefill(TOKENS, all_logits=True)
     assert _rel_rms(full, ref) <= KERNEL_VS_REF_REL_RMS["int4-g32"]
 
@@ -162,6 +183,6 @@ def test_mixed_q4_plan_runs_as_one_matmul_per_group():
     full = m.prefill(TOKENS, all_logits=True)
     m.reset()
     steps = np.stack([m.decode(t) for t in TOKENS])
-    assert_within(steps, full, PREFILL_VS_DECODE_ABS_TOL["int4-g32"], "q4 mix prefill vs decode")
+    assert_paths_agree(steps, full, "int4-g32", "q4 mix prefill vs decode")
     ref = LlamaRef(w).prefill(TOKENS, all_logits=True)
     assert _rel_rms(full, ref) <= KERNEL_VS_REF_REL_RMS["int4-g32"]
