@@ -397,7 +397,11 @@ def _run_dask(
             for fut in finished:
                 batch = futures.pop(fut)
                 if fut.status == "finished":
-                    results = fut.result()
+                    try:  # bounded: its result may sit on a worker that just left
+                        results = fut.result(timeout=POLL_S if timeout_s or lab else None)
+                    except TimeoutError:  # the data went with its worker: the task runs
+                        futures[fut] = batch  # again, or _lost_phones fails its phone
+                        continue
                 else:
                     exc = fut.exception()
                     results = _failed_results(batch, f"task failed: {type(exc).__name__}: {exc}")
