@@ -28,6 +28,10 @@ SERIAL_OK = {
     "run in parallel (matmul_portable.py)",
     "_quantize_activations_bytes": "allocates int8 xq for quantize_activations_into, whose "
     "rows run in parallel (matmul_portable.py)",
+    "_decode_attention_serial": "one kv head or under DECODE_PARALLEL_MIN_LENGTH cached tokens, "
+    "where a parallel launch costs more than it splits; longer contexts take _decode_attention",
+    "decode_step_attention": "a decode step's row ops on one (1, (H + 2 Hkv) D) row; its "
+    "attention calls the parallel _decode_attention from DECODE_PARALLEL_MIN_LENGTH tokens",
 }
 
 DISPATCHERS = [
