@@ -53,11 +53,14 @@ nibbles plus its 5th bits (one byte per lane and 4-value step column of a block,
 s: 1 bit a weight, put back in registers as 16), q8_0's bytes, and d (q4_1: m too) as the
 file's float16 bits, widened in registers (exact); 5 / 5.5 / 8.5 bits a weight, as the file.
 It decodes a tile's levels once into the prefill buffer and runs four activation rows per
-loaded step (prefill), and prefetches q4_1's stream for a single row (decode). q5_0's and q8_0's b = 0 term is left out (add_super_a: the same bits).
+loaded step (prefill). A single row (decode), in both kernels, prefetches its level stream
+where DECODE_PREFETCH says (by CPU vendor, measured). q5_0's and q8_0's b = 0 term is left out
+(add_super_a: the same bits).
 """
 
 from __future__ import annotations
 
+import os
 import weakref
 from dataclasses import dataclass
 
@@ -66,6 +69,7 @@ import numpy as np
 from llvmlite import ir
 from numba.extending import intrinsic
 
+from harmony_ref._cpus import cpuinfo
 from harmony_ref.kernels.matmul import ISA, ISA_AVX2, ISA_PORTABLE, _as_activations
 from harmony_ref.kernels.matmul_portable import quantize_row_bytes
 from harmony_ref.kernels.matmul_x86 import (
@@ -130,10 +134,33 @@ HIGH_BITS = {NIBBLES_HIGH: 1, NIBBLES_HIGH2: 2}  # bits above the nibble, per le
 # keeps the file's float16 d (and q4_1's m) and its bits per weight, and runs `_block32_x86`.
 BLOCK32 = ("q4_1", "q5_0", "q8_0")
 BLOCK_STEPS = QK // 4  # 4-value steps per 32-block
-# _block32_x86's decode rows prefetch q4_1's nibbles PREFETCH_BYTES ahead, not q5_0's or q8_0's
-# (measured, one quiet run, AMD EPYC Zen 4, 1 thread, 3072 x 576 / 49152 x 576 M = 1, copies
-# cycled beyond L3, prefetch none / 1 KB / 2 KB / 4 KB ahead: q4_1 84 / 77 / 78 / 89 us, q5_0
-# 76 / 93 / 89 / 91 us, q8_0 1195 / 1261 / 1325 / 1428 us)
+# The types whose decode rows (M < 4) prefetch their level stream PREFETCH_BYTES ahead, by CPU
+# vendor (/proc/cpuinfo's vendor_id; any other vendor: none). Measured, one quiet run each, M = 1,
+# copies cycled beyond the caches, no prefetch -> prefetch:
+# - AMD EPYC Zen 4, 1 thread, 3072 x 576 / 49152 x 576, none / 1 KB / 2 KB / 4 KB ahead: q4_1
+#   84 / 77 / 78 / 89 us, q5_0 76 / 93 / 89 / 91 us, q8_0 1195 / 1261 / 1325 / 1428 us; the
+#   K-quants not measured there, so not prefetched (round 5's numbers in decoders.md stand).
+# - Intel Xeon (AMX, KVM, LLVM "rocketlake"), 1 thread, 2 KB ahead: q5_0 3072 x 576 147.6 -> 128.4
+#   us, 576 x 1536 84.2 -> 71.0, 576 x 576 41.8 -> 37.1; q4_k 576 x 1536 84.5 -> 67.4; q6_k
+#   113.8 -> 101.8; q8_0 3072 x 576 201.8 -> 184.1. End to end (tools/decoder_vs_llamacpp.py,
+#   tg64 as stored): SmolLM2 q4_k_m 2 threads 1.51x -> 1.83x llama.cpp, 1 thread 1.59x -> 1.83x.
+# HARMONY_REF_DECODE_PREFETCH (comma-separated types; empty: none) overrides it, to measure
+# another CPU.
+DECODE_PREFETCH = {
+    "AuthenticAMD": ("q4_1",),
+    "GenuineIntel": ("q4_1", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k"),
+}
+PREFETCH_ENV = "HARMONY_REF_DECODE_PREFETCH"
+_VENDOR = cpuinfo("vendor_id") or ""
+
+
+def decode_prefetch(qtype: str, vendor: str | None = None) -> bool:
+    """Whether decode rows of `qtype` prefetch their level stream on this CPU (DECODE_PREFETCH,
+    or the PREFETCH_ENV override)."""
+    env = os.environ.get(PREFETCH_ENV)
+    if env is not None:
+        return qtype in {t.strip() for t in env.split(",")}
+    return qtype in DECODE_PREFETCH.get(_VENDOR if vendor is None else vendor, ())
 
 
 @dataclass(frozen=True, eq=False)
@@ -532,17 +559,18 @@ def part_rows(part, parts, full, m):
 
 
 @numba.njit(parallel=True, cache=True)
-def _block32_x86(isa, levels, x, u, hb, a, b, offset):
+def _block32_x86(isa, levels, pf, x, u, hb, a, b, offset):
     """y (M, T * LANES) for a BLOCK32 type in the x86-32 layout, x (M, K) float32 quantized to
     32-blocks here (`_activations`): per 32-block g, I1 = dot(u, xq) - offset * xsum, then y += xd * (a * float(I1) + b *
     float(xsum)) (b: q4_1's m; without it, add_super_a), matmul_kquant_ref's order. Prefill
     (M >= 4): each tile's levels are decoded once into a byte buffer (`unpack_block32`; q8_0's
     bytes are read as stored), then its activation rows run over it four at a time (one loaded
     step feeds four dots); the M % 4 rows left, and decode's (M < 4), one at a time from the
-    stored levels with the weight stream prefetched (decode's code as it was before the
-    buffer)."""
+    stored levels, the level stream prefetched where `pf` (a literal: decode_prefetch) says
+    (decode's code as it was before the buffer)."""
     numba.literally(isa)
     numba.literally(levels)
+    numba.literally(pf)
     xq, xd, xsum = _activations(x, True, QK)
     xw = xq.view(np.int32)
     m = xw.shape[0]
@@ -600,7 +628,7 @@ def _block32_x86(isa, levels, x, u, hb, a, b, offset):
             xr = xw[i]
             facc = zero_floats()
             for g in range(blocks):
-                if levels == NIBBLES:  # q4_1 only: the measurements above BLOCK_STEPS
+                if pf:  # DECODE_PREFETCH
                     for c in range(0, per_block, 64):
                         prefetch(ut, min(g * per_block + PREFETCH_BYTES + c, last))
                 h = load_bytes(ht, g * STEP) if levels == NIBBLES_HIGH else zero_bytes()
@@ -637,7 +665,7 @@ def unpack_kquant(levels, ut, ht, wt, groups, steps):
 
 
 @numba.njit(parallel=True, cache=True)
-def _kquant_x86(isa, levels, x, u, hb, sc, mins, a, b, group, per, offset):
+def _kquant_x86(isa, levels, pf, x, u, hb, sc, mins, a, b, group, per, offset):
     """y (M, T * LANES) for x (M, K) float32, quantized to Q8_K here (`_activations`); `levels`
     (a literal) says how `u` (and `hb`, the high bits) hold them: NIBBLES (q4_k), NIBBLES_HIGH
     (q5_k) or NIBBLES_HIGH2 (q6_k). Prefill (M >= 4): each tile's levels are decoded once into
@@ -645,9 +673,11 @@ def _kquant_x86(isa, levels, x, u, hb, sc, mins, a, b, group, per, offset):
     loaded step feeds four dots); the M % 4 rows left, and decode's (M < 4), one at a time from
     the stored levels. q4_k and q5_k have offset 0 and q6_k no mins (m = 0, b = 0),
     so the prefill rows leave those terms out (the same bits: a - 0 * xsum = a, and add_super_a
-    for q6_k)."""
+    for q6_k). Decode rows prefetch the level stream where `pf` (a literal: decode_prefetch)
+    says."""
     numba.literally(isa)
     numba.literally(levels)
+    numba.literally(pf)
     xq, xd, xsum = _activations(x, False, group)
     xw = xq.view(np.int32)
     m = xw.shape[0]
@@ -656,6 +686,8 @@ def _kquant_x86(isa, levels, x, u, hb, sc, mins, a, b, group, per, offset):
     steps = group // 4
     full = m - m % 4
     six = levels == NIBBLES_HIGH2  # q6_k: offset 32, no mins
+    last = u.shape[1] - 1
+    group_bytes = steps // 2 * STEP  # a group's nibbles
     y = np.empty((m, tiles * LANES), dtype=np.float32)
     parts = tile_parts(tiles, full)
     for job in numba.prange(tiles * parts):
@@ -715,6 +747,9 @@ def _kquant_x86(isa, levels, x, u, hb, sc, mins, a, b, group, per, offset):
                 i2 = zero_ints()
                 for g in range(s * per, (s + 1) * per):
                     acc = zero_ints()
+                    if pf:  # DECODE_PREFETCH
+                        for c in range(0, group_bytes, 64):
+                            prefetch(ut, min(g * group_bytes + PREFETCH_BYTES + c, last))
                     if levels == NIBBLES:  # one byte step: 4 values low, the next 4 high
                         for j in range(g * steps // 2, (g + 1) * steps // 2):
                             w = load_bytes(ut, j * STEP)
@@ -760,28 +795,32 @@ def _kquant_rows(xq, xd, xsum, u, sc, mins, a, b, group, per, offset):
     return yt.T
 
 
-def _x86_call(p: PreparedKQuant, isa: int):
+def _x86_call(p: PreparedKQuant, isa: int, prefetch: bool | None = None):
     """(kernel, its arguments before x, its arguments after x) for an x86 / x86-32 operand, or
-    None for the portable layout."""
+    None for the portable layout; decode rows prefetch where `prefetch` says (None:
+    decode_prefetch)."""
     group, per, offset = GROUP[p.qtype], SUPER[p.qtype] // GROUP[p.qtype], OFFSET[p.qtype]
     levels = LEVELS[p.qtype]
     if levels == Q8_BYTES and isa == ISA_AVX2:  # dot_offset_bytes multiplies q itself there
         offset = 0
     hb = p.hb if p.hb is not None else p.u[:, :0]
+    pf = Isa(decode_prefetch(p.qtype) if prefetch is None else prefetch)
     if p.layout == "x86-32":
-        return _block32_x86, (Isa(isa), levels), (p.u, hb, p.a, p.b, offset)
+        return _block32_x86, (Isa(isa), levels, pf), (p.u, hb, p.a, p.b, offset)
     if p.layout == "x86":
-        return _kquant_x86, (Isa(isa), levels), (p.u, hb, p.sc, p.m, p.a, p.b, group, per, offset)
+        args = (p.u, hb, p.sc, p.m, p.a, p.b, group, per, offset)
+        return _kquant_x86, (Isa(isa), levels, pf), args
     return None
 
 
-def matmul_kquant(x, w, isa: int = ISA) -> np.ndarray:
+def matmul_kquant(x, w, isa: int = ISA, prefetch: bool | None = None) -> np.ndarray:
     """x (M, K) or (K,) float @ W.T for a KQuantTensor, a q4_1 / q8_0 GGMLTensor (or their
-    PreparedKQuant) W of shape (N, K)."""
+    PreparedKQuant) W of shape (N, K). `prefetch` (None: decode_prefetch) changes speed only,
+    never a bit of y."""
     p = prepare_kquant(w, isa)
     n, k = p.shape
     x2, vector = _as_activations(x, k)
-    call = _x86_call(p, isa)
+    call = _x86_call(p, isa, prefetch)
     if call is None:
         xq, xd, xsum = quantize_activations_kquant(x2, p.qtype)
         group, per = GROUP[p.qtype], SUPER[p.qtype] // GROUP[p.qtype]

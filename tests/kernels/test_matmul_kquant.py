@@ -9,12 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harmony_ref.kernels._testing import assert_within
-from harmony_ref.kernels.matmul import ISA_NAMES, SUPPORTED_ISAS
+from harmony_ref.kernels.matmul import ISA, ISA_NAMES, ISA_PORTABLE, SUPPORTED_ISAS
 from harmony_ref.kernels.matmul_kquant import (
+    DECODE_PREFETCH,
     GROUP,
     OFFSET,
+    PREFETCH_ENV,
     SUPER,
     bind_kquant,
+    decode_prefetch,
     integer_form,
     matmul_kquant,
     matmul_kquant_ref,
@@ -85,6 +88,33 @@ def test_every_path_equals_ref(qtype, m, n, supers):
     k = _k_for(qtype, supers)
     t = quantize(_weights(n, k, seed=n + supers), qtype)
     _check_paths(_x(m, k, seed=m * n), t)
+
+
+@pytest.mark.skipif(ISA == ISA_PORTABLE, reason="the portable loop has no prefetch")
+@pytest.mark.parametrize("qtype", TYPES)
+def test_decode_prefetch_changes_no_bit(qtype):
+    """Decode rows with and without the level stream's prefetch (DECODE_PREFETCH picks one per
+    CPU vendor): the same bits as the ref, on rows past the prefetch distance (K = 2048 levels:
+    1-2 KB of a tile's nibbles) and a tail row after four prefill rows (m = 5)."""
+    k = _k_for(qtype, 2048 // SUPER[qtype])
+    t = quantize(_weights(130, k, seed=7), qtype)
+    for m in (1, 5):
+        x = _x(m, k, seed=m)
+        ref = matmul_kquant_ref(x, t)
+        for prefetch in (False, True):
+            got = matmul_kquant(x, t, prefetch=prefetch)
+            assert_within(got, ref, MAX_KERNEL_VS_REF, f"{qtype} m={m} prefetch={prefetch}")
+
+
+def test_decode_prefetch_by_vendor_and_override(monkeypatch):
+    monkeypatch.delenv(PREFETCH_ENV, raising=False)
+    assert decode_prefetch("q4_1", "AuthenticAMD") and not decode_prefetch("q5_0", "AuthenticAMD")
+    assert all(decode_prefetch(q, "GenuineIntel") for q in DECODE_PREFETCH["GenuineIntel"])
+    assert not decode_prefetch("q4_1", "SomeOtherVendor")
+    monkeypatch.setenv(PREFETCH_ENV, "q5_0, q6_k")
+    assert decode_prefetch("q6_k", "AuthenticAMD") and not decode_prefetch("q4_1", "GenuineIntel")
+    monkeypatch.setenv(PREFETCH_ENV, "")
+    assert not any(decode_prefetch(q, "GenuineIntel") for q in TYPES)
 
 
 @pytest.mark.parametrize("qtype", TYPES)
