@@ -394,17 +394,26 @@ def _run_dask(
                 )
             except TimeoutError:
                 finished = set()
+            bound = POLL_S if timeout_s or lab else None
             for fut in finished:
                 batch = futures.pop(fut)
-                if fut.status == "finished":
-                    try:  # bounded: its result may sit on a worker that just left
-                        results = fut.result(timeout=POLL_S if timeout_s or lab else None)
-                    except TimeoutError:  # the data went with its worker: the task runs
-                        futures[fut] = batch  # again, or _lost_phones fails its phone
-                        continue
-                else:
-                    exc = fut.exception()
-                    results = _failed_results(batch, f"task failed: {type(exc).__name__}: {exc}")
+                # Both fetches bounded: a finished task's result may sit on a worker that just
+                # left, and then the future is pending again (status neither finished nor
+                # error) until a recompute that may need that phone: the task goes back to the
+                # wait set, to run again or be failed by _lost_phones.
+                try:
+                    if fut.status == "finished":
+                        results = fut.result(timeout=bound)
+                    else:
+                        exc = fut.exception(timeout=bound)
+                        if exc is None:  # finished since its status was read
+                            results = fut.result(timeout=bound)
+                        else:
+                            msg = f"task failed: {type(exc).__name__}: {exc}"
+                            results = _failed_results(batch, msg)
+                except TimeoutError:
+                    futures[fut] = batch
+                    continue
                 record(results)
                 done += 1
                 if on_result:
