@@ -145,36 +145,39 @@ class KVCache:
         """One token's slot, its bookkeeping advanced as `store` advances it for one token: (the
         slot its k and v go to, the valid length with it). A decode step that writes the row
         itself (decode_step_attention) claims it here."""
-        if self.window:
-            slot = self.pos % self.max_context
-            self.pos += 1
-            self.length = min(self.pos, self.max_context)
-        else:
-            if self.length >= self.max_context:
-                raise ValueError(
-                    f"KVCache full: {self.length} + 1 tokens > max_context {self.max_context}"
-                )
-            slot = self.length
-            self.length += 1
-            self.pos = self.length
+        if not self.window and self.length >= self.max_context:
+            raise ValueError(
+                f"KVCache full: {self.length} + 1 tokens > max_context {self.max_context}"
+            )
+        slot, _ = self._advance(1)
         return slot, self.length
+
+    def _advance(self, t: int) -> tuple[int, int]:
+        """pos and length moved on by t stored tokens; returns (the first slot they go to, how
+        many of them are kept): a ring keeps the last min(t, window), in slots consecutive
+        modulo the window, from that slot; a linear cache all t, from its old length."""
+        if self.window:
+            keep = min(t, self.max_context)
+            first = (self.pos + t - keep) % self.max_context
+            self.pos += t
+            self.length = min(self.pos, self.max_context)
+            return first, keep
+        first = self.length
+        self.length += t
+        self.pos = self.length
+        return first, t
 
     def store(self, k, v) -> None:
         """append() without its checks, for a runtime that validated shapes once at load:
         k, v (T, n_kv_heads, head_dim) float32, values finite (fp16 overflow is not checked)."""
         t = k.shape[0]
+        first, keep = self._advance(t)
         if self.window:  # the ring keeps the last `window` of them
-            keep = min(t, self.max_context)
             k, v = k[t - keep :], v[t - keep :]
-            slots = (self.pos + t - keep + np.arange(keep)) % self.max_context
-            self.pos += t
-            self.length = min(self.pos, self.max_context)
+            slots = (first + np.arange(keep)) % self.max_context
         else:
-            slots = slice(self.length, self.length + t)
-            self.length += t
-            self.pos = self.length
+            slots = slice(first, first + t)
         if self.dtype == "fp16" and k.shape[0] >= PARALLEL_MIN_ROWS:  # prefill: rows in parallel
-            first = slots.start if isinstance(slots, slice) else int(slots[0])
             store_fp16_rows_par(
                 _flat(k), self.k.view(np.uint16).reshape(self.max_context, -1), first
             )

@@ -382,19 +382,15 @@ def _run_dask(
         )
         futures[fut] = batch
     done = 0
+    bound = POLL_S if timeout_s or lab else None  # every wait and fetch polls in these runs
     started: dict[str, tuple[float, str]] = {}  # task key -> (first seen processing, worker)
     missing: dict[str, float] = {}  # a lab phone's resource -> when it was first seen gone
     try:
         while futures:
             try:
-                finished, _ = wait(
-                    list(futures),
-                    timeout=POLL_S if timeout_s or lab else None,
-                    return_when="FIRST_COMPLETED",
-                )
+                finished, _ = wait(list(futures), timeout=bound, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 finished = set()
-            bound = POLL_S if timeout_s or lab else None
             for fut in finished:
                 batch = futures.pop(fut)
                 # Both fetches bounded: a finished task's result may sit on a worker that just
