@@ -31,9 +31,11 @@ Storage (preallocated to max_context, token-major so append writes one contiguou
            k_scale, v_scale  (max_context, n_kv_heads) float32
 `nbytes` counts every preallocated array (what the cache costs in memory, used or not).
 
-Numba has no float16 type, so the kernel reads fp16 rows as uint16 bits and widens them itself
-(`_fp16_row_to_f32`: bit moves plus one exact subtraction for subnormals, no branches), exactly
-as NumPy's astype(float32) does. The kernel walks kv heads in parallel and reads each cached row
+Numba has no float16 type, so the kernel reads fp16 rows as uint16 bits and widens them: with
+the CPU's own conversion (F16C) LANES values a load where head_dim is a multiple of LANES, else
+bit moves plus one exact subtraction for subnormals (`_fp16_row_to_f32`); both exactly as
+NumPy's astype(float32) but for a signalling NaN, which the CPU returns quiet (`_widen_fp16_row`).
+Softmax's exp is norm.py's vectorisable `exp32`, as in prefill. The kernel walks kv heads in parallel and reads each cached row
 once for all the query heads that share it. INT8 rows are widened inside the dot / axpy loops
 and scaled once per row (measured 1.5x faster at 4096 tokens than widening into a buffer first).
 """
@@ -53,11 +55,15 @@ from harmony_ref.kernels.matmul_x86 import (
     FLOATS,
     LANES,
     _call,
+    _load,
+    _ptr,
     _splat,
+    _vty,
     load_floats,
     store_floats,
     zero_floats,
 )
+from harmony_ref.kernels.matmul_x86_isa import target_features
 from harmony_ref.kernels.norm import (
     PARALLEL_MIN_ROWS,
     _bits_as_float32,
@@ -381,6 +387,61 @@ def _flat(x: np.ndarray) -> np.ndarray:
     return x.reshape(x.shape[0], -1)
 
 
+# The CPU widens float16 itself (F16C: every x86-64 CPU since 2012, and every one harmony-ref's
+# x86 matmul paths run on); without it (baseline x86-64) LLVM would call a runtime helper numba
+# does not link, so decode attention keeps the bit moves there.
+FP16_WIDEN_IN_HARDWARE = "f16c" in target_features()
+
+
+@intrinsic
+def _load_cache_floats(typingctx, cache, idx):
+    """LANES float32 values of an fp16 cache (uint16 bits, C-contiguous) from flat offset idx,
+    as load_floats widens them; zeros for an int8 cache (`_attend_kv_head` types its rows on
+    the fp16 branch too, but never runs them there)."""
+    fp16 = cache.dtype == types.uint16
+    if fp16 and cache.layout != "C":
+        raise numba.core.errors.TypingError(f"an fp16 cache must be C-contiguous, got {cache}")
+
+    def codegen(context, builder, sig, args):
+        if not fp16 or not FP16_WIDEN_IN_HARDWARE:  # never run: `_widen_fp16_row` branches
+            return ir.Constant(_vty("f32", LANES), None)
+        bits = _load(builder, _ptr(context, builder, sig.args[0], *args), _vty("i16", LANES))
+        return builder.fpext(
+            builder.bitcast(bits, ir.VectorType(ir.HalfType(), LANES)), _vty("f32", LANES)
+        )
+
+    return FLOATS(cache, idx), codegen
+
+
+@numba.njit(inline="always")
+def _widen_fp16_row(cache, t, kh, out):
+    """Row (t, kh) of an fp16 cache (S, Hkv, D) as uint16 bits, C-contiguous -> `out` (D,)
+    float32, read at the row's flat offset: the CPU's own widening, LANES values a load
+    (load_floats: F16C's vcvtph2ps on x86), or `_fp16_row_to_f32`'s bit moves in registers when
+    D is not a multiple of LANES or the CPU has no F16C (FP16_WIDEN_IN_HARDWARE). The same
+    float32 for every bit pattern but a signalling NaN, which comes back quiet (no cache row
+    holds one: the stores round NaN to 0x7E00). Measured (Intel Xeon, 1 thread, SmolLM2's 3 kv
+    heads x 64 cached tokens): the step took 23 us with each row sliced per token and widened
+    bit by bit through two views of one buffer (uint32 written, float32 read back), 8 us this
+    way; with the two views left in on the branch not taken, still 22 us."""
+    d = out.shape[0]
+    if d % LANES or not FP16_WIDEN_IN_HARDWARE:  # _fp16_row_to_f32's bit moves, in registers
+        for j in range(d):
+            h = np.uint32(cache[t, kh, j])
+            e = h & np.uint32(_F16_EXP_MASK)
+            bias = np.uint32(_F16_TO_F32_EXP_BIAS)
+            bias = np.uint32(_F16_INF_NAN_BIAS) if e == np.uint32(_F16_EXP_MASK) else bias
+            bias = np.uint32(_F16_SUBNORMAL_BIAS) if e == 0 else bias
+            f = _bits_as_float32(np.int32(((h & np.uint32(0x7FFF)) << np.uint32(13)) + bias))
+            f = f - _F16_SUBNORMAL_MAGIC if e == 0 else f
+            out[j] = -f if h & np.uint32(0x8000) else f
+        return out
+    base = (t * cache.shape[1] + kh) * d
+    for j in range(0, d, LANES):
+        store_floats(out, j, _load_cache_floats(cache, base + j))
+    return out
+
+
 @numba.njit(inline="always", fastmath=True)
 def _attend_kv_head(q, k, v, k_scale, v_scale, length, is_int8, kh, out):
     """Rows of `out` (H, D) of the query heads that read kv head `kh`: softmax(q . k / sqrt(D))
@@ -389,8 +450,7 @@ def _attend_kv_head(q, k, v, k_scale, v_scale, length, is_int8, kh, out):
     group = n_heads // k.shape[1]
     inv_sqrt_d = np.float32(1.0 / math.sqrt(d))
     scores = np.empty((group, length), dtype=np.float32)
-    bits = np.empty(d, dtype=np.uint32)
-    row = bits.view(np.float32)
+    row = np.empty(d, dtype=np.float32)
     for t in range(length):
         if is_int8:
             s = k_scale[t, kh] * inv_sqrt_d
@@ -400,7 +460,7 @@ def _attend_kv_head(q, k, v, k_scale, v_scale, length, is_int8, kh, out):
                     acc += q[kh * group + g, j] * np.float32(k[t, kh, j])
                 scores[g, t] = acc * s
         else:
-            _fp16_row_to_f32(k[t, kh], bits, row)
+            _widen_fp16_row(k, t, kh, row)
             for g in range(group):
                 acc = np.float32(0.0)
                 for j in range(d):
@@ -412,7 +472,7 @@ def _attend_kv_head(q, k, v, k_scale, v_scale, length, is_int8, kh, out):
             top = max(top, scores[g, t])
         total = np.float32(0.0)
         for t in range(length):
-            e = np.float32(math.exp(scores[g, t] - top))
+            e = exp32(scores[g, t] - top)
             scores[g, t] = e
             total += e
         for t in range(length):
@@ -426,7 +486,7 @@ def _attend_kv_head(q, k, v, k_scale, v_scale, length, is_int8, kh, out):
                 for j in range(d):
                     out[h, j] += p * np.float32(v[t, kh, j])
         else:
-            _fp16_row_to_f32(v[t, kh], bits, row)
+            _widen_fp16_row(v, t, kh, row)
             for g in range(group):
                 p = scores[g, t]
                 h = kh * group + g
@@ -456,10 +516,11 @@ def _decode_attention_serial(q, k, v, k_scale, v_scale, length, is_int8):
 
 
 # A decode step's attention runs its kv heads in parallel from this many cached tokens, on the
-# calling thread below it, and always with one kv head (measured, AMD EPYC Zen 4, 2 threads,
-# quiet: SmolLM2's 9 x 64 / 3 kv heads at 16 tokens 6.5 us parallel, 4.6 serial; at 64, 13.3
-# and 15.3; Gemma 3's 4 x 256 / 1 kv head serial at every length, 4.8 vs 8.0 us at 16).
-DECODE_PARALLEL_MIN_LENGTH = 64
+# calling thread below it, and always with one kv head. Measured (Intel Xeon, 2 threads, quiet,
+# after the rows were widened in hardware): SmolLM2's 9 x 64 / 3 kv heads at 16 tokens 6.8 us
+# parallel, 2.8 serial; at 64, 10.3 and 8.8; at 128, 15.8 and 16.0; at 512, 52 and 60 (3 kv
+# heads split 2 / 1 between 2 threads); Gemma 3's 4 x 256 / 1 kv head 6.9 vs 2.7 at 16.
+DECODE_PARALLEL_MIN_LENGTH = 128
 
 
 @numba.njit(cache=True)

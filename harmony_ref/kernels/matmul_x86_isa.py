@@ -45,12 +45,20 @@ ISA_FEATURES = {
 }
 
 
-def supported_isas() -> list[int]:
-    """Paths numba can compile for its target CPU, best last (always starts with portable)."""
+def target_features() -> set[str]:
+    """LLVM features of the CPU numba compiles for (an emulated one's under tests/emulated_cpus.py),
+    or an empty set off x86-64."""
     from numba.core.registry import cpu_target
 
     codegen = cpu_target.target_context.codegen()
-    features = {f[1:] for f in codegen._tm_features.split(",") if f.startswith("+")}
     if codegen.magic_tuple()[0].split("-")[0] != "x86_64":
+        return set()
+    return {f[1:] for f in codegen._tm_features.split(",") if f.startswith("+")}
+
+
+def supported_isas() -> list[int]:
+    """Paths numba can compile for its target CPU, best last (always starts with portable)."""
+    features = target_features()
+    if not features:
         return [ISA_PORTABLE]
     return [ISA_PORTABLE] + [isa for isa, need in ISA_FEATURES.items() if features.issuperset(need)]

@@ -3,6 +3,7 @@ against float32 attention, grouped-query heads, stability, the cache's bookkeepi
 
 import math
 
+import numba
 import numpy as np
 import pytest
 
@@ -40,11 +41,12 @@ def _float_attention(q, k, v):
 @pytest.mark.parametrize("dtype", ["fp16", "int8"])
 @pytest.mark.parametrize("length", [1, 3, 17, 130])
 @pytest.mark.parametrize("n_heads", [2, 8])
-def test_decode_attention_matches_ref_and_float(dtype, length, n_heads):
-    cache, k, v = _filled(dtype, length, seed=length)
-    q = np.random.default_rng(length + n_heads).standard_normal((n_heads, 16)).astype(np.float32)
+@pytest.mark.parametrize("d", [16, 64])  # fp16 rows widened bit by bit / in hardware (LANES)
+def test_decode_attention_matches_ref_and_float(dtype, length, n_heads, d):
+    cache, k, v = _filled(dtype, length, d=d, seed=length)
+    q = np.random.default_rng(length + n_heads).standard_normal((n_heads, d)).astype(np.float32)
     got = at.decode_attention(q, cache)
-    assert got.shape == (n_heads, 16) and got.dtype == np.float32
+    assert got.shape == (n_heads, d) and got.dtype == np.float32
     assert_within(got, at.decode_attention_ref(q, cache), FAST_VS_REF_ABS_TOL, "fast vs ref")
     tol = FP16_VS_FLOAT_ABS_TOL if dtype == "fp16" else INT8_VS_FLOAT_ABS_TOL
     assert_within(got, _float_attention(q, k, v), tol, f"{dtype} cache vs float32 attention")
@@ -70,6 +72,30 @@ def test_fp16_widening_is_exact_for_every_bit_pattern():
     out_bits = np.empty(bits.size, np.uint32)
     out = at._fp16_row_to_f32(bits, out_bits, out_bits.view(np.float32))
     np.testing.assert_array_equal(out, bits.view(np.float16).astype(np.float32))  # NaN == NaN here
+
+
+@numba.njit
+def _widen_rows(cache, d):
+    out = np.empty((cache.shape[0], cache.shape[1], d), np.float32)
+    for t in range(cache.shape[0]):
+        for kh in range(cache.shape[1]):
+            at._widen_fp16_row(cache, t, kh, out[t, kh])
+    return out
+
+
+@pytest.mark.parametrize("d", [16, 64])  # bit by bit, and the CPU's widening (d % LANES == 0)
+def test_decode_rows_widen_every_bit_pattern(d):
+    """Decode attention's row widening: astype(float32) bit for bit on every float16 pattern
+    but the signalling NaNs (exponent 31, top mantissa bit clear), which the hardware path
+    returns quiet (still NaN; no cache row holds one)."""
+    bits = np.arange(2**16, dtype=np.uint16)
+    got = _widen_rows(bits.reshape(-1, 2, d), d).reshape(-1)
+    want = bits.view(np.float16).astype(np.float32)
+    nan = np.isnan(want)
+    assert np.isnan(got[nan]).all()
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    quiet = nan & (bits & 0x0200 != 0)
+    np.testing.assert_array_equal(got[quiet].view(np.uint32), want[quiet].view(np.uint32))
 
 
 def test_cache_bookkeeping_and_nbytes():
@@ -105,15 +131,16 @@ def test_bad_inputs_raise_value_errors():
 
 
 @pytest.mark.parametrize(
-    "n_heads,n_kv,norms,q_factor,window,steps",
+    "n_heads,n_kv,norms,q_factor,window,steps,d",
     [
-        (4, 2, False, 1.0, 0, 80),  # crosses DECODE_PARALLEL_MIN_LENGTH: serial, then parallel
-        (4, 1, True, 0.75, 0, 20),  # one kv head (always serial), q / k head norms, q scaled
-        (6, 3, False, 1.0, 24, 40),  # a sliding-window ring that wraps
+        # crosses DECODE_PARALLEL_MIN_LENGTH (serial, then parallel), rows widened in hardware
+        (4, 2, False, 1.0, 0, 140, 64),
+        (4, 1, True, 0.75, 0, 20, 16),  # one kv head (always serial), q / k head norms, q scaled
+        (6, 3, False, 1.0, 24, 40, 16),  # a sliding-window ring that wraps
     ],
 )
 def test_decode_step_attention_equals_the_unfused_calls(
-    n_heads, n_kv, norms, q_factor, window, steps
+    n_heads, n_kv, norms, q_factor, window, steps, d
 ):
     """decode_step_attention (norms, rope, q scale, fp16 store, attention in one call, slot
     from claim_slot) against the calls the decoder made one by one: the same cache bits, the
@@ -121,12 +148,12 @@ def test_decode_step_attention_equals_the_unfused_calls(
     from harmony_ref.kernels.norm import rms_norm_heads_rows
     from harmony_ref.kernels.rope import rope_rows, rope_table
 
-    d, eps = 16, np.float32(1e-6)
+    eps = np.float32(1e-6)
     rng = np.random.default_rng(7)
-    cos, sin = rope_table(128, d, 10000.0)
+    cos, sin = rope_table(160, d, 10000.0)
     q_norm = rng.uniform(0.5, 1.5, d).astype(np.float32) if norms else np.zeros(0, np.float32)
     k_norm = rng.uniform(0.5, 1.5, d).astype(np.float32) if norms else np.zeros(0, np.float32)
-    fused, plain = at.KVCache(96, n_kv, d, window=window), at.KVCache(96, n_kv, d, window=window)
+    fused, plain = at.KVCache(160, n_kv, d, window=window), at.KVCache(160, n_kv, d, window=window)
     qd, kvd = n_heads * d, n_kv * d
     for p in range(steps):
         row = rng.standard_normal((1, qd + 2 * kvd)).astype(np.float32)
