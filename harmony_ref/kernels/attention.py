@@ -13,8 +13,10 @@ against a KV cache, grouped-query heads.
 A decoder's decode step over an fp16 cache runs `decode_step_attention`: its q|k|v row's head
 norms, rope, q scale, the float16 store into the slot `cache.claim_slot()` gives, and the
 attention, in one call (the same kernels as the calls one by one; five Python calls a layer
-fewer). Its attention runs on the calling thread for one kv head or a short context, where a
-parallel launch costs more than it splits (DECODE_PARALLEL_MIN_LENGTH, measured).
+fewer). Its attention runs on the calling thread for a short context, where a parallel launch
+costs more than it splits; from DECODE_PARALLEL_MIN_LENGTH cached tokens (measured) every
+(kv head, span of slots) pair runs in parallel and the spans' softmax sums are merged by their
+largest scores (flash-decoding's split), so one kv head splits between threads too.
 
 A sliding-window layer's cache, KVCache(..., window=W), keeps only the last W tokens: a ring of
 W slots, position p in slot p % W. Decode attention reads the valid slots in slot order (softmax
@@ -494,33 +496,121 @@ def _attend_kv_head(q, k, v, k_scale, v_scale, length, is_int8, kh, out):
                     out[h, j] += p * row[j]
 
 
+@numba.njit(inline="always", fastmath=True)
+def _attend_span(q, k, v, k_scale, v_scale, t0, t1, is_int8, kh, top, total, out):
+    """`_attend_kv_head` over slots t0 .. t1 - 1 only, left unnormalised: per query head g of
+    kv head `kh`, top[g] the span's largest score, total[g] the sum of exp(score - top[g]) and
+    out[g] (D,) the sum of exp(score - top[g]) * v (`_decode_attention` merges the spans)."""
+    n_heads, d = q.shape
+    group = n_heads // k.shape[1]
+    n = t1 - t0
+    inv_sqrt_d = np.float32(1.0 / math.sqrt(d))
+    scores = np.empty((group, n), dtype=np.float32)
+    row = np.empty(d, dtype=np.float32)
+    for t in range(t0, t1):
+        if is_int8:
+            s = k_scale[t, kh] * inv_sqrt_d
+            for g in range(group):
+                acc = np.float32(0.0)
+                for j in range(d):
+                    acc += q[kh * group + g, j] * np.float32(k[t, kh, j])
+                scores[g, t - t0] = acc * s
+        else:
+            _widen_fp16_row(k, t, kh, row)
+            for g in range(group):
+                acc = np.float32(0.0)
+                for j in range(d):
+                    acc += q[kh * group + g, j] * row[j]
+                scores[g, t - t0] = acc * inv_sqrt_d
+    for g in range(group):
+        m = scores[g, 0]
+        for t in range(1, n):
+            m = max(m, scores[g, t])
+        acc = np.float32(0.0)
+        for t in range(n):
+            e = exp32(scores[g, t] - m)
+            scores[g, t] = e
+            acc += e
+        top[g] = m
+        total[g] = acc
+    for t in range(t0, t1):
+        if is_int8:
+            s = v_scale[t, kh]
+            for g in range(group):
+                p = scores[g, t - t0] * s
+                for j in range(d):
+                    out[g, j] += p * np.float32(v[t, kh, j])
+        else:
+            _widen_fp16_row(v, t, kh, row)
+            for g in range(group):
+                p = scores[g, t - t0]
+                for j in range(d):
+                    out[g, j] += p * row[j]
+
+
+# Tokens a job of the parallel decode attention covers, about: the cache's slots are cut into
+# an even number of spans (at least 2), so that every kv head count, one included, splits
+# evenly between 2 threads.
+DECODE_SPAN_TOKENS = 256
+
+
 @numba.njit(parallel=True, fastmath=True, cache=True)
 def _decode_attention(q, k, v, k_scale, v_scale, length, is_int8):
     """q (H, D); k, v (max_context, Hkv, D) as uint16 fp16 bits or int8; scales (max_context, Hkv).
-    Kv heads in parallel."""
+    Flash-decoding's split: every (kv head, span of slots) pair in parallel (`_attend_span`),
+    then each query head's spans merged by their largest scores: softmax over all the slots,
+    summed in another order than the serial kernel's (tests: within FAST_VS_REF_ABS_TOL of the
+    ref, like it)."""
+    n_heads, d = q.shape
+    n_kv = k.shape[1]
+    group = n_heads // n_kv
+    spans = 2 * max(1, (length + 2 * DECODE_SPAN_TOKENS - 1) // (2 * DECODE_SPAN_TOKENS))
+    spans = min(spans, max(1, length))
+    jobs = n_kv * spans
+    tops = np.empty((jobs, group), dtype=np.float32)
+    totals = np.empty((jobs, group), dtype=np.float32)
+    parts = np.zeros((jobs, group, d), dtype=np.float32)
+    for job in numba.prange(jobs):
+        kh, c = job // spans, job % spans
+        t0, t1 = c * length // spans, (c + 1) * length // spans
+        _attend_span(
+            q, k, v, k_scale, v_scale, t0, t1, is_int8, kh, tops[job], totals[job], parts[job]
+        )
     out = np.zeros(q.shape, dtype=np.float32)
-    for kh in numba.prange(k.shape[1]):
-        _attend_kv_head(q, k, v, k_scale, v_scale, length, is_int8, kh, out)
+    for kh in range(n_kv):
+        for g in range(group):
+            m = tops[kh * spans, g]
+            for c in range(1, spans):
+                m = max(m, tops[kh * spans + c, g])
+            denom = np.float32(0.0)
+            for c in range(spans):
+                denom += exp32(tops[kh * spans + c, g] - m) * totals[kh * spans + c, g]
+            h = kh * group + g
+            for c in range(spans):
+                w = exp32(tops[kh * spans + c, g] - m) / denom
+                for j in range(d):
+                    out[h, j] += w * parts[kh * spans + c, g, j]
     return out
 
 
 @numba.njit(fastmath=True, cache=True)
 def _decode_attention_serial(q, k, v, k_scale, v_scale, length, is_int8):
-    """`_decode_attention` on the calling thread (one kv head, or a short context: a parallel
-    launch costs more than it splits). Its float order per head is the parallel kernel's; the
-    two compile apart, so their last bits may differ (measured: within 1.2e-7)."""
+    """`_decode_attention` on the calling thread, one kv head after another, each normalised
+    before its weighted sum (a short context: a parallel launch costs more than it splits)."""
     out = np.zeros(q.shape, dtype=np.float32)
     for kh in range(k.shape[1]):
         _attend_kv_head(q, k, v, k_scale, v_scale, length, is_int8, kh, out)
     return out
 
 
-# A decode step's attention runs its kv heads in parallel from this many cached tokens, on the
-# calling thread below it, and always with one kv head. Measured (Intel Xeon, 2 threads, quiet,
-# after the rows were widened in hardware): SmolLM2's 9 x 64 / 3 kv heads at 16 tokens 6.8 us
-# parallel, 2.8 serial; at 64, 10.3 and 8.8; at 128, 15.8 and 16.0; at 512, 52 and 60 (3 kv
-# heads split 2 / 1 between 2 threads); Gemma 3's 4 x 256 / 1 kv head 6.9 vs 2.7 at 16.
-DECODE_PARALLEL_MIN_LENGTH = 128
+# Decode attention runs in parallel (`_decode_attention`: kv heads x spans of slots) from this
+# many cached tokens, on the calling thread below it. Measured (Intel Xeon, 2 threads, quiet):
+# SmolLM2's 9 x 64 / 3 kv heads, parallel vs serial, at 16 tokens 11.2 vs 3.4 us, 192 27.4 vs
+# 29.0, 256 32.0 vs 37.7, 512 53.6 vs 75.3, 1024 94.9 vs 146.4, 2048 147 vs 261; Gemma 3's
+# 4 x 256 / 1 kv head at 192 31.7 vs 31.1, 256 38.9 vs 41.2, 512 65.7 vs 82.9, 1024 94.8 vs
+# 166.9, 2048 155 vs 289 (before the spans, one kv head ran serial at every length and 3 split
+# 2 / 1 between the threads: 208 vs 237 us at 2048).
+DECODE_PARALLEL_MIN_LENGTH = 256
 
 
 @numba.njit(cache=True)
@@ -563,21 +653,14 @@ def decode_step_attention(
             k_bits[slot, kh, j] = _fp16_bits(qkv[0, qd + kh * head_dim + j])
             v_bits[slot, kh, j] = _fp16_bits(qkv[0, qd + kvd + kh * head_dim + j])
     q = qkv[0, :qd].copy().reshape((n_heads, head_dim))
-    if n_kv > 1 and length >= DECODE_PARALLEL_MIN_LENGTH:
+    if length >= DECODE_PARALLEL_MIN_LENGTH:
         return _decode_attention(q, k_bits, v_bits, _NO_SCALE, _NO_SCALE, length, False)
     return _decode_attention_serial(q, k_bits, v_bits, _NO_SCALE, _NO_SCALE, length, False)
 
 
 def decode_attention(q, cache: KVCache) -> np.ndarray:
     """Attention of one query token q (n_heads, head_dim) over the cache -> (n_heads, head_dim)."""
-    q = _check_query(q, cache)
-    if cache.dtype == "int8":
-        return _decode_attention(
-            q, cache.k, cache.v, cache.k_scale, cache.v_scale, cache.length, True
-        )
-    dummy = np.zeros((1, 1), dtype=np.float32)
-    k_bits, v_bits = cache.k.view(np.uint16), cache.v.view(np.uint16)
-    return _decode_attention(q, k_bits, v_bits, dummy, dummy, cache.length, False)
+    return decode_attention_unchecked(_check_query(q, cache), cache)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -788,12 +871,16 @@ def prefill_attention(q, cache: KVCache) -> np.ndarray:
 
 
 def decode_attention_unchecked(q, cache: KVCache) -> np.ndarray:
-    """`decode_attention` without input checks: q (H, D) float32 C-contiguous, cache non-empty."""
+    """`decode_attention` without input checks: q (H, D) float32 C-contiguous, cache non-empty;
+    the parallel kernel from DECODE_PARALLEL_MIN_LENGTH cached tokens, as a fused step picks."""
+    kernel = (
+        _decode_attention
+        if cache.length >= DECODE_PARALLEL_MIN_LENGTH
+        else _decode_attention_serial
+    )
     if cache.dtype == "int8":
-        return _decode_attention(
-            q, cache.k, cache.v, cache.k_scale, cache.v_scale, cache.length, True
-        )
-    return _decode_attention(
+        return kernel(q, cache.k, cache.v, cache.k_scale, cache.v_scale, cache.length, True)
+    return kernel(
         q,
         cache.k.view(np.uint16),
         cache.v.view(np.uint16),

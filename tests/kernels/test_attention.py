@@ -18,7 +18,7 @@ FP16_VS_FLOAT_ABS_TOL = 5e-3
 INT8_VS_FLOAT_ABS_TOL = 6e-2
 
 
-def _filled(dtype, length, n_kv=2, d=16, max_context=160, seed=0):
+def _filled(dtype, length, n_kv=2, d=16, max_context=640, seed=0):
     rng = np.random.default_rng(seed)
     k = rng.standard_normal((length, n_kv, d)).astype(np.float32)
     v = rng.standard_normal((length, n_kv, d)).astype(np.float32)
@@ -39,7 +39,7 @@ def _float_attention(q, k, v):
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "int8"])
-@pytest.mark.parametrize("length", [1, 3, 17, 130])
+@pytest.mark.parametrize("length", [1, 3, 17, 130, 600])  # 600: the parallel kernel, 4 spans
 @pytest.mark.parametrize("n_heads", [2, 8])
 @pytest.mark.parametrize("d", [16, 64])  # fp16 rows widened bit by bit / in hardware (LANES)
 def test_decode_attention_matches_ref_and_float(dtype, length, n_heads, d):
@@ -59,8 +59,9 @@ def test_single_token_returns_its_value():
     np.testing.assert_array_equal(at.decode_attention(q, cache), expected)
 
 
-def test_softmax_is_stable_for_large_scores():
-    cache, _, _ = _filled("int8", 40, seed=4)
+@pytest.mark.parametrize("length", [40, 600])  # serial; parallel, spans merged by their maxima
+def test_softmax_is_stable_for_large_scores(length):
+    cache, _, _ = _filled("int8", length, seed=4)
     q = np.random.default_rng(5).standard_normal((2, 16)).astype(np.float32) * 1e4
     got = at.decode_attention(q, cache)
     assert np.isfinite(got).all()
@@ -134,7 +135,7 @@ def test_bad_inputs_raise_value_errors():
     "n_heads,n_kv,norms,q_factor,window,steps,d",
     [
         # crosses DECODE_PARALLEL_MIN_LENGTH (serial, then parallel), rows widened in hardware
-        (4, 2, False, 1.0, 0, 140, 64),
+        (4, 2, False, 1.0, 0, 270, 64),
         (4, 1, True, 0.75, 0, 20, 16),  # one kv head (always serial), q / k head norms, q scaled
         (6, 3, False, 1.0, 24, 40, 16),  # a sliding-window ring that wraps
     ],
@@ -150,10 +151,10 @@ def test_decode_step_attention_equals_the_unfused_calls(
 
     eps = np.float32(1e-6)
     rng = np.random.default_rng(7)
-    cos, sin = rope_table(160, d, 10000.0)
+    cos, sin = rope_table(288, d, 10000.0)
     q_norm = rng.uniform(0.5, 1.5, d).astype(np.float32) if norms else np.zeros(0, np.float32)
     k_norm = rng.uniform(0.5, 1.5, d).astype(np.float32) if norms else np.zeros(0, np.float32)
-    fused, plain = at.KVCache(160, n_kv, d, window=window), at.KVCache(160, n_kv, d, window=window)
+    fused, plain = at.KVCache(288, n_kv, d, window=window), at.KVCache(288, n_kv, d, window=window)
     qd, kvd = n_heads * d, n_kv * d
     for p in range(steps):
         row = rng.standard_normal((1, qd + 2 * kvd)).astype(np.float32)
