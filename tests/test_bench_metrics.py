@@ -250,8 +250,17 @@ def tiny_minilm(tiny, monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("name", sorted(n for n in CLASSES if getattr(CLASSES[n], "params", None)))
-def test_every_parameter_changes_what_is_measured(name, tiny_minilm):
+def test_every_parameter_changes_what_is_measured(name, tiny_minilm, monkeypatch):
+    import bench.common as bc
     from harmony_ref.kernels import matmul
+
+    # A relative track's value is a timing: what this asks is whether the parameter changes it,
+    # not how precisely it is timed, so one short round (QuantizeLlama7BMlp's five rounds on a
+    # 4096 x 11008 matrix took 22-30 s of CI for it).
+    timed = bc._relative_samples
+    monkeypatch.setattr(
+        bc, "_relative_samples", lambda t, b, rounds, block_s: timed(t, b, 1, min(block_s, 0.01))
+    )
 
     if name == "bench_kernels.MatmulPaths" and len(matmul.SUPPORTED_ISAS) < 2:
         pytest.skip("this CPU runs one matmul path (no AVX2): MatmulPaths has nothing to compare")
