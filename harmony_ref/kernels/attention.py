@@ -36,9 +36,9 @@ Storage (preallocated to max_context, token-major so append writes one contiguou
 Numba has no float16 type, so the kernel reads fp16 rows as uint16 bits and widens them: with
 the CPU's own conversion (F16C) LANES values a load where head_dim is a multiple of LANES, else
 bit moves plus one exact subtraction for subnormals (`_fp16_row_to_f32`); both exactly as
-NumPy's astype(float32) but for a signalling NaN, which the CPU returns quiet (`_widen_fp16_row`).
-Softmax's exp is norm.py's vectorisable `exp32`, as in prefill. The kernel walks kv heads in parallel and reads each cached row
-once for all the query heads that share it. INT8 rows are widened inside the dot / axpy loops
+NumPy's astype(float32) but for a signalling NaN, which the CPU returns quiet
+(`_widen_fp16_row`). Softmax's exp is norm.py's vectorisable `exp32`, as in prefill. The kernels
+read each cached row once for all the query heads that share it. INT8 rows are widened inside the dot / axpy loops
 and scaled once per row (measured 1.5x faster at 4096 tokens than widening into a buffer first).
 """
 
@@ -57,12 +57,12 @@ from harmony_ref.kernels.matmul_x86 import (
     FLOATS,
     LANES,
     _call,
-    _load,
     _ptr,
     _splat,
     _vty,
     load_floats,
     store_floats,
+    widen_halves,
     zero_floats,
 )
 from harmony_ref.kernels.matmul_x86_isa import target_features
@@ -294,22 +294,24 @@ _F16_SUBNORMAL_MAGIC = np.float32(2.0**-14)  # ... and subtract 2^-14, leaving m
 
 
 @numba.njit(inline="always")
-def _fp16_row_to_f32(src, bits, out):
-    """float16 bit patterns `src` (D,) uint16 -> `out` (D,) float32 (`bits` is `out` as uint32).
-    Branch-free (selects only) so both loops vectorise; exact for every bit pattern."""
-    d = src.shape[0]
-    for j in range(d):
-        h = np.uint32(src[j])
-        e = h & np.uint32(_F16_EXP_MASK)
-        bias = np.uint32(_F16_TO_F32_EXP_BIAS)
-        bias = np.uint32(_F16_INF_NAN_BIAS) if e == np.uint32(_F16_EXP_MASK) else bias
-        bias = np.uint32(_F16_SUBNORMAL_BIAS) if e == 0 else bias
-        bits[j] = ((h & np.uint32(0x7FFF)) << np.uint32(13)) + bias
-    for j in range(d):
-        h = np.uint32(src[j])
-        f = out[j]
-        f = f - _F16_SUBNORMAL_MAGIC if (h & np.uint32(_F16_EXP_MASK)) == 0 else f
-        out[j] = -f if h & np.uint32(0x8000) else f
+def _f16_to_f32(h):
+    """The float32 of float16 bits h (uint32): bits moved and rebiased, then one exact
+    subtraction for subnormals and the sign; branch-free (selects, and a bitcast LLVM keeps in
+    vector registers) so that a loop over it vectorises; exact for every bit pattern."""
+    e = h & np.uint32(_F16_EXP_MASK)
+    bias = np.uint32(_F16_TO_F32_EXP_BIAS)
+    bias = np.uint32(_F16_INF_NAN_BIAS) if e == np.uint32(_F16_EXP_MASK) else bias
+    bias = np.uint32(_F16_SUBNORMAL_BIAS) if e == 0 else bias
+    f = _bits_as_float32(np.int32(((h & np.uint32(0x7FFF)) << np.uint32(13)) + bias))
+    f = f - _F16_SUBNORMAL_MAGIC if e == 0 else f
+    return -f if h & np.uint32(0x8000) else f
+
+
+@numba.njit(inline="always")
+def _fp16_row_to_f32(src, out):
+    """float16 bit patterns `src` (D,) uint16 -> `out` (D,) float32 (`_f16_to_f32`)."""
+    for j in range(src.shape[0]):
+        out[j] = _f16_to_f32(np.uint32(src[j]))
     return out
 
 
@@ -369,7 +371,7 @@ def fp16_roundtrip_rows_par(src):
         for j in range(w):
             half[j] = _fp16_bits(src[i, j])
         row = out[i]
-        _fp16_row_to_f32(half, row.view(np.uint32), row)
+        _fp16_row_to_f32(half, row)
     return out
 
 
@@ -380,7 +382,7 @@ def widen_fp16_rows_par(src):
     out = np.empty((rows, w), dtype=np.float32)
     for i in numba.prange(rows):
         row = out[i]
-        _fp16_row_to_f32(src[i], row.view(np.uint32), row)
+        _fp16_row_to_f32(src[i], row)
     return out
 
 
@@ -407,10 +409,7 @@ def _load_cache_floats(typingctx, cache, idx):
     def codegen(context, builder, sig, args):
         if not fp16 or not FP16_WIDEN_IN_HARDWARE:  # never run: `_widen_fp16_row` branches
             return ir.Constant(_vty("f32", LANES), None)
-        bits = _load(builder, _ptr(context, builder, sig.args[0], *args), _vty("i16", LANES))
-        return builder.fpext(
-            builder.bitcast(bits, ir.VectorType(ir.HalfType(), LANES)), _vty("f32", LANES)
-        )
+        return widen_halves(builder, _ptr(context, builder, sig.args[0], *args))
 
     return FLOATS(cache, idx), codegen
 
@@ -427,16 +426,9 @@ def _widen_fp16_row(cache, t, kh, out):
     bit by bit through two views of one buffer (uint32 written, float32 read back), 8 us this
     way; with the two views left in on the branch not taken, still 22 us."""
     d = out.shape[0]
-    if d % LANES or not FP16_WIDEN_IN_HARDWARE:  # _fp16_row_to_f32's bit moves, in registers
+    if d % LANES or not FP16_WIDEN_IN_HARDWARE:  # the bit moves, indexed in place
         for j in range(d):
-            h = np.uint32(cache[t, kh, j])
-            e = h & np.uint32(_F16_EXP_MASK)
-            bias = np.uint32(_F16_TO_F32_EXP_BIAS)
-            bias = np.uint32(_F16_INF_NAN_BIAS) if e == np.uint32(_F16_EXP_MASK) else bias
-            bias = np.uint32(_F16_SUBNORMAL_BIAS) if e == 0 else bias
-            f = _bits_as_float32(np.int32(((h & np.uint32(0x7FFF)) << np.uint32(13)) + bias))
-            f = f - _F16_SUBNORMAL_MAGIC if e == 0 else f
-            out[j] = -f if h & np.uint32(0x8000) else f
+            out[j] = _f16_to_f32(np.uint32(cache[t, kh, j]))
         return out
     base = (t * cache.shape[1] + kh) * d
     for j in range(0, d, LANES):
@@ -445,68 +437,12 @@ def _widen_fp16_row(cache, t, kh, out):
 
 
 @numba.njit(inline="always", fastmath=True)
-def _attend_kv_head(q, k, v, k_scale, v_scale, length, is_int8, kh, out):
-    """Rows of `out` (H, D) of the query heads that read kv head `kh`: softmax(q . k / sqrt(D))
-    over the first `length` slots, times v (the body `_decode_attention` runs per kv head)."""
+def _span_scores(q, k, k_scale, t0, t1, is_int8, kh, row, scores):
+    """scores[g, t - t0] = q . k / sqrt(D) of each query head g reading kv head `kh`, for slots
+    t0 .. t1 - 1 (`row`: a (D,) float32 buffer for an fp16 key)."""
     n_heads, d = q.shape
     group = n_heads // k.shape[1]
     inv_sqrt_d = np.float32(1.0 / math.sqrt(d))
-    scores = np.empty((group, length), dtype=np.float32)
-    row = np.empty(d, dtype=np.float32)
-    for t in range(length):
-        if is_int8:
-            s = k_scale[t, kh] * inv_sqrt_d
-            for g in range(group):
-                acc = np.float32(0.0)
-                for j in range(d):
-                    acc += q[kh * group + g, j] * np.float32(k[t, kh, j])
-                scores[g, t] = acc * s
-        else:
-            _widen_fp16_row(k, t, kh, row)
-            for g in range(group):
-                acc = np.float32(0.0)
-                for j in range(d):
-                    acc += q[kh * group + g, j] * row[j]
-                scores[g, t] = acc * inv_sqrt_d
-    for g in range(group):
-        top = scores[g, 0]
-        for t in range(1, length):
-            top = max(top, scores[g, t])
-        total = np.float32(0.0)
-        for t in range(length):
-            e = exp32(scores[g, t] - top)
-            scores[g, t] = e
-            total += e
-        for t in range(length):
-            scores[g, t] /= total
-    for t in range(length):
-        if is_int8:
-            s = v_scale[t, kh]
-            for g in range(group):
-                p = scores[g, t] * s
-                h = kh * group + g
-                for j in range(d):
-                    out[h, j] += p * np.float32(v[t, kh, j])
-        else:
-            _widen_fp16_row(v, t, kh, row)
-            for g in range(group):
-                p = scores[g, t]
-                h = kh * group + g
-                for j in range(d):
-                    out[h, j] += p * row[j]
-
-
-@numba.njit(inline="always", fastmath=True)
-def _attend_span(q, k, v, k_scale, v_scale, t0, t1, is_int8, kh, top, total, out):
-    """`_attend_kv_head` over slots t0 .. t1 - 1 only, left unnormalised: per query head g of
-    kv head `kh`, top[g] the span's largest score, total[g] the sum of exp(score - top[g]) and
-    out[g] (D,) the sum of exp(score - top[g]) * v (`_decode_attention` merges the spans)."""
-    n_heads, d = q.shape
-    group = n_heads // k.shape[1]
-    n = t1 - t0
-    inv_sqrt_d = np.float32(1.0 / math.sqrt(d))
-    scores = np.empty((group, n), dtype=np.float32)
-    row = np.empty(d, dtype=np.float32)
     for t in range(t0, t1):
         if is_int8:
             s = k_scale[t, kh] * inv_sqrt_d
@@ -522,30 +458,71 @@ def _attend_span(q, k, v, k_scale, v_scale, t0, t1, is_int8, kh, top, total, out
                 for j in range(d):
                     acc += q[kh * group + g, j] * row[j]
                 scores[g, t - t0] = acc * inv_sqrt_d
-    for g in range(group):
-        m = scores[g, 0]
-        for t in range(1, n):
-            m = max(m, scores[g, t])
-        acc = np.float32(0.0)
-        for t in range(n):
-            e = exp32(scores[g, t] - m)
-            scores[g, t] = e
-            acc += e
-        top[g] = m
-        total[g] = acc
+
+
+@numba.njit(inline="always", fastmath=True)
+def _exp_scores(scores, g, n):
+    """scores[g, :n] -> exp(score - their largest), in place: (that largest, the exps' sum)."""
+    top = scores[g, 0]
+    for t in range(1, n):
+        top = max(top, scores[g, t])
+    total = np.float32(0.0)
+    for t in range(n):
+        e = exp32(scores[g, t] - top)
+        scores[g, t] = e
+        total += e
+    return top, total
+
+
+@numba.njit(inline="always", fastmath=True)
+def _add_weighted_values(v, v_scale, t0, t1, is_int8, kh, scores, row, out, h0):
+    """out[h0 + g] += sum over slots t0 .. t1 - 1 of scores[g, t - t0] * v[t, kh]."""
+    group, d = scores.shape[0], row.shape[0]
     for t in range(t0, t1):
         if is_int8:
             s = v_scale[t, kh]
             for g in range(group):
                 p = scores[g, t - t0] * s
                 for j in range(d):
-                    out[g, j] += p * np.float32(v[t, kh, j])
+                    out[h0 + g, j] += p * np.float32(v[t, kh, j])
         else:
             _widen_fp16_row(v, t, kh, row)
             for g in range(group):
                 p = scores[g, t - t0]
                 for j in range(d):
-                    out[g, j] += p * row[j]
+                    out[h0 + g, j] += p * row[j]
+
+
+@numba.njit(inline="always", fastmath=True)
+def _attend_kv_head(q, k, v, k_scale, v_scale, length, is_int8, kh, out):
+    """Rows of `out` (H, D) of the query heads that read kv head `kh`: softmax(q . k / sqrt(D))
+    over the first `length` slots, times v (the body `_decode_attention_serial` runs per kv
+    head)."""
+    n_heads, d = q.shape
+    group = n_heads // k.shape[1]
+    scores = np.empty((group, length), dtype=np.float32)
+    row = np.empty(d, dtype=np.float32)
+    _span_scores(q, k, k_scale, 0, length, is_int8, kh, row, scores)
+    for g in range(group):
+        _, total = _exp_scores(scores, g, length)
+        for t in range(length):
+            scores[g, t] /= total
+    _add_weighted_values(v, v_scale, 0, length, is_int8, kh, scores, row, out, kh * group)
+
+
+@numba.njit(inline="always", fastmath=True)
+def _attend_span(q, k, v, k_scale, v_scale, t0, t1, is_int8, kh, top, total, out):
+    """`_attend_kv_head` over slots t0 .. t1 - 1 only, left unnormalised: per query head g of
+    kv head `kh`, top[g] the span's largest score, total[g] the sum of exp(score - top[g]) and
+    out[g] (D,) the sum of exp(score - top[g]) * v (`_decode_attention` merges the spans)."""
+    n_heads, d = q.shape
+    group = n_heads // k.shape[1]
+    scores = np.empty((group, t1 - t0), dtype=np.float32)
+    row = np.empty(d, dtype=np.float32)
+    _span_scores(q, k, k_scale, t0, t1, is_int8, kh, row, scores)
+    for g in range(group):
+        top[g], total[g] = _exp_scores(scores, g, t1 - t0)
+    _add_weighted_values(v, v_scale, t0, t1, is_int8, kh, scores, row, out, 0)
 
 
 # Tokens a job of the parallel decode attention covers, about: the cache's slots are cut into
@@ -577,6 +554,7 @@ def _decode_attention(q, k, v, k_scale, v_scale, length, is_int8):
             q, k, v, k_scale, v_scale, t0, t1, is_int8, kh, tops[job], totals[job], parts[job]
         )
     out = np.zeros(q.shape, dtype=np.float32)
+    scale = np.empty(spans, dtype=np.float32)  # each span's exp(its top - the head's top)
     for kh in range(n_kv):
         for g in range(group):
             m = tops[kh * spans, g]
@@ -584,10 +562,11 @@ def _decode_attention(q, k, v, k_scale, v_scale, length, is_int8):
                 m = max(m, tops[kh * spans + c, g])
             denom = np.float32(0.0)
             for c in range(spans):
-                denom += exp32(tops[kh * spans + c, g] - m) * totals[kh * spans + c, g]
+                scale[c] = exp32(tops[kh * spans + c, g] - m)
+                denom += scale[c] * totals[kh * spans + c, g]
             h = kh * group + g
             for c in range(spans):
-                w = exp32(tops[kh * spans + c, g] - m) / denom
+                w = scale[c] / denom
                 for j in range(d):
                     out[h, j] += w * parts[kh * spans + c, g, j]
     return out
