@@ -20,7 +20,7 @@ from collections.abc import Container
 
 import harmony_ref
 import harmony_ref.commands
-from harmony_ref._format import did_you_mean
+from harmony_ref._format import did_you_mean, error_line
 
 
 def _command_modules():
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         # Bad input: say what and where, no traceback.
         notes = []
-        print(f"harmony-ref {args._command_name}: error: {e}", file=sys.stderr)
+        print(error_line(args._command_name, e), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         # A full disk, a read-only place, a permission: one line, exit 2, nothing half written.
         where = f"{e.filename}: " if e.filename else ""
         notes = []
-        print(f"harmony-ref {args._command_name}: error: {where}{e.strerror or e}", file=sys.stderr)
+        print(error_line(args._command_name, f"{where}{e.strerror or e}"), file=sys.stderr)
         return 2
     finally:
         for note in notes:

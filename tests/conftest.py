@@ -13,6 +13,11 @@
   sets the benchmark process's allocator for steady timings) leaves this pytest process with
   glibc's and NumPy's default memory behaviour for the tests after it (RSS measurements).
 
+The README's test command runs on every core (pytest-xdist, `-n auto --dist loadgroup`): each
+module's tests stay on one worker (an `xdist_group` per module, so a module's fixtures load once),
+and every test that uses `tiny_programs` shares one group, so the session's ExecuTorch exports
+(20-47 s each) run once, not once per worker.
+
 Tests under NUMERIC_PATHS are marked `numeric`: their expectations depend on float kernels'
 results, so tests/emulated_cpus.py (`tox -e cpus`) runs them under every emulated x86-64 CPU. A
 module elsewhere opts in with `pytestmark = pytest.mark.numeric`.
@@ -42,11 +47,15 @@ NUMERIC_PATHS = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        rel = item.nodeid.split("::")[0].removeprefix("tests/")
-        if rel.startswith(NUMERIC_PATHS):
+        module = item.nodeid.split("::")[0]
+        if module.removeprefix("tests/").startswith(NUMERIC_PATHS):
             item.add_marker(pytest.mark.numeric)
+        if not any(m.name == "xdist_group" for m in item.iter_markers()):
+            shared = "tiny_programs" in getattr(item, "fixturenames", ())
+            item.add_marker(pytest.mark.xdist_group("executorch-programs" if shared else module))
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from harmony_ref._format import error_line
+
 KEY_METRICS = ("decode_tokens_per_s", "e2e_ms", "ttft_ms")  # the one each run row shows
 
 
@@ -135,7 +137,7 @@ def print_block(block: dict, file=None) -> None:
 
 def error_exit(command: str, error, code: int, verbose: bool = False) -> int:
     """A session error: its one line on stderr (and, with --verbose, its detail), exit `code`."""
-    print(f"harmony-ref {command}: error: {error}", file=sys.stderr)
+    print(error_line(command, error), file=sys.stderr)
     detail = getattr(error, "detail", "")
     if verbose and detail:
         print(detail, file=sys.stderr)

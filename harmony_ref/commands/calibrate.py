@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from harmony_ref._format import error_line
 from harmony_ref._io import check_output_file
 from harmony_ref.commands._output import add_json_flag, print_json, print_table
 
@@ -394,7 +395,7 @@ def _run_executorch(args) -> int:
                 held,
             )
     except BackendError as e:
-        print(f"harmony-ref calibrate: error: {e}", file=sys.stderr)
+        print(error_line("calibrate", e), file=sys.stderr)
         return 1
     if args.json:
         print_json({**summary, "phases": table, "rows": rows})
@@ -486,7 +487,7 @@ def _run_phase_calibration(args) -> int:
     except DeviceGone as e:
         return _session.gone_exit(NAME, e)
     except BackendError as e:
-        print(f"harmony-ref calibrate: error: {e}", file=sys.stderr)
+        print(error_line("calibrate", e), file=sys.stderr)
         return 1
     if args.json:
         print_json({**summary, "phases": table})

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import sys
 
+from harmony_ref._format import error_line
+
 NAME = "check-runtime"
 HELP = (
     "check that a runtime still computes the model (perplexity vs harmony-ref's FP32 "
@@ -310,7 +312,7 @@ def _run_commands(args):
             print(f"running {check.label}: {check.template}", file=sys.stderr)
 
     def report(check, error: str) -> None:
-        print(f"harmony-ref check-runtime: error: {check.label}: {error}", file=sys.stderr)
+        print(error_line("check-runtime", f"{check.label}: {error}"), file=sys.stderr)
 
     try:
         runs = run_checks(
