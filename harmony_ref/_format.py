@@ -35,32 +35,60 @@ def did_you_mean(word: str, choices) -> str:
 ERROR_LINE_MAX_CHARS = 199  # a bad-input error is one line under 200 characters
 
 
-_PATH = re.compile(r"(?<![\w.])/[^\s:'\"]+")
+_PATH = re.compile(r"(?<![\w.])/[^\s:'\",;()\[\]{}]+")  # an absolute path in a message
+_LONG_LIST = re.compile(r"\[[^\[\]]{40,}\]|\{[^{}]{40,}\}")  # a list or dict of 40+ characters
 
 
-def _short_path(match) -> str:
-    """/tmp/a/b/c/d/m.gguf -> /tmp/.../d/m.gguf: a deep path's first folder and its last two parts."""
+def _deep_path(match) -> str:
+    """/tmp/a/b/c/d/m.gguf -> /tmp/.../d/m.gguf: a deep path's first folder and last two parts."""
     parts = match.group(0).split("/")
     return "/".join([*parts[:2], "...", *parts[-2:]]) if len(parts) > 5 else match.group(0)
 
 
-def error_line(command: str, message: object) -> str:
-    """`harmony-ref COMMAND: error: MESSAGE` on one line under 200 characters: line breaks become
-    "; ", a path under the working directory is written relative to it; in a line still too long
-    a deep path keeps its first folder and its last two parts (/tmp/.../run3/m.gguf), and what is
-    then still too long (a library's long detail) keeps its start (the file and the verdict) and
-    its end (the value or the hint) around "..."."""
-    text = "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
+def _path_name(match) -> str:
+    """/tmp/a/b/m.gguf -> .../m.gguf: a path's last part."""
+    parts = match.group(0).split("/")
+    return ".../" + parts[-1] if len(parts) > 3 else match.group(0)
+
+
+def _list_head(match) -> str:
+    """['a', 'b', ... 40 more] -> ['a', 'b', ...]: a long list's first items."""
+    text = match.group(0)
+    kept: list[str] = []
+    for item in text[1:-1].split(", "):
+        if len(", ".join([*kept, item])) > 36:
+            break
+        kept.append(item)
+    return text[0] + ", ".join([*kept, "..."]) + text[-1]
+
+
+def _relative(text: str) -> str:
     try:
         cwd = os.getcwd().rstrip(os.sep) + os.sep
     except OSError:  # the working directory was removed
-        cwd = os.sep
-    if cwd != os.sep:
-        text = text.replace(cwd, "")
-    line = f"harmony-ref {command}: error: {text}"
-    if len(line) > ERROR_LINE_MAX_CHARS:
-        line = f"harmony-ref {command}: error: {_PATH.sub(_short_path, text)}"
-    if len(line) <= ERROR_LINE_MAX_CHARS:
-        return line
-    tail = (ERROR_LINE_MAX_CHARS - 3) // 3
-    return line[: ERROR_LINE_MAX_CHARS - 3 - tail] + "..." + line[len(line) - tail :]
+        return text
+    return text.replace(cwd, "") if cwd != os.sep else text
+
+
+def error_line(command: str, message: object) -> str:
+    """`harmony-ref COMMAND: error: MESSAGE` on one line (line breaks become "; ") under 200
+    characters. A line that fits is left as it is. One too long is shortened a step at a time
+    until it fits: paths under the working directory written relative to it; deep paths as their
+    first folder and last two parts (/tmp/.../run3/m.gguf); then every path as its last part
+    (.../m.gguf); then long lists as their first items (['a', 'b', ...]); what is still too long
+    is cut at the end, after the file, the field and the verdict that messages put first.
+    Messages are written to fit; this is the guard for the paths and details none can foresee."""
+    head = f"harmony-ref {command}: error: "
+    text = "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    steps = (
+        _relative,
+        lambda s: _PATH.sub(_deep_path, s),
+        lambda s: _PATH.sub(_path_name, s),
+        lambda s: _LONG_LIST.sub(_list_head, s),
+    )
+    for step in steps:
+        if len(head + text) <= ERROR_LINE_MAX_CHARS:
+            break
+        text = step(text)
+    line = head + text
+    return line if len(line) <= ERROR_LINE_MAX_CHARS else line[: ERROR_LINE_MAX_CHARS - 3] + "..."

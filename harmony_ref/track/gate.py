@@ -264,8 +264,16 @@ def check_comparable(
             v = {o: x for o, x in v.items() if o != SESSION_FILE_OPTION} or None
         return v
 
+    def differences(k, a, b):
+        """'k: a vs b', or for two dicts one 'k.sub: a vs b' per sub-key that differs (a
+        session's options differ in one entry, not in the whole dict)."""
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys = [*a, *(o for o in b if o not in a)]
+            return [f"{k}.{o}: {a.get(o)!r} vs {b.get(o)!r}" for o in keys if a.get(o) != b.get(o)]
+        return [f"{k}: {a!r} vs {b!r}"] if a != b else []
+
     diffs = [
-        f"{k}: {value(baseline, k)!r} vs {value(current, k)!r}"
+        d
         for k in (
             "model",
             "policy",
@@ -278,13 +286,11 @@ def check_comparable(
             "model_spec",
             "accuracy_model",
         )
-        if value(baseline, k) != value(current, k)
+        for d in differences(k, value(baseline, k), value(current, k))
     ]
     if diffs:
         raise ValueError(
-            f"{current_name} measures a different config than {baseline_name} ("
-            + "; ".join(diffs)
-            + ")"
+            f"{current_name} measures a different config ({'; '.join(diffs)}) than {baseline_name}"
         )
     measured = [
         r.parts.get("predicted", {}).get("measured_model") or r.config.get("model")

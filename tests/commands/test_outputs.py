@@ -14,6 +14,7 @@ from harmony_ref import _io
 from harmony_ref.cli import main
 from harmony_ref.job import main as job
 from harmony_ref.track.record import latest_record
+from tests.fixtures.errors import shows_path
 
 FAST = ["--skip", "host,accuracy,coldstart,thermal"]
 
@@ -135,7 +136,7 @@ def test_output_paths_are_checked_before_the_work(tmp_path, capsys, monkeypatch,
     code = main([a.format(p=p) for a in argv])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert str(p if make != "file_parent" else tmp_path / "afile") in err
+    assert shows_path(err, p if make != "file_parent" else tmp_path / "afile"), err
     assert "Traceback" not in err
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from harmony_ref.cli import main
 from harmony_ref.track import plot_style, plots
+from tests.fixtures.errors import shows_path
 
 PROFILES = ["harmony-flagship", "harmony-midrange", "harmony-lowend"]
 LABELS = [f"{p} · own" for p in PROFILES]  # compare's columns: each profile on its own runtime
@@ -233,7 +234,8 @@ def test_compare_bad_plot_arguments_exit_2_before_work(tmp_path, capsys):
     for argv in (["compare"], ["serve"], ["thermal", "--minutes", "1"]):
         assert main([*argv, "--plot", str(under_a_file)]) == 2
         err = capsys.readouterr().err
-        assert f"--plot {under_a_file}: {blocker} is a file" in err and len(err.splitlines()) == 1
+        assert shows_path(err, under_a_file) and shows_path(err, blocker), err
+        assert f"{blocker.name} is a file" in err and len(err.splitlines()) == 1
     assert not png.exists()
 
 
