@@ -415,6 +415,41 @@ def add_scaled_w8(typingctx, facc, xs, c):
 
 
 @intrinsic
+def add_squares(typingctx, acc, v):
+    """acc + v * v, lane by lane, without fast-math flags: LLVM keeps each lane's order."""
+
+    def codegen(context, builder, sig, args):
+        return builder.fadd(args[0], builder.fmul(args[1], args[1]))
+
+    return FLOATS(FLOATS, FLOATS), codegen
+
+
+@intrinsic
+def add_floats(typingctx, a, b):
+    """a + b, lane by lane, without fast-math flags."""
+
+    def codegen(context, builder, sig, args):
+        return builder.fadd(*args)
+
+    return FLOATS(FLOATS, FLOATS), codegen
+
+
+@intrinsic
+def lane_sum(typingctx, v):
+    """The LANES lanes' sum as float32 in one fixed pairwise order (halves added until one
+    lane is left), the same bits on every target that lowers the vector."""
+
+    def codegen(context, builder, sig, args):
+        v, n = args[0], LANES
+        while n > 1:
+            n //= 2
+            v = builder.fadd(_slice(builder, v, 0, n), _slice(builder, v, n, n))
+        return builder.extract_element(v, ir.Constant(_I32, 0))
+
+    return types.float32(FLOATS), codegen
+
+
+@intrinsic
 def times(typingctx, a, b):
     def codegen(context, builder, sig, args):
         return builder.fmul(*args)

@@ -26,6 +26,14 @@ from numba import types
 from numba.extending import intrinsic
 
 from harmony_ref.kernels._checks import check_last_dim, float32_array
+from harmony_ref.kernels.matmul_x86 import (
+    LANES,
+    add_floats,
+    add_squares,
+    lane_sum,
+    load_floats,
+    zero_floats,
+)
 
 GELU_TANH_SCALE = np.float32(0.7978845608028654)  # sqrt(2 / pi) (0.797884...)
 GELU_CUBIC = np.float32(0.044715)
@@ -285,28 +293,58 @@ def add_rms_norm_ref(x, delta, weight, eps: float = 1e-5):
 PARALLEL_MIN_ROWS = 4
 
 
+# A row's sum of squares in one fixed order: four float32 vectors of LANES running sums (vector
+# v takes blocks v, v + 4, ... of LANES elements; blocks past the last four go to vector 0), the
+# vectors then their lanes added pairwise, the tail after them in order; vector arithmetic
+# without fast-math flags (matmul_x86's add_squares / add_floats / lane_sum), so LLVM may not
+# reorder it. And the output pass (x * r) * w without reassociation either (`_scale_row`). So the
+# serial loop and the prange loop that inline a row body get the same bits, on every target
+# alike. With fastmath's reduction (before), LLVM vectorised each loop its own way on some
+# targets: up to 7 ulp apart under emulated baseline x86-64, 2 under Haswell / Zen 3
+# (tests/kernels/test_prefill_rows.py). Rows are C-contiguous (the callers' arrays).
+@numba.njit(cache=True)  # not inline="always": inlined, it would take its caller's fastmath
+def _sum_squares(x, i, start, n):
+    """sum of x[i, start + j] ** 2 over j < n, float32, in the fixed order above."""
+    base = i * x.shape[1] + start
+    quad = n - n % (4 * LANES)
+    acc0 = acc1 = acc2 = acc3 = zero_floats()
+    for j in range(0, quad, 4 * LANES):
+        acc0 = add_squares(acc0, load_floats(x, base + j))
+        acc1 = add_squares(acc1, load_floats(x, base + j + LANES))
+        acc2 = add_squares(acc2, load_floats(x, base + j + 2 * LANES))
+        acc3 = add_squares(acc3, load_floats(x, base + j + 3 * LANES))
+    body = n - n % LANES
+    for j in range(quad, body, LANES):
+        acc0 = add_squares(acc0, load_floats(x, base + j))
+    sq = lane_sum(add_floats(add_floats(acc0, acc1), add_floats(acc2, acc3)))
+    for j in range(start + body, start + n):
+        sq += x[i, j] * x[i, j]
+    return sq
+
+
+@numba.njit(cache=True)
+def _scale_row(x, i, start, n, r, weight, out):
+    """out[i, start + j] = (x[i, start + j] * r) * weight[j], in that order (no fastmath)."""
+    for j in range(n):
+        out[i, start + j] = (x[i, start + j] * r) * weight[j]
+
+
 @numba.njit(inline="always", fastmath=True)
 def _rms_norm_row(x, i, weight, eps, out):
     d = x.shape[1]
-    sq = np.float32(0.0)
-    for j in range(d):
-        sq += x[i, j] * x[i, j]
+    sq = _sum_squares(x, i, 0, d)
     r = np.float32(1.0) / np.sqrt(sq / np.float32(d) + eps)
-    for j in range(d):
-        out[i, j] = x[i, j] * r * weight[j]
+    _scale_row(x, i, 0, d, r, weight, out)
 
 
 @numba.njit(inline="always", fastmath=True)
 def _add_rms_norm_row(x, delta, i, weight, eps, out):
     d = x.shape[1]
-    sq = np.float32(0.0)
     for j in range(d):
-        v = x[i, j] + delta[i, j]
-        x[i, j] = v
-        sq += v * v
+        x[i, j] += delta[i, j]
+    sq = _sum_squares(x, i, 0, d)
     r = np.float32(1.0) / np.sqrt(sq / np.float32(d) + eps)
-    for j in range(d):
-        out[i, j] = x[i, j] * r * weight[j]
+    _scale_row(x, i, 0, d, r, weight, out)
 
 
 @numba.njit(fastmath=True, cache=True)
@@ -378,12 +416,9 @@ def rms_norm_heads_ref(x, weight, eps: float = 1e-6) -> np.ndarray:
 @numba.njit(inline="always", fastmath=True)
 def _rms_norm_head(x, t, h, head_dim, weight, eps):
     base = h * head_dim
-    sq = np.float32(0.0)
-    for j in range(head_dim):
-        sq += x[t, base + j] * x[t, base + j]
+    sq = _sum_squares(x, t, base, head_dim)
     r = np.float32(1.0) / np.sqrt(sq / np.float32(head_dim) + eps)
-    for j in range(head_dim):
-        x[t, base + j] = x[t, base + j] * r * weight[j]
+    _scale_row(x, t, base, head_dim, r, weight, x)
 
 
 @numba.njit(fastmath=True, cache=True)

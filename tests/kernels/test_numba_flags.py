@@ -30,6 +30,9 @@ SERIAL_OK = {
     "rows run in parallel (matmul_portable.py)",
     "_decode_attention_serial": "one kv head or under DECODE_PARALLEL_MIN_LENGTH cached tokens, "
     "where a parallel launch costs more than it splits; longer contexts take _decode_attention",
+    "_sum_squares": "a row's sum of squares in one fixed order, called by the norms' row bodies "
+    "(not inlined at Numba's level, which would give it its callers' fastmath)",
+    "_scale_row": "a norm row's output pass without reassociation, called like _sum_squares",
     "decode_step_attention": "a decode step's row ops on one (1, (H + 2 Hkv) D) row; its "
     "attention calls the parallel _decode_attention from DECODE_PARALLEL_MIN_LENGTH tokens",
 }
