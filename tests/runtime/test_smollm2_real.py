@@ -95,9 +95,14 @@ def test_quantized_policy_follows_the_fp32_answers(smollm2, fp32_answers, policy
 # fp32 weights: prefill and decode differ by summation order only (measured max 3.7e-3 on
 # logits of magnitude 10-30). int8/int4 policies quantize activations to int8 per 32-block: a
 # 1e-6 difference can move one value across a rounding boundary, a whole step, and 30 layers
-# carry it on (measured max 0.82 at int8, 1.02 at int4-g32), so there the test holds the argmax.
+# carry it on (measured max 0.82 at int8, 1.02 at int4-g32), so there the test holds the argmax
+# but at near-ties: positions whose two best prefill logits are under NEAR_TIE_LOGITS apart
+# (under emulated Zen 3, int4-g32's 9th token: 28.026 vs 27.937 in prefill, the other way round
+# in decode, the logits 0.78 apart at most). Within the tolerance alone a flip could come from a
+# margin of up to 2 x 2.0; a flip past a margin of 0.5 fails.
 REAL_FP32_PREFILL_VS_DECODE_ABS_TOL = 1e-2
 REAL_INT_PREFILL_VS_DECODE_ABS_TOL = 2.0
+NEAR_TIE_LOGITS = 0.5
 
 
 @pytest.mark.parametrize("policy", ["fp32", "int4-g32"])
@@ -117,7 +122,10 @@ def test_prefill_equals_decode_on_the_real_model(smollm2, policy):
         else REAL_INT_PREFILL_VS_DECODE_ABS_TOL
     )
     assert_within(steps, full, tol, f"real model {policy}: prefill vs decode logits")
-    assert (steps.argmax(1) == full.argmax(1)).all()
+    top2 = np.sort(full, axis=1)[:, -2:]
+    decided = (top2[:, 1] - top2[:, 0] >= NEAR_TIE_LOGITS) | (policy == "fp32")
+    flipped = steps.argmax(1) != full.argmax(1)
+    assert not (flipped & decided).any(), np.nonzero(flipped)
 
 
 def test_spec_and_prediction_of_the_checkpoint(smollm2):
