@@ -65,6 +65,22 @@ def _check_plan(model: str, runs) -> None:
             )
 
 
+HOST_THREADS = 2  # the host profile's machine: reads, launches and fits at 1 and 2 threads
+
+
+def _check_two_threads() -> None:
+    """The host method measures at 1 and HOST_THREADS threads (reads, parallel launches, the
+    runs' thread shares): with fewer threads allowed, one line before any work."""
+    import numba
+
+    allowed = numba.config.NUMBA_NUM_THREADS
+    if allowed < HOST_THREADS:
+        raise ValueError(
+            f"--method host measures at 1 and {HOST_THREADS} threads; Numba allows {allowed} here "
+            "(NUMBA_NUM_THREADS, or the machine's cores): run it where 2 threads are allowed"
+        )
+
+
 def calibrate_host_runs(
     out,
     name: str = "host",
@@ -91,6 +107,7 @@ def calibrate_host_runs(
     if not any(r.split == "fit" and r.profile_contexts for r in runs):
         raise ValueError(f"{manifest.source}: no fit run with profile_contexts: nothing to fit")
     _check_plan(model, runs)
+    _check_two_threads()
     reps = repeats or (QUICK_REPEATS if quick else 5)
     session = measure_session(runs, model, reps, QUICK_REPEATS if quick else 5, progress=progress)
     cpu = cpu_label(session["machine"])

@@ -50,6 +50,10 @@ def tiny_plan():
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory, tiny_gguf):
     """One calibration of the tiny decoder, shared by the tests of its outputs."""
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:  # tests/emulated_cpus.py's 1-thread machines
+        pytest.skip("the host method measures at 2 threads; Numba allows 1 here")
     mp = pytest.MonkeyPatch()
     mp.setattr(
         host_measure,
@@ -170,6 +174,21 @@ def test_a_context_beyond_the_checkpoint_is_refused_before_measuring(tmp_path, t
     object.__setattr__(plan, "source", load_host_manifest().source)
     with pytest.raises(ValueError, match=f"context of {limit + 1} tokens"):
         calibrate_host_runs(tmp_path / "h.toml", model=str(tiny_gguf), manifest=plan)
+    assert not list(tmp_path.iterdir())
+
+
+def test_one_allowed_thread_is_refused_in_one_line_before_measuring(
+    tmp_path, tiny_gguf, monkeypatch
+):
+    """Where Numba allows one thread (NUMBA_NUM_THREADS=1, a one-core machine) the 2-thread
+    measurements cannot run: one line naming why, before any measurement, nothing written (it
+    was numba's own 'The number of threads must be between 1 and 1' from the middle of them)."""
+    import numba
+
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 1)
+    monkeypatch.setattr(host_measure, "measure_session", lambda *a, **k: pytest.fail("measured"))
+    with pytest.raises(ValueError, match="measures at 1 and 2 threads; Numba allows 1 here"):
+        calibrate_host_runs(tmp_path / "h.toml", model=str(tiny_gguf), manifest=tiny_plan())
     assert not list(tmp_path.iterdir())
 
 
