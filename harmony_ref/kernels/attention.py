@@ -756,14 +756,7 @@ def _prefill_attention(q, k, v, window):
             for s in range(n):
                 scores[g, s] *= inv_sqrt_d
         for g in range(group):
-            top = scores[g, 0]
-            for s in range(1, n):
-                top = max(top, scores[g, s])
-            total = np.float32(0.0)
-            for s in range(n):
-                e = exp32(scores[g, s] - top)
-                scores[g, s] = e
-                total += e
+            _, total = _exp_scores(scores, g, n)
             inv = np.float32(1.0) / total
             for s in range(n):
                 scores[g, s] *= inv
