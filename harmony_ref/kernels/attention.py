@@ -38,7 +38,10 @@ the CPU's own conversion (F16C) LANES values a load where head_dim is a multiple
 bit moves plus one exact subtraction for subnormals (`_fp16_row_to_f32`); both exactly as
 NumPy's astype(float32) but for a signalling NaN, which the CPU returns quiet
 (`_widen_fp16_row`). Softmax's exp is norm.py's vectorisable `exp32`, as in prefill. The kernels
-read each cached row once for all the query heads that share it. INT8 rows are widened inside the dot / axpy loops
+read each cached row once for all the query heads that share it: where head_dim is a multiple of
+LANES, SUMS rows at a time widened into a float32 block that every head of the group reads, their
+q . k products summed SUMS at a time by one transposing tree instead of a horizontal sum per dot
+(`_block_scores`); elsewhere a row at a time. INT8 rows are widened inside the dot / axpy loops
 and scaled once per row (measured 1.5x faster at 4096 tokens than widening into a buffer first).
 """
 
@@ -58,10 +61,12 @@ from harmony_ref.kernels.matmul_x86 import (
     LANES,
     _call,
     _ptr,
+    _slice,
     _splat,
     _vty,
     load_floats,
     store_floats,
+    times,
     widen_halves,
     zero_floats,
 )
@@ -400,7 +405,7 @@ FP16_WIDEN_IN_HARDWARE = "f16c" in target_features()
 @intrinsic
 def _load_cache_floats(typingctx, cache, idx):
     """LANES float32 values of an fp16 cache (uint16 bits, C-contiguous) from flat offset idx,
-    as load_floats widens them; zeros for an int8 cache (`_attend_kv_head` types its rows on
+    as load_floats widens them; zeros for an int8 cache (`_attend_span` types its rows on
     the fp16 branch too, but never runs them there)."""
     fp16 = cache.dtype == types.uint16
     if fp16 and cache.layout != "C":
@@ -493,35 +498,167 @@ def _add_weighted_values(v, v_scale, t0, t1, is_int8, kh, scores, row, out, h0):
                     out[h0 + g, j] += p * row[j]
 
 
+# The blocked fp16 path (head_dim a multiple of LANES, the CPU widening float16 itself): a
+# block of SUMS cached rows is widened into a float32 buffer once for every query head of its kv
+# head; each head's q . k products are folded to SUMS lanes and stored, and SUMS of those are
+# summed by one transposing tree (`store_sums`): no horizontal sum per dot. Measured (Intel
+# Xeon, AVX-512, 1 thread, serial kernel, cached tokens 256 / 1024): SmolLM2's 9 x 64 / 3 kv
+# heads 38.1 / 141.6 -> 22.5 / 80.7 us, Gemma 3's 4 x 256 / 1 41.6 / 159.2 -> 36.8 / 105.4,
+# Qwen3's 16 x 128 / 8 113.3 / 693.6 -> 70.6 / 536.7; compiled for Zen 3 (AVX2) on the same
+# CPU 31.6 / 129.6 -> 20.6 / 78.7, 35.9 / 146.4 -> 32.7 / 127.8, 106.9 / 722.1 -> 82.9 /
+# 516.5. (Tiles of 4 heads sharing each widened row in registers ran SmolLM2 and Gemma 3
+# faster on AVX-512, 61.4 and 77.3 us at 1024, but spilled on AVX2: Qwen3 829 us there.)
+SUMS = 16
+
+
+def _fold(builder, v):
+    """LANES lanes -> SUMS: lane i of the result is (v[i] + v[i + 32]) + (v[i + 16] + v[i + 48])."""
+    half = LANES // 2
+    a = builder.fadd(_slice(builder, v, 0, half), _slice(builder, v, half, half))
+    return builder.fadd(_slice(builder, a, 0, SUMS), _slice(builder, a, SUMS, half - SUMS))
+
+
+@intrinsic
+def store_folded(typingctx, buf, idx, v):
+    """buf.ravel()[idx: idx + SUMS] = the LANES-lane vector v folded to SUMS lanes (`_fold`)."""
+
+    def codegen(context, builder, sig, args):
+        ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
+        vty = _vty("f32", SUMS).as_pointer()
+        builder.store(_fold(builder, args[2]), builder.bitcast(ptr, vty), align=4)
+        return context.get_dummy_value()
+
+    return types.none(buf, idx, FLOATS), codegen
+
+
+def _halve_pair(builder, a, b, seg):
+    """Two SUMS-lane vectors, each SUMS / seg segments of `seg` lanes -> one of 2 SUMS / seg
+    segments of seg / 2 lanes: each segment's low half plus its high half, a's then b's."""
+    h = seg // 2
+    lo = [g * seg + i for g in range(SUMS // seg) for i in range(h)]
+    hi = [g * seg + h + i for g in range(SUMS // seg) for i in range(h)]
+    mask = _vty("i32", SUMS)
+    x = builder.shuffle_vector(a, b, ir.Constant(mask, lo + [SUMS + i for i in lo]))
+    y = builder.shuffle_vector(a, b, ir.Constant(mask, hi + [SUMS + i for i in hi]))
+    return builder.fadd(x, y)
+
+
+@intrinsic
+def store_sums(typingctx, buf, idx, scale, out, oidx):
+    """out.ravel()[oidx + i] = scale * the sum of buf.ravel()[idx + SUMS i: idx + SUMS (i + 1)],
+    i < SUMS: SUMS sums in one transposing tree of shuffles and adds (four levels), not SUMS
+    horizontal sums."""
+
+    def codegen(context, builder, sig, args):
+        base = _ptr(context, builder, sig.args[0], args[0], args[1])
+        vty = _vty("f32", SUMS)
+        vs = [
+            builder.load(
+                builder.bitcast(builder.gep(base, [ir.Constant(ir.IntType(64), SUMS * i)]),
+                                vty.as_pointer()),
+                align=4,
+            )
+            for i in range(SUMS)
+        ]  # fmt: skip
+        seg = SUMS
+        while len(vs) > 1:
+            vs = [_halve_pair(builder, a, b, seg) for a, b in zip(vs[::2], vs[1::2])]
+            seg //= 2
+        sc = _splat(builder, context.cast(builder, args[2], sig.args[2], types.float32), SUMS)
+        optr = _ptr(context, builder, sig.args[3], args[3], args[4])
+        builder.store(builder.fmul(vs[0], sc), builder.bitcast(optr, vty.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return types.none(buf, idx, scale, out, oidx), codegen
+
+
+@intrinsic
+def add_products(typingctx, acc, a, b):
+    """acc + a * b, LANES-lane float32 vectors (llvm.fmuladd: one FMA where the CPU has it)."""
+
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.fmuladd.v64f32", args[0].type, [args[1], args[2], args[0]])
+
+    return FLOATS(FLOATS, FLOATS, FLOATS), codegen
+
+
+@numba.njit(inline="always")
+def _widen_block(cache, t0, n, kh, buf):
+    """Rows (t0 .. t0 + n - 1, kh) of an fp16 cache -> buf[i * D:], float32 (the CPU's widening)."""
+    n_kv, d = cache.shape[1], cache.shape[2]
+    for i in range(n):
+        base = ((t0 + i) * n_kv + kh) * d
+        for c in range(0, d, LANES):
+            store_floats(buf, i * d + c, _load_cache_floats(cache, base + c))
+
+
 @numba.njit(inline="always", fastmath=True)
-def _attend_kv_head(q, k, v, k_scale, v_scale, length, is_int8, kh, out):
-    """Rows of `out` (H, D) of the query heads that read kv head `kh`: softmax(q . k / sqrt(D))
-    over the first `length` slots, times v (the body `_decode_attention_serial` runs per kv
-    head)."""
+def _block_scores(q, k, t0, t1, kh, scores, buf, part):
+    """`_span_scores` on the blocked path: scores[g, t - t0] for slots t0 .. t1 - 1 (scores has
+    SUMS spare columns), SUMS rows widened into `buf` at a time, `part` (SUMS * SUMS,) float32
+    holding one block's folded products of one head."""
     n_heads, d = q.shape
     group = n_heads // k.shape[1]
-    scores = np.empty((group, length), dtype=np.float32)
-    row = np.empty(d, dtype=np.float32)
-    _span_scores(q, k, k_scale, 0, length, is_int8, kh, row, scores)
-    for g in range(group):
-        _, total = _exp_scores(scores, g, length)
-        for t in range(length):
-            scores[g, t] /= total
-    _add_weighted_values(v, v_scale, 0, length, is_int8, kh, scores, row, out, kh * group)
+    inv_sqrt_d = np.float32(1.0 / math.sqrt(d))
+    width = scores.shape[1]
+    for b0 in range(0, t1 - t0, SUMS):
+        n = min(SUMS, t1 - t0 - b0)
+        _widen_block(k, t0 + b0, n, kh, buf)
+        for g in range(group):
+            h = (kh * group + g) * d
+            if d == LANES:  # the head's q in registers for the whole block
+                qv = load_floats(q, h)
+                for i in range(n):
+                    store_folded(part, i * SUMS, times(qv, load_floats(buf, i * d)))
+            else:
+                for i in range(n):
+                    acc = zero_floats()
+                    for c in range(0, d, LANES):
+                        acc = add_products(acc, load_floats(q, h + c), load_floats(buf, i * d + c))
+                    store_folded(part, i * SUMS, acc)
+            store_sums(part, 0, inv_sqrt_d, scores, g * width + b0)  # past n: unused columns
+
+
+@numba.njit(inline="always", fastmath=True)
+def _block_values(v, t0, t1, kh, scores, buf, out):
+    """`_add_weighted_values` on the blocked path: out[g] += sum over slots t0 .. t1 - 1 of
+    scores[g, t - t0] * v[t, kh], SUMS rows widened into `buf` at a time."""
+    group, d = scores.shape[0], out.shape[1]
+    for b0 in range(0, t1 - t0, SUMS):
+        n = min(SUMS, t1 - t0 - b0)
+        _widen_block(v, t0 + b0, n, kh, buf)
+        for g in range(group):
+            for c in range(0, d, LANES):
+                acc = load_floats(out, g * d + c)
+                for i in range(n):
+                    acc = add_times(acc, scores[g, b0 + i], load_floats(buf, i * d + c))
+                store_floats(out, g * d + c, acc)
 
 
 @numba.njit(inline="always", fastmath=True)
 def _attend_span(q, k, v, k_scale, v_scale, t0, t1, is_int8, kh, top, total, out):
-    """`_attend_kv_head` over slots t0 .. t1 - 1 only, left unnormalised: per query head g of
-    kv head `kh`, top[g] the span's largest score, total[g] the sum of exp(score - top[g]) and
-    out[g] (D,) the sum of exp(score - top[g]) * v (`_decode_attention` merges the spans)."""
+    """Softmax(q . k / sqrt(D)) times v of the query heads that read kv head `kh`, over slots
+    t0 .. t1 - 1 only, left unnormalised: per query head g of the group, top[g] the span's
+    largest score, total[g] the sum of exp(score - top[g]) and out[g] (D,) (zeros on entry,
+    C-contiguous) the sum of exp(score - top[g]) * v. fp16 rows with D a multiple of LANES
+    take the blocked path (`_block_scores`), others a row at a time."""
     n_heads, d = q.shape
     group = n_heads // k.shape[1]
-    scores = np.empty((group, t1 - t0), dtype=np.float32)
+    n = t1 - t0
+    if not is_int8 and d % LANES == 0 and FP16_WIDEN_IN_HARDWARE:
+        scores = np.empty((group, n + SUMS), dtype=np.float32)
+        buf = np.empty(SUMS * d, dtype=np.float32)
+        part = np.empty(SUMS * SUMS, dtype=np.float32)
+        _block_scores(q, k, t0, t1, kh, scores, buf, part)
+        for g in range(group):
+            top[g], total[g] = _exp_scores(scores, g, n)
+        _block_values(v, t0, t1, kh, scores, buf, out)
+        return
+    scores = np.empty((group, n), dtype=np.float32)
     row = np.empty(d, dtype=np.float32)
     _span_scores(q, k, k_scale, t0, t1, is_int8, kh, row, scores)
     for g in range(group):
-        top[g], total[g] = _exp_scores(scores, g, t1 - t0)
+        top[g], total[g] = _exp_scores(scores, g, n)
     _add_weighted_values(v, v_scale, t0, t1, is_int8, kh, scores, row, out, 0)
 
 
@@ -574,21 +711,32 @@ def _decode_attention(q, k, v, k_scale, v_scale, length, is_int8):
 
 @numba.njit(fastmath=True, cache=True)
 def _decode_attention_serial(q, k, v, k_scale, v_scale, length, is_int8):
-    """`_decode_attention` on the calling thread, one kv head after another, each normalised
-    before its weighted sum (a short context: a parallel launch costs more than it splits)."""
+    """`_decode_attention` on the calling thread: one span of every slot per kv head, its
+    weighted sum divided by its softmax total (a short context: a parallel launch costs more
+    than it splits)."""
+    n_heads, d = q.shape
+    group = n_heads // k.shape[1]
     out = np.zeros(q.shape, dtype=np.float32)
+    top = np.empty(group, dtype=np.float32)
+    total = np.empty(group, dtype=np.float32)
     for kh in range(k.shape[1]):
-        _attend_kv_head(q, k, v, k_scale, v_scale, length, is_int8, kh, out)
+        rows = out[kh * group : (kh + 1) * group]
+        _attend_span(q, k, v, k_scale, v_scale, 0, length, is_int8, kh, top, total, rows)
+        for g in range(group):
+            inv = np.float32(1.0) / total[g]
+            for j in range(d):
+                rows[g, j] *= inv
     return out
 
 
 # Decode attention runs in parallel (`_decode_attention`: kv heads x spans of slots) from this
-# many cached tokens, on the calling thread below it. Measured (Intel Xeon, 2 threads, quiet):
-# SmolLM2's 9 x 64 / 3 kv heads, parallel vs serial, at 16 tokens 11.2 vs 3.4 us, 192 27.4 vs
-# 29.0, 256 32.0 vs 37.7, 512 53.6 vs 75.3, 1024 94.9 vs 146.4, 2048 147 vs 261; Gemma 3's
-# 4 x 256 / 1 kv head at 192 31.7 vs 31.1, 256 38.9 vs 41.2, 512 65.7 vs 82.9, 1024 94.8 vs
-# 166.9, 2048 155 vs 289 (before the spans, one kv head ran serial at every length and 3 split
-# 2 / 1 between the threads: 208 vs 237 us at 2048).
+# many cached tokens, on the calling thread below it. Measured (Intel Xeon, 2 threads, quiet,
+# the blocked fp16 kernels, ranges over four runs), parallel vs serial: SmolLM2's 9 x 64 / 3 kv
+# heads at 16 tokens 14.9 vs 3.0 us, 128 22.5-23.2 vs 15.1-15.8, 256 24.5-30.9 vs 22.5-27.4,
+# 512 36.5-43.2 vs 43.6-53.2, 1024 63.5-69.3 vs 84.2-89.3, 2048 106-137 vs 175-202; Gemma 3's
+# 4 x 256 / 1 kv head at 256 27.0-33.2 vs 25.3-35.6, 512 41.9-61.7 vs 48.4-74.9, 1024 72.6-83.6
+# vs 107-139: even near 256-320 on both. (Before the spans, one kv head ran serial at every
+# length and 3 split 2 / 1 between the threads.)
 DECODE_PARALLEL_MIN_LENGTH = 256
 
 

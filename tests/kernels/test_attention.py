@@ -40,8 +40,10 @@ def _float_attention(q, k, v):
 
 @pytest.mark.parametrize("dtype", ["fp16", "int8"])
 @pytest.mark.parametrize("length", [1, 3, 17, 130, 600])  # 600: the parallel kernel, 4 spans
-@pytest.mark.parametrize("n_heads", [2, 8])
-@pytest.mark.parametrize("d", [16, 64])  # fp16 rows widened bit by bit / in hardware (LANES)
+@pytest.mark.parametrize("n_heads", [2, 6, 8, 14])  # 2 kv heads: groups of 1, 3, 4 and 7
+# fp16 rows widened bit by bit (16), or in hardware in blocks (multiples of LANES: q in registers
+# at 64, products summed over 2 and 4 vectors at 128 and 256)
+@pytest.mark.parametrize("d", [16, 64, 128, 256])
 def test_decode_attention_matches_ref_and_float(dtype, length, n_heads, d):
     cache, k, v = _filled(dtype, length, d=d, seed=length)
     q = np.random.default_rng(length + n_heads).standard_normal((n_heads, d)).astype(np.float32)
@@ -50,6 +52,27 @@ def test_decode_attention_matches_ref_and_float(dtype, length, n_heads, d):
     assert_within(got, at.decode_attention_ref(q, cache), FAST_VS_REF_ABS_TOL, "fast vs ref")
     tol = FP16_VS_FLOAT_ABS_TOL if dtype == "fp16" else INT8_VS_FLOAT_ABS_TOL
     assert_within(got, _float_attention(q, k, v), tol, f"{dtype} cache vs float32 attention")
+
+
+@numba.njit
+def _tree_sums(buf, scale):
+    out = np.zeros(at.SUMS + 3, np.float32)
+    at.store_sums(buf, 0, scale, out, 3)
+    folded = np.zeros(at.SUMS, np.float32)
+    at.store_folded(folded, 0, at.load_floats(buf, 0))
+    return out, folded
+
+
+def test_the_transposing_sum_tree_sums_each_row_in_order():
+    """store_sums: SUMS rows of SUMS values -> their SUMS sums, in row order, times the scale;
+    store_folded: LANES lanes -> SUMS. Small integers, so every order gives the exact sum."""
+    rng = np.random.default_rng(11)
+    buf = rng.integers(-50, 50, at.SUMS * at.SUMS).astype(np.float32)
+    out, folded = _tree_sums(buf, np.float32(0.5))
+    np.testing.assert_array_equal(out[3:], buf.reshape(at.SUMS, at.SUMS).sum(axis=1) * 0.5)
+    assert (out[:3] == 0).all()  # nothing written before oidx
+    want = buf[: at.LANES].reshape(at.LANES // at.SUMS, at.SUMS).sum(axis=0)
+    np.testing.assert_array_equal(folded, want)
 
 
 def test_single_token_returns_its_value():
