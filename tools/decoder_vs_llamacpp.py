@@ -3,10 +3,11 @@ and thread count, interleaved in one run (a peer to compare against, never a dep
 
     /work/bin/quiet python tools/decoder_vs_llamacpp.py --llama-bin /path/to/llama.cpp/build/bin \
         [--model smollm2-135m | gemma3-270m | FILE.gguf] [--policy int4-g32 [--policy int8 ...]] \
-        [--threads 2] [--tokens 64] [--phase tg|pp] [--rounds 5] [--repack 0|1] [--json]
+        [--threads 2] [--tokens 64] [--phase tg|pp] [--depth 0] [--rounds 5] [--repack 0|1] [--json]
 
 Each round runs `llama-bench -m GGUF -t T -p 0 -n N -r R --repack 0 -o json` (tg N: N tokens
-generated from an empty context; with `--phase pp`, `-p N -n 0`: a prompt of N tokens), then
+generated from an empty context; with `--phase pp`, `-p N -n 0`: a prompt of N tokens; with
+`--depth D`, `-d D`: after D tokens already in the context, which neither side times), then
 ours: --repack 1 turns on llama.cpp's repacked CPU path (its weights re-laid out at load for its
 AVX-512 / AMX kernels); the default stays 0 because the repacked path died with SIGILL in a KVM
 guest (an earlier build on an Intel Xeon with AMX) and a comparison must run on every CPU it is
@@ -37,9 +38,17 @@ from harmony_ref.runtime.loader import load_decoder, resolve_model_path, stored_
 
 
 def llama_bench(
-    bin_dir: str, gguf: str, threads: int, n: int, reps: int, phase: str, repack: int = 0
+    bin_dir: str,
+    gguf: str,
+    threads: int,
+    n: int,
+    reps: int,
+    phase: str,
+    repack: int = 0,
+    depth: int = 0,
 ) -> float:
-    """llama-bench's avg_ts of tg n (decode) or pp n (prefill), its repacking `repack`."""
+    """llama-bench's avg_ts of tg n (decode) or pp n (prefill) after `depth` tokens of context,
+    its repacking `repack`."""
     r = subprocess.run(
         [
             f"{bin_dir}/llama-bench",
@@ -55,6 +64,8 @@ def llama_bench(
             str(reps),
             "--repack",
             str(repack),
+            "-d",
+            str(depth),
             "-o",
             "json",
         ],
@@ -66,8 +77,15 @@ def llama_bench(
     return float(rows[0]["avg_ts"])
 
 
-def ours_tg(m: Llama, n: int, bos: int) -> float:
+def _context(m: Llama, depth: int, vocab: int, bos: int) -> None:
+    """An empty cache, then `depth` tokens of context (fixed pseudo-random ids), untimed."""
     m.reset()
+    if depth:
+        m.prefill([bos] + [int(t) for t in np.random.default_rng(1).integers(1, vocab, depth - 1)])
+
+
+def ours_tg(m: Llama, n: int, bos: int, depth: int = 0, vocab: int = 0) -> float:
+    _context(m, depth, vocab, bos)
     t0 = time.perf_counter()
     tok = bos
     m.decode(tok)
@@ -76,10 +94,10 @@ def ours_tg(m: Llama, n: int, bos: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def ours_pp(m: Llama, n: int, vocab: int) -> float:
+def ours_pp(m: Llama, n: int, vocab: int, depth: int = 0, bos: int = 0) -> float:
     """Prefill of n tokens (fixed pseudo-random ids, as llama-bench's pp uses random tokens)."""
     ids = [int(t) for t in np.random.default_rng(0).integers(1, vocab, n)]
-    m.reset()
+    _context(m, depth, vocab, bos)
     t0 = time.perf_counter()
     m.prefill(ids)
     return n / (time.perf_counter() - t0)
@@ -101,6 +119,9 @@ def main() -> None:
     ap.add_argument(
         "--phase", choices=("tg", "pp"), default="tg", help="tg: decode N tokens; pp: prefill N"
     )
+    ap.add_argument(
+        "--depth", type=int, default=0, help="tokens already in the context (llama-bench -d)"
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=3, help="llama-bench -r per round, and ours")
     ap.add_argument(
@@ -119,19 +140,21 @@ def main() -> None:
     bos = w.config.bos_id or 0
     stored = stored_policy(w, args.model) if as_stored else None
     models = {
-        p: build_model(w, stored if p == AS_STORED else p, max_context=args.tokens + 8)
+        p: build_model(w, stored if p == AS_STORED else p, max_context=args.depth + args.tokens + 8)
         for p in policies
     }
     vocab = w.config.vocab_size
 
     def ours(m: Llama) -> float:
         return (
-            ours_pp(m, args.tokens, vocab) if args.phase == "pp" else ours_tg(m, args.tokens, bos)
+            ours_pp(m, args.tokens, vocab, args.depth, bos)
+            if args.phase == "pp"
+            else ours_tg(m, args.tokens, bos, args.depth, vocab)
         )
 
     for m in models.values():
-        ours_tg(m, 8, bos)  # compile / warm up
-        ours_pp(m, 8, vocab)
+        ours_tg(m, 8, bos, args.depth, vocab)  # compile / warm up
+        ours_pp(m, 8, vocab, args.depth, bos)
     theirs, mine = [], {p: [] for p in policies}
     cpu = cpu_name()
     if not args.json:
@@ -143,7 +166,14 @@ def main() -> None:
     for r in range(args.rounds):
         theirs.append(
             llama_bench(
-                args.llama_bin, gguf, args.threads, args.tokens, args.reps, args.phase, args.repack
+                args.llama_bin,
+                gguf,
+                args.threads,
+                args.tokens,
+                args.reps,
+                args.phase,
+                args.repack,
+                args.depth,
             )
         )
         for p, m in models.items():
@@ -162,6 +192,7 @@ def main() -> None:
         "gguf": gguf,
         "phase": args.phase,
         "tokens": args.tokens,
+        "depth": args.depth,
         "rounds": args.rounds,
         "reps": args.reps,
         "repack": args.repack,
@@ -183,7 +214,9 @@ def main() -> None:
         b = out["ours"][p]["median"]
         print(
             f"median {'decode' if args.phase == 'tg' else 'prefill'} tokens/s at {args.threads} "
-            f"threads, {args.phase}{args.tokens}: llama.cpp "
+            f"threads, {args.phase}{args.tokens}"
+            + (f" at depth {args.depth}" if args.depth else "")
+            + f": llama.cpp "
             f"{a:.1f}, ours ({p}) {b:.1f}, ratio ours/llama.cpp {b / a:.2f}"
         )
 

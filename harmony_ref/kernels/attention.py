@@ -731,7 +731,7 @@ def _decode_attention_serial(q, k, v, k_scale, v_scale, length, is_int8):
 
 # Decode attention runs in parallel (`_decode_attention`: kv heads x spans of slots) from this
 # many cached tokens, on the calling thread below it. Measured (Intel Xeon, 2 threads, quiet,
-# the blocked fp16 kernels, ranges over four runs), parallel vs serial: SmolLM2's 9 x 64 / 3 kv
+# the blocked fp16 kernels, ranges over two to four runs), parallel vs serial: SmolLM2's 9 x 64 / 3 kv
 # heads at 16 tokens 14.9 vs 3.0 us, 128 22.5-23.2 vs 15.1-15.8, 256 24.5-30.9 vs 22.5-27.4,
 # 512 36.5-43.2 vs 43.6-53.2, 1024 63.5-69.3 vs 84.2-89.3, 2048 106-137 vs 175-202; Gemma 3's
 # 4 x 256 / 1 kv head at 256 27.0-33.2 vs 25.3-35.6, 512 41.9-61.7 vs 48.4-74.9, 1024 72.6-83.6
