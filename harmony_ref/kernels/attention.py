@@ -740,6 +740,13 @@ def _decode_attention_serial(q, k, v, k_scale, v_scale, length, is_int8):
 DECODE_PARALLEL_MIN_LENGTH = 256
 
 
+@numba.njit(inline="always")
+def _runs_parallel(length):
+    """The one rule both decode entry points pick their kernel by (the fused step and
+    `decode_attention_unchecked`): parallel from DECODE_PARALLEL_MIN_LENGTH cached tokens."""
+    return length >= DECODE_PARALLEL_MIN_LENGTH
+
+
 @numba.njit(cache=True)
 def decode_step_attention(
     qkv,
@@ -780,7 +787,7 @@ def decode_step_attention(
             k_bits[slot, kh, j] = _fp16_bits(qkv[0, qd + kh * head_dim + j])
             v_bits[slot, kh, j] = _fp16_bits(qkv[0, qd + kvd + kh * head_dim + j])
     q = qkv[0, :qd].copy().reshape((n_heads, head_dim))
-    if length >= DECODE_PARALLEL_MIN_LENGTH:
+    if _runs_parallel(length):
         return _decode_attention(q, k_bits, v_bits, _NO_SCALE, _NO_SCALE, length, False)
     return _decode_attention_serial(q, k_bits, v_bits, _NO_SCALE, _NO_SCALE, length, False)
 
@@ -993,11 +1000,7 @@ def prefill_attention(q, cache: KVCache) -> np.ndarray:
 def decode_attention_unchecked(q, cache: KVCache) -> np.ndarray:
     """`decode_attention` without input checks: q (H, D) float32 C-contiguous, cache non-empty;
     the parallel kernel from DECODE_PARALLEL_MIN_LENGTH cached tokens, as a fused step picks."""
-    kernel = (
-        _decode_attention
-        if cache.length >= DECODE_PARALLEL_MIN_LENGTH
-        else _decode_attention_serial
-    )
+    kernel = _decode_attention if _runs_parallel(cache.length) else _decode_attention_serial
     if cache.dtype == "int8":
         return kernel(q, cache.k, cache.v, cache.k_scale, cache.v_scale, cache.length, True)
     return kernel(
