@@ -83,9 +83,11 @@ def test_single_token_returns_its_value():
 
 
 @pytest.mark.parametrize("length", [40, 600])  # serial; parallel, spans merged by their maxima
-def test_softmax_is_stable_for_large_scores(length):
-    cache, _, _ = _filled("int8", length, seed=4)
-    q = np.random.default_rng(5).standard_normal((2, 16)).astype(np.float32) * 1e4
+@pytest.mark.parametrize("d", [16, 64])  # a row at a time; blocks
+@pytest.mark.parametrize("dtype", ["int8", "fp16"])
+def test_softmax_is_stable_for_large_scores(length, d, dtype):
+    cache, _, _ = _filled(dtype, length, d=d, seed=4)
+    q = np.random.default_rng(5).standard_normal((2, d)).astype(np.float32) * 1e4
     got = at.decode_attention(q, cache)
     assert np.isfinite(got).all()
     assert_within(got, at.decode_attention_ref(q, cache), 1e-4, "large-score attention")
