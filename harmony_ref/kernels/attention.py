@@ -502,11 +502,11 @@ def _add_weighted_values(v, v_scale, t0, t1, is_int8, kh, scores, row, out, h0):
                     out[h0 + g, j] += p * row[j]
 
 
-# The blocked fp16 path (head_dim a multiple of LANES, the CPU widening float16 itself): a
-# block of SUMS cached rows is widened into a float32 buffer once for every query head of its kv
-# head; each head's q . k products are folded to SUMS lanes and stored, and SUMS of those are
+# The blocked path (head_dim a multiple of LANES; fp16 where the CPU widens float16 itself, and
+# INT8): a block of SUMS cached rows is widened into a float32 buffer once for every query head
+# of its kv head; each head's q . k products are folded to SUMS lanes and stored, and SUMS of those are
 # summed by one transposing tree (`store_sums`): no horizontal sum per dot. Measured (Intel
-# Xeon, AVX-512, 1 thread, serial kernel, cached tokens 256 / 1024): SmolLM2's 9 x 64 / 3 kv
+# Xeon, AVX-512, 1 thread, serial kernel, fp16, cached tokens 256 / 1024): SmolLM2's 9 x 64 / 3 kv
 # heads 38.1 / 141.6 -> 22.5 / 80.7 us, Gemma 3's 4 x 256 / 1 41.6 / 159.2 -> 36.8 / 105.4,
 # Qwen3's 16 x 128 / 8 113.3 / 693.6 -> 70.6 / 536.7; compiled for Zen 3 (AVX2) on the same
 # CPU 31.6 / 129.6 -> 20.6 / 78.7, 35.9 / 146.4 -> 32.7 / 127.8, 106.9 / 722.1 -> 82.9 /
