@@ -645,7 +645,7 @@ def _block_values(v, v_scale, t0, t1, is_int8, kh, scores, buf, out):
                 store_floats(out, g * d + c, acc)
 
 
-@numba.njit(inline="always", fastmath=True)
+@numba.njit(fastmath=True, cache=True)
 def _attend_span(q, k, v, k_scale, v_scale, t0, t1, is_int8, kh, top, total, out):
     """Softmax(q . k / sqrt(D)) times v of the query heads that read kv head `kh`, over slots
     t0 .. t1 - 1 only, left unnormalised: per query head g of the group, top[g] the span's
@@ -726,18 +726,20 @@ def _decode_attention_serial(q, k, v, k_scale, v_scale, length, is_int8):
     weighted sum divided by its softmax total (a short context: a parallel launch costs more
     than it splits)."""
     n_heads, d = q.shape
-    group = n_heads // k.shape[1]
-    out = np.zeros(q.shape, dtype=np.float32)
-    top = np.empty(group, dtype=np.float32)
-    total = np.empty(group, dtype=np.float32)
-    for kh in range(k.shape[1]):
-        rows = out[kh * group : (kh + 1) * group]
-        _attend_span(q, k, v, k_scale, v_scale, 0, length, is_int8, kh, top, total, rows)
+    n_kv = k.shape[1]
+    group = n_heads // n_kv
+    out = np.zeros((n_kv, group, d), dtype=np.float32)  # out[kh]: the parallel kernel's types
+    top = np.empty((n_kv, group), dtype=np.float32)
+    total = np.empty((n_kv, group), dtype=np.float32)
+    for kh in range(n_kv):
+        _attend_span(
+            q, k, v, k_scale, v_scale, np.int64(0), length, is_int8, kh, top[kh], total[kh], out[kh]
+        )  # int64(0), not a literal 0: the one compiled _attend_span the parallel kernel calls
         for g in range(group):
-            inv = np.float32(1.0) / total[g]
+            inv = np.float32(1.0) / total[kh, g]
             for j in range(d):
-                rows[g, j] *= inv
-    return out
+                out[kh, g, j] *= inv
+    return out.reshape((n_heads, d))
 
 
 # Decode attention runs in parallel (`_decode_attention`: kv heads x spans of slots) from this
