@@ -28,6 +28,8 @@ SERIAL_OK = {
     "run in parallel (matmul_portable.py)",
     "_quantize_activations_bytes": "allocates int8 xq for quantize_activations_into, whose "
     "rows run in parallel (matmul_portable.py)",
+    "_sum_floats": "a softmax row's total in one fixed order, called by _exp_scores (not "
+    "inlined at Numba's level, which would give it its callers' fastmath)",
     "_attend_span": "the body both decode attention kernels call (the parallel one once per "
     "(kv head, span) job): compiled once per cache dtype, not inlined into each (first-call "
     "compile of the four kernels 40 s -> 16 s on the Xeon)",

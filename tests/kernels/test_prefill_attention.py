@@ -157,3 +157,18 @@ def test_ring_cache_keeps_the_last_window_in_order(dtype):
     ring.append(k[:2], v[:2])
     np.testing.assert_array_equal(ring.ordered_kv()[0], rk)  # roundtrip: what the cache returns
     assert at.KVCache(4, 2, 8, dtype, window=9).window == 0  # a window past the context: no ring
+
+
+def test_the_cached_kernel_computes_what_a_fresh_compile_does():
+    """`_prefill_attention` as this process got it (from Numba's cache after the first run)
+    against the same Python compiled afresh here: the same bits. With a fastmath softmax sum,
+    LLVM chose the order per compile and the cached kernel differed in whole rows (found by
+    hashing outputs; `_sum_floats` now fixes the order)."""
+    import numba
+
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((40, 9, 64)).astype(np.float32)
+    k = rng.standard_normal((120, 3, 64)).astype(np.float32)
+    v = rng.standard_normal((120, 3, 64)).astype(np.float32)
+    fresh = numba.njit(parallel=True, fastmath=True)(at._prefill_attention.py_func)
+    np.testing.assert_array_equal(at._prefill_attention(q, k, v, 0), fresh(q, k, v, 0))
