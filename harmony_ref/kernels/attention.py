@@ -68,8 +68,6 @@ from harmony_ref.kernels.matmul_x86 import (
     _slice,
     _splat,
     _vty,
-    add_floats,
-    lane_sum,
     load_floats,
     store_floats,
     times,
@@ -80,6 +78,7 @@ from harmony_ref.kernels.matmul_x86_isa import target_features
 from harmony_ref.kernels.norm import (
     PARALLEL_MIN_ROWS,
     _bits_as_float32,
+    _fixed_sum,
     exp32,
     rms_norm_heads_rows,
 )
@@ -471,40 +470,18 @@ def _span_scores(q, k, k_scale, t0, t1, is_int8, kh, row, scores):
                 scores[g, t - t0] = acc * inv_sqrt_d
 
 
-@numba.njit(cache=True)  # not inline="always": inlined, it would take its caller's fastmath
-def _sum_floats(x, i, n):
-    """x[i, :n]'s sum, float32, in one fixed order (LANES-lane partial sums four vectors at a
-    time, their lanes halved pairwise, then the tail in order), without fast-math flags. A
-    fastmath reduction here let LLVM pick the order per compile: `_prefill_attention` loaded
-    from Numba's cache gave other last bits than the same code compiled in the process (1,832
-    of 23,040 outputs, whole rows, up to 1.5e-7), found by hashing its outputs."""
-    base = i * x.shape[1]
-    quad = n - n % (4 * LANES)
-    acc0 = acc1 = acc2 = acc3 = zero_floats()
-    for j in range(0, quad, 4 * LANES):
-        acc0 = add_floats(acc0, load_floats(x, base + j))
-        acc1 = add_floats(acc1, load_floats(x, base + j + LANES))
-        acc2 = add_floats(acc2, load_floats(x, base + j + 2 * LANES))
-        acc3 = add_floats(acc3, load_floats(x, base + j + 3 * LANES))
-    body = n - n % LANES
-    for j in range(quad, body, LANES):
-        acc0 = add_floats(acc0, load_floats(x, base + j))
-    total = lane_sum(add_floats(add_floats(acc0, acc1), add_floats(acc2, acc3)))
-    for j in range(body, n):
-        total += x[i, j]
-    return total
-
-
 @numba.njit(inline="always", fastmath=True)
 def _exp_scores(scores, g, n):
     """scores[g, :n] -> exp(score - their largest), in place: (that largest, the exps' sum,
-    summed in `_sum_floats`' fixed order)."""
+    summed in norm.py's `_fixed_sum` order: a fastmath sum here let LLVM choose the order per
+    compile, and `_prefill_attention` loaded from Numba's cache gave other last bits than the
+    same code compiled in the process, 1,832 of 23,040 outputs, whole rows, up to 1.5e-7)."""
     top = scores[g, 0]
     for t in range(1, n):
         top = max(top, scores[g, t])
     for t in range(n):
         scores[g, t] = exp32(scores[g, t] - top)
-    return top, _sum_floats(scores, g, n)
+    return top, _fixed_sum(scores, g, 0, n, False)
 
 
 @numba.njit(inline="always", fastmath=True)

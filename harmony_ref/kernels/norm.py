@@ -303,23 +303,31 @@ PARALLEL_MIN_ROWS = 4
 # targets: up to 7 ulp apart under emulated baseline x86-64, 2 under Haswell / Zen 3
 # (tests/kernels/test_prefill_rows.py). Rows are C-contiguous (the callers' arrays).
 @numba.njit(cache=True)  # not inline="always": inlined, it would take its caller's fastmath
-def _sum_squares(x, i, start, n):
-    """sum of x[i, start + j] ** 2 over j < n, float32, in the fixed order above."""
+def _fixed_sum(x, i, start, n, squares):
+    """sum of x[i, start + j] over j < n (of its squares when `squares`), float32, in the fixed
+    order above. Also attention's softmax totals (squares False): with a fastmath reduction
+    there, Numba's cached kernel and the same code compiled in the process summed in other
+    orders (kernels/attention.py `_exp_scores`)."""
     base = i * x.shape[1] + start
     quad = n - n % (4 * LANES)
     acc0 = acc1 = acc2 = acc3 = zero_floats()
     for j in range(0, quad, 4 * LANES):
-        acc0 = add_squares(acc0, load_floats(x, base + j))
-        acc1 = add_squares(acc1, load_floats(x, base + j + LANES))
-        acc2 = add_squares(acc2, load_floats(x, base + j + 2 * LANES))
-        acc3 = add_squares(acc3, load_floats(x, base + j + 3 * LANES))
+        acc0 = _add_lanes(acc0, load_floats(x, base + j), squares)
+        acc1 = _add_lanes(acc1, load_floats(x, base + j + LANES), squares)
+        acc2 = _add_lanes(acc2, load_floats(x, base + j + 2 * LANES), squares)
+        acc3 = _add_lanes(acc3, load_floats(x, base + j + 3 * LANES), squares)
     body = n - n % LANES
     for j in range(quad, body, LANES):
-        acc0 = add_squares(acc0, load_floats(x, base + j))
-    sq = lane_sum(add_floats(add_floats(acc0, acc1), add_floats(acc2, acc3)))
+        acc0 = _add_lanes(acc0, load_floats(x, base + j), squares)
+    total = lane_sum(add_floats(add_floats(acc0, acc1), add_floats(acc2, acc3)))
     for j in range(start + body, start + n):
-        sq += x[i, j] * x[i, j]
-    return sq
+        total += x[i, j] * x[i, j] if squares else x[i, j]
+    return total
+
+
+@numba.njit(inline="always")
+def _add_lanes(acc, v, squares):
+    return add_squares(acc, v) if squares else add_floats(acc, v)
 
 
 @numba.njit(cache=True)
@@ -332,7 +340,7 @@ def _scale_row(x, i, start, n, r, weight, out):
 @numba.njit(inline="always", fastmath=True)
 def _rms_norm_row(x, i, weight, eps, out):
     d = x.shape[1]
-    sq = _sum_squares(x, i, 0, d)
+    sq = _fixed_sum(x, i, 0, d, True)
     r = np.float32(1.0) / np.sqrt(sq / np.float32(d) + eps)
     _scale_row(x, i, 0, d, r, weight, out)
 
@@ -342,7 +350,7 @@ def _add_rms_norm_row(x, delta, i, weight, eps, out):
     d = x.shape[1]
     for j in range(d):
         x[i, j] += delta[i, j]
-    sq = _sum_squares(x, i, 0, d)
+    sq = _fixed_sum(x, i, 0, d, True)
     r = np.float32(1.0) / np.sqrt(sq / np.float32(d) + eps)
     _scale_row(x, i, 0, d, r, weight, out)
 
@@ -416,7 +424,7 @@ def rms_norm_heads_ref(x, weight, eps: float = 1e-6) -> np.ndarray:
 @numba.njit(inline="always", fastmath=True)
 def _rms_norm_head(x, t, h, head_dim, weight, eps):
     base = h * head_dim
-    sq = _sum_squares(x, t, base, head_dim)
+    sq = _fixed_sum(x, t, base, head_dim, True)
     r = np.float32(1.0) / np.sqrt(sq / np.float32(head_dim) + eps)
     _scale_row(x, t, base, head_dim, r, weight, x)
 

@@ -28,16 +28,15 @@ SERIAL_OK = {
     "run in parallel (matmul_portable.py)",
     "_quantize_activations_bytes": "allocates int8 xq for quantize_activations_into, whose "
     "rows run in parallel (matmul_portable.py)",
-    "_sum_floats": "a softmax row's total in one fixed order, called by _exp_scores (not "
-    "inlined at Numba's level, which would give it its callers' fastmath)",
     "_attend_span": "the body both decode attention kernels call (the parallel one once per "
     "(kv head, span) job): compiled once per cache dtype, not inlined into each (first-call "
     "compile of the four kernels 40 s -> 16 s on the Xeon)",
     "_decode_attention_serial": "one kv head or under DECODE_PARALLEL_MIN_LENGTH cached tokens, "
     "where a parallel launch costs more than it splits; longer contexts take _decode_attention",
-    "_sum_squares": "a row's sum of squares in one fixed order, called by the norms' row bodies "
+    "_fixed_sum": "a row's sum (of squares) in one fixed order, called by the norms' row bodies "
+    "and softmax "
     "(not inlined at Numba's level, which would give it its callers' fastmath)",
-    "_scale_row": "a norm row's output pass without reassociation, called like _sum_squares",
+    "_scale_row": "a norm row's output pass without reassociation, called like _fixed_sum",
     "decode_step_attention": "a decode step's row ops on one (1, (H + 2 Hkv) D) row; its "
     "attention calls the parallel _decode_attention from DECODE_PARALLEL_MIN_LENGTH tokens",
 }

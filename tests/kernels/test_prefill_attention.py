@@ -163,7 +163,7 @@ def test_the_cached_kernel_computes_what_a_fresh_compile_does():
     """`_prefill_attention` as this process got it (from Numba's cache after the first run)
     against the same Python compiled afresh here: the same bits. With a fastmath softmax sum,
     LLVM chose the order per compile and the cached kernel differed in whole rows (found by
-    hashing outputs; `_sum_floats` now fixes the order)."""
+    hashing outputs; `_fixed_sum` now fixes the order)."""
     import numba
 
     rng = np.random.default_rng(3)

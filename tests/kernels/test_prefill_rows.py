@@ -1,6 +1,6 @@
 """The prefill (`_par`) row kernels between the GEMMs: each against its serial twin (the same
 inlined row body, at 1 and 2 threads: the same bits, the norms' too, whose sums of squares run in
-one fixed order: kernels/norm.py `_sum_squares`) and against the op's NumPy `_ref`
+one fixed order: kernels/norm.py `_fixed_sum`) and against the op's NumPy `_ref`
 within that op's own tolerance, on fresh random rows in the decoders' shapes (odd row counts
 included, so that prange's split is uneven); and the KV cache's parallel fp16 store, round trip
 and widening against NumPy's astype, exactly."""
