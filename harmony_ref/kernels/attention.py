@@ -35,9 +35,9 @@ Storage (preallocated to max_context, token-major so append writes one contiguou
 
 Numba has no float16 type, so the kernel reads fp16 rows as uint16 bits and widens them: with
 the CPU's own conversion (F16C) LANES values a load where head_dim is a multiple of LANES, else
-bit moves plus one exact subtraction for subnormals (`_fp16_row_to_f32`); both exactly as
-NumPy's astype(float32) but for a signalling NaN, which the CPU returns quiet
-(`_widen_fp16_row`). Softmax's exp is norm.py's vectorisable `exp32`, as in prefill. The kernels
+bit moves plus one exact subtraction for subnormals (`_fp16_row_to_f32`, `_widen_fp16_row`);
+both exactly as NumPy's astype(float32) but for a signalling NaN, which the CPU returns quiet
+(`_widen_block`). Softmax's exp is norm.py's vectorisable `exp32`, as in prefill. The kernels
 read each cached row once for all the query heads that share it: where head_dim is a multiple of
 LANES, SUMS rows at a time widened into a float32 block (INT8 levels times their row's scale)
 that every head of the group reads, their q . k products summed SUMS at a time by one
@@ -417,7 +417,7 @@ def _load_cache_floats(typingctx, cache, idx):
         raise numba.core.errors.TypingError(f"an fp16 cache must be C-contiguous, got {cache}")
 
     def codegen(context, builder, sig, args):
-        if not fp16 or not FP16_WIDEN_IN_HARDWARE:  # never run: `_widen_fp16_row` branches
+        if not fp16 or not FP16_WIDEN_IN_HARDWARE:  # never run: `_attend_span` branches
             return ir.Constant(_vty("f32", LANES), None)
         return widen_halves(builder, _ptr(context, builder, sig.args[0], *args))
 
@@ -426,23 +426,14 @@ def _load_cache_floats(typingctx, cache, idx):
 
 @numba.njit(inline="always")
 def _widen_fp16_row(cache, t, kh, out):
-    """Row (t, kh) of an fp16 cache (S, Hkv, D) as uint16 bits, C-contiguous -> `out` (D,)
-    float32, read at the row's flat offset: the CPU's own widening, LANES values a load
-    (load_floats: F16C's vcvtph2ps on x86), or `_fp16_row_to_f32`'s bit moves in registers when
-    D is not a multiple of LANES or the CPU has no F16C (FP16_WIDEN_IN_HARDWARE). The same
-    float32 for every bit pattern but a signalling NaN, which comes back quiet (no cache row
-    holds one: the stores round NaN to 0x7E00). Measured (Intel Xeon, 1 thread, SmolLM2's 3 kv
-    heads x 64 cached tokens): the step took 23 us with each row sliced per token and widened
-    bit by bit through two views of one buffer (uint32 written, float32 read back), 8 us this
-    way; with the two views left in on the branch not taken, still 22 us."""
-    d = out.shape[0]
-    if d % LANES or not FP16_WIDEN_IN_HARDWARE:  # the bit moves, indexed in place
-        for j in range(d):
-            out[j] = _f16_to_f32(np.uint32(cache[t, kh, j]))
-        return out
-    base = (t * cache.shape[1] + kh) * d
-    for j in range(0, d, LANES):
-        store_floats(out, j, _load_cache_floats(cache, base + j))
+    """Row (t, kh) of an fp16 cache (S, Hkv, D) as uint16 bits -> `out` (D,) float32 by
+    `_f16_to_f32`'s bit moves, indexed in place: the row-at-a-time path's widening, where D is
+    not a multiple of LANES or the CPU has no F16C (the blocked path widens by the CPU's own
+    conversion, `_widen_block`). Measured (Intel Xeon, 1 thread, SmolLM2's 3 kv heads x 64
+    cached tokens): the step took 23 us with each row sliced per token and widened through two
+    views of one buffer (uint32 written, float32 read back), 8 us by the CPU's conversion."""
+    for j in range(out.shape[0]):
+        out[j] = _f16_to_f32(np.uint32(cache[t, kh, j]))
     return out
 
 
@@ -578,19 +569,27 @@ def store_sums(typingctx, buf, idx, scale, out, oidx):
 
 
 @intrinsic
-def add_products(typingctx, acc, a, b):
-    """acc + a * b, LANES-lane float32 vectors (llvm.fmuladd: one FMA where the CPU has it)."""
+def add_times(typingctx, acc, x, v):
+    """acc + x * v (llvm.fmuladd: one FMA where the CPU has it), acc and v LANES-lane float32
+    vectors (matmul_x86's FLOATS), x a float32 scalar (splatted) or such a vector."""
+    vector = x == FLOATS
 
     def codegen(context, builder, sig, args):
-        return _call(builder, "llvm.fmuladd.v64f32", args[0].type, [args[1], args[2], args[0]])
+        xs = args[1]
+        if not vector:
+            xs = _splat(builder, context.cast(builder, xs, sig.args[1], types.float32), LANES)
+        return _call(builder, "llvm.fmuladd.v64f32", args[0].type, [xs, args[2], args[0]])
 
-    return FLOATS(FLOATS, FLOATS, FLOATS), codegen
+    return FLOATS(FLOATS, x, FLOATS), codegen
 
 
 @numba.njit(inline="always")
 def _widen_block(cache, scale, t0, n, kh, is_int8, buf):
     """Rows (t0 .. t0 + n - 1, kh) of the cache -> buf[i * D:], float32: fp16 bits by the CPU's
-    widening, INT8 levels times their row's scale."""
+    own widening (F16C's vcvtph2ps on x86), LANES values a load at the row's flat offset, the
+    same float32 as NumPy's astype for every bit pattern but a signalling NaN, which comes back
+    quiet (no cache row holds one: the stores round NaN to 0x7E00); INT8 levels times their
+    row's scale."""
     n_kv, d = cache.shape[1], cache.shape[2]
     for i in range(n):
         if is_int8:
@@ -625,7 +624,7 @@ def _block_scores(q, k, k_scale, t0, t1, is_int8, kh, scores, buf, part):
                 for i in range(n):
                     acc = zero_floats()
                     for c in range(0, d, LANES):
-                        acc = add_products(acc, load_floats(q, h + c), load_floats(buf, i * d + c))
+                        acc = add_times(acc, load_floats(q, h + c), load_floats(buf, i * d + c))
                     store_folded(part, i * SUMS, acc)
             store_sums(part, 0, inv_sqrt_d, scores, g * width + b0)  # past n: unused columns
 
@@ -657,21 +656,21 @@ def _attend_span(q, k, v, k_scale, v_scale, t0, t1, is_int8, kh, top, total, out
     n_heads, d = q.shape
     group = n_heads // k.shape[1]
     n = t1 - t0
-    if d % LANES == 0 and (is_int8 or FP16_WIDEN_IN_HARDWARE):
-        scores = np.empty((group, n + SUMS), dtype=np.float32)
-        buf = np.empty(SUMS * d, dtype=np.float32)
+    blocked = d % LANES == 0 and (is_int8 or FP16_WIDEN_IN_HARDWARE)
+    scores = np.empty((group, n + SUMS), dtype=np.float32)  # spare: a last block's sums
+    buf = np.empty(SUMS * d, dtype=np.float32)  # SUMS widened rows, or one (`row`)
+    row = buf[:d]
+    if blocked:
         part = np.empty(SUMS * SUMS, dtype=np.float32)
         _block_scores(q, k, k_scale, t0, t1, is_int8, kh, scores, buf, part)
-        for g in range(group):
-            top[g], total[g] = _exp_scores(scores, g, n)
-        _block_values(v, v_scale, t0, t1, is_int8, kh, scores, buf, out)
-        return
-    scores = np.empty((group, n), dtype=np.float32)
-    row = np.empty(d, dtype=np.float32)
-    _span_scores(q, k, k_scale, t0, t1, is_int8, kh, row, scores)
+    else:
+        _span_scores(q, k, k_scale, t0, t1, is_int8, kh, row, scores)
     for g in range(group):
         top[g], total[g] = _exp_scores(scores, g, n)
-    _add_weighted_values(v, v_scale, t0, t1, is_int8, kh, scores, row, out, 0)
+    if blocked:
+        _block_values(v, v_scale, t0, t1, is_int8, kh, scores, buf, out)
+    else:
+        _add_weighted_values(v, v_scale, t0, t1, is_int8, kh, scores, row, out, 0)
 
 
 # Tokens a job of the parallel decode attention covers, about: the cache's slots are cut into
@@ -854,18 +853,6 @@ def prefill_attention_ref(q, cache: KVCache) -> np.ndarray:
 
 KEYS = 4  # prefill: keys per pass of the weighted-sum loop where head_dim % LANES != 0
 HEADS = 4  # prefill: query heads (of one kv head) per score / weighted-sum tile
-
-
-@intrinsic
-def add_times(typingctx, acc, x, v):
-    """acc + x * v (llvm.fmuladd: one FMA where the CPU has it), x a float32 scalar, acc and v
-    LANES-lane float32 vectors (matmul_x86's FLOATS)."""
-
-    def codegen(context, builder, sig, args):
-        xs = _splat(builder, context.cast(builder, args[1], sig.args[1], types.float32), LANES)
-        return _call(builder, "llvm.fmuladd.v64f32", args[0].type, [xs, args[2], args[0]])
-
-    return FLOATS(FLOATS, x, FLOATS), codegen
 
 
 @numba.njit(cache=True)

@@ -108,14 +108,39 @@ def _widen_rows(cache, d):
     return out
 
 
-@pytest.mark.parametrize("d", [16, 64])  # bit by bit, and the CPU's widening (d % LANES == 0)
-def test_decode_rows_widen_every_bit_pattern(d):
-    """Decode attention's row widening: astype(float32) bit for bit on every float16 pattern
-    but the signalling NaNs (exponent 31, top mantissa bit clear), which the hardware path
-    returns quiet (still NaN; no cache row holds one)."""
+@numba.njit
+def _widen_blocks(cache, d):
+    out = np.empty(cache.size, np.float32)
+    n_kv = cache.shape[1]
+    for t0 in range(0, cache.shape[0], at.SUMS):
+        for kh in range(n_kv):
+            buf = np.empty(at.SUMS * d, np.float32)
+            n = min(at.SUMS, cache.shape[0] - t0)
+            at._widen_block(cache, np.empty((1, 1), np.float32), t0, n, kh, False, buf)
+            for i in range(n):
+                out[((t0 + i) * n_kv + kh) * d : ((t0 + i) * n_kv + kh + 1) * d] = buf[
+                    i * d : (i + 1) * d
+                ]
+    return out
+
+
+@pytest.mark.parametrize(
+    "path, d",
+    [("bits", 16), ("bits", 64), ("block", 64)],  # the row-at-a-time path; the blocked one
+)
+def test_decode_rows_widen_every_bit_pattern(path, d):
+    """Decode attention's fp16 widening: astype(float32) bit for bit on every float16 pattern;
+    the blocked path's (the CPU's own conversion) returns the signalling NaNs (exponent 31, top
+    mantissa bit clear) quiet (still NaN; no cache row holds one)."""
+    if path == "block" and not at.FP16_WIDEN_IN_HARDWARE:
+        pytest.skip("this CPU has no F16C: decode attention widens fp16 by bit moves only")
     bits = np.arange(2**16, dtype=np.uint16)
-    got = _widen_rows(bits.reshape(-1, 2, d), d).reshape(-1)
+    cache = bits.reshape(-1, 2, d)
+    got = (_widen_rows(cache, d) if path == "bits" else _widen_blocks(cache, d)).reshape(-1)
     want = bits.view(np.float16).astype(np.float32)
+    if path == "bits":
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        return
     nan = np.isnan(want)
     assert np.isnan(got[nan]).all()
     np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
