@@ -180,12 +180,17 @@ def concat_rows(tensors):
     )
 
 
+def _fitted(given) -> list:
+    """Each stored tensor that calibration fitted (GPTQ: an Int4Tensor / Int8Tensor), else None."""
+    return [t if isinstance(t, (Int4Tensor, Int8Tensor)) else None for t in given]
+
+
 def _fused_run(name: str, parts, fmt: WeightFormat, scale, given) -> QuantLinear:
     """One Linear for parts (name, (N_i, K) weight) of one format over one input, rows
     concatenated: parts fitted on calibration data (GPTQ) keep their stored rows and the rest
     are rounded; parts the file stores in `fmt` keep their stored rows when all of them do."""
     w = parts[0][1] if len(parts) == 1 else np.concatenate([a for _, a in parts], axis=0)
-    fitted = [t if isinstance(t, (Int4Tensor, Int8Tensor)) else None for t in given]
+    fitted = _fitted(given)
     if any(t is not None for t in fitted):
         ts = [t if t is not None else quantize_stored(a, fmt) for (_, a), t in zip(parts, fitted)]
         return make_linear(name, w, fmt, scale, concat_rows(ts))
@@ -219,13 +224,12 @@ class Fused:
         fmts = [policy.format_for(n) for n, _ in parts]
         scales = [(act_scales or {}).get(n) for n, _ in parts]  # one input: the same scale
         given = [(stored or {}).get(n) for n, _ in parts]
-        fitted = [t if isinstance(t, (Int4Tensor, Int8Tensor)) else None for t in given]
         if (
             len(parts) > 1
             and any(f != fmts[0] for f in fmts)
             and all(f.kind in Q4_TYPES for f in fmts)
             and all(s is None for s in scales)
-            and not any(t is not None for t in fitted)
+            and not any(t is not None for t in _fitted(given))
         ):
             # Q4_0 and Q4_1 parts (a mixed GGUF plan): one matmul, rows concatenated
             ts = [_stored_in(t, f) if t is not None else None for t, f in zip(given, fmts)]
