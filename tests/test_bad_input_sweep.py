@@ -437,6 +437,7 @@ CASES = [  # (argv, a substring the error line must hold)
     (["predict", "--model", "{d}/spec_huge.toml"], "n_layers' = 100,000,000: at most 1,024"),
     (["predict", "--batch", "1000000"], "at most 1,024"),
     (["sweep", "--name", "s", "--grid", "{d}/grid_huge.toml"], "200,000 points"),
+    (["lifecycle", "--entries", "100000000"], "--entries 100,000,000: at most 10,000"),
     (["plan", "--budget-mb", "inf"], "--budget-mb"),
     (["plan", "--budget-mb", "nan"], "--budget-mb"),
     (["pick", "--sweep", "s", "--budget-mb", "inf"], "--budget-mb"),
