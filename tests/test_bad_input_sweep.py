@@ -438,6 +438,11 @@ CASES = [  # (argv, a substring the error line must hold)
     (["predict", "--batch", "1000000"], "at most 1,024"),
     (["sweep", "--name", "s", "--grid", "{d}/grid_huge.toml"], "200,000 points"),
     (["lifecycle", "--entries", "100000000"], "--entries 100,000,000: at most 10,000"),
+    (["quantize-report", "--rows", "1000000", "--cols", "1048576"], "at most 67,108,864"),
+    (
+        ["coldstart", "--measure", "--rows", "1000000", "--cols", "1048576"],
+        "12,582,912,000,000 weights, at most 2,147,483,648",
+    ),
     (["plan", "--budget-mb", "inf"], "--budget-mb"),
     (["plan", "--budget-mb", "nan"], "--budget-mb"),
     (["pick", "--sweep", "s", "--budget-mb", "inf"], "--budget-mb"),
