@@ -860,6 +860,13 @@ CASES_45 = [  # (argv, the words the one error line must hold)
     (["devices", "--hdc", "{d}/nohdc"], "--hdc {d}/nohdc: no such file"),
     (["devices", "--transport", "adb", "--adb", "{d}/noadb"], "--adb {d}/noadb"),
     (["devices", "--hdc", "h\x00dc"], "--hdc 'h\\x00dc': holds a null byte"),
+    # usage errors argparse finds: one line naming the command, not its usage synopsis first
+    (["thermal", "--every-s", "0"], "thermal: error: argument --every-s: '0': must be a finite"),
+    (["pick", "--sweep", "s", "--max-kld", "nan"], "argument --max-kld: 'nan'"),
+    (["sweep", "--name", "s", "--timeout-s", "0"], "argument --timeout-s: '0'"),
+    (["bisect", "--parser", "bogus"], "bisect: error: argument --parser/--format: invalid choice"),
+    (["gate", "--baseline"], "gate: error: argument --baseline: expected one argument"),
+    (["predict", "--bogus", "3"], "predict: error: unrecognized arguments: --bogus 3"),
 ]
 
 
