@@ -402,6 +402,10 @@ CASES = [  # (argv, a substring the error line must hold)
         "matches no layer of 'all-minilm-l6'",
     ),
     (["predict", "--policy", "{d}/pol_layer99.toml"], "'model.layers.99.mlp.gate_proj'"),
+    (
+        ["export", "--policy", "{d}/pol_gate_prj.toml", "{d}/x.safetensors"],
+        "'gate_prj', which matches no layer of 'all-minilm-l6'",
+    ),
     (["predict", "--policy", "{d}/pol_block99.toml"], "block 99"),
     (["predict", "--policy", "{d}/pol_blocks_huge.toml"], "100,000,000"),
     (["predict", "--policy", "{d}/pol_g16384.toml"], "int4-g16384"),
