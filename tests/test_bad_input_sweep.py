@@ -372,6 +372,7 @@ CASES = [  # (argv, a substring the error line must hold)
     ),
     (["run", "--skip", "bogus", "--out-dir", "{d}/runs"], "bogus"),
     (["calibrate", "--repeats", "0", "--out", "{d}/h.toml"], "--repeats"),
+    (["calibrate", "--name", "", "--out", "{d}/h.toml"], "--name '': give the profile a name"),
     # non-finite numbers in input files, named by file and field where they are read
     (["predict", "--profile", "{d}/prof_inf_bw.toml"], "memory.dram_bandwidth_gbps' = inf"),
     (["predict", "--profile", "{d}/prof_nan_bw.toml"], "memory.dram_bandwidth_gbps' = nan"),
