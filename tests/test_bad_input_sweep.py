@@ -443,6 +443,9 @@ CASES = [  # (argv, a substring the error line must hold)
     (["predict", "--batch", "1000000"], "at most 1,024"),
     (["sweep", "--name", "s", "--grid", "{d}/grid_huge.toml"], "200,000 points"),
     (["lifecycle", "--entries", "100000000"], "--entries 100,000,000: at most 10,000"),
+    # without --sessions these were ignored, whatever their value
+    (["serve", "--kv-budget-tokens", "-1"], "--kv-budget-tokens -1: must be >= 1"),
+    (["serve", "--context-limit", "0"], "--context-limit 0: must be >= 2"),
     (["quantize-report", "--rows", "1000000", "--cols", "1048576"], "at most 67,108,864"),
     (
         ["coldstart", "--measure", "--rows", "1000000", "--cols", "1048576"],
