@@ -122,6 +122,7 @@ FILES = {
     "grid_typo_field.toml": 'models = ["llama-3.2-1b"]\npolices = ["int8"]\n'
     'profiles = ["harmony-flagship"]\n',
     "tol_typo.toml": "[metrics.ttft_ms]\ntolerance_pc = 1\n",
+    "tol_inf.toml": '[metrics.ttft_ms]\ntolerance_pct = inf\nreason = "never fail"\n',
 }
 CAT = f"{shlex.quote(sys.executable)} -c 'import sys; sys.stdout.write(open(sys.argv[1]).read())'"
 
@@ -443,6 +444,19 @@ CASES = [  # (argv, a substring the error line must hold)
     (["predict", "--batch", "1000000"], "at most 1,024"),
     (["sweep", "--name", "s", "--grid", "{d}/grid_huge.toml"], "200,000 points"),
     (["lifecycle", "--entries", "100000000"], "--entries 100,000,000: at most 10,000"),
+    # an infinite tolerance: the metric could never fail the gate
+    (
+        [
+            "gate",
+            "--baseline",
+            "{d}/baseline.json",
+            "--current",
+            "{d}/baseline.json",
+            "--tolerances",
+            "{d}/tol_inf.toml",
+        ],
+        "'metrics.ttft_ms.tolerance_pct' = inf: must be a finite number >= 0",
+    ),
     # without --sessions these were ignored, whatever their value
     (["serve", "--kv-budget-tokens", "-1"], "--kv-budget-tokens -1: must be >= 1"),
     (["serve", "--context-limit", "0"], "--context-limit 0: must be >= 2"),
