@@ -20,7 +20,7 @@ from collections.abc import Container
 
 import harmony_ref
 import harmony_ref.commands
-from harmony_ref._format import did_you_mean, error_line
+from harmony_ref._format import ERROR_LINE_MAX_CHARS, did_you_mean, error_line
 
 
 def _command_modules():
@@ -30,9 +30,27 @@ def _command_modules():
         yield importlib.import_module(f"harmony_ref.commands.{info.name}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error (a count of 0, an unknown choice, a missing value) is one line on stderr
+    and exit 2, like every other bad input: not argparse's usage synopsis (many lines, and
+    `--help` shows it) before the message. The subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        print(usage_error(self.prog.removeprefix("harmony-ref").strip(), message), file=sys.stderr)
+        self.exit(2)
+
+
+def usage_error(command: str, message: str) -> str:
+    """The one line of a usage error, with where to look when it fits."""
+    prog = f"harmony-ref {command}" if command else "harmony-ref"
+    line = error_line(command, message) if command else f"harmony-ref: error: {message}"
+    hint = f"; see `{prog} --help`"
+    return line + hint if len(line + hint) <= ERROR_LINE_MAX_CHARS else line
+
+
 def build_parser(commands: Container[str] | None = None) -> argparse.ArgumentParser:
     """Every command is listed; `commands` limits whose arguments are added (None: all)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="harmony-ref",
         description="Benchmark and regression harness for quantized on-device LLM inference.",
     )
@@ -92,9 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
     except SystemExit as e:  # a usage error (exit 2) or --help/--version (exit 0): no traceback
         return e.code if isinstance(e.code, int) else 2
+    if extra:  # named with the command they were given to
+        command = getattr(args, "_command_name", None) or ""
+        print(usage_error(command, f"unrecognized arguments: {' '.join(extra)}"), file=sys.stderr)
+        return 2
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

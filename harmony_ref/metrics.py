@@ -69,6 +69,26 @@ _BOUNDED_UNITS = {
 # A difference of two quantities (memory_headroom_mb, init_memory_delta_mb) may be negative.
 _SIGNED_NAME_PARTS = ("headroom", "delta", "margin", "change", "gain", "diff")
 _SLACK = 1e-6  # float32 rounding at a bound (a cosine of 1 + 1e-8) is not out of domain
+# A name with one of these endings carries its unit: `ttft_ms` given in 'msec' (or any unit
+# without a domain) would slip past the domain check, a negative latency into a baseline.
+_NAME_UNITS = (
+    ("_tokens_per_s", ("tokens/s",)),
+    ("_ms", ("ms",)),
+    ("_mb", ("MB",)),
+    ("_gbps", ("GB/s",)),
+    ("_mj", ("mJ",)),
+    ("_pct", ("%", "pct_points")),
+)
+
+
+def unit_error(name: str, unit: str) -> str:
+    """'' when `unit` is the one `name`'s ending says (or the name says none), else the reason."""
+    for suffix, units in _NAME_UNITS:
+        if name.endswith(suffix):
+            if unit in units:
+                return ""
+            return f"{unit!r}: a metric named *{suffix} is in {' or '.join(map(repr, units))}"
+    return ""
 
 
 def domain(name: str, unit: str) -> tuple[float, float]:
@@ -123,6 +143,9 @@ class Metric:
             )
         if self.kind not in KINDS:
             raise ValueError(f"metric {self.name}: kind must be one of {KINDS}, got {self.kind!r}")
+        problem = unit_error(self.name, self.unit)
+        if problem:
+            raise ValueError(f"metric {self.name}: unit = {problem}")
         problem = domain_error(self.name, self.unit, self.value)
         if problem:
             raise ValueError(f"metric {self.name}: value = {problem}")

@@ -122,6 +122,7 @@ FILES = {
     "grid_typo_field.toml": 'models = ["llama-3.2-1b"]\npolices = ["int8"]\n'
     'profiles = ["harmony-flagship"]\n',
     "tol_typo.toml": "[metrics.ttft_ms]\ntolerance_pc = 1\n",
+    "tol_inf.toml": '[metrics.ttft_ms]\ntolerance_pct = inf\nreason = "never fail"\n',
 }
 CAT = f"{shlex.quote(sys.executable)} -c 'import sys; sys.stdout.write(open(sys.argv[1]).read())'"
 
@@ -372,6 +373,7 @@ CASES = [  # (argv, a substring the error line must hold)
     ),
     (["run", "--skip", "bogus", "--out-dir", "{d}/runs"], "bogus"),
     (["calibrate", "--repeats", "0", "--out", "{d}/h.toml"], "--repeats"),
+    (["calibrate", "--name", "", "--out", "{d}/h.toml"], "--name '': give the profile a name"),
     # non-finite numbers in input files, named by file and field where they are read
     (["predict", "--profile", "{d}/prof_inf_bw.toml"], "memory.dram_bandwidth_gbps' = inf"),
     (["predict", "--profile", "{d}/prof_nan_bw.toml"], "memory.dram_bandwidth_gbps' = nan"),
@@ -402,6 +404,10 @@ CASES = [  # (argv, a substring the error line must hold)
         "matches no layer of 'all-minilm-l6'",
     ),
     (["predict", "--policy", "{d}/pol_layer99.toml"], "'model.layers.99.mlp.gate_proj'"),
+    (
+        ["export", "--policy", "{d}/pol_gate_prj.toml", "{d}/x.safetensors"],
+        "'gate_prj', which matches no layer of 'all-minilm-l6'",
+    ),
     (["predict", "--policy", "{d}/pol_block99.toml"], "block 99"),
     (["predict", "--policy", "{d}/pol_blocks_huge.toml"], "100,000,000"),
     (["predict", "--policy", "{d}/pol_g16384.toml"], "int4-g16384"),
@@ -437,6 +443,28 @@ CASES = [  # (argv, a substring the error line must hold)
     (["predict", "--model", "{d}/spec_huge.toml"], "n_layers' = 100,000,000: at most 1,024"),
     (["predict", "--batch", "1000000"], "at most 1,024"),
     (["sweep", "--name", "s", "--grid", "{d}/grid_huge.toml"], "200,000 points"),
+    (["lifecycle", "--entries", "100000000"], "--entries 100,000,000: at most 10,000"),
+    # an infinite tolerance: the metric could never fail the gate
+    (
+        [
+            "gate",
+            "--baseline",
+            "{d}/baseline.json",
+            "--current",
+            "{d}/baseline.json",
+            "--tolerances",
+            "{d}/tol_inf.toml",
+        ],
+        "'metrics.ttft_ms.tolerance_pct' = inf: must be a finite number >= 0",
+    ),
+    # without --sessions these were ignored, whatever their value
+    (["serve", "--kv-budget-tokens", "-1"], "--kv-budget-tokens -1: must be >= 1"),
+    (["serve", "--context-limit", "0"], "--context-limit 0: must be >= 2"),
+    (["quantize-report", "--rows", "1000000", "--cols", "1048576"], "at most 67,108,864"),
+    (
+        ["coldstart", "--measure", "--rows", "1000000", "--cols", "1048576"],
+        "12,582,912,000,000 weights, at most 2,147,483,648",
+    ),
     (["plan", "--budget-mb", "inf"], "--budget-mb"),
     (["plan", "--budget-mb", "nan"], "--budget-mb"),
     (["pick", "--sweep", "s", "--budget-mb", "inf"], "--budget-mb"),
@@ -854,6 +882,13 @@ CASES_45 = [  # (argv, the words the one error line must hold)
     (["devices", "--hdc", "{d}/nohdc"], "--hdc {d}/nohdc: no such file"),
     (["devices", "--transport", "adb", "--adb", "{d}/noadb"], "--adb {d}/noadb"),
     (["devices", "--hdc", "h\x00dc"], "--hdc 'h\\x00dc': holds a null byte"),
+    # usage errors argparse finds: one line naming the command, not its usage synopsis first
+    (["thermal", "--every-s", "0"], "thermal: error: argument --every-s: '0': must be a finite"),
+    (["pick", "--sweep", "s", "--max-kld", "nan"], "argument --max-kld: 'nan'"),
+    (["sweep", "--name", "s", "--timeout-s", "0"], "argument --timeout-s: '0'"),
+    (["bisect", "--parser", "bogus"], "bisect: error: argument --parser/--format: invalid choice"),
+    (["gate", "--baseline"], "gate: error: argument --baseline: expected one argument"),
+    (["predict", "--bogus", "3"], "predict: error: unrecognized arguments: --bogus 3"),
 ]
 
 

@@ -25,6 +25,11 @@ BAD = [
     ("accuracy_drop_pct", 150.0, "pct_points"),
     ("peak_die_c", -300.0, "C"),
     ("host_gemv_speedup_x", -math.inf, "x"),
+    # a unit other than the one the name carries would have no domain (a negative latency)
+    ("ttft_ms", -5.0, "msec"),
+    ("ttft_ms", -5.0, ""),
+    ("decode_tokens_per_s", -3.0, "tok/s"),
+    ("weights_mb", -1.0, "MiB"),
 ]
 
 
@@ -120,3 +125,23 @@ def test_update_baseline_on_a_new_path_writes_nothing_for_a_bad_record(tmp_path)
     base = tmp_path / "new-baseline.json"
     assert main(["gate", "--baseline", str(base), "--current", str(bad), "--update-baseline"]) == 2
     assert not base.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["history", "import", "{bad}", "--history", "{d}/h.sqlite"],
+        ["gate", "--baseline", "{d}/new-baseline.json", "--current", "{bad}", "--update-baseline"],
+        ["gate", "--baseline", "{bad}", "--current", "{bad}"],
+    ],
+)
+def test_a_unit_the_name_does_not_carry_never_enters_a_baseline_or_history(tmp_path, capsys, argv):
+    # ttft_ms = -5 in 'msec': 'msec' has no domain, so the negative latency passed the domain
+    # check, entered the history and became a baseline that gated as a pass
+    d = _record()
+    d["metrics"]["ttft_ms"].update(value=-5.0, unit="msec")
+    bad = _write(tmp_path / "bad.json", d)
+    assert main([a.format(d=tmp_path, bad=bad) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert "bad.json: field 'metrics.ttft_ms.unit' = 'msec'" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json"]

@@ -193,6 +193,8 @@ def run(args) -> int:
     from harmony_ref.calibrate import run as calibrate
 
     check_output_file(args.out, "--out")  # before minutes of measuring
+    if not args.name.strip():  # a blank name fell back to a temporary file's path
+        raise ValueError(f"--name {args.name!r}: give the profile a name")
     if args.session and args.backend != "command":
         raise ValueError("--session applies to --backend command")
     _refuse_idle_flags(args)

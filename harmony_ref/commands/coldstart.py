@@ -63,6 +63,10 @@ def run(args) -> int:
     from harmony_ref.device.soc import shipped_profiles
     from harmony_ref.runtime.loader import resolve_model
 
+    if args.measure:  # the host file's shape, before any work
+        from harmony_ref.job.host_coldstart import check_model_file_shape
+
+        check_model_file_shape(args.layers, args.rows, args.cols)
     config = RunConfig.from_names(
         model=resolve_model(args.model)[0],
         policy=args.policy,

@@ -95,10 +95,14 @@ def run(args) -> int:
 
     from harmony_ref._io import check_output_file
     from harmony_ref.checkpoint.artifact import export_artifact, verify_artifact
+    from harmony_ref.commands._args import check_policies
     from harmony_ref.commands._output import print_json
+    from harmony_ref.model.spec import get_spec
     from harmony_ref.runtime.minilm import real_model
     from harmony_ref.units import MB
 
+    # the policy against the model before its weights are read (a first use downloads them)
+    check_policies([args.policy], get_spec("all-minilm-l6"), args.allow_unmatched)
     check_output_file(out, "output")
     export_artifact(real_model(), args.policy, out)
     v = verify_artifact(out)  # what we wrote must pass what every load checks

@@ -14,7 +14,7 @@ HELP = (
 def add_arguments(p) -> None:
     from harmony_ref.commands._args import add_model_arguments
     from harmony_ref.commands._output import add_json_flag
-    from harmony_ref.device.lifecycle import DEFAULT_ENTRIES, STRATEGIES
+    from harmony_ref.device.lifecycle import DEFAULT_ENTRIES, MAX_ENTRIES, STRATEGIES
 
     p.add_argument(
         "--strategy",
@@ -26,7 +26,8 @@ def add_arguments(p) -> None:
         "--entries",
         type=int,
         default=DEFAULT_ENTRIES,
-        help=f"times the user opens the feature (default {DEFAULT_ENTRIES})",
+        help=f"times the user opens the feature (default {DEFAULT_ENTRIES}, at most "
+        f"{MAX_ENTRIES:,})",
     )
     add_model_arguments(p, checkpoints=True)
     from harmony_ref.commands._args import add_scenario_arguments
@@ -44,11 +45,13 @@ def run(args) -> int:
 
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.config import RunConfig, fitting_context
-    from harmony_ref.device.lifecycle import STRATEGIES, simulate_lifecycle
+    from harmony_ref.device.lifecycle import MAX_ENTRIES, STRATEGIES, simulate_lifecycle
     from harmony_ref.device.runtime import load_profile
 
     if args.entries < 1:
         raise ValueError(f"--entries {args.entries}: must be >= 1")
+    if args.entries > MAX_ENTRIES:
+        raise ValueError(f"--entries {args.entries:,}: at most {MAX_ENTRIES:,}")
     if args.plot:
         from harmony_ref._io import check_output_file
 

@@ -115,6 +115,11 @@ def run(args) -> int:
         raise ValueError(f"--queue {args.queue}: must be >= 0")
     if args.sessions < 0:
         raise ValueError(f"--sessions {args.sessions}: must be >= 0")
+    # checked with or without --sessions (without, they were ignored, whatever their value)
+    if args.kv_budget_tokens < 1:
+        raise ValueError(f"--kv-budget-tokens {args.kv_budget_tokens}: must be >= 1")
+    if args.context_limit < 2:
+        raise ValueError(f"--context-limit {args.context_limit}: must be >= 2")
     if args.plot:
         from harmony_ref._io import check_output_file
 

@@ -29,6 +29,7 @@ from harmony_ref.units import MB
 
 STRATEGIES = ("destroy", "resident", "leak")
 DEFAULT_ENTRIES = 20
+MAX_ENTRIES = 10_000  # a timeline row each: bounded work and memory
 
 
 def npu_budget_mb(profile: DeviceProfile) -> float:
@@ -96,6 +97,8 @@ def simulate_lifecycle(
         raise ValueError(f"strategy = {strategy!r}: must be one of {list(STRATEGIES)}")
     if not isinstance(entries, int) or isinstance(entries, bool) or entries < 1:
         raise ValueError(f"entries = {entries!r}: must be an int >= 1")
+    if entries > MAX_ENTRIES:
+        raise ValueError(f"entries = {entries:,}: at most {MAX_ENTRIES:,}")
     budget, one = npu_budget_mb(profile), instance_mb(profile, config)
     rows = _start_ms(profile, config)
     cold, warm = rows["cold"], rows["preload_warmup"]

@@ -18,6 +18,7 @@ GROUP_SIZES = (32, 64, 128)  # a grouped format (int4) is reported at each
 # the formats the report compares with the fp32 weights: our runtime's own (GGUF's block formats
 # are left out, as they always were; `sensitivity` scores them on a real decoder)
 REPORTED = ("fp16", "int8", "int4", "int4-sym")
+MAX_REPORT_WEIGHTS = 2**26  # rows x cols: 16x the default, float64 copies of it in memory
 
 
 def format_report(rows: int = 1024, cols: int = 4096, seed: int = 0):
@@ -29,6 +30,11 @@ def format_report(rows: int = 1024, cols: int = 4096, seed: int = 0):
         raise ValueError(
             f"--rows {rows} --cols {cols}: need rows >= 1 and cols a positive multiple "
             f"of {max(GROUP_SIZES)} (every group size {list(GROUP_SIZES)} must divide it)"
+        )
+    if rows * cols > MAX_REPORT_WEIGHTS:
+        raise ValueError(
+            f"--rows {rows:,} --cols {cols:,}: {rows * cols:,} weights, at most "
+            f"{MAX_REPORT_WEIGHTS:,}"
         )
     rng = np.random.default_rng(seed)
     # LLM projection weights are roughly Gaussian with std ~0.02 plus a few outliers.

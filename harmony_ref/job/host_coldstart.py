@@ -52,10 +52,25 @@ EVICTED_RESIDENT_PCT_MAX = 5.0  # "evicted" if fewer than this % of the file's p
 DEFAULT_LAYERS = 12
 DEFAULT_ROWS = 4096
 DEFAULT_COLS = 4096  # 12 x 4096 x 4096 at INT4 g128 ~ 105 MB
+MAX_FILE_WEIGHTS = 2**31  # layers x rows x cols: a ~1.1 GB file, built in memory first
 
 
 # ----------------------------------------------------------------------------------------------
 # The weights file.
+
+
+def check_model_file_shape(layers: int, rows: int, cols: int, group_size: int = 128) -> None:
+    """ValueError unless `write_model_file` can write (and this host hold) such a file."""
+    if layers < 1 or rows < 1 or cols < group_size or cols % group_size:
+        raise ValueError(
+            f"layers={layers}, rows={rows}, cols={cols}: need >= 1 layer and cols a "
+            f"multiple of group_size={group_size}"
+        )
+    if layers * rows * cols > MAX_FILE_WEIGHTS:
+        raise ValueError(
+            f"layers={layers:,}, rows={rows:,}, cols={cols:,}: {layers * rows * cols:,} "
+            f"weights, at most {MAX_FILE_WEIGHTS:,}"
+        )
 
 
 def write_model_file(
@@ -72,11 +87,7 @@ def write_model_file(
 
     from harmony_ref.kernels.formats import FORMATS
 
-    if layers < 1 or rows < 1 or cols < group_size or cols % group_size:
-        raise ValueError(
-            f"layers={layers}, rows={rows}, cols={cols}: need >= 1 layer and cols a "
-            f"multiple of group_size={group_size}"
-        )
+    check_model_file_shape(layers, rows, cols, group_size)
     rng = np.random.default_rng(seed)
     tensors = {}
     for i in range(layers):

@@ -102,11 +102,13 @@ def _pct(value, source: str, where: str, upper: float | None = None) -> float:
     if (
         not isinstance(value, (int, float))
         or isinstance(value, bool)
-        or not value >= 0
+        or not 0 <= value < math.inf  # an infinite tolerance would never fail the metric
         or (upper is not None and value > upper)
     ):
         bound = f" and <= {upper}" if upper is not None else ""
-        raise ValueError(f"{source}: field '{where}' = {value!r}: must be a number >= 0{bound}")
+        raise ValueError(
+            f"{source}: field '{where}' = {value!r}: must be a finite number >= 0{bound}"
+        )
     return float(value)
 
 

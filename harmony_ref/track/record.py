@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from harmony_ref._io import write_text_atomic
 from harmony_ref.config import check_config_dict
-from harmony_ref.metrics import DIRECTIONS, KINDS, Metrics, domain_error
+from harmony_ref.metrics import DIRECTIONS, KINDS, Metrics, domain_error, unit_error
 
 if TYPE_CHECKING:
     from harmony_ref.track.history import History
@@ -174,6 +174,9 @@ def validate_record_dict(data, source: str) -> None:
             f"must be one of {KINDS}, got {m.get('kind')!r}",
         )
         unit = m["unit"]
+        problem = unit_error(name, unit)
+        if problem:
+            raise ValueError(f"{source}: field '{where}.unit' = {problem}")
         problem = domain_error(name, unit, m["value"])
         if problem:
             raise ValueError(f"{source}: field '{where}.value' = {problem}")
