@@ -66,3 +66,32 @@ def test_a_host_run_above_the_limit_records_the_measured_model(monkeypatch):
     _, info = job._predicted(config)
     assert info["measured_model"] == got.spec.name
     assert info["measured_weights_mb"] < info["model_weights_mb"]
+
+
+def test_a_checkpoint_host_run_is_not_called_scaled(monkeypatch):
+    """A checkpoint runs its own weights: its provenance names it by its label ("smollm2-135m
+    (...; stored ...)"), which is not a scaled copy (the tutorial's `run --backend host --model
+    smollm2-135m` printed "MEASURED ON A SCALED COPY ... (70 MB of weights instead of 70)")."""
+    import dataclasses
+
+    config = dataclasses.replace(
+        RunConfig.from_names("smollm2-135m", "int4-g32", 8, 2, 16, backend="host"),
+        checkpoint="smollm2-135m",
+    )
+
+    class Fake:
+        name = "host"
+
+        def run(self, cfg):
+            from harmony_ref.backends.base import Measurement
+
+            m = Metrics()
+            m.add("decode_tokens_per_s", 9.0, "tokens/s", "higher", "measured")
+            label = "smollm2-135m (Smollm2 135M; stored F32/Q4_1/Q8_0)"
+            return Measurement(m, {"host_model": label})
+
+    import harmony_ref.backends.make as make
+
+    monkeypatch.setattr(make, "make_backend", lambda *a, **k: Fake())
+    _, info = job._predicted(config)
+    assert "measured_model" not in info
