@@ -95,3 +95,18 @@ def test_a_checkpoint_host_run_is_not_called_scaled(monkeypatch):
     monkeypatch.setattr(make, "make_backend", lambda *a, **k: Fake())
     _, info = job._predicted(config)
     assert "measured_model" not in info
+
+
+def test_the_tutorial_names_the_scaled_copy():
+    """docs/tutorial.md says what `run --backend host` measures for the default model: the
+    weight limit and the scaled copy's name are the code's."""
+    from pathlib import Path
+
+    from harmony_ref.backends import host
+
+    text = " ".join((Path(__file__).parents[2] / "docs" / "tutorial.md").read_text().split())
+    text = text.replace(" # ", " ")  # the comment runs over several lines
+    default = RunConfig.from_names(backend="host")
+    scaled = host.fit_to_host(default, host.DEFAULT_MAX_WEIGHT_MB).spec.name
+    assert f"over {host.DEFAULT_MAX_WEIGHT_MB:g} MB of weights" in text
+    assert f"as the default {default.spec.name}, is measured as a width-scaled copy, {scaled}," in text
