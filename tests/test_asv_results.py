@@ -75,7 +75,9 @@ def test_each_result_names_a_commit_on_mains_first_parent_history(path):
         )
 
 
-@pytest.mark.parametrize("machine", sorted(RESULTS.glob("*/machine.json")), ids=lambda p: p.parent.name)
+@pytest.mark.parametrize(
+    "machine", sorted(RESULTS.glob("*/machine.json")), ids=lambda p: p.parent.name
+)
 def test_each_machine_json_describes_its_hardware(machine):
     """A machine made by `asv machine --machine NAME --yes` holds its name alone (asv 0.6 keeps
     only the fields that differ from what it detects), and the report then says nothing of the

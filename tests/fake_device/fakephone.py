@@ -232,7 +232,9 @@ if __name__ == "__main__":  # python tests/fake_device/fakephone.py DIR [hdc|adb
     ap.add_argument(
         "--load-s", type=float, default=0.0, help="each benchmark's start window (simulated s)"
     )
-    ap.add_argument("--warmup-runs", type=int, default=0, help="the session's benchmark.warmup_runs")
+    ap.add_argument(
+        "--warmup-runs", type=int, default=0, help="the session's benchmark.warmup_runs"
+    )
     ap.add_argument("--repeats", type=int, default=3, help="the session's benchmark.repeats")
     a = ap.parse_args()
     phone = FakePhone.create(a.folder.resolve() / "phone", a.kind, die_c=a.die_c, load_s=a.load_s)

@@ -65,13 +65,21 @@ def test_the_pages_fake_phone_commands_print_what_it_shows(tmp_path, monkeypatch
     for line in ("warmup_runs = 1", "repeats = 5", 'model = "llama-3.2-1b"'):
         assert line in session, line
     lines = shown.splitlines()
-    assert _cells(lines[0])[:5] == ["hdc", "FMR0223C13000649", "Connected", "ALN-AL00", "kirin9000s"]
+    assert _cells(lines[0])[:5] == [
+        "hdc",
+        "FMR0223C13000649",
+        "Connected",
+        "ALN-AL00",
+        "kirin9000s",
+    ]
     assert "│ hdc " in printed and "FMR0223C13000649" in printed
     runs_line = next(line for line in lines if line.startswith("runs:"))
     assert runs_line in printed
     header = _cells(next(line for line in lines if line.startswith("│ run ")))
     rows = {
-        _cells(line)[0]: _cells(line) for line in printed.splitlines() if line.startswith(("│", "┃"))
+        _cells(line)[0]: _cells(line)
+        for line in printed.splitlines()
+        if line.startswith(("│", "┃"))
     }
     printed_header = rows["run"]
     for line in lines:

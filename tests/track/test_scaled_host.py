@@ -109,4 +109,6 @@ def test_the_tutorial_names_the_scaled_copy():
     default = RunConfig.from_names(backend="host")
     scaled = host.fit_to_host(default, host.DEFAULT_MAX_WEIGHT_MB).spec.name
     assert f"over {host.DEFAULT_MAX_WEIGHT_MB:g} MB of weights" in text
-    assert f"as the default {default.spec.name}, is measured as a width-scaled copy, {scaled}," in text
+    assert (
+        f"as the default {default.spec.name}, is measured as a width-scaled copy, {scaled}," in text
+    )
