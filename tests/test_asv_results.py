@@ -75,6 +75,18 @@ def test_each_result_names_a_commit_on_mains_first_parent_history(path):
         )
 
 
+@pytest.mark.parametrize(
+    "machine", sorted(RESULTS.glob("*/machine.json")), ids=lambda p: p.parent.name
+)
+def test_each_machine_json_describes_its_hardware(machine):
+    """A machine made by `asv machine --machine NAME --yes` holds its name alone (asv 0.6 keeps
+    only the fields that differ from what it detects), and the report then says nothing of the
+    hardware; docs/how-to/asv.md says to run `asv machine` at a console instead."""
+    data = json.loads(machine.read_text())
+    for key in ("arch", "cpu", "num_cpu", "os", "ram"):
+        assert data.get(key), f"{machine.relative_to(ROOT)} has no {key}: see docs/how-to/asv.md"
+
+
 def test_the_check_knows_an_off_line_commit():
     """e42c01f7 (once committed here) is the second parent of merge e2d8df0: never drawn."""
     assert "e42c01f7fb55581bb5eae76c7f9fa367e0d14b23" not in first_parent_commits()

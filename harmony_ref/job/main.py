@@ -84,7 +84,9 @@ def _predicted(config: RunConfig):
     if m.session is not None:  # a device session: identity, pushes, per-repeat telemetry
         info["session"] = m.session
     measured = prov.get("host_model")
-    if measured and measured != config.spec.name:  # the host measured a narrower copy: say so
+    # the host measured a narrower copy: say so (a checkpoint runs its own weights, never
+    # scaled; its host_model is the checkpoint's label, not a spec name)
+    if measured and not config.checkpoint and measured != config.spec.name:
         from harmony_ref.backends.host import fit_to_host, weight_mb
 
         info["measured_model"] = measured

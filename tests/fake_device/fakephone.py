@@ -223,6 +223,8 @@ class FakePhone:
 if __name__ == "__main__":  # python tests/fake_device/fakephone.py DIR [hdc|adb]: try it by hand
     import argparse
 
+    from phone_server import WORKLOAD  # beside this file (run as a script)
+
     ap = argparse.ArgumentParser(description="make a fake phone and a session file for it")
     ap.add_argument("folder", type=Path)
     ap.add_argument("kind", nargs="?", default="hdc", choices=("hdc", "adb"))
@@ -230,7 +232,21 @@ if __name__ == "__main__":  # python tests/fake_device/fakephone.py DIR [hdc|adb
     ap.add_argument(
         "--load-s", type=float, default=0.0, help="each benchmark's start window (simulated s)"
     )
+    ap.add_argument(
+        "--warmup-runs", type=int, default=0, help="the session's benchmark.warmup_runs"
+    )
+    ap.add_argument("--repeats", type=int, default=3, help="the session's benchmark.repeats")
     a = ap.parse_args()
     phone = FakePhone.create(a.folder.resolve() / "phone", a.kind, die_c=a.die_c, load_s=a.load_s)
-    session = phone.session_file(a.folder.resolve() / f"{a.kind}-phone.toml")
+    session = phone.session_file(
+        a.folder.resolve() / f"{a.kind}-phone.toml",
+        # the workload whose decode power the phone draws: the energy model scores it
+        # (`fidelity --records`), and the record names a model and policy
+        benchmark={
+            "warmup_runs": a.warmup_runs,
+            "repeats": a.repeats,
+            "model": WORKLOAD[0],
+            "policy": WORKLOAD[1],
+        },
+    )
     print(f"{phone.kind}: {phone.executable}\nsession: {session}")

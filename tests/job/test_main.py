@@ -209,6 +209,18 @@ def test_host_part_measures_with_samples():
     assert "1536x384" in rec.metrics["host_gemv_ms"].description  # MiniLM intermediate.dense
 
 
+def test_host_part_narrows_a_group_that_does_not_divide_k():
+    """SmolLM2's up_proj has K = 576: int4-g128 is stored as g64 there (quant/policy.py
+    format_for_rows), as the runtime stores it; the host part used to quantize with g128 and
+    fail, so the tutorial's `run --backend host --model smollm2-135m` exited 1."""
+    from harmony_ref.config import RunConfig
+    from harmony_ref.job.host_kernels import host_metrics
+
+    m = host_metrics(RunConfig.from_names("smollm2-135m", "int4-g128"), rounds=1)
+    assert "1536x576" in m["host_gemv_ms"].description
+    assert "int4-g64" in m["host_gemv_ms"].description
+
+
 def test_confirm_on_rerun_uses_the_real_remeasure():
     """A baseline claiming a 1000x faster kernel: the current run is worse beyond doubt, the
     gate re-measures by re-running the host part (once), and the regression stands. (1000x

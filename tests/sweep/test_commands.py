@@ -92,3 +92,34 @@ def test_bad_pick_input_is_exit_2(swept, capsys, extra, message):
 def test_pick_on_a_missing_sweep(tmp_path, capsys):
     assert main(["pick", "--sweep", "none", "--out-dir", str(tmp_path)]) == 2
     assert "--sweep none: no sweep at" in capsys.readouterr().err
+
+
+def test_the_sweep_pages_pick_table_has_picks_columns_and_numbers(swept, capsys):
+    """docs/how-to/sweep.md's low-end table: the header `pick --style md` prints, its heading
+    lines as pick words them, and (for the points this small sweep shares with the page's) the
+    predicted decode speed and peak memory as printed (exact metrics)."""
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "how-to" / "sweep.md").read_text()
+    argv = ["pick", "--sweep", "s", "--out-dir", str(swept), "--style", "md"]
+    assert main(argv + ["--profile", "harmony-lowend"]) == 0
+    md = capsys.readouterr().out
+    heading = md.splitlines()[0].strip("*")
+    assert f"- {heading.split(': best')[0]}: best" in page, heading
+    lines = [line for line in md.splitlines() if line.startswith("| ")]
+    assert lines[0] in page, lines[0]  # the header row
+    cols = [c.strip() for c in lines[0].strip("|").split("|")]
+    shown = {}
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == len(cols) and cells[0] != "model":
+            shown[tuple(cells[:2])] = dict(zip(cols, cells))
+    compared = 0
+    for line in lines[1:]:
+        row = dict(zip(cols, (c.strip() for c in line.strip("|").split("|"))))
+        want = shown.get((row["model"], row["policy"]))
+        if want:
+            compared += 1
+            for col in ("decode_tokens_per_s", "peak_memory_mb", "kv_dtype", "runtime"):
+                assert row[col] == want[col], (row["model"], row["policy"], col)
+    assert compared == 4

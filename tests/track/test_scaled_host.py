@@ -66,3 +66,49 @@ def test_a_host_run_above_the_limit_records_the_measured_model(monkeypatch):
     _, info = job._predicted(config)
     assert info["measured_model"] == got.spec.name
     assert info["measured_weights_mb"] < info["model_weights_mb"]
+
+
+def test_a_checkpoint_host_run_is_not_called_scaled(monkeypatch):
+    """A checkpoint runs its own weights: its provenance names it by its label ("smollm2-135m
+    (...; stored ...)"), which is not a scaled copy (the tutorial's `run --backend host --model
+    smollm2-135m` printed "MEASURED ON A SCALED COPY ... (70 MB of weights instead of 70)")."""
+    import dataclasses
+
+    config = dataclasses.replace(
+        RunConfig.from_names("smollm2-135m", "int4-g32", 8, 2, 16, backend="host"),
+        checkpoint="smollm2-135m",
+    )
+
+    class Fake:
+        name = "host"
+
+        def run(self, cfg):
+            from harmony_ref.backends.base import Measurement
+
+            m = Metrics()
+            m.add("decode_tokens_per_s", 9.0, "tokens/s", "higher", "measured")
+            label = "smollm2-135m (Smollm2 135M; stored F32/Q4_1/Q8_0)"
+            return Measurement(m, {"host_model": label})
+
+    import harmony_ref.backends.make as make
+
+    monkeypatch.setattr(make, "make_backend", lambda *a, **k: Fake())
+    _, info = job._predicted(config)
+    assert "measured_model" not in info
+
+
+def test_the_tutorial_names_the_scaled_copy():
+    """docs/tutorial.md says what `run --backend host` measures for the default model: the
+    weight limit and the scaled copy's name are the code's."""
+    from pathlib import Path
+
+    from harmony_ref.backends import host
+
+    text = " ".join((Path(__file__).parents[2] / "docs" / "tutorial.md").read_text().split())
+    text = text.replace(" # ", " ")  # the comment runs over several lines
+    default = RunConfig.from_names(backend="host")
+    scaled = host.fit_to_host(default, host.DEFAULT_MAX_WEIGHT_MB).spec.name
+    assert f"over {host.DEFAULT_MAX_WEIGHT_MB:g} MB of weights" in text
+    assert (
+        f"as the default {default.spec.name}, is measured as a width-scaled copy, {scaled}," in text
+    )
