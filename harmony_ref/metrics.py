@@ -81,6 +81,14 @@ _NAME_UNITS = (
 )
 
 
+def name_unit(name: str) -> str:
+    """The unit `name`'s ending carries (its first, for *_pct: '%'), '' when it carries none."""
+    for suffix, units in _NAME_UNITS:
+        if name.endswith(suffix):
+            return units[0]
+    return ""
+
+
 def unit_error(name: str, unit: str) -> str:
     """'' when `unit` is the one `name`'s ending says (or the name says none), else the reason."""
     for suffix, units in _NAME_UNITS:

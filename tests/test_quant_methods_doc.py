@@ -13,7 +13,7 @@ import pytest
 
 from harmony_ref.eval.lm import CORPUS_SHA256
 from harmony_ref.eval.lm_accuracy import REFERENCE_NOTE
-from harmony_ref.metrics import NUMERICAL, Metric
+from harmony_ref.metrics import NUMERICAL, Metric, name_unit
 from harmony_ref.track.gate import load_tolerances
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +67,7 @@ def _num(cell: str) -> float:
 
 def _agrees(col: str, doc: float, got: float) -> bool:
     key, metric, digits = COLUMNS[col]
-    m = Metric(metric, got, "", kind=NUMERICAL)
+    m = Metric(metric, got, name_unit(metric), kind=NUMERICAL)
     return load_tolerances().agrees(m, doc, got) or abs(doc - got) <= digits
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harmony_ref.cli import main
-from harmony_ref.metrics import NUMERICAL, Metric
+from harmony_ref.metrics import NUMERICAL, Metric, name_unit
 from harmony_ref.track.gate import load_tolerances
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def test_readme_accuracy_table_matches_the_command(printed):
         got = now[policy]
         assert row["mb"] == got["mb"], policy
         for col, name in COLUMN_METRICS.items():
-            metric = Metric(name, float(got[col]), "", kind=NUMERICAL)
+            metric = Metric(name, float(got[col]), name_unit(name), kind=NUMERICAL)
             a, b = float(row[col]), float(got[col])
             assert tol.agrees(metric, a, b) or abs(a - b) <= PRINTED_DIGITS, (
                 policy,

@@ -11,7 +11,7 @@ import pytest
 
 from harmony_ref.config import RunConfig
 from harmony_ref.eval.embedding import compare as embedding_compare
-from harmony_ref.metrics import KINDS, NUMERICAL, Metric, Metrics
+from harmony_ref.metrics import KINDS, NUMERICAL, Metric, Metrics, name_unit
 from harmony_ref.track import gate
 from harmony_ref.track.record import Record, collect_provenance, load_record
 
@@ -86,7 +86,7 @@ def test_shipped_numerical_tolerance_is_above_the_measured_spread(spread_file):
     assert all("/" in name for name in data["values"])  # HOST/CONFIG
     assert len({name.split("/")[0] for name in data["values"]}) >= 2  # on two real CPUs
     for row in data["spread"]:
-        metric = Metric(row["metric"], 0.5, "", kind=NUMERICAL)
+        metric = Metric(row["metric"], 0.5, name_unit(row["metric"]), kind=NUMERICAL)
         # a margin of at least 2x the spread, relative or in the metric's unit (the floor)
         assert (
             tol.limit_pct(metric) >= 2 * row["spread_pct"]
