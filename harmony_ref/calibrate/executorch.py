@@ -128,6 +128,24 @@ def parse_program_workloads(text: str, minimum: int = HELD_OUT_EVERY + 1) -> lis
     return out
 
 
+def check_workloads_disjoint(workloads, held=()) -> None:
+    """Held out means held out: a --held-out file's workload that is also a --workloads item
+    would be fitted and scored as one measurement; ValueError in one line, before any run.
+    Programs compare by their resolved path."""
+    from pathlib import Path
+
+    def key(w):
+        return (Path(w.program).resolve(), w.prompt, w.new, w.threads)
+
+    fitted = {key(w) for w in workloads}
+    for w in held:
+        if key(w) in fitted:
+            raise ValueError(
+                f"--held-out item {w.label}: also a --workloads item, which is fitted "
+                "(held out means held out: hold out another scenario)"
+            )
+
+
 def split_of(i: int) -> str:
     """The split of the i-th workload, by position alone."""
     return "score" if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1 else "fit"

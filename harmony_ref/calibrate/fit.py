@@ -243,7 +243,30 @@ def load_op_times(path) -> list[OpSample]:
                 )
             except (ValueError, TypeError) as e:
                 raise ValueError(f"{path}: line {i}: {e}") from e
+    _check_op_rows(out, path)
     return out
+
+
+def _check_op_rows(ops: list[OpSample], path) -> None:
+    """A name given twice (the fit's regimes and the table are keyed by it), or a held-out row
+    that is the same op as a fitted one (same class, ops, bytes, launches and vector ops: the
+    model predicts both the same, so its error there is the fit's own), is bad input: one line
+    naming both rows (line numbers as in the file, header = line 1)."""
+    names: dict[str, int] = {}
+    fitted: dict[tuple, int] = {}
+    for i, op in enumerate(ops, start=2):
+        if op.name in names:
+            raise ValueError(f"{path}: line {i}: name {op.name!r} is also line {names[op.name]}'s")
+        names[op.name] = i
+        if not op.holdout:
+            fitted.setdefault((op.rate_class, op.ops, op.nbytes, op.launches, op.vector_ops), i)
+    for i, op in enumerate(ops, start=2):
+        twin = fitted.get((op.rate_class, op.ops, op.nbytes, op.launches, op.vector_ops))
+        if op.holdout and twin is not None:
+            raise ValueError(
+                f"{path}: line {i}: held-out op {op.name!r} is the same op as fitted line "
+                f"{twin} (held out means held out)"
+            )
 
 
 def samples_from_op_times(

@@ -162,14 +162,21 @@ def fit_runtime_on_points(
         fit_on_points,
         runtime_toml,
     )
+    from harmony_ref.calibrate.points import fitted_twins
     from harmony_ref.device.runtime import load_runtime
 
     fit_pts = [p for p in points if p.split == "fit"]
+    # a held-out point that is the same measurement as a fit one (llama-bench's `pp P` of two
+    # workloads differing only in new tokens) would score the fit on its own data: shown, with
+    # the fit point it repeats, and not scored
+    twins = fitted_twins(fit_pts, [p for p in points if p.split == "score"])
     rt, report = fit_on_points(base, fit_pts, params)
     table = [
         {
             "id": p.id,
             "split": p.split,
+            "scored": p.split == "score" and p.id not in twins,
+            "same_as_fit": twins.get(p.id, ""),
             "threads": p.threads,
             "metric": p.metric,
             "measured": p.measured,
@@ -183,7 +190,7 @@ def fit_runtime_on_points(
         pairs = [
             (r["model"], r["measured"])
             for r in table
-            if r["split"] == "score" and metric in (None, r["metric"])
+            if r["scored"] and metric in (None, r["metric"])
         ]
         return mape_pct(pairs) if pairs else None
 
@@ -192,7 +199,7 @@ def fit_runtime_on_points(
         rt,
         f"least squares on log error over {list(report.fitted)}, {measured_by}",
         [p.id for p in fit_pts],
-        [p.id for p in points if p.split == "score"],
+        [r["id"] for r in table if r["scored"]],
         report.fit_mape_pct,
         float("nan") if held is None else held,
     )
@@ -219,5 +226,7 @@ def fit_runtime_on_points(
         "held_out_phase_mape_pct": held,
         "held_out_prefill_mape_pct": mape("prefill_ms"),
         "held_out_decode_mape_pct": mape("decode_step_ms"),
+        "held_out_points": sum(r["scored"] for r in table),
+        "not_scored": twins,  # held-out id -> the fit point it repeats
     }
     return table, summary

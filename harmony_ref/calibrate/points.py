@@ -89,6 +89,49 @@ class Point:
         return predict_metric(self.device_profile(runtime), self.config, self.metric)
 
 
+def same_measurement_key(point: Point) -> str:
+    """What a point measures, without its id, value or split: its SoC and runtime profiles,
+    threads, configuration and metric. Two points with one key are the same measurement (a
+    prediction gives both the same number), whatever their ids say."""
+    import json
+
+    return json.dumps(
+        [
+            point.profile,
+            point.runtime,
+            point.threads,
+            point.kernels_only,
+            point.config.to_dict(),
+            point.metric,
+        ],
+        sort_keys=True,
+        default=str,
+    )
+
+
+def fitted_twins(fitted, scored) -> dict[str, str]:
+    """{scored point id: the id of a fitted point that is the same measurement
+    (same_measurement_key)} for the scored points that repeat a fitted one under another id."""
+    seen = {same_measurement_key(p): p.id for p in fitted}
+    out = {}
+    for p in scored:
+        twin = seen.get(same_measurement_key(p))
+        if twin is not None and twin != p.id:
+            out[p.id] = twin
+    return out
+
+
+def check_disjoint(fitted, scored, where: str) -> None:
+    """Held out means held out: ValueError (one line, naming both ids) when a scored point is
+    the same measurement as a fitted one under another id (fitted_twins): scoring it would
+    score the fit on its own data."""
+    for held, twin in fitted_twins(fitted, scored).items():
+        raise ValueError(
+            f"{where}: held-out point {held!r} is the same measurement as fit point "
+            f"{twin!r} (held out means held out)"
+        )
+
+
 def decode_energy_mj(profile, config, idle_power_w: float) -> float:
     """The model's answer to what a session measures as device_energy_per_token_mj: (decode
     power at the coolest operating point - the phone's measured idle power) / decode tokens per

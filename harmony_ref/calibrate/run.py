@@ -291,15 +291,19 @@ def calibrate_phases(
     )
     write_checked(out, text, load_profile)
     sim = SimulatedDevice(load_profile(out))
+    # a held-out workload that repeats a fitted one (the same item listed twice) is the fit's
+    # own data: shown as "repeat of fit", never scored
+    fitted_labels = {r["workload"] for r in rows if not r["holdout"]}
     table, scored = [], []  # scored[i]: table[i]'s (model, measured) pair, in the units scored
     for r in rows:
         predicted = sim.predict(r["cfg"])
         pred_s = predicted.value(PHASE_METRICS[r["phase"]]) / MS_PER_S
+        held = "repeat of fit" if r["workload"] in fitted_labels else "held-out"
         table.append(
             {
                 "workload": r["workload"],
                 "phase": r["phase"],
-                "set": "held-out" if r["holdout"] else "fit",
+                "set": held if r["holdout"] else "fit",
                 "measured_ms": r["measured_s"] * MS_PER_S,
                 "model_ms": pred_s * MS_PER_S,
                 "ape_pct": ape_pct(pred_s, r["measured_s"]),
@@ -336,6 +340,7 @@ def calibrate_phases(
         "held_out_phase_mape_pct": mape("held-out", phases),
         "held_out_e2e_mape_pct": mape("held-out", ("e2e",)),
         "fit_phase_mape_pct": mape("fit", phases),
+        "held_out_workloads": len({t["workload"] for t in table if t["set"] == "held-out"}),
         "provenance": provenance,
         "notes": notes,
     }
@@ -407,6 +412,9 @@ def calibrate_runtime_on_set(
         fit_pts = [p for p in points if p.split == "fit"]
         if not fit_pts:
             raise ValueError(f"--set {set_name}: no fit points for runtime {runtime!r}")
+        from harmony_ref.calibrate.points import check_disjoint
+
+        check_disjoint(fit_pts, [p for p in points if p.split == "score"], f"--set {set_name}")
         rt, report = fit_on_points(base, fit_pts, tuple(params), multistart)
         method = f"least squares on log error (calibrate/fit_runtime.py), set {set_name}"
         soc_rows: list[dict] = []

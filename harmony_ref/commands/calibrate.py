@@ -370,6 +370,9 @@ def _run_executorch(args) -> int:
         raise ValueError(f"--held-out {args.held_out}: no such file")
     held = read_held_out_workloads(args.held_out) if args.held_out else ()
     workloads = parse_program_workloads(args.workloads, minimum=1 if held else 4)
+    from harmony_ref.calibrate.executorch import check_workloads_disjoint
+
+    check_workloads_disjoint(workloads, held)
     runtime = args.runtime or RUNTIME
     load_runtime(runtime)
     if args.profile:
@@ -582,4 +585,10 @@ def _run_set_calibration(args) -> int:
         )
     for k in ("runtime", "set", "out", "fitted", "fit_mape_pct", "fitted_on", "scored_on"):
         print(f"{k}: {summary[k]}")
+    held = summary["held_out_mape_pct"]
+    print(
+        f"held_out_mape_pct: {held} (over the {len(summary['scored_on'])} scored_on points)"
+        if held is not None and held == held
+        else "held_out_mape_pct: not scored (no split 'score' points: nothing held out)"
+    )
     return 0

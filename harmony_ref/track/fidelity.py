@@ -179,17 +179,30 @@ def _fitted_ids(point: Point) -> set[str]:
 
 
 def score(points: list[Point]) -> list[Scored]:
-    """Each point with its prediction; refuses a scored point its runtime was fitted on."""
-    out = []
-    for p in points:
-        fitted = _fitted_ids(p)
+    """Each point with its prediction. Refuses a scored point its runtime was fitted on, or
+    that is the same measurement as a fitted point under another id (calibrate/points.py
+    check_disjoint), and a point marked "fit" its runtime was not fitted on (it would be
+    reported as fitted, its error as the calibration's, when nothing was fitted on it)."""
+    from harmony_ref.calibrate.points import check_disjoint
+
+    fitted_ids = [_fitted_ids(p) for p in points]
+    for p, fitted in zip(points, fitted_ids):
         if p.split == "score" and p.id in fitted:
             raise ValueError(
                 f"point {p.id} is held out (split 'score') but runtime "
                 f"{p.runtime}'s [calibration] fitted_on lists it: held out means held out"
             )
-        out.append(Scored(p, p.predicted(), fitted=p.id in fitted))
-    return out
+        if p.split == "fit" and p.id not in fitted:
+            raise ValueError(
+                f"point {p.id} has split 'fit' but runtime {_runtime_name(p)} was not "
+                "fitted on it: give it split 'score', or the runtime fitted on it"
+            )
+    check_disjoint(
+        [p for p in points if p.split == "fit"],
+        [p for p in points if p.split == "score"],
+        "fidelity",
+    )
+    return [Scored(p, p.predicted(), fitted=p.id in f) for p, f in zip(points, fitted_ids)]
 
 
 def _mape(rows: list[Scored]) -> float | None:
