@@ -254,13 +254,14 @@ def run_minilm(args) -> int:
 
     from harmony_ref._io import write_text_atomic
     from harmony_ref.commands._output import print_json
-    from harmony_ref.eval.embedding import evaluate, load_pairs
+    from harmony_ref.eval.embedding import evaluate, load_pairs, split_pairs
     from harmony_ref.eval.plan import PLANNER_FORMATS, plan_policy
     from harmony_ref.units import MB
 
-    evalset = load_pairs(args.pairs)
-    plan = plan_policy(args.budget_mb, evalset=evalset, progress=True)
-    m = evaluate(plan.policy, evalset=evalset)
+    # held out means held out: planned on the calibration pairs, scored on the others
+    calibration, heldout = split_pairs(load_pairs(args.pairs))
+    plan = plan_policy(args.budget_mb, evalset=calibration, progress=True)
+    m = evaluate(plan.policy, evalset=heldout)
     toml = plan.policy.to_toml()
     if args.out:
         write_text_atomic(args.out, toml)
@@ -276,6 +277,8 @@ def run_minilm(args) -> int:
         "recall_at_1_fp32": m.value("recall_at_1_fp32"),
         "accuracy_drop_pct": m.value("accuracy_drop_pct"),
         "layers_per_format": counts,
+        "planned_on": calibration.source,
+        "scored_on": heldout.source,
     }
     if args.json:
         print_json({"policy_toml": toml, "choices": plan.choices, **summary})
@@ -287,12 +290,15 @@ def run_minilm(args) -> int:
         f"(all weights {summary['weights_mb']:.2f} MB with FP32 embeddings)"
     )
     print("# layers per format: " + ", ".join(f"{f} {n}" for f, n in counts.items()))
+    print(f"# planned on {calibration.source}; scored on {heldout.source}, never planned on")
     print(
-        f"# cosine loss: predicted {summary['predicted_cosine_loss']:.5f} (sum of layers alone), "
-        f"measured {summary['measured_cosine_loss']:.5f}; cosine_min {summary['cosine_min']:.4f}"
+        f"# cosine loss: predicted {summary['predicted_cosine_loss']:.5f} (sum of layers alone, "
+        f"calibration pairs), measured {summary['measured_cosine_loss']:.5f} (held-out pairs); "
+        f"cosine_min {summary['cosine_min']:.4f}"
     )
     print(
-        f"# recall@1 {summary['recall_at_1']:.2f} % vs FP32 {summary['recall_at_1_fp32']:.2f} %: "
+        f"# held out: recall@1 {summary['recall_at_1']:.2f} % vs FP32 "
+        f"{summary['recall_at_1_fp32']:.2f} %: "
         f"accuracy_drop_pct {summary['accuracy_drop_pct']:.2f} points"
     )
     if args.out:

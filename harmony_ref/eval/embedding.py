@@ -78,6 +78,39 @@ def load_pairs(path: str | Path | None = None) -> EvalSet:
     return EvalSet(sentences, partner, cats + cats, source)
 
 
+HELD_OUT_EVERY = 3  # the planner's split of the pairs: every third pair (i % 3 == 2) scores
+MIN_HELD_OUT_PAIRS = 2  # recall@1 over one pair is its two sentences finding each other
+
+
+def pair_subset(evalset: EvalSet, pairs, part: str) -> EvalSet:
+    """The EvalSet of the pairs numbered `pairs` (in file order), its source naming `part`."""
+    n = len(evalset.sentences) // 2
+    idx = list(pairs)
+    k = len(idx)
+    return EvalSet(
+        [evalset.sentences[i] for i in idx] + [evalset.sentences[n + i] for i in idx],
+        np.concatenate([np.arange(k, 2 * k), np.arange(k)]),
+        [evalset.categories[i] for i in idx] * 2,
+        f"{evalset.source} ({part}: {k} pairs)",
+    )
+
+
+def split_pairs(evalset: EvalSet) -> tuple[EvalSet, EvalSet]:
+    """(calibration, held-out): a plan is chosen on the first and scored on the second, pairs
+    disjoint (every HELD_OUT_EVERY-th pair held out, by position). Too few pairs to hold out
+    MIN_HELD_OUT_PAIRS is bad input (ValueError), not a plan scored on what chose it."""
+    n = len(evalset.sentences) // 2
+    held = [i for i in range(n) if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
+    if len(held) < MIN_HELD_OUT_PAIRS:
+        need = MIN_HELD_OUT_PAIRS * HELD_OUT_EVERY
+        raise ValueError(
+            f"{evalset.source}: {n} pairs are too few to plan on some and score the plan on "
+            f"others (every third pair is held out): need at least {need}"
+        )
+    fit = [i for i in range(n) if i % HELD_OUT_EVERY != HELD_OUT_EVERY - 1]
+    return pair_subset(evalset, fit, "calibration"), pair_subset(evalset, held, "held-out")
+
+
 def nearest_neighbours(emb: np.ndarray) -> np.ndarray:
     """Index of each row's most cosine-similar other row (rows are L2-normalised)."""
     sim = emb.astype(np.float64) @ emb.astype(np.float64).T

@@ -332,3 +332,63 @@ def test_cli_accuracy_scores_a_pruned_minilm(cli_tiny, small_set, tmp_path, caps
     assert cut["linear_weights_mb"]["value"] < 0.8 * full["linear_weights_mb"]["value"]
     assert cut["cosine_mean"]["value"] < full["cosine_mean"]["value"]
     assert cut["weights_mb"]["value"] < full["weights_mb"]["value"]
+
+
+def _pairs_file(path, evalset, n_pairs):
+    n = len(evalset.sentences) // 2
+    path.write_text(
+        "category\tgroup\tsentence_a\tsentence_b\n"
+        + "".join(
+            f"c\tg\t{evalset.sentences[i]}\t{evalset.sentences[n + i]}\n" for i in range(n_pairs)
+        )
+    )
+    return path
+
+
+def test_the_minilm_plan_is_scored_on_pairs_it_was_not_planned_on(
+    cli_tiny, small_set, tmp_path, capsys, monkeypatch
+):
+    """Held out means held out: the per-layer losses the knapsack reads are measured on the
+    calibration pairs only, the planned policy scored on the other pairs only (every third),
+    and the output says which split did what. It once planned and scored on every pair."""
+    from harmony_ref.eval import embedding
+
+    planned, scored = [], []
+    real_losses, real_evaluate = planner.layer_losses, embedding.evaluate
+    monkeypatch.setattr(
+        planner,
+        "layer_losses",
+        lambda f, model, evalset, progress: (
+            planned.append(set(evalset.sentences)) or real_losses(f, model, evalset, progress)
+        ),
+    )
+    monkeypatch.setattr(
+        embedding,
+        "evaluate",
+        lambda *a, evalset, **k: (
+            scored.append(set(evalset.sentences)) or real_evaluate(*a, evalset=evalset, **k)
+        ),
+    )
+    pairs = _pairs_file(tmp_path / "pairs.tsv", small_set, SMALL_PAIRS)
+    budget = cli_tiny.linear_nbytes("int8") / 1e6
+    argv = ["plan", "--model", "all-minilm-l6", "--budget-mb", f"{budget:.4f}"]
+    assert main([*argv, "--pairs", str(pairs), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert planned and scored
+    assert not set.union(*planned) & set.union(*scored)
+    assert len(set.union(*scored)) == 2 * (SMALL_PAIRS // 3)
+    assert "calibration: 16 pairs" in out["planned_on"]
+    assert "held-out: 8 pairs" in out["scored_on"]
+    assert main([*argv, "--pairs", str(pairs)]) == 0
+    assert "scored on" in capsys.readouterr().out
+
+
+def test_the_minilm_plan_refuses_pairs_too_few_to_hold_some_out(
+    cli_tiny, small_set, tmp_path, capsys
+):
+    pairs = _pairs_file(tmp_path / "pairs.tsv", small_set, 5)
+    argv = ["plan", "--model", "all-minilm-l6", "--budget-mb", "8", "--pairs", str(pairs)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "5 pairs are too few to plan on some and score the plan on others" in err
+    assert len(err.splitlines()) == 1
