@@ -103,6 +103,50 @@ class Corpus:
         return f"harmony_ref/data/lm_corpus/{self.name}.txt" if shipped else self.name
 
 
+CALIBRATION_LINE_CHARS = 40  # a calibration-text line this long found in a corpus: a copy
+
+
+def reads_calibration_text(policy) -> bool:
+    """Whether building `policy` reads the shipped calibration text (compress/observe.py): GPTQ /
+    AWQ, static activation scales or a calibrated pruning step, on "corpus" or "generated"
+    windows ("random" windows read no text)."""
+    specs = []
+    if policy.calibrated:
+        specs.append(policy.quantize)
+    if policy.activations is not None:
+        specs.append(policy.activations)
+    if policy.prune is not None and policy.prune.calibrates:
+        specs.append(policy.prune)
+    return any(getattr(s, "calibration", "corpus") != "random" for s in specs)
+
+
+def check_calibration_disjoint(corpus: Corpus, policies) -> None:
+    """Held out means held out: a corpus that holds the calibration text (the shipped
+    calibration part itself, or any of its lines of CALIBRATION_LINE_CHARS+ characters) is not
+    scored for a policy calibrated on that text; ValueError in one line naming both."""
+    calibrating = [p for p in policies if not isinstance(p, str) and reads_calibration_text(p)]
+    if not calibrating:
+        return
+    from harmony_ref.compress.observe import calibration_text
+
+    text = calibration_text()
+    lines = {ln.strip() for ln in corpus.text.splitlines()}
+    copied = corpus.sha256 == CORPUS_SHA256["calibration"] or next(
+        (
+            i
+            for i, ln in enumerate(text.splitlines(), start=1)
+            if len(ln.strip()) >= CALIBRATION_LINE_CHARS and ln.strip() in lines
+        ),
+        None,
+    )
+    if copied:
+        where = "" if copied is True else f" (its line {copied})"
+        raise ValueError(
+            f"corpus {corpus.label} holds the calibration text{where} that "
+            f"{calibrating[0].name} is calibrated on: held out means held out, score another text"
+        )
+
+
 def check_chunks(chunks: int | None, in_text: int, label: str, context: int) -> None:
     """--chunks more than the text gives is bad input, not silently fewer chunks."""
     if chunks is not None and chunks > in_text:
@@ -250,6 +294,7 @@ def lm_accuracy(
     for _, kv in policies:
         if kv not in ("fp16", "int8"):
             raise ValueError(f"--kv-dtype must be fp16 or int8, got {kv!r}")
+    check_calibration_disjoint(corpus, [p for p, _ in policies])
     path = resolve_model_path(model)
     if as_stored and (loaded is None or not loaded[0].stored):
         loaded = load_decoder(model, keep_stored=True)
