@@ -213,6 +213,13 @@ def worse_pct(metric: Metric, change: float) -> float:
     return change if metric.direction == "lower" else -change
 
 
+def smallest_u_test_p(n: int, m: int) -> float:
+    """The smallest p-value a one-sided exact Mann-Whitney U test of n against m samples can
+    give, every sample of one side beyond every one of the other: 1 / C(n + m, n) (3 against 3:
+    0.05, not below the default alpha)."""
+    return 1.0 / math.comb(n + m, n)
+
+
 def u_test_p(baseline: Metric, current: Metric) -> float | None:
     """One-sided Mann-Whitney U p-value for "current is worse than baseline"; None when there
     are too few raw samples for the test to mean anything."""
@@ -353,6 +360,13 @@ def _judge_measured(b: Metric, c: Metric, limit: float, alpha: float) -> tuple[s
     p = u_test_p(b, c)
     if p is None:
         return REGRESSION, f"worse by {worse:.1f}% (too few samples for a U test)"
+    n, m = len(b.samples), len(c.samples)
+    floor = smallest_u_test_p(n, m)
+    if floor >= alpha and p <= floor * (1 + 1e-9):  # 3 against 3: p cannot go below 0.05
+        return REGRESSION, (
+            f"worse by {worse:.1f}%, U test p={p:.3g}: every sample worse, the least "
+            f"{n} against {m} samples can give"
+        )
     if p >= alpha:
         return NOISE, f"worse by {worse:.1f}% but U test p={p:.3f} >= {alpha}: noise"
     return REGRESSION, f"worse by {worse:.1f}%, U test p={p:.3g}"

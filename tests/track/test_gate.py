@@ -91,6 +91,18 @@ def test_measured_regression_without_rerun_says_so():
     assert r.exit_code == 1
 
 
+def test_three_samples_a_side_can_still_fail():
+    # 3 against 3: the one-sided U test's smallest p is 1/20 = 0.05, never < alpha. A 30% drop
+    # with every sample worse was called noise, so no 3-repeat regression could ever fail.
+    base = _rec(host=1.4, host_samples=[1.39, 1.40, 1.41])
+    r = gate.compare(base, _rec(host=1.0, host_samples=[0.99, 1.0, 1.01]))
+    row = _status(r, "host_gemv_speedup_x")
+    assert row.status == gate.REGRESSION and "every sample worse" in row.verdict
+    # overlapping clouds of 3 stay noise
+    r = gate.compare(base, _rec(host=1.2, host_samples=[1.0, 1.2, 1.45]))
+    assert _status(r, "host_gemv_speedup_x").status == gate.NOISE
+
+
 def test_confirm_on_rerun():
     base = _rec(host=1.4, host_samples=_samples(1.4))
     cur = _rec(host=1.0, host_samples=_samples(1.0))
