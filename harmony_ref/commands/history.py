@@ -108,6 +108,14 @@ def run(args) -> int:
         print_json(to_json(report))
     else:
         print(to_text(report), end="")
+    u = report.unconfirmed
+    if args.check and u is not None and u.regression:
+        print(
+            f"harmony-ref history: unconfirmed: the newest commit {u.first[:10]} alone has "
+            f"{args.metric} {u.point.change_pct:+.1f}% (tolerance {u.tolerance_pct:g}%); "
+            "measure the next commit",
+            file=sys.stderr,
+        )
     if args.check and report.check_exit_code:
         c = report.newest
         print(

@@ -200,3 +200,42 @@ def detect(samples: list) -> list[ChangePoint]:
             )
         )
     return out
+
+
+def detect_newest(samples: list) -> tuple[list[ChangePoint], ChangePoint | None]:
+    """detect(), and a step at the newest point alone, which detect() cannot report (a change
+    point needs MIN_SEGMENT commits a side): it pulls the newest point into a made-up change
+    point (a small step some commits back, or one at the commit before it). When the newest point
+    differs (U test p < ALPHA) from the points since the change point before it, and the point
+    before it does not, the change points are those of the series without it and the second
+    value is the newest point against the segment before it: a change one commit cannot
+    confirm. Otherwise (detect(samples), None)."""
+    cps = detect(samples)
+    pts = [np.asarray(s, dtype=float) for s in samples]
+    n = len(pts)
+    if n - 1 < MIN_SEGMENT:
+        return cps, None
+    # cheap first look: the newest point against the segment of the point before it
+    starts = [0, *(c.index for c in cps if c.index < n - 2)]
+    if _u_p(_pooled(pts, starts[-1], n - 1), pts[-1]) >= ALPHA:
+        return cps, None
+    older = detect(samples[:-1])
+    start = older[-1].index if older else 0
+    before = _pooled(pts, start, n - 1)
+    p = _u_p(before, pts[-1])
+    if n - 1 - start < MIN_SEGMENT or p >= ALPHA:
+        return cps, None
+    if n - 2 - start >= MIN_SEGMENT and _u_p(_pooled(pts, start, n - 2), pts[-2]) < ALPHA:
+        return cps, None  # the point before it moved too: a step of two commits, detect's
+    change, lo_pct, hi_pct = change_interval(before, pts[-1])
+    newest = ChangePoint(
+        index=n - 1,
+        lo=n - 1,
+        hi=n - 1,
+        before_median=float(np.median(before)),
+        after_median=float(np.median(pts[-1])),
+        change_pct=change,
+        ci_pct=(lo_pct, hi_pct),
+        p_value=p,
+    )
+    return older, newest

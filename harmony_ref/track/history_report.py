@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony_ref.metrics import Metric
-from harmony_ref.track.changepoints import ChangePoint, detect
+from harmony_ref.track.changepoints import ChangePoint, detect_newest
 from harmony_ref.track.history import SeriesRow, git_out
 
 
@@ -62,6 +62,9 @@ class HistoryReport:
     points: list[Point]
     changes: list[Change]
     apart: dict[str, int] = field(default_factory=dict)  # commit -> records outside the SUT
+    # the newest commit alone differs from the ones before it: not a change point until a
+    # commit after it agrees (changepoints.detect_newest); --check does not fail on it
+    unconfirmed: Change | None = None
 
     @property
     def newest(self) -> Change | None:
@@ -118,22 +121,31 @@ def build_report(rows: list[SeriesRow], metric: str, order: list[str], tolerance
         )
     m = Metric(metric, last.value, last.unit, last.direction, last.kind)
     limit = tolerances.limit_pct(m)
-    changes = []
-    for cp in detect([p.samples for p in points]):
+    def change(cp: ChangePoint) -> Change:
         up = cp.change_pct > 0
         worse = (up and m.direction == "lower") or (not up and m.direction == "higher")
-        changes.append(
-            Change(
-                cp,
-                points[cp.index].commit,
-                points[cp.lo - 1].commit,
-                points[cp.hi].commit,
-                worse and m.direction != "none",
-                limit,
-            )
+        return Change(
+            cp,
+            points[cp.index].commit,
+            points[cp.lo - 1].commit,
+            points[cp.hi].commit,
+            worse and m.direction != "none",
+            limit,
         )
+
+    cps, newest = detect_newest([p.samples for p in points])
+    changes = [change(cp) for cp in cps]
     return HistoryReport(
-        metric, m.unit, m.direction, m.kind, config, machine, points, changes, apart
+        metric,
+        m.unit,
+        m.direction,
+        m.kind,
+        config,
+        machine,
+        points,
+        changes,
+        apart,
+        change(newest) if newest is not None else None,
     )
 
 
@@ -179,6 +191,18 @@ def to_json(report: HistoryReport) -> dict:
             }
             for c in report.changes
         ],
+        "unconfirmed_newest": None
+        if report.unconfirmed is None
+        else {
+            "commit": report.unconfirmed.first,
+            "before_median": report.unconfirmed.point.before_median,
+            "after_median": report.unconfirmed.point.after_median,
+            "change_pct": report.unconfirmed.point.change_pct,
+            "ci_pct": [_finite(x) for x in report.unconfirmed.point.ci_pct],
+            "p_value": report.unconfirmed.point.p_value,
+            "worse": report.unconfirmed.worse,
+            "beyond_tolerance": report.unconfirmed.regression,
+        },
         "not_in_sut": report.apart,
         "check_exit_code": report.check_exit_code,
     }
@@ -203,6 +227,12 @@ def to_text(report: HistoryReport) -> str:
     ]
     starts = {c.point.index: c for c in report.changes}
     for i, p in enumerate(report.points):
+        u = report.unconfirmed
+        if u is not None and i == u.point.index:
+            lines.append(
+                f"---- the newest commit alone: {u.point.change_pct:+.1f}%"
+                f"{' (worse)' if u.worse else ''}, unconfirmed ----"
+            )
         if i in starts:
             c = starts[i]
             lines.append(
@@ -230,6 +260,23 @@ def to_text(report: HistoryReport) -> str:
         )
         lines.append(
             f"  the first commit after it is in the git range {short(c.lo)}..{short(c.hi)}"
+        )
+    u = report.unconfirmed
+    if u is not None:
+        lo, hi = u.point.ci_pct
+        size = (
+            f"worse beyond the {u.tolerance_pct:g}% tolerance"
+            if u.regression
+            else ("worse, within the tolerance" if u.worse else "not worse")
+        )
+        lines.append(
+            f"the newest commit {short(u.first)} alone: {_num(u.point.before_median)} -> "
+            f"{_num(u.point.after_median)} {report.unit}, {u.point.change_pct:+.1f}% "
+            f"(95% CI {lo:+.1f}% to {hi:+.1f}%), p {_p(u.point.p_value)}; {size}"
+        )
+        lines.append(
+            "  unconfirmed: one commit after it, not a change point yet (--check does not "
+            "fail on it); measure the next commit, or this one again"
         )
     if report.apart:
         shown = ", ".join(short(c) for c in sorted(report.apart)[:5])

@@ -48,3 +48,19 @@ def test_segment_costs_equal_cost_l2(y):
         a, b = fast.error(start, end), float(ref.error(start, end))
         assert a >= 0.0
         assert a == pytest.approx(b, rel=REL_TOL, abs=1e-9 * max(1.0, float(np.var(y)) * len(y)))
+
+
+@pytest.mark.parametrize("seed", [0, 5, 11])  # 0 and 11: detect() made a +15% step at commit 14
+def test_a_step_at_the_newest_commit_alone_is_unconfirmed(seed):
+    rng = np.random.default_rng(seed)
+
+    def series(slow_from: int) -> list:
+        return [20.0 * rng.lognormal(0, 0.03, 5) * (1.3 if i >= slow_from else 1) for i in range(16)]
+
+    older, newest = cp.detect_newest(series(15))
+    assert older == [] and newest is not None and newest.index == 15
+    assert 20 < newest.change_pct < 40
+    older, newest = cp.detect_newest(series(14))  # two commits after it: a change point
+    assert [c.index for c in older] == [14] and newest is None
+    older, newest = cp.detect_newest(series(99))
+    assert older == [] and newest is None

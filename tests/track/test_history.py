@@ -471,3 +471,30 @@ def test_a_metric_with_zero_values_is_bad_input(tmp_path, capsys):
     args = ["history", "--metric", "throttled_repeats", "--sut", str(repo), "--history", db]
     assert main(args) == 2
     assert "throttled_repeats: has values <= 0" in capsys.readouterr().err
+
+
+def test_a_step_at_the_newest_commit_alone_is_unconfirmed(tmp_path, capsys):
+    # 30% slower at the newest commit only: a change point needs two commits after it, so the
+    # detector used to pull the newest commit into an older one and print a made-up "+5.7%,
+    # within the tolerance" change point. Now: no change point, the newest commit is named as
+    # unconfirmed (worse beyond the tolerance), and --check does not fail on it yet.
+    repo = tmp_path / "demo"
+    hashes = make_repo(repo)
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    recs = [
+        record(h, np.round((26.0 if i == len(hashes) - 1 else 20.0) * rng.lognormal(0, 0.03, 5), 3))
+        for i, h in enumerate(hashes)
+    ]
+    db = str(tmp_path / "h.sqlite")
+    History(db).append_many((r, None) for r in recs)
+    base = ["--metric", METRIC, "--sut", str(repo), "--history", db, "--check"]
+    code, out = _history_json(capsys, *base)
+    assert code == 0 and out["change_points"] == []
+    u = out["unconfirmed_newest"]
+    assert u["commit"] == hashes[-1] and u["worse"] and u["beyond_tolerance"]
+    assert 20 < u["change_pct"] < 40
+    assert main(["history", *base]) == 0
+    captured = capsys.readouterr()
+    assert "the newest commit alone" in captured.out and "unconfirmed" in captured.err
