@@ -121,6 +121,7 @@ def build_report(rows: list[SeriesRow], metric: str, order: list[str], tolerance
         )
     m = Metric(metric, last.value, last.unit, last.direction, last.kind)
     limit = tolerances.limit_pct(m)
+
     def change(cp: ChangePoint) -> Change:
         up = cp.change_pct > 0
         worse = (up and m.direction == "lower") or (not up and m.direction == "higher")

@@ -55,7 +55,9 @@ def test_a_step_at_the_newest_commit_alone_is_unconfirmed(seed):
     rng = np.random.default_rng(seed)
 
     def series(slow_from: int) -> list:
-        return [20.0 * rng.lognormal(0, 0.03, 5) * (1.3 if i >= slow_from else 1) for i in range(16)]
+        return [
+            20.0 * rng.lognormal(0, 0.03, 5) * (1.3 if i >= slow_from else 1) for i in range(16)
+        ]
 
     older, newest = cp.detect_newest(series(15))
     assert older == [] and newest is not None and newest.index == 15
