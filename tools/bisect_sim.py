@@ -32,6 +32,7 @@ class SimBisection(Bisection):
         self.good, self.bad = self.commits[0], self.commits[-1]
         self.runs = {c: CommitRuns(c) for c in self.commits}
         self.total, self.max_runs, self.history = 0, MAX_RUNS, None
+        self.placed = []
         self.metric, self.unit, self.direction = "decode_step_ms", "ms", "lower"
         self.note = lambda s: None
         self.rng, self.step_at, self.samples = rng, step_at, samples

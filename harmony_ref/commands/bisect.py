@@ -3,8 +3,10 @@ worse, between a good and a bad revision, on this host or through a device sessi
 (`--session`: each commit's built artifact pushed by SHA-256, cooldown, throttled repeats left
 out; track/bisect.py).
 
-Exit codes: 0 the first bad commit named; 1 the range could not be narrowed to one commit
-(skipped builds around it, or --max-runs reached), or the benchmark failed on the device; 2 bad
+Exit codes: 0 the first bad commit found; 1 the range could not be narrowed to one commit
+(skipped builds around it, or --max-runs reached), or only to a probable one (a commit between
+still "unknown" against both ends after its 10 runs, placed by the nearer median), or the
+benchmark failed on the device; 2 bad
 input (unknown revision, good not an ancestor of bad, good and bad not different, a metric the
 command never prints, a failing build of an end), or the device left mid-session.
 """
@@ -105,7 +107,7 @@ def run(args) -> int:
         print_json(result.to_dict())
     else:
         print(to_text(result), end="")
-    return 0 if result.first_bad else 1
+    return 0 if result.certain else 1
 
 
 def _session_command(args):
@@ -134,9 +136,18 @@ def _session_command(args):
 
 
 def to_text(r) -> str:
+    from harmony_ref.track.bisect import RUNS_CAP
+
     lines = []
-    if r.first_bad:
+    if r.first_bad and r.certain:
         lines.append(f"first bad commit: {r.first_bad} (parent {r.parent})")
+    elif r.first_bad:
+        placed = ", ".join(f"{c[:12]} ({side})" for c, side in r.placed_by_nearness)
+        lines.append(f"probable first bad commit: {r.first_bad} (parent {r.parent})")
+        lines.append(
+            f"unknown, not found: still neither the good nor the bad level after {RUNS_CAP} runs, "
+            f"placed by the nearer median: {placed} (a quieter machine or longer runs may decide)"
+        )
     else:
         why = "--max-runs reached" if r.budget_exhausted else "skipped commits around it"
         lines.append(f"not narrowed to one commit ({why}): in {r.range[0]}..{r.range[1]}")

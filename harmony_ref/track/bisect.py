@@ -11,7 +11,9 @@ and measured by running the command there and parsing its output with the same p
 The verdict between two commits follows Pinpoint's (Chromium): a two-sided Mann-Whitney U test
 on the raw samples, "different" when p <= `P_DIFFERENT`, "same" when p >= `P_SAME`, otherwise
 "unknown" and one more run, up to `RUNS_CAP` runs of a commit (`ENDS_CAP` for the ends); at
-the cap a commit goes to the side whose median it is nearer (in logs). The good and bad ends
+the cap a commit goes to the side whose median it is nearer (in logs), and the result says so:
+the first bad commit is then probable, not found (`placed_by_nearness`, exit 1 in the command),
+as Pinpoint reports an "unknown" rather than a culprit it guessed. The good and bad ends
 must differ, bad being worse in the metric's direction; every commit between is compared with
 both ends and goes to the side it does not differ from. `max_runs` caps the whole bisection.
 tools/bisect_sim.py measures the search on simulated 64-commit ranges (the figures are in
@@ -79,6 +81,14 @@ class BisectResult:
     skipped: list[CommitRuns]
     total_runs: int
     budget_exhausted: bool
+    # commits between the ends still "unknown" against them at RUNS_CAP runs, placed on the side
+    # whose median they are nearer ("good" / "bad"): the first bad commit then rests on a guess
+    placed_by_nearness: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def certain(self) -> bool:
+        """The first bad commit found: named, and no step of the search was a guess."""
+        return self.first_bad is not None and not self.placed_by_nearness
 
     def to_dict(self) -> dict:
         def finite(x):
@@ -103,6 +113,10 @@ class BisectResult:
             "skipped": [{"commit": c.commit, "reason": c.detail} for c in self.skipped],
             "total_runs": self.total_runs,
             "budget_exhausted": self.budget_exhausted,
+            "placed_by_nearness": [
+                {"commit": c, "side": side} for c, side in self.placed_by_nearness
+            ],
+            "certain": self.certain,
         }
 
 
@@ -170,6 +184,7 @@ class Bisection:
         self.session = session
         self.runs: dict[str, CommitRuns] = {c: CommitRuns(c) for c in self.commits}
         self.total = 0
+        self.placed: list[tuple[str, str]] = []  # (commit, side) placed at RUNS_CAP by nearness
         self.unit, self.direction = "", "lower"
         # the history's config of this bisection's runs: the command and format (and the phone),
         # hashed (a bisection resumes only from runs of the same command on the same device)
@@ -342,8 +357,10 @@ class Bisection:
                 return True
             if vb == "different" and vg == "same":
                 return False
-            if c.runs >= RUNS_CAP:
-                return self._nearer_bad(c, good, bad)
+            if c.runs >= RUNS_CAP:  # still unknown: a guess, which the result names
+                bad_side = self._nearer_bad(c, good, bad)
+                self.placed.append((c.commit, "bad" if bad_side else "good"))
+                return bad_side
             self.measure(c)
             for end in (good, bad):  # keep the ends at least as well measured
                 if end.runs < c.runs:
@@ -411,6 +428,7 @@ class Bisection:
             skipped,
             self.total,
             budget,
+            list(self.placed),
         )
 
 

@@ -142,3 +142,29 @@ def test_the_howto_pastes_a_real_bisect_output(repo, tmp_path, capsys):
     text = (Path(__file__).resolve().parents[2] / "docs/how-to/find-the-commit.md").read_text()
     block = text[text.index("<!-- bisect-output -->") :].split("```text\n", 1)[1]
     assert out == block.split("```", 1)[0]
+
+
+def test_a_commit_between_the_levels_is_a_probable_culprit_not_a_found_one(tmp_path, capsys):
+    """Commit 4 of 8 runs halfway between the good and the bad level (a change in two steps):
+    against both ends it stays "different" for all its RUNS_CAP runs, so it is placed by the
+    nearer median, and the answer says so: a probable first bad commit, exit 1, not a culprit
+    named on a guess with exit 0 (Pinpoint's "unknown")."""
+    from harmony_ref.track.bisect import RUNS_CAP
+
+    def files(i):
+        level = 50.0 * (1.0 if i < 4 else 1.075 if i == 4 else 1.15)
+        return {"prog.py": PROG.format(level=level, index=i)}
+
+    root = tmp_path / "prog"
+    hashes = commit_series(root, 8, files)
+    args = _bisect(tmp_path, root, hashes[0], hashes[-1])
+    assert main(args) == 1
+    out = json.loads(capsys.readouterr().out)
+    placed = {p["commit"]: p["side"] for p in out["placed_by_nearness"]}
+    assert out["certain"] is False and hashes[4] in placed
+    assert out["first_bad"] in (hashes[4], hashes[5])  # on whichever side its median fell
+    assert {m["commit"]: m["runs"] for m in out["measured"]}[hashes[4]] == RUNS_CAP
+    assert main(args[:-1]) == 1  # as text: resumed from the history, the same answer
+    text = capsys.readouterr().out
+    assert text.startswith(f"probable first bad commit: {out['first_bad']}")
+    assert f"{hashes[4][:12]} ({placed[hashes[4]]})" in text
