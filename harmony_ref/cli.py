@@ -93,6 +93,22 @@ def _not_utf8(argv: list[str]) -> str:
     return ""
 
 
+def _intermixed(parser, args, argv: list[str], extra: list[str]):
+    """(args, extra) of the command's arguments parsed again with positionals and options in
+    any order (argparse's parse_known_intermixed_args: a positional list after an option is
+    otherwise left over), or as they were where that parse does not apply."""
+    command = getattr(args, "_command_name", None)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if not command or not argv or argv[0] != command:
+        return args, extra
+    try:
+        again, rest = sub.choices[command].parse_known_intermixed_args(argv[1:])
+    except TypeError:  # a parser the intermixed parse does not take
+        return args, extra
+    again._command_name = command
+    return again, rest
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     bad = _not_utf8(argv)
@@ -113,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
     except SystemExit as e:  # a usage error (exit 2) or --help/--version (exit 0): no traceback
         return e.code if isinstance(e.code, int) else 2
+    if extra:  # positionals after an option (history import --history DB FILE...): again,
+        try:  # argparse's intermixed parse
+            args, extra = _intermixed(parser, args, argv, extra)
+        except SystemExit as e:  # its usage error, printed in one line
+            return e.code if isinstance(e.code, int) else 2
     if extra:  # named with the command they were given to
         command = getattr(args, "_command_name", None) or ""
         print(usage_error(command, f"unrecognized arguments: {' '.join(extra)}"), file=sys.stderr)

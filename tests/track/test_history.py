@@ -243,6 +243,11 @@ def test_history_import(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["added"] == 2
     assert main(["history", "import", *files, "--history", db]) == 0
     assert "0 of 2 records added" in capsys.readouterr().out
+    # the options first, the files after them (argparse left the files over: exit 2)
+    assert main(["history", "import", "--history", db, "--json", *files]) == 0
+    assert json.loads(capsys.readouterr().out)["added"] == 0
+    assert main(["history", "import", "--history", db, *files, "--bogus"]) == 2
+    assert "history: error: unrecognized arguments: --bogus" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema_version": 1}')
     db2 = tmp_path / "h2.sqlite"
