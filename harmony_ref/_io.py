@@ -70,6 +70,14 @@ def check_output_file(path: str | Path, what: str = "output") -> Path:
     return path
 
 
+def check_plot_file(path: str | Path, what: str = "--plot") -> Path:
+    """Before the work: `path` names a .png file that can be written (every plot is a PNG; PNG
+    bytes under another name open as nothing, or as garbage)."""
+    if Path(path).suffix.lower() != ".png":
+        raise ValueError(f"{what} {path}: must be a .png path (the plot is a PNG)")
+    return check_output_file(path, what)
+
+
 def check_output_dir(path: str | Path, what: str = "output directory") -> Path:
     """Before the work: files can be created in directory `path` (made if missing)."""
     path = Path(path)

@@ -636,6 +636,19 @@ CASES = [  # (argv, a substring the error line must hold)
         ["plan", "--model", "all-minilm-l6", "--budget-mb", "8", "--formats", "q4_0"],
         "--formats applies to a decoder",
     ),
+    # every plot is a PNG: another name is refused before any work, by every --plot
+    *(
+        ([*argv, "--plot", "{d}/c.txt"], "c.txt: must be a .png path")
+        for argv in (
+            ["compare"],
+            ["thermal"],
+            ["serve"],
+            ["lifecycle"],
+            ["fidelity"],
+            ["history", "--metric", "ttft_ms"],
+            ["pick", "--sweep", "nosuch"],
+        )
+    ),
 ]
 
 

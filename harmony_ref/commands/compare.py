@@ -72,9 +72,9 @@ def run(args) -> int:
     )
 
     if args.plot:
-        from harmony_ref._io import check_output_file
+        from harmony_ref._io import check_plot_file
 
-        check_output_file(args.plot, "--plot")
+        check_plot_file(args.plot)
     from harmony_ref.runtime.loader import resolve_model
 
     profiles = [s.strip() for s in args.profiles.split(",") if s.strip()]

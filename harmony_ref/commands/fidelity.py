@@ -51,12 +51,12 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import pandas as pd
 
-    from harmony_ref._io import check_output_file
+    from harmony_ref._io import check_plot_file
     from harmony_ref.commands._output import print_json, print_table
     from harmony_ref.track import fidelity as fd
 
     if args.plot:
-        check_output_file(args.plot, "--plot")
+        check_plot_file(args.plot)
     sets = tuple(s.strip() for s in args.sets.split(",") if s.strip())
     # a flag that would do nothing in these sets is refused, not ignored
     if args.figures and "phones" not in sets:

@@ -74,7 +74,7 @@ def run(args) -> int:
 
     from pathlib import Path
 
-    from harmony_ref._io import check_output_file
+    from harmony_ref._io import check_plot_file
     from harmony_ref.commands._output import print_json
     from harmony_ref.track.gate import load_tolerances
     from harmony_ref.track.history import open_history
@@ -82,7 +82,7 @@ def run(args) -> int:
 
     tolerances = load_tolerances(args.tolerances)
     if args.plot:
-        check_output_file(args.plot, "--plot")
+        check_plot_file(args.plot)
     sut = args.sut or str(Path(__file__).resolve().parents[2])
     order = commit_order(sut)
     history = open_history(args.history, create=False)

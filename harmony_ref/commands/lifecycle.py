@@ -53,11 +53,9 @@ def run(args) -> int:
     if args.entries > MAX_ENTRIES:
         raise ValueError(f"--entries {args.entries:,}: at most {MAX_ENTRIES:,}")
     if args.plot:
-        from harmony_ref._io import check_output_file
+        from harmony_ref._io import check_plot_file
 
-        if not args.plot.lower().endswith(".png"):
-            raise ValueError(f"--plot {args.plot}: must be a .png path")
-        check_output_file(args.plot, "--plot")
+        check_plot_file(args.plot)
     profile = load_profile(args.profile)
     from harmony_ref.runtime.loader import resolve_model
 

@@ -62,8 +62,10 @@ def run(args) -> int:
     from harmony_ref.sweep.pick import answer_line, pick, read_points, to_markdown
     from harmony_ref.sweep.store import SweepStore
 
-    if args.plot and not args.plot.endswith(".png"):
-        raise ValueError(f"--plot {args.plot!r}: must name a .png file")
+    if args.plot:  # one file per phone and scenario beside it: PNG's stem + -PROFILE
+        from harmony_ref._io import check_plot_file
+
+        check_plot_file(args.plot)
     store = SweepStore(args.sweep, args.out_dir)
     profiles = [s.strip() for s in args.profile.split(",") if s.strip()] if args.profile else None
     answers = pick(

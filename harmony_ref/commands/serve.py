@@ -121,9 +121,9 @@ def run(args) -> int:
     if args.context_limit < 2:
         raise ValueError(f"--context-limit {args.context_limit}: must be >= 2")
     if args.plot:
-        from harmony_ref._io import check_output_file
+        from harmony_ref._io import check_plot_file
 
-        check_output_file(args.plot, "--plot")
+        check_plot_file(args.plot)
     profile = load_profile(args.profile)
     from harmony_ref.runtime.loader import resolve_model
 

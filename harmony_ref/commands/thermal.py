@@ -54,9 +54,9 @@ def run(args) -> int:
             f"--minutes {args.minutes}, --dt-ms {args.dt_ms} and --every-s {args.every_s} must be > 0"
         )
     if args.plot:
-        from harmony_ref._io import check_output_file
+        from harmony_ref._io import check_plot_file
 
-        check_output_file(args.plot, "--plot")
+        check_plot_file(args.plot)
     profile = load_profile(args.profile)
     from harmony_ref.runtime.loader import resolve_model
 

@@ -80,7 +80,7 @@ def test_pick_json_md_csv_and_plots(swept, capsys):
     [
         (["--max-kld", "0.1"], "--max-kld 0.1: the sweep has no KL divergence metric"),
         (["--profile", "moon"], "--profile 'moon': not in the sweep"),
-        (["--plot", "x.jpg"], "--plot 'x.jpg': must name a .png file"),
+        (["--plot", "x.jpg"], "--plot x.jpg: must be a .png path"),
         (["--models", "nope"], "--models 'nope': not in the sweep"),
     ],
 )
