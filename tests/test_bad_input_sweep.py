@@ -126,6 +126,11 @@ FILES = {
 }
 CAT = f"{shlex.quote(sys.executable)} -c 'import sys; sys.stdout.write(open(sys.argv[1]).read())'"
 
+# gate of the baseline against itself, under the tolerance file that follows
+GATE_TOLERANCES = (
+    "gate --baseline {d}/baseline.json --current {d}/baseline.json --tolerances".split()
+)
+
 CASES = [  # (argv, a substring the error line must hold)
     # profiles
     (["predict", "--profile", "nope"], "nope"),
@@ -261,54 +266,10 @@ CASES = [  # (argv, a substring the error line must hold)
         "ttft_ms",
     ),
     # tolerances
-    (
-        [
-            "gate",
-            "--baseline",
-            "{d}/baseline.json",
-            "--current",
-            "{d}/baseline.json",
-            "--tolerances",
-            "{d}/nope.toml",
-        ],
-        "nope.toml",
-    ),
-    (
-        [
-            "gate",
-            "--baseline",
-            "{d}/baseline.json",
-            "--current",
-            "{d}/baseline.json",
-            "--tolerances",
-            "{d}/tol_bad.toml",
-        ],
-        "defaults.exact_pct",
-    ),
-    (
-        [
-            "gate",
-            "--baseline",
-            "{d}/baseline.json",
-            "--current",
-            "{d}/baseline.json",
-            "--tolerances",
-            "{d}/tol_unknown.toml",
-        ],
-        "exactpct",
-    ),
-    (
-        [
-            "gate",
-            "--baseline",
-            "{d}/baseline.json",
-            "--current",
-            "{d}/baseline.json",
-            "--tolerances",
-            "{d}/tol_section.toml",
-        ],
-        "limits",
-    ),
+    ([*GATE_TOLERANCES, "{d}/nope.toml"], "nope.toml"),
+    ([*GATE_TOLERANCES, "{d}/tol_bad.toml"], "defaults.exact_pct"),
+    ([*GATE_TOLERANCES, "{d}/tol_unknown.toml"], "exactpct"),
+    ([*GATE_TOLERANCES, "{d}/tol_section.toml"], "limits"),
     # artifacts
     (["verify", "{d}/missing.safetensors"], "missing.safetensors"),
     (
@@ -427,18 +388,7 @@ CASES = [  # (argv, a substring the error line must hold)
     ),
     (["sweep", "--name", "s", "--grid", "{d}/grid_typo_pol.toml"], "'gate_prj'"),
     (["sweep", "--name", "s", "--grid", "{d}/grid_typo_field.toml"], "did you mean 'policies'"),
-    (
-        [
-            "gate",
-            "--baseline",
-            "{d}/baseline.json",
-            "--current",
-            "{d}/baseline.json",
-            "--tolerances",
-            "{d}/tol_typo.toml",
-        ],
-        "tolerance_pc",
-    ),
+    ([*GATE_TOLERANCES, "{d}/tol_typo.toml"], "tolerance_pc"),
     # bounded work
     (["predict", "--model", "{d}/spec_huge.toml"], "n_layers' = 100,000,000: at most 1,024"),
     (["predict", "--batch", "1000000"], "at most 1,024"),
@@ -446,15 +396,7 @@ CASES = [  # (argv, a substring the error line must hold)
     (["lifecycle", "--entries", "100000000"], "--entries 100,000,000: at most 10,000"),
     # an infinite tolerance: the metric could never fail the gate
     (
-        [
-            "gate",
-            "--baseline",
-            "{d}/baseline.json",
-            "--current",
-            "{d}/baseline.json",
-            "--tolerances",
-            "{d}/tol_inf.toml",
-        ],
+        [*GATE_TOLERANCES, "{d}/tol_inf.toml"],
         "'metrics.ttft_ms.tolerance_pct' = inf: must be a finite number >= 0",
     ),
     # without --sessions these were ignored, whatever their value

@@ -217,6 +217,22 @@ def _p(p: float) -> str:
     return "< 1e-16" if p < 1e-16 else f"= {p:.2g}"
 
 
+def _step(c, unit: str, beyond: str) -> str:
+    """A change's medians, size with its 95% interval and p, and its verdict against the
+    tolerance (`beyond`: the word for one past it, REGRESSION for a change point)."""
+    lo, hi = c.point.ci_pct
+    verdict = (
+        f"{beyond} beyond the {c.tolerance_pct:g}% tolerance"
+        if c.regression
+        else ("worse, within the tolerance" if c.worse else "not worse")
+    )
+    return (
+        f"{_num(c.point.before_median)} -> {_num(c.point.after_median)} {unit}, "
+        f"{c.point.change_pct:+.1f}% (95% CI {lo:+.1f}% to {hi:+.1f}%), "
+        f"p {_p(c.point.p_value)}; {verdict}"
+    )
+
+
 def to_text(report: HistoryReport) -> str:
     better = {"lower": "lower is better", "higher": "higher is better", "none": "not gated"}
     lines = [
@@ -248,33 +264,13 @@ def to_text(report: HistoryReport) -> str:
     if not report.changes:
         lines.append("no change points")
     for c in report.changes:
-        lo, hi = c.point.ci_pct
-        verdict = (
-            f"REGRESSION beyond the {c.tolerance_pct:g}% tolerance"
-            if c.regression
-            else ("worse, within the tolerance" if c.worse else "not worse")
-        )
-        lines.append(
-            f"change point at {short(c.first)}: {_num(c.point.before_median)} -> "
-            f"{_num(c.point.after_median)} {report.unit}, {c.point.change_pct:+.1f}% "
-            f"(95% CI {lo:+.1f}% to {hi:+.1f}%), p {_p(c.point.p_value)}; {verdict}"
-        )
+        lines.append(f"change point at {short(c.first)}: {_step(c, report.unit, 'REGRESSION')}")
         lines.append(
             f"  the first commit after it is in the git range {short(c.lo)}..{short(c.hi)}"
         )
     u = report.unconfirmed
     if u is not None:
-        lo, hi = u.point.ci_pct
-        size = (
-            f"worse beyond the {u.tolerance_pct:g}% tolerance"
-            if u.regression
-            else ("worse, within the tolerance" if u.worse else "not worse")
-        )
-        lines.append(
-            f"the newest commit {short(u.first)} alone: {_num(u.point.before_median)} -> "
-            f"{_num(u.point.after_median)} {report.unit}, {u.point.change_pct:+.1f}% "
-            f"(95% CI {lo:+.1f}% to {hi:+.1f}%), p {_p(u.point.p_value)}; {size}"
-        )
+        lines.append(f"the newest commit {short(u.first)} alone: {_step(u, report.unit, 'worse')}")
         lines.append(
             "  unconfirmed: one commit after it, not a change point yet (--check does not "
             "fail on it); measure the next commit, or this one again"
