@@ -831,6 +831,14 @@ def _check_prefill(q, cache: KVCache) -> np.ndarray:
             f"q has {t} tokens but the cache holds only {cache.length}: append the "
             "new tokens' k and v first"
         )
+    if t > 1 and cache.window and cache.pos > cache.max_context:
+        # The ring's slots are no longer in position order, and all but the last query's
+        # windows reach tokens it dropped: slot-order causal attention would be silently wrong.
+        raise ValueError(
+            f"q has {t} tokens but the sliding-window cache (window {cache.window}) has dropped "
+            f"{cache.pos - cache.max_context} of its {cache.pos}: prefill over a ring only before "
+            "it wraps (one query token after; window_prefill_attention over the chunk's k, v)"
+        )
     return q
 
 

@@ -159,6 +159,32 @@ def test_ring_cache_keeps_the_last_window_in_order(dtype):
     assert at.KVCache(4, 2, 8, dtype, window=9).window == 0  # a window past the context: no ring
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "int8"])
+def test_prefill_over_a_ring_cache_is_right_or_refused(dtype):
+    """A ring's slots are in position order until it wraps: prefill over it is windowed causal
+    attention then. After it has dropped tokens, one query token still sees every kept key, but
+    T > 1 queries are refused (they were slot-order attention over a rotated ring: wrong by ~2)."""
+    rng = np.random.default_rng(11)
+    window, n_kv, d = 6, 1, 16
+    k = rng.standard_normal((10, n_kv, d)).astype(np.float32)
+    v = rng.standard_normal((10, n_kv, d)).astype(np.float32)
+    ring = at.KVCache(64, n_kv, d, dtype, window=window)
+    tol = FP16_VS_FLOAT_ABS_TOL if dtype == "fp16" else INT8_VS_FLOAT_ABS_TOL
+    ring.append(k[:6], v[:6])  # exactly full, nothing dropped: T = 4 is fine
+    q = rng.standard_normal((4, 2, d)).astype(np.float32)
+    got = at.prefill_attention(q, ring)
+    assert_within(got, at.prefill_attention_ref(q, ring), FAST_VS_REF_ABS_TOL, "fast vs ref")
+    want = at.window_prefill_attention_ref(q, k[:6], v[:6], window)
+    assert_within(got, want, tol, "ring before it wraps")
+    ring.append(k[6:9], v[6:9])  # positions 0..2 dropped, slots rotated
+    one = q[:1]
+    want = at.window_prefill_attention_ref(one, k[:9], v[:9], window)
+    assert_within(at.prefill_attention(one, ring), want, tol, "one token after the wrap")
+    for run in (at.prefill_attention, at.prefill_attention_ref):
+        with pytest.raises(ValueError, match=r"has dropped 3 of its 9"):
+            run(q, ring)
+
+
 def test_the_cached_kernel_computes_what_a_fresh_compile_does():
     """`_prefill_attention` as this process got it (from Numba's cache after the first run)
     against the same Python compiled afresh here: the same bits. With a fastmath softmax sum,
