@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from harmony_ref.quant._checks import check_cast_range
+
 
 def float32_array(a, name: str, ndims: tuple[int, ...]) -> np.ndarray:
     """`a` as a C-contiguous float32 array with one of `ndims` dimensions, all values finite."""
@@ -23,7 +25,11 @@ def float32_array(a, name: str, ndims: tuple[int, ...]) -> np.ndarray:
     if not finite.all():
         idx = tuple(int(i) for i in np.argwhere(~finite)[0])
         raise ValueError(f"{name}{list(idx)} = {a[idx]} is not finite (shape {a.shape})")
-    return np.ascontiguousarray(a, dtype=np.float32)
+    with np.errstate(over="ignore"):
+        a32 = np.ascontiguousarray(a, dtype=np.float32)
+    if a.dtype.type is np.float64:  # a finite float64 past float32's range casts to inf
+        check_cast_range(a, a32, name)
+    return a32
 
 
 def check_last_dim(a: np.ndarray, name: str, expected: int, what: str) -> None:

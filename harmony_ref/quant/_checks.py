@@ -27,4 +27,21 @@ def as_float32_matrix(w, what: str = "w") -> np.ndarray:
             f"{what}[{i}, {k}] = {w[i, k]} is not finite (shape {w.shape}); "
             "quantizing NaN or Inf would poison its whole group"
         )
-    return np.ascontiguousarray(w, dtype=np.float32)
+    with np.errstate(over="ignore"):
+        w32 = np.ascontiguousarray(w, dtype=np.float32)
+    if w.dtype.type is np.float64:  # a finite float64 past float32's range casts to inf
+        check_cast_range(w, w32, what)
+    return w32
+
+
+def check_cast_range(a: np.ndarray, cast: np.ndarray, name: str) -> None:
+    """Every finite value of `a` stayed finite in `cast` (a rounded to float32, or float16), or
+    ValueError naming the first that did not: a finite float64 past float32's range (|a| > 3.4e38;
+    past 65504 for float16) would otherwise go on as inf (NaN out, or a non-finite scale)."""
+    over = np.isinf(cast) & np.isfinite(a)
+    if over.any():
+        idx = tuple(int(i) for i in np.argwhere(over)[0])
+        raise ValueError(
+            f"{name}{list(idx)} = {a[idx]} overflows {cast.dtype} "
+            f"(|x| > {float(np.finfo(cast.dtype).max):.5g}; shape {a.shape})"
+        )

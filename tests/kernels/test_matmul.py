@@ -206,6 +206,11 @@ def test_bad_inputs_raise_value_errors():
     bad[1, 5] = np.nan
     with pytest.raises(ValueError, match=r"x\[1, 5\] = nan is not finite"):
         matmul_w4(bad, t4)
+    big = x.astype(np.float64)
+    big[1, 7] = -1e39  # finite in float64, inf in float32: was a silent NaN output
+    for run in (matmul_w4, matmul_w4_ref):
+        with pytest.raises(ValueError, match=r"x\[1, 7\] = -1e\+39 overflows float32"):
+            run(big, t4)
     with pytest.raises(ValueError, match=r"x has shape \(2, 63\) but the weights have K = 64"):
         matmul_w4(x[:, :63], t4)
     with pytest.raises(ValueError, match=r"K = 64"):

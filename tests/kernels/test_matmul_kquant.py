@@ -231,6 +231,9 @@ def test_bad_input_is_one_clear_line():
         )
     with pytest.raises(ValueError, match="not finite"):
         matmul_kquant(np.r_[np.nan, np.ones(255)].astype(np.float32), t)
+    for run in (matmul_kquant, matmul_kquant_ref):  # float64 past float32: ZeroDivisionError was
+        with pytest.raises(ValueError, match=r"x\[3\] = 1e\+39 overflows float32"):
+            run(np.r_[np.ones(3), 1e39, np.ones(252)], t)
 
 
 @pytest.mark.parametrize("qtype", ("q4_1", "q4_k", "q6_k"))

@@ -98,6 +98,8 @@ def test_bad_inputs_raise_value_errors():
     bad[2, 3] = np.inf
     with pytest.raises(ValueError, match=r"x\[2, 3\] = inf is not finite"):
         nm.norm_bias_gelu(bad, gamma, beta, bias)
+    with pytest.raises(ValueError, match=r"x\[2, 3\] = 1e\+39 overflows float32"):
+        nm.layer_norm(np.where(np.isinf(bad), 1e39, bad.astype(np.float64)), gamma, beta)
     with pytest.raises(ValueError, match=r"last dim 16 does not match len\(gamma\) = 15"):
         nm.norm_bias_gelu(x, gamma[:15], beta, bias)
     with pytest.raises(ValueError, match=r"len\(bias\) = 17"):

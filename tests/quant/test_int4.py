@@ -227,9 +227,11 @@ def test_not_2d():
         quantize_int4(np.ones(64, np.float32))
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e39, -1e300])
 def test_nan_inf_names_first_index(bad):
-    w = np.ones((3, 64), np.float32)
+    """NaN / Inf, and a finite float64 beyond float32 (it was cast to inf, then reported as a
+    float16 scale overflow with the advice to use float32 scales)."""
+    w = np.ones((3, 64), np.float64)
     w[2, 40] = bad
     w[2, 50] = bad
     with pytest.raises(ValueError, match=r"w\[2, 40\]"):

@@ -162,6 +162,7 @@ def test_levels_in_range_and_rows_slice(qtype):
         (np.zeros((2, 300), np.float32), "not a multiple of 256"),
         (np.zeros(256, np.float32), "2-D"),
         (np.r_[np.nan, np.zeros(255)].astype(np.float32)[None, :], "not finite"),
+        (np.r_[np.zeros(255), 1e39][None, :], r"w\[0, 255\] = 1e\+39 overflows float32"),
     ],
 )
 def test_bad_input_is_one_clear_line(w, match):
