@@ -65,6 +65,7 @@ from harmony_ref.kernels.matmul_kquant import (
     matmul_kquant_ref,
     prepare_kquant,
 )
+from harmony_ref.quant._checks import check_cast_range
 from harmony_ref.quant.formats import FACTS, FormatFacts
 from harmony_ref.quant.ggml import QUANTIZERS, QUANTIZERS_REF, GGMLTensor, dequantize_ggml
 from harmony_ref.quant.int4 import Int4Tensor, dequantize_int4, quantize_int4, quantize_int4_ref
@@ -113,7 +114,9 @@ class Format:
 
 
 def float_matmul(x, operand):
-    return x @ operand  # operand: (K, N) view of W.T (BLAS reads it transposed, no copy)
+    # operand: (K, N) view of W.T (BLAS reads it transposed, no copy); x as float32 (a no-op for
+    # float32), so that float64 or float16 activations give float32 out as every format does
+    return np.asarray(x, dtype=np.float32) @ operand
 
 
 def _float_matmul_ref(x, stored):
@@ -122,19 +125,26 @@ def _float_matmul_ref(x, stored):
 
 
 def matmul_f16_chunked(x, w16):
-    """x (M, K) float32 @ W.T for float16 W (N, K), widened F16_CHUNK_ROWS rows at a time."""
+    """x (M, K) or (K,) float @ W.T for float16 W (N, K), widened F16_CHUNK_ROWS rows at a time
+    -> (M, N) or (N,) float32, as `float_matmul`."""
     n = w16.shape[0]
-    out = np.empty((x.shape[0], n), dtype=np.float32)
+    x = np.asarray(x, dtype=np.float32)
+    rows = x[None] if x.ndim == 1 else x  # a vector: one row (else its K went to the out rows)
+    out = np.empty((rows.shape[0], n), dtype=np.float32)
     for n0 in range(0, n, F16_CHUNK_ROWS):
-        out[:, n0 : n0 + F16_CHUNK_ROWS] = x @ w16[n0 : n0 + F16_CHUNK_ROWS].astype(np.float32).T
-    return out
+        out[:, n0 : n0 + F16_CHUNK_ROWS] = rows @ w16[n0 : n0 + F16_CHUNK_ROWS].astype(np.float32).T
+    return out[0] if x.ndim == 1 else out
 
 
 def _float_format(name: str, matmul_stored=None) -> Format:
     facts = FACTS[name]
 
     def quantize(w, group_size=None):
-        return np.ascontiguousarray(w, dtype=facts.dtype)
+        w = np.asarray(w)
+        with np.errstate(over="ignore"):
+            stored = np.ascontiguousarray(w, dtype=facts.dtype)
+        check_cast_range(w, stored, "w")  # a finite weight is never stored as inf
+        return stored
 
     return Format(
         facts=facts,

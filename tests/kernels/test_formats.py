@@ -193,6 +193,43 @@ def test_kernel_matches_its_ref(name, m, n, k):
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
+def test_activations_of_every_float_dtype_and_layout_give_float32(name):
+    """float64, float16, transposed and vector x: float32 out of the shape a float32 C-contiguous
+    x gives, with the values of its float32 rounding. The float formats' matmul returned float64
+    for float64 x (x @ W.T in NumPy's promotion), fp16's matmul_stored a (K, N) block of
+    repeated rows for a vector."""
+    f = FORMATS[name]
+    k = _k_for(name, 64)
+    stored = f.quantize(_weights(5, k, seed=21), GROUP)
+    op = f.prepare(stored)
+    x = _x(3, k, seed=22)
+    want = f.matmul(x, op)
+    abs_w = np.abs(f.dequantize(stored)).T.astype(np.float64)
+    runs = [f.matmul] + ([lambda x, _: f.matmul_stored(x, stored)] if f.matmul_stored else [])
+    for run in runs:
+        for given, rows in (
+            (x.astype(np.float64), want),
+            (np.asfortranarray(x), want),
+            (x.astype(np.float16), f.matmul(x.astype(np.float16).astype(np.float32), op)),
+            (x[1], want[1]),
+        ):
+            got = run(given, op)
+            assert got.dtype == np.float32 and got.shape == rows.shape, (name, given.dtype)
+            bound = MAX_KERNEL_VS_REF_REL[name] * 2.02 * (np.abs(given).astype(np.float64) @ abs_w)
+            assert_within(got, rows, bound, f"{name} x {given.dtype} {given.shape}")
+
+
+@pytest.mark.parametrize("name", ["fp32", "fp16"])
+def test_float_formats_refuse_a_finite_weight_they_would_store_as_inf(name):
+    w = _weights(3, 64, seed=23).astype(np.float64)
+    w[1, 9] = 1e39 if name == "fp32" else 70000.0
+    with pytest.raises(ValueError, match=rf"w\[1, 9\] = .* overflows float{name[2:]}"):
+        FORMATS[name].quantize(w, GROUP)
+    w[1, 9] = np.nan  # NaN and inf are stored as they are (the float matmul propagates them)
+    assert np.isnan(FORMATS[name].quantize(w, GROUP)[1, 9])
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
 def test_quantized_dot_vs_float_dot(name):
     f = FORMATS[name]
     w, x = _weights(65, 512, seed=11), _x(3, 512, seed=12)
