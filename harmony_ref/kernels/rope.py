@@ -25,12 +25,17 @@ from harmony_ref.kernels._checks import float32_array
 
 def rope_table(max_positions: int, head_dim: int, theta: float):
     """cos, sin (max_positions, head_dim / 2) float32 of angle p * theta^(-2j / head_dim)."""
+    return _cos_sin(np.arange(max_positions, dtype=np.float64), head_dim, theta)
+
+
+def _cos_sin(positions: np.ndarray, head_dim: int, theta: float):
+    """Rows of `rope_table` at `positions` (float64), computed for those rows only."""
     if head_dim % 2 or head_dim <= 0:
         raise ValueError(f"head_dim must be positive and even, got {head_dim}")
     if not (theta > 0 and np.isfinite(theta)):
         raise ValueError(f"rope theta must be a positive number, got {theta}")
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (hd/2,)
-    angles = np.arange(max_positions, dtype=np.float64)[:, None] * inv_freq  # (P, hd/2)
+    angles = positions[:, None] * inv_freq  # (P, hd/2)
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
@@ -46,8 +51,10 @@ def _check(x, positions, theta):
         raise ValueError(f"positions must be >= 0, got min {positions.min()}")
     if x.shape[2] % 2:
         raise ValueError(f"x has head_dim {x.shape[2]}: must be even")
-    cos, sin = rope_table(int(positions.max()) + 1, x.shape[2], theta)
-    return x, cos[positions], sin[positions]
+    # the table's rows at these positions only: a table up to max(positions) took memory in
+    # the largest position (position 2**31 - 1: a 64 GiB allocation)
+    cos, sin = _cos_sin(positions.astype(np.float64), x.shape[2], theta)
+    return x, cos, sin
 
 
 def rope_ref(x, positions, theta: float) -> np.ndarray:

@@ -65,6 +65,28 @@ def test_fused_rows_rotate_only_the_first_heads():
     np.testing.assert_array_equal(qkv[:, (n_q + n_k) * hd :], expected[:, (n_q + n_k) * hd :])
 
 
+@pytest.mark.parametrize("far", [2**31 - 1, 2**40])
+def test_far_positions_cost_only_their_rows(far):
+    """rope built its cos/sin table up to the largest position: position 2**31 - 1 asked for
+    64 GiB (MemoryError). The rows now come from the positions given, the same bits as the
+    table's rows, and the rotation is the float64 one within ROPE_ABS_TOL."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 2, 8)).astype(np.float32)
+    pos = np.array([7, far, 3])
+    got = rp.rope(x, pos, 1e4)
+    assert_within(got, rp.rope_ref(x, pos, 1e4), ROPE_ABS_TOL, "rope vs ref")
+    cos, sin = rp.rope_table(8, 8, 1e4)
+    near = rp.rope(x[[0, 2]], pos[[0, 2]], 1e4)
+    x0, x1 = x[[0, 2], :, :4], x[[0, 2], :, 4:]
+    c, s = cos[[7, 3]][:, None], sin[[7, 3]][:, None]
+    np.testing.assert_array_equal(near, np.concatenate([x0 * c - x1 * s, x1 * c + x0 * s], -1))
+    angle = far * 1e4 ** (-np.arange(0, 8, 2) / 8)  # float64, rounded to float32 like the table
+    c64, s64 = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+    a, b = x[1, :, :4].astype(np.float64), x[1, :, 4:].astype(np.float64)
+    want = np.concatenate([a * c64 - b * s64, b * c64 + a * s64], -1)
+    assert_within(got[1], want, ROPE_ABS_TOL, "far position vs float64")
+
+
 def test_zeros_stay_zero():
     np.testing.assert_array_equal(rp.rope(np.zeros((2, 2, 4), np.float32), [0, 7], 1e4), 0)
 
