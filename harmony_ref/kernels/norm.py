@@ -61,9 +61,10 @@ B0, B2, B4, B6 = (np.float32(c) for c in _TANH_DEN)
 
 def layer_norm_ref(x, gamma, beta, eps: float = 1e-5) -> np.ndarray:
     x, gamma, beta = _check(x, gamma=gamma, beta=beta)
+    _check_stats(x, centred=True)
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + np.float32(eps)) * gamma + beta
+    return (x - mean) / np.sqrt(var + _eps(eps)) * gamma + beta
 
 
 def bias_add_ref(x, bias) -> np.ndarray:
@@ -78,6 +79,41 @@ def gelu_ref(x) -> np.ndarray:
 
 def norm_bias_gelu_ref(x, gamma, beta, bias, eps: float = 1e-5) -> np.ndarray:
     return gelu_ref(bias_add_ref(layer_norm_ref(x, gamma, beta, eps), bias))
+
+
+def _eps(eps) -> np.float32:
+    """eps as the kernels' float32, or ValueError: 0 (or one that rounds to 0) made a zero row
+    0 / 0 (the Numba kernels' ZeroDivisionError, NaN in the twins), a negative or NaN eps NaN."""
+    e = np.float32(float(eps))
+    if not (np.isfinite(e) and e > 0):
+        raise ValueError(f"eps must be a finite number > 0 (as float32), got {eps!r}")
+    return e
+
+
+# A row's float32 statistics overflow past this (the kernels' running sums stay within a factor
+# (1 + D ulp) of the exact sum, far below the 2x kept here).
+STATS_MAX = float(np.finfo(np.float32).max) / 2
+
+
+def _check_stats(x: np.ndarray, centred: bool) -> None:
+    """ValueError naming the first row whose float32 statistics would overflow: its sum of
+    squares (about the mean when `centred`, LayerNorm; RMSNorm's about 0) or, for LayerNorm, its
+    sum. Past it the kernels returned NaN and the twins 0 (RMSNorm) or beta (LayerNorm) where
+    float64 gives O(1) values."""
+    rows = x.reshape(-1, x.shape[-1]).astype(np.float64)
+    if centred:
+        sums = np.abs(rows).sum(axis=1)
+        rows = rows - rows.mean(axis=1, keepdims=True)
+    else:
+        sums = np.zeros(rows.shape[0])
+    squares = np.einsum("ij,ij->i", rows, rows)
+    bad = (squares > STATS_MAX) | (sums > STATS_MAX)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"x row {i} (shape {x.shape}, max |x| {np.abs(rows[i]).max():.3g}): its float32 "
+            "statistics (sum of squares) overflow; the norms compute in float32"
+        )
 
 
 def _check(x, **vectors):
@@ -219,13 +255,15 @@ def _rows(x: np.ndarray) -> np.ndarray:
 def norm_bias_gelu(x, gamma, beta, bias, eps: float = 1e-5) -> np.ndarray:
     """Fused gelu(layer_norm(x) + bias) over the last axis: x (..., D) -> float32 (..., D)."""
     x, gamma, beta, bias = _check(x, gamma=gamma, beta=beta, bias=bias)
+    _check_stats(x, centred=True)
     shift = beta + bias  # (D,): one vector stream instead of two in the inner loop
-    return _norm_bias_gelu_rows(_rows(x), gamma, shift, np.float32(eps)).reshape(x.shape)
+    return _norm_bias_gelu_rows(_rows(x), gamma, shift, _eps(eps)).reshape(x.shape)
 
 
 def layer_norm(x, gamma, beta, eps: float = 1e-5) -> np.ndarray:
     x, gamma, beta = _check(x, gamma=gamma, beta=beta)
-    return _layer_norm_rows(_rows(x), gamma, beta, np.float32(eps)).reshape(x.shape)
+    _check_stats(x, centred=True)
+    return _layer_norm_rows(_rows(x), gamma, beta, _eps(eps)).reshape(x.shape)
 
 
 def bias_add(x, bias) -> np.ndarray:
@@ -274,8 +312,9 @@ def _tanh_vec(v):
 
 def rms_norm_ref(x, weight, eps: float = 1e-5) -> np.ndarray:
     x, weight = _check(x, weight=weight)
+    _check_stats(x, centred=False)
     ms = (x * x).mean(axis=-1, keepdims=True)  # (..., 1)
-    return x / np.sqrt(ms + np.float32(eps)) * weight
+    return x / np.sqrt(ms + _eps(eps)) * weight
 
 
 def add_rms_norm_ref(x, delta, weight, eps: float = 1e-5):
@@ -398,15 +437,17 @@ def _check_add(x, delta, weight):
 def rms_norm(x, weight, eps: float = 1e-5) -> np.ndarray:
     """RMSNorm over the last axis: x (..., D) -> float32 (..., D)."""
     x, weight = _check(x, weight=weight)
+    _check_stats(x, centred=False)
     rows = _rows(x)
-    return rms_norm_rows(rows, weight, np.float32(eps), np.empty_like(rows)).reshape(x.shape)
+    return rms_norm_rows(rows, weight, _eps(eps), np.empty_like(rows)).reshape(x.shape)
 
 
 def add_rms_norm(x, delta, weight, eps: float = 1e-5):
     """(x + delta, rms_norm(x + delta)) in one pass; the inputs are not modified."""
     x, delta, weight = _check_add(x, delta, weight)
+    _check_stats(x.astype(np.float64) + delta, centred=False)
     s = _rows(x).copy()
-    out = add_rms_norm_rows(s, _rows(delta), weight, np.float32(eps), np.empty_like(s))
+    out = add_rms_norm_rows(s, _rows(delta), weight, _eps(eps), np.empty_like(s))
     return s.reshape(x.shape), out.reshape(x.shape)
 
 
@@ -453,6 +494,7 @@ def rms_norm_heads(x, weight, eps: float = 1e-6) -> np.ndarray:
     x = float32_array(x, "x", (3,))
     weight = float32_array(weight, "weight", (1,))
     check_last_dim(x, "x", weight.shape[0], "len(weight)")
+    _check_stats(x, centred=False)
     t, h, hd = x.shape
     y = x.reshape(t, h * hd).copy()
-    return rms_norm_heads_rows(y, 0, h, hd, weight, np.float32(eps)).reshape(x.shape)
+    return rms_norm_heads_rows(y, 0, h, hd, weight, _eps(eps)).reshape(x.shape)

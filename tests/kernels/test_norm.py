@@ -92,6 +92,24 @@ def test_large_inputs_stay_finite():
     _close(got, nm.gelu_ref(x * 1e4), "gelu of large values")
 
 
+def test_rows_whose_float32_statistics_overflow_are_refused():
+    """A row of +-1e19 (squares about the mean sum to 1.6e40) and one of 3e37 (its float32 sum
+    overflows): the kernels returned NaN, the twins beta (gelu(beta + bias)), float64 O(1)
+    values. Now every LayerNorm entry refuses them naming the row."""
+    x, gamma, beta, bias = _params(16, seed=5)
+    for row, big in ((1, 1e19 * np.where(np.arange(16) % 2, 1, -1)), (2, np.full(16, 3e37))):
+        bad = x.copy()
+        bad[row] = big
+        for run, args in (
+            (nm.layer_norm, (gamma, beta)),
+            (nm.layer_norm_ref, (gamma, beta)),
+            (nm.norm_bias_gelu, (gamma, beta, bias)),
+            (nm.norm_bias_gelu_ref, (gamma, beta, bias)),
+        ):
+            with pytest.raises(ValueError, match=rf"x row {row} .*statistics .* overflow"):
+                run(bad, *args)
+
+
 def test_bad_inputs_raise_value_errors():
     x, gamma, beta, bias = _params(16, seed=4)
     bad = x.copy()

@@ -66,6 +66,37 @@ def test_large_values_do_not_overflow_at_float32_range_edge():
     assert_within(y, np.ones((1, 8)), 1e-5, "constant row normalises to 1")
 
 
+def test_rows_whose_float32_statistics_overflow_are_refused():
+    """A row of 8 x 1e19 (sum of squares 8e38 > float32 max): the kernel returned NaN, the twin
+    0, float64 1. Now both refuse it naming the row; 1e18 (above) is still normalised."""
+    x = np.ones((3, 8), np.float32)
+    x[1] = 1e19
+    w = np.ones(8, np.float32)
+    for run in (
+        lambda: norm.rms_norm(x, w),
+        lambda: norm.rms_norm_ref(x, w),
+        lambda: norm.add_rms_norm(x / 2, x / 2, w),
+        lambda: norm.add_rms_norm_ref(x / 2, x / 2, w),
+        lambda: norm.rms_norm_heads(x.reshape(3, 1, 8), w),
+        lambda: norm.rms_norm_heads_ref(x.reshape(3, 1, 8), w),
+    ):
+        with pytest.raises(ValueError, match=r"x row 1 .*statistics .* overflow"):
+            run()
+
+
+@pytest.mark.parametrize("eps", [0.0, -1e-5, float("nan"), 1e-50])
+def test_eps_must_be_positive(eps):
+    """eps 0 (or 1e-50, 0 in float32) on a zero row: ZeroDivisionError from the kernel, NaN
+    from the twin; a negative or NaN eps: NaN. Now a ValueError naming eps."""
+    x, w = np.zeros((2, 8), np.float32), np.ones(8, np.float32)
+    for run in (norm.rms_norm, norm.rms_norm_ref, norm.rms_norm_heads, norm.rms_norm_heads_ref):
+        with pytest.raises(ValueError, match="eps must be a finite number > 0"):
+            run(x.reshape(2, 1, 8) if "heads" in run.__name__ else x, w, eps)
+    for run in (norm.layer_norm, norm.layer_norm_ref):
+        with pytest.raises(ValueError, match="eps must be a finite number > 0"):
+            run(x, w, w, eps)
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_non_finite_input_is_named(bad):
     x = np.ones((2, 8), np.float32)
