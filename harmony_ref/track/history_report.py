@@ -158,6 +158,19 @@ def _finite(x: float):
     return x if math.isfinite(x) else None
 
 
+def _step_json(c: Change) -> dict:
+    """A change's medians, size with its 95% interval and p, and whether it is worse (`_step`'s
+    numbers, for --json)."""
+    return {
+        "before_median": c.point.before_median,
+        "after_median": c.point.after_median,
+        "change_pct": c.point.change_pct,
+        "ci_pct": [_finite(x) for x in c.point.ci_pct],
+        "p_value": c.point.p_value,
+        "worse": c.worse,
+    }
+
+
 def to_json(report: HistoryReport) -> dict:
     return {
         "metric": report.metric,
@@ -181,12 +194,7 @@ def to_json(report: HistoryReport) -> dict:
             {
                 "first_commit": c.first,
                 "range": f"{c.lo}..{c.hi}",
-                "before_median": c.point.before_median,
-                "after_median": c.point.after_median,
-                "change_pct": c.point.change_pct,
-                "ci_pct": [_finite(c.point.ci_pct[0]), _finite(c.point.ci_pct[1])],
-                "p_value": c.point.p_value,
-                "worse": c.worse,
+                **_step_json(c),
                 "tolerance_pct": c.tolerance_pct,
                 "regression": c.regression,
             }
@@ -196,12 +204,7 @@ def to_json(report: HistoryReport) -> dict:
         if report.unconfirmed is None
         else {
             "commit": report.unconfirmed.first,
-            "before_median": report.unconfirmed.point.before_median,
-            "after_median": report.unconfirmed.point.after_median,
-            "change_pct": report.unconfirmed.point.change_pct,
-            "ci_pct": [_finite(x) for x in report.unconfirmed.point.ci_pct],
-            "p_value": report.unconfirmed.point.p_value,
-            "worse": report.unconfirmed.worse,
+            **_step_json(report.unconfirmed),
             "beyond_tolerance": report.unconfirmed.regression,
         },
         "not_in_sut": report.apart,
